@@ -1,0 +1,86 @@
+"""Kafka's error codes as a typed exception hierarchy.
+
+One exception class per Kafka error code, generated from kio's ``ErrorCode`` table so the codes,
+names and retriable flags match Kafka's ``Errors`` enum exactly. The broker raises these inside
+request handlers and turns them into the error code a client understands; tierlog's client raises
+them to its users. ``error_for_code(3)`` is ``UnknownTopicOrPartitionError``.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+
+class KafkaError(Exception):
+    """Base of every error that maps to a Kafka wire error code."""
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or self.name)
+        self.message = message or self.name
+
+    @property
+    def error_code(self) -> ErrorCode:
+        return ErrorCode(self.code)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class RetriableError(KafkaError):
+    """Errors a client may retry (Kafka's ``RetriableException``)."""
+
+    retriable = True
+
+
+def _class_name(code_name: str) -> str:
+    base = "".join(part.capitalize() for part in code_name.split("_"))
+    return base if base.endswith(("Error", "Exception")) else base + "Error"
+
+
+_BY_CODE: dict[int, type[KafkaError]] = {}
+
+
+def _build() -> None:
+    for ec in ErrorCode:
+        if ec.value == 0:
+            continue
+        base = RetriableError if ec.retriable else KafkaError
+        cls = type(_class_name(ec.name), (base,),
+                   {"code": ec.value, "name": ec.name.upper(), "retriable": bool(ec.retriable),
+                    "__doc__": f"Kafka error {ec.value} {ec.name.upper()}."})
+        cls.__module__ = __name__
+        globals()[cls.__name__] = cls
+        _BY_CODE[ec.value] = cls
+
+
+_build()
+
+
+def error_for_code(code: int) -> type[KafkaError]:
+    """The exception class for a Kafka error code; unknown codes map to UNKNOWN_SERVER_ERROR."""
+    return _BY_CODE.get(code, _BY_CODE[-1])
+
+
+# Names used throughout tierlog, spelled out so linters and readers can see them.
+UnknownServerError: type[KafkaError] = _BY_CODE[-1]
+OffsetOutOfRangeError: type[KafkaError] = _BY_CODE[1]
+CorruptMessageError: type[KafkaError] = _BY_CODE[2]  # Kafka's CorruptRecordException
+UnknownTopicOrPartitionError: type[KafkaError] = _BY_CODE[3]
+MessageTooLargeError: type[KafkaError] = _BY_CODE[10]
+RecordListTooLargeError: type[KafkaError] = _BY_CODE[18]
+InvalidTimestampError: type[KafkaError] = _BY_CODE[32]
+UnsupportedVersionError: type[KafkaError] = _BY_CODE[35]
+InvalidConfigError: type[KafkaError] = _BY_CODE[40]
+InvalidRequestError: type[KafkaError] = _BY_CODE[42]
+UnsupportedForMessageFormatError: type[KafkaError] = _BY_CODE[43]
+OutOfOrderSequenceNumberError: type[KafkaError] = _BY_CODE[45]
+DuplicateSequenceNumberError: type[KafkaError] = _BY_CODE[46]
+InvalidProducerEpochError: type[KafkaError] = _BY_CODE[47]
+KafkaStorageError: type[KafkaError] = _BY_CODE[56]
+UnknownProducerIdError: type[KafkaError] = _BY_CODE[59]
+UnsupportedCompressionTypeError: type[KafkaError] = _BY_CODE[76]
+InvalidRecordError: type[KafkaError] = _BY_CODE[87]
