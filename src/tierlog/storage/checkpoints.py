@@ -1,0 +1,157 @@
+"""Small text files Kafka keeps beside its logs, in Kafka's formats.
+
+- offset checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+  ``replication-offset-checkpoint``) in each log dir: version line ``0``, entry count, then
+  ``topic partition offset`` lines;
+- ``leader-epoch-checkpoint`` in each partition dir: version ``0``, count, ``epoch start_offset``;
+- ``partition.metadata`` in each partition dir: ``version: 0`` and ``topic_id: <base64 uuid>``;
+- ``.kafka_cleanshutdown`` in each log dir, present only after a clean shutdown.
+
+Writes go to a temporary file that is fsynced and renamed over the old one, so a crash leaves
+either the old or the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from collections.abc import Iterable
+
+from tierlog.errors import KafkaStorageError
+
+CHECKPOINT_VERSION = 0
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_lines(path: str, fields: int) -> list[list[str]]:
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f.read().splitlines()]
+    try:
+        version = int(lines[0])
+        count = int(lines[1])
+    except (IndexError, ValueError) as e:
+        raise KafkaStorageError(f"malformed checkpoint file {path}: bad header") from e
+    if version != CHECKPOINT_VERSION:
+        raise KafkaStorageError(f"checkpoint file {path} has unknown version {version}")
+    entries = [ln.split() for ln in lines[2:] if ln]
+    if len(entries) != count or any(len(e) != fields for e in entries):
+        raise KafkaStorageError(f"malformed checkpoint file {path}: expected {count} entries of {fields} fields")
+    return entries
+
+
+def _write_lines(path: str, rows: list[str], fsync: bool = True) -> None:
+    body = "\n".join([str(CHECKPOINT_VERSION), str(len(rows)), *rows]) + "\n"
+    write_atomically(path, body.encode(), fsync)
+
+
+class OffsetCheckpointFile:
+    """``topic partition offset`` entries for every partition in one log dir."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> dict[tuple[str, int], int]:
+        if not os.path.exists(self.path):
+            return {}
+        out = {}
+        for topic, partition, offset in _read_lines(self.path, 3):
+            out[(topic, int(partition))] = int(offset)
+        return out
+
+    def write(self, offsets: dict[tuple[str, int], int], fsync: bool = True) -> None:
+        rows = [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+        _write_lines(self.path, rows, fsync)
+
+
+class LeaderEpochCheckpointFile:
+    """``epoch start_offset`` entries of one partition's leader epoch cache."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> list[tuple[int, int]]:
+        if not os.path.exists(self.path):
+            return []
+        return [(int(e), int(o)) for e, o in _read_lines(self.path, 2)]
+
+    def write(self, entries: Iterable[tuple[int, int]], fsync: bool = True) -> None:
+        _write_lines(self.path, [f"{e} {o}" for e, o in entries], fsync)
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+class PartitionMetadataFile:
+    """The topic id of a partition, so a re-created topic of the same name is told apart."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> uuid.UUID | None:
+        if not os.path.exists(self.path):
+            return None
+        fields = {}
+        with open(self.path, encoding="utf-8") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    fields[k.strip()] = v.strip()
+        if fields.get("version") != "0" or "topic_id" not in fields:
+            raise KafkaStorageError(f"malformed partition metadata file {self.path}")
+        return decode_topic_id(fields["topic_id"])
+
+    def write(self, topic_id: uuid.UUID) -> None:
+        write_atomically(self.path, f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n".encode())
+
+
+class CleanShutdownFile:
+    """Marker written last on a clean shutdown and removed first on start-up."""
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def write(self, broker_epoch: int = -1) -> None:
+        write_atomically(self.path, json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode())
+
+    def delete(self) -> None:
+        try:
+            os.remove(self.path)
+            fsync_dir(os.path.dirname(self.path))
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,82 @@
+"""The leader epoch cache: which leader epoch started at which offset.
+
+Replication (next milestone) truncates followers with it, OffsetsForLeaderEpoch answers from it,
+and tiered storage ships it with each remote segment. Persisted to ``leader-epoch-checkpoint``.
+"""
+
+from __future__ import annotations
+
+from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, checkpoint: LeaderEpochCheckpointFile):
+        self._checkpoint = checkpoint
+        self._entries: list[tuple[int, int]] = checkpoint.read()
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(self._entries)
+
+    def latest_epoch(self) -> int:
+        return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset``; older or equal epochs are ignored."""
+        if epoch < 0 or (self._entries and epoch <= self._entries[-1][0]):
+            return
+        # An epoch can never start before an earlier one: drop entries the new one overrides.
+        while self._entries and self._entries[-1][1] >= start_offset:
+            self._entries.pop()
+        self._entries.append((epoch, start_offset))
+        self._flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer: (largest epoch <= ``epoch``, its end offset)."""
+        if not self._entries or epoch < self._entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch == self._entries[-1][0] or epoch > self._entries[-1][0]:
+            return self._entries[-1][0], log_end_offset
+        for i in range(len(self._entries) - 1, -1, -1):
+            e, _ = self._entries[i]
+            if e <= epoch:
+                return e, self._entries[i + 1][1]
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET  # pragma: no cover - guarded above
+
+    def epoch_for_offset(self, offset: int) -> int:
+        result = UNDEFINED_EPOCH
+        for e, start in self._entries:
+            if start <= offset:
+                result = e
+            else:
+                break
+        return result
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs starting at or after ``end_offset`` (log truncated to it)."""
+        kept = [(e, o) for e, o in self._entries if o < end_offset]
+        if kept != self._entries:
+            self._entries = kept
+            self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget epochs wholly before ``start_offset``; the one covering it now starts there."""
+        i = 0
+        while i + 1 < len(self._entries) and self._entries[i + 1][1] <= start_offset:
+            i += 1
+        kept = self._entries[i:]
+        if kept and kept[0][1] < start_offset:
+            kept[0] = (kept[0][0], start_offset)
+        if kept != self._entries:
+            self._entries = kept
+            self._flush()
+
+    def clear(self) -> None:
+        self._entries = []
+        self._flush()
+
+    def _flush(self) -> None:
+        self._checkpoint.write(self._entries)

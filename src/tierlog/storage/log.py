@@ -1,0 +1,736 @@
+"""A partition's local log: ordered segments plus the offsets Kafka tracks for it.
+
+Offsets, in Kafka's terms:
+- log start offset: first offset a consumer may read (remote tier included when tiering is on);
+- local log start offset: first offset still on local disk;
+- log end offset (LEO): the offset the next appended record gets;
+- high watermark: last offset + 1 that is safe to serve consumers (set by the replica manager);
+- last stable offset: high watermark, or the first offset of the oldest ongoing transaction;
+- recovery point: everything below it was fsynced and needs no validation after a crash.
+
+Appends and reads work on whole batches as bytes; only ListOffsets by timestamp and the producer
+state replay look inside a batch, and only at one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from tierlog.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    error_for_code,
+)
+from tierlog.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    decode_batch,
+    iter_batches,
+    patch_base_offset,
+    patch_log_append_time,
+    patch_partition_leader_epoch,
+    validate_batches,
+    verify_crc,
+)
+from tierlog.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA_FILE,
+    LeaderEpochCheckpointFile,
+    PartitionMetadataFile,
+)
+from tierlog.storage.epoch import LeaderEpochCache
+from tierlog.storage.log_config import LogConfig
+from tierlog.storage.producer_state import ProducerStateManager, list_snapshots
+from tierlog.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, FileRegion, LogSegment
+
+log = logging.getLogger(__name__)
+
+OffsetMovedToTieredStorageError = error_for_code(109)
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``my-topic-3`` -> ("my-topic", 3); None for anything that is not a partition folder."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit() or "." in part:
+        return None
+    return topic, int(part)
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    valid_bytes: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    fetch_offset: int
+    region: FileRegion | None  # None or an empty region when there is nothing to return
+    first_batch_offset: int = -1
+
+    @property
+    def size(self) -> int:
+        return self.region.length if self.region is not None else 0
+
+    def read(self) -> bytes:
+        return self.region.read() if self.region is not None and self.region.length else b""
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+class Log:
+    """One partition's log in its folder ``<log dir>/<topic>-<partition>``."""
+
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig):
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        # Set by the remote log manager (tiered storage): last offset known to be copied.
+        self.highest_offset_in_remote_storage = -1
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.leader_epoch_cache = LeaderEpochCache(
+            LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)))
+        self.producer_state = ProducerStateManager(directory, self.name)
+        self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
+        self.topic_id: uuid.UUID | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *, recovery_point: int = 0,
+             log_start_offset: int = 0, clean_shutdown: bool = True, topic_id: uuid.UUID | None = None) -> Log:
+        os.makedirs(directory, exist_ok=True)
+        self = cls(directory, topic, partition, config)
+        stored_id = self._partition_metadata.read()
+        if topic_id is not None and stored_id is not None and stored_id != topic_id:
+            raise KafkaStorageError(f"partition folder {directory} belongs to topic id {stored_id}, "
+                                    f"not {topic_id}")
+        self.topic_id = stored_id or topic_id
+        if stored_id is None and topic_id is not None:
+            self._partition_metadata.write(topic_id)
+        self._load_segments(recovery_point, clean_shutdown)
+        self.log_end_offset = self.active_segment.next_offset()
+        first_base = self.segments[0].base_offset
+        if config.remote_storage_enable:
+            self.log_start_offset = min(max(log_start_offset, 0), self.log_end_offset)
+        else:
+            self.log_start_offset = min(max(log_start_offset, first_base), self.log_end_offset)
+        # A clean shutdown fsynced everything, and recovery fsyncs what it validated.
+        self.recovery_point = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._load_producer_state()
+        # A single replica: everything that is on disk is committed (replication refines this later).
+        self.high_watermark = self.log_end_offset
+        return self
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.segment_index_bytes,
+                          roll_jitter_ms=self.config.segment_jitter_ms)
+
+    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
+        names = os.listdir(self.dir)
+        bases = []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith((DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")):
+                os.remove(path)  # leftovers of an interrupted delete or write
+                continue
+            stem, ext = os.path.splitext(name)
+            if ext == LOG_SUFFIX and stem.isdigit():
+                bases.append(int(stem))
+        bases.sort()
+        base_set = set(bases)
+        for name in os.listdir(self.dir):
+            stem, ext = os.path.splitext(name)
+            if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set:
+                os.remove(os.path.join(self.dir, name))  # an index without its log
+        self.segments = [self._new_segment(b) for b in bases]
+        if not self.segments:
+            self.segments = [self._new_segment(0)]
+        self._bases = [s.base_offset for s in self.segments]
+
+        # Where validation must start: after the recovery point on an unclean stop, and at any
+        # segment whose batch chain does not end exactly at its file end.
+        start = len(self.segments)
+        if not clean_shutdown:
+            start = max(0, bisect_right(self._bases, recovery_point) - 1)
+        for i in range(min(start, len(self.segments))):
+            if not self.segments[i].sanity_check_end():
+                log.warning("Log segment %s does not end on a batch boundary or has a bad index; recovering "
+                            "from it", self.segments[i].log_path)
+                start = i
+                break
+        if start < len(self.segments):
+            self._recover_from(start)
+
+    def _recover_from(self, index: int) -> None:
+        """Validate segments[index:], truncate at the first bad byte and drop what follows it."""
+        expected = self.segments[index - 1].next_offset() if index > 0 else None
+        for i in range(index, len(self.segments)):
+            seg = self.segments[i]
+            if expected is not None and seg.size and seg.base_offset < expected:
+                log.warning("Log segment %s starts at offset %d, below the previous segment's end %d",
+                            seg.log_path, seg.base_offset, expected)
+            truncated = seg.recover(self._on_recovered_batch)
+            expected = seg.next_offset()
+            if truncated:
+                dropped = self.segments[i + 1:]
+                log.warning("Recovery of %s truncated %d invalid bytes at position %d (log now ends at offset "
+                            "%d); removing %d later segment(s): %s", seg.log_path, truncated, seg.size,
+                            expected, len(dropped), [s.log_path for s in dropped])
+                for s in dropped:
+                    s.delete_files()
+                del self.segments[i + 1:]
+                break
+        self._bases = [s.base_offset for s in self.segments]
+        for seg in self.segments[index:]:
+            seg.fsync()
+
+    def _on_recovered_batch(self, h: BatchHeader) -> None:
+        if h.partition_leader_epoch >= 0 and h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    def _load_producer_state(self) -> None:
+        ps = self.producer_state
+        for off in list_snapshots(self.dir):
+            if off > self.log_end_offset:
+                ps.delete_snapshot(off)
+        snap = ps.latest_snapshot_at_or_below(self.log_end_offset)
+        loaded = False
+        if snap is not None and snap >= self.log_start_offset:
+            try:
+                ps.load_snapshot(snap)
+                loaded = True
+            except KafkaStorageError as e:
+                log.warning("Ignoring producer snapshot of %s: %s", self.name, e)
+                ps.delete_snapshot(snap)
+        if not loaded:
+            ps.producers.clear()
+            ps.map_end_offset = self.local_log_start_offset
+        self._replay_producer_state(ps.map_end_offset)
+
+    def _replay_producer_state(self, from_offset: int) -> None:
+        """Rebuild producer state from batch headers in [from_offset, LEO)."""
+        if from_offset >= self.log_end_offset:
+            return
+        i = max(0, bisect_right(self._bases, from_offset) - 1)
+        for seg in self.segments[i:]:
+            found = seg.translate_offset(from_offset) if seg.base_offset <= from_offset else (0, None)
+            if found is None:
+                continue
+            pos = found[0]
+            while True:
+                h = seg.read_header_at(pos)
+                if h is None:
+                    break
+                if h.base_offset >= from_offset or h.last_offset >= from_offset:
+                    self._update_producer_state(h, pos, seg)
+                pos += h.size
+
+    def _update_producer_state(self, h: BatchHeader, pos: int, seg: LogSegment) -> None:
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            coordinator_epoch = -1
+            try:
+                _, records = decode_batch(seg_region_bytes(seg, pos, h.size), 0)
+                if records and records[0].value is not None and len(records[0].value) >= 6:
+                    coordinator_epoch = int.from_bytes(records[0].value[2:6], "big", signed=True)
+            except Exception:  # noqa: BLE001 - a malformed marker still ends the transaction
+                pass
+            self.producer_state.complete_txn(h.producer_id, h.producer_epoch, h.last_offset, coordinator_epoch)
+        else:
+            self.producer_state.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                       h.base_offset, h.last_offset, h.max_timestamp, h.is_transactional)
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return max(self.log_start_offset, self.segments[0].base_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    # ------------------------------------------------------------------ append
+
+    def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int = 0,
+                         now_ms: int | None = None) -> LogAppendInfo:
+        """Validate, assign offsets to and append a client's record batches (Produce)."""
+        now = _now_ms() if now_ms is None else now_ms
+        buf = bytearray(data)
+        cfg = self.config
+        headers = validate_batches(buf, max_batch_bytes=cfg.max_message_bytes, allow_multiple_batches=True)
+        positions = []
+        pos = 0
+        pending_seq: dict[int, tuple[int, int]] = {}
+        for h in headers:
+            positions.append(pos)
+            # Kafka checks every record's timestamp; tierlog checks the batch's first and largest
+            # timestamps so the append path never walks records (documented in compatibility.md).
+            too_new = h.max_timestamp > now + cfg.message_timestamp_after_max_ms
+            too_old = 0 <= h.base_timestamp < now - cfg.message_timestamp_before_max_ms
+            if not cfg.log_append_time and (too_new or too_old):
+                raise InvalidTimestampError(
+                    f"timestamps of the batch at position {pos} ({h.base_timestamp}..{h.max_timestamp}) are "
+                    f"outside the range allowed by message.timestamp.before.max.ms / after.max.ms of "
+                    f"{self.name}")
+            if h.producer_id >= 0:
+                prior = pending_seq.get(h.producer_id)
+                if prior is not None:
+                    if prior[0] == h.producer_epoch and h.base_sequence != (prior[1] + 1) & 0x7FFFFFFF:
+                        raise error_for_code(45)(f"out of order sequence {h.base_sequence} within one request "
+                                                 f"for producer {h.producer_id} in {self.name}")
+                else:
+                    dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                                    h.last_sequence, self.log_end_offset)
+                    if dup is not None:
+                        return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                                             self.log_start_offset, 0, duplicate=True)
+                pending_seq[h.producer_id] = (h.producer_epoch, h.last_sequence)
+            pos += h.size
+
+        total = len(buf)
+        first_offset = self.log_end_offset
+        last_offset = first_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
+        max_ts = max(h.max_timestamp for h in headers)
+        seg = self.active_segment
+        if seg.should_roll(total, max_ts, last_offset, now, cfg.segment_bytes, cfg.segment_ms):
+            seg = self.roll(now)
+
+        next_offset = first_offset
+        placed = []
+        for h, p in zip(headers, positions):
+            patch_base_offset(buf, p, next_offset)
+            patch_partition_leader_epoch(buf, p, leader_epoch)
+            if cfg.log_append_time:
+                patch_log_append_time(buf, p, now)
+                h = h._replace(max_timestamp=now, attributes=h.attributes | 0x08)
+            h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            placed.append((p, h))
+            next_offset = h.last_offset + 1
+        if leader_epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        seg.append_batches(buf, placed)
+        base_in_segment = seg.size - total
+        for p, h in placed:
+            self._update_producer_state(h, base_in_segment + p, seg)
+        self.log_end_offset = next_offset
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= cfg.flush_messages:
+            self.flush()
+        return LogAppendInfo(first_offset, next_offset - 1, now if cfg.log_append_time else max_ts,
+                             now if cfg.log_append_time else -1, self.log_start_offset, total)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches that already carry offsets and epochs (replication, tests, tools)."""
+        headers = _validate_replicated(data)
+        if headers[0].base_offset < self.log_end_offset:
+            raise InvalidRecordError(f"batch base offset {headers[0].base_offset} is below the log end offset "
+                                     f"{self.log_end_offset} of {self.name}")
+        seg = self.active_segment
+        last = headers[-1].last_offset
+        if seg.should_roll(len(data), max(h.max_timestamp for h in headers), last, _now_ms(),
+                           self.config.segment_bytes, self.config.segment_ms):
+            seg = self.roll(base_offset=headers[0].base_offset)
+        placed = []
+        pos = 0
+        for h in headers:
+            placed.append((pos, h))
+            pos += h.size
+            if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        seg.append_batches(data, placed)
+        base_in_segment = seg.size - len(data)
+        for p, h in placed:
+            self._update_producer_state(h, base_in_segment + p, seg)
+        self.log_end_offset = last + 1
+        return LogAppendInfo(headers[0].base_offset, last, max(h.max_timestamp for h in headers), -1,
+                             self.log_start_offset, len(data))
+
+    def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset."""
+        old = self.active_segment
+        new_base = self.log_end_offset if base_offset is None else base_offset
+        if old.size == 0 and old.base_offset == new_base:
+            return old
+        old.on_become_inactive()
+        # Producer state as of the new segment's base: tiered storage ships it with the old segment.
+        self.producer_state.map_end_offset = max(self.producer_state.map_end_offset, new_base)
+        self.producer_state.take_snapshot(fsync=False)
+        seg = self._new_segment(new_base)
+        self.segments.append(seg)
+        self._bases.append(new_base)
+        # Kafka flushes the rolled segment right away (in the background); the segment is complete.
+        old.fsync()
+        self.recovery_point = max(self.recovery_point, new_base)
+        return seg
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, offset: int, max_bytes: int, *, isolation: str = "high_watermark",
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Read whole batches from ``offset`` up to ``max_bytes``.
+
+        ``isolation`` bounds the read: "log_end" (replication), "high_watermark" (consumers,
+        read_uncommitted) or "committed" (read_committed, up to the last stable offset).
+        """
+        if isolation == "log_end":
+            upper = self.log_end_offset
+        elif isolation == "committed":
+            upper = self.last_stable_offset
+        else:
+            upper = self.high_watermark
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: log start offset {self.log_start_offset}, "
+                f"log end offset {self.log_end_offset}")
+        if offset < self.local_log_start_offset:
+            raise OffsetMovedToTieredStorageError(
+                f"offset {offset} of {self.name} is below the local log start offset "
+                f"{self.local_log_start_offset}; it is served from remote storage")
+        if offset >= upper:
+            return FetchDataInfo(offset, None)
+        i = self._segment_index_for(offset)
+        while i < len(self.segments):
+            seg = self.segments[i]
+            max_position = None
+            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            if next_base is None or upper < next_base:
+                found = seg.translate_offset(upper)
+                max_position = found[0] if found is not None else seg.size
+            got = seg.read(offset, max_bytes, max_position, min_one_message)
+            if got is not None and got[0].length:
+                region, first = got
+                return FetchDataInfo(offset, region, first)
+            if max_position is not None:
+                break
+            i += 1
+        return FetchDataInfo(offset, None)
+
+    # ------------------------------------------------------------------ ListOffsets
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's UnifiedLog.fetchOffsetByTimestamp for the local log (and the special values)."""
+        epoch_of = self.leader_epoch_cache.epoch_for_offset
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset, epoch_of(self.log_start_offset))
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return TimestampAndOffset(-1, self.local_log_start_offset, epoch_of(self.local_log_start_offset))
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch())
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            off = self.highest_offset_in_remote_storage
+            return TimestampAndOffset(-1, off, epoch_of(off) if off >= 0 else -1)
+        if timestamp == MAX_TIMESTAMP:
+            best = None
+            for seg in self.segments:
+                ts, off = seg.max_timestamp_and_offset()
+                if best is None or ts > best[0]:
+                    best = (ts, off, seg)
+            if best is None or best[0] < 0:
+                return TimestampAndOffset(-1, -1, -1)
+            ts, off, seg = best
+            found = seg.find_batch_by_timestamp(ts, max(seg.base_offset, self.local_log_start_offset))
+            if found is None:
+                return TimestampAndOffset(-1, -1, -1)
+            rec = self._first_record_at_or_after(seg, *found, ts, exact=True)
+            return TimestampAndOffset(ts, rec, epoch_of(rec))
+        if timestamp < 0:
+            raise error_for_code(42)(f"unsupported ListOffsets timestamp {timestamp}")
+        for seg in self.segments:
+            if seg.largest_timestamp() < timestamp and seg is not self.active_segment:
+                continue
+            found = seg.find_batch_by_timestamp(timestamp, self.local_log_start_offset)
+            if found is None:
+                continue
+            pos, h = found
+            off = self._first_record_at_or_after(seg, pos, h, timestamp)
+            ts = self._record_timestamp(seg, pos, h, off)
+            return TimestampAndOffset(ts, off, epoch_of(off))
+        return None
+
+    def _first_record_at_or_after(self, seg: LogSegment, pos: int, h: BatchHeader, ts: int,
+                                  exact: bool = False) -> int:
+        if h.timestamp_type == 1:  # LogAppendTime: every record carries the batch timestamp
+            return max(h.base_offset, self.log_start_offset)
+        _, records = decode_batch(seg_region_bytes(seg, pos, h.size), 0)
+        for r in records:
+            if r.offset >= self.log_start_offset and (r.timestamp == ts if exact else r.timestamp >= ts):
+                return r.offset
+        return h.last_offset
+
+    def _record_timestamp(self, seg: LogSegment, pos: int, h: BatchHeader, offset: int) -> int:
+        if h.timestamp_type == 1:
+            return h.max_timestamp
+        _, records = decode_batch(seg_region_bytes(seg, pos, h.size), 0)
+        for r in records:
+            if r.offset == offset:
+                return r.timestamp
+        return h.max_timestamp
+
+    # ------------------------------------------------------------------ retention and truncation
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention: returns the number of segments deleted.
+
+        Without tiering: time and size retention (when cleanup.policy has delete) and segments
+        wholly below the log start offset; the log start offset follows. With tiering: only
+        segments already copied to remote storage may go, by local retention; the log start
+        offset stays (the remote log manager enforces total retention).
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        cfg = self.config
+        deleted = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+                                     now)
+        if not cfg.delete_enabled:
+            return deleted
+        tiered = cfg.remote_storage_enable
+        retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
+        retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+        if retention_ms >= 0:
+            deleted += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp() > retention_ms, now)
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes - retention_bytes
+
+            def over_size(seg, nxt):
+                nonlocal excess
+                if excess - seg.size >= 0:
+                    excess -= seg.size
+                    return True
+                return False
+            deleted += self._delete_while(over_size, now)
+        return deleted
+
+    def _delete_while(self, predicate, now_ms: int | None = None) -> int:
+        tiered = self.config.remote_storage_enable
+        doomed = []
+        for i, seg in enumerate(self.segments):
+            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
+            end = nxt.base_offset if nxt is not None else self.log_end_offset
+            if seg.size == 0 and nxt is None:
+                break
+            if self.high_watermark < end:
+                break  # never delete what consumers cannot have read yet
+            if tiered and end - 1 > self.highest_offset_in_remote_storage:
+                break  # not yet in the remote tier
+            if not predicate(seg, nxt):
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            self.roll()  # there must always be an active segment
+        due = (_now_ms() if now_ms is None else now_ms) + self.config.file_delete_delay_ms
+        for seg in doomed:
+            self._schedule_delete(seg, due)
+        del self.segments[:len(doomed)]
+        self._bases = [s.base_offset for s in self.segments]
+        new_local_start = self.segments[0].base_offset
+        if not tiered:
+            self.log_start_offset = max(self.log_start_offset, new_local_start)
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.delete_snapshots_below(new_local_start)
+        return len(doomed)
+
+    def _schedule_delete(self, seg: LogSegment, due_ms: int) -> None:
+        """Kafka's async delete: rename to .deleted now, remove after file.delete.delay.ms."""
+        seg.flush_indexes()
+        seg.rename_suffix(DELETED_SUFFIX)
+        self._pending_deletes.append((due_ms, seg))
+
+    def delete_expired_files(self, now_ms: int | None = None, force: bool = False) -> None:
+        now = _now_ms() if now_ms is None else now_ms
+        keep = []
+        for due, seg in self._pending_deletes:
+            if force or due <= now:
+                seg.delete_files()
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+
+    def maybe_increment_log_start_offset(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark)."""
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(f"cannot delete records of {self.name} up to {offset}: beyond the "
+                                        f"high watermark {self.high_watermark}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        return self.log_start_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (replication truncation)."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.local_log_start_offset:
+            raise KafkaStorageError(f"cannot truncate {self.name} to {offset}, below the local log start offset")
+        i = self._segment_index_for(offset)
+        for seg in self.segments[i + 1:]:
+            seg.delete_files()
+        del self.segments[i + 1:]
+        self._bases = [s.base_offset for s in self.segments]
+        seg = self.segments[i]
+        seg.truncate_to(offset)
+        self.log_end_offset = seg.next_offset() if seg.size else seg.base_offset
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.producer_state.truncate_and_reload(self.local_log_start_offset, self.log_end_offset)
+        snap = self.producer_state.latest_snapshot_at_or_below(self.log_end_offset)
+        if snap is not None and snap >= self.local_log_start_offset:
+            self.producer_state.load_snapshot(snap)
+        self._replay_producer_state(self.producer_state.map_end_offset)
+
+    # ------------------------------------------------------------------ flush and close
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments below ``up_to`` (default: everything) and advance the recovery point."""
+        target = self.log_end_offset if up_to is None else up_to
+        for seg in self.segments:
+            if seg.base_offset >= target:
+                break
+            seg.fsync()
+        self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms()
+
+    def flush_if_due(self, now_ms: int) -> None:
+        if self.config.flush_ms < 2**62 and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def close(self) -> None:
+        """Clean close: fsync everything and snapshot producer state at the log end."""
+        self.flush()
+        for seg in self.segments:
+            seg.flush_indexes()
+        self.producer_state.map_end_offset = self.log_end_offset
+        self.producer_state.take_snapshot()
+        for seg in self.segments:
+            seg.close()
+        self.delete_expired_files(force=True)
+
+    def delete(self) -> None:
+        """Delete the partition's folder (topic deletion)."""
+        for seg in self.segments:
+            seg.close()
+        self.delete_expired_files(force=True)
+        doomed = f"{self.dir}.{uuid.uuid4().hex}-delete"
+        os.replace(self.dir, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    # ------------------------------------------------------------------ tools and tests
+
+    def batches(self, from_offset: int | None = None):
+        """Yield (segment, position, header) for every batch from ``from_offset`` (tools, tests)."""
+        start = self.local_log_start_offset if from_offset is None else from_offset
+        i = self._segment_index_for(start)
+        for seg in self.segments[i:]:
+            found = seg.translate_offset(start) if seg.base_offset <= start else (0, None)
+            if found is None:
+                continue
+            pos = found[0]
+            while True:
+                h = seg.read_header_at(pos)
+                if h is None:
+                    break
+                yield seg, pos, h
+                pos += h.size
+
+
+def _validate_replicated(data) -> list[BatchHeader]:
+    """Complete, CRC-valid batches with increasing offsets and no trailing bytes."""
+    headers = []
+    end = 0
+    for pos, h in iter_batches(data):
+        verify_crc(data, pos, h)
+        if headers and h.base_offset <= headers[-1].last_offset:
+            raise InvalidRecordError(f"batch at position {pos} has base offset {h.base_offset}, not above "
+                                     f"the previous batch's last offset {headers[-1].last_offset}")
+        headers.append(h)
+        end = pos + h.size
+    if not headers or end != len(data):
+        raise CorruptMessageError(f"replicated data has {len(data) - end} trailing bytes that are not a "
+                                  f"complete record batch")
+    return headers
+
+
+def seg_region_bytes(seg: LogSegment, position: int, length: int) -> bytes:
+    data = os.pread(seg.fd, length, position)
+    if len(data) != length:
+        raise CorruptMessageError(f"short read of {seg.log_path} at position {position}")
+    return data
+
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP", "EARLIEST_TIMESTAMP", "LATEST_TIERED_TIMESTAMP", "LATEST_TIMESTAMP",
+    "LOG_OVERHEAD", "MAX_TIMESTAMP", "FetchDataInfo", "Log", "LogAppendInfo", "OffsetMovedToTieredStorageError",
+    "TimestampAndOffset", "parse_partition_dir",
+]

@@ -1,0 +1,228 @@
+"""Idempotent-producer state per partition and Kafka's producer ``.snapshot`` files.
+
+For each producer id the log remembers its epoch, the metadata of its last five batches (so a
+retried batch is recognised and answered with its original offsets) and the first offset of an
+ongoing transaction (which bounds the last stable offset). Checks follow Kafka's
+ProducerAppendInfo: an older epoch is INVALID_PRODUCER_EPOCH; within an epoch the first sequence
+must follow the last one; a new epoch must start at sequence 0 unless the producer was unknown.
+
+Snapshot file ``<20-digit offset>.snapshot`` (Kafka's ProducerSnapshot v1): int16 version (1),
+uint32 CRC32C of everything after it, int32 entry count, then per producer: producer id (int64),
+epoch (int16), last sequence (int32), last offset (int64), offset delta (int32), timestamp (int64),
+coordinator epoch (int32), current transaction first offset (int64).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+
+import crc32c
+
+from tierlog.errors import (
+    InvalidProducerEpochError,
+    KafkaStorageError,
+    OutOfOrderSequenceNumberError,
+)
+from tierlog.storage.checkpoints import write_atomically
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_HEAD = struct.Struct(">hIi")
+_ENTRY = struct.Struct(">qhiqiqiq")
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = -1
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+    last_timestamp: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+def list_snapshots(directory: str) -> list[int]:
+    out = []
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit():
+            out.append(int(name[:-len(SNAPSHOT_SUFFIX)]))
+    return sorted(out)
+
+
+class ProducerStateManager:
+    def __init__(self, directory: str, topic_partition: str = ""):
+        self.directory = directory
+        self.topic_partition = topic_partition
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0  # state reflects every batch below this offset
+
+    # -- checks and updates on the append path (once per batch, never per record) --
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int,
+              from_leader: bool = True) -> BatchMetadata | None:
+        """Validate a producer batch; returns the original batch when it is a duplicate."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if epoch < entry.producer_epoch:
+            if from_leader:
+                raise InvalidProducerEpochError(
+                    f"epoch of producer {producer_id} at offset {offset} in {self.topic_partition} is {epoch}, "
+                    f"which is smaller than the last seen epoch {entry.producer_epoch}")
+            return None
+        dup = entry.find_duplicate(epoch, first_seq, last_seq)
+        if dup is not None:
+            return dup
+        if epoch != entry.producer_epoch:
+            if first_seq != 0 and entry.producer_epoch != -1:
+                raise OutOfOrderSequenceNumberError(
+                    f"invalid sequence number for new epoch {epoch} of producer {producer_id} at offset {offset} "
+                    f"in {self.topic_partition}: {first_seq} (expected 0)")
+        elif entry.producer_epoch != -1 and not _in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceNumberError(
+                f"out of order sequence number for producer {producer_id} at offset {offset} in "
+                f"{self.topic_partition}: {first_seq} (incoming seq. number), {entry.last_seq} "
+                f"(current end sequence number)")
+        return None
+
+    def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+               last_offset: int, timestamp: int, is_transactional: bool) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = epoch
+        if first_seq >= 0:
+            entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset, last_offset - first_offset,
+                                               timestamp))
+        entry.last_timestamp = timestamp
+        if is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    def complete_txn(self, producer_id: int, epoch: int, marker_offset: int, coordinator_epoch: int) -> None:
+        """A COMMIT or ABORT control batch ends the producer's ongoing transaction."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch=epoch)
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = coordinator_epoch
+        entry.producer_epoch = max(entry.producer_epoch, epoch)
+        self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
+
+    def first_unstable_offset(self) -> int | None:
+        starts = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0]
+        return min(starts) if starts else None
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and e.last_timestamp >= 0
+                   and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> None:
+        """Forget state at or above the log end; keep nothing that a later replay rebuilds."""
+        for offset in list_snapshots(self.directory):
+            if offset > log_end_offset or offset < log_start_offset and offset != 0:
+                self.delete_snapshot(offset)
+        self.producers.clear()
+        self.map_end_offset = log_start_offset
+
+    # -- snapshots --
+
+    def take_snapshot(self, fsync: bool = True) -> int:
+        """Write the state at ``map_end_offset``; returns that offset."""
+        entries = []
+        for e in self.producers.values():
+            last = e.batches[-1] if e.batches else None
+            entries.append(_ENTRY.pack(
+                e.producer_id, e.producer_epoch, last.last_seq if last else -1,
+                last.last_offset if last else -1, last.offset_delta if last else 0,
+                e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset))
+        body = len(entries).to_bytes(4, "big", signed=True) + b"".join(entries)
+        data = SNAPSHOT_VERSION.to_bytes(2, "big") + crc32c.crc32c(body).to_bytes(4, "big") + body
+        write_atomically(snapshot_path(self.directory, self.map_end_offset), data, fsync)
+        return self.map_end_offset
+
+    def load_snapshot(self, offset: int) -> None:
+        path = snapshot_path(self.directory, offset)
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < _HEAD.size:
+            raise KafkaStorageError(f"producer snapshot {path} is truncated ({len(data)} bytes)")
+        version, crc, count = _HEAD.unpack_from(data)
+        if version != SNAPSHOT_VERSION:
+            raise KafkaStorageError(f"producer snapshot {path} has unsupported version {version}")
+        if crc32c.crc32c(data[6:]) != crc:
+            raise KafkaStorageError(f"producer snapshot {path} is corrupt (CRC mismatch)")
+        if len(data) != _HEAD.size + count * _ENTRY.size:
+            raise KafkaStorageError(f"producer snapshot {path} has {len(data)} bytes for {count} entries")
+        self.producers.clear()
+        for i in range(count):
+            pid, epoch, last_seq, last_offset, delta, ts, coord, txn = _ENTRY.unpack_from(
+                data, _HEAD.size + i * _ENTRY.size)
+            entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coord, current_txn_first_offset=txn,
+                                       last_timestamp=ts)
+            if last_seq >= 0:
+                entry.batches.append(BatchMetadata(last_seq - delta, last_seq, last_offset, delta, ts))
+            self.producers[pid] = entry
+        self.map_end_offset = offset
+
+    def latest_snapshot_at_or_below(self, offset: int) -> int | None:
+        candidates = [o for o in list_snapshots(self.directory) if o <= offset]
+        return candidates[-1] if candidates else None
+
+    def delete_snapshot(self, offset: int) -> None:
+        try:
+            os.remove(snapshot_path(self.directory, offset))
+        except FileNotFoundError:
+            pass
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for o in list_snapshots(self.directory):
+            if o < offset:
+                self.delete_snapshot(o)

@@ -1,0 +1,371 @@
+"""One log segment: ``<base offset>.log`` plus its ``.index`` and ``.timeindex``.
+
+The .log file holds record batches exactly as they travel on the wire. Appends go to the end of
+the file through an O_APPEND descriptor; reads use pread on the same descriptor and hand out file
+regions that the network layer can send with sendfile, so record bytes never need to become
+Python objects on the fetch path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from tierlog.errors import CorruptMessageError, KafkaError
+from tierlog.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header, verify_crc
+from tierlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+INT32_MAX = 2**31 - 1
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """A byte range of a segment file, sendable with os.sendfile without copying into Python."""
+
+    fd: int
+    path: str
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        data = os.pread(self.fd, self.length, self.position)
+        if len(data) != self.length:
+            raise CorruptMessageError(f"short read from {self.path} at position {self.position}: "
+                                      f"{len(data)} of {self.length} bytes")
+        return data
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
+                 roll_jitter_ms: int = 0, created_ms: int | None = None):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
+                                        base_offset, max_index_size)
+        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
+                                    base_offset, max_index_size)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
+        self._bytes_since_last_index_entry = 0
+        self._max_ts: tuple[int, int] | None = None  # (max timestamp, offset of its batch), lazily known
+        self._rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = None  # lazily known next offset after the last batch
+        self.unflushed = False
+
+    # -- lifecycle --
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        self.flush_indexes()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def flush_indexes(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def fsync(self) -> None:
+        if self._fd >= 0 and self.unflushed:
+            os.fsync(self._fd)
+            self.unflushed = False
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def on_become_inactive(self) -> None:
+        """Called on roll: record the segment's final max timestamp in the time index (as Kafka does)."""
+        ts, off = self.max_timestamp_and_offset()
+        if ts >= 0:
+            self.time_index.maybe_append(ts, off, skip_full_check=True)
+        self.flush_indexes()
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the three files by appending ``suffix`` (Kafka's async delete uses ``.deleted``)."""
+        new_log = self.log_path + suffix
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename(self.offset_index.path + suffix)
+        self.time_index.rename(self.time_index.path + suffix)
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+    # -- append --
+
+    def append_batches(self, data: bytes | bytearray | memoryview, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Append already validated batches; ``headers`` are (position in data, header) pairs."""
+        physical = self.size
+        if physical == 0 and headers:
+            self._rolling_based_timestamp = headers[0][1].max_timestamp
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(self._fd, view[written:])
+        self.unflushed = True
+        max_ts = self.max_timestamp_and_offset()
+        for pos, h in headers:
+            if h.max_timestamp > max_ts[0]:
+                max_ts = (h.max_timestamp, h.last_offset)
+            # One index entry per batch at most, keyed by the batch's last offset, as Kafka writes
+            # them (DumpLogSegments checks each entry against the first batch at its position).
+            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, physical + pos)
+                self.time_index.maybe_append(max_ts[0], max_ts[1])
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += h.size
+        self._max_ts = max_ts
+        self.size = physical + len(view)
+        self._next_offset = headers[-1][1].last_offset + 1 if headers else self._next_offset
+
+    # -- queries --
+
+    def read_header_at(self, position: int) -> BatchHeader | None:
+        """The batch header at ``position``, or None at the end of the file."""
+        if position + RECORD_BATCH_OVERHEAD > self.size:
+            if position < self.size:
+                raise CorruptMessageError(f"truncated batch header in {self.log_path} at position {position}")
+            return None
+        return read_header(os.pread(self._fd, RECORD_BATCH_OVERHEAD, position))
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        _, pos = self.offset_index.lookup(offset)
+        pos = max(pos, start_position)
+        while True:
+            h = self.read_header_at(pos)
+            if h is None:
+                return None
+            if h.last_offset >= offset:
+                return pos, h
+            pos += h.size
+
+    def read(self, offset: int, max_bytes: int, max_position: int | None = None,
+             min_one_message: bool = True) -> tuple[FileRegion, int] | None:
+        """Batch-aligned region starting at the batch holding ``offset``.
+
+        Returns (region, first batch base offset) or None when ``offset`` is past the end. The
+        region holds whole batches only, as many as fit in ``max_bytes`` (at least one when
+        ``min_one_message``), never beyond ``max_position``.
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return None
+        start, first = found
+        limit = self.size if max_position is None else min(max_position, self.size)
+        if start >= limit:
+            return FileRegion(self._fd, self.log_path, start, 0), first.base_offset
+        end_cap = min(limit, start + max_bytes)
+        if start + first.size > end_cap:
+            length = min(first.size, limit - start) if min_one_message else 0
+            return FileRegion(self._fd, self.log_path, start, length), first.base_offset
+        # Jump with the index close to the byte limit, then walk the few batches after it.
+        _, pos = self.offset_index.lookup_position(end_cap)
+        pos = max(pos, start)
+        while pos < end_cap:
+            h = self.read_header_at(pos)
+            if h is None or pos + h.size > end_cap:
+                break
+            pos += h.size
+        return FileRegion(self._fd, self.log_path, start, pos - start), first.base_offset
+
+    def next_offset(self) -> int:
+        """Offset after the segment's last batch (the base offset when empty)."""
+        if self._next_offset is None:
+            last_off, pos = self.offset_index.lookup(2**62)
+            nxt = self.base_offset
+            while True:
+                h = self.read_header_at(pos)
+                if h is None:
+                    break
+                nxt = h.last_offset + 1
+                pos += h.size
+            self._next_offset = nxt
+        return self._next_offset
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        if self._max_ts is None:
+            self._max_ts = self.time_index.peek_last_entry()
+        return self._max_ts
+
+    def largest_timestamp(self) -> int:
+        """Kafka's LogSegment.largestTimestamp: max batch timestamp, else the file's mtime."""
+        ts, _ = self.max_timestamp_and_offset()
+        if ts >= 0:
+            return ts
+        return int(os.path.getmtime(self.log_path) * 1000)
+
+    def should_roll(self, incoming_bytes: int, max_timestamp: int, last_offset: int, now_ms: int,
+                    segment_bytes: int, segment_ms: int) -> bool:
+        if self.size > segment_bytes - incoming_bytes:
+            return self.size > 0
+        if self.size > 0:
+            if self._rolling_based_timestamp is None:
+                self._rolling_based_timestamp = self._first_batch_timestamp()
+            if self._rolling_based_timestamp is not None and self._rolling_based_timestamp >= 0:
+                waited = max_timestamp - self._rolling_based_timestamp
+            else:
+                waited = now_ms - self.created_ms
+            if waited > segment_ms - self.roll_jitter_ms:
+                return True
+        return (self.offset_index.is_full() or self.time_index.is_full()
+                or last_offset - self.base_offset > INT32_MAX)
+
+    def _first_batch_timestamp(self) -> int | None:
+        h = self.read_header_at(0)
+        return h.max_timestamp if h is not None else None
+
+    def find_batch_by_timestamp(self, target_ts: int, start_offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch at/after ``start_offset`` with max timestamp >= target."""
+        _, ts_offset = self.time_index.lookup(target_ts)
+        _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
+        while True:
+            h = self.read_header_at(pos)
+            if h is None:
+                return None
+            if h.max_timestamp >= target_ts and h.last_offset >= start_offset:
+                return pos, h
+            pos += h.size
+
+    # -- recovery --
+
+    def sanity_check_end(self) -> bool:
+        """Cheap check that the batch chain from the last index entry ends exactly at the file end."""
+        try:
+            self.offset_index.sanity_check(self.size)
+            self.time_index.sanity_check()
+            _, pos = self.offset_index.last_entry()
+            while pos < self.size:
+                h = self.read_header_at(pos)
+                if h is None:
+                    break
+                pos += h.size
+            return pos == self.size
+        except (KafkaError, CorruptIndexError):
+            return False
+
+    def recover(self, on_batch=None) -> int:
+        """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.
+
+        ``on_batch(header)`` is called for each valid batch (producer state, epochs). Returns
+        the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_ts = (-1, self.base_offset)
+        valid = 0
+        last_index_entry = 0
+        chunk = 1 << 20
+        next_offset = self.base_offset
+        while valid < self.size:
+            try:
+                head = os.pread(self._fd, RECORD_BATCH_OVERHEAD, valid)
+                if len(head) < RECORD_BATCH_OVERHEAD:
+                    raise CorruptMessageError(f"torn batch header at position {valid}")
+                h = read_header(head)
+                if valid + h.size > self.size:
+                    raise CorruptMessageError(f"batch at position {valid} needs {h.size} bytes, "
+                                              f"only {self.size - valid} remain")
+                if h.size <= chunk:
+                    verify_crc(os.pread(self._fd, h.size, valid), 0, h)
+                else:
+                    verify_crc(_read_exact(self._fd, valid, h.size), 0, h)
+                if h.base_offset < next_offset and valid > 0:
+                    raise CorruptMessageError(f"offsets go backwards at position {valid}: batch base offset "
+                                              f"{h.base_offset} after {next_offset - 1}")
+                if h.last_offset - self.base_offset > INT32_MAX or h.base_offset < self.base_offset:
+                    raise CorruptMessageError(f"batch offset {h.base_offset} at position {valid} does not "
+                                              f"belong to segment {self.base_offset}")
+            except KafkaError as e:
+                log.warning("Found invalid data in log segment %s at byte position %d (after offset %d): %s",
+                            self.log_path, valid, next_offset - 1, e)
+                break
+            if h.max_timestamp > self._max_ts[0]:
+                self._max_ts = (h.max_timestamp, h.last_offset)
+            if valid - last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, valid)
+                self.time_index.maybe_append(*self._max_ts)
+                last_index_entry = valid
+            if on_batch is not None:
+                on_batch(h)
+            next_offset = h.last_offset + 1
+            valid += h.size
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self._fd, valid)
+            self.size = valid
+        if self._max_ts[0] >= 0:
+            self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
+        self.flush_indexes()
+        self._bytes_since_last_index_entry = valid - last_index_entry
+        self._next_offset = next_offset
+        self._rolling_based_timestamp = None
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after ``offset``; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        pos, _ = found  # Kafka's rule: the batch holding ``offset`` goes too (batches never split)
+        self.flush_indexes()
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.size - pos
+        os.ftruncate(self._fd, pos)
+        self.size = pos
+        self._max_ts = None
+        self._next_offset = None
+        self._rolling_based_timestamp = None
+        if removed:
+            # Recompute the tail state (max timestamp, bytes since last index entry) from the index.
+            _, last_pos = self.offset_index.last_entry()
+            self._bytes_since_last_index_entry = self.size - last_pos if self.offset_index.entries else self.size
+            self._max_ts = self._scan_max_timestamp()
+        return removed
+
+    def _scan_max_timestamp(self) -> tuple[int, int]:
+        best = (-1, self.base_offset)
+        pos = 0
+        while True:
+            h = self.read_header_at(pos)
+            if h is None:
+                return best
+            if h.max_timestamp > best[0]:
+                best = (h.max_timestamp, h.last_offset)
+            pos += h.size
+
+
+def _read_exact(fd: int, position: int, length: int) -> bytes:
+    parts = []
+    got = 0
+    while got < length:
+        part = os.pread(fd, min(length - got, 1 << 24), position + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)

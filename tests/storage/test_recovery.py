@@ -1,0 +1,171 @@
+"""Crash recovery: torn and corrupt tails are cut exactly at the last complete batch."""
+
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tierlog.records import iter_batches
+from tierlog.storage import LogManager
+from tierlog.storage.segment import LogSegment
+
+from . import conftest
+from .conftest import batch, crash
+
+
+def write_log(make_log, sizes, name="t-0", **cfg):
+    lg = make_log(name, **cfg)
+    for i, n in enumerate(sizes):
+        lg.append_as_leader(batch(n, size=20 + i % 50), leader_epoch=i // 4)
+    return lg
+
+
+def batch_ends(lg):
+    """(segment path, end position, next offset) of every batch, in log order."""
+    out = []
+    for seg in lg.segments:
+        with open(seg.log_path, "rb") as f:
+            data = f.read()
+        for pos, h in iter_batches(data):
+            out.append((seg.base_offset, pos + h.size, h.last_offset + 1))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=25), cut_seed=st.integers(0, 2**32 - 1))
+def test_cut_at_random_byte_keeps_exactly_the_complete_batches(tmp_path_factory, sizes, cut_seed):
+    tmp = tmp_path_factory.mktemp("crash")
+    make = _maker(tmp)
+    lg = write_log(make, sizes, segment_bytes=600, index_interval_bytes=64)
+    ends = batch_ends(lg)
+    rng = random.Random(cut_seed)
+    seg = rng.choice(lg.segments)
+    boundaries = [0] + [e[1] for e in ends if e[0] == seg.base_offset]
+    cut = rng.choice(boundaries) if rng.random() < 0.3 else rng.randint(0, seg.size)
+    base = seg.base_offset
+    crash(lg)
+    with open(seg.log_path, "r+b") as f:
+        f.truncate(cut)
+    # Earlier segments survive, and in the cut segment the batches ending by the cut. A cut inside a
+    # batch leaves a torn tail: recovery truncates it and drops every later segment. A cut exactly
+    # on a batch boundary leaves only valid batches, and later segments stay.
+    torn = cut not in {0} | {e[1] for e in ends if e[0] == base}
+    survivors = [e for e in ends if e[0] < base or (e[0] == base and e[1] <= cut) or (e[0] > base and not torn)]
+    expected_end = survivors[-1][2] if survivors else 0
+    reopened = make("t-0", clean_shutdown=False, recovery_point=0, segment_bytes=600, index_interval_bytes=64)
+    assert reopened.log_end_offset == expected_end
+    reopened.update_high_watermark(reopened.log_end_offset)
+    offsets = [h.last_offset for _, _, h in reopened.batches()]
+    assert offsets == [e[2] - 1 for e in survivors]
+    # The recovered log accepts new appends right after the survivors.
+    info = reopened.append_as_leader(batch(1))
+    assert info.first_offset == expected_end
+    for s in reopened.segments:
+        s.close()
+
+
+def _maker(tmp):
+    from tierlog.storage import Log, LogConfig
+
+    def make(name="t-0", clean_shutdown=True, recovery_point=0, **cfg):
+        return Log.open(os.path.join(tmp, name), "t", 0, LogConfig(**cfg), clean_shutdown=clean_shutdown,
+                        recovery_point=recovery_point)
+    return make
+
+
+def test_corrupt_byte_in_tail_is_cut_and_never_served(make_log):
+    lg = write_log(make_log, [3] * 10)
+    ends = batch_ends(lg)
+    crash(lg)
+    path = lg.segments[0].log_path
+    victim = ends[6][1] - 5  # inside batch 7 (a record byte covered by the CRC)
+    with open(path, "r+b") as f:
+        f.seek(victim)
+        b = f.read(1)
+        f.seek(victim)
+        f.write(bytes([b[0] ^ 0xFF]))
+    lg2 = make_log("t-0", clean_shutdown=False)
+    assert lg2.log_end_offset == ends[5][2]
+    assert os.path.getsize(path) == ends[5][1]
+
+
+def test_clean_shutdown_skips_validation(make_log, monkeypatch):
+    lg = write_log(make_log, [2] * 30, segment_bytes=500)
+    lg.close()
+    calls = []
+    orig = LogSegment.recover
+    monkeypatch.setattr(LogSegment, "recover", lambda self, *a, **k: calls.append(self.base_offset) or orig(
+        self, *a, **k))
+    lg2 = make_log("t-0", clean_shutdown=True)
+    assert calls == []
+    assert lg2.log_end_offset == 60
+    # An unclean stop validates only what lies after the recovery point.
+    crash(lg2)
+    make_log("t-0", clean_shutdown=False, recovery_point=lg2.segments[-2].base_offset)
+    assert calls == [lg2.segments[-2].base_offset, lg2.segments[-1].base_offset]
+
+
+def test_truncated_earlier_segment_is_detected_even_after_clean_shutdown(make_log):
+    lg = write_log(make_log, [2] * 30, segment_bytes=500)
+    lg.close()
+    victim = lg.segments[1]
+    with open(victim.log_path, "r+b") as f:
+        f.truncate(victim.size - 7)
+    lg2 = make_log("t-0", clean_shutdown=True)
+    assert [s.base_offset for s in lg2.segments] == [s.base_offset for s in lg.segments[:2]]
+    assert lg2.log_end_offset == lg.segments[2].base_offset - 2
+
+
+def test_index_rebuilt_when_index_file_is_garbage(make_log):
+    lg = write_log(make_log, [2] * 40, index_interval_bytes=100, segment_bytes=10**6)
+    lg.close()
+    with open(lg.segments[0].offset_index.path, "wb") as f:
+        f.write(b"\x00\x00\x00\x05\x7f\xff\xff\xff")  # points far past the log end
+    lg2 = make_log("t-0", index_interval_bytes=100)
+    lg2.update_high_watermark(lg2.log_end_offset)
+    assert lg2.log_end_offset == 80
+    assert lg2.read(41, 100).first_batch_offset == 40
+    assert lg2.segments[0].offset_index.entries > 3
+
+
+def test_log_manager_unclean_restart_recovers_and_clean_restart_does_not(tmp_path):
+    d = str(tmp_path / "logs")
+    m = LogManager([d])
+    m.startup()
+    lg = m.get_or_create_log("orders", 0)
+    for _ in range(5):
+        lg.append_as_leader(batch(2))
+    seg_path = lg.active_segment.log_path
+    m.checkpoint()
+    crash(lg)
+    for fd in m._locks:
+        os.close(fd)
+    with open(seg_path, "r+b") as f:
+        f.truncate(os.path.getsize(seg_path) - 3)
+    m2 = LogManager([d])
+    m2.startup()
+    assert m2.had_clean_shutdown[os.path.abspath(d)] is False
+    assert m2.get_log("orders", 0).log_end_offset == 8
+    m2.shutdown()
+    assert os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+    with open(os.path.join(d, "recovery-point-offset-checkpoint")) as f:
+        assert f.read() == "0\n1\norders 0 8\n"
+    m3 = LogManager([d])
+    m3.startup()
+    assert m3.had_clean_shutdown[os.path.abspath(d)] is True
+    assert not os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+    m3.shutdown()
+
+
+def test_log_dir_lock_refuses_a_second_manager(tmp_path):
+    from tierlog.errors import KafkaStorageError
+    m = LogManager([str(tmp_path)])
+    m.startup()
+    with pytest.raises(KafkaStorageError, match="in use"):
+        LogManager([str(tmp_path)]).startup()
+    m.shutdown()
+
+
+assert conftest  # the fixtures module is shared by these tests
