@@ -32,6 +32,7 @@ from tierlog.errors import (
 )
 from tierlog.records import (
     LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     decode_batch,
     iter_batches,
@@ -322,9 +323,9 @@ class Log:
                          now_ms: int | None = None) -> LogAppendInfo:
         """Validate, assign offsets to and append a client's record batches (Produce)."""
         now = _now_ms() if now_ms is None else now_ms
-        buf = bytearray(data)
+        view = memoryview(data)
         cfg = self.config
-        headers = validate_batches(buf, max_batch_bytes=cfg.max_message_bytes, allow_multiple_batches=True)
+        headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes, allow_multiple_batches=True)
         positions = []
         pos = 0
         pending_seq: dict[int, tuple[int, int]] = {}
@@ -354,7 +355,7 @@ class Log:
                 pending_seq[h.producer_id] = (h.producer_epoch, h.last_sequence)
             pos += h.size
 
-        total = len(buf)
+        total = len(view)
         first_offset = self.log_end_offset
         last_offset = first_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
         max_ts = max(h.max_timestamp for h in headers)
@@ -362,20 +363,30 @@ class Log:
         if seg.should_roll(total, max_ts, last_offset, now, cfg.segment_bytes, cfg.segment_ms):
             seg = self.roll(now)
 
+        # Only the 61 header bytes of each batch are copied and patched; the records are written
+        # straight from the request's buffer with writev. LogAppendTime rewrites the CRC, which
+        # covers the whole batch, so that (rare) setting patches a full copy instead.
         next_offset = first_offset
         placed = []
+        pieces: list = []
+        full = bytearray(view) if cfg.log_append_time else None
         for h, p in zip(headers, positions):
-            patch_base_offset(buf, p, next_offset)
-            patch_partition_leader_epoch(buf, p, leader_epoch)
-            if cfg.log_append_time:
-                patch_log_append_time(buf, p, now)
+            if full is not None:
+                patch_base_offset(full, p, next_offset)
+                patch_partition_leader_epoch(full, p, leader_epoch)
+                patch_log_append_time(full, p, now)
                 h = h._replace(max_timestamp=now, attributes=h.attributes | 0x08)
+            else:
+                head = bytearray(view[p:p + RECORD_BATCH_OVERHEAD])
+                patch_base_offset(head, 0, next_offset)
+                patch_partition_leader_epoch(head, 0, leader_epoch)
+                pieces += (head, view[p + RECORD_BATCH_OVERHEAD:p + h.size])
             h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
             placed.append((p, h))
             next_offset = h.last_offset + 1
         if leader_epoch > self.leader_epoch_cache.latest_epoch():
             self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        seg.append_batches(buf, placed)
+        seg.append_batches([full] if full is not None else pieces, total, placed)
         base_in_segment = seg.size - total
         for p, h in placed:
             self._update_producer_state(h, base_in_segment + p, seg)
@@ -404,7 +415,7 @@ class Log:
             pos += h.size
             if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-        seg.append_batches(data, placed)
+        seg.append_batches([memoryview(data)], len(data), placed)
         base_in_segment = seg.size - len(data)
         for p, h in placed:
             self._update_producer_state(h, base_in_segment + p, seg)
@@ -460,7 +471,7 @@ class Log:
             seg = self.segments[i]
             max_position = None
             next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-            if next_base is None or upper < next_base:
+            if upper < self.log_end_offset and (next_base is None or upper < next_base):
                 found = seg.translate_offset(upper)
                 max_position = found[0] if found is not None else seg.size
             got = seg.read(offset, max_bytes, max_position, min_one_message)

@@ -66,6 +66,9 @@ class LogSegment:
         self._max_ts: tuple[int, int] | None = None  # (max timestamp, offset of its batch), lazily known
         self._rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None  # lazily known next offset after the last batch
+        # (offset, position, header or None) where the next sequential read starts; reset when
+        # the file shrinks.
+        self._read_hint: tuple[int, int, BatchHeader | None] | None = None
         self.unflushed = False
 
     # -- lifecycle --
@@ -116,15 +119,15 @@ class LogSegment:
 
     # -- append --
 
-    def append_batches(self, data: bytes | bytearray | memoryview, headers: list[tuple[int, BatchHeader]]) -> None:
-        """Append already validated batches; ``headers`` are (position in data, header) pairs."""
+    def append_batches(self, pieces: list, total: int, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Append validated batches given as buffers (written with writev, no joining copy).
+
+        ``headers`` are (position within the appended bytes, header) pairs; ``total`` the byte count.
+        """
         physical = self.size
         if physical == 0 and headers:
             self._rolling_based_timestamp = headers[0][1].max_timestamp
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.write(self._fd, view[written:])
+        _write_all(self._fd, pieces, total)
         self.unflushed = True
         max_ts = self.max_timestamp_and_offset()
         for pos, h in headers:
@@ -138,7 +141,7 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += h.size
         self._max_ts = max_ts
-        self.size = physical + len(view)
+        self.size = physical + total
         self._next_offset = headers[-1][1].last_offset + 1 if headers else self._next_offset
 
     # -- queries --
@@ -153,6 +156,11 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
+        hint = self._read_hint
+        if hint is not None and hint[0] == offset and hint[1] >= start_position:
+            h = hint[2] if hint[2] is not None else self.read_header_at(hint[1])
+            if h is not None:
+                return hint[1], h
         _, pos = self.offset_index.lookup(offset)
         pos = max(pos, start_position)
         while True:
@@ -182,14 +190,28 @@ class LogSegment:
         if start + first.size > end_cap:
             length = min(first.size, limit - start) if min_one_message else 0
             return FileRegion(self._fd, self.log_path, start, length), first.base_offset
-        # Jump with the index close to the byte limit, then walk the few batches after it.
-        _, pos = self.offset_index.lookup_position(end_cap)
-        pos = max(pos, start)
+        # The first batch fits. Jump with the index to the last indexed batch start within the
+        # limit (every batch before it fits too), then walk the few batches after it.
+        pos = start + first.size
+        next_offset: int | None = first.last_offset + 1
+        _, indexed = self.offset_index.lookup_position(end_cap)
+        if indexed > pos:
+            pos, next_offset = indexed, None
+        next_header = None
         while pos < end_cap:
             h = self.read_header_at(pos)
-            if h is None or pos + h.size > end_cap:
+            if h is None:
+                break
+            if pos + h.size > end_cap:
+                next_header = h
                 break
             pos += h.size
+            next_offset = h.last_offset + 1
+        # Remember where the next sequential read starts, so it needs no index search.
+        if next_header is not None:
+            self._read_hint = (next_header.base_offset, pos, next_header)
+        elif next_offset is not None:
+            self._read_hint = (next_offset, pos, None)
         return FileRegion(self._fd, self.log_path, start, pos - start), first.base_offset
 
     def next_offset(self) -> int:
@@ -275,6 +297,7 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self._read_hint = None
         self._max_ts = (-1, self.base_offset)
         valid = 0
         last_index_entry = 0
@@ -331,6 +354,7 @@ class LogSegment:
         if found is None:
             return 0
         pos, _ = found  # Kafka's rule: the batch holding ``offset`` goes too (batches never split)
+        self._read_hint = None
         self.flush_indexes()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -357,6 +381,22 @@ class LogSegment:
             if h.max_timestamp > best[0]:
                 best = (h.max_timestamp, h.last_offset)
             pos += h.size
+
+
+def _write_all(fd: int, pieces: list, total: int) -> None:
+    """writev every piece, resuming after short writes; at most IOV_MAX buffers per call."""
+    written = 0
+    views = [memoryview(p) for p in pieces if len(p)]
+    while views:
+        n = os.writev(fd, views[:1024])
+        written += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    if written != total:
+        raise OSError(f"wrote {written} of {total} bytes")
 
 
 def _read_exact(fd: int, position: int, length: int) -> bytes:
