@@ -2,6 +2,9 @@
 
 import os
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from .conftest import batch
 
 DAY = 86_400_000
@@ -75,3 +78,39 @@ def test_local_retention_bytes_inherits_retention_bytes_when_minus_two(make_log)
     lg.highest_offset_in_remote_storage = lg.log_end_offset - 1
     assert lg.delete_old_segments(10**12) == 2
     assert lg.size_in_bytes == one * 4
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.integers(1, 400), min_size=1, max_size=40), segment_bytes=st.integers(150, 2000),
+       retention_bytes=st.integers(0, 8000))
+def test_roll_and_size_retention_rules(tmp_path_factory, values, segment_bytes, retention_bytes):
+    from tierlog.storage import Log, LogConfig
+    d = os.path.join(tmp_path_factory.mktemp("ret"), "t-0")
+    lg = Log.open(d, "t", 0, LogConfig(segment_bytes=segment_bytes, retention_bytes=retention_bytes))
+    sizes = []
+    for v in values:
+        b = batch(1, size=v, ts=10**12)
+        sizes.append(len(b))
+        lg.append_as_leader(b, now_ms=10**12)
+    # Roll rule: a segment only exceeds segment.bytes when it holds a single larger batch.
+    for seg in lg.segments:
+        assert seg.size <= segment_bytes or len(list(_batches_of(seg))) == 1
+    lg.update_high_watermark(lg.log_end_offset)
+    before = [s.size for s in lg.segments]
+    lg.delete_old_segments(10**12)
+    kept = [s.size for s in lg.segments if s.size]
+    dropped = before[:len(before) - len(lg.segments)]
+    # Size rule: drop the oldest segments while what remains is still at least retention.bytes.
+    assert sum(before) - sum(dropped) >= min(retention_bytes, sum(before)) or not kept
+    if len(lg.segments) > 1 or lg.segments[0].size:
+        first_kept = lg.segments[0].size
+        assert sum(s.size for s in lg.segments) - first_kept < retention_bytes
+    assert lg.log_start_offset == lg.segments[0].base_offset
+    for seg in lg.segments:
+        seg.close()
+
+
+def _batches_of(seg):
+    from tierlog.records import iter_batches
+    with open(seg.log_path, "rb") as f:
+        return iter_batches(f.read())
