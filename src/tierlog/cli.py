@@ -1,0 +1,165 @@
+"""The ``tierlog`` command line.
+
+    tierlog broker [-c server.properties] [-o key=value ...]
+    tierlog config docs [--output FILE]
+    tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
+
+An invalid configuration prints one line on standard error and exits with status 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tierlog.errors import InvalidConfigError
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
+
+
+def parse_topic_overrides(text: str) -> dict[str, str]:
+    """Parse ``k=v,k2=v2``; a piece without ``=`` continues the previous value, so list values such as
+    ``cleanup.policy=compact,delete`` work."""
+    out: dict[str, str] = {}
+    last: str | None = None
+    for piece in text.split(","):
+        if "=" in piece:
+            key, _, value = piece.partition("=")
+            last = key.strip()
+            if not last:
+                raise argparse.ArgumentTypeError(f"expected k=v,... got {text!r}")
+            out[last] = value.strip()
+        elif last is not None:
+            out[last] += "," + piece.strip()
+        elif piece.strip():
+            raise argparse.ArgumentTypeError(f"expected k=v,... got {text!r}")
+    return out
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", metavar="FILE", help="broker configuration file (.properties)")
+    p.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[], type=_key_value,
+                   help="set a configuration key, on top of the file (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tierlog", description="A Kafka-compatible log broker with tiered storage.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    broker = sub.add_parser("broker", help="run the broker")
+    _add_config_args(broker)
+
+    config = sub.add_parser("config", help="configuration reference and effective values")
+    csub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    csub.required = True
+    docs = csub.add_parser("docs", help="print the configuration reference (Markdown)")
+    docs.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
+    describe = csub.add_parser("describe", help="print the effective broker and topic configuration")
+    _add_config_args(describe)
+    describe.add_argument("--topic-overrides", metavar="K=V,...", type=parse_topic_overrides, default={},
+                          help="topic overrides to apply when describing the topic configuration")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+class _ConfigFailure(Exception):
+    """Raised by :func:`_load` after the one-line message has been printed."""
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """Load and validate the broker configuration; on failure print one line and raise _ConfigFailure."""
+    from tierlog.config import BrokerConfig
+
+    try:
+        return BrokerConfig.load(args.config, dict(args.override))
+    except InvalidConfigError as e:
+        message = e.message
+    except OSError as e:
+        message = f"cannot read configuration file {args.config}: {e.strerror or e}"
+    print(f"tierlog: error: {message}", file=sys.stderr)
+    raise _ConfigFailure
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    from tierlog import broker_main
+
+    return int(broker_main.run(cfg) or 0)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from tierlog.config.docs import main as docs_main
+
+    return docs_main(["--output", args.output] if args.output else [])
+
+
+def _entry_dict(entry: Any) -> dict[str, Any]:
+    return {
+        "name": entry.name, "value": entry.value, "source": entry.source.name, "sensitive": entry.sensitive,
+        "read_only": entry.read_only, "type": entry.type,
+        "synonyms": [{"name": s.name, "value": s.value, "source": s.source.name} for s in entry.synonyms],
+    }
+
+
+def _print_table(title: str, entries: list[Any]) -> None:
+    print(f"# {title}")
+    width = max((len(e.name) for e in entries), default=0)
+    for e in entries:
+        value = "[hidden]" if e.sensitive else ("null" if e.value is None else e.value)
+        print(f"{e.name.ljust(width)}  {value}  ({e.source.name})")
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    broker = cfg.describe_broker()
+    topic = cfg.describe_topic(args.topic_overrides)
+    if args.json:
+        json.dump({"broker": [_entry_dict(e) for e in broker], "topic": [_entry_dict(e) for e in topic]},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table("broker", broker)
+        print()
+        _print_table("topic", topic)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tierlog`` console command; returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, format="tierlog: %(levelname)s: %(message)s",
+                        stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe}}
+    handler = handlers[args.command]
+    if isinstance(handler, dict):
+        handler = handler[args.config_command]
+    try:
+        return handler(args)
+    except _ConfigFailure:
+        return EXIT_INVALID
+    except InvalidConfigError as e:  # e.g. invalid --topic-overrides: one line, no traceback
+        print(f"tierlog: error: {e.message}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+__all__ = ["EXIT_INVALID", "EXIT_OK", "build_parser", "main", "parse_topic_overrides"]

@@ -1,0 +1,1046 @@
+"""The table of every setting tierlog understands: broker, topic and client configuration.
+
+Each :class:`ConfigDef` names one setting in one scope with its type, default, allowed values, a
+one-line description and flags (dynamic, internal). Names, types, defaults and ranges follow Apache
+Kafka 4.x (``KafkaConfig``, ``LogConfig``, ``RemoteLogManagerConfig``, the client configs) so that
+Kafka clients and tools work unchanged; where tierlog deliberately departs from Kafka the setting is
+listed in :data:`DELIBERATE_DIFFERENCES` together with the reason, and the generated
+``docs/configuration.md`` renders that list.
+
+A name can exist in several scopes with different meanings (``compression.type`` accepts
+``producer`` on a broker or topic but ``none`` on a producer), so there is one definition per
+(scope, name): see :data:`BROKER_CONFIGS`, :data:`TOPIC_CONFIGS` and :data:`CLIENT_CONFIGS`.
+Topic settings carry their broker default keys in :attr:`ConfigDef.synonyms`, in Kafka's
+precedence order (``retention.ms`` <- ``log.retention.ms`` <- ``log.retention.minutes`` <-
+``log.retention.hours``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+ConfigType = Literal["boolean", "short", "int", "long", "double", "string", "list", "password", "class"]
+Scope = Literal["broker", "topic", "client"]
+ClientRole = Literal["producer", "consumer", "admin"]
+
+CONFIG_TYPES: tuple[str, ...] = ("boolean", "short", "int", "long", "double", "string", "list", "password",
+                                 "class")
+SCOPES: tuple[str, ...] = ("broker", "topic", "client")
+CLIENT_ROLES: tuple[str, ...] = ("producer", "consumer", "admin")
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+#: Default prefixes of the remote storage plugin settings (``remote.log.storage.manager.impl.prefix``
+#: and ``remote.log.metadata.manager.impl.prefix``).
+RSM_PREFIX = "rsm.config."
+RLMM_PREFIX = "rlmm.config."
+
+#: Kafka's class name of the topic-based remote log metadata manager; tierlog accepts it as an alias
+#: of its own ``topic`` implementation.
+KAFKA_TBRLMM_CLASS = "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Validators: what values a setting allows, as a check and as a human text
+# ---------------------------------------------------------------------------------------------------
+
+
+class Validator:
+    """Describes the allowed values of a setting. ``check`` returns None or the reason of a refusal."""
+
+    def check(self, value: Any) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _num(n: float) -> str:
+    return str(n)
+
+
+@dataclass(frozen=True)
+class AtLeast(Validator):
+    """A number not below ``minimum``; rendered ``[minimum,...]`` as in Kafka's docs."""
+
+    minimum: float
+
+    def check(self, value: Any) -> str | None:
+        if value is not None and value < self.minimum:
+            return f"Value must be at least {_num(self.minimum)}"
+        return None
+
+    def describe(self) -> str:
+        return f"[{_num(self.minimum)},...]"
+
+
+@dataclass(frozen=True)
+class Between(Validator):
+    """A number in ``[minimum, maximum]`` (both inclusive)."""
+
+    minimum: float
+    maximum: float
+
+    def check(self, value: Any) -> str | None:
+        if value is not None and not self.minimum <= value <= self.maximum:
+            return f"Value must be between {_num(self.minimum)} and {_num(self.maximum)} (inclusive)"
+        return None
+
+    def describe(self) -> str:
+        return f"[{_num(self.minimum)},...,{_num(self.maximum)}]"
+
+
+@dataclass(frozen=True)
+class InSet(Validator):
+    """A string among ``values``. With ``case_insensitive`` the parsed value is normalised to the
+    spelling in ``values`` (Kafka's ``CaseInsensitiveValidString`` accepts any case)."""
+
+    values: tuple[str, ...]
+    case_insensitive: bool = False
+
+    def canonical(self, value: str) -> str:
+        if self.case_insensitive:
+            for v in self.values:
+                if v.lower() == value.lower():
+                    return v
+        return value
+
+    def check(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        if self.case_insensitive:
+            ok = str(value).lower() in {v.lower() for v in self.values}
+        else:
+            ok = value in self.values
+        if not ok:
+            qualifier = " (case insensitive)" if self.case_insensitive else ""
+            return f"String must be one of{qualifier}: {', '.join(self.values)}"
+        return None
+
+    def describe(self) -> str:
+        return "[" + ", ".join(self.values) + "]" + (" (any case)" if self.case_insensitive else "")
+
+
+@dataclass(frozen=True)
+class ListIn(Validator):
+    """A list whose every item is among ``values`` (an empty list is allowed)."""
+
+    values: tuple[str, ...]
+
+    def check(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        bad = [item for item in value if item not in self.values]
+        if bad:
+            return f"Every item must be one of: {', '.join(self.values)} (got {', '.join(bad) or '(empty)'})"
+        return None
+
+    def describe(self) -> str:
+        return "[" + ", ".join(self.values) + "]"
+
+
+@dataclass(frozen=True)
+class NonEmpty(Validator):
+    """A non-empty string or list (null stays allowed when the default is null)."""
+
+    def check(self, value: Any) -> str | None:
+        if value is not None and len(value) == 0:
+            return "Value must be non-empty"
+        return None
+
+    def describe(self) -> str:
+        return "non-empty"
+
+
+@dataclass(frozen=True)
+class Custom(Validator):
+    """Any rule that the simple validators cannot express; ``text`` is what the docs show."""
+
+    text: str
+    func: Callable[[Any], str | None] = field(compare=False, repr=False)
+
+    def check(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        return self.func(value)
+
+    def describe(self) -> str:
+        return self.text
+
+
+# --- custom rules ----------------------------------------------------------------------------------
+
+_LISTENER_RE = re.compile(r"^([A-Za-z0-9_-]+)://(\[[0-9A-Fa-f:.%a-z]*\]|[^:\[\]/,\s]*):(\d+)$")
+
+
+def _check_listener_list(value: Any) -> str | None:
+    items = [s.strip() for s in str(value).split(",")] if str(value).strip() else []
+    names: set[str] = set()
+    for item in items:
+        m = _LISTENER_RE.match(item)
+        if not m:
+            return f"Each listener must look like NAME://host:port, got '{item}'"
+        port = int(m.group(3))
+        if port > 65535:
+            return f"Port {port} of listener '{item}' is not in [0, 65535]"
+        name = m.group(1).upper()
+        if name in names:
+            return f"Each listener must have a different name, '{name}' appears twice"
+        names.add(name)
+    return None
+
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _check_protocol_map(value: Any) -> str | None:
+    text = str(value).strip()
+    if not text:
+        return None
+    for item in text.split(","):
+        name, sep, proto = item.strip().partition(":")
+        if not sep or not name.strip():
+            return f"Each entry must look like LISTENER_NAME:SECURITY_PROTOCOL, got '{item.strip()}'"
+        if proto.strip().upper() not in _SECURITY_PROTOCOLS:
+            return f"Unknown security protocol '{proto.strip()}' (one of {', '.join(_SECURITY_PROTOCOLS)})"
+    return None
+
+
+_PY_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([.:][A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _plugin_name(short_names: tuple[str, ...],
+                 kafka_aliases: tuple[str, ...] = ()) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        v = str(value)
+        if v in short_names or v in kafka_aliases or _PY_PATH_RE.match(v):
+            return None
+        return (f"Must be one of {', '.join(short_names)} or the import path of a plugin class "
+                "(package.module:Class or package.module.Class)")
+
+    return check
+
+
+_HOST_PORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.%a-z]+\]|[^:\[\]\s,]+):(\d+)$")
+
+
+def _check_bootstrap(value: Any) -> str | None:
+    items = [str(v).strip() for v in value if str(v).strip()]
+    if not items:
+        return "At least one host:port must be given"
+    for item in items:
+        m = _HOST_PORT_RE.match(item)
+        if not m or int(m.group(2)) > 65535:
+            return f"Invalid url in bootstrap.servers: {item} (expected host:port)"
+    return None
+
+
+def _check_auto_offset_reset(value: Any) -> str | None:
+    v = str(value).lower()
+    if v in ("latest", "earliest", "none"):
+        return None
+    if v.startswith("by_duration:"):
+        duration = value[len("by_duration:"):]
+        if (re.fullmatch(r"P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?", duration, re.IGNORECASE)
+                and duration.upper() not in ("P", "PT") and not duration.upper().endswith("T")):
+            return None
+        return f"by_duration needs an ISO-8601 duration such as P1DT2H, got '{duration}'"
+    return "String must be one of: latest, earliest, none, by_duration:<ISO-8601 duration>"
+
+
+_REPLICA_THROTTLE_RE = re.compile(r"^\d+:\d+$")
+
+
+def _check_throttled_replicas(value: Any) -> str | None:
+    items = list(value)
+    if items == ["*"]:
+        return None
+    for item in items:
+        if not _REPLICA_THROTTLE_RE.match(item.strip()):
+            return "Must be * or a list of partitionId:brokerId pairs"
+    return None
+
+
+def _check_group_instance_id(value: Any) -> str | None:
+    v = str(value)
+    if not v:
+        return "String must be non-empty"
+    if len(v) > 249:
+        return "Must be at most 249 characters"
+    if not re.fullmatch(r"[a-zA-Z0-9._-]+", v):
+        return "Only ASCII letters, digits, '.', '_' and '-' are allowed"
+    return None
+
+
+def _check_metadata_retention(value: Any) -> str | None:
+    if value != -1 and value <= 0:
+        return "Value must be -1 (unlimited) or greater than 0"
+    return None
+
+
+def _check_objectstore_url(value: Any) -> str | None:
+    m = re.match(r"^([a-z][a-z0-9+.-]*)://", str(value))
+    schemes = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "file", "memory", "http", "https")
+    if not m or m.group(1) not in schemes:
+        return f"Must be a URL with one of the schemes {', '.join(schemes)} (e.g. s3://bucket/prefix)"
+    return None
+
+
+def _gzip_level(value: Any) -> str | None:
+    if value == -1 or 1 <= value <= 9:
+        return None
+    return "Value must be -1 (library default) or between 1 and 9"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The definition record
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Synonym:
+    """A broker key that supplies the default of a topic setting; ``factor`` converts its unit to the
+    topic setting's (``log.retention.hours`` has factor 3600000 towards ``retention.ms``)."""
+
+    name: str
+    factor: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class ConfigDef:
+    """One setting in one scope.
+
+    ``default`` is the typed default (None = null, i.e. unset). ``validator`` describes the allowed
+    values. ``synonyms`` (topic settings only) lists the broker keys that supply the default, highest
+    precedence first. ``dynamic`` marks settings that can be changed at runtime (broker: Kafka's
+    dynamic broker configs; topic settings are always alterable). ``internal`` settings exist for tests
+    and are left out of the main documentation tables. ``roles`` (client settings only) says which of
+    producer / consumer / admin accept the setting; ``role_defaults`` overrides ``default`` per role.
+    ``plugin`` / ``plugin_impl`` mark settings read by a remote storage plugin (their name carries the
+    default ``rsm.config.`` / ``rlmm.config.`` prefix) and the implementation that reads them.
+    ``value_aliases`` maps accepted spellings to the canonical value. ``since`` notes where a setting
+    comes from when it is not plain Kafka 4.0 (e.g. "Kafka 4.2", "Kafka trunk", "KIP-950 draft",
+    "tierlog").
+    """
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    scope: Scope
+    validator: Validator | None = None
+    synonyms: tuple[Synonym, ...] = ()
+    dynamic: bool = False
+    internal: bool = False
+    required: bool = False
+    roles: frozenset[str] = frozenset()
+    role_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    plugin: str | None = None
+    plugin_impl: str | None = None
+    value_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    since: str | None = None
+
+    @property
+    def broker_key(self) -> str | None:
+        """The highest-precedence broker key supplying this topic setting's default (Kafka's
+        "Server Default Property"), or None."""
+        return self.synonyms[0].name if self.synonyms else None
+
+    @property
+    def sensitive(self) -> bool:
+        return self.type == "password"
+
+    def default_for(self, role: str | None = None) -> Any:
+        if role is not None and role in self.role_defaults:
+            return self.role_defaults[role]
+        return self.default
+
+    def allowed(self) -> str:
+        """Human text of the allowed values (empty when any value of the type is fine)."""
+        return self.validator.describe() if self.validator else ""
+
+
+# --- helpers to keep the table readable --------------------------------------------------------------
+
+
+def _b(name: str, type_: ConfigType, default: Any, validator: Validator | None = None, *, doc: str,
+       **kw: Any) -> ConfigDef:
+    return ConfigDef(name=name, type=type_, default=default, doc=doc, scope="broker", validator=validator,
+                     **kw)
+
+
+def _t(name: str, type_: ConfigType, default: Any, validator: Validator | None = None,
+       synonyms: tuple[Synonym, ...] | str | None = None, *, doc: str, **kw: Any) -> ConfigDef:
+    if isinstance(synonyms, str):
+        synonyms = (Synonym(synonyms),)
+    return ConfigDef(name=name, type=type_, default=default, doc=doc, scope="topic", validator=validator,
+                     synonyms=synonyms or (), dynamic=True, **kw)
+
+
+_P = frozenset({"producer"})
+_C = frozenset({"consumer"})
+_A = frozenset({"admin"})
+_PCA = frozenset(CLIENT_ROLES)
+
+
+def _c(name: str, type_: ConfigType, default: Any, validator: Validator | None = None,
+       roles: frozenset[str] = _PCA, *, doc: str, **kw: Any) -> ConfigDef:
+    return ConfigDef(name=name, type=type_, default=default, doc=doc, scope="client", validator=validator,
+                     roles=roles, **kw)
+
+
+_HOUR_MS = 3_600_000
+_MINUTE_MS = 60_000
+_WEEK_MS = 7 * 24 * _HOUR_MS
+
+_BROKER_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_GZIP_LEVEL = Custom("[1,...,9] or -1", _gzip_level)
+_LZ4_LEVEL = Between(1, 17)
+_ZSTD_LEVEL = Between(-131072, 22)
+_TIMESTAMP_TYPES = InSet(("CreateTime", "LogAppendTime"))
+
+#: tierlog's minimum for ``segment.bytes`` / ``log.segment.bytes`` (Kafka 4.x: 1048576); see
+#: :data:`DELIBERATE_DIFFERENCES`.
+MIN_SEGMENT_BYTES = 14
+
+
+# ---------------------------------------------------------------------------------------------------
+# Broker settings
+# ---------------------------------------------------------------------------------------------------
+
+_BROKER: tuple[ConfigDef, ...] = (
+    # --- identity and roles ---
+    _b("node.id", "int", 1, AtLeast(0),
+       doc="Id of this node in the cluster; unique per broker."),
+    _b("broker.id", "int", -1, AtLeast(-1),
+       doc="Legacy name of the node id; when set (not -1) it must equal node.id."),
+    _b("process.roles", "list", ["broker", "controller"],
+       Custom("non-empty subset of [broker, controller] containing broker",
+              lambda v: None if v and set(v) <= {"broker", "controller"} and "broker" in v
+              else "Must be a non-empty subset of broker, controller that contains broker"),
+       doc="Roles of this process; tierlog always runs the broker, with an embedded controller by default."),
+    # --- network ---
+    _b("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
+       Custom("NAME://host:port,...", _check_listener_list), dynamic=True,
+       doc="Comma-separated NAME://host:port addresses the broker binds; an empty host means all "
+           "interfaces."),
+    _b("advertised.listeners", "string", None,
+       Custom("NAME://host:port,... (no 0.0.0.0)", _check_listener_list), dynamic=True,
+       doc="Addresses given to clients in metadata responses, as NAME://host:port; defaults to listeners."),
+    _b("listener.security.protocol.map", "string",
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+       Custom("NAME:PROTOCOL,...", _check_protocol_map), dynamic=True,
+       doc="Maps each listener name to its security protocol, as NAME:PROTOCOL pairs."),
+    _b("inter.broker.listener.name", "string", None,
+       doc="Listener used between brokers; must be one of the advertised listeners."),
+    _b("socket.request.max.bytes", "int", 104857600, AtLeast(1),
+       doc="Largest request, in bytes, the broker reads from a socket."),
+    _b("socket.send.buffer.bytes", "int", 102400,
+       doc="SO_SNDBUF of broker sockets; -1 keeps the OS default."),
+    _b("socket.receive.buffer.bytes", "int", 102400,
+       doc="SO_RCVBUF of broker sockets; -1 keeps the OS default."),
+    _b("connections.max.idle.ms", "long", 600000,
+       doc="Idle client connections are closed after this many ms."),
+    # --- topics and logs ---
+    _b("log.dirs", "list", None,
+       Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
+              else "Directories must be non-empty and distinct"),
+       doc="Directories holding partition logs; when unset, log.dir is used."),
+    _b("log.dir", "list", ["/tmp/tierlog-logs"],
+       Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
+              else "Directories must be non-empty and distinct"),
+       doc="Log directory used when log.dirs is not set."),
+    _b("num.partitions", "int", 1, AtLeast(1),
+       doc="Partition count of auto-created topics and of CreateTopics with -1 partitions."),
+    _b("default.replication.factor", "int", 1,
+       doc="Replication factor of auto-created topics."),
+    _b("auto.create.topics.enable", "boolean", True,
+       doc="Create a topic when a client asks for metadata of an unknown one."),
+    _b("delete.topic.enable", "boolean", True,
+       doc="Allow DeleteTopics; when false deletion requests are refused."),
+    _b("message.max.bytes", "int", 1048588, AtLeast(0), dynamic=True,
+       doc="Largest record batch the broker accepts (after compression)."),
+    _b("fetch.max.bytes", "int", 57671680, AtLeast(1024),
+       doc="Upper bound on the bytes returned for one Fetch request."),
+    _b("num.recovery.threads.per.data.dir", "int", 2, AtLeast(1), dynamic=True,
+       doc="Workers per log directory for recovery at start-up and flushing at shutdown."),
+    _b("log.segment.bytes", "int", 1073741824, AtLeast(MIN_SEGMENT_BYTES), dynamic=True,
+       doc="Size at which the active segment is rolled."),
+    _b("log.roll.ms", "long", None, dynamic=True,
+       doc="Age at which the active segment is rolled, in ms; overrides log.roll.hours."),
+    _b("log.roll.hours", "int", 168, AtLeast(1),
+       doc="Age at which the active segment is rolled, in hours (used if log.roll.ms unset)."),
+    _b("log.roll.jitter.ms", "long", None, dynamic=True,
+       doc="Largest random amount subtracted from the roll age, in ms; overrides log.roll.jitter.hours."),
+    _b("log.roll.jitter.hours", "int", 0, AtLeast(0),
+       doc="Largest random amount subtracted from the roll age, in hours."),
+    _b("log.retention.ms", "long", None, dynamic=True,
+       doc="Time a segment is kept before deletion, in ms; -1 keeps forever. Highest precedence of the "
+           "three retention time keys."),
+    _b("log.retention.minutes", "int", None,
+       doc="Retention time in minutes, used when log.retention.ms is unset."),
+    _b("log.retention.hours", "int", 168,
+       doc="Retention time in hours, used when neither ms nor minutes is set."),
+    _b("log.retention.bytes", "long", -1, dynamic=True,
+       doc="Largest size of a partition log before old segments are deleted; -1 means no size limit."),
+    _b("log.retention.check.interval.ms", "long", 300000, AtLeast(1),
+       doc="How often retention is checked, in ms."),
+    _b("log.cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), dynamic=True,
+       doc="Default cleanup policy of topics: delete, compact or both."),
+    _b("log.cleaner.enable", "boolean", True,
+       doc="Run the log cleaner that compacts topics with cleanup.policy=compact."),
+    _b("log.cleaner.delete.retention.ms", "long", 86400000, AtLeast(0), dynamic=True,
+       doc="How long tombstones stay in compacted topics, in ms."),
+    _b("log.cleaner.min.compaction.lag.ms", "long", 0, AtLeast(0), dynamic=True,
+       doc="Minimum age of a record before it may be compacted, in ms."),
+    _b("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, AtLeast(1), dynamic=True,
+       doc="Maximum time a record may stay uncompacted, in ms."),
+    _b("log.cleaner.min.cleanable.ratio", "double", 0.5, Between(0, 1), dynamic=True,
+       doc="Dirty fraction of a log that triggers compaction."),
+    _b("log.index.size.max.bytes", "int", 10485760, AtLeast(4), dynamic=True,
+       doc="Largest size of an offset or time index file."),
+    _b("log.index.interval.bytes", "int", 4096, AtLeast(0), dynamic=True,
+       doc="Bytes of log between two offset index entries."),
+    _b("log.flush.interval.messages", "long", LONG_MAX, AtLeast(1), dynamic=True,
+       doc="Records appended to a partition before it is fsynced."),
+    _b("log.flush.interval.ms", "long", None, dynamic=True,
+       doc="Longest time data may stay unflushed, in ms; defaults to log.flush.scheduler.interval.ms."),
+    _b("log.flush.scheduler.interval.ms", "long", LONG_MAX,
+       doc="How often the flusher looks for logs to flush, in ms."),
+    _b("log.flush.offset.checkpoint.interval.ms", "int", 60000, AtLeast(0),
+       doc="How often the recovery point checkpoint is written, in ms."),
+    _b("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, AtLeast(0),
+       doc="How often the log start offset checkpoint is written, in ms."),
+    _b("log.segment.delete.delay.ms", "long", 60000, AtLeast(0), dynamic=True,
+       doc="Delay between marking a segment deleted and removing its files, in ms."),
+    _b("log.preallocate", "boolean", False, dynamic=True,
+       doc="Preallocate segment files to their full size on creation."),
+    _b("log.message.timestamp.type", "string", "CreateTime", _TIMESTAMP_TYPES, dynamic=True,
+       doc="Timestamp stored in batches: the producer's CreateTime or the broker's LogAppendTime."),
+    _b("log.message.timestamp.before.max.ms", "long", LONG_MAX, AtLeast(0), dynamic=True,
+       doc="How far in the past a CreateTime timestamp may be, in ms, before the batch is refused."),
+    _b("log.message.timestamp.after.max.ms", "long", 3600000, AtLeast(0), dynamic=True,
+       doc="How far in the future a CreateTime timestamp may be, in ms, before the batch is refused."),
+    _b("log.initial.task.delay.ms", "long", 30000, AtLeast(0), internal=True,
+       doc="Delay before the first run of the log manager's periodic tasks, in ms (for tests)."),
+    _b("compression.type", "string", "producer", InSet(_BROKER_COMPRESSION), dynamic=True,
+       doc="Compression of stored batches; producer keeps what the producer sent."),
+    _b("compression.gzip.level", "int", -1, _GZIP_LEVEL, dynamic=True,
+       doc="Level used when the broker compresses with gzip."),
+    _b("compression.lz4.level", "int", 9, _LZ4_LEVEL, dynamic=True,
+       doc="Level used when the broker compresses with lz4."),
+    _b("compression.zstd.level", "int", 3, _ZSTD_LEVEL, dynamic=True,
+       doc="Level used when the broker compresses with zstd."),
+    _b("min.insync.replicas", "int", 1, AtLeast(1), dynamic=True,
+       doc="Replicas that must acknowledge an acks=all write."),
+    _b("unclean.leader.election.enable", "boolean", False, dynamic=True,
+       doc="Allow an out-of-sync replica to become leader, accepting data loss."),
+    # --- coordinators ---
+    _b("offsets.topic.num.partitions", "int", 50, AtLeast(1),
+       doc="Partitions of __consumer_offsets (fixed once created)."),
+    _b("offsets.topic.replication.factor", "short", 3, AtLeast(1),
+       doc="Replication factor of __consumer_offsets; set 1 on a single broker."),
+    _b("offsets.retention.minutes", "int", 10080, AtLeast(1),
+       doc="How long committed offsets of an empty group are kept, in minutes."),
+    _b("offsets.retention.check.interval.ms", "long", 600000, AtLeast(1),
+       doc="How often expired offsets are removed, in ms."),
+    _b("group.initial.rebalance.delay.ms", "int", 3000,
+       doc="Wait for more members before the first rebalance of an empty classic group, in ms."),
+    _b("group.min.session.timeout.ms", "int", 6000,
+       doc="Smallest session timeout a classic group member may ask for."),
+    _b("group.max.session.timeout.ms", "int", 1800000,
+       doc="Largest session timeout a classic group member may ask for."),
+    _b("transaction.state.log.num.partitions", "int", 50, AtLeast(1),
+       doc="Partitions of __transaction_state."),
+    _b("transaction.state.log.replication.factor", "short", 3, AtLeast(1),
+       doc="Replication factor of __transaction_state; set 1 on a single broker."),
+    _b("transaction.state.log.min.isr", "int", 2, AtLeast(1),
+       doc="min.insync.replicas of __transaction_state; set 1 on a single broker."),
+    _b("transaction.max.timeout.ms", "int", 900000, AtLeast(1),
+       doc="Largest transaction timeout a producer may ask for, in ms."),
+    _b("transactional.id.expiration.ms", "int", 604800000, AtLeast(1),
+       doc="Idle time after which a transactional id expires, in ms."),
+    _b("producer.id.expiration.ms", "int", 86400000, AtLeast(1), dynamic=True,
+       doc="Idle time after which an idempotent producer's state is dropped, in ms."),
+    _b("producer.id.expiration.check.interval.ms", "int", 600000, AtLeast(1),
+       doc="How often expired producer ids are removed, in ms."),
+    # --- tiered storage (KIP-405) ---
+    _b("remote.log.storage.system.enable", "boolean", False,
+       doc="Master switch of tiered storage: starts the remote log manager, the storage plugin and the "
+           "metadata manager."),
+    _b("remote.log.storage.manager.class.name", "string", "filesystem",
+       Custom("filesystem, objectstore or package.module:Class", _plugin_name(("filesystem", "objectstore"))),
+       doc="Remote storage plugin: filesystem (a local or mounted folder), objectstore (S3, GCS, Azure, ... "
+           "through obstore) or the import path of a custom class."),
+    _b("remote.log.storage.manager.class.path", "string", None,
+       doc="Extra import paths (os.pathsep-separated) searched first when loading a custom remote storage "
+           "plugin."),
+    _b("remote.log.storage.manager.impl.prefix", "string", RSM_PREFIX,
+       doc="Prefix of the settings handed, without it, to the remote storage plugin."),
+    _b("remote.log.metadata.manager.class.name", "string", "topic",
+       Custom("topic or package.module:Class", _plugin_name(("topic",), (KAFKA_TBRLMM_CLASS,))),
+       value_aliases=MappingProxyType({KAFKA_TBRLMM_CLASS: "topic"}),
+       doc="Remote log metadata manager: topic (the __remote_log_metadata topic, Kafka's "
+           "TopicBasedRemoteLogMetadataManager, whose Java class name is accepted too) or a custom class."),
+    _b("remote.log.metadata.manager.class.path", "string", None,
+       doc="Extra import paths (os.pathsep-separated) searched first when loading a custom metadata "
+           "manager."),
+    _b("remote.log.metadata.manager.impl.prefix", "string", RLMM_PREFIX,
+       doc="Prefix of the settings handed, without it, to the remote log metadata manager."),
+    _b("remote.log.metadata.manager.listener.name", "string", None,
+       doc="Listener whose address the metadata manager's internal clients connect to; unset means the "
+           "inter-broker listener."),
+    _b("remote.log.metadata.custom.metadata.max.bytes", "int", 128, AtLeast(0),
+       doc="Largest custom metadata a storage plugin may return for a copied segment (KIP-917); larger "
+           "values stop the partition's copy task."),
+    _b("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, AtLeast(1), dynamic=True,
+       doc="Disk budget for index files fetched from remote storage."),
+    _b("remote.log.manager.thread.pool.size", "int", 2, AtLeast(1), dynamic=True,
+       doc="Workers running follower tasks (reading the highest uploaded offset); superseded by "
+           "remote.log.manager.follower.thread.pool.size in Kafka 4.2."),
+    _b("remote.log.manager.copier.thread.pool.size", "int", 10, AtLeast(1), dynamic=True,
+       doc="Workers running segment copy tasks."),
+    _b("remote.log.manager.expiration.thread.pool.size", "int", 10, AtLeast(1), dynamic=True,
+       doc="Workers running remote retention tasks."),
+    _b("remote.log.manager.follower.thread.pool.size", "int", 2, AtLeast(1), dynamic=True, since="Kafka 4.2",
+       doc="Workers running follower tasks."),
+    _b("remote.log.manager.task.interval.ms", "long", 30000, AtLeast(1),
+       doc="Period of the copy, expiration and follower tasks, in ms."),
+    _b("remote.log.manager.task.retry.backoff.ms", "long", 500, AtLeast(1), internal=True,
+       doc="First back-off after a failed remote task, in ms."),
+    _b("remote.log.manager.task.retry.backoff.max.ms", "long", 30000, AtLeast(1), internal=True,
+       doc="Largest back-off after failed remote tasks, in ms."),
+    _b("remote.log.manager.task.retry.jitter", "double", 0.2, Between(0, 0.5), internal=True,
+       doc="Random jitter factor applied to the retry back-off."),
+    _b("remote.log.reader.threads", "int", 10, AtLeast(1), dynamic=True,
+       doc="Workers reading remote segments for fetches."),
+    _b("remote.log.reader.max.pending.tasks", "int", 100, AtLeast(1),
+       doc="Queued remote reads; when full, fetches of remote data get an error."),
+    _b("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, AtLeast(1), dynamic=True,
+       doc="Broker-wide upload quota in bytes per second (KIP-956)."),
+    _b("remote.log.manager.copy.quota.window.num", "int", 11, AtLeast(1),
+       doc="Samples kept for the upload quota."),
+    _b("remote.log.manager.copy.quota.window.size.seconds", "int", 1, AtLeast(1),
+       doc="Length of one upload quota sample, in seconds."),
+    _b("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, AtLeast(1), dynamic=True,
+       doc="Broker-wide remote read quota in bytes per second; throttled partitions return no data and no "
+           "error."),
+    _b("remote.log.manager.fetch.quota.window.num", "int", 11, AtLeast(1),
+       doc="Samples kept for the remote read quota."),
+    _b("remote.log.manager.fetch.quota.window.size.seconds", "int", 1, AtLeast(1),
+       doc="Length of one remote read quota sample, in seconds."),
+    _b("remote.fetch.max.wait.ms", "int", 500, AtLeast(1), dynamic=True,
+       doc="Longest wait for a remote read before a Fetch is answered, in ms."),
+    _b("remote.list.offsets.request.timeout.ms", "long", 30000, AtLeast(1), dynamic=True,
+       doc="Longest wait for a ListOffsets that needs remote data, in ms (KIP-1075)."),
+    _b("follower.fetch.last.tiered.offset.enable", "boolean", False, dynamic=True, since="Kafka 4.3",
+       doc="An empty follower starts fetching after the last tiered offset instead of the log start "
+           "(KIP-1023)."),
+    _b("log.local.retention.ms", "long", -2, AtLeast(-2), dynamic=True,
+       doc="Default local-tier retention time, in ms; -2 means use log.retention.ms."),
+    _b("log.local.retention.bytes", "long", -2, AtLeast(-2), dynamic=True,
+       doc="Default local-tier size limit per partition; -2 means use log.retention.bytes."),
+    _b("log.remote.copy.lag.ms", "long", 0, AtLeast(-1), dynamic=True, since="Kafka trunk",
+       doc="Default age a rolled segment reaches before upload, in ms; -1 means local retention time."),
+    _b("log.remote.copy.lag.bytes", "long", 0, AtLeast(-1), dynamic=True, since="Kafka trunk",
+       doc="Default local bytes after a segment before it is uploaded; -1 means local retention size."),
+    # --- the topic-based metadata manager, read under rlmm.config. ---
+    _b("rlmm.config.remote.log.metadata.topic.num.partitions", "int", 50, AtLeast(1), plugin="rlmm",
+       plugin_impl="topic",
+       doc="Partitions of __remote_log_metadata; an existing topic must have exactly this many."),
+    _b("rlmm.config.remote.log.metadata.topic.replication.factor", "short", 3, AtLeast(1), plugin="rlmm",
+       plugin_impl="topic",
+       doc="Replication factor of __remote_log_metadata; set 1 on a single broker."),
+    _b("rlmm.config.remote.log.metadata.topic.retention.ms", "long", -1,
+       Custom("-1 or [1,...]", _check_metadata_retention), plugin="rlmm", plugin_impl="topic",
+       doc="Retention of __remote_log_metadata; must outlive every tiered topic's retention."),
+    _b("rlmm.config.remote.log.metadata.topic.min.isr", "short", 2, AtLeast(1), plugin="rlmm",
+       plugin_impl="topic", since="Kafka 4.3",
+       doc="min.insync.replicas given to __remote_log_metadata at creation (KIP-1235)."),
+    _b("rlmm.config.remote.log.metadata.consume.wait.ms", "long", 120000, AtLeast(0), plugin="rlmm",
+       plugin_impl="topic",
+       doc="How long a metadata update waits for the manager's own consumer to read it back, in ms."),
+    _b("rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms", "long", 120000, AtLeast(0),
+       plugin="rlmm", plugin_impl="topic",
+       doc="Total time allowed for the manager's start-up, counted from broker ready (KIP-1197), in ms."),
+    _b("rlmm.config.remote.log.metadata.initialization.retry.interval.ms", "long", 100, AtLeast(0),
+       plugin="rlmm", plugin_impl="topic",
+       doc="Pause between start-up attempts of the manager, in ms."),
+    # --- tierlog's own storage plugins, read under rsm.config. ---
+    _b("rsm.config.dir", "string", None, NonEmpty(), plugin="rsm", plugin_impl="filesystem", since="tierlog",
+       doc="Folder of the filesystem remote storage; required when it is the active plugin."),
+    _b("rsm.config.url", "string", None,
+       Custom("s3://, gs://, az://, file://, memory://, ... URL", _check_objectstore_url), plugin="rsm",
+       plugin_impl="objectstore", since="tierlog",
+       doc="Bucket URL of the objectstore remote storage, e.g. s3://bucket/prefix, gs://..., az://..., "
+           "file:///path or memory://; other rsm.config.* keys are passed to obstore."),
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Topic settings (broker default keys in precedence order)
+# ---------------------------------------------------------------------------------------------------
+
+_TOPIC: tuple[ConfigDef, ...] = (
+    _t("cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), "log.cleanup.policy",
+       doc="delete removes old segments, compact keeps the last record per key; both may be combined."),
+    _t("compression.type", "string", "producer", InSet(_BROKER_COMPRESSION), "compression.type",
+       doc="Compression of stored batches; producer keeps the producer's."),
+    _t("compression.gzip.level", "int", -1, _GZIP_LEVEL, "compression.gzip.level",
+       doc="gzip level when the broker recompresses."),
+    _t("compression.lz4.level", "int", 9, _LZ4_LEVEL, "compression.lz4.level",
+       doc="lz4 level when the broker recompresses."),
+    _t("compression.zstd.level", "int", 3, _ZSTD_LEVEL, "compression.zstd.level",
+       doc="zstd level when the broker recompresses."),
+    _t("delete.retention.ms", "long", 86400000, AtLeast(0), "log.cleaner.delete.retention.ms",
+       doc="How long tombstones stay readable in a compacted topic, in ms."),
+    _t("file.delete.delay.ms", "long", 60000, AtLeast(0), "log.segment.delete.delay.ms",
+       doc="Delay before a deleted segment's files are removed, in ms."),
+    _t("flush.messages", "long", LONG_MAX, AtLeast(1), "log.flush.interval.messages",
+       doc="Records appended before the log is fsynced."),
+    _t("flush.ms", "long", LONG_MAX, AtLeast(0),
+       (Synonym("log.flush.interval.ms"), Synonym("log.flush.scheduler.interval.ms")),
+       doc="Longest time data stays unflushed, in ms."),
+    _t("index.interval.bytes", "int", 4096, AtLeast(0), "log.index.interval.bytes",
+       doc="Bytes of log between two offset index entries."),
+    _t("max.compaction.lag.ms", "long", LONG_MAX, AtLeast(1), "log.cleaner.max.compaction.lag.ms",
+       doc="Longest time a record may stay uncompacted, in ms."),
+    _t("min.compaction.lag.ms", "long", 0, AtLeast(0), "log.cleaner.min.compaction.lag.ms",
+       doc="Minimum age before a record may be compacted, in ms."),
+    _t("min.cleanable.dirty.ratio", "double", 0.5, Between(0, 1), "log.cleaner.min.cleanable.ratio",
+       doc="Dirty fraction that triggers compaction."),
+    _t("max.message.bytes", "int", 1048588, AtLeast(0), "message.max.bytes",
+       doc="Largest record batch the topic accepts (after compression)."),
+    _t("message.timestamp.type", "string", "CreateTime", _TIMESTAMP_TYPES, "log.message.timestamp.type",
+       doc="CreateTime keeps the producer's timestamps, LogAppendTime stamps batches with the broker's "
+           "clock."),
+    _t("message.timestamp.before.max.ms", "long", LONG_MAX, AtLeast(0), "log.message.timestamp.before.max.ms",
+       doc="How far in the past a CreateTime timestamp may be, in ms."),
+    _t("message.timestamp.after.max.ms", "long", 3600000, AtLeast(0), "log.message.timestamp.after.max.ms",
+       doc="How far in the future a CreateTime timestamp may be, in ms."),
+    _t("min.insync.replicas", "int", 1, AtLeast(1), "min.insync.replicas",
+       doc="Replicas that must acknowledge an acks=all write."),
+    _t("preallocate", "boolean", False, None, "log.preallocate",
+       doc="Preallocate new segment files to their full size."),
+    _t("retention.bytes", "long", -1, None, "log.retention.bytes",
+       doc="Largest size of a partition (remote plus local) before its oldest segments are deleted; -1 "
+           "means no limit."),
+    _t("retention.ms", "long", _WEEK_MS, AtLeast(-1),
+       (Synonym("log.retention.ms"), Synonym("log.retention.minutes", _MINUTE_MS),
+        Synonym("log.retention.hours", _HOUR_MS)),
+       doc="Age after which segments are deleted (remote plus local), in ms; -1 keeps forever."),
+    _t("segment.bytes", "int", 1073741824, AtLeast(MIN_SEGMENT_BYTES), "log.segment.bytes",
+       doc="Size at which the active segment is rolled."),
+    _t("segment.index.bytes", "int", 10485760, AtLeast(4), "log.index.size.max.bytes",
+       doc="Largest size of a segment's offset or time index."),
+    _t("segment.jitter.ms", "long", 0, AtLeast(0),
+       (Synonym("log.roll.jitter.ms"), Synonym("log.roll.jitter.hours", _HOUR_MS)),
+       doc="Largest random amount subtracted from segment.ms, in ms."),
+    _t("segment.ms", "long", _WEEK_MS, AtLeast(1),
+       (Synonym("log.roll.ms"), Synonym("log.roll.hours", _HOUR_MS)),
+       doc="Age at which the active segment is rolled even if not full, in ms."),
+    _t("unclean.leader.election.enable", "boolean", False, None, "unclean.leader.election.enable",
+       doc="Allow an out-of-sync replica to become leader."),
+    _t("local.retention.ms", "long", -2, AtLeast(-2), "log.local.retention.ms",
+       doc="Age after which uploaded segments leave the local disk, in ms; -2 means retention.ms. Must not "
+           "exceed retention.ms."),
+    _t("local.retention.bytes", "long", -2, AtLeast(-2), "log.local.retention.bytes",
+       doc="Local size per partition above which uploaded segments leave the local disk; -2 means "
+           "retention.bytes. Must not exceed retention.bytes."),
+    _t("remote.storage.enable", "boolean", False,
+       doc="Tier this topic's closed segments to remote storage (needs remote.log.storage.system.enable and "
+           "cleanup.policy=delete)."),
+    _t("remote.log.copy.disable", "boolean", False,
+       doc="Stop uploading; remote data stays readable and expires by retention (KIP-950). "
+           "local.retention.* must then be -2 or equal retention.*."),
+    _t("remote.log.delete.on.disable", "boolean", False,
+       doc="When remote.storage.enable goes from true to false, delete the topic's remote data (KIP-950)."),
+    _t("remote.log.disable.policy", "string", "retain", InSet(("retain", "delete")), since="KIP-950 draft",
+       doc="What turning remote.storage.enable off does: retain keeps remote data readable until it "
+           "expires, delete removes it (KIP-950 draft)."),
+    _t("remote.copy.lag.ms", "long", 0, AtLeast(-1), "log.remote.copy.lag.ms", since="Kafka trunk",
+       doc="Age a rolled segment must reach before upload, in ms; 0 uploads at once, -1 means local "
+           "retention time."),
+    _t("remote.copy.lag.bytes", "long", 0, AtLeast(-1), "log.remote.copy.lag.bytes", since="Kafka trunk",
+       doc="Bytes that must follow a rolled segment before upload; 0 uploads at once, -1 means local "
+           "retention size."),
+    _t("leader.replication.throttled.replicas", "list", [],
+       Custom("* or partition:broker,...", _check_throttled_replicas),
+       doc="Replicas throttled on the leader side during reassignment, as partition:broker pairs or *."),
+    _t("follower.replication.throttled.replicas", "list", [],
+       Custom("* or partition:broker,...", _check_throttled_replicas),
+       doc="Replicas throttled on the follower side during reassignment, as partition:broker pairs or *."),
+    _t("internal.segment.bytes", "int", None, AtLeast(MIN_SEGMENT_BYTES), internal=True,
+       doc="Segment size overriding segment.bytes without its minimum (Kafka 4.x's hook for tests)."),
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Client settings
+# ---------------------------------------------------------------------------------------------------
+
+_CLIENT: tuple[ConfigDef, ...] = (
+    # --- common ---
+    _c("bootstrap.servers", "list", [], Custom("host:port,... (at least one)", _check_bootstrap),
+       required=True,
+       doc="host:port pairs used to find the cluster; the client learns the rest from metadata."),
+    _c("client.id", "string", "",
+       doc="Name sent with every request, for broker logs and quotas."),
+    _c("client.dns.lookup", "string", "use_all_dns_ips",
+       InSet(("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
+       doc="Try every address a host name resolves to, or resolve bootstrap names to canonical names first."),
+    _c("security.protocol", "string", "PLAINTEXT", InSet(_SECURITY_PROTOCOLS, case_insensitive=True),
+       doc="Protocol used to talk to brokers."),
+    _c("metadata.recovery.strategy", "string", "rebootstrap",
+       InSet(("none", "rebootstrap"), case_insensitive=True),
+       doc="What to do when no known broker is reachable: none fails, rebootstrap starts again from "
+           "bootstrap.servers (KIP-899)."),
+    _c("metadata.recovery.rebootstrap.trigger.ms", "long", 300000, AtLeast(0),
+       doc="Rebootstrap after this long without metadata from any broker, in ms (KIP-1102)."),
+    _c("metadata.max.age.ms", "long", 300000, AtLeast(0),
+       doc="Metadata is refreshed at least this often, in ms."),
+    _c("reconnect.backoff.ms", "long", 50, AtLeast(0),
+       doc="Wait before reconnecting to a broker, in ms."),
+    _c("reconnect.backoff.max.ms", "long", 1000, AtLeast(0),
+       doc="Largest reconnect wait after repeated failures, in ms."),
+    _c("retry.backoff.ms", "long", 100, AtLeast(0),
+       doc="Wait before retrying a failed request, in ms."),
+    _c("retry.backoff.max.ms", "long", 1000, AtLeast(0),
+       doc="Largest retry wait after repeated failures, in ms."),
+    _c("request.timeout.ms", "int", 30000, AtLeast(0),
+       doc="Time to wait for a response before retrying or failing, in ms."),
+    _c("socket.connection.setup.timeout.ms", "long", 10000,
+       doc="Time allowed to establish a connection, in ms."),
+    _c("socket.connection.setup.timeout.max.ms", "long", 30000,
+       doc="Largest connection set-up time after repeated failures, in ms."),
+    _c("connections.max.idle.ms", "long", 540000, role_defaults=MappingProxyType({"admin": 300000}),
+       doc="Idle connections are closed after this many ms."),
+    _c("default.api.timeout.ms", "int", 60000, AtLeast(0), roles=frozenset({"consumer", "admin"}),
+       doc="Timeout of client calls that take no explicit timeout, in ms."),
+    _c("retries", "int", INT_MAX, AtLeast(0), roles=frozenset({"producer", "admin"}),
+       doc="How many times a failed request is retried (bounded by the timeouts)."),
+    # --- producer ---
+    _c("acks", "string", "all", InSet(("all", "-1", "0", "1")), roles=_P,
+       doc="Acknowledgements a write needs: 0 none, 1 the leader, all (-1) every in-sync replica."),
+    _c("linger.ms", "long", 5, AtLeast(0), roles=_P,
+       doc="Time a batch waits for more records before it is sent, in ms."),
+    _c("batch.size", "int", 16384, AtLeast(0), roles=_P,
+       doc="Target size of a batch per partition, in bytes."),
+    _c("enable.idempotence", "boolean", True, roles=_P,
+       doc="Write each record exactly once per partition; needs acks=all, retries > 0 and at most 5 "
+           "requests in flight."),
+    _c("compression.type", "string", "none", InSet(("none", "gzip", "snappy", "lz4", "zstd")), roles=_P,
+       doc="Compression of produced batches."),
+    _c("compression.gzip.level", "int", -1, _GZIP_LEVEL, roles=_P,
+       doc="gzip level for produced batches."),
+    _c("compression.lz4.level", "int", 9, _LZ4_LEVEL, roles=_P,
+       doc="lz4 level for produced batches."),
+    _c("compression.zstd.level", "int", 3, _ZSTD_LEVEL, roles=_P,
+       doc="zstd level for produced batches."),
+    _c("delivery.timeout.ms", "int", 120000, AtLeast(0), roles=_P,
+       doc="Upper bound on the time to report success or failure of a send; at least linger.ms + "
+           "request.timeout.ms."),
+    _c("max.in.flight.requests.per.connection", "int", 5, AtLeast(1), roles=_P,
+       doc="Unacknowledged requests per connection."),
+    _c("max.request.size", "int", 1048576, AtLeast(0), roles=_P,
+       doc="Largest produce request, in bytes."),
+    _c("buffer.memory", "long", 33554432, AtLeast(0), roles=_P,
+       doc="Memory for records waiting to be sent, in bytes."),
+    _c("max.block.ms", "long", 60000, AtLeast(0), roles=_P,
+       doc="How long send() and metadata waits may block, in ms."),
+    _c("partitioner.ignore.keys", "boolean", False, roles=_P,
+       doc="Ignore keys when choosing a partition."),
+    _c("transactional.id", "string", None, NonEmpty(), roles=_P,
+       doc="Id that enables transactions across producer restarts."),
+    _c("transaction.timeout.ms", "int", 60000, roles=_P,
+       doc="Time after which the coordinator aborts an open transaction, in ms."),
+    _c("key.serializer", "class", None, roles=_P,
+       doc="Serializer of record keys (accepted for Kafka compatibility)."),
+    _c("value.serializer", "class", None, roles=_P,
+       doc="Serializer of record values (accepted for Kafka compatibility)."),
+    # --- consumer ---
+    _c("group.id", "string", None, roles=_C,
+       doc="Consumer group of this consumer; needed for subscribe() and committed offsets."),
+    _c("group.instance.id", "string", None,
+       Custom("non-empty, [a-zA-Z0-9._-], at most 249 characters", _check_group_instance_id), roles=_C,
+       doc="Static membership id of this consumer (KIP-345)."),
+    _c("group.protocol", "string", "classic", InSet(("classic", "consumer"), case_insensitive=True), roles=_C,
+       doc="Group protocol: classic, or consumer (KIP-848)."),
+    _c("auto.offset.reset", "string", "latest",
+       Custom("[latest, earliest, none, by_duration:<duration>]", _check_auto_offset_reset), roles=_C,
+       doc="Where to start without a committed offset: latest, earliest, none (fail) or "
+           "by_duration:<ISO-8601 duration>."),
+    _c("enable.auto.commit", "boolean", True, roles=_C,
+       doc="Commit consumed offsets periodically in the background."),
+    _c("auto.commit.interval.ms", "int", 5000, AtLeast(0), roles=_C,
+       doc="Period of automatic offset commits, in ms."),
+    _c("isolation.level", "string", "read_uncommitted", InSet(("read_committed", "read_uncommitted")),
+       roles=_C,
+       doc="read_committed hides records of open and aborted transactions."),
+    _c("fetch.min.bytes", "int", 1, AtLeast(0), roles=_C,
+       doc="Bytes a fetch waits for before the broker answers."),
+    _c("fetch.max.bytes", "int", 52428800, AtLeast(0), roles=_C,
+       doc="Largest response to one fetch, in bytes."),
+    _c("fetch.max.wait.ms", "int", 500, AtLeast(0), roles=_C,
+       doc="Longest time the broker holds a fetch waiting for fetch.min.bytes."),
+    _c("max.partition.fetch.bytes", "int", 1048576, AtLeast(0), roles=_C,
+       doc="Largest data per partition in one fetch, in bytes."),
+    _c("max.poll.records", "int", 500, AtLeast(1), roles=_C,
+       doc="Most records returned by one poll()."),
+    _c("max.poll.interval.ms", "int", 300000, AtLeast(1), roles=_C,
+       doc="Longest gap between poll() calls before the member leaves the group, in ms."),
+    _c("session.timeout.ms", "int", 45000, roles=_C,
+       doc="Time without heartbeats after which the member is removed, in ms."),
+    _c("heartbeat.interval.ms", "int", 3000, roles=_C,
+       doc="Period of group heartbeats; must be lower than session.timeout.ms."),
+    _c("client.rack", "string", "", roles=_C,
+       doc="Rack of the consumer, for fetching from the closest replica."),
+    _c("check.crcs", "boolean", True, roles=_C,
+       doc="Verify the CRC of fetched batches."),
+    _c("allow.auto.create.topics", "boolean", True, roles=_C,
+       doc="Let subscribing to a missing topic create it (when the broker allows)."),
+    _c("exclude.internal.topics", "boolean", True, roles=_C,
+       doc="Keep internal topics out of pattern subscriptions."),
+    _c("key.deserializer", "class", None, roles=_C,
+       doc="Deserializer of record keys (accepted for Kafka compatibility)."),
+    _c("value.deserializer", "class", None, roles=_C,
+       doc="Deserializer of record values (accepted for Kafka compatibility)."),
+)
+
+
+def _index(defs: tuple[ConfigDef, ...]) -> Mapping[str, ConfigDef]:
+    out: dict[str, ConfigDef] = {}
+    for d in defs:
+        if d.name in out:
+            raise AssertionError(f"duplicate {d.scope} config {d.name}")
+        if d.type not in CONFIG_TYPES:
+            raise AssertionError(f"bad type {d.type} for {d.name}")
+        out[d.name] = d
+    return MappingProxyType(out)
+
+
+#: Broker settings by name (plugin settings under their default ``rsm.config.`` / ``rlmm.config.`` name).
+BROKER_CONFIGS: Mapping[str, ConfigDef] = _index(_BROKER)
+#: Topic settings by name.
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = _index(_TOPIC)
+#: Client settings by name (see :attr:`ConfigDef.roles`).
+CLIENT_CONFIGS: Mapping[str, ConfigDef] = _index(_CLIENT)
+#: Every definition, broker first, then topic, then client.
+ALL_CONFIGS: tuple[ConfigDef, ...] = _BROKER + _TOPIC + _CLIENT
+
+#: Prefix families passed through to plugins without a definition of their own.
+PREFIX_FAMILIES: tuple[tuple[str, str], ...] = (
+    (RSM_PREFIX, "Everything under the remote storage prefix goes to the storage plugin, prefix stripped "
+                 "(for objectstore: obstore options such as rsm.config.aws_region)."),
+    (RLMM_PREFIX, "Everything under the metadata manager prefix goes to the metadata manager, prefix "
+                  "stripped."),
+    (RLMM_PREFIX + "remote.log.metadata.common.client.",
+     "Settings of all clients of the topic-based metadata manager."),
+    (RLMM_PREFIX + "remote.log.metadata.producer.", "Settings of its producer (override common ones)."),
+    (RLMM_PREFIX + "remote.log.metadata.consumer.", "Settings of its consumer (override common ones)."),
+    (RLMM_PREFIX + "remote.log.metadata.admin.", "Settings of its admin client (Kafka 4.3)."),
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Deliberate differences from Kafka
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One place where tierlog deliberately does not do what Kafka 4.x does."""
+
+    settings: tuple[str, ...]
+    kafka: str
+    tierlog: str
+    reason: str
+
+
+DELIBERATE_DIFFERENCES: tuple[Difference, ...] = (
+    Difference(
+        ("segment.bytes", "log.segment.bytes", "internal.segment.bytes"),
+        "Minimum 1048576 (1 MiB) since Kafka 4.0 (KIP-1030); tests use the internal internal.segment.bytes.",
+        f"Minimum {MIN_SEGMENT_BYTES} (Kafka 3.x's minimum); internal.segment.bytes is accepted as well.",
+        "Tests, demos and the tiering pipeline need segments that roll after a few records so the copy and "
+        "retention tasks have closed segments to work on without writing megabytes per segment."),
+    Difference(
+        ("node.id",),
+        "No default: every KRaft node must set it.",
+        "Default 1.",
+        "`tierlog broker` starts a single-node broker without any configuration file."),
+    Difference(
+        ("process.roles",),
+        "No default; broker, controller or both.",
+        "Default broker,controller; the value must contain broker.",
+        "tierlog always runs the broker and embeds its controller; a controller-only process does not "
+        "exist."),
+    Difference(
+        ("listeners",),
+        "Default PLAINTEXT://:9092 (every interface).",
+        "Default PLAINTEXT://127.0.0.1:9092 (loopback only).",
+        "A development broker without authentication should not be reachable from the network by default."),
+    Difference(
+        ("log.dir",),
+        "Default /tmp/kafka-logs.",
+        "Default /tmp/tierlog-logs.",
+        "Avoids sharing a data directory with a Kafka broker on the same machine."),
+    Difference(
+        ("inter.broker.listener.name",),
+        "When unset, a listener named after security.inter.broker.protocol (PLAINTEXT) must exist.",
+        "When unset, the PLAINTEXT listener if there is one, else the first listener.",
+        "A single-node broker has no inter-broker traffic; only the metadata manager's clients use it."),
+    Difference(
+        ("remote.log.storage.manager.class.name", "remote.log.storage.manager.class.path",
+         "remote.log.metadata.manager.class.name", "remote.log.metadata.manager.class.path"),
+        "Java class names (the storage manager has no default) and Java class paths.",
+        "Short names filesystem / objectstore (default filesystem) and topic (default; Kafka's "
+        "TopicBasedRemoteLogMetadataManager class name is accepted as an alias), or a Python import path; "
+        "class paths are Python import paths.",
+        "Plugins are Python classes; the embedded filesystem store makes tiering work out of the box."),
+    Difference(
+        ("remote.log.metadata.manager.listener.name",),
+        "Unset means the metadata manager needs "
+        "rlmm.config.remote.log.metadata.common.client.bootstrap.servers.",
+        "Unset means the inter-broker listener.",
+        "The topic-based metadata manager of a single-node broker always talks to its own broker."),
+    Difference(
+        ("remote.storage.enable", "remote.log.delete.on.disable", "remote.log.disable.policy"),
+        "Turning remote.storage.enable from true to false is refused unless remote.log.delete.on.disable="
+        "true; remote.log.disable.policy does not exist (it was in the KIP-950 draft only).",
+        "Turning it off is accepted; remote.log.disable.policy (retain, the default, or delete) decides what "
+        "happens to remote data, and remote.log.delete.on.disable=true means delete.",
+        "The seed KIP-950 draft is the specification; Kafka's shipped names are accepted too."),
+    Difference(
+        ("remote.log.disable.policy",),
+        "KIP-950 draft: an invalid policy value is answered with INVALID_REQUEST (42).",
+        "Answered with INVALID_CONFIG (40), like every other invalid setting.",
+        "Clients handle both as non-retriable; one error code for all configuration mistakes is simpler."),
+    Difference(
+        ("(configuration files)",),
+        "server.properties is read as ISO-8859-1.",
+        "Read as UTF-8, falling back to ISO-8859-1 when the file is not valid UTF-8; \\uXXXX escapes work "
+        "in both.",
+        "UTF-8 is what editors write today; pure-ASCII files read the same either way."),
+    Difference(
+        ("(DescribeConfigs of topics)",),
+        "A broker drops the synonym list of a topic setting whose only broker key set is a lower-precedence "
+        "one (log.retention.hours, log.roll.hours) and reports it as DEFAULT_CONFIG.",
+        "Reports STATIC_BROKER_CONFIG with the whole chain (topic override, broker keys set, default), as "
+        "Kafka's controller does in CreateTopics responses.",
+        "Operators should see where a topic's value comes from."),
+)
+
+
+__all__ = [
+    "ALL_CONFIGS", "BROKER_CONFIGS", "CLIENT_CONFIGS", "CLIENT_ROLES", "CONFIG_TYPES",
+    "DELIBERATE_DIFFERENCES",
+    "INT_MAX", "KAFKA_TBRLMM_CLASS", "LONG_MAX", "MIN_SEGMENT_BYTES", "PREFIX_FAMILIES", "RLMM_PREFIX",
+    "RSM_PREFIX", "SCOPES", "TOPIC_CONFIGS", "AtLeast", "Between", "ClientRole", "ConfigDef", "ConfigType",
+    "Custom", "Difference", "InSet", "ListIn", "NonEmpty", "Scope", "Synonym", "Validator",
+]
