@@ -13,13 +13,13 @@ either the old or the new content, never a torn file.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import uuid
 from collections.abc import Iterable
 
 from tierlog.errors import KafkaStorageError
+from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -105,15 +105,6 @@ class LeaderEpochCheckpointFile:
         _write_lines(self.path, [f"{e} {o}" for e, o in entries], fsync)
 
 
-def encode_topic_id(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString(): URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def decode_topic_id(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
 class PartitionMetadataFile:
     """The topic id of a partition, so a re-created topic of the same name is told apart."""
 
@@ -131,10 +122,10 @@ class PartitionMetadataFile:
                     fields[k.strip()] = v.strip()
         if fields.get("version") != "0" or "topic_id" not in fields:
             raise KafkaStorageError(f"malformed partition metadata file {self.path}")
-        return decode_topic_id(fields["topic_id"])
+        return uuid_from_str(fields["topic_id"])
 
     def write(self, topic_id: uuid.UUID) -> None:
-        write_atomically(self.path, f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n".encode())
+        write_atomically(self.path, f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode())
 
 
 class CleanShutdownFile:

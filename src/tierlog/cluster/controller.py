@@ -1,0 +1,315 @@
+"""The embedded controller of a single-node cluster.
+
+It owns the metadata image: it validates and applies topic creation and deletion, partition
+additions and configuration changes with Kafka's rules and error codes, persists the new image,
+and hands every change to its listeners as a :class:`MetadataDelta` (the broker's metadata
+publisher creates and deletes logs from it). A clustered controller will offer the same methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from tierlog.cluster.image import (
+    INTERNAL_TOPICS,
+    BrokerImage,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+)
+from tierlog.cluster.store import FileMetadataStore
+from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
+from tierlog.errors import (
+    InvalidConfigError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from tierlog.kafka_uuid import new_kafka_uuid
+
+log = logging.getLogger(__name__)
+
+InvalidTopicError = error_for_code(17)
+TopicAlreadyExistsError = error_for_code(36)
+InvalidPartitionsError = error_for_code(37)
+InvalidReplicationFactorError = error_for_code(38)
+InvalidReplicaAssignmentError = error_for_code(39)
+TopicDeletionDisabledError = error_for_code(73)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+Listener = Callable[[MetadataDelta, MetadataImage], None]
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: raises INVALID_TOPIC_EXCEPTION with Kafka's reason."""
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+    elif not _LEGAL_TOPIC.match(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return
+    raise InvalidTopicError(f"Topic name is invalid: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One IncrementalAlterConfigs operation (Kafka's OpType ids: SET 0, DELETE 1, APPEND 2, SUBTRACT 3)."""
+
+    name: str
+    op: int
+    value: str | None
+
+
+class Controller:
+    def __init__(self, broker_config: BrokerConfig, store: FileMetadataStore, broker: BrokerImage,
+                 cluster_id: str):
+        self.config = broker_config
+        self.store = store
+        self.node_id = broker.node_id
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        doc = store.load()
+        brokers = {broker.node_id: broker}
+        if doc is None:
+            self.image = MetadataImage(cluster_id, broker.node_id, brokers, {})
+            self._persist()
+        else:
+            self.image = MetadataImage.from_json(doc, brokers)
+            if self.image.cluster_id != cluster_id:
+                raise KafkaError(f"metadata {store.path} belongs to cluster {self.image.cluster_id}, "
+                                 f"not {cluster_id}")
+
+    # ------------------------------------------------------------------ plumbing
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _persist(self) -> None:
+        self.store.save(self.image.to_json())
+
+    def _commit(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        self.image = image
+        self._persist()
+        for listener in self._listeners:
+            listener(delta, image)
+
+    def topic_config(self, topic: str):
+        """The resolved configuration of a topic (broker defaults plus its overrides)."""
+        t = self.image.topics.get(topic)
+        return self.config.topic_config(t.configs if t else None)
+
+    # ------------------------------------------------------------------ leadership
+
+    def elect_leaders(self) -> None:
+        """Start-up: this node (re)takes leadership of every partition with a new leader epoch.
+
+        Kafka's controller elects a leader again when a broker comes back; bumping the epoch lets
+        clients and (later) followers tell the new leadership term from the old one."""
+        with self._lock:
+            topics = {}
+            for name, t in self.image.topics.items():
+                parts = {p: replace(pi, leader=self.node_id, leader_epoch=pi.leader_epoch + 1,
+                                    partition_epoch=pi.partition_epoch + 1)
+                         for p, pi in t.partitions.items()}
+                topics[name] = replace(t, partitions=parts)
+            self.image = replace(self.image, topics=topics)
+            self._persist()
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     assignments: Mapping[int, Iterable[int]] | None = None,
+                     configs: Mapping[str, str | None] | None = None, validate_only: bool = False) -> TopicImage:
+        with self._lock:
+            validate_topic_name(name)
+            if name in self.image.topics:
+                raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+            unified = name.replace(".", "_")
+            for other in self.image.topics:
+                if other.replace(".", "_") == unified:
+                    raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+            overrides = {k: v for k, v in (configs or {}).items() if v is not None}
+            self.config.validate_topic_overrides(overrides)
+            replicas = self._place(num_partitions, replication_factor, assignments)
+            topic = TopicImage(name, new_kafka_uuid(), {
+                p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in replicas.items()},
+                {k: str(v) for k, v in overrides.items()})
+            if not validate_only:
+                self._commit(self.image.with_topic(topic), MetadataDelta(created=(topic,)))
+                log.info("Created topic %s with %d partition(s), id %s", name, len(topic.partitions),
+                         topic.topic_id)
+            return topic
+
+    def _place(self, num_partitions: int, replication_factor: int,
+               assignments: Mapping[int, Iterable[int]] | None, start: int = 0) -> dict[int, list[int]]:
+        brokers = sorted(self.image.brokers)
+        if assignments:
+            out = {}
+            for i, (p, reps) in enumerate(sorted(assignments.items())):
+                reps = list(reps)
+                if p != start + i:
+                    raise InvalidReplicaAssignmentError(
+                        f"partitions should be a consecutive 0-based integer sequence, got {sorted(assignments)}")
+                if not reps or len(set(reps)) != len(reps):
+                    raise InvalidReplicaAssignmentError(f"invalid replica list {reps} for partition {p}")
+                unknown = [r for r in reps if r not in self.image.brokers]
+                if unknown:
+                    raise InvalidReplicaAssignmentError(
+                        f"All brokers specified in the manual partition assignment for partition {p} are "
+                        f"fenced or in controlled shutdown." if len(unknown) == len(reps)
+                        else f"unknown broker(s) {unknown} in the assignment of partition {p}")
+                out[p] = reps
+            return out
+        if replication_factor < -1 or replication_factor == 0:
+            raise InvalidReplicationFactorError(
+                "Replication factor must be larger than 0, or -1 to use the default value.")
+        if num_partitions < -1 or num_partitions == 0:
+            raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.")
+        n = self.config["num.partitions"] if num_partitions == -1 else num_partitions
+        rf = self.config["default.replication.factor"] if replication_factor == -1 else replication_factor
+        if rf > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot "
+                f"be reached because only {len(brokers)} broker(s) are registered.")
+        return {start + p: [brokers[(start + p + r) % len(brokers)] for r in range(rf)] for p in range(n)}
+
+    def delete_topic(self, name: str) -> TopicImage:
+        with self._lock:
+            t = self.image.topics.get(name)
+            if t is None:
+                raise UnknownTopicOrPartitionError(f"This server does not host this topic: {name}")
+            if not self.config["delete.topic.enable"]:
+                raise TopicDeletionDisabledError("Topic deletion is disabled.")
+            self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
+            log.info("Deleted topic %s (id %s)", name, t.topic_id)
+            return t
+
+    def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None,
+                          validate_only: bool = False) -> TopicImage:
+        with self._lock:
+            t = self.image.topics.get(name)
+            if t is None:
+                raise UnknownTopicOrPartitionError(f"This server does not host this topic: {name}")
+            have = len(t.partitions)
+            if count == have:
+                raise InvalidPartitionsError(f"Topic already has {have} partition(s).")
+            if count < have:
+                raise InvalidPartitionsError(
+                    f"The topic {name} currently has {have} partition(s); {count} would not be an increase.")
+            if assignments is not None and len(assignments) != count - have:
+                raise InvalidReplicaAssignmentError(
+                    f"Attempted to add {count - have} additional partition(s), but only {len(assignments)} "
+                    f"assignment(s) were specified.")
+            rf = len(t.partitions[0].replicas)
+            placed = self._place(count - have, rf,
+                                 {have + i: a for i, a in enumerate(assignments)} if assignments else None,
+                                 start=have)
+            added = {p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in placed.items()}
+            new = replace(t, partitions={**t.partitions, **added})
+            if not validate_only:
+                self._commit(self.image.with_topic(new),
+                             MetadataDelta(partitions_added=((new, tuple(sorted(added))),)))
+            return new
+
+    # ------------------------------------------------------------------ configs
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
+                            validate_only: bool = False) -> TopicImage:
+        """Legacy AlterConfigs: the given settings replace every override of the topic."""
+        with self._lock:
+            t = self._topic(name)
+            return self._set_topic_configs(t, {k: v for k, v in configs.items() if v is not None}, validate_only)
+
+    def incremental_alter_topic_configs(self, name: str, ops: Iterable[ConfigOp],
+                                        validate_only: bool = False) -> TopicImage:
+        with self._lock:
+            t = self._topic(name)
+            return self._set_topic_configs(t, apply_config_ops(t.configs, ops, _topic_list_default), validate_only)
+
+    def _topic(self, name: str) -> TopicImage:
+        t = self.image.topics.get(name)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"Topic {name} does not exist.")
+        return t
+
+    def _set_topic_configs(self, t: TopicImage, overrides: dict[str, str], validate_only: bool) -> TopicImage:
+        self.config.validate_topic_overrides(overrides)
+        new = replace(t, configs={k: str(v) for k, v in overrides.items()})
+        if not validate_only:
+            self._commit(self.image.with_topic(new), MetadataDelta(configs_changed=(new,)))
+        return new
+
+    def alter_broker_configs(self, resource: str, configs: Mapping[str, str | None],
+                             incremental_ops: Iterable[ConfigOp] | None = None,
+                             validate_only: bool = False) -> None:
+        """Dynamic broker configs for ``resource`` (a node id, or "" for the cluster-wide default)."""
+        with self._lock:
+            if resource not in ("", str(self.node_id)):
+                raise InvalidConfigError(f"Unknown broker {resource}")
+            current = dict(self.image.broker_configs.get(resource, {}))
+            if incremental_ops is not None:
+                new = apply_config_ops(current, incremental_ops, lambda k: None)
+            else:
+                new = {k: v for k, v in configs.items() if v is not None}
+            for key, value in new.items():
+                d = BROKER_CONFIGS.get(key)
+                if d is None:
+                    raise InvalidConfigError(f"Unknown broker config {key}")
+                if not d.dynamic:
+                    raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
+                BrokerConfig({**self.config.originals, key: value})  # range check with Kafka's message
+            if not validate_only:
+                configs_all = {**self.image.broker_configs, resource: {k: str(v) for k, v in new.items()}}
+                self._commit(replace(self.image, broker_configs=configs_all),
+                             MetadataDelta(broker_configs_changed=True))
+
+
+def _topic_list_default(key: str) -> str | None:
+    d = TOPIC_CONFIGS.get(key)
+    if d is None or d.type != "list":
+        return None
+    return ",".join(d.default) if isinstance(d.default, (list, tuple)) else (d.default or "")
+
+
+def apply_config_ops(current: Mapping[str, str], ops: Iterable[ConfigOp],
+                     list_default: Callable[[str], str | None]) -> dict[str, str]:
+    """IncrementalAlterConfigs semantics: SET, DELETE, and APPEND / SUBTRACT for list settings.
+
+    ``list_default(key)`` is the default of a list setting as text (None: not a list); APPEND and
+    SUBTRACT start from the override, or from that default when there is none, as Kafka does."""
+    out = dict(current)
+    for op in ops:
+        if op.op == 0:
+            if op.value is None:
+                raise InvalidConfigError(f"Null value not supported for: {op.name}")
+            out[op.name] = op.value
+        elif op.op == 1:
+            out.pop(op.name, None)
+        elif op.op in (2, 3):
+            default = list_default(op.name)
+            if default is None:
+                raise InvalidConfigError(f"Config value append/subtract is not allowed for config key: {op.name}")
+            items = [x for x in out.get(op.name, default).split(",") if x]
+            values = [x.strip() for x in (op.value or "").split(",") if x.strip()]
+            if op.op == 2:
+                items += [v for v in values if v not in items]
+            else:
+                items = [x for x in items if x not in values]
+            out[op.name] = ",".join(items)
+        else:
+            raise InvalidConfigError(f"Unknown config operation {op.op} for {op.name}")
+    return out
+
+
+__all__ = ["INTERNAL_TOPICS", "ConfigOp", "Controller", "apply_config_ops", "validate_topic_name"]

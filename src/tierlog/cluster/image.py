@@ -1,0 +1,109 @@
+"""The cluster metadata image: what every broker knows about the cluster.
+
+An immutable snapshot (cluster id, brokers, topics with their ids, partitions and config
+overrides, dynamic broker configs). The controller produces a new image for every change and
+hands brokers a :class:`MetadataDelta`; the broker applies deltas to its logs. In a cluster the
+controller will run elsewhere and deltas will arrive over the network; the shapes stay the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+
+from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+    def to_json(self) -> dict:
+        return {"partition": self.partition, "leader": self.leader, "leaderEpoch": self.leader_epoch,
+                "replicas": list(self.replicas), "isr": list(self.isr), "partitionEpoch": self.partition_epoch}
+
+    @classmethod
+    def from_json(cls, d: dict) -> PartitionImage:
+        return cls(d["partition"], d["leader"], d["leaderEpoch"], tuple(d["replicas"]), tuple(d["isr"]),
+                   d.get("partitionEpoch", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionImage]
+    configs: dict[str, str] = field(default_factory=dict)  # overrides only, as strings
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "topicId": uuid_to_str(self.topic_id),
+                "partitions": [p.to_json() for p in sorted(self.partitions.values(), key=lambda p: p.partition)],
+                "configs": dict(sorted(self.configs.items()))}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicImage:
+        parts = {p["partition"]: PartitionImage.from_json(p) for p in d["partitions"]}
+        return cls(d["name"], uuid_from_str(d["topicId"]), parts, dict(d.get("configs", {})))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerImage:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    cluster_id: str
+    controller_id: int
+    brokers: dict[int, BrokerImage]
+    topics: dict[str, TopicImage]
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # resource name ("" = all)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        for t in self.topics.values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+    def with_topic(self, topic: TopicImage) -> MetadataImage:
+        return replace(self, topics={**self.topics, topic.name: topic})
+
+    def without_topic(self, name: str) -> MetadataImage:
+        return replace(self, topics={k: v for k, v in self.topics.items() if k != name})
+
+    def to_json(self) -> dict:
+        return {"version": 1, "clusterId": self.cluster_id, "controllerId": self.controller_id,
+                "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
+                "brokerConfigs": self.broker_configs}
+
+    @classmethod
+    def from_json(cls, d: dict, brokers: dict[int, BrokerImage]) -> MetadataImage:
+        if d.get("version") != 1:
+            raise ValueError(f"unsupported metadata version {d.get('version')!r}")
+        topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
+        return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})))
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataDelta:
+    """What changed between two images, as the broker needs to act on it."""
+
+    created: tuple[TopicImage, ...] = ()
+    deleted: tuple[TopicImage, ...] = ()
+    partitions_added: tuple[tuple[TopicImage, tuple[int, ...]], ...] = ()
+    configs_changed: tuple[TopicImage, ...] = ()
+    broker_configs_changed: bool = False

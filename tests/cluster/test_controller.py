@@ -1,0 +1,95 @@
+"""The single-node controller: Kafka's validation rules and persistence across restarts."""
+
+import pytest
+
+from tierlog.cluster import BrokerImage, ConfigOp, Controller, FileMetadataStore, ensure_meta_properties
+from tierlog.config import BrokerConfig
+from tierlog.errors import InvalidConfigError, KafkaStorageError, UnknownTopicOrPartitionError
+
+
+@pytest.fixture
+def make_controller(tmp_path):
+    def make(**overrides):
+        cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path), **overrides})
+        cid = ensure_meta_properties([str(tmp_path)], cfg["node.id"], None)
+        return Controller(cfg, FileMetadataStore(str(tmp_path)), BrokerImage(cfg["node.id"], "127.0.0.1", 9092), cid)
+    return make
+
+
+def test_topics_ids_partitions_and_configs_survive_a_restart(make_controller):
+    c = make_controller()
+    seen = []
+    c.add_listener(lambda delta, image: seen.append(delta))
+    t = c.create_topic("orders", 3, configs={"retention.ms": "1000"})
+    c.create_partitions("orders", 4)
+    c.incremental_alter_topic_configs("orders", [ConfigOp("cleanup.policy", 2, "compact"),
+                                                 ConfigOp("retention.ms", 1, None)])
+    assert [type(d).__name__ for d in seen] == ["MetadataDelta"] * 3
+    c2 = make_controller()
+    t2 = c2.image.topics["orders"]
+    assert t2.topic_id == t.topic_id and sorted(t2.partitions) == [0, 1, 2, 3]
+    assert t2.configs == {"cleanup.policy": "delete,compact"}
+    c2.elect_leaders()
+    assert {p.leader_epoch for p in c2.image.topics["orders"].partitions.values()} == {1}
+
+
+@pytest.mark.parametrize("name, code, fragment", [
+    ("", 17, "empty string"),
+    ("..", 17, "'..' is not allowed"),
+    ("a" * 250, 17, "max allowed length 249"),
+    ("bad/name", 17, "ASCII alphanumerics"),
+])
+def test_invalid_topic_names(make_controller, name, code, fragment):
+    with pytest.raises(Exception) as e:
+        make_controller().create_topic(name, 1)
+    assert e.value.code == code and fragment in str(e.value)
+
+
+def test_kafka_errors_for_bad_creations(make_controller):
+    c = make_controller()
+    c.create_topic("a.b", 1)
+    cases = [
+        (lambda: c.create_topic("a.b", 1), 36, "already exists"),
+        (lambda: c.create_topic("a_b", 1), 17, "collides with existing topic: a.b"),
+        (lambda: c.create_topic("x", 0), 37, "invalid non-positive"),
+        (lambda: c.create_topic("x", 1, 0), 38, "larger than 0"),
+        (lambda: c.create_topic("x", 1, 2), 38, "only 1 broker(s) are registered"),
+        (lambda: c.create_topic("x", 1, configs={"segment.bytes": "-1"}), 40, "segment.bytes"),
+        (lambda: c.create_topic("x", 1, configs={"no.such.key": "1"}), 40, "no.such.key"),
+        (lambda: c.create_partitions("a.b", 1), 37, "already has 1 partition"),
+        (lambda: c.create_partitions("nope", 3), 3, "nope"),
+    ]
+    for call, code, fragment in cases:
+        with pytest.raises(Exception) as e:
+            call()
+        assert e.value.code == code and fragment in str(e.value), (code, e.value)
+    assert sorted(c.image.topics) == ["a.b"]
+
+
+def test_validate_only_changes_nothing(make_controller):
+    c = make_controller()
+    c.create_topic("t", 2, validate_only=True)
+    assert "t" not in c.image.topics
+
+
+def test_delete_topic_and_unknown_topic(make_controller):
+    c = make_controller()
+    c.create_topic("t", 1)
+    c.delete_topic("t")
+    assert "t" not in make_controller().image.topics
+    with pytest.raises(UnknownTopicOrPartitionError):
+        c.delete_topic("t")
+
+
+def test_broker_configs_only_dynamic_keys(make_controller):
+    c = make_controller()
+    c.alter_broker_configs("", {"log.retention.ms": "60000"})
+    assert c.image.broker_configs[""] == {"log.retention.ms": "60000"}
+    with pytest.raises(InvalidConfigError):
+        c.alter_broker_configs("", {"log.dirs": "/elsewhere"})
+
+
+def test_log_dir_of_another_node_is_refused(tmp_path):
+    ensure_meta_properties([str(tmp_path)], 1, None)
+    with pytest.raises(KafkaStorageError, match="belongs to node 1"):
+        ensure_meta_properties([str(tmp_path)], 2, None)
