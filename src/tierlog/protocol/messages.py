@@ -1,0 +1,359 @@
+"""Kafka request parsing and response encoding on top of kio, sans-IO.
+
+A frame (the bytes after the 4-byte size, see :mod:`tierlog.protocol.framing`) becomes a
+:class:`RequestContext` with :func:`parse_request`; a kio response object becomes a complete
+response frame (size prefix, response header, body) with :func:`encode_response`.
+
+Errors the server must handle when parsing (all subclasses of :class:`RequestParseError`, which is
+a :class:`tierlog.errors.KafkaError`):
+
+- :class:`UnsupportedApiKeyError` - an API key kio does not know. Kafka closes the connection.
+- :class:`UnsupportedApiVersionError` - a version kio does not know. For ApiVersions the broker
+  answers with a v0 ApiVersionsResponse carrying UNSUPPORTED_VERSION and its ranges (KIP-511; see
+  :func:`tierlog.protocol.registry.api_versions_fallback_frame`); for anything else it closes the
+  connection. ``exc.header`` holds the api key, version and correlation id read from the fixed
+  part of the header, so the answer can be correlated.
+- :class:`MalformedRequestError` - the bytes do not parse. Kafka closes the connection.
+
+Bytes after the request body are ignored (librdkafka's AdminClient sends 3 extra bytes with
+Metadata v13); ``RequestContext.trailing_bytes`` counts them.
+
+Before kio's native reader runs, a generated guard (:mod:`tierlog.protocol._guard`) checks every
+array length against the bytes that remain: kio 0.6.5 reserves memory for the announced length
+and a bogus one aborts the whole process.
+
+Response encoding goes through :func:`write_response`, which writes into any object with a
+``write`` method. kio's writers hand a records field to ``write`` as one object, so a later
+``encode_response_parts`` for big Fetch responses can pass a writer that keeps large buffers as
+separate parts (prefix, records from the segment, suffix) for ``writelines``/``sendfile`` instead of
+copying them into one ``bytes``; :func:`tierlog.protocol.framing.encode_frame_parts` adds the size.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema, load_response_from_request, load_response_schema
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from tierlog import errors
+from tierlog.protocol._guard import ArrayTooLong, guard_for
+
+__all__ = [
+    "ApiKey",
+    "MalformedRequestError",
+    "RequestContext",
+    "RequestHeaderInfo",
+    "RequestParseError",
+    "UnsupportedApiKeyError",
+    "UnsupportedApiVersionError",
+    "encode_request",
+    "encode_response",
+    "encode_response_frame",
+    "parse_request",
+    "parse_request_header",
+    "parse_response",
+    "request_types",
+    "write_response",
+]
+
+ApiKey = enum.IntEnum("ApiKey", {name.upper(): key for key, name in sorted(api_key_map.items())})
+"""Kafka API keys known to kio, with Kafka's names: ``ApiKey.PRODUCE == 0``, ``ApiKey.API_VERSIONS == 18``."""
+
+_HEAD = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# What kio's native readers raise on bad input: its own errors, ValueError (e.g. "negative array
+# length", bad UTF-8), KeyError (an unknown tag), and the overflow/type errors of bogus values.
+_DECODE_ERRORS = (SerialError, ArrayTooLong, ValueError, KeyError, IndexError, TypeError, OverflowError,
+                  struct.error)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderInfo:
+    """The fixed start of every request header, readable even when the body is not."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+    @property
+    def api_name(self) -> str:
+        if self.api_key in api_key_map:
+            return ApiKey(self.api_key).name
+        return f"UNKNOWN({self.api_key})"
+
+
+class RequestParseError(errors.KafkaError):
+    """A request frame that cannot be turned into a :class:`RequestContext`."""
+
+    def __init__(self, message: str, header: RequestHeaderInfo | None = None):
+        super().__init__(message)
+        self.header = header
+
+
+class UnsupportedApiKeyError(RequestParseError, errors.InvalidRequestError):
+    """The API key is unknown (to kio, hence to tierlog)."""
+
+
+class UnsupportedApiVersionError(RequestParseError, errors.UnsupportedVersionError):
+    """The API key is known but not at this version."""
+
+
+class MalformedRequestError(RequestParseError, errors.InvalidRequestError):
+    """The bytes do not form a valid request of the announced API and version."""
+
+
+def parse_request_header(frame) -> RequestHeaderInfo:
+    """Read api key, api version, correlation id and client id from a request frame.
+
+    These sit at the same place in every request header version, so this works for APIs and
+    versions kio does not know. Raises :class:`MalformedRequestError` when the frame is too short.
+    """
+    try:
+        api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
+        (length,) = _I16.unpack_from(frame, 8)
+        if length < 0:
+            client_id = None
+        else:
+            raw = bytes(frame[10:10 + length])
+            if len(raw) < length:
+                raise MalformedRequestError(f"request header truncated in client_id ({len(frame)} bytes)")
+            client_id = raw.decode("utf-8", "replace")
+    except struct.error:
+        raise MalformedRequestError(f"request frame of {len(frame)} bytes is shorter than a request header") \
+            from None
+    return RequestHeaderInfo(api_key, api_version, correlation_id, client_id)
+
+
+def _header_or_none(frame) -> RequestHeaderInfo | None:
+    """The header for an error report: without client_id if that is cut short, None if less remains."""
+    try:
+        return parse_request_header(frame)
+    except MalformedRequestError:
+        if len(frame) < 8:
+            return None
+        return RequestHeaderInfo(*_HEAD.unpack_from(frame, 0), None)
+
+
+class _Schema:
+    """Everything needed to read one (api key, version) request and answer it; built once."""
+
+    __slots__ = ("request_type", "response_type", "read_header", "read_body", "guard")
+
+    def __init__(self, request_type: type) -> None:
+        self.request_type = request_type
+        self.response_type = load_response_from_request(request_type)
+        self.read_header = entity_reader(request_type.__header_schema__)
+        self.read_body = entity_reader(request_type)
+        self.guard = guard_for(request_type)
+
+
+_schemas: dict[tuple[int, int], _Schema] = {}
+
+
+def _schema(api_key: int, api_version: int, frame=None) -> _Schema:
+    schema = _schemas.get((api_key, api_version))
+    if schema is not None:
+        return schema
+    header = _header_or_none(frame) if frame is not None else None
+    if api_key not in api_key_map:
+        raise UnsupportedApiKeyError(f"unknown api key {api_key}", header)
+    try:
+        request_type = load_request_schema(api_key, api_version)
+    except KioIndexError:
+        raise UnsupportedApiVersionError(
+            f"{ApiKey(api_key).name} version {api_version} is not supported", header) from None
+    schema = _Schema(request_type)
+    _schemas[(api_key, api_version)] = schema
+    return schema
+
+
+def request_types(api_key: int, api_version: int) -> tuple[type, type]:
+    """(kio request class, kio response class) for an API version; raises the errors above."""
+    schema = _schema(api_key, api_version)
+    return schema.request_type, schema.response_type
+
+
+class RequestContext:
+    """A parsed request: routing fields, kio header and body objects, and the types to answer with.
+
+    ``request`` is the kio dataclass for the request's version; ``response_type`` is the kio
+    response class of the same version. ``trailing_bytes`` counts bytes after the body that were
+    ignored. Instances are treated as immutable.
+    """
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "header", "request", "frame_size",
+                 "trailing_bytes", "_schema")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, header: Any, request: Any,
+                 frame_size: int, trailing_bytes: int = 0, schema: _Schema | None = None) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.header = header
+        self.request = request
+        self.frame_size = frame_size
+        self.trailing_bytes = trailing_bytes
+        self._schema = schema if schema is not None else _schema(api_key, api_version)
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def request_type(self) -> type:
+        return self._schema.request_type
+
+    @property
+    def response_type(self) -> type:
+        return self._schema.response_type
+
+    @property
+    def api_name(self) -> str:
+        return ApiKey(self.api_key).name
+
+    def __repr__(self) -> str:
+        return (f"RequestContext({self.api_name} v{self.api_version}, correlation_id={self.correlation_id}, "
+                f"client_id={self.client_id!r}, {self.frame_size} bytes)")
+
+
+def parse_request(frame) -> RequestContext:
+    """Parse one request frame (the bytes after the size prefix).
+
+    ``frame`` should be ``bytes`` (kio's readers need a read-only buffer); other bytes-like
+    objects are accepted and copied first when writable.
+    """
+    if type(frame) is not bytes:
+        frame = _readonly(frame)
+    try:
+        api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
+    except struct.error:
+        raise MalformedRequestError(
+            f"request frame of {len(frame)} bytes is shorter than a request header") from None
+    schema = _schemas.get((api_key, api_version)) or _schema(api_key, api_version, frame)
+    try:
+        header, header_size = schema.read_header(frame, 0)
+        schema.guard(frame, header_size)
+        request, body_size = schema.read_body(frame, header_size)
+    except _DECODE_ERRORS as exc:
+        raise MalformedRequestError(
+            f"cannot parse {ApiKey(api_key).name} v{api_version} request: {exc!r}", _header_or_none(frame)
+        ) from exc
+    size = len(frame)
+    return RequestContext(api_key, api_version, correlation_id, header, request, size,
+                          size - header_size - body_size, schema)
+
+
+def _readonly(frame):
+    if isinstance(frame, memoryview) and frame.readonly:
+        return frame
+    return bytes(frame)
+
+
+# -- responses ------------------------------------------------------------------------------------
+
+class _Writers:
+    __slots__ = ("header_type", "write_header", "write_body")
+
+    def __init__(self, payload_type: type) -> None:
+        self.header_type = payload_type.__header_schema__
+        self.write_header = entity_writer(self.header_type)
+        self.write_body = entity_writer(payload_type)
+
+
+_writers: dict[type, _Writers] = {}
+
+
+def _writers_for(payload_type: type) -> _Writers:
+    w = _writers.get(payload_type)
+    if w is None:
+        w = _writers[payload_type] = _Writers(payload_type)
+    return w
+
+
+def write_response(out, correlation_id: int, response: Any) -> None:
+    """Write response header (v0 or v1, as kio's class says) and body to ``out`` (no size prefix)."""
+    w = _writers.get(type(response)) or _writers_for(type(response))
+    w.write_header(out, w.header_type(correlation_id=correlation_id))
+    w.write_body(out, response)
+
+
+def encode_response_frame(correlation_id: int, response: Any) -> bytes:
+    """A complete response frame: size prefix, response header, body."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    write_response(out, correlation_id, response)
+    size = out.tell() - 4
+    out.seek(0)
+    out.write(_I32.pack(size))
+    return out.getvalue()
+
+
+def encode_response(ctx: RequestContext, response: Any) -> bytes:
+    """The response frame answering ``ctx``.
+
+    ``response`` must be the kio response class of the request's API and version, with one
+    exception from KIP-511: an ApiVersions request may be answered at v0 (the UNSUPPORTED_VERSION
+    fallback).
+    """
+    rtype = type(response)
+    if rtype is not ctx.response_type and not (
+        ctx.api_key == ApiKey.API_VERSIONS and getattr(rtype, "__api_key__", None) == ApiKey.API_VERSIONS
+        and rtype.__version__ == 0
+    ):
+        raise TypeError(f"{rtype.__module__}.{rtype.__qualname__} does not answer "
+                        f"{ctx.api_name} v{ctx.api_version}; expected {ctx.response_type.__module__}")
+    return encode_response_frame(ctx.correlation_id, response)
+
+
+# -- the client side: requests out, responses in ----------------------------------------------------
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None = None) -> bytes:
+    """A complete request frame (size prefix, request header v1 or v2 as kio says, body)."""
+    w = _writers.get(type(request)) or _writers_for(type(request))
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    w.write_header(out, w.header_type(request_api_key=request.__api_key__,
+                                      request_api_version=request.__version__,
+                                      correlation_id=correlation_id, client_id=client_id))
+    w.write_body(out, request)
+    size = out.tell() - 4
+    out.seek(0)
+    out.write(_I32.pack(size))
+    return out.getvalue()
+
+
+_response_readers: dict[type, tuple] = {}
+
+
+def parse_response(frame, response_type: type) -> tuple[int, Any]:
+    """Parse a response frame (bytes after the size prefix) as ``response_type``.
+
+    Returns ``(correlation_id, response)``. Raises :class:`kio.serial.errors.DecodeError` (or the
+    guard's ``ValueError``) on bad bytes. An ApiVersions response with a non-zero error code is
+    read as v0 whatever version was asked for, as Kafka's clients do (KIP-511).
+    """
+    if type(frame) is not bytes:
+        frame = _readonly(frame)
+    # ApiVersions: header v0 is 4 bytes and the body starts with the int16 error code.
+    if (response_type.__api_key__ == ApiKey.API_VERSIONS and response_type.__version__ > 0
+            and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] != 0):
+        response_type = load_response_schema(ApiKey.API_VERSIONS, 0)
+    readers = _response_readers.get(response_type)
+    if readers is None:
+        readers = _response_readers[response_type] = (entity_reader(response_type.__header_schema__),
+                                                      guard_for(response_type), entity_reader(response_type))
+    read_header, guard, read_body = readers
+    header, n = read_header(frame, 0)
+    guard(frame, n)
+    response, _ = read_body(frame, n)
+    return header.correlation_id, response
