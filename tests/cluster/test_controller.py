@@ -93,3 +93,11 @@ def test_log_dir_of_another_node_is_refused(tmp_path):
     ensure_meta_properties([str(tmp_path)], 1, None)
     with pytest.raises(KafkaStorageError, match="belongs to node 1"):
         ensure_meta_properties([str(tmp_path)], 2, None)
+
+
+def test_producer_ids_are_never_reused_across_restarts(make_controller):
+    c = make_controller()
+    first = [c.allocate_producer_id() for _ in range(3)]
+    assert first == [0, 1, 2]
+    c2 = make_controller()
+    assert c2.allocate_producer_id() == 1000  # the unused rest of the first block is skipped

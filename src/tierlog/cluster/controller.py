@@ -42,6 +42,7 @@ InvalidReplicaAssignmentError = error_for_code(39)
 TopicDeletionDisabledError = error_for_code(73)
 
 MAX_TOPIC_NAME_LENGTH = 249
+PRODUCER_ID_BLOCK_SIZE = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 Listener = Callable[[MetadataDelta, MetadataImage], None]
@@ -79,6 +80,7 @@ class Controller:
         self.node_id = broker.node_id
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
+        self._next_producer_id = self._producer_id_block_end = 0
         doc = store.load()
         brokers = {broker.node_id: broker}
         if doc is None:
@@ -108,6 +110,23 @@ class Controller:
         """The resolved configuration of a topic (broker defaults plus its overrides)."""
         t = self.image.topics.get(topic)
         return self.config.topic_config(t.configs if t else None)
+
+    # ------------------------------------------------------------------ producer ids
+
+    def allocate_producer_id(self) -> int:
+        """A producer id never handed out before, also across restarts.
+
+        Ids are reserved in persisted blocks of PRODUCER_ID_BLOCK_SIZE, as Kafka's controller
+        hands brokers blocks of 1000; ids of a block left unused at a restart are skipped."""
+        with self._lock:
+            if self._next_producer_id >= self._producer_id_block_end:
+                start = self.image.next_producer_id_block
+                self.image = replace(self.image, next_producer_id_block=start + PRODUCER_ID_BLOCK_SIZE)
+                self._persist()
+                self._next_producer_id, self._producer_id_block_end = start, start + PRODUCER_ID_BLOCK_SIZE
+            pid = self._next_producer_id
+            self._next_producer_id += 1
+            return pid
 
     # ------------------------------------------------------------------ leadership
 

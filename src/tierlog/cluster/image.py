@@ -72,6 +72,7 @@ class MetadataImage:
     brokers: dict[int, BrokerImage]
     topics: dict[str, TopicImage]
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # resource name ("" = all)
+    next_producer_id_block: int = 0  # first producer id not yet handed to a broker
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -88,14 +89,15 @@ class MetadataImage:
     def to_json(self) -> dict:
         return {"version": 1, "clusterId": self.cluster_id, "controllerId": self.controller_id,
                 "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
-                "brokerConfigs": self.broker_configs}
+                "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
 
     @classmethod
     def from_json(cls, d: dict, brokers: dict[int, BrokerImage]) -> MetadataImage:
         if d.get("version") != 1:
             raise ValueError(f"unsupported metadata version {d.get('version')!r}")
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
-        return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})))
+        return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
+                   d.get("nextProducerIdBlock", 0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,99 @@
+"""Fetch, by topic name (v4-v12) and by topic id (v13+), with long polling.
+
+The broker answers as soon as ``min_bytes`` are available or ``max_wait_ms`` has passed, waking on
+appends to any partition in the request. Incremental fetch sessions are not kept: every answer
+carries session id 0, which tells clients to send full fetch requests (all clients accept that).
+"""
+
+from __future__ import annotations
+
+import time
+
+from tierlog.errors import KafkaError
+from tierlog.kafka_uuid import ZERO_UUID
+from tierlog.protocol import ApiKey, RequestContext, build_response
+
+UNKNOWN_TOPIC_ID = 100
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class FetchApis:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.FETCH, 4, 17, self.fetch)
+
+    async def fetch(self, ctx: RequestContext):
+        req = ctx.request
+        rm = self.broker.replica_manager
+        by_id = ctx.api_version >= 13
+        isolation = "committed" if getattr(req, "isolation_level", 0) == 1 else "high_watermark"
+        if getattr(req, "replica_id", -1) >= 0:
+            isolation = "log_end"  # a follower (next milestone) reads up to the log end
+        max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
+        wanted = []  # (topic response key, topic name or None, partition request)
+        for t in req.topics:
+            if by_id:
+                name = rm.topic_name(t.topic_id)
+                key = t.topic_id
+            else:
+                name = t.topic
+                key = t.topic
+            for p in t.partitions:
+                wanted.append((key, name, p))
+        deadline = time.monotonic() + max(req.max_wait.total_seconds(), 0)
+        min_bytes = req.min_bytes
+        while True:
+            results, total, errors = self._read(wanted, max_bytes, isolation, by_id)
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or errors or remaining <= 0:
+                break
+            await rm.wait_for_data([(name, p.partition) for _, name, p in wanted if name], remaining)
+        topics = []
+        index = {}
+        for key, part in results:
+            if key not in index:
+                index[key] = len(topics)
+                topics.append({"topic_id" if by_id else "topic": key, "partitions": []})
+            topics[index[key]]["partitions"].append(part)
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                                    "responses": topics})
+
+    def _read(self, wanted, max_bytes: int, isolation: str, by_id: bool):
+        rm = self.broker.replica_manager
+        results = []
+        total = 0
+        errors = False
+        min_one = True
+        for key, name, p in wanted:
+            part = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
+                    "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                    "preferred_read_replica": -1, "records": b""}
+            try:
+                if name is None:
+                    part["error_code"] = UNKNOWN_TOPIC_ID if by_id and key != ZERO_UUID else UNKNOWN_TOPIC_OR_PARTITION
+                    errors = True
+                    results.append((key, part))
+                    continue
+                partition = rm.get_partition(name, p.partition)
+                partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                lg = partition.log
+                part["high_watermark"] = lg.high_watermark
+                part["last_stable_offset"] = lg.last_stable_offset
+                part["log_start_offset"] = lg.log_start_offset
+                if isolation == "committed":
+                    part["aborted_transactions"] = []
+                limit = min(p.partition_max_bytes, max_bytes - total)
+                if limit > 0 or min_one:
+                    info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
+                    data = info.read()
+                    if data:
+                        part["records"] = data
+                        total += len(data)
+                        min_one = False
+            except KafkaError as e:
+                part["error_code"] = e.code
+                errors = True
+            results.append((key, part))
+        return results, total, errors

@@ -1,0 +1,98 @@
+"""ApiVersions and Metadata."""
+
+from __future__ import annotations
+
+import logging
+
+from tierlog.cluster import INTERNAL_TOPICS, validate_topic_name
+from tierlog.errors import KafkaError, error_for_code
+from tierlog.kafka_uuid import ZERO_UUID
+from tierlog.protocol import ApiKey, RequestContext, build_api_versions_response, build_response
+
+log = logging.getLogger(__name__)
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+
+
+class MetadataApis:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
+        registry.register(ApiKey.METADATA, 0, 13, self.metadata)
+
+    async def api_versions(self, ctx: RequestContext):
+        return build_api_versions_response(ctx.api_version, self.broker.registry)
+
+    async def metadata(self, ctx: RequestContext):
+        req = ctx.request
+        broker = self.broker
+        image = broker.controller.image
+        allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+        requested = req.topics
+        topics_out = []
+        if requested is None or (ctx.api_version == 0 and not requested):
+            names = [n for n in sorted(image.topics)]
+            topics_out = [self._topic(image.topics[n]) for n in names]
+        else:
+            for t in requested:
+                name = getattr(t, "name", None)
+                topic_id = getattr(t, "topic_id", None)
+                if name is None and topic_id not in (None, ZERO_UUID):
+                    topic = image.topic_by_id(topic_id)
+                    topics_out.append(self._topic(topic) if topic else
+                                      {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id})
+                    continue
+                topics_out.append(self._named_topic(name, allow_create))
+        host, port = broker.advertised_host_port
+        return build_response(ctx, {
+            "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.node_id,
+            "topics": topics_out,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "error_code": 0,
+        })
+
+    def _named_topic(self, name: str, allow_create: bool) -> dict:
+        image = self.broker.controller.image
+        topic = image.topics.get(name)
+        if topic is not None:
+            return self._topic(topic)
+        try:
+            validate_topic_name(name)
+        except KafkaError as e:
+            return {"error_code": e.code, "name": name, "is_internal": False}
+        if allow_create and name not in INTERNAL_TOPICS:
+            try:
+                # Kafka answers LEADER_NOT_AVAILABLE and creates in the background; a single node
+                # creates at once and answers with the new topic.
+                return self._topic(self.broker.controller.create_topic(name))
+            except KafkaError as e:
+                log.info("Auto-creation of topic %s failed: %s", name, e)
+                return {"error_code": e.code, "name": name}
+        return {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name}
+
+    def _topic(self, topic) -> dict:
+        return {
+            "error_code": 0,
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "is_internal": topic.is_internal,
+            "partitions": [{
+                "error_code": 0,
+                "partition_index": p.partition,
+                "leader_id": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [],
+            } for p in sorted(topic.partitions.values(), key=lambda p: p.partition)],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+
+__all__ = ["MetadataApis", "error_for_code"]

@@ -1,0 +1,77 @@
+"""ListOffsets and OffsetsForLeaderEpoch."""
+
+from __future__ import annotations
+
+from tierlog.errors import KafkaError, UnsupportedVersionError
+from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.storage import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
+
+# The ListOffsets version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005).
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
+
+
+class OffsetApis:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.LIST_OFFSETS, 1, 11, self.list_offsets)
+        registry.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, self.offsets_for_leader_epoch)
+
+    async def list_offsets(self, ctx: RequestContext):
+        req = ctx.request
+        rm = self.broker.replica_manager
+        committed = getattr(req, "isolation_level", 0) == 1
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
+                       "leader_epoch": -1}
+                try:
+                    partition = rm.get_partition(t.name, p.partition_index)
+                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    out.update(self._offset(partition.log, p.timestamp, committed, ctx.api_version))
+                except KafkaError as e:
+                    out["error_code"] = e.code
+                parts.append(out)
+            topics.append({"name": t.name, "partitions": parts})
+        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+
+    @staticmethod
+    def _offset(lg, timestamp: int, committed: bool, version: int) -> dict:
+        needed = _MIN_VERSION.get(timestamp)
+        if needed is not None and version < needed:
+            raise UnsupportedVersionError(f"ListOffsets timestamp {timestamp} needs version {needed} or later")
+        upper = lg.last_stable_offset if committed else lg.high_watermark
+        if timestamp == LATEST_TIMESTAMP:
+            return {"offset": upper, "timestamp": -1, "leader_epoch": lg.leader_epoch_cache.latest_epoch()}
+        found = lg.fetch_offset_by_timestamp(timestamp)
+        if found is None or (timestamp >= 0 and found.offset >= upper):
+            return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+        return {"offset": found.offset, "timestamp": found.timestamp, "leader_epoch": found.leader_epoch}
+
+    async def offsets_for_leader_epoch(self, ctx: RequestContext):
+        req = ctx.request
+        rm = self.broker.replica_manager
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                out = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                try:
+                    partition = rm.get_partition(t.topic, p.partition)
+                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    lg = partition.log
+                    epoch, end = lg.leader_epoch_cache.end_offset_for(p.leader_epoch, lg.log_end_offset)
+                    out.update({"leader_epoch": epoch, "end_offset": end})
+                except KafkaError as e:
+                    out["error_code"] = e.code
+                parts.append(out)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})

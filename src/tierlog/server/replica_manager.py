@@ -1,0 +1,158 @@
+"""Partitions this broker leads: appends, reads with long polling, offsets.
+
+The replica manager keeps one :class:`Partition` per local log, created and removed from the
+controller's metadata deltas. On a single node every partition's only replica is the leader, so
+the high watermark follows the log end offset right after each append; replication will move that
+step behind follower acknowledgements without changing the callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+from tierlog.cluster import MetadataDelta, MetadataImage, TopicImage
+from tierlog.errors import (
+    KafkaError,
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from tierlog.storage import Log
+
+log = logging.getLogger(__name__)
+
+FencedLeaderEpochError = error_for_code(74)
+UnknownLeaderEpochError = error_for_code(75)
+
+
+@dataclass(slots=True)
+class Partition:
+    topic: str
+    index: int
+    topic_id: uuid.UUID
+    log: Log
+    leader_epoch: int
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Kafka's fencing: a client with a newer epoch than ours waits; an older one refreshes."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"leader epoch {current_leader_epoch} of {self.topic}-{self.index} is newer than ours "
+                f"({self.leader_epoch})")
+        raise FencedLeaderEpochError(
+            f"leader epoch {current_leader_epoch} of {self.topic}-{self.index} is older than the current "
+            f"{self.leader_epoch}")
+
+
+class ReplicaManager:
+    def __init__(self, broker):
+        self.broker = broker
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+
+    # ------------------------------------------------------------------ metadata
+
+    def load(self, image: MetadataImage) -> None:
+        lm = self.broker.log_manager
+        known = set()
+        for topic in image.topics.values():
+            for p in topic.partitions:
+                self._add(topic, p)
+                known.add((topic.name, p))
+        for tp in list(lm.logs):
+            if tp not in known:
+                log.warning("Deleting log %s-%d: its topic is not in the cluster metadata", *tp)
+                lm.delete_log(*tp)
+
+    def _add(self, topic: TopicImage, p: int) -> None:
+        lg = self.broker.log_manager.get_or_create_log(topic.name, p, self.broker.log_config_for(topic.name),
+                                                       topic.topic_id)
+        self.partitions[(topic.name, p)] = Partition(topic.name, p, topic.topic_id, lg,
+                                                     topic.partitions[p].leader_epoch)
+
+    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        lm = self.broker.log_manager
+        for topic in delta.created:
+            for p in topic.partitions:
+                self._add(topic, p)
+        for topic, added in delta.partitions_added:
+            for p in added:
+                self._add(topic, p)
+        for topic in delta.deleted:
+            for p in topic.partitions:
+                self.partitions.pop((topic.name, p), None)
+                lm.delete_log(topic.name, p)
+                self._wake((topic.name, p))
+        for topic in delta.configs_changed:
+            lm.update_config(topic.name, self.broker.log_config_for(topic.name))
+
+    def shutdown(self) -> None:
+        for waiters in self._waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    # ------------------------------------------------------------------ lookup
+
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            if topic in self.broker.controller.image.topics:
+                raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
+            raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
+        return p
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        t = self.broker.controller.image.topic_by_id(topic_id)
+        return t.name if t else None
+
+    # ------------------------------------------------------------------ produce
+
+    def append(self, topic: str, partition: int, records: bytes) -> dict:
+        """Append a client's batch as leader; returns the fields of a produce partition response."""
+        p = self.get_partition(topic, partition)
+        try:
+            info = p.log.append_as_leader(records, p.leader_epoch)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot append to {topic}-{partition}: {e}") from e
+        # Single replica: the append is committed at once.
+        p.log.update_high_watermark(p.log.log_end_offset)
+        if not info.duplicate:
+            self._wake((topic, partition))
+        return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
+                "log_start_offset": p.log.log_start_offset}
+
+    # ------------------------------------------------------------------ fetch long polling
+
+    def _wake(self, tp: tuple[str, int]) -> None:
+        for fut in self._waiters.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float) -> None:
+        """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
+        if timeout_s <= 0 or not tps:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        for tp in tps:
+            self._waiters.setdefault(tp, set()).add(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in tps:
+                waiters = self._waiters.get(tp)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        self._waiters.pop(tp, None)
+
+
+__all__ = ["KafkaError", "Partition", "ReplicaManager"]
