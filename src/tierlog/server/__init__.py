@@ -1,0 +1,1 @@
+"""The broker: network server, Kafka API handlers, replica manager and start-up/shutdown."""
