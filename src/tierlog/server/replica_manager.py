@@ -103,7 +103,8 @@ class ReplicaManager:
     def get_partition(self, topic: str, partition: int) -> Partition:
         p = self.partitions.get((topic, partition))
         if p is None:
-            if topic in self.broker.controller.image.topics:
+            t = self.broker.controller.image.topics.get(topic)
+            if t is not None and partition in t.partitions:
                 raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
         return p

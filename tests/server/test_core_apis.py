@@ -1,0 +1,188 @@
+"""Metadata, Produce, Fetch and offsets APIs at the versions real clients use and the newest ones."""
+
+import time
+import uuid
+
+import pytest
+
+from tierlog.protocol import ApiKey
+from tierlog.records import build_batch, iter_records
+
+from .rawclient import RawClient
+
+
+@pytest.fixture
+def client(broker):
+    c = RawClient(broker.bootstrap)
+    yield c
+    c.close()
+
+
+def create(client, name, partitions=1, version=12):
+    resp = client.request(ApiKey.METADATA, version, {"topics": [{"name": name}], "allow_auto_topic_creation": True})
+    t = resp.topics[0]
+    assert t.error_code == 0, t
+    assert len(t.partitions) == partitions
+    return t
+
+
+def produce(client, topic, batch, version=9, acks=-1, partition=0):
+    resp = client.request(ApiKey.PRODUCE, version, {
+        "acks": acks, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0]
+
+
+def test_metadata_auto_creates_and_reports_topic_ids(client, broker):
+    t = create(client, "orders")
+    assert t.topic_id != uuid.UUID(int=0)
+    resp = client.request(ApiKey.METADATA, 13, {"topics": None})
+    assert [x.name for x in resp.topics] == ["orders"] and resp.error_code == 0
+    assert resp.brokers[0].port == broker.port and resp.cluster_id
+    resp = client.request(ApiKey.METADATA, 12, {"topics": [{"name": "bad name!"}]})
+    assert resp.topics[0].error_code == 17
+    resp = client.request(ApiKey.METADATA, 12, {"topics": [{"name": "nope"}], "allow_auto_topic_creation": False})
+    assert resp.topics[0].error_code == 3
+    resp = client.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": uuid.uuid4()}]})
+    assert resp.topics[0].error_code == 100
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 15, 17])
+def test_fetch_by_name_and_by_topic_id(client, version):
+    t = create(client, "f")
+    for i in range(3):
+        assert produce(client, "f", build_batch([(b"k", b"v%d" % i)] * 2)).error_code == 0
+    topic = {"topic_id": t.topic_id} if version >= 13 else {"topic": "f"}
+    resp = client.request(ApiKey.FETCH, version, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "topics": [{**topic, "partitions": [{"partition": 0, "fetch_offset": 2, "partition_max_bytes": 1 << 20,
+                                             "current_leader_epoch": -1, "log_start_offset": -1}]}]})
+    p = resp.responses[0].partitions[0]
+    assert p.error_code == 0 and p.high_watermark == 6
+    assert [r.offset for r in iter_records(p.records)] == [2, 3, 4, 5]
+
+
+def test_fetch_long_polls_until_data_arrives(client, broker):
+    create(client, "lp")
+    waiter = RawClient(broker.bootstrap)
+    req = {"replica_id": -1, "max_wait": 5000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "topics": [{"topic": "lp", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                      "partition_max_bytes": 1 << 20}]}]}
+    from kio.index import load_request_schema, load_response_schema
+
+    from tierlog.protocol import build, encode_request, parse_response
+    t0 = time.monotonic()
+    waiter.send_frame(encode_request(build(load_request_schema(1, 12), req), 1))
+    time.sleep(0.5)
+    produce(client, "lp", build_batch([(None, b"late")]))
+    _, resp = parse_response(waiter.read_frame(), load_response_schema(1, 12))
+    elapsed = time.monotonic() - t0
+    assert 0.4 < elapsed < 4, elapsed
+    assert [r.value for r in iter_records(resp.responses[0].partitions[0].records)] == [b"late"]
+    # Nothing arrives: the answer comes after max_wait, empty.
+    t0 = time.monotonic()
+    req["max_wait"] = 300
+    req["topics"][0]["partitions"][0]["fetch_offset"] = 1
+    waiter.send_frame(encode_request(build(load_request_schema(1, 12), req), 2))
+    _, resp = parse_response(waiter.read_frame(), load_response_schema(1, 12))
+    assert 0.25 < time.monotonic() - t0 < 3
+    assert resp.responses[0].partitions[0].records in (b"", None)
+    waiter.close()
+
+
+def test_fetch_out_of_range_and_unknown_partition(client):
+    create(client, "r")
+    produce(client, "r", build_batch([(None, b"x")]))
+    resp = client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+        "topics": [{"topic": "r", "partitions": [
+            {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1000},
+            {"partition": 7, "fetch_offset": 0, "partition_max_bytes": 1000}]}]})
+    parts = resp.responses[0].partitions
+    assert [p.error_code for p in parts] == [1, 3]
+    assert parts[0].high_watermark == 1 and parts[0].log_start_offset == 0
+
+
+def test_produce_errors_per_partition(client):
+    create(client, "p")
+    assert produce(client, "nope-topic", build_batch([(None, b"x")])).error_code in (3,)
+    v1 = bytearray(build_batch([(None, b"x")]))
+    v1[16] = 1
+    assert produce(client, "p", bytes(v1)).error_code == 43  # message format v0/v1 refused
+    bad_crc = bytearray(build_batch([(None, b"x")]))
+    bad_crc[-1] ^= 0xFF
+    assert produce(client, "p", bytes(bad_crc)).error_code == 2
+    big = build_batch([(None, b"x" * 2_000_000)])
+    assert produce(client, "p", big).error_code == 10
+    zstd = build_batch([(None, b"x" * 100)], compression="zstd")
+    assert produce(client, "p", zstd, version=5).error_code == 76
+    assert produce(client, "p", zstd, version=7).error_code == 0
+    assert produce(client, "p", build_batch([(None, b"x")]), acks=2).error_code == 21
+
+
+def test_idempotent_retry_is_deduplicated(client):
+    create(client, "idem")
+    pid = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                                       "producer_id": -1, "producer_epoch": -1})
+    assert pid.error_code == 0 and pid.producer_id >= 0
+    b0 = build_batch([(None, b"a"), (None, b"b")], producer_id=pid.producer_id, producer_epoch=0, base_sequence=0)
+    b1 = build_batch([(None, b"c")], producer_id=pid.producer_id, producer_epoch=0, base_sequence=2)
+    assert produce(client, "idem", b0).base_offset == 0
+    assert produce(client, "idem", b0).base_offset == 0  # a retry: same offsets, nothing appended
+    assert produce(client, "idem", b1).base_offset == 2
+    gap = build_batch([(None, b"d")], producer_id=pid.producer_id, producer_epoch=0, base_sequence=9)
+    assert produce(client, "idem", gap).error_code == 45
+    lo = client.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "topics": [
+        {"name": "idem", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+    assert lo.topics[0].partitions[0].offset == 3
+
+
+def test_list_offsets_special_timestamps(client):
+    create(client, "lo")
+    for ts in (1000, 3000, 2000):
+        produce(client, "lo", build_batch([(None, b"x", [], ts)]))
+    def lo(ts, version=9):
+        r = client.request(ApiKey.LIST_OFFSETS, version, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "lo", "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]})
+        p = r.topics[0].partitions[0]
+        return p.error_code, p.offset, p.timestamp
+    assert lo(-2) == (0, 0, -1)
+    assert lo(-1) == (0, 3, -1)
+    assert lo(-3) == (0, 1, 3000)
+    assert lo(-4) == (0, 0, -1)
+    assert lo(-5) == (0, -1, -1)  # nothing tiered
+    assert lo(1500) == (0, 1, 3000)
+    assert lo(2500) == (0, 1, 3000)
+    assert lo(3001)[1] == -1
+    assert lo(-3, version=6)[0] == 35  # max timestamp needs v7
+
+
+def test_offsets_for_leader_epoch(client):
+    create(client, "e")
+    produce(client, "e", build_batch([(None, b"x")] * 4))
+    r = client.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [
+        {"topic": "e", "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+    p = r.topics[0].partitions[0]
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (0, 0, 4)
+
+
+def test_topics_and_epochs_survive_restarts(client, broker):
+    t = create(client, "keep")
+    produce(client, "keep", build_batch([(None, b"x")] * 3))
+    client.close()
+    broker.restart(clean=False)
+    c2 = RawClient(broker.bootstrap)
+    resp = c2.request(ApiKey.METADATA, 12, {"topics": [{"name": "keep"}], "allow_auto_topic_creation": False})
+    t2 = resp.topics[0]
+    assert t2.topic_id == t.topic_id
+    assert t2.partitions[0].leader_epoch > t.partitions[0].leader_epoch
+    # A fetch with the old epoch is fenced; with the new one it reads all three records.
+    def fetch(epoch):
+        r = c2.request(ApiKey.FETCH, 12, {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                                           "topics": [{"topic": "keep", "partitions": [
+                                               {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                                "current_leader_epoch": epoch}]}]})
+        return r.responses[0].partitions[0]
+    assert fetch(t.partitions[0].leader_epoch).error_code == 74
+    assert len(list(iter_records(fetch(t2.partitions[0].leader_epoch).records))) == 3
+    c2.close()
