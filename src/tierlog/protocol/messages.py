@@ -287,6 +287,44 @@ def write_response(out, correlation_id: int, response: Any) -> None:
     w.write_body(out, response)
 
 
+class _PartsWriter:
+    """A ``write`` target that keeps non-bytes objects (file regions) as parts of their own."""
+
+    __slots__ = ("parts", "_buf", "size")
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self._buf = bytearray(b"\0\0\0\0")
+        self.size = 0
+
+    def write(self, data) -> int:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._buf += data
+        else:
+            self.parts += (bytes(self._buf), data)
+            self._buf = bytearray()
+        n = len(data)
+        self.size += n
+        return n
+
+    def finish(self) -> list:
+        if self._buf:
+            self.parts.append(bytes(self._buf))
+        first = self.parts[0]
+        self.parts[0] = _I32.pack(self.size) + first[4:]
+        return self.parts
+
+
+def encode_response_parts(ctx: RequestContext, response: Any) -> list:
+    """Like :func:`encode_response`, as a list of parts: ``bytes``, and any records value that is
+    not bytes-like (a file region with ``__len__``) kept as its own part for sendfile."""
+    if type(response) is not ctx.response_type:
+        return [encode_response(ctx, response)]
+    out = _PartsWriter()
+    write_response(out, ctx.correlation_id, response)
+    return out.finish()
+
+
 def encode_response_frame(correlation_id: int, response: Any) -> bytes:
     """A complete response frame: size prefix, response header, body."""
     out = io.BytesIO()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tierlog.errors import KafkaError
 from tierlog.protocol import (
+    ApiKey,
     FrameDecoder,
     FrameTooLargeError,
     HandlerRegistry,
@@ -24,6 +26,7 @@ from tierlog.protocol import (
     RequestContext,
     RequestParseError,
     encode_response,
+    encode_response_parts,
     fallback_response_frame,
     parse_request,
 )
@@ -61,6 +64,7 @@ class SocketServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
         self.bound: list[BoundListener] = []
+        self._sendfile = True  # cleared the first time the event loop turns out not to support it
 
     async def start(self, listeners) -> list[BoundListener]:
         """Bind every listener (``Listener`` objects with name/host/port/security_protocol)."""
@@ -126,9 +130,42 @@ class SocketServer:
                     out = await self._handle(frame, peer)
                 except _CloseConnection:
                     return
-                if out is not None:
+                if out is None:
+                    continue
+                if isinstance(out, bytes):
                     writer.write(out)
+                else:
+                    await self._send_parts(writer, out)
+                await writer.drain()
+
+    async def _send_parts(self, writer: asyncio.StreamWriter, parts: list) -> None:
+        """Write a response whose records are file regions: sendfile where the loop can, else pread.
+
+        Region descriptors are duplicated before the first await, so a segment deleted meanwhile
+        (its descriptor closed and the number reused) can never make us send another file's bytes."""
+        dups = [(os.dup(p.fd), p) if not isinstance(p, bytes) else (None, p) for p in parts]
+        try:
+            for fd, part in dups:
+                if fd is None:
+                    writer.write(part)
+                    continue
+                if self._sendfile:
                     await writer.drain()
+                    with open(fd, "rb", closefd=False) as f:
+                        try:
+                            await asyncio.get_running_loop().sendfile(writer.transport, f, part.position,
+                                                                      part.length)
+                            continue
+                        except NotImplementedError:  # uvloop: no sendfile at all
+                            self._sendfile = False
+                data = os.pread(fd, part.length, part.position)
+                if len(data) != part.length:
+                    raise ConnectionError(f"short read of {part.path}; closing the connection")
+                writer.write(data)
+        finally:
+            for fd, _ in dups:
+                if fd is not None:
+                    os.close(fd)
 
     async def _handle(self, frame: bytes, peer) -> bytes | None:
         try:
@@ -158,4 +195,6 @@ class SocketServer:
         elapsed = time.monotonic() - started
         if elapsed > 5:
             log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
+        if ctx.api_key == ApiKey.FETCH:
+            return encode_response_parts(ctx, response)
         return encode_response(ctx, response)

@@ -39,6 +39,9 @@ class FileRegion:
     position: int
     length: int
 
+    def __len__(self) -> int:
+        return self.length
+
     def read(self) -> bytes:
         data = os.pread(self.fd, self.length, self.position)
         if len(data) != self.length:
