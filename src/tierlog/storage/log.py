@@ -259,19 +259,8 @@ class Log:
         """Rebuild producer state from batch headers in [from_offset, LEO)."""
         if from_offset >= self.log_end_offset:
             return
-        i = max(0, bisect_right(self._bases, from_offset) - 1)
-        for seg in self.segments[i:]:
-            found = seg.translate_offset(from_offset) if seg.base_offset <= from_offset else (0, None)
-            if found is None:
-                continue
-            pos = found[0]
-            while True:
-                h = seg.read_header_at(pos)
-                if h is None:
-                    break
-                if h.base_offset >= from_offset or h.last_offset >= from_offset:
-                    self._update_producer_state(h, pos, seg)
-                pos += h.size
+        for seg, pos, h in self.batches(from_offset):
+            self._update_producer_state(h, pos, seg)
 
     def _update_producer_state(self, h: BatchHeader, pos: int, seg: LogSegment) -> None:
         if h.producer_id < 0:
@@ -700,7 +689,7 @@ class Log:
     # ------------------------------------------------------------------ tools and tests
 
     def batches(self, from_offset: int | None = None):
-        """Yield (segment, position, header) for every batch from ``from_offset`` (tools, tests)."""
+        """Yield (segment, position, header) for every batch holding offsets >= ``from_offset``."""
         start = self.local_log_start_offset if from_offset is None else from_offset
         i = self._segment_index_for(start)
         for seg in self.segments[i:]:
