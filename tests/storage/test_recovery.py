@@ -169,3 +169,22 @@ def test_log_dir_lock_refuses_a_second_manager(tmp_path):
 
 
 assert conftest  # the fixtures module is shared by these tests
+
+
+def test_unreadable_checkpoints_fall_back_to_the_segments(tmp_path):
+    d = str(tmp_path / "logs")
+    m = LogManager([d])
+    m.startup()
+    lg = m.get_or_create_log("orders", 0)
+    for epoch in range(3):
+        lg.append_as_leader(batch(2), leader_epoch=epoch)
+    m.shutdown()
+    for name in ("recovery-point-offset-checkpoint", "orders-0/leader-epoch-checkpoint"):
+        with open(os.path.join(d, name), "w") as f:
+            f.write("garbage\n")
+    m2 = LogManager([d])
+    m2.startup()
+    lg2 = m2.get_log("orders", 0)
+    assert lg2.log_end_offset == 6
+    assert lg2.leader_epoch_cache.entries == [(0, 0), (1, 2), (2, 4)]
+    m2.shutdown()

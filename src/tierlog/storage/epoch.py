@@ -6,7 +6,12 @@ and tiered storage ships it with each remote segment. Persisted to ``leader-epoc
 
 from __future__ import annotations
 
+import logging
+
+from tierlog.errors import KafkaStorageError
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
+
+log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -15,7 +20,13 @@ UNDEFINED_OFFSET = -1
 class LeaderEpochCache:
     def __init__(self, checkpoint: LeaderEpochCheckpointFile):
         self._checkpoint = checkpoint
-        self._entries: list[tuple[int, int]] = checkpoint.read()
+        self.unreadable = False
+        try:
+            self._entries: list[tuple[int, int]] = checkpoint.read()
+        except (KafkaStorageError, ValueError) as e:
+            log.warning("Ignoring unreadable leader epoch checkpoint %s: %s", checkpoint.path, e)
+            self._entries = []
+            self.unreadable = True
 
     @property
     def entries(self) -> list[tuple[int, int]]:

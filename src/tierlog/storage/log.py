@@ -130,6 +130,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.leader_epoch_cache = LeaderEpochCache(
             LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)))
+        self._epochs_lost = self.leader_epoch_cache.unreadable
         self.producer_state = ProducerStateManager(directory, self.name)
         self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
         self.topic_id: uuid.UUID | None = None
@@ -161,6 +162,11 @@ class Log:
             self.log_start_offset = min(max(log_start_offset, first_base), self.log_end_offset)
         # A clean shutdown fsynced everything, and recovery fsyncs what it validated.
         self.recovery_point = self.log_end_offset
+        if self._epochs_lost:
+            # The checkpoint was unreadable: every batch header carries its leader epoch.
+            log.warning("Rebuilding the leader epoch cache of %s from its batches", self.name)
+            for _, _, h in self.batches():
+                self._on_recovered_batch(h)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._load_producer_state()

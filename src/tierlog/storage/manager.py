@@ -64,9 +64,12 @@ class LogManager:
             marker = CleanShutdownFile(d)
             clean = marker.exists()
             self.had_clean_shutdown[d] = clean
-            recovery = OffsetCheckpointFile(os.path.join(d, RECOVERY_POINT_CHECKPOINT)).read()
-            starts = OffsetCheckpointFile(os.path.join(d, LOG_START_OFFSET_CHECKPOINT)).read()
-            hws = OffsetCheckpointFile(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).read()
+            recovery = _read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
+            if recovery is None:
+                clean = False  # without recovery points, validate every segment
+                recovery = {}
+            starts = _read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT) or {}
+            hws = _read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT) or {}
             t0 = time.monotonic()
             for name in sorted(os.listdir(d)):
                 path = os.path.join(d, name)
@@ -177,6 +180,16 @@ class LogManager:
         if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
             self._last_checkpoint_ms = now
             self.checkpoint(fsync=False)
+
+
+def _read_checkpoint(log_dir: str, name: str) -> dict | None:
+    """A checkpoint's entries; None (with a warning naming the file) when it is unreadable."""
+    path = os.path.join(log_dir, name)
+    try:
+        return OffsetCheckpointFile(path).read()
+    except (KafkaStorageError, OSError, ValueError) as e:
+        log.warning("Ignoring unreadable checkpoint %s (%s); falling back to what the segments say", path, e)
+        return None
 
 
 def _remove_tree(path: str) -> None:
