@@ -26,6 +26,7 @@ from tierlog.cluster.store import FileMetadataStore
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.errors import (
     InvalidConfigError,
+    InvalidRequestError,
     KafkaError,
     UnknownTopicOrPartitionError,
     error_for_code,
@@ -81,6 +82,7 @@ class Controller:
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
         self._next_producer_id = self._producer_id_block_end = 0
+        self._effective: tuple[object, BrokerConfig] | None = None
         doc = store.load()
         brokers = {broker.node_id: broker}
         if doc is None:
@@ -107,9 +109,31 @@ class Controller:
             listener(delta, image)
 
     def topic_config(self, topic: str):
-        """The resolved configuration of a topic (broker defaults plus its overrides)."""
+        """The resolved configuration of a topic (broker defaults, dynamic ones included, plus its overrides)."""
         t = self.image.topics.get(topic)
-        return self.config.topic_config(t.configs if t else None)
+        return self.effective_config.topic_config(t.configs if t else None)
+
+    @property
+    def effective_config(self) -> BrokerConfig:
+        """The static broker configuration with the dynamic broker configs on top (Kafka's order: this
+        node's dynamic configs, then the cluster-wide dynamic defaults, then the static file)."""
+        dynamic = self.image.broker_configs
+        cached = self._effective
+        if cached is not None and cached[0] is dynamic:
+            return cached[1]
+        config = self._config_with(dynamic)
+        self._effective = (dynamic, config)
+        return config
+
+    def _config_with(self, dynamic: Mapping[str, Mapping[str, str]]) -> BrokerConfig:
+        layers = {**dynamic.get("", {}), **dynamic.get(str(self.node_id), {})}
+        if not layers:
+            return self.config
+        try:
+            return BrokerConfig({**self.config.originals, **layers})
+        except InvalidConfigError as e:  # e.g. the static file changed under a stored dynamic value
+            log.warning("Ignoring the dynamic broker configs %s: %s", layers, e)
+            return self.config
 
     # ------------------------------------------------------------------ producer ids
 
@@ -158,8 +182,18 @@ class Controller:
             for other in self.image.topics:
                 if other.replace(".", "_") == unified:
                     raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
-            overrides = {k: v for k, v in (configs or {}).items() if v is not None}
-            self.config.validate_topic_overrides(overrides)
+            nulls = [k for k, v in (configs or {}).items() if v is None]
+            if nulls:  # Kafka's ReplicationControlManager.computeConfigChanges
+                raise InvalidConfigError("Null value not supported for topic configs: " + ",".join(nulls))
+            overrides = dict(configs or {})
+            self.effective_config.validate_topic_overrides(overrides)
+            if assignments:
+                if replication_factor != -1:
+                    raise InvalidRequestError("A manual partition assignment was specified, but replication "
+                                              "factor was not set to -1.")
+                if num_partitions != -1:
+                    raise InvalidRequestError("A manual partition assignment was specified, but numPartitions "
+                                              "was not set to -1.")
             replicas = self._place(num_partitions, replication_factor, assignments)
             topic = TopicImage(name, new_kafka_uuid(), {
                 p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in replicas.items()},
@@ -171,25 +205,21 @@ class Controller:
             return topic
 
     def _place(self, num_partitions: int, replication_factor: int,
-               assignments: Mapping[int, Iterable[int]] | None, start: int = 0) -> dict[int, list[int]]:
+               assignments: Mapping[int, Iterable[int]] | None, start: int = 0,
+               fixed_rf: int | None = None) -> dict[int, list[int]]:
         brokers = sorted(self.image.brokers)
         if assignments:
+            # Kafka's ReplicationControlManager.validateManualPartitionAssignment, partition by partition.
             out = {}
-            for i, (p, reps) in enumerate(sorted(assignments.items())):
+            rf = fixed_rf
+            for p, reps in assignments.items():
                 reps = list(reps)
-                if p != start + i:
-                    raise InvalidReplicaAssignmentError(
-                        f"partitions should be a consecutive 0-based integer sequence, got {sorted(assignments)}")
-                if not reps or len(set(reps)) != len(reps):
-                    raise InvalidReplicaAssignmentError(f"invalid replica list {reps} for partition {p}")
-                unknown = [r for r in reps if r not in self.image.brokers]
-                if unknown:
-                    raise InvalidReplicaAssignmentError(
-                        f"All brokers specified in the manual partition assignment for partition {p} are "
-                        f"fenced or in controlled shutdown." if len(unknown) == len(reps)
-                        else f"unknown broker(s) {unknown} in the assignment of partition {p}")
+                self._check_manual_assignment(reps, rf)
+                rf = len(reps)
                 out[p] = reps
-            return out
+            if sorted(out) != list(range(start, start + len(out))):
+                raise InvalidReplicaAssignmentError("partitions should be a consecutive 0-based integer sequence")
+            return dict(sorted(out.items()))
         if replication_factor < -1 or replication_factor == 0:
             raise InvalidReplicationFactorError(
                 "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -202,6 +232,24 @@ class Controller:
                 f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot "
                 f"be reached because only {len(brokers)} broker(s) are registered.")
         return {start + p: [brokers[(start + p + r) % len(brokers)] for r in range(rf)] for p in range(n)}
+
+    def _check_manual_assignment(self, replicas: list[int], rf: int | None) -> None:
+        if not replicas:
+            raise InvalidReplicaAssignmentError("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker_id in sorted(replicas):
+            if broker_id not in self.image.brokers:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes broker {broker_id}, but no such broker is "
+                    f"registered.")
+            if broker_id == previous:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes the broker {previous} more than once.")
+            previous = broker_id
+        if rf is not None and len(replicas) != rf:
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                f"this is not consistent with previous partitions, which have {rf} replica(s).")
 
     def delete_topic(self, name: str) -> TopicImage:
         with self._lock:
@@ -233,7 +281,7 @@ class Controller:
             rf = len(t.partitions[0].replicas)
             placed = self._place(count - have, rf,
                                  {have + i: a for i, a in enumerate(assignments)} if assignments else None,
-                                 start=have)
+                                 start=have, fixed_rf=rf)
             added = {p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in placed.items()}
             new = replace(t, partitions={**t.partitions, **added})
             if not validate_only:
@@ -247,23 +295,23 @@ class Controller:
                             validate_only: bool = False) -> TopicImage:
         """Legacy AlterConfigs: the given settings replace every override of the topic."""
         with self._lock:
-            t = self._topic(name)
-            return self._set_topic_configs(t, {k: v for k, v in configs.items() if v is not None}, validate_only)
+            t = self.image.topics.get(name)
+            return self._set_topic_configs(name, t, {k: v for k, v in configs.items() if v is not None},
+                                           validate_only)
 
     def incremental_alter_topic_configs(self, name: str, ops: Iterable[ConfigOp],
                                         validate_only: bool = False) -> TopicImage:
         with self._lock:
-            t = self._topic(name)
-            return self._set_topic_configs(t, apply_config_ops(t.configs, ops, _topic_list_default), validate_only)
+            t = self.image.topics.get(name)
+            overrides = apply_config_ops(t.configs if t else {}, ops, _topic_list_default)
+            return self._set_topic_configs(name, t, overrides, validate_only)
 
-    def _topic(self, name: str) -> TopicImage:
-        t = self.image.topics.get(name)
+    def _set_topic_configs(self, name: str, t: TopicImage | None, overrides: dict[str, str],
+                           validate_only: bool) -> TopicImage:
+        # Kafka's order (ConfigurationControlManager.validateAlterConfig): the configs, then existence.
+        self.effective_config.validate_topic_overrides(overrides)
         if t is None:
-            raise UnknownTopicOrPartitionError(f"Topic {name} does not exist.")
-        return t
-
-    def _set_topic_configs(self, t: TopicImage, overrides: dict[str, str], validate_only: bool) -> TopicImage:
-        self.config.validate_topic_overrides(overrides)
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
         new = replace(t, configs={k: str(v) for k, v in overrides.items()})
         if not validate_only:
             self._commit(self.image.with_topic(new), MetadataDelta(configs_changed=(new,)))
@@ -278,7 +326,7 @@ class Controller:
                 raise InvalidConfigError(f"Unknown broker {resource}")
             current = dict(self.image.broker_configs.get(resource, {}))
             if incremental_ops is not None:
-                new = apply_config_ops(current, incremental_ops, lambda k: None)
+                new = apply_config_ops(current, incremental_ops, _broker_list_default)
             else:
                 new = {k: v for k, v in configs.items() if v is not None}
             for key, value in new.items():
@@ -288,14 +336,30 @@ class Controller:
                 if not d.dynamic:
                     raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
                 BrokerConfig({**self.config.originals, key: value})  # range check with Kafka's message
+            configs_all = {k: v for k, v in self.image.broker_configs.items() if k != resource}
+            if new:
+                configs_all[resource] = {k: str(v) for k, v in new.items()}
+            # The new defaults must hold together and keep every topic's configuration valid.
+            layers = {**configs_all.get("", {}), **configs_all.get(str(self.node_id), {})}
+            effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
+            for t in self.image.topics.values():
+                effective.topic_config(t.configs)
             if not validate_only:
-                configs_all = {**self.image.broker_configs, resource: {k: str(v) for k, v in new.items()}}
+                # Topics without their own value follow the broker defaults: hand them the change.
                 self._commit(replace(self.image, broker_configs=configs_all),
-                             MetadataDelta(broker_configs_changed=True))
+                             MetadataDelta(configs_changed=tuple(self.image.topics.values()),
+                                           broker_configs_changed=True))
 
 
 def _topic_list_default(key: str) -> str | None:
-    d = TOPIC_CONFIGS.get(key)
+    return _list_default(TOPIC_CONFIGS.get(key))
+
+
+def _broker_list_default(key: str) -> str | None:
+    return _list_default(BROKER_CONFIGS.get(key))
+
+
+def _list_default(d) -> str | None:
     if d is None or d.type != "list":
         return None
     return ",".join(d.default) if isinstance(d.default, (list, tuple)) else (d.default or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from tierlog.cluster import INTERNAL_TOPICS, validate_topic_name
@@ -15,6 +16,12 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 
+# KAFKA-18659: older librdkafka (kcat 1.7.1 ships 2.0.2; 2.16 is fixed) compresses gzip, snappy and lz4 only
+# when ApiVersions lists Produce v0, and silently sends them uncompressed otherwise. Kafka 4.x advertises
+# Produce from v0 for that reason while refusing v0-v2 on use; so does tierlog (a Produce below the
+# registered range closes the connection, as any unsupported version does).
+ADVERTISED_PRODUCE_MIN_VERSION = 0
+
 
 class MetadataApis:
     def __init__(self, broker):
@@ -25,7 +32,10 @@ class MetadataApis:
         registry.register(ApiKey.METADATA, 0, 13, self.metadata)
 
     async def api_versions(self, ctx: RequestContext):
-        return build_api_versions_response(ctx.api_version, self.broker.registry)
+        response = build_api_versions_response(ctx.api_version, self.broker.registry)
+        keys = tuple(dataclasses.replace(k, min_version=min(k.min_version, ADVERTISED_PRODUCE_MIN_VERSION))
+                     if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
+        return dataclasses.replace(response, api_keys=keys)
 
     async def metadata(self, ctx: RequestContext):
         req = ctx.request

@@ -1,0 +1,278 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords and DescribeCluster.
+
+The request-level rules of Kafka's ``ControllerApis`` (duplicate names, ``__cluster_metadata``,
+names versus ids in DeleteTopics, topic deletion disabled) live here; the topic rules (names,
+partitions, replication factor, assignments, configs) are the controller's. DeleteRecords follows
+Kafka's ``ReplicaManager.deleteRecords`` / ``Partition.deleteRecordsOnLeader`` and DescribeCluster
+``KafkaApis.handleDescribeCluster`` as a broker endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tierlog.cluster import INTERNAL_TOPICS
+from tierlog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError, error_for_code
+from tierlog.kafka_uuid import ZERO_UUID
+from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.configs import describe_topic
+
+log = logging.getLogger(__name__)
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+HIGH_WATERMARK = -1  # DeleteRecordsRequest.HIGH_WATERMARK
+INVALID_LOW_WATERMARK = -1
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_REQUEST = 42
+POLICY_VIOLATION = 44
+TOPIC_DELETION_DISABLED = 73
+UNKNOWN_TOPIC_ID = 100
+MISMATCHED_ENDPOINT_TYPE = 114
+UNSUPPORTED_ENDPOINT_TYPE = 115
+
+PolicyViolationError = error_for_code(POLICY_VIOLATION)
+
+# DescribeCluster endpoint types (KIP-919)
+ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
+BROKER_ENDPOINT = 1
+# Kafka's AclEntry.supportedOperations(CLUSTER): CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+# IDEMPOTENT_WRITE, ALTER, DESCRIBE - all granted without an authorizer.
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 9, 10, 11, 12, 7, 8))
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _err(e: KafkaError) -> dict:
+    return {"error_code": e.code, "error_message": e.message}
+
+
+class AdminApis:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
+        registry.register(ApiKey.DELETE_TOPICS, 1, 6, self.delete_topics)
+        registry.register(ApiKey.CREATE_PARTITIONS, 0, 3, self.create_partitions)
+        registry.register(ApiKey.DELETE_RECORDS, 0, 2, self.delete_records)
+        registry.register(ApiKey.DESCRIBE_CLUSTER, 0, 2, self.describe_cluster)
+
+    @property
+    def controller(self):
+        return self.broker.controller
+
+    # ------------------------------------------------------------------ CreateTopics
+
+    async def create_topics(self, ctx: RequestContext):
+        req = ctx.request
+        validate_only = bool(getattr(req, "validate_only", False))
+        counts: dict[str, int] = {}
+        for t in req.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results, answered = [], set()
+        for t in req.topics:
+            if t.name in answered:
+                continue
+            answered.add(t.name)
+            if counts[t.name] > 1:
+                results.append({"name": t.name, "error_code": INVALID_REQUEST,
+                                "error_message": "Duplicate topic name."})
+            elif t.name == CLUSTER_METADATA_TOPIC:
+                results.append({"name": t.name, "error_code": INVALID_REQUEST,
+                                "error_message": f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."})
+            else:
+                results.append(self._create_topic(t, validate_only))
+        verb = "Validated" if validate_only else "CreateTopics"
+        log.info("%s: %s", verb, ", ".join(f"{r['name']}: {r['error_code'] or 'SUCCESS'}" for r in results))
+        return build_response(ctx, {"throttle_time_ms": 0, "topics": results})
+
+    def _create_topic(self, t, validate_only: bool) -> dict:
+        name = t.name
+        try:
+            assignments: dict[int, list[int]] = {}
+            for a in t.assignments:
+                if a.partition_index in assignments:
+                    raise error_for_code(39)(
+                        f"Found multiple manual partition assignments for partition {a.partition_index}")
+                assignments[a.partition_index] = list(a.broker_ids)
+            topic = self.controller.create_topic(
+                name, t.num_partitions, t.replication_factor, assignments or None,
+                {c.name: c.value for c in t.configs}, validate_only)
+        except KafkaError as e:
+            return {"name": name, **_err(e)}
+        configs = sorted(describe_topic(self.controller, topic.configs), key=lambda e: e.name)
+        return {
+            "name": name,
+            "topic_id": topic.topic_id,
+            "error_code": 0,
+            "error_message": None,
+            "num_partitions": len(topic.partitions),
+            "replication_factor": len(next(iter(topic.partitions.values())).replicas),
+            "topic_config_error_code": 0,
+            "configs": [{"name": e.name, "value": None if e.sensitive else e.value, "read_only": e.read_only,
+                         "config_source": int(e.source), "is_sensitive": e.sensitive} for e in configs],
+        }
+
+    # ------------------------------------------------------------------ DeleteTopics
+
+    async def delete_topics(self, ctx: RequestContext):
+        req = ctx.request
+        by_name: list[str] = list(getattr(req, "topic_names", ()) or ())
+        if not self.broker.config["delete.topic.enable"]:
+            # Kafka fails the whole request (DeleteTopicsRequest.getErrorResponse, without messages):
+            # INVALID_REQUEST before v3, TOPIC_DELETION_DISABLED from v3 on.
+            code = INVALID_REQUEST if ctx.api_version < 3 else TOPIC_DELETION_DISABLED
+            everyone = [(n, ZERO_UUID) for n in by_name] + \
+                       [(t.name, t.topic_id) for t in getattr(req, "topics", ()) or ()]
+            return build_response(ctx, {"throttle_time_ms": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": code} for n, i in everyone]})
+        by_id = []
+        results: list[dict] = []
+        for t in getattr(req, "topics", ()) or ():
+            topic_id = t.topic_id if t.topic_id is not None else ZERO_UUID
+            if t.name is None:
+                if topic_id == ZERO_UUID:
+                    results.append({"name": None, "topic_id": ZERO_UUID, "error_code": INVALID_REQUEST,
+                                    "error_message": "Neither topic name nor id were specified."})
+                else:
+                    by_id.append(topic_id)
+            elif topic_id == ZERO_UUID:
+                by_name.append(t.name)
+            else:
+                results.append({"name": t.name, "topic_id": topic_id, "error_code": INVALID_REQUEST,
+                                "error_message": "You may not specify both topic name and topic id."})
+
+        names, dup_names = _unique(by_name)
+        ids, dup_ids = _unique(by_id)
+        for n in dup_names:
+            results.append({"name": n, "topic_id": ZERO_UUID, "error_code": INVALID_REQUEST,
+                            "error_message": "Duplicate topic name."})
+        for i in dup_ids:
+            results.append({"name": None, "topic_id": i, "error_code": INVALID_REQUEST,
+                            "error_message": "Duplicate topic id."})
+        image = self.controller.image
+        to_delete: dict = {}  # topic id -> name
+        for i in ids:
+            t = image.topic_by_id(i)
+            if t is None:
+                results.append({"name": None, "topic_id": i, "error_code": UNKNOWN_TOPIC_ID, "error_message": None})
+            else:
+                to_delete[i] = t.name
+        for n in names:
+            t = image.topics.get(n)
+            if t is None:
+                results.append({"name": n, "topic_id": ZERO_UUID, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                                "error_message": None})
+            elif t.topic_id in to_delete or t.topic_id in dup_ids:
+                to_delete.pop(t.topic_id, None)
+                dup_ids.append(t.topic_id)
+                results.append({"name": n, "topic_id": t.topic_id, "error_code": INVALID_REQUEST,
+                                "error_message": "The provided topic name maps to an ID that was already supplied."})
+            else:
+                to_delete[t.topic_id] = n
+        for topic_id, name in to_delete.items():
+            out = {"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None}
+            try:
+                self.controller.delete_topic(name)
+            except KafkaError as e:
+                out.update(_err(e))
+            results.append(out)
+        return build_response(ctx, {"throttle_time_ms": 0, "responses": results})
+
+    # ------------------------------------------------------------------ CreatePartitions
+
+    async def create_partitions(self, ctx: RequestContext):
+        req = ctx.request
+        validate_only = bool(getattr(req, "validate_only", False))
+        counts: dict[str, int] = {}
+        for t in req.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results, answered = [], set()
+        for t in req.topics:
+            if t.name in answered:
+                continue
+            answered.add(t.name)
+            out = {"name": t.name, "error_code": 0, "error_message": None}
+            if counts[t.name] > 1:
+                out.update(error_code=INVALID_REQUEST, error_message="Duplicate topic name.")
+            else:
+                assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+                try:
+                    self.controller.create_partitions(t.name, t.count, assignments, validate_only)
+                except KafkaError as e:
+                    out.update(_err(e))
+            results.append(out)
+        return build_response(ctx, {"throttle_time_ms": 0, "results": results})
+
+    # ------------------------------------------------------------------ DeleteRecords
+
+    async def delete_records(self, ctx: RequestContext):
+        topics = []
+        for t in ctx.request.topics:
+            parts = []
+            for p in t.partitions:
+                low, code = INVALID_LOW_WATERMARK, 0
+                try:
+                    low = self._delete_records(t.name, p.partition_index, p.offset)
+                except KafkaError as e:
+                    code = e.code
+                    log.debug("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
+                parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
+            topics.append({"name": t.name, "partitions": parts})
+        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+
+    def _delete_records(self, topic: str, partition: int, offset: int) -> int:
+        image = self.controller.image
+        t = image.topics.get(topic)
+        if t is None or partition not in t.partitions:
+            raise error_for_code(UNKNOWN_TOPIC_OR_PARTITION)()
+        if topic in INTERNAL_TOPICS:
+            raise error_for_code(INVALID_TOPIC_EXCEPTION)(f"Cannot delete records of internal topic {topic}")
+        lg = self.broker.replica_manager.get_partition(topic, partition).log
+        if "delete" not in self.controller.topic_config(topic)["cleanup.policy"]:
+            raise PolicyViolationError(
+                f"Records of partition {topic}-{partition} can not be deleted due to the configured policy")
+        target = lg.high_watermark if offset == HIGH_WATERMARK else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(f"The offset {target} for partition {topic}-{partition} is not valid")
+        try:
+            lg.maybe_increment_log_start_offset(target)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete records of {topic}-{partition}: {e}") from e
+        return lg.log_start_offset
+
+    # ------------------------------------------------------------------ DescribeCluster
+
+    async def describe_cluster(self, ctx: RequestContext):
+        req = ctx.request
+        wanted = getattr(req, "endpoint_type", BROKER_ENDPOINT)
+        if wanted not in ENDPOINT_TYPES:
+            return build_response(ctx, {
+                "error_code": INVALID_REQUEST if ctx.api_version == 0 else UNSUPPORTED_ENDPOINT_TYPE,
+                "error_message": f"Unsupported endpoint type {wanted}"})
+        if wanted != BROKER_ENDPOINT:
+            return build_response(ctx, {
+                "error_code": INVALID_REQUEST if ctx.api_version == 0 else MISMATCHED_ENDPOINT_TYPE,
+                "error_message": f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+                                 f"of type {ENDPOINT_TYPES[wanted]}"})
+        image = self.controller.image
+        brokers = [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
+                   for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+        controller_id = image.controller_id if image.controller_id in image.brokers else -1
+        operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+        return build_response(ctx, {
+            "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
+            "cluster_id": self.broker.cluster_id, "controller_id": controller_id, "brokers": brokers,
+            "cluster_authorized_operations": operations})
+
+
+def _unique(items: list) -> tuple[list, list]:
+    """(items named once, items named more than once), each in first-seen order."""
+    counts: dict = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    return [x for x in counts if counts[x] == 1], [x for x in counts if counts[x] > 1]
+
+
+__all__ = ["AdminApis"]
