@@ -1,0 +1,329 @@
+"""Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+
+The handlers translate between kio messages of every supported version and the
+:class:`~tierlog.coordinator.GroupCoordinator`, which does the work. JoinGroup and SyncGroup await
+an asyncio future the coordinator completes when the rebalance step is done, so a parked join only
+holds its own connection.
+
+Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
+
+- FindCoordinator v0-3 answers one key (``error_message`` is Kafka's ``Errors.message()``, "NONE" on
+  success); v4+ answers each of ``coordinator_keys``. Key type 0 (group): this node, creating
+  ``__consumer_offsets`` on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE until the
+  broker has a transaction coordinator (``broker.transaction_coordinator``), which is what Kafka
+  answers while its transaction coordinator is unavailable. Key type 2 (share) and unknown types:
+  INVALID_REQUEST, as Kafka without a share coordinator.
+- JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
+  rebalance timeout.
+- SyncGroup v5+: protocol type and name are mandatory (INCONSISTENT_GROUP_PROTOCOL otherwise).
+- LeaveGroup v0-2 carry one member and answer its error at the top level.
+- OffsetCommit and OffsetDelete: topics or partitions missing from the metadata get
+  UNKNOWN_TOPIC_OR_PARTITION, the others go to the coordinator. OffsetCommit v10 (topic ids) is not
+  registered. An OffsetDelete refused for the whole group (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP)
+  answers only the top-level error, as Kafka's ``getErrorResponse``.
+- OffsetFetch v1-7 answer one group (v1 has no top-level error: a group error goes on each
+  partition); v8+ answer many; null topics mean every committed partition. v10 is not registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tierlog.coordinator import CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
+from tierlog.errors import KafkaError
+from tierlog.protocol import ApiKey, RequestContext, build_response
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+
+#: DescribeGroups' authorized_operations with no authorizer: every operation on a GROUP resource
+#: (READ 3, DELETE 6, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11), Kafka's AclEntry.supportedOperations.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+
+# Kafka's Errors.message() texts for the errors FindCoordinator v1-3 can carry.
+_ERROR_MESSAGES = {
+    E.none: "NONE",
+    E.coordinator_not_available: "The coordinator is not available.",
+    E.invalid_request: "This most likely occurs because of a request being malformed by the client library or "
+                       "the message was sent to an incompatible broker. See the broker logs for more details.",
+}
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    """The client's address as Kafka shows it ("/127.0.0.1"), when the server layer provides one."""
+    for name in ("client_host", "client_address", "peer"):
+        value = getattr(ctx, name, None)
+        if isinstance(value, tuple | list) and value:
+            value = value[0]
+        if isinstance(value, str) and value:
+            return value if value.startswith("/") else "/" + value
+    return ""
+
+
+class GroupApis:
+    def __init__(self, broker):
+        self.broker = broker
+        coordinator = getattr(broker, "group_coordinator", None)
+        if coordinator is None:
+            coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(broker.config),
+                                           OffsetsTopicStore(broker))
+            broker.group_coordinator = coordinator
+            broker.add_ready_callback(self)
+            controller = getattr(broker, "controller", None)
+            if controller is not None:
+                controller.add_listener(self._on_metadata_update)
+        self.coordinator: GroupCoordinator = coordinator
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
+        registry.register(ApiKey.JOIN_GROUP, 0, 9, self.join_group)
+        registry.register(ApiKey.SYNC_GROUP, 0, 5, self.sync_group)
+        registry.register(ApiKey.HEARTBEAT, 0, 4, self.heartbeat)
+        registry.register(ApiKey.LEAVE_GROUP, 0, 5, self.leave_group)
+        registry.register(ApiKey.OFFSET_COMMIT, 2, 9, self.offset_commit)
+        registry.register(ApiKey.OFFSET_FETCH, 1, 9, self.offset_fetch)
+        registry.register(ApiKey.OFFSET_DELETE, 0, 0, self.offset_delete)
+        registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
+        registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, self.describe_groups)
+        registry.register(ApiKey.DELETE_GROUPS, 0, 2, self.delete_groups)
+
+    # ------------------------------------------------------------------ lifecycle hooks
+
+    async def on_broker_ready(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.coordinator.start()
+
+    def _on_metadata_update(self, delta, image) -> None:
+        deleted = [t.name for t in getattr(delta, "deleted", ())]
+        if not deleted:
+            return
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            self.coordinator.on_topics_deleted(deleted)
+        else:
+            loop.call_soon_threadsafe(self.coordinator.on_topics_deleted, deleted)
+
+    def _ready(self) -> GroupCoordinator:
+        self.coordinator.ensure_loaded()
+        return self.coordinator
+
+    # ------------------------------------------------------------------ FindCoordinator
+
+    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[ErrorCode, tuple[int, str, int]]:
+        no_node = (-1, "", -1)
+        if key_type == GROUP_KEY_TYPE:
+            coordinator = self._ready()
+            if not coordinator.active:
+                return E.coordinator_not_available, no_node
+            try:
+                coordinator.store.ensure_created()
+            except KafkaError as e:
+                log.warning("Cannot create __consumer_offsets: %s", e)
+                return E.coordinator_not_available, no_node
+        elif key_type == TRANSACTION_KEY_TYPE:
+            if getattr(self.broker, "transaction_coordinator", None) is None:
+                return E.coordinator_not_available, no_node
+        else:  # share groups (v6+ only, no share coordinator here) and unknown key types
+            return E.invalid_request, no_node
+        host, port = self.broker.advertised_host_port
+        return E.none, (self.broker.node_id, host, port)
+
+    async def find_coordinator(self, ctx: RequestContext):
+        req = ctx.request
+        key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
+        if ctx.api_version < 4:
+            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
+            return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES.get(error, error.name),
+                                        "node_id": node_id, "host": host, "port": port})
+        coordinators = []
+        for key in req.coordinator_keys:
+            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
+            coordinators.append({"key": key, "node_id": node_id, "host": host, "port": port,
+                                 "error_code": error, "error_message": None})
+        return build_response(ctx, {"coordinators": coordinators})
+
+    # ------------------------------------------------------------------ JoinGroup / SyncGroup
+
+    async def join_group(self, ctx: RequestContext):
+        req = ctx.request
+        coordinator = self._ready()
+        future = asyncio.get_running_loop().create_future()
+
+        def respond(answer: dict[str, Any]) -> None:
+            if not future.done():
+                future.set_result(answer)
+
+        session_timeout = _ms(req.session_timeout)
+        coordinator.join_group(
+            group_id=req.group_id, member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None), protocol_type=req.protocol_type,
+            protocols=[(p.name, p.metadata) for p in req.protocols], session_timeout_ms=session_timeout,
+            rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", session_timeout)),
+            client_id=ctx.client_id or "", client_host=_client_host(ctx), api_version=ctx.api_version,
+            respond=respond, reason=getattr(req, "reason", None))
+        answer = dict(await future)
+        name = answer.get("protocol_name")
+        answer["protocol_name"] = (name or "") if ctx.api_version < 7 else (name or None)
+        answer["leader"] = answer.get("leader") or ""
+        return build_response(ctx, answer)
+
+    async def sync_group(self, ctx: RequestContext):
+        req = ctx.request
+        protocol_type = getattr(req, "protocol_type", None)
+        protocol_name = getattr(req, "protocol_name", None)
+        if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
+            return build_response(ctx, {"error_code": E.inconsistent_group_protocol})
+        coordinator = self._ready()
+        future = asyncio.get_running_loop().create_future()
+
+        def respond(answer: dict[str, Any]) -> None:
+            if not future.done():
+                future.set_result(answer)
+
+        coordinator.sync_group(
+            group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None), protocol_type=protocol_type,
+            protocol_name=protocol_name, assignments=[(a.member_id, a.assignment) for a in req.assignments],
+            respond=respond)
+        answer = await future
+        return build_response(ctx, {"error_code": answer["error_code"], "assignment": answer.get("assignment", b""),
+                                    "protocol_type": answer.get("protocol_type"),
+                                    "protocol_name": answer.get("protocol_name")})
+
+    # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+
+    async def heartbeat(self, ctx: RequestContext):
+        req = ctx.request
+        error = self._ready().heartbeat(group_id=req.group_id, generation_id=req.generation_id,
+                                        member_id=req.member_id,
+                                        group_instance_id=getattr(req, "group_instance_id", None))
+        return build_response(ctx, {"error_code": error})
+
+    async def leave_group(self, ctx: RequestContext):
+        req = ctx.request
+        if ctx.api_version < 3:
+            members = [(req.member_id, None, None)]
+        else:
+            members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in req.members]
+        error, results = self._ready().leave_group(group_id=req.group_id, members=members)
+        if ctx.api_version >= 3:
+            return build_response(ctx, {"error_code": error, "members": results})
+        if error == E.none and results:
+            error = results[0]["error_code"]
+        return build_response(ctx, {"error_code": error})
+
+    # ------------------------------------------------------------------ offsets
+
+    async def offset_commit(self, ctx: RequestContext):
+        req = ctx.request
+        errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
+        valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                  p.committed_metadata) for name, p in known]
+        if valid:
+            errors.update(self._ready().commit_offsets(
+                group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
+                group_instance_id=getattr(req, "group_instance_id", None), partitions=valid,
+                api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1))))
+        return build_response(ctx, {"topics": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
+                for p in topic.partitions]}
+            for topic in req.topics]})
+
+    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], ErrorCode], list]:
+        """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
+        image_topics = self.broker.controller.image.topics
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        known = []
+        for topic in topics:
+            meta = image_topics.get(topic.name)
+            for p in partitions_of(topic):
+                if meta is None or p.partition_index not in meta.partitions:
+                    errors[(topic.name, p.partition_index)] = E.unknown_topic_or_partition
+                else:
+                    known.append((topic.name, p))
+        return errors, known
+
+    async def offset_delete(self, ctx: RequestContext):
+        req = ctx.request
+        errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
+        error = E.none
+        if known:
+            error, results = self._ready().delete_offsets(req.group_id, [(t, p.partition_index) for t, p in known])
+            if error != E.none:
+                return build_response(ctx, {"error_code": error})
+            errors.update(results)
+        return build_response(ctx, {"error_code": error, "topics": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
+                for p in topic.partitions]}
+            for topic in req.topics]})
+
+    async def offset_fetch(self, ctx: RequestContext):
+        req = ctx.request
+        coordinator = self._ready()
+        require_stable = getattr(req, "require_stable", False)
+        if ctx.api_version >= 8:
+            groups = []
+            for g in req.groups:
+                error, topics = coordinator.fetch_offsets(g.group_id, _requested(g.topics), require_stable)
+                groups.append({"group_id": g.group_id, "error_code": error,
+                               "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
+            return build_response(ctx, {"groups": groups})
+        requested = _requested(req.topics)
+        error, topics = coordinator.fetch_offsets(req.group_id, requested, require_stable)
+        if error != E.none:
+            topics = []
+            if ctx.api_version < 2:  # no top-level error yet: report it on every partition
+                topics = [(name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
+                                   "error_code": error} for p in parts]) for name, parts in requested or ()]
+        return build_response(ctx, {"error_code": error,
+                                    "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
+
+    # ------------------------------------------------------------------ admin
+
+    async def list_groups(self, ctx: RequestContext):
+        req = ctx.request
+        error, groups = self._ready().list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
+        return build_response(ctx, {"error_code": error, "groups": groups})
+
+    async def describe_groups(self, ctx: RequestContext):
+        req = ctx.request
+        include_ops = getattr(req, "include_authorized_operations", False)
+        groups = self._ready().describe_groups(req.groups)
+        if include_ops:
+            for g in groups:
+                if g["error_code"] == E.none:
+                    g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
+        return build_response(ctx, {"groups": groups})
+
+    async def delete_groups(self, ctx: RequestContext):
+        results = self._ready().delete_groups(ctx.request.groups_names)
+        return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
+
+
+def _requested(topics) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, list(t.partition_indexes)) for t in topics]
