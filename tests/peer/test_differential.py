@@ -1,0 +1,648 @@
+"""Differential tests: one scenario, scripted once over the raw protocol, run against Apache Kafka
+4.1 and against tierlog; what a client observes must be the same.
+
+Where tierlog differs on purpose (docs/compatibility.md lists each difference with its reason),
+the test pins both sides, so a change on either side shows up here. Everything else that differs
+is a bug. Known bugs are listed in ``KNOWN_BUGS``: each scenario's test fails on any other
+difference, and each known bug has its own strict xfail, which starts failing once the bug is
+fixed (then delete its entry).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.peer.diff import differences, plain, run_both
+from tests.peer.peerlib import create_topic, unique, wait_for_leaders
+from tests.server.rawclient import RawClient
+from tierlog.protocol import ApiKey
+from tierlog.records import build_batch, iter_batches
+
+T0 = 1_700_000_000_000
+
+
+def _produce(raw, topic, partition, batch, version=9, acks=-1):
+    resp = raw.request(ApiKey.PRODUCE, version, {
+        "acks": acks, "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+    p = resp.responses[0].partition_responses[0]
+    out = {"error_code": plain(p.error_code), "base_offset": p.base_offset,
+           "log_append_time_ms": plain(p.log_append_time)}
+    if version >= 5:
+        out["log_start_offset"] = p.log_start_offset
+    if version >= 8:
+        out["record_errors"] = [e.batch_index for e in p.record_errors]
+        out["has_error_message"] = bool(p.error_message)
+    return out
+
+
+def _list_offset(raw, topic, partition, timestamp, version=9, isolation=0, leader_epoch=-1):
+    resp = raw.request(ApiKey.LIST_OFFSETS, version, {
+        "replica_id": -1, "isolation_level": isolation, "timeout_ms": 5000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
+                                            "current_leader_epoch": leader_epoch}]}]})
+    p = resp.topics[0].partitions[0]
+    out = {"error_code": plain(p.error_code), "offset": p.offset}
+    if version >= 1:
+        out["timestamp"] = plain(p.timestamp)
+    if version >= 4:
+        out["leader_epoch"] = p.leader_epoch
+    return out
+
+
+# ------------------------------------------------------------------------------------- known bugs
+
+def _in(*prefixes):
+    return lambda path: path.startswith(prefixes)
+
+
+# bug id -> (what is missing in tierlog, exactly; which differing paths it explains)
+KNOWN_BUGS = {
+    "produce-several-batches-per-partition": (
+        "tierlog appends several record batches sent for one partition in one Produce request; Kafka "
+        "(Produce v3+) refuses the partition with INVALID_RECORD (87) and base_offset -1",
+        _in("errors.produce two batches in one partition.")),
+    "produce-error-log-start-offset": (
+        "Produce partition errors other than UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, "
+        "MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, CORRUPT_MESSAGE and KAFKA_STORAGE_ERROR (e.g. "
+        "OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TIMESTAMP) carry the partition's "
+        "log_start_offset in Kafka's answer; tierlog answers -1",
+        lambda p: p.endswith(".log_start_offset") and p.startswith(("errors.produce", "idempotent."))),
+    "produce-error-message-and-record-errors": (
+        "Kafka sets a Produce partition's error_message only for record validation errors "
+        "(INVALID_TIMESTAMP, INVALID_RECORD), together with record_errors naming the batch index; "
+        "tierlog sets error_message on every error and never sends record_errors",
+        lambda p: p.endswith((".has_error_message", ".record_errors"))),
+    "duplicate-batch-log-append-time": (
+        "for a duplicate idempotent batch Kafka answers log_append_time_ms = the original batch's max "
+        "timestamp (even for CreateTime topics); tierlog answers -1",
+        lambda p: p.startswith("idempotent.duplicate") and p.endswith(".log_append_time_ms")),
+    "fetch-error-watermarks": (
+        "a Fetch partition answered with an error (e.g. OFFSET_OUT_OF_RANGE) carries high_watermark, "
+        "last_stable_offset and log_start_offset -1 in Kafka; tierlog fills in the partition's values",
+        lambda p: p.startswith("errors.fetch") and p.endswith(("high_watermark", "last_stable_offset",
+                                                               "log_start_offset"))),
+    "broker-config-read-only": (
+        "remote.log.manager.thread.pool.size is read-only in Kafka 4.1 (DescribeConfigs read_only=true, "
+        "not alterable without a restart); tierlog's config table marks it dynamic",
+        _in("configs.broker.entries.remote.log.manager.thread.pool.size.read_only")),
+}
+
+
+# Deliberate differences (docs/compatibility.md): path -> (Kafka's value, tierlog's value, reason).
+_SEED_TOPIC_CONFIGS = ["remote.copy.lag.bytes", "remote.copy.lag.ms", "remote.log.disable.policy"]
+DELIBERATE = {
+    "configs.topic.only tierlog reports": (
+        [], _SEED_TOPIC_CONFIGS, "topic configs of the tiered-storage proposals tierlog implements beyond Kafka 4.1"),
+    "configs.topic after alter.only tierlog reports": ([], _SEED_TOPIC_CONFIGS, "as above"),
+    "configs.broker.entries.remote.log.storage.manager.class.name.value": (
+        None, "filesystem", "docs/configuration.md: plugins are Python classes with short names; the embedded "
+        "filesystem store is the default"),
+    "configs.broker.entries.remote.log.metadata.manager.class.name.value": (
+        "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", "topic",
+        "docs/configuration.md: short plugin names; Kafka's class name is accepted as an alias"),
+    "configs.broker.entries.remote.log.metadata.manager.class.name.synonyms[0][1]": (
+        "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", "topic",
+        "the same default, in its synonym"),
+    "configs.broker.entries.remote.log.storage.manager.class.name.synonyms": (
+        [], [("remote.log.storage.manager.class.name", "filesystem", 5)], "the default tierlog has and Kafka has not"),
+}
+
+
+# Deliberate differences recognised by pattern: name -> (reason, which differing paths).
+DELIBERATE_PATTERNS = {
+    "describe-configs-synonym-chain": (
+        "docs/configuration.md, Deliberate differences, '(DescribeConfigs of topics)': tierlog reports a topic "
+        "setting's whole synonym chain; Kafka drops the broker synonyms before the first one that has a value "
+        "(ConfigHelper.configSynonyms), so for retention.ms, segment.ms, segment.jitter.ms and flush.ms it lists "
+        "no log.retention.hours / log.roll.hours / log.roll.jitter.hours / log.flush.scheduler.interval.ms",
+        lambda p: p.startswith("configs.topic") and p.endswith(".synonyms")
+        and p.split(".entries.")[1].rsplit(".", 1)[0] in ("retention.ms", "segment.ms", "segment.jitter.ms",
+                                                          "flush.ms")),
+}
+
+
+def _explained(path: str) -> bool:
+    return (path in DELIBERATE or any(match(path) for _, match in DELIBERATE_PATTERNS.values())
+            or any(match(path) for _, match in KNOWN_BUGS.values()))
+
+
+class Observations:
+    """Each scenario runs once per module against both peers; tests read the differences."""
+
+    def __init__(self, kafka_peer, tierlog_peer):
+        self.peers = (kafka_peer, tierlog_peer)
+        self.results: dict[str, tuple] = {}
+
+    def get(self, name: str):
+        if name not in self.results:
+            kafka, tierlog = run_both(SCENARIOS[name], *self.peers)
+            if name in NORMALIZE:
+                kafka, tierlog = NORMALIZE[name](kafka, tierlog)
+            self.results[name] = (kafka, tierlog)
+        return self.results[name]
+
+    def differences(self, name: str) -> list[str]:
+        kafka, tierlog = self.get(name)
+        return differences(kafka, tierlog, name)
+
+
+@pytest.fixture(scope="module")
+def observed(kafka_peer, tierlog_peer):
+    return Observations(kafka_peer, tierlog_peer)
+
+
+def assert_no_unexplained(observed, name):
+    unexplained = [d for d in observed.differences(name) if not _explained(d.split(":")[0])]
+    assert not unexplained, f"{name}: differs from Apache Kafka:\n  " + "\n  ".join(unexplained)
+
+
+# ------------------------------------------------------------------------------ offsets and ListOffsets
+
+def _offsets_scenario(bootstrap):
+    topic = unique("diff-offsets")
+    create_topic(bootstrap, topic, partitions=2)
+    raw = RawClient(bootstrap)
+    seen = {"produce": [], "list_offsets": {}}
+    batches = [
+        ("gzip", [T0, T0 + 30, T0 + 10]),
+        ("none", [T0 + 20]),
+        ("lz4", [T0 + 40 + i for i in range(5)]),
+        ("zstd", [T0 + 100, T0 + 5]),
+        ("snappy", [T0 + 100, T0 + 100, T0 + 60]),
+    ]
+    for codec, stamps in batches:
+        batch = build_batch([(b"k", b"v%d" % ts, [], ts) for ts in stamps], compression=codec)
+        seen["produce"].append(_produce(raw, topic, 0, batch))
+    seen["produce"].append(_produce(raw, topic, 1, build_batch([(None, b"p1", [], T0 + 7)] * 2), acks=1))
+    seen["produce"].append(_produce(raw, topic, 1, build_batch([(None, b"old", [], T0 + 3)]), version=3))
+    for ts in (-2, -1, -3, -4, -5, T0 - 1, T0, T0 + 5, T0 + 10, T0 + 15, T0 + 45, T0 + 60, T0 + 100, T0 + 101):
+        seen["list_offsets"][f"v9 p0 {ts}"] = _list_offset(raw, topic, 0, ts)
+    for ts in (-2, -1, -3):
+        seen["list_offsets"][f"v9 p1 {ts}"] = _list_offset(raw, topic, 1, ts)
+    for version in (1, 2, 4, 5, 7, 8, 10):  # Kafka 4.1 answers ListOffsets up to v10
+        for ts in (-2, -1, T0 + 10):
+            seen["list_offsets"][f"v{version} p0 {ts}"] = _list_offset(raw, topic, 0, ts, version=version)
+    seen["list_offsets"]["v7 -3"] = _list_offset(raw, topic, 0, -3, version=7)
+    seen["list_offsets"]["v8 -4"] = _list_offset(raw, topic, 0, -4, version=8)
+    seen["list_offsets"]["v9 read_committed -1"] = _list_offset(raw, topic, 0, -1, isolation=1)
+    seen["list_offsets"]["v9 current epoch 0"] = _list_offset(raw, topic, 0, -1, leader_epoch=0)
+    seen["list_offsets"]["v9 future epoch 7"] = _list_offset(raw, topic, 0, -1, leader_epoch=7)
+    seen["list_offsets"]["v9 partition 9"] = _list_offset(raw, topic, 9, -1)
+    seen["list_offsets"]["v9 unknown topic"] = _list_offset(raw, unique("nope"), 0, -1)
+    raw.close()
+    return seen
+
+
+def test_assigned_offsets_and_list_offsets(observed):
+    assert_no_unexplained(observed, "offsets")
+
+
+# -------------------------------------------------------------------------------------- idempotence
+
+def _idempotent_scenario(bootstrap):
+    topic = unique("diff-idem")
+    create_topic(bootstrap, topic)
+    raw = RawClient(bootstrap)
+    deadline = time.monotonic() + 15
+    while True:  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first producer id block arrives
+        init = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                        "producer_id": -1, "producer_epoch": -1})
+        if plain(init.error_code) != 14 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    pid, epoch = init.producer_id, init.producer_epoch
+    seen = {"init": {"error_code": plain(init.error_code), "producer_epoch": epoch, "has_id": pid >= 0}}
+
+    def send(seq, n, producer_epoch=None, producer_id=None, name=None):
+        batch = build_batch([(None, b"i%d" % (seq + i)) for i in range(n)],
+                            producer_id=pid if producer_id is None else producer_id,
+                            producer_epoch=epoch if producer_epoch is None else producer_epoch, base_sequence=seq)
+        seen[name or f"seq {seq}+{n}"] = _produce(raw, topic, 0, batch)
+
+    send(0, 3)
+    send(3, 2)
+    send(0, 3, name="duplicate of seq 0")
+    send(3, 2, name="duplicate of seq 3")
+    send(9, 1, name="gap to seq 9")
+    send(5, 1, producer_epoch=epoch + 1, name="next epoch, seq 5")
+    send(0, 1, producer_epoch=epoch + 1, name="next epoch, seq 0")
+    send(1, 1, producer_epoch=epoch, name="fenced epoch")
+    send(7, 1, producer_id=999_999, producer_epoch=0, name="unknown producer id, seq 7")
+    seen["end"] = _list_offset(raw, topic, 0, -1)
+    raw.close()
+    return seen
+
+
+def test_idempotent_producer_offsets_and_errors(observed):
+    assert_no_unexplained(observed, "idempotent")
+
+
+# ------------------------------------------------------------------------------- errors for bad input
+
+def _bad_requests_scenario(bootstrap):
+    topic, small = unique("diff-errors"), unique("diff-small")
+    create_topic(bootstrap, topic)
+    create_topic(bootstrap, small, configs={"max.message.bytes": "1000", "message.timestamp.before.max.ms": "3600000"})
+    raw = RawClient(bootstrap)
+    ok = build_batch([(None, b"x")])
+    corrupt = bytearray(ok)
+    corrupt[-1] ^= 0xFF
+    seen = {}
+    seen["produce unknown topic"] = _produce(raw, unique("nope"), 0, ok)
+    seen["produce partition 3 of 1"] = _produce(raw, topic, 3, ok)
+    seen["produce acks=2"] = _produce(raw, topic, 0, ok, acks=2)
+    seen["produce bad crc"] = _produce(raw, topic, 0, bytes(corrupt))
+    seen["produce two batches in one partition"] = _produce(raw, topic, 0, ok + build_batch([(None, b"y")]))
+    seen["produce batch over max.message.bytes"] = _produce(raw, small, 0, build_batch([(None, b"z" * 2000)]))
+    seen["produce timestamp too old"] = _produce(raw, small, 0, build_batch([(None, b"t", [], T0)]))
+    seen["produce to internal topic name"] = _produce(raw, "__consumer_offsets", 0, ok)
+
+    def fetch(name, offset, version=12, partition=0, topic_id=None):
+        t = {"topic_id": topic_id} if version >= 13 else {"topic": name}
+        resp = raw.request(ApiKey.FETCH, version, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{**t, "partitions": [{"partition": partition, "fetch_offset": offset,
+                                             "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                                             "log_start_offset": -1}]}]})
+        p = resp.responses[0].partitions[0]
+        return {"top_error": plain(resp.error_code), "error_code": plain(p.error_code),
+                "high_watermark": p.high_watermark, "last_stable_offset": p.last_stable_offset,
+                "log_start_offset": p.log_start_offset, "records": len(p.records or b"")}
+
+    seen["fetch offset past the end"] = fetch(topic, 100)
+    seen["fetch negative offset"] = fetch(topic, -5)
+    seen["fetch unknown topic"] = fetch(unique("nope"), 0)
+    seen["fetch partition 4 of 1"] = fetch(topic, 0, partition=4)
+    seen["fetch unknown topic id"] = fetch(None, 0, version=13, topic_id=uuid.uuid4())
+
+    def create(name, partitions=1, rf=1, configs=None, validate_only=False, version=7):
+        resp = raw.request(ApiKey.CREATE_TOPICS, version, {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": rf, "assignments": [],
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+            "timeout_ms": 10000, "validate_only": validate_only})
+        t = resp.topics[0]
+        return {"error_code": plain(t.error_code), "num_partitions": t.num_partitions,
+                "replication_factor": t.replication_factor}
+
+    seen["create existing"] = create(topic)
+    seen["create bad name"] = create("bad name!")
+    seen["create name '..'"] = create("..")
+    seen["create name of 250 chars"] = create("x" * 250)
+    seen["create 0 partitions"] = create(unique("zero"), partitions=0)
+    seen["create replication factor 3"] = create(unique("rf"), rf=3)
+    seen["create replication factor 0"] = create(unique("rf0"), rf=0)
+    seen["create non-numeric config"] = create(unique("cfg"), configs={"segment.ms": "soon"})
+    seen["create unknown config"] = create(unique("cfg"), configs={"no.such.config": "1"})
+    seen["create bad cleanup.policy"] = create(unique("cfg"), configs={"cleanup.policy": "shred"})
+    seen["create null config value"] = create(unique("cfg"), configs={"retention.ms": None})
+    seen["create defaults (-1/-1)"] = create(unique("dflt"), partitions=-1, rf=-1)
+    validated = unique("validate")
+    seen["create validate only"] = create(validated, validate_only=True)
+    md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": validated}], "allow_auto_topic_creation": False})
+    seen["validate only created nothing"] = plain(md.topics[0].error_code)
+
+    resp = raw.request(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": unique("nope"), "topic_id": None}],
+                                                 "timeout_ms": 5000})
+    seen["delete unknown topic"] = plain(resp.responses[0].error_code)
+
+    def partitions(name, count):
+        resp = raw.request(ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": name, "count": count,
+                                                                     "assignments": None}],
+                                                         "timeout_ms": 5000, "validate_only": False})
+        return plain(resp.results[0].error_code)
+
+    seen["create partitions same count"] = partitions(topic, 1)
+    seen["create partitions fewer"] = partitions(topic, 0)
+    seen["create partitions unknown topic"] = partitions(unique("nope"), 3)
+
+    def delete_records(name, offset):
+        resp = raw.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": name, "partitions": [
+            {"partition_index": 0, "offset": offset}]}], "timeout_ms": 5000})
+        p = resp.topics[0].partitions[0]
+        return {"error_code": plain(p.error_code), "low_watermark": p.low_watermark}
+
+    seen["delete records past the high watermark"] = delete_records(topic, 50)
+    seen["delete records unknown topic"] = delete_records(unique("nope"), 0)
+
+    md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": "bad name!"}], "allow_auto_topic_creation": True})
+    seen["metadata invalid name"] = plain(md.topics[0].error_code)
+    md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": unique("nope")}], "allow_auto_topic_creation": False})
+    seen["metadata unknown topic"] = plain(md.topics[0].error_code)
+    raw.close()
+    return seen
+
+
+def test_error_codes_for_bad_requests(observed):
+    assert_no_unexplained(observed, "errors")
+
+
+def _auto_create_scenario(bootstrap):
+    raw = RawClient(bootstrap)
+    topic = unique("diff-auto")
+    first = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
+    wait_for_leaders(raw, topic, 1)
+    raw.close()
+    return plain(first.topics[0].error_code)
+
+
+def test_metadata_auto_create_answers_at_once(kafka_peer, tierlog_peer):
+    """Deliberate (docs/compatibility.md): tierlog creates the topic before it answers; Kafka 4.1
+    answers the first auto-creating Metadata with UNKNOWN_TOPIC_OR_PARTITION while its controller
+    creates the topic."""
+    kafka, tierlog = run_both(_auto_create_scenario, kafka_peer, tierlog_peer)
+    assert (kafka, tierlog) == (3, 0)
+
+
+def test_segment_bytes_floor(kafka_peer, tierlog_peer):
+    """Deliberate (docs/compatibility.md): tierlog accepts segment.bytes down to 14, Kafka 4 from 1 MiB."""
+    def scenario(bootstrap):
+        raw = RawClient(bootstrap)
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": unique("diff-seg"), "num_partitions": 1, "replication_factor": 1, "assignments": [],
+            "configs": [{"name": "segment.bytes", "value": "4096"}]}], "timeout_ms": 5000, "validate_only": True})
+        raw.close()
+        return plain(resp.topics[0].error_code)
+
+    assert run_both(scenario, kafka_peer, tierlog_peer) == (40, 0)  # INVALID_CONFIG from Kafka
+
+
+# --------------------------------------------------------------------------------- DescribeConfigs
+
+# Broker settings whose value or source depends on how each peer was started, not on behaviour.
+ENVIRONMENT_KEYS = {
+    "listeners", "advertised.listeners", "log.dirs", "log.dir", "listener.security.protocol.map",
+    "controller.listener.names", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "process.roles", "node.id", "broker.id", "inter.broker.listener.name", "metadata.log.dir",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+    "remote.log.storage.system.enable",
+    # Kafka 4.1 formats new clusters with eligible leader replicas on, which writes a cluster-wide
+    # dynamic default min.insync.replicas=1 at bootstrap (docs/compatibility.md).
+    "min.insync.replicas",
+}
+
+
+def _describe(raw, resource_type, name, keys=None, version=4):
+    resp = raw.request(ApiKey.DESCRIBE_CONFIGS, version, {
+        "resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}],
+        "include_synonyms": True, "include_documentation": False})
+    r = resp.results[0]
+    entries = {}
+    for c in r.configs:
+        e = {"value": c.value, "read_only": c.read_only, "source": plain(c.config_source),
+             "sensitive": c.is_sensitive}
+        if version >= 1:
+            e["synonyms"] = [(s.name, s.value, plain(s.source)) for s in c.synonyms]
+        if version >= 3:
+            e["type"] = plain(c.config_type)
+        entries[c.name] = e
+    return plain(r.error_code), entries
+
+
+def _configs_scenario(bootstrap):
+    topic = unique("diff-configs")
+    create_topic(bootstrap, topic, configs={"retention.ms": "3600000", "max.message.bytes": "64000",
+                                            "cleanup.policy": "delete"})
+    raw = RawClient(bootstrap)
+    seen = {}
+    seen["topic"] = _describe(raw, 2, topic)
+    seen["topic v1 two keys"] = _describe(raw, 2, topic, keys=["retention.ms", "no.such.key"], version=1)
+    seen["unknown topic"] = _describe(raw, 2, unique("nope"))[0]
+    resp = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 2, "resource_name": topic, "configs": [
+            {"name": "segment.ms", "config_operation": 0, "value": "1000000"},
+            {"name": "retention.ms", "config_operation": 1, "value": None},
+            {"name": "cleanup.policy", "config_operation": 2, "value": "compact"}]}], "validate_only": False})
+    seen["incremental alter"] = [(plain(r.error_code), r.error_message) for r in resp.responses]
+    seen["topic after alter"] = _describe(raw, 2, topic)
+    for label, configs in {
+        "alter bad value": [{"name": "segment.ms", "config_operation": 0, "value": "-5"}],
+        "alter unknown key": [{"name": "no.such.key", "config_operation": 0, "value": "1"}],
+        "alter subtract from a non-list": [{"name": "segment.ms", "config_operation": 3, "value": "1"}],
+        "alter append to a non-list": [{"name": "segment.ms", "config_operation": 2, "value": "1"}],
+    }.items():
+        resp = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 2, "resource_name": topic, "configs": configs}], "validate_only": False})
+        seen[label] = plain(resp.responses[0].error_code)
+    resp = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 2, "resource_name": unique("nope"), "configs": [
+            {"name": "segment.ms", "config_operation": 0, "value": "1000000"}]}], "validate_only": False})
+    seen["alter unknown topic"] = plain(resp.responses[0].error_code)
+    seen["broker"] = _describe(raw, 4, "1")
+    seen["broker defaults"] = _describe(raw, 4, "")
+    seen["broker 99"] = _describe(raw, 4, "99")[0]
+    raw.close()
+    return seen
+
+
+def _common_config_keys(kafka: dict, tierlog: dict) -> tuple[dict, dict]:
+    """Keep the config entries both peers report, minus the environment-specific ones."""
+    kafka, tierlog = dict(kafka), dict(tierlog)
+    for label in ("topic", "topic v1 two keys", "topic after alter", "broker", "broker defaults"):
+        (k_err, k_entries), (t_err, t_entries) = kafka[label], tierlog[label]
+        keys = sorted((set(k_entries) & set(t_entries)) - ENVIRONMENT_KEYS)
+        kafka[label] = {"error_code": k_err, "entries": {k: k_entries[k] for k in keys}}
+        tierlog[label] = {"error_code": t_err, "entries": {k: t_entries[k] for k in keys}}
+        if label.startswith("topic"):  # every topic config tierlog reports is one Kafka has
+            kafka[label]["only tierlog reports"] = []
+            tierlog[label]["only tierlog reports"] = sorted(set(t_entries) - set(k_entries))
+    return kafka, tierlog
+
+
+def test_describe_configs_values_and_sources(observed):
+    assert_no_unexplained(observed, "configs")
+
+
+# --------------------------------------------------------------------------------- group offsets
+
+def _groups_scenario(bootstrap):
+    topic, group = unique("diff-groups"), unique("diff-group")
+    create_topic(bootstrap, topic, partitions=2)
+    raw = RawClient(bootstrap)
+    for p in range(2):
+        _produce(raw, topic, p, build_batch([(None, b"g")] * 5))
+    seen = {}
+    deadline = time.monotonic() + 60
+    while True:  # Kafka creates and loads __consumer_offsets on first use; clients retry meanwhile
+        found = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        probe = raw.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}],
+                                                     "require_stable": False})
+        codes = (plain(found.coordinators[0].error_code), plain(probe.groups[0].error_code))
+        if not set(codes) & {14, 15, 16} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    seen["find coordinator"] = [(plain(c.error_code), c.node_id) for c in found.coordinators]
+
+    def commit(offsets, generation=-1, member="", version=8, name=topic):
+        resp = raw.request(ApiKey.OFFSET_COMMIT, version, {
+            "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+            "group_instance_id": None, "retention_time_ms": -1, "topics": [{"name": name, "partitions": [
+                {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                 "committed_metadata": m} for p, o, m in offsets]}]})
+        return [(p.partition_index, plain(p.error_code)) for t in resp.topics for p in t.partitions]
+
+    def fetch(version=8, name=topic, g=None):
+        if version >= 8:
+            resp = raw.request(ApiKey.OFFSET_FETCH, version, {"groups": [{
+                "group_id": g or group, "topics": [{"name": name, "partition_indexes": [0, 1, 2]}]}],
+                "require_stable": False})
+            grp = resp.groups[0]
+            return {"error": plain(grp.error_code), "partitions": [
+                (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata, plain(p.error_code))
+                for t in grp.topics for p in t.partitions]}
+        resp = raw.request(ApiKey.OFFSET_FETCH, version, {
+            "group_id": g or group, "topics": [{"name": name, "partition_indexes": [0, 1, 2]}]})
+        return {"partitions": [
+            (p.partition_index, p.committed_offset, p.metadata, plain(p.error_code))
+            for t in resp.topics for p in t.partitions]}
+
+    seen["fetch before commits"] = fetch()
+    seen["commit"] = commit([(0, 3, "meta-a"), (1, 5, None)])
+    seen["fetch v8"] = fetch()
+    seen["fetch v1"] = fetch(version=1)
+    seen["commit again"] = commit([(0, 4, "")], version=2)
+    seen["fetch after second commit"] = fetch()
+    seen["commit past the end"] = commit([(1, 500, "far")])
+    seen["fetch after commit past the end"] = fetch()
+    seen["commit unknown topic"] = commit([(0, 1, "")], name=unique("nope"))
+    seen["commit partition 7"] = commit([(7, 1, "")])
+    seen["commit with a generation to a group without members"] = commit([(0, 1, "")], generation=3, member="m-1")
+    seen["fetch unknown group"] = fetch(g=unique("nobody"))
+    described = raw.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
+    seen["describe"] = [(plain(g.error_code), g.group_state, g.protocol_type, len(g.members))
+                        for g in described.groups]
+    listed = raw.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+    seen["listed"] = [(g.group_state, g.protocol_type) for g in listed.groups if g.group_id == group]
+    nobody = unique("nobody")
+    deleted = raw.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group, nobody]})
+    labels = {group: "the group", nobody: "a group that never existed"}
+    seen["delete"] = {labels[r.group_id]: plain(r.error_code) for r in deleted.results}
+    seen["fetch after delete"] = fetch()
+    raw.close()
+    return seen
+
+
+def test_group_offsets_after_commits(observed):
+    assert_no_unexplained(observed, "groups")
+
+
+def _client_group_scenario(bootstrap):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic, group = unique("diff-client-group"), unique("diff-client")
+    create_topic(bootstrap, topic, partitions=3)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(30):
+        producer.send(topic, b"m%d" % i, partition=i % 3)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 20 and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=500, max_records=20 - len(got)).items():
+            got += [(tp.partition, r.offset) for r in records]
+    consumer.commit()
+    committed = {p: consumer.committed(TopicPartition(topic, p)) for p in range(3)}
+    consumer.close()
+    raw = RawClient(bootstrap)
+    described = raw.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
+    raw.close()
+    return {"consumed": len(got), "committed_total": sum(v or 0 for v in committed.values()),
+            "state_after_close": [(g.group_state, g.protocol_type, g.protocol_data, len(g.members))
+                                  for g in described.groups]}
+
+
+def test_consumer_group_commits_through_a_client(observed):
+    assert_no_unexplained(observed, "client-group")
+
+
+# ------------------------------------------------------------------------------------------ fetch
+
+def _fetch_scenario(bootstrap):
+    topic = unique("diff-fetch")
+    create_topic(bootstrap, topic)
+    raw = RawClient(bootstrap)
+    for n in (3, 1, 4):
+        _produce(raw, topic, 0, build_batch([(b"k", b"f" * 50)] * n, compression="gzip"))
+    seen = {}
+    for label, offset, max_bytes in (("from 0", 0, 1 << 20), ("inside the first batch", 1, 1 << 20),
+                                     ("at the end", 8, 1 << 20), ("one byte limit", 0, 1)):
+        resp = raw.request(ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                        "partition_max_bytes": max_bytes,
+                                                        "current_leader_epoch": -1, "log_start_offset": -1}]}]})
+        p = resp.responses[0].partitions[0]
+        seen[label] = {"error_code": plain(p.error_code), "high_watermark": p.high_watermark,
+                       "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+                       "batches": [(h.base_offset, h.last_offset) for _, h in iter_batches(p.records or b"")],
+                       "preferred_read_replica": p.preferred_read_replica}
+    raw.close()
+    return seen
+
+
+def test_fetch_answers(observed):
+    assert_no_unexplained(observed, "fetch")
+
+
+# ---------------------------------------------------------------------------------- all scenarios
+
+SCENARIOS = {
+    "offsets": _offsets_scenario,
+    "idempotent": _idempotent_scenario,
+    "errors": _bad_requests_scenario,
+    "configs": _configs_scenario,
+    "groups": _groups_scenario,
+    "client-group": _client_group_scenario,
+    "fetch": _fetch_scenario,
+}
+NORMALIZE = {"configs": _common_config_keys}
+
+
+def test_deliberate_differences_are_as_documented(observed):
+    found = {d for name in SCENARIOS for d in observed.differences(name)}
+    for path, (kafka, tierlog, _reason) in DELIBERATE.items():
+        assert f"{path}: kafka={kafka!r} tierlog={tierlog!r}" in found, path
+    for name, (_reason, match) in DELIBERATE_PATTERNS.items():
+        assert any(match(d.split(":")[0]) for d in found), f"{name} no longer differs: update the docs"
+
+
+@pytest.mark.parametrize("bug", [pytest.param(bug, marks=pytest.mark.xfail(strict=True, reason=reason))
+                                 for bug, (reason, _) in KNOWN_BUGS.items()])
+def test_known_bug_is_fixed(observed, bug):
+    """Strict xfail per known bug: passes (and so fails the run) once tierlog matches Kafka there."""
+    _, match = KNOWN_BUGS[bug]
+    found = [d for name in SCENARIOS for d in observed.differences(name) if match(d.split(":")[0])]
+    assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------------------- tiered (Kafka only)
+
+@pytest.mark.slow
+def test_kafka_tiered_peer_offloads_segments(kafka_peer_tiered, kafka_tool):
+    """The tiered Kafka peer works: closed segments reach LocalTieredStorage and ListOffsets -4/-5
+    move (the reference later tiered tests compare tierlog with)."""
+    b, topic = kafka_peer_tiered.bootstrap, unique("tiered")
+    create_topic(b, topic, configs={"remote.storage.enable": "true", "segment.bytes": "1048576",
+                                    "local.retention.ms": "1000"})
+    kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", "3000", "--record-size", "1000",
+               "--throughput", "-1", "--producer-props", f"bootstrap.servers={b}", "linger.ms=20")
+    raw = RawClient(b)
+    deadline = time.monotonic() + 60
+    while True:
+        latest_tiered = _list_offset(raw, topic, 0, -5)
+        earliest_local = _list_offset(raw, topic, 0, -4)
+        if latest_tiered["offset"] > 0 and earliest_local["offset"] > 0:
+            break
+        assert time.monotonic() < deadline, (latest_tiered, earliest_local)
+        time.sleep(0.5)
+    assert _list_offset(raw, topic, 0, -2)["offset"] == 0
+    assert earliest_local["offset"] <= latest_tiered["offset"] + 1
+    raw.close()
+    remote = list(kafka_peer_tiered.remote_dir.rglob("*.log"))
+    assert len(remote) >= 2, remote

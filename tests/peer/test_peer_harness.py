@@ -1,0 +1,49 @@
+"""The reference-peer harness itself: cache location, the CI rule, the tool runner's exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.peer import conftest
+from tests.peer.conftest import ROOT, KafkaPeerError, kafka_peer_module
+
+
+def test_cache_refuses_a_folder_inside_the_repository(monkeypatch):
+    monkeypatch.setenv("TIERLOG_KAFKA_CACHE", str(ROOT / "kafka-cache"))
+    with pytest.raises(KafkaPeerError, match="inside the repository"):
+        kafka_peer_module.cache_dir()
+
+
+def test_generated_pom_asks_for_broker_tools_test_storage_and_log4j():
+    pom = kafka_peer_module.pom_xml()
+    for artifact in ("kafka_2.13", "kafka-tools", "kafka-storage", "log4j-slf4j-impl"):
+        assert f"<artifactId>{artifact}</artifactId>" in pom
+    assert "<classifier>test</classifier>" in pom and kafka_peer_module.KAFKA_VERSION in pom
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_missing_java_fails_in_ci_and_skips_locally(monkeypatch, ci, outcome):
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="Apache Kafka peer unavailable"):
+        conftest._unavailable("missing java")
+
+
+def test_tool_runner_keeps_exit_codes_and_output(kafka_tool, tmp_path):
+    version = kafka_tool("TopicCommand", "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, kafka_peer_module.KAFKA_VERSION)
+    bad = kafka_tool("TopicCommand", "--no-such-option", check=False)
+    assert bad.returncode == 1 and "no-such-option" in bad.stdout + bad.stderr
+    # Scala tools (DumpLogSegments, ConfigCommand) print through scala.Console: still captured per call.
+    empty = tmp_path / "00000000000000000000.log"
+    empty.write_bytes(b"")
+    for _ in range(2):
+        assert f"Dumping {empty}" in kafka_tool("DumpLogSegments", "--files", str(empty)).stdout
+
+
+def test_command_line_runs_a_tool_in_its_own_jvm(kafka_jars):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "kafka_peer.py"), "tool", "GetOffsetShell",
+                           "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == kafka_peer_module.KAFKA_VERSION
