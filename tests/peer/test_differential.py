@@ -60,36 +60,7 @@ def _in(*prefixes):
 
 
 # bug id -> (what is missing in tierlog, exactly; which differing paths it explains)
-KNOWN_BUGS = {
-    "produce-several-batches-per-partition": (
-        "tierlog appends several record batches sent for one partition in one Produce request; Kafka "
-        "(Produce v3+) refuses the partition with INVALID_RECORD (87) and base_offset -1",
-        _in("errors.produce two batches in one partition.")),
-    "produce-error-log-start-offset": (
-        "Produce partition errors other than UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, "
-        "MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, CORRUPT_MESSAGE and KAFKA_STORAGE_ERROR (e.g. "
-        "OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TIMESTAMP) carry the partition's "
-        "log_start_offset in Kafka's answer; tierlog answers -1",
-        lambda p: p.endswith(".log_start_offset") and p.startswith(("errors.produce", "idempotent."))),
-    "produce-error-message-and-record-errors": (
-        "Kafka sets a Produce partition's error_message only for record validation errors "
-        "(INVALID_TIMESTAMP, INVALID_RECORD), together with record_errors naming the batch index; "
-        "tierlog sets error_message on every error and never sends record_errors",
-        lambda p: p.endswith((".has_error_message", ".record_errors"))),
-    "duplicate-batch-log-append-time": (
-        "for a duplicate idempotent batch Kafka answers log_append_time_ms = the original batch's max "
-        "timestamp (even for CreateTime topics); tierlog answers -1",
-        lambda p: p.startswith("idempotent.duplicate") and p.endswith(".log_append_time_ms")),
-    "fetch-error-watermarks": (
-        "a Fetch partition answered with an error (e.g. OFFSET_OUT_OF_RANGE) carries high_watermark, "
-        "last_stable_offset and log_start_offset -1 in Kafka; tierlog fills in the partition's values",
-        lambda p: p.startswith("errors.fetch") and p.endswith(("high_watermark", "last_stable_offset",
-                                                               "log_start_offset"))),
-    "broker-config-read-only": (
-        "remote.log.manager.thread.pool.size is read-only in Kafka 4.1 (DescribeConfigs read_only=true, "
-        "not alterable without a restart); tierlog's config table marks it dynamic",
-        _in("configs.broker.entries.remote.log.manager.thread.pool.size.read_only")),
-}
+KNOWN_BUGS: dict = {}
 
 
 # Deliberate differences (docs/compatibility.md): path -> (Kafka's value, tierlog's value, reason).
@@ -218,7 +189,8 @@ def _idempotent_scenario(bootstrap):
     seen = {"init": {"error_code": plain(init.error_code), "producer_epoch": epoch, "has_id": pid >= 0}}
 
     def send(seq, n, producer_epoch=None, producer_id=None, name=None):
-        batch = build_batch([(None, b"i%d" % (seq + i)) for i in range(n)],
+        # Fixed timestamps: answers that echo them (a duplicate's log_append_time) compare exactly.
+        batch = build_batch([(None, b"i%d" % (seq + i), [], T0 + seq + i) for i in range(n)],
                             producer_id=pid if producer_id is None else producer_id,
                             producer_epoch=epoch if producer_epoch is None else producer_epoch, base_sequence=seq)
         seen[name or f"seq {seq}+{n}"] = _produce(raw, topic, 0, batch)

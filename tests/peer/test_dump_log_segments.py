@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from kafka import KafkaProducer
 
 from tests.peer.dumplog import dump_partition, read_offset_index, read_time_index
@@ -121,9 +120,6 @@ def test_dump_log_segments_reads_storage_api_log(tmp_path, kafka_tool):
     assert set(final) == {4000, 4001}
 
 
-@pytest.mark.xfail(strict=True, reason="tierlog creates a segment's .index/.timeindex file only when its first entry "
-                   "is written; Kafka creates both with the segment (a missing .index makes Kafka's log loader "
-                   "recover the segment and DumpLogSegments throw on the .timeindex)")
 def test_every_segment_has_its_index_files(tmp_path):
     log = Log.open(str(tmp_path / "files-0"), "files", 0, LogConfig(segment_bytes=500, index_interval_bytes=4096))
     for i in range(6):

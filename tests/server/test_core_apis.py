@@ -100,7 +100,8 @@ def test_fetch_out_of_range_and_unknown_partition(client):
             {"partition": 7, "fetch_offset": 0, "partition_max_bytes": 1000}]}]})
     parts = resp.responses[0].partitions
     assert [p.error_code for p in parts] == [1, 3]
-    assert parts[0].high_watermark == 1 and parts[0].log_start_offset == 0
+    # As in Kafka, an errored partition reports no offsets; the client asks ListOffsets to reset.
+    assert (parts[0].high_watermark, parts[0].last_stable_offset, parts[0].log_start_offset) == (-1, -1, -1)
 
 
 def test_produce_errors_per_partition(client):
@@ -108,7 +109,9 @@ def test_produce_errors_per_partition(client):
     assert produce(client, "nope-topic", build_batch([(None, b"x")])).error_code in (3,)
     v1 = bytearray(build_batch([(None, b"x")]))
     v1[16] = 1
-    assert produce(client, "p", bytes(v1)).error_code == 43  # message format v0/v1 refused
+    assert produce(client, "p", bytes(v1)).error_code == 87  # magic v0/v1 refused, as Kafka's validateRecords
+    two = build_batch([(None, b"x")]) * 2
+    assert produce(client, "p", two).error_code == 87  # exactly one batch per partition
     bad_crc = bytearray(build_batch([(None, b"x")]))
     bad_crc[-1] ^= 0xFF
     assert produce(client, "p", bytes(bad_crc)).error_code == 2

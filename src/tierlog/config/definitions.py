@@ -606,7 +606,7 @@ _BROKER: tuple[ConfigDef, ...] = (
            "values stop the partition's copy task."),
     _b("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, AtLeast(1), dynamic=True,
        doc="Disk budget for index files fetched from remote storage."),
-    _b("remote.log.manager.thread.pool.size", "int", 2, AtLeast(1), dynamic=True,
+    _b("remote.log.manager.thread.pool.size", "int", 2, AtLeast(1),
        doc="Workers running follower tasks (reading the highest uploaded offset); superseded by "
            "remote.log.manager.follower.thread.pool.size in Kafka 4.2."),
     _b("remote.log.manager.copier.thread.pool.size", "int", 10, AtLeast(1), dynamic=True,

@@ -120,7 +120,7 @@ class SocketServer:
             try:
                 frames = decoder.feed(data)
             except FrameTooLargeError as e:
-                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", peer, e)
+                log.warning("Closing connection from %s: %s", peer, e)  # e names socket.request.max.bytes
                 return
             except InvalidFrameError as e:
                 log.warning("Closing connection from %s: %s", peer, e)

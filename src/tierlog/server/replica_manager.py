@@ -109,6 +109,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
         return p
 
+    def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:
+        p = self.partitions.get((topic, partition))
+        return p.log.log_start_offset if p is not None else -1
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         t = self.broker.controller.image.topic_by_id(topic_id)
         return t.name if t else None

@@ -315,12 +315,16 @@ class Log:
     # ------------------------------------------------------------------ append
 
     def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int = 0,
-                         now_ms: int | None = None) -> LogAppendInfo:
-        """Validate, assign offsets to and append a client's record batches (Produce)."""
+                         now_ms: int | None = None, allow_multiple_batches: bool = False) -> LogAppendInfo:
+        """Validate, assign offsets to and append a client's record batch (Produce).
+
+        A produce request carries exactly one batch per partition (Kafka's rule since v3);
+        internal writers may pass several with ``allow_multiple_batches``."""
         now = _now_ms() if now_ms is None else now_ms
         view = memoryview(data)
         cfg = self.config
-        headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes, allow_multiple_batches=True)
+        headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
+                                   allow_multiple_batches=allow_multiple_batches)
         positions = []
         pos = 0
         pending_seq: dict[int, tuple[int, int]] = {}
@@ -345,7 +349,9 @@ class Log:
                     dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence,
                                                     h.last_sequence, self.log_end_offset)
                     if dup is not None:
-                        return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                        # Kafka answers a duplicate with the original batch's timestamp as its
+                        # log append time, whatever the topic's timestamp type.
+                        return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
                                              self.log_start_offset, 0, duplicate=True)
                 pending_seq[h.producer_id] = (h.producer_epoch, h.last_sequence)
             pos += h.size

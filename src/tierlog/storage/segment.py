@@ -64,6 +64,10 @@ class LogSegment:
                                     base_offset, max_index_size)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
+        # Kafka creates both indexes with the segment; its loader treats a missing .index as damage.
+        for index in (self.offset_index, self.time_index):
+            if not os.path.exists(index.path):
+                os.close(os.open(index.path, os.O_WRONLY | os.O_CREAT, 0o644))
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self._bytes_since_last_index_entry = 0
         self._max_ts: tuple[int, int] | None = None  # (max timestamp, offset of its batch), lazily known

@@ -79,19 +79,22 @@ class FetchApis:
                 partition = rm.get_partition(name, p.partition)
                 partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                 lg = partition.log
+                limit = min(p.partition_max_bytes, max_bytes - total)
+                info = None
+                if limit > 0 or min_one:
+                    info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
+                # Offsets are reported only for a partition read without error (an error answer
+                # carries -1 for all three, as Kafka's does).
                 part["high_watermark"] = lg.high_watermark
                 part["last_stable_offset"] = lg.last_stable_offset
                 part["log_start_offset"] = lg.log_start_offset
                 if isolation == "committed":
                     part["aborted_transactions"] = []
-                limit = min(p.partition_max_bytes, max_bytes - total)
-                if limit > 0 or min_one:
-                    info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
-                    if info.size:
-                        # A file region, not bytes: the socket server sends it with sendfile.
-                        part["records"] = info.region
-                        total += info.size
-                        min_one = False
+                if info is not None and info.size:
+                    # A file region, not bytes: the socket server sends it with sendfile.
+                    part["records"] = info.region
+                    total += info.size
+                    min_one = False
             except KafkaError as e:
                 part["error_code"] = e.code
                 errors = True

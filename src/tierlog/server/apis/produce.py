@@ -4,15 +4,50 @@ from __future__ import annotations
 
 import logging
 
-from tierlog.errors import KafkaError, UnsupportedCompressionTypeError, error_for_code
+from tierlog.errors import InvalidRecordError, KafkaError, UnsupportedCompressionTypeError, error_for_code
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
-from tierlog.records import ATTRIBUTES_POS
+from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
 
 INVALID_REQUIRED_ACKS = 21
 ZSTD = 4
+# Errors for which Kafka's answer carries an error message and record_errors (RecordValidationException).
+RECORD_VALIDATION_ERRORS = frozenset({32, 87})
+# Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
+# every other append error carries the partition's log start offset.
+NO_LOG_START_OFFSET_ERRORS = frozenset({3, 6, 10, 18, 2, 56, 21, 76})
+
+
+def _validate_records(version: int, records: bytes) -> KafkaError | None:
+    """Kafka's ProduceRequest.validateRecords, the request-level check before any append.
+
+    Its errors are answered bare (no message, log start offset -1). Batches are counted as Kafka's
+    iterator sees them: complete ones only."""
+    batches = []
+    pos = 0
+    while pos + RECORD_BATCH_OVERHEAD <= len(records):
+        size = LOG_OVERHEAD + int.from_bytes(records[pos + LENGTH_POS:pos + LENGTH_POS + 4], "big", signed=True)
+        if size < LOG_OVERHEAD or pos + size > len(records):
+            break
+        batches.append(pos)
+        pos += size
+        if len(batches) > 1:
+            break
+    if not batches:
+        return InvalidRecordError(f"Produce requests with version {version} must have at least one record batch "
+                                  f"per partition")
+    if records[MAGIC_POS] != 2:
+        return InvalidRecordError(f"Produce requests with version {version} are only allowed to contain record "
+                                  f"batches with magic version 2")
+    if version < 7 and records[ATTRIBUTES_POS + 1] & 0x07 == ZSTD:
+        return UnsupportedCompressionTypeError(f"Produce requests with version {version} are not allowed to use "
+                                               f"ZStandard compression")
+    if len(batches) > 1:
+        return InvalidRecordError(f"Produce requests with version {version} are only allowed to contain exactly "
+                                  f"one record batch per partition")
+    return None
 
 
 class ProduceApis:
@@ -41,14 +76,20 @@ class ProduceApis:
                     if acks not in (-1, 0, 1):
                         raise error_for_code(INVALID_REQUIRED_ACKS)(f"invalid required acks {acks}")
                     records = pd.records or b""
-                    if ctx.api_version < 7 and len(records) > ATTRIBUTES_POS + 1 and \
-                            records[ATTRIBUTES_POS + 1] & 0x07 == ZSTD:
-                        raise UnsupportedCompressionTypeError(
-                            f"zstd-compressed batches need Produce v7 or later, got v{ctx.api_version}")
+                    invalid = _validate_records(ctx.api_version, records)
+                    if invalid is not None:
+                        result["error_code"] = invalid.code
+                        parts.append(result)
+                        continue
                     result.update(rm.append(name, pd.index, records))
                 except KafkaError as e:
                     result["error_code"] = e.code
-                    result["error_message"] = e.message
+                    if e.code in RECORD_VALIDATION_ERRORS:
+                        # Kafka's RecordValidationException: a message and the failing batch's index.
+                        result["error_message"] = e.message
+                        result["record_errors"] = [{"batch_index": 0, "batch_index_error_message": None}]
+                    if e.code not in NO_LOG_START_OFFSET_ERRORS:
+                        result["log_start_offset"] = rm.log_start_offset_or_unknown(name, pd.index)
                     if e.code not in (3, 6):  # expected while metadata propagates
                         log.debug("Produce to %s-%d failed: %s", name, pd.index, e)
                 parts.append(result)
