@@ -67,15 +67,9 @@ class AdminApis:
     async def create_topics(self, ctx: RequestContext):
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
-        counts: dict[str, int] = {}
-        for t in req.topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
-        results, answered = [], set()
-        for t in req.topics:
-            if t.name in answered:
-                continue
-            answered.add(t.name)
-            if counts[t.name] > 1:
+        results = []
+        for t, duplicated in _once_per_name(req.topics):
+            if duplicated:
                 results.append({"name": t.name, "error_code": INVALID_REQUEST,
                                 "error_message": "Duplicate topic name."})
             elif t.name == CLUSTER_METADATA_TOPIC:
@@ -185,16 +179,10 @@ class AdminApis:
     async def create_partitions(self, ctx: RequestContext):
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
-        counts: dict[str, int] = {}
-        for t in req.topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
-        results, answered = [], set()
-        for t in req.topics:
-            if t.name in answered:
-                continue
-            answered.add(t.name)
+        results = []
+        for t, duplicated in _once_per_name(req.topics):
             out = {"name": t.name, "error_code": 0, "error_message": None}
-            if counts[t.name] > 1:
+            if duplicated:
                 out.update(error_code=INVALID_REQUEST, error_message="Duplicate topic name.")
             else:
                 assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
@@ -276,3 +264,15 @@ def _unique(items: list) -> tuple[list, list]:
 
 
 __all__ = ["AdminApis"]
+
+
+def _once_per_name(topics):
+    """Each topic of a request once, in order, with whether its name appears more than once."""
+    counts: dict[str, int] = {}
+    for t in topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    seen = set()
+    for t in topics:
+        if t.name not in seen:
+            seen.add(t.name)
+            yield t, counts[t.name] > 1
