@@ -62,7 +62,8 @@ def _write_log(directory: Path) -> tuple[Log, list[dict], dict]:
                     "valueSize": str(len(value)), "sequence": str(seq + j if seq >= 0 else -1),
                     "headerKeys": "[h]" if headers else "[]"}
                 next_offset += 1
-        info = log.append_as_leader(b"".join(batches), leader_epoch=epoch, now_ms=T0 + 1000)
+        info = log.append_as_leader(b"".join(batches), leader_epoch=epoch, now_ms=T0 + 1000,
+                                    allow_multiple_batches=True)
         appended.append({"first": info.first_offset, "last": info.last_offset, "codec": codec,
                          "producer_id": producer_id, "batches": len(batches)})
     return log, appended, records_by_offset

@@ -183,11 +183,12 @@ class _Gen:
 
     def field(self, f: dataclasses.Field, flexible: bool, is_tag: bool) -> list[str]:
         tp, optional = _unwrap_optional(f.type)
+        nullable_array = optional or is_tag
         if is_tag:
             optional = False  # tagged fields carry no nullability marker (kio, KIP-893)
         if get_origin(tp) is tuple:
             (inner,) = [a for a in get_args(tp) if a is not Ellipsis]
-            return self.array(inner, f.metadata.get("kafka_type"), flexible)
+            return self.array(inner, f.metadata.get("kafka_type"), flexible, nullable_array)
         if dataclasses.is_dataclass(tp):
             return self.entity_lines(tp, nullable=optional)
         return self.primitive(f.metadata.get("kafka_type"), flexible)
@@ -211,7 +212,7 @@ class _Gen:
             return ["n = _i16(b, pos)[0]", "pos += 2 + n if n > 0 else 2"]
         return ["n = _i32(b, pos)[0]", "pos += 4 + n if n > 0 else 4"]
 
-    def array(self, inner: type, kafka_type: str | None, flexible: bool) -> list[str]:
+    def array(self, inner: type, kafka_type: str | None, flexible: bool, nullable: bool = True) -> list[str]:
         if flexible:
             lines = [
                 "n = b[pos]",
@@ -227,6 +228,8 @@ class _Gen:
             "if n > end - pos:",
             "    raise _TooLong(f'array of {n} elements announced, {end - pos} bytes left')",
         ]
+        if not nullable:  # kio would read null, and handlers would trip over it
+            lines += ["if n < 0:", "    raise _TooLong('null for an array that cannot be null')"]
         if dataclasses.is_dataclass(inner):
             size = self.fixed_size(inner)
             if size is not None:
