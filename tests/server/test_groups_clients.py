@@ -80,7 +80,9 @@ class KafkaPythonMember(threading.Thread):
                               **config)
             try:
                 while not self.stop_event.is_set():
-                    batch = c.poll(timeout_ms=100)
+                    # 1 s, not less: kafka-python 3.0.12 never finishes a join that completes after
+                    # poll() returned (docs/compatibility.md, client quirks), which shows under load.
+                    batch = c.poll(timeout_ms=1000)
                     with self.lock:
                         for tp, msgs in batch.items():
                             self.records += [(tp.partition, m.offset, m.value) for m in msgs]
