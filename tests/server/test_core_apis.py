@@ -189,3 +189,12 @@ def test_topics_and_epochs_survive_restarts(client, broker):
     assert fetch(t.partitions[0].leader_epoch).error_code == 74
     assert len(list(iter_records(fetch(t2.partitions[0].leader_epoch).records))) == 3
     c2.close()
+
+
+def test_fetch_naming_no_partition_returns_at_once(client):
+    # A Java consumer closing its session sends one; answering it must not wait or spin.
+    t0 = time.monotonic()
+    resp = client.request(ApiKey.FETCH, 12, {"replica_id": -1, "max_wait": 2000, "min_bytes": 1,
+                                             "max_bytes": 1 << 20, "topics": []})
+    assert resp.error_code == 0 and resp.responses == ()
+    assert time.monotonic() - t0 < 1

@@ -142,7 +142,10 @@ class ReplicaManager:
 
     async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float) -> None:
         """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
-        if timeout_s <= 0 or not tps:
+        if timeout_s <= 0:
+            return
+        if not tps:  # nothing can wake us: wait out the time rather than let a caller spin
+            await asyncio.sleep(timeout_s)
             return
         fut = asyncio.get_running_loop().create_future()
         for tp in tps:
