@@ -64,9 +64,15 @@ def _check_value(key, value, payload: str) -> None:
         assert (got["memberId"], got["groupInstanceId"], got["clientId"], got["clientHost"],
                 got["rebalanceTimeout"], got["sessionTimeout"]) == (
             m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout, m.session_timeout)
-        # Kafka decodes subscription and assignment as consumer protocol messages.
+        # Kafka decodes subscription and assignment as consumer protocol messages. kafka-python's
+        # first join may go out before its topic metadata (a known client quirk), so an early
+        # generation can carry an empty assignment; the final one must hold both partitions.
         assert got["subscription"]["topics"] == ["dec"]
-        assert got["assignment"]["assignedPartitions"] == [{"topic": "dec", "partitions": [0, 1]}]
+        assert got["assignment"]["assignedPartitions"] in ([], [{"topic": "dec", "partitions": [0, 1]}])
+        ASSIGNMENTS.append(got["assignment"]["assignedPartitions"])
+
+
+ASSIGNMENTS: list = []
 
 
 def test_kafka_decodes_tierlog_consumer_offsets(start_broker, kafka_tool):  # noqa: F811 - the fixture
@@ -113,6 +119,7 @@ def test_kafka_decodes_tierlog_consumer_offsets(start_broker, kafka_tool):  # no
             assert json.loads(key_json) == _expected_key(key)
             _check_value(key, value, payload)
             seen.add((type(key).__name__, value is None))
+    assert ASSIGNMENTS and ASSIGNMENTS[-1] == [{"topic": "dec", "partitions": [0, 1]}]
     # Group metadata, offset commits, and tombstones of both kinds were all cross-checked.
     assert seen == {("GroupMetadataKey", False), ("GroupMetadataKey", True),
                     ("OffsetCommitKey", False), ("OffsetCommitKey", True)}
