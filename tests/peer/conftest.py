@@ -19,30 +19,17 @@ the reason locally, and fail in CI (``CI`` set to true), so a CI run never passe
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.prerequisites import load_script, unavailable
 from tests.server.conftest import BrokerProcess, start_broker  # noqa: F401 - fixture re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_kafka_peer():
-    name = "tierlog_kafka_peer"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "kafka_peer.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-kafka_peer_module = _load_kafka_peer()
+kafka_peer_module = load_script("kafka_peer.py", "tierlog_kafka_peer")
 run_tool = kafka_peer_module.run_tool
 KafkaPeerError = kafka_peer_module.KafkaPeerError
 
@@ -56,14 +43,8 @@ SHARED_SETTINGS = {
 }
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 def _unavailable(reason: str):
-    if in_ci():
-        pytest.fail(f"Apache Kafka peer unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"Apache Kafka peer unavailable: {reason}")
+    unavailable("Apache Kafka peer", reason)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ without them.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -25,34 +24,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.prerequisites import load_script
+from tests.prerequisites import unavailable as unavailable_in_ci_or_skip
 from tests.server.conftest import BrokerProcess, broker, start_broker  # noqa: F401 - fixtures re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_jars_module():
-    name = "tierlog_spark_kafka_jars"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "spark_kafka_jars.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-jars_module = _load_jars_module()
+jars_module = load_script("spark_kafka_jars.py", "tierlog_spark_kafka_jars")
 SparkKafkaJarsError = jars_module.SparkKafkaJarsError
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 def unavailable(reason: str):
-    if in_ci():
-        pytest.fail(f"Spark's Kafka source unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"Spark's Kafka source unavailable: {reason}")
+    unavailable_in_ci_or_skip("Spark's Kafka source", reason)
 
 
 @pytest.fixture(scope="session")
