@@ -26,21 +26,20 @@ from tierlog.cluster.store import FileMetadataStore
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.errors import (
     InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidTopicError,
     KafkaError,
+    TopicAlreadyExistsError,
+    TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
-    error_for_code,
 )
 from tierlog.kafka_uuid import new_kafka_uuid
 
 log = logging.getLogger(__name__)
 
-InvalidTopicError = error_for_code(17)
-TopicAlreadyExistsError = error_for_code(36)
-InvalidPartitionsError = error_for_code(37)
-InvalidReplicationFactorError = error_for_code(38)
-InvalidReplicaAssignmentError = error_for_code(39)
-TopicDeletionDisabledError = error_for_code(73)
 
 MAX_TOPIC_NAME_LENGTH = 249
 PRODUCER_ID_BLOCK_SIZE = 1000

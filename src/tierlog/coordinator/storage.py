@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from tierlog.coordinator.records import OFFSETS_TOPIC
-from tierlog.errors import KafkaError, UnknownTopicOrPartitionError, error_for_code
+from tierlog.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, error_for_code
 from tierlog.records import build_batch, iter_batches, iter_records
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,6 @@ __all__ = ["MemoryStore", "OffsetsTopicStore", "RecordStore"]
 
 OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT = 100 * 1024 * 1024
 _LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka's offsets.load.buffer.size default
-TopicAlreadyExistsError = error_for_code(36)
 
 Record = tuple[bytes, bytes | None]
 

@@ -15,18 +15,17 @@ from dataclasses import dataclass
 
 from tierlog.cluster import MetadataDelta, MetadataImage, TopicImage
 from tierlog.errors import (
+    FencedLeaderEpochError,
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
-    error_for_code,
 )
 from tierlog.storage import Log
 
 log = logging.getLogger(__name__)
 
-FencedLeaderEpochError = error_for_code(74)
-UnknownLeaderEpochError = error_for_code(75)
 
 
 @dataclass(slots=True)

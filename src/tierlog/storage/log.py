@@ -27,6 +27,7 @@ from tierlog.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     error_for_code,
 )
@@ -55,7 +56,6 @@ from tierlog.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TI
 
 log = logging.getLogger(__name__)
 
-OffsetMovedToTieredStorageError = error_for_code(109)
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
 EARLIEST_TIMESTAMP = -2
