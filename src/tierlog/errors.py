@@ -71,6 +71,7 @@ OffsetOutOfRangeError: type[KafkaError] = _BY_CODE[1]
 CorruptMessageError: type[KafkaError] = _BY_CODE[2]  # Kafka's CorruptRecordException
 UnknownTopicOrPartitionError: type[KafkaError] = _BY_CODE[3]
 NotLeaderOrFollowerError: type[KafkaError] = _BY_CODE[6]
+ReplicaNotAvailableError: type[KafkaError] = _BY_CODE[9]
 MessageTooLargeError: type[KafkaError] = _BY_CODE[10]
 RecordListTooLargeError: type[KafkaError] = _BY_CODE[18]
 InvalidTopicError: type[KafkaError] = _BY_CODE[17]  # Kafka's InvalidTopicException

@@ -1,0 +1,255 @@
+"""One TCP connection to one broker: framing, correlation ids, ApiVersions negotiation, timeouts.
+
+A :class:`BrokerConnection` is opened with :meth:`BrokerConnection.open`, which connects within
+``socket.connection.setup.timeout.ms`` and negotiates API versions (ApiVersions v3, falling back to
+v0 when the broker answers UNSUPPORTED_VERSION, as KIP-511 describes). :meth:`request` then sends
+any API at the highest version both sides speak and waits for its answer within
+``request.timeout.ms``. A request that times out closes the connection, as Kafka's clients do: the
+broker may still answer it later and responses on a connection come back in order only.
+
+Requests are built from plain values through :func:`tierlog.protocol.build`, so callers describe a
+request once for every version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+
+from tierlog import errors
+from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
+from tierlog.protocol import ApiKey, build, encode_request, parse_response
+
+log = logging.getLogger("tierlog.client")
+
+_SIZE = struct.Struct(">i")
+_CORR = struct.Struct(">i")
+
+# The versions tierlog's client speaks per API: responses are read by field name, and these ranges
+# keep every field the code reads (e.g. Fetch stays below v13, where topic names become ids).
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 12),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.METADATA: (1, 13),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+
+SOFTWARE_NAME = "tierlog-python"
+SOFTWARE_VERSION = "0.1.0"
+
+
+def _schemas(api_key: int, version: int) -> tuple[type, type]:
+    key = (api_key, version)
+    found = _schema_cache.get(key)
+    if found is None:
+        found = _schema_cache[key] = (load_request_schema(api_key, version), load_response_schema(api_key, version))
+    return found
+
+
+_schema_cache: dict[tuple[int, int], tuple[type, type]] = {}
+
+
+class BrokerConnection:
+    """A negotiated connection; create with :meth:`open`. Safe to share between tasks."""
+
+    def __init__(self, host: str, port: int, node_id: int, client_id: str | None,
+                 request_timeout_ms: int) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+        # correlation id -> (response class, future); responses arrive in request order
+        self._pending: dict[int, tuple[type, asyncio.Future]] = {}
+        self._read_task: asyncio.Task | None = None
+        self._closed = False
+        self.close_reason: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection(node {self.node_id} at {self.host}:{self.port})"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, node_id: int, client_id: str | None,
+                   request_timeout_ms: int, setup_timeout_ms: int) -> BrokerConnection:
+        """Connect and negotiate versions; raises KafkaConnectionError or KafkaTimeoutError."""
+        conn = cls(host, port, node_id, client_id, request_timeout_ms)
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), setup_timeout_ms / 1000)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"connection to node {node_id} ({host}:{port}) not set up within {setup_timeout_ms} ms") from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to node {node_id} ({host}:{port}): {exc}") from None
+        sock = conn._writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
+        try:
+            await asyncio.wait_for(conn._negotiate(), setup_timeout_ms / 1000)
+        except BaseException as exc:
+            conn.close(exc if isinstance(exc, Exception) else None)
+            if isinstance(exc, TimeoutError):
+                raise KafkaTimeoutError(f"ApiVersions with node {node_id} ({host}:{port}) timed out") from None
+            raise
+        return conn
+
+    async def _negotiate(self) -> None:
+        response = await self._send(ApiKey.API_VERSIONS, 3, {
+            "client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION})
+        if response.error_code.value == errors.UnsupportedVersionError.code:
+            # The broker answered at v0 with its ranges; ask again at the highest v0..3 it supports.
+            ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            low, high = ranges.get(ApiKey.API_VERSIONS, (0, 0))
+            response = await self._send(ApiKey.API_VERSIONS, max(low, min(high, 3)), {})
+        if response.error_code.value:
+            raise errors.error_for_code(response.error_code.value)(
+                f"ApiVersions refused by node {self.node_id}: {response.error_code.name}")
+        self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+
+    def version(self, api_key: int, max_version: int | None = None) -> int:
+        """The highest version of ``api_key`` both sides speak; UnsupportedVersionError if none."""
+        low, high = CLIENT_VERSIONS.get(api_key, (0, 0))
+        if max_version is not None:
+            high = min(high, max_version)
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise errors.UnsupportedVersionError(
+                f"node {self.node_id} does not support {ApiKey(api_key).name}")
+        v = min(high, theirs[1])
+        if v < max(low, theirs[0]):
+            raise errors.UnsupportedVersionError(
+                f"node {self.node_id} speaks {ApiKey(api_key).name} v{theirs[0]}..{theirs[1]}, "
+                f"tierlog's client v{low}..{high}")
+        return v
+
+    async def request(self, api_key: int, values: Mapping[str, Any], *, max_version: int | None = None,
+                      min_version: int | None = None, expect_response: bool = True,
+                      timeout_ms: int | None = None) -> Any:
+        """Send ``values`` as ``api_key`` at the negotiated version and return the kio response.
+
+        ``expect_response=False`` (Produce with acks=0) returns None once the request is written."""
+        version = self.version(api_key, max_version)
+        if min_version is not None and version < min_version:
+            raise errors.UnsupportedVersionError(
+                f"node {self.node_id} lacks {ApiKey(api_key).name} v{min_version}+ (has up to v{version})")
+        return await self._send(api_key, version, values, expect_response, timeout_ms)
+
+    async def _send(self, api_key: int, version: int, values: Mapping[str, Any], expect_response: bool = True,
+                    timeout_ms: int | None = None) -> Any:
+        if self._closed:
+            raise KafkaConnectionError(f"connection to node {self.node_id} is closed: {self.close_reason}")
+        request_type, response_type = _schemas(api_key, version)
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        corr = self._correlation_id
+        frame = encode_request(build(request_type, values), corr, self.client_id)
+        fut: asyncio.Future | None = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending[corr] = (response_type, fut)
+        try:
+            self._writer.write(frame)
+            if self._writer.transport.get_write_buffer_size() > 1 << 20:
+                await self._writer.drain()
+        except (OSError, RuntimeError) as exc:
+            self.close(KafkaConnectionError(f"write to node {self.node_id} failed: {exc}"))
+            raise self.close_reason from None
+        if fut is None:
+            return None
+        timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            exc = KafkaTimeoutError(f"{ApiKey(api_key).name} to node {self.node_id} timed out after "
+                                    f"{timeout * 1000:.0f} ms; disconnecting")
+            self.close(exc)
+            raise exc from None
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                frame = await reader.readexactly(size)
+                (corr,) = _CORR.unpack_from(frame, 0)
+                entry = self._pending.pop(corr, None)
+                if entry is None:
+                    raise KafkaConnectionError(f"node {self.node_id} answered unknown correlation id {corr}")
+                response_type, fut = entry
+                try:
+                    _, response = parse_response(frame, response_type)
+                except Exception as exc:  # a broker bug must not hang the caller
+                    if not fut.done():
+                        fut.set_exception(errors.CorruptMessageError(
+                            f"cannot parse {response_type.__name__} from node {self.node_id}: {exc!r}"))
+                    continue
+                if not fut.done():
+                    fut.set_result(response)
+        except asyncio.IncompleteReadError:
+            self.close(KafkaConnectionError(f"node {self.node_id} ({self.host}:{self.port}) closed the connection"))
+        except (OSError, KafkaConnectionError) as exc:
+            self.close(exc if isinstance(exc, KafkaConnectionError)
+                       else KafkaConnectionError(f"connection to node {self.node_id} failed: {exc}"))
+        except asyncio.CancelledError:
+            pass
+
+    def close(self, reason: BaseException | None = None) -> None:
+        """Close and fail every request still waiting (with ``reason`` or a connection error)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.close_reason = reason or KafkaConnectionError(f"connection to node {self.node_id} closed")
+        for _, fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(self.close_reason if isinstance(self.close_reason, Exception)
+                                  else KafkaConnectionError(str(self.close_reason)))
+                fut.exception()  # mark retrieved: nobody may be waiting any more
+        self._pending.clear()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        task = self._read_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()

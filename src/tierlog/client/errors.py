@@ -1,0 +1,48 @@
+"""Errors tierlog's client raises besides the broker's own codes (:mod:`tierlog.errors`).
+
+Every error is a :class:`tierlog.errors.KafkaError`; ``exc.retriable`` says whether trying again
+can help. The client retries retriable errors itself within ``delivery.timeout.ms`` (producer) or
+``default.api.timeout.ms`` (consumer and admin) and raises the last one, or
+:class:`KafkaTimeoutError`, when the time is up.
+"""
+
+from __future__ import annotations
+
+from tierlog import errors
+
+# Kafka's TimeoutException maps to REQUEST_TIMED_OUT; NetworkException is NETWORK_EXCEPTION.
+_RequestTimedOut = errors.error_for_code(7)
+_NetworkException = errors.error_for_code(13)
+
+
+class KafkaTimeoutError(_RequestTimedOut):
+    """An operation did not complete in time (Kafka's ``TimeoutException``); retriable."""
+
+
+class KafkaConnectionError(_NetworkException):
+    """A connection failed or closed (Kafka's ``NetworkException`` / disconnect); retriable."""
+
+
+class BrokersUnavailableError(KafkaTimeoutError):
+    """No known broker could be reached and ``metadata.recovery.strategy=none`` forbids going back to
+    ``bootstrap.servers`` (KIP-899). The message lists the brokers tried."""
+
+
+class IllegalStateError(errors.KafkaError):
+    """The client was used wrongly (closed, not assigned, no group); not retriable."""
+
+
+class RecordTooLargeError(errors.RecordListTooLargeError):
+    """A record larger than ``max.request.size`` or ``buffer.memory``, refused before sending."""
+
+
+class NoOffsetForPartitionError(errors.OffsetOutOfRangeError):
+    """No committed offset and ``auto.offset.reset=none`` (or an out-of-range position with it)."""
+
+
+class CommitFailedError(errors.KafkaError):
+    """The group rebalanced before the commit: the partitions may now belong to another member."""
+
+
+RetriableError = errors.RetriableError
+KafkaError = errors.KafkaError
