@@ -295,11 +295,21 @@ def build_batch(
         attributes |= TRANSACTIONAL_FLAG_MASK
     if is_control:
         attributes |= CONTROL_FLAG_MASK
+    return build_batch_header(len(payload), count, attributes, base_timestamp, max_timestamp, producer_id,
+                              producer_epoch, base_sequence, payload, base_offset=base_offset,
+                              partition_leader_epoch=partition_leader_epoch) + payload
+
+
+def build_batch_header(payload_size: int, count: int, attributes: int, base_timestamp: int, max_timestamp: int,
+                       producer_id: int, producer_epoch: int, base_sequence: int, payload: Any, *,
+                       base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """The 61-byte v2 header for ``payload`` (the records section, compressed or not), CRC included."""
+    batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + payload_size
     fields = [base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC, 0, attributes, count - 1,
               base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count]
     header = _HEADER.pack(*fields)
     fields[4] = _crc32c(payload, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))
-    return _HEADER.pack(*fields) + payload
+    return _HEADER.pack(*fields)
 
 
 # ---------------------------------------------------------------------------------------------

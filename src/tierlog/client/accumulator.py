@@ -1,0 +1,264 @@
+"""The producer's record accumulator: records become v2 batches per partition as they arrive.
+
+Each record is encoded once, straight into its partition's open batch (a ``bytearray``); closing a
+batch compresses the records section and prepends the 61-byte header. Batches are ready to send
+when full (``batch.size``), when ``linger.ms`` has passed since the batch opened, or when the
+producer flushes or closes. ``buffer.memory`` bounds the bytes held; a send waits for room up to
+``max.block.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Any
+
+from tierlog.client.types import RecordMetadata, TopicPartition
+from tierlog.records.batch import RECORD_BATCH_OVERHEAD
+from tierlog.records.compression import CompressionType, compress
+from tierlog.records.record import build_batch_header
+
+# Zig-zag varints of small non-negative ints, precomputed: offset deltas and lengths are mostly small.
+_VARINT = [b""] * 16384
+
+
+def _uvarint(raw: int) -> bytes:
+    out = bytearray()
+    while raw > 0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+for _i in range(16384):
+    _VARINT[_i] = _uvarint(_i << 1)
+
+
+def _varint(v: int) -> bytes:
+    if 0 <= v < 16384:
+        return _VARINT[v]
+    return _uvarint((v << 1) ^ (v >> 63))
+
+
+def encode_record(offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> bytes:
+    """One v2 record (length prefix included)."""
+    parts = [b"\x00", _varint(ts_delta), _varint(offset_delta)]
+    if key is None:
+        parts.append(b"\x01")
+    else:
+        parts += (_varint(len(key)), key)
+    if value is None:
+        parts.append(b"\x01")
+    else:
+        parts += (_varint(len(value)), value)
+    if headers:
+        parts.append(_varint(len(headers)))
+        for hkey, hvalue in headers:
+            raw = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
+            parts += (_varint(len(raw)), raw)
+            if hvalue is None:
+                parts.append(b"\x01")
+            else:
+                parts += (_varint(len(hvalue)), hvalue)
+    else:
+        parts.append(b"\x00")
+    body = b"".join(parts)
+    return _varint(len(body)) + body
+
+
+class ProducerBatch:
+    """Records for one partition, sent and acknowledged together."""
+
+    __slots__ = ("tp", "records", "count", "base_timestamp", "max_timestamp", "created", "future",
+                 "attempts", "base_sequence", "producer_id", "producer_epoch", "frame", "size", "sizes",
+                 "timestamps", "last_attempt", "closed", "in_flight", "appended_bytes")
+
+    def __init__(self, tp: TopicPartition, now: float) -> None:
+        self.tp = tp
+        self.records = bytearray()
+        self.count = 0
+        self.base_timestamp = 0
+        self.max_timestamp = 0
+        self.created = now
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.attempts = 0
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.frame: bytes | None = None  # the encoded batch, built once when the batch closes
+        self.size = RECORD_BATCH_OVERHEAD
+        self.sizes: list[tuple[int, int]] = []  # serialized key/value sizes, for RecordMetadata
+        self.timestamps: list[int] = []
+        self.last_attempt = 0.0
+        self.closed = False
+        self.in_flight = False
+        self.appended_bytes = 0
+
+    def append(self, ts: int, key: Any, value: Any, headers: Any) -> int:
+        if self.count == 0:
+            self.base_timestamp = self.max_timestamp = ts
+        elif ts > self.max_timestamp:
+            self.max_timestamp = ts
+        rec = encode_record(self.count, ts - self.base_timestamp, key, value, headers)
+        self.records += rec
+        self.size += len(rec)
+        self.sizes.append((-1 if key is None else len(key), -1 if value is None else len(value)))
+        self.timestamps.append(ts)
+        self.count += 1
+        return len(rec)
+
+    def close(self, codec: CompressionType, level: int | None) -> None:
+        """Freeze the records (compressed once); the header is written at drain time because the
+        producer id and sequence are only known then."""
+        if self.closed:
+            return
+        self.closed = True
+        if codec is not CompressionType.NONE:
+            self.records = compress(codec, self.records, level)
+        else:
+            self.records = bytes(self.records)
+
+    def encode(self, codec: CompressionType) -> bytes:
+        if self.frame is None:
+            self.frame = build_batch_header(
+                len(self.records), self.count, int(codec), self.base_timestamp, self.max_timestamp,
+                self.producer_id, self.producer_epoch, self.base_sequence, self.records) + self.records
+        return self.frame
+
+    def complete(self, base_offset: int, log_append_time: int) -> None:
+        if not self.future.done():
+            self.future.set_result((base_offset, log_append_time))
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+            self.future.exception()  # a failure nobody awaits must not warn at shutdown
+
+    def metadata(self, index: int, base_offset: int, log_append_time: int) -> RecordMetadata:
+        ksize, vsize = self.sizes[index]
+        ts = log_append_time if log_append_time >= 0 else self.timestamps[index]
+        return RecordMetadata(self.tp.topic, self.tp.partition, base_offset + index if base_offset >= 0 else -1,
+                              ts, ksize, vsize)
+
+
+class RecordFuture:
+    """What :meth:`Producer.send` returns: await it for the record's :class:`RecordMetadata`.
+
+    One asyncio future per batch serves every record in it; this object only remembers the index."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __await__(self):
+        base_offset, append_time = yield from self._batch.future.__await__()
+        return self._batch.metadata(self._index, base_offset, append_time)
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def result(self) -> RecordMetadata:
+        base_offset, append_time = self._batch.future.result()
+        return self._batch.metadata(self._index, base_offset, append_time)
+
+    def exception(self) -> BaseException | None:
+        return self._batch.future.exception()
+
+    def add_done_callback(self, fn) -> None:
+        self._batch.future.add_done_callback(lambda _f: fn(self))
+
+
+class RecordAccumulator:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.batch_size = config["batch.size"]
+        self.linger = config["linger.ms"] / 1000
+        self.buffer_memory = config["buffer.memory"]
+        self.codec = CompressionType.from_name(config["compression.type"])
+        self.level = {CompressionType.GZIP: config.get("compression.gzip.level"),
+                      CompressionType.LZ4: config.get("compression.lz4.level"),
+                      CompressionType.ZSTD: config.get("compression.zstd.level")}.get(self.codec)
+        if self.level == -1 and self.codec is CompressionType.GZIP:
+            self.level = None
+        self.batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self.used = 0
+        self.flushing = 0
+        self.closing = False
+        self._room = asyncio.Event()
+        self.wakeup = asyncio.Event()  # the sender waits on it
+
+    def has_room(self, size: int) -> bool:
+        return self.used + size <= self.buffer_memory or self.used == 0
+
+    async def wait_for_room(self, size: int, deadline: float) -> bool:
+        while not self.has_room(size):
+            self._room.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._room.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    def append(self, tp: TopicPartition, ts: int, key: Any, value: Any, headers: Any,
+               estimated: int) -> tuple[ProducerBatch, int, bool]:
+        """Add a record; returns (batch, index in batch, whether a new batch was opened)."""
+        dq = self.batches.get(tp)
+        if dq is None:
+            dq = self.batches[tp] = collections.deque()
+        batch = dq[-1] if dq else None
+        new = False
+        if batch is None or batch.closed or (batch.count and batch.size + estimated > self.batch_size):
+            if batch is not None and not batch.closed:
+                batch.close(self.codec, self.level)
+                self.wakeup.set()
+            batch = ProducerBatch(tp, time.monotonic())
+            dq.append(batch)
+            new = True
+        index = batch.count
+        n = batch.append(ts, key, value, headers)
+        batch.appended_bytes += n
+        self.used += n
+        if batch.size >= self.batch_size:
+            batch.close(self.codec, self.level)
+            self.wakeup.set()
+        elif new and self.linger == 0:
+            self.wakeup.set()
+        return batch, index, new
+
+    def release(self, batch: ProducerBatch) -> None:
+        self.used -= batch.appended_bytes
+        batch.appended_bytes = 0
+        self._room.set()
+
+    def ready(self, batch: ProducerBatch, now: float) -> bool:
+        return (batch.closed or self.flushing > 0 or self.closing or now - batch.created >= self.linger
+                or batch.attempts > 0)
+
+    def next_expiry(self, now: float) -> float | None:
+        """Seconds until the oldest open batch reaches linger.ms (None when nothing waits)."""
+        soonest = None
+        for dq in self.batches.values():
+            if dq:
+                b = dq[0]
+                wait = 0.0 if self.ready(b, now) else b.created + self.linger - now
+                if soonest is None or wait < soonest:
+                    soonest = wait
+        return soonest
+
+    def has_unsent(self) -> bool:
+        return any(dq for dq in self.batches.values())
+
+    def reenqueue(self, batch: ProducerBatch) -> None:
+        """Put a failed batch back at the front of its partition, keeping sequence order."""
+        dq = self.batches.setdefault(batch.tp, collections.deque())
+        i = 0
+        while i < len(dq) and dq[i].attempts and 0 <= dq[i].base_sequence < batch.base_sequence:
+            i += 1
+        dq.insert(i, batch)
+        self.wakeup.set()

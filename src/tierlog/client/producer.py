@@ -1,0 +1,359 @@
+"""tierlog's asyncio producer, with the Java producer's semantics.
+
+``await producer.send(topic, value, key=...)`` appends the record to its partition's batch and
+returns a :class:`RecordFuture` at once; awaiting that gives the record's offset. ``send`` itself
+waits only for metadata of a new topic and for ``buffer.memory`` room, at most ``max.block.ms``.
+
+A sender task drains ready batches (full, ``linger.ms`` elapsed, or flushing) into one Produce
+request per leader, at most ``max.in.flight.requests.per.connection`` in flight per broker.
+Retriable failures (leader moved, broker gone, timeout) put batches back at the front of their
+partition in sequence order and retry until ``delivery.timeout.ms`` after the batch was created.
+With ``enable.idempotence`` (the default) the producer gets a producer id with InitProducerId and
+numbers batches per partition, so a retried batch the broker already wrote is not written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from tierlog import errors
+from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
+from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
+from tierlog.client.network import KafkaClient, deadline_after, retry_until
+from tierlog.client.partitioner import DefaultPartitioner
+from tierlog.client.types import TopicPartition
+from tierlog.config.client import validate_client_config
+from tierlog.protocol import ApiKey
+
+log = logging.getLogger("tierlog.client.producer")
+
+_ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+
+
+def settings(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge a dict of dotted Kafka names with keyword arguments using underscores."""
+    merged = dict(config or {})
+    for k, v in kwargs.items():
+        merged[k.replace("_", ".")] = v
+    return merged
+
+
+def _serializer(value: Any) -> Callable[[Any], bytes | None] | None:
+    if value is None or callable(value):
+        return value
+    if value in ("string", "str", "org.apache.kafka.common.serialization.StringSerializer"):
+        return lambda v: None if v is None else str(v).encode()
+    raise errors.InvalidConfigError(f"a serializer must be a callable or 'string', not {value!r}")
+
+
+class Producer:
+    """``Producer(bootstrap_servers="host:9092", acks="all", linger_ms=5, ...)`` or
+    ``Producer({"bootstrap.servers": ...})``; settings are checked here, before any I/O."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = validate_client_config("producer", settings(config, kwargs))
+        self.acks = _ACKS[str(self.config["acks"]).lower()]
+        self.idempotent = bool(self.config["enable.idempotence"])
+        if self.config.get("transactional.id"):
+            raise errors.InvalidConfigError("transactional.id: transactions are not supported by tierlog's client yet")
+        self.key_serializer = _serializer(self.config.get("key.serializer"))
+        self.value_serializer = _serializer(self.config.get("value.serializer"))
+        self.max_request_size = self.config["max.request.size"]
+        self._client: KafkaClient | None = None
+        self._accumulator: RecordAccumulator | None = None
+        self._partitioner = DefaultPartitioner.from_config(self.config)
+        self._sender: asyncio.Task | None = None
+        self._in_flight: dict[int, int] = {}  # node id -> Produce requests awaiting an answer
+        self._request_tasks: set[asyncio.Task] = set()
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self.metrics = {"record-send-total": 0, "record-retry-total": 0, "record-error-total": 0,
+                        "request-total": 0, "batch-total": 0}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        self._client = KafkaClient(self.config, "producer")
+        self._client.allow_auto_topic_creation = True
+        self._client.start()
+        self._accumulator = RecordAccumulator(self.config)
+        if self.idempotent and self.acks != 0:
+            await self._init_producer_id()
+        self._sender = asyncio.get_running_loop().create_task(self._sender_loop(), name="tierlog-producer-sender")
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def client(self) -> KafkaClient:
+        if self._client is None:
+            raise IllegalStateError("the producer is not started: call await producer.start()")
+        return self._client
+
+    async def _init_producer_id(self) -> None:
+        async def attempt() -> None:
+            resp = await self.client.send_any(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout_ms": self.config["transaction.timeout.ms"],
+                "producer_id": -1, "producer_epoch": -1})
+            if resp.error_code.value:
+                raise errors.error_for_code(resp.error_code.value)(f"InitProducerId failed: {resp.error_code.name}")
+            self._producer_id, self._producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+
+        await retry_until(attempt, deadline_after(self.config["max.block.ms"]), self.config, "InitProducerId")
+
+    async def flush(self, timeout_ms: float | None = None) -> None:
+        """Send everything buffered now (ignoring linger.ms) and wait until every record is answered."""
+        acc = self._accumulator
+        if acc is None:
+            return
+        acc.flushing += 1
+        acc.wakeup.set()
+        try:
+            futures = [b.future for dq in acc.batches.values() for b in dq]
+            futures += [b.future for t in self._request_tasks for b in getattr(t, "batches", ())]
+            if futures:
+                await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
+                                       None if timeout_ms is None else timeout_ms / 1000)
+        finally:
+            acc.flushing -= 1
+
+    async def close(self, timeout_ms: float | None = None) -> None:
+        """Send what is buffered (within ``timeout_ms``, default unbounded), then stop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._accumulator is not None and self._sender is not None and not self._sender.done():
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await self.flush(timeout_ms)
+        finally:
+            if self._sender is not None:
+                self._sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._sender
+            for t in list(self._request_tasks):
+                t.cancel()
+            if self._accumulator is not None:
+                exc = IllegalStateError("producer closed before the record was sent")
+                for dq in self._accumulator.batches.values():
+                    for b in dq:
+                        b.fail(exc)
+                self._accumulator.batches.clear()
+            if self._client is not None:
+                await self._client.close()
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers: list[tuple[str, bytes | None]] | None = None
+                   ) -> RecordFuture:
+        """Queue one record; await the returned future for its :class:`RecordMetadata`."""
+        if self._closed:
+            raise IllegalStateError("Cannot perform operation after producer has been closed")
+        if self._fatal is not None:
+            raise self._fatal
+        client = self.client
+        if self.key_serializer is not None:
+            key = self.key_serializer(key)
+        if self.value_serializer is not None:
+            value = self.value_serializer(value)
+        info = client.cluster.topics.get(topic)
+        if info is None or not info.partitions:
+            await client.wait_for_topic(topic, deadline_after(self.config["max.block.ms"]))
+            info = client.cluster.topics[topic]
+        elif topic not in client.topics_of_interest:
+            client.add_topics([topic])
+        size = 21 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0) + \
+            sum(len(k) + (len(v) if v else 0) + 2 for k, v in headers or ())
+        if size + 61 > self.max_request_size:
+            raise RecordTooLargeError(f"The message is {size + 61} bytes when serialized which is larger than "
+                                      f"{self.max_request_size}, the value of max.request.size")
+        acc = self._accumulator
+        if size > acc.buffer_memory:
+            raise RecordTooLargeError(f"The message is {size} bytes when serialized which is larger than the "
+                                      f"total memory buffer ({acc.buffer_memory}, buffer.memory)")
+        if not acc.has_room(size) and not await acc.wait_for_room(size, deadline_after(self.config["max.block.ms"])):
+            raise KafkaTimeoutError(f"Failed to allocate {size} bytes within the configured max blocking time "
+                                    f"{self.config['max.block.ms']} ms (buffer.memory is full)")
+        part = self._partitioner
+        n = len(info.partitions)
+        p = part.partition(topic, key, n, info.available_partitions, explicit_partition=partition)
+        sticky = part.is_sticky(key, partition)
+        tp = TopicPartition(topic, p)
+        if sticky and self._all_full(tp) and part.on_append(topic, p, 0):
+            p = part.partition(topic, key, n, info.available_partitions)
+            tp = TopicPartition(topic, p)
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        batch, index, _ = acc.append(tp, ts, key, value, headers, size)
+        if sticky:
+            part.on_append(topic, p, size, enable_switch=self._all_full(tp))
+        self.metrics["record-send-total"] += 1
+        return RecordFuture(batch, index)
+
+    def _all_full(self, tp: TopicPartition) -> bool:
+        dq = self._accumulator.batches.get(tp)
+        return not dq or dq[-1].closed
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any):
+        return await (await self.send(topic, value, key, **kwargs))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        info = self.client.cluster.topics.get(topic)
+        return sorted(info.partitions) if info else []
+
+    # -- the sender -------------------------------------------------------------------------------
+
+    async def _sender_loop(self) -> None:
+        acc = self._accumulator
+        client = self.client
+        max_in_flight = self.config["max.in.flight.requests.per.connection"]
+        while True:
+            acc.wakeup.clear()
+            now = time.monotonic()
+            self._expire(now)
+            by_node: dict[int, list[ProducerBatch]] = {}
+            unknown_leader = False
+            for tp, dq in acc.batches.items():
+                if not dq:
+                    continue
+                batch = dq[0]
+                if batch.in_flight or not acc.ready(batch, now):
+                    continue
+                if batch.attempts and now - batch.last_attempt < self.config["retry.backoff.ms"] / 1000:
+                    continue
+                leader = client.cluster.leader_for(tp.topic, tp.partition)
+                if leader is None:
+                    unknown_leader = True
+                    continue
+                by_node.setdefault(leader.node_id, []).append(batch)
+            if unknown_leader:
+                client.request_update()
+            for node_id, batches in by_node.items():
+                if self._in_flight.get(node_id, 0) >= max_in_flight:
+                    continue
+                drained, total = [], 0
+                for b in batches:
+                    if not b.closed:
+                        b.close(acc.codec, acc.level)
+                    if drained and total + len(b.records) + 61 > self.max_request_size:
+                        break
+                    drained.append(b)
+                    total += len(b.records) + 61
+                for b in drained:
+                    acc.batches[b.tp].popleft()
+                    self._prepare(b)
+                self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
+                task = asyncio.get_running_loop().create_task(self._produce(client.node(node_id), drained))
+                task.batches = drained
+                self._request_tasks.add(task)
+                task.add_done_callback(self._request_tasks.discard)
+            wait = acc.next_expiry(time.monotonic())
+            if wait is not None and wait <= 0:
+                # something is ready but held back (in-flight limit, back-off, no leader): poll gently
+                wait = min(self.config["retry.backoff.ms"] / 1000, 0.05)
+            if wait is None or wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(acc.wakeup.wait(), wait)
+
+    def _prepare(self, b: ProducerBatch) -> None:
+        b.in_flight = True
+        b.attempts += 1
+        b.last_attempt = time.monotonic()
+        if self.idempotent and self.acks != 0 and b.base_sequence < 0:
+            seq = self._next_sequence.get(b.tp, 0)
+            b.base_sequence = seq
+            b.producer_id, b.producer_epoch = self._producer_id, self._producer_epoch
+            self._next_sequence[b.tp] = (seq + b.count) & 0x7FFFFFFF
+
+    def _expire(self, now: float) -> None:
+        limit = self.config["delivery.timeout.ms"] / 1000
+        for tp, dq in self._accumulator.batches.items():
+            while dq and not dq[0].in_flight and now - dq[0].created >= limit:
+                b = dq.popleft()
+                self._accumulator.release(b)
+                self.metrics["record-error-total"] += b.count
+                b.fail(KafkaTimeoutError(f"Expiring {b.count} record(s) for {tp.topic}-{tp.partition}: "
+                                         f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
+
+    async def _produce(self, node, batches: list[ProducerBatch]) -> None:
+        acc = self._accumulator
+        topics: dict[str, list[dict]] = {}
+        for b in batches:
+            topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition, "records": b.encode(acc.codec)})
+        request = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config["request.timeout.ms"],
+                   "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+        self.metrics["request-total"] += 1
+        try:
+            try:
+                response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0)
+            except errors.KafkaError as exc:
+                for b in batches:
+                    self._retry_or_fail(b, exc)
+                return
+            if response is None:  # acks=0
+                for b in batches:
+                    self._done(b, -1, -1)
+                return
+            by_tp = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
+            for b in batches:
+                p = by_tp.get((b.tp.topic, b.tp.partition))
+                if p is None:
+                    self._retry_or_fail(b, errors.UnknownServerError(f"no answer for {b.tp} in the Produce response"))
+                    continue
+                code = p.error_code.value
+                if code == 0 or code == errors.DuplicateSequenceNumberError.code:
+                    append_time = p.log_append_time
+                    if isinstance(append_time, datetime):
+                        append_time = int(append_time.timestamp() * 1000)
+                    self._done(b, int(p.base_offset) if code == 0 else -1,
+                               -1 if append_time is None else int(append_time))
+                else:
+                    cls = errors.error_for_code(code)
+                    self._retry_or_fail(b, cls(f"{b.tp.topic}-{b.tp.partition}: {p.error_message or cls.name}"))
+        finally:
+            self._in_flight[node.node_id] -= 1
+            acc.wakeup.set()
+
+    def _done(self, b: ProducerBatch, base_offset: int, append_time: int) -> None:
+        b.in_flight = False
+        self._accumulator.release(b)
+        self.metrics["batch-total"] += 1
+        b.complete(base_offset, append_time)
+
+    def _retry_or_fail(self, b: ProducerBatch, exc: errors.KafkaError) -> None:
+        b.in_flight = False
+        now = time.monotonic()
+        retriable = exc.retriable or (
+            # A later batch of a partition whose earlier batch failed comes back out of order: resend.
+            self.idempotent and isinstance(exc, errors.OutOfOrderSequenceNumberError) and b.attempts < 1000)
+        if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.UnknownTopicOrPartitionError,
+                            errors.FencedLeaderEpochError)) or not retriable:
+            self.client.request_update()
+        if (retriable and now - b.created < self.config["delivery.timeout.ms"] / 1000
+                and b.attempts <= self.config["retries"]):
+            self.metrics["record-retry-total"] += b.count
+            log.debug("retrying %d record(s) for %s: %r", b.count, b.tp, exc)
+            b.last_attempt = now
+            self._accumulator.reenqueue(b)
+            return
+        self._accumulator.release(b)
+        self.metrics["record-error-total"] += b.count
+        if retriable and not isinstance(exc, KafkaTimeoutError):
+            exc = KafkaTimeoutError(f"Expiring {b.count} record(s) for {b.tp.topic}-{b.tp.partition}: "
+                                    f"delivery.timeout.ms passed; last error: {exc}")
+        b.fail(exc)
