@@ -1,0 +1,183 @@
+"""``filesystem``: remote storage in a local or mounted folder (NFS, a FUSE-mounted bucket, a test dir).
+
+Settings (``rsm.config.`` stripped): ``dir`` (required; created if missing), ``fsync.enable``
+(default true: fsync each object and its folder before the rename that publishes it), plus the
+common ones of :class:`~tierlog.tiered.rsm.LayoutRemoteStorageManager`. Custom metadata is off by
+default (``custom.metadata.enable=true`` turns it on).
+
+Every object is written to a temporary file beside its final name and renamed over it, so readers
+see either the old or the whole new object. Object keys map to paths below ``dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+
+from tierlog.errors import InvalidConfigError
+from tierlog.tiered.rsm import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_bool, error_from_os
+
+log = logging.getLogger(__name__)
+
+TMP_SUFFIX = ".tmp"
+
+
+class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
+    custom_metadata_default = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = ""
+        self.fsync = True
+        self._dirs_lock = threading.Lock()
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        super().configure(configs)
+        root = str(configs.get("dir") or "").strip()
+        if not root:
+            raise InvalidConfigError("Missing required configuration rsm.config.dir of the filesystem remote "
+                                     "storage manager")
+        self.fsync = config_bool(configs, "fsync.enable", True)
+        unknown = sorted(set(configs) - COMMON_CONFIG_KEYS - {"dir", "fsync.enable"})
+        if unknown:
+            log.warning("Ignoring settings unknown to the filesystem remote storage: %s", ", ".join(unknown))
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as e:
+            raise InvalidConfigError(f"Cannot create remote storage folder {root}: {e}") from None
+        self.root = os.path.abspath(root)
+
+    # -- primitives --
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def _put_file(self, key: str, path: str) -> None:
+        self._publish(key, lambda tmp: shutil.copyfile(path, tmp))
+
+    def _put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+
+        self._publish(key, write)
+
+    def _publish(self, key: str, write) -> None:
+        final = self._path(key)
+        folder = os.path.dirname(final)
+        tmp = f"{final}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}"
+        self._create_tmp(folder, tmp)
+        try:
+            write(tmp)
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(tmp, final)
+        except BaseException:
+            _remove(tmp)
+            raise
+        if self.fsync:
+            _fsync_dir(folder)
+
+    def _create_tmp(self, folder: str, tmp: str) -> None:
+        # Once the temporary file exists the folder is not empty, so a delete's rmdir leaves it alone.
+        # The lock covers this process; the retries cover another broker sharing the folder.
+        for attempt in range(5):
+            with self._dirs_lock:
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                    return
+                except (FileNotFoundError, FileExistsError):
+                    if attempt == 4:
+                        raise
+
+    def _get(self, key: str) -> bytes:
+        with open(self._path(key), "rb") as f:
+            return f.read()
+
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        fd = os.open(self._path(key), os.O_RDONLY)
+        try:
+            parts = []
+            while length > 0:
+                chunk = os.pread(fd, length, start)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                start += len(chunk)
+                length -= len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    def _delete(self, keys: list[str]) -> None:
+        folders = set()
+        for key in keys:
+            path = self._path(key)
+            _remove(path)
+            folders.add(os.path.dirname(path))
+        for folder in folders:
+            self._remove_stray_tmp(folder, keys)
+            # Empty partition and topic folders go too (see _create_tmp for racing copies).
+            with self._dirs_lock:
+                for d in (folder, os.path.dirname(folder)):
+                    if d.startswith(self.root + os.sep):
+                        try:
+                            os.rmdir(d)
+                        except OSError:
+                            break
+
+    def _remove_stray_tmp(self, folder: str, keys: list[str]) -> None:
+        # Temporary files of an interrupted write of these objects.
+        names = {os.path.basename(self._path(k)) for k in keys}
+        try:
+            entries = os.listdir(folder)
+        except FileNotFoundError:
+            return
+        for name in entries:
+            if name.endswith(TMP_SUFFIX) and name.rsplit(".", 2)[0] in names:
+                _remove(os.path.join(folder, name))
+
+    def _list(self, prefix: str) -> list[tuple[str, int]]:
+        # Walk only the folder the prefix points into, then filter by the full prefix.
+        start = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
+        out = []
+        for folder, _, files in os.walk(start):
+            rel = os.path.relpath(folder, self.root)
+            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in files:
+                key = base + name
+                if name.endswith(TMP_SUFFIX) or not key.startswith(prefix):
+                    continue
+                try:
+                    out.append((key, os.path.getsize(os.path.join(folder, name))))
+                except FileNotFoundError:
+                    pass  # deleted while listing
+        return out
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise error_from_os(e, f"cannot open {path}") from None
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,213 @@
+"""``objectstore``: remote storage in S3, GCS, Azure Blob, a local folder or memory, through obstore.
+
+Settings (``rsm.config.`` stripped):
+
+- ``url`` (required): ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix``,
+  ``file:///path`` (created if missing) or ``memory://`` (one store per manager, for tests);
+- store options, passed to obstore as they are: any key starting with ``aws_``, ``google_`` or
+  ``azure_`` (e.g. ``aws_endpoint``, ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``,
+  ``aws_virtual_hosted_style_request``); such a key naming an HTTP client option (``aws_allow_http``)
+  and any ``client.<option>`` key go to obstore's client options instead;
+- timeouts and retries: ``request.timeout.ms``, ``connect.timeout.ms``, ``retry.max.retries``,
+  ``retry.timeout.ms``, ``retry.backoff.ms``, ``retry.backoff.max.ms`` (obstore's defaults when unset:
+  30 s, 5 s, 10 retries, 3 min, 100 ms, 15 s);
+- ``upload.part.size`` (default 8 MiB): part size of multipart uploads, used above that size;
+- the common ones of :class:`~tierlog.tiered.rsm.LayoutRemoteStorageManager`; custom metadata is on by
+  default here (``custom.metadata.enable=false`` turns it off).
+
+Credentials may also come from the environment (AWS_*, GOOGLE_*, AZURE_* variables) as obstore reads
+them. Keys are relative to the URL's path.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import obstore
+from obstore import exceptions as obs_errors
+from obstore.store import from_url
+
+from tierlog.errors import InvalidConfigError
+from tierlog.tiered.rsm import (
+    COMMON_CONFIG_KEYS,
+    LayoutRemoteStorageManager,
+    RemoteStorageError,
+    RetriableRemoteStorageError,
+    config_int,
+    error_from_os,
+)
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_STORE_PREFIXES = ("aws_", "google_", "azure_")
+# obstore's HTTP client options; given with a store prefix (aws_allow_http) they must not reach the
+# store config, where obstore aborts on them.
+_CLIENT_OPTIONS = frozenset({
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "default_content_type", "http1_only",
+    "http2_keep_alive_interval", "http2_keep_alive_timeout", "http2_keep_alive_while_idle", "http2_only",
+    "pool_idle_timeout", "pool_max_idle_per_host", "proxy_url", "proxy_ca_certificate", "proxy_excludes",
+    "randomize_addresses", "read_timeout", "timeout", "user_agent",
+})
+_OWN_KEYS = frozenset({"url", "request.timeout.ms", "connect.timeout.ms", "retry.max.retries", "retry.timeout.ms",
+                       "retry.backoff.ms", "retry.backoff.max.ms", "upload.part.size"})
+_MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
+_STATUS_RE = re.compile(r"status code: (\d{3})")
+
+
+class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
+    custom_metadata_default = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url = ""
+        self.part_size = 8 * 1024 * 1024
+        self._store: Any = None
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        super().configure(configs)
+        self.url = str(configs.get("url") or "").strip()
+        if not self.url:
+            raise InvalidConfigError("Missing required configuration rsm.config.url of the objectstore remote "
+                                     "storage manager")
+        self.part_size = config_int(configs, "upload.part.size", self.part_size, _MIN_PART_SIZE)
+        store_config: dict[str, str] = {}
+        client: dict[str, Any] = {}
+        ignored = []
+        for key, value in configs.items():
+            lower = key.lower()
+            if key in COMMON_CONFIG_KEYS or key in _OWN_KEYS:
+                continue
+            if lower.startswith("client."):
+                client[lower[len("client."):]] = str(value)
+            elif lower.startswith(_STORE_PREFIXES):
+                option = lower.split("_", 1)[1]
+                if option in _CLIENT_OPTIONS:
+                    client[option] = str(value)
+                else:
+                    store_config[lower] = str(value)
+            else:
+                ignored.append(key)
+        if ignored:
+            log.warning("Ignoring settings unknown to the objectstore remote storage: %s", ", ".join(sorted(ignored)))
+        for key, option in (("request.timeout.ms", "timeout"), ("connect.timeout.ms", "connect_timeout")):
+            ms = config_int(configs, key, None, 1)
+            if ms is not None:
+                client[option] = f"{ms}ms"
+        retry = _retry_config(configs)
+        kwargs: dict[str, Any] = {}
+        if self.url.startswith("file:"):
+            kwargs["mkdir"] = True
+        try:
+            self._store = from_url(self.url, config=store_config or None, client_options=client or None,
+                                   retry_config=retry, **kwargs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # obstore reports some bad options as a Rust panic (a BaseException)
+            raise InvalidConfigError(f"Cannot open object store {self.url}: {type(e).__name__}: "
+                                     f"{_first_line(e)}") from None
+
+    def close(self) -> None:
+        self._store = None
+
+    # -- primitives --
+
+    def _put_file(self, key: str, path: str) -> None:
+        self._call(f"upload {key}", obstore.put, self._store, key, Path(path), chunk_size=self.part_size)
+
+    def _put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        self._call(f"upload {key}", obstore.put, self._store, key, chunks, chunk_size=self.part_size)
+
+    def _put_bytes(self, key: str, data: bytes) -> None:
+        # One plain PUT: small objects need no multipart upload.
+        self._call(f"upload {key}", obstore.put, self._store, key, data, use_multipart=False)
+
+    def _get(self, key: str) -> bytes:
+        return self._call(f"read {key}", lambda: bytes(obstore.get(self._store, key).bytes()))
+
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        return bytes(self._call(f"read {key}", obstore.get_range, self._store, key, start=start, length=length))
+
+    def _delete(self, keys: list[str]) -> None:
+        try:
+            self._call("delete objects", obstore.delete, self._store, keys)
+        except FileNotFoundError:
+            # Stores without bulk delete (local) stop at the first missing key: go one by one.
+            for key in keys:
+                try:
+                    self._call(f"delete {key}", obstore.delete, self._store, key)
+                except FileNotFoundError:
+                    pass
+
+    def _list(self, prefix: str) -> list[tuple[str, int]]:
+        # obstore lists by whole path segments; list the prefix's folder and filter the rest.
+        folder = prefix.rpartition("/")[0] or None
+
+        def run() -> list[tuple[str, int]]:
+            out = []
+            for batch in obstore.list(self._store, prefix=folder):
+                out.extend((m["path"], m["size"]) for m in batch if m["path"].startswith(prefix))
+            return out
+
+        try:
+            return self._call(f"list {prefix!r}", run)
+        except FileNotFoundError:
+            return []
+
+    def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        if self._store is None:
+            raise RemoteStorageError(f"cannot {what}: the object store is not configured or closed")
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError:
+            raise
+        except obs_errors.NotFoundError as e:
+            raise FileNotFoundError(_first_line(e)) from None
+        except (obs_errors.PermissionDeniedError, obs_errors.UnauthenticatedError, obs_errors.InvalidPathError,
+                obs_errors.NotSupportedError, obs_errors.UnknownConfigurationKeyError) as e:
+            raise RemoteStorageError(f"cannot {what} in {self.url}: {_first_line(e)}") from None
+        except obs_errors.BaseError as e:
+            raise _classify(f"cannot {what} in {self.url}", e) from None
+        except OSError as e:
+            raise error_from_os(e, f"cannot {what} in {self.url}") from None
+
+
+def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
+    retry: dict[str, Any] = {}
+    backoff: dict[str, Any] = {}
+    retries = config_int(configs, "retry.max.retries", None, 0)
+    if retries is not None:
+        retry["max_retries"] = retries
+    timeout = config_int(configs, "retry.timeout.ms", None, 0)
+    if timeout is not None:
+        retry["retry_timeout"] = timedelta(milliseconds=timeout)
+    for key, option in (("retry.backoff.ms", "init_backoff"), ("retry.backoff.max.ms", "max_backoff")):
+        ms = config_int(configs, key, None, 0)
+        if ms is not None:
+            backoff[option] = timedelta(milliseconds=ms)
+    if backoff:
+        backoff.setdefault("init_backoff", timedelta(milliseconds=100))
+        backoff.setdefault("max_backoff", max(timedelta(seconds=15), backoff["init_backoff"]))
+        backoff.setdefault("base", 2)
+        retry["backoff"] = backoff
+    return retry or None
+
+
+def _classify(what: str, e: Exception) -> RemoteStorageError:
+    """A client error (4xx other than timeout/throttling) will fail again; connection errors, timeouts
+    and 5xx answers may not."""
+    m = _STATUS_RE.search(str(e))
+    status = int(m.group(1)) if m else None
+    permanent = status is not None and 400 <= status < 500 and status not in (408, 429)
+    cls = RemoteStorageError if permanent else RetriableRemoteStorageError
+    return cls(f"{what}: {_first_line(e)}")
+
+
+def _first_line(e: BaseException) -> str:
+    # obstore appends a multi-line Rust debug dump; the first line says what happened.
+    return str(e).strip().split("\n", 1)[0]

@@ -1,0 +1,499 @@
+"""The RemoteStorageManager plugin contract (KIP-405), its errors and factory, and the base class that
+tierlog's built-in backends (``filesystem``, ``objectstore``) share.
+
+Methods are synchronous: the remote log manager calls them from its thread pools, so an
+implementation must be safe to call from several threads at once.
+
+Errors. Every failure is a :class:`RemoteStorageError`, a subclass of
+``tierlog.errors.KafkaStorageError`` so a request handler that lets one escape answers with
+KAFKA_STORAGE_ERROR (56), a code every client knows; the storage errors themselves have no wire code
+of their own (Kafka's ``RemoteStorageException`` has none either). The ``retriable`` attribute is the
+wire code's flag; whether the *storage operation* may simply be retried (and a partial upload kept) is
+``isinstance(e, RetriableRemoteStorageError)``. A configuration that cannot work raises
+``tierlog.errors.InvalidConfigError`` from ``configure`` or the factory.
+"""
+
+from __future__ import annotations
+
+import abc
+import errno
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from tierlog.errors import InvalidConfigError, KafkaStorageError
+from tierlog.kafka_uuid import uuid_to_str
+from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, read_header
+from tierlog.tiered import exceptions, layout, transforms
+from tierlog.tiered.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+
+class RemoteStorageError(KafkaStorageError):
+    """A remote storage operation failed (Kafka's ``RemoteStorageException``)."""
+
+
+class RetriableRemoteStorageError(RemoteStorageError):
+    """A transient failure (timeout, throttling, unreachable endpoint): the same call may succeed later,
+    and what an interrupted copy left behind will be overwritten by the retry."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError, exceptions.RemoteResourceNotFoundError):
+    """A segment object, or one of its indexes, does not exist in remote storage. Also an instance of
+    the metadata managers' ``tierlog.tiered.exceptions.RemoteResourceNotFoundError``, so one except
+    clause catches both, as Kafka's single RemoteResourceNotFoundException does."""
+
+
+def resource_not_found(md: RemoteLogSegmentMetadata, what: str, key: str | None = None) -> RemoteResourceNotFoundError:
+    """The not-found error for ``what`` (e.g. "transaction index") of segment ``md``, naming the segment
+    so an operator can find it in ``__remote_log_metadata`` and in the bucket."""
+    tp = md.topic_id_partition
+    where = f" (object {key})" if key else ""
+    return RemoteResourceNotFoundError(
+        f"{what} of remote segment {uuid_to_str(md.segment_id.id)} of {tp.topic}-{tp.partition} "
+        f"(topic id {uuid_to_str(tp.topic_id)}, start offset {md.start_offset}) not found{where}")
+
+
+_TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT, errno.ENOSPC,
+                               errno.EDQUOT, errno.ESTALE, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def error_from_os(e: OSError, what: str) -> RemoteStorageError:
+    """Wrap a local I/O error: a full disk or a stale NFS handle may heal, anything else will not."""
+    cls = RetriableRemoteStorageError if e.errno in _TRANSIENT_ERRNOS else RemoteStorageError
+    err = cls(f"{what}: {e}")
+    err.__cause__ = e
+    return err
+
+
+# --------------------------------------------------------------------------------------------- contract
+
+
+class RemoteStorageManager(abc.ABC):
+    """Kafka's ``RemoteStorageManager``: stores rolled log segments and their indexes remotely.
+
+    The broker creates one instance with a no-argument constructor, calls :meth:`configure` once with
+    every ``rsm.config.*`` broker setting (prefix stripped, values as strings) plus ``broker.id``, and
+    :meth:`close` at shutdown.
+    """
+
+    @abc.abstractmethod
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Read the settings; raise InvalidConfigError for unusable ones."""
+
+    @abc.abstractmethod
+    def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        """Upload a rolled segment and its indexes; return KIP-917 custom metadata or None.
+
+        ``md`` is the COPY_SEGMENT_STARTED metadata (never with custom metadata). Every attempt has a
+        fresh segment id, yet a retry with the same id must overwrite whatever an earlier, interrupted
+        attempt left instead of failing."""
+
+    @abc.abstractmethod
+    def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> bytes:
+        """Bytes ``[start_position, end_position]`` of the segment's original ``.log``.
+
+        ``end_position`` is inclusive and clipped to the segment end; None reads to the end. A start at
+        or past the end returns ``b""``. A negative start or an end before the start is a caller bug
+        (ValueError). A segment that is not (or no longer) stored raises RemoteResourceNotFoundError."""
+
+    @abc.abstractmethod
+    def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The whole content of one index, exactly as the local file (leader epoch: the bytes given to
+        the copy). An index that was not uploaded (typically the transaction index) raises
+        RemoteResourceNotFoundError, never returns None."""
+
+    @abc.abstractmethod
+    def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
+        """Delete everything stored for the segment. Idempotent: nothing to delete is success."""
+
+    @abc.abstractmethod
+    def list_objects(self, prefix: str = "") -> list[tuple[str, int]]:
+        """(key, size) of every stored object whose key starts with ``prefix``, sorted by key; for the
+        reconciler and audits. Keys are relative to the storage root (``dir`` or ``url``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to release
+        """Release resources; the instance is not used afterwards."""
+
+    def __enter__(self) -> RemoteStorageManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_fetch_range(start_position: int, end_position: int | None) -> None:
+    if start_position < 0:
+        raise ValueError(f"start position {start_position} must be >= 0")
+    if end_position is not None and end_position < start_position:
+        raise ValueError(f"end position {end_position} is before start position {start_position}")
+
+
+# ---------------------------------------------------------------------------------------------- factory
+
+BUILTIN_MANAGERS: Mapping[str, str] = {
+    "filesystem": "tierlog.tiered.filesystem:FileSystemRemoteStorageManager",
+    "objectstore": "tierlog.tiered.objectstore:ObjectStoreRemoteStorageManager",
+}
+
+
+def load_manager_class(class_name: str, class_path: str | None = None) -> type[RemoteStorageManager]:
+    """Resolve ``filesystem``, ``objectstore``, ``package.module:Class`` or ``package.module.Class``.
+
+    ``class_path`` (``remote.log.storage.manager.class.path``) lists folders, os.pathsep-separated,
+    searched before the usual import path."""
+    target = BUILTIN_MANAGERS.get(class_name.strip(), class_name.strip())
+    module_name, sep, attr = target.partition(":")
+    if not sep:
+        module_name, _, attr = target.rpartition(".")
+    if not module_name or not attr:
+        raise InvalidConfigError(f"remote storage manager {class_name!r} is neither one of "
+                                 f"{', '.join(BUILTIN_MANAGERS)} nor a package.module:Class path")
+    for folder in reversed((class_path or "").split(os.pathsep)):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        hint = " (install tierlog[objectstore] for obstore)" if class_name == "objectstore" else ""
+        raise InvalidConfigError(f"cannot load remote storage manager {class_name!r}: {e}{hint}") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, RemoteStorageManager)):
+        raise InvalidConfigError(f"{target} is not a RemoteStorageManager subclass")
+    return cls
+
+
+def create_remote_storage_manager(class_name: str, configs: Mapping[str, str],
+                                  class_path: str | None = None) -> RemoteStorageManager:
+    """Instantiate and configure the remote storage manager named by
+    ``remote.log.storage.manager.class.name``."""
+    manager = load_manager_class(class_name, class_path)()
+    try:
+        manager.configure(configs)
+    except BaseException:
+        manager.close()
+        raise
+    return manager
+
+
+# -------------------------------------------------------------------------------------- config parsing
+
+
+def config_bool(configs: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = configs.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Expected value to be either "
+                             f"true or false")
+
+
+def config_int(configs: Mapping[str, Any], key: str, default: int | None, minimum: int | None = None) -> int | None:
+    value = configs.get(key)
+    if value is None:
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Not a number") from None
+    if minimum is not None and number < minimum:
+        raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Value must be at least "
+                                 f"{minimum}")
+    return number
+
+
+# ------------------------------------------------------------------------------ shared built-in backend
+
+#: Settings read by every built-in backend (besides its own ``dir`` / ``url`` ...).
+COMMON_CONFIG_KEYS = frozenset({
+    "broker.id", "key.prefix", "custom.metadata.enable", "compression.enable", "compression.chunk.size",
+    "compression.level", "compression.heuristic.enable",
+})
+_MANIFEST_CACHE_SIZE = 1024
+
+
+class LayoutRemoteStorageManager(RemoteStorageManager):
+    """A segment as the three objects of :mod:`tierlog.tiered.layout` in some key/value store.
+
+    Subclasses supply six primitives over keys; this class does the contract: object layout, write
+    order (the manifest last, so a segment is readable only once complete), transforms, custom
+    metadata, index lookups through the manifest, error wrapping and a small manifest cache.
+
+    Primitives raise FileNotFoundError for a missing object and RemoteStorageError for anything else.
+    """
+
+    #: Whether copies return custom metadata unless ``custom.metadata.enable`` says otherwise.
+    custom_metadata_default: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.configs: dict[str, str] = {}
+        self.key_prefix = ""
+        self.broker_id = -1
+        self.custom_metadata_enabled = self.custom_metadata_default
+        self.compression_enabled = False
+        self.compression_heuristic = False
+        self.chunk_size = transforms.DEFAULT_CHUNK_SIZE
+        self.compression_level = transforms.DEFAULT_ZSTD_LEVEL
+        self._manifests: OrderedDict[tuple[str, str], layout.SegmentManifest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- primitives --
+
+    @abc.abstractmethod
+    def _put_file(self, key: str, path: str) -> None:
+        """Store a local file's content under ``key``, replacing any earlier object atomically."""
+
+    @abc.abstractmethod
+    def _put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        """Store the concatenated ``chunks`` under ``key``, replacing any earlier object atomically."""
+
+    @abc.abstractmethod
+    def _get(self, key: str) -> bytes:
+        """The whole object."""
+
+    @abc.abstractmethod
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer only if the object is shorter); ``length`` > 0."""
+
+    @abc.abstractmethod
+    def _delete(self, keys: list[str]) -> None:
+        """Delete the objects; missing ones are fine."""
+
+    @abc.abstractmethod
+    def _list(self, prefix: str) -> list[tuple[str, int]]:
+        """(key, size) of the objects whose key starts with ``prefix``, any order."""
+
+    def _put_bytes(self, key: str, data: bytes) -> None:
+        self._put_chunks(key, [data])
+
+    # -- configuration --
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        self.configs = dict(configs)
+        try:
+            self.key_prefix = layout.check_prefix(str(configs.get("key.prefix", "")))
+        except ValueError as e:
+            raise InvalidConfigError(f"Invalid value for configuration key.prefix: {e}") from None
+        self.broker_id = config_int(configs, "broker.id", -1)
+        self.custom_metadata_enabled = config_bool(configs, "custom.metadata.enable", self.custom_metadata_default)
+        self.compression_enabled = config_bool(configs, "compression.enable", False)
+        self.compression_heuristic = config_bool(configs, "compression.heuristic.enable", False)
+        self.chunk_size = config_int(configs, "compression.chunk.size", transforms.DEFAULT_CHUNK_SIZE, 1)
+        self.compression_level = config_int(configs, "compression.level", transforms.DEFAULT_ZSTD_LEVEL, -7)
+        if self.compression_level > 22:
+            raise InvalidConfigError("Invalid value for configuration compression.level: Value must be at most 22")
+
+    # -- contract --
+
+    def segment_keys(self, md: RemoteLogSegmentMetadata) -> layout.SegmentKeys:
+        """Keys of the segment as a read finds them: under the prefix recorded in its custom metadata
+        when there is one (so changing ``key.prefix`` does not orphan older segments)."""
+        return layout.segment_keys(md, self._recorded_prefix(md))
+
+    def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        keys = layout.segment_keys(md, self.key_prefix)
+        log_path = str(data.log_segment)
+        try:
+            log_size = os.path.getsize(log_path)
+        except OSError as e:
+            raise error_from_os(e, f"cannot read local segment {log_path}") from None
+        indexes = self._local_indexes(data)
+        stages = self._stages_for(log_path)
+        # An earlier attempt's manifest goes first: until the new one is written the segment is
+        # unreadable instead of mixing old and new objects.
+        self._delete_for(md, [keys.manifest])
+        self._forget(md)
+        records: list[dict[str, Any]] = []
+        try:
+            if stages:
+                counter = _Counter(transforms.encode(stages, transforms.file_chunks(log_path), records))
+                self._put_chunks(keys.log, counter)
+                stored = counter.total
+            else:
+                self._put_file(keys.log, log_path)
+                stored = log_size
+            blob, entries = layout.encode_indexes(indexes)
+            self._put_bytes(keys.indexes, blob)
+            custom = {"p": self.key_prefix, "s": stored + len(blob)} if self.custom_metadata_enabled else None
+            tp = md.topic_id_partition
+            manifest = layout.SegmentManifest(
+                topic=tp.topic, topic_id=tp.topic_id, partition=tp.partition, segment_id=md.segment_id.id,
+                start_offset=md.start_offset, end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms,
+                leader_epochs=md.segment_leader_epochs, log_size=log_size, log_stored_size=stored,
+                indexes_size=len(blob), indexes=entries, transforms=records, custom_metadata=custom,
+                broker_id=self.broker_id, written_ms=int(time.time() * 1000))
+            self._put_bytes(keys.manifest, manifest.to_json())
+        except FileNotFoundError as e:
+            # A put never reads a missing remote object: a local file vanished or the bucket is gone.
+            raise RemoteStorageError(f"copy of {md.segment_id} failed: {e}") from e
+        except OSError as e:
+            raise error_from_os(e, f"copy of {md.segment_id} failed") from None
+        except transforms.TransformError as e:
+            raise RemoteStorageError(f"copy of {md.segment_id} failed: {e}") from e
+        if custom is None:
+            return None
+        return json.dumps(custom, separators=(",", ":")).encode()
+
+    def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> bytes:
+        check_fetch_range(start_position, end_position)
+        keys, manifest = self._manifest(md)
+        size = manifest.log_size
+        if start_position >= size:
+            return b""
+        stop = size if end_position is None else min(end_position + 1, size)
+
+        def stored(start: int, length: int) -> bytes:
+            data = self._read_range(md, keys.log, start, length)
+            if len(data) != length:
+                raise RemoteStorageError(f"log object {keys.log} is shorter than its manifest says: "
+                                         f"{len(data)} of {length} bytes at {start}")
+            return data
+
+        if not manifest.transforms:
+            return stored(start_position, stop - start_position)
+        try:
+            return transforms.original_reader(manifest.transforms, stored)(start_position, stop - start_position)
+        except (transforms.TransformError, KeyError, TypeError, IndexError) as e:
+            raise RemoteStorageError(f"log object {keys.log} does not decode: {e}") from None
+
+    def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        keys, manifest = self._manifest(md)
+        entry = manifest.indexes.get(index_type)
+        if entry is None:
+            raise resource_not_found(md, f"{index_type.value} index", keys.indexes)
+        data = self._read_range(md, keys.indexes, entry.position, entry.size) if entry.size else b""
+        try:
+            return layout.check_index_bytes(index_type, entry, data)
+        except layout.IndexFormatError as e:
+            raise RemoteStorageError(f"{keys.indexes}: {e}") from None
+
+    def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
+        stems = {self.segment_keys(md), layout.segment_keys(md, self.key_prefix)}
+        self._delete_for(md, [key for keys in stems for key in keys.all()])
+        self._forget(md)
+
+    def list_objects(self, prefix: str = "") -> list[tuple[str, int]]:
+        return sorted(self._list(prefix))
+
+    # -- helpers --
+
+    def _recorded_prefix(self, md: RemoteLogSegmentMetadata) -> str:
+        if md.custom_metadata:
+            try:
+                doc = json.loads(md.custom_metadata)
+                prefix = doc.get("p") if isinstance(doc, dict) else None
+                if isinstance(prefix, str):
+                    return layout.check_prefix(prefix)
+            except ValueError:
+                pass  # another plugin's metadata: fall back to the configured prefix
+        return self.key_prefix
+
+    def _stages_for(self, log_path: str) -> list[transforms.Stage]:
+        if not self.compression_enabled:
+            return []
+        if self.compression_heuristic and _first_batch_compressed(log_path):
+            return []  # already-compressed batches barely shrink; keep the raw, range-readable form
+        return [transforms.ZstdChunks(self.chunk_size, self.compression_level)]
+
+    def _local_indexes(self, data: LogSegmentData) -> dict[IndexType, bytes | None]:
+        files = {IndexType.OFFSET: data.offset_index, IndexType.TIMESTAMP: data.time_index,
+                 IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
+                 IndexType.TRANSACTION: data.transaction_index}
+        out: dict[IndexType, bytes | None] = {IndexType.LEADER_EPOCH: bytes(data.leader_epoch_index)}
+        for index_type, path in files.items():
+            if path is None:
+                out[index_type] = None
+                continue
+            try:
+                with open(path, "rb") as f:
+                    out[index_type] = f.read()
+            except OSError as e:
+                raise error_from_os(e, f"cannot read local {index_type.value} index {path}") from None
+        return out
+
+    def _manifest(self, md: RemoteLogSegmentMetadata) -> tuple[layout.SegmentKeys, layout.SegmentManifest]:
+        keys = self.segment_keys(md)
+        cache_key = (uuid_to_str(md.segment_id.id), keys.stem)
+        with self._lock:
+            manifest = self._manifests.get(cache_key)
+            if manifest is not None:
+                self._manifests.move_to_end(cache_key)
+                return keys, manifest
+        try:
+            raw = self._get(keys.manifest)
+        except FileNotFoundError:
+            raise resource_not_found(md, "manifest (segment not uploaded, incomplete or deleted)",
+                                     keys.manifest) from None
+        except OSError as e:
+            raise error_from_os(e, f"cannot read {keys.manifest}") from None
+        try:
+            manifest = layout.SegmentManifest.from_json(raw)
+        except layout.ManifestFormatError as e:
+            raise RemoteStorageError(f"{keys.manifest}: {e}") from None
+        if manifest.segment_id != md.segment_id.id:
+            raise RemoteStorageError(f"{keys.manifest} describes segment {uuid_to_str(manifest.segment_id)}, "
+                                     f"not {uuid_to_str(md.segment_id.id)}")
+        with self._lock:
+            self._manifests[cache_key] = manifest
+            while len(self._manifests) > _MANIFEST_CACHE_SIZE:
+                self._manifests.popitem(last=False)
+        return keys, manifest
+
+    def _forget(self, md: RemoteLogSegmentMetadata) -> None:
+        segment_id = uuid_to_str(md.segment_id.id)
+        with self._lock:
+            for cache_key in [k for k in self._manifests if k[0] == segment_id]:
+                del self._manifests[cache_key]
+
+    def _read_range(self, md: RemoteLogSegmentMetadata, key: str, start: int, length: int) -> bytes:
+        try:
+            return self._get_range(key, start, length)
+        except FileNotFoundError:
+            raise resource_not_found(md, "object", key) from None
+        except OSError as e:
+            raise error_from_os(e, f"cannot read {key}") from None
+
+    def _delete_for(self, md: RemoteLogSegmentMetadata, keys: list[str]) -> None:
+        try:
+            self._delete(keys)
+        except OSError as e:
+            raise error_from_os(e, f"cannot delete objects of {md.segment_id}") from None
+
+
+class _Counter:
+    """Counts the bytes of a stream as a backend consumes it."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self._chunks = chunks
+        self.total = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.total += len(chunk)
+            yield chunk
+
+
+def _first_batch_compressed(log_path: str) -> bool:
+    try:
+        with open(log_path, "rb") as f:
+            head = f.read(RECORD_BATCH_OVERHEAD)
+        return read_header(head).compression != CompressionType.NONE
+    except Exception:  # a heuristic: an unreadable header just means "compress"
+        return False
