@@ -243,6 +243,11 @@ class KafkaClient:
                 raise self.unavailable_error()
             await asyncio.sleep(min(0.05, max(0.0, deadline - _now())))
 
+    @property
+    def brokers_unreachable(self) -> bool:
+        """True while metadata updates fail (no known broker answered since the last success)."""
+        return self._failing_since is not None
+
     def unavailable_error(self) -> BrokersUnavailableError:
         known = ", ".join(f"{n.node_id}@{n.address}" for n in self.cluster.brokers.values())
         why = ("metadata.recovery.strategy=none, so the client does not go back to bootstrap.servers"

@@ -24,7 +24,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
-from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
+from tierlog.client.errors import BrokersUnavailableError, IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
 from tierlog.client.partitioner import DefaultPartitioner
 from tierlog.client.types import TopicPartition
@@ -282,13 +282,12 @@ class Producer:
 
     def _expire(self, now: float) -> None:
         limit = self.config["delivery.timeout.ms"] / 1000
-        for tp, dq in self._accumulator.batches.items():
+        for dq in self._accumulator.batches.values():
             while dq and not dq[0].in_flight and now - dq[0].created >= limit:
                 b = dq.popleft()
                 self._accumulator.release(b)
                 self.metrics["record-error-total"] += b.count
-                b.fail(KafkaTimeoutError(f"Expiring {b.count} record(s) for {tp.topic}-{tp.partition}: "
-                                         f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
+                b.fail(self._expired(b, f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
 
     async def _produce(self, node, batches: list[ProducerBatch]) -> None:
         acc = self._accumulator
@@ -353,7 +352,14 @@ class Producer:
             return
         self._accumulator.release(b)
         self.metrics["record-error-total"] += b.count
-        if retriable and not isinstance(exc, KafkaTimeoutError):
-            exc = KafkaTimeoutError(f"Expiring {b.count} record(s) for {b.tp.topic}-{b.tp.partition}: "
-                                    f"delivery.timeout.ms passed; last error: {exc}")
+        if retriable:
+            exc = self._expired(b, f"delivery.timeout.ms passed; last error: {exc}")
         b.fail(exc)
+
+    def _expired(self, b: ProducerBatch, why: str) -> KafkaTimeoutError:
+        """The error for records that ran out of delivery.timeout.ms: BrokersUnavailableError when
+        no broker could be reached meanwhile (KIP-899's documented failure with strategy none)."""
+        message = f"Expiring {b.count} record(s) for {b.tp.topic}-{b.tp.partition}: {why}"
+        if self.client.brokers_unreachable:
+            return BrokersUnavailableError(f"{message}; {self.client.unavailable_error()}")
+        return KafkaTimeoutError(message)
