@@ -149,30 +149,36 @@ BUILTIN_MANAGERS: Mapping[str, str] = {
 }
 
 
-def load_manager_class(class_name: str, class_path: str | None = None) -> type[RemoteStorageManager]:
-    """Resolve ``filesystem``, ``objectstore``, ``package.module:Class`` or ``package.module.Class``.
-
-    ``class_path`` (``remote.log.storage.manager.class.path``) lists folders, os.pathsep-separated,
+def load_plugin_class(class_name: str, builtins: Mapping[str, str], base: type, class_path: str | None = None,
+                      hint: str = "") -> type:
+    """Resolve a built-in short name, ``package.module:Class`` or ``package.module.Class`` to a subclass
+    of ``base``. ``class_path`` (``remote.log.*.class.path``) lists folders, os.pathsep-separated,
     searched before the usual import path."""
-    target = BUILTIN_MANAGERS.get(class_name.strip(), class_name.strip())
+    what = base.__name__
+    target = builtins.get(class_name.strip(), class_name.strip())
     module_name, sep, attr = target.partition(":")
     if not sep:
         module_name, _, attr = target.rpartition(".")
     if not module_name or not attr:
-        raise InvalidConfigError(f"remote storage manager {class_name!r} is neither one of "
-                                 f"{', '.join(BUILTIN_MANAGERS)} nor a package.module:Class path")
+        raise InvalidConfigError(f"{what} {class_name!r} is neither one of {', '.join(builtins)} nor a "
+                                 f"package.module:Class path")
     for folder in reversed((class_path or "").split(os.pathsep)):
         if folder and folder not in sys.path:
             sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        hint = " (install tierlog[objectstore] for obstore)" if class_name == "objectstore" else ""
-        raise InvalidConfigError(f"cannot load remote storage manager {class_name!r}: {e}{hint}") from None
+        raise InvalidConfigError(f"cannot load {what} {class_name!r}: {e}{hint}") from None
     cls = getattr(module, attr, None)
-    if not (isinstance(cls, type) and issubclass(cls, RemoteStorageManager)):
-        raise InvalidConfigError(f"{target} is not a RemoteStorageManager subclass")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise InvalidConfigError(f"{target} is not a {what} subclass")
     return cls
+
+
+def load_manager_class(class_name: str, class_path: str | None = None) -> type[RemoteStorageManager]:
+    """The remote storage manager class named by ``remote.log.storage.manager.class.name``."""
+    hint = " (install tierlog[objectstore] for obstore)" if class_name == "objectstore" else ""
+    return load_plugin_class(class_name, BUILTIN_MANAGERS, RemoteStorageManager, class_path, hint)
 
 
 def create_remote_storage_manager(class_name: str, configs: Mapping[str, str],
