@@ -33,8 +33,14 @@ async def _serve(cfg: Any) -> int:
         await broker.start()
         for listener in broker.listeners:
             print(f"tierlog broker ready on {listener}", flush=True)
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.wait_stop_requested())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
     finally:
         await broker.shutdown()
-        print("tierlog broker stopped cleanly", flush=True)
-    return 0
+        if broker.fatal_error:
+            print(f"tierlog broker stopped: {broker.fatal_error}", flush=True)
+        else:
+            print("tierlog broker stopped cleanly", flush=True)
+    return 1 if broker.fatal_error else 0

@@ -446,6 +446,11 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="SO_RCVBUF of broker sockets; -1 keeps the OS default."),
     _b("connections.max.idle.ms", "long", 600000,
        doc="Idle client connections are closed after this many ms."),
+    _b("metrics.port", "int", None, Between(0, 65535), since="tierlog",
+       doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics) and the tiered storage status "
+           "(/v1/tier/status, read by tierlog tier status); unset serves none, 0 picks a free port."),
+    _b("metrics.host", "string", "127.0.0.1", since="tierlog",
+       doc="Address the metrics endpoint binds to."),
     # --- topics and logs ---
     _b("log.dirs", "list", None,
        Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
@@ -589,10 +594,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("remote.log.storage.manager.impl.prefix", "string", RSM_PREFIX,
        doc="Prefix of the settings handed, without it, to the remote storage plugin."),
     _b("remote.log.metadata.manager.class.name", "string", "topic",
-       Custom("topic or package.module:Class", _plugin_name(("topic",), (KAFKA_TBRLMM_CLASS,))),
+       Custom("topic or package.module:Class", _plugin_name(("topic", "memory"), (KAFKA_TBRLMM_CLASS,))),
        value_aliases=MappingProxyType({KAFKA_TBRLMM_CLASS: "topic"}),
        doc="Remote log metadata manager: topic (the __remote_log_metadata topic, Kafka's "
-           "TopicBasedRemoteLogMetadataManager, whose Java class name is accepted too) or a custom class."),
+           "TopicBasedRemoteLogMetadataManager, whose Java class name is accepted too), memory (kept in the "
+           "broker process only, lost at restart: for tests) or a custom class."),
     _b("remote.log.metadata.manager.class.path", "string", None,
        doc="Extra import paths (os.pathsep-separated) searched first when loading a custom metadata "
            "manager."),

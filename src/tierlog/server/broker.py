@@ -11,14 +11,19 @@ import asyncio
 import enum
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, ensure_meta_properties
 from tierlog.config import BrokerConfig
+from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.network import BoundListener, SocketServer
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage import LogConfig, LogManager
+from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.rlmm import create_remote_log_metadata_manager
+from tierlog.tiered.rsm import create_remote_storage_manager
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,11 @@ class Broker:
         self._ready_callbacks: list[Any] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self.fatal_error: str | None = None
+        self.metrics = MetricsRegistry()
+        self.metrics_server: MetricsServer | None = None
+        self.remote_log_manager: RemoteLogManager | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -75,6 +85,17 @@ class Broker:
         first = advertised[0]
         store = FileMetadataStore(log_dirs[0])
         self.controller = Controller(cfg, store, BrokerImage(self.node_id, first.host, first.port), self.cluster_id)
+        # Listeners are bound now (their ports known) but accept connections only once the broker is
+        # ready, as Kafka's acceptors do.
+        self.socket_server = SocketServer(
+            self.registry, max_frame_bytes=cfg["socket.request.max.bytes"],
+            idle_timeout_ms=cfg["connections.max.idle.ms"], error_response=_error_response)
+        self.listeners = await self.socket_server.bind(cfg.listeners)
+        if any(listener.port == 0 for listener in advertised) or not cfg.advertised_listeners:
+            # Advertise the ports actually bound (listeners with port 0 pick a free one).
+            self._advertise_bound()
+        if cfg["remote.log.storage.system.enable"]:
+            self.remote_log_manager = self._create_remote_log_manager()
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
         self.controller.elect_leaders()
@@ -86,25 +107,67 @@ class Broker:
         register_all(self)
 
         self.state = BrokerState.STARTING_LISTENERS
-        self.socket_server = SocketServer(
-            self.registry, max_frame_bytes=cfg["socket.request.max.bytes"],
-            idle_timeout_ms=cfg["connections.max.idle.ms"], error_response=_error_response)
-        self.listeners = await self.socket_server.start(cfg.listeners)
-        if any(listener.port == 0 for listener in advertised) or not cfg.advertised_listeners:
-            # Advertise the ports actually bound (listeners with port 0 pick a free one).
-            self._advertise_bound()
+        await self.socket_server.start_serving()
+        if cfg["metrics.port"] is not None:
+            self.metrics_server = MetricsServer(self.metrics, {"/v1/tier/status": self.tier_status})
+            port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
+            log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         self.state = BrokerState.READY
         for component in self._ready_callbacks:
-            await _maybe_await(component.on_broker_ready())
+            try:
+                await _maybe_await(component.on_broker_ready())
+            except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
+                log.exception("on_broker_ready of %s failed", type(component).__name__)
         log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
                  ", ".join(map(str, self.listeners)))
+
+    def _create_remote_log_manager(self) -> RemoteLogManager:
+        """The storage plugin, the metadata manager (configured now, started once the broker is ready,
+        KIP-1197) and the remote log manager driving both."""
+        cfg = self.config
+        rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"],
+                                            {**cfg.rsm_config(), "broker.id": str(self.node_id)},
+                                            cfg["remote.log.storage.manager.class.path"])
+        listener = cfg.remote_log_metadata_listener
+        bound = next((b for b in self.listeners if b.name == listener.name), self.listeners[0])
+        host = bound.host if bound.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+        rlmm_configs = {
+            "remote.log.metadata.common.client.bootstrap.servers": f"{host}:{bound.port}",
+            "remote.log.metadata.common.client.security.protocol": bound.security_protocol,
+            **cfg.rlmm_config(),
+            "broker.id": str(self.node_id), "log.dir": cfg.log_dirs[0], "cluster.id": self.cluster_id or "",
+        }
+        rlmm = create_remote_log_metadata_manager(cfg["remote.log.metadata.manager.class.name"], rlmm_configs,
+                                                  cfg["remote.log.metadata.manager.class.path"])
+        if hasattr(rlmm, "set_fatal_error_handler"):
+            rlmm.set_fatal_error_handler(self.fail)
+        self.add_ready_callback(rlmm)
+        rlm = RemoteLogManager(cfg, self.node_id, rsm, rlmm, self.metrics)
+        log.info("Tiered storage on: %s remote storage, %s metadata manager", type(rsm).__name__,
+                 type(rlmm).__name__)
+        return rlm
+
+    def fail(self, reason: str) -> None:
+        """A component that cannot work says why; the broker stops and exits non-zero (as Kafka exits when
+        its topic-based metadata manager cannot initialize)."""
+        if self.fatal_error is None:
+            self.fatal_error = reason
+            log.error("Stopping the broker: %s", reason)
+        self._stop_requested.set()
+
+    async def wait_stop_requested(self) -> None:
+        await self._stop_requested.wait()
+
+    def tier_status(self, topic: str | None = None) -> dict:
+        rlm = self.remote_log_manager
+        return {"node_id": self.node_id, "remote_storage_enabled": rlm is not None,
+                "partitions": rlm.status(topic) if rlm is not None else []}
 
     def _advertise_bound(self) -> None:
         b = self.listeners[0]
         host = b.host if b.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
         image = self.controller.image
-        from dataclasses import replace
         broker = replace(image.brokers[self.node_id], host=host, port=b.port)
         self.controller.image = replace(image, brokers={**image.brokers, self.node_id: broker})
 
@@ -128,8 +191,15 @@ class Broker:
             await self.socket_server.stop()
         if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
             await _maybe_await(self.group_coordinator.shutdown())
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
+        if self.remote_log_manager is not None:
+            rlm = self.remote_log_manager
+            await rlm.close()
+            await rlm.rlmm.close()
+            rlm.rsm.close()
         if self.log_manager is not None and self.log_manager.started:
             self.log_manager.shutdown()
         self.state = BrokerState.STOPPED
@@ -141,7 +211,8 @@ class Broker:
     # ------------------------------------------------------------------ helpers for APIs
 
     def log_config_for(self, topic: str) -> LogConfig:
-        return LogConfig.from_topic_config(self.controller.topic_config(topic))
+        tc = self.controller.topic_config(topic)
+        return replace(LogConfig.from_topic_config(tc), remote_storage_enable=tc.remote_log_enabled(topic))
 
     @property
     def advertised_host_port(self) -> tuple[str, int]:

@@ -66,16 +66,28 @@ class SocketServer:
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
 
-    async def start(self, listeners) -> list[BoundListener]:
-        """Bind every listener (``Listener`` objects with name/host/port/security_protocol)."""
+    async def bind(self, listeners) -> list[BoundListener]:
+        """Bind every listener (``Listener`` objects with name/host/port/security_protocol) without
+        accepting connections yet: the bound ports are known (listeners on port 0 pick one) before
+        the broker is ready to serve."""
         for listener in listeners:
             server = await asyncio.start_server(self._accept, listener.host or "0.0.0.0", listener.port,
-                                                reuse_address=True, limit=READ_CHUNK)
+                                                reuse_address=True, limit=READ_CHUNK, start_serving=False)
             port = server.sockets[0].getsockname()[1]
             self._servers.append(server)
             self.bound.append(BoundListener(listener.name, listener.host or "0.0.0.0", port,
                                             getattr(listener, "security_protocol", "PLAINTEXT")))
         return self.bound
+
+    async def start_serving(self) -> None:
+        for server in self._servers:
+            await server.start_serving()
+
+    async def start(self, listeners) -> list[BoundListener]:
+        """Bind and serve at once."""
+        bound = await self.bind(listeners)
+        await self.start_serving()
+        return bound
 
     async def stop(self) -> None:
         for server in self._servers:

@@ -68,6 +68,14 @@ class ReplicaManager:
             if tp not in known:
                 log.warning("Deleting log %s-%d: its topic is not in the cluster metadata", *tp)
                 lm.delete_log(*tp)
+        self._lead_tiered(self.partitions.values())
+
+    def _lead_tiered(self, partitions) -> None:
+        """Hand the partitions whose logs have remote storage in effect to the remote log manager (on a
+        single node this broker leads every partition)."""
+        rlm = self.broker.remote_log_manager
+        if rlm is not None:
+            rlm.on_leadership_change([p for p in partitions if p.log.config.remote_storage_enable])
 
     def _add(self, topic: TopicImage, p: int) -> None:
         lg = self.broker.log_manager.get_or_create_log(topic.name, p, self.broker.log_config_for(topic.name),
@@ -77,19 +85,40 @@ class ReplicaManager:
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
         lm = self.broker.log_manager
+        rlm = self.broker.remote_log_manager
         for topic in delta.created:
             for p in topic.partitions:
                 self._add(topic, p)
+            self._lead_tiered(self._topic_partitions(topic.name))
         for topic, added in delta.partitions_added:
             for p in added:
                 self._add(topic, p)
+            self._lead_tiered(self._topic_partitions(topic.name))
         for topic in delta.deleted:
-            for p in topic.partitions:
-                self.partitions.pop((topic.name, p), None)
-                lm.delete_log(topic.name, p)
-                self._wake((topic.name, p))
+            gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
+                    if (topic.name, p) in self.partitions]
+            if rlm is not None and any(p.log.config.remote_storage_enable for p in gone):
+                # The leader deletes the remote data of a deleted topic (KIP-405), in the background.
+                rlm.spawn(rlm.stop_partitions(gone, delete_remote=True), f"delete-remote-{topic.name}")
+            for p in gone:
+                lm.delete_log(topic.name, p.index)
+                self._wake((topic.name, p.index))
         for topic in delta.configs_changed:
-            lm.update_config(topic.name, self.broker.log_config_for(topic.name))
+            config = self.broker.log_config_for(topic.name)
+            partitions = self._topic_partitions(topic.name)
+            was_tiered = any(p.log.config.remote_storage_enable for p in partitions)
+            lm.update_config(topic.name, config)
+            if rlm is None:
+                continue
+            if config.remote_storage_enable:
+                self._lead_tiered(partitions)  # newly tiered topics start copying from the log start
+                for p in partitions:
+                    rlm.on_config_change(p)
+            elif was_tiered:
+                rlm.spawn(rlm.stop_partitions(partitions, delete_remote=False), f"stop-remote-{topic.name}")
+
+    def _topic_partitions(self, topic: str) -> list[Partition]:
+        return [p for (t, _), p in self.partitions.items() if t == topic]
 
     def shutdown(self) -> None:
         for waiters in self._waiters.values():

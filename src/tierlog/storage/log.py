@@ -561,9 +561,11 @@ class Log:
                                      now)
         if not cfg.delete_enabled:
             return deleted
-        tiered = cfg.remote_storage_enable
+        tiered = self._tiered_copy
         retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
         retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+        if tiered:
+            self._maybe_roll_for_tiering(now, retention_ms, retention_bytes)
         if retention_ms >= 0:
             deleted += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp() > retention_ms, now)
         if retention_bytes >= 0:
@@ -578,8 +580,36 @@ class Log:
             deleted += self._delete_while(over_size, now)
         return deleted
 
+    @property
+    def _tiered_copy(self) -> bool:
+        """Remote storage in effect with uploads on: local deletion waits for uploads and only moves the
+        local log start offset. With ``remote.log.copy.disable`` the local log expires by total
+        retention and moves the log start offset, as a plain log (KAFKA-17236)."""
+        return self.config.remote_storage_enable and not self.config.remote_log_copy_disable
+
+    def _maybe_roll_for_tiering(self, now: int, retention_ms: int, retention_bytes: int) -> None:
+        """Roll an active segment that alone breaches local retention, so it can be uploaded and then
+        deleted locally (Kafka does the same for tiered logs)."""
+        seg = self.active_segment
+        if seg.size == 0 or self.high_watermark < self.log_end_offset:
+            return
+        if (retention_ms >= 0 and now - seg.largest_timestamp() > retention_ms) or \
+                (0 <= retention_bytes < seg.size):
+            self.roll(now)
+
+    def increment_log_start_offset_from_remote(self, offset: int) -> None:
+        """Remote retention (or the oldest remote segment after leadership) moved the log start
+        offset (Kafka's ``updateLogStartOffsetFromRemoteTier``); only forward, never past the log end."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        self.high_watermark = max(self.high_watermark, offset)
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+
     def _delete_while(self, predicate, now_ms: int | None = None) -> int:
-        tiered = self.config.remote_storage_enable
+        tiered = self._tiered_copy
         doomed = []
         for i, seg in enumerate(self.segments):
             nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
@@ -588,8 +618,8 @@ class Log:
                 break
             if self.high_watermark < end:
                 break  # never delete what consumers cannot have read yet
-            if tiered and end - 1 > self.highest_offset_in_remote_storage:
-                break  # not yet in the remote tier
+            if tiered and end - 1 > self.highest_offset_in_remote_storage and end > self.log_start_offset:
+                break  # not yet in the remote tier (and still readable)
             if not predicate(seg, nxt):
                 break
             doomed.append(seg)

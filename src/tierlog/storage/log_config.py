@@ -25,7 +25,8 @@ class LogConfig:
     retention_bytes: int = -1
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
-    remote_storage_enable: bool = False
+    remote_storage_enable: bool = False  # in effect: broker switch, topic switch, not compacted/internal
+    remote_log_copy_disable: bool = False
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
     file_delete_delay_ms: int = 60000

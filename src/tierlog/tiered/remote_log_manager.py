@@ -1,0 +1,558 @@
+"""The remote log manager (KIP-405): copies rolled segments to remote storage, expires remote data
+by retention, deletes a deleted topic's remote data, and serves reads below the local log start.
+
+Everything runs on the broker's event loop; calls into the storage plugin (blocking I/O) run on
+thread pools sized like Kafka's (copier, expiration, reader). Per leader partition there is a copy
+task and an expiration task, each run every ``remote.log.manager.task.interval.ms`` (fixed delay,
+first run at once), skipped while the metadata manager is not ready for the partition (a restart
+still replaying ``__remote_log_metadata``).
+
+Safety rules, as Kafka's:
+- a segment is uploaded only once the next segment starts at or below the last stable offset, so
+  only complete, committed data is tiered; the active segment never is;
+- every upload is bracketed by COPY_SEGMENT_STARTED / COPY_SEGMENT_FINISHED; only then does the
+  log's ``highest_offset_in_remote_storage`` move, which is what lets local retention delete the
+  local copy; a failed upload is cleaned up (DELETE_SEGMENT_STARTED / FINISHED) and retried later
+  under a new segment id;
+- retention deletes a contiguous oldest prefix, moves the log start offset first (readers stop
+  asking for those offsets) and only then deletes the objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tierlog.metrics import MetricsRegistry
+from tierlog.storage.producer_state import snapshot_path
+from tierlog.tiered.lineage import (
+    epochs_in_range,
+    filtered_epochs,
+    find_highest_remote_offset,
+    segment_within_leader_epochs,
+)
+from tierlog.tiered.metadata import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from tierlog.tiered.rlmm import RemoteLogMetadataManager
+from tierlog.tiered.rsm import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+S = RemoteLogSegmentState
+
+
+class CustomMetadataSizeLimitExceededError(Exception):
+    """KIP-917: the storage plugin returned more custom metadata than
+    ``remote.log.metadata.custom.metadata.max.bytes``; copying stops for the partition."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def leader_epoch_checkpoint_bytes(entries: Iterable[tuple[int, int]]) -> bytes:
+    """Kafka's leader-epoch-checkpoint text (version 0), as shipped with a remote segment."""
+    entries = list(entries)
+    return (f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries)).encode()
+
+
+class RemoteStorageMetrics:
+    """The remote-storage metrics of Kafka's BrokerTopicMetrics, per topic (counters) and per partition
+    (gauges)."""
+
+    PREFIX = "kafka_server_brokertopicmetrics_"
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        c, g = registry.counter, registry.gauge
+        p = self.PREFIX
+        self.copy_requests = c(p + "remotecopyrequests_total", "Segment uploads started (RemoteCopyRequestsPerSec).")
+        self.copy_bytes = c(p + "remotecopybytes_total", "Bytes of segments uploaded (RemoteCopyBytesPerSec).")
+        self.copy_errors = c(p + "remotecopyerrors_total", "Failed segment uploads (RemoteCopyErrorsPerSec).")
+        self.fetch_requests = c(p + "remotefetchrequests_total", "Remote reads (RemoteFetchRequestsPerSec).")
+        self.fetch_bytes = c(p + "remotefetchbytes_total", "Bytes read from remote storage (RemoteFetchBytesPerSec).")
+        self.fetch_errors = c(p + "remotefetcherrors_total", "Failed remote reads (RemoteFetchErrorsPerSec).")
+        self.delete_requests = c(p + "remotedeleterequests_total",
+                                 "Remote segment deletions (RemoteDeleteRequestsPerSec).")
+        self.delete_errors = c(p + "remotedeleteerrors_total", "Failed remote deletions (RemoteDeleteErrorsPerSec).")
+        self.copy_lag_bytes = g(p + "remotecopylagbytes",
+                                "Bytes of rolled segments not yet uploaded (RemoteCopyLagBytes).")
+        self.copy_lag_segments = g(p + "remotecopylagsegments",
+                                   "Rolled segments not yet uploaded (RemoteCopyLagSegments).")
+        self.delete_lag_bytes = g(p + "remotedeletelagbytes",
+                                  "Bytes of remote segments due for deletion (RemoteDeleteLagBytes).")
+        self.delete_lag_segments = g(p + "remotedeletelagsegments",
+                                     "Remote segments due for deletion (RemoteDeleteLagSegments).")
+        self.log_size_bytes = g(p + "remotelogsizebytes", "Bytes in remote storage (RemoteLogSizeBytes).")
+        self.log_metadata_count = g(p + "remotelogmetadatacount",
+                                    "Remote segments known to the metadata manager (RemoteLogMetadataCount).")
+
+    def forget(self, tp: TopicIdPartition) -> None:
+        for gauge in (self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes, self.delete_lag_segments,
+                      self.log_size_bytes, self.log_metadata_count):
+            gauge.remove(topic=tp.topic, partition=tp.partition)
+
+
+@dataclass(eq=False)
+class PartitionTasks:
+    """The remote log manager's state for one leader partition."""
+
+    tp: TopicIdPartition
+    partition: Any  # the replica manager's Partition: .log, .leader_epoch
+    copy_task: asyncio.Task | None = None
+    expiration_task: asyncio.Task | None = None
+    first_copy_run: bool = True
+    copy_stopped: str | None = None  # why copying stopped for good (KIP-917), until leadership changes
+    being_copied: set = field(default_factory=set)  # segment ids with an upload in flight
+    in_flight: set = field(default_factory=set)  # executor futures of uploads and deletes
+    last_error: str | None = None
+    last_error_ms: int = -1
+
+    @property
+    def log(self):
+        return self.partition.log
+
+
+class RemoteLogManager:
+    def __init__(self, config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
+                 metrics: MetricsRegistry | None = None) -> None:
+        self.config = config
+        self.broker_id = broker_id
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.metrics = RemoteStorageMetrics(metrics or MetricsRegistry())
+        self.task_interval_s = config["remote.log.manager.task.interval.ms"] / 1000
+        self.custom_metadata_max_bytes = config["remote.log.metadata.custom.metadata.max.bytes"]
+        self.copier_pool = ThreadPoolExecutor(config["remote.log.manager.copier.thread.pool.size"],
+                                              thread_name_prefix="rlm-copy")
+        self.expiration_pool = ThreadPoolExecutor(config["remote.log.manager.expiration.thread.pool.size"],
+                                                  thread_name_prefix="rlm-expire")
+        self.partitions: dict[TopicIdPartition, PartitionTasks] = {}
+        self._background: set[asyncio.Task] = set()
+        self.reader: Any = None  # the remote read path (RemoteLogReader), attached by the broker
+        self.closed = False
+
+    # ------------------------------------------------------------------------------------ leadership
+
+    @staticmethod
+    def topic_id_partition(partition) -> TopicIdPartition:
+        return TopicIdPartition(partition.topic_id, partition.topic, partition.index)
+
+    def on_leadership_change(self, leaders: Iterable[Any]) -> None:
+        """Start (or restart) the copy and expiration tasks of these leader partitions, whose logs have
+        remote storage in effect. A partition already followed keeps its tasks."""
+        fresh = []
+        for partition in leaders:
+            tp = self.topic_id_partition(partition)
+            st = self.partitions.get(tp)
+            if st is not None and st.partition is partition:
+                continue
+            if st is not None:
+                self._cancel(st)
+            st = PartitionTasks(tp, partition)
+            self.partitions[tp] = st
+            fresh.append(tp)
+            self._start_tasks(st)
+        if fresh:
+            self.rlmm.on_partition_leadership_changes(fresh, [])
+
+    def _start_tasks(self, st: PartitionTasks) -> None:
+        name = f"{st.tp.topic}-{st.tp.partition}"
+        if st.copy_task is None and not st.log.config.remote_log_copy_disable:
+            st.copy_task = asyncio.get_running_loop().create_task(
+                self._run_periodically(st, self._copy_once, "copy"), name=f"rlm-copy-{name}")
+        if st.expiration_task is None:
+            st.expiration_task = asyncio.get_running_loop().create_task(
+                self._run_periodically(st, self._expire_once, "expiration"), name=f"rlm-expire-{name}")
+
+    def on_config_change(self, partition) -> None:
+        """The topic's configuration changed: copying follows ``remote.log.copy.disable``."""
+        st = self.partitions.get(self.topic_id_partition(partition))
+        if st is None:
+            return
+        if st.log.config.remote_log_copy_disable and st.copy_task is not None:
+            st.copy_task.cancel()
+            st.copy_task = None
+            self.metrics.copy_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
+            self.metrics.copy_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
+        elif not st.log.config.remote_log_copy_disable and st.copy_task is None:
+            st.first_copy_run = True
+            st.copy_stopped = None
+            self._start_tasks(st)
+
+    def _cancel(self, st: PartitionTasks) -> None:
+        for task in (st.copy_task, st.expiration_task):
+            if task is not None:
+                task.cancel()
+        st.copy_task = st.expiration_task = None
+
+    async def stop_partitions(self, partitions: Iterable[Any], delete_remote: bool) -> None:
+        """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
+        data: DELETE_SEGMENT_STARTED for every segment, the objects, then DELETE_SEGMENT_FINISHED."""
+        stopped = []
+        for partition in partitions:
+            tp = self.topic_id_partition(partition)
+            st = self.partitions.pop(tp, None)
+            if st is not None:
+                self._cancel(st)
+                # An upload still running in a thread would leave an object behind the deletion.
+                if st.in_flight:
+                    await asyncio.wait(list(st.in_flight))
+            self.metrics.forget(tp)
+            stopped.append(tp)
+        if delete_remote:
+            for tp in stopped:
+                try:
+                    await self._delete_all_remote(tp)
+                except Exception as e:  # noqa: BLE001 - the topic is gone either way; say what is left
+                    log.error("Could not delete the remote data of %s: %s; the reconciler lists what is left",
+                              tp, e)
+        self.rlmm.on_stop_partitions(stopped)
+
+    async def _delete_all_remote(self, tp: TopicIdPartition) -> None:
+        deadline = time.monotonic() + 300
+        while not self.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
+            if time.monotonic() > deadline or self.closed:
+                raise TimeoutError(f"remote log metadata of {tp} did not become ready")
+            await asyncio.sleep(0.1)
+        segments = [md for md in self.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        for md in segments:
+            if md.state != S.DELETE_SEGMENT_STARTED:
+                await self._update(md, S.DELETE_SEGMENT_STARTED)
+        loop = asyncio.get_running_loop()
+        for md in segments:
+            self.metrics.delete_requests.inc(topic=tp.topic)
+            try:
+                await loop.run_in_executor(self.expiration_pool, self.rsm.delete_log_segment_data, md)
+            except Exception:
+                self.metrics.delete_errors.inc(topic=tp.topic)
+                raise
+            self._evict_from_index_cache(md)
+        for md in segments:
+            await self._update(md, S.DELETE_SEGMENT_FINISHED)
+        log.info("Deleted %d remote segment(s) of %s", len(segments), tp)
+
+    # ----------------------------------------------------------------------------------- scheduling
+
+    async def _run_periodically(self, st: PartitionTasks, body, what: str) -> None:
+        while True:
+            if self.rlmm.is_ready(st.tp):
+                try:
+                    await body(st)
+                except asyncio.CancelledError:
+                    raise
+                except CustomMetadataSizeLimitExceededError as e:
+                    self._record_error(st, str(e))
+                    log.error("Stopping the copy task of %s: %s", st.tp, e)
+                    st.copy_stopped = str(e)
+                    st.copy_task = None
+                    return
+                except Exception as e:  # noqa: BLE001 - the next run retries
+                    self._record_error(st, f"{what}: {e}")
+                    log.warning("Remote log %s task of %s failed: %s", what, st.tp, e,
+                                exc_info=not isinstance(e, OSError) and log.isEnabledFor(logging.DEBUG))
+            await asyncio.sleep(self.task_interval_s)
+
+    def _record_error(self, st: PartitionTasks, message: str) -> None:
+        st.last_error = message
+        st.last_error_ms = _now_ms()
+
+    async def _in_pool(self, st: PartitionTasks, pool: ThreadPoolExecutor, fn, *args):
+        """Run a blocking storage call; it keeps running if the task is cancelled, so stopping a
+        partition waits for it (``in_flight``)."""
+        fut = asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        st.in_flight.add(fut)
+        fut.add_done_callback(st.in_flight.discard)
+        return await asyncio.shield(fut)
+
+    async def _update(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState,
+                      custom_metadata: bytes | None | str = "same") -> RemoteLogSegmentMetadata:
+        custom = md.custom_metadata if custom_metadata == "same" else custom_metadata
+        update = RemoteLogSegmentMetadataUpdate(md.segment_id, _now_ms(), custom, state, self.broker_id)
+        await self.rlmm.update_remote_log_segment_metadata(update)
+        return md.with_update(update)
+
+    # ----------------------------------------------------------------------------------------- copy
+
+    def _init_remote_offsets(self, st: PartitionTasks) -> None:
+        """First run as leader: the log start offset from the oldest remote segment in the lineage,
+        and the highest offset already copied."""
+        lg = st.log
+        entries = lg.leader_epoch_cache.entries
+        for epoch, _ in entries:
+            listed = self.rlmm.list_remote_log_segments(st.tp, epoch)
+            if listed:
+                start = listed[0].start_offset
+                if start > lg.log_start_offset:
+                    lg.increment_log_start_offset_from_remote(start)
+                break
+        offset, _ = find_highest_remote_offset(entries, lg.log_end_offset,
+                                               lambda e: self.rlmm.highest_offset_for_epoch(st.tp, e))
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, offset)
+
+    def copy_candidates(self, lg) -> list[tuple[Any, int]]:
+        """(segment, next segment's base offset) of each rolled segment not yet copied whose data is
+        all below the last stable offset, oldest first."""
+        lso = lg.last_stable_offset
+        if lso <= 0:
+            return []
+        start = max(lg.highest_offset_in_remote_storage + 1, lg.log_start_offset)
+        segments = list(lg.segments)
+        out = []
+        for i in range(len(segments) - 1):
+            seg, nxt = segments[i], segments[i + 1]
+            if nxt.base_offset <= start:
+                continue  # wholly copied (or below the log start offset)
+            if nxt.base_offset > lso:
+                break
+            out.append((seg, nxt.base_offset))
+        return out
+
+    async def _copy_once(self, st: PartitionTasks) -> None:
+        if st.copy_stopped:
+            return
+        lg = st.log
+        if st.first_copy_run:
+            self._init_remote_offsets(st)
+            st.first_copy_run = False
+        # A segment copied only up to its middle (by an earlier leader) is uploaded whole again; the
+        # metadata cache then serves each offset from the newest upload.
+        for seg, next_base in self.copy_candidates(lg):
+            await self._copy_segment(st, seg, next_base)
+        self._update_copy_lag(st)
+
+    async def _copy_segment(self, st: PartitionTasks, seg, next_base: int) -> None:
+        lg, tp = st.log, st.tp
+        entries = lg.leader_epoch_cache.entries
+        epochs = epochs_in_range(entries, seg.base_offset, next_base)
+        if not epochs:
+            raise RuntimeError(f"no leader epoch covers offsets {seg.base_offset}..{next_base - 1} of {tp}")
+        size = seg.size
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tp), seg.base_offset, next_base - 1,
+                                      seg.largest_timestamp(), self.broker_id, _now_ms(), size, epochs)
+        snapshot = snapshot_path(lg.dir, next_base)
+        if not os.path.exists(snapshot):
+            log.warning("No producer snapshot at offset %d for %s; uploading segment %d without one", next_base,
+                        tp, seg.base_offset)
+            snapshot = None
+        data = LogSegmentData(
+            log_segment=Path(seg.log_path), offset_index=Path(seg.offset_index.path),
+            time_index=Path(seg.time_index.path), producer_snapshot_index=Path(snapshot) if snapshot else None,
+            leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base))
+        st.being_copied.add(md.segment_id)
+        try:
+            await self.rlmm.add_remote_log_segment_metadata(md)
+            self.metrics.copy_requests.inc(topic=tp.topic)
+            seg.flush_indexes()
+            try:
+                custom = await self._in_pool(st, self.copier_pool, self.rsm.copy_log_segment_data, md, data)
+            except Exception as e:
+                self.metrics.copy_errors.inc(topic=tp.topic)
+                log.warning("Copy of segment %d of %s (%s) failed: %s; removing what was uploaded",
+                            seg.base_offset, tp, md.segment_id.id, e)
+                await self._delete_dangling(st, md)
+                raise
+            if custom is not None and len(custom) > self.custom_metadata_max_bytes:
+                self.metrics.copy_errors.inc(topic=tp.topic)
+                finished = md.with_update(RemoteLogSegmentMetadataUpdate(
+                    md.segment_id, _now_ms(), custom, S.COPY_SEGMENT_FINISHED, self.broker_id))
+                await self._delete_dangling(st, finished)
+                raise CustomMetadataSizeLimitExceededError(
+                    f"custom metadata of {len(custom)} bytes for segment {seg.base_offset} of {tp} exceeds "
+                    f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
+            await self._update(md, S.COPY_SEGMENT_FINISHED, custom)
+        finally:
+            st.being_copied.discard(md.segment_id)
+        self.metrics.copy_bytes.inc(size, topic=tp.topic)
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, next_base - 1)
+        log.debug("Copied segment %d-%d of %s (%d bytes)", seg.base_offset, next_base - 1, tp, size)
+
+    async def _delete_dangling(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
+        """Best effort: remove what a failed or refused upload left (events around the delete)."""
+        try:
+            md = await self._update(md, S.DELETE_SEGMENT_STARTED)
+            await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
+            await self._update(md, S.DELETE_SEGMENT_FINISHED)
+        except Exception as e:  # noqa: BLE001 - expiration retries DELETE_SEGMENT_STARTED segments
+            log.warning("Could not clean up segment %s of %s: %s", md.segment_id.id, st.tp, e)
+
+    def _update_copy_lag(self, st: PartitionTasks) -> None:
+        lag = self.copy_candidates(st.log)
+        # Rolled segments beyond the last stable offset are not eligible yet but still count as lag.
+        self.metrics.copy_lag_segments.set(len(lag), topic=st.tp.topic, partition=st.tp.partition)
+        self.metrics.copy_lag_bytes.set(sum(s.size for s, _ in lag), topic=st.tp.topic, partition=st.tp.partition)
+
+    # ----------------------------------------------------------------------------------- expiration
+
+    def retention_candidates(self, st: PartitionTasks, now_ms: int | None = None
+                             ) -> tuple[list[RemoteLogSegmentMetadata], int | None]:
+        """The remote segments retention deletes now and the new log start offset (if it moves)."""
+        lg, tp = st.log, st.tp
+        cfg = lg.config
+        now = _now_ms() if now_ms is None else now_ms
+        entries = filtered_epochs(lg.leader_epoch_cache.entries)
+        leo = lg.log_end_offset
+        log_start = lg.log_start_offset
+        everything = self.rlmm.list_remote_log_segments(tp)
+        if not everything:
+            return [], None
+        remaining = None
+        if cfg.retention_bytes > -1:
+            seen = set()
+            remote_size = 0
+            for md in everything:
+                if md.state == S.COPY_SEGMENT_FINISHED and md.segment_id not in seen \
+                        and segment_within_leader_epochs(md, leo, entries):
+                    seen.add(md.segment_id)
+                    remote_size += md.segment_size_in_bytes
+            only_local = sum(s.size for s in lg.segments if s.base_offset > lg.highest_offset_in_remote_storage)
+            total = remote_size + only_local
+            if total > cfg.retention_bytes:
+                remaining = total - cfg.retention_bytes
+        cleanup_until = now - cfg.retention_ms if cfg.retention_ms > -1 else None
+        first_epoch = entries[0][0] if entries else None
+        doomed: list[RemoteLogSegmentMetadata] = []
+        doomed_ids: set = set()
+        new_start = None
+        can_process = True
+        for epoch, _ in entries:
+            if not can_process:
+                break
+            for md in self.rlmm.list_remote_log_segments(tp, epoch):
+                if not can_process:
+                    break
+                if md.segment_id in st.being_copied:
+                    can_process = False
+                    break
+                if md.state == S.DELETE_SEGMENT_FINISHED or md.segment_id in doomed_ids:
+                    continue
+                if md.state == S.DELETE_SEGMENT_STARTED:
+                    doomed.append(md)  # an earlier deletion failed half-way: finish it
+                    doomed_ids.add(md.segment_id)
+                    continue
+                delete = (first_epoch is not None and all(e <= first_epoch for e in md.segment_leader_epochs)
+                          and md.end_offset < log_start)
+                valid = False
+                if not delete:
+                    valid = segment_within_leader_epochs(md, leo, entries)
+                    if valid and md.state == S.COPY_SEGMENT_FINISHED:
+                        if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
+                            delete = True
+                        elif remaining is not None and remaining - md.segment_size_in_bytes >= 0:
+                            remaining -= md.segment_size_in_bytes
+                            delete = True
+                        if delete:
+                            new_start = max(new_start or 0, md.end_offset + 1)
+                if delete:
+                    doomed.append(md)
+                    doomed_ids.add(md.segment_id)
+                can_process = delete or not valid
+        # Segments of epochs older than the whole local lineage (an unclean election, or epochs trimmed
+        # by a log start offset move): nothing can read them any more.
+        if first_epoch is not None:
+            for md in everything:
+                if md.segment_id not in doomed_ids and md.segment_id not in st.being_copied \
+                        and max(md.segment_leader_epochs) < first_epoch \
+                        and md.state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED):
+                    doomed.append(md)
+                    doomed_ids.add(md.segment_id)
+        return doomed, new_start
+
+    async def _expire_once(self, st: PartitionTasks) -> None:
+        tp, lg = st.tp, st.log
+        doomed, new_start = self.retention_candidates(st)
+        if new_start is not None and new_start > lg.log_start_offset:
+            # Readers stop asking for these offsets before the objects disappear.
+            lg.increment_log_start_offset_from_remote(new_start)
+            log.info("Remote retention moved the log start offset of %s to %d", tp, new_start)
+        self.metrics.delete_lag_segments.set(len(doomed), topic=tp.topic, partition=tp.partition)
+        self.metrics.delete_lag_bytes.set(sum(md.segment_size_in_bytes for md in doomed),
+                                          topic=tp.topic, partition=tp.partition)
+        for md in doomed:
+            if md.state != S.DELETE_SEGMENT_STARTED:
+                md = await self._update(md, S.DELETE_SEGMENT_STARTED)
+            self.metrics.delete_requests.inc(topic=tp.topic)
+            try:
+                await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
+            except Exception:
+                self.metrics.delete_errors.inc(topic=tp.topic)
+                raise  # stays DELETE_SEGMENT_STARTED; the next run retries
+            self._evict_from_index_cache(md)
+            await self._update(md, S.DELETE_SEGMENT_FINISHED)
+        self._update_size_metrics(st)
+
+    def _update_size_metrics(self, st: PartitionTasks) -> None:
+        segments = self.rlmm.list_remote_log_segments(st.tp)
+        finished = [md for md in segments if md.state == S.COPY_SEGMENT_FINISHED]
+        self.metrics.log_size_bytes.set(sum(md.segment_size_in_bytes for md in finished),
+                                        topic=st.tp.topic, partition=st.tp.partition)
+        self.metrics.log_metadata_count.set(len(segments), topic=st.tp.topic, partition=st.tp.partition)
+        self.metrics.delete_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
+        self.metrics.delete_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
+
+    def _evict_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
+        if self.reader is not None and hasattr(self.reader, "evict"):
+            self.reader.evict(md)
+
+    # ---------------------------------------------------------------------------------------- status
+
+    def partition_status(self, st: PartitionTasks) -> dict:
+        """What ``tierlog tier status`` shows for one partition."""
+        lg, tp = st.log, st.tp
+        status = {
+            "topic": tp.topic, "partition": tp.partition, "log_start_offset": lg.log_start_offset,
+            "local_log_start_offset": lg.local_log_start_offset, "log_end_offset": lg.log_end_offset,
+            "highest_offset_in_remote_storage": lg.highest_offset_in_remote_storage,
+            "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes,
+            "ready": self.rlmm.is_ready(tp), "copy_enabled": st.copy_task is not None,
+            "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
+        }
+        if status["ready"]:
+            segments = self.rlmm.list_remote_log_segments(tp)
+            finished = [md for md in segments if md.state == S.COPY_SEGMENT_FINISHED]
+            lag = self.copy_candidates(lg)
+            status.update(remote_segments=len(finished),
+                          remote_bytes=sum(md.segment_size_in_bytes for md in finished),
+                          remote_segments_in_progress=len(segments) - len(finished),
+                          copy_lag_segments=len(lag), copy_lag_bytes=sum(s.size for s, _ in lag))
+        return status
+
+    def status(self, topic: str | None = None) -> list[dict]:
+        return [self.partition_status(st) for tp, st in sorted(self.partitions.items(),
+                                                                key=lambda kv: (kv[0].topic, kv[0].partition))
+                if topic is None or tp.topic == topic]
+
+    # -------------------------------------------------------------------------------------- shutdown
+
+    async def close(self) -> None:
+        self.closed = True
+        for st in self.partitions.values():
+            self._cancel(st)
+        pending = [f for st in self.partitions.values() for f in st.in_flight]
+        if pending:
+            await asyncio.wait(pending, timeout=30)
+        for task in list(self._background):
+            task.cancel()
+        self.copier_pool.shutdown(wait=False, cancel_futures=True)
+        self.expiration_pool.shutdown(wait=False, cancel_futures=True)
+        if self.reader is not None and hasattr(self.reader, "close"):
+            self.reader.close()
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        """Run ``coro`` in the background, kept until it finishes (topic deletions)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
