@@ -1,0 +1,358 @@
+"""The remote log manager's copy, expiration and deletion rules (Kafka's RemoteLogManagerTest cases),
+on a real tierlog log, the filesystem storage manager and the in-memory metadata manager."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+
+import pytest
+
+from tierlog.config import BrokerConfig
+from tierlog.records import build_batch
+from tierlog.server.replica_manager import Partition
+from tierlog.storage import Log, LogConfig
+from tierlog.tiered.filesystem import FileSystemRemoteStorageManager
+from tierlog.tiered.lineage import (
+    epochs_in_range,
+    filtered_epochs,
+    find_highest_remote_offset,
+    segment_within_leader_epochs,
+)
+from tierlog.tiered.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.rlmm import InMemoryRemoteLogMetadataManager
+
+S = RemoteLogSegmentState
+TOPIC_ID = uuid.UUID("7d1c2b3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
+
+
+class FlakyStorage(FileSystemRemoteStorageManager):
+    """Uploads fail while ``fail_copies`` > 0 (after writing part of the segment, as a crash would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_copies = 0
+        self.custom: bytes | None = None
+
+    def copy_log_segment_data(self, md, data):
+        if self.fail_copies > 0:
+            self.fail_copies -= 1
+            self._put_chunks(f"partial-{md.segment_id.id}", [b"half a segment"])
+            raise OSError("remote store unavailable")
+        result = super().copy_log_segment_data(md, data)
+        return self.custom if self.custom is not None else result
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def env(tmp_path):
+    class Env:
+        pass
+
+    e = Env()
+    e.rsm = FlakyStorage()
+    e.rsm.configure({"dir": str(tmp_path / "remote")})
+    e.rlmm = InMemoryRemoteLogMetadataManager()
+    e.config = BrokerConfig({"remote.log.storage.system.enable": "true", "rsm.config.dir": str(tmp_path / "remote"),
+                             "remote.log.manager.task.interval.ms": "3600000"})
+    e.rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm)
+    cfg = LogConfig(segment_bytes=4000, index_interval_bytes=256, remote_storage_enable=True, local_retention_bytes=0,
+                    file_delete_delay_ms=0)
+    e.log = Log.open(str(tmp_path / "logs" / "t-0"), "t", 0, cfg, topic_id=TOPIC_ID)
+    e.partition = Partition("t", 0, TOPIC_ID, e.log, 0)
+    e.tp = TopicIdPartition(TOPIC_ID, "t", 0)
+    e.tmp = tmp_path
+    yield e
+    e.log.close()
+    run(e.rlm.close())
+
+
+def produce(lg: Log, batches: int, epoch: int = 0, ts: int | None = None, size: int = 300) -> None:
+    base_ts = ts if ts is not None else int(time.time() * 1000)
+    for i in range(batches):
+        lg.append_as_leader(build_batch([(None, bytes([i % 256]) * size, [], base_ts + i)]), leader_epoch=epoch)
+    lg.update_high_watermark(lg.log_end_offset)
+
+
+def remote_files(e) -> list[str]:
+    root = str(e.tmp / "remote")
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def states(e) -> list[tuple[str, int]]:
+    out = []
+    for ev in e.rlmm.events:
+        name = type(ev).__name__
+        out.append((name, int(ev.state)))
+    return out
+
+
+async def start(e) -> None:
+    e.rlm.on_leadership_change([e.partition])
+    e.rlm._cancel(e.rlm.partitions[e.tp])  # tests drive the task bodies one run at a time
+
+
+def test_copies_rolled_segments_only_and_local_retention_follows(env):
+    e = env
+    produce(e.log, 60)
+    segments = list(e.log.segments)
+    assert len(segments) >= 4
+
+    async def go():
+        await start(e)
+        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(go())
+    rolled = segments[:-1]
+    assert e.log.highest_offset_in_remote_storage == segments[-1].base_offset - 1
+    listed = sorted(e.rlmm.list_remote_log_segments(e.tp), key=lambda md: md.start_offset)
+    assert [(md.start_offset, md.end_offset) for md in listed] == [
+        (s.base_offset, n.base_offset - 1) for s, n in zip(rolled, segments[1:])]
+    assert all(md.state == S.COPY_SEGMENT_FINISHED for md in listed)
+    assert all(md.segment_size_in_bytes == s.size for md, s in zip(listed, rolled))
+    # STARTED then FINISHED for each segment, in order.
+    assert [s for _, s in states(e)] == [0, 1] * len(rolled)
+    # Local retention (0 bytes) may now delete what was copied, never what was not; the active
+    # segment alone breaches local retention, so it is rolled to be uploaded next. The log start
+    # offset stays at 0 (those offsets are still readable remotely).
+    e.log.delete_old_segments()
+    assert [s.base_offset for s in e.log.segments] == [segments[-1].base_offset, e.log.log_end_offset]
+    assert e.log.log_start_offset == 0
+    assert e.log.local_log_start_offset == segments[-1].base_offset
+    # The next run uploads the rolled former active segment, and only it.
+    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    assert len(e.rlmm.events) == 2 * len(rolled) + 2
+    assert e.log.highest_offset_in_remote_storage == e.log.log_end_offset - 1
+
+
+def test_nothing_above_the_last_stable_offset_is_copied(env):
+    e = env
+    produce(e.log, 60)
+    segments = list(e.log.segments)
+    e.log.high_watermark = segments[2].base_offset - 1  # the third segment's predecessor is not committed
+
+    async def go():
+        await start(e)
+        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(go())
+    listed = e.rlmm.list_remote_log_segments(e.tp)
+    assert sorted(md.start_offset for md in listed) == [segments[0].base_offset]
+    # Nothing uncopied is deleted locally.
+    e.log.delete_old_segments()
+    assert e.log.segments[0].base_offset == segments[1].base_offset
+
+
+def test_failed_copy_is_cleaned_up_and_retried_with_a_new_segment_id(env):
+    e = env
+    produce(e.log, 20)
+    e.rsm.fail_copies = 1
+
+    async def go():
+        await start(e)
+        with pytest.raises(OSError):
+            await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(go())
+    assert e.log.highest_offset_in_remote_storage == -1
+    # STARTED, then the dangling attempt deleted: DELETE_STARTED, DELETE_FINISHED.
+    assert [s for _, s in states(e)] == [0, 2, 3]
+    failed_id = e.rlmm.events[0].segment_id
+    assert not [f for f in remote_files(e) if not f.startswith("partial-")]
+    e.log.delete_old_segments()
+    assert e.log.segments[0].base_offset == 0  # nothing deleted locally
+    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    finished = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.COPY_SEGMENT_FINISHED]
+    assert finished and all(md.segment_id != failed_id for md in finished)
+    assert e.log.highest_offset_in_remote_storage == e.log.segments[-1].base_offset - 1
+
+
+def test_custom_metadata_over_the_limit_stops_copying(env):
+    e = env
+    produce(e.log, 40)
+    e.rsm.custom = b"x" * 129  # default limit 128
+
+    async def go():
+        await start(e)
+        st = e.rlm.partitions[e.tp]
+        e.rlm.task_interval_s = 0.01
+        await e.rlm._run_periodically(st, e.rlm._copy_once, "copy")  # returns: the task stops itself
+        return st
+    st = run(go())
+    assert st.copy_stopped and "custom metadata of 129 bytes" in st.copy_stopped
+    assert [s for _, s in states(e)] == [0, 2, 3]  # never COPY_SEGMENT_FINISHED
+    assert e.rlmm.events[1].custom_metadata == b"x" * 129  # the delete events carry it (as Kafka)
+    assert remote_files(e) == []
+    assert e.log.highest_offset_in_remote_storage == -1
+    assert e.rlm.metrics.copy_errors.value(topic="t") == 1
+    assert e.rlm.metrics.copy_bytes.value(topic="t") == 0
+    assert e.rlm.partition_status(st)["last_error"] == st.copy_stopped
+
+
+def test_custom_metadata_at_the_limit_is_stored(env):
+    e = env
+    produce(e.log, 20)
+    e.rsm.custom = b"y" * 128
+
+    async def go():
+        await start(e)
+        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(go())
+    finished = e.rlmm.list_remote_log_segments(e.tp)
+    assert finished and all(md.custom_metadata == b"y" * 128 for md in finished)
+
+
+def _copy_all(e) -> None:
+    async def go():
+        await start(e)
+        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(go())
+
+
+def test_size_retention_deletes_the_oldest_remote_segments_and_moves_the_log_start(env):
+    e = env
+    produce(e.log, 60)
+    _copy_all(e)
+    e.log.delete_old_segments()
+    finished = sorted(e.rlmm.list_remote_log_segments(e.tp), key=lambda md: md.start_offset)
+    remote_size = sum(md.segment_size_in_bytes for md in finished)
+    local_only = sum(s.size for s in e.log.segments if s.base_offset > e.log.highest_offset_in_remote_storage)
+    # Keep everything but the two oldest remote segments.
+    budget = remote_size + local_only - finished[0].segment_size_in_bytes - finished[1].segment_size_in_bytes
+    e.log.config = LogConfig(**{**_fields(e.log.config), "retention_bytes": budget})
+    st = e.rlm.partitions[e.tp]
+    run(e.rlm._expire_once(st))
+    assert e.log.log_start_offset == finished[1].end_offset + 1
+    left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
+    assert left == [md.start_offset for md in finished[2:]]
+    assert not any(str(finished[0].start_offset).zfill(20) in f for f in remote_files(e))
+    assert e.rlm.metrics.delete_requests.value(topic="t") == 2
+
+
+def test_time_retention_deletes_expired_remote_segments(env):
+    e = env
+    old = int(time.time() * 1000) - 10 * 86_400_000
+    produce(e.log, 30, ts=old)
+    e.log.roll()
+    produce(e.log, 30)  # recent data
+    _copy_all(e)
+    e.log.config = LogConfig(**{**_fields(e.log.config), "retention_ms": 86_400_000})
+    expired = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.max_timestamp_ms < old + 1000]
+    assert expired
+    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    left = e.rlmm.list_remote_log_segments(e.tp)
+    assert all(md.max_timestamp_ms > old + 1000 for md in left)
+    assert e.log.log_start_offset == max(md.end_offset for md in expired) + 1
+
+
+def test_delete_records_below_remote_segments_deletes_them(env):
+    e = env
+    produce(e.log, 60)
+    _copy_all(e)
+    finished = sorted(e.rlmm.list_remote_log_segments(e.tp), key=lambda md: md.start_offset)
+    e.log.maybe_increment_log_start_offset(finished[1].end_offset + 1)  # DeleteRecords
+    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
+    assert left == [md.start_offset for md in finished[2:]]
+
+
+def test_failed_remote_delete_is_retried(env):
+    e = env
+    produce(e.log, 40)
+    _copy_all(e)
+    e.log.maybe_increment_log_start_offset(e.log.high_watermark)
+    real_delete = e.rsm.delete_log_segment_data
+    calls = []
+
+    def failing(md):
+        calls.append(md.segment_id)
+        raise OSError("throttled")
+    e.rsm.delete_log_segment_data = failing
+    with pytest.raises(OSError):
+        run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    stuck = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.DELETE_SEGMENT_STARTED]
+    assert len(stuck) == 1
+    e.rsm.delete_log_segment_data = real_delete
+    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    assert e.rlmm.list_remote_log_segments(e.tp) == []
+    assert remote_files(e) == []
+
+
+def test_topic_deletion_deletes_every_remote_object(env):
+    e = env
+    produce(e.log, 60)
+    _copy_all(e)
+    assert remote_files(e)
+
+    async def go():
+        await e.rlm.stop_partitions([e.partition], delete_remote=True)
+    run(go())
+    assert remote_files(e) == []
+    assert e.tp not in e.rlm.partitions
+    kinds = [int(ev.state) for ev in e.rlmm.events]
+    assert kinds.count(3) == kinds.count(1)  # every finished segment got DELETE_SEGMENT_FINISHED
+
+
+def test_enabling_tiering_on_an_existing_topic_uploads_from_the_log_start(env):
+    e = env
+    produce(e.log, 40)
+    e.log.maybe_increment_log_start_offset(5)
+    _copy_all(e)
+    first = min(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
+    assert first == 0  # the segment holding the log start offset is uploaded whole
+    assert e.log.highest_offset_in_remote_storage == e.log.segments[-1].base_offset - 1
+
+
+def _fields(cfg: LogConfig) -> dict:
+    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
+
+
+# ----------------------------------------------------------------------------------- lineage rules
+
+
+def _md(start, end, epochs) -> RemoteLogSegmentMetadata:
+    tp = TopicIdPartition(TOPIC_ID, "t", 0)
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tp), start, end, 0, 1, 0, 100, epochs,
+                                    state=S.COPY_SEGMENT_FINISHED)
+
+
+def test_filtered_epochs_drop_empty_ones():
+    assert filtered_epochs([(0, 0), (1, 10), (2, 10), (3, 20)]) == [(0, 0), (2, 10), (3, 20)]
+
+
+def test_epochs_in_range():
+    entries = [(0, 0), (2, 10), (5, 30)]
+    assert epochs_in_range(entries, 0, 10) == {0: 0}
+    assert epochs_in_range(entries, 5, 35) == {0: 5, 2: 10, 5: 30}
+    assert epochs_in_range(entries, 12, 20) == {2: 12}
+
+
+def test_find_highest_remote_offset():
+    entries = [(0, 0), (1, 100), (2, 200)]
+    highest = {0: 99, 1: 150}
+    assert find_highest_remote_offset(entries, 300, highest.get) == (150, 1)
+    # The remote copy of epoch 0 went beyond where epoch 0 ends locally (a deposed leader's data).
+    assert find_highest_remote_offset(entries, 300, {0: 120}.get) == (99, 0)
+    assert find_highest_remote_offset(entries, 300, {}.get) == (-1, -1)
+
+
+def test_segment_within_leader_epochs():
+    entries = [(0, 0), (1, 100), (2, 200)]
+    assert segment_within_leader_epochs(_md(0, 99, {0: 0}), 300, entries)
+    assert segment_within_leader_epochs(_md(50, 150, {0: 50, 1: 100}), 300, entries)
+    # An epoch the local lineage never had (unclean election):
+    assert not segment_within_leader_epochs(_md(50, 150, {0: 50, 7: 100}), 300, entries)
+    # Epoch 1 starts at 90 in the segment but at 100 locally: a different history.
+    assert not segment_within_leader_epochs(_md(50, 150, {0: 50, 1: 90}), 300, entries)
+    # Runs past where epoch 0 ends locally.
+    assert not segment_within_leader_epochs(_md(50, 120, {0: 50}), 300, entries)
+    # Not below the log end offset.
+    assert not segment_within_leader_epochs(_md(200, 310, {2: 200}), 300, entries)
