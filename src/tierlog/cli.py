@@ -3,6 +3,7 @@
     tierlog broker [-c server.properties] [-o key=value ...]
     tierlog config docs [--output FILE]
     tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
+    tierlog tier status [-c server.properties | --url http://host:port] [--topic T] [--json]
 
 An invalid configuration prints one line on standard error and exits with status 2 (no traceback).
 """
@@ -78,6 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--topic-overrides", metavar="K=V,...", type=parse_topic_overrides, default={},
                           help="topic overrides to apply when describing the topic configuration")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
+
+    tier = sub.add_parser("tier", help="tiered storage of a running broker")
+    tsub = tier.add_subparsers(dest="tier_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    tsub.required = True
+    status = tsub.add_parser("status", help="per-partition offsets, local and remote segments, copy lag, errors")
+    _add_config_args(status)
+    status.add_argument("--url", help="the broker's metrics endpoint, http://host:port (default: from -c)")
+    status.add_argument("--topic", help="only this topic")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -143,16 +153,34 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tier_status(args: argparse.Namespace) -> int:
+    from tierlog.tools import tier
+
+    try:
+        url = args.url or tier.endpoint_url(_load(args))
+        status = tier.fetch_status(url, args.topic)
+    except tier.StatusError as e:
+        print(f"tierlog: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(status, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(tier.format_table(status, args.topic))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tierlog`` console command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="tierlog: %(levelname)s: %(message)s",
                         stream=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe}}
+    handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe},
+                "tier": {"status": _cmd_tier_status}}
     handler = handlers[args.command]
     if isinstance(handler, dict):
-        handler = handler[args.config_command]
+        handler = handler[getattr(args, f"{args.command}_command")]
     try:
         return handler(args)
     except _ConfigFailure:

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,8 @@ class MetricsServer:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             method, _, rest = request.decode("latin-1").partition(" ")
-            path = rest.partition(" ")[0].partition("?")[0]
+            path, _, query = rest.partition(" ")[0].partition("?")
+            params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
             if method != "GET":
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
             elif path == "/metrics":
@@ -152,7 +154,7 @@ class MetricsServer:
                 body = self.registry.render().encode()
             elif path in self.routes:
                 status, ctype = "200 OK", "application/json"
-                result = self.routes[path]()
+                result = self.routes[path](**params)
                 if asyncio.iscoroutine(result):
                     result = await result
                 body = json.dumps(result, indent=1).encode() + b"\n"
@@ -164,6 +166,9 @@ class MetricsServer:
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             pass
+        except TypeError as e:  # unknown query parameter
+            writer.write(f"HTTP/1.1 400 Bad Request\r\nContent-Length: {len(str(e)) + 1}\r\n"
+                         f"Connection: close\r\n\r\n{e}\n".encode())
         except Exception:  # noqa: BLE001 - a broken status callback must not kill the server
             log.exception("metrics request failed")
         finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.server.conftest import BrokerProcess, broker, start_broker  # noqa: F401 - fixtures re-exported
 from tierlog.records import build_batch
 from tierlog.storage import Log, LogConfig
 from tierlog.storage.producer_state import snapshot_path

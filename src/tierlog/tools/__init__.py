@@ -1,0 +1,1 @@
+"""Operator tools behind ``tierlog`` subcommands that talk to a running broker."""

@@ -1,0 +1,141 @@
+"""Tiered storage switched on in a live broker: rules at the API, the start-up guard, copy and local
+retention end to end, metrics and ``tierlog tier status``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.errors import InvalidConfigurationError
+
+from tests.server.conftest import ROOT, BrokerProcess
+
+TIERED = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.metadata.manager.class.name": "memory",
+    "remote.log.manager.task.interval.ms": "100",
+    "log.retention.check.interval.ms": "100",
+    "metrics.port": "0",
+}
+SMALL = {"remote.storage.enable": "true", "segment.bytes": "20000", "local.retention.bytes": "1",
+         "file.delete.delay.ms": "0"}
+
+
+@pytest.fixture
+def tiered_broker(start_broker, tmp_path):
+    return start_broker({**TIERED, "rsm.config.dir": str(tmp_path / "remote")})
+
+
+def metrics_url(b: BrokerProcess) -> str:
+    for line in b.output:
+        if "Metrics on " in line:
+            return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
+    raise AssertionError("no metrics line in:\n" + "".join(b.output))
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def tier_status(url: str, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "tierlog", "tier", "status", "--url", url, *extra],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int = 1000) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=16384)
+    for i in range(count):
+        p.send(topic, (b"%08d" % i) * (size // 8))
+    p.flush()
+    p.close()
+
+
+def test_tiering_rules_at_the_api(tiered_broker):
+    admin = KafkaAdminClient(bootstrap_servers=tiered_broker.bootstrap)
+    try:
+        with pytest.raises(InvalidConfigurationError):
+            admin.create_topics([NewTopic("compacted", 1, 1, topic_configs={"remote.storage.enable": "true",
+                                                                              "cleanup.policy": "compact"})])
+        with pytest.raises(InvalidConfigurationError):
+            admin.create_topics([NewTopic("bad-local", 1, 1, topic_configs={
+                "remote.storage.enable": "true", "retention.bytes": "1000", "local.retention.bytes": "2000"})])
+        admin.create_topics([NewTopic("plain", 1, 1)])
+        # Turning tiering on for an existing topic is allowed; for the internal offsets topic it never
+        # takes effect (Kafka silently keeps internal topics local).
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "plain", {"remote.storage.enable": "true"})])
+    finally:
+        admin.close()
+
+
+def test_copy_local_retention_metrics_and_status(tiered_broker):
+    b = tiered_broker
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("tiered", 2, 1, topic_configs=SMALL)])
+    admin.close()
+    produce(b.bootstrap, "tiered", 400)
+    url = metrics_url(b)
+
+    def settled():
+        s = json.load(urllib.request.urlopen(url + "/v1/tier/status?topic=tiered"))
+        parts = s["partitions"]
+        if len(parts) == 2 and all(p["ready"] and p["copy_lag_segments"] == 0 and p["remote_segments"] > 0
+                                   and p["local_segments"] <= 2 for p in parts):
+            return s
+        return None
+    status = wait_for(settled, what="copy lag 0 and local retention applied")
+    for p in status["partitions"]:
+        assert p["log_start_offset"] == 0
+        assert p["local_log_start_offset"] > 0
+        assert p["highest_offset_in_remote_storage"] >= p["local_log_start_offset"] - 1
+        assert p["last_error"] is None
+    # The local folders hold only the tail.
+    for part in (0, 1):
+        logs = [f for f in os.listdir(b.log_dir / f"tiered-{part}") if f.endswith(".log")]
+        assert len(logs) <= 2
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    copied = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith('kafka_server_brokertopicmetrics_remotecopybytes_total{topic="tiered"}'))
+    assert copied > 300_000
+    assert 'kafka_server_brokertopicmetrics_remotecopylagsegments{partition="0",topic="tiered"} 0' in text
+
+    out = tier_status(url, "--topic", "tiered")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:3] == ["TOPIC", "PART", "LOG-START"]
+    assert [ln.split()[:2] for ln in lines[1:3]] == [["tiered", "0"], ["tiered", "1"]]
+    js = tier_status(url, "--json")
+    assert json.loads(js.stdout)["remote_storage_enabled"] is True
+
+
+def test_tier_status_without_a_reachable_broker_says_why():
+    out = tier_status("http://127.0.0.1:9")
+    assert out.returncode == 1
+    assert "cannot reach the broker's status endpoint" in out.stderr
+
+
+def test_broker_refuses_to_start_without_tiering_while_tiered_topics_exist(tiered_broker, tmp_path):
+    b = tiered_broker
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("tiered", 1, 1, topic_configs={"remote.storage.enable": "true"})])
+    admin.close()
+    assert b.stop() == 0
+    off = BrokerProcess(b.log_dir, {**b.overrides, "remote.log.storage.system.enable": "false"})
+    with pytest.raises(RuntimeError) as info:
+        off.start(timeout=30)
+    assert "delete every topic with remote.storage.enable=true before disabling it cluster-wide" in str(info.value)
+    assert off.proc.returncode not in (None, 0)
+    assert "Traceback" not in str(info.value)
