@@ -16,6 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import InvalidConfigurationError
 
 from tests.server.conftest import ROOT, BrokerProcess
+from tierlog.tiered.faults import write_control
 
 TIERED = {
     "remote.log.storage.system.enable": "true",
@@ -139,3 +140,34 @@ def test_broker_refuses_to_start_without_tiering_while_tiered_topics_exist(tiere
     assert "delete every topic with remote.storage.enable=true before disabling it cluster-wide" in str(info.value)
     assert off.proc.returncode not in (None, 0)
     assert "Traceback" not in str(info.value)
+
+
+def test_a_failing_remote_store_loses_nothing_and_copying_resumes(start_broker, tmp_path):
+    control = tmp_path / "faults.json"
+    write_control(control, copy="error", copy_partial=True)
+    b = start_broker({**TIERED, "remote.log.storage.manager.class.name":
+                      "tierlog.tiered.faults:FaultInjectingRemoteStorageManager",
+                      "rsm.config.fault.delegate": "filesystem", "rsm.config.fault.control.file": str(control),
+                      "rsm.config.dir": str(tmp_path / "remote")})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=SMALL)])
+    admin.close()
+    produce(b.bootstrap, "tiered", 200)
+    url = metrics_url(b)
+
+    def status():
+        return json.load(urllib.request.urlopen(url + "/v1/tier/status?topic=tiered"))["partitions"][0]
+    broken = wait_for(lambda: (s := status())["last_error"] and s, what="a copy error")
+    assert "injected error" in broken["last_error"]
+    time.sleep(1)  # several failed rounds
+    s = status()
+    # Nothing was uploaded, so nothing was deleted locally, and failed attempts left no object behind.
+    assert s["highest_offset_in_remote_storage"] == -1
+    assert s["local_log_start_offset"] == 0 and s["remote_segments"] == 0
+    assert not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]
+    write_control(control)  # the store heals
+    healed = wait_for(lambda: (s := status())["copy_lag_segments"] == 0 and s["remote_segments"] > 0 and s,
+                      what="copy to resume")
+    assert healed["highest_offset_in_remote_storage"] >= healed["local_log_start_offset"] - 1
+    logs = [f for f in os.listdir(b.log_dir / "tiered-0") if f.endswith(".log")]
+    assert len(logs) <= 2
