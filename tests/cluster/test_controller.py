@@ -101,3 +101,85 @@ def test_producer_ids_are_never_reused_across_restarts(make_controller):
     assert first == [0, 1, 2]
     c2 = make_controller()
     assert c2.allocate_producer_id() == 1000  # the unused rest of the first block is skipped
+
+
+# ---------------------------------------------------------------- KIP-950 tiering lifecycle
+
+TIERED = {"remote.log.storage.system.enable": "true", "rsm.config.dir": "/tmp/unused-remote"}
+
+
+def _tiering(c, name):
+    t = c.image.topics[name].tiering
+    return (t.state.value, t.policy, t.epoch) if t is not None else None
+
+
+def test_tiering_lifecycle_with_the_drafts_settings(make_controller):
+    c = make_controller(**TIERED)
+    seen = []
+    c.add_listener(lambda delta, image: seen.append([t.name for t in delta.tiering_changed]))
+    c.create_topic("plain", 1)
+    assert _tiering(c, "plain") is None
+    c.create_topic("t", 1, configs={"remote.storage.enable": "true"})
+    assert _tiering(c, "t") == ("ENABLED", "retain", 0)
+    # The seed's first command: remote.storage.enable=false alone means the default policy, retain.
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "false")])
+    assert _tiering(c, "t") == ("DISABLING", "retain", 1)
+    assert seen[-1] == ["t"]
+    # Disabling again, re-enabling, or changing the policy while DISABLING: refused with a clear message.
+    for ops in ([ConfigOp("remote.log.disable.policy", 0, "delete")],
+                [ConfigOp("remote.storage.enable", 0, "true")]):
+        with pytest.raises(InvalidConfigError) as e:
+            c.incremental_alter_topic_configs("t", ops)
+        assert e.value.code == 40 and "disablement of topic t is in progress" in str(e.value)
+    c.incremental_alter_topic_configs("t", [ConfigOp("retention.ms", 0, "1000")])  # other settings are fine
+    c.complete_disablement("t", 0)  # a stale epoch changes nothing
+    assert _tiering(c, "t")[0] == "DISABLING"
+    c.complete_disablement("t", 1)
+    assert _tiering(c, "t") == ("DISABLED", "retain", 2)
+    # Retained data can still be deleted later by switching to the delete policy.
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.log.disable.policy", 0, "delete")])
+    assert _tiering(c, "t") == ("DISABLING", "delete", 3)
+    c.complete_disablement("t", 3)
+    # Re-enabling after DISABLED behaves like a first enablement; the state survives a restart.
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "true"),
+                                            ConfigOp("remote.log.disable.policy", 1, None)])
+    assert _tiering(c, "t") == ("ENABLED", "retain", 5)
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "false"),
+                                            ConfigOp("remote.log.disable.policy", 0, "delete")])
+    assert _tiering(make_controller(**TIERED), "t") == ("DISABLING", "delete", 6)
+
+
+def test_unknown_disable_policy_is_invalid_config(make_controller):
+    c = make_controller(**TIERED)
+    c.create_topic("t", 1, configs={"remote.storage.enable": "true"})
+    with pytest.raises(InvalidConfigError) as e:
+        c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "false"),
+                                                ConfigOp("remote.log.disable.policy", 0, "keep")])
+    assert e.value.code == 40 and "remote.log.disable.policy" in str(e.value)
+    assert _tiering(c, "t") == ("ENABLED", "retain", 0)
+
+
+def test_kafka_39_settings_map_onto_the_same_states(make_controller):
+    c = make_controller(**TIERED)
+    # Any combination of Kafka 3.9's two flags is accepted at creation.
+    for i, (copy_disable, delete_on_disable) in enumerate([(a, b) for a in ("true", "false")
+                                                           for b in ("true", "false")]):
+        c.create_topic(f"combo{i}", 1, configs={"remote.storage.enable": "true",
+                                                 "remote.log.copy.disable": copy_disable,
+                                                 "remote.log.delete.on.disable": delete_on_disable})
+        assert _tiering(c, f"combo{i}")[0] == ("DISABLED" if copy_disable == "true" else "ENABLED")
+    c.create_topic("t", 1, configs={"remote.storage.enable": "true"})
+    # remote.log.copy.disable=true is Kafka's retain.
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.log.copy.disable", 0, "true")])
+    assert _tiering(c, "t") == ("DISABLING", "retain", 1)
+    c.complete_disablement("t", 1)
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.log.copy.disable", 0, "false")])
+    assert _tiering(c, "t") == ("ENABLED", "retain", 3)
+    # Kafka's rule: with copying off, local retention must be -2 or equal the total.
+    with pytest.raises(InvalidConfigError):
+        c.incremental_alter_topic_configs("t", [ConfigOp("remote.log.copy.disable", 0, "true"),
+                                                ConfigOp("local.retention.ms", 0, "1000")])
+    # remote.storage.enable=false with remote.log.delete.on.disable=true is Kafka's delete.
+    c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "false"),
+                                            ConfigOp("remote.log.delete.on.disable", 0, "true")])
+    assert _tiering(c, "t") == ("DISABLING", "delete", 4)

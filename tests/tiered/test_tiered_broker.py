@@ -159,15 +159,17 @@ def test_a_failing_remote_store_loses_nothing_and_copying_resumes(start_broker, 
         return json.load(urllib.request.urlopen(url + "/v1/tier/status?topic=tiered"))["partitions"][0]
     broken = wait_for(lambda: (s := status())["last_error"] and s, what="a copy error")
     assert "injected error" in broken["last_error"]
-    time.sleep(1)  # several failed rounds
+    time.sleep(1)  # several failed rounds, each leaving a partial upload behind
+    write_control(control, copy="error")  # attempts now fail before writing anything
+    time.sleep(0.5)
     s = status()
     # Nothing was uploaded, so nothing was deleted locally, and failed attempts left no object behind.
     assert s["highest_offset_in_remote_storage"] == -1
     assert s["local_log_start_offset"] == 0 and s["remote_segments"] == 0
     assert not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]
     write_control(control)  # the store heals
-    healed = wait_for(lambda: (s := status())["copy_lag_segments"] == 0 and s["remote_segments"] > 0 and s,
-                      what="copy to resume")
+    healed = wait_for(lambda: (s := status())["copy_lag_segments"] == 0 and s["remote_segments"] > 0
+                      and s["local_segments"] <= 2 and s, what="copy to resume and local retention to follow")
     assert healed["highest_offset_in_remote_storage"] >= healed["local_log_start_offset"] - 1
     logs = [f for f in os.listdir(b.log_dir / "tiered-0") if f.endswith(".log")]
     assert len(logs) <= 2

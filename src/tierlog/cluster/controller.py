@@ -20,9 +20,12 @@ from tierlog.cluster.image import (
     MetadataDelta,
     MetadataImage,
     PartitionImage,
+    TieringState,
     TopicImage,
+    TopicTiering,
 )
 from tierlog.cluster.store import FileMetadataStore
+from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.errors import (
     InvalidConfigError,
@@ -82,6 +85,7 @@ class Controller:
         self._lock = threading.RLock()
         self._next_producer_id = self._producer_id_block_end = 0
         self._effective: tuple[object, BrokerConfig] | None = None
+        self.disablements: DisablementDriver | None = None
         doc = store.load()
         brokers = {broker.node_id: broker}
         if doc is None:
@@ -196,7 +200,8 @@ class Controller:
             replicas = self._place(num_partitions, replication_factor, assignments)
             topic = TopicImage(name, new_kafka_uuid(), {
                 p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in replicas.items()},
-                {k: str(v) for k, v in overrides.items()})
+                {k: str(v) for k, v in overrides.items()},
+                initial_tiering(self.effective_config.topic_config(overrides)))
             if not validate_only:
                 self._commit(self.image.with_topic(topic), MetadataDelta(created=(topic,)))
                 log.info("Created topic %s with %d partition(s), id %s", name, len(topic.partitions),
@@ -308,13 +313,40 @@ class Controller:
     def _set_topic_configs(self, name: str, t: TopicImage | None, overrides: dict[str, str],
                            validate_only: bool) -> TopicImage:
         # Kafka's order (ConfigurationControlManager.validateAlterConfig): the configs, then existence.
-        self.effective_config.validate_topic_overrides(overrides)
+        config = self.effective_config
+        config.validate_topic_overrides(overrides)
         if t is None:
             raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-        new = replace(t, configs={k: str(v) for k, v in overrides.items()})
+        tiering = next_tiering(t, config.topic_config(t.configs), config.topic_config(overrides))
+        new = replace(t, configs={k: str(v) for k, v in overrides.items()}, tiering=tiering)
         if not validate_only:
-            self._commit(self.image.with_topic(new), MetadataDelta(configs_changed=(new,)))
+            moved = tiering != t.tiering
+            self._commit(self.image.with_topic(new), MetadataDelta(configs_changed=(new,),
+                                                                   tiering_changed=(new,) if moved else ()))
+            if moved:
+                log.info("Tiered storage of topic %s is now %s (policy %s, epoch %d)", name, tiering.state.value,
+                         tiering.policy, tiering.epoch)
+                if self.disablements is not None:
+                    self.disablements.wake()
         return new
+
+    # ------------------------------------------------------------------ tiered storage disablement
+
+    def start_disablements(self, channel) -> None:
+        """Drive DISABLING topics (also those left DISABLING by a previous run) through ``channel``."""
+        self.disablements = DisablementDriver(self, channel)
+        self.disablements.start()
+
+    def complete_disablement(self, name: str, epoch: int) -> None:
+        """Every broker acknowledged DisableRemoteTopic for ``epoch``: record DISABLED."""
+        with self._lock:
+            t = self.image.topics.get(name)
+            if t is None or t.tiering is None or t.tiering.epoch != epoch \
+                    or t.tiering.state != TieringState.DISABLING:
+                return  # deleted or changed meanwhile: nothing to complete
+            new = replace(t, tiering=TopicTiering(TieringState.DISABLED, t.tiering.policy, epoch + 1))
+            self._commit(self.image.with_topic(new), MetadataDelta(configs_changed=(new,), tiering_changed=(new,)))
+            log.info("Tiered storage of topic %s is DISABLED (policy %s)", name, t.tiering.policy)
 
     def alter_broker_configs(self, resource: str, configs: Mapping[str, str | None],
                              incremental_ops: Iterable[ConfigOp] | None = None,

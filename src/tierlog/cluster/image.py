@@ -8,6 +8,7 @@ controller will run elsewhere and deltas will arrive over the network; the shape
 
 from __future__ import annotations
 
+import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -35,26 +36,62 @@ class PartitionImage:
                    d.get("partitionEpoch", 0))
 
 
+class TieringState(enum.Enum):
+    """A topic's tiered storage lifecycle (the KIP-950 draft): ENABLED -> DISABLING -> DISABLED, and back
+    to ENABLED when tiering is turned on again."""
+
+    ENABLED = "ENABLED"
+    DISABLING = "DISABLING"
+    DISABLED = "DISABLED"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTiering:
+    """Where a topic is in its tiering lifecycle. ``policy`` says what disabling does to remote data
+    (``retain`` or ``delete``); ``epoch`` grows with every transition, so a broker can tell a stale
+    DisableRemoteTopic request from the current one."""
+
+    state: TieringState
+    policy: str = "retain"
+    epoch: int = 0
+
+    def to_json(self) -> dict:
+        return {"state": self.state.value, "policy": self.policy, "epoch": self.epoch}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicTiering:
+        return cls(TieringState(d["state"]), d.get("policy", "retain"), d.get("epoch", 0))
+
+
 @dataclass(frozen=True, slots=True)
 class TopicImage:
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, PartitionImage]
     configs: dict[str, str] = field(default_factory=dict)  # overrides only, as strings
+    tiering: TopicTiering | None = None  # None: tiering was never turned on
 
     @property
     def is_internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
 
+    @property
+    def tiering_state(self) -> TieringState | None:
+        return self.tiering.state if self.tiering is not None else None
+
     def to_json(self) -> dict:
-        return {"name": self.name, "topicId": uuid_to_str(self.topic_id),
-                "partitions": [p.to_json() for p in sorted(self.partitions.values(), key=lambda p: p.partition)],
-                "configs": dict(sorted(self.configs.items()))}
+        d = {"name": self.name, "topicId": uuid_to_str(self.topic_id),
+             "partitions": [p.to_json() for p in sorted(self.partitions.values(), key=lambda p: p.partition)],
+             "configs": dict(sorted(self.configs.items()))}
+        if self.tiering is not None:
+            d["tiering"] = self.tiering.to_json()
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> TopicImage:
         parts = {p["partition"]: PartitionImage.from_json(p) for p in d["partitions"]}
-        return cls(d["name"], uuid_from_str(d["topicId"]), parts, dict(d.get("configs", {})))
+        tiering = TopicTiering.from_json(d["tiering"]) if d.get("tiering") else None
+        return cls(d["name"], uuid_from_str(d["topicId"]), parts, dict(d.get("configs", {})), tiering)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +146,4 @@ class MetadataDelta:
     partitions_added: tuple[tuple[TopicImage, tuple[int, ...]], ...] = ()
     configs_changed: tuple[TopicImage, ...] = ()
     broker_configs_changed: bool = False
+    tiering_changed: tuple[TopicImage, ...] = ()  # topics whose TopicTiering moved (KIP-950)

@@ -14,8 +14,18 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, ensure_meta_properties
+from tierlog.cluster import (
+    BrokerImage,
+    Controller,
+    DisableRemoteTopicRequest,
+    DisableRemoteTopicResponse,
+    FileMetadataStore,
+    LocalBrokerChannel,
+    TieringState,
+    ensure_meta_properties,
+)
 from tierlog.config import BrokerConfig
+from tierlog.errors import KafkaStorageError, StaleControllerEpochError
 from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.network import BoundListener, SocketServer
@@ -61,6 +71,7 @@ class Broker:
         self.metrics = MetricsRegistry()
         self.metrics_server: MetricsServer | None = None
         self.remote_log_manager: RemoteLogManager | None = None
+        self.channel = LocalBrokerChannel()  # controller -> broker requests (DisableRemoteTopic)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,6 +124,8 @@ class Broker:
             port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
             log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
+        self.channel.register(self.node_id, self.disable_remote_topic)
+        self.controller.start_disablements(self.channel)
         self.state = BrokerState.READY
         for component in self._ready_callbacks:
             try:
@@ -160,8 +173,21 @@ class Broker:
         await self._stop_requested.wait()
 
     def tier_status(self, topic: str | None = None) -> dict:
+        """What ``tierlog tier status`` prints: each tiered partition, and each topic's tiering state
+        with what a disablement still has to delete."""
         rlm = self.remote_log_manager
-        return {"node_id": self.node_id, "remote_storage_enabled": rlm is not None,
+        driver = self.controller.disablements
+        topics = []
+        for t in sorted(self.controller.image.topics.values(), key=lambda t: t.name):
+            if t.tiering is None or (topic is not None and t.name != topic):
+                continue
+            left = [v for tp, v in (rlm.disabling.items() if rlm is not None else ()) if tp.topic == t.name]
+            topics.append({"topic": t.name, "state": t.tiering.state.value, "policy": t.tiering.policy,
+                           "epoch": t.tiering.epoch,
+                           "remote_segments_to_delete": sum(v["segments"] for v in left),
+                           "remote_bytes_to_delete": sum(v["bytes"] for v in left),
+                           "last_error": driver.last_error.get(t.name) if driver is not None else None})
+        return {"node_id": self.node_id, "remote_storage_enabled": rlm is not None, "topics": topics,
                 "partitions": rlm.status(topic) if rlm is not None else []}
 
     def _advertise_bound(self) -> None:
@@ -191,6 +217,8 @@ class Broker:
             await self.socket_server.stop()
         if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
             await _maybe_await(self.group_coordinator.shutdown())
+        if self.controller is not None and self.controller.disablements is not None:
+            await self.controller.disablements.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         if self.replica_manager is not None:
@@ -211,8 +239,48 @@ class Broker:
     # ------------------------------------------------------------------ helpers for APIs
 
     def log_config_for(self, topic: str) -> LogConfig:
+        """The log settings of ``topic``: its configuration, with remote storage in effect as Kafka decides
+        it (broker switch, topic switch, not compacted, not internal) and as its tiering lifecycle
+        (KIP-950) requires: data retained by a disablement stays readable and expires, nothing more is
+        uploaded; after a delete disablement the log is a plain local log."""
         tc = self.controller.topic_config(topic)
-        return replace(LogConfig.from_topic_config(tc), remote_storage_enable=tc.remote_log_enabled(topic))
+        remote = tc.remote_log_enabled(topic)
+        copy_disable = bool(tc["remote.log.copy.disable"])
+        t = self.controller.image.topics.get(topic)
+        tiering = t.tiering if t is not None else None
+        if tiering is not None and tiering.state != TieringState.ENABLED:
+            copy_disable = True
+            if tiering.policy == "retain":
+                remote = remote or (tc.remote_storage_system_enabled and not tc.compact and not t.is_internal)
+            else:
+                remote = False
+        return replace(LogConfig.from_topic_config(tc), remote_storage_enable=remote,
+                       remote_log_copy_disable=copy_disable)
+
+    async def disable_remote_topic(self, request: DisableRemoteTopicRequest) -> DisableRemoteTopicResponse:
+        """DisableRemoteTopic from the controller (KIP-950): stop tiering the topic's partitions hosted
+        here; with the delete policy, delete their remote data. Errors go back to the controller, which
+        repeats the request."""
+        rlm = self.remote_log_manager
+        t = self.controller.image.topics.get(request.topic)
+        if t is None or t.topic_id != request.topic_id:
+            return DisableRemoteTopicResponse()  # deleted meanwhile: its remote data went with it
+        epoch = t.tiering.epoch if t.tiering is not None else -1
+        if request.tiering_epoch > epoch:  # this broker has not seen that metadata yet: asked again later
+            return DisableRemoteTopicResponse(StaleControllerEpochError.code,
+                                              f"tiering epoch {request.tiering_epoch} is newer than {epoch}")
+        if request.tiering_epoch < epoch:
+            return DisableRemoteTopicResponse()  # superseded by a later change of the topic's tiering
+        if rlm is None:
+            return DisableRemoteTopicResponse()
+        partitions = [p for p in self.replica_manager.partitions.values()
+                      if p.topic == request.topic and p.index in request.partitions]
+        try:
+            await rlm.disable_remote_topic(partitions, request.policy)
+        except Exception as e:  # noqa: BLE001 - reported to the controller, which retries
+            log.warning("DisableRemoteTopic for %s (policy %s) failed: %s", request.topic, request.policy, e)
+            return DisableRemoteTopicResponse(KafkaStorageError.code, str(e))
+        return DisableRemoteTopicResponse()
 
     @property
     def advertised_host_port(self) -> tuple[str, int]:

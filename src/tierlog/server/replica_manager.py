@@ -115,7 +115,11 @@ class ReplicaManager:
                 for p in partitions:
                     rlm.on_config_change(p)
             elif was_tiered:
-                rlm.spawn(rlm.stop_partitions(partitions, delete_remote=False), f"stop-remote-{topic.name}")
+                # A delete disablement (KIP-950): remote reads are fenced at once, the log now starts at
+                # its local start; the controller's DisableRemoteTopic then deletes the remote data.
+                for p in partitions:
+                    p.log.increment_log_start_offset_from_remote(p.log.local_log_start_offset)
+                rlm.spawn(rlm.stop_tasks(partitions), f"stop-remote-{topic.name}")
 
     def _topic_partitions(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self.partitions.items() if t == topic]

@@ -98,6 +98,10 @@ class RemoteStorageMetrics:
         self.log_size_bytes = g(p + "remotelogsizebytes", "Bytes in remote storage (RemoteLogSizeBytes).")
         self.log_metadata_count = g(p + "remotelogmetadatacount",
                                     "Remote segments known to the metadata manager (RemoteLogMetadataCount).")
+        self.disablements = c("tierlog_remote_topic_disablements_total",
+                              "Tiered storage disablements completed on this broker, by policy (KIP-950).")
+        self.disable_bytes_left = g("tierlog_remote_disable_bytes_left",
+                                    "Remote bytes still to delete by delete-policy disablements (KIP-950).")
 
     def forget(self, tp: TopicIdPartition) -> None:
         for gauge in (self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes, self.delete_lag_segments,
@@ -114,6 +118,7 @@ class PartitionTasks:
     copy_task: asyncio.Task | None = None
     expiration_task: asyncio.Task | None = None
     first_copy_run: bool = True
+    stop_copy: bool = False  # copying turned off: no new upload starts
     copy_stopped: str | None = None  # why copying stopped for good (KIP-917), until leadership changes
     being_copied: set = field(default_factory=set)  # segment ids with an upload in flight
     in_flight: set = field(default_factory=set)  # executor futures of uploads and deletes
@@ -140,6 +145,7 @@ class RemoteLogManager:
         self.expiration_pool = ThreadPoolExecutor(config["remote.log.manager.expiration.thread.pool.size"],
                                                   thread_name_prefix="rlm-expire")
         self.partitions: dict[TopicIdPartition, PartitionTasks] = {}
+        self.disabling: dict[TopicIdPartition, dict] = {}  # remote data still to delete, per partition
         self._background: set[asyncio.Task] = set()
         self.reader: Any = None  # the remote read path (RemoteLogReader), attached by the broker
         self.closed = False
@@ -178,18 +184,21 @@ class RemoteLogManager:
                 self._run_periodically(st, self._expire_once, "expiration"), name=f"rlm-expire-{name}")
 
     def on_config_change(self, partition) -> None:
-        """The topic's configuration changed: copying follows ``remote.log.copy.disable``."""
+        """The topic's configuration changed: copying follows ``remote.log.copy.disable``. Stopping takes
+        effect before the next upload starts; one already running completes (no dangling segment)."""
         st = self.partitions.get(self.topic_id_partition(partition))
         if st is None:
             return
         if st.log.config.remote_log_copy_disable and st.copy_task is not None:
-            st.copy_task.cancel()
-            st.copy_task = None
+            st.stop_copy = True
             self.metrics.copy_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
             self.metrics.copy_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
-        elif not st.log.config.remote_log_copy_disable and st.copy_task is None:
+        elif not st.log.config.remote_log_copy_disable and (st.copy_task is None or st.stop_copy):
             st.first_copy_run = True
             st.copy_stopped = None
+            st.stop_copy = False
+            if st.copy_task is not None and st.copy_task.done():
+                st.copy_task = None
             self._start_tasks(st)
 
     def _cancel(self, st: PartitionTasks) -> None:
@@ -198,20 +207,25 @@ class RemoteLogManager:
                 task.cancel()
         st.copy_task = st.expiration_task = None
 
-    async def stop_partitions(self, partitions: Iterable[Any], delete_remote: bool) -> None:
-        """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
-        data: DELETE_SEGMENT_STARTED for every segment, the objects, then DELETE_SEGMENT_FINISHED."""
+    async def stop_tasks(self, partitions: Iterable[Any]) -> list[TopicIdPartition]:
+        """Cancel the tasks of these partitions and wait for their storage calls still running in a
+        thread (an upload finishing after a deletion would leave an object behind)."""
         stopped = []
         for partition in partitions:
             tp = self.topic_id_partition(partition)
             st = self.partitions.pop(tp, None)
             if st is not None:
                 self._cancel(st)
-                # An upload still running in a thread would leave an object behind the deletion.
                 if st.in_flight:
                     await asyncio.wait(list(st.in_flight))
             self.metrics.forget(tp)
             stopped.append(tp)
+        return stopped
+
+    async def stop_partitions(self, partitions: Iterable[Any], delete_remote: bool) -> None:
+        """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
+        data: DELETE_SEGMENT_STARTED for every segment, the objects, then DELETE_SEGMENT_FINISHED."""
+        stopped = await self.stop_tasks(partitions)
         if delete_remote:
             for tp in stopped:
                 try:
@@ -221,6 +235,35 @@ class RemoteLogManager:
                               tp, e)
         self.rlmm.on_stop_partitions(stopped)
 
+    async def disable_remote_topic(self, partitions: list[Any], policy: str) -> None:
+        """DisableRemoteTopic (KIP-950). ``retain``: no upload starts any more (one running completes);
+        remote data stays readable and expires by retention. ``delete``: the partitions' log start
+        offsets already moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in
+        flight are drained, then every remote segment is deleted with its events. Idempotent; raises when
+        something is left, and the controller asks again."""
+        if policy == "retain":
+            for partition in partitions:
+                st = self.partitions.get(self.topic_id_partition(partition))
+                if st is not None and st.copy_task is not None:
+                    st.stop_copy = True
+                    await asyncio.wait([st.copy_task])
+            return
+        tps = await self.stop_tasks(partitions)
+        for tp in tps:
+            if self.reader is not None and hasattr(self.reader, "drain"):
+                await self.reader.drain(tp)
+        # The manager follows the partitions again for as long as the deletion takes (after a restart it
+        # has to load their metadata first).
+        self.rlmm.on_partition_leadership_changes(tps, [])
+        try:
+            for tp in tps:
+                await self._delete_all_remote(tp)
+        finally:
+            for tp in tps:
+                self.disabling.pop(tp, None)
+        self.rlmm.on_stop_partitions(tps)
+        self.metrics.disablements.inc(policy=policy)
+
     async def _delete_all_remote(self, tp: TopicIdPartition) -> None:
         deadline = time.monotonic() + 300
         while not self.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
@@ -228,6 +271,8 @@ class RemoteLogManager:
                 raise TimeoutError(f"remote log metadata of {tp} did not become ready")
             await asyncio.sleep(0.1)
         segments = [md for md in self.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        left = self.disabling[tp] = {"segments": len(segments),
+                                     "bytes": sum(md.segment_size_in_bytes for md in segments)}
         for md in segments:
             if md.state != S.DELETE_SEGMENT_STARTED:
                 await self._update(md, S.DELETE_SEGMENT_STARTED)
@@ -240,14 +285,16 @@ class RemoteLogManager:
                 self.metrics.delete_errors.inc(topic=tp.topic)
                 raise
             self._evict_from_index_cache(md)
-        for md in segments:
             await self._update(md, S.DELETE_SEGMENT_FINISHED)
+            left["segments"] -= 1
+            left["bytes"] -= md.segment_size_in_bytes
+            self.metrics.disable_bytes_left.set(left["bytes"], topic=tp.topic, partition=tp.partition)
         log.info("Deleted %d remote segment(s) of %s", len(segments), tp)
 
     # ----------------------------------------------------------------------------------- scheduling
 
     async def _run_periodically(self, st: PartitionTasks, body, what: str) -> None:
-        while True:
+        while not (what == "copy" and st.stop_copy):
             if self.rlmm.is_ready(st.tp):
                 try:
                     await body(st)
@@ -330,6 +377,8 @@ class RemoteLogManager:
         # A segment copied only up to its middle (by an earlier leader) is uploaded whole again; the
         # metadata cache then serves each offset from the newest upload.
         for seg, next_base in self.copy_candidates(lg):
+            if st.stop_copy:
+                return
             await self._copy_segment(st, seg, next_base)
         self._update_copy_lag(st)
 
@@ -447,7 +496,8 @@ class RemoteLogManager:
                 valid = False
                 if not delete:
                     valid = segment_within_leader_epochs(md, leo, entries)
-                    if valid and md.state == S.COPY_SEGMENT_FINISHED:
+                    # As Kafka, an upload left dangling (COPY_SEGMENT_STARTED) expires like the others.
+                    if valid:
                         if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
                             delete = True
                         elif remaining is not None and remaining - md.segment_size_in_bytes >= 0:

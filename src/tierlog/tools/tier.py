@@ -57,11 +57,22 @@ def format_table(status: dict, topic: str | None = None) -> str:
     rows = [r for r in status.get("partitions", []) if topic is None or r["topic"] == topic]
     if not status.get("remote_storage_enabled"):
         return "tiered storage is off on this broker (remote.log.storage.system.enable=false)"
-    if not rows:
+    if not rows and not status.get("topics"):
         return "no tiered partitions" + (f" for topic {topic}" if topic else "")
     table = [[h for _, h in COLUMNS]] + [[_cell(r, k) for k, _ in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    topics = [t for t in status.get("topics", []) if topic is None or t["topic"] == topic]
+    if topics:
+        lines.append("")
+        for t in topics:
+            line = f"topic {t['topic']}: tiering {t['state']} (policy {t['policy']}, epoch {t['epoch']})"
+            if t["state"] == "DISABLING":
+                line += (f", {t['remote_segments_to_delete']} remote segment(s) / {t['remote_bytes_to_delete']} "
+                         f"bytes left to delete")
+            if t.get("last_error"):
+                line += f"; last error: {t['last_error']}"
+            lines.append(line)
     waiting = [f"{r['topic']}-{r['partition']}" for r in rows if not r.get("ready", True)]
     if waiting:
         lines.append(f"remote metadata still loading for: {', '.join(waiting)}")
