@@ -4,6 +4,7 @@
     tierlog config docs [--output FILE]
     tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
     tierlog tier status [-c server.properties | --url http://host:port] [--topic T] [--json]
+    tierlog tier reconcile [-c server.properties | --url http://host:port] [--delete] [--json]
 
 An invalid configuration prints one line on standard error and exits with status 2 (no traceback).
 """
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--url", help="the broker's metrics endpoint, http://host:port (default: from -c)")
     status.add_argument("--topic", help="only this topic")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    reconcile = tsub.add_parser("reconcile", help="find remote objects no metadata references, and segments "
+                                                  "whose objects are missing")
+    _add_config_args(reconcile)
+    reconcile.add_argument("--url", help="the broker's metrics endpoint, http://host:port (default: from -c)")
+    reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects")
+    reconcile.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -170,6 +177,23 @@ def _cmd_tier_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tier_reconcile(args: argparse.Namespace) -> int:
+    from tierlog.tools import tier
+
+    try:
+        url = args.url or tier.endpoint_url(_load(args))
+        report = tier.reconcile(url, args.delete)
+    except tier.StatusError as e:
+        print(f"tierlog: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(tier.format_reconcile(report))
+    return 1 if "error" in report else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tierlog`` console command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="tierlog: %(levelname)s: %(message)s",
@@ -177,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe},
-                "tier": {"status": _cmd_tier_status}}
+                "tier": {"status": _cmd_tier_status, "reconcile": _cmd_tier_reconcile}}
     handler = handlers[args.command]
     if isinstance(handler, dict):
         handler = handler[getattr(args, f"{args.command}_command")]

@@ -6,8 +6,9 @@ name=RemoteCopyBytesPerSec,topic=T`` becomes the counter
 ``kafka_server_brokertopicmetrics_remotecopybytes_total{topic="T"}`` (Prometheus computes the rate),
 and a gauge such as ``RemoteCopyLagBytes`` becomes ``kafka_server_brokertopicmetrics_remotecopylagbytes``.
 
-The HTTP server (``metrics.port``) answers ``GET /metrics`` with every metric and ``GET /v1/tier/status``
-with the tiered-storage status JSON that ``tierlog tier status`` prints.
+The HTTP server (``metrics.port``) answers ``GET /metrics`` with every metric, and the JSON routes the
+broker adds: ``/v1/tier/status`` (``tierlog tier status``) and ``POST /v1/tier/reconcile``
+(``tierlog tier reconcile``).
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ class MetricsServer:
             method, _, rest = request.decode("latin-1").partition(" ")
             path, _, query = rest.partition(" ")[0].partition("?")
             params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
-            if method != "GET":
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
+            if method not in ("GET", "POST"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET and POST\n"
             elif path == "/metrics":
                 status, ctype = "200 OK", "text/plain; version=0.0.4"
                 body = self.registry.render().encode()

@@ -173,3 +173,42 @@ def test_a_failing_remote_store_loses_nothing_and_copying_resumes(start_broker, 
     assert healed["highest_offset_in_remote_storage"] >= healed["local_log_start_offset"] - 1
     logs = [f for f in os.listdir(b.log_dir / "tiered-0") if f.endswith(".log")]
     assert len(logs) <= 2
+
+
+def tier_cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "tierlog", "tier", *args, "--url", url],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_reconcile_finds_orphans_and_missing_objects(tiered_broker, tmp_path):
+    b = tiered_broker
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=SMALL)])
+    admin.close()
+    produce(b.bootstrap, "tiered", 200)
+    url = metrics_url(b)
+    wait_for(lambda: json.load(urllib.request.urlopen(url + "/v1/tier/status"))["partitions"][0]
+             ["remote_segments"] >= 3, what="a few remote segments")
+    clean = json.loads(tier_cli(url, "reconcile", "--json").stdout)
+    assert clean["objects"] > 0 and clean["orphans"] == [] and clean["missing"] == []
+    root = tmp_path / "remote"
+    logs = sorted(p for p in root.rglob("*.log"))
+    # An orphan: a segment's objects under an id no metadata knows (what a crash mid-upload leaves).
+    stem = logs[0].name[:-len(".log")]
+    orphan_stem = stem[:21] + "AAAAAAAAAAAAAAAAAAAAAA"
+    for suffix in (".log", ".indexes"):
+        (logs[0].parent / (orphan_stem + suffix)).write_bytes((logs[0].parent / (stem + suffix)).read_bytes())
+    # A missing object: one finished segment's manifest disappears.
+    victim = logs[1].with_suffix(".manifest")
+    victim.unlink()
+    report = tier_cli(url, "reconcile")
+    assert report.returncode == 0, report.stderr
+    assert "1 orphaned segment(s)" in report.stdout and "1 segment(s) whose objects are missing" in report.stdout
+    assert victim.name in report.stdout and orphan_stem in report.stdout
+    deleted = json.loads(tier_cli(url, "reconcile", "--delete", "--json").stdout)
+    assert deleted["orphans_deleted"] == 1
+    assert not list(root.rglob(orphan_stem + "*"))
+    assert (logs[0].parent / (stem + ".log")).exists()  # referenced objects are untouched
+    after = json.loads(tier_cli(url, "reconcile", "--json").stdout)
+    assert after["orphans"] == [] and len(after["missing"]) == 1

@@ -120,7 +120,8 @@ class Broker:
         self.state = BrokerState.STARTING_LISTENERS
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
-            self.metrics_server = MetricsServer(self.metrics, {"/v1/tier/status": self.tier_status})
+            self.metrics_server = MetricsServer(self.metrics, {"/v1/tier/status": self.tier_status,
+                                                               "/v1/tier/reconcile": self.tier_reconcile})
             port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
             log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
@@ -189,6 +190,12 @@ class Broker:
                            "last_error": driver.last_error.get(t.name) if driver is not None else None})
         return {"node_id": self.node_id, "remote_storage_enabled": rlm is not None, "topics": topics,
                 "partitions": rlm.status(topic) if rlm is not None else []}
+
+    async def tier_reconcile(self, delete: str = "false") -> dict:
+        """``tierlog tier reconcile``: orphaned remote objects and segments whose objects are missing."""
+        if self.remote_log_manager is None:
+            return {"error": "tiered storage is off on this broker (remote.log.storage.system.enable=false)"}
+        return await self.remote_log_manager.reconcile(delete=delete.lower() == "true")
 
     def _advertise_bound(self) -> None:
         b = self.listeners[0]

@@ -32,6 +32,7 @@ from typing import Any
 
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage.producer_state import snapshot_path
+from tierlog.tiered import layout
 from tierlog.tiered.lineage import (
     epochs_in_range,
     filtered_epochs,
@@ -255,12 +256,8 @@ class RemoteLogManager:
         # The manager follows the partitions again for as long as the deletion takes (after a restart it
         # has to load their metadata first).
         self.rlmm.on_partition_leadership_changes(tps, [])
-        try:
-            for tp in tps:
-                await self._delete_all_remote(tp)
-        finally:
-            for tp in tps:
-                self.disabling.pop(tp, None)
+        for tp in tps:
+            await self._delete_all_remote(tp)
         self.rlmm.on_stop_partitions(tps)
         self.metrics.disablements.inc(policy=policy)
 
@@ -273,6 +270,15 @@ class RemoteLogManager:
         segments = [md for md in self.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
         left = self.disabling[tp] = {"segments": len(segments),
                                      "bytes": sum(md.segment_size_in_bytes for md in segments)}
+        try:
+            await self._delete_segments(tp, segments, left)
+        finally:
+            self.disabling.pop(tp, None)
+            self.metrics.disable_bytes_left.remove(topic=tp.topic, partition=tp.partition)
+        log.info("Deleted %d remote segment(s) of %s", len(segments), tp)
+
+    async def _delete_segments(self, tp: TopicIdPartition, segments: list[RemoteLogSegmentMetadata],
+                               left: dict) -> None:
         for md in segments:
             if md.state != S.DELETE_SEGMENT_STARTED:
                 await self._update(md, S.DELETE_SEGMENT_STARTED)
@@ -289,7 +295,6 @@ class RemoteLogManager:
             left["segments"] -= 1
             left["bytes"] -= md.segment_size_in_bytes
             self.metrics.disable_bytes_left.set(left["bytes"], topic=tp.topic, partition=tp.partition)
-        log.info("Deleted %d remote segment(s) of %s", len(segments), tp)
 
     # ----------------------------------------------------------------------------------- scheduling
 
@@ -584,6 +589,73 @@ class RemoteLogManager:
                                                                 key=lambda kv: (kv[0].topic, kv[0].partition))
                 if topic is None or tp.topic == topic]
 
+    # ------------------------------------------------------------------------------------- reconcile
+
+    async def reconcile(self, delete: bool = False) -> dict:
+        """Compare the remote store with the metadata: objects no metadata references (orphans, e.g. of an
+        upload cut short by a crash) and finished segments whose objects are missing. With ``delete`` the
+        orphans are removed. Partitions whose metadata is still loading, or whose remote data is being
+        deleted right now, are left alone."""
+        loop = asyncio.get_running_loop()
+        prefix = _key_prefix(self.rsm)
+        # Objects first, metadata second: an upload always records COPY_SEGMENT_STARTED before it writes.
+        objects = await loop.run_in_executor(self.expiration_pool, self.rsm.list_objects, prefix)
+        busy = set(self.disabling)
+        not_ready = sorted(str(tp) for tp in self.partitions if not self.rlmm.is_ready(tp))
+        referenced: set = set()
+        finished: list[RemoteLogSegmentMetadata] = []
+        followed = set()
+        for tp in list(self.partitions):
+            if not self.rlmm.is_ready(tp):
+                busy.add(tp)
+                continue
+            followed.add(tp)
+            for md in self.rlmm.list_remote_log_segments(tp):
+                referenced.add(md.segment_id.id)
+                if md.state == S.COPY_SEGMENT_FINISHED:
+                    finished.append(md)
+        present = {key for key, _ in objects}
+        orphans: dict[str, dict] = {}
+        unknown = []
+        for key, size in objects:
+            pk = layout.parse_key(key, prefix)
+            if pk is None:
+                unknown.append(key)
+                continue
+            tp = TopicIdPartition(pk.topic_id, pk.topic, pk.partition)
+            if tp in busy or pk.segment_id in referenced:
+                continue
+            stem = key[:-len(pk.suffix)]
+            entry = orphans.setdefault(stem, {"topic": pk.topic, "partition": pk.partition,
+                                              "start_offset": pk.start_offset, "segment_id": str(pk.segment_id),
+                                              "keys": [], "bytes": 0, "topic_followed": tp in followed,
+                                              "parsed": pk})
+            entry["keys"].append(key)
+            entry["bytes"] += size
+        missing = []
+        for md in finished:
+            keys = layout.segment_keys(md, prefix)
+            absent = [k for k in (keys.manifest, keys.log) if k not in present]
+            if absent:
+                missing.append({"topic": md.topic_id_partition.topic, "partition": md.topic_id_partition.partition,
+                                "start_offset": md.start_offset, "end_offset": md.end_offset,
+                                "segment_id": str(md.segment_id.id), "missing_keys": absent})
+        deleted = 0
+        if delete:
+            for entry in orphans.values():
+                pk = entry["parsed"]
+                tp = TopicIdPartition(pk.topic_id, pk.topic, pk.partition)
+                md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, pk.segment_id), pk.start_offset,
+                                              pk.start_offset, -1, self.broker_id, _now_ms(), 0,
+                                              {0: pk.start_offset})
+                await loop.run_in_executor(self.expiration_pool, self.rsm.delete_log_segment_data, md)
+                deleted += 1
+        for entry in orphans.values():
+            del entry["parsed"]
+        return {"objects": len(objects), "orphans": sorted(orphans.values(), key=lambda e: e["keys"][0]),
+                "missing": missing, "unrecognized_keys": unknown, "not_ready": not_ready,
+                "orphans_deleted": deleted}
+
     # -------------------------------------------------------------------------------------- shutdown
 
     async def close(self) -> None:
@@ -606,3 +678,10 @@ class RemoteLogManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+
+def _key_prefix(rsm) -> str:
+    """The key prefix of a built-in storage manager (looking through wrappers such as the fault injector)."""
+    while not hasattr(rsm, "key_prefix") and getattr(rsm, "delegate", None) is not None:
+        rsm = rsm.delegate
+    return getattr(rsm, "key_prefix", "")

@@ -1,7 +1,9 @@
-"""``tierlog tier status``: per-partition tiering state of a running broker.
+"""``tierlog tier status`` and ``tierlog tier reconcile`` against a running broker.
 
-The broker serves the status as JSON on its metrics endpoint (``metrics.port``,
-``/v1/tier/status``); this tool fetches it and prints a table (or the JSON itself).
+The broker serves both as JSON on its metrics endpoint (``metrics.port``): ``/v1/tier/status`` (per
+partition offsets, segments, copy lag, errors; per topic the tiering state) and
+``/v1/tier/reconcile`` (orphaned objects and missing segments; ``delete=true`` removes the orphans).
+This tool calls them and prints a table (or the JSON itself).
 """
 
 from __future__ import annotations
@@ -34,16 +36,46 @@ def endpoint_url(cfg: Any) -> str:
     return f"http://{cfg['metrics.host']}:{port}"
 
 
-def fetch_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
-    url = base_url.rstrip("/") + "/v1/tier/status"
-    if topic:
-        url += "?" + urllib.parse.urlencode({"topic": topic})
+def _call(base_url: str, path: str, params: dict, method: str = "GET", timeout: float = 10) -> dict:
+    url = base_url.rstrip("/") + path
+    query = {k: v for k, v in params.items() if v is not None}
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout) as resp:
             return json.load(resp)
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise StatusError(f"cannot reach the broker's status endpoint {url}: {reason}") from None
+
+
+def fetch_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
+    return _call(base_url, "/v1/tier/status", {"topic": topic}, timeout=timeout)
+
+
+def reconcile(base_url: str, delete: bool = False, timeout: float = 300) -> dict:
+    return _call(base_url, "/v1/tier/reconcile", {"delete": "true" if delete else "false"}, "POST", timeout)
+
+
+def format_reconcile(report: dict) -> str:
+    if "error" in report:
+        return report["error"]
+    lines = [f"{report['objects']} remote object(s) checked"]
+    orphans = report["orphans"]
+    verb = "deleted" if report["orphans_deleted"] else "not referenced by any metadata"
+    lines.append(f"{len(orphans)} orphaned segment(s) ({sum(o['bytes'] for o in orphans)} bytes) {verb}")
+    for o in orphans:
+        lines.append(f"  orphan {o['topic']}-{o['partition']} start {o['start_offset']} segment {o['segment_id']}: "
+                     f"{', '.join(o['keys'])}")
+    lines.append(f"{len(report['missing'])} segment(s) whose objects are missing")
+    for m in report["missing"]:
+        lines.append(f"  missing {m['topic']}-{m['partition']} offsets {m['start_offset']}-{m['end_offset']} "
+                     f"segment {m['segment_id']}: {', '.join(m['missing_keys'])}")
+    for key in report["unrecognized_keys"]:
+        lines.append(f"  not a tierlog segment object (left alone): {key}")
+    if report["not_ready"]:
+        lines.append(f"skipped, metadata still loading: {', '.join(report['not_ready'])}")
+    return "\n".join(lines)
 
 
 def _cell(row: dict, key: str) -> str:
