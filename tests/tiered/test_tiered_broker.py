@@ -212,3 +212,37 @@ def test_reconcile_finds_orphans_and_missing_objects(tiered_broker, tmp_path):
     assert (logs[0].parent / (stem + ".log")).exists()  # referenced objects are untouched
     after = json.loads(tier_cli(url, "reconcile", "--json").stdout)
     assert after["orphans"] == [] and len(after["missing"]) == 1
+
+
+@pytest.mark.parametrize("limit", [128, 5])
+def test_custom_metadata_under_and_over_the_limit(start_broker, tmp_path, limit):
+    """KIP-917 through a live broker: the storage plugin returns custom metadata (its key prefix and the
+    stored size); within remote.log.metadata.custom.metadata.max.bytes it is kept, above it the upload is
+    deleted again and copying stops for the partition, visible in tier status and metrics."""
+    b = start_broker({**TIERED, "rsm.config.dir": str(tmp_path / "remote"), "rsm.config.custom.metadata.enable":
+                      "true", "remote.log.metadata.custom.metadata.max.bytes": str(limit)})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=SMALL)])
+    admin.close()
+    produce(b.bootstrap, "tiered", 100)
+    url = metrics_url(b)
+
+    def status():
+        return json.load(urllib.request.urlopen(url + "/v1/tier/status"))["partitions"][0]
+    if limit == 128:
+        s = wait_for(lambda: (s := status())["copy_lag_segments"] == 0 and s["remote_segments"] > 0 and s,
+                     what="copies")
+        assert s["last_error"] is None and s["copy_enabled"]
+        return
+    s = wait_for(lambda: (s := status())["last_error"] and s, what="the copy task to stop")
+    assert "exceeds remote.log.metadata.custom.metadata.max.bytes=5" in s["last_error"]
+    time.sleep(0.5)
+    s = status()
+    assert s["remote_segments"] == 0 and s["highest_offset_in_remote_storage"] == -1
+    assert s["copy_lag_segments"] > 1  # stopped for good: nothing more is tried
+    assert s["local_log_start_offset"] == 0  # nothing deleted locally
+    assert not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]  # the upload was removed
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    assert 'kafka_server_brokertopicmetrics_remotecopyerrors_total{topic="tiered"} 1' in text
+    assert 'remotecopybytes_total{topic="tiered"}' not in text  # no byte was counted as copied
+    assert any("Stopping the copy task of" in line for line in b.output)
