@@ -683,6 +683,10 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("rlmm.config.remote.log.metadata.initialization.retry.interval.ms", "long", 100, AtLeast(0),
        plugin="rlmm", plugin_impl="topic",
        doc="Pause between start-up attempts of the manager, in ms."),
+    _b("rlmm.config.remote.log.metadata.snapshot.interval.ms", "long", 60000, AtLeast(1), plugin="rlmm",
+       plugin_impl="topic", since="tierlog",
+       doc="How often the manager snapshots its cache per metadata partition, so a restart replays only the "
+           "events after the snapshot (Kafka replays the whole topic), in ms; also written at shutdown."),
     # --- tierlog's own storage plugins, read under rsm.config. ---
     _b("rsm.config.dir", "string", None, NonEmpty(), plugin="rsm", plugin_impl="filesystem", since="tierlog",
        doc="Folder of the filesystem remote storage; required when it is the active plugin."),

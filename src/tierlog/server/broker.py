@@ -220,21 +220,22 @@ class Broker:
         self.state = BrokerState.SHUTTING_DOWN
         if self._housekeeping is not None:
             self._housekeeping.cancel()
-        if self.socket_server is not None:
-            await self.socket_server.stop()
-        if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
-            await _maybe_await(self.group_coordinator.shutdown())
         if self.controller is not None and self.controller.disablements is not None:
             await self.controller.disablements.stop()
-        if self.metrics_server is not None:
-            await self.metrics_server.stop()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
         if self.remote_log_manager is not None:
+            # Before the listeners close: the metadata manager's clients talk to this broker.
             rlm = self.remote_log_manager
             await rlm.close()
             await rlm.rlmm.close()
             rlm.rsm.close()
+        if self.socket_server is not None:
+            await self.socket_server.stop()
+        if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
+            await _maybe_await(self.group_coordinator.shutdown())
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()
         if self.log_manager is not None and self.log_manager.started:
             self.log_manager.shutdown()
         self.state = BrokerState.STOPPED

@@ -1,0 +1,304 @@
+"""The topic-based remote log metadata manager: remote segment events in ``__remote_log_metadata``.
+
+Kafka's ``TopicBasedRemoteLogMetadataManager``, with Kafka's record format and metadata-partition
+mapping, talking to the broker through tierlog's own client over the broker's listener:
+
+- ``configure`` only reads settings (no network); ``on_broker_ready`` (KIP-1197) starts the
+  initialization in the background: describe or create the topic, then start the producer, the
+  consumer and the consumer task. Attempts repeat every
+  ``remote.log.metadata.initialization.retry.interval.ms`` until
+  ``remote.log.metadata.initialization.retry.max.timeout.ms``, both counted from broker ready; a topic
+  with another partition count, or a timeout, is fatal: the broker is told to stop (it exits
+  non-zero, as Kafka does since KAFKA-19425) instead of running without tiering;
+- an event is written to the metadata partition of its user partition and the write returns only
+  once this broker's own consumer has applied it (read your writes), within
+  ``remote.log.metadata.consume.wait.ms``;
+- lookups read the cache; a partition still loading raises REPLICA_NOT_AVAILABLE (9).
+
+Partitions announced before initialization are remembered and followed once it completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from tierlog.client.admin import Admin, NewTopic
+from tierlog.client.consumer import Consumer
+from tierlog.client.producer import Producer
+from tierlog.errors import InvalidConfigError, KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from tierlog.tiered.cache import RemotePartitionMetadataStore
+from tierlog.tiered.consumer_task import METADATA_TOPIC, ConsumerTask
+from tierlog.tiered.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
+)
+from tierlog.tiered.rlmm import RemoteLogMetadataManager, check_add, check_update
+from tierlog.tiered.serde import serialize
+
+log = logging.getLogger(__name__)
+
+COMMON = "remote.log.metadata.common.client."
+PRODUCER = "remote.log.metadata.producer."
+CONSUMER = "remote.log.metadata.consumer."
+ADMIN = "remote.log.metadata.admin."
+
+
+class RemoteLogMetadataManagerNotReadyError(KafkaError):
+    """A write before the manager finished initializing, after it closed, or for a partition it does not
+    follow (Kafka's IllegalStateException / KafkaException in the same places)."""
+
+    retriable = True
+
+
+def _int(configs: Mapping[str, str], key: str, default: int) -> int:
+    value = configs.get(key)
+    if value is None or str(value).strip() == "":
+        return default
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Not a number") from None
+
+
+def _prefixed(configs: Mapping[str, str], prefix: str) -> dict[str, str]:
+    return {k[len(prefix):]: v for k, v in configs.items() if k.startswith(prefix)}
+
+
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
+    def __init__(self) -> None:
+        self.configs: dict[str, str] = {}
+        self.broker_id = -1
+        self.log_dir: str | None = None
+        self.num_partitions = 50
+        self.replication_factor = 3
+        self.retention_ms = -1
+        self.min_isr: int | None = None
+        self.consume_wait_s = 120.0
+        self.init_timeout_s = 120.0
+        self.init_interval_s = 0.1
+        self.snapshot_interval_s = 60.0
+        self.store = RemotePartitionMetadataStore()
+        self.producer: Producer | None = None
+        self.consumer: Consumer | None = None
+        self.consumer_task: ConsumerTask | None = None
+        self.initialized = False
+        self.closing = False
+        self._configured = False
+        self._init_task: asyncio.Task | None = None
+        self._pending: dict[TopicIdPartition, None] = {}  # followed before initialization, in order
+        self._fatal_handler: Callable[[str], None] | None = None
+        self.ready_at: float | None = None  # monotonic time of on_broker_ready
+
+    # --------------------------------------------------------------------------------- configuration
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        if self._configured:
+            return  # Kafka ignores a second configure
+        self.configs = {str(k): str(v) for k, v in configs.items()}
+        c = self.configs
+        if not c.get("log.dir"):
+            raise InvalidConfigError("log.dir is required by the topic-based remote log metadata manager")
+        self.log_dir = c["log.dir"]
+        self.broker_id = _int(c, "broker.id", -1)
+        self.num_partitions = _int(c, "remote.log.metadata.topic.num.partitions", 50)
+        self.replication_factor = _int(c, "remote.log.metadata.topic.replication.factor", 3)
+        self.retention_ms = _int(c, "remote.log.metadata.topic.retention.ms", -1)
+        self.min_isr = _int(c, "remote.log.metadata.topic.min.isr", 0) or None
+        self.consume_wait_s = _int(c, "remote.log.metadata.consume.wait.ms", 120000) / 1000
+        self.init_timeout_s = _int(c, "remote.log.metadata.initialization.retry.max.timeout.ms", 120000) / 1000
+        self.init_interval_s = _int(c, "remote.log.metadata.initialization.retry.interval.ms", 100) / 1000
+        self.snapshot_interval_s = _int(c, "remote.log.metadata.snapshot.interval.ms", 60000) / 1000
+        if self.num_partitions < 1:
+            raise InvalidConfigError("remote.log.metadata.topic.num.partitions must be at least 1")
+        if not c.get(COMMON + "bootstrap.servers"):
+            raise InvalidConfigError(f"{COMMON}bootstrap.servers is required (the broker sets it to its listener)")
+        self._configured = True
+
+    def set_fatal_error_handler(self, handler: Callable[[str], None]) -> None:
+        """The broker's way to stop when initialization fails for good."""
+        self._fatal_handler = handler
+
+    def _client_config(self, role_prefix: str, client_id: str) -> dict[str, str]:
+        cfg = {**_prefixed(self.configs, COMMON), **_prefixed(self.configs, role_prefix)}
+        cfg.setdefault("client.id", client_id)
+        return cfg
+
+    # ------------------------------------------------------------------------------ initialization
+
+    async def on_broker_ready(self) -> None:
+        """KIP-1197: start initializing now that the broker serves requests; returns at once."""
+        if self._init_task is not None or self.closing:
+            return
+        self.ready_at = time.monotonic()
+        log.info("Broker is ready for requests, now initializing topic-based RLMM resources")
+        self._init_task = asyncio.get_running_loop().create_task(self._initialize(), name="rlmm-initialize")
+
+    async def _initialize(self) -> None:
+        deadline = self.ready_at + self.init_timeout_s
+        last_error: Exception | None = None
+        admin = Admin(self._client_config(ADMIN, f"__remote_log_metadata_client_{self.broker_id}_admin"))
+        try:
+            while not self.closing:
+                if time.monotonic() > deadline:
+                    self._fatal(f"the topic-based remote log metadata manager could not initialize within "
+                                f"{self.init_timeout_s * 1000:.0f} ms "
+                                f"(remote.log.metadata.initialization.retry.max.timeout.ms): {last_error}")
+                    return
+                try:
+                    await self._ensure_topic(admin, deadline)
+                    break
+                except _PermanentInitError as e:
+                    self._fatal(str(e))
+                    return
+                except Exception as e:  # noqa: BLE001 - retried until the deadline
+                    last_error = e
+                    log.debug("Initializing the remote log metadata manager: %s; retrying", e)
+                    await asyncio.sleep(self.init_interval_s)
+            if self.closing:
+                return
+            await self._start_clients()
+        finally:
+            await admin.close()
+
+    async def _ensure_topic(self, admin: Admin, deadline: float) -> None:
+        if admin._client is None:
+            await admin.start()
+        timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            described = await admin.describe_topics([METADATA_TOPIC], timeout_ms=timeout_ms)
+        except UnknownTopicOrPartitionError:
+            configs = {"cleanup.policy": "delete", "remote.storage.enable": "false",
+                       "retention.ms": str(self.retention_ms)}
+            if self.min_isr:
+                configs["min.insync.replicas"] = str(self.min_isr)
+            try:
+                await admin.create_topics([NewTopic(METADATA_TOPIC, self.num_partitions, self.replication_factor,
+                                                    configs)], timeout_ms=timeout_ms)
+                log.info("Created topic %s with %d partitions", METADATA_TOPIC, self.num_partitions)
+            except TopicAlreadyExistsError:
+                pass  # another broker won the race
+            described = await admin.describe_topics([METADATA_TOPIC], timeout_ms=timeout_ms)
+        count = len(described[METADATA_TOPIC].partitions)
+        if count != self.num_partitions:
+            raise _PermanentInitError(
+                f"{METADATA_TOPIC} has {count} partitions but remote.log.metadata.topic.num.partitions is "
+                f"{self.num_partitions}; the partition count of the metadata topic can never change")
+
+    async def _start_clients(self) -> None:
+        self.producer = Producer({**self._client_config(PRODUCER, f"__remote_log_metadata_client_{self.broker_id}"
+                                                                  f"_producer"),
+                                  "acks": "all", "enable.idempotence": "true", "linger.ms": "0"})
+        self.consumer = Consumer({**self._client_config(CONSUMER, f"__remote_log_metadata_client_{self.broker_id}"
+                                                                  f"_consumer"),
+                                  "enable.auto.commit": "false", "auto.offset.reset": "earliest",
+                                  "exclude.internal.topics": "false"})
+        await self.producer.start()
+        await self.consumer.start()
+        self.consumer_task = ConsumerTask(self.consumer, self.store, self.num_partitions, self.log_dir,
+                                          self.snapshot_interval_s)
+        self.consumer_task.start()
+        self.initialized = True
+        if self._pending:
+            self.consumer_task.add_assignments(list(self._pending))
+            self._pending.clear()
+        log.info("Initialized topic-based RLMM resources in %.0f ms after broker ready",
+                 (time.monotonic() - self.ready_at) * 1000)
+
+    def _fatal(self, reason: str) -> None:
+        log.error("Stopping the server as it failed to initialize topic-based RLMM resources: %s", reason)
+        if self._fatal_handler is not None:
+            self._fatal_handler(reason)
+
+    # -------------------------------------------------------------------------------------- writes
+
+    def _check_writable(self, tp: TopicIdPartition) -> ConsumerTask:
+        task = self.consumer_task
+        if not self.initialized or self.closing or task is None:
+            raise RemoteLogMetadataManagerNotReadyError(
+                f"the remote log metadata manager is not ready (initialized: {self.initialized}, closing: "
+                f"{self.closing})")
+        if task.failure is not None:
+            raise KafkaError(f"the remote log metadata consumer stopped: {task.failure}")
+        if not task.is_assigned(tp):
+            raise RemoteLogMetadataManagerNotReadyError(f"{tp} is not followed by this broker's metadata manager")
+        return task
+
+    async def _store(self, tp: TopicIdPartition, event) -> None:
+        task = self._check_writable(tp)
+        mp = task.metadata_partition(tp)
+        meta = await (await self.producer.send(METADATA_TOPIC, serialize(event), partition=mp))
+        await task.wait_until_consumed(mp, meta.offset, self.consume_wait_s)
+
+    async def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
+        check_add(md)
+        await self._store(md.topic_id_partition, md)
+
+    async def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        check_update(update)
+        await self._store(update.topic_id_partition, update)
+
+    async def put_remote_partition_delete_metadata(self, md: RemotePartitionDeleteMetadata) -> None:
+        await self._store(md.topic_id_partition, md)
+
+    # ------------------------------------------------------------------------------------- lookups
+
+    def remote_log_segment_metadata(self, tp, leader_epoch, offset):
+        return self.store.remote_log_segment_metadata(tp, leader_epoch, offset)
+
+    def highest_offset_for_epoch(self, tp, leader_epoch):
+        return self.store.highest_offset_for_epoch(tp, leader_epoch)
+
+    def list_remote_log_segments(self, tp, leader_epoch=None):
+        return self.store.list_remote_log_segments(tp, leader_epoch)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        return self.initialized and self.store.is_initialized(tp)
+
+    # ------------------------------------------------------------------------------- partitions
+
+    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
+                                        followers: Iterable[TopicIdPartition]) -> None:
+        tps = [*leaders, *followers]
+        if not self.initialized:
+            for tp in tps:
+                self._pending[tp] = None
+            return
+        self.consumer_task.add_assignments(tps)
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        tps = list(partitions)
+        for tp in tps:
+            self._pending.pop(tp, None)
+        if self.initialized:
+            self.consumer_task.remove_assignments(tps)
+
+    # ------------------------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        if self._init_task is not None and not self._init_task.done():
+            self._init_task.cancel()
+            try:
+                await self._init_task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing
+                pass
+        if self.consumer_task is not None:
+            await self.consumer_task.close()
+        for client in (self.producer, self.consumer):
+            if client is not None:
+                try:
+                    await client.close()
+                except Exception as e:  # noqa: BLE001 - closing anyway
+                    log.debug("Closing a metadata client: %s", e)
+        self.store.close()
+
+
+class _PermanentInitError(Exception):
+    """Initialization can never succeed (no retry)."""
