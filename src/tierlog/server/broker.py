@@ -32,6 +32,7 @@ from tierlog.server.network import BoundListener, SocketServer
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage import LogConfig, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rsm import create_remote_storage_manager
 
@@ -158,6 +159,7 @@ class Broker:
             rlmm.set_fatal_error_handler(self.fail)
         self.add_ready_callback(rlmm)
         rlm = RemoteLogManager(cfg, self.node_id, rsm, rlmm, self.metrics)
+        rlm.reader = RemoteLogReader(cfg, rsm, rlmm, rlm.metrics, cfg.log_dirs[0])
         log.info("Tiered storage on: %s remote storage, %s metadata manager", type(rsm).__name__,
                  type(rlmm).__name__)
         return rlm

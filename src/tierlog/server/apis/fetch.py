@@ -7,9 +7,10 @@ carries session id 0, which tells clients to send full fetch requests (all clien
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from tierlog.errors import KafkaError
+from tierlog.errors import KafkaError, OffsetMovedToTieredStorageError
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
@@ -44,8 +45,13 @@ class FetchApis:
                 wanted.append((key, name, p))
         deadline = time.monotonic() + max(req.max_wait.total_seconds(), 0)
         min_bytes = req.min_bytes if wanted else 0  # a fetch naming no partition (a closing session) returns at once
+        consumer = getattr(req, "replica_id", -1) < 0
         while True:
-            results, total, errors = self._read(wanted, max_bytes, isolation, by_id)
+            results, total, errors, remote = self._read(wanted, max_bytes, isolation, by_id, consumer)
+            if remote:
+                # Remote reads answer at once, with what they got within remote.fetch.max.wait.ms.
+                await self._read_remote(remote, max_bytes - total, total == 0)
+                break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0:
                 break
@@ -60,12 +66,43 @@ class FetchApis:
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                                     "responses": topics})
 
-    def _read(self, wanted, max_bytes: int, isolation: str, by_id: bool):
+    async def _read_remote(self, remote: list, budget: int, min_one: bool) -> None:
+        """Read every partition below its local log start from the remote tier, concurrently, within the
+        byte budget left by the local reads (each its share in request order; the first may exceed it by
+        one batch when nothing else was returned, Kafka's min-one-message rule)."""
+        rlm = self.broker.remote_log_manager
+        reader = rlm.reader
+        wait_s = self.broker.controller.effective_config["remote.fetch.max.wait.ms"] / 1000
+        reads = []
+        for partition, _part, fetch_offset, partition_max in remote:
+            limit = max(0, min(partition_max, budget))
+            reads.append(asyncio.ensure_future(reader.read(partition, rlm.topic_id_partition(partition), fetch_offset,
+                                                           limit, min_one)))
+            budget -= limit
+            min_one = False
+        done, _ = await asyncio.wait(reads, timeout=wait_s)
+        for (_, part, _, _), task in zip(remote, reads):
+            if task not in done:
+                task.add_done_callback(_ignore_result)  # keeps warming the read-ahead; answered empty
+                continue
+            try:
+                data = task.result()
+            except KafkaError as e:
+                for key in ("high_watermark", "last_stable_offset", "log_start_offset"):
+                    part[key] = -1
+                part["error_code"] = e.code
+                continue
+            if data:
+                part["records"] = data
+
+    def _read(self, wanted, max_bytes: int, isolation: str, by_id: bool, consumer: bool = True):
         rm = self.broker.replica_manager
+        rlm = self.broker.remote_log_manager
         results = []
         total = 0
         errors = False
         min_one = True
+        remote = []
         for key, name, p in wanted:
             part = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                     "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
@@ -82,7 +119,14 @@ class FetchApis:
                 limit = min(p.partition_max_bytes, max_bytes - total)
                 info = None
                 if limit > 0 or min_one:
-                    info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
+                    try:
+                        info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
+                    except OffsetMovedToTieredStorageError:
+                        # Followers get 109 and rebuild from the remote tier themselves; consumers are
+                        # served from it (never 109: consumers treat unknown codes as fatal).
+                        if not consumer or rlm is None or rlm.reader is None or not lg.config.remote_storage_enable:
+                            raise
+                        remote.append((partition, part, p.fetch_offset, p.partition_max_bytes))
                 # Offsets are reported only for a partition read without error (an error answer
                 # carries -1 for all three, as Kafka's does).
                 part["high_watermark"] = lg.high_watermark
@@ -99,4 +143,9 @@ class FetchApis:
                 part["error_code"] = e.code
                 errors = True
             results.append((key, part))
-        return results, total, errors
+        return results, total, errors, remote
+
+
+def _ignore_result(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" warning
