@@ -71,6 +71,7 @@ OffsetOutOfRangeError: type[KafkaError] = _BY_CODE[1]
 CorruptMessageError: type[KafkaError] = _BY_CODE[2]  # Kafka's CorruptRecordException
 UnknownTopicOrPartitionError: type[KafkaError] = _BY_CODE[3]
 NotLeaderOrFollowerError: type[KafkaError] = _BY_CODE[6]
+RequestTimedOutError: type[KafkaError] = _BY_CODE[7]
 ReplicaNotAvailableError: type[KafkaError] = _BY_CODE[9]
 StaleControllerEpochError: type[KafkaError] = _BY_CODE[11]
 BrokerNotAvailableError: type[KafkaError] = _BY_CODE[8]

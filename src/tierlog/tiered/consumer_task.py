@@ -84,6 +84,10 @@ class ConsumerTask:
     def is_assigned(self, tp: TopicIdPartition) -> bool:
         return tp in self.assigned
 
+    def is_pending(self, tp: TopicIdPartition) -> bool:
+        """Announced but not yet picked up by the loop."""
+        return tp not in self.assigned and any(kind == "add" and tp in tps for kind, tps in self._changes)
+
     async def wait_until_consumed(self, mp: int, offset: int, timeout_s: float) -> None:
         """Return once the record at ``offset`` of metadata partition ``mp`` has been read (and applied)."""
         deadline = time.monotonic() + timeout_s

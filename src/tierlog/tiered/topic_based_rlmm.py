@@ -28,7 +28,13 @@ from collections.abc import Callable, Iterable, Mapping
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
-from tierlog.errors import InvalidConfigError, KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from tierlog.errors import (
+    InvalidConfigError,
+    KafkaError,
+    ReplicaNotAvailableError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.tiered.cache import RemotePartitionMetadataStore
 from tierlog.tiered.consumer_task import METADATA_TOPIC, ConsumerTask
 from tierlog.tiered.metadata import (
@@ -247,13 +253,23 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     # ------------------------------------------------------------------------------------- lookups
 
+    def _loading(self, tp: TopicIdPartition) -> None:
+        """A partition followed but whose metadata is not loaded yet (the manager still initializing, or
+        its assignment not yet picked up) answers REPLICA_NOT_AVAILABLE, as one still catching up does."""
+        if not self.initialized and tp in self._pending or (
+                self.consumer_task is not None and self.consumer_task.is_pending(tp)):
+            raise ReplicaNotAvailableError(f"Remote log metadata of {tp} is still loading")
+
     def remote_log_segment_metadata(self, tp, leader_epoch, offset):
+        self._loading(tp)
         return self.store.remote_log_segment_metadata(tp, leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tp, leader_epoch):
+        self._loading(tp)
         return self.store.highest_offset_for_epoch(tp, leader_epoch)
 
     def list_remote_log_segments(self, tp, leader_epoch=None):
+        self._loading(tp)
         return self.store.list_remote_log_segments(tp, leader_epoch)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:

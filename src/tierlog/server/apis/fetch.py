@@ -13,6 +13,7 @@ import time
 from tierlog.errors import KafkaError, OffsetMovedToTieredStorageError
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.records import iter_batches
 
 UNKNOWN_TOPIC_ID = 100
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -67,9 +68,11 @@ class FetchApis:
                                     "responses": topics})
 
     async def _read_remote(self, remote: list, budget: int, min_one: bool) -> None:
-        """Read every partition below its local log start from the remote tier, concurrently, within the
-        byte budget left by the local reads (each its share in request order; the first may exceed it by
-        one batch when nothing else was returned, Kafka's min-one-message rule)."""
+        """Read every partition below its local log start from the remote tier, concurrently (each up to
+        its partition limit and the byte budget the local reads left), then keep, in request order, the
+        whole batches that fit the budget; the first partition returning data may exceed it by one batch
+        when nothing else was returned (Kafka's min-one-message rule). What is cut stays in the
+        read-ahead buffer for the next fetch."""
         rlm = self.broker.remote_log_manager
         reader = rlm.reader
         wait_s = self.broker.controller.effective_config["remote.fetch.max.wait.ms"] / 1000
@@ -78,8 +81,6 @@ class FetchApis:
             limit = max(0, min(partition_max, budget))
             reads.append(asyncio.ensure_future(reader.read(partition, rlm.topic_id_partition(partition), fetch_offset,
                                                            limit, min_one)))
-            budget -= limit
-            min_one = False
         done, _ = await asyncio.wait(reads, timeout=wait_s)
         for (_, part, _, _), task in zip(remote, reads):
             if task not in done:
@@ -92,8 +93,11 @@ class FetchApis:
                     part[key] = -1
                 part["error_code"] = e.code
                 continue
+            data = _whole_batches_within(data, budget, min_one)
             if data:
                 part["records"] = data
+                budget -= len(data)
+                min_one = False
 
     def _read(self, wanted, max_bytes: int, isolation: str, by_id: bool, consumer: bool = True):
         rm = self.broker.replica_manager
@@ -144,6 +148,18 @@ class FetchApis:
                 errors = True
             results.append((key, part))
         return results, total, errors, remote
+
+
+def _whole_batches_within(data: bytes, budget: int, min_one: bool) -> bytes:
+    """The leading whole batches of ``data`` that fit ``budget`` (at least one with ``min_one``)."""
+    if len(data) <= budget:
+        return data
+    end = 0
+    for pos, h in iter_batches(data):
+        if pos + h.size > budget and not (min_one and pos == 0):
+            break
+        end = pos + h.size
+    return data[:end]
 
 
 def _ignore_result(task: asyncio.Future) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tierlog.errors import KafkaError, UnsupportedVersionError
+import asyncio
+
+from tierlog.errors import KafkaError, RequestTimedOutError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.storage import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -27,7 +29,11 @@ class OffsetApis:
         req = ctx.request
         rm = self.broker.replica_manager
         committed = getattr(req, "isolation_level", 0) == 1
+        timeout_ms = getattr(req, "timeout_ms", None)
+        if not timeout_ms or timeout_ms <= 0:  # ListOffsets v10 (KIP-1075) carries its own
+            timeout_ms = self.broker.controller.effective_config["remote.list.offsets.request.timeout.ms"]
         topics = []
+        remote = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
@@ -36,12 +42,48 @@ class OffsetApis:
                 try:
                     partition = rm.get_partition(t.name, p.partition_index)
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    out.update(self._offset(partition.log, p.timestamp, committed, ctx.api_version))
+                    if self._needs_remote(partition, p.timestamp):
+                        remote.append((out, partition, p.timestamp))
+                    else:
+                        out.update(self._offset(partition.log, p.timestamp, committed, ctx.api_version))
                 except KafkaError as e:
                     out["error_code"] = e.code
                 parts.append(out)
             topics.append({"name": t.name, "partitions": parts})
+        if remote:
+            await self._remote_offsets(remote, committed, timeout_ms / 1000)
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+
+    def _needs_remote(self, partition, timestamp: int) -> bool:
+        """A real timestamp on a tiered log with data below its local start searches remote segments;
+        the special values (-1..-5) never touch remote metadata (so they work while it loads)."""
+        rlm = self.broker.remote_log_manager
+        lg = partition.log
+        return (timestamp >= 0 and rlm is not None and rlm.reader is not None and lg.config.remote_storage_enable
+                and lg.log_start_offset < lg.local_log_start_offset)
+
+    async def _remote_offsets(self, remote: list, committed: bool, timeout_s: float) -> None:
+        """Timestamp lookups over remote data, concurrently; REQUEST_TIMED_OUT for those that do not finish
+        in time (Kafka's DelayedRemoteListOffsets)."""
+        rlm = self.broker.remote_log_manager
+        tasks = [asyncio.ensure_future(rlm.reader.find_offset_by_timestamp(partition, rlm.topic_id_partition(partition),
+                                                                           ts))
+                 for _, partition, ts in remote]
+        done, _ = await asyncio.wait(tasks, timeout=timeout_s)
+        for (out, partition, _), task in zip(remote, tasks):
+            if task not in done:
+                task.cancel()
+                out["error_code"] = RequestTimedOutError.code
+                continue
+            try:
+                found = task.result()
+            except KafkaError as e:
+                out["error_code"] = e.code
+                continue
+            lg = partition.log
+            upper = lg.last_stable_offset if committed else lg.high_watermark
+            if found is not None and found.offset < upper:
+                out.update({"offset": found.offset, "timestamp": found.timestamp, "leader_epoch": found.leader_epoch})
 
     @staticmethod
     def _offset(lg, timestamp: int, committed: bool, version: int) -> dict:
