@@ -389,7 +389,14 @@ def _configs_scenario(bootstrap):
             {"name": "retention.ms", "config_operation": 1, "value": None},
             {"name": "cleanup.policy", "config_operation": 2, "value": "compact"}]}], "validate_only": False})
     seen["incremental alter"] = [(plain(r.error_code), r.error_message) for r in resp.responses]
-    seen["topic after alter"] = _describe(raw, 2, topic)
+    # Kafka applies the change through its metadata log: a describe right after the alter may still show
+    # the old values (clients poll); wait until segment.ms shows the new one, on both peers.
+    deadline = time.monotonic() + 15
+    while True:
+        seen["topic after alter"] = _describe(raw, 2, topic)
+        if seen["topic after alter"][1]["segment.ms"]["value"] == "1000000" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     for label, configs in {
         "alter bad value": [{"name": "segment.ms", "config_operation": 0, "value": "-5"}],
         "alter unknown key": [{"name": "no.such.key", "config_operation": 0, "value": "1"}],
