@@ -573,6 +573,9 @@ class RemoteLogManager:
             "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes,
             "ready": self.rlmm.is_ready(tp), "copy_enabled": st.copy_task is not None,
             "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
+            # Known once the partition's remote metadata is loaded:
+            "remote_segments": None, "remote_bytes": None, "remote_segments_in_progress": None,
+            "copy_lag_segments": None, "copy_lag_bytes": None,
         }
         if status["ready"]:
             segments = self.rlmm.list_remote_log_segments(tp)
