@@ -80,6 +80,10 @@ class ReplicaManager:
     def _add(self, topic: TopicImage, p: int) -> None:
         lg = self.broker.log_manager.get_or_create_log(topic.name, p, self.broker.log_config_for(topic.name),
                                                        topic.topic_id)
+        # This broker is the partition's only replica, so its leader's ISR is itself and everything in
+        # its log is committed: as Kafka's leader with ISR {self}, the high watermark is the log end
+        # (after an unclean stop the checkpointed one may lag behind acknowledged records).
+        lg.update_high_watermark(lg.log_end_offset)
         self.partitions[(topic.name, p)] = Partition(topic.name, p, topic.topic_id, lg,
                                                      topic.partitions[p].leader_epoch)
 

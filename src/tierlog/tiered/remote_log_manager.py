@@ -354,6 +354,16 @@ class RemoteLogManager:
                                                lambda e: self.rlmm.highest_offset_for_epoch(st.tp, e))
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, offset)
 
+    async def _clean_dangling_uploads(self, st: PartitionTasks) -> None:
+        """Uploads a previous leadership (or a crashed broker) started and never finished are removed now,
+        rather than waiting for retention to reach them as Kafka does: this broker is the only writer of
+        the partition's remote data."""
+        for md in self.rlmm.list_remote_log_segments(st.tp):
+            if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.being_copied:
+                log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
+                         st.tp)
+                await self._delete_dangling(st, md)
+
     def copy_candidates(self, lg) -> list[tuple[Any, int]]:
         """(segment, next segment's base offset) of each rolled segment not yet copied whose data is
         all below the last stable offset, oldest first."""
@@ -378,6 +388,7 @@ class RemoteLogManager:
         lg = st.log
         if st.first_copy_run:
             self._init_remote_offsets(st)
+            await self._clean_dangling_uploads(st)
             st.first_copy_run = False
         # A segment copied only up to its middle (by an earlier leader) is uploaded whole again; the
         # metadata cache then serves each offset from the newest upload.
