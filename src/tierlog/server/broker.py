@@ -129,13 +129,13 @@ class Broker:
         self.channel.register(self.node_id, self.disable_remote_topic)
         self.controller.start_disablements(self.channel)
         self.state = BrokerState.READY
+        log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
+                 ", ".join(map(str, self.listeners)))
         for component in self._ready_callbacks:
             try:
                 await _maybe_await(component.on_broker_ready())
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("on_broker_ready of %s failed", type(component).__name__)
-        log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
-                 ", ".join(map(str, self.listeners)))
 
     def _create_remote_log_manager(self) -> RemoteLogManager:
         """The storage plugin, the metadata manager (configured now, started once the broker is ready,

@@ -1,0 +1,179 @@
+"""The topic-based metadata manager inside a live broker: KIP-1197 (initialization starts once the broker
+serves, its timeout counted from then; a permanent failure stops the broker) and KIP-1007 (while
+metadata is being rebuilt after a restart, remote reads get a retriable error and clients wait, local
+reads are not delayed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+import urllib.request
+
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KTopicPartition
+from kafka.admin import NewTopic
+
+from tests.server.conftest import BrokerProcess
+from tests.server.rawclient import RawClient
+from tierlog.protocol import ApiKey
+
+TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
+         "file.delete.delay.ms": "0"}
+
+
+def settings(root, **extra) -> dict:
+    return {
+        "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "100",
+        "metrics.port": "0", "num.partitions": "1", **extra,
+    }
+
+
+def status(b: BrokerProcess, topic: str) -> list[dict]:
+    url = next(line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0] for line in b.output if "Metrics on " in line)
+    return json.load(urllib.request.urlopen(url + f"/v1/tier/status?topic={topic}"))["partitions"]
+
+
+def wait_for(predicate, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_initialization_starts_when_the_broker_serves_and_its_timeout_counts_from_then(tmp_path):
+    # An initialization budget far shorter than the broker's own start-up (log loading, listeners...).
+    b = BrokerProcess(tmp_path / "logs", settings(
+        tmp_path, **{"rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms": "200"})).start()
+    try:
+        ready_ms = int(re.search(r"Broker 1 ready in (\d+) ms", "".join(b.output)).group(1))
+        started = wait_for(lambda: any("Initialized topic-based RLMM resources" in line for line in b.output),
+                           "initialization")
+        assert started
+        assert ready_ms > 200, "the start-up must outlast the initialization budget for this test to mean anything"
+        text = "".join(b.output)
+        # KIP-1197: nothing from the manager before the broker was ready, and no connection complaints.
+        assert text.index("Broker is ready for requests, now initializing") > text.index("Broker 1 ready in")
+        assert not re.search(r"(?i)connection (refused|to node .* could not be established)|WARNING.*rebootstrap",
+                             text), text
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=TOPIC)])
+        admin.close()
+        p = CKProducer({"bootstrap.servers": b.bootstrap, "batch.size": 1000, "linger.ms": 2})
+        for _ in range(200):
+            p.produce("tiered", b"x" * 100)
+        p.flush(10)
+        wait_for(lambda: (s := status(b, "tiered")) and s[0]["ready"] and (s[0]["remote_segments"] or 0) > 2,
+                 "tiering to work")
+    finally:
+        b.kill()
+
+
+def test_a_metadata_topic_of_another_size_stops_the_broker_with_the_reason(tmp_path):
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
+    wait_for(lambda: any("Initialized topic-based RLMM resources" in line for line in b.output), "initialization")
+    assert b.stop() == 0
+    again = BrokerProcess(tmp_path / "logs", settings(
+        tmp_path, **{"rlmm.config.remote.log.metadata.topic.num.partitions": "5"})).start()
+    assert again.proc.wait(60) != 0  # it started, then stopped: tiering cannot work
+    text = "".join(again.output)
+    assert "__remote_log_metadata has 3 partitions but remote.log.metadata.topic.num.partitions is 5" in text
+    assert "tierlog broker stopped: " in text
+
+
+def _fill(b: BrokerProcess, topic: str, records: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1, topic_configs=TOPIC)])
+    admin.close()
+    p = CKProducer({"bootstrap.servers": b.bootstrap, "batch.size": 1000, "linger.ms": 2})
+    for i in range(records):
+        p.produce(topic, b"%06d" % i + b"m" * 100)
+    p.flush(30)
+    wait_for(lambda: (s := status(b, topic)) and s[0]["ready"] and s[0]["copy_lag_segments"] == 0
+             and s[0]["local_segments"] <= 2, "offload", timeout=120)
+
+
+def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_path):
+    records = 4000
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
+    _fill(b, "history", records)
+    local_start = status(b, "history")[0]["local_log_start_offset"]
+    remote_segments = status(b, "history")[0]["remote_segments"]
+    assert remote_segments > 100
+    port = b.port
+    assert b.stop() == 0
+    # A full replay (no snapshot), deliberately slowed: the manager's consumer takes one event per poll.
+    shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
+    b = BrokerProcess(tmp_path / "logs", settings(
+        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
+        **{"rlmm.config.remote.log.metadata.consumer.max.poll.records": "1"})).start()
+    try:
+        results: dict[str, object] = {}
+
+        def read_kafka_python():
+            c = KafkaConsumer(bootstrap_servers=b.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+            c.assign([KTopicPartition("history", 0)])
+            c.seek_to_beginning()
+            got = []
+            deadline = time.monotonic() + 90
+            while len(got) < records and time.monotonic() < deadline:
+                for recs in c.poll(500).values():
+                    got += [r.offset for r in recs]
+            c.close()
+            results["kafka-python"] = got
+
+        def read_confluent():
+            c = CKConsumer({"bootstrap.servers": b.bootstrap, "group.id": "kip1007", "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest"})
+            c.assign([CKTopicPartition("history", 0, 0)])
+            got = []
+            deadline = time.monotonic() + 90
+            while len(got) < records and time.monotonic() < deadline:
+                for m in c.consume(500, timeout=0.5):
+                    assert m.error() is None, m.error()
+                    got.append(m.offset())
+            c.close()
+            results["confluent-kafka"] = got
+
+        readers = [threading.Thread(target=read_kafka_python), threading.Thread(target=read_confluent)]
+        for t in readers:
+            t.start()
+        # Meanwhile: the remote range answers the retriable REPLICA_NOT_AVAILABLE, a local offset at once.
+        client = RawClient(b.bootstrap)
+        saw_not_ready = False
+        try:
+            for _ in range(20):
+                if status(b, "history")[0]["ready"]:
+                    break
+                resp = client.request(ApiKey.FETCH, 12, {
+                    "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                    "topics": [{"topic": "history", "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 16},
+                        {"partition": 0, "fetch_offset": local_start, "partition_max_bytes": 1 << 16}]}]})
+                remote, local = resp.responses[0].partitions
+                if remote.error_code == 9:
+                    saw_not_ready = True
+                    t0 = time.monotonic()
+                    assert local.error_code == 0 and local.records, "the local read is served in the same fetch"
+                    assert time.monotonic() - t0 < 1
+                time.sleep(0.05)
+        finally:
+            client.close()
+        assert saw_not_ready, "the metadata catch-up was too fast to observe; slow it down further"
+        for t in readers:
+            t.join()
+        assert results["kafka-python"] == list(range(records))
+        assert results["confluent-kafka"] == list(range(records))
+    finally:
+        b.kill()
