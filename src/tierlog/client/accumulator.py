@@ -155,7 +155,12 @@ class RecordFuture:
         self._index = index
 
     def __await__(self):
-        base_offset, append_time = yield from self._batch.future.__await__()
+        fut = self._batch.future
+        if not fut.done():
+            # one future serves the whole batch: a caller that gives up (cancelled, wait_for timed
+            # out) must not cancel it for every other record of the batch
+            yield from asyncio.shield(fut).__await__()
+        base_offset, append_time = fut.result()
         return self._batch.metadata(self._index, base_offset, append_time)
 
     def done(self) -> bool:
@@ -227,7 +232,9 @@ class RecordAccumulator:
         if batch.size >= self.batch_size:
             batch.close(self.codec, self.level)
             self.wakeup.set()
-        elif new and self.linger == 0:
+        elif new:
+            # the sender may be idle with no timer at all: it must learn about the batch to send it
+            # when linger.ms has passed (or at once with linger.ms=0)
             self.wakeup.set()
         return batch, index, new
 
