@@ -2,10 +2,13 @@
 
 Two fixed loopback ports, one data folder: only one broker serves at a time. The clients bootstrap
 with both addresses while the first serves; it stops and the second starts on the same data (a
-replaced host: same node id, new address the clients never learned from metadata); later the
-swap goes back. With ``metadata.recovery.strategy=rebootstrap`` the clients carry on without a
-restart and without lost or duplicated records; with ``none`` they fail with
-BrokersUnavailableError.
+replaced host: same node id, an address the clients never learned from metadata); later the swap
+goes back. With ``metadata.recovery.strategy=rebootstrap`` the clients carry on without a restart
+and without lost or duplicated records; with ``none`` they fail with BrokersUnavailableError while
+the host they know is gone, and work again once it is back.
+
+The clients use Kafka's RebootstrapTest settings: reconnect back-off and connection set-up times
+of seconds, so a dead broker is in back-off (not "usable") most of the time.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from tierlog.client.errors import BrokersUnavailableError
 from tierlog.client.producer import Producer
 from tierlog.client.types import TopicPartition
 
-# As Kafka's RebootstrapTest: back-off and connection set-up times in seconds, not milliseconds.
 CLIENT = {"reconnect.backoff.ms": 1000, "reconnect.backoff.max.ms": 1000,
           "socket.connection.setup.timeout.ms": 5000, "socket.connection.setup.timeout.max.ms": 5000,
           "request.timeout.ms": 5000}
@@ -49,16 +51,24 @@ class SwapPair:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
+    @property
+    def serving_address(self) -> str:
+        return f"127.0.0.1:{self.ports[self.serving]}"
+
     def start(self, index: int) -> None:
         proc = BrokerProcess(self.data_dir, {"listeners": f"PLAINTEXT://127.0.0.1:{self.ports[index]}",
-                                             "num.partitions": "2"})
+                                             "num.partitions": "2", "offsets.topic.num.partitions": "1"})
         self.started.append(proc)
         self.current = proc.start()
         self.serving = index
 
-    def swap(self) -> None:
+    def stop(self) -> None:
         assert self.current is not None
         assert self.current.stop() == 0
+
+    def swap(self) -> None:
+        """The serving host goes away cleanly and the other one starts on the same data."""
+        self.stop()
         self.start(1 - self.serving)
 
     def close(self) -> None:
@@ -74,8 +84,12 @@ def pair(tmp_path):
     p.close()
 
 
-def run(coro, timeout: float = 120):
+def run(coro, timeout: float = 150):
     return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def _swap(pair: SwapPair) -> None:
+    await asyncio.to_thread(pair.swap)  # the clients' tasks keep running meanwhile
 
 
 async def _produce(producer: Producer, topic: str, prefix: str, n: int) -> list[int]:
@@ -83,30 +97,58 @@ async def _produce(producer: Producer, topic: str, prefix: str, n: int) -> list[
     return [(await f).offset for f in futures]
 
 
-async def _consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30, **extra) -> list[bytes]:
-    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **extra) as consumer:
+def _expected(prefixes: str, n: int) -> list[bytes]:
+    return sorted(f"{p}{i}".encode() for p in prefixes for i in range(n))
+
+
+async def _read_back(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
+    """Every value of ``topic`` read by a fresh consumer, waiting for ``expected`` and then a little
+    longer so a duplicate past the count would show."""
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(2)])
-        got: list = []
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(2)])
+        assert sum(ends.values()) == expected, f"{topic} holds {sum(ends.values())} records, not {expected}"
+        got: list[bytes] = []
         deadline = time.monotonic() + timeout
         while len(got) < expected and time.monotonic() < deadline:
             for records in (await consumer.poll(timeout_ms=500)).values():
-                got += records
-        return sorted(((r.partition, r.offset, r.value) for r in got))
+                got += [r.value for r in records]
+        return sorted(got)
+
+
+async def _poll_until(consumer: Consumer, got: list[bytes], n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for records in (await consumer.poll(timeout_ms=500)).values():
+            got += [r.value for r in records]
 
 
 def test_producer_rebootstraps_to_the_replaced_host(pair):
     async def scenario():
         async with Producer({**CLIENT, "bootstrap.servers": pair.bootstrap}) as producer:
             await _produce(producer, "reb", "a", 50)
-            pair.swap()  # host 0 gone, host 1 serves the same data
+            await _swap(pair)  # host 0 gone, host 1 serves the same data
             await _produce(producer, "reb", "b", 50)
             assert producer.client.rebootstraps >= 1
-            pair.swap()  # and back
+            await _swap(pair)  # and back
             await _produce(producer, "reb", "c", 50)
             assert producer.client.rebootstraps >= 2
-        rows = await _consume_all(pair.bootstrap, "reb", 150)
-        values = sorted(v for _, _, v in rows)
-        assert values == sorted(f"{p}{i}".encode() for p in "abc" for i in range(50))  # no loss, no duplicate
+            assert producer.metrics["record-error-total"] == 0
+        assert await _read_back(pair.bootstrap, "reb", 150) == _expected("abc", 50)  # no loss, no duplicate
+    run(scenario())
+
+
+def test_producer_rebootstraps_with_records_waiting(pair):
+    """Records sent while no host serves are delivered once the replaced host is up."""
+    async def scenario():
+        async with Producer({**CLIENT, "bootstrap.servers": pair.bootstrap, "linger.ms": 0}) as producer:
+            await _produce(producer, "rebw", "a", 20)
+            await asyncio.to_thread(pair.stop)
+            pending = [await producer.send("rebw", f"b{i}".encode()) for i in range(20)]
+            await asyncio.to_thread(pair.start, 1)
+            await asyncio.gather(*pending)
+            assert producer.client.rebootstraps >= 1
+        assert await _read_back(pair.bootstrap, "rebw", 40) == _expected("ab", 20)
     run(scenario())
 
 
@@ -114,53 +156,78 @@ def test_consumer_rebootstraps_to_the_replaced_host(pair):
     async def scenario():
         async with Producer(bootstrap_servers=pair.bootstrap) as producer:
             await _produce(producer, "rebc", "a", 40)
-        async with Consumer({**CLIENT, "bootstrap.servers": pair.bootstrap, "group.id": "g-reb",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False}) as consumer:
+        settings = {**CLIENT, "bootstrap.servers": pair.bootstrap, "group.id": "g-reb",
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        async with Consumer(settings) as consumer:
             consumer.subscribe(["rebc"])
-            got = []
-            deadline = time.monotonic() + 60
-            while len(got) < 40 and time.monotonic() < deadline:
-                for records in (await consumer.poll(timeout_ms=500)).values():
-                    got += [r.value for r in records]
+            got: list[bytes] = []
+            await _poll_until(consumer, got, 40)
             await consumer.commit()
-            pair.swap()
-            # records written to the replaced host reach the same consumer, no restart
-            async with Producer(bootstrap_servers=pair.bootstrap) as producer:
-                await _produce(producer, "rebc", "b", 40)
-            deadline = time.monotonic() + 60
-            while len(got) < 80 and time.monotonic() < deadline:
-                for records in (await consumer.poll(timeout_ms=500)).values():
-                    got += [r.value for r in records]
-            assert consumer._client.rebootstraps >= 1 if hasattr(consumer, "_client") else True
-            assert sorted(got) == sorted(f"{p}{i}".encode() for p in "ab" for i in range(40))
-    run(scenario(), 180)
+            for prefix, swaps in (("b", 1), ("c", 2)):
+                await _swap(pair)
+                # records written to the replaced host reach the same consumer, no restart
+                async with Producer(bootstrap_servers=pair.bootstrap) as producer:
+                    await _produce(producer, "rebc", prefix, 40)
+                await _poll_until(consumer, got, 40 * (swaps + 1))
+                await consumer.commit()
+                assert consumer.client.rebootstraps >= swaps
+            assert (await consumer.poll(timeout_ms=1000)) == {}  # nothing more, in particular no duplicate
+            assert sorted(got) == _expected("abc", 40)
+            committed = await consumer.committed([TopicPartition("rebc", p) for p in range(2)])
+            assert sum(om.offset for om in committed.values()) == 120
+    run(scenario(), 240)
 
 
 def test_admin_rebootstraps_to_the_replaced_host(pair):
     async def scenario():
         async with Admin({**CLIENT, "bootstrap.servers": pair.bootstrap}) as admin:
             await admin.create_topics([NewTopic("reba", 3, 1)])
-            pair.swap()
+            await _swap(pair)
             await admin.create_topics([NewTopic("rebb", 1, 1)])
-            names = set(await admin.list_topics())
-            assert {"reba", "rebb"} <= names
-            pair.swap()
+            assert {"reba", "rebb"} <= set(await admin.list_topics())
+            cluster = await admin.describe_cluster()
+            assert [b.address for b in cluster.brokers] == [pair.serving_address]
+            assert admin._client.rebootstraps >= 1
+            await _swap(pair)
             await admin.delete_topics(["rebb"])
             assert "rebb" not in set(await admin.list_topics())
+            assert [b.address for b in (await admin.describe_cluster()).brokers] == [pair.serving_address]
+            assert admin._client.rebootstraps >= 2
     run(scenario())
 
 
 def test_strategy_none_fails_with_brokers_unavailable(pair):
+    """Kafka's testRebootstrapDisabled: the replaced host is never found; the known one coming back
+    makes the same clients work again."""
     async def scenario():
-        settings = {**CLIENT, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "none",
-                    "delivery.timeout.ms": 8000, "linger.ms": 0, "request.timeout.ms": 3000}
-        async with Producer(settings) as producer:
+        none = {**CLIENT, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "none",
+                "request.timeout.ms": 3000}
+        async with Producer({**none, "delivery.timeout.ms": 8000, "linger.ms": 0}) as producer, \
+                Consumer({**none, "auto.offset.reset": "earliest", "default.api.timeout.ms": 8000}) as consumer, \
+                Admin({**none, "default.api.timeout.ms": 8000}) as admin:
             await _produce(producer, "rebn", "a", 10)
-            pair.swap()
-            future = await producer.send("rebn", b"lost")
-            with pytest.raises(BrokersUnavailableError, match="metadata.recovery.strategy=none"):
-                await future
-            assert producer.client.rebootstraps == 0
-            pair.swap()  # the known host comes back: the same producer works again
+            tps = [TopicPartition("rebn", p) for p in range(2)]
+            consumer.assign(tps)
+            assert sum((await consumer.end_offsets(tps)).values()) == 10
+            assert "rebn" in await admin.list_topics()
+
+            await _swap(pair)
+
+            async def lost() -> None:
+                await (await producer.send("rebn", b"lost"))
+
+            # the three time out side by side
+            outcomes = await asyncio.gather(lost(), consumer.end_offsets(tps), admin.list_topics(),
+                                            return_exceptions=True)
+            for outcome in outcomes:
+                assert isinstance(outcome, BrokersUnavailableError), outcome
+                assert "metadata.recovery.strategy=none" in str(outcome)
+            for client in (producer.client, consumer.client, admin._client):
+                assert client.rebootstraps == 0
+
+            await _swap(pair)  # the known host comes back: the same clients work again
             await _produce(producer, "rebn", "c", 10)
-    run(scenario())
+            assert sum((await consumer.end_offsets(tps)).values()) == 20
+            assert "rebn" in await admin.list_topics()
+        assert await _read_back(pair.bootstrap, "rebn", 20) == _expected("ac", 10)
+    run(scenario(), 200)

@@ -369,7 +369,7 @@ class Admin:
                 raise
 
         try:
-            return await retry_until(once, deadline, self.config, what)
+            return await retry_until(once, deadline, self.config, what, self._client)
         except _Exhausted as e:
             raise e.error from None
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.assignors import PartitionAssignor, assignor_for
-from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, NoOffsetForPartitionError
+from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError
 from tierlog.client.fetcher import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -355,8 +355,9 @@ class Consumer:
             self._raise_position_error(tp)
             remaining = deadline - _now()
             if remaining <= 0:
-                raise KafkaTimeoutError(f"Timeout of {timeout_ms or self.default_api_timeout_ms}ms expired before "
-                                        f"the position for partition {tp.topic}-{tp.partition} could be determined")
+                raise self.client.timeout_error(
+                    f"Timeout of {timeout_ms or self.default_api_timeout_ms}ms expired before the position for "
+                    f"partition {tp.topic}-{tp.partition} could be determined")
             try:
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
             except TimeoutError:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tierlog import errors
-from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, NoOffsetForPartitionError
+from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError
 from tierlog.client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from tierlog.protocol import ApiKey
 from tierlog.records.batch import (
@@ -916,8 +916,7 @@ class Fetcher:
                 break
             left = deadline - _now()
             if left <= 0:
-                why = f"; last error: {last}" if last else ""
-                raise KafkaTimeoutError(f"Failed to get offsets of {sorted(remaining)} in time{why}")
+                raise self.client.timeout_error(f"Failed to get offsets of {sorted(remaining)} in time", last)
             attempt += 1
             if stale:
                 try:

@@ -664,10 +664,10 @@ class ConsumerCoordinator:
             attempt += 1
             delay = self._backoff(attempt)
             if _now() + delay >= deadline:
-                if isinstance(last, KafkaTimeoutError):
+                if isinstance(last, KafkaTimeoutError) and not self.client.brokers_unreachable:
                     raise last
-                raise KafkaTimeoutError(f"Offset commit for group {self.group_id} did not complete in time; "
-                                        f"last error: {last}") from last
+                raise self.client.timeout_error(f"Offset commit for group {self.group_id} did not complete in time",
+                                                last) from last
             await asyncio.sleep(delay)
 
     async def _commit_once(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
@@ -749,10 +749,10 @@ class ConsumerCoordinator:
             attempt += 1
             delay = self._backoff(attempt)
             if _now() + delay >= deadline:
-                if isinstance(last, KafkaTimeoutError):
+                if isinstance(last, KafkaTimeoutError) and not self.client.brokers_unreachable:
                     raise last
-                raise KafkaTimeoutError(f"Fetching committed offsets of group {self.group_id} did not complete "
-                                        f"in time; last error: {last}") from last
+                raise self.client.timeout_error(
+                    f"Fetching committed offsets of group {self.group_id} did not complete in time", last) from last
             await asyncio.sleep(delay)
 
     async def _fetch_committed_once(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:

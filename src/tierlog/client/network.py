@@ -248,6 +248,18 @@ class KafkaClient:
         """True while metadata updates fail (no known broker answered since the last success)."""
         return self._failing_since is not None
 
+    def timeout_error(self, message: str, last: BaseException | None = None) -> KafkaTimeoutError:
+        """The error for an operation whose time ran out: :class:`BrokersUnavailableError` while no
+        known broker answers (what ``metadata.recovery.strategy=none`` leads to when the cluster moved),
+        else :class:`KafkaTimeoutError`; ``last`` (the last retriable error) is named in the message."""
+        if isinstance(last, BrokersUnavailableError):
+            return last
+        if last is not None:
+            message = f"{message}; last error: {last}"
+        if self.brokers_unreachable:
+            return BrokersUnavailableError(f"{message}; {self.unavailable_error()}")
+        return KafkaTimeoutError(message)
+
     def unavailable_error(self) -> BrokersUnavailableError:
         known = ", ".join(f"{n.node_id}@{n.address}" for n in self.cluster.brokers.values())
         why = ("metadata.recovery.strategy=none, so the client does not go back to bootstrap.servers"
@@ -332,7 +344,10 @@ class KafkaClient:
             if code.value == errors.RebootstrapRequiredError.code and self.rebootstrap_enabled:
                 self.rebootstrap("the broker answered REBOOTSTRAP_REQUIRED")
                 return
-            raise errors.error_for_code(code.value)(f"Metadata refused by node {node.node_id}: {code.name}")
+            cls = errors.error_for_code(code.value)
+            raise cls(f"Metadata refused by node {node.node_id}: {cls.name}"
+                      + (" (metadata.recovery.strategy=none: not rebootstrapping)"
+                         if code.value == errors.RebootstrapRequiredError.code else ""))
         self.cluster.update(response, all_topics=all_topics)
         for t in self.cluster.topics.values():
             if t.error_code in (errors.LeaderNotAvailableError.code, errors.UnknownTopicOrPartitionError.code) \
@@ -360,8 +375,7 @@ class KafkaClient:
             if self._last_error is not None and isinstance(self._last_error, (KafkaConnectionError,
                                                                               KafkaTimeoutError)):
                 raise self.unavailable_error() from None
-            raise KafkaTimeoutError(f"no metadata update within {timeout * 1000:.0f} ms"
-                                    + (f" (last error: {self._last_error})" if self._last_error else "")) from None
+            raise self.timeout_error(f"no metadata update within {timeout * 1000:.0f} ms", self._last_error) from None
 
     async def wait_for_topic(self, topic: str, deadline: float) -> int:
         """Partition count of ``topic``, fetching metadata until it is known or ``deadline`` passes."""
@@ -377,11 +391,7 @@ class KafkaClient:
                 raise cls(f"topic {topic!r}: {cls.name}")
             remaining = deadline - _now()
             if remaining <= 0:
-                if info is not None and info.error_code == errors.UnknownTopicOrPartitionError.code:
-                    raise KafkaTimeoutError(f"Topic {topic} not present in metadata after the wait")
-                if self._last_error is not None and not self.cluster.topics:
-                    raise self.unavailable_error()
-                raise KafkaTimeoutError(f"Topic {topic} not present in metadata after the wait")
+                raise self.timeout_error(f"Topic {topic} not present in metadata after the wait")
             try:
                 await self.wait_for_update(remaining)
             except KafkaTimeoutError:
@@ -389,11 +399,13 @@ class KafkaClient:
                     raise
 
 
-async def retry_until(operation, deadline: float, config: Mapping[str, Any], what: str):
+async def retry_until(operation, deadline: float, config: Mapping[str, Any], what: str,
+                      client: KafkaClient | None = None):
     """Run ``await operation()`` until it succeeds, retrying retriable errors with Kafka's
     exponential ``retry.backoff.ms`` .. ``retry.backoff.max.ms`` (20 % jitter) until ``deadline``
     (a ``time.monotonic()`` value); then the last retriable error is raised, wrapped in
-    :class:`KafkaTimeoutError` when it was not one already. Non-retriable errors pass at once."""
+    :class:`KafkaTimeoutError` when it was not one already (``client``'s
+    :meth:`~KafkaClient.timeout_error` when given). Non-retriable errors pass at once."""
     base = config["retry.backoff.ms"]
     cap = max(base, config.get("retry.backoff.max.ms", base))
     attempt = 0
@@ -406,6 +418,8 @@ async def retry_until(operation, deadline: float, config: Mapping[str, Any], wha
             attempt += 1
             delay = min(cap, base * 2 ** (attempt - 1)) * (random.uniform(0.8, 1.2) if cap > base else 1) / 1000
             if _now() + delay >= deadline:
+                if client is not None and client.brokers_unreachable:
+                    raise client.timeout_error(f"{what} did not complete in time", exc) from exc
                 if isinstance(exc, KafkaTimeoutError):
                     raise
                 raise KafkaTimeoutError(f"{what} did not complete in time; last error: {exc}") from exc

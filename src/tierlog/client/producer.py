@@ -24,7 +24,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
-from tierlog.client.errors import BrokersUnavailableError, IllegalStateError, KafkaTimeoutError, RecordTooLargeError
+from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
 from tierlog.client.partitioner import DefaultPartitioner
 from tierlog.client.types import TopicPartition
@@ -74,6 +74,9 @@ class Producer:
         self._producer_id = -1
         self._producer_epoch = -1
         self._next_sequence: dict[TopicPartition, int] = {}
+        # a sequenced batch failed for good (or the broker lost our sequence): its sequence is
+        # unresolved, so the sender bumps the epoch once nothing is in flight (KIP-360, as Java)
+        self._bump_epoch_needed = False
         self._closed = False
         self._fatal: BaseException | None = None
         self.metrics = {"record-send-total": 0, "record-retry-total": 0, "record-error-total": 0,
@@ -114,7 +117,8 @@ class Producer:
                 raise errors.error_for_code(resp.error_code.value)(f"InitProducerId failed: {resp.error_code.name}")
             self._producer_id, self._producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
 
-        await retry_until(attempt, deadline_after(self.config["max.block.ms"]), self.config, "InitProducerId")
+        await retry_until(attempt, deadline_after(self.config["max.block.ms"]), self.config, "InitProducerId",
+                          self._client)
 
     async def flush(self, timeout_ms: float | None = None) -> None:
         """Send everything buffered now (ignoring linger.ms) and wait until every record is answered."""
@@ -226,6 +230,12 @@ class Producer:
             acc.wakeup.clear()
             now = time.monotonic()
             self._expire(now)
+            if self._bump_epoch_needed:
+                if any(self._in_flight.values()):
+                    # answers still due under the old epoch: wait for them before renumbering
+                    await acc.wakeup.wait()
+                    continue
+                await self._bump_epoch()
             by_node: dict[int, list[ProducerBatch]] = {}
             unknown_leader = False
             for tp, dq in acc.batches.items():
@@ -270,6 +280,38 @@ class Producer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(acc.wakeup.wait(), wait)
 
+    async def _bump_epoch(self) -> None:
+        """Start a new epoch of the producer id (locally, as Java's idempotent producer does; a new
+        producer id when the epoch is exhausted) and renumber every queued batch from sequence 0.
+        Batches already reported failed keep their fate; nothing is in flight now."""
+        if self._producer_epoch >= 0x7FFF:
+            try:
+                await self._init_producer_id()
+            except errors.KafkaError as exc:
+                log.warning("producer id reset failed (%r); retrying", exc)
+                await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+                return
+        else:
+            self._producer_epoch += 1
+        log.info("producer %d: epoch bumped to %d after unresolved sequences", self._producer_id,
+                 self._producer_epoch)
+        self._next_sequence.clear()
+        for dq in self._accumulator.batches.values():
+            for b in dq:
+                if b.base_sequence >= 0:
+                    b.base_sequence = -1
+                    b.frame = None
+        self._bump_epoch_needed = False
+
+    def _earlier_pending(self, b: ProducerBatch) -> bool:
+        """Whether a batch with a lower sequence of the same partition is still unanswered."""
+        def earlier(other: ProducerBatch) -> bool:
+            return (other is not b and other.tp == b.tp and 0 <= other.base_sequence < b.base_sequence
+                    and other.producer_epoch == b.producer_epoch and not other.future.done())
+        if any(earlier(o) for o in self._accumulator.batches.get(b.tp, ())):
+            return True
+        return any(earlier(o) for t in self._request_tasks for o in getattr(t, "batches", ()))
+
     def _prepare(self, b: ProducerBatch) -> None:
         b.in_flight = True
         b.attempts += 1
@@ -285,9 +327,7 @@ class Producer:
         for dq in self._accumulator.batches.values():
             while dq and not dq[0].in_flight and now - dq[0].created >= limit:
                 b = dq.popleft()
-                self._accumulator.release(b)
-                self.metrics["record-error-total"] += b.count
-                b.fail(self._expired(b, f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
+                self._fail(b, self._expired(b, f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
 
     async def _produce(self, node, batches: list[ProducerBatch]) -> None:
         acc = self._accumulator
@@ -337,9 +377,15 @@ class Producer:
     def _retry_or_fail(self, b: ProducerBatch, exc: errors.KafkaError) -> None:
         b.in_flight = False
         now = time.monotonic()
-        retriable = exc.retriable or (
-            # A later batch of a partition whose earlier batch failed comes back out of order: resend.
-            self.idempotent and isinstance(exc, errors.OutOfOrderSequenceNumberError) and b.attempts < 1000)
+        retriable = exc.retriable
+        if self.idempotent and b.base_sequence >= 0 and isinstance(
+                exc, (errors.OutOfOrderSequenceNumberError, errors.UnknownProducerIdError)):
+            # The broker did not write the batch. Behind an earlier batch still unanswered it is just
+            # early: resend. Otherwise the broker's sequence and ours parted (an earlier batch failed
+            # for good, or the producer state is gone): renumber under a new epoch, then resend.
+            retriable = True
+            if not self._earlier_pending(b):
+                self._bump_epoch_needed = True
         if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.UnknownTopicOrPartitionError,
                             errors.FencedLeaderEpochError)) or not retriable:
             self.client.request_update()
@@ -350,16 +396,19 @@ class Producer:
             b.last_attempt = now
             self._accumulator.reenqueue(b)
             return
+        self._fail(b, self._expired(b, f"delivery.timeout.ms passed; last error: {exc}") if retriable else exc)
+
+    def _fail(self, b: ProducerBatch, exc: BaseException) -> None:
+        """Report ``b`` failed. If it carried a sequence, the broker may or may not have written it,
+        so later batches of its partition cannot follow that sequence: a new epoch is due."""
         self._accumulator.release(b)
         self.metrics["record-error-total"] += b.count
-        if retriable:
-            exc = self._expired(b, f"delivery.timeout.ms passed; last error: {exc}")
+        if self.idempotent and b.base_sequence >= 0:
+            self._bump_epoch_needed = True
+            self._accumulator.wakeup.set()
         b.fail(exc)
 
     def _expired(self, b: ProducerBatch, why: str) -> KafkaTimeoutError:
         """The error for records that ran out of delivery.timeout.ms: BrokersUnavailableError when
         no broker could be reached meanwhile (KIP-899's documented failure with strategy none)."""
-        message = f"Expiring {b.count} record(s) for {b.tp.topic}-{b.tp.partition}: {why}"
-        if self.client.brokers_unreachable:
-            return BrokersUnavailableError(f"{message}; {self.client.unavailable_error()}")
-        return KafkaTimeoutError(message)
+        return self.client.timeout_error(f"Expiring {b.count} record(s) for {b.tp.topic}-{b.tp.partition}: {why}")
