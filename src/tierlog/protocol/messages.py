@@ -177,6 +177,21 @@ def _schema(api_key: int, api_version: int, frame=None) -> _Schema:
     return schema
 
 
+def request_version_known(api_key: int, api_version: int) -> bool:
+    """Whether kio has the request schema of this version, from its index alone (importing every
+    schema module costs about a second at broker start); the module is loaded at the first request."""
+    try:
+        from kio.index import EntityType, _name_from_key, schema_name_map
+        versions = schema_name_map[_name_from_key(api_key)]
+    except (ImportError, KeyError, AttributeError):  # kio's index layout changed: load the schema instead
+        try:
+            _schema(api_key, api_version)
+            return True
+        except RequestParseError:
+            return False
+    return EntityType.request in versions.get(api_version, {})
+
+
 def request_types(api_key: int, api_version: int) -> tuple[type, type]:
     """(kio request class, kio response class) for an API version; raises the errors above."""
     schema = _schema(api_key, api_version)
