@@ -1,24 +1,31 @@
 """Reads below the local log start offset, answered from the remote tier (Kafka's RemoteLogReader).
 
 For an offset: its leader epoch from the local epoch cache, the COPY_SEGMENT_FINISHED segment holding
-it from the metadata manager, a byte position from the segment's offset index (cached on local disk),
-then a ranged read of the segment object. Batches stay bytes: the reader only walks batch headers to
-start at the batch holding the offset and to stop at whole batches within the byte limit.
+it from the metadata manager, a byte position from the segment's offset index (cached on local disk,
+:mod:`tierlog.tiered.index_cache`), then ranged reads of the segment object. Batches stay bytes: the
+reader walks batch headers only, to start at the batch holding the offset and to stop at whole
+batches within the byte limit. A segment with nothing at or after the offset (a gap) hands over to
+the next segment, and past the last remote one to the local log.
 
-Sequential consumers are served from a read-ahead buffer: every ranged read fetches at least
-``READ_AHEAD_BYTES``; the part not yet returned waits for the next fetch (which continues where the
-previous answer ended, without an index lookup), and when it runs low the next range is fetched in the
-background. The buffers of all partitions together stay under ``READ_AHEAD_BUDGET`` bytes.
+Read-ahead: the bytes read from a segment object stay in a per-segment window; a consumer reading on
+from where its last answer ended needs no index lookup and, once less than ``CHUNK_BYTES`` are left
+ahead, the next range is fetched in the background (also the start of the next segment when one is
+finished). Windows of all partitions together stay under ``READ_AHEAD_BUDGET`` bytes, least recently
+used dropped first. A window keeps what it returned last, so a fetch that the handler trimmed to the
+response budget is served again from memory.
 
-Storage calls run on a pool of ``remote.log.reader.threads`` threads; at most
-``remote.log.reader.max.pending.tasks`` reads wait for one, further ones are refused (the partition
-gets UNKNOWN_SERVER_ERROR, as in Kafka). Errors:
+Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
+``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with
+UNKNOWN_SERVER_ERROR (-1), as in Kafka. Read-aheads run on a separate pool, so a read waiting for a
+read-ahead can never hold the thread that read-ahead needs. Errors:
 
-- offset without a remote segment -> OFFSET_OUT_OF_RANGE (1);
+- no remote segment for the offset (or it is below the log start) -> OFFSET_OUT_OF_RANGE (1);
 - metadata still loading after a restart -> REPLICA_NOT_AVAILABLE (9), retriable (KIP-1007's intent
-  with the code clients already retry);
-- the remote store failing, or an object missing -> KAFKA_STORAGE_ERROR (56), retriable for every
-  client (the Java consumer refreshes metadata and fetches again), with a message naming the segment.
+  with the code clients already know);
+- the remote store failing, an object missing or corrupt -> KAFKA_STORAGE_ERROR (56), logged with the
+  segment's id and offsets. Kafka answers UNKNOWN_SERVER_ERROR (-1) here; 56 is retried quietly by
+  every client (the Java consumer and librdkafka refresh metadata and fetch again, kafka-python does
+  too), while -1 makes kafka-python's ``poll`` raise and librdkafka hand the application an error.
 """
 
 from __future__ import annotations
@@ -26,296 +33,550 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tierlog.errors import (
     KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    ReplicaNotAvailableError,
     UnknownServerError,
 )
-from tierlog.records import RECORD_BATCH_OVERHEAD, decode_batch, iter_batches, read_header
+from tierlog.kafka_uuid import uuid_to_str
+from tierlog.records import RECORD_BATCH_OVERHEAD, decode_batch, read_header
 from tierlog.storage.log import TimestampAndOffset
 from tierlog.tiered.index_cache import RemoteIndexCache
+from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tierlog.tiered.rsm import RemoteStorageError
 
 log = logging.getLogger(__name__)
 
-READ_AHEAD_BYTES = 4 * 1024 * 1024
-READ_AHEAD_BUDGET = 256 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024  # smallest ranged read, and the read-ahead step
+READ_AHEAD_BUDGET = 128 * 1024 * 1024  # every window together
+SEARCH_BYTES = 64 * 1024  # first range of a timestamp search (doubles while it finds nothing)
+FAILURE_LOG_INTERVAL_S = 10.0  # a failing segment is logged at WARNING at most this often
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
 @dataclass(slots=True)
-class _Buffer:
-    """Bytes ``[start, start + len(data))`` of one remote segment object, and where the next sequential
-    read begins (``next_offset`` at ``next_position``)."""
+class RemoteReadResult:
+    """Whole batches from the fetch offset (``records``, possibly empty), the offset after them, and for
+    read_committed the aborted transactions overlapping them as (producer id, first offset)."""
 
-    segment: RemoteLogSegmentMetadata
-    start: int
-    data: bytes
+    records: bytes
+    next_offset: int
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+@dataclass(slots=True)
+class _SegmentRead:
+    records: bytes
+    next_offset: int
+    end_of_segment: bool
+    transactional: bool
+
+
+@dataclass(eq=False)
+class _Window:
+    """Contiguous bytes ``[start, end)`` of one segment object, held as chunks; the read-ahead being
+    fetched; where the last answer ended. Guarded by ``lock`` (held for a whole read of the segment)."""
+
+    key: tuple
+    md: RemoteLogSegmentMetadata
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    chunks: list = field(default_factory=list)  # [(position, bytes)], contiguous, ascending
+    start: int = 0
+    end: int = 0
+    pending: tuple | None = None  # (position, Future[bytes]) of a read-ahead in flight
     next_offset: int = -1
     next_position: int = -1
-    prefetching: bool = False
+    held: int = 0  # bytes counted against the budget (chunks + pending)
+    evicted: bool = False
 
-    @property
-    def end(self) -> int:
-        return self.start + len(self.data)
+    def covers(self, start: int, end: int) -> bool:
+        return self.start <= start and end <= self.end
+
+    def view(self, start: int, end: int):
+        """Bytes ``[start, end)`` (covered), as a memoryview when one chunk holds them."""
+        for pos, data in self.chunks:
+            if pos <= start and end <= pos + len(data):
+                return memoryview(data)[start - pos:end - pos]
+        return self.join(start, end)
+
+    def join(self, start: int, end: int) -> bytes:
+        parts = []
+        for pos, data in self.chunks:
+            lo, hi = max(start, pos), min(end, pos + len(data))
+            if lo < hi:
+                parts.append(memoryview(data)[lo - pos:hi - pos])
+        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
 
 
 class RemoteLogReader:
-    def __init__(self, config, rsm, rlmm, metrics, log_dir: str) -> None:
+    def __init__(self, config, rsm, rlmm, metrics, log_dir: str, *, chunk_bytes: int = CHUNK_BYTES,
+                 read_ahead_budget: int = READ_AHEAD_BUDGET) -> None:
+        """``config``: the broker configuration, or a function returning the current one (dynamic
+        ``remote.log.reader.threads`` and ``remote.log.index.file.cache.total.size.bytes``)."""
+        self._config = config if callable(config) else (lambda: config)
+        cfg = self._config()
         self.rsm = rsm
         self.rlmm = rlmm
         self.metrics = metrics
-        self.max_pending = config["remote.log.reader.max.pending.tasks"]
-        self.pool = ThreadPoolExecutor(config["remote.log.reader.threads"], thread_name_prefix="rlm-reader")
-        self.index_cache = RemoteIndexCache(log_dir, config["remote.log.index.file.cache.total.size.bytes"],
+        self.chunk_bytes = chunk_bytes
+        self.read_ahead_budget = read_ahead_budget
+        self.max_pending = cfg["remote.log.reader.max.pending.tasks"]
+        self.threads = cfg["remote.log.reader.threads"]
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="remote-reader")
+        self.read_ahead_pool = ThreadPoolExecutor(max(1, self.threads // 2), thread_name_prefix="remote-read-ahead")
+        self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
-        self._buffers: OrderedDict[TopicIdPartition, _Buffer] = OrderedDict()
-        self._buffers_lock = threading.Lock()
-        self._pending = 0
+        self._lock = threading.Lock()  # guards _windows and _held
+        self._windows: OrderedDict[tuple, _Window] = OrderedDict()
+        self._held = 0
+        self._pending = 0  # reads submitted and not finished (on the event loop only)
         self._in_flight: dict[TopicIdPartition, set[asyncio.Future]] = {}
+        self._last_failure_log: dict = {}
+        self.closed = False
 
-    # -------------------------------------------------------------------------------------- reads
+    # ---------------------------------------------------------------------------------- config
 
-    async def read(self, partition, tp: TopicIdPartition, fetch_offset: int, max_bytes: int,
-                   min_one_message: bool) -> bytes:
-        """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least one batch with
-        ``min_one_message``), from remote storage."""
+    def _reconfigure(self) -> None:
+        cfg = self._config()
+        threads = cfg["remote.log.reader.threads"]
+        if threads != self.threads:
+            # A new pool takes new reads; the old one finishes what it has.
+            old, self.pool = self.pool, ThreadPoolExecutor(threads, thread_name_prefix="remote-reader")
+            self.threads = threads
+            old.shutdown(wait=False)
+        size = cfg["remote.log.index.file.cache.total.size.bytes"]
+        if size != self.index_cache.max_bytes:
+            self.index_cache.resize(size)
+
+    @staticmethod
+    def topic_id_partition(partition) -> TopicIdPartition:
+        return TopicIdPartition(partition.topic_id, partition.topic, partition.index)
+
+    # ------------------------------------------------------------------------------------ reads
+
+    async def read(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+                   isolation: str = "high_watermark") -> bytes:
+        """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least the whole first batch
+        with ``min_one_message``), from remote storage."""
+        return (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
+
+    async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+                          isolation: str = "high_watermark") -> RemoteReadResult:
+        """:meth:`read` with the offset after the answer and, for ``isolation="committed"``, the aborted
+        transactions of the remote transaction indexes overlapping it."""
+        self._reconfigure()
+        tp = self.topic_id_partition(partition)
         lg = partition.log
-        epoch = lg.leader_epoch_cache.epoch_for_offset(fetch_offset)
-        md = self.rlmm.remote_log_segment_metadata(tp, epoch, fetch_offset)  # 9 while loading
-        if md is None:
-            raise OffsetOutOfRangeError(f"offset {fetch_offset} of {tp.topic}-{tp.partition} (leader epoch {epoch}) "
-                                        f"is in no remote segment")
-        result = await self._submit(tp, self._read_blocking, partition, tp, md, fetch_offset, max_bytes,
-                                    min_one_message)
         self.metrics.fetch_requests.inc(topic=tp.topic)
-        self.metrics.fetch_bytes.inc(len(result), topic=tp.topic)
-        return result
+        try:
+            md = self._segment_for(tp, lg, fetch_offset)
+            offset = fetch_offset
+            while True:
+                got = await self._submit(tp, self._read_segment, tp, md, offset, max_bytes, min_one_message)
+                if got is not None:
+                    break
+                # Nothing at or after the offset in this segment: the next segment, or the local log.
+                offset = md.end_offset + 1
+                if offset >= lg.local_log_start_offset:
+                    info = lg.read(offset, max_bytes, isolation=isolation, min_one_message=min_one_message)
+                    records = info.read()
+                    self.metrics.fetch_bytes.inc(len(records), topic=tp.topic)
+                    return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
+                md = self._segment_for(tp, lg, offset)
+            if got.end_of_segment:
+                self._read_ahead_next_segment(tp, lg, md)
+            aborted = None
+            if isolation == "committed":
+                aborted = []
+                if got.transactional:  # no transactional batch returned: no aborted transaction matters
+                    later = sorted((m for m in self.rlmm.list_remote_log_segments(tp)
+                                    if m.state == FINISHED and m.start_offset > md.end_offset),
+                                   key=lambda m: m.start_offset)
+                    aborted = await self._submit(tp, self._aborted_transactions, [md, *later], offset,
+                                                 got.next_offset)
+            self.metrics.fetch_bytes.inc(len(got.records), topic=tp.topic)
+            return RemoteReadResult(got.records, got.next_offset, aborted)
+        except OffsetOutOfRangeError:
+            raise
+        except KafkaError as e:
+            self.metrics.fetch_errors.inc(topic=tp.topic)
+            if e.code == UnknownServerError.code and e.retriable:
+                # The metadata manager itself is still starting (or restarting): not ready, as for a
+                # partition still loading.
+                raise ReplicaNotAvailableError(f"remote log metadata of {tp.topic}-{tp.partition} is not "
+                                               f"available yet: {e}") from e
+            raise
+        except Exception as e:
+            self.metrics.fetch_errors.inc(topic=tp.topic)
+            log.exception("Remote read of %s-%d at offset %d failed", tp.topic, tp.partition, fetch_offset)
+            raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} at offset {fetch_offset} "
+                                    f"failed: {e}") from e
+
+    def _segment_for(self, tp: TopicIdPartition, lg, offset: int) -> RemoteLogSegmentMetadata:
+        if offset < lg.log_start_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} of {tp.topic}-{tp.partition} is below the log start "
+                                        f"offset {lg.log_start_offset}")
+        epoch = lg.leader_epoch_cache.epoch_for_offset(offset)
+        md = self.rlmm.remote_log_segment_metadata(tp, epoch, offset)  # 9 while loading
+        if md is None:
+            raise OffsetOutOfRangeError(f"offset {offset} of {tp.topic}-{tp.partition} (leader epoch {epoch}) "
+                                        f"is in no remote segment")
+        return md
 
     async def _submit(self, tp: TopicIdPartition, fn, *args):
-        if self._pending >= self.max_pending:
-            raise UnknownServerError(f"remote read of {tp.topic}-{tp.partition} refused: "
-                                     f"{self._pending} reads pending (remote.log.reader.max.pending.tasks)")
+        if self.closed:
+            raise KafkaStorageError("the remote log reader is closed")
+        if self._pending >= self.threads + self.max_pending:
+            raise UnknownServerError(f"remote read of {tp.topic}-{tp.partition} refused: {self._pending} reads "
+                                     f"in progress (remote.log.reader.max.pending.tasks={self.max_pending})")
         loop = asyncio.get_running_loop()
-        self._pending += 1
         fut = loop.run_in_executor(self.pool, fn, *args)
+        self._pending += 1
         flights = self._in_flight.setdefault(tp, set())
         flights.add(fut)
 
         def done(f):
             self._pending -= 1
             flights.discard(f)
+            if not flights:
+                self._in_flight.pop(tp, None)
         fut.add_done_callback(done)
-        try:
-            return await asyncio.shield(fut)
-        except KafkaError:
-            self.metrics.fetch_errors.inc(topic=tp.topic)
-            raise
-        except Exception as e:
-            self.metrics.fetch_errors.inc(topic=tp.topic)
-            raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} failed: {e}") from e
+        # Shielded: a request answered without this read (timeout) leaves it running; it warms the window.
+        return await asyncio.shield(fut)
 
-    def _read_blocking(self, partition, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int,
-                       max_bytes: int, min_one_message: bool) -> bytes:
-        lg = partition.log
-        while True:
-            try:
-                data = self._read_segment(tp, md, fetch_offset, max_bytes, min_one_message)
-            except RemoteStorageError as e:
-                log.warning("Remote read of %s-%d at offset %d from segment %s (offsets %d-%d) failed: %s",
-                            tp.topic, tp.partition, fetch_offset, md.segment_id.id, md.start_offset, md.end_offset, e)
-                raise
-            if data is not None:
-                return data
-            # Nothing at or after the offset in this segment (compacted away, or the offset is its last
-            # one): continue in the next segment, as Kafka does.
-            nxt = md.end_offset + 1
-            if nxt >= lg.local_log_start_offset:
-                return b""
-            md2 = self.rlmm.remote_log_segment_metadata(tp, lg.leader_epoch_cache.epoch_for_offset(nxt), nxt)
-            if md2 is None:
-                return b""
-            md, fetch_offset = md2, nxt
+    # ------------------------------------------------------------------- one segment (pool thread)
 
     def _read_segment(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int,
-                      max_bytes: int, min_one_message: bool) -> bytes | None:
-        """Whole batches from the one holding ``fetch_offset``, or None when the segment has none at or
-        after it."""
-        buf = self._buffer_for(tp, md)
-        if buf is not None and buf.next_offset == fetch_offset:
-            position = buf.next_position  # a sequential read: no index lookup
+                      max_bytes: int, min_one_message: bool) -> _SegmentRead | None:
+        """Whole batches of ``md`` from the one holding ``fetch_offset``; None when the segment has none
+        at or after it."""
+        win = self._window(tp, md)
+        with win.lock:
+            try:
+                return self._read_window(win, md, fetch_offset, max_bytes, min_one_message)
+            except Exception as e:
+                self._log_failure(tp, md, fetch_offset, e)
+                raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} at offset {fetch_offset} from "
+                                        f"segment {uuid_to_str(md.segment_id.id)} (offsets {md.start_offset}-"
+                                        f"{md.end_offset}) failed: {e}") from e
+
+    def _read_window(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+                     min_one_message: bool) -> _SegmentRead | None:
+        size = md.segment_size_in_bytes
+        if fetch_offset == win.next_offset:
+            position = win.next_position  # a sequential reader: no index lookup
+        elif fetch_offset <= md.start_offset:
+            position = 0
         else:
             position = self.index_cache.offset_index(md).lookup(fetch_offset)[1]
-        size_of_segment = md.segment_size_in_bytes
-        want = max(max_bytes, RECORD_BATCH_OVERHEAD)
-        pieces: list[bytes] = []
+        first = None
         taken = 0
         next_offset = fetch_offset
-        need = want
-        full = False
-        while position < size_of_segment and not full:
-            view = self._range(tp, md, position, need)
-            rel = span = 0
-            need = RECORD_BATCH_OVERHEAD
-            while len(view) - rel >= RECORD_BATCH_OVERHEAD:
-                h = read_header(view, rel)
-                wanted = h.last_offset >= fetch_offset
-                if wanted and taken + h.size > max_bytes and not (taken == 0 and min_one_message):
-                    full = True
-                    break
-                if rel + h.size > len(view):
-                    need = max(want - taken, h.size)  # read on from this batch's first byte
-                    break
-                if wanted:
-                    if taken == 0:
-                        span = rel
-                    taken += h.size
-                    next_offset = h.next_offset
-                else:
-                    span = rel + h.size
-                rel += h.size
-            if taken and rel > span:
-                pieces.append(bytes(view[span:rel]))
-            position += rel
-        if not pieces:
-            return b"" if full else None
-        self._remember(tp, md, next_offset, position)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        transactional = False
+        checked = False
+        while position < size:
+            self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0))
+            h = read_header(win.view(position, position + RECORD_BATCH_OVERHEAD))
+            if not checked:
+                checked = True
+                if h.base_offset > fetch_offset and position > 0:
+                    # The index pointed past the offset: distrust it (fetched again next time).
+                    log.warning("Offset index of remote segment %s of %s points past offset %d; reading the "
+                                "segment from its start", uuid_to_str(md.segment_id.id), md.topic_id_partition,
+                                fetch_offset)
+                    self.index_cache.evict(md)
+                    position = 0
+                    continue
+            if h.last_offset < fetch_offset:
+                position += h.size
+                continue
+            if (first is not None or not min_one_message) and taken + h.size > max_bytes:
+                break  # whole batches only; the first one may exceed the limit with min_one_message
+            end = position + h.size
+            if end > size:
+                raise KafkaStorageError(f"batch at position {position} ends at {end}, past the segment's "
+                                        f"{size} bytes")
+            self._ensure(win, position, end, position + max(max_bytes - taken, 0))
+            if first is None:
+                first = position
+            taken += h.size
+            next_offset = h.next_offset
+            transactional = transactional or h.is_transactional
+            position = end
+        if first is None:
+            return None if position >= size else _SegmentRead(b"", fetch_offset, False, False)
+        records = win.join(first, position)
+        win.next_offset, win.next_position = next_offset, position
+        self._drop_before(win, first)
+        if position < size:
+            self._maybe_read_ahead(win)
+        return _SegmentRead(records, next_offset, position >= size, transactional)
 
-    # ---------------------------------------------------------------------------------- buffering
+    def _ensure(self, win: _Window, start: int, end: int, hint_end: int) -> None:
+        """Make the window hold ``[start, end)``: from a read-ahead in flight when it continues the window,
+        else with one ranged read of at least ``chunk_bytes`` (up to ``hint_end``, where the caller
+        expects to stop)."""
+        size = win.md.segment_size_in_bytes
+        end = min(end, size)
+        while not win.covers(start, end):
+            if win.pending is not None:
+                pos, fut = win.pending
+                win.pending = None
+                try:
+                    data = fut.result()
+                except Exception as e:  # noqa: BLE001 - read it again in the foreground, which reports it
+                    log.debug("Read-ahead of %s at %d failed: %s", win.md.segment_id, pos, e)
+                    data = None
+                self._account(win, -self._pending_size(win, pos))
+                if data and pos == win.end and win.start <= start:
+                    self._append(win, pos, data)
+                continue
+            begin = win.end if win.start <= start <= win.end and win.chunks else start
+            stop = min(max(end, hint_end, begin + self.chunk_bytes), size)
+            data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
+            if len(data) != stop - begin:
+                raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
+                                        f"{stop - begin} (it is shorter than its metadata says)")
+            self._append(win, begin, data)
 
-    def _buffer_for(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata) -> _Buffer | None:
-        with self._buffers_lock:
-            buf = self._buffers.get(tp)
-            if buf is None or buf.segment.segment_id != md.segment_id:
-                return None
-            self._buffers.move_to_end(tp)
-            return buf
+    def _append(self, win: _Window, pos: int, data: bytes) -> None:
+        if not win.chunks or pos != win.end:
+            self._account(win, -sum(len(d) for _, d in win.chunks))
+            win.chunks = []
+            win.start = pos
+        win.chunks.append((pos, data))
+        win.end = pos + len(data)
+        self._account(win, len(data))
+        self._trim_budget(keep=win)
 
-    def _range(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, position: int, length: int) -> memoryview:
-        """At least ``length`` bytes of the segment from ``position`` (fewer at its end); from the
-        read-ahead buffer when it holds them, else read (at least ``READ_AHEAD_BYTES``)."""
-        with self._buffers_lock:
-            buf = self._buffers.get(tp)
-            if buf is not None and buf.segment.segment_id == md.segment_id and buf.start <= position and (
-                    position + length <= buf.end or buf.end >= md.segment_size_in_bytes):
-                return memoryview(buf.data)[position - buf.start:]
-        size = max(length, READ_AHEAD_BYTES)
-        end = min(position + size, md.segment_size_in_bytes) - 1
-        data = self.rsm.fetch_log_segment(md, position, end) if end >= position else b""
-        if len(data) < min(size, md.segment_size_in_bytes - position):
-            raise RemoteStorageError(f"segment {md.segment_id.id} of {tp.topic}-{tp.partition} returned "
-                                     f"{len(data)} bytes from position {position}, expected more (the object is "
-                                     f"shorter than its metadata says)")
-        with self._buffers_lock:
-            self._buffers[tp] = _Buffer(md, position, data)
-            self._buffers.move_to_end(tp)
-            self._trim_buffers()
-        return memoryview(data)
+    def _drop_before(self, win: _Window, position: int) -> None:
+        while win.chunks and win.chunks[0][0] + len(win.chunks[0][1]) <= position:
+            _, data = win.chunks.pop(0)
+            self._account(win, -len(data))
+        win.start = win.chunks[0][0] if win.chunks else win.end
 
-    def _remember(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, next_offset: int,
-                  next_position: int) -> None:
-        """Where the next sequential read starts; when little is buffered beyond it, fetch the next range."""
-        prefetch = None
-        with self._buffers_lock:
-            buf = self._buffers.get(tp)
-            if buf is None or buf.segment.segment_id != md.segment_id:
+    # ------------------------------------------------------------------------------ read-ahead
+
+    def _pending_size(self, win: _Window, pos: int) -> int:
+        return min(self.chunk_bytes, win.md.segment_size_in_bytes - pos)
+
+    def _maybe_read_ahead(self, win: _Window) -> None:
+        """Less than a chunk left beyond where the reader is: fetch the next one in the background."""
+        size = win.md.segment_size_in_bytes
+        if win.pending is not None or win.end >= size or win.end - win.next_position >= self.chunk_bytes:
+            return
+        self._start_read_ahead(win, win.end)
+
+    def _start_read_ahead(self, win: _Window, pos: int) -> None:
+        length = self._pending_size(win, pos)
+        with self._lock:
+            if self.closed or win.evicted:
                 return
-            buf.next_offset, buf.next_position = next_offset, next_position
-            left = buf.end - next_position
-            if left < READ_AHEAD_BYTES // 2 and buf.end < md.segment_size_in_bytes and not buf.prefetching:
-                buf.prefetching = True
-                prefetch = buf
-        if prefetch is not None and self._pending < self.max_pending:
-            self.pool.submit(self._prefetch, tp, prefetch)
-
-    def _prefetch(self, tp: TopicIdPartition, buf: _Buffer) -> None:
-        """Extend ``buf`` by the next range (background, best effort)."""
+            self._trim_budget_locked(keep=win, need=length)
+            if self._held + length > self.read_ahead_budget:
+                return  # no room: the reader reads in the foreground
         try:
-            end = min(buf.end + READ_AHEAD_BYTES, buf.segment.segment_size_in_bytes) - 1
-            more = self.rsm.fetch_log_segment(buf.segment, buf.end, end)
-        except Exception as e:  # noqa: BLE001 - the foreground read will retry and report it
-            log.debug("Read-ahead of %s failed: %s", tp, e)
-            more = b""
-        with self._buffers_lock:
-            current = self._buffers.get(tp)
-            if current is buf and more:
-                keep_from = max(buf.start, min(buf.next_position, buf.end)) if buf.next_position >= 0 else buf.start
-                self._buffers[tp] = _Buffer(buf.segment, keep_from, buf.data[keep_from - buf.start:] + more,
-                                            buf.next_offset, buf.next_position)
-                self._trim_buffers()
-            elif current is buf:
-                buf.prefetching = False
+            fut = self.read_ahead_pool.submit(self.rsm.fetch_log_segment, win.md, pos, pos + length - 1)
+        except RuntimeError:  # shut down
+            return
+        win.pending = (pos, fut)
+        self._account(win, length)
 
-    def _trim_buffers(self) -> None:
-        total = sum(len(b.data) for b in self._buffers.values())
-        while total > READ_AHEAD_BUDGET and len(self._buffers) > 1:
-            _, old = self._buffers.popitem(last=False)
-            total -= len(old.data)
+    def _read_ahead_next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
+        """A reader finished ``md``: start reading the next remote segment (on the event loop: it asks the
+        metadata manager)."""
+        nxt = md.end_offset + 1
+        if nxt >= lg.local_log_start_offset:
+            return
+        try:
+            md2 = self.rlmm.remote_log_segment_metadata(tp, lg.leader_epoch_cache.epoch_for_offset(nxt), nxt)
+        except Exception:  # noqa: BLE001 - best effort; the read itself will report problems
+            return
+        if md2 is None or md2.start_offset != nxt:
+            return
+        win = self._window(tp, md2)
+        if win.lock.acquire(blocking=False):
+            try:
+                if win.pending is None and not win.chunks:
+                    win.start = win.end = 0
+                    self._start_read_ahead(win, 0)
+            finally:
+                win.lock.release()
+
+    # --------------------------------------------------------------------------------- budget
+
+    def _window(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata) -> _Window:
+        key = (tp, md.segment_id)
+        with self._lock:
+            win = self._windows.get(key)
+            if win is None:
+                win = self._windows[key] = _Window(key, md)
+            self._windows.move_to_end(key)
+            return win
+
+    def _account(self, win: _Window, delta: int) -> None:
+        with self._lock:
+            win.held += delta
+            if not win.evicted:
+                self._held += delta
+
+    def _trim_budget(self, keep: _Window) -> None:
+        with self._lock:
+            self._trim_budget_locked(keep, 0)
+
+    def _trim_budget_locked(self, keep: _Window, need: int) -> None:
+        for key in list(self._windows):
+            if self._held + need <= self.read_ahead_budget:
+                return
+            win = self._windows[key]
+            if win is not keep:
+                self._evict_window_locked(key)
+
+    def _evict_window_locked(self, key) -> None:
+        win = self._windows.pop(key, None)
+        if win is not None:
+            self._held -= win.held
+            win.evicted = True
+
+    @property
+    def read_ahead_bytes(self) -> int:
+        """Bytes held by windows and read-aheads in flight."""
+        return self._held
+
+    # ------------------------------------------------------------------- read_committed (pool)
+
+    def _aborted_transactions(self, segments: list[RemoteLogSegmentMetadata], start: int,
+                              upper: int) -> list[tuple[int, int]]:
+        """Kafka's collection over remote transaction indexes: from the segment read on, until an entry's
+        last stable offset reaches ``upper`` (the local log keeps no transaction index)."""
+        found: list[tuple[int, int]] = []
+        for md in segments:
+            try:
+                got, complete = self.index_cache.txn_index(md).collect(start, upper)
+            except Exception as e:
+                self._log_failure(md.topic_id_partition, md, start, e)
+                raise
+            found += got
+            if complete:
+                break
+        return found
 
     # ------------------------------------------------------------------------------ timestamps
 
-    async def find_offset_by_timestamp(self, partition, tp: TopicIdPartition, timestamp: int
-                                       ) -> TimestampAndOffset | None:
-        """The first offset whose record timestamp is at least ``timestamp``: remote segments first (in
-        the local lineage's order), then the local log."""
+    async def find_offset_by_timestamp(self, partition, timestamp: int) -> TimestampAndOffset | None:
+        """The first offset whose record timestamp is at least ``timestamp``: remote segments first
+        (finished, ``max_timestamp_ms >= timestamp``, ending at or after the log start, in the local
+        lineage's order, not also held locally), then the local log."""
+        self._reconfigure()
+        tp = self.topic_id_partition(partition)
         lg = partition.log
-        candidates = []
+        log_start, local_start = lg.log_start_offset, lg.local_log_start_offset
+        entries = filtered_epochs(lg.leader_epoch_cache.entries)
         seen = set()
-        for epoch, _ in lg.leader_epoch_cache.entries:
+        start_epoch = lg.leader_epoch_cache.epoch_for_offset(log_start)
+        for epoch, _ in entries:
+            if epoch < start_epoch:
+                continue
             for md in self.rlmm.list_remote_log_segments(tp, epoch):  # 9 while loading
-                if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED or md.segment_id in seen:
+                if md.segment_id in seen or md.state != FINISHED:
                     continue
                 seen.add(md.segment_id)
-                if md.max_timestamp_ms >= timestamp and md.end_offset >= lg.log_start_offset \
-                        and md.start_offset < lg.local_log_start_offset:
-                    candidates.append(md)
-        candidates.sort(key=lambda m: m.start_offset)
-        for md in candidates:
-            found = await self._submit(tp, self._search_segment, lg, md, timestamp)
-            if found is not None:
-                return found
+                if md.max_timestamp_ms < timestamp or md.end_offset < log_start or md.start_offset >= local_start:
+                    continue
+                if not segment_within_leader_epochs(md, lg.log_end_offset, entries):
+                    continue
+                found = await self._submit(tp, self._search_segment, md, timestamp, log_start)
+                if found is not None:
+                    ts, offset = found
+                    return TimestampAndOffset(ts, offset, lg.leader_epoch_cache.epoch_for_offset(offset))
         return lg.fetch_offset_by_timestamp(timestamp)
 
-    def _search_segment(self, lg, md: RemoteLogSegmentMetadata, timestamp: int) -> TimestampAndOffset | None:
-        _, near = self.index_cache.time_index(md).lookup(timestamp - 1)
-        start_offset = max(near, lg.log_start_offset, md.start_offset)
-        position = self.index_cache.offset_index(md).lookup(start_offset)[1]
-        end = md.segment_size_in_bytes - 1
-        data = self.rsm.fetch_log_segment(md, position, end)
-        for pos, h in iter_batches(data):
-            if h.last_offset < start_offset or h.max_timestamp < timestamp:
-                continue
-            if h.timestamp_type == 1:  # LogAppendTime: every record carries the batch timestamp
-                offset = max(h.base_offset, lg.log_start_offset)
-                return TimestampAndOffset(h.max_timestamp, offset, lg.leader_epoch_cache.epoch_for_offset(offset))
-            _, records = decode_batch(data, pos)
-            for r in records:
-                if r.offset >= start_offset and r.timestamp >= timestamp:
-                    return TimestampAndOffset(r.timestamp, r.offset, lg.leader_epoch_cache.epoch_for_offset(r.offset))
-        return None
+    def _search_segment(self, md: RemoteLogSegmentMetadata, timestamp: int, log_start: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record of ``md`` at or after ``log_start`` with a timestamp at
+        least ``timestamp``: ranged reads forward from the time index's hint, one batch decoded."""
+        try:
+            # Entries are (max timestamp so far, its offset): every record up to an entry below the target
+            # is older, so the answer lies after it.
+            _, near = self.index_cache.time_index(md).lookup(timestamp - 1)
+            start_offset = max(near, log_start, md.start_offset)
+            position = self.index_cache.offset_index(md).lookup(start_offset)[1]
+            size = md.segment_size_in_bytes
+            want = SEARCH_BYTES
+            while position < size:
+                length = min(want, size - position)
+                data = self.rsm.fetch_log_segment(md, position, position + length - 1)
+                if len(data) != length:
+                    raise KafkaStorageError(f"the object returned {len(data)} bytes from position {position}, "
+                                            f"expected {length}")
+                used = 0
+                while len(data) - used >= RECORD_BATCH_OVERHEAD:
+                    h = read_header(data, used)
+                    if used + h.size > len(data):
+                        break
+                    if h.last_offset >= start_offset and h.max_timestamp >= timestamp:
+                        if h.timestamp_type == 1:  # LogAppendTime: every record has the batch timestamp
+                            return h.max_timestamp, max(h.base_offset, start_offset)
+                        _, records = decode_batch(data, used)
+                        for r in records:
+                            if r.offset >= start_offset and r.timestamp >= timestamp:
+                                return r.timestamp, r.offset
+                    used += h.size
+                if used == 0:  # one batch larger than the range: read it whole
+                    if length == size - position:
+                        raise KafkaStorageError(f"batch at position {position} runs past the segment end")
+                    want = max(want * 2, read_header(data).size if length >= RECORD_BATCH_OVERHEAD else 0)
+                    continue
+                position += used
+                want = min(want * 2, self.chunk_bytes)
+            return None
+        except Exception as e:
+            self._log_failure(md.topic_id_partition, md, -1, e)
+            raise KafkaStorageError(f"timestamp search in remote segment {uuid_to_str(md.segment_id.id)} "
+                                    f"(offsets {md.start_offset}-{md.end_offset}) failed: {e}") from e
 
-    # ----------------------------------------------------------------------------------- upkeep
+    # ---------------------------------------------------------------------------------- upkeep
+
+    def _log_failure(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, offset: int, e: Exception) -> None:
+        """WARNING naming the segment, repeated at most every FAILURE_LOG_INTERVAL_S per segment (consumers
+        retry a failing read several times a second)."""
+        now = time.monotonic()
+        last = self._last_failure_log.get(md.segment_id)
+        level = logging.WARNING if last is None or now - last >= FAILURE_LOG_INTERVAL_S else logging.DEBUG
+        if level == logging.WARNING:
+            self._last_failure_log[md.segment_id] = now
+            if len(self._last_failure_log) > 10_000:
+                self._last_failure_log.clear()
+        log.log(level, "Remote read of %s-%d at offset %d from segment %s (offsets %d-%d) failed: %s", tp.topic,
+                tp.partition, offset, uuid_to_str(md.segment_id.id), md.start_offset, md.end_offset, e)
 
     async def drain(self, tp: TopicIdPartition) -> None:
-        """Wait for the reads of ``tp`` in flight (a delete disablement fences new ones first)."""
+        """Wait for the reads of ``tp`` in flight and drop its windows (a delete disablement fences new
+        reads first)."""
         flights = list(self._in_flight.get(tp, ()))
         if flights:
             await asyncio.wait(flights)
-        with self._buffers_lock:
-            self._buffers.pop(tp, None)
+        with self._lock:
+            for key in [k for k in self._windows if k[0] == tp]:
+                self._evict_window_locked(key)
 
     def evict(self, md: RemoteLogSegmentMetadata) -> None:
+        """A segment was deleted: forget its indexes and bytes."""
         self.index_cache.evict(md)
-        with self._buffers_lock:
-            buf = self._buffers.get(md.topic_id_partition)
-            if buf is not None and buf.segment.segment_id == md.segment_id:
-                del self._buffers[md.topic_id_partition]
+        with self._lock:
+            self._evict_window_locked((md.topic_id_partition, md.segment_id))
 
     def close(self) -> None:
+        self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.read_ahead_pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for key in list(self._windows):
+                self._evict_window_locked(key)

@@ -8,12 +8,15 @@ carries session id 0, which tells clients to send full fetch requests (all clien
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
-from tierlog.errors import KafkaError, OffsetMovedToTieredStorageError
+from tierlog.errors import KafkaError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError, UnknownServerError
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records import iter_batches
+
+log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC_ID = 100
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -51,7 +54,7 @@ class FetchApis:
             results, total, errors, remote = self._read(wanted, max_bytes, isolation, by_id, consumer)
             if remote:
                 # Remote reads answer at once, with what they got within remote.fetch.max.wait.ms.
-                await self._read_remote(remote, max_bytes - total, total == 0)
+                await self._read_remote(remote, max_bytes - total, total == 0, isolation)
                 break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0:
@@ -67,33 +70,39 @@ class FetchApis:
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                                     "responses": topics})
 
-    async def _read_remote(self, remote: list, budget: int, min_one: bool) -> None:
-        """Read every partition below its local log start from the remote tier, concurrently (each up to
-        its partition limit and the byte budget the local reads left), then keep, in request order, the
-        whole batches that fit the budget; the first partition returning data may exceed it by one batch
-        when nothing else was returned (Kafka's min-one-message rule). What is cut stays in the
-        read-ahead buffer for the next fetch."""
+    async def _read_remote(self, remote: list, budget: int, min_one: bool, isolation: str) -> None:
+        """Read every partition below its local log start from the remote tier, concurrently, each up to
+        its partition limit and the bytes the local reads left; then keep, in request order, the whole
+        batches that fit what is left of ``max_bytes`` (the first partition with data may exceed it by
+        one batch when the response holds nothing else: Kafka's min-one-message rule). Reads still
+        running after ``remote.fetch.max.wait.ms`` answer empty without error and keep running, so the
+        next fetch finds their bytes in the read-ahead window; so does what the budget cut off."""
         rlm = self.broker.remote_log_manager
         reader = rlm.reader
         wait_s = self.broker.controller.effective_config["remote.fetch.max.wait.ms"] / 1000
-        reads = []
-        for partition, _part, fetch_offset, partition_max in remote:
-            limit = max(0, min(partition_max, budget))
-            reads.append(asyncio.ensure_future(reader.read(partition, rlm.topic_id_partition(partition), fetch_offset,
-                                                           limit, min_one)))
+        reads = [asyncio.ensure_future(reader.read_result(partition, fetch_offset, max(0, min(partition_max, budget)),
+                                                          min_one, isolation))
+                 for partition, _part, fetch_offset, partition_max in remote]
         done, _ = await asyncio.wait(reads, timeout=wait_s)
-        for (_, part, _, _), task in zip(remote, reads):
+        for (partition, part, _, _), task in zip(remote, reads):
             if task not in done:
-                task.add_done_callback(_ignore_result)  # keeps warming the read-ahead; answered empty
+                task.add_done_callback(_ignore_result)
                 continue
             try:
-                data = task.result()
-            except KafkaError as e:
+                result = task.result()
+            except Exception as e:  # noqa: BLE001 - one partition's failure is that partition's error code
                 for key in ("high_watermark", "last_stable_offset", "log_start_offset"):
                     part[key] = -1
-                part["error_code"] = e.code
+                if isinstance(e, KafkaError):
+                    part["error_code"] = e.code
+                else:
+                    log.exception("Remote read of %s-%d failed", partition.topic, partition.index)
+                    part["error_code"] = UnknownServerError.code
                 continue
-            data = _whole_batches_within(data, budget, min_one)
+            data = _whole_batches_within(result.records, budget, min_one)
+            if result.aborted_transactions:
+                part["aborted_transactions"] = [{"producer_id": pid, "first_offset": first}
+                                                for pid, first in result.aborted_transactions]
             if data:
                 part["records"] = data
                 budget -= len(data)
@@ -125,11 +134,13 @@ class FetchApis:
                 if limit > 0 or min_one:
                     try:
                         info = lg.read(p.fetch_offset, max(limit, 0), isolation=isolation, min_one_message=min_one)
-                    except OffsetMovedToTieredStorageError:
+                    except OffsetMovedToTieredStorageError as e:
                         # Followers get 109 and rebuild from the remote tier themselves; consumers are
-                        # served from it (never 109: consumers treat unknown codes as fatal).
-                        if not consumer or rlm is None or rlm.reader is None or not lg.config.remote_storage_enable:
+                        # served from it, never given 109 (the Java consumer treats it as fatal).
+                        if not consumer:
                             raise
+                        if rlm is None or rlm.reader is None or not lg.config.remote_storage_enable:
+                            raise OffsetOutOfRangeError(f"{e} (remote storage is not in effect)") from None
                         remote.append((partition, part, p.fetch_offset, p.partition_max_bytes))
                 # Offsets are reported only for a partition read without error (an error answer
                 # carries -1 for all three, as Kafka's does).

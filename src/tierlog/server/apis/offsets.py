@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from tierlog.errors import KafkaError, RequestTimedOutError, UnsupportedVersionError
+from tierlog.errors import KafkaError, RequestTimedOutError, UnknownServerError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.storage import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -12,6 +13,8 @@ from tierlog.storage import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
 )
+
+log = logging.getLogger(__name__)
 
 # The ListOffsets version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005).
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
@@ -29,8 +32,9 @@ class OffsetApis:
         req = ctx.request
         rm = self.broker.replica_manager
         committed = getattr(req, "isolation_level", 0) == 1
-        timeout_ms = getattr(req, "timeout_ms", None)
-        if not timeout_ms or timeout_ms <= 0:  # ListOffsets v10 (KIP-1075) carries its own
+        timeout = getattr(req, "timeout", None)  # ListOffsets v10+ (KIP-1075) carries its own
+        timeout_ms = timeout.total_seconds() * 1000 if timeout is not None else 0
+        if timeout_ms <= 0:
             timeout_ms = self.broker.controller.effective_config["remote.list.offsets.request.timeout.ms"]
         topics = []
         remote = []
@@ -65,20 +69,22 @@ class OffsetApis:
     async def _remote_offsets(self, remote: list, committed: bool, timeout_s: float) -> None:
         """Timestamp lookups over remote data, concurrently; REQUEST_TIMED_OUT for those that do not finish
         in time (Kafka's DelayedRemoteListOffsets)."""
-        rlm = self.broker.remote_log_manager
-        tasks = [asyncio.ensure_future(rlm.reader.find_offset_by_timestamp(partition, rlm.topic_id_partition(partition),
-                                                                           ts))
-                 for _, partition, ts in remote]
+        reader = self.broker.remote_log_manager.reader
+        tasks = [asyncio.ensure_future(reader.find_offset_by_timestamp(partition, ts)) for _, partition, ts in remote]
         done, _ = await asyncio.wait(tasks, timeout=timeout_s)
         for (out, partition, _), task in zip(remote, tasks):
             if task not in done:
-                task.cancel()
+                task.cancel()  # the segment search already running finishes in its thread, unused
                 out["error_code"] = RequestTimedOutError.code
                 continue
             try:
                 found = task.result()
-            except KafkaError as e:
-                out["error_code"] = e.code
+            except Exception as e:  # noqa: BLE001 - one partition's failure is that partition's error code
+                if isinstance(e, KafkaError):
+                    out["error_code"] = e.code
+                else:
+                    log.exception("Remote timestamp lookup of %s-%d failed", partition.topic, partition.index)
+                    out["error_code"] = UnknownServerError.code
                 continue
             lg = partition.log
             upper = lg.last_stable_offset if committed else lg.high_watermark
