@@ -75,10 +75,17 @@ class _Facade:
         if inspect.iscoroutinefunction(attr):
             def call(*args: Any, **kwargs: Any) -> Any:
                 return self._loop.run(attr(*args, **kwargs))
-            call.__name__ = name
-            call.__doc__ = attr.__doc__
-            return call
-        return attr
+        elif inspect.ismethod(attr):
+            # plain methods touch state the loop's tasks share (events, positions): run them there too
+            def call(*args: Any, **kwargs: Any) -> Any:
+                async def inline() -> Any:
+                    return attr(*args, **kwargs)
+                return self._loop.run(inline())
+        else:
+            return attr
+        call.__name__ = name
+        call.__doc__ = attr.__doc__
+        return call
 
     def close(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -97,10 +104,20 @@ class Producer(_Facade):
     _async_class = _producer.Producer
 
     def send(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> SendFuture:
-        async def send_and_wait():
-            return await (await self._target.send(topic, value, key, **kwargs))
-        # The record is queued once the loop has run send(); the metadata arrives later.
-        return SendFuture(asyncio.run_coroutine_threadsafe(send_and_wait(), self._loop.loop))
+        """Queue one record (blocking, as Java's send, only for metadata and ``buffer.memory``) and
+        return at once; records of one thread keep their order. ``get()`` gives the RecordMetadata."""
+        async def queue() -> concurrent.futures.Future:
+            record = await self._target.send(topic, value, key, **kwargs)
+            done: concurrent.futures.Future = concurrent.futures.Future()
+
+            def bridge(r: Any) -> None:
+                try:
+                    done.set_result(r.result())
+                except BaseException as exc:  # noqa: BLE001 - handed to whoever calls get()
+                    done.set_exception(exc)
+            record.add_done_callback(bridge)
+            return done
+        return SendFuture(self._loop.run(queue()))
 
 
 class Consumer(_Facade):
