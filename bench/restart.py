@@ -144,13 +144,15 @@ def set_up(b: Broker, segments: int) -> None:
     admin.close()
     bulk_id = uuid.UUID(described[0]["topic_id"]) if isinstance(described[0]["topic_id"], str) \
         else described[0]["topic_id"]
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    small = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 2000})
     for _ in range(2000):
-        p.produce("served", os.urandom(100))
-    p.produce("bulk", b"one record in leader epoch 0")
-    p.flush(60)
+        small.produce("served", os.urandom(100))
+    small.produce("bulk", b"one record in leader epoch 0")
+    small.flush(60)
+    # Offset 0 of "served" must be in remote storage only, so the timed read is a remote one.
     wait_for(lambda: (s := b.status("served")) and s[0]["ready"] and s[0]["copy_lag_segments"] == 0
-             and s[0]["local_segments"] <= 2)
+             and s[0]["local_log_start_offset"] > 0)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
     # Synthetic history for "bulk": segments of 10 offsets, in leader epoch 0, each STARTED then FINISHED.
     tp = TopicIdPartition(bulk_id, "bulk", 0)
     now = int(time.time() * 1000)

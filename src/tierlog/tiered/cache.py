@@ -245,6 +245,33 @@ class RemoteLogMetadataCache:
                 else:
                     raise ValueError(f"a snapshot can not hold a {md.state.name} segment: {md}")
 
+    def export_state(self) -> tuple[list[RemoteLogSegmentMetadata], dict[int, tuple]]:
+        """The cache exactly, for a snapshot: its segments, and per epoch (highest offset, referenced
+        (start offset, segment index) pairs, unreferenced segment indexes), indexes into the segments."""
+        with self._lock:
+            segments = list(self._segments.values())
+            index = {md.segment_id: i for i, md in enumerate(segments)}
+            epochs = {}
+            for epoch, st in self._epochs.items():
+                refs = [(o, index[i]) for o, i in zip(st._offsets, st._ids) if i in index]
+                unref = [index[i] for i in st._unreferenced if i in index]
+                epochs[epoch] = (st.highest_log_offset, refs, unref)
+            return segments, epochs
+
+    def import_state(self, segments: list[RemoteLogSegmentMetadata], epochs: Mapping[int, tuple]) -> None:
+        """Load what :meth:`export_state` gave into this (empty) cache; it is not initialised, since the
+        events after the snapshot still have to be read."""
+        with self._lock:
+            if self._segments:
+                raise ValueError("import needs an empty cache")
+            self._segments = {md.segment_id: md for md in segments}
+            for epoch, (highest, refs, unref) in epochs.items():
+                st = self._epoch(epoch)
+                st.highest_log_offset = highest
+                st._offsets = [o for o, _ in refs]
+                st._ids = [segments[i].segment_id for _, i in refs]
+                st._unreferenced = {segments[i].segment_id: None for i in unref}
+
     # -------------------------------------------------------------------------------------- internals
 
     def _epoch(self, epoch: int) -> RemoteLogLeaderEpochState:
@@ -372,6 +399,16 @@ class RemotePartitionMetadataStore:
     def snapshot(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """``tp``'s segments for a snapshot file; works before the partition is initialised too."""
         return self._loaded(tp).snapshot()
+
+    def export_state(self, tp: TopicIdPartition) -> tuple[list[RemoteLogSegmentMetadata], dict[int, tuple]]:
+        return self._loaded(tp).export_state()
+
+    def import_state(self, tp: TopicIdPartition, segments: list[RemoteLogSegmentMetadata],
+                     epochs: Mapping[int, tuple]) -> None:
+        """Replace ``tp``'s cache by one holding exactly this exported state (not initialised)."""
+        cache = RemoteLogMetadataCache()
+        cache.import_state(segments, epochs)
+        self._caches[tp] = cache
 
     def restore(self, tp: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata]) -> None:
         """Replace ``tp``'s cache by one loaded from a snapshot; it is not initialised, since the events

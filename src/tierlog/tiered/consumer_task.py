@@ -195,14 +195,13 @@ class ConsumerTask:
         snapshots: dict[int, rlmm_snapshot.Snapshot | None] = {}
         for tp in added:
             mp = self.assigned[tp]
-            if mp not in snapshots:
-                snapshots[mp] = rlmm_snapshot.read(self.log_dir, mp) if self.log_dir else None
+            if mp not in snapshots:  # decoding a large snapshot takes a while: off the event loop
+                snapshots[mp] = await asyncio.to_thread(rlmm_snapshot.read, self.log_dir, mp) if self.log_dir else None
             snap = snapshots[mp]
             self.store.maybe_load_partition(tp)
             state = snap.partitions.get(tp) if snap is not None else None
             if state is not None:
-                self.store.clear_partition(tp)
-                self.store.restore(tp, state.segments)
+                self.store.import_state(tp, state.segments, state.epochs)
                 self.last_applied[tp] = state.last_applied_offset
                 begin = snap.read_offset
             else:
@@ -248,7 +247,7 @@ class ConsumerTask:
         for mp, tps in by_mp.items():
             if mp not in self.read_offsets or any(not self.store.is_initialized(tp) for tp in tps):
                 continue
-            states = {tp: rlmm_snapshot.PartitionState(tp, self.last_applied.get(tp, -1), self.store.snapshot(tp))
+            states = {tp: rlmm_snapshot.PartitionState(tp, self.last_applied.get(tp, -1), *self.store.export_state(tp))
                       for tp in tps}
             try:
                 rlmm_snapshot.write(self.log_dir, rlmm_snapshot.Snapshot(mp, self.read_offsets[mp], states))

@@ -538,7 +538,10 @@ class RemoteLogManager:
 
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
-        doomed, new_start = self.retention_candidates(st)
+        # A scan over every remote segment of the partition (100,000s on a long-lived topic): on the
+        # expiration pool, so the event loop keeps serving requests meanwhile.
+        doomed, new_start = await asyncio.get_running_loop().run_in_executor(
+            self.expiration_pool, self.retention_candidates, st)
         if new_start is not None and new_start > lg.log_start_offset:
             # Readers stop asking for these offsets before the objects disappear.
             lg.increment_log_start_offset_from_remote(new_start)
@@ -557,12 +560,12 @@ class RemoteLogManager:
                 raise  # stays DELETE_SEGMENT_STARTED; the next run retries
             self._evict_from_index_cache(md)
             await self._update(md, S.DELETE_SEGMENT_FINISHED)
-        self._update_size_metrics(st)
+        await asyncio.get_running_loop().run_in_executor(self.expiration_pool, self._update_size_metrics, st)
 
     def _update_size_metrics(self, st: PartitionTasks) -> None:
         segments = self.rlmm.list_remote_log_segments(st.tp)
-        finished = [md for md in segments if md.state == S.COPY_SEGMENT_FINISHED]
-        self.metrics.log_size_bytes.set(sum(md.segment_size_in_bytes for md in finished),
+        self.metrics.log_size_bytes.set(sum(md.segment_size_in_bytes for md in segments
+                                            if md.state == S.COPY_SEGMENT_FINISHED),
                                         topic=st.tp.topic, partition=st.tp.partition)
         self.metrics.log_metadata_count.set(len(segments), topic=st.tp.topic, partition=st.tp.partition)
         self.metrics.delete_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
