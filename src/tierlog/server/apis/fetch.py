@@ -34,7 +34,8 @@ class FetchApis:
         rm = self.broker.replica_manager
         by_id = ctx.api_version >= 13
         isolation = "committed" if getattr(req, "isolation_level", 0) == 1 else "high_watermark"
-        if getattr(req, "replica_id", -1) >= 0:
+        replica_id = _replica_id(req)
+        if replica_id >= 0:
             isolation = "log_end"  # a follower (next milestone) reads up to the log end
         max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
         wanted = []  # (topic response key, topic name or None, partition request)
@@ -49,7 +50,7 @@ class FetchApis:
                 wanted.append((key, name, p))
         deadline = time.monotonic() + max(req.max_wait.total_seconds(), 0)
         min_bytes = req.min_bytes if wanted else 0  # a fetch naming no partition (a closing session) returns at once
-        consumer = getattr(req, "replica_id", -1) < 0
+        consumer = replica_id < 0
         while True:
             results, total, errors, remote = self._read(wanted, max_bytes, isolation, by_id, consumer)
             if remote:
@@ -159,6 +160,14 @@ class FetchApis:
                 errors = True
             results.append((key, part))
         return results, total, errors, remote
+
+
+def _replica_id(req) -> int:
+    """The fetching replica (-1 for consumers): a field of its own up to v14, in ReplicaState from v15."""
+    state = getattr(req, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(req, "replica_id", -1)
 
 
 def _whole_batches_within(data: bytes, budget: int, min_one: bool) -> bytes:
