@@ -102,12 +102,13 @@ def client_versions() -> dict[str, str]:
 
 
 def render(results, seconds: float, versions: dict[str, str]) -> str:
-    clients = list(versions)
+    # columns without an adapter of their own (tests/interop/test_kafka_peer.py) come last
+    clients = list(versions) + sorted({c for c, _ in results} - set(versions))
     features = [f for f in FEATURES if any((c, f) in results for c in clients)]
     features += sorted({f for _, f in results} - set(features))
     notes: list[str] = []
     counts = {"pass": 0, "fail": 0, "xfail": 0, "n/a": 0}
-    lines = ["| feature | " + " | ".join(f"{c} {versions[c]}" for c in clients) + " |",
+    lines = ["| feature | " + " | ".join(f"{c} {versions.get(c, '')}".strip() for c in clients) + " |",
              "|---|" + "---|" * len(clients)]
     for feature in features:
         cells = []

@@ -1,7 +1,8 @@
 """One synchronous adapter per Kafka client, so every interop scenario is written once.
 
 Adapters: kafka-python, aiokafka (driven on its own event-loop thread), confluent-kafka
-(librdkafka) and kcat (the CLI, run as subprocesses). Each exposes the same small surface:
+(librdkafka), kcat (the CLI, run as subprocesses) and tierlog's own client (its synchronous
+facade). Each exposes the same small surface:
 admin calls returning Kafka error codes (0 = success) instead of client-specific exceptions,
 ``produce`` returning the delivered (partition, offset) of every record, ``consume`` /
 ``open_consumer`` for assigned partitions, and ``open_group_member`` for a consumer in a group.
@@ -1162,6 +1163,187 @@ def _kcat_msg(line: str) -> Msg:
                value.encode() if value is not None else None, headers, d.get("ts", -1))
 
 
+# ---------------------------------------------------------------------------------------- tierlog
+
+
+class TierlogClient(Client):
+    """tierlog's own client, through its synchronous facade (each facade object runs the asyncio
+    client on its own loop thread). Errors come back as its typed exceptions, whose ``code`` is the
+    Kafka error code; per-item failures carry ``errors`` (item -> exception)."""
+
+    name = "tierlog"
+
+    def __init__(self, bootstrap: str):
+        super().__init__(bootstrap)
+        self._admin = None
+        self._probe = None
+
+    @staticmethod
+    def version() -> str:
+        from tierlog.client.connection import SOFTWARE_VERSION
+        return SOFTWARE_VERSION
+
+    def close(self) -> None:
+        for c in (self._admin, self._probe):
+            if c is not None:
+                c.close()
+        self._admin = self._probe = None
+
+    def admin(self):
+        if self._admin is None:
+            from tierlog.client.sync import Admin
+            self._admin = Admin({"bootstrap.servers": self.bootstrap, "client.id": "interop-admin"})
+        return self._admin
+
+    @staticmethod
+    def _codes(names, call) -> dict:
+        """{item: 0} when ``call()`` succeeds, else each failed item's error code."""
+        from tierlog.errors import KafkaError
+        try:
+            call()
+        except KafkaError as e:
+            failed = getattr(e, "errors", None) or {}
+            return {n: (failed[n].code if n in failed else 0) for n in names}
+        return dict.fromkeys(names, 0)
+
+    def create_topics(self, topics):
+        from tierlog.client.admin import NewTopic
+        new = [NewTopic(name, n, -1, cfg) for name, (n, cfg) in topics.items()]
+        return self._codes(list(topics), lambda: self.admin().create_topics(new))
+
+    def create_partitions(self, topic, total):
+        return self._codes([topic], lambda: self.admin().create_partitions({topic: total}))[topic]
+
+    def delete_topics(self, names):
+        return self._codes(names, lambda: self.admin().delete_topics(names))
+
+    def describe_configs(self, kind, name):
+        (entries,) = self.admin().describe_configs([(kind, name)]).values()
+        return {k: e.value for k, e in entries.items()}
+
+    def alter_configs(self, kind, name, changes):
+        from tierlog.client.admin import AlterConfigOp
+        ops = [AlterConfigOp(k, "set", v) for k, v in changes.items()]
+        return self._codes([(kind, name)], lambda: self.admin().incremental_alter_configs({(kind, name): ops}))[
+            (kind, name)]
+
+    def delete_records(self, topic, partition, before):
+        from tierlog.client.types import TopicPartition
+        from tierlog.errors import KafkaError
+        tp = TopicPartition(topic, partition)
+        try:
+            return 0, self.admin().delete_records({tp: before})[tp]
+        except KafkaError as e:
+            return e.code, -1
+
+    def metadata(self):
+        admin = self.admin()
+        cluster = admin.describe_cluster()
+        brokers = {(b.node_id, b.host, b.port) for b in cluster.brokers}
+        names = list(admin.list_topics())
+        topics = {name: len(d.partitions) for name, d in admin.describe_topics(names).items()} if names else {}
+        return Meta(brokers, topics)
+
+    def committed(self, group, topic, partitions):
+        from tierlog.client.types import TopicPartition
+        result = self.admin().list_consumer_group_offsets(group, [TopicPartition(topic, p) for p in partitions])
+        return {tp.partition: (om.offset if om is not None else -1) for tp, om in result.items()}
+
+    def probe(self):
+        if self._probe is None:
+            from tierlog.client.sync import Consumer
+            self._probe = Consumer({"bootstrap.servers": self.bootstrap, "client.id": "interop-probe"})
+        return self._probe
+
+    def watermarks(self, topic, partition):
+        # a consumer, as the other adapters: it waits for a partition its broker has not loaded yet
+        from tierlog.client.types import TopicPartition
+        tp = TopicPartition(topic, partition)
+        probe = self.probe()
+        return probe.beginning_offsets([tp])[tp], probe.end_offsets([tp])[tp]
+
+    def produce(self, topic, recs, compression="none", idempotent=True, small_batches=False, pace_s=0.0):
+        from tierlog.client.sync import Producer
+        conf = {"bootstrap.servers": self.bootstrap, "compression.type": compression,
+                "enable.idempotence": idempotent, "acks": "all" if idempotent else "1",
+                "linger.ms": 0 if small_batches else 5, "batch.size": 256 if small_batches else 16384,
+                "retry.backoff.ms": 50, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+                "request.timeout.ms": 10000, "client.id": "interop-producer"}
+        with Producer(conf) as producer:
+            futures = []
+            for r in recs:
+                futures.append(producer.send(topic, r.value, r.key, partition=r.partition,
+                                             timestamp_ms=r.timestamp, headers=list(r.headers) or None))
+                if pace_s:
+                    time.sleep(pace_s)
+            producer.flush()
+            return [(md.partition, md.offset) for md in (f.get(60) for f in futures)]
+
+    def open_consumer(self, topic, partition, start):
+        from tierlog.client.sync import Consumer
+        from tierlog.client.types import TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "fetch.max.wait.ms": 200,
+                             "client.id": "interop-consumer"})
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        if start == "earliest":
+            consumer.seek_to_beginning(tp)
+        elif start == "latest":
+            consumer.seek_to_end(tp)
+            consumer.position(tp)
+        elif isinstance(start, tuple):
+            found = consumer.offsets_for_times({tp: start[1]})[tp]
+            assert found is not None, f"no offset for timestamp {start[1]}"
+            consumer.seek(tp, found.offset)
+        else:
+            consumer.seek(tp, start)
+
+        class _S(Session):
+            def poll(self, timeout):
+                batches = consumer.poll(timeout_ms=int(timeout * 1000))
+                return [_tl_msg(m) for ms in batches.values() for m in ms]
+
+            def close(self):
+                consumer.close()
+
+        return _S()
+
+    def open_group_member(self, group, topics):
+        bootstrap = self.bootstrap
+
+        class _Ops:
+            def __init__(self):
+                from tierlog.client.sync import Consumer
+                self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                   "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+                                   "fetch.max.wait.ms": 200, "retry.backoff.ms": 50,
+                                   "client.id": "interop-member"})
+                self.c.subscribe(topics)
+
+            def poll(self, timeout):
+                batches = self.c.poll(timeout_ms=int(timeout * 1000))
+                return [_tl_msg(m) for ms in batches.values() for m in ms]
+
+            def assignment(self):
+                return {(tp.topic, tp.partition) for tp in self.c.assignment()}
+
+            def commit(self, offsets):
+                from tierlog.client.types import TopicPartition
+                self.c.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
+
+            def close(self):
+                self.c.close()
+
+        return GroupMember(_Ops, f"tierlog:{group}")
+
+
+def _tl_msg(m) -> Msg:
+    return Msg(m.topic, m.partition, m.offset, m.key, m.value, tuple((k, v) for k, v in (m.headers or ())),
+               m.timestamp)
+
+
 CLIENTS: dict[str, type[Client]] = {
-    c.name: c for c in (KafkaPythonClient, AiokafkaClient, ConfluentClient, KcatClient)
+    c.name: c for c in (KafkaPythonClient, AiokafkaClient, ConfluentClient, KcatClient, TierlogClient)
 }

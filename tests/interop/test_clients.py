@@ -1,4 +1,4 @@
-"""The same scenarios with every client: kafka-python, aiokafka, confluent-kafka and kcat.
+"""The same scenarios with every client: kafka-python, aiokafka, confluent-kafka, kcat and tierlog.
 
 Each (client, feature) is one test id, e.g. ``test_produce_codec[confluent-kafka-zstd]``. The
 client named in the id does the work under test; setup that it cannot do (records with given
