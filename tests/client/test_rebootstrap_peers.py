@@ -1,0 +1,250 @@
+"""The rebootstrap scenario of test_rebootstrap.py with other clients, to compare behaviour.
+
+- confluent-kafka (librdkafka) with ``metadata.recovery.strategy=rebootstrap`` and ``none``;
+- Kafka's Java clients (4.1, from the reference peer's jars) driven through
+  tests/client/java/RebootstrapClient.java, compiled like scripts/kafka/ToolRunner.java.
+
+The same two broker "hosts" on fixed loopback ports share one data folder and swap, then swap back.
+Observed (and asserted): with ``rebootstrap`` all three clients carry on without a restart and
+without lost or duplicated records, as tierlog's own client does; with ``none`` they fail while
+the host they know is gone - librdkafka with Local: Message timed out (producer) and Local: Broker
+transport failure (admin), Java with TimeoutException, tierlog with BrokersUnavailableError - and
+work again when it comes back. Without Java/Maven the Java part skips locally and fails in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.client.test_rebootstrap import SwapPair, _expected, _produce, _read_back
+from tests.prerequisites import load_script, unavailable
+from tierlog.client.producer import Producer
+
+# Kafka's RebootstrapTest settings, in librdkafka's names where they differ
+LIBRDKAFKA = {"reconnect.backoff.ms": 1000, "reconnect.backoff.max.ms": 1000,
+              "socket.connection.setup.timeout.ms": 5000}
+JAVA = {"reconnect.backoff.ms": 1000, "reconnect.backoff.max.ms": 1000,
+        "socket.connection.setup.timeout.ms": 5000, "socket.connection.setup.timeout.max.ms": 5000}
+
+
+@pytest.fixture
+def pair(tmp_path):
+    p = SwapPair(tmp_path / "data")
+    p.start(0)
+    yield p
+    p.close()
+
+
+def read_back(pair: SwapPair, topic: str, expected: int) -> list[bytes]:
+    return asyncio.run(_read_back(pair.bootstrap, topic, expected))
+
+
+def produce_with_tierlog(pair: SwapPair, topic: str, prefix: str, n: int) -> None:
+    async def run():
+        async with Producer(bootstrap_servers=pair.bootstrap) as producer:
+            await _produce(producer, topic, prefix, n)
+    asyncio.run(run())
+
+
+# ------------------------------------------------------------------------------------ confluent-kafka
+
+
+class LibrdkafkaProducer:
+    def __init__(self, conf: dict):
+        self.producer = confluent_kafka.Producer(conf)
+
+    def produce(self, topic: str, prefix: str, n: int, timeout: float = 60) -> tuple[list, float]:
+        """Delivery errors of ``n`` records and the seconds until all were reported."""
+        reports: list = []
+        t0 = time.monotonic()
+        for i in range(n):
+            self.producer.produce(topic, f"{prefix}{i}".encode(), key=f"k{i}".encode(),
+                                  on_delivery=lambda err, _msg: reports.append(err))
+        assert self.producer.flush(timeout) == 0, "records still queued"
+        assert len(reports) == n
+        return [e for e in reports if e is not None], time.monotonic() - t0
+
+
+def test_confluent_rebootstrap_producer_consumer_admin(pair):
+    conf = {**LIBRDKAFKA, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "rebootstrap"}
+    producer = LibrdkafkaProducer({**conf, "message.timeout.ms": 60000})
+    consumer = confluent_kafka.Consumer({**conf, "group.id": "ck-reb", "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    admin = AdminClient(conf)
+    try:
+        assert producer.produce("ckreb", "a", 40)[0] == []
+        consumer.subscribe(["ckreb"])
+        got: list[bytes] = []
+
+        def consume(n: int) -> None:
+            deadline = time.monotonic() + 60
+            while len(got) < n and time.monotonic() < deadline:
+                got.extend(m.value() for m in consumer.consume(100, 0.5) if m.error() is None)
+            consumer.commit(asynchronous=False)
+
+        consume(40)
+        admin.create_topics([NewTopic("ckreb-a", 1, 1)])["ckreb-a"].result(30)
+        for prefix in "bc":
+            pair.swap()  # the other host; for "c" the first one again
+            errors, seconds = producer.produce("ckreb", prefix, 40)
+            assert errors == [], errors
+            print(f"librdkafka delivered after the swap in {seconds:.1f} s")
+            consume(40 * (2 if prefix == "b" else 3))
+            admin.create_topics([NewTopic(f"ckreb-{prefix}", 1, 1)])[f"ckreb-{prefix}"].result(30)
+            assert {"ckreb", "ckreb-a", f"ckreb-{prefix}"} <= set(admin.list_topics(timeout=30).topics)
+        time.sleep(0.5)  # a duplicate would arrive now
+        got.extend(m.value() for m in consumer.consume(100, 0.5) if m.error() is None)
+        assert sorted(got) == _expected("abc", 40)
+    finally:
+        consumer.close()
+    assert read_back(pair, "ckreb", 120) == _expected("abc", 40)
+
+
+def test_confluent_strategy_none_fails_until_the_known_host_returns(pair):
+    conf = {**LIBRDKAFKA, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "none"}
+    producer = LibrdkafkaProducer({**conf, "message.timeout.ms": 5000})
+    admin = AdminClient(conf)
+    assert producer.produce("cknone", "a", 10)[0] == []
+    assert "cknone" in admin.list_topics(timeout=10).topics
+    pair.swap()
+    errors, _ = producer.produce("cknone", "lost", 5)
+    assert [e.code() for e in errors] == [confluent_kafka.KafkaError._MSG_TIMED_OUT] * 5
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        admin.list_topics(timeout=5)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError._TRANSPORT
+    pair.swap()
+    assert producer.produce("cknone", "c", 10)[0] == []
+    assert "cknone" in admin.list_topics(timeout=10).topics
+    assert read_back(pair, "cknone", 20) == _expected("ac", 10)
+
+
+# ------------------------------------------------------------------------------------ Kafka's Java client
+
+SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
+
+
+@pytest.fixture(scope="module")
+def java_client_command():
+    """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
+    peer = load_script("kafka_peer.py", "tierlog_kafka_peer")
+    missing = peer.missing_prerequisites() + ([] if shutil.which("javac") else ["javac (a JDK)"])
+    if missing:
+        unavailable("Kafka's Java client", "missing " + ", ".join(missing))
+    try:
+        classpath = peer.classpath()
+    except peer.KafkaPeerError as e:
+        unavailable("Kafka's Java client", str(e))
+    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
+    classes = peer.cache_dir() / f"rebootstrap-client-{digest}"
+    if not (classes / "RebootstrapClient.class").exists():
+        staging = Path(tempfile.mkdtemp(prefix="rebootstrap-client-", dir=peer.cache_dir()))
+        proc = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(SOURCE)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
+        try:
+            staging.rename(classes)
+        except OSError:  # compiled meanwhile by another process
+            shutil.rmtree(staging, ignore_errors=True)
+    cmd = peer.java_command("RebootstrapClient")
+    cp = cmd.index("-cp") + 1
+    cmd[cp] = f"{classes}{os.pathsep}{cmd[cp]}"
+    return cmd
+
+
+class JavaClients:
+    """One JVM with a producer, a consumer and an admin client; a command per call."""
+
+    def __init__(self, command: list[str], settings: dict, log: Path):
+        self.log = open(log, "w")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([*command, *(f"{k}={v}" for k, v in settings.items())], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        assert self._line(60) == "READY"
+
+    def _line(self, timeout: float) -> str:
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        assert box and box[0], f"no answer from the Java client within {timeout} s (see {self.log.name})"
+        return box[0].rstrip("\n")
+
+    def __call__(self, command: str, timeout: float = 120) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._line(timeout)
+
+    def ok(self, command: str, timeout: float = 120) -> str:
+        answer = self(command, timeout)
+        assert answer.startswith("OK"), f"{command}: {answer}"
+        return answer[3:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def java(java_client_command, tmp_path):
+    made: list[JavaClients] = []
+
+    def _make(settings: dict) -> JavaClients:
+        c = JavaClients(java_client_command, settings, tmp_path / f"java{len(made)}.log")
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.close()
+
+
+def test_java_rebootstrap_producer_consumer_admin(pair, java):
+    clients = java({**JAVA, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "rebootstrap"})
+    clients.ok("produce jreb a 40")
+    clients.ok("subscribe jreb g-java")
+    got = clients.ok("consume 40 60000").split(",")
+    clients.ok("create jreb-a 1")
+    for prefix in "bc":
+        pair.swap()
+        t0 = time.monotonic()
+        clients.ok(f"produce jreb {prefix} 40")
+        print(f"Java producer delivered after the swap in {time.monotonic() - t0:.1f} s")
+        got += clients.ok("consume 40 60000").split(",")
+        clients.ok(f"create jreb-{prefix} 1")
+        assert {"jreb", "jreb-a", f"jreb-{prefix}"} <= set(clients.ok("list").split(","))
+    assert clients.ok("consume 1 1000") == ""  # nothing more: no duplicate
+    assert sorted(v.encode() for v in got) == _expected("abc", 40)
+    assert read_back(pair, "jreb", 120) == _expected("abc", 40)
+
+
+def test_java_strategy_none_fails_until_the_known_host_returns(pair, java):
+    clients = java({**JAVA, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "none",
+                    "delivery.timeout.ms": 5000, "request.timeout.ms": 2000, "default.api.timeout.ms": 5000,
+                    "linger.ms": 0})
+    clients.ok("produce jnone a 10")
+    assert "jnone" in clients.ok("list").split(",")
+    pair.swap()
+    assert clients("produce jnone lost 1").startswith("ERR org.apache.kafka.common.errors.TimeoutException")
+    assert clients("list").startswith("ERR org.apache.kafka.common.errors.TimeoutException")
+    pair.swap()
+    clients.ok("produce jnone c 10")
+    assert "jnone" in clients.ok("list").split(",")
+    assert read_back(pair, "jnone", 20) == _expected("ac", 10)
