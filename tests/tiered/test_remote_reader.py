@@ -279,10 +279,20 @@ def test_only_the_needed_range_is_read(tiered):
 def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
     t = tiered
     reader = t.reader(chunk_bytes=1500)
-    offset = 0
+    offset = reads = 0
     t.rsm.ranges.clear()
+    submitted = []
+    real_submit = reader._submit
+
+    async def counting_submit(*a):
+        submitted.append(a[1].__name__)
+        return await real_submit(*a)
+    reader._submit = counting_submit
     while offset < t.log.local_log_start_offset:
         offset = batches_of(run(reader.read(t.partition, offset, 700, True)))[-1][1] + 1
+        reads += 1
+    # Reads whose bytes were in memory were answered on the event loop, without a thread hop.
+    assert len(submitted) < reads / 2, (len(submitted), reads)
     total = sum(len(t.segment_bytes[md.start_offset]) for md in t.remote)
     fetched = sum(r[4] for r in t.rsm.ranges)
     by_read_ahead = sum(r[4] for r in t.rsm.ranges if r[3].startswith("remote-read-ahead"))

@@ -211,6 +211,11 @@ class RemoteIndexCache:
     def txn_index(self, md: RemoteLogSegmentMetadata) -> RemoteTransactionIndex:
         return self._get(md, IndexType.TRANSACTION)  # type: ignore[return-value]
 
+    def loaded_offset_index(self, md: RemoteLogSegmentMetadata) -> RemoteOffsetIndex | None:
+        """The offset index when it is in memory already, else None (never any I/O: for the event loop)."""
+        with self._lock:
+            return self._loaded.get(self.file_name(md, IndexType.OFFSET))  # type: ignore[return-value]
+
     def _get(self, md: RemoteLogSegmentMetadata, index_type: IndexType):
         name = self.file_name(md, index_type)
         while True:

@@ -62,19 +62,24 @@ FAILURE_LOG_INTERVAL_S = 10.0  # a failing segment is logged at WARNING at most 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
+class _WouldBlock(Exception):
+    """A read tried on the event loop needs I/O: it goes to the reader pool instead."""
+
+
 @dataclass(slots=True)
 class RemoteReadResult:
-    """Whole batches from the fetch offset (``records``, possibly empty), the offset after them, and for
-    read_committed the aborted transactions overlapping them as (producer id, first offset)."""
+    """Whole batches from the fetch offset (``records``, possibly empty; a memoryview of read-ahead memory
+    when possible, to spare a copy), the offset after them, and for read_committed the aborted
+    transactions overlapping them as (producer id, first offset)."""
 
-    records: bytes
+    records: bytes | memoryview
     next_offset: int
     aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
 class _SegmentRead:
-    records: bytes
+    records: bytes | memoryview
     next_offset: int
     end_of_segment: bool
     transactional: bool
@@ -101,7 +106,8 @@ class _Window:
         return self.start <= start and end <= self.end
 
     def view(self, start: int, end: int):
-        """Bytes ``[start, end)`` (covered), as a memoryview when one chunk holds them."""
+        """Bytes ``[start, end)`` (covered), as a memoryview of a chunk when one holds them (no copy: chunks
+        are immutable bytes), else joined."""
         for pos, data in self.chunks:
             if pos <= start and end <= pos + len(data):
                 return memoryview(data)[start - pos:end - pos]
@@ -166,7 +172,7 @@ class RemoteLogReader:
                    isolation: str = "high_watermark") -> bytes:
         """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least the whole first batch
         with ``min_one_message``), from remote storage."""
-        return (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
+        return bytes((await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records)
 
     async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
                           isolation: str = "high_watermark") -> RemoteReadResult:
@@ -180,7 +186,11 @@ class RemoteLogReader:
             md = self._segment_for(tp, lg, fetch_offset)
             offset = fetch_offset
             while True:
-                got = await self._submit(tp, self._read_segment, tp, md, offset, max_bytes, min_one_message)
+                try:
+                    # A sequential reader's bytes are usually in the window already: no thread hop.
+                    got = self._read_segment(tp, md, offset, max_bytes, min_one_message, inline=True)
+                except _WouldBlock:
+                    got = await self._submit(tp, self._read_segment, tp, md, offset, max_bytes, min_one_message)
                 if got is not None:
                     break
                 # Nothing at or after the offset in this segment: the next segment, or the local log.
@@ -255,26 +265,36 @@ class RemoteLogReader:
     # ------------------------------------------------------------------- one segment (pool thread)
 
     def _read_segment(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int,
-                      max_bytes: int, min_one_message: bool) -> _SegmentRead | None:
+                      max_bytes: int, min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
         """Whole batches of ``md`` from the one holding ``fetch_offset``; None when the segment has none
-        at or after it."""
+        at or after it. ``inline`` (on the event loop): raise _WouldBlock rather than wait or do I/O."""
         win = self._window(tp, md)
-        with win.lock:
-            try:
-                return self._read_window(win, md, fetch_offset, max_bytes, min_one_message)
-            except Exception as e:
-                self._log_failure(tp, md, fetch_offset, e)
-                raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} at offset {fetch_offset} from "
-                                        f"segment {uuid_to_str(md.segment_id.id)} (offsets {md.start_offset}-"
-                                        f"{md.end_offset}) failed: {e}") from e
+        if not win.lock.acquire(blocking=not inline):
+            raise _WouldBlock
+        try:
+            return self._read_window(win, md, fetch_offset, max_bytes, min_one_message, inline)
+        except _WouldBlock:
+            raise
+        except Exception as e:
+            self._log_failure(tp, md, fetch_offset, e)
+            raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} at offset {fetch_offset} from "
+                                    f"segment {uuid_to_str(md.segment_id.id)} (offsets {md.start_offset}-"
+                                    f"{md.end_offset}) failed: {e}") from e
+        finally:
+            win.lock.release()
 
     def _read_window(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
-                     min_one_message: bool) -> _SegmentRead | None:
+                     min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
         size = md.segment_size_in_bytes
         if fetch_offset == win.next_offset:
             position = win.next_position  # a sequential reader: no index lookup
         elif fetch_offset <= md.start_offset:
             position = 0
+        elif inline:
+            index = self.index_cache.loaded_offset_index(md)
+            if index is None:
+                raise _WouldBlock
+            position = index.lookup(fetch_offset)[1]
         else:
             position = self.index_cache.offset_index(md).lookup(fetch_offset)[1]
         first = None
@@ -283,7 +303,7 @@ class RemoteLogReader:
         transactional = False
         checked = False
         while position < size:
-            self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0))
+            self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0), inline)
             h = read_header(win.view(position, position + RECORD_BATCH_OVERHEAD))
             if not checked:
                 checked = True
@@ -304,7 +324,7 @@ class RemoteLogReader:
             if end > size:
                 raise KafkaStorageError(f"batch at position {position} ends at {end}, past the segment's "
                                         f"{size} bytes")
-            self._ensure(win, position, end, position + max(max_bytes - taken, 0))
+            self._ensure(win, position, end, position + max(max_bytes - taken, 0), inline)
             if first is None:
                 first = position
             taken += h.size
@@ -313,22 +333,24 @@ class RemoteLogReader:
             position = end
         if first is None:
             return None if position >= size else _SegmentRead(b"", fetch_offset, False, False)
-        records = win.join(first, position)
+        records = win.view(first, position)
         win.next_offset, win.next_position = next_offset, position
         self._drop_before(win, first)
         if position < size:
             self._maybe_read_ahead(win)
         return _SegmentRead(records, next_offset, position >= size, transactional)
 
-    def _ensure(self, win: _Window, start: int, end: int, hint_end: int) -> None:
+    def _ensure(self, win: _Window, start: int, end: int, hint_end: int, inline: bool = False) -> None:
         """Make the window hold ``[start, end)``: from a read-ahead in flight when it continues the window,
         else with one ranged read of at least ``chunk_bytes`` (up to ``hint_end``, where the caller
-        expects to stop)."""
+        expects to stop). ``inline``: only with what is in memory already."""
         size = win.md.segment_size_in_bytes
         end = min(end, size)
         while not win.covers(start, end):
             if win.pending is not None:
                 pos, fut = win.pending
+                if inline and not fut.done():
+                    raise _WouldBlock
                 win.pending = None
                 try:
                     data = fut.result()
@@ -339,6 +361,8 @@ class RemoteLogReader:
                 if data and pos == win.end and win.start <= start:
                     self._append(win, pos, data)
                 continue
+            if inline:
+                raise _WouldBlock
             begin = win.end if win.start <= start <= win.end and win.chunks else start
             stop = min(max(end, hint_end, begin + self.chunk_bytes), size)
             data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
