@@ -9,16 +9,18 @@ partitions:
 
 Each run first makes the remote side cold (tierlog: the broker is stopped, its
 ``remote-log-index-cache`` folder deleted, the broker started again and the remote metadata of the
-partitions loaded), then reads both topics from the beginning with an assigned confluent-kafka
-consumer, in alternating order between runs, and times each from the first ``consume`` call to the
-last record: MB/s of record values (2**20 bytes). Both sides read files the operating system has in its
-page cache (the filesystem backend stores objects on the same disk), so the figure compares the read
-paths, not disks.
+partitions loaded), reads a small third topic (``warmup``, never tiered) so the broker's first-request
+costs (its Fetch encoders are built on first use) fall on neither side, then reads both topics from
+the beginning with an assigned confluent-kafka consumer, in alternating order between runs, and times
+each from the first ``consume`` call to the last record: MB/s of record values (2**20 bytes). Both sides
+read files the operating system has in its page cache (the filesystem backend stores objects on the
+same disk), so the figure compares the read paths, not disks. With 1 KiB records the Python consumer
+is the bottleneck; ``--record-bytes 16384`` shifts it towards the broker.
 
 Prints ONE JSON line with the medians over ``--runs`` runs, per target, and ``remote / local``.
 Target (issue 6): ``remote_local_ratio >= 0.8``.
 
-    python bench/tiered.py [--runs 3] [--mb 256] [--partitions 2] [--target tierlog]
+    python bench/tiered.py [--runs 3] [--mb 256] [--partitions 2] [--record-bytes 1024] [--target tierlog]
     python bench/tiered.py --profile          # also py-spy of the broker during one more remote read
 
 Targets are entries of ``TARGETS``: name -> function(args) returning a context manager that yields a
@@ -186,13 +188,13 @@ def create_topics(bootstrap: str, topics: dict[str, dict[str, str]], partitions:
         f.result(30)
 
 
-def produce(bootstrap: str, topics: list[str], mb: int, partitions: int) -> int:
-    """The same ``mb`` MiB of 1 KiB random records into each topic, spread evenly; returns records per topic."""
+def produce(bootstrap: str, topics: list[str], mb: int, partitions: int, record_bytes: int) -> int:
+    """The same ``mb`` MiB of random records into each topic, spread evenly; returns records per topic."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
                   "compression.type": "none", "queue.buffering.max.kbytes": 1_048_576})
-    values = [os.urandom(RECORD_BYTES) for _ in range(512)]
-    records = mb * MIB // RECORD_BYTES
+    values = [os.urandom(record_bytes) for _ in range(512)]
+    records = mb * MIB // record_bytes
     errors: list = []
 
     def on_delivery(err, _msg):
@@ -249,13 +251,15 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen | None:
 def run_target(name: str, args) -> dict:
     with TARGETS[name](args) as t:
         topics = {"remote": t.remote_topic_config, "local": t.local_topic_config}
-        create_topics(t.bootstrap, topics, args.partitions)
-        records = produce(t.bootstrap, list(topics), args.mb, args.partitions)
+        create_topics(t.bootstrap, {**topics, "warmup": t.local_topic_config}, args.partitions)
+        records = produce(t.bootstrap, list(topics), args.mb, args.partitions, args.record_bytes)
+        warmup = produce(t.bootstrap, ["warmup"], 8, args.partitions, args.record_bytes)
         t.wait_tiered("remote", args.partitions)
         remote, local = [], []
         for run in range(args.runs):
             t.make_cold()
             bootstrap = t.bootstrap
+            consume(bootstrap, "warmup", args.partitions, warmup)
             order = ["remote", "local"] if run % 2 == 0 else ["local", "remote"]
             for topic in order:
                 (remote if topic == "remote" else local).append(consume(bootstrap, topic, args.partitions, records))
@@ -265,6 +269,7 @@ def run_target(name: str, args) -> dict:
                   "paired_ratios": [round(r / lo, 2) for r, lo in zip(remote, local)], **t.notes}
         if args.profile and t.profile_pid is not None:
             t.make_cold()
+            consume(t.bootstrap, "warmup", args.partitions, warmup)
             out = ROOT / "bench" / "results" / f"tiered_profile_{name}.txt"
             spy = profile(t.profile_pid(), 120, out)
             consume(t.bootstrap, "remote", args.partitions, records)
@@ -280,11 +285,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--mb", type=int, default=256, help="MiB of record values per topic")
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES,
+                    help="value size; large records make the broker, not the Python consumer, the bottleneck")
     ap.add_argument("--target", default="tierlog", help=f"comma-separated: {', '.join(TARGETS)}")
     ap.add_argument("--profile", action="store_true", help="py-spy the broker during one more remote read")
     args = ap.parse_args()
     out = {"bench": "tiered", "runs": args.runs, "mb": args.mb, "partitions": args.partitions,
-           "record_bytes": RECORD_BYTES, "segment_bytes": SEGMENT_BYTES, "targets": {}}
+           "record_bytes": args.record_bytes, "segment_bytes": SEGMENT_BYTES, "targets": {}}
     for name in args.target.split(","):
         out["targets"][name] = run_target(name.strip(), args)
     tl = out["targets"].get("tierlog")

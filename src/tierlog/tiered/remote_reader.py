@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 * 1024 * 1024  # smallest ranged read, and the read-ahead step
 READ_AHEAD_BUDGET = 128 * 1024 * 1024  # every window together
+MAX_WINDOWS = 4096  # also bounds windows left empty (reads that failed)
 SEARCH_BYTES = 64 * 1024  # first range of a timestamp search (doubles while it finds nothing)
 FAILURE_LOG_INTERVAL_S = 10.0  # a failing segment is logged at WARNING at most this often
 
@@ -443,6 +444,8 @@ class RemoteLogReader:
             win = self._windows.get(key)
             if win is None:
                 win = self._windows[key] = _Window(key, md)
+                while len(self._windows) > MAX_WINDOWS:
+                    self._evict_window_locked(next(iter(self._windows)))
             self._windows.move_to_end(key)
             return win
 
