@@ -42,38 +42,60 @@ def _varint(v: int) -> bytes:
     return _uvarint((v << 1) ^ (v >> 63))
 
 
+def _headers(headers: Any) -> bytes:
+    """The headers section of a record: count, then each key and value with their lengths."""
+    parts = [_varint(len(headers))]
+    for hkey, hvalue in headers:
+        raw = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
+        parts += (_varint(len(raw)), raw)
+        if hvalue is None:
+            parts.append(b"\x01")
+        else:
+            parts += (_varint(len(hvalue)), hvalue)
+    return b"".join(parts)
+
+
 def encode_record(offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> bytes:
     """One v2 record (length prefix included)."""
-    parts = [b"\x00", _varint(ts_delta), _varint(offset_delta)]
+    out = bytearray()
+    _append_record(out, offset_delta, ts_delta, key, value, headers)
+    return bytes(out)
+
+
+def _append_record(out: bytearray, offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> int:
+    """Write one v2 record at the end of ``out``; returns its size. The hot path of ``send``: the
+    value is copied once, everything else is a handful of small byte strings."""
+    tsv = _VARINT[ts_delta] if 0 <= ts_delta < 16384 else _varint(ts_delta)
+    ofs = _VARINT[offset_delta] if offset_delta < 16384 else _varint(offset_delta)
     if key is None:
-        parts.append(b"\x01")
+        kpart = b"\x01"
     else:
-        parts += (_varint(len(key)), key)
+        klen = len(key)
+        kpart = (_VARINT[klen] if klen < 16384 else _varint(klen)) + key
     if value is None:
-        parts.append(b"\x01")
+        vlen = 0
+        vpart = b"\x01"
     else:
-        parts += (_varint(len(value)), value)
-    if headers:
-        parts.append(_varint(len(headers)))
-        for hkey, hvalue in headers:
-            raw = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
-            parts += (_varint(len(raw)), raw)
-            if hvalue is None:
-                parts.append(b"\x01")
-            else:
-                parts += (_varint(len(hvalue)), hvalue)
-    else:
-        parts.append(b"\x00")
-    body = b"".join(parts)
-    return _varint(len(body)) + body
+        vlen = len(value)
+        vpart = _VARINT[vlen] if vlen < 16384 else _varint(vlen)
+    head = b"".join((b"\x00", tsv, ofs, kpart, vpart))
+    hpart = _headers(headers) if headers else b"\x00"
+    body = len(head) + vlen + len(hpart)
+    lpart = _VARINT[body] if body < 16384 else _varint(body)
+    out += lpart
+    out += head
+    if vlen:
+        out += value
+    out += hpart
+    return len(lpart) + body
 
 
 class ProducerBatch:
     """Records for one partition, sent and acknowledged together."""
 
     __slots__ = ("tp", "records", "count", "base_timestamp", "max_timestamp", "created", "future",
-                 "attempts", "base_sequence", "producer_id", "producer_epoch", "frame", "size", "sizes",
-                 "timestamps", "last_attempt", "closed", "in_flight", "appended_bytes")
+                 "attempts", "base_sequence", "producer_id", "producer_epoch", "frame", "size",
+                 "last_attempt", "closed", "in_flight", "appended_bytes")
 
     def __init__(self, tp: TopicPartition, now: float) -> None:
         self.tp = tp
@@ -89,25 +111,24 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.frame: bytes | None = None  # the encoded batch, built once when the batch closes
         self.size = RECORD_BATCH_OVERHEAD
-        self.sizes: list[tuple[int, int]] = []  # serialized key/value sizes, for RecordMetadata
-        self.timestamps: list[int] = []
         self.last_attempt = 0.0
         self.closed = False
         self.in_flight = False
         self.appended_bytes = 0
 
     def append(self, ts: int, key: Any, value: Any, headers: Any) -> int:
-        if self.count == 0:
+        count = self.count
+        if count:
+            delta = ts - self.base_timestamp
+            if ts > self.max_timestamp:
+                self.max_timestamp = ts
+        else:
             self.base_timestamp = self.max_timestamp = ts
-        elif ts > self.max_timestamp:
-            self.max_timestamp = ts
-        rec = encode_record(self.count, ts - self.base_timestamp, key, value, headers)
-        self.records += rec
-        self.size += len(rec)
-        self.sizes.append((-1 if key is None else len(key), -1 if value is None else len(value)))
-        self.timestamps.append(ts)
-        self.count += 1
-        return len(rec)
+            delta = 0
+        n = _append_record(self.records, count, delta, key, value, headers)
+        self.count = count + 1
+        self.size += n
+        return n
 
     def close(self, codec: CompressionType, level: int | None) -> None:
         """Freeze the records (compressed once); the header is written at drain time because the
@@ -136,23 +157,27 @@ class ProducerBatch:
             self.future.set_exception(exc)
             self.future.exception()  # a failure nobody awaits must not warn at shutdown
 
-    def metadata(self, index: int, base_offset: int, log_append_time: int) -> RecordMetadata:
-        ksize, vsize = self.sizes[index]
-        ts = log_append_time if log_append_time >= 0 else self.timestamps[index]
-        return RecordMetadata(self.tp.topic, self.tp.partition, base_offset + index if base_offset >= 0 else -1,
-                              ts, ksize, vsize)
-
 
 class RecordFuture:
     """What :meth:`Producer.send` returns: await it for the record's :class:`RecordMetadata`.
 
-    One asyncio future per batch serves every record in it; this object only remembers the index."""
+    One asyncio future per batch serves every record in it; this object remembers the record's
+    place in the batch, its timestamp and its serialized sizes."""
 
-    __slots__ = ("_batch", "_index")
+    __slots__ = ("_batch", "_index", "_timestamp", "_key_size", "_value_size")
 
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int, value_size: int) -> None:
         self._batch = batch
         self._index = index
+        self._timestamp = timestamp
+        self._key_size = key_size
+        self._value_size = value_size
+
+    def _metadata(self, base_offset: int, log_append_time: int) -> RecordMetadata:
+        tp = self._batch.tp
+        return RecordMetadata(tp.topic, tp.partition, base_offset + self._index if base_offset >= 0 else -1,
+                              log_append_time if log_append_time >= 0 else self._timestamp,
+                              self._key_size, self._value_size)
 
     def __await__(self):
         fut = self._batch.future
@@ -160,15 +185,13 @@ class RecordFuture:
             # one future serves the whole batch: a caller that gives up (cancelled, wait_for timed
             # out) must not cancel it for every other record of the batch
             yield from asyncio.shield(fut).__await__()
-        base_offset, append_time = fut.result()
-        return self._batch.metadata(self._index, base_offset, append_time)
+        return self._metadata(*fut.result())
 
     def done(self) -> bool:
         return self._batch.future.done()
 
     def result(self) -> RecordMetadata:
-        base_offset, append_time = self._batch.future.result()
-        return self._batch.metadata(self._index, base_offset, append_time)
+        return self._metadata(*self._batch.future.result())
 
     def exception(self) -> BaseException | None:
         return self._batch.future.exception()
@@ -212,31 +235,32 @@ class RecordAccumulator:
 
     def append(self, tp: TopicPartition, ts: int, key: Any, value: Any, headers: Any,
                estimated: int) -> tuple[ProducerBatch, int, bool]:
-        """Add a record; returns (batch, index in batch, whether a new batch was opened)."""
+        """Add a record; returns (batch, index in batch, whether a batch became ready to send: the
+        previous one closed for this record, or this one full)."""
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = collections.deque()
         batch = dq[-1] if dq else None
-        new = False
+        ready = False
         if batch is None or batch.closed or (batch.count and batch.size + estimated > self.batch_size):
             if batch is not None and not batch.closed:
                 batch.close(self.codec, self.level)
-                self.wakeup.set()
+                ready = True
             batch = ProducerBatch(tp, time.monotonic())
             dq.append(batch)
-            new = True
+            # the sender may be idle with no timer at all: it must learn about the batch to send it
+            # when linger.ms has passed (or at once with linger.ms=0)
+            self.wakeup.set()
         index = batch.count
         n = batch.append(ts, key, value, headers)
         batch.appended_bytes += n
         self.used += n
         if batch.size >= self.batch_size:
             batch.close(self.codec, self.level)
+            ready = True
+        if ready:
             self.wakeup.set()
-        elif new:
-            # the sender may be idle with no timer at all: it must learn about the batch to send it
-            # when linger.ms has passed (or at once with linger.ms=0)
-            self.wakeup.set()
-        return batch, index, new
+        return batch, index, ready
 
     def release(self, batch: ProducerBatch) -> None:
         self.used -= batch.appended_bytes

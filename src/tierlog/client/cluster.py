@@ -46,10 +46,15 @@ class TopicInfo:
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
     internal: bool = False
     error_code: int = 0
+    _available: list[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def available_partitions(self) -> list[int]:
-        return [p for p, info in self.partitions.items() if info.leader >= 0]
+        """Partitions with a leader; computed once (a TopicInfo is not changed after the metadata
+        answer that built it), since the producer asks for every record."""
+        if self._available is None:
+            self._available = [p for p, info in self.partitions.items() if info.leader >= 0]
+        return self._available
 
 
 def parse_bootstrap(servers: list[str] | str) -> list[Node]:

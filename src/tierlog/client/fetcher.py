@@ -261,7 +261,8 @@ class SubscriptionState:
 
 def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, first: int) -> list[ConsumerRecord]:
     """The records of one (decompressed) batch at or after offset ``first``, as ConsumerRecords with
-    raw bytes. This is the consumer's hot loop: single-byte varints, the common case, are inlined."""
+    raw bytes. This is the consumer's hot loop: varints of one and two bytes (values up to 8191, which
+    covers lengths of records up to 8 KiB, offset deltas and most timestamp deltas) are inlined."""
     base_offset = hdr.base_offset
     # LogAppendTime batches give every record the batch's max timestamp
     lat = hdr.max_timestamp if hdr.attributes & TIMESTAMP_TYPE_MASK else None
@@ -278,6 +279,10 @@ def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, f
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 length, p = decode_varint(data, p)
             end = p + length
@@ -288,12 +293,20 @@ def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, f
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                ts_delta = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 ts_delta, p = decode_varlong(data, p)
             b = data[p]
             if b < 0x80:
                 offset = base_offset + ((b >> 1) ^ -(b & 1))
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                offset = base_offset + ((raw >> 1) ^ -(raw & 1))
+                p += 2
             else:
                 delta, p = decode_varint(data, p)
                 offset = base_offset + delta
@@ -304,6 +317,10 @@ def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, f
             if b < 0x80:
                 klen = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                klen = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 klen, p = decode_varint(data, p)
             if klen < 0:
@@ -315,6 +332,10 @@ def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, f
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                vlen = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 vlen, p = decode_varint(data, p)
             if vlen < 0:

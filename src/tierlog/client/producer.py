@@ -26,7 +26,7 @@ from tierlog import errors
 from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
 from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
-from tierlog.client.partitioner import DefaultPartitioner
+from tierlog.client.partitioner import DefaultPartitioner, partition_for_key
 from tierlog.client.types import TopicPartition
 from tierlog.config.client import validate_client_config
 from tierlog.protocol import ApiKey
@@ -70,6 +70,7 @@ class Producer:
         self._partitioner = DefaultPartitioner.from_config(self.config)
         self._sender: asyncio.Task | None = None
         self._in_flight: dict[int, int] = {}  # node id -> Produce requests awaiting an answer
+        self._max_in_flight = self.config["max.in.flight.requests.per.connection"]
         self._request_tasks: set[asyncio.Task] = set()
         self._producer_id = -1
         self._producer_epoch = -1
@@ -79,8 +80,10 @@ class Producer:
         self._bump_epoch_needed = False
         self._closed = False
         self._fatal: BaseException | None = None
-        self.metrics = {"record-send-total": 0, "record-retry-total": 0, "record-error-total": 0,
-                        "request-total": 0, "batch-total": 0}
+        self._max_record_size = 0  # the smaller of max.request.size and buffer.memory (+ batch overhead)
+        self._tps: dict[str, list[TopicPartition]] = {}  # TopicPartition objects made once per topic
+        self._records_sent = 0
+        self._metrics = {"record-retry-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -91,6 +94,7 @@ class Producer:
         self._client.allow_auto_topic_creation = True
         self._client.start()
         self._accumulator = RecordAccumulator(self.config)
+        self._max_record_size = min(self.max_request_size, self._accumulator.buffer_memory + 61)
         if self.idempotent and self.acks != 0:
             await self._init_producer_id()
         self._sender = asyncio.get_running_loop().create_task(self._sender_loop(), name="tierlog-producer-sender")
@@ -166,12 +170,18 @@ class Producer:
     async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
                    timestamp_ms: int | None = None, headers: list[tuple[str, bytes | None]] | None = None
                    ) -> RecordFuture:
-        """Queue one record; await the returned future for its :class:`RecordMetadata`."""
+        """Queue one record; await the returned future for its :class:`RecordMetadata`.
+
+        Waits only for the metadata of a new topic and for ``buffer.memory`` room (``max.block.ms``).
+        When the record fills a batch, the batch is handed to the network at once and ``send`` lets
+        the event loop run once, so sending overlaps with the application producing more."""
         if self._closed:
             raise IllegalStateError("Cannot perform operation after producer has been closed")
         if self._fatal is not None:
             raise self._fatal
-        client = self.client
+        client = self._client
+        if client is None:
+            raise IllegalStateError("the producer is not started: call await producer.start()")
         if self.key_serializer is not None:
             key = self.key_serializer(key)
         if self.value_serializer is not None:
@@ -182,35 +192,57 @@ class Producer:
             info = client.cluster.topics[topic]
         elif topic not in client.topics_of_interest:
             client.add_topics([topic])
-        size = 21 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0) + \
-            sum(len(k) + (len(v) if v else 0) + 2 for k, v in headers or ())
-        if size + 61 > self.max_request_size:
-            raise RecordTooLargeError(f"The message is {size + 61} bytes when serialized which is larger than "
-                                      f"{self.max_request_size}, the value of max.request.size")
+        key_size = -1 if key is None else len(key)
+        value_size = -1 if value is None else len(value)
+        size = 21 + (key_size if key_size > 0 else 0) + (value_size if value_size > 0 else 0)
+        if headers:
+            size += sum(len(k) + (len(v) if v else 0) + 2 for k, v in headers)
         acc = self._accumulator
-        if size > acc.buffer_memory:
+        if size + 61 > self._max_record_size:
+            if size + 61 > self.max_request_size:
+                raise RecordTooLargeError(f"The message is {size + 61} bytes when serialized which is larger than "
+                                          f"{self.max_request_size}, the value of max.request.size")
             raise RecordTooLargeError(f"The message is {size} bytes when serialized which is larger than the "
                                       f"total memory buffer ({acc.buffer_memory}, buffer.memory)")
-        if not acc.has_room(size) and not await acc.wait_for_room(size, deadline_after(self.config["max.block.ms"])):
+        if acc.used and acc.used + size > acc.buffer_memory and \
+                not await acc.wait_for_room(size, deadline_after(self.config["max.block.ms"])):
             raise KafkaTimeoutError(f"Failed to allocate {size} bytes within the configured max blocking time "
                                     f"{self.config['max.block.ms']} ms (buffer.memory is full)")
         part = self._partitioner
-        n = len(info.partitions)
-        p = part.partition(topic, key, n, info.available_partitions, explicit_partition=partition)
-        sticky = part.is_sticky(key, partition)
-        tp = TopicPartition(topic, p)
-        if sticky and self._all_full(tp) and part.on_append(topic, p, 0):
-            p = part.partition(topic, key, n, info.available_partitions)
-            tp = TopicPartition(topic, p)
+        partitions = info.partitions
+        if partition is not None:
+            if not 0 <= partition < len(partitions):
+                part.partition(topic, key, len(partitions), explicit_partition=partition)  # raises the error
+            p, sticky = partition, False
+        elif key is not None and not part.ignore_keys:
+            p, sticky = partition_for_key(key, len(partitions)), False
+        else:
+            p = part.partition(topic, key, len(partitions), info.available_partitions)
+            sticky = True
+            if self._all_full(topic, p) and part.on_append(topic, p, 0):
+                p = part.partition(topic, key, len(partitions), info.available_partitions)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < len(partitions):
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(len(partitions))]
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        batch, index, _ = acc.append(tp, ts, key, value, headers, size)
+        batch, index, ready = acc.append(tps[p], ts, key, value, headers, size)
         if sticky:
-            part.on_append(topic, p, size, enable_switch=self._all_full(tp))
-        self.metrics["record-send-total"] += 1
-        return RecordFuture(batch, index)
+            part.on_append(topic, p, size, enable_switch=self._all_full(topic, p))
+        self._records_sent += 1
+        future = RecordFuture(batch, index, ts, key_size, value_size)
+        if ready and not self._bump_epoch_needed and self._sender is not None:
+            self._drain(time.monotonic())
+            await asyncio.sleep(0)  # let the request go out while the caller produces the next records
+        return future
 
-    def _all_full(self, tp: TopicPartition) -> bool:
-        dq = self._accumulator.batches.get(tp)
+    @property
+    def metrics(self) -> dict[str, int]:
+        """Counters as Kafka's producer metrics name them."""
+        return {**self._metrics, "record-send-total": self._records_sent}
+
+    def _all_full(self, topic: str, partition: int) -> bool:
+        tps = self._tps.get(topic)
+        dq = self._accumulator.batches.get(tps[partition]) if tps is not None and partition < len(tps) else None
         return not dq or dq[-1].closed
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any):
@@ -224,61 +256,69 @@ class Producer:
 
     async def _sender_loop(self) -> None:
         acc = self._accumulator
-        client = self.client
-        max_in_flight = self.config["max.in.flight.requests.per.connection"]
         while True:
             acc.wakeup.clear()
-            now = time.monotonic()
-            self._expire(now)
             if self._bump_epoch_needed:
+                self._expire(time.monotonic())
                 if any(self._in_flight.values()):
                     # answers still due under the old epoch: wait for them before renumbering
                     await acc.wakeup.wait()
                     continue
                 await self._bump_epoch()
-            by_node: dict[int, list[ProducerBatch]] = {}
-            unknown_leader = False
-            for tp, dq in acc.batches.items():
-                if not dq:
-                    continue
-                batch = dq[0]
-                if batch.in_flight or not acc.ready(batch, now):
-                    continue
-                if batch.attempts and now - batch.last_attempt < self.config["retry.backoff.ms"] / 1000:
-                    continue
-                leader = client.cluster.leader_for(tp.topic, tp.partition)
-                if leader is None:
-                    unknown_leader = True
-                    continue
-                by_node.setdefault(leader.node_id, []).append(batch)
-            if unknown_leader:
-                client.request_update()
-            for node_id, batches in by_node.items():
-                if self._in_flight.get(node_id, 0) >= max_in_flight:
-                    continue
-                drained, total = [], 0
-                for b in batches:
-                    if not b.closed:
-                        b.close(acc.codec, acc.level)
-                    if drained and total + len(b.records) + 61 > self.max_request_size:
-                        break
-                    drained.append(b)
-                    total += len(b.records) + 61
-                for b in drained:
-                    acc.batches[b.tp].popleft()
-                    self._prepare(b)
-                self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
-                task = asyncio.get_running_loop().create_task(self._produce(client.node(node_id), drained))
-                task.batches = drained
-                self._request_tasks.add(task)
-                task.add_done_callback(self._request_tasks.discard)
-            wait = acc.next_expiry(time.monotonic())
-            if wait is not None and wait <= 0:
-                # something is ready but held back (in-flight limit, back-off, no leader): poll gently
-                wait = min(self.config["retry.backoff.ms"] / 1000, 0.05)
+            wait = self._drain(time.monotonic())
             if wait is None or wait > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(acc.wakeup.wait(), wait)
+
+    def _drain(self, now: float) -> float | None:
+        """Expire old batches and start one Produce request per leader with the ready batches (at
+        most ``max.in.flight.requests.per.connection`` per broker). Returns how long the sender may
+        sleep before something else becomes ready (None: until woken)."""
+        acc = self._accumulator
+        client = self._client
+        self._expire(now)
+        by_node: dict[int, list[ProducerBatch]] = {}
+        unknown_leader = False
+        retry_backoff = self.config["retry.backoff.ms"] / 1000
+        for tp, dq in acc.batches.items():
+            if not dq:
+                continue
+            batch = dq[0]
+            if batch.in_flight or not acc.ready(batch, now):
+                continue
+            if batch.attempts and now - batch.last_attempt < retry_backoff:
+                continue
+            leader = client.cluster.leader_for(tp.topic, tp.partition)
+            if leader is None:
+                unknown_leader = True
+                continue
+            by_node.setdefault(leader.node_id, []).append(batch)
+        if unknown_leader:
+            client.request_update()
+        for node_id, batches in by_node.items():
+            if self._in_flight.get(node_id, 0) >= self._max_in_flight:
+                continue
+            drained, total = [], 0
+            for b in batches:
+                if not b.closed:
+                    b.close(acc.codec, acc.level)
+                if drained and total + len(b.records) + 61 > self.max_request_size:
+                    break
+                drained.append(b)
+                total += len(b.records) + 61
+            for b in drained:
+                acc.batches[b.tp].popleft()
+                self._prepare(b)
+            self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
+            task = asyncio.get_running_loop().create_task(self._produce(client.node(node_id), drained))
+            task.batches = drained
+            self._request_tasks.add(task)
+            task.add_done_callback(self._request_tasks.discard)
+        wait = acc.next_expiry(time.monotonic())
+        if wait is not None and wait <= 0:
+            # something is ready but held back (in-flight limit, back-off, no leader): poll gently
+            wait = min(retry_backoff, 0.05)
+        return wait
 
     async def _bump_epoch(self) -> None:
         """Start a new epoch of the producer id (locally, as Java's idempotent producer does; a new
@@ -336,7 +376,7 @@ class Producer:
             topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition, "records": b.encode(acc.codec)})
         request = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config["request.timeout.ms"],
                    "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
-        self.metrics["request-total"] += 1
+        self._metrics["request-total"] += 1
         try:
             try:
                 response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0)
@@ -371,7 +411,7 @@ class Producer:
     def _done(self, b: ProducerBatch, base_offset: int, append_time: int) -> None:
         b.in_flight = False
         self._accumulator.release(b)
-        self.metrics["batch-total"] += 1
+        self._metrics["batch-total"] += 1
         b.complete(base_offset, append_time)
 
     def _retry_or_fail(self, b: ProducerBatch, exc: errors.KafkaError) -> None:
@@ -391,7 +431,7 @@ class Producer:
             self.client.request_update()
         if (retriable and now - b.created < self.config["delivery.timeout.ms"] / 1000
                 and b.attempts <= self.config["retries"]):
-            self.metrics["record-retry-total"] += b.count
+            self._metrics["record-retry-total"] += b.count
             log.debug("retrying %d record(s) for %s: %r", b.count, b.tp, exc)
             b.last_attempt = now
             self._accumulator.reenqueue(b)
@@ -402,7 +442,7 @@ class Producer:
         """Report ``b`` failed. If it carried a sequence, the broker may or may not have written it,
         so later batches of its partition cannot follow that sequence: a new epoch is due."""
         self._accumulator.release(b)
-        self.metrics["record-error-total"] += b.count
+        self._metrics["record-error-total"] += b.count
         if self.idempotent and b.base_sequence >= 0:
             self._bump_epoch_needed = True
             self._accumulator.wakeup.set()
