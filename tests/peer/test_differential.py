@@ -623,5 +623,8 @@ def test_kafka_tiered_peer_offloads_segments(kafka_peer_tiered, kafka_tool):
     assert _list_offset(raw, topic, 0, -2)["offset"] == 0
     assert earliest_local["offset"] <= latest_tiered["offset"] + 1
     raw.close()
-    remote = list(kafka_peer_tiered.remote_dir.rglob("*.log"))
-    assert len(remote) >= 2, remote
+    # Both rolled segments of this topic reach the remote store (the second may still be on its way).
+    deadline = time.monotonic() + 60
+    while len(remote := list(kafka_peer_tiered.remote_dir.rglob(f"{topic}-*/*.log"))) < 2:
+        assert time.monotonic() < deadline, remote
+        time.sleep(0.5)

@@ -61,10 +61,15 @@ def produce(raw: RawClient, topic: str) -> None:
 
 
 def list_offset(raw: RawClient, topic: str, timestamp: int) -> tuple:
-    r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
-    p = r.topics[0].partitions[0]
-    return int(p.error_code), p.offset, p.timestamp
+    """One ListOffsets answer; a retriable REQUEST_TIMED_OUT (a remote timestamp lookup that did not
+    finish in time, which Kafka answers under load) is asked again, as clients do."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
+        p = r.topics[0].partitions[0]
+        if int(p.error_code) != 7 or time.monotonic() > deadline:
+            return int(p.error_code), p.offset, p.timestamp
 
 
 def alter_local_retention(raw: RawClient, topic: str, ms: int) -> None:

@@ -4,9 +4,7 @@ and confluent-kafka's admin clients, and Kafka's DisableRemoteLogOnTopicTest sce
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import Consumer as CKConsumer
@@ -19,6 +17,7 @@ from kafka.admin import NewTopic
 
 from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
+from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
 from tierlog.tiered.faults import write_control
@@ -28,47 +27,24 @@ SMALL = {"remote.storage.enable": "true", "segment.bytes": "10000", "local.reten
          "file.delete.delay.ms": "0"}
 
 
-def tiered_settings(root) -> dict:
-    return {
-        "remote.log.storage.system.enable": "true",
+def settings(root) -> dict:
+    return tiered_settings(root, **{
         "remote.log.storage.manager.class.name": FAULTY, "rsm.config.fault.delegate": "filesystem",
-        "rsm.config.fault.control.file": str(root / "faults.json"), "rsm.config.dir": str(root / "remote"),
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "100",
-        "metrics.port": "0", "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
-    }
+        "rsm.config.fault.control.file": str(root / "faults.json"), "group.initial.rebalance.delay.ms": "0"})
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     root = tmp_path_factory.mktemp("kip950")
     write_control(root / "faults.json")
-    b = BrokerProcess(root / "logs", tiered_settings(root)).start()
+    b = BrokerProcess(root / "logs", settings(root)).start()
     b.root = root
     yield b
     b.kill()
 
 
-def url(b) -> str:
-    for line in b.output:
-        if "Metrics on " in line:
-            return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
-    raise AssertionError("no metrics line")
-
-
 def status(b, topic: str) -> dict:
-    return json.load(urllib.request.urlopen(url(b) + f"/v1/tier/status?topic={topic}"))
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return tier_status(b, topic)
 
 
 def tiering(b, topic: str) -> tuple[str, str]:

@@ -4,11 +4,9 @@ remote segments, and once copies settle the reconciler finds no orphaned object.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import Consumer as CKConsumer
@@ -18,6 +16,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from tests.server.conftest import BrokerProcess
+from tests.tiered.tierlib import call, tiered_settings, wait_for
 from tierlog.tiered.faults import write_control
 
 FAULTY = "tierlog.tiered.faults:FaultInjectingRemoteStorageManager"
@@ -26,38 +25,11 @@ TOPIC = {"remote.storage.enable": "true", "segment.bytes": "8000", "local.retent
 
 
 def settings(root) -> dict:
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": FAULTY, "rsm.config.fault.delegate": "filesystem",
-        "rsm.config.fault.control.file": str(root / "faults.json"), "rsm.config.dir": str(root / "remote"),
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "rlmm.config.remote.log.metadata.snapshot.interval.ms": "300",
-        "remote.log.manager.task.interval.ms": "50", "log.retention.check.interval.ms": "100",
-        "metrics.port": "0", "num.partitions": "1",
-    }
-
-
-def metrics_url(b: BrokerProcess) -> str:
-    for line in b.output:
-        if "Metrics on " in line:
-            return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
-    raise AssertionError("no metrics line")
-
-
-def call(b: BrokerProcess, path: str, method: str = "GET") -> dict:
-    req = urllib.request.Request(metrics_url(b) + path, method=method)
-    return json.load(urllib.request.urlopen(req, timeout=60))
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return tiered_settings(
+        root, **{"remote.log.storage.manager.class.name": FAULTY, "rsm.config.fault.delegate": "filesystem",
+                 "rsm.config.fault.control.file": str(root / "faults.json"),
+                 "rlmm.config.remote.log.metadata.snapshot.interval.ms": "300",
+                 "remote.log.manager.task.interval.ms": "50"})
 
 
 def read_all(b: BrokerProcess, topic: str, end: int, start: int = 0) -> dict[int, bytes]:

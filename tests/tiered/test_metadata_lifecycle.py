@@ -5,12 +5,10 @@ reads are not delayed)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import threading
 import time
-import urllib.request
 
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
@@ -21,6 +19,7 @@ from kafka.admin import NewTopic
 
 from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
+from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
@@ -28,40 +27,31 @@ TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retent
 
 
 def settings(root, **extra) -> dict:
-    return {
-        "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "100",
-        "metrics.port": "0", "num.partitions": "1", **extra,
-    }
+    return tiered_settings(root, **extra)
 
 
 def status(b: BrokerProcess, topic: str) -> list[dict]:
-    url = next(line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0] for line in b.output if "Metrics on " in line)
-    return json.load(urllib.request.urlopen(url + f"/v1/tier/status?topic={topic}"))["partitions"]
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return tier_status(b, topic)["partitions"]
 
 
 def test_initialization_starts_when_the_broker_serves_and_its_timeout_counts_from_then(tmp_path):
-    # An initialization budget far shorter than the broker's own start-up (log loading, listeners...).
+    # Many partitions to load make the broker's start-up (the manager is configured before the logs
+    # load) far longer than an initialization budget of 500 ms.
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("many", 3000, 1)])
+    admin.close()
+    port = b.port
+    assert b.stop() == 0
     b = BrokerProcess(tmp_path / "logs", settings(
-        tmp_path, **{"rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms": "200"})).start()
+        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
+        **{"rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms": "500"})).start()
     try:
         ready_ms = int(re.search(r"Broker 1 ready in (\d+) ms", "".join(b.output)).group(1))
         started = wait_for(lambda: any("Initialized topic-based RLMM resources" in line for line in b.output),
                            "initialization")
         assert started
-        assert ready_ms > 200, "the start-up must outlast the initialization budget for this test to mean anything"
+        assert ready_ms > 500, "the start-up must outlast the initialization budget for this test to mean anything"
         text = "".join(b.output)
         # KIP-1197: nothing from the manager before the broker was ready, and no connection complaints.
         assert text.index("Broker is ready for requests, now initializing") > text.index("Broker 1 ready in")

@@ -16,6 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import InvalidConfigurationError
 
 from tests.server.conftest import ROOT, BrokerProcess
+from tests.tiered.tierlib import metrics_url, wait_for
 from tierlog.tiered.faults import write_control
 
 TIERED = {
@@ -32,23 +33,6 @@ SMALL = {"remote.storage.enable": "true", "segment.bytes": "20000", "local.reten
 @pytest.fixture
 def tiered_broker(start_broker, tmp_path):
     return start_broker({**TIERED, "rsm.config.dir": str(tmp_path / "remote")})
-
-
-def metrics_url(b: BrokerProcess) -> str:
-    for line in b.output:
-        if "Metrics on " in line:
-            return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
-    raise AssertionError("no metrics line in:\n" + "".join(b.output))
-
-
-def wait_for(predicate, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def tier_status(url: str, *extra: str) -> subprocess.CompletedProcess:
