@@ -65,5 +65,6 @@ def test_encode_record_matches_a_batch_member():
     async def one() -> bytes:
         batch = ProducerBatch(TopicPartition("t", 0), 0.0)
         batch.append(1000, b"k", b"v" * 300, [("a", b"1")])
-        return bytes(batch.records)
+        batch.close(CompressionType.NONE, None)
+        return batch.records
     assert encode_record(0, 0, b"k", b"v" * 300, [("a", b"1")]) == asyncio.run(one())

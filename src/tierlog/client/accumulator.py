@@ -57,14 +57,15 @@ def _headers(headers: Any) -> bytes:
 
 def encode_record(offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> bytes:
     """One v2 record (length prefix included)."""
-    out = bytearray()
-    _append_record(out, offset_delta, ts_delta, key, value, headers)
-    return bytes(out)
+    parts: list = []
+    _append_record(parts, offset_delta, ts_delta, key, value, headers)
+    return b"".join(parts)
 
 
-def _append_record(out: bytearray, offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> int:
-    """Write one v2 record at the end of ``out``; returns its size. The hot path of ``send``: the
-    value is copied once, everything else is a handful of small byte strings."""
+def _append_record(parts: list, offset_delta: int, ts_delta: int, key: Any, value: Any, headers: Any) -> int:
+    """Add the pieces of one v2 record to ``parts`` (joined once when the batch closes); returns
+    its size. The hot path of ``send``: the value is not copied here, the rest is a handful of
+    small byte strings."""
     tsv = _VARINT[ts_delta] if 0 <= ts_delta < 16384 else _varint(ts_delta)
     ofs = _VARINT[offset_delta] if offset_delta < 16384 else _varint(offset_delta)
     if key is None:
@@ -82,24 +83,24 @@ def _append_record(out: bytearray, offset_delta: int, ts_delta: int, key: Any, v
     hpart = _headers(headers) if headers else b"\x00"
     body = len(head) + vlen + len(hpart)
     lpart = _VARINT[body] if body < 16384 else _varint(body)
-    out += lpart
-    out += head
     if vlen:
-        out += value
-    out += hpart
+        parts += (lpart, head, value, hpart)
+    else:
+        parts += (lpart, head, hpart)
     return len(lpart) + body
 
 
 class ProducerBatch:
     """Records for one partition, sent and acknowledged together."""
 
-    __slots__ = ("tp", "records", "count", "base_timestamp", "max_timestamp", "created", "future",
+    __slots__ = ("tp", "parts", "records", "count", "base_timestamp", "max_timestamp", "created", "future",
                  "attempts", "base_sequence", "producer_id", "producer_epoch", "frame", "size",
                  "last_attempt", "closed", "in_flight", "appended_bytes")
 
     def __init__(self, tp: TopicPartition, now: float) -> None:
         self.tp = tp
-        self.records = bytearray()
+        self.parts: list = []  # the records' pieces until the batch closes
+        self.records = b""  # the records section (compressed if so configured), once closed
         self.count = 0
         self.base_timestamp = 0
         self.max_timestamp = 0
@@ -125,7 +126,7 @@ class ProducerBatch:
         else:
             self.base_timestamp = self.max_timestamp = ts
             delta = 0
-        n = _append_record(self.records, count, delta, key, value, headers)
+        n = _append_record(self.parts, count, delta, key, value, headers)
         self.count = count + 1
         self.size += n
         return n
@@ -136,10 +137,9 @@ class ProducerBatch:
         if self.closed:
             return
         self.closed = True
-        if codec is not CompressionType.NONE:
-            self.records = compress(codec, self.records, level)
-        else:
-            self.records = bytes(self.records)
+        records = b"".join(self.parts)
+        self.parts = []
+        self.records = records if codec is CompressionType.NONE else compress(codec, records, level)
 
     def encode(self, codec: CompressionType) -> bytes:
         if self.frame is None:
@@ -233,24 +233,32 @@ class RecordAccumulator:
                 return False
         return True
 
+    def open_batch(self, tp: TopicPartition, dq: collections.deque | None, last: ProducerBatch | None
+                   ) -> tuple[ProducerBatch, bool]:
+        """A new open batch at the end of ``tp``'s queue ``dq`` (made when None), closing ``last``
+        (the queue's last batch) if still open; returns it and whether ``last`` became ready."""
+        if dq is None:
+            dq = self.batches[tp] = collections.deque()
+        ready = False
+        if last is not None and not last.closed:
+            last.close(self.codec, self.level)
+            ready = True
+        batch = ProducerBatch(tp, time.monotonic())
+        dq.append(batch)
+        # the sender may be idle with no timer at all: it must learn about the batch to send it
+        # when linger.ms has passed (or at once with linger.ms=0)
+        self.wakeup.set()
+        return batch, ready
+
     def append(self, tp: TopicPartition, ts: int, key: Any, value: Any, headers: Any,
                estimated: int) -> tuple[ProducerBatch, int, bool]:
         """Add a record; returns (batch, index in batch, whether a batch became ready to send: the
-        previous one closed for this record, or this one full)."""
+        previous one closed for this record, or this one full). ``Producer.send`` inlines this."""
         dq = self.batches.get(tp)
-        if dq is None:
-            dq = self.batches[tp] = collections.deque()
         batch = dq[-1] if dq else None
         ready = False
         if batch is None or batch.closed or (batch.count and batch.size + estimated > self.batch_size):
-            if batch is not None and not batch.closed:
-                batch.close(self.codec, self.level)
-                ready = True
-            batch = ProducerBatch(tp, time.monotonic())
-            dq.append(batch)
-            # the sender may be idle with no timer at all: it must learn about the batch to send it
-            # when linger.ms has passed (or at once with linger.ms=0)
-            self.wakeup.set()
+            batch, ready = self.open_batch(tp, dq, batch)
         index = batch.count
         n = batch.append(ts, key, value, headers)
         batch.appended_bytes += n

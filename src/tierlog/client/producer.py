@@ -209,41 +209,53 @@ class Producer:
             raise KafkaTimeoutError(f"Failed to allocate {size} bytes within the configured max blocking time "
                                     f"{self.config['max.block.ms']} ms (buffer.memory is full)")
         part = self._partitioner
-        partitions = info.partitions
+        nparts = len(info.partitions)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != nparts:
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(nparts)]
+        batches = acc.batches
         if partition is not None:
-            if not 0 <= partition < len(partitions):
-                part.partition(topic, key, len(partitions), explicit_partition=partition)  # raises the error
+            if not 0 <= partition < nparts:
+                part.partition(topic, key, nparts, explicit_partition=partition)  # raises the error
             p, sticky = partition, False
         elif key is not None and not part.ignore_keys:
-            p, sticky = partition_for_key(key, len(partitions)), False
+            p, sticky = partition_for_key(key, nparts), False
         else:
-            p = part.partition(topic, key, len(partitions), info.available_partitions)
+            p = part.partition(topic, key, nparts, info.available_partitions)
             sticky = True
-            if self._all_full(topic, p) and part.on_append(topic, p, 0):
-                p = part.partition(topic, key, len(partitions), info.available_partitions)
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) < len(partitions):
-            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(len(partitions))]
+            dq = batches.get(tps[p])
+            if (not dq or dq[-1].closed) and part.on_append(topic, p, 0):
+                p = part.partition(topic, key, nparts, info.available_partitions)
+        tp = tps[p]
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        batch, index, ready = acc.append(tps[p], ts, key, value, headers, size)
+        # the accumulator's append, inlined: this runs for every record
+        dq = batches.get(tp)
+        batch = dq[-1] if dq else None
+        ready = False
+        if batch is None or batch.closed or (batch.count and batch.size + size > acc.batch_size):
+            batch, ready = acc.open_batch(tp, dq, batch)
+        index = batch.count
+        n = batch.append(ts, key, value, headers)
+        batch.appended_bytes += n
+        acc.used += n
+        if batch.size >= acc.batch_size:
+            batch.close(acc.codec, acc.level)
+            ready = True
         if sticky:
-            part.on_append(topic, p, size, enable_switch=self._all_full(topic, p))
+            part.on_append(topic, p, size, enable_switch=batch.closed)
         self._records_sent += 1
         future = RecordFuture(batch, index, ts, key_size, value_size)
-        if ready and not self._bump_epoch_needed and self._sender is not None:
-            self._drain(time.monotonic())
-            await asyncio.sleep(0)  # let the request go out while the caller produces the next records
+        if ready:
+            acc.wakeup.set()
+            if not self._bump_epoch_needed and self._sender is not None:
+                self._drain(time.monotonic())
+                await asyncio.sleep(0)  # let the request go out while the caller produces the next records
         return future
 
     @property
     def metrics(self) -> dict[str, int]:
         """Counters as Kafka's producer metrics name them."""
         return {**self._metrics, "record-send-total": self._records_sent}
-
-    def _all_full(self, topic: str, partition: int) -> bool:
-        tps = self._tps.get(topic)
-        dq = self._accumulator.batches.get(tps[partition]) if tps is not None and partition < len(tps) else None
-        return not dq or dq[-1].closed
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any):
         return await (await self.send(topic, value, key, **kwargs))
