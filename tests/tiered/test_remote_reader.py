@@ -22,7 +22,6 @@ from tierlog.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     ReplicaNotAvailableError,
-    UnknownServerError,
 )
 from tierlog.records import build_batch, iter_batches
 from tierlog.server.replica_manager import Partition
@@ -474,7 +473,7 @@ def test_a_corrupt_object_is_a_storage_error(tiered):
     reader.close()
 
 
-def test_a_full_reader_queue_refuses_with_unknown_server_error(tiered):
+def test_a_full_reader_queue_refuses_with_a_retriable_storage_error(tiered):
     t = tiered
     reader = t.reader(config=reader_config(**{"remote.log.reader.threads": 1,
                                               "remote.log.reader.max.pending.tasks": 1}))
@@ -483,9 +482,9 @@ def test_a_full_reader_queue_refuses_with_unknown_server_error(tiered):
     async def go():
         running = [asyncio.ensure_future(reader.read(t.partition, 0, 1, True)) for _ in range(2)]
         await asyncio.sleep(0.1)
-        with pytest.raises(UnknownServerError) as e:
+        with pytest.raises(KafkaStorageError) as e:
             await reader.read(t.partition, 0, 1, True)
-        assert e.value.code == -1
+        assert e.value.code == 56 and e.value.retriable and "max.pending.tasks" in str(e.value)
         t.rsm.block.set()
         return await asyncio.gather(*running)
     first, second = run(go())

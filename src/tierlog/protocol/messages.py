@@ -302,8 +302,14 @@ def write_response(out, correlation_id: int, response: Any) -> None:
     w.write_body(out, response)
 
 
+#: A bytes value at least this large (records read from the remote tier) is sent as its own part
+#: instead of being copied into the response buffer.
+_OWN_PART_BYTES = 64 * 1024
+
+
 class _PartsWriter:
-    """A ``write`` target that keeps non-bytes objects (file regions) as parts of their own."""
+    """A ``write`` target that keeps non-bytes objects (file regions) and large ``bytes`` as parts of
+    their own, so records are never copied while the response is encoded."""
 
     __slots__ = ("parts", "_buf", "size")
 
@@ -313,11 +319,12 @@ class _PartsWriter:
         self.size = 0
 
     def write(self, data) -> int:
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            self._buf += data
-        else:
+        if isinstance(data, bytes) and len(data) >= _OWN_PART_BYTES or \
+                not isinstance(data, (bytes, bytearray, memoryview)):
             self.parts += (bytes(self._buf), data)
             self._buf = bytearray()
+        else:
+            self._buf += data
         n = len(data)
         self.size += n
         return n

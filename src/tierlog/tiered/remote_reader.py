@@ -15,8 +15,9 @@ used dropped first. A window keeps what it returned last, so a fetch that the ha
 response budget is served again from memory.
 
 Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
-``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with
-UNKNOWN_SERVER_ERROR (-1), as in Kafka. Read-aheads run on a separate pool, so a read waiting for a
+``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with the
+retriable KAFKA_STORAGE_ERROR (56; Kafka answers -1, which kafka-python raises to the application).
+Read-aheads run on a separate pool, so a read waiting for a
 read-ahead can never hold the thread that read-ahead needs. Errors:
 
 - no remote segment for the offset (or it is below the log start) -> OFFSET_OUT_OF_RANGE (1);
@@ -246,8 +247,8 @@ class RemoteLogReader:
         if self.closed:
             raise KafkaStorageError("the remote log reader is closed")
         if self._pending >= self.threads + self.max_pending:
-            raise UnknownServerError(f"remote read of {tp.topic}-{tp.partition} refused: {self._pending} reads "
-                                     f"in progress (remote.log.reader.max.pending.tasks={self.max_pending})")
+            raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} refused for now: {self._pending} "
+                                    f"reads in progress (remote.log.reader.max.pending.tasks={self.max_pending})")
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(self.pool, fn, *args)
         self._pending += 1
