@@ -20,12 +20,13 @@ is the bottleneck; ``--record-bytes 16384`` shifts it towards the broker.
 Prints ONE JSON line with the medians over ``--runs`` runs, per target, and ``remote / local``.
 Target (issue 6): ``remote_local_ratio >= 0.8``.
 
-    python bench/tiered.py [--runs 3] [--mb 256] [--partitions 2] [--record-bytes 1024] [--target tierlog]
+    python bench/tiered.py [--runs 3] [--mb 256] [--partitions 2] [--record-bytes 1024] [--target tierlog,kafka]
     python bench/tiered.py --profile          # also py-spy of the broker during one more remote read
 
 Targets are entries of ``TARGETS``: name -> function(args) returning a context manager that yields a
 :class:`Target` (bootstrap address, topic settings, and ``make_cold()``). A comparison with Apache
-Kafka's LocalTieredStorage adds ``TARGETS["kafka"]`` the same way; ``--target tierlog,kafka`` runs both.
+Kafka 4.1 with LocalTieredStorage is ``TARGETS["kafka"]``; ``--target tierlog,kafka`` runs both and adds
+``remote_vs_kafka_remote`` (tierlog's remote MB/s over Kafka's; target >= 2).
 """
 
 from __future__ import annotations
@@ -171,9 +172,103 @@ def tierlog_target(args) -> Iterator[Target]:
             b.stop()
 
 
+# --------------------------------------------------------------------------------------------- kafka
+
+
+def _kafka_peer():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kafka_peer", ROOT / "scripts" / "kafka_peer.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kafka_peer"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _raw_client(bootstrap: str):
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "src"))
+    from tests.server.rawclient import RawClient
+    return RawClient(bootstrap, timeout=30)
+
+
+def _kafka_earliest_local(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    from tierlog.protocol import ApiKey
+    raw = _raw_client(bootstrap)
+    try:
+        r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": p, "timestamp": -4} for p in range(partitions)]}]})
+        return [p.offset for p in r.topics[0].partitions]
+    finally:
+        raw.close()
+
+
+def _kafka_remote_read_works(bootstrap: str, topic: str) -> bool:
+    from tierlog.protocol import ApiKey
+    raw = _raw_client(bootstrap)
+    try:
+        r = raw.request(ApiKey.FETCH, 12, {"replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": 1,
+                                           "topics": [{"topic": topic, "partitions": [
+                                               {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1}]}]})
+        p = r.responses[0].partitions[0]
+        return p.error_code == 0 and bool(p.records)
+    except OSError:
+        return False
+    finally:
+        raw.close()
+
+
+@contextlib.contextmanager
+def kafka_target(args) -> Iterator[Target]:
+    """Apache Kafka 4.1 with LocalTieredStorage (scripts/kafka_peer.py): the same topic settings, its own
+    remote index cache deleted and the broker restarted before each run."""
+    kp = _kafka_peer()
+    with tempfile.TemporaryDirectory(prefix="tierlog-bench-kafka-tiered-") as tmp:
+        server = kp.KafkaServer(Path(tmp), tiered=True, overrides={
+            "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200"},
+            jvm_opts=["-Xmx1g", "-Xms1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"])
+        server.start()
+        target = Target(
+            bootstrap=server.bootstrap, make_cold=lambda: None, wait_tiered=lambda t, n: None,
+            remote_topic_config={"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
+                                 "local.retention.bytes": str(LOCAL_RETENTION_BYTES), "file.delete.delay.ms": "0"},
+            local_topic_config={"segment.bytes": str(SEGMENT_BYTES)},
+            profile_pid=None, notes={"backend": "LocalTieredStorage", "metadata": "topic",
+                                     "index cache": "deleted + restart per run", "version": "Apache Kafka 4.1.0"})
+
+        def local_segments(topic: str, partition: int) -> int:
+            return len(list((server.log_dir / f"{topic}-{partition}").glob("*.log")))
+
+        def wait_tiered(topic: str, partitions: int) -> None:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                if all(o > 0 for o in _kafka_earliest_local(target.bootstrap, topic, partitions)) and all(
+                        local_segments(topic, p) <= 2 for p in range(partitions)):
+                    return
+                time.sleep(0.5)
+            raise RuntimeError(f"{topic} not tiered in time on Kafka")
+
+        def make_cold() -> None:
+            server.stop()
+            shutil.rmtree(server.log_dir / "remote-log-index-cache", ignore_errors=True)
+            server.start()
+            target.bootstrap = server.bootstrap
+            deadline = time.monotonic() + 120
+            while not _kafka_remote_read_works(target.bootstrap, "remote"):  # its remote metadata is loaded
+                if time.monotonic() > deadline:
+                    raise RuntimeError("Kafka's remote metadata did not load")
+                time.sleep(0.2)
+
+        target.wait_tiered, target.make_cold = wait_tiered, make_cold
+        target.profile_pid = lambda: server.proc.pid
+        try:
+            yield target
+        finally:
+            server.stop()
+
+
 TARGETS: dict[str, Callable] = {
     "tierlog": tierlog_target,
-    # "kafka": Apache Kafka with LocalTieredStorage (scripts/kafka_peer.py), added by the reference-peer work.
+    "kafka": kafka_target,
 }
 
 
@@ -294,10 +389,15 @@ def main() -> None:
            "record_bytes": args.record_bytes, "segment_bytes": SEGMENT_BYTES, "targets": {}}
     for name in args.target.split(","):
         out["targets"][name] = run_target(name.strip(), args)
-    tl = out["targets"].get("tierlog")
+    tl, kafka = out["targets"].get("tierlog"), out["targets"].get("kafka")
     if tl is not None:
         out["remote_local_ratio"] = tl["remote_local_ratio"]
         out["target_met"] = tl["remote_local_ratio"] >= 0.8
+    if tl is not None and kafka is not None:
+        # Issue 6: tierlog's remote catch-up at least twice Apache Kafka's (LocalTieredStorage).
+        out["remote_vs_kafka_remote"] = round(tl["remote_mb_s"] / kafka["remote_mb_s"], 2)
+        out["target_vs_kafka_met"] = out["remote_vs_kafka_remote"] >= 2.0
+        out["target_met"] = out["target_met"] and out["target_vs_kafka_met"]
     print(json.dumps(out))
 
 
