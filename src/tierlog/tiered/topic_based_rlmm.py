@@ -8,8 +8,9 @@ mapping, talking to the broker through tierlog's own client over the broker's li
   consumer and the consumer task. Attempts repeat every
   ``remote.log.metadata.initialization.retry.interval.ms`` until
   ``remote.log.metadata.initialization.retry.max.timeout.ms``, both counted from broker ready; a topic
-  with another partition count, or a timeout, is fatal: the broker is told to stop (it exits
-  non-zero, as Kafka does since KAFKA-19425) instead of running without tiering;
+  with another partition count, or a timeout, is fatal: the handler installed with
+  ``set_fatal_error_handler`` is called (the broker stops and exits non-zero, as Kafka does since
+  KAFKA-19425) instead of running without tiering;
 - an event is written to the metadata partition of its user partition and the write returns only
   once this broker's own consumer has applied it (read your writes), within
   ``remote.log.metadata.consume.wait.ms``;
@@ -55,20 +56,31 @@ ADMIN = "remote.log.metadata.admin."
 
 
 class RemoteLogMetadataManagerNotReadyError(KafkaError):
-    """A write before the manager finished initializing, after it closed, or for a partition it does not
-    follow (Kafka's IllegalStateException / KafkaException in the same places)."""
+    """A write before the manager finished initializing, or for a partition it does not follow (Kafka's
+    IllegalStateException / KafkaException in the same places); retriable: the copy task tries again."""
 
     retriable = True
 
 
-def _int(configs: Mapping[str, str], key: str, default: int) -> int:
+class RemoteLogMetadataManagerFailedError(KafkaError):
+    """The manager can no longer work: initialization failed for good or it was closed; not retriable."""
+
+
+class _PermanentInitError(Exception):
+    """Initialization can never succeed (no retry)."""
+
+
+def _int(configs: Mapping[str, str], key: str, default: int, minimum: int | None = None) -> int:
     value = configs.get(key)
     if value is None or str(value).strip() == "":
         return default
     try:
-        return int(str(value).strip())
+        number = int(str(value).strip())
     except ValueError:
         raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Not a number") from None
+    if minimum is not None and number < minimum:
+        raise InvalidConfigError(f"Invalid value {number} for configuration {key}: Value must be at least {minimum}")
+    return number
 
 
 def _prefixed(configs: Mapping[str, str], prefix: str) -> dict[str, str]:
@@ -83,7 +95,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.num_partitions = 50
         self.replication_factor = 3
         self.retention_ms = -1
-        self.min_isr: int | None = None
+        self.min_isr = 2
         self.consume_wait_s = 120.0
         self.init_timeout_s = 120.0
         self.init_interval_s = 0.1
@@ -93,6 +105,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.consumer: Consumer | None = None
         self.consumer_task: ConsumerTask | None = None
         self.initialized = False
+        self.init_failure: str | None = None  # why initialization failed for good
         self.closing = False
         self._configured = False
         self._init_task: asyncio.Task | None = None
@@ -103,30 +116,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # --------------------------------------------------------------------------------- configuration
 
     def configure(self, configs: Mapping[str, str]) -> None:
+        """Read the settings (Kafka's keys, ``rlmm.config.`` stripped); never touches the network."""
         if self._configured:
             return  # Kafka ignores a second configure
-        self.configs = {str(k): str(v) for k, v in configs.items()}
-        c = self.configs
+        c = {str(k): str(v) for k, v in configs.items()}
         if not c.get("log.dir"):
             raise InvalidConfigError("log.dir is required by the topic-based remote log metadata manager")
-        self.log_dir = c["log.dir"]
-        self.broker_id = _int(c, "broker.id", -1)
-        self.num_partitions = _int(c, "remote.log.metadata.topic.num.partitions", 50)
-        self.replication_factor = _int(c, "remote.log.metadata.topic.replication.factor", 3)
-        self.retention_ms = _int(c, "remote.log.metadata.topic.retention.ms", -1)
-        self.min_isr = _int(c, "remote.log.metadata.topic.min.isr", 0) or None
-        self.consume_wait_s = _int(c, "remote.log.metadata.consume.wait.ms", 120000) / 1000
-        self.init_timeout_s = _int(c, "remote.log.metadata.initialization.retry.max.timeout.ms", 120000) / 1000
-        self.init_interval_s = _int(c, "remote.log.metadata.initialization.retry.interval.ms", 100) / 1000
-        self.snapshot_interval_s = _int(c, "remote.log.metadata.snapshot.interval.ms", 60000) / 1000
-        if self.num_partitions < 1:
-            raise InvalidConfigError("remote.log.metadata.topic.num.partitions must be at least 1")
         if not c.get(COMMON + "bootstrap.servers"):
             raise InvalidConfigError(f"{COMMON}bootstrap.servers is required (the broker sets it to its listener)")
+        self.num_partitions = _int(c, "remote.log.metadata.topic.num.partitions", 50, 1)
+        self.replication_factor = _int(c, "remote.log.metadata.topic.replication.factor", 3, 1)
+        self.retention_ms = _int(c, "remote.log.metadata.topic.retention.ms", -1)
+        if self.retention_ms != -1 and self.retention_ms <= 0:
+            raise InvalidConfigError(f"Invalid value {self.retention_ms} for configuration "
+                                     f"remote.log.metadata.topic.retention.ms: must be -1 or greater than 0")
+        # KIP-1235's default of 2, never above the replication factor: a single broker could not write.
+        self.min_isr = min(_int(c, "remote.log.metadata.topic.min.isr", 2, 1), self.replication_factor)
+        self.consume_wait_s = _int(c, "remote.log.metadata.consume.wait.ms", 120000, 0) / 1000
+        self.init_timeout_s = _int(c, "remote.log.metadata.initialization.retry.max.timeout.ms", 120000, 0) / 1000
+        self.init_interval_s = _int(c, "remote.log.metadata.initialization.retry.interval.ms", 100, 0) / 1000
+        self.snapshot_interval_s = _int(c, "remote.log.metadata.snapshot.interval.ms", 60000, 1) / 1000
+        self.configs = c
+        self.log_dir = c["log.dir"]
+        self.broker_id = _int(c, "broker.id", -1)
         self._configured = True
 
     def set_fatal_error_handler(self, handler: Callable[[str], None]) -> None:
-        """The broker's way to stop when initialization fails for good."""
+        """Install ``handler(reason)``, called once (on the event loop) when initialization fails for
+        good: the metadata topic has another partition count, a client setting is invalid, or
+        ``remote.log.metadata.initialization.retry.max.timeout.ms`` passed since ``on_broker_ready``.
+        The broker installs its ``fail``: it logs the reason and exits non-zero (Kafka's ``Exit.exit(1)``,
+        KAFKA-19425). Without a handler the failure is only logged, and writes raise
+        RemoteLogMetadataManagerFailedError with the reason."""
         self._fatal_handler = handler
 
     def _client_config(self, role_prefix: str, client_id: str) -> dict[str, str]:
@@ -134,10 +155,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         cfg.setdefault("client.id", client_id)
         return cfg
 
+    def _client_id(self, role: str) -> str:
+        return f"__remote_log_metadata_client_{self.broker_id}_{role}"
+
     # ------------------------------------------------------------------------------ initialization
 
     async def on_broker_ready(self) -> None:
         """KIP-1197: start initializing now that the broker serves requests; returns at once."""
+        if not self._configured:
+            raise RuntimeError("on_broker_ready before configure")
         if self._init_task is not None or self.closing:
             return
         self.ready_at = time.monotonic()
@@ -145,43 +171,71 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._init_task = asyncio.get_running_loop().create_task(self._initialize(), name="rlmm-initialize")
 
     async def _initialize(self) -> None:
+        try:
+            reason = await self._initialize_until_deadline()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug here must still stop the broker, not leave it untiered
+            log.exception("Unexpected error initializing the topic-based remote log metadata manager")
+            reason = f"unexpected error: {type(e).__name__}: {e}"
+        if reason is not None and not self.closing:
+            self._fatal(reason)
+
+    async def _initialize_until_deadline(self) -> str | None:
+        """Try until initialized (None) or the budget is spent; returns why it failed for good."""
         deadline = self.ready_at + self.init_timeout_s
         last_error: Exception | None = None
-        admin = Admin(self._client_config(ADMIN, f"__remote_log_metadata_client_{self.broker_id}_admin"))
-        try:
-            while not self.closing:
-                if time.monotonic() > deadline:
-                    self._fatal(f"the topic-based remote log metadata manager could not initialize within "
-                                f"{self.init_timeout_s * 1000:.0f} ms "
-                                f"(remote.log.metadata.initialization.retry.max.timeout.ms): {last_error}")
-                    return
-                try:
-                    await self._ensure_topic(admin, deadline)
-                    break
-                except _PermanentInitError as e:
-                    self._fatal(str(e))
-                    return
-                except Exception as e:  # noqa: BLE001 - retried until the deadline
-                    last_error = e
-                    log.debug("Initializing the remote log metadata manager: %s; retrying", e)
-                    await asyncio.sleep(self.init_interval_s)
-            if self.closing:
-                return
-            await self._start_clients()
-        finally:
-            await admin.close()
+        while not self.closing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return (f"the topic-based remote log metadata manager could not initialize within "
+                        f"{self.init_timeout_s * 1000:.0f} ms of broker ready "
+                        f"(remote.log.metadata.initialization.retry.max.timeout.ms); last error: {last_error!r}")
+            try:
+                await asyncio.wait_for(self._attempt(remaining), remaining)
+                return None
+            except (_PermanentInitError, InvalidConfigError) as e:
+                return str(e)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last_error = e
+                log.debug("Initializing the remote log metadata manager: %r; retrying", e)
+                await self._close_clients()
+            await asyncio.sleep(min(self.init_interval_s, max(0.0, deadline - time.monotonic())))
+        return None
 
-    async def _ensure_topic(self, admin: Admin, deadline: float) -> None:
-        if admin._client is None:
-            await admin.start()
-        timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+    async def _attempt(self, budget_s: float) -> None:
+        """One attempt: the topic, then the clients and the consumer task."""
+        timeout_ms = max(1, int(budget_s * 1000))
+        async with Admin(self._client_config(ADMIN, self._client_id("admin"))) as admin:
+            await self._ensure_topic(admin, timeout_ms)
+        self.producer = Producer({**self._client_config(PRODUCER, self._client_id("producer")),
+                                  "acks": "all", "enable.idempotence": "true", "linger.ms": "0"})
+        # No group: partitions are assigned by hand and read from the beginning (or a snapshot).
+        self.consumer = Consumer({**self._client_config(CONSUMER, self._client_id("consumer")),
+                                  "enable.auto.commit": "false", "auto.offset.reset": "earliest",
+                                  "exclude.internal.topics": "false"})
+        await self.producer.start()
+        await self.consumer.start()
+        if self.closing:
+            return
+        self.consumer_task = ConsumerTask(self.consumer, self.store, self.num_partitions, self.log_dir,
+                                          self.snapshot_interval_s)
+        self.consumer_task.start()
+        self.initialized = True
+        if self._pending:
+            self.consumer_task.add_assignments(list(self._pending))
+            self._pending.clear()
+        log.info("Initialized topic-based RLMM resources in %.0f ms after broker ready",
+                 (time.monotonic() - self.ready_at) * 1000)
+
+    async def _ensure_topic(self, admin: Admin, timeout_ms: int) -> None:
         try:
             described = await admin.describe_topics([METADATA_TOPIC], timeout_ms=timeout_ms)
         except UnknownTopicOrPartitionError:
             configs = {"cleanup.policy": "delete", "remote.storage.enable": "false",
-                       "retention.ms": str(self.retention_ms)}
-            if self.min_isr:
-                configs["min.insync.replicas"] = str(self.min_isr)
+                       "retention.ms": str(self.retention_ms), "min.insync.replicas": str(self.min_isr)}
             try:
                 await admin.create_topics([NewTopic(METADATA_TOPIC, self.num_partitions, self.replication_factor,
                                                     configs)], timeout_ms=timeout_ms)
@@ -195,42 +249,39 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 f"{METADATA_TOPIC} has {count} partitions but remote.log.metadata.topic.num.partitions is "
                 f"{self.num_partitions}; the partition count of the metadata topic can never change")
 
-    async def _start_clients(self) -> None:
-        self.producer = Producer({**self._client_config(PRODUCER, f"__remote_log_metadata_client_{self.broker_id}"
-                                                                  f"_producer"),
-                                  "acks": "all", "enable.idempotence": "true", "linger.ms": "0"})
-        self.consumer = Consumer({**self._client_config(CONSUMER, f"__remote_log_metadata_client_{self.broker_id}"
-                                                                  f"_consumer"),
-                                  "enable.auto.commit": "false", "auto.offset.reset": "earliest",
-                                  "exclude.internal.topics": "false"})
-        await self.producer.start()
-        await self.consumer.start()
-        self.consumer_task = ConsumerTask(self.consumer, self.store, self.num_partitions, self.log_dir,
-                                          self.snapshot_interval_s)
-        self.consumer_task.start()
-        self.initialized = True
-        if self._pending:
-            self.consumer_task.add_assignments(list(self._pending))
-            self._pending.clear()
-        log.info("Initialized topic-based RLMM resources in %.0f ms after broker ready",
-                 (time.monotonic() - self.ready_at) * 1000)
+    async def _close_clients(self) -> None:
+        for client in (self.producer, self.consumer):
+            if client is not None:
+                try:
+                    await client.close()
+                except Exception as e:  # noqa: BLE001 - closing anyway
+                    log.debug("Closing a metadata client: %r", e)
+        self.producer = self.consumer = None
 
     def _fatal(self, reason: str) -> None:
+        self.init_failure = reason
         log.error("Stopping the server as it failed to initialize topic-based RLMM resources: %s", reason)
         if self._fatal_handler is not None:
-            self._fatal_handler(reason)
+            try:
+                self._fatal_handler(reason)
+            except Exception:  # noqa: BLE001 - the reason is logged above either way
+                log.exception("The fatal error handler failed")
 
     # -------------------------------------------------------------------------------------- writes
 
     def _check_writable(self, tp: TopicIdPartition) -> ConsumerTask:
+        if self.init_failure is not None:
+            raise RemoteLogMetadataManagerFailedError(
+                f"the topic-based remote log metadata manager failed to initialize: {self.init_failure}")
+        if self.closing:
+            raise RemoteLogMetadataManagerFailedError("the topic-based remote log metadata manager is closed")
         task = self.consumer_task
-        if not self.initialized or self.closing or task is None:
+        if not self.initialized or task is None:
             raise RemoteLogMetadataManagerNotReadyError(
-                f"the remote log metadata manager is not ready (initialized: {self.initialized}, closing: "
-                f"{self.closing})")
-        if task.failure is not None:
-            raise KafkaError(f"the remote log metadata consumer stopped: {task.failure}")
-        if not task.is_assigned(tp):
+                f"the topic-based remote log metadata manager is still initializing "
+                f"({'started' if self.ready_at is not None else 'waiting for broker ready'})")
+        task.check_running()
+        if not task.is_followed(tp):
             raise RemoteLogMetadataManagerNotReadyError(f"{tp} is not followed by this broker's metadata manager")
         return task
 
@@ -273,7 +324,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return self.store.list_remote_log_segments(tp, leader_epoch)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
-        return self.initialized and self.store.is_initialized(tp)
+        """Loaded, and the reader still running: after a non-retriable consumer error nothing is ready, so
+        the remote log manager's tasks stop instead of acting on metadata that no longer moves."""
+        task = self.consumer_task
+        return (self.initialized and not self.closing and task is not None and task.failure is None
+                and self.store.is_initialized(tp))
 
     # ------------------------------------------------------------------------------- partitions
 
@@ -307,14 +362,5 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 pass
         if self.consumer_task is not None:
             await self.consumer_task.close()
-        for client in (self.producer, self.consumer):
-            if client is not None:
-                try:
-                    await client.close()
-                except Exception as e:  # noqa: BLE001 - closing anyway
-                    log.debug("Closing a metadata client: %s", e)
+        await self._close_clients()
         self.store.close()
-
-
-class _PermanentInitError(Exception):
-    """Initialization can never succeed (no retry)."""
