@@ -302,8 +302,8 @@ def write_response(out, correlation_id: int, response: Any) -> None:
     w.write_body(out, response)
 
 
-#: A bytes value at least this large (records read from the remote tier) is sent as its own part
-#: instead of being copied into the response buffer.
+#: A bytes or memoryview value at least this large (records read from the remote tier) is sent as its
+#: own part instead of being copied into the response buffer.
 _OWN_PART_BYTES = 64 * 1024
 
 
@@ -319,7 +319,7 @@ class _PartsWriter:
         self.size = 0
 
     def write(self, data) -> int:
-        if isinstance(data, bytes) and len(data) >= _OWN_PART_BYTES or \
+        if isinstance(data, (bytes, memoryview)) and len(data) >= _OWN_PART_BYTES or \
                 not isinstance(data, (bytes, bytearray, memoryview)):
             self.parts += (bytes(self._buf), data)
             self._buf = bytearray()

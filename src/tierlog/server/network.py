@@ -155,7 +155,7 @@ class SocketServer:
 
         Region descriptors are duplicated before the first await, so a segment deleted meanwhile
         (its descriptor closed and the number reused) can never make us send another file's bytes."""
-        dups = [(os.dup(p.fd), p) if not isinstance(p, bytes) else (None, p) for p in parts]
+        dups = [(None, p) if isinstance(p, (bytes, memoryview)) else (os.dup(p.fd), p) for p in parts]
         try:
             for fd, part in dups:
                 if fd is None:
