@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class BrokerProcess:
+    #: Every broker process started and not yet reaped, so a failing test cannot leave one running
+    #: (tests/conftest.py kills those a test started and left behind).
+    running: set = set()
     def __init__(self, log_dir: Path, overrides: dict[str, str]):
         self.log_dir = log_dir
         self.overrides = {"log.dirs": str(log_dir), "listeners": "PLAINTEXT://127.0.0.1:0",
@@ -37,6 +40,7 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        BrokerProcess.running.add(self)
         self.proc = subprocess.Popen(args, cwd=self.log_dir.parent, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + timeout
