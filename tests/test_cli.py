@@ -64,7 +64,7 @@ def test_broker_with_defaults(tmp_path):
 
 def test_broker_with_example_config(tmp_path):
     code, out, err = run_broker("-c", str(ROOT / "config/server.properties"), "-o",
-                                "listeners=PLAINTEXT://127.0.0.1:0", cwd=tmp_path)
+                                "listeners=PLAINTEXT://127.0.0.1:0", "-o", "metrics.port=0", cwd=tmp_path)
     assert code == 0, err
     assert "tierlog broker ready on" in out
     assert "WARNING" not in err  # the example has no unknown keys
@@ -74,7 +74,7 @@ def test_broker_with_example_config(tmp_path):
 def test_broker_overrides_on_top_of_file(tmp_path):
     code, out, err = run_broker("-c", str(ROOT / "config/server.properties"), "-o",
                                 f"log.dirs={tmp_path}/a,{tmp_path}/b", "--override",
-                                "listeners=PLAINTEXT://127.0.0.1:19092", cwd=tmp_path)
+                                "listeners=PLAINTEXT://127.0.0.1:19092", "-o", "metrics.port=0", cwd=tmp_path)
     assert code == 0, err
     assert "ready on PLAINTEXT://127.0.0.1:19092" in out
     assert (tmp_path / "a" / "meta.properties").exists() and (tmp_path / "b" / "meta.properties").exists()
