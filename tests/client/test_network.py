@@ -174,3 +174,42 @@ def test_strategy_is_checked_at_construction(cls):
     with pytest.raises(errors.InvalidConfigError, match="metadata.recovery.rebootstrap.trigger.ms"):
         cls({"bootstrap.servers": "127.0.0.1:9", "metadata.recovery.rebootstrap.trigger.ms": -1})
     assert cls(bootstrap_servers="127.0.0.1:9").config["metadata.recovery.strategy"] == "rebootstrap"
+
+
+def test_frames_are_cut_right_whatever_the_chunks():
+    """Frames of every size (the 64 KiB scratch buffer's edge included), arriving in chunks that cut
+    size prefixes and bodies anywhere, come out whole and in order."""
+    import random
+    import struct
+
+    from tierlog.client.connection import _FrameProtocol
+
+    class Sink:
+        node_id, host, port = 1, "127.0.0.1", 0
+
+        def __init__(self) -> None:
+            self.frames: list[bytes] = []
+
+        def _on_frame(self, frame) -> None:
+            self.frames.append(bytes(frame))
+
+        def close(self, reason=None) -> None:
+            raise AssertionError(f"closed: {reason}")
+
+    rnd = random.Random(7)
+    sizes = [4, 5, 100, _FrameProtocol.SMALL - 5, _FrameProtocol.SMALL - 4, _FrameProtocol.SMALL - 3,
+             _FrameProtocol.SMALL, 3 * _FrameProtocol.SMALL + 17, 4, 1_000_000, 7]
+    frames = [rnd.randbytes(n) for n in sizes]
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    for chunking in ("tiny", "random", "whole"):
+        sink = Sink()
+        proto = _FrameProtocol(sink)
+        pos = 0
+        while pos < len(stream):
+            buf = proto.get_buffer(-1)
+            n = {"tiny": 3, "random": rnd.randint(1, 200_000), "whole": len(buf)}[chunking]
+            n = min(n, len(buf), len(stream) - pos)
+            buf[:n] = stream[pos:pos + n]
+            proto.buffer_updated(n)
+            pos += n
+        assert sink.frames == frames, chunking

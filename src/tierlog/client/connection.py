@@ -76,6 +76,98 @@ def _schemas(api_key: int, version: int) -> tuple[type, type]:
 _schema_cache: dict[tuple[int, int], tuple[type, type]] = {}
 
 
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Reads size-prefixed frames straight into memory the connection hands out: small frames are
+    cut from one reusable 64 KiB buffer, a larger one is received into a bytearray of its exact size
+    (one copy from the kernel, no growing buffer), then passed on as a read-only memoryview."""
+
+    SMALL = 1 << 16
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self._small = bytearray(self.SMALL)
+        self._small_view = memoryview(self._small)
+        self._have = 0
+        self._big: bytearray | None = None
+        self._big_view: memoryview | None = None
+        self._big_have = 0
+        self._paused = False
+        self._drained: asyncio.Future | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return self._big_view[self._big_have:]
+        return self._small_view[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big is not None:
+            self._big_have += nbytes
+            if self._big_have == len(self._big):
+                frame = self._big_view.toreadonly()
+                self._big = self._big_view = None
+                self.conn._on_frame(frame)
+            return
+        self._have += nbytes
+        small, have, pos = self._small, self._have, 0
+        while have - pos >= 4:
+            (size,) = _SIZE.unpack_from(small, pos)
+            if size < 0:
+                self.conn.close(KafkaConnectionError(f"node {self.conn.node_id} sent a frame of size {size}"))
+                return
+            if size > self.SMALL - 4:
+                # too large for the scratch buffer: read the rest straight into its own buffer
+                big = bytearray(size)
+                take = min(have - pos - 4, size)
+                big[:take] = small[pos + 4:pos + 4 + take]
+                pos += 4 + take
+                if take == size:
+                    self.conn._on_frame(memoryview(big).toreadonly())
+                    continue
+                self._big, self._big_view, self._big_have = big, memoryview(big), take
+                break
+            if have - pos - 4 < size:
+                break
+            self.conn._on_frame(bytes(small[pos + 4:pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            small[:have - pos] = small[pos:have]
+            self._have = have - pos
+
+    def eof_received(self) -> bool:
+        self.conn.close(KafkaConnectionError(
+            f"node {self.conn.node_id} ({self.conn.host}:{self.conn.port}) closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.close(KafkaConnectionError(
+            f"connection to node {self.conn.node_id} ({self.conn.host}:{self.conn.port}) lost"
+            + (f": {exc}" if exc else "")))
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if self._paused:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+
 class BrokerConnection:
     """A negotiated connection; create with :meth:`open`. Safe to share between tasks."""
 
@@ -87,12 +179,11 @@ class BrokerConnection:
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _FrameProtocol | None = None
         self._correlation_id = 0
         # correlation id -> (response class, future); responses arrive in request order
         self._pending: dict[int, tuple[type, asyncio.Future]] = {}
-        self._read_task: asyncio.Task | None = None
         self._closed = False
         self.close_reason: BaseException | None = None
 
@@ -112,20 +203,20 @@ class BrokerConnection:
                    request_timeout_ms: int, setup_timeout_ms: int) -> BrokerConnection:
         """Connect and negotiate versions; raises KafkaConnectionError or KafkaTimeoutError."""
         conn = cls(host, port, node_id, client_id, request_timeout_ms)
+        loop = asyncio.get_running_loop()
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), setup_timeout_ms / 1000)
+            conn._transport, conn._protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _FrameProtocol(conn), host, port), setup_timeout_ms / 1000)
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"connection to node {node_id} ({host}:{port}) not set up within {setup_timeout_ms} ms") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to node {node_id} ({host}:{port}): {exc}") from None
-        sock = conn._writer.get_extra_info("socket")
+        sock = conn._transport.get_extra_info("socket")
         if sock is not None:
             import socket
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
         try:
             await asyncio.wait_for(conn._negotiate(), setup_timeout_ms / 1000)
         except BaseException as exc:
@@ -189,9 +280,11 @@ class BrokerConnection:
             fut = asyncio.get_running_loop().create_future()
             self._pending[corr] = (response_type, fut)
         try:
-            self._writer.write(frame)
-            if self._writer.transport.get_write_buffer_size() > 1 << 20:
-                await self._writer.drain()
+            self._transport.write(frame)
+            if self._protocol._paused:
+                await self._protocol.drain()
+                if self._closed:
+                    raise self.close_reason
         except (OSError, RuntimeError) as exc:
             self.close(KafkaConnectionError(f"write to node {self.node_id} failed: {exc}"))
             raise self.close_reason from None
@@ -206,34 +299,28 @@ class BrokerConnection:
             self.close(exc)
             raise exc from None
 
-    async def _read_loop(self) -> None:
-        reader = self._reader
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """One response frame (without its size prefix): hand it to the request waiting for it."""
+        if self._closed:
+            return
+        if len(frame) < 4:
+            self.close(KafkaConnectionError(f"node {self.node_id} sent a frame of {len(frame)} bytes"))
+            return
+        (corr,) = _CORR.unpack_from(frame, 0)
+        entry = self._pending.pop(corr, None)
+        if entry is None:
+            self.close(KafkaConnectionError(f"node {self.node_id} answered unknown correlation id {corr}"))
+            return
+        response_type, fut = entry
         try:
-            while True:
-                head = await reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                frame = await reader.readexactly(size)
-                (corr,) = _CORR.unpack_from(frame, 0)
-                entry = self._pending.pop(corr, None)
-                if entry is None:
-                    raise KafkaConnectionError(f"node {self.node_id} answered unknown correlation id {corr}")
-                response_type, fut = entry
-                try:
-                    _, response = parse_response(frame, response_type)
-                except Exception as exc:  # a broker bug must not hang the caller
-                    if not fut.done():
-                        fut.set_exception(errors.CorruptMessageError(
-                            f"cannot parse {response_type.__name__} from node {self.node_id}: {exc!r}"))
-                    continue
-                if not fut.done():
-                    fut.set_result(response)
-        except asyncio.IncompleteReadError:
-            self.close(KafkaConnectionError(f"node {self.node_id} ({self.host}:{self.port}) closed the connection"))
-        except (OSError, KafkaConnectionError) as exc:
-            self.close(exc if isinstance(exc, KafkaConnectionError)
-                       else KafkaConnectionError(f"connection to node {self.node_id} failed: {exc}"))
-        except asyncio.CancelledError:
-            pass
+            _, response = parse_response(frame, response_type)
+        except Exception as exc:  # a broker bug must not hang the caller
+            if not fut.done():
+                fut.set_exception(errors.CorruptMessageError(
+                    f"cannot parse {response_type.__name__} from node {self.node_id}: {exc!r}"))
+            return
+        if not fut.done():
+            fut.set_result(response)
 
     def close(self, reason: BaseException | None = None) -> None:
         """Close and fail every request still waiting (with ``reason`` or a connection error)."""
@@ -247,9 +334,6 @@ class BrokerConnection:
                                   else KafkaConnectionError(str(self.close_reason)))
                 fut.exception()  # mark retrieved: nobody may be waiting any more
         self._pending.clear()
-        if self._writer is not None:
+        if self._transport is not None:
             with contextlib.suppress(Exception):
-                self._writer.close()
-        task = self._read_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+                self._transport.close()

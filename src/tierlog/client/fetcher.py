@@ -259,20 +259,22 @@ class SubscriptionState:
 # ---------------------------------------------------------------------------------------- record decoding
 
 
-def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, first: int) -> list[ConsumerRecord]:
+def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, first: int, start: int = 0,
+                    stop: int | None = None) -> list[ConsumerRecord]:
     """The records of one (decompressed) batch at or after offset ``first``, as ConsumerRecords with
     raw bytes. This is the consumer's hot loop: varints of one and two bytes (values up to 8191, which
-    covers lengths of records up to 8 KiB, offset deltas and most timestamp deltas) are inlined."""
+    covers lengths of records up to 8 KiB, offset deltas and most timestamp deltas) are inlined. The
+    records are ``data[start:stop]`` (the whole of ``data`` by default), read in place."""
     base_offset = hdr.base_offset
     # LogAppendTime batches give every record the batch's max timestamp
     lat = hdr.max_timestamp if hdr.attributes & TIMESTAMP_TYPE_MASK else None
     base_ts = hdr.base_timestamp
     ts_type = 0 if lat is None else 1
     epoch = hdr.partition_leader_epoch
-    n = len(data)
+    n = len(data) if stop is None else stop
     out: list[ConsumerRecord] = []
     append = out.append
-    p = 0
+    p = start
     try:
         for _ in range(hdr.records_count):
             b = data[p]
@@ -414,7 +416,7 @@ class CompletedFetch:
         end = pos + hdr.size
         codec = hdr.attributes & COMPRESSION_CODEC_MASK
         if codec == 0:
-            data = buf[pos + RECORD_BATCH_OVERHEAD:end]
+            return _decode_records(buf, hdr, self.tp.topic, self.tp.partition, first, pos + RECORD_BATCH_OVERHEAD, end)
         else:
             if codec > CompressionType.ZSTD:
                 raise errors.UnsupportedCompressionTypeError(
