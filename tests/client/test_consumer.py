@@ -85,7 +85,7 @@ def test_decoding_skips_records_before_the_fetch_offset_and_a_partial_tail():
     assert cf.end_offset == 10
     got = cf.take(4, None, None)
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in got[:2]] == [
-        (3, b"k3", b"v3", [("h", None)], 1003), (4, b"k4", b"v4", [("h", None)], 1004)]
+        (3, b"k3", b"v3", (("h", None),), 1003), (4, b"k4", b"v4", (("h", None),), 1004)]
     assert [r.offset for r in got] == [3, 4, 5, 6] and cf.next_offset == 7
     rest = cf.take(100, None, bytes.decode)
     assert [r.value for r in rest] == ["x2", "x3", "x4"] and cf.done and cf.next_offset == 10

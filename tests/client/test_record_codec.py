@@ -53,7 +53,7 @@ def test_encoder_and_decoder_agree_with_the_reference_codec(count):
     hdr = read_header(frame, 0)
     fast = _decode_records(frame[RECORD_BATCH_OVERHEAD:], hdr, "t", 0, 0)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.serialized_key_size, r.serialized_value_size)
-            for r in fast] == [(i, ts, key, value, headers, -1 if key is None else len(key),
+            for r in fast] == [(i, ts, key, value, tuple(headers), -1 if key is None else len(key),
                                 -1 if value is None else len(value))
                                for i, (ts, key, value, headers) in enumerate(recs)]
     # from an offset inside the batch

@@ -347,21 +347,22 @@ def _decode_records(data: bytes, hdr: BatchHeader, topic: str, partition: int, f
                 p += vlen
             b = data[p]
             if b == 0:
-                headers = []
+                headers = ()  # a tuple, not a list: records made of immutables leave the GC's watch
                 p += 1
             else:
                 count, p = decode_varint(data, p)
-                headers = []
+                pairs = []
                 for _h in range(count):
                     hk, p = decode_varint(data, p)
                     hkey = data[p:p + hk].decode("utf-8")
                     p += hk
                     hv, p = decode_varint(data, p)
                     if hv < 0:
-                        headers.append((hkey, None))
+                        pairs.append((hkey, None))
                     else:
-                        headers.append((hkey, data[p:p + hv]))
+                        pairs.append((hkey, data[p:p + hv]))
                         p += hv
+                headers = tuple(pairs)
             if p != end:
                 raise errors.CorruptMessageError(
                     f"record at offset {offset} says {length} bytes but holds {p - end + length}")

@@ -41,7 +41,7 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
     key: object
     value: object
-    headers: list[tuple[str, bytes | None]]
+    headers: tuple[tuple[str, bytes | None], ...]  # immutable, so records stay out of the GC's way
     leader_epoch: int
     serialized_key_size: int = -1
     serialized_value_size: int = -1
