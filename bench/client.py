@@ -17,7 +17,7 @@ Prints ONE JSON line: per figure and client the median over ``--runs`` runs (eve
 ``per_run``), the ratios the targets are about, and whether they are met (issue 5: tierlog faster
 than kafka-python and aiokafka; produce within 2x of confluent-kafka). MB is 2**20 bytes of values.
 
-    python bench/client.py [--runs 3] [--records 100000] [--record-bytes 1024] [--clients tierlog,confluent-kafka]
+    python bench/client.py [--runs 3] [--records 200000] [--record-bytes 1024] [--clients tierlog,confluent-kafka]
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def run_once(bootstrap: str, clients: list[str], records: int, value: bytes, bat
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--batch-size", type=int, default=262_144)
     ap.add_argument("--clients", default=",".join(CLIENTS), help=f"comma-separated, from {', '.join(CLIENTS)}")
