@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -22,6 +23,10 @@ from tests.server.rawclient import RawClient
 from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 
+# The manager's consumer fetches one metadata record (one event) per round trip: a replay of a few
+# hundred events then takes a second or two, long enough to watch.
+SLOW_CATCH_UP = {f"rlmm.config.remote.log.metadata.consumer.{k}": v for k, v in {
+    "max.poll.records": "1", "fetch.max.bytes": "1", "max.partition.fetch.bytes": "1"}.items()}
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
 
@@ -103,11 +108,11 @@ def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_
     assert remote_segments > 100
     port = b.port
     assert b.stop() == 0
-    # A full replay (no snapshot), deliberately slowed: the manager's consumer takes one event per poll.
+    # A full replay (no snapshot), deliberately slowed: the manager's consumer takes one event per fetch.
     shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
     b = BrokerProcess(tmp_path / "logs", settings(
         tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
-        **{"rlmm.config.remote.log.metadata.consumer.max.poll.records": "1"})).start()
+        **SLOW_CATCH_UP)).start()
     try:
         results: dict[str, object] = {}
 
@@ -165,5 +170,43 @@ def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_
             t.join()
         assert results["kafka-python"] == list(range(records))
         assert results["confluent-kafka"] == list(range(records))
+    finally:
+        b.kill()
+
+
+def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
+    """tierlog's own consumer meets REPLICA_NOT_AVAILABLE while the metadata loads: it surfaces it as
+    RemoteStorageNotReadyError (counted, and raised by a timed lookup that runs out of time) and keeps
+    fetching until every record is read."""
+    from tierlog.client.errors import RemoteStorageNotReadyError
+    from tierlog.client.sync import Consumer
+    from tierlog.client.types import TopicPartition
+    records = 8000
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
+    _fill(b, "history", records)
+    port = b.port
+    assert b.stop() == 0
+    shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
+    b = BrokerProcess(tmp_path / "logs", settings(
+        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
+        **SLOW_CATCH_UP)).start()
+    try:
+        c = Consumer({"bootstrap.servers": b.bootstrap, "auto.offset.reset": "earliest"})
+        tp = TopicPartition("history", 0)
+        c.assign([tp])
+        got = [r.offset for recs in c.poll(200).values() for r in recs]
+        # A timestamp lookup needs remote metadata: while loading it cannot be answered.
+        assert not status(b, "history")[0]["ready"], "the catch-up was too fast to observe; slow it down"
+        with pytest.raises(RemoteStorageNotReadyError) as e:
+            c.offsets_for_times({tp: 1}, timeout_ms=200)
+        assert e.value.retriable and e.value.code == 9
+        deadline = time.monotonic() + 90
+        while len(got) < records and time.monotonic() < deadline:
+            for recs in c.poll(500).values():
+                got += [r.offset for r in recs]
+        assert got == list(range(records))
+        assert c.metrics["remote-storage-not-ready-total"] > 0
+        assert c.offsets_for_times({tp: 1})[tp].offset == 0  # ready now
+        c.close()
     finally:
         b.kill()

@@ -28,6 +28,13 @@ class BrokersUnavailableError(KafkaTimeoutError):
     ``bootstrap.servers`` (KIP-899). The message lists the brokers tried."""
 
 
+class RemoteStorageNotReadyError(errors.ReplicaNotAvailableError):
+    """The remote tier of a partition cannot be read yet: after a broker restart its remote log metadata
+    is still being loaded (the discarded KIP-1007's error, carried by REPLICA_NOT_AVAILABLE, 9, the code
+    every client already retries). Retriable: the consumer waits and fetches again; timed lookups raise
+    it when the time is up before the partition became ready."""
+
+
 class IllegalStateError(errors.KafkaError):
     """The client was used wrongly (closed, not assigned, no group); not retriable."""
 

@@ -15,8 +15,9 @@ Kafka's rules, as its ``Fetcher``/``FetchCollector``/``CompletedFetch`` apply th
   next is already requested from where the buffered data ends, so a steady consumer does not wait
   a round trip per buffer (Java's consumer waits for its buffer to drain first).
 - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION and other stale-metadata
-  errors refresh metadata and retry the partition after ``retry.backoff.ms``; other retriable
-  errors (REPLICA_NOT_AVAILABLE while tiered metadata loads) back off and retry silently.
+  errors refresh metadata and retry the partition after ``retry.backoff.ms``; REPLICA_NOT_AVAILABLE
+  (a tiered broker's remote metadata still loading: :class:`RemoteStorageNotReadyError`, logged once,
+  counted in ``remote-storage-not-ready-total``) and other retriable errors back off and retry.
   OFFSET_OUT_OF_RANGE resets the position by ``auto.offset.reset`` or, with ``none``, raises
   :class:`NoOffsetForPartitionError` from ``poll``.
 - Errors found in the background are raised by the next ``poll`` that has no records to return.
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tierlog import errors
-from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError
+from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError, RemoteStorageNotReadyError
 from tierlog.client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from tierlog.protocol import ApiKey
 from tierlog.records.batch import (
@@ -70,6 +71,7 @@ _METADATA_ERRORS = frozenset({
     103,  # INCONSISTENT_TOPIC_ID
 })
 _OFFSET_OUT_OF_RANGE = errors.OffsetOutOfRangeError.code
+_REPLICA_NOT_AVAILABLE = errors.ReplicaNotAvailableError.code
 _CONTROL_ABORT = 0
 _CONTROL_KEY = struct.Struct(">hh")
 _new_tuple = tuple.__new__
@@ -125,7 +127,8 @@ class PartitionState:
     """What the consumer knows about one assigned partition."""
 
     __slots__ = ("position", "epoch", "paused", "reset", "resetting", "committed_pending", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "backoff_until", "failures", "generation", "pending")
+                 "last_stable_offset", "log_start_offset", "backoff_until", "failures", "generation", "pending",
+                 "not_ready_logged")
 
     def __init__(self) -> None:
         self.position: int | None = None  # next offset to return
@@ -142,6 +145,7 @@ class PartitionState:
         # bumped whenever the position is set from outside, so in-flight answers for the old one are dropped
         self.generation = 0
         self.pending: deque[CompletedFetch] = deque()
+        self.not_ready_logged = False  # RemoteStorageNotReadyError said once until data flows again
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         self.position = offset
@@ -538,7 +542,8 @@ class Fetcher:
         self._errors: deque[BaseException] = deque()
         self._kick_handle: asyncio.TimerHandle | None = None
         self._closed = False
-        self.metrics = {"fetch-total": 0, "records-consumed-total": 0, "bytes-fetched-total": 0}
+        self.metrics = {"fetch-total": 0, "records-consumed-total": 0, "bytes-fetched-total": 0,
+                        "remote-storage-not-ready-total": 0}
 
     async def close(self) -> None:
         self._closed = True
@@ -710,6 +715,7 @@ class Fetcher:
         code = p.error_code.value
         if code == 0:
             st.failures = 0
+            st.not_ready_logged = False
             if p.high_watermark >= 0:
                 st.high_watermark = int(p.high_watermark)
             lso = getattr(p, "last_stable_offset", -1)
@@ -748,6 +754,15 @@ class Fetcher:
                          offset, tp.topic, tp.partition)
                 st.request_reset(self.subs.default_reset)
                 self.reset_positions()
+        elif code == _REPLICA_NOT_AVAILABLE:
+            # From a tiered broker: the offset is in the remote tier and the partition's remote metadata
+            # is still loading after a restart (KIP-1007). Wait and fetch again.
+            self.metrics["remote-storage-not-ready-total"] += 1
+            if not st.not_ready_logged:
+                st.not_ready_logged = True
+                log.info("%s", RemoteStorageNotReadyError(f"Remote storage of {where} is not ready yet (its "
+                                                          f"remote log metadata is loading); retrying"))
+            self._backoff(st)
         elif cls.retriable:
             log.debug("Fetch for %s: %s; retrying after back-off", where, cls.name)
             self._backoff(st)
@@ -890,7 +905,11 @@ class Fetcher:
             for p in t.partitions:
                 tp = TopicPartition(t.name, int(p.partition_index))
                 code = p.error_code.value
-                if code:
+                if code == _REPLICA_NOT_AVAILABLE:
+                    out[tp] = RemoteStorageNotReadyError(
+                        f"ListOffsets for {tp.topic}-{tp.partition}: its remote storage is not ready yet (remote "
+                        f"log metadata loading)")
+                elif code:
                     cls = errors.error_for_code(code)
                     out[tp] = cls(f"ListOffsets for {tp.topic}-{tp.partition} failed: {cls.name}")
                 else:
@@ -940,6 +959,8 @@ class Fetcher:
                 break
             left = deadline - _now()
             if left <= 0:
+                if isinstance(last, RemoteStorageNotReadyError):
+                    raise RemoteStorageNotReadyError(f"{last}; still not ready when the time was up")
                 raise self.client.timeout_error(f"Failed to get offsets of {sorted(remaining)} in time", last)
             attempt += 1
             if stale:
