@@ -99,20 +99,25 @@ def _fill(b: BrokerProcess, topic: str, records: int) -> None:
              and s[0]["local_segments"] <= 2, "offload", timeout=120)
 
 
-def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_path):
-    records = 4000
+def _restart_with_slow_catch_up(tmp_path, records: int) -> tuple[BrokerProcess, dict]:
+    """A tiered topic of ``records`` records, then a restart that replays all its metadata (no snapshot),
+    deliberately slowed: the manager's consumer takes one event per fetch. Returns the broker and the
+    partition's status before the restart."""
     b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
     _fill(b, "history", records)
-    local_start = status(b, "history")[0]["local_log_start_offset"]
-    remote_segments = status(b, "history")[0]["remote_segments"]
-    assert remote_segments > 100
+    before = status(b, "history")[0]
+    assert before["remote_segments"] > 100
     port = b.port
     assert b.stop() == 0
-    # A full replay (no snapshot), deliberately slowed: the manager's consumer takes one event per fetch.
     shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
-    b = BrokerProcess(tmp_path / "logs", settings(
-        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
-        **SLOW_CATCH_UP)).start()
+    return BrokerProcess(tmp_path / "logs", settings(tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
+                                                     **SLOW_CATCH_UP)).start(), before
+
+
+def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_path):
+    records = 4000
+    b, before = _restart_with_slow_catch_up(tmp_path, records)
+    local_start = before["local_log_start_offset"]
     try:
         results: dict[str, object] = {}
 
@@ -182,14 +187,7 @@ def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
     from tierlog.client.sync import Consumer
     from tierlog.client.types import TopicPartition
     records = 8000
-    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
-    _fill(b, "history", records)
-    port = b.port
-    assert b.stop() == 0
-    shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
-    b = BrokerProcess(tmp_path / "logs", settings(
-        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
-        **SLOW_CATCH_UP)).start()
+    b, _ = _restart_with_slow_catch_up(tmp_path, records)
     try:
         c = Consumer({"bootstrap.servers": b.bootstrap, "auto.offset.reset": "earliest"})
         tp = TopicPartition("history", 0)
