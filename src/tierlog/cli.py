@@ -5,6 +5,7 @@
     tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
     tierlog tier status [-c server.properties | --url http://host:port] [--topic T] [--json]
     tierlog tier reconcile [-c server.properties | --url http://host:port] [--delete] [--json]
+    tierlog spark export|storage-report|audit [-c server.properties | --bootstrap-server H:P] [--topic T] ...
 
 An invalid configuration prints one line on standard error and exits with status 2 (no traceback).
 """
@@ -95,6 +96,29 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--url", help="the broker's metrics endpoint, http://host:port (default: from -c)")
     reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects")
     reconcile.add_argument("--json", action="store_true", help="machine-readable output")
+
+    spark = sub.add_parser("spark", help="pipeline jobs on Apache Spark (PySpark)")
+    ssub = spark.add_subparsers(dest="spark_command", metavar="JOB", parser_class=_Parser)
+    ssub.required = True
+    jobs = {
+        "export": "new records of the topics to Parquet (partitioned by partition and date), exactly once",
+        "storage-report": "remote bytes, segments and ages per topic and partition; table and PNG chart",
+        "audit": "remote store listing joined with the metadata: orphaned objects and missing segments",
+    }
+    for name, text in jobs.items():
+        job = ssub.add_parser(name, help=text)
+        _add_config_args(job)
+        job.add_argument("--bootstrap-server", help="broker address (default: from -c)")
+        job.add_argument("--topic", action="append", default=[], help="topic to read (repeatable)")
+        job.add_argument("--pattern", help="regular expression of the topics to read")
+        job.add_argument("--option", metavar="KEY=VALUE", action="append", default=[], type=_key_value,
+                         help="an option of the tierlog data source, e.g. tierlog.rsm.dir=./data/remote")
+        job.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+        if name == "export":
+            job.add_argument("--output", required=True, help="Parquet folder")
+            job.add_argument("--checkpoint", help="checkpoint folder (default: <output>/_checkpoint)")
+        if name == "storage-report":
+            job.add_argument("--chart", help="PNG file for the chart")
     return parser
 
 
@@ -194,6 +218,55 @@ def _cmd_tier_reconcile(args: argparse.Namespace) -> int:
     return 1 if "error" in report else EXIT_OK
 
 
+def _cmd_spark(args: argparse.Namespace) -> int:
+    from tierlog.spark import jobs, session
+    from tierlog.spark.options import SourceOptionError
+
+    options: dict[str, str] = {}
+    if args.config or args.override:
+        options.update(_spark_options_from_broker(_load(args)))
+    if args.bootstrap_server:
+        options["kafka.bootstrap.servers"] = args.bootstrap_server
+    if args.pattern:
+        options["subscribePattern"] = args.pattern
+    elif args.topic:
+        options["subscribe"] = ",".join(args.topic)
+    options.update(dict(args.option))
+    if "kafka.bootstrap.servers" not in options:
+        print("tierlog: error: give --bootstrap-server or -c with the broker's configuration", file=sys.stderr)
+        return EXIT_INVALID
+    if not any(k in options for k in ("subscribe", "subscribePattern", "assign")):
+        options["subscribePattern"] = ".*"
+    spark = session(args.master, f"tierlog {args.spark_command}")
+    try:
+        if args.spark_command == "export":
+            result = jobs.export(spark, options, args.output, args.checkpoint or f"{args.output}/_checkpoint")
+            print(f"exported {result['rows']} record(s) to {result['output']}")
+        elif args.spark_command == "storage-report":
+            jobs.storage_report(spark, options, args.chart)
+        else:
+            result = jobs.audit(spark, options)
+            return 1 if result["orphans"] or result["missing"] else EXIT_OK
+    except SourceOptionError as e:
+        print(f"tierlog: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    finally:
+        spark.stop()
+    return EXIT_OK
+
+
+def _spark_options_from_broker(cfg: Any) -> dict[str, str]:
+    """The data source options that reach a broker and its remote store, from the broker's configuration."""
+    listener = cfg.advertised_listeners[0]
+    host = listener.host if listener.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    options = {"kafka.bootstrap.servers": f"{host}:{listener.port}"}
+    if cfg["remote.log.storage.system.enable"]:
+        options["tierlog.remote.storage.manager"] = cfg["remote.log.storage.manager.class.name"]
+        options.update({f"tierlog.rsm.{k}": v for k, v in cfg.rsm_config().items()})
+        options["tierlog.metadataTopicPartitions"] = str(cfg["rlmm.config.remote.log.metadata.topic.num.partitions"])
+    return options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tierlog`` console command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="tierlog: %(levelname)s: %(message)s",
@@ -201,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe},
-                "tier": {"status": _cmd_tier_status, "reconcile": _cmd_tier_reconcile}}
+                "tier": {"status": _cmd_tier_status, "reconcile": _cmd_tier_reconcile},
+                "spark": {"export": _cmd_spark, "storage-report": _cmd_spark, "audit": _cmd_spark}}
     handler = handlers[args.command]
     if isinstance(handler, dict):
         handler = handler[getattr(args, f"{args.command}_command")]

@@ -1,0 +1,168 @@
+"""The options of the ``tierlog`` data source: Spark's Kafka source options, plus tierlog's own.
+
+Spark's (same names, same meaning): ``subscribe`` / ``assign`` / ``subscribePattern``,
+``kafka.bootstrap.servers`` and any other ``kafka.*`` client setting, ``startingOffsets`` /
+``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"topic": {"0": 23, "1": -2}}`` with -2 earliest
+and -1 latest), ``startingTimestamp`` / ``endingTimestamp`` and ``startingOffsetsByTimestamp`` /
+``endingOffsetsByTimestamp``, ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
+``includeHeaders``; for the sink ``topic``.
+
+tierlog's:
+
+- ``tierlog.readMode``: ``direct`` (the default when the remote store is given): remote segments are
+  read straight from the remote store by the executors, only the local tail through the broker;
+  ``broker``: everything through the broker, as Spark's Kafka source does;
+- ``tierlog.remote.storage.manager``: ``filesystem`` or ``objectstore``, as the broker's
+  ``remote.log.storage.manager.class.name``; ``tierlog.rsm.<key>``: its settings, as the broker's
+  ``rsm.config.<key>`` (``tierlog.rsm.dir`` for the filesystem store; ``tierlog.rsm.url`` and the
+  credentials for object storage);
+- ``tierlog.metadataTopicPartitions``: partitions of ``__remote_log_metadata`` (read from the broker
+  when not given).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+EARLIEST = -2
+LATEST = -1
+
+
+class SourceOptionError(ValueError):
+    """An option a query cannot run with (said in one line, as Spark's Kafka source does)."""
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise SourceOptionError(f"option {key} must be true or false, not {value!r}")
+    return text == "true"
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return default
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise SourceOptionError(f"option {key} must be a number, not {value!r}") from None
+
+
+def _offsets_spec(options: Mapping[str, str], key: str, default: str) -> str | dict:
+    value = options.get(key, default)
+    text = str(value).strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        raise SourceOptionError(f"option {key} must be earliest, latest or JSON like "
+                                f'{{"topic": {{"0": 23}}}}, not {value!r}') from None
+    if not isinstance(spec, dict) or not all(isinstance(v, dict) for v in spec.values()):
+        raise SourceOptionError(f'option {key} must be JSON like {{"topic": {{"0": 23}}}}, not {value!r}')
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in spec.items()}
+
+
+@dataclass
+class SourceOptions:
+    bootstrap_servers: str
+    client_config: dict[str, str]
+    subscribe: list[str] = field(default_factory=list)
+    subscribe_pattern: str | None = None
+    assign: dict[str, list[int]] | None = None
+    starting: str | dict = "earliest"
+    ending: str | dict = "latest"
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    starting_by_timestamp: dict | None = None
+    ending_by_timestamp: dict | None = None
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    read_mode: str = "broker"
+    storage_manager: str | None = None
+    storage_config: dict[str, str] = field(default_factory=dict)
+    metadata_partitions: int | None = None
+    topic: str | None = None  # sink
+
+    @property
+    def direct(self) -> bool:
+        return self.read_mode == "direct"
+
+    def topics_matching(self, available: list[str]) -> list[str]:
+        if self.assign is not None:
+            return sorted(self.assign)
+        if self.subscribe_pattern is not None:
+            pattern = re.compile(self.subscribe_pattern)
+            return sorted(t for t in available if pattern.fullmatch(t) and not t.startswith("__"))
+        return sorted(self.subscribe)
+
+
+def parse(options: Mapping[str, str], *, streaming: bool = False, sink: bool = False) -> SourceOptions:
+    """Check and type the options of a query (``streaming`` changes the default starting offsets)."""
+    opts = {str(k): str(v) for k, v in options.items()}
+    lowered = {k.lower(): v for k, v in opts.items()}
+    bootstrap = lowered.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise SourceOptionError("option kafka.bootstrap.servers is required")
+    client = {k[len("kafka."):]: v for k, v in opts.items() if k.lower().startswith("kafka.")}
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in lowered]
+    if not sink and len(chosen) != 1:
+        raise SourceOptionError("exactly one of the options subscribe, subscribePattern or assign must be given"
+                                + (f" (got {', '.join(chosen)})" if chosen else ""))
+    assign = None
+    if "assign" in lowered:
+        try:
+            raw = json.loads(lowered["assign"])
+            assign = {str(t): sorted(int(p) for p in ps) for t, ps in raw.items()}
+        except (ValueError, AttributeError, TypeError):
+            raise SourceOptionError(f'option assign must be JSON like {{"topic": [0, 1]}}, not '
+                                    f'{lowered["assign"]!r}') from None
+    storage = {k[len("tierlog.rsm."):]: v for k, v in opts.items() if k.lower().startswith("tierlog.rsm.")}
+    manager = lowered.get("tierlog.remote.storage.manager")
+    if manager is None and storage:
+        manager = "objectstore" if "url" in storage else "filesystem"
+    mode = lowered.get("tierlog.readmode", "direct" if manager else "broker").lower()
+    if mode not in ("direct", "broker"):
+        raise SourceOptionError(f"option tierlog.readMode must be direct or broker, not {mode!r}")
+    if mode == "direct" and not manager:
+        raise SourceOptionError("tierlog.readMode=direct needs the remote store: tierlog.remote.storage.manager "
+                                "and its tierlog.rsm.* settings (as the broker's rsm.config.*)")
+    out = SourceOptions(
+        bootstrap_servers=bootstrap, client_config=client,
+        subscribe=[t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip()],
+        subscribe_pattern=lowered.get("subscribepattern"), assign=assign,
+        starting=_offsets_spec(lowered, "startingoffsets", "latest" if streaming else "earliest"),
+        ending=_offsets_spec(lowered, "endingoffsets", "latest"),
+        starting_timestamp=_int(lowered, "startingtimestamp", None),
+        ending_timestamp=_int(lowered, "endingtimestamp", None),
+        max_offsets_per_trigger=_int(lowered, "maxoffsetspertrigger", None),
+        min_partitions=_int(lowered, "minpartitions", None),
+        fail_on_data_loss=_bool(lowered, "failondataloss", True),
+        include_headers=_bool(lowered, "includeheaders", False),
+        read_mode=mode, storage_manager=manager, storage_config=storage,
+        metadata_partitions=_int(lowered, "tierlog.metadatatopicpartitions", None),
+        topic=lowered.get("topic"),
+    )
+    for key, attr in (("startingoffsetsbytimestamp", "starting_by_timestamp"),
+                      ("endingoffsetsbytimestamp", "ending_by_timestamp")):
+        if key in lowered:
+            spec = _offsets_spec(lowered, key, "{}")
+            if not isinstance(spec, dict):
+                raise SourceOptionError(f"option {key} must be JSON of timestamps per partition")
+            setattr(out, attr, spec)
+    if streaming and "endingoffsets" in lowered:
+        raise SourceOptionError("option endingOffsets is for batch queries only")
+    if out.max_offsets_per_trigger is not None and out.max_offsets_per_trigger < 1:
+        raise SourceOptionError("option maxOffsetsPerTrigger must be at least 1")
+    if out.min_partitions is not None and out.min_partitions < 1:
+        raise SourceOptionError("option minPartitions must be at least 1")
+    return out

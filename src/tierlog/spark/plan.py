@@ -1,0 +1,254 @@
+"""Planning a read on the driver: which partitions, which offset ranges, and which tasks read them.
+
+Offsets come from the broker (ListOffsets through tierlog's client). Remote segments come from
+``__remote_log_metadata`` itself, read with tierlog's consumer and applied to Kafka's metadata cache
+(:mod:`tierlog.tiered.cache`), only the metadata partitions that hold the wanted partitions. A range
+is cut into tasks:
+
+- one task per remote segment (or per slice of one, for ``minPartitions`` / read limits), read by an
+  executor straight from the remote store, for offsets below the partition's local log start;
+- the rest (the local tail, or everything in ``broker`` mode) through the broker, in slices.
+
+Only COPY_SEGMENT_FINISHED segments are used, and for each offset the segment the broker itself would
+read (the newest upload covering it), so a segment re-uploaded by a later leader is read once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from tierlog.client.sync import Admin, Consumer
+from tierlog.client.types import TopicPartition
+from tierlog.tiered.cache import RemoteLogMetadataCache
+from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.partitioner import metadata_partition
+from tierlog.tiered.serde import MetadataRecordError, deserialize
+
+from .options import EARLIEST, LATEST, SourceOptionError, SourceOptions
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__remote_log_metadata"
+
+
+@dataclass(frozen=True)
+class RemoteSlice:
+    """Offsets ``[start, end)`` of one remote segment, read from the remote store by an executor."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    segment: RemoteLogSegmentMetadata
+
+
+@dataclass(frozen=True)
+class BrokerSlice:
+    """Offsets ``[start, end)`` of a partition, read through the broker."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class Planner:
+    """The driver's connection to the cluster for one query (reused across micro-batches)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._admin: Admin | None = None
+
+    def client_config(self, **extra) -> dict:
+        return {**self.opts.client_config, "bootstrap.servers": self.opts.bootstrap_servers, **extra}
+
+    @property
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.client_config())
+        return self._admin
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    # ------------------------------------------------------------------------------ partitions
+
+    def partitions(self) -> list[TopicPartition]:
+        opts = self.opts
+        if opts.assign is not None:
+            return [TopicPartition(t, p) for t, ps in sorted(opts.assign.items()) for p in ps]
+        names = opts.topics_matching(list(self.admin.list_topics()))
+        if not names:
+            return []
+        described = self.admin.describe_topics(names)
+        return [TopicPartition(t, p.partition) for t in names for p in described[t].partitions]
+
+    def topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID]:
+        described = self.admin.describe_topics(sorted(set(topics)))
+        return {t: d.topic_id for t, d in described.items()}
+
+    # ---------------------------------------------------------------------------------- offsets
+
+    def list_offsets(self, specs: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        if not specs:
+            return {}
+        found = self.admin.list_offsets(specs)
+        return {tp: r.offset for tp, r in found.items()}
+
+    def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start offset, high watermark) of each partition."""
+        starts = self.list_offsets({tp: EARLIEST for tp in tps})
+        ends = self.list_offsets({tp: LATEST for tp in tps})
+        return {tp: (starts[tp], ends[tp]) for tp in tps}
+
+    def local_starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return self.list_offsets({tp: -4 for tp in tps})
+
+    def resolve(self, tps: list[TopicPartition], spec, timestamp: int | None, by_timestamp: dict | None,
+                bounds: dict[TopicPartition, tuple[int, int]], what: str) -> dict[TopicPartition, int]:
+        """Starting or ending offsets from ``earliest`` / ``latest`` / JSON / timestamps."""
+        out: dict[TopicPartition, int] = {}
+        by_time: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if by_timestamp is not None and tp.partition in by_timestamp.get(tp.topic, {}):
+                by_time[tp] = by_timestamp[tp.topic][tp.partition]
+            elif timestamp is not None:
+                by_time[tp] = timestamp
+            elif isinstance(spec, dict):
+                wanted = spec.get(tp.topic, {}).get(tp.partition)
+                if wanted is None:
+                    if what == "starting":
+                        raise SourceOptionError(f"startingOffsets does not give {tp.topic}-{tp.partition}")
+                    wanted = LATEST
+                out[tp] = bounds[tp][0] if wanted == EARLIEST else bounds[tp][1] if wanted == LATEST else wanted
+            else:
+                out[tp] = bounds[tp][0] if spec == "earliest" else bounds[tp][1]
+        if by_time:
+            found = self.list_offsets(by_time)
+            for tp, offset in found.items():
+                out[tp] = offset if offset >= 0 else bounds[tp][1]  # nothing that late: the end
+        return out
+
+    # --------------------------------------------------------------------------- remote segments
+
+    def remote_segments(self, tps: list[TopicPartition]) -> dict[TopicPartition, list[RemoteLogSegmentMetadata]]:
+        """The finished remote segments of each partition, from ``__remote_log_metadata``."""
+        if not tps:
+            return {}
+        ids = self.topic_ids([tp.topic for tp in tps])
+        n = self.opts.metadata_partitions
+        if n is None:
+            try:
+                n = len(self.admin.describe_topics([METADATA_TOPIC])[METADATA_TOPIC].partitions)
+            except Exception:  # noqa: BLE001 - no metadata topic: nothing was ever tiered
+                return {tp: [] for tp in tps}
+        wanted = {TopicIdPartition(ids[tp.topic], tp.topic, tp.partition): tp for tp in tps if ids.get(tp.topic)}
+        by_mp: dict[int, list[TopicIdPartition]] = {}
+        for tip in wanted:
+            by_mp.setdefault(metadata_partition(tip.topic_id, tip.partition, n), []).append(tip)
+        caches = {tip: RemoteLogMetadataCache() for tip in wanted}
+        mps = [TopicPartition(METADATA_TOPIC, mp) for mp in sorted(by_mp)]
+        consumer = Consumer(self.client_config(**{"enable.auto.commit": "false", "auto.offset.reset": "earliest",
+                                                  "exclude.internal.topics": "false"}))
+        try:
+            consumer.assign(mps)
+            ends = consumer.end_offsets(mps)
+            consumer.seek_to_beginning(*mps)
+            positions = {tp: consumer.position(tp) for tp in mps}
+            deadline = time.monotonic() + 600
+            while any(positions[tp] < ends[tp] for tp in mps):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading {METADATA_TOPIC} took too long")
+                for tp, records in consumer.poll(500).items():
+                    for r in records:
+                        try:
+                            event = deserialize(r.value)
+                        except MetadataRecordError as e:
+                            log.warning("Skipping malformed %s record at %d: %s", tp, r.offset, e)
+                            continue
+                        cache = caches.get(event.topic_id_partition)
+                        if cache is None:
+                            continue
+                        _apply(cache, event)
+                for tp in mps:
+                    positions[tp] = consumer.position(tp)
+        finally:
+            consumer.close()
+        out = {}
+        for tip, tp in wanted.items():
+            out[tp] = [md for md in caches[tip].list_remote_log_segments()
+                       if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        for tp in tps:
+            out.setdefault(tp, [])
+        return out
+
+    # ----------------------------------------------------------------------------------- tasks
+
+    def plan(self, ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None = None
+             ) -> list[RemoteSlice | BrokerSlice]:
+        """Tasks covering ``[start, end)`` of each partition (empty ranges give no task)."""
+        ranges = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
+        tasks: list[RemoteSlice | BrokerSlice] = []
+        remote = self.remote_segments(list(ranges)) if self.opts.direct else {}
+        local_starts = self.local_starts(list(ranges)) if self.opts.direct else {}
+        for tp, (start, end) in sorted(ranges.items()):
+            cur = start
+            if self.opts.direct:
+                edge = min(end, local_starts.get(tp, start))
+                for md, lo, hi in covering(remote.get(tp, []), cur, edge):
+                    if lo > cur:
+                        break  # a gap in remote storage: the broker reads on from here
+                    tasks.append(RemoteSlice(tp.topic, tp.partition, lo, hi, md))
+                    cur = hi
+            if cur < end:
+                tasks.append(BrokerSlice(tp.topic, tp.partition, cur, end))
+        return split(tasks, min_partitions)
+
+
+def _apply(cache: RemoteLogMetadataCache, event) -> None:
+    from tierlog.tiered.metadata import RemoteLogSegmentMetadataUpdate
+    try:
+        if isinstance(event, RemoteLogSegmentMetadata):
+            cache.add_copy_in_progress_segment(event)
+        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+            cache.update_remote_log_segment_metadata(event)
+    except Exception as e:  # noqa: BLE001 - the broker's cache drops such events the same way
+        log.debug("Ignoring remote log metadata event %s: %s", event, e)
+
+
+def covering(segments: list[RemoteLogSegmentMetadata], start: int, end: int):
+    """(segment, from, until) pieces covering ``[start, end)`` in order, the newest upload winning where
+    segments overlap; stops at the first offset no segment holds."""
+    cur = start
+    ordered = sorted(segments, key=lambda m: (m.start_offset, -m.event_timestamp_ms))
+    while cur < end:
+        holding = [m for m in ordered if m.start_offset <= cur <= m.end_offset]
+        if not holding:
+            return
+        md = max(holding, key=lambda m: (m.event_timestamp_ms, m.end_offset))
+        until = min(md.end_offset + 1, end)
+        yield md, cur, until
+        cur = until
+
+
+def split(tasks: list, min_partitions: int | None) -> list:
+    """Cut the largest ranges until there are at least ``min_partitions`` tasks (Spark's Kafka source
+    does the same with offset ranges)."""
+    if not min_partitions or len(tasks) >= min_partitions:
+        return tasks
+    tasks = list(tasks)
+    while len(tasks) < min_partitions:
+        i = max(range(len(tasks)), key=lambda k: tasks[k].end - tasks[k].start)
+        t = tasks[i]
+        if t.end - t.start < 2:
+            break
+        mid = t.start + (t.end - t.start) // 2
+        first = type(t)(**{**t.__dict__, "end": mid})
+        second = type(t)(**{**t.__dict__, "start": mid})
+        tasks[i:i + 1] = [first, second]
+    return tasks

@@ -1,0 +1,199 @@
+"""Reading planned slices on the executors, as Arrow record batches with the Kafka source's columns.
+
+A remote slice is read straight from the remote store: the segment's offset index gives the byte
+position of its first offset, then the segment object is range-read in chunks; whole batches of every
+codec are decoded with the consumer's decoder (:class:`tierlog.client.fetcher.CompletedFetch`) and only
+the planned offsets are kept. A broker slice is read with tierlog's consumer, assigned and sought.
+
+Storage managers and their index downloads are cached per worker process (Spark reuses its Python
+workers), so consecutive tasks do not open the store again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from tierlog.client.fetcher import CompletedFetch
+from tierlog.client.types import TopicPartition
+from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, read_header
+from tierlog.storage.index import OFFSET_ENTRY_SIZE
+from tierlog.tiered.metadata import IndexType
+
+from .options import SourceOptions
+from .plan import BrokerSlice, RemoteSlice
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 8 * 1024 * 1024
+ROWS_PER_BATCH = 50_000
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+class DataLossError(RuntimeError):
+    """Planned offsets are gone (retention deleted them) and ``failOnDataLoss`` is true."""
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+SPARK_SCHEMA_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
+
+
+def to_arrow(records: list, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+    n = len(records)
+    columns = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+        pa.array([r.timestamp_type for r in records], pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+# ------------------------------------------------------------------------------------ remote slices
+
+_storage_managers: dict[tuple, object] = {}
+
+
+def storage_manager(opts: SourceOptions):
+    """The remote storage manager the options name, one per worker process."""
+    key = (opts.storage_manager, tuple(sorted(opts.storage_config.items())))
+    rsm = _storage_managers.get(key)
+    if rsm is None:
+        from tierlog.tiered.rsm import create_remote_storage_manager
+        rsm = _storage_managers[key] = create_remote_storage_manager(opts.storage_manager, opts.storage_config)
+    return rsm
+
+
+def _start_position(index: bytes, base_offset: int, offset: int) -> int:
+    """Kafka's offset index lookup: the position of the last entry at or below ``offset``."""
+    pos = 0
+    for i in range(0, len(index) - len(index) % OFFSET_ENTRY_SIZE, OFFSET_ENTRY_SIZE):
+        rel = int.from_bytes(index[i:i + 4], "big", signed=True)
+        if base_offset + rel > offset:
+            break
+        pos = int.from_bytes(index[i + 4:i + 8], "big", signed=True)
+    return pos
+
+
+def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    from tierlog.tiered.exceptions import RemoteResourceNotFoundError
+    rsm = storage_manager(opts)
+    md = task.segment
+    tp = TopicPartition(task.topic, task.partition)
+    try:
+        position = _start_position(rsm.fetch_index(md, IndexType.OFFSET), md.start_offset, task.start)
+        size = md.segment_size_in_bytes
+        offset = task.start
+        leftover = b""
+        pending: list = []
+        while position < size and offset < task.end:
+            chunk = rsm.fetch_log_segment(md, position, min(position + CHUNK_BYTES, size) - 1)
+            if not chunk:
+                break
+            position += len(chunk)
+            buf = leftover + chunk if leftover else chunk
+            usable = _complete_prefix(buf)
+            leftover = buf[usable:]
+            if usable == 0:
+                continue
+            cf = CompletedFetch(tp, offset, buf[:usable], None, False)
+            while not cf.done and offset < task.end:
+                records = cf.take(ROWS_PER_BATCH, None, None)
+                records = [r for r in records if r.offset < task.end] if records and \
+                    records[-1].offset >= task.end else records
+                if records:
+                    pending += records
+                    offset = records[-1].offset + 1
+                if len(pending) >= ROWS_PER_BATCH:
+                    yield to_arrow(pending, task.topic, task.partition, opts.include_headers)
+                    pending = []
+                if not records:
+                    break
+            offset = max(offset, min(cf.next_offset, task.end))
+        if pending:
+            yield to_arrow(pending, task.topic, task.partition, opts.include_headers)
+    except RemoteResourceNotFoundError as e:
+        message = (f"remote segment {md.segment_id.id} of {task.topic}-{task.partition} (offsets "
+                   f"{md.start_offset}-{md.end_offset}) is gone, deleted by retention while the query ran: {e}")
+        if opts.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from None
+        log.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def _complete_prefix(buf: bytes) -> int:
+    """Bytes of ``buf`` that hold whole batches."""
+    pos = 0
+    n = len(buf)
+    while n - pos >= RECORD_BATCH_OVERHEAD:
+        size = read_header(buf, pos).batch_length + LOG_OVERHEAD
+        if pos + size > n:
+            break
+        pos += size
+    return pos
+
+
+# ------------------------------------------------------------------------------------ broker slices
+
+
+def read_broker(task: BrokerSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    from tierlog.client.errors import NoOffsetForPartitionError
+    from tierlog.client.sync import Consumer
+    tp = TopicPartition(task.topic, task.partition)
+    consumer = Consumer({**opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
+                         "enable.auto.commit": "false", "auto.offset.reset": "none",
+                         "max.poll.records": str(ROWS_PER_BATCH)})
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, task.start)
+        offset = task.start
+        idle = 0
+        while offset < task.end:
+            try:
+                got = consumer.poll(1000).get(tp, [])
+            except NoOffsetForPartitionError as e:
+                start = consumer.beginning_offsets([tp])[tp]
+                message = (f"offsets {offset}-{start - 1} of {task.topic}-{task.partition} are gone (log start "
+                           f"offset now {start}), deleted by retention while the query ran")
+                if opts.fail_on_data_loss:
+                    raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from e
+                log.warning("%s; skipped (failOnDataLoss=false)", message)
+                consumer.seek(tp, start)
+                offset = start
+                continue
+            if not got:
+                idle += 1
+                if idle > 120:
+                    raise TimeoutError(f"no records from {task.topic}-{task.partition} at offset {offset} for 2 min")
+                continue
+            idle = 0
+            records = [r for r in got if r.offset < task.end]
+            if records:
+                offset = records[-1].offset + 1
+                yield to_arrow(records, task.topic, task.partition, opts.include_headers)
+            if len(records) < len(got):
+                break
+    finally:
+        consumer.close()
+
+
+def read_task(task, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    if isinstance(task, RemoteSlice):
+        return read_remote(task, opts)
+    return read_broker(task, opts)

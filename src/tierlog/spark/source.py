@@ -1,0 +1,281 @@
+"""The ``tierlog`` PySpark data source: batch and streaming reads, batch and streaming writes.
+
+Options and output schema are Spark's Kafka source's (see :mod:`tierlog.spark.options`), so a
+pipeline moves from ``format("kafka")`` to ``format("tierlog")`` by changing the name. Reads plan on
+the driver (:mod:`tierlog.spark.plan`) and read on the executors (:mod:`tierlog.spark.read`).
+
+Streaming offsets are ``{"topic": {"partition": next offset}}``; the checkpoint holds them, so a query
+restarted from its checkpoint reads on exactly where it stopped. ``maxOffsetsPerTrigger`` (or a read
+limit from Spark) caps each micro-batch, shared between partitions in proportion to what each has
+waiting, as Spark's Kafka source does; ``trigger(availableNow=True)`` reads up to the offsets seen when
+the query starts.
+
+Nothing here keeps a socket in ``__init__``: Spark pickles readers and writers to its Python workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from tierlog.client.types import TopicPartition
+
+from . import options as options_mod
+from .options import SourceOptionError, SourceOptions
+from .plan import Planner
+from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_task
+
+log = logging.getLogger(__name__)
+
+
+class SliceTask(InputPartition):
+    """One planned slice, handed to an executor."""
+
+    def __init__(self, task, opts: SourceOptions) -> None:
+        super().__init__(task)
+        self.task = task
+        self.opts = opts
+
+
+class TierlogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tierlog"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
+        return SPARK_SCHEMA_HEADERS if include == "true" else SPARK_SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return BatchReader(options_mod.parse(self.options))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return StreamReader(options_mod.parse(self.options, streaming=True))
+
+    def writer(self, schema, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(options_mod.parse(self.options, sink=True), schema)
+
+    def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(options_mod.parse(self.options, sink=True), schema)
+
+
+# ------------------------------------------------------------------------------------------- reads
+
+
+def _ranges(planner: Planner, opts: SourceOptions, start: dict[TopicPartition, int],
+            end: dict[TopicPartition, int], bounds: dict[TopicPartition, tuple[int, int]]
+            ) -> dict[TopicPartition, tuple[int, int]]:
+    """Checked ranges: a start below the log start offset is data loss (failOnDataLoss)."""
+    out = {}
+    for tp, e in end.items():
+        s = start.get(tp, bounds[tp][0])
+        first = bounds[tp][0]
+        if s < first:
+            message = (f"offsets {s}-{first - 1} of {tp.topic}-{tp.partition} were deleted before they were read "
+                       f"(log start offset {first})")
+            if opts.fail_on_data_loss:
+                raise SourceOptionError(message + "; set failOnDataLoss=false to skip lost data")
+            log.warning("%s; skipped (failOnDataLoss=false)", message)
+            s = first
+        out[tp] = (s, max(s, e))
+    return out
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[InputPartition]:
+        opts = self.opts
+        planner = Planner(opts)
+        try:
+            tps = planner.partitions()
+            bounds = planner.bounds(tps)
+            start = planner.resolve(tps, opts.starting, opts.starting_timestamp, opts.starting_by_timestamp,
+                                    bounds, "starting")
+            end = planner.resolve(tps, opts.ending, opts.ending_timestamp, opts.ending_by_timestamp, bounds,
+                                  "ending")
+            tasks = planner.plan(_ranges(planner, opts, start, end, bounds), opts.min_partitions)
+        finally:
+            planner.close()
+        return [SliceTask(t, opts) for t in tasks] or [SliceTask(None, opts)]
+
+    def read(self, partition: SliceTask) -> Iterator:
+        if partition.task is None:
+            return iter(())
+        return read_task(partition.task, partition.opts)
+
+
+def _to_json(offsets: dict[TopicPartition, int]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for tp, o in sorted(offsets.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(o)
+    return out
+
+
+def _from_json(offsets: dict) -> dict[TopicPartition, int]:
+    return {TopicPartition(t, int(p)): int(o) for t, ps in offsets.items() for p, o in ps.items()}
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._planner: Planner | None = None
+        self._frozen: dict | None = None  # availableNow: the end offsets seen when the query started
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.opts)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        p = self.planner
+        tps = p.partitions()
+        bounds = p.bounds(tps)
+        opts = self.opts
+        return _to_json(p.resolve(tps, opts.starting, opts.starting_timestamp, opts.starting_by_timestamp, bounds,
+                                  "starting"))
+
+    def _latest(self) -> dict[TopicPartition, int]:
+        p = self.planner
+        tps = p.partitions()
+        return p.list_offsets({tp: options_mod.LATEST for tp in tps})
+
+    def getDefaultReadLimit(self):
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._frozen = _to_json(self._latest())
+
+    def latestOffset(self, start: dict, limit=None) -> dict:
+        latest = _from_json(self._frozen) if self._frozen is not None else self._latest()
+        begin = _from_json(start or {})
+        for tp in latest:
+            begin.setdefault(tp, 0)  # a partition added since: from its beginning, as Spark's Kafka source
+        max_rows = getattr(limit, "max_rows", None) if limit is not None else None
+        if max_rows is None and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        if max_rows is None or isinstance(limit, ReadAllAvailable):
+            return _to_json({tp: max(latest[tp], begin[tp]) for tp in latest})
+        return _to_json(rate_limit(begin, latest, max_rows))
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, until = _from_json(start), _from_json(end)
+        p = self.planner
+        tps = list(until)
+        bounds = p.bounds(tps)
+        tasks = p.plan(_ranges(p, self.opts, {tp: begin.get(tp, 0) for tp in tps}, until, bounds),
+                       self.opts.min_partitions)
+        return [SliceTask(t, self.opts) for t in tasks]
+
+    def read(self, partition: SliceTask) -> Iterator:
+        return read_task(partition.task, partition.opts)
+
+    def commit(self, end: dict) -> None:
+        pass  # the checkpoint holds the offsets; nothing is committed to the cluster
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+
+
+def rate_limit(begin: dict[TopicPartition, int], latest: dict[TopicPartition, int], max_rows: int
+               ) -> dict[TopicPartition, int]:
+    """Spark's Kafka rate limit: ``max_rows`` offsets shared between partitions in proportion to what
+    each has waiting (each gets at least one offset when it has any)."""
+    waiting = {tp: max(0, latest[tp] - begin.get(tp, 0)) for tp in latest}
+    total = sum(waiting.values())
+    if total <= max_rows:
+        return {tp: begin.get(tp, 0) + w for tp, w in waiting.items()}
+    out = {}
+    for tp, w in waiting.items():
+        share = int(max_rows * w / total) if w else 0
+        if w and share == 0:
+            share = 1
+        out[tp] = begin.get(tp, 0) + min(w, share)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ writes
+
+
+class _Written(WriterCommitMessage):
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+
+def _write_rows(opts: SourceOptions, schema, rows) -> _Written:
+    """Produce rows with Spark's Kafka sink columns: ``value`` (required), ``key``, ``topic`` (unless the
+    ``topic`` option is given), ``partition``, ``headers``."""
+    from tierlog.client.sync import Producer
+    names = set(schema.fieldNames()) if hasattr(schema, "fieldNames") else set()
+    if "value" not in names:
+        raise SourceOptionError("the tierlog sink needs a value column (string or binary)")
+    if opts.topic is None and "topic" not in names:
+        raise SourceOptionError("the tierlog sink needs a topic column or the topic option")
+    producer = Producer({**opts.client_config, "bootstrap.servers": opts.bootstrap_servers, "acks": "all"})
+    count = 0
+    futures = []
+    try:
+        for row in rows:
+            d = row.asDict()
+            topic = opts.topic or d.get("topic")
+            if topic is None:
+                raise SourceOptionError("a row has a null topic and no topic option is given")
+            value, key = d.get("value"), d.get("key")
+            headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in d.get("headers") or ()]
+            futures.append(producer.send(topic, _bytes(value), _bytes(key), partition=d.get("partition"),
+                                         headers=headers or None))
+            count += 1
+        producer.flush()
+        for f in futures:
+            f.get()  # raise the first failed record
+    finally:
+        producer.close()
+    return _Written(count)
+
+
+def _bytes(value) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode()
+
+
+class BatchWriter(DataSourceWriter):
+    def __init__(self, opts: SourceOptions, schema) -> None:
+        self.opts = opts
+        self.schema = schema
+
+    def write(self, rows) -> WriterCommitMessage:
+        return _write_rows(self.opts, self.schema, rows)
+
+
+class StreamWriter(DataSourceStreamWriter):
+    def __init__(self, opts: SourceOptions, schema) -> None:
+        self.opts = opts
+        self.schema = schema
+
+    def write(self, rows) -> WriterCommitMessage:
+        return _write_rows(self.opts, self.schema, rows)
+
+    def commit(self, messages, batch_id: int) -> None:
+        pass  # records are acknowledged by the brokers when write() returns (at least once, as Kafka's sink)
+
+    def abort(self, messages, batch_id: int) -> None:
+        pass
