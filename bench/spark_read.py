@@ -1,0 +1,185 @@
+"""Spark reading a topic whose history is in remote storage, three ways, in one run:
+
+- ``direct``: ``format("tierlog")`` against tierlog, remote segments read straight from the remote store
+  by the executors (only the local tail through the broker);
+- ``broker``: ``format("tierlog")`` with ``tierlog.readMode=broker``, everything through tierlog's broker;
+- ``kafka``: Spark's built-in Kafka source (spark-sql-kafka-0-10) against Apache Kafka 4.1 with
+  LocalTieredStorage holding the same data.
+
+Both brokers get the same records (``--mb`` MiB of ``--record-bytes`` values over ``--partitions``
+partitions, 16 MiB segments, ``local.retention.bytes=1``), and the benchmark waits until everything but
+the active segments is in remote storage. Each run reads the whole topic in one Spark job that touches
+every value (``sum(length(value))``) on one shared ``local[2]`` session; timings are medians of
+``--runs``. Prints ONE JSON line with rows/s and MB/s per way and ``direct / kafka``.
+
+    python bench/spark_read.py [--mb 1024] [--runs 3] [--partitions 4] [--record-bytes 1024]
+
+Target (issue 9): direct >= 3x Spark's built-in source on Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+MIB = 1024 * 1024
+SEGMENT_BYTES = 16 * MIB
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def log(msg: str) -> None:
+    print(f"[spark_read {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def produce(bootstrap: str, topic: str, mb: int, partitions: int, record_bytes: int) -> int:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1, config={
+            "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "1",
+            "file.delete.delay.ms": "0"})]).values():
+        f.result(60)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "batch.size": 1_000_000, "acks": "all",
+                  "queue.buffering.max.kbytes": 1_048_576})
+    values = [os.urandom(record_bytes) for _ in range(1024)]
+    count = mb * MIB // record_bytes
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, values[i % 1024], b"%d" % i, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(600):
+        raise RuntimeError("produce did not finish")
+    return count
+
+
+def earliest_local(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    from tierlog.client.sync import Admin
+    from tierlog.client.types import TopicPartition
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        found = admin.list_offsets({TopicPartition(topic, p): "earliest_local" for p in range(partitions)})
+        return [found[TopicPartition(topic, p)].offset for p in range(partitions)]
+
+
+def wait_tiered(bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int) -> None:
+    """Until each partition's local log starts past everything but its last segment."""
+    per_partition = count // partitions
+    tail = SEGMENT_BYTES // (record_bytes + 70) + 1
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        starts = earliest_local(bootstrap, topic, partitions)
+        if all(s >= per_partition - tail for s in starts):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{topic} was not tiered in time ({earliest_local(bootstrap, topic, partitions)})")
+
+
+def timed_read(spark, fmt: str, options: dict, expected_rows: int) -> tuple[float, int, int]:
+    from pyspark.sql import functions as F
+    reader = spark.read.format(fmt)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    t0 = time.perf_counter()
+    row = reader.load().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+    dt = time.perf_counter() - t0
+    if row["n"] != expected_rows:
+        raise RuntimeError(f"{fmt} {options.get('tierlog.readMode', '')}: {row['n']} rows, expected {expected_rows}")
+    return dt, int(row["n"]), int(row["bytes"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--record-bytes", type=int, default=1024)
+    args = ap.parse_args()
+    kp = _load("kafka_peer")
+    jars = _load("spark_kafka_jars").spark_jars()
+    from tests.server.conftest import BrokerProcess
+    from tests.tiered.tierlib import tiered_settings
+
+    from tierlog.spark import prepare_environment, register
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    topic = "history"
+    results: dict[str, list[float]] = {"direct": [], "broker": [], "kafka": []}
+    with tempfile.TemporaryDirectory(prefix="tierlog-bench-spark-") as tmp:
+        work = Path(tmp)
+        (work / "tierlog").mkdir()
+        tl = BrokerProcess(work / "tierlog" / "logs", tiered_settings(
+            work / "tierlog", **{"remote.log.manager.task.interval.ms": "500", "rsm.config.fsync.enable": "false",
+                                 "log.retention.check.interval.ms": "500"})).start()
+        kafka = kp.KafkaServer(work / "kafka", tiered=True, jvm_opts=["-Xmx1g", "-Xms1g", "-XX:+UseG1GC"]).start()
+        spark = None
+        try:
+            log(f"producing {args.mb} MiB to tierlog and to Kafka")
+            count = produce(tl.bootstrap, topic, args.mb, args.partitions, args.record_bytes)
+            produce(kafka.bootstrap, topic, args.mb, args.partitions, args.record_bytes)
+            log("waiting until both have tiered it")
+            wait_tiered(tl.bootstrap, topic, args.partitions, count, args.record_bytes)
+            wait_tiered(kafka.bootstrap, topic, args.partitions, count, args.record_bytes)
+            spark = (SparkSession.builder.master("local[2]").appName("bench-spark-read")
+                     .config("spark.jars", ",".join(str(j) for j in jars)).config("spark.ui.enabled", "false")
+                     .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
+                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            register(spark)
+            ways = {
+                "direct": ("tierlog", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic,
+                                       "tierlog.rsm.dir": str(work / "tierlog" / "remote")}),
+                "broker": ("tierlog", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic,
+                                       "tierlog.readMode": "broker"}),
+                "kafka": ("kafka", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}),
+            }
+            for fmt, opts in ways.values():
+                timed_read(spark, fmt, opts, count)  # warm-up: JIT, Python workers, page cache
+            nbytes = 0
+            for run in range(args.runs):
+                order = list(ways) if run % 2 == 0 else list(reversed(ways))
+                for name in order:
+                    fmt, opts = ways[name]
+                    dt, rows, nbytes = timed_read(spark, fmt, opts, count)
+                    results[name].append(dt)
+                    log(f"run {run + 1} {name}: {rows} rows in {dt:.1f} s ({nbytes / MIB / dt:.0f} MB/s)")
+        finally:
+            if spark is not None:
+                spark.stop()
+            kafka.stop()
+            tl.kill()
+    out = {"bench": "spark_read", "mb": args.mb, "records": count, "record_bytes": args.record_bytes,
+           "partitions": args.partitions, "runs": args.runs, "spark": "4.2.0 local[2]",
+           "kafka_peer": "Apache Kafka 4.1.0 with LocalTieredStorage, read by spark-sql-kafka-0-10"}
+    for name, times in results.items():
+        med = statistics.median(times)
+        out[name] = {"seconds": round(med, 2), "rows_per_s": round(count / med),
+                     "mb_per_s": round(nbytes / MIB / med, 1), "runs_s": [round(t, 2) for t in times]}
+    out["direct_vs_kafka"] = round(out["direct"]["mb_per_s"] / out["kafka"]["mb_per_s"], 2)
+    out["direct_vs_broker"] = round(out["direct"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
+    out["target_met"] = out["direct_vs_kafka"] >= 3.0
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
