@@ -81,9 +81,10 @@ def earliest_local(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
 
 def wait_tiered(bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int) -> None:
-    """Until each partition's local log starts past everything but its last segment."""
+    """Until each partition's local log starts past everything but its last two segments (size retention
+    keeps the last segment holding data; the active one may be rolled and uploaded or not yet)."""
     per_partition = count // partitions
-    tail = SEGMENT_BYTES // (record_bytes + 70) + 1
+    tail = 2 * (SEGMENT_BYTES // (record_bytes + 70) + 1)
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         starts = earliest_local(bootstrap, topic, partitions)

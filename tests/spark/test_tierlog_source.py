@@ -272,3 +272,27 @@ def test_a_segment_deleted_during_a_query_is_data_loss(tierlog_spark, cluster, t
         list(read_task(first, opts))
     opts.fail_on_data_loss = False
     assert list(read_task(first, opts)) == []
+
+
+def test_tierlog_spark_command(cluster, history, tmp_path):
+    """The jobs as the command line runs them (its own Spark session, in a subprocess)."""
+    import os
+    import subprocess
+    import sys
+    topic, _ = history
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
+        env.pop(k, None)  # the command sets them itself
+    chart = tmp_path / "report.png"
+    out = subprocess.run([sys.executable, "-m", "tierlog", "spark", "storage-report", "--bootstrap-server",
+                          cluster.bootstrap, "--topic", topic, "--option", f"tierlog.rsm.dir={cluster.remote_dir}",
+                          "--master", "local[1]", "--chart", str(chart)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:3] == ["topic", "partition", "segments"]
+    assert [ln.split()[:2] for ln in lines[1:4]] == [[topic, "0"], [topic, "1"], [topic, "2"]]
+    assert chart.exists()
+    bad = subprocess.run([sys.executable, "-m", "tierlog", "spark", "export", "--topic", topic, "--output",
+                          str(tmp_path / "x")], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "--bootstrap-server" in bad.stderr
