@@ -4,7 +4,11 @@
   by the executors (only the local tail through the broker);
 - ``broker``: ``format("tierlog")`` with ``tierlog.readMode=broker``, everything through tierlog's broker;
 - ``kafka``: Spark's built-in Kafka source (spark-sql-kafka-0-10) against Apache Kafka 4.1 with
-  LocalTieredStorage holding the same data.
+  LocalTieredStorage holding the same data;
+- ``arrow_ceiling``: a Python data source handing Spark ready-made Arrow batches of the same shape from
+  memory, no I/O and no decoding: the most any Python data source can deliver here, so
+  ``direct_vs_ceiling`` shows what reading and decoding cost and ``ceiling_vs_kafka`` the best
+  ``direct_vs_kafka`` possible through PySpark's data source API on this machine.
 
 Both brokers get the same records (``--mb`` MiB of ``--record-bytes`` values over ``--partitions``
 partitions, 16 MiB segments, ``local.retention.bytes=1``), and the benchmark waits until everything but
@@ -107,6 +111,49 @@ def timed_read(spark, fmt: str, options: dict, expected_rows: int) -> tuple[floa
     return dt, int(row["n"]), int(row["bytes"])
 
 
+def ceiling_source(rows: int, tasks: int, record_bytes: int):
+    """A Python data source that only hands Spark ready-made Arrow batches shaped like the topic's rows
+    (no I/O, no decoding): what any Python data source costs Spark on this machine, the floor under
+    ``direct``."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class CeilingReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(rows // tasks + (1 if i < rows % tasks else 0)) for i in range(tasks)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+
+            from tierlog.spark.read import arrow_schema
+            n = 8192
+            values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(
+                np.arange(n + 1, dtype=np.int32) * record_bytes), pa.py_buffer(os.urandom(n * record_bytes))])
+            keys = pa.array([b"%d" % i for i in range(n)], pa.binary())
+            batch = pa.RecordBatch.from_arrays(
+                [keys, values, pa.repeat(pa.scalar("history"), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                 pa.array(np.arange(n)), pa.array(np.arange(n) * 1000).view(pa.timestamp("us", tz="UTC")),
+                 pa.repeat(pa.scalar(0, pa.int32()), n)], schema=arrow_schema(False))
+            left = partition.value
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "arrow_ceiling"
+
+        def schema(self):
+            from tierlog.spark.read import SPARK_SCHEMA
+            return SPARK_SCHEMA
+
+        def reader(self, schema):
+            return CeilingReader()
+
+    return CeilingSource
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=1024)
@@ -124,7 +171,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     topic = "history"
-    results: dict[str, list[float]] = {"direct": [], "broker": [], "kafka": []}
+    results: dict[str, list[float]] = {"direct": [], "broker": [], "kafka": [], "arrow_ceiling": []}
     with tempfile.TemporaryDirectory(prefix="tierlog-bench-spark-") as tmp:
         work = Path(tmp)
         (work / "tierlog").mkdir()
@@ -146,12 +193,14 @@ def main() -> int:
                      .config("spark.sql.shuffle.partitions", "2").getOrCreate())
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
+            spark.dataSource.register(ceiling_source(count, args.partitions, args.record_bytes))
             ways = {
                 "direct": ("tierlog", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic,
                                        "tierlog.rsm.dir": str(work / "tierlog" / "remote")}),
                 "broker": ("tierlog", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic,
                                        "tierlog.readMode": "broker"}),
                 "kafka": ("kafka", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}),
+                "arrow_ceiling": ("arrow_ceiling", {}),
             }
             for fmt, opts in ways.values():
                 timed_read(spark, fmt, opts, count)  # warm-up: JIT, Python workers, page cache
@@ -177,6 +226,8 @@ def main() -> int:
                      "mb_per_s": round(nbytes / MIB / med, 1), "runs_s": [round(t, 2) for t in times]}
     out["direct_vs_kafka"] = round(out["direct"]["mb_per_s"] / out["kafka"]["mb_per_s"], 2)
     out["direct_vs_broker"] = round(out["direct"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
+    out["ceiling_vs_kafka"] = round(out["arrow_ceiling"]["mb_per_s"] / out["kafka"]["mb_per_s"], 2)
+    out["direct_vs_ceiling"] = round(out["direct"]["mb_per_s"] / out["arrow_ceiling"]["mb_per_s"], 2)
     out["target_met"] = out["direct_vs_kafka"] >= 3.0
     print(json.dumps(out))
     return 0

@@ -216,6 +216,7 @@ def _log4j_config(kind: str) -> Path:
     path = cache_dir() / f"log4j2-{kind}.properties"
     text = LOG4J2_TOOLS if kind == "tools" else LOG4J2_SERVER
     if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a fresh machine: nothing resolved yet
         path.write_text(text)
     return path
 

@@ -541,6 +541,7 @@ class Fetcher:
         self._tasks: set[asyncio.Task] = set()
         self._errors: deque[BaseException] = deque()
         self._kick_handle: asyncio.TimerHandle | None = None
+        self._metadata_waiter: asyncio.Task | None = None
         self._closed = False
         self.metrics = {"fetch-total": 0, "records-consumed-total": 0, "bytes-fetched-total": 0,
                         "remote-storage-not-ready-total": 0}
@@ -598,6 +599,22 @@ class Fetcher:
             self._kick_handle.cancel()
         self._kick_handle = loop.call_at(when, self._kick)
 
+    def _no_leader(self, topics: set[str]) -> None:
+        """Some partitions have no known leader: refresh metadata and try again after the retry backoff,
+        or as soon as the answer comes when their topic is not in the metadata yet (the first poll after
+        an assign waits one round trip, as the Java consumer does, not a backoff)."""
+        self.client.request_update()
+        self._kick_later(self.retry_backoff_ms / 1000)
+        if self._metadata_waiter is None and any(t not in self.client.cluster.topics for t in topics):
+            self._metadata_waiter = self._spawn(self._kick_after_update(), "tierlog-fetch-metadata")
+
+    async def _kick_after_update(self) -> None:
+        try:
+            await self.client.wait_for_update(self.retry_backoff_ms / 1000)
+        finally:
+            self._metadata_waiter = None
+        self._kick()
+
     def _kick(self) -> None:
         self._kick_handle = None
         if self._closed:
@@ -615,7 +632,7 @@ class Fetcher:
         now = _now()
         cluster = self.client.cluster
         plan: dict[int, tuple[Any, list]] = {}
-        no_leader = False
+        no_leader: set[str] = set()
         for tp, st in self.subs.assignment.items():
             if st.position is None or st.paused or len(st.pending) >= 2 or st.backoff_until > now:
                 continue
@@ -628,7 +645,7 @@ class Fetcher:
                 offset = st.position
             node = cluster.leader_for(tp.topic, tp.partition)
             if node is None:
-                no_leader = True
+                no_leader.add(tp.topic)
                 continue
             if node.node_id in self._inflight:
                 continue
@@ -638,8 +655,7 @@ class Fetcher:
                 entry = plan[node.node_id] = (node, [])
             entry[1].append((tp, st, offset, epoch))
         if no_leader:
-            self.client.request_update()
-            self._kick_later(self.retry_backoff_ms / 1000)
+            self._no_leader(no_leader)
         for node_id, (node, parts) in plan.items():
             self._inflight[node_id] = asyncio.get_running_loop().create_task(
                 self._fetch(node, parts), name=f"tierlog-fetch-{node_id}")
@@ -834,13 +850,13 @@ class Fetcher:
         now = _now()
         cluster = self.client.cluster
         plan: dict[int, tuple[Any, list]] = {}
-        no_leader = False
+        no_leader: set[str] = set()
         for tp, st in self.subs.assignment.items():
             if st.reset is None or st.resetting or st.backoff_until > now:
                 continue
             node = cluster.leader_for(tp.topic, tp.partition)
             if node is None:
-                no_leader = True
+                no_leader.add(tp.topic)
                 continue
             st.resetting = True
             entry = plan.get(node.node_id)
@@ -848,8 +864,7 @@ class Fetcher:
                 entry = plan[node.node_id] = (node, [])
             entry[1].append((tp, st, st.reset, st.generation))
         if no_leader:
-            self.client.request_update()
-            self._kick_later(self.retry_backoff_ms / 1000)
+            self._no_leader(no_leader)
         for node_id, (node, items) in plan.items():
             self._spawn(self._reset(node, items), f"tierlog-reset-{node_id}")
 

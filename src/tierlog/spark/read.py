@@ -2,8 +2,8 @@
 
 A remote slice is read straight from the remote store: the segment's offset index gives the byte
 position of its first offset, then the segment object is range-read in chunks; whole batches of every
-codec are decoded with the consumer's decoder (:class:`tierlog.client.fetcher.CompletedFetch`) and only
-the planned offsets are kept. A broker slice is read with tierlog's consumer, assigned and sought.
+codec are decoded into Arrow columns (:mod:`tierlog.spark.columnar`, or the consumer's decoder when numba
+is missing) and only the planned offsets are kept. A broker slice is read with tierlog's consumer, assigned and sought.
 
 Storage managers and their index downloads are cached per worker process (Spark reuses its Python
 workers), so consecutive tasks do not open the store again.
@@ -94,6 +94,8 @@ def _start_position(index: bytes, base_offset: int, offset: int) -> int:
 
 def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     from tierlog.tiered.exceptions import RemoteResourceNotFoundError
+
+    from . import columnar  # numba: only where remote slices are read, not on the planning side
     rsm = storage_manager(opts)
     md = task.segment
     tp = TopicPartition(task.topic, task.partition)
@@ -103,6 +105,8 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
         offset = task.start
         leftover = b""
         pending: list = []
+        fast = columnar.available()
+        schema = arrow_schema(opts.include_headers)
         while position < size and offset < task.end:
             chunk = rsm.fetch_log_segment(md, position, min(position + CHUNK_BYTES, size) - 1)
             if not chunk:
@@ -112,6 +116,12 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
             usable = _complete_prefix(buf)
             leftover = buf[usable:]
             if usable == 0:
+                continue
+            if fast:
+                batches, next_offset = columnar.decode(memoryview(buf)[:usable], task.topic, task.partition,
+                                                       offset, task.end, opts.include_headers, schema)
+                yield from batches
+                offset = max(offset, min(next_offset, task.end))
                 continue
             cf = CompletedFetch(tp, offset, buf[:usable], None, False)
             while not cf.done and offset < task.end:
@@ -152,43 +162,60 @@ def _complete_prefix(buf: bytes) -> int:
 # ------------------------------------------------------------------------------------ broker slices
 
 
-def read_broker(task: BrokerSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The slices through the broker, with one consumer assigned to all their partitions (so the tail
+    of every partition costs one connection and each fetch serves all of them)."""
     from tierlog.client.errors import NoOffsetForPartitionError
     from tierlog.client.sync import Consumer
-    tp = TopicPartition(task.topic, task.partition)
-    consumer = Consumer({**opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
+    ends = {TopicPartition(t.topic, t.partition): t.end for t in tasks}
+    positions = {TopicPartition(t.topic, t.partition): t.start for t in tasks if t.end > t.start}
+    if not positions:
+        return
+    # The ends are below the high watermark, so no fetch needs to wait for data; a short wait keeps a
+    # fetch of a partition already at its end (prefetched with the others) from holding the rest up.
+    consumer = Consumer({"fetch.max.wait.ms": "20", **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
                          "enable.auto.commit": "false", "auto.offset.reset": "none",
                          "max.poll.records": str(ROWS_PER_BATCH)})
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, task.start)
-        offset = task.start
+        consumer.assign(list(positions))
+        for tp, start in positions.items():
+            consumer.seek(tp, start)
         idle = 0
-        while offset < task.end:
+        while positions:
             try:
-                got = consumer.poll(1000).get(tp, [])
+                polled = consumer.poll(1000)
             except NoOffsetForPartitionError as e:
-                start = consumer.beginning_offsets([tp])[tp]
-                message = (f"offsets {offset}-{start - 1} of {task.topic}-{task.partition} are gone (log start "
-                           f"offset now {start}), deleted by retention while the query ran")
-                if opts.fail_on_data_loss:
-                    raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from e
-                log.warning("%s; skipped (failOnDataLoss=false)", message)
-                consumer.seek(tp, start)
-                offset = start
+                for tp in e.partitions if getattr(e, "partitions", None) else list(positions):
+                    if tp not in positions:
+                        continue
+                    start = consumer.beginning_offsets([tp])[tp]
+                    if start <= positions[tp]:
+                        continue
+                    message = (f"offsets {positions[tp]}-{start - 1} of {tp.topic}-{tp.partition} are gone (log "
+                               f"start offset now {start}), deleted by retention while the query ran")
+                    if opts.fail_on_data_loss:
+                        raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from e
+                    log.warning("%s; skipped (failOnDataLoss=false)", message)
+                    consumer.seek(tp, start)
+                    positions[tp] = start
                 continue
-            if not got:
+            if not any(polled.values()):
                 idle += 1
                 if idle > 120:
-                    raise TimeoutError(f"no records from {task.topic}-{task.partition} at offset {offset} for 2 min")
+                    raise TimeoutError(f"no records from {sorted(positions)} for 2 min")
                 continue
             idle = 0
-            records = [r for r in got if r.offset < task.end]
-            if records:
-                offset = records[-1].offset + 1
-                yield to_arrow(records, task.topic, task.partition, opts.include_headers)
-            if len(records) < len(got):
-                break
+            for tp, got in polled.items():
+                if tp not in positions:
+                    continue
+                end = ends[tp]
+                records = [r for r in got if r.offset < end] if got[-1].offset >= end else got
+                if records:
+                    positions[tp] = records[-1].offset + 1
+                    yield to_arrow(records, tp.topic, tp.partition, opts.include_headers)
+                if positions[tp] >= end or len(records) < len(got):
+                    del positions[tp]
+                    consumer.pause([tp])
     finally:
         consumer.close()
 
@@ -196,4 +223,14 @@ def read_broker(task: BrokerSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
 def read_task(task, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     if isinstance(task, RemoteSlice):
         return read_remote(task, opts)
-    return read_broker(task, opts)
+    return read_broker([task], opts)
+
+
+def read_tasks(tasks: list, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """One Spark task's slices: the remote ones in order, then the broker ones together."""
+    for task in tasks:
+        if isinstance(task, RemoteSlice):
+            yield from read_remote(task, opts)
+    brokers = [t for t in tasks if isinstance(t, BrokerSlice)]
+    if brokers:
+        yield from read_broker(brokers, opts)

@@ -33,19 +33,22 @@ from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
 from .options import SourceOptionError, SourceOptions
-from .plan import Planner
-from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_task
+from .plan import Planner, group
+from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_tasks
 
 log = logging.getLogger(__name__)
 
 
 class SliceTask(InputPartition):
-    """One planned slice, handed to an executor."""
+    """Planned slices read one after another by one Spark task."""
 
-    def __init__(self, task, opts: SourceOptions) -> None:
-        super().__init__(task)
-        self.task = task
+    def __init__(self, tasks: list, opts: SourceOptions) -> None:
+        super().__init__(tasks)
+        self.tasks = tasks
         self.opts = opts
+
+    def read(self) -> Iterator:
+        return read_tasks(self.tasks, self.opts)
 
 
 class TierlogDataSource(DataSource):
@@ -109,12 +112,10 @@ class BatchReader(DataSourceReader):
             tasks = planner.plan(_ranges(planner, opts, start, end, bounds), opts.min_partitions)
         finally:
             planner.close()
-        return [SliceTask(t, opts) for t in tasks] or [SliceTask(None, opts)]
+        return [SliceTask(g, opts) for g in group(tasks, opts.min_partitions)] or [SliceTask([], opts)]
 
     def read(self, partition: SliceTask) -> Iterator:
-        if partition.task is None:
-            return iter(())
-        return read_task(partition.task, partition.opts)
+        return partition.read()
 
 
 def _to_json(offsets: dict[TopicPartition, int]) -> dict:
@@ -180,10 +181,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = p.bounds(tps)
         tasks = p.plan(_ranges(p, self.opts, {tp: begin.get(tp, 0) for tp in tps}, until, bounds),
                        self.opts.min_partitions)
-        return [SliceTask(t, self.opts) for t in tasks]
+        return [SliceTask(g, self.opts) for g in group(tasks, self.opts.min_partitions)]
 
     def read(self, partition: SliceTask) -> Iterator:
-        return read_task(partition.task, partition.opts)
+        return partition.read()
 
     def commit(self, end: dict) -> None:
         pass  # the checkpoint holds the offsets; nothing is committed to the cluster
