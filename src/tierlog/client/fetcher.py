@@ -978,11 +978,21 @@ class Fetcher:
                     raise RemoteStorageNotReadyError(f"{last}; still not ready when the time was up")
                 raise self.client.timeout_error(f"Failed to get offsets of {sorted(remaining)} in time", last)
             attempt += 1
+            # a first lookup of topics not in the metadata yet waits for it, not for a backoff as well
+            unknown = attempt == 1 and last is None and any(tp.topic not in cluster.topics for tp in remaining)
             if stale:
                 try:
                     await self.client.wait_for_update(min(left, self.request_timeout_ms / 1000))
                 except errors.KafkaError as exc:
                     last = exc
+            if unknown and last is None:
+                # the answer may be to a request sent before these topics were added: one more round trip
+                if any(tp.topic not in self.client.cluster.topics for tp in remaining):
+                    try:
+                        await self.client.wait_for_update(min(left, self.request_timeout_ms / 1000))
+                    except errors.KafkaError as exc:
+                        last = exc
+                continue
             delay = min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** min(attempt - 1, 20)) / 1000
             await asyncio.sleep(min(delay, max(0.0, deadline - _now())))
         return result

@@ -155,6 +155,7 @@ class Planner:
         caches = {tip: RemoteLogMetadataCache() for tip in wanted}
         mps = [TopicPartition(METADATA_TOPIC, mp) for mp in sorted(by_mp)]
         consumer = Consumer(self.client_config(**{"enable.auto.commit": "false", "auto.offset.reset": "earliest",
+                                                  "fetch.max.wait.ms": "20",
                                                   "exclude.internal.topics": "false"}))
         try:
             consumer.assign(mps)

@@ -103,27 +103,30 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
         position = _start_position(rsm.fetch_index(md, IndexType.OFFSET), md.start_offset, task.start)
         size = md.segment_size_in_bytes
         offset = task.start
-        leftover = b""
         pending: list = []
         fast = columnar.available()
         schema = arrow_schema(opts.include_headers)
         while position < size and offset < task.end:
             chunk = rsm.fetch_log_segment(md, position, min(position + CHUNK_BYTES, size) - 1)
-            if not chunk:
-                break
-            position += len(chunk)
-            buf = leftover + chunk if leftover else chunk
-            usable = _complete_prefix(buf)
-            leftover = buf[usable:]
+            usable = _complete_prefix(chunk)
+            if usable == 0 and len(chunk) >= RECORD_BATCH_OVERHEAD:
+                # one batch larger than a chunk: read it whole
+                need = read_header(chunk, 0).batch_length + LOG_OVERHEAD
+                chunk = rsm.fetch_log_segment(md, position, min(position + need, size) - 1)
+                usable = _complete_prefix(chunk)
             if usable == 0:
-                continue
+                break  # the segment ends in a partial batch
+            # the next read starts at the first incomplete batch: re-reading its head is cheaper than
+            # copying every chunk onto the leftover of the last
+            position += usable
+            buf = memoryview(chunk)[:usable]
             if fast:
-                batches, next_offset = columnar.decode(memoryview(buf)[:usable], task.topic, task.partition,
-                                                       offset, task.end, opts.include_headers, schema)
+                batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
+                                                       opts.include_headers, schema)
                 yield from batches
                 offset = max(offset, min(next_offset, task.end))
                 continue
-            cf = CompletedFetch(tp, offset, buf[:usable], None, False)
+            cf = CompletedFetch(tp, offset, bytes(buf), None, False)
             while not cf.done and offset < task.end:
                 records = cf.take(ROWS_PER_BATCH, None, None)
                 records = [r for r in records if r.offset < task.end] if records and \
