@@ -250,6 +250,47 @@ def test_auto_offset_reset_and_out_of_range_seeks(broker):
     asyncio.run(main())
 
 
+def test_poll_batches_hands_over_whole_undecoded_batches_and_advances_positions(broker):
+    create_topic(broker.bootstrap, "raw", 2)
+    for start in (0, 100, 200):  # three batches at least
+        produce(broker.bootstrap, "raw", simple(100, start), partition=0)
+    produce(broker.bootstrap, "raw", simple(40, tag="p1-"), partition=1, compression="gzip")
+    tps = [TopicPartition("raw", 0), TopicPartition("raw", 1)]
+
+    async def main():
+        async with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none",
+                            max_partition_fetch_bytes=2048) as c:
+            c.assign(tps)
+            c.seek(tps[0], 123)  # mid-batch: the first fetch may start before it
+            c.seek(tps[1], 0)
+            got: dict = {tp: [] for tp in tps}
+            deadline = time.monotonic() + 20
+            while (await c.position(tps[0]) < 300 or await c.position(tps[1]) < 40) and time.monotonic() < deadline:
+                for tp, fetches in (await c.poll_batches(timeout_ms=200)).items():
+                    for fetched in fetches:
+                        assert isinstance(fetched, CompletedFetch) and fetched.tp == tp
+                        got[tp].append(fetched)
+            # decoded the ordinary way, the handed-over data is every record from the seek on, once
+            for tp, first, values in ((tps[0], 123, [b"v%d" % i for i in range(123, 300)]),
+                                      (tps[1], 0, [b"p1-%d" % i for i in range(40)])):
+                records = []
+                for fetched in got[tp]:
+                    assert fetched.end_offset > fetched.fetch_offset
+                    records += fetched.take(10_000, None, None)
+                assert [r.offset for r in records] == list(range(first, first + len(values)))
+                assert [r.value for r in records] == values
+            assert len(got[tps[0]]) > 1  # several fetches of 2 KiB: positions moved on between them
+            assert await c.position(tps[0]) == 300 and await c.position(tps[1]) == 40
+        async with Consumer(bootstrap_servers=broker.bootstrap, isolation_level="read_committed") as c:
+            c.assign(tps)
+            c.seek(tps[0], 0)
+            with pytest.raises(IllegalStateError, match="read_committed"):
+                for _ in range(20):
+                    await c.poll_batches(timeout_ms=200)
+
+    asyncio.run(main())
+
+
 def test_commit_committed_round_trip_and_kafka_python_sees_the_offsets(broker):
     from kafka import KafkaConsumer
     from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata

@@ -66,6 +66,29 @@ def test_ranged_fetch_returns_the_slice(rsm, segment):
         assert rsm.fetch_log_segment(md, start, end) == expected, (start, end)
 
 
+def test_read_into_a_reused_buffer_gives_the_same_bytes(rsm, segment):
+    md = segment.metadata()
+    rsm.copy_log_segment_data(md, segment.data)
+    log = segment.files["log"]
+    for size in (1, 1000, 4096, len(log) + 7):
+        buffer = memoryview(bytearray(size))
+        buffer[:] = b"\xee" * size  # stale bytes from an earlier read must not leak into the answer
+        got = []
+        position = 0
+        while n := rsm.read_log_segment_into(md, position, buffer):
+            got.append(bytes(buffer[:n]))
+            position += n
+        assert b"".join(got) == log, size
+        assert all(len(part) == size for part in got[:-1])
+    assert rsm.read_log_segment_into(md, len(log) + 100, memoryview(bytearray(10))) == 0
+    with pytest.raises(ValueError):
+        rsm.read_log_segment_into(md, -1, memoryview(bytearray(10)))
+    rsm.delete_log_segment_data(md)
+    with pytest.raises(RemoteResourceNotFoundError) as info:
+        rsm.read_log_segment_into(md, 0, memoryview(bytearray(10)))
+    assert _names_segment(info.value, md)
+
+
 def test_fetch_range_arguments_are_checked(rsm, segment):
     md = segment.metadata()
     rsm.copy_log_segment_data(md, segment.data)

@@ -38,6 +38,7 @@ from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError
 from tierlog.client.fetcher import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    CompletedFetch,
     Fetcher,
     RecordDeserializationError,
     SubscriptionState,
@@ -448,6 +449,19 @@ class Consumer:
         """Records fetched for the assigned partitions, at most ``max_records`` (``max.poll.records``),
         waiting up to ``timeout_ms`` for some. Also keeps the group membership alive: rebalances and
         automatic commits happen inside poll."""
+        max_records = self.max_poll_records if max_records is None else max_records
+        if max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        return await self._poll(timeout_ms, lambda fetcher: fetcher.collect(max_records))
+
+    async def poll_batches(self, timeout_ms: float = 0, max_bytes: int = 64 * 1024 * 1024
+                           ) -> dict[TopicPartition, list[CompletedFetch]]:
+        """Like :meth:`poll`, but the fetched data undecoded (see ``Fetcher.collect_batches``): whole
+        record batches as the broker sent them, about ``max_bytes`` in all, for readers that decode
+        them in bulk. ``isolation.level=read_committed`` is refused (aborted data is not filtered)."""
+        return await self._poll(timeout_ms, lambda fetcher: fetcher.collect_batches(max_bytes))
+
+    async def _poll(self, timeout_ms: float, collect: Callable[[Fetcher], dict]) -> dict:
         self._ensure_open()
         fetcher = self._fetcher
         if fetcher is None:
@@ -456,9 +470,6 @@ class Consumer:
             raise IllegalStateError("Consumer is not subscribed to any topics or assigned any partitions")
         if timeout_ms is None or timeout_ms < 0:
             raise ValueError("Timeout must not be negative")
-        max_records = self.max_poll_records if max_records is None else max_records
-        if max_records < 1:
-            raise ValueError("max_records must be at least 1")
         deadline = _now() + timeout_ms / 1000
         coordinator = self._coordinator
         if coordinator is not None:
@@ -469,7 +480,7 @@ class Consumer:
                 # as Java: records are returned even when the group could not be joined in time
                 joined = coordinator is None or await coordinator.poll(deadline)
                 self._update_positions()
-                records = fetcher.collect(max_records)
+                records = collect(fetcher)
                 fetcher.send_fetches()
                 if records:
                     return records

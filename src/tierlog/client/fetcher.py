@@ -838,6 +838,37 @@ class Fetcher:
             self.metrics["records-consumed-total"] += max_records - remaining
         return out
 
+    def collect_batches(self, max_bytes: int) -> dict[TopicPartition, list[CompletedFetch]]:
+        """Take buffered fetches undecoded, about ``max_bytes`` of them, advancing positions past them:
+        for readers that decode whole batches themselves (the Spark reader's columnar decoder). Each
+        holds whole batches from ``fetch_offset`` on (the first may start earlier) to ``end_offset``.
+        Nothing is filtered, so this is for ``read_uncommitted`` only."""
+        if self.read_committed:
+            raise IllegalStateError("undecoded batches cannot honour isolation.level=read_committed")
+        out: dict[TopicPartition, list[CompletedFetch]] = {}
+        size = 0
+        consumed: list[TopicPartition] = []
+        for tp, st in list(self.subs.assignment.items()):
+            if size >= max_bytes:
+                break
+            if st.paused or not st.pending:
+                continue
+            while st.pending and size < max_bytes:
+                cf = st.pending.popleft()
+                if cf.next_offset != st.position or cf.end_offset <= st.position:
+                    continue  # from before a seek or a reset, or nothing whole
+                out.setdefault(tp, []).append(cf)
+                size += len(cf.buf)
+                st.position = cf.end_offset
+                if cf.batches:
+                    st.epoch = cf.batches[-1][1].partition_leader_epoch
+            consumed.append(tp)
+        for tp in consumed:
+            self.subs.move_to_end(tp)
+        if not out:
+            self.raise_pending()
+        return out
+
     def has_buffered(self) -> bool:
         return any(st.pending and not st.paused for st in self.subs.assignment.values())
 

@@ -12,6 +12,7 @@ workers), so consecutive tasks do not open the store again.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -92,10 +93,17 @@ def _start_position(index: bytes, base_offset: int, offset: int) -> int:
     return pos
 
 
+def _columnar():
+    """The columnar decoder when numba is there, else None (the consumer's decoder is the fallback).
+    Imported here, not at the top: numba is needed where slices are read, not where they are planned."""
+    from . import columnar
+    return columnar if columnar.available() else None
+
+
 def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 
-    from . import columnar  # numba: only where remote slices are read, not on the planning side
+    columnar = _columnar()
     rsm = storage_manager(opts)
     md = task.segment
     tp = TopicPartition(task.topic, task.partition)
@@ -104,22 +112,24 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
         size = md.segment_size_in_bytes
         offset = task.start
         pending: list = []
-        fast = columnar.available()
+        fast = columnar is not None
         schema = arrow_schema(opts.include_headers)
+        buffer = _chunk_buffer(CHUNK_BYTES)
         while position < size and offset < task.end:
-            chunk = rsm.fetch_log_segment(md, position, min(position + CHUNK_BYTES, size) - 1)
+            chunk = buffer[:rsm.read_log_segment_into(md, position, buffer)]
             usable = _complete_prefix(chunk)
             if usable == 0 and len(chunk) >= RECORD_BATCH_OVERHEAD:
                 # one batch larger than a chunk: read it whole
                 need = read_header(chunk, 0).batch_length + LOG_OVERHEAD
-                chunk = rsm.fetch_log_segment(md, position, min(position + need, size) - 1)
+                chunk = memoryview(bytearray(need))
+                chunk = chunk[:rsm.read_log_segment_into(md, position, chunk)]
                 usable = _complete_prefix(chunk)
             if usable == 0:
                 break  # the segment ends in a partial batch
             # the next read starts at the first incomplete batch: re-reading its head is cheaper than
             # copying every chunk onto the leftover of the last
             position += usable
-            buf = memoryview(chunk)[:usable]
+            buf = chunk[:usable]
             if fast:
                 batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
                                                        opts.include_headers, schema)
@@ -148,6 +158,19 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
         if opts.fail_on_data_loss:
             raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from None
         log.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+_chunk_buffers = threading.local()
+
+
+def _chunk_buffer(size: int) -> memoryview:
+    """One read buffer per worker thread, reused by every read: a chunk is decoded (everything kept is
+    copied out) before the next read, and a fresh buffer per chunk would cost page faults over every
+    byte, about half the read time."""
+    buffer = getattr(_chunk_buffers, "buffer", None)
+    if buffer is None or len(buffer) != size:
+        buffer = _chunk_buffers.buffer = memoryview(bytearray(size))
+    return buffer
 
 
 def _complete_prefix(buf: bytes) -> int:
@@ -179,6 +202,11 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
     consumer = Consumer({"fetch.max.wait.ms": "20", **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
                          "enable.auto.commit": "false", "auto.offset.reset": "none",
                          "max.poll.records": str(ROWS_PER_BATCH)})
+    # Undecoded batches through the columnar decoder, as remote slices: no Python object per record.
+    # read_committed needs the consumer's filtering of aborted transactions.
+    columnar = _columnar() if opts.client_config.get("isolation.level", "read_uncommitted") != "read_committed" \
+        else None
+    schema = arrow_schema(opts.include_headers)
     try:
         consumer.assign(list(positions))
         for tp, start in positions.items():
@@ -186,7 +214,7 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
         idle = 0
         while positions:
             try:
-                polled = consumer.poll(1000)
+                polled = consumer.poll_batches(1000) if columnar else consumer.poll(1000)
             except NoOffsetForPartitionError as e:
                 for tp in e.partitions if getattr(e, "partitions", None) else list(positions):
                     if tp not in positions:
@@ -212,11 +240,20 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
                 if tp not in positions:
                     continue
                 end = ends[tp]
-                records = [r for r in got if r.offset < end] if got[-1].offset >= end else got
-                if records:
-                    positions[tp] = records[-1].offset + 1
-                    yield to_arrow(records, tp.topic, tp.partition, opts.include_headers)
-                if positions[tp] >= end or len(records) < len(got):
+                if columnar:
+                    for fetched in got:
+                        batches, next_offset = columnar.decode(fetched.buf, tp.topic, tp.partition, positions[tp],
+                                                               end, opts.include_headers, schema)
+                        yield from batches
+                        positions[tp] = max(positions[tp], min(next_offset, end))
+                    done = positions[tp] >= end
+                else:
+                    records = [r for r in got if r.offset < end] if got[-1].offset >= end else got
+                    if records:
+                        positions[tp] = records[-1].offset + 1
+                        yield to_arrow(records, tp.topic, tp.partition, opts.include_headers)
+                    done = positions[tp] >= end or len(records) < len(got)
+                if done:
                     del positions[tp]
                     consumer.pause([tp])
     finally:

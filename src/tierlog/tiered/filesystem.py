@@ -119,6 +119,19 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         finally:
             os.close(fd)
 
+    def _get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        fd = os.open(self._path(key), os.O_RDONLY)
+        try:
+            got = 0
+            while got < len(buffer):
+                n = os.preadv(fd, [buffer[got:]], start + got)
+                if n == 0:
+                    break
+                got += n
+            return got
+        finally:
+            os.close(fd)
+
     def _delete(self, keys: list[str]) -> None:
         folders = set()
         for key in keys:

@@ -16,6 +16,7 @@ wire code's flag; whether the *storage operation* may simply be retried (and a p
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import importlib
 import json
@@ -108,6 +109,17 @@ class RemoteStorageManager(abc.ABC):
         ``end_position`` is inclusive and clipped to the segment end; None reads to the end. A start at
         or past the end returns ``b""``. A negative start or an end before the start is a caller bug
         (ValueError). A segment that is not (or no longer) stored raises RemoteResourceNotFoundError."""
+
+    def read_log_segment_into(self, md: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview) -> int:
+        """Up to ``len(buffer)`` bytes of the segment's original ``.log`` from ``start_position`` into
+        ``buffer``; returns how many (0 at or past the end). For readers that reuse one buffer, such as
+        the Spark reader: a fresh multi-megabyte buffer per read costs about as much as the read
+        itself. Backends that can read straight into memory override it."""
+        if not len(buffer):
+            return 0
+        data = self.fetch_log_segment(md, start_position, start_position + len(buffer) - 1)
+        buffer[:len(data)] = data
+        return len(data)
 
     @abc.abstractmethod
     def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
@@ -277,6 +289,12 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def _get_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` (fewer only if the object is shorter); ``length`` > 0."""
 
+    def _get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        """Like :meth:`_get_range` into ``buffer``; the count read. Backends override it to skip a copy."""
+        data = self._get_range(key, start, len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
     @abc.abstractmethod
     def _delete(self, keys: list[str]) -> None:
         """Delete the objects; missing ones are fine."""
@@ -379,6 +397,21 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         except (transforms.TransformError, KeyError, TypeError, IndexError) as e:
             raise RemoteStorageError(f"log object {keys.log} does not decode: {e}") from None
 
+    def read_log_segment_into(self, md: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview) -> int:
+        check_fetch_range(start_position, None)
+        keys, manifest = self._manifest(md)
+        if manifest.transforms:
+            return super().read_log_segment_into(md, start_position, buffer)
+        length = min(len(buffer), manifest.log_size - start_position)
+        if length <= 0:
+            return 0
+        with self._reading(md, keys.log):
+            got = self._get_range_into(keys.log, start_position, memoryview(buffer)[:length])
+        if got != length:
+            raise RemoteStorageError(f"log object {keys.log} is shorter than its manifest says: "
+                                     f"{got} of {length} bytes at {start_position}")
+        return got
+
     def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         keys, manifest = self._manifest(md)
         entry = manifest.indexes.get(index_type)
@@ -469,8 +502,13 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
                 del self._manifests[cache_key]
 
     def _read_range(self, md: RemoteLogSegmentMetadata, key: str, start: int, length: int) -> bytes:
-        try:
+        with self._reading(md, key):
             return self._get_range(key, start, length)
+
+    @contextlib.contextmanager
+    def _reading(self, md: RemoteLogSegmentMetadata, key: str) -> Iterator[None]:
+        try:
+            yield
         except FileNotFoundError:
             raise resource_not_found(md, "object", key) from None
         except OSError as e:
