@@ -25,8 +25,11 @@ from tierlog.protocol import ApiKey
 
 # The manager's consumer fetches one metadata record (one event) per round trip: a replay of a few
 # hundred events then takes a second or two, long enough to watch.
+# One event per fetch, and each fetch held for fetch.max.wait.ms (it never reaches fetch.min.bytes):
+# about 10 ms per event whatever the machine's speed, so the catch-up lasts seconds.
 SLOW_CATCH_UP = {f"rlmm.config.remote.log.metadata.consumer.{k}": v for k, v in {
-    "max.poll.records": "1", "fetch.max.bytes": "1", "max.partition.fetch.bytes": "1"}.items()}
+    "max.poll.records": "1", "fetch.max.bytes": "1", "max.partition.fetch.bytes": "1",
+    "fetch.min.bytes": "1048576", "fetch.max.wait.ms": "10"}.items()}
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
 
