@@ -357,6 +357,8 @@ class RemoteLogReader:
                 try:
                     data = fut.result()
                 except Exception as e:  # noqa: BLE001 - read it again in the foreground, which reports it
+                    # a failed read of the store all the same, though no reader sees it
+                    self.metrics.fetch_errors.inc(topic=win.md.topic_id_partition.topic)
                     log.debug("Read-ahead of %s at %d failed: %s", win.md.segment_id, pos, e)
                     data = None
                 self._account(win, -self._pending_size(win, pos))
