@@ -256,7 +256,11 @@ class KafkaClient:
             return last
         if last is not None:
             message = f"{message}; last error: {last}"
-        if self.brokers_unreachable:
+        # the operation's own last attempt could not connect and no broker is connected: the same
+        # verdict, even when the background metadata update has not failed yet (a busy machine)
+        cut_off = isinstance(last, KafkaConnectionError) and not any(
+            self._connected(n) is not None for n in self.cluster.brokers.values())
+        if self.brokers_unreachable or cut_off:
             return BrokersUnavailableError(f"{message}; {self.unavailable_error()}")
         return KafkaTimeoutError(message)
 
@@ -418,8 +422,10 @@ async def retry_until(operation, deadline: float, config: Mapping[str, Any], wha
             attempt += 1
             delay = min(cap, base * 2 ** (attempt - 1)) * (random.uniform(0.8, 1.2) if cap > base else 1) / 1000
             if _now() + delay >= deadline:
-                if client is not None and client.brokers_unreachable:
-                    raise client.timeout_error(f"{what} did not complete in time", exc) from exc
+                if client is not None:
+                    verdict = client.timeout_error(f"{what} did not complete in time", exc)
+                    if isinstance(verdict, BrokersUnavailableError):
+                        raise verdict from exc
                 if isinstance(exc, KafkaTimeoutError):
                     raise
                 raise KafkaTimeoutError(f"{what} did not complete in time; last error: {exc}") from exc
