@@ -78,6 +78,11 @@ class Producer:
         # a sequenced batch failed for good (or the broker lost our sequence): its sequence is
         # unresolved, so the sender bumps the epoch once nothing is in flight (KIP-360, as Java)
         self._bump_epoch_needed = False
+        # Partitions whose first batch of this epoch is in flight. Until the broker has acknowledged
+        # one, it has no state for us and Kafka accepts any first sequence, so a later batch could be
+        # written before a refused first one: nothing else of the partition goes out meanwhile.
+        self._first_in_flight: set[TopicPartition] = set()
+        self._confirmed: set[TopicPartition] = set()  # partitions with an acknowledged batch this epoch
         self._closed = False
         self._fatal: BaseException | None = None
         self._max_record_size = 0  # the smaller of max.request.size and buffer.memory (+ batch overhead)
@@ -300,6 +305,8 @@ class Producer:
                 continue
             if batch.attempts and now - batch.last_attempt < retry_backoff:
                 continue
+            if tp in self._first_in_flight:
+                continue
             leader = client.cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
                 unknown_leader = True
@@ -348,6 +355,7 @@ class Producer:
         log.info("producer %d: epoch bumped to %d after unresolved sequences", self._producer_id,
                  self._producer_epoch)
         self._next_sequence.clear()
+        self._confirmed.clear()
         for dq in self._accumulator.batches.values():
             for b in dq:
                 if b.base_sequence >= 0:
@@ -373,6 +381,8 @@ class Producer:
             b.base_sequence = seq
             b.producer_id, b.producer_epoch = self._producer_id, self._producer_epoch
             self._next_sequence[b.tp] = (seq + b.count) & 0x7FFFFFFF
+        if self.idempotent and b.tp not in self._confirmed:
+            self._first_in_flight.add(b.tp)
 
     def _expire(self, now: float) -> None:
         limit = self.config["delivery.timeout.ms"] / 1000
@@ -422,12 +432,16 @@ class Producer:
 
     def _done(self, b: ProducerBatch, base_offset: int, append_time: int) -> None:
         b.in_flight = False
+        if self.idempotent and b.producer_epoch == self._producer_epoch:
+            self._confirmed.add(b.tp)
+        self._first_in_flight.discard(b.tp)
         self._accumulator.release(b)
         self._metrics["batch-total"] += 1
         b.complete(base_offset, append_time)
 
     def _retry_or_fail(self, b: ProducerBatch, exc: errors.KafkaError) -> None:
         b.in_flight = False
+        self._first_in_flight.discard(b.tp)
         now = time.monotonic()
         retriable = exc.retriable
         if self.idempotent and b.base_sequence >= 0 and isinstance(
