@@ -213,3 +213,25 @@ def test_frames_are_cut_right_whatever_the_chunks():
             proto.buffer_updated(n)
             pos += n
         assert sink.frames == frames, chunking
+
+
+def test_a_timeout_names_the_last_real_error_when_the_final_attempt_only_found_the_budget_spent():
+    """Under load the sleep before the last retry can overrun the deadline; the attempt after it
+    fails only because no time is left, and the caller must still learn what kept failing."""
+    from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
+    from tierlog.client.network import deadline_after, retry_until
+
+    deadline = deadline_after(150)
+    calls = []
+
+    async def operation():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise KafkaConnectionError("broker 7 is not in the cluster metadata")
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()) + 0.01)  # an overrun
+        raise KafkaTimeoutError("the operation's timeout expired")
+
+    config = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 10}
+    with pytest.raises(KafkaTimeoutError, match="broker 7 is not in the cluster metadata"):
+        asyncio.run(retry_until(operation, deadline, config, "describe"))
+    assert len(calls) == 2

@@ -413,22 +413,26 @@ async def retry_until(operation, deadline: float, config: Mapping[str, Any], wha
     base = config["retry.backoff.ms"]
     cap = max(base, config.get("retry.backoff.max.ms", base))
     attempt = 0
+    cause: errors.KafkaError | None = None
     while True:
         try:
             return await operation()
         except errors.KafkaError as exc:
             if not exc.retriable:
                 raise
+            # an attempt that only found the budget spent says nothing; the attempt before it does
+            if not (isinstance(exc, KafkaTimeoutError) and cause is not None and _now() >= deadline):
+                cause = exc
             attempt += 1
             delay = min(cap, base * 2 ** (attempt - 1)) * (random.uniform(0.8, 1.2) if cap > base else 1) / 1000
             if _now() + delay >= deadline:
                 if client is not None:
-                    verdict = client.timeout_error(f"{what} did not complete in time", exc)
+                    verdict = client.timeout_error(f"{what} did not complete in time", cause)
                     if isinstance(verdict, BrokersUnavailableError):
                         raise verdict from exc
-                if isinstance(exc, KafkaTimeoutError):
+                if cause is exc and isinstance(exc, KafkaTimeoutError):
                     raise
-                raise KafkaTimeoutError(f"{what} did not complete in time; last error: {exc}") from exc
+                raise KafkaTimeoutError(f"{what} did not complete in time; last error: {cause}") from exc
             log.debug("%s failed (%r); retrying in %.0f ms", what, exc, delay * 1000)
             await asyncio.sleep(delay)
 
