@@ -334,6 +334,24 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
     return size / MIB / dt
 
 
+def consume_kcat(bootstrap: str, topic: str, partitions: int, records: int, record_bytes: int) -> float:
+    """The same read with kcat (librdkafka, like confluent-kafka, but no Python per record): the
+    broker, not the consumer, sets the pace. Each record's offset is printed and the lines counted.
+    ``-e`` ends at an empty fetch, which both brokers hold for ``fetch.wait.max.ms`` (librdkafka: 500 ms,
+    half a 256 MiB read at these rates), so that wait is 10 ms here; while records are behind, the
+    setting changes nothing (the broker answers at once)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                           "-f", "%o\n", "-X", "enable.auto.commit=false", "-X", "fetch.wait.max.ms=10"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    dt = time.perf_counter() - t0
+    got = proc.stdout.count(b"\n")
+    if proc.returncode != 0 or got != records:
+        raise RuntimeError(f"kcat {topic}: {got} of {records} records, rc {proc.returncode}: "
+                           f"{proc.stderr.decode(errors='replace')[-500:]}")
+    return got * record_bytes / MIB / dt
+
+
 def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen | None:
     if shutil.which("py-spy") is None:
         print("py-spy not installed (pip install py-spy); no profile", file=sys.stderr)
@@ -351,13 +369,18 @@ def run_target(name: str, args) -> dict:
         warmup = produce(t.bootstrap, ["warmup"], 8, args.partitions, args.record_bytes)
         t.wait_tiered("remote", args.partitions)
         remote, local = [], []
+
+        def read(bootstrap: str, topic: str, n: int) -> float:
+            if args.consumer == "kcat":
+                return consume_kcat(bootstrap, topic, args.partitions, n, args.record_bytes)
+            return consume(bootstrap, topic, args.partitions, n)
         for run in range(args.runs):
             t.make_cold()
             bootstrap = t.bootstrap
             consume(bootstrap, "warmup", args.partitions, warmup)
             order = ["remote", "local"] if run % 2 == 0 else ["local", "remote"]
             for topic in order:
-                (remote if topic == "remote" else local).append(consume(bootstrap, topic, args.partitions, records))
+                (remote if topic == "remote" else local).append(read(bootstrap, topic, records))
         result = {"remote_mb_s": round(statistics.median(remote), 1), "local_mb_s": round(statistics.median(local), 1),
                   "remote_runs": [round(x, 1) for x in remote], "local_runs": [round(x, 1) for x in local],
                   "remote_local_ratio": round(statistics.median(remote) / statistics.median(local), 2),
@@ -367,7 +390,7 @@ def run_target(name: str, args) -> dict:
             consume(t.bootstrap, "warmup", args.partitions, warmup)
             out = ROOT / "bench" / "results" / f"tiered_profile_{name}.txt"
             spy = profile(t.profile_pid(), 120, out)
-            consume(t.bootstrap, "remote", args.partitions, records)
+            read(t.bootstrap, "remote", records)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
@@ -383,9 +406,13 @@ def main() -> None:
     ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES,
                     help="value size; large records make the broker, not the Python consumer, the bottleneck")
     ap.add_argument("--target", default="tierlog", help=f"comma-separated: {', '.join(TARGETS)}")
+    ap.add_argument("--consumer", choices=("confluent", "kcat"), default="confluent",
+                    help="confluent: confluent-kafka in Python (the consumer caps 1 KiB reads); kcat: librdkafka "
+                         "without Python, so the brokers' read paths set the pace")
     ap.add_argument("--profile", action="store_true", help="py-spy the broker during one more remote read")
     args = ap.parse_args()
     out = {"bench": "tiered", "runs": args.runs, "mb": args.mb, "partitions": args.partitions,
+           "consumer": args.consumer,
            "record_bytes": args.record_bytes, "segment_bytes": SEGMENT_BYTES, "targets": {}}
     for name in args.target.split(","):
         out["targets"][name] = run_target(name.strip(), args)

@@ -25,7 +25,7 @@ from tierlog.errors import (
 )
 from tierlog.records import build_batch, iter_batches
 from tierlog.server.replica_manager import Partition
-from tierlog.storage import Log, LogConfig
+from tierlog.storage import FileRegion, Log, LogConfig
 from tierlog.tiered import index_cache as index_cache_module
 from tierlog.tiered import remote_reader as reader_module
 from tierlog.tiered.filesystem import FileSystemRemoteStorageManager
@@ -76,6 +76,13 @@ class CountingStorage(FileSystemRemoteStorageManager):
                                 len(data)))
         return data
 
+    #: False: every read goes through fetch_log_segment, where most tests here watch it; True: the
+    #: broker's default for this backend, regions of the object files (sent with sendfile)
+    files = False
+
+    def log_segment_file(self, md):
+        return super().log_segment_file(md) if self.files else None
+
     def fetch_index(self, md, index_type):
         with self._rec:
             self.index_fetches.append((md.start_offset, index_type))
@@ -125,7 +132,7 @@ def reader_config(**overrides) -> BrokerConfig:
 
 def build(tmp: Path, *, topic: str = "t", records: int = 420, gap_after_segment: int | None = 1,
           local_from_segment: int = -2, seed: int = 11, transactions: bool = False,
-          rlmm: InMemoryRemoteLogMetadataManager | None = None) -> Tiered:
+          rlmm: InMemoryRemoteLogMetadataManager | None = None, rsm_config: dict | None = None) -> Tiered:
     """A log of ``records`` offsets in batches of 1-5 records (mixed codecs, three leader epochs, record
     timestamps ``ts_of(offset)``), 10 missing offsets after segment ``gap_after_segment`` (a gap at a
     segment end, as compaction leaves), every rolled segment copied, then local segments before
@@ -173,7 +180,7 @@ def build(tmp: Path, *, topic: str = "t", records: int = 420, gap_after_segment:
     lg.config = replace(cfg, local_retention_bytes=sum(s.size for s in keep))
 
     rsm = CountingStorage()
-    rsm.configure({"dir": str(tmp / "remote"), "fsync.enable": "false"})
+    rsm.configure({"dir": str(tmp / "remote"), "fsync.enable": "false", **(rsm_config or {})})
     rlmm = rlmm or InMemoryRemoteLogMetadataManager()
     config = reader_config()
     rlm = RemoteLogManager(config, 1, rsm, rlmm)
@@ -202,6 +209,18 @@ def tiered(tmp_path):
     run(t.rlm.close())
 
 
+@pytest.fixture(params=["window", "file"])
+def tiered_any(request, tmp_path):
+    """``tiered`` read both ways: through read-ahead windows, and as regions of the object files."""
+    t = build(tmp_path)
+    t.rsm.files = request.param == "file"
+    yield t
+    if t.rsm.files:
+        assert not t.rsm.ranges, "file regions, not ranged reads"
+    t.log.close()
+    run(t.rlm.close())
+
+
 def batches_of(data: bytes) -> list[tuple[int, int]]:
     return [(h.base_offset, h.last_offset) for _, h in iter_batches(data)]
 
@@ -209,8 +228,8 @@ def batches_of(data: bytes) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------------------------- reads
 
 
-def test_a_sequential_reader_gets_the_remote_history_byte_for_byte(tiered):
-    t = tiered
+def test_a_sequential_reader_gets_the_remote_history_byte_for_byte(tiered_any):
+    t = tiered_any
     assert len(t.remote) >= 4 and len(t.log.segments) >= 2
     reader = t.reader(chunk_bytes=2048)
     remote_bytes = b"".join(t.segment_bytes[md.start_offset] for md in t.remote)
@@ -229,8 +248,8 @@ def test_a_sequential_reader_gets_the_remote_history_byte_for_byte(tiered):
     reader.close()
 
 
-def test_every_offset_is_answered_from_the_batch_holding_it(tiered):
-    t = tiered
+def test_every_offset_is_answered_from_the_batch_holding_it(tiered_any):
+    t = tiered_any
     reader = t.reader()
     for offset in t.remote_offsets:
         data = run(reader.read(t.partition, offset, 1, True))  # one batch, whatever its size
@@ -243,8 +262,8 @@ def test_every_offset_is_answered_from_the_batch_holding_it(tiered):
     reader.close()
 
 
-def test_kafka_size_rules(tiered):
-    t = tiered
+def test_kafka_size_rules(tiered_any):
+    t = tiered_any
     reader = t.reader()
     first = t.first_batch_at(0)
     assert len(first.data) > 1
@@ -303,6 +322,44 @@ def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
     assert t.rsm.index_fetches == [], "a reader from the segment start needs no offset index"
     assert 0 < reader.read_ahead_bytes <= reader.read_ahead_budget
     reader.close()
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_plain_object_files_are_answered_as_regions_for_sendfile(tmp_path, compressed):
+    """The filesystem backend's plain objects are sent like local segments (a region of the file, no
+    copy through Python); a compressed object has no such file and goes through the windows."""
+    t = build(tmp_path, rsm_config={"compression.enable": "true"} if compressed else None)
+    t.rsm.files = True
+    reader = t.reader()
+    submitted = []
+    real_submit = reader._submit
+
+    async def counting_submit(*a):
+        submitted.append(a[1].__name__)
+        return await real_submit(*a)
+    reader._submit = counting_submit
+    offset = reads = 0
+    got = []
+    while offset < t.log.local_log_start_offset:
+        result = run(reader.read_result(t.partition, offset, 2000, True))
+        assert isinstance(result.records, FileRegion) != compressed
+        data = result.records.read() if isinstance(result.records, FileRegion) else bytes(result.records)
+        assert batches_of(data)[0][0] <= offset <= batches_of(data)[-1][1] or offset not in {
+            o for b in t.batches for o in range(b.base, b.last + 1)}
+        got.append(data)
+        offset = result.next_offset
+        reads += 1
+    assert b"".join(got) == b"".join(t.segment_bytes[md.start_offset] for md in t.remote)
+    if not compressed:
+        assert not t.rsm.ranges
+        # one thread hop per segment (asking the backend for its file); the rest on the event loop
+        assert len(submitted) == len(t.remote) < reads / 2, (len(submitted), reads)
+        assert reader.read_ahead_bytes == 0, "the page cache reads ahead, not the broker"
+    else:
+        assert t.rsm.ranges
+    reader.close()
+    t.log.close()
+    run(t.rlm.close())
 
 
 def test_read_ahead_memory_stays_within_its_budget(tmp_path):
@@ -404,8 +461,8 @@ def test_transaction_index_collection_rules():
 # -------------------------------------------------------------------------------------------- errors
 
 
-def test_offsets_without_remote_data_are_out_of_range(tiered):
-    t = tiered
+def test_offsets_without_remote_data_are_out_of_range(tiered_any):
+    t = tiered_any
     reader = t.reader()
     t.log.increment_log_start_offset_from_remote(t.remote[1].start_offset)
     with pytest.raises(OffsetOutOfRangeError):
@@ -437,8 +494,8 @@ def test_metadata_still_loading_is_replica_not_available(tiered):
     reader.close()
 
 
-def test_a_missing_object_is_a_storage_error_naming_the_segment(tiered, caplog):
-    t = tiered
+def test_a_missing_object_is_a_storage_error_naming_the_segment(tiered_any, caplog):
+    t = tiered_any
     reader = t.reader()
     md = t.remote[2]
     obj = next(p for p in (t.log_dir.parent / "remote").rglob("*.log") if p.name.startswith(f"{md.start_offset:020d}"))
@@ -461,8 +518,8 @@ def test_a_missing_object_is_a_storage_error_naming_the_segment(tiered, caplog):
     reader.close()
 
 
-def test_a_corrupt_object_is_a_storage_error(tiered):
-    t = tiered
+def test_a_corrupt_object_is_a_storage_error(tiered_any):
+    t = tiered_any
     reader = t.reader()
     md = t.remote[0]
     obj = next(p for p in (t.log_dir.parent / "remote").rglob("*.log") if p.name.startswith(f"{md.start_offset:020d}"))
@@ -600,8 +657,8 @@ def test_corrupt_cached_indexes_are_dropped_and_fetched_again(tiered, caplog):
     again.close()
 
 
-def test_an_index_pointing_past_the_offset_is_distrusted(tiered):
-    t = tiered
+def test_an_index_pointing_past_the_offset_is_distrusted(tiered_any):
+    t = tiered_any
     reader = t.reader()
     md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
     o = md.end_offset - 1 if any(b.base <= md.end_offset - 1 <= b.last for b in t.batches) else md.start_offset + 1

@@ -155,8 +155,15 @@ class SocketServer:
 
         Region descriptors are duplicated before the first await, so a segment deleted meanwhile
         (its descriptor closed and the number reused) can never make us send another file's bytes."""
-        dups = [(None, p) if isinstance(p, (bytes, memoryview)) else (os.dup(p.fd), p) for p in parts]
+        dups = []
         try:
+            for p in parts:
+                try:
+                    dups.append((None, p) if isinstance(p, (bytes, memoryview)) else (p.open(), p))
+                except FileNotFoundError:  # a remote object deleted (expired) since the read chose it
+                    log.warning("%s was deleted before the response holding it was sent; closing the connection",
+                                p.path)
+                    raise ConnectionError(p.path) from None
             for fd, part in dups:
                 if fd is None:
                     writer.write(part)

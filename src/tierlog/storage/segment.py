@@ -32,7 +32,8 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FileRegion:
-    """A byte range of a segment file, sendable with os.sendfile without copying into Python."""
+    """A byte range of a segment file, sendable with os.sendfile without copying into Python. ``fd`` -1:
+    no descriptor is held and the file is opened by ``path`` (remote objects, which are never rewritten)."""
 
     fd: int
     path: str
@@ -42,8 +43,20 @@ class FileRegion:
     def __len__(self) -> int:
         return self.length
 
+    def open(self) -> int:
+        """A descriptor of its own for the file (the caller closes it): a segment closed meanwhile can
+        then never make its number, reused, point at another file."""
+        return os.dup(self.fd) if self.fd >= 0 else os.open(self.path, os.O_RDONLY)
+
     def read(self) -> bytes:
-        data = os.pread(self.fd, self.length, self.position)
+        if self.fd < 0:
+            fd = self.open()
+            try:
+                data = os.pread(fd, self.length, self.position)
+            finally:
+                os.close(fd)
+        else:
+            data = os.pread(self.fd, self.length, self.position)
         if len(data) != self.length:
             raise CorruptMessageError(f"short read from {self.path} at position {self.position}: "
                                       f"{len(data)} of {self.length} bytes")

@@ -56,6 +56,9 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
+    def _local_path(self, key: str) -> str:
+        return self._path(key)
+
     def _put_file(self, key: str, path: str) -> None:
         self._publish(key, lambda tmp: shutil.copyfile(path, tmp))
 

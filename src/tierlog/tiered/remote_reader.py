@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -49,6 +50,7 @@ from tierlog.errors import (
 from tierlog.kafka_uuid import uuid_to_str
 from tierlog.records import RECORD_BATCH_OVERHEAD, decode_batch, read_header
 from tierlog.storage.log import TimestampAndOffset
+from tierlog.storage.segment import FileRegion
 from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -64,6 +66,14 @@ FAILURE_LOG_INTERVAL_S = 10.0  # a failing segment is logged at WARNING at most 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
+@dataclass(slots=True)
+class _Walk:
+    first: int | None  # position of the first batch returned
+    end: int  # position after the last one
+    next_offset: int
+    transactional: bool
+
+
 class _WouldBlock(Exception):
     """A read tried on the event loop needs I/O: it goes to the reader pool instead."""
 
@@ -74,14 +84,14 @@ class RemoteReadResult:
     when possible, to spare a copy), the offset after them, and for read_committed the aborted
     transactions overlapping them as (producer id, first offset)."""
 
-    records: bytes | memoryview
+    records: bytes | memoryview | FileRegion
     next_offset: int
     aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
 class _SegmentRead:
-    records: bytes | memoryview
+    records: bytes | memoryview | FileRegion
     next_offset: int
     end_of_segment: bool
     transactional: bool
@@ -98,6 +108,7 @@ class _Window:
     chunks: list = field(default_factory=list)  # [(position, bytes)], contiguous, ascending
     start: int = 0
     end: int = 0
+    file: str | None = None  # the backend's file of the segment ("": it has none; None: not asked yet)
     pending: tuple | None = None  # (position, Future[bytes]) of a read-ahead in flight
     next_offset: int = -1
     next_position: int = -1
@@ -174,7 +185,8 @@ class RemoteLogReader:
                    isolation: str = "high_watermark") -> bytes:
         """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least the whole first batch
         with ``min_one_message``), from remote storage."""
-        return bytes((await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records)
+        records = (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
+        return records.read() if isinstance(records, FileRegion) else bytes(records)
 
     async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
                           isolation: str = "high_watermark") -> RemoteReadResult:
@@ -203,7 +215,7 @@ class RemoteLogReader:
                     self.metrics.fetch_bytes.inc(len(records), topic=tp.topic)
                     return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
                 md = self._segment_for(tp, lg, offset)
-            if got.end_of_segment:
+            if got.end_of_segment and not isinstance(got.records, FileRegion):
                 self._read_ahead_next_segment(tp, lg, md)
             aborted = None
             if isolation == "committed":
@@ -274,6 +286,12 @@ class RemoteLogReader:
         if not win.lock.acquire(blocking=not inline):
             raise _WouldBlock
         try:
+            if win.file is None:
+                if inline:
+                    raise _WouldBlock  # asking the backend may need I/O (its manifest)
+                win.file = self.rsm.log_segment_file(md) or ""
+            if win.file:
+                return self._read_file(win, md, fetch_offset, max_bytes, min_one_message, inline)
             return self._read_window(win, md, fetch_offset, max_bytes, min_one_message, inline)
         except _WouldBlock:
             raise
@@ -287,6 +305,56 @@ class RemoteLogReader:
 
     def _read_window(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
                      min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
+        def header(position: int, taken: int):
+            self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0),
+                         inline)
+            return read_header(win.view(position, position + RECORD_BATCH_OVERHEAD))
+
+        def whole(position: int, end: int, taken: int) -> None:
+            self._ensure(win, position, end, position + max(max_bytes - taken, 0), inline)
+
+        walked = self._walk(win, md, fetch_offset, max_bytes, min_one_message, inline, header, whole)
+        if walked is None:
+            return None
+        if walked.first is None:
+            return _SegmentRead(b"", fetch_offset, False, False)
+        records = win.view(walked.first, walked.end)
+        self._drop_before(win, walked.first)
+        if walked.end < md.segment_size_in_bytes:
+            self._maybe_read_ahead(win)
+        return _SegmentRead(records, walked.next_offset, walked.end >= md.segment_size_in_bytes,
+                            walked.transactional)
+
+    def _read_file(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+                   min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
+        """:meth:`_read_window` for a segment the backend keeps as a file here: only batch headers are
+        read (the page cache does the read-ahead) and the answer is a region of the file, which the
+        socket server sends with ``sendfile``, as it sends local segments."""
+        fd = os.open(win.file, os.O_RDONLY)
+        try:
+            def header(position: int, _taken: int):
+                data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
+                if len(data) != RECORD_BATCH_OVERHEAD:
+                    raise KafkaStorageError(f"{win.file} ends at {position + len(data)}, inside a batch header")
+                return read_header(data)
+
+            walked = self._walk(win, md, fetch_offset, max_bytes, min_one_message, inline, header, None)
+        finally:
+            os.close(fd)
+        if walked is None:
+            return None
+        if walked.first is None:
+            return _SegmentRead(b"", fetch_offset, False, False)
+        # fd -1: the socket server opens the file by path (an object file is never rewritten in place)
+        records = FileRegion(-1, win.file, walked.first, walked.end - walked.first)
+        return _SegmentRead(records, walked.next_offset, walked.end >= md.segment_size_in_bytes,
+                            walked.transactional)
+
+    def _walk(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+              min_one_message: bool, inline: bool, header, whole) -> _Walk | None:
+        """The whole batches to return from ``md``, reading headers with ``header(position, taken)`` and
+        making each chosen batch available with ``whole(position, end, taken)`` (when given). None: the
+        segment has nothing at or after ``fetch_offset``; ``first`` None: nothing fits."""
         size = md.segment_size_in_bytes
         if fetch_offset == win.next_offset:
             position = win.next_position  # a sequential reader: no index lookup
@@ -299,14 +367,11 @@ class RemoteLogReader:
             position = index.lookup(fetch_offset)[1]
         else:
             position = self.index_cache.offset_index(md).lookup(fetch_offset)[1]
-        first = None
+        walked = _Walk(None, position, fetch_offset, False)
         taken = 0
-        next_offset = fetch_offset
-        transactional = False
         checked = False
         while position < size:
-            self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0), inline)
-            h = read_header(win.view(position, position + RECORD_BATCH_OVERHEAD))
+            h = header(position, taken)
             if not checked:
                 checked = True
                 if h.base_offset > fetch_offset and position > 0:
@@ -320,27 +385,25 @@ class RemoteLogReader:
             if h.last_offset < fetch_offset:
                 position += h.size
                 continue
-            if (first is not None or not min_one_message) and taken + h.size > max_bytes:
+            if (walked.first is not None or not min_one_message) and taken + h.size > max_bytes:
                 break  # whole batches only; the first one may exceed the limit with min_one_message
             end = position + h.size
             if end > size:
                 raise KafkaStorageError(f"batch at position {position} ends at {end}, past the segment's "
                                         f"{size} bytes")
-            self._ensure(win, position, end, position + max(max_bytes - taken, 0), inline)
-            if first is None:
-                first = position
+            if whole is not None:
+                whole(position, end, taken)
+            if walked.first is None:
+                walked.first = position
             taken += h.size
-            next_offset = h.next_offset
-            transactional = transactional or h.is_transactional
+            walked.next_offset = h.next_offset
+            walked.transactional = walked.transactional or h.is_transactional
             position = end
-        if first is None:
-            return None if position >= size else _SegmentRead(b"", fetch_offset, False, False)
-        records = win.view(first, position)
-        win.next_offset, win.next_position = next_offset, position
-        self._drop_before(win, first)
-        if position < size:
-            self._maybe_read_ahead(win)
-        return _SegmentRead(records, next_offset, position >= size, transactional)
+        walked.end = position
+        if walked.first is None:
+            return None if position >= size else walked
+        win.next_offset, win.next_position = walked.next_offset, position
+        return walked
 
     def _ensure(self, win: _Window, start: int, end: int, hint_end: int, inline: bool = False) -> None:
         """Make the window hold ``[start, end)``: from a read-ahead in flight when it continues the window,

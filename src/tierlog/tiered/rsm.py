@@ -121,6 +121,14 @@ class RemoteStorageManager(abc.ABC):
         buffer[:len(data)] = data
         return len(data)
 
+    def log_segment_file(self, md: RemoteLogSegmentMetadata) -> str | None:
+        """A file on this machine holding exactly the segment's original ``.log`` bytes, which never
+        changes while it exists, or None (the default). The broker then answers remote fetches with
+        ``sendfile`` from it, as it does for local segments, instead of copying the bytes through
+        :meth:`fetch_log_segment`; so a backend (or a wrapper) that changes or watches reads returns
+        None. Raises like :meth:`fetch_log_segment` for a segment that is not stored."""
+        return None
+
     @abc.abstractmethod
     def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """The whole content of one index, exactly as the local file (leader epoch: the bytes given to
@@ -289,6 +297,10 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def _get_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` (fewer only if the object is shorter); ``length`` > 0."""
 
+    def _local_path(self, key: str) -> str | None:
+        """The file on this machine that holds object ``key``, when the store is a folder; else None."""
+        return None
+
     def _get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
         """Like :meth:`_get_range` into ``buffer``; the count read. Backends override it to skip a copy."""
         data = self._get_range(key, start, len(buffer))
@@ -411,6 +423,19 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise RemoteStorageError(f"log object {keys.log} is shorter than its manifest says: "
                                      f"{got} of {length} bytes at {start_position}")
         return got
+
+    def log_segment_file(self, md: RemoteLogSegmentMetadata) -> str | None:
+        keys, manifest = self._manifest(md)
+        if manifest.transforms:  # stored compressed: only fetch_log_segment gives the original bytes
+            return None
+        path = self._local_path(keys.log)
+        if path is not None:
+            with self._reading(md, keys.log):
+                size = os.path.getsize(path)
+            if size != manifest.log_size:
+                raise RemoteStorageError(f"log object {keys.log} holds {size} bytes, its manifest says "
+                                         f"{manifest.log_size}")
+        return path
 
     def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         keys, manifest = self._manifest(md)

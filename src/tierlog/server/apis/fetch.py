@@ -15,6 +15,7 @@ from tierlog.errors import KafkaError, OffsetMovedToTieredStorageError, OffsetOu
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records import iter_batches
+from tierlog.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +171,13 @@ def _replica_id(req) -> int:
     return getattr(req, "replica_id", -1)
 
 
-def _whole_batches_within(data: bytes, budget: int, min_one: bool) -> bytes:
-    """The leading whole batches of ``data`` that fit ``budget`` (at least one with ``min_one``)."""
+def _whole_batches_within(data, budget: int, min_one: bool):
+    """The leading whole batches of ``data`` (bytes, or a file region) that fit ``budget`` (at least
+    one with ``min_one``)."""
     if len(data) <= budget:
         return data
+    if isinstance(data, FileRegion):  # rare: concurrent remote reads took the budget meanwhile
+        data = data.read()
     end = 0
     for pos, h in iter_batches(data):
         if pos + h.size > budget and not (min_one and pos == 0):
