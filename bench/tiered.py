@@ -14,13 +14,15 @@ costs (its Fetch encoders are built on first use) fall on neither side, then rea
 the beginning with an assigned confluent-kafka consumer, in alternating order between runs, and times
 each from the first ``consume`` call to the last record: MB/s of record values (2**20 bytes). Both sides
 read files the operating system has in its page cache (the filesystem backend stores objects on the
-same disk), so the figure compares the read paths, not disks. With 1 KiB records the Python consumer
-is the bottleneck; ``--record-bytes 16384`` shifts it towards the broker.
+same disk), so the figure compares the read paths, not disks. The Python consumer is the bottleneck
+at about 200 MB/s; ``--consumer kcat`` (librdkafka without Python, timed from start to exit; use
+``--mb 1024`` so start-up counts little) lets the brokers set the pace.
 
 Prints ONE JSON line with the medians over ``--runs`` runs, per target, and ``remote / local``.
 Target (issue 6): ``remote_local_ratio >= 0.8``.
 
     python bench/tiered.py [--runs 3] [--mb 256] [--partitions 2] [--record-bytes 1024] [--target tierlog,kafka]
+                           [--consumer confluent|kcat]
     python bench/tiered.py --profile          # also py-spy of the broker during one more remote read
 
 Targets are entries of ``TARGETS``: name -> function(args) returning a context manager that yields a

@@ -221,6 +221,18 @@ def tiered_any(request, tmp_path):
     run(t.rlm.close())
 
 
+def count_thread_hops(reader: RemoteLogReader) -> list[str]:
+    """The names of the functions the reader sends to its pool from now on (the rest ran inline)."""
+    submitted: list[str] = []
+    real_submit = reader._submit
+
+    async def counting_submit(*a):
+        submitted.append(a[1].__name__)
+        return await real_submit(*a)
+    reader._submit = counting_submit
+    return submitted
+
+
 def batches_of(data: bytes) -> list[tuple[int, int]]:
     return [(h.base_offset, h.last_offset) for _, h in iter_batches(data)]
 
@@ -299,13 +311,7 @@ def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
     reader = t.reader(chunk_bytes=1500)
     offset = reads = 0
     t.rsm.ranges.clear()
-    submitted = []
-    real_submit = reader._submit
-
-    async def counting_submit(*a):
-        submitted.append(a[1].__name__)
-        return await real_submit(*a)
-    reader._submit = counting_submit
+    submitted = count_thread_hops(reader)
     while offset < t.log.local_log_start_offset:
         offset = batches_of(run(reader.read(t.partition, offset, 700, True)))[-1][1] + 1
         reads += 1
@@ -331,13 +337,7 @@ def test_plain_object_files_are_answered_as_regions_for_sendfile(tmp_path, compr
     t = build(tmp_path, rsm_config={"compression.enable": "true"} if compressed else None)
     t.rsm.files = True
     reader = t.reader()
-    submitted = []
-    real_submit = reader._submit
-
-    async def counting_submit(*a):
-        submitted.append(a[1].__name__)
-        return await real_submit(*a)
-    reader._submit = counting_submit
+    submitted = count_thread_hops(reader)
     offset = reads = 0
     got = []
     while offset < t.log.local_log_start_offset:
