@@ -345,7 +345,7 @@ def consume_kcat(bootstrap: str, topic: str, partitions: int, records: int, reco
     t0 = time.perf_counter()
     proc = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
                            "-f", "%o\n", "-X", "enable.auto.commit=false", "-X", "fetch.wait.max.ms=10"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+                          capture_output=True, timeout=600)
     dt = time.perf_counter() - t0
     got = proc.stdout.count(b"\n")
     if proc.returncode != 0 or got != records:
