@@ -164,6 +164,16 @@ def _offsets_scenario(bootstrap):
     seen["list_offsets"]["v9 future epoch 7"] = _list_offset(raw, topic, 0, -1, leader_epoch=7)
     seen["list_offsets"]["v9 partition 9"] = _list_offset(raw, topic, 9, -1)
     seen["list_offsets"]["v9 unknown topic"] = _list_offset(raw, unique("nope"), 0, -1)
+    # partition 0 twice (once in a second entry for the topic), partition 1 once
+    resp = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "timeout_ms": 5000, "topics": [
+        {"name": topic, "partitions": [{"partition_index": i, "timestamp": -1, "current_leader_epoch": -1}
+                                       for i in (0, 1)]},
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -2, "current_leader_epoch": -1}]}]})
+    seen["list_offsets"]["v9 duplicate partition"] = {
+        "topics": len(resp.topics),
+        "answers": sorted((  # Kafka orders its answers by hash
+            {"partition": p.partition_index, "error_code": plain(p.error_code), "offset": p.offset}
+            for t in resp.topics for p in t.partitions), key=lambda a: a["partition"])}
     raw.close()
     return seen
 

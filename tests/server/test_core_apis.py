@@ -160,6 +160,19 @@ def test_list_offsets_special_timestamps(client):
     assert lo(-3, version=6)[0] == 35  # max timestamp needs v7
 
 
+def test_list_offsets_of_a_partition_asked_twice_is_answered_once_as_an_invalid_request(client):
+    for topic in ("lo2", "lo3"):
+        create(client, topic)
+        produce(client, topic, build_batch([(None, b"x")] * 3))
+
+    def ask(*partitions):
+        return {"partitions": [{"partition_index": i, "timestamp": -1, "current_leader_epoch": -1} for i in partitions]}
+    r = client.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "lo2", **ask(0, 0)}, {"name": "lo3", **ask(0)}]})
+    got = [(t.name, p.error_code, p.offset) for t in r.topics for p in t.partitions]
+    assert got == [("lo2", 42, -1), ("lo3", 0, 3)]  # answered once, as Kafka answers
+
+
 def test_offsets_for_leader_epoch(client):
     create(client, "e")
     produce(client, "e", build_batch([(None, b"x")] * 4))

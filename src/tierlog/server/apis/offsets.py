@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 
-from tierlog.errors import KafkaError, RequestTimedOutError, UnknownServerError, UnsupportedVersionError
+from tierlog.errors import (
+    InvalidRequestError,
+    KafkaError,
+    RequestTimedOutError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.storage import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -36,13 +43,23 @@ class OffsetApis:
         timeout_ms = timeout.total_seconds() * 1000 if timeout is not None else 0
         if timeout_ms <= 0:
             timeout_ms = self.broker.controller.effective_config["remote.list.offsets.request.timeout.ms"]
-        topics = []
+        by_topic: dict[str, list] = {}  # a topic named twice is one entry of the answer, as in Kafka's
         remote = []
+        # A partition asked for twice is answered once, with INVALID_REQUEST, as Kafka does (its
+        # answers are keyed by partition).
+        asked = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+        answered = set()
         for t in req.topics:
-            parts = []
+            parts = by_topic.setdefault(t.name, [])
             for p in t.partitions:
                 out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
                        "leader_epoch": -1}
+                if asked[t.name, p.partition_index] > 1:
+                    if (t.name, p.partition_index) not in answered:
+                        answered.add((t.name, p.partition_index))
+                        out["error_code"] = InvalidRequestError.code
+                        parts.append(out)
+                    continue
                 try:
                     partition = rm.get_partition(t.name, p.partition_index)
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
@@ -53,7 +70,7 @@ class OffsetApis:
                 except KafkaError as e:
                     out["error_code"] = e.code
                 parts.append(out)
-            topics.append({"name": t.name, "partitions": parts})
+        topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items() if parts]
         if remote:
             await self._remote_offsets(remote, committed, timeout_ms / 1000)
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
