@@ -366,6 +366,47 @@ def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, h
     assert consume_confluent(tiered, topic, 1, len(sent)) == sent
 
 
+def _set_cluster_default(client: RawClient, name: str, value: str | None) -> None:
+    """IncrementalAlterConfigs on the cluster-wide broker default: SET a value, or DELETE it (None)."""
+    op = {"name": name, "config_operation": 0 if value is not None else 1, "value": value}
+    r = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {
+        "resources": [{"resource_type": 4, "resource_name": "", "configs": [op]}], "validate_only": False})
+    assert [(x.error_code, x.error_message) for x in r.responses] == [(0, None)]
+
+
+def test_the_remote_fetch_quota_answers_empty_without_error_until_it_is_raised(tmp_path):
+    """KIP-956: over remote.log.manager.fetch.max.bytes.per.second, a consumer's read of remote data gets
+    no records and no error (it waits like any empty fetch) while local data is still served; the quota
+    is dynamic. Its own broker: the quota is broker-wide and other tests' reads would count."""
+    b = start(tmp_path)
+    try:
+        topic = "quota"
+        create(b, topic)
+        sent = produce(b, topic, 500)
+        part = wait_tiered(b, topic)[0]
+        client = RawClient(b.bootstrap)
+        try:
+            _set_cluster_default(client, "remote.log.manager.fetch.max.bytes.per.second", "1000")
+            first = fetch(client, topic, {0: 0}, partition_max=4096)[0]
+            assert first.error_code == 0 and batches(first.records)  # nothing read yet: within the quota
+            after = batches(first.records)[-1].last_offset + 1
+            assert after < part["local_log_start_offset"]
+            throttled = fetch(client, topic, {0: after}, partition_max=4096)[0]
+            assert (throttled.error_code, throttled.records or b"") == (0, b"")
+            assert throttled.high_watermark == len(sent) and throttled.log_start_offset == 0
+            assert metric(b, "tierlog_remote_fetch_throttled_total", topic) >= 1
+            local = fetch(client, topic, {0: part["local_log_start_offset"]})[0]
+            assert local.error_code == 0 and batches(local.records)  # the local tier is not throttled
+            _set_cluster_default(client, "remote.log.manager.fetch.max.bytes.per.second", None)
+            again = fetch(client, topic, {0: after}, partition_max=4096)[0]
+            assert again.error_code == 0 and batches(again.records)[0].base_offset <= after
+        finally:
+            client.close()
+        assert consume_confluent(b, topic, 1, len(sent)) == sent
+    finally:
+        b.kill()
+
+
 def test_offsets_below_the_log_start_are_out_of_range_and_auto_offset_reset_applies(tiered):
     topic = "trimmed"
     create(tiered, topic)

@@ -4,6 +4,7 @@ on a real tierlog log, the filesystem storage manager and the in-memory metadata
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 import uuid
@@ -27,7 +28,7 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.remote_log_manager import RemoteLogManager, copy_delayed
 from tierlog.tiered.rlmm import InMemoryRemoteLogMetadataManager
 
 S = RemoteLogSegmentState
@@ -215,6 +216,77 @@ def _copy_all(e) -> None:
         await start(e)
         await e.rlm._copy_once(e.rlm.partitions[e.tp])
     run(go())
+
+
+def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
+    """KIP-956: with remote.log.manager.copy.max.bytes.per.second far below a segment's size, the first
+    segment goes (it is counted as it starts) and the next waits; raising the quota (a dynamic change)
+    lets the rest go within Kafka's one-second recheck."""
+    e = env
+    current = {**e.config, "remote.log.manager.copy.max.bytes.per.second": 100}
+    rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm, effective_config=lambda: current)
+    produce(e.log, 60)
+    rolled = len(e.log.segments) - 1
+    assert rolled >= 3
+
+    async def go():
+        rlm.on_leadership_change([e.partition])
+        rlm._cancel(rlm.partitions[e.tp])
+        copying = asyncio.ensure_future(rlm._copy_once(rlm.partitions[e.tp]))
+        await asyncio.sleep(1.5)
+        held_back = len(e.rlmm.list_remote_log_segments(e.tp))
+        throttled = rlm.metrics.copy_throttle_seconds.total()
+        current["remote.log.manager.copy.max.bytes.per.second"] = 10**12
+        await asyncio.wait_for(copying, 5)
+        await rlm.close()
+        return held_back, throttled
+    held_back, throttled = run(go())
+    assert held_back == 1
+    assert throttled >= 1
+    assert len(e.rlmm.list_remote_log_segments(e.tp)) == rolled
+
+
+def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_qualify(env, tmp_path):
+    """remote.copy.lag.bytes / remote.copy.lag.ms (Kafka trunk): a rolled segment is uploaded only once
+    that many bytes follow it and it is that old; the others wait for a later round."""
+    e = env
+    produce(e.log, 60)
+    segments = list(e.log.segments)
+    sizes = [s.size for s in segments]
+    lag_bytes = sum(sizes[-3:])  # the two newest rolled segments have fewer bytes after them
+    e.partition.log.config = dataclasses.replace(e.log.config, remote_copy_lag_bytes=lag_bytes)
+
+    async def copy_once():
+        await start(e)
+        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+    run(copy_once())
+    copied = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
+    assert copied == [s.base_offset for s in segments[:-3]]
+    assert e.rlm.metrics.copy_lag_segments.value(topic="t", partition=0) == 2  # waiting still counts as lag
+
+    # by age: the records are an hour old, so a lag of two hours holds everything back, and 0 none
+    old = Log.open(str(tmp_path / "aged" / "a-0"), "a", 0, dataclasses.replace(
+        e.log.config, remote_copy_lag_bytes=0, remote_copy_lag_ms=2 * 3600_000), topic_id=TOPIC_ID)
+    produce(old, 30, ts=int(time.time() * 1000) - 3600_000)
+    rolled = old.segments[:-1]
+    assert rolled and copy_delayed(old, rolled, time.time() * 1000) == len(rolled)
+    old.config = dataclasses.replace(old.config, remote_copy_lag_ms=1800_000)
+    assert copy_delayed(old, rolled, time.time() * 1000) == 0
+    old.config = dataclasses.replace(old.config, remote_copy_lag_ms=-1, local_retention_ms=-2, retention_ms=-1)
+    assert copy_delayed(old, rolled, time.time() * 1000) == 0  # -1 = local retention, unlimited here: no delay
+    old.close()
+
+
+def test_copier_and_expiration_pools_follow_their_dynamic_sizes(env):
+    e = env
+    current = {**e.config}
+    rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm, effective_config=lambda: current)
+    copier, expiration = rlm.copier_pool, rlm.expiration_pool
+    assert copier._max_workers == 10 and rlm.copier_pool is copier
+    current["remote.log.manager.copier.thread.pool.size"] = 3
+    assert rlm.copier_pool._max_workers == 3 and copier._shutdown  # the old pool finishes what it has
+    assert rlm.expiration_pool is expiration
+    run(rlm.close())
 
 
 def test_size_retention_deletes_the_oldest_remote_segments_and_moves_the_log_start(env):

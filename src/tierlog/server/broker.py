@@ -158,7 +158,8 @@ class Broker:
         if hasattr(rlmm, "set_fatal_error_handler"):
             rlmm.set_fatal_error_handler(self.fail)
         self.add_ready_callback(rlmm)
-        rlm = RemoteLogManager(cfg, self.node_id, rsm, rlmm, self.metrics)
+        rlm = RemoteLogManager(cfg, self.node_id, rsm, rlmm, self.metrics,
+                               effective_config=lambda: self.controller.effective_config)
         rlm.reader = RemoteLogReader(lambda: self.controller.effective_config, rsm, rlmm, rlm.metrics, cfg.log_dirs[0])
         log.info("Tiered storage on: %s remote storage, %s metadata manager", type(rsm).__name__,
                  type(rlmm).__name__)

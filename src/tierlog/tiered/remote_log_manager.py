@@ -47,6 +47,7 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tierlog.tiered.quota import RateQuota
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
 from tierlog.tiered.rsm import RemoteStorageManager
 
@@ -58,6 +59,9 @@ S = RemoteLogSegmentState
 class CustomMetadataSizeLimitExceededError(Exception):
     """KIP-917: the storage plugin returned more custom metadata than
     ``remote.log.metadata.custom.metadata.max.bytes``; copying stops for the partition."""
+
+
+_QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least this often (Kafka: 1 s)
 
 
 def _now_ms() -> int:
@@ -103,6 +107,11 @@ class RemoteStorageMetrics:
                               "Tiered storage disablements completed on this broker, by policy (KIP-950).")
         self.disable_bytes_left = g("tierlog_remote_disable_bytes_left",
                                     "Remote bytes still to delete by delete-policy disablements (KIP-950).")
+        self.copy_throttle_seconds = c("tierlog_remote_copy_throttle_seconds_total",
+                                       "Time segment uploads waited for the copy quota (KIP-956).")
+        self.fetch_throttled = c("tierlog_remote_fetch_throttled_total",
+                                 "Partition reads answered empty because the remote fetch quota was exceeded "
+                                 "(KIP-956).")
 
     def forget(self, tp: TopicIdPartition) -> None:
         for gauge in (self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes, self.delete_lag_segments,
@@ -133,23 +142,49 @@ class PartitionTasks:
 
 class RemoteLogManager:
     def __init__(self, config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
-                 metrics: MetricsRegistry | None = None) -> None:
+                 metrics: MetricsRegistry | None = None, effective_config=None) -> None:
+        """``effective_config``: a function returning the current configuration, dynamic changes
+        included (the copy quota follows it); ``config`` by default."""
         self.config = config
+        current = effective_config or (lambda: config)
+        self.copy_quota = RateQuota(lambda: current()["remote.log.manager.copy.max.bytes.per.second"],
+                                    config["remote.log.manager.copy.quota.window.num"],
+                                    config["remote.log.manager.copy.quota.window.size.seconds"])
         self.broker_id = broker_id
         self.rsm = rsm
         self.rlmm = rlmm
         self.metrics = RemoteStorageMetrics(metrics or MetricsRegistry())
         self.task_interval_s = config["remote.log.manager.task.interval.ms"] / 1000
         self.custom_metadata_max_bytes = config["remote.log.metadata.custom.metadata.max.bytes"]
-        self.copier_pool = ThreadPoolExecutor(config["remote.log.manager.copier.thread.pool.size"],
-                                              thread_name_prefix="rlm-copy")
-        self.expiration_pool = ThreadPoolExecutor(config["remote.log.manager.expiration.thread.pool.size"],
-                                                  thread_name_prefix="rlm-expire")
+        self._current = current
+        self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
         self.partitions: dict[TopicIdPartition, PartitionTasks] = {}
         self.disabling: dict[TopicIdPartition, dict] = {}  # remote data still to delete, per partition
         self._background: set[asyncio.Task] = set()
         self.reader: Any = None  # the remote read path (RemoteLogReader), attached by the broker
         self.closed = False
+
+    # ------------------------------------------------------------------------------------ pools
+
+    def _pool(self, key: str, prefix: str) -> ThreadPoolExecutor:
+        """The workers sized by ``key`` now: a dynamic change gives new work a new pool while the old
+        one finishes what it has."""
+        size = self._current()[key]
+        held = self._pools.get(key)
+        if held is None or held[0] != size:
+            self._pools[key] = (size, ThreadPoolExecutor(size, thread_name_prefix=prefix))
+            if held is not None:
+                log.info("%s: %d -> %d workers", key, held[0], size)
+                held[1].shutdown(wait=False)
+        return self._pools[key][1]
+
+    @property
+    def copier_pool(self) -> ThreadPoolExecutor:
+        return self._pool("remote.log.manager.copier.thread.pool.size", "rlm-copy")
+
+    @property
+    def expiration_pool(self) -> ThreadPoolExecutor:
+        return self._pool("remote.log.manager.expiration.thread.pool.size", "rlm-expire")
 
     # ------------------------------------------------------------------------------------ leadership
 
@@ -392,11 +427,27 @@ class RemoteLogManager:
             st.first_copy_run = False
         # A segment copied only up to its middle (by an earlier leader) is uploaded whole again; the
         # metadata cache then serves each offset from the newest upload.
-        for seg, next_base in self.copy_candidates(lg):
-            if st.stop_copy:
+        candidates = self.copy_candidates(lg)
+        delayed = copy_delayed(lg, [seg for seg, _ in candidates], time.time() * 1000)
+        for seg, next_base in candidates[:len(candidates) - delayed]:
+            if st.stop_copy or not await self._within_copy_quota(st, seg.size):
                 return
             await self._copy_segment(st, seg, next_base)
         self._update_copy_lag(st)
+
+    async def _within_copy_quota(self, st: PartitionTasks, size: int) -> bool:
+        """Wait until the broker-wide copy quota allows another upload, then count the segment against it
+        before the upload starts (Kafka's order: one segment may overshoot, the next one waits). False
+        when copying was turned off meanwhile."""
+        while (throttle_ms := self.copy_quota.throttle_time_ms()) > 0:
+            wait_s = min(throttle_ms, _QUOTA_RECHECK_MS) / 1000
+            log.debug("Copy quota exceeded; %s waits %.3f s before its next upload", st.tp, wait_s)
+            await asyncio.sleep(wait_s)
+            self.metrics.copy_throttle_seconds.inc(wait_s)
+            if st.stop_copy:
+                return False
+        self.copy_quota.record(size)  # no await between the check and this: copy tasks cannot both pass
+        return True
 
     async def _copy_segment(self, st: PartitionTasks, seg, next_base: int) -> None:
         lg, tp = st.log, st.tp
@@ -684,8 +735,8 @@ class RemoteLogManager:
             await asyncio.wait(pending, timeout=30)
         for task in list(self._background):
             task.cancel()
-        self.copier_pool.shutdown(wait=False, cancel_futures=True)
-        self.expiration_pool.shutdown(wait=False, cancel_futures=True)
+        for _, pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
         if self.reader is not None and hasattr(self.reader, "close"):
             self.reader.close()
 
@@ -695,6 +746,28 @@ class RemoteLogManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+
+def copy_delayed(lg, candidates: list, now_ms: float) -> int:
+    """How many of the newest ``candidates`` wait for ``remote.copy.lag.ms`` / ``remote.copy.lag.bytes``
+    (Kafka trunk): a segment is uploaded once it is at least that old (by its largest timestamp) and at
+    least that many bytes of the log follow it. 0 does not delay; -1 stands for the local retention
+    value, and where that is unlimited the condition does not delay either (the data still tiers)."""
+    cfg = lg.config
+    lag_ms = cfg.effective_local_retention_ms if cfg.remote_copy_lag_ms == -1 else cfg.remote_copy_lag_ms
+    lag_bytes = cfg.effective_local_retention_bytes if cfg.remote_copy_lag_bytes == -1 else cfg.remote_copy_lag_bytes
+    if lag_ms <= 0 and lag_bytes <= 0:
+        return 0
+    after = {id(seg): 0 for seg in candidates}
+    behind = 0
+    for seg in reversed(lg.segments):  # bytes of the log after each segment
+        if id(seg) in after:
+            after[id(seg)] = behind
+        behind += seg.size
+    for i, seg in enumerate(candidates):  # oldest first: once one waits, every later one waits
+        if (lag_ms > 0 and now_ms - seg.largest_timestamp() < lag_ms) or (lag_bytes > 0 and after[id(seg)] < lag_bytes):
+            return len(candidates) - i
+    return 0
 
 
 def _key_prefix(rsm) -> str:

@@ -54,6 +54,7 @@ from tierlog.storage.segment import FileRegion
 from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.quota import RateQuota
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,11 @@ class RemoteLogReader:
         self.read_ahead_pool = ThreadPoolExecutor(max(1, self.threads // 2), thread_name_prefix="remote-read-ahead")
         self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
+        # Bytes answered from the remote tier count against the broker-wide fetch quota (KIP-956); the
+        # Fetch handler asks it before reading.
+        self.fetch_quota = RateQuota(lambda: self._config()["remote.log.manager.fetch.max.bytes.per.second"],
+                                     cfg["remote.log.manager.fetch.quota.window.num"],
+                                     cfg["remote.log.manager.fetch.quota.window.size.seconds"])
         self._lock = threading.Lock()  # guards _windows and _held
         self._windows: OrderedDict[tuple, _Window] = OrderedDict()
         self._held = 0
@@ -212,7 +218,7 @@ class RemoteLogReader:
                 if offset >= lg.local_log_start_offset:
                     info = lg.read(offset, max_bytes, isolation=isolation, min_one_message=min_one_message)
                     records = info.read()
-                    self.metrics.fetch_bytes.inc(len(records), topic=tp.topic)
+                    self._count_answer(tp, len(records))
                     return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
                 md = self._segment_for(tp, lg, offset)
             if got.end_of_segment and not isinstance(got.records, FileRegion):
@@ -226,7 +232,7 @@ class RemoteLogReader:
                                    key=lambda m: m.start_offset)
                     aborted = await self._submit(tp, self._aborted_transactions, [md, *later], offset,
                                                  got.next_offset)
-            self.metrics.fetch_bytes.inc(len(got.records), topic=tp.topic)
+            self._count_answer(tp, len(got.records))
             return RemoteReadResult(got.records, got.next_offset, aborted)
         except OffsetOutOfRangeError:
             raise
@@ -243,6 +249,10 @@ class RemoteLogReader:
             log.exception("Remote read of %s-%d at offset %d failed", tp.topic, tp.partition, fetch_offset)
             raise KafkaStorageError(f"remote read of {tp.topic}-{tp.partition} at offset {fetch_offset} "
                                     f"failed: {e}") from e
+
+    def _count_answer(self, tp: TopicIdPartition, size: int) -> None:
+        self.metrics.fetch_bytes.inc(size, topic=tp.topic)
+        self.fetch_quota.record(size)
 
     def _segment_for(self, tp: TopicIdPartition, lg, offset: int) -> RemoteLogSegmentMetadata:
         if offset < lg.log_start_offset:

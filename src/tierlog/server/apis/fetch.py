@@ -39,6 +39,8 @@ class FetchApis:
         if replica_id >= 0:
             isolation = "log_end"  # a follower (next milestone) reads up to the log end
         max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
+        if replica_id < 0:  # a consumer's request is capped by the broker's fetch.max.bytes, as in Kafka
+            max_bytes = min(max_bytes, self.broker.controller.effective_config["fetch.max.bytes"])
         wanted = []  # (topic response key, topic name or None, partition request)
         for t in req.topics:
             if by_id:
@@ -50,7 +52,8 @@ class FetchApis:
             for p in t.partitions:
                 wanted.append((key, name, p))
         deadline = time.monotonic() + max(req.max_wait.total_seconds(), 0)
-        min_bytes = req.min_bytes if wanted else 0  # a fetch naming no partition (a closing session) returns at once
+        # A fetch naming no partition (a closing session) returns at once; min_bytes never above max_bytes.
+        min_bytes = min(req.min_bytes, max_bytes) if wanted else 0
         consumer = replica_id < 0
         while True:
             results, total, errors, remote = self._read(wanted, max_bytes, isolation, by_id, consumer)
@@ -143,7 +146,12 @@ class FetchApis:
                             raise
                         if rlm is None or rlm.reader is None or not lg.config.remote_storage_enable:
                             raise OffsetOutOfRangeError(f"{e} (remote storage is not in effect)") from None
-                        remote.append((partition, part, p.fetch_offset, p.partition_max_bytes))
+                        if rlm.reader.fetch_quota.throttle_time_ms() > 0:
+                            # Over the remote fetch quota (KIP-956): no data and no error, as Kafka
+                            # answers; the request waits for its other partitions as usual.
+                            rlm.metrics.fetch_throttled.inc(topic=name)
+                        else:
+                            remote.append((partition, part, p.fetch_offset, p.partition_max_bytes))
                 # Offsets are reported only for a partition read without error (an error answer
                 # carries -1 for all three, as Kafka's does).
                 part["high_watermark"] = lg.high_watermark
