@@ -4,6 +4,7 @@ import pytest
 
 from tierlog.config import BrokerConfig, ConfigSource
 from tierlog.errors import InvalidConfigError
+from tierlog.storage import LogConfig
 
 STATIC = ConfigSource.STATIC_BROKER_CONFIG
 DEFAULT = ConfigSource.DEFAULT_CONFIG
@@ -68,6 +69,9 @@ def test_effective_local_retention_and_segment_size():
     assert tc.local_retention_ms == 10
     assert BrokerConfig().topic_config({"internal.segment.bytes": "100"}).segment_bytes == 100
     assert BrokerConfig().topic_config().segment_bytes == 1073741824
+    # ... and the log rolls at that size
+    assert LogConfig.from_topic_config(BrokerConfig().topic_config({"internal.segment.bytes": "100"})).segment_bytes \
+        == 100
 
 
 def test_small_segments_allowed_for_tests():

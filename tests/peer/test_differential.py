@@ -19,9 +19,12 @@ from tests.peer.diff import differences, plain, run_both
 from tests.peer.peerlib import create_topic, unique, wait_for_leaders
 from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
-from tierlog.records import build_batch, iter_batches
+from tierlog.records import build_batch, iter_batches, iter_records
 
 T0 = 1_700_000_000_000
+# Records stamped T0 are older than the default retention.ms: a retention check that happens to run
+# on one peer during a scenario would delete them there only. Topics holding them keep data forever.
+KEEP = {"retention.ms": "-1"}
 
 
 def _produce(raw, topic, partition, batch, version=9, acks=-1):
@@ -135,7 +138,7 @@ def assert_no_unexplained(observed, name):
 
 def _offsets_scenario(bootstrap):
     topic = unique("diff-offsets")
-    create_topic(bootstrap, topic, partitions=2)
+    create_topic(bootstrap, topic, partitions=2, configs=KEEP)
     raw = RawClient(bootstrap)
     seen = {"produce": [], "list_offsets": {}}
     batches = [
@@ -186,7 +189,7 @@ def test_assigned_offsets_and_list_offsets(observed):
 
 def _idempotent_scenario(bootstrap):
     topic = unique("diff-idem")
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, configs=KEEP)
     raw = RawClient(bootstrap)
     deadline = time.monotonic() + 15
     while True:  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first producer id block arrives
@@ -242,6 +245,10 @@ def _bad_requests_scenario(bootstrap):
     seen["produce batch over max.message.bytes"] = _produce(raw, small, 0, build_batch([(None, b"z" * 2000)]))
     seen["produce timestamp too old"] = _produce(raw, small, 0, build_batch([(None, b"t", [], T0)]))
     seen["produce to internal topic name"] = _produce(raw, "__consumer_offsets", 0, ok)
+    min_isr = unique("diff-minisr")  # one replica, min.insync.replicas=2
+    create_topic(bootstrap, min_isr, configs={"min.insync.replicas": "2"})
+    seen["produce acks=all below min.insync.replicas"] = _produce(raw, min_isr, 0, ok)
+    seen["produce acks=1 below min.insync.replicas"] = _produce(raw, min_isr, 0, ok, acks=1)
 
     def fetch(name, offset, version=12, partition=0, topic_id=None):
         t = {"topic_id": topic_id} if version >= 13 else {"topic": name}
@@ -571,6 +578,21 @@ def _fetch_scenario(bootstrap):
                        "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
                        "batches": [(h.base_offset, h.last_offset) for _, h in iter_batches(p.records or b"")],
                        "preferred_read_replica": p.preferred_read_replica}
+    # a topic compression.type other than producer: the broker stores (and serves) the batch recompressed
+    for codec in ("lz4", "uncompressed"):
+        other = unique(f"diff-{codec}")
+        create_topic(bootstrap, other, configs={"compression.type": codec, **KEEP})
+        _produce(raw, other, 0, build_batch([(b"k%d" % i, b"r" * 80, [], T0 + i) for i in range(5)],
+                                            compression="gzip", producer_id=-1))
+        resp = raw.request(ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": other, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                        "partition_max_bytes": 1 << 20,
+                                                        "current_leader_epoch": -1, "log_start_offset": -1}]}]})
+        data = resp.responses[0].partitions[0].records or b""
+        seen[f"topic compression.type={codec}"] = [
+            (h.base_offset, h.last_offset, h.compression.name_lower, h.base_timestamp, h.max_timestamp)
+            for _, h in iter_batches(data)] + [[(r.key, r.value) for r in iter_records(data)]]
     raw.close()
     return seen
 

@@ -211,3 +211,35 @@ def test_fetch_naming_no_partition_returns_at_once(client):
                                              "max_bytes": 1 << 20, "topics": []})
     assert resp.error_code == 0 and resp.responses == ()
     assert time.monotonic() - t0 < 1
+
+
+def test_min_insync_replicas_is_capped_at_the_replica_count(client):
+    """Kafka's effectiveMinIsr: min.insync.replicas=2 on a one-replica topic still takes acks=all
+    (Apache Kafka 4.1 answers the same; see the differential suite)."""
+    resp = client.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+        "name": "minisr", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+        "configs": [{"name": "min.insync.replicas", "value": "2"}]}], "timeout_ms": 10000, "validate_only": False})
+    assert resp.topics[0].error_code == 0
+    taken = produce(client, "minisr", build_batch([(None, b"x")]), acks=-1)
+    assert (taken.error_code, taken.base_offset) == (0, 0)
+
+
+def test_the_broker_fetch_max_bytes_caps_a_consumer_fetch(start_broker):
+    b = start_broker(fetch_max_bytes=2048)
+    c = RawClient(b.bootstrap)
+    try:
+        create(c, "capped")
+        for i in range(6):
+            assert produce(c, "capped", build_batch([(None, bytes([i]) * 900)])).error_code == 0
+
+        def fetch(max_bytes):
+            resp = c.request(ApiKey.FETCH, 12, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+                "topics": [{"topic": "capped", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                              "partition_max_bytes": 1 << 20,
+                                                              "current_leader_epoch": -1, "log_start_offset": -1}]}]})
+            return resp.responses[0].partitions[0].records or b""
+        assert len(list(iter_records(fetch(1 << 20)))) == 2  # two ~970-byte batches fit in 2048
+        assert len(list(iter_records(fetch(1000)))) == 1  # the request's own smaller limit still applies
+    finally:
+        c.close()

@@ -2,6 +2,7 @@
 
 import os
 import struct
+import time
 
 import pytest
 
@@ -11,7 +12,7 @@ from tierlog.errors import (
     OffsetOutOfRangeError,
     UnsupportedForMessageFormatError,
 )
-from tierlog.records import decode_batch, iter_batches, iter_records
+from tierlog.records import CompressionType, build_batch, decode_batch, iter_batches, iter_records, read_header
 from tierlog.storage import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -224,3 +225,58 @@ def test_offsets_for_leader_epoch(make_log):
     assert cache.end_offset_for(2, lg.log_end_offset) == (1, 3)
     assert cache.end_offset_for(3, lg.log_end_offset) == (3, 5)
     assert cache.end_offset_for(0, lg.log_end_offset) == (-1, -1)
+
+
+@pytest.mark.parametrize("stored", ["zstd", "lz4", "uncompressed"])
+def test_a_topic_compression_type_recompresses_batches_and_keeps_every_field(make_log, stored):
+    """compression.type on the topic: the broker stores batches in that codec (Kafka's LogValidator);
+    records, timestamps, producer id, epoch and sequence come back unchanged and the CRC is valid."""
+    lg = make_log(compression_type=stored, compression_zstd_level=5)
+    now = int(time.time() * 1000)
+    sent = build_batch([(b"k%d" % i, b"value-%d" % i * 20, [("h", b"x")], now - 100 + i) for i in range(50)],
+                       compression="gzip", producer_id=7, producer_epoch=2, base_sequence=0)
+    lg.append_as_leader(sent, leader_epoch=3)
+    lg.append_as_leader(batch(2, compression=stored if stored != "uncompressed" else "none"), leader_epoch=3)
+    lg.update_high_watermark(lg.log_end_offset)
+    data = lg.read(0, 1 << 20).read()
+    (_, first), (_, second) = list(iter_batches(data))
+    want = CompressionType.NONE if stored == "uncompressed" else CompressionType.from_name(stored)
+    assert first.compression is want and second.compression is want
+    original, records = decode_batch(sent)
+    stored_header, stored_records = decode_batch(data[:first.size])  # verifies the CRC
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in stored_records] == \
+        [(r.key, r.value, r.headers, r.timestamp) for r in records]
+    assert (stored_header.producer_id, stored_header.producer_epoch, stored_header.base_sequence,
+            stored_header.base_timestamp, stored_header.max_timestamp, stored_header.records_count) == \
+        (7, 2, 0, original.base_timestamp, original.max_timestamp, 50)
+    assert stored_header.partition_leader_epoch == 3
+
+
+def test_producer_compression_type_stores_batches_as_sent(make_log):
+    lg = make_log(compression_type="producer")
+    sent = batch(5, compression="gzip")
+    lg.append_as_leader(sent)
+    with open(lg.segments[0].log_path, "rb") as f:
+        stored = f.read()
+    # the same bytes apart from the partition leader epoch the broker patches in (the CRC excludes it)
+    assert stored[:12] == sent[:12] and stored[16:] == sent[16:]
+    assert read_header(lg.read(0, 1 << 20, isolation="log_end").read()).compression is CompressionType.GZIP
+
+
+def test_a_recompressed_batch_over_max_message_bytes_is_refused(make_log):
+    values = [(None, b"a" * 100) for _ in range(10)]
+    small = build_batch(values, compression="zstd")
+    lg = make_log(compression_type="uncompressed", max_message_bytes=len(small) + 10)
+    with pytest.raises(MessageTooLargeError):
+        lg.append_as_leader(small)  # about 1 KiB once decompressed
+    assert lg.log_end_offset == 0
+
+
+def test_every_new_segment_draws_its_own_roll_jitter_below_segment_jitter_ms(make_log):
+    lg = make_log(segment_bytes=len(batch(1)), segment_ms=10**9, segment_jitter_ms=10**6)
+    for _ in range(30):
+        lg.append_as_leader(batch(1))
+    jitters = [s.roll_jitter_ms for s in lg.segments]
+    assert len(jitters) >= 30 and all(0 <= j < 10**6 for j in jitters)
+    assert len(set(jitters)) > 1
+    assert {s.roll_jitter_ms for s in make_log("none-0", segment_jitter_ms=0).segments} == {0}

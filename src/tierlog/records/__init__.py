@@ -48,6 +48,7 @@ from tierlog.records.record import (
     encode_varint,
     encode_varlong,
     iter_records,
+    recompress_batches,
 )
 
 __all__ = [
@@ -59,6 +60,6 @@ __all__ = [
     "BatchHeader", "TimestampType", "iter_batches", "patch_base_offset", "patch_log_append_time",
     "patch_partition_leader_epoch", "read_header", "validate_batches", "verify_crc",
     "CompressionType", "compress", "decompress",
-    "Header", "Record", "build_batch", "decode_batch", "iter_records",
+    "Header", "Record", "build_batch", "decode_batch", "iter_records", "recompress_batches",
     "decode_varint", "decode_varlong", "encode_varint", "encode_varlong",
 ]

@@ -312,6 +312,31 @@ def build_batch_header(payload_size: int, count: int, attributes: int, base_time
     return _HEADER.pack(*fields)
 
 
+def recompress_batches(buf: Any, headers: list[BatchHeader], codec: CompressionType, level: int | None) -> bytes:
+    """The batches of ``buf`` (already validated, ``headers`` in order) with their records section in
+    ``codec`` (a topic's ``compression.type``): only the section is decompressed and compressed again,
+    records are never decoded; every other header field is kept and the CRC recomputed. Batches
+    already in ``codec`` and control batches are copied as they are."""
+    view = memoryview(buf)
+    out = []
+    pos = 0
+    for h in headers:
+        if h.compression is codec or h.is_control:
+            out.append(view[pos:pos + h.size])
+        else:
+            section = view[pos + RECORD_BATCH_OVERHEAD:pos + h.size]
+            raw = section if h.compression is CompressionType.NONE else decompress(h.compression, section)
+            payload = compress(codec, raw, level)
+            attributes = (h.attributes & ~COMPRESSION_CODEC_MASK) | int(codec)
+            out.append(build_batch_header(len(payload), h.records_count, attributes, h.base_timestamp,
+                                          h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence,
+                                          payload, base_offset=h.base_offset,
+                                          partition_leader_epoch=h.partition_leader_epoch))
+            out.append(payload)
+        pos += h.size
+    return b"".join(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # decoding
 

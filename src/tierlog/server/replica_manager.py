@@ -18,6 +18,7 @@ from tierlog.errors import (
     FencedLeaderEpochError,
     KafkaError,
     KafkaStorageError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
@@ -26,6 +27,7 @@ from tierlog.storage import Log
 
 log = logging.getLogger(__name__)
 
+REPLICA_COUNT = ISR_SIZE = 1  # single node: the leader is the only replica (replication changes this)
 
 
 @dataclass(slots=True)
@@ -155,9 +157,16 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ produce
 
-    def append(self, topic: str, partition: int, records: bytes) -> dict:
+    def append(self, topic: str, partition: int, records: bytes, acks: int = 1) -> dict:
         """Append a client's batch as leader; returns the fields of a produce partition response."""
         p = self.get_partition(topic, partition)
+        # Kafka's effectiveMinIsr: min.insync.replicas capped at the replica count, so on one broker
+        # acks=all never fails for it (checked against Kafka in the differential suite).
+        min_isr = min(p.log.config.min_insync_replicas, REPLICA_COUNT)
+        if acks == -1 and min_isr > ISR_SIZE:
+            raise NotEnoughReplicasError(
+                f"the in-sync replicas of {topic}-{partition} ({ISR_SIZE}) are fewer than the "
+                f"{min_isr} that min.insync.replicas requires")
         try:
             info = p.log.append_as_leader(records, p.leader_epoch)
         except OSError as e:

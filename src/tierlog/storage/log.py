@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import time
 import uuid
@@ -40,6 +41,7 @@ from tierlog.records import (
     patch_base_offset,
     patch_log_append_time,
     patch_partition_leader_epoch,
+    recompress_batches,
     validate_batches,
     verify_crc,
 )
@@ -175,9 +177,12 @@ class Log:
         return self
 
     def _new_segment(self, base_offset: int) -> LogSegment:
+        # Each segment draws its own jitter below segment.jitter.ms (and segment.ms), as Kafka does, so
+        # that partitions created together do not all roll at the same moment.
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                           max_index_size=self.config.segment_index_bytes,
-                          roll_jitter_ms=self.config.segment_jitter_ms)
+                          roll_jitter_ms=random.randrange(bound) if bound > 0 else 0)
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
         names = os.listdir(self.dir)
@@ -325,6 +330,13 @@ class Log:
         cfg = self.config
         headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
                                    allow_multiple_batches=allow_multiple_batches)
+        recompression = cfg.recompression
+        if recompression is not None and any(h.compression is not recompression[0] for h in headers):
+            # The topic's compression.type differs from the producer's: the broker recompresses (as
+            # Kafka's LogValidator does), and the result must fit max.message.bytes too.
+            view = memoryview(recompress_batches(view, headers, *recompression))
+            headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
+                                       allow_multiple_batches=allow_multiple_batches)
         positions = []
         pos = 0
         pending_seq: dict[int, tuple[int, int]] = {}

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tierlog.records.compression import CompressionType
+
 INT64_MAX = 2**63 - 1
 
 
@@ -27,6 +29,8 @@ class LogConfig:
     local_retention_bytes: int = -2
     remote_storage_enable: bool = False  # in effect: broker switch, topic switch, not compacted/internal
     remote_log_copy_disable: bool = False
+    remote_copy_lag_ms: int = 0
+    remote_copy_lag_bytes: int = 0
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
     file_delete_delay_ms: int = 60000
@@ -36,6 +40,10 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600000
     cleanup_policy: tuple[str, ...] = ("delete",)
     compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    min_insync_replicas: int = 1
 
     @classmethod
     def from_topic_config(cls, values: Mapping[str, Any]) -> LogConfig:
@@ -48,7 +56,20 @@ class LogConfig:
                 if f.name == "cleanup_policy":
                     v = tuple(v) if not isinstance(v, str) else tuple(p.strip() for p in v.split(",") if p.strip())
                 kwargs[f.name] = v
+        if values.get("internal.segment.bytes") is not None:  # a test-only roll size below the minimum
+            kwargs["segment_bytes"] = values["internal.segment.bytes"]
         return cls(**kwargs)
+
+    @property
+    def recompression(self) -> tuple[CompressionType, int | None] | None:
+        """The codec and level batches are stored in, or None to keep the producer's."""
+        if self.compression_type == "producer":
+            return None
+        codec = CompressionType.NONE if self.compression_type == "uncompressed" else \
+            CompressionType.from_name(self.compression_type)
+        level = {CompressionType.GZIP: self.compression_gzip_level, CompressionType.LZ4: self.compression_lz4_level,
+                 CompressionType.ZSTD: self.compression_zstd_level}.get(codec)
+        return codec, level
 
     @property
     def delete_enabled(self) -> bool:

@@ -81,7 +81,7 @@ class ProduceApis:
                         result["error_code"] = invalid.code
                         parts.append(result)
                         continue
-                    result.update(rm.append(name, pd.index, records))
+                    result.update(rm.append(name, pd.index, records, acks))
                 except KafkaError as e:
                     result["error_code"] = e.code
                     if e.code in RECORD_VALIDATION_ERRORS:
