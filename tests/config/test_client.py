@@ -69,6 +69,8 @@ def test_values_are_parsed_and_checked():
         ("admin", {"bootstrap.servers": "localhost"}, ["bootstrap.servers", "host:port"]),
         ("admin", {"bootstrap.servers": ""}, ["bootstrap.servers", "At least one"]),
         ("producer", {"metadata.recovery.rebootstrap.trigger.ms": "-5"}, ["at least 0"]),
+        ("consumer", {"security.protocol": "SSL"}, ["configuration security.protocol", "PLAINTEXT only"]),
+        ("admin", {"security.protocol": "sasl_plaintext"}, ["configuration security.protocol", "PLAINTEXT only"]),
     ],
 )
 def test_invalid_values(role, props, fragments):

@@ -64,6 +64,11 @@ def validate_client_config(role: str, props: Mapping[str, Any]) -> dict[str, Any
             else:
                 log.warning("Unknown configuration '%s' for a %s: ignored", key, role)
 
+    if out["security.protocol"].upper() != "PLAINTEXT":
+        # Connecting in plaintext when TLS or SASL was asked for would be worse than refusing.
+        raise invalid("security.protocol", out["security.protocol"],
+                      "tierlog's client speaks PLAINTEXT only for now (TLS and SASL come with the security "
+                      "milestone)")
     if "reconnect.backoff.ms" in given and "reconnect.backoff.max.ms" not in given:
         out["reconnect.backoff.max.ms"] = out["reconnect.backoff.ms"]
     if role == "producer":

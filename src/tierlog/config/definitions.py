@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -323,7 +323,8 @@ class ConfigDef:
     producer / consumer / admin accept the setting; ``role_defaults`` overrides ``default`` per role.
     ``plugin`` / ``plugin_impl`` mark settings read by a remote storage plugin (their name carries the
     default ``rsm.config.`` / ``rlmm.config.`` prefix) and the implementation that reads them.
-    ``value_aliases`` maps accepted spellings to the canonical value. ``since`` notes where a setting
+    ``value_aliases`` maps accepted spellings to the canonical value. ``inert`` says why a setting Kafka
+    users may carry over is accepted but does nothing in tierlog yet. ``since`` notes where a setting
     comes from when it is not plain Kafka 4.0 (e.g. "Kafka 4.2", "Kafka trunk", "KIP-950 draft",
     "tierlog").
     """
@@ -344,6 +345,7 @@ class ConfigDef:
     plugin_impl: str | None = None
     value_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     since: str | None = None
+    inert: str | None = None  # why the setting is accepted but has no effect in tierlog yet
 
     @property
     def broker_key(self) -> str | None:
@@ -496,7 +498,7 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("log.retention.check.interval.ms", "long", 300000, AtLeast(1),
        doc="How often retention is checked, in ms."),
     _b("log.cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), dynamic=True,
-       doc="Default cleanup policy of topics: delete, compact or both."),
+       doc="Default cleanup policy of topics: delete, compact or both (compact: see cleanup.policy)."),
     _b("log.cleaner.enable", "boolean", True,
        doc="Run the log cleaner that compacts topics with cleanup.policy=compact."),
     _b("log.cleaner.delete.retention.ms", "long", 86400000, AtLeast(0), dynamic=True,
@@ -704,7 +706,9 @@ _BROKER: tuple[ConfigDef, ...] = (
 
 _TOPIC: tuple[ConfigDef, ...] = (
     _t("cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), "log.cleanup.policy",
-       doc="delete removes old segments, compact keeps the last record per key; both may be combined."),
+       doc="delete removes old segments, compact keeps the last record per key; both may be combined. tierlog "
+           "has no log cleaner yet: compact turns time and size deletion (and tiering) off but keeps every "
+           "record."),
     _t("compression.type", "string", "producer", InSet(_BROKER_COMPRESSION), "compression.type",
        doc="Compression of stored batches; producer keeps the producer's."),
     _t("compression.gzip.level", "int", -1, _GZIP_LEVEL, "compression.gzip.level",
@@ -927,6 +931,69 @@ _CLIENT: tuple[ConfigDef, ...] = (
     _c("value.deserializer", "class", None, roles=_C,
        doc="Deserializer of record values (accepted for Kafka compatibility)."),
 )
+
+
+# Settings Kafka users carry over that tierlog accepts (so a Kafka properties file or topic
+# configuration works unchanged) but that do nothing yet; the generated docs say so next to each.
+_NO_CLEANER = "the log cleaner is not built yet (cleanup.policy=compact keeps every record)."
+_NO_FOLLOWERS = "a single broker has no followers; replication comes with the cluster milestone."
+_CAPPED_MIN_ISR = ("one broker is one replica, and Kafka caps the requirement at the replica count, so acks=all "
+                   "succeeds.")
+_NO_TRANSACTIONS = "transactions are not implemented yet (transactional producers are refused)."
+_INERT: Mapping[tuple[str, str], str] = {
+    ("broker", "socket.send.buffer.bytes"): "the kernel sizes socket buffers, as with -1.",
+    ("broker", "socket.receive.buffer.bytes"): "the kernel sizes socket buffers, as with -1.",
+    ("broker", "num.recovery.threads.per.data.dir"): "logs are recovered one after another.",
+    ("broker", "log.cleaner.enable"): _NO_CLEANER,
+    ("broker", "log.cleaner.delete.retention.ms"): _NO_CLEANER,
+    ("broker", "log.cleaner.min.compaction.lag.ms"): _NO_CLEANER,
+    ("broker", "log.cleaner.max.compaction.lag.ms"): _NO_CLEANER,
+    ("broker", "log.cleaner.min.cleanable.ratio"): _NO_CLEANER,
+    ("topic", "delete.retention.ms"): _NO_CLEANER,
+    ("topic", "min.compaction.lag.ms"): _NO_CLEANER,
+    ("topic", "max.compaction.lag.ms"): _NO_CLEANER,
+    ("topic", "min.cleanable.dirty.ratio"): _NO_CLEANER,
+    ("broker", "log.flush.start.offset.checkpoint.interval.ms"):
+        "log start offsets are checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms).",
+    ("broker", "producer.id.expiration.check.interval.ms"):
+        "idle producer ids are expired on the retention check (log.retention.check.interval.ms).",
+    ("broker", "log.preallocate"): "segment files grow as they are written.",
+    ("topic", "preallocate"): "segment files grow as they are written.",
+    ("broker", "min.insync.replicas"): _CAPPED_MIN_ISR,
+    ("topic", "min.insync.replicas"): _CAPPED_MIN_ISR,
+    ("broker", "unclean.leader.election.enable"): _NO_FOLLOWERS,
+    ("topic", "unclean.leader.election.enable"): _NO_FOLLOWERS,
+    ("topic", "leader.replication.throttled.replicas"): _NO_FOLLOWERS,
+    ("topic", "follower.replication.throttled.replicas"): _NO_FOLLOWERS,
+    ("broker", "remote.log.manager.thread.pool.size"): _NO_FOLLOWERS,
+    ("broker", "remote.log.manager.follower.thread.pool.size"): _NO_FOLLOWERS,
+    ("broker", "follower.fetch.last.tiered.offset.enable"): _NO_FOLLOWERS,
+    ("broker", "transaction.state.log.num.partitions"): _NO_TRANSACTIONS,
+    ("broker", "transaction.state.log.replication.factor"): _NO_TRANSACTIONS,
+    ("broker", "transaction.state.log.min.isr"): _NO_TRANSACTIONS,
+    ("broker", "transaction.max.timeout.ms"): _NO_TRANSACTIONS,
+    ("broker", "transactional.id.expiration.ms"): _NO_TRANSACTIONS,
+    ("broker", "remote.log.manager.task.retry.backoff.ms"):
+        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
+    ("broker", "remote.log.manager.task.retry.backoff.max.ms"):
+        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
+    ("broker", "remote.log.manager.task.retry.jitter"):
+        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
+    ("broker", "log.initial.task.delay.ms"): "retention and flush tasks start with the broker.",
+    ("client", "client.dns.lookup"): "the client always tries every address a name resolves to (use_all_dns_ips).",
+    ("client", "socket.connection.setup.timeout.max.ms"):
+        "every attempt gets socket.connection.setup.timeout.ms.",
+    ("client", "connections.max.idle.ms"): "the client keeps idle connections open.",
+}
+
+
+def _mark_inert(defs: tuple[ConfigDef, ...]) -> tuple[ConfigDef, ...]:
+    return tuple(replace(d, inert=_INERT[d.scope, d.name]) if (d.scope, d.name) in _INERT else d for d in defs)
+
+
+_BROKER, _TOPIC, _CLIENT = _mark_inert(_BROKER), _mark_inert(_TOPIC), _mark_inert(_CLIENT)
+_unknown_inert = set(_INERT) - {(d.scope, d.name) for d in _BROKER + _TOPIC + _CLIENT}
+assert not _unknown_inert, _unknown_inert
 
 
 def _index(defs: tuple[ConfigDef, ...]) -> Mapping[str, ConfigDef]:
