@@ -260,6 +260,28 @@ def test_a_sequential_reader_gets_the_remote_history_byte_for_byte(tiered_any):
     reader.close()
 
 
+def test_read_now_answers_a_sequential_reader_at_once_and_defers_everything_else(tiered_any):
+    """The Fetch handler's fast path: once a segment is open (window or file), the next sequential read
+    is answered on the spot, the same bytes read_result gives; a cold read, read_committed, or an offset
+    without remote data return None (the full path answers, errors included)."""
+    t = tiered_any
+    reader = t.reader()  # windows of 4 MiB: the first read brings the rest of the segment
+    assert reader.read_now(t.partition, 0, 3000, True) is None  # cold: the segment is not open yet
+    first = run(reader.read_result(t.partition, 0, 3000, True))
+    now = reader.read_now(t.partition, first.next_offset, 3000, True)
+    assert now is not None
+    twin = t.reader()
+    expected = run(twin.read_result(t.partition, first.next_offset, 3000, True))
+    as_bytes = [r.read() if isinstance(r, FileRegion) else bytes(r) for r in (now.records, expected.records)]
+    assert as_bytes[0] == as_bytes[1] and now.next_offset == expected.next_offset
+    assert reader.read_now(t.partition, now.next_offset, 3000, True, isolation="committed") is None
+    assert reader.read_now(t.partition, t.log.log_start_offset - 1, 3000, True) is None
+    with pytest.raises(OffsetOutOfRangeError):
+        run(reader.read_result(t.partition, t.log.log_start_offset - 1, 3000, True))
+    reader.close()
+    twin.close()
+
+
 def test_every_offset_is_answered_from_the_batch_holding_it(tiered_any):
     t = tiered_any
     reader = t.reader()

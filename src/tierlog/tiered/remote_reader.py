@@ -194,6 +194,28 @@ class RemoteLogReader:
         records = (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
         return records.read() if isinstance(records, FileRegion) else bytes(records)
 
+    def read_now(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+                 isolation: str = "high_watermark") -> RemoteReadResult | None:
+        """:meth:`read_result` when it can be answered at once, on the event loop, without I/O waits: a
+        sequential reader whose bytes are in the window or in a plain object file already known. None
+        otherwise (also on any error): then call :meth:`read_result`, which reports errors. This spares a
+        task and its event-loop rounds per partition on the common path."""
+        if isolation == "committed" or self.closed:
+            return None  # aborted transactions need the transaction indexes: the full path
+        tp = self.topic_id_partition(partition)
+        try:
+            md = self._segment_for(tp, partition.log, fetch_offset)
+            got = self._read_segment(tp, md, fetch_offset, max_bytes, min_one_message, inline=True)
+        except Exception:  # noqa: BLE001 - _WouldBlock, or an error read_result reports properly
+            return None
+        if got is None:
+            return None  # past this segment's end: the full path moves on
+        self.metrics.fetch_requests.inc(topic=tp.topic)
+        if got.end_of_segment and not isinstance(got.records, FileRegion):
+            self._read_ahead_next_segment(tp, partition.log, md)
+        self._count_answer(tp, len(got.records))
+        return RemoteReadResult(got.records, got.next_offset, None)
+
     async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
                           isolation: str = "high_watermark") -> RemoteReadResult:
         """:meth:`read` with the offset after the answer and, for ``isolation="committed"``, the aborted

@@ -85,29 +85,25 @@ class FetchApis:
         rlm = self.broker.remote_log_manager
         reader = rlm.reader
         wait_s = self.broker.controller.effective_config["remote.fetch.max.wait.ms"] / 1000
-        reads = [asyncio.ensure_future(reader.read_result(partition, fetch_offset, max(0, min(partition_max, budget)),
-                                                          min_one, isolation))
-                 for partition, _part, fetch_offset, partition_max in remote]
-        done, _ = await asyncio.wait(reads, timeout=wait_s)
-        for (partition, part, _, _), task in zip(remote, reads):
-            if task not in done:
-                task.add_done_callback(_ignore_result)
-                continue
-            try:
-                result = task.result()
-            except Exception as e:  # noqa: BLE001 - one partition's failure is that partition's error code
-                for key in ("high_watermark", "last_stable_offset", "log_start_offset"):
-                    part[key] = -1
-                if isinstance(e, KafkaError):
-                    part["error_code"] = e.code
-                else:
-                    log.exception("Remote read of %s-%d failed", partition.topic, partition.index)
-                    part["error_code"] = UnknownServerError.code
-                continue
-            data = _whole_batches_within(result.records, budget, min_one)
-            if result.aborted_transactions:
+        reads: list = []  # per partition: its answer at once, or a task reading it
+        for partition, _part, fetch_offset, partition_max in remote:
+            args = (partition, fetch_offset, max(0, min(partition_max, budget)), min_one, isolation)
+            reads.append(reader.read_now(*args) or asyncio.ensure_future(reader.read_result(*args)))
+        tasks = [r for r in reads if isinstance(r, asyncio.Future)]
+        done = (await asyncio.wait(tasks, timeout=wait_s))[0] if tasks else set()
+        for (partition, part, _, _), read in zip(remote, reads):
+            if isinstance(read, asyncio.Future):
+                if read not in done:
+                    read.add_done_callback(_ignore_result)
+                    continue
+                if read.exception() is not None:  # one partition's failure is that partition's error code
+                    _remote_read_failed(partition, part, read.exception())
+                    continue
+                read = read.result()
+            data = _whole_batches_within(read.records, budget, min_one)
+            if read.aborted_transactions:
                 part["aborted_transactions"] = [{"producer_id": pid, "first_offset": first}
-                                                for pid, first in result.aborted_transactions]
+                                                for pid, first in read.aborted_transactions]
             if data:
                 part["records"] = data
                 budget -= len(data)
@@ -169,6 +165,16 @@ class FetchApis:
                 errors = True
             results.append((key, part))
         return results, total, errors, remote
+
+
+def _remote_read_failed(partition, part: dict, e: BaseException) -> None:
+    for key in ("high_watermark", "last_stable_offset", "log_start_offset"):
+        part[key] = -1
+    if isinstance(e, KafkaError):
+        part["error_code"] = e.code
+    else:
+        log.exception("Remote read of %s-%d failed", partition.topic, partition.index, exc_info=e)
+        part["error_code"] = UnknownServerError.code
 
 
 def _replica_id(req) -> int:
