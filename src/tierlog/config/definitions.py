@@ -939,10 +939,13 @@ _NO_CLEANER = "the log cleaner is not built yet (cleanup.policy=compact keeps ev
 _NO_FOLLOWERS = "a single broker has no followers; replication comes with the cluster milestone."
 _CAPPED_MIN_ISR = ("one broker is one replica, and Kafka caps the requirement at the replica count, so acks=all "
                    "succeeds.")
+_KERNEL_BUFFERS = "the kernel sizes socket buffers, as with -1."
+_NO_PREALLOCATION = "segment files grow as they are written."
+_RETRY_EACH_INTERVAL = "a failed remote task runs again after remote.log.manager.task.interval.ms."
 _NO_TRANSACTIONS = "transactions are not implemented yet (transactional producers are refused)."
 _INERT: Mapping[tuple[str, str], str] = {
-    ("broker", "socket.send.buffer.bytes"): "the kernel sizes socket buffers, as with -1.",
-    ("broker", "socket.receive.buffer.bytes"): "the kernel sizes socket buffers, as with -1.",
+    ("broker", "socket.send.buffer.bytes"): _KERNEL_BUFFERS,
+    ("broker", "socket.receive.buffer.bytes"): _KERNEL_BUFFERS,
     ("broker", "num.recovery.threads.per.data.dir"): "logs are recovered one after another.",
     ("broker", "log.cleaner.enable"): _NO_CLEANER,
     ("broker", "log.cleaner.delete.retention.ms"): _NO_CLEANER,
@@ -957,8 +960,8 @@ _INERT: Mapping[tuple[str, str], str] = {
         "log start offsets are checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms).",
     ("broker", "producer.id.expiration.check.interval.ms"):
         "idle producer ids are expired on the retention check (log.retention.check.interval.ms).",
-    ("broker", "log.preallocate"): "segment files grow as they are written.",
-    ("topic", "preallocate"): "segment files grow as they are written.",
+    ("broker", "log.preallocate"): _NO_PREALLOCATION,
+    ("topic", "preallocate"): _NO_PREALLOCATION,
     ("broker", "min.insync.replicas"): _CAPPED_MIN_ISR,
     ("topic", "min.insync.replicas"): _CAPPED_MIN_ISR,
     ("broker", "unclean.leader.election.enable"): _NO_FOLLOWERS,
@@ -973,12 +976,9 @@ _INERT: Mapping[tuple[str, str], str] = {
     ("broker", "transaction.state.log.min.isr"): _NO_TRANSACTIONS,
     ("broker", "transaction.max.timeout.ms"): _NO_TRANSACTIONS,
     ("broker", "transactional.id.expiration.ms"): _NO_TRANSACTIONS,
-    ("broker", "remote.log.manager.task.retry.backoff.ms"):
-        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
-    ("broker", "remote.log.manager.task.retry.backoff.max.ms"):
-        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
-    ("broker", "remote.log.manager.task.retry.jitter"):
-        "a failed remote task runs again after remote.log.manager.task.interval.ms.",
+    ("broker", "remote.log.manager.task.retry.backoff.ms"): _RETRY_EACH_INTERVAL,
+    ("broker", "remote.log.manager.task.retry.backoff.max.ms"): _RETRY_EACH_INTERVAL,
+    ("broker", "remote.log.manager.task.retry.jitter"): _RETRY_EACH_INTERVAL,
     ("broker", "log.initial.task.delay.ms"): "retention and flush tasks start with the broker.",
     ("client", "client.dns.lookup"): "the client always tries every address a name resolves to (use_all_dns_ips).",
     ("client", "socket.connection.setup.timeout.max.ms"):

@@ -49,14 +49,12 @@ class FileRegion:
         return os.dup(self.fd) if self.fd >= 0 else os.open(self.path, os.O_RDONLY)
 
     def read(self) -> bytes:
-        if self.fd < 0:
-            fd = self.open()
-            try:
-                data = os.pread(fd, self.length, self.position)
-            finally:
+        fd = self.fd if self.fd >= 0 else self.open()
+        try:
+            data = os.pread(fd, self.length, self.position)
+        finally:
+            if fd != self.fd:
                 os.close(fd)
-        else:
-            data = os.pread(self.fd, self.length, self.position)
         if len(data) != self.length:
             raise CorruptMessageError(f"short read from {self.path} at position {self.position}: "
                                       f"{len(data)} of {self.length} bytes")

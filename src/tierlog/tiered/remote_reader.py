@@ -211,8 +211,7 @@ class RemoteLogReader:
         if got is None:
             return None  # past this segment's end: the full path moves on
         self.metrics.fetch_requests.inc(topic=tp.topic)
-        if got.end_of_segment and not isinstance(got.records, FileRegion):
-            self._read_ahead_next_segment(tp, partition.log, md)
+        self._read_ahead_after(tp, partition.log, md, got)
         self._count_answer(tp, len(got.records))
         return RemoteReadResult(got.records, got.next_offset, None)
 
@@ -243,8 +242,7 @@ class RemoteLogReader:
                     self._count_answer(tp, len(records))
                     return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
                 md = self._segment_for(tp, lg, offset)
-            if got.end_of_segment and not isinstance(got.records, FileRegion):
-                self._read_ahead_next_segment(tp, lg, md)
+            self._read_ahead_after(tp, lg, md, got)
             aborted = None
             if isolation == "committed":
                 aborted = []
@@ -512,6 +510,12 @@ class RemoteLogReader:
             return
         win.pending = (pos, fut)
         self._account(win, length)
+
+    def _read_ahead_after(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata, got: _SegmentRead) -> None:
+        """A window read to its segment's end starts on the next segment; a file region needs no
+        read-ahead (the page cache does it)."""
+        if got.end_of_segment and not isinstance(got.records, FileRegion):
+            self._read_ahead_next_segment(tp, lg, md)
 
     def _read_ahead_next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
         """A reader finished ``md``: start reading the next remote segment (on the event loop: it asks the
