@@ -47,7 +47,7 @@ from tierlog.tiered.metadata import (  # noqa: E402
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.serde import serialize  # noqa: E402
+from tierlog.tiered.rlmm.serde import serialize  # noqa: E402
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "20000", "local.retention.bytes": "1",
           "file.delete.delay.ms": "0"}

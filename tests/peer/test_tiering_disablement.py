@@ -20,9 +20,9 @@ from tests.server.rawclient import RawClient
 from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
-from tierlog.tiered.faults import write_control
+from tierlog.tiered.rsm.faults import write_control
 
-FAULTY = "tierlog.tiered.faults:FaultInjectingRemoteStorageManager"
+FAULTY = "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager"
 SMALL = {"remote.storage.enable": "true", "segment.bytes": "10000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
 

@@ -17,9 +17,9 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from tests.server.conftest import BrokerProcess
 from tests.tiered.tierlib import call, tiered_settings, wait_for
-from tierlog.tiered.faults import write_control
+from tierlog.tiered.rsm.faults import write_control
 
-FAULTY = "tierlog.tiered.faults:FaultInjectingRemoteStorageManager"
+FAULTY = "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager"
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "8000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
 

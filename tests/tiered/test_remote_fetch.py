@@ -30,9 +30,9 @@ from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
-from tierlog.tiered.faults import write_control
+from tierlog.tiered.rsm.faults import write_control
 
-FAULTS = "tierlog.tiered.faults:FaultInjectingRemoteStorageManager"
+FAULTS = "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager"
 # Small segments and local retention: the local tail is at most 15000 bytes plus the oldest local segment.
 SEGMENT_BYTES, LOCAL_RETENTION_BYTES = 10000, 15000
 SMALL = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),

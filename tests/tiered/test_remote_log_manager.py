@@ -15,7 +15,6 @@ from tierlog.config import BrokerConfig
 from tierlog.records import build_batch
 from tierlog.server.replica_manager import Partition
 from tierlog.storage import Log, LogConfig
-from tierlog.tiered.filesystem import FileSystemRemoteStorageManager
 from tierlog.tiered.lineage import (
     epochs_in_range,
     filtered_epochs,
@@ -29,7 +28,8 @@ from tierlog.tiered.metadata import (
     TopicIdPartition,
 )
 from tierlog.tiered.remote_log_manager import RemoteLogManager, copy_delayed
-from tierlog.tiered.rlmm import InMemoryRemoteLogMetadataManager
+from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
+from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
 
 S = RemoteLogSegmentState
 TOPIC_ID = uuid.UUID("7d1c2b3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d")

@@ -28,7 +28,6 @@ from tierlog.server.replica_manager import Partition
 from tierlog.storage import FileRegion, Log, LogConfig
 from tierlog.tiered import index_cache as index_cache_module
 from tierlog.tiered import remote_reader as reader_module
-from tierlog.tiered.filesystem import FileSystemRemoteStorageManager
 from tierlog.tiered.index_cache import FOLDER, RemoteIndexCache, RemoteTransactionIndex
 from tierlog.tiered.lineage import epochs_in_range
 from tierlog.tiered.metadata import (
@@ -41,7 +40,8 @@ from tierlog.tiered.metadata import (
 )
 from tierlog.tiered.remote_log_manager import RemoteLogManager, leader_epoch_checkpoint_bytes
 from tierlog.tiered.remote_reader import RemoteLogReader
-from tierlog.tiered.rlmm import InMemoryRemoteLogMetadataManager
+from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
+from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
 
 T0 = 1_700_000_000_000
 EPOCH_STARTS = {0: 0, 3: 150, 5: 300}  # leader epoch -> first offset

@@ -10,13 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlog.errors import ReplicaNotAvailableError, RetriableError
-from tierlog.tiered import serde
-from tierlog.tiered.cache import (
-    PartitionNotLoadedError,
-    RemoteLogLeaderEpochState,
-    RemoteLogMetadataCache,
-    RemotePartitionMetadataStore,
-)
 from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 from tierlog.tiered.metadata import (
     RemoteLogSegmentId,
@@ -26,6 +19,13 @@ from tierlog.tiered.metadata import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
+)
+from tierlog.tiered.rlmm import serde
+from tierlog.tiered.rlmm.cache import (
+    PartitionNotLoadedError,
+    RemoteLogLeaderEpochState,
+    RemoteLogMetadataCache,
+    RemotePartitionMetadataStore,
 )
 
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
@@ -226,7 +226,7 @@ def test_drop_event_on_invalid_state_transition(cache, caplog):
         else:
             assert [m.state for m in listed] == [expected_state]
 
-    with caplog.at_level(logging.ERROR, logger="tierlog.tiered.cache"):
+    with caplog.at_level(logging.ERROR, logger="tierlog.tiered.rlmm.cache"):
         update_and_verify(DELETE_FINISHED, STARTED)        # invalid
     assert "dropping the event" in caplog.text
     update_and_verify(FINISHED, FINISHED)                  # valid
@@ -506,7 +506,7 @@ def test_unknown_partition():
 
 
 def test_update_for_unknown_segment_is_logged_by_the_store(store, caplog):
-    with caplog.at_level(logging.WARNING, logger="tierlog.tiered.cache"):
+    with caplog.at_level(logging.WARNING, logger="tierlog.tiered.rlmm.cache"):
         apply(store, RemoteLogSegmentMetadataUpdate(new_id(), 0, None, FINISHED, BROKER_1))
     assert "No remote log segment metadata found" in caplog.text
 

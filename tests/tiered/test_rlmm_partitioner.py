@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierlog.tiered.partitioner import _objects_hash, metadata_partition
+from tierlog.tiered.rlmm.partitioner import _objects_hash, metadata_partition
 
 ONE = uuid.UUID("00000000-0000-0000-0000-000000000001")
 SAMPLE = uuid.UUID("123e4567-e89b-12d3-a456-426614174000")

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierlog.tiered import serde
 from tierlog.tiered.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -17,7 +16,8 @@ from tierlog.tiered.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from tierlog.tiered.serde import MetadataRecordError
+from tierlog.tiered.rlmm import serde
+from tierlog.tiered.rlmm.serde import MetadataRecordError
 
 TP = TopicIdPartition(uuid.UUID("123e4567-e89b-12d3-a456-426614174000"), "foo", 0)
 SEGMENT_ID = RemoteLogSegmentId(TP, uuid.UUID("11111111-2222-3333-4444-555555555555"))

@@ -8,8 +8,6 @@ import uuid
 
 import pytest
 
-from tierlog.tiered import rlmm_snapshot as S
-from tierlog.tiered.cache import RemotePartitionMetadataStore
 from tierlog.tiered.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -17,6 +15,8 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tierlog.tiered.rlmm import snapshot as S
+from tierlog.tiered.rlmm.cache import RemotePartitionMetadataStore
 
 ST = RemoteLogSegmentState
 TP = TopicIdPartition(uuid.UUID("0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"), "orders", 2)

@@ -14,8 +14,7 @@ import pytest
 from tierlog.errors import InvalidConfigError, KafkaStorageError
 from tierlog.kafka_uuid import uuid_to_str
 from tierlog.records import build_batch
-from tierlog.tiered import exceptions, layout
-from tierlog.tiered.filesystem import FileSystemRemoteStorageManager
+from tierlog.tiered import exceptions
 from tierlog.tiered.metadata import IndexType, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tierlog.tiered.rsm import (
     RemoteResourceNotFoundError,
@@ -23,7 +22,9 @@ from tierlog.tiered.rsm import (
     RemoteStorageManager,
     RetriableRemoteStorageError,
     create_remote_storage_manager,
+    layout,
 )
+from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
 
 from .conftest import BACKENDS
 
@@ -289,8 +290,8 @@ def test_corrupt_index_bytes_are_detected(make_rsm, segment):
 
 def test_factory_resolves_builtin_and_dotted_names(tmp_path):
     configs = {"dir": str(tmp_path / "r")}
-    for name in ("filesystem", "tierlog.tiered.filesystem:FileSystemRemoteStorageManager",
-                 "tierlog.tiered.filesystem.FileSystemRemoteStorageManager"):
+    for name in ("filesystem", "tierlog.tiered.rsm.filesystem:FileSystemRemoteStorageManager",
+                 "tierlog.tiered.rsm.filesystem.FileSystemRemoteStorageManager"):
         with create_remote_storage_manager(name, configs) as rsm:
             assert isinstance(rsm, FileSystemRemoteStorageManager)
 
@@ -298,7 +299,7 @@ def test_factory_resolves_builtin_and_dotted_names(tmp_path):
 def test_factory_loads_a_plugin_from_the_class_path(tmp_path):
     plugin = tmp_path / "plugins" / "my_rsm_plugin.py"
     plugin.parent.mkdir()
-    plugin.write_text("from tierlog.tiered.filesystem import FileSystemRemoteStorageManager\n"
+    plugin.write_text("from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager\n"
                       "class Mine(FileSystemRemoteStorageManager):\n    pass\n")
     rsm = create_remote_storage_manager("my_rsm_plugin:Mine", {"dir": str(tmp_path / "r")},
                                         class_path=str(plugin.parent))

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
-from tierlog.tiered import layout, transforms
 from tierlog.tiered.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from tierlog.tiered.rsm import layout, transforms
 
 TOPIC_CHARS = "abcXYZ019._-"
 

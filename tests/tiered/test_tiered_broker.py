@@ -17,7 +17,7 @@ from kafka.errors import InvalidConfigurationError
 
 from tests.server.conftest import ROOT, BrokerProcess
 from tests.tiered.tierlib import metrics_url, wait_for
-from tierlog.tiered.faults import write_control
+from tierlog.tiered.rsm.faults import write_control
 
 TIERED = {
     "remote.log.storage.system.enable": "true",
@@ -130,7 +130,7 @@ def test_a_failing_remote_store_loses_nothing_and_copying_resumes(start_broker, 
     control = tmp_path / "faults.json"
     write_control(control, copy="error", copy_partial=True)
     b = start_broker({**TIERED, "remote.log.storage.manager.class.name":
-                      "tierlog.tiered.faults:FaultInjectingRemoteStorageManager",
+                      "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager",
                       "rsm.config.fault.delegate": "filesystem", "rsm.config.fault.control.file": str(control),
                       "rsm.config.dir": str(tmp_path / "remote")})
     admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)

@@ -24,7 +24,6 @@ from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.errors import KafkaTimeoutError
 from tierlog.records.batch import iter_batches
-from tierlog.tiered.consumer_task import ConsumerTaskStoppedError, RemoteLogMetadataConsumeTimeoutError
 from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 from tierlog.tiered.metadata import (
     RemoteLogSegmentId,
@@ -35,10 +34,11 @@ from tierlog.tiered.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from tierlog.tiered.partitioner import metadata_partition
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
-from tierlog.tiered.serde import deserialize
-from tierlog.tiered.topic_based_rlmm import (
+from tierlog.tiered.rlmm.consumer_task import ConsumerTaskStoppedError, RemoteLogMetadataConsumeTimeoutError
+from tierlog.tiered.rlmm.partitioner import metadata_partition
+from tierlog.tiered.rlmm.serde import deserialize
+from tierlog.tiered.rlmm.topic_based import (
     RemoteLogMetadataManagerFailedError,
     RemoteLogMetadataManagerNotReadyError,
     TopicBasedRemoteLogMetadataManager,
@@ -278,7 +278,7 @@ def test_topic_created_with_kafka_settings_and_initialization_runs_once(start_br
     b = start_broker(log_cleanup_policy="compact", min_insync_replicas=2)
 
     async def main():
-        caplog.set_level(logging.INFO, logger="tierlog.tiered.topic_based_rlmm")
+        caplog.set_level(logging.INFO, logger="tierlog.tiered.rlmm.topic_based")
         m = manager(b.bootstrap, tmp_path, **{"remote.log.metadata.topic.num.partitions": "50",  # Kafka's default
                                               "remote.log.metadata.topic.retention.ms": "123456789"})
         user = tp(0, TOPIC)
@@ -308,7 +308,7 @@ def test_topic_created_meanwhile_by_another_broker_is_fine(start_broker, tmp_pat
     """The describe says absent, another broker creates the topic, our create gets TOPIC_ALREADY_EXISTS:
     a success, not a failed attempt."""
     b = start_broker()
-    caplog.set_level(logging.DEBUG, logger="tierlog.tiered.topic_based_rlmm")
+    caplog.set_level(logging.DEBUG, logger="tierlog.tiered.rlmm.topic_based")
     describe = Admin.describe_topics
     answers = []
 
@@ -693,9 +693,9 @@ def test_retriable_consumer_errors_keep_it_going_and_others_stop_it_loudly(share
         assert time.monotonic() - started < 1, "fails fast, not after remote.log.metadata.consume.wait.ms"
         await m.close()
 
-    caplog.set_level(logging.WARNING, logger="tierlog.tiered.consumer_task")
+    caplog.set_level(logging.WARNING, logger="tierlog.tiered.rlmm.consumer_task")
     asyncio.run(main())
-    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "tierlog.tiered.consumer_task"]
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "tierlog.tiered.rlmm.consumer_task"]
     assert sum(1 for level, text in messages if level == logging.WARNING and "retrying" in text) == 5
     assert any(level == logging.ERROR and "stopped on a non-retriable error" in text for level, text in messages)
 

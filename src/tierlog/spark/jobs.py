@@ -155,7 +155,7 @@ def audit(spark, options: Mapping[str, str]) -> dict:
     ``tierlog tier reconcile``, which knows the broker's in-flight work)."""
     from pyspark.sql import functions as F
 
-    from tierlog.tiered import layout
+    from tierlog.tiered.rsm import layout
     opts = options_mod.parse(options)
     if not opts.storage_manager:
         raise options_mod.SourceOptionError("the audit lists the remote store: give tierlog.rsm.* options")

@@ -2,7 +2,7 @@
 
 Offsets come from the broker (ListOffsets through tierlog's client). Remote segments come from
 ``__remote_log_metadata`` itself, read with tierlog's consumer and applied to Kafka's metadata cache
-(:mod:`tierlog.tiered.cache`), only the metadata partitions that hold the wanted partitions. A range
+(:mod:`tierlog.tiered.rlmm.cache`), only the metadata partitions that hold the wanted partitions. A range
 is cut into tasks:
 
 - one slice per remote segment (or per part of one, for ``minPartitions`` / read limits), read by an
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from tierlog.client.sync import Admin, Consumer
 from tierlog.client.types import TopicPartition
-from tierlog.tiered.cache import RemoteLogMetadataCache
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tierlog.tiered.partitioner import metadata_partition
-from tierlog.tiered.serde import MetadataRecordError, deserialize
+from tierlog.tiered.rlmm.cache import RemoteLogMetadataCache
+from tierlog.tiered.rlmm.partitioner import metadata_partition
+from tierlog.tiered.rlmm.serde import MetadataRecordError, deserialize
 
 from .options import EARLIEST, LATEST, SourceOptionError, SourceOptions
 

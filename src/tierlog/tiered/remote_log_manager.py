@@ -32,7 +32,6 @@ from typing import Any
 
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage.producer_state import snapshot_path
-from tierlog.tiered import layout
 from tierlog.tiered.lineage import (
     epochs_in_range,
     filtered_epochs,
@@ -49,7 +48,7 @@ from tierlog.tiered.metadata import (
 )
 from tierlog.tiered.quota import RateQuota
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
-from tierlog.tiered.rsm import RemoteStorageManager
+from tierlog.tiered.rsm import RemoteStorageManager, layout
 
 log = logging.getLogger(__name__)
 

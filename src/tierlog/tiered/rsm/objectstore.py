@@ -33,14 +33,8 @@ from obstore import exceptions as obs_errors
 from obstore.store import from_url
 
 from tierlog.errors import InvalidConfigError
-from tierlog.tiered.rsm import (
-    COMMON_CONFIG_KEYS,
-    LayoutRemoteStorageManager,
-    RemoteStorageError,
-    RetriableRemoteStorageError,
-    config_int,
-    error_from_os,
-)
+from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
+from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_int
 
 log = logging.getLogger(__name__)
 

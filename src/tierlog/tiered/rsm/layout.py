@@ -220,7 +220,7 @@ class SegmentManifest:
     """What the ``.manifest`` object records about one uploaded segment.
 
     ``log_size`` is the original ``.log`` size, ``log_stored_size`` the size of the ``.log`` object
-    after ``transforms`` (each a stage record from tierlog.tiered.transforms, applied in order).
+    after ``transforms`` (each a stage record from tierlog.tiered.rsm.transforms, applied in order).
     ``custom_metadata`` is the KIP-917 value returned to the broker, decoded (None when none)."""
 
     topic: str

@@ -19,7 +19,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from tierlog.errors import InvalidConfigError
-from tierlog.tiered.rsm import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_bool, error_from_os
+from tierlog.tiered.rsm.api import error_from_os
+from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_bool
 
 log = logging.getLogger(__name__)
 

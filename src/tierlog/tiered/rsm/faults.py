@@ -1,6 +1,6 @@
 """A remote storage manager that injects faults into another one, for tests and drills.
 
-Use it as the broker's plugin (``remote.log.storage.manager.class.name=tierlog.tiered.faults:
+Use it as the broker's plugin (``remote.log.storage.manager.class.name=tierlog.tiered.rsm.faults:
 FaultInjectingRemoteStorageManager``) with ``rsm.config.fault.delegate=filesystem`` (or
 ``objectstore``) and the delegate's own settings under ``rsm.config.`` as usual. What fails is read
 from a JSON control file (``rsm.config.fault.control.file``) before every call, so a test can break
@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tierlog.errors import InvalidConfigError
-from tierlog.tiered import layout
 from tierlog.tiered.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from tierlog.tiered.rsm import (
+from tierlog.tiered.rsm import layout
+from tierlog.tiered.rsm.api import (
     RemoteStorageError,
     RemoteStorageManager,
     RetriableRemoteStorageError,

@@ -29,11 +29,11 @@ from collections.abc import Iterable
 from tierlog.client.errors import KafkaTimeoutError
 from tierlog.client.types import TopicPartition
 from tierlog.errors import KafkaError
-from tierlog.tiered import rlmm_snapshot
-from tierlog.tiered.cache import PartitionNotLoadedError, RemotePartitionMetadataStore
 from tierlog.tiered.metadata import RemoteLogMetadata, TopicIdPartition
-from tierlog.tiered.partitioner import metadata_partition
-from tierlog.tiered.serde import MetadataRecordError, deserialize
+from tierlog.tiered.rlmm import snapshot as rlmm_snapshot
+from tierlog.tiered.rlmm.cache import PartitionNotLoadedError, RemotePartitionMetadataStore
+from tierlog.tiered.rlmm.partitioner import metadata_partition
+from tierlog.tiered.rlmm.serde import MetadataRecordError, deserialize
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The RemoteLogMetadataManager plugin contract (KIP-405), its factory, and an in-memory manager.
+"""The RemoteLogMetadataManager plugin contract (KIP-405) and its factory.
 
 The broker is one asyncio event loop, and so are its metadata manager's clients: writes (``add``,
 ``update``, partition delete markers) are coroutines that complete once the event is visible in
@@ -16,7 +16,6 @@ import abc
 import logging
 from collections.abc import Iterable, Mapping
 
-from tierlog.tiered.cache import RemotePartitionMetadataStore
 from tierlog.tiered.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -24,7 +23,7 @@ from tierlog.tiered.metadata import (
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
-from tierlog.tiered.rsm import load_plugin_class
+from tierlog.tiered.plugins import load_plugin_class
 
 log = logging.getLogger(__name__)
 
@@ -105,55 +104,11 @@ class RemoteLogMetadataManager(abc.ABC):
         """Release clients and caches."""
 
 
-class InMemoryRemoteLogMetadataManager(RemoteLogMetadataManager):
-    """Metadata kept in this process only: for tests of the remote log manager and tools, never for a
-    broker whose remote data must survive a restart (nothing is persisted)."""
-
-    def __init__(self) -> None:
-        self.store = RemotePartitionMetadataStore()
-        self.events: list = []  # every event, in order, for tests that assert on the sequence
-
-    async def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
-        check_add(md)
-        self.events.append(md)
-        self.store.handle(md)
-
-    async def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        check_update(update)
-        self.events.append(update)
-        self.store.handle(update)
-
-    async def put_remote_partition_delete_metadata(self, md: RemotePartitionDeleteMetadata) -> None:
-        self.events.append(md)
-        self.store.handle(md)
-
-    def remote_log_segment_metadata(self, tp, leader_epoch, offset):
-        return self.store.remote_log_segment_metadata(tp, leader_epoch, offset)
-
-    def highest_offset_for_epoch(self, tp, leader_epoch):
-        return self.store.highest_offset_for_epoch(tp, leader_epoch)
-
-    def list_remote_log_segments(self, tp, leader_epoch=None):
-        return self.store.list_remote_log_segments(tp, leader_epoch)
-
-    def is_ready(self, tp: TopicIdPartition) -> bool:
-        return self.store.is_initialized(tp)
-
-    def on_partition_leadership_changes(self, leaders, followers) -> None:
-        for tp in [*leaders, *followers]:
-            self.store.maybe_load_partition(tp)
-            self.store.mark_initialized(tp)
-
-    def on_stop_partitions(self, partitions) -> None:
-        for tp in partitions:
-            self.store.clear_partition(tp)
-
-
 # ---------------------------------------------------------------------------------------------- factory
 
 BUILTIN_METADATA_MANAGERS: Mapping[str, str] = {
-    "topic": "tierlog.tiered.topic_based_rlmm:TopicBasedRemoteLogMetadataManager",
-    "memory": "tierlog.tiered.rlmm:InMemoryRemoteLogMetadataManager",
+    "topic": "tierlog.tiered.rlmm.topic_based:TopicBasedRemoteLogMetadataManager",
+    "memory": "tierlog.tiered.rlmm.memory:InMemoryRemoteLogMetadataManager",
 }
 
 

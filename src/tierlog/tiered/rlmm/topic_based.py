@@ -36,16 +36,16 @@ from tierlog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.tiered.cache import RemotePartitionMetadataStore
-from tierlog.tiered.consumer_task import METADATA_TOPIC, ConsumerTask
 from tierlog.tiered.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
-from tierlog.tiered.rlmm import RemoteLogMetadataManager, check_add, check_update
-from tierlog.tiered.serde import serialize
+from tierlog.tiered.rlmm.api import RemoteLogMetadataManager, check_add, check_update
+from tierlog.tiered.rlmm.cache import RemotePartitionMetadataStore
+from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC, ConsumerTask
+from tierlog.tiered.rlmm.serde import serialize
 
 log = logging.getLogger(__name__)
 
