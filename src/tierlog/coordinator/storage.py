@@ -84,7 +84,7 @@ class OffsetsTopicStore:
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, [], now) for key, value in records])
         try:
-            self.broker.replica_manager.append(OFFSETS_TOPIC, partition, batch)
+            self.broker.replica_manager.append_records(OFFSETS_TOPIC, partition, batch)
         except OSError as e:
             raise error_for_code(56)(f"cannot append to {OFFSETS_TOPIC}-{partition}: {e}") from e
 

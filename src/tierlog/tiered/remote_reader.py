@@ -54,6 +54,7 @@ from tierlog.storage.segment import FileRegion
 from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
 
 log = logging.getLogger(__name__)
@@ -83,11 +84,14 @@ class _WouldBlock(Exception):
 class RemoteReadResult:
     """Whole batches from the fetch offset (``records``, possibly empty; a memoryview of read-ahead memory
     when possible, to spare a copy), the offset after them, and for read_committed the aborted
-    transactions overlapping them as (producer id, first offset)."""
+    transactions overlapping them as (producer id, first offset). ``local_offset``: the remote segments
+    hold nothing at or after the fetch offset before the local log starts; the caller reads the local
+    log from this offset (the reader never reads the local log itself)."""
 
     records: bytes | memoryview | FileRegion
     next_offset: int
     aborted_transactions: list[tuple[int, int]] | None = None
+    local_offset: int | None = None
 
 
 @dataclass(slots=True)
@@ -182,19 +186,23 @@ class RemoteLogReader:
             self.index_cache.resize(size)
 
     @staticmethod
-    def topic_id_partition(partition) -> TopicIdPartition:
+    def topic_id_partition(partition: TopicPartitionLog) -> TopicIdPartition:
         return TopicIdPartition(partition.topic_id, partition.topic, partition.index)
 
     # ------------------------------------------------------------------------------------ reads
 
-    async def read(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    async def read(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                    isolation: str = "high_watermark") -> bytes:
         """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least the whole first batch
-        with ``min_one_message``), from remote storage."""
-        records = (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
-        return records.read() if isinstance(records, FileRegion) else bytes(records)
+        with ``min_one_message``), from remote storage, continuing in the local log past the last remote
+        segment (for tools and tests; the fetch path uses :meth:`read_result`)."""
+        got = await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)
+        if got.local_offset is not None:
+            return partition.log.read(got.local_offset, max_bytes, isolation=isolation,
+                                      min_one_message=min_one_message).read()
+        return got.records.read() if isinstance(got.records, FileRegion) else bytes(got.records)
 
-    def read_now(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    def read_now(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                  isolation: str = "high_watermark") -> RemoteReadResult | None:
         """:meth:`read_result` when it can be answered at once, on the event loop, without I/O waits: a
         sequential reader whose bytes are in the window or in a plain object file already known. None
@@ -215,7 +223,7 @@ class RemoteLogReader:
         self._count_answer(tp, len(got.records))
         return RemoteReadResult(got.records, got.next_offset, None)
 
-    async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    async def read_result(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                           isolation: str = "high_watermark") -> RemoteReadResult:
         """:meth:`read` with the offset after the answer and, for ``isolation="committed"``, the aborted
         transactions of the remote transaction indexes overlapping it."""
@@ -237,10 +245,7 @@ class RemoteLogReader:
                 # Nothing at or after the offset in this segment: the next segment, or the local log.
                 offset = md.end_offset + 1
                 if offset >= lg.local_log_start_offset:
-                    info = lg.read(offset, max_bytes, isolation=isolation, min_one_message=min_one_message)
-                    records = info.read()
-                    self._count_answer(tp, len(records))
-                    return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
+                    return RemoteReadResult(b"", offset, [] if isolation == "committed" else None, local_offset=offset)
                 md = self._segment_for(tp, lg, offset)
             self._read_ahead_after(tp, lg, md, got)
             aborted = None
@@ -600,7 +605,7 @@ class RemoteLogReader:
 
     # ------------------------------------------------------------------------------ timestamps
 
-    async def find_offset_by_timestamp(self, partition, timestamp: int) -> TimestampAndOffset | None:
+    async def find_offset_by_timestamp(self, partition: TopicPartitionLog, timestamp: int) -> TimestampAndOffset | None:
         """The first offset whose record timestamp is at least ``timestamp``: remote segments first
         (finished, ``max_timestamp_ms >= timestamp``, ending at or after the log start, in the local
         lineage's order, not also held locally), then the local log."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 
-from tierlog.cluster import INTERNAL_TOPICS
-from tierlog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError, error_for_code
+from tierlog.cluster import Controller
+from tierlog.errors import KafkaError, error_for_code
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.apis.configs import describe_topic
+from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,9 @@ def _err(e: KafkaError) -> dict:
 
 
 class AdminApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, controller: Controller, replica_manager: ReplicaManager):
+        self.controller = controller
+        self.replica_manager = replica_manager
 
     def register(self, registry) -> None:
         registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
@@ -57,10 +59,6 @@ class AdminApis:
         registry.register(ApiKey.CREATE_PARTITIONS, 0, 3, self.create_partitions)
         registry.register(ApiKey.DELETE_RECORDS, 0, 2, self.delete_records)
         registry.register(ApiKey.DESCRIBE_CLUSTER, 0, 2, self.describe_cluster)
-
-    @property
-    def controller(self):
-        return self.broker.controller
 
     # ------------------------------------------------------------------ CreateTopics
 
@@ -113,7 +111,7 @@ class AdminApis:
     async def delete_topics(self, ctx: RequestContext):
         req = ctx.request
         by_name: list[str] = list(getattr(req, "topic_names", ()) or ())
-        if not self.broker.config["delete.topic.enable"]:
+        if not self.controller.effective_config["delete.topic.enable"]:
             # Kafka fails the whole request (DeleteTopicsRequest.getErrorResponse, without messages):
             # INVALID_REQUEST before v3, TOPIC_DELETION_DISABLED from v3 on.
             code = INVALID_REQUEST if ctx.api_version < 3 else TOPIC_DELETION_DISABLED
@@ -202,33 +200,13 @@ class AdminApis:
             for p in t.partitions:
                 low, code = INVALID_LOW_WATERMARK, 0
                 try:
-                    low = self._delete_records(t.name, p.partition_index, p.offset)
+                    low = self.replica_manager.delete_records(t.name, p.partition_index, p.offset)
                 except KafkaError as e:
                     code = e.code
                     log.debug("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
                 parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
             topics.append({"name": t.name, "partitions": parts})
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
-
-    def _delete_records(self, topic: str, partition: int, offset: int) -> int:
-        image = self.controller.image
-        t = image.topics.get(topic)
-        if t is None or partition not in t.partitions:
-            raise error_for_code(UNKNOWN_TOPIC_OR_PARTITION)()
-        if topic in INTERNAL_TOPICS:
-            raise error_for_code(INVALID_TOPIC_EXCEPTION)(f"Cannot delete records of internal topic {topic}")
-        lg = self.broker.replica_manager.get_partition(topic, partition).log
-        if "delete" not in self.controller.topic_config(topic)["cleanup.policy"]:
-            raise PolicyViolationError(
-                f"Records of partition {topic}-{partition} can not be deleted due to the configured policy")
-        target = lg.high_watermark if offset == HIGH_WATERMARK else offset
-        if target < 0:
-            raise OffsetOutOfRangeError(f"The offset {target} for partition {topic}-{partition} is not valid")
-        try:
-            lg.maybe_increment_log_start_offset(target)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot delete records of {topic}-{partition}: {e}") from e
-        return lg.log_start_offset
 
     # ------------------------------------------------------------------ DescribeCluster
 
@@ -251,7 +229,7 @@ class AdminApis:
         operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {
             "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
-            "cluster_id": self.broker.cluster_id, "controller_id": controller_id, "brokers": brokers,
+            "cluster_id": image.cluster_id, "controller_id": controller_id, "brokers": brokers,
             "cluster_authorized_operations": operations})
 
 

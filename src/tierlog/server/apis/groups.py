@@ -11,7 +11,7 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
 - FindCoordinator v0-3 answers one key (``error_message`` is Kafka's ``Errors.message()``, "NONE" on
   success); v4+ answers each of ``coordinator_keys``. Key type 0 (group): this node, creating
   ``__consumer_offsets`` on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE until the
-  broker has a transaction coordinator (``broker.transaction_coordinator``), which is what Kafka
+  broker has a transaction coordinator (not built yet), which is what Kafka
   answers while its transaction coordinator is unavailable. Key type 2 (share) and unknown types:
   INVALID_REQUEST, as Kafka without a share coordinator.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
@@ -35,7 +35,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tierlog.coordinator import CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
+from tierlog.cluster import Controller
+from tierlog.coordinator import GroupCoordinator
 from tierlog.errors import KafkaError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
@@ -77,19 +78,10 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 class GroupApis:
-    def __init__(self, broker):
-        self.broker = broker
-        coordinator = getattr(broker, "group_coordinator", None)
-        if coordinator is None:
-            coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(broker.config),
-                                           OffsetsTopicStore(broker))
-            broker.group_coordinator = coordinator
-            broker.add_ready_callback(self)
-            controller = getattr(broker, "controller", None)
-            if controller is not None:
-                controller.add_listener(self._on_metadata_update)
-        self.coordinator: GroupCoordinator = coordinator
-        self._loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int):
+        self.coordinator = coordinator
+        self.controller = controller
+        self.node_id = node_id
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -103,26 +95,6 @@ class GroupApis:
         registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
         registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, self.describe_groups)
         registry.register(ApiKey.DELETE_GROUPS, 0, 2, self.delete_groups)
-
-    # ------------------------------------------------------------------ lifecycle hooks
-
-    async def on_broker_ready(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await self.coordinator.start()
-
-    def _on_metadata_update(self, delta, image) -> None:
-        deleted = [t.name for t in getattr(delta, "deleted", ())]
-        if not deleted:
-            return
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            self.coordinator.on_topics_deleted(deleted)
-        else:
-            loop.call_soon_threadsafe(self.coordinator.on_topics_deleted, deleted)
 
     def _ready(self) -> GroupCoordinator:
         self.coordinator.ensure_loaded()
@@ -142,12 +114,11 @@ class GroupApis:
                 log.warning("Cannot create __consumer_offsets: %s", e)
                 return E.coordinator_not_available, no_node
         elif key_type == TRANSACTION_KEY_TYPE:
-            if getattr(self.broker, "transaction_coordinator", None) is None:
-                return E.coordinator_not_available, no_node
+            return E.coordinator_not_available, no_node  # no transaction coordinator yet
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
             return E.invalid_request, no_node
-        host, port = self.broker.advertised_host_port
-        return E.none, (self.broker.node_id, host, port)
+        me = self.controller.image.brokers[self.node_id]
+        return E.none, (self.node_id, me.host, me.port)
 
     async def find_coordinator(self, ctx: RequestContext):
         req = ctx.request
@@ -253,7 +224,7 @@ class GroupApis:
 
     def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], ErrorCode], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
-        image_topics = self.broker.controller.image.topics
+        image_topics = self.controller.image.topics
         errors: dict[tuple[str, int], ErrorCode] = {}
         known = []
         for topic in topics:
