@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from tierlog.cluster.channel import DisableRemoteTopicRequest
-from tierlog.cluster.image import TieringState, TopicImage, TopicTiering
+from tierlog.cluster.image import TieringState, TopicImage, TopicTiering, check_tiering_transition
 from tierlog.errors import InvalidConfigError
 from tierlog.storage import LogConfig
 
@@ -64,6 +64,13 @@ def current_tiering(topic: TopicImage, tc: Any) -> TopicTiering | None:
 def next_tiering(topic: TopicImage, old_tc: Any, new_tc: Any) -> TopicTiering | None:
     """The tiering after a configuration change from ``old_tc`` to ``new_tc`` (resolved TopicConfigs)."""
     old = current_tiering(topic, old_tc)
+    new = _next_tiering(topic, old, old_tc, new_tc)
+    if old is not None and new is not None:
+        check_tiering_transition(topic.name, old.state, new.state)
+    return new
+
+
+def _next_tiering(topic: TopicImage, old: TopicTiering | None, old_tc: Any, new_tc: Any) -> TopicTiering | None:
     wants = _wants_tiering(new_tc)
     if old is None:
         return initial_tiering(new_tc)

@@ -55,6 +55,18 @@ class BrokerState(enum.Enum):
     STOPPED = "stopped"
 
 
+#: The phases in order; a shutdown may begin from any state (a start that failed half-way is shut down too).
+_BROKER_NEXT: dict[BrokerState, frozenset[BrokerState]] = {
+    BrokerState.NOT_STARTED: frozenset({BrokerState.RECOVERING_STORAGE}),
+    BrokerState.RECOVERING_STORAGE: frozenset({BrokerState.LOADING_METADATA}),
+    BrokerState.LOADING_METADATA: frozenset({BrokerState.STARTING_LISTENERS}),
+    BrokerState.STARTING_LISTENERS: frozenset({BrokerState.READY}),
+    BrokerState.READY: frozenset(),
+    BrokerState.SHUTTING_DOWN: frozenset({BrokerState.STOPPED}),
+    BrokerState.STOPPED: frozenset(),
+}
+
+
 class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
@@ -79,13 +91,18 @@ class Broker:
         self._stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
 
+    def _enter(self, state: BrokerState) -> None:
+        if state is not BrokerState.SHUTTING_DOWN and state not in _BROKER_NEXT[self.state]:
+            raise RuntimeError(f"broker state cannot go from {self.state.value} to {state.value}")
+        self.state = state
+
     # ------------------------------------------------------------------ start-up
 
     async def start(self) -> None:
         t0 = time.monotonic()
         cfg = self.config
         log_dirs = cfg.log_dirs
-        self.state = BrokerState.RECOVERING_STORAGE
+        self._enter(BrokerState.RECOVERING_STORAGE)
         self.cluster_id = ensure_meta_properties(log_dirs, self.node_id, None)
         advertised = cfg.advertised_listeners or cfg.listeners
         first = advertised[0]
@@ -97,7 +114,7 @@ class Broker:
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
 
-        self.state = BrokerState.LOADING_METADATA
+        self._enter(BrokerState.LOADING_METADATA)
         # Listeners are bound now (their ports known) but accept connections only once the broker is
         # ready, as Kafka's acceptors do.
         self.socket_server = SocketServer(
@@ -124,7 +141,7 @@ class Broker:
                        ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
             family.register(self.registry)
 
-        self.state = BrokerState.STARTING_LISTENERS
+        self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
             rlm = self.remote_log_manager
@@ -136,7 +153,7 @@ class Broker:
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         self.channel.register(self.node_id, rm.disable_remote_topic)
         controller.start_disablements(self.channel)
-        self.state = BrokerState.READY
+        self._enter(BrokerState.READY)
         log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
                  ", ".join(map(str, self.listeners)))
         for on_ready in self._on_ready:
@@ -225,7 +242,7 @@ class Broker:
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.STOPPED):
             return
-        self.state = BrokerState.SHUTTING_DOWN
+        self._enter(BrokerState.SHUTTING_DOWN)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.controller is not None and self.controller.disablements is not None:
@@ -246,7 +263,7 @@ class Broker:
             self.replica_manager.shutdown()
         if self.log_manager is not None and self.log_manager.started:
             self.log_manager.shutdown()
-        self.state = BrokerState.STOPPED
+        self._enter(BrokerState.STOPPED)
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
