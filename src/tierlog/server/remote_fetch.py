@@ -1,12 +1,13 @@
 """Reads of a fetch below the local log start offset, answered from the remote tier (Kafka's
 ``DelayedRemoteFetch`` with the remote parts of ``ReplicaManager.readFromLog``).
 
-A fetch may hold several partitions whose offsets are in remote storage. They are read concurrently,
-each up to its partition limit and the bytes the local reads left; then, in request order, the whole
-batches that fit what is left of the response's ``max_bytes`` are kept (the first partition with data may
-exceed it by one batch when the response holds nothing else: Kafka's min-one-message rule). Reads still
-running after ``remote.fetch.max.wait.ms`` answer empty without error and keep running, so the next fetch
-finds their bytes in the read-ahead window; so does what the budget cut off.
+A fetch may hold several partitions whose offsets are in remote storage. The replica manager walks the
+request in order and gives each such partition, at its place, what is left of the response's ``max_bytes``
+(up to the partition's own limit) and the min-one-message right of the first partition with data, as it
+would for a local read; those bytes are then reserved, so later partitions cannot take them. The remote
+reads run concurrently, each within its reservation, as whole batches. Reads still running after
+``remote.fetch.max.wait.ms`` answer empty without error and keep running, so the next fetch finds their
+bytes in the read-ahead window.
 
 A sequential reader whose bytes are already in memory (or in a file of the filesystem backend) is
 answered on the spot, without a task (``RemoteLogReader.read_now``).
@@ -20,33 +21,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.errors import KafkaError, UnknownServerError
-from tierlog.records import iter_batches
 from tierlog.server.fetch_types import FetchIsolation, FetchPartitionData
 from tierlog.server.partition import Partition
 from tierlog.storage import FileRegion
-from tierlog.tiered.remote_reader import RemoteLogReader, RemoteReadResult
+from tierlog.tiered.remote_reader import RemoteLogReader
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class RemoteRead:
-    """One partition of a fetch to be read from the remote tier, and the answer being filled in."""
+    """One partition of a fetch to be read from the remote tier within ``max_bytes`` (its reservation),
+    and the answer being filled in."""
 
     partition: Partition
     fetch_offset: int
-    max_bytes: int  # the partition's own limit
+    max_bytes: int
+    min_one: bool
     result: FetchPartitionData
 
 
-async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], budget: int, min_one: bool,
-                      isolation: FetchIsolation, wait_s: float,
+async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], isolation: FetchIsolation, wait_s: float,
                       read_local: Callable[[Partition, int, int, bool], bytes | FileRegion]) -> None:
-    """Fill ``reads`` from the remote tier within ``budget`` bytes (see the module doc). ``read_local``
-    reads the local log of a partition whose remote segments end before its local log start (a gap)."""
+    """Fill ``reads`` from the remote tier (see the module doc). ``read_local`` reads the local log of a
+    partition whose remote segments end before its local log start (a gap, as compaction leaves)."""
     pending: list = []  # per read: its answer at once, or a task reading it
     for r in reads:
-        args = (r.partition, r.fetch_offset, max(0, min(r.max_bytes, budget)), min_one, isolation.value)
+        args = (r.partition, r.fetch_offset, r.max_bytes, r.min_one, isolation.value)
         pending.append(reader.read_now(*args) or asyncio.ensure_future(reader.read_result(*args)))
     tasks = [p for p in pending if isinstance(p, asyncio.Future)]
     done = (await asyncio.wait(tasks, timeout=wait_s))[0] if tasks else set()
@@ -59,20 +60,13 @@ async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], budget: 
                 _failed(r, got.exception())
                 continue
             got = got.result()
-        records = _records(r, got, budget, min_one, read_local)
         if got.aborted_transactions:
             r.result.aborted_transactions = got.aborted_transactions
-        if records:
+        # Past the last remote segment the data continues in the local log.
+        records = got.records if got.local_offset is None else \
+            read_local(r.partition, got.local_offset, r.max_bytes, r.min_one)
+        if len(records):
             r.result.records = records
-            budget -= len(records)
-            min_one = False
-
-
-def _records(r: RemoteRead, got: RemoteReadResult, budget: int, min_one: bool, read_local):
-    if got.local_offset is not None:
-        # Nothing remote at or after the offset: the data continues in the local log.
-        return read_local(r.partition, got.local_offset, max(0, min(r.max_bytes, budget)), min_one)
-    return whole_batches_within(got.records, budget, min_one)
 
 
 def _failed(r: RemoteRead, e: BaseException) -> None:
@@ -83,21 +77,6 @@ def _failed(r: RemoteRead, e: BaseException) -> None:
     else:
         log.error("Remote read of %s failed", r.partition, exc_info=e)
         res.error_code = UnknownServerError.code
-
-
-def whole_batches_within(data, budget: int, min_one: bool):
-    """The leading whole batches of ``data`` (bytes, or a file region) that fit ``budget`` (at least
-    one with ``min_one``)."""
-    if len(data) <= budget:
-        return data
-    if isinstance(data, FileRegion):  # rare: concurrent remote reads took the budget meanwhile
-        data = data.read()
-    end = 0
-    for pos, h in iter_batches(data):
-        if pos + h.size > budget and not (min_one and pos == 0):
-            break
-        end = pos + h.size
-    return data[:end]
 
 
 def _ignore_result(task: asyncio.Future) -> None:

@@ -211,7 +211,7 @@ class ReplicaManager:
         while True:
             total, errors, remote = self._read_from_local_log(params, fetches, results, seen)
             if remote:
-                await self._read_from_remote_log(params, remote, params.max_bytes - total, total == 0)
+                await self._read_from_remote_log(params, remote)
                 break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0:
@@ -250,7 +250,11 @@ class ReplicaManager:
                 errors = True
                 continue
             if read is not None:
+                # Reserved: later partitions cannot take the bytes this remote read may return.
+                read.max_bytes, read.min_one = max(0, min(f.max_bytes, params.max_bytes - total)), min_one
                 remote.append(read)
+                total += read.max_bytes
+                min_one = False
             elif result.size:
                 total += result.size
                 min_one = False
@@ -294,10 +298,9 @@ class ReplicaManager:
             # waits for its other partitions as usual.
             rlm.metrics.fetch_throttled.inc(topic=partition.topic)
             return None
-        return RemoteRead(partition, f.fetch_offset, f.max_bytes, result)
+        return RemoteRead(partition, f.fetch_offset, f.max_bytes, True, result)
 
-    async def _read_from_remote_log(self, params: FetchParams, remote: list[RemoteRead], budget: int,
-                                    min_one: bool) -> None:
+    async def _read_from_remote_log(self, params: FetchParams, remote: list[RemoteRead]) -> None:
         rlm = self.remote_log_manager
         wait_s = self._config()["remote.fetch.max.wait.ms"] / 1000
 
@@ -305,7 +308,7 @@ class ReplicaManager:
             info = partition.log.read(offset, limit, isolation=params.isolation.value, min_one_message=first)
             return info.region if info.size else b""
 
-        await read_remote(rlm.reader, remote, budget, min_one, params.isolation, wait_s, read_local)
+        await read_remote(rlm.reader, remote, params.isolation, wait_s, read_local)
 
     def _wake(self, tp: tuple[str, int]) -> None:
         for fut in self._waiters.pop(tp, ()):
