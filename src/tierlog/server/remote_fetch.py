@@ -1,13 +1,14 @@
 """Reads of a fetch below the local log start offset, answered from the remote tier (Kafka's
 ``DelayedRemoteFetch`` with the remote parts of ``ReplicaManager.readFromLog``).
 
-A fetch may hold several partitions whose offsets are in remote storage. The replica manager walks the
-request in order and gives each such partition, at its place, what is left of the response's ``max_bytes``
-(up to the partition's own limit) and the min-one-message right of the first partition with data, as it
-would for a local read; those bytes are then reserved, so later partitions cannot take them. The remote
-reads run concurrently, each within its reservation, as whole batches. Reads still running after
-``remote.fetch.max.wait.ms`` answer empty without error and keep running, so the next fetch finds their
-bytes in the read-ahead window.
+A fetch may hold several partitions whose offsets are in remote storage. The local reads of the fetch go
+first; then the remote reads run concurrently, each up to its partition limit within what the local reads
+left of the response's ``max_bytes``; finally, in request order, each keeps the whole batches that fit
+what is still left (the first partition with data may exceed it by one batch when the response holds
+nothing else: Kafka's min-one-message rule). So the response never exceeds ``max_bytes`` (Kafka's may, by
+its remote partition). Reads still running after ``remote.fetch.max.wait.ms`` answer empty without error
+and keep running, so the next fetch finds their bytes in the read-ahead window; so does what the budget
+cut off.
 
 A sequential reader whose bytes are already in memory (or in a file of the filesystem backend) is
 answered on the spot, without a task (``RemoteLogReader.read_now``).
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.errors import KafkaError, UnknownServerError
+from tierlog.records import iter_batches
 from tierlog.server.fetch_types import FetchIsolation, FetchPartitionData
 from tierlog.server.partition import Partition
 from tierlog.storage import FileRegion
@@ -31,23 +33,23 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class RemoteRead:
-    """One partition of a fetch to be read from the remote tier within ``max_bytes`` (its reservation),
-    and the answer being filled in."""
+    """One partition of a fetch to be read from the remote tier, and the answer being filled in."""
 
     partition: Partition
     fetch_offset: int
-    max_bytes: int
-    min_one: bool
+    max_bytes: int  # the partition's limit
     result: FetchPartitionData
 
 
-async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], isolation: FetchIsolation, wait_s: float,
+async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], budget: int, min_one: bool,
+                      isolation: FetchIsolation, wait_s: float,
                       read_local: Callable[[Partition, int, int, bool], bytes | FileRegion]) -> None:
-    """Fill ``reads`` from the remote tier (see the module doc). ``read_local`` reads the local log of a
+    """Fill ``reads`` from the remote tier within ``budget`` bytes, the part of ``max_bytes`` the local reads
+    left, ``min_one`` when they read nothing (see the module doc). ``read_local`` reads the local log of a
     partition whose remote segments end before its local log start (a gap, as compaction leaves)."""
     pending: list = []  # per read: its answer at once, or a task reading it
     for r in reads:
-        args = (r.partition, r.fetch_offset, r.max_bytes, r.min_one, isolation.value)
+        args = (r.partition, r.fetch_offset, max(0, min(r.max_bytes, budget)), min_one, isolation.value)
         pending.append(reader.read_now(*args) or asyncio.ensure_future(reader.read_result(*args)))
     tasks = [p for p in pending if isinstance(p, asyncio.Future)]
     done = (await asyncio.wait(tasks, timeout=wait_s))[0] if tasks else set()
@@ -62,11 +64,14 @@ async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], isolatio
             got = got.result()
         if got.aborted_transactions:
             r.result.aborted_transactions = got.aborted_transactions
-        # Past the last remote segment the data continues in the local log.
-        records = got.records if got.local_offset is None else \
-            read_local(r.partition, got.local_offset, r.max_bytes, r.min_one)
+        if got.local_offset is not None:  # past the last remote segment the data continues locally
+            records = read_local(r.partition, got.local_offset, max(0, min(r.max_bytes, budget)), min_one)
+        else:
+            records = whole_batches_within(got.records, budget, min_one)
         if len(records):
             r.result.records = records
+            budget -= len(records)
+            min_one = False
 
 
 def _failed(r: RemoteRead, e: BaseException) -> None:
@@ -77,6 +82,21 @@ def _failed(r: RemoteRead, e: BaseException) -> None:
     else:
         log.error("Remote read of %s failed", r.partition, exc_info=e)
         res.error_code = UnknownServerError.code
+
+
+def whole_batches_within(data, budget: int, min_one: bool):
+    """The leading whole batches of ``data`` (bytes, or a file region) that fit ``budget`` (at least one with
+    ``min_one``)."""
+    if len(data) <= budget:
+        return data
+    if isinstance(data, FileRegion):  # rare: earlier partitions of the fetch took the budget meanwhile
+        data = data.read()
+    end = 0
+    for pos, h in iter_batches(data):
+        if pos + h.size > budget and not (min_one and pos == 0):
+            break
+        end = pos + h.size
+    return data[:end]
 
 
 def _ignore_result(task: asyncio.Future) -> None:

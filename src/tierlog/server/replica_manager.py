@@ -211,7 +211,7 @@ class ReplicaManager:
         while True:
             total, errors, remote = self._read_from_local_log(params, fetches, results, seen)
             if remote:
-                await self._read_from_remote_log(params, remote)
+                await self._read_from_remote_log(params, remote, params.max_bytes - total, total == 0)
                 break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0:
@@ -223,7 +223,7 @@ class ReplicaManager:
                              results: list, seen: list) -> tuple[int, bool, list[RemoteRead]]:
         """Read every partition whose log changed since its last read (all of them the first time), in
         request order within what is left of ``max_bytes``; partitions below their local log start are
-        returned for the remote tier instead. Returns (bytes read, any error, remote reads)."""
+        returned for the remote tier instead. Returns (bytes read locally, any error, remote reads)."""
         total = 0
         errors = False
         min_one = True
@@ -243,18 +243,14 @@ class ReplicaManager:
             seen[i] = state
             result = results[i] = FetchPartitionData()
             try:
-                read = self._read_partition(params, f, partition, max(0, min(f.max_bytes, params.max_bytes - total)),
-                                            min_one, result)
+                limit = max(0, min(f.max_bytes, params.max_bytes - total))
+                read = self._read_partition(params, f, partition, limit, min_one, result)
             except KafkaError as e:
                 results[i] = FetchPartitionData(error_code=e.code)
                 errors = True
                 continue
             if read is not None:
-                # Reserved: later partitions cannot take the bytes this remote read may return.
-                read.max_bytes, read.min_one = max(0, min(f.max_bytes, params.max_bytes - total)), min_one
                 remote.append(read)
-                total += read.max_bytes
-                min_one = False
             elif result.size:
                 total += result.size
                 min_one = False
@@ -298,9 +294,10 @@ class ReplicaManager:
             # waits for its other partitions as usual.
             rlm.metrics.fetch_throttled.inc(topic=partition.topic)
             return None
-        return RemoteRead(partition, f.fetch_offset, f.max_bytes, True, result)
+        return RemoteRead(partition, f.fetch_offset, f.max_bytes, result)
 
-    async def _read_from_remote_log(self, params: FetchParams, remote: list[RemoteRead]) -> None:
+    async def _read_from_remote_log(self, params: FetchParams, remote: list[RemoteRead], budget: int,
+                                    min_one: bool) -> None:
         rlm = self.remote_log_manager
         wait_s = self._config()["remote.fetch.max.wait.ms"] / 1000
 
@@ -308,7 +305,7 @@ class ReplicaManager:
             info = partition.log.read(offset, limit, isolation=params.isolation.value, min_one_message=first)
             return info.region if info.size else b""
 
-        await read_remote(rlm.reader, remote, params.isolation, wait_s, read_local)
+        await read_remote(rlm.reader, remote, budget, min_one, params.isolation, wait_s, read_local)
 
     def _wake(self, tp: tuple[str, int]) -> None:
         for fut in self._waiters.pop(tp, ()):
