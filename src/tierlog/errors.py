@@ -65,6 +65,9 @@ def error_for_code(code: int) -> type[KafkaError]:
     return _BY_CODE.get(code, _BY_CODE[-1])
 
 
+#: Kafka's ``Errors.NONE``: the code of an answer without an error (no exception stands for it).
+NO_ERROR: int = 0
+
 # Names used throughout tierlog, spelled out so linters and readers can see them.
 UnknownServerError: type[KafkaError] = _BY_CODE[-1]
 OffsetOutOfRangeError: type[KafkaError] = _BY_CODE[1]
@@ -101,3 +104,20 @@ UnsupportedCompressionTypeError: type[KafkaError] = _BY_CODE[76]
 InvalidRecordError: type[KafkaError] = _BY_CODE[87]
 UnknownTopicIdError: type[KafkaError] = _BY_CODE[100]
 OffsetMovedToTieredStorageError: type[KafkaError] = _BY_CODE[109]
+# The group coordinator's errors (Kafka's ``Errors`` names).
+InvalidFetchSizeError: type[KafkaError] = _BY_CODE[4]
+OffsetMetadataTooLargeError: type[KafkaError] = _BY_CODE[12]
+CoordinatorNotAvailableError: type[KafkaError] = _BY_CODE[15]
+NotCoordinatorError: type[KafkaError] = _BY_CODE[16]
+IllegalGenerationError: type[KafkaError] = _BY_CODE[22]
+InconsistentGroupProtocolError: type[KafkaError] = _BY_CODE[23]
+InvalidGroupIdError: type[KafkaError] = _BY_CODE[24]
+UnknownMemberIdError: type[KafkaError] = _BY_CODE[25]
+InvalidSessionTimeoutError: type[KafkaError] = _BY_CODE[26]
+RebalanceInProgressError: type[KafkaError] = _BY_CODE[27]
+NonEmptyGroupError: type[KafkaError] = _BY_CODE[68]
+GroupIdNotFoundError: type[KafkaError] = _BY_CODE[69]
+MemberIdRequiredError: type[KafkaError] = _BY_CODE[79]
+GroupMaxSizeReachedError: type[KafkaError] = _BY_CODE[81]
+FencedInstanceIdError: type[KafkaError] = _BY_CODE[82]
+GroupSubscribedToTopicError: type[KafkaError] = _BY_CODE[86]

@@ -21,7 +21,7 @@ from dataclasses import replace
 from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, LocalBrokerChannel, ensure_meta_properties
 from tierlog.cluster.image import MetadataDelta, MetadataImage
 from tierlog.config import BrokerConfig
-from tierlog.coordinator import CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
+from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
 from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.apis.admin import AdminApis
@@ -33,6 +33,7 @@ from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.errors import error_response
 from tierlog.server.network import BoundListener, SocketServer
+from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.tier_status import tier_reconcile, tier_status
 from tierlog.storage import LogManager
@@ -132,9 +133,10 @@ class Broker:
                                                    self.remote_log_manager, lambda: controller.effective_config)
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
+        offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
         coordinator = self.group_coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(cfg),
-                                                                OffsetsTopicStore(self))
-        controller.add_listener(self._deleted_topics_to(coordinator))
+                                                                offsets_store)
+        controller.add_listener(self._metadata_changes_to(coordinator))
         self._on_ready.append(coordinator.start)
         for family in (MetadataApis(self.registry, controller, self.node_id), ProduceApis(rm, controller),
                        FetchApis(rm, controller), OffsetApis(rm, controller), AdminApis(controller, rm),
@@ -189,23 +191,30 @@ class Broker:
                                         lambda: controller.effective_config)
 
     @staticmethod
-    def _deleted_topics_to(coordinator: GroupCoordinator) -> Callable[[MetadataDelta, MetadataImage], None]:
+    def _metadata_changes_to(coordinator: GroupCoordinator) -> Callable[[MetadataDelta, MetadataImage], None]:
         """A metadata listener telling the group coordinator which topics were deleted (their committed
-        offsets go), on the event loop even when the change came from another thread."""
+        offsets go) and which ``__consumer_offsets`` partitions were created (this node leads them: they
+        are loaded), on the event loop even when the change came from another thread."""
         loop = asyncio.get_running_loop()
 
-        def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
-            deleted = [t.name for t in delta.deleted]
-            if not deleted:
-                return
+        def on_loop(fn, arg) -> None:
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
                 running = None
             if running is loop:
-                coordinator.on_topics_deleted(deleted)
+                fn(arg)
             else:
-                loop.call_soon_threadsafe(coordinator.on_topics_deleted, deleted)
+                loop.call_soon_threadsafe(fn, arg)
+
+        def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
+            deleted = [t.name for t in delta.deleted]
+            if deleted:
+                on_loop(coordinator.on_topics_deleted, deleted)
+            led = [p for t in delta.created if t.name == OFFSETS_TOPIC for p in t.partitions]
+            led += [p for t, added in delta.partitions_added if t.name == OFFSETS_TOPIC for p in added]
+            if led:
+                on_loop(coordinator.on_election, led)
         return on_update
 
     def _advertise_bound(self) -> None:
