@@ -21,7 +21,12 @@ from tierlog.cluster import ConfigOp, Controller, validate_topic_name
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigEntry, ConfigSource, ConfigSynonym
 from tierlog.config.broker import _broker_synonym_names
 from tierlog.config.values import format_value
-from tierlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
+from tierlog.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
 log = logging.getLogger(__name__)
@@ -34,7 +39,6 @@ _TYPE_NAMES = {TOPIC: "TOPIC", BROKER: "BROKER", BROKER_LOGGER: "BROKER_LOGGER",
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -253,7 +257,7 @@ class ConfigApis:
                         f"Unexpected resource type UNKNOWN for resource {unknown.resource_name}")
                 entries = self._describe(r)
                 if entries is None:  # Kafka answers an unknown topic without a message
-                    out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    out["error_code"] = UnknownTopicOrPartitionError.code
                 else:
                     keys = r.configuration_keys
                     if keys:

@@ -33,16 +33,20 @@ import datetime
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from tierlog.cluster import Controller
 from tierlog.coordinator import GroupCoordinator
-from tierlog.errors import KafkaError
+from tierlog.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
@@ -53,9 +57,9 @@ GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 <<
 
 # Kafka's Errors.message() texts for the errors FindCoordinator v1-3 can carry.
 _ERROR_MESSAGES = {
-    E.none: "NONE",
-    E.coordinator_not_available: "The coordinator is not available.",
-    E.invalid_request: "This most likely occurs because of a request being malformed by the client library or "
+    NO_ERROR: "NONE",
+    CoordinatorNotAvailableError.code: "The coordinator is not available.",
+    InvalidRequestError.code: "This most likely occurs because of a request being malformed by the client library or "
                        "the message was sent to an incompatible broker. See the broker logs for more details.",
 }
 
@@ -102,30 +106,30 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
 
-    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[ErrorCode, tuple[int, str, int]]:
+    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[int, tuple[int, str, int]]:
         no_node = (-1, "", -1)
         if key_type == GROUP_KEY_TYPE:
             coordinator = self._ready()
             if not coordinator.active:
-                return E.coordinator_not_available, no_node
+                return CoordinatorNotAvailableError.code, no_node
             try:
                 coordinator.store.ensure_created()
             except KafkaError as e:
                 log.warning("Cannot create __consumer_offsets: %s", e)
-                return E.coordinator_not_available, no_node
+                return CoordinatorNotAvailableError.code, no_node
         elif key_type == TRANSACTION_KEY_TYPE:
-            return E.coordinator_not_available, no_node  # no transaction coordinator yet
+            return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator yet
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
-            return E.invalid_request, no_node
+            return InvalidRequestError.code, no_node
         me = self.controller.image.brokers[self.node_id]
-        return E.none, (self.node_id, me.host, me.port)
+        return NO_ERROR, (self.node_id, me.host, me.port)
 
     async def find_coordinator(self, ctx: RequestContext):
         req = ctx.request
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version < 4:
             error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
-            return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES.get(error, error.name),
+            return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES[error],
                                         "node_id": node_id, "host": host, "port": port})
         coordinators = []
         for key in req.coordinator_keys:
@@ -164,7 +168,7 @@ class GroupApis:
         protocol_type = getattr(req, "protocol_type", None)
         protocol_name = getattr(req, "protocol_name", None)
         if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
-            return build_response(ctx, {"error_code": E.inconsistent_group_protocol})
+            return build_response(ctx, {"error_code": InconsistentGroupProtocolError.code})
         coordinator = self._ready()
         future = asyncio.get_running_loop().create_future()
 
@@ -200,7 +204,7 @@ class GroupApis:
         error, results = self._ready().leave_group(group_id=req.group_id, members=members)
         if ctx.api_version >= 3:
             return build_response(ctx, {"error_code": error, "members": results})
-        if error == E.none and results:
+        if error == NO_ERROR and results:
             error = results[0]["error_code"]
         return build_response(ctx, {"error_code": error})
 
@@ -222,16 +226,16 @@ class GroupApis:
                 for p in topic.partitions]}
             for topic in req.topics]})
 
-    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], ErrorCode], list]:
+    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], int], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
         image_topics = self.controller.image.topics
-        errors: dict[tuple[str, int], ErrorCode] = {}
+        errors: dict[tuple[str, int], int] = {}
         known = []
         for topic in topics:
             meta = image_topics.get(topic.name)
             for p in partitions_of(topic):
                 if meta is None or p.partition_index not in meta.partitions:
-                    errors[(topic.name, p.partition_index)] = E.unknown_topic_or_partition
+                    errors[(topic.name, p.partition_index)] = UnknownTopicOrPartitionError.code
                 else:
                     known.append((topic.name, p))
         return errors, known
@@ -239,10 +243,10 @@ class GroupApis:
     async def offset_delete(self, ctx: RequestContext):
         req = ctx.request
         errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
-        error = E.none
+        error = NO_ERROR
         if known:
             error, results = self._ready().delete_offsets(req.group_id, [(t, p.partition_index) for t, p in known])
-            if error != E.none:
+            if error != NO_ERROR:
                 return build_response(ctx, {"error_code": error})
             errors.update(results)
         return build_response(ctx, {"error_code": error, "topics": [
@@ -264,7 +268,7 @@ class GroupApis:
             return build_response(ctx, {"groups": groups})
         requested = _requested(req.topics)
         error, topics = coordinator.fetch_offsets(req.group_id, requested, require_stable)
-        if error != E.none:
+        if error != NO_ERROR:
             topics = []
             if ctx.api_version < 2:  # no top-level error yet: report it on every partition
                 topics = [(name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
@@ -285,7 +289,7 @@ class GroupApis:
         groups = self._ready().describe_groups(req.groups)
         if include_ops:
             for g in groups:
-                if g["error_code"] == E.none:
+                if g["error_code"] == NO_ERROR:
                     g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
         return build_response(ctx, {"groups": groups})
 

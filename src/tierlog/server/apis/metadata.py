@@ -6,15 +6,18 @@ import dataclasses
 import logging
 
 from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
-from tierlog.errors import KafkaError, error_for_code
+from tierlog.errors import (
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, build_response
 
 log = logging.getLogger(__name__)
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
 
 # KAFKA-18659: older librdkafka (kcat 1.7.1 ships 2.0.2; 2.16 is fixed) compresses gzip, snappy and lz4 only
 # when ApiVersions lists Produce v0, and silently sends them uncompressed otherwise. Kafka 4.x advertises
@@ -56,7 +59,7 @@ class MetadataApis:
                 if name is None and topic_id not in (None, ZERO_UUID):
                     topic = image.topic_by_id(topic_id)
                     topics_out.append(self._topic(topic) if topic else
-                                      {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id})
+                                      {"error_code": UnknownTopicIdError.code, "name": None, "topic_id": topic_id})
                     continue
                 topics_out.append(self._named_topic(name, allow_create))
         me = image.brokers[self.node_id]
@@ -86,7 +89,7 @@ class MetadataApis:
             except KafkaError as e:
                 log.info("Auto-creation of topic %s failed: %s", name, e)
                 return {"error_code": e.code, "name": name}
-        return {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name}
+        return {"error_code": UnknownTopicOrPartitionError.code, "name": name}
 
     def _topic(self, topic) -> dict:
         return {
