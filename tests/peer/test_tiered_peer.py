@@ -20,8 +20,7 @@ from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
 
-NOW = int(time.time() * 1000)
-T0 = NOW - 3_600_000
+NOW = T0 = 0  # set as the test starts (_timeline): stamps taken at import could be past local retention by then
 OLD_BATCHES = 60
 RECENT_BATCHES = 10
 BATCHES = OLD_BATCHES + RECENT_BATCHES
@@ -40,6 +39,13 @@ def tierlog_tiered(tmp_path_factory):
         "num.partitions": "1"}).start()
     yield b
     b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _timeline():
+    global NOW, T0
+    NOW = int(time.time() * 1000)
+    T0 = NOW - 3_600_000
 
 
 def stamp(i: int) -> int:
