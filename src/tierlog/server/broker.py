@@ -30,7 +30,7 @@ from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.network import BoundListener, SocketServer
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.storage import LogConfig, LogManager
+from tierlog.storage import LogConfig, LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -86,11 +86,13 @@ class Broker:
         log_dirs = cfg.log_dirs
         self.state = BrokerState.RECOVERING_STORAGE
         self.cluster_id = ensure_meta_properties(log_dirs, self.node_id, None)
+        self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_manager = LogManager(
             log_dirs, self.log_config_for,
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
-            producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+            producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
+            failure_channel=self.log_dir_failure_channel, metrics=self.metrics)
 
         self.state = BrokerState.LOADING_METADATA
         advertised = cfg.advertised_listeners or cfg.listeners
@@ -112,6 +114,7 @@ class Broker:
         self.log_manager.startup()
         self.controller.elect_leaders()
         self.replica_manager = ReplicaManager(self)
+        self.log_dir_failure_channel.add_listener(self.replica_manager.handle_log_dir_failure)
         self.replica_manager.load(self.controller.image)
         self.controller.add_listener(self.replica_manager.on_metadata_update)
 
@@ -192,7 +195,8 @@ class Broker:
                            "remote_bytes_to_delete": sum(v["bytes"] for v in left),
                            "last_error": driver.last_error.get(t.name) if driver is not None else None})
         return {"node_id": self.node_id, "remote_storage_enabled": rlm is not None, "topics": topics,
-                "partitions": rlm.status(topic) if rlm is not None else []}
+                "partitions": rlm.status(topic) if rlm is not None else [],
+                "log_dirs": self.log_manager.log_dir_status()}
 
     async def tier_reconcile(self, delete: str = "false") -> dict:
         """``tierlog tier reconcile``: orphaned remote objects and segments whose objects are missing."""

@@ -79,9 +79,10 @@ class ReplicaManager:
         if rlm is not None:
             rlm.on_leadership_change([p for p in partitions if p.log.config.remote_storage_enable])
 
-    def _add(self, topic: TopicImage, p: int) -> None:
+    def _add(self, topic: TopicImage, p: int, is_new: bool = False) -> None:
+        """``is_new``: created since start-up (a metadata delta), so it cannot be in a log dir that failed."""
         lg = self.broker.log_manager.get_or_create_log(topic.name, p, self.broker.log_config_for(topic.name),
-                                                       topic.topic_id)
+                                                       topic.topic_id, is_new=is_new)
         # This broker is the partition's only replica, so its leader's ISR is itself and everything in
         # its log is committed: as Kafka's leader with ISR {self}, the high watermark is the log end
         # (after an unclean stop the checkpointed one may lag behind acknowledged records).
@@ -94,11 +95,11 @@ class ReplicaManager:
         rlm = self.broker.remote_log_manager
         for topic in delta.created:
             for p in topic.partitions:
-                self._add(topic, p)
+                self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
         for topic, added in delta.partitions_added:
             for p in added:
-                self._add(topic, p)
+                self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
         for topic in delta.deleted:
             gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
@@ -127,6 +128,18 @@ class ReplicaManager:
                     p.log.increment_log_start_offset_from_remote(p.log.local_log_start_offset)
                 rlm.spawn(rlm.stop_tasks(partitions), f"stop-remote-{topic.name}")
 
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure on one node, called by the log dir failure channel after
+        the log manager closed the dir's logs (each now refuses reads and writes with KAFKA_STORAGE_ERROR):
+        fetches waiting on those partitions answer at once, and tiered storage stops copying them. The
+        partitions stay led here (no other replica could take them) and answer KAFKA_STORAGE_ERROR."""
+        offline = [p for p in self.partitions.values() if p.log.parent_dir == log_dir]
+        for p in offline:
+            self._wake((p.topic, p.index))
+        rlm = self.broker.remote_log_manager
+        if rlm is not None:
+            rlm.on_log_dir_failure([p for p in offline if p.log.config.remote_storage_enable])
+
     def _topic_partitions(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self.partitions.items() if t == topic]
 
@@ -145,6 +158,8 @@ class ReplicaManager:
             if t is not None and partition in t.partitions:
                 raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
+        if p.log.offline is not None:  # Kafka's HostedPartition.Offline: its log dir failed
+            raise p.log.offline_error()
         return p
 
     def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:
