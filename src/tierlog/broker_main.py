@@ -39,8 +39,11 @@ async def _serve(cfg: Any) -> int:
             w.cancel()
     finally:
         await broker.shutdown()
+        unclean = broker.log_manager.unclean_at_shutdown if broker.log_manager is not None else []
         if broker.fatal_error:
             print(f"tierlog broker stopped: {broker.fatal_error}", flush=True)
+        elif unclean:  # a failed disk: its logs are recovered at the next start
+            print(f"tierlog broker stopped; log dirs left for recovery: {', '.join(unclean)}", flush=True)
         else:
             print("tierlog broker stopped cleanly", flush=True)
     return 1 if broker.fatal_error else 0

@@ -1,4 +1,4 @@
-"""Crash recovery: torn and corrupt tails are cut exactly at the last complete batch."""
+"""Crash recovery: torn and corrupt bytes are removed, and never a batch whose CRC is intact."""
 
 import os
 import random
@@ -48,11 +48,10 @@ def test_cut_at_random_byte_keeps_exactly_the_complete_batches(tmp_path_factory,
     crash(lg)
     with open(seg.log_path, "r+b") as f:
         f.truncate(cut)
-    # Earlier segments survive, and in the cut segment the batches ending by the cut. A cut inside a
-    # batch leaves a torn tail: recovery truncates it and drops every later segment. A cut exactly
-    # on a batch boundary leaves only valid batches, and later segments stay.
-    torn = cut not in {0} | {e[1] for e in ends if e[0] == base}
-    survivors = [e for e in ends if e[0] < base or (e[0] == base and e[1] <= cut) or (e[0] > base and not torn)]
+    # Every batch survives but those the cut tore or removed: in the cut segment the batches ending by
+    # the cut; a cut inside a batch leaves a torn tail, which recovery truncates, and the later segments
+    # stay, since their batches are intact (Kafka would drop them).
+    survivors = [e for e in ends if e[0] != base or e[1] <= cut]
     expected_end = survivors[-1][2] if survivors else 0
     reopened = make("t-0", clean_shutdown=False, recovery_point=0, segment_bytes=600, index_interval_bytes=64)
     assert reopened.log_end_offset == expected_end
@@ -75,9 +74,10 @@ def _maker(tmp):
     return make
 
 
-def test_corrupt_byte_in_tail_is_cut_and_never_served(make_log):
+def test_corrupt_batch_is_cut_out_never_served_and_the_intact_batches_after_it_stay(make_log):
     lg = write_log(make_log, [3] * 10)
     ends = batch_ends(lg)
+    size = lg.segments[0].size
     crash(lg)
     path = lg.segments[0].log_path
     victim = ends[6][1] - 5  # inside batch 7 (a record byte covered by the CRC)
@@ -87,8 +87,15 @@ def test_corrupt_byte_in_tail_is_cut_and_never_served(make_log):
         f.seek(victim)
         f.write(bytes([b[0] ^ 0xFF]))
     lg2 = make_log("t-0", clean_shutdown=False)
-    assert lg2.log_end_offset == ends[5][2]
-    assert os.path.getsize(path) == ends[5][1]
+    # Batch 7 (offsets 18..20) is gone, batches 8..10 after it keep their offsets: only the corrupt
+    # bytes were removed (Kafka would truncate the last four batches).
+    assert lg2.log_end_offset == 30
+    assert os.path.getsize(path) == size - (ends[6][1] - ends[5][1])
+    lg2.update_high_watermark(lg2.log_end_offset)
+    assert [h.base_offset for _, _, h in lg2.batches()] == [0, 3, 6, 9, 12, 15, 21, 24, 27]
+    assert lg2.read(18, 10**6).first_batch_offset == 21
+    assert lg2.read(19, 10**6).first_batch_offset == 21
+    assert lg2.append_as_leader(batch(1)).first_offset == 30
 
 
 def test_clean_shutdown_skips_validation(make_log, monkeypatch):
@@ -114,8 +121,10 @@ def test_truncated_earlier_segment_is_detected_even_after_clean_shutdown(make_lo
     with open(victim.log_path, "r+b") as f:
         f.truncate(victim.size - 7)
     lg2 = make_log("t-0", clean_shutdown=True)
-    assert [s.base_offset for s in lg2.segments] == [s.base_offset for s in lg.segments[:2]]
-    assert lg2.log_end_offset == lg.segments[2].base_offset - 2
+    # The torn batch goes; every later segment stays (its batches are intact).
+    assert [s.base_offset for s in lg2.segments] == [s.base_offset for s in lg.segments]
+    assert lg2.segments[1].next_offset() == lg.segments[2].base_offset - 2
+    assert lg2.log_end_offset == 60
 
 
 def test_index_rebuilt_when_index_file_is_garbage(make_log):

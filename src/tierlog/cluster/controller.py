@@ -35,6 +35,7 @@ from tierlog.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    KafkaStorageError,
     TopicAlreadyExistsError,
     TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
@@ -103,12 +104,19 @@ class Controller:
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def _persist(self) -> None:
-        self.store.save(self.image.to_json())
+    def _persist(self, image: MetadataImage | None = None) -> None:
+        """Write ``image`` (the current one by default); a write that fails (a full disk) raises
+        KAFKA_STORAGE_ERROR, and the change it carried is not made."""
+        try:
+            self.store.save((image or self.image).to_json())
+        except OSError as e:
+            log.error("Cannot write the cluster metadata to %s: %s; the change is refused", self.store.path, e)
+            raise KafkaStorageError(f"cannot write the cluster metadata ({self.store.path}): {e}") from e
 
     def _commit(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Persist first, then publish: what brokers and clients see is always on disk."""
+        self._persist(image)
         self.image = image
-        self._persist()
         for listener in self._listeners:
             listener(delta, image)
 
@@ -153,8 +161,9 @@ class Controller:
         with self._lock:
             if self._next_producer_id >= self._producer_id_block_end:
                 start = self.image.next_producer_id_block
-                self.image = replace(self.image, next_producer_id_block=start + PRODUCER_ID_BLOCK_SIZE)
-                self._persist()
+                image = replace(self.image, next_producer_id_block=start + PRODUCER_ID_BLOCK_SIZE)
+                self._persist(image)
+                self.image = image
                 self._next_producer_id, self._producer_id_block_end = start, start + PRODUCER_ID_BLOCK_SIZE
             pid = self._next_producer_id
             self._next_producer_id += 1

@@ -36,7 +36,7 @@ from tierlog.server.network import BoundListener, SocketServer
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.tier_status import tier_reconcile, tier_status
-from tierlog.storage import LogManager
+from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rsm import create_remote_storage_manager
@@ -109,11 +109,13 @@ class Broker:
         first = advertised[0]
         controller = self.controller = Controller(cfg, FileMetadataStore(log_dirs[0]),
                                                   BrokerImage(self.node_id, first.host, first.port), self.cluster_id)
+        failures = self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_manager = LogManager(
             log_dirs, controller.log_config,
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
-            producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+            producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
+            failure_channel=failures, metrics=self.metrics)
 
         self._enter(BrokerState.LOADING_METADATA)
         # Listeners are bound now (their ports known) but accept connections only once the broker is
@@ -131,6 +133,7 @@ class Broker:
         controller.elect_leaders()
         rm = self.replica_manager = ReplicaManager(self.node_id, self.log_manager, controller,
                                                    self.remote_log_manager, lambda: controller.effective_config)
+        failures.add_listener(rm.handle_log_dir_failure)
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
@@ -146,9 +149,9 @@ class Broker:
         self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
-            rlm = self.remote_log_manager
+            rlm, lm = self.remote_log_manager, self.log_manager
             self.metrics_server = MetricsServer(self.metrics, {
-                "/v1/tier/status": lambda topic=None: tier_status(controller, rlm, self.node_id, topic),
+                "/v1/tier/status": lambda topic=None: tier_status(controller, rlm, lm, self.node_id, topic),
                 "/v1/tier/reconcile": lambda delete="false": tier_reconcile(rlm, delete)})
             port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
             log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)

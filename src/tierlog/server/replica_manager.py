@@ -99,9 +99,10 @@ class ReplicaManager:
         if rlm is not None:
             rlm.on_leadership_change([p for p in partitions if p.remote_storage_enabled])
 
-    def _add(self, topic: TopicImage, p: int) -> None:
+    def _add(self, topic: TopicImage, p: int, is_new: bool = False) -> None:
+        """``is_new``: created since start-up (a metadata delta), so it cannot be in a log dir that failed."""
         lg = self.log_manager.get_or_create_log(topic.name, p, self.controller.log_config(topic.name),
-                                                topic.topic_id)
+                                                topic.topic_id, is_new=is_new)
         meta = topic.partitions[p]
         partition = Partition(topic.name, p, topic.topic_id, lg, meta.leader_epoch, meta.leader,
                               tuple(meta.replicas), tuple(meta.isr))
@@ -116,11 +117,11 @@ class ReplicaManager:
         rlm = self.remote_log_manager
         for topic in delta.created:
             for p in topic.partitions:
-                self._add(topic, p)
+                self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
         for topic, added in delta.partitions_added:
             for p in added:
-                self._add(topic, p)
+                self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
         for topic in delta.deleted:
             gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
@@ -149,6 +150,18 @@ class ReplicaManager:
                     p.log.increment_log_start_offset_from_remote(p.log.local_log_start_offset)
                 rlm.spawn(rlm.stop_tasks(partitions), f"stop-remote-{topic.name}")
 
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure on one node, called by the log dir failure channel after
+        the log manager closed the dir's logs (each now refuses reads and writes with KAFKA_STORAGE_ERROR):
+        fetches waiting on those partitions answer at once, and tiered storage stops copying them. The
+        partitions stay led here (no other replica could take them) and answer KAFKA_STORAGE_ERROR."""
+        offline = [p for p in self.partitions.values() if p.log.parent_dir == log_dir]
+        for p in offline:
+            self._wake((p.topic, p.index))
+        rlm = self.remote_log_manager
+        if rlm is not None:
+            rlm.on_log_dir_failure([p for p in offline if p.remote_storage_enabled])
+
     def _topic_partitions(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self.partitions.items() if t == topic]
 
@@ -168,6 +181,8 @@ class ReplicaManager:
             if t is not None and partition in t.partitions:
                 raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
+        if p.log.offline is not None:  # Kafka's HostedPartition.Offline: its log dir failed
+            raise p.log.offline_error()
         return p
 
     def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:

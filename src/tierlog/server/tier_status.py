@@ -4,11 +4,14 @@ metrics endpoint (``/v1/tier/status``, ``/v1/tier/reconcile``)."""
 from __future__ import annotations
 
 from tierlog.cluster import Controller
+from tierlog.storage import LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 
-def tier_status(controller: Controller, rlm: RemoteLogManager | None, node_id: int, topic: str | None = None) -> dict:
-    """Each tiered partition, and each topic's tiering state with what a disablement still has to delete."""
+def tier_status(controller: Controller, rlm: RemoteLogManager | None, log_manager: LogManager, node_id: int,
+                topic: str | None = None) -> dict:
+    """Each tiered partition, each topic's tiering state with what a disablement still has to delete, and
+    each log dir's state (an offline one with its cause)."""
     driver = controller.disablements
     topics = []
     for t in sorted(controller.image.topics.values(), key=lambda t: t.name):
@@ -21,7 +24,8 @@ def tier_status(controller: Controller, rlm: RemoteLogManager | None, node_id: i
                        "remote_bytes_to_delete": sum(v["bytes"] for v in left),
                        "last_error": driver.last_error.get(t.name) if driver is not None else None})
     return {"node_id": node_id, "remote_storage_enabled": rlm is not None, "topics": topics,
-            "partitions": rlm.status(topic) if rlm is not None else []}
+            "partitions": rlm.status(topic) if rlm is not None else [],
+            "log_dirs": log_manager.log_dir_status()}
 
 
 async def tier_reconcile(rlm: RemoteLogManager | None, delete: str = "false") -> dict:

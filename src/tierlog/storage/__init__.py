@@ -1,5 +1,6 @@
 """Local log storage in Apache Kafka's on-disk format (segments, indexes, checkpoints, recovery)."""
 
+from tierlog.storage.failure import LogDirFailureChannel
 from tierlog.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -18,6 +19,7 @@ from tierlog.storage.segment import FileRegion, LogSegment
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP", "EARLIEST_TIMESTAMP", "LATEST_TIERED_TIMESTAMP", "LATEST_TIMESTAMP",
-    "MAX_TIMESTAMP", "FetchDataInfo", "FileRegion", "Log", "LogAppendInfo", "LogConfig", "LogManager",
+    "MAX_TIMESTAMP", "FetchDataInfo", "FileRegion", "Log", "LogAppendInfo", "LogConfig", "LogDirFailureChannel",
+    "LogManager",
     "LogSegment", "OffsetMovedToTieredStorageError", "TimestampAndOffset",
 ]

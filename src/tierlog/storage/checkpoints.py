@@ -31,12 +31,22 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
 def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data``: the old content stays whole until the new one is complete. A failed
+    write (ENOSPC) raises its OSError and removes the partial temporary file (start-up removes one a
+    crash leaves behind)."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
     os.replace(tmp, path)
     if fsync:
         fsync_dir(os.path.dirname(path) or ".")

@@ -18,9 +18,13 @@ UNDEFINED_OFFSET = -1
 
 
 class LeaderEpochCache:
-    def __init__(self, checkpoint: LeaderEpochCheckpointFile):
+    def __init__(self, checkpoint: LeaderEpochCheckpointFile, load: bool = True):
+        """``load=False``: start empty without reading the file (a log whose dir is offline)."""
         self._checkpoint = checkpoint
         self.unreadable = False
+        if not load:
+            self._entries = []
+            return
         try:
             self._entries: list[tuple[int, int]] = checkpoint.read()
         except (KafkaStorageError, ValueError) as e:

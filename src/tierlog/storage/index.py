@@ -40,9 +40,23 @@ def _read_file(path: str) -> bytes:
 
 
 def _append_file(path: str, data: bytes) -> None:
+    """Append all of ``data`` (resuming after short writes) or nothing: when a write fails (ENOSPC), the
+    bytes already appended are cut off again, so the file never ends in a partial entry that later
+    entries would be appended behind; if even that fails, the error says so (recovery rebuilds the
+    index, whose size is then no whole number of entries)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(fd, data)
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as e:
+            try:
+                os.ftruncate(fd, start)
+            except OSError as undo:
+                e.add_note(f"the partial entries appended to {path} could not be cut off: {undo}")
+            raise
     finally:
         os.close(fd)
 
@@ -82,6 +96,10 @@ class _Index:
         if self._pending:
             _append_file(self.path, bytes(self._pending))
             self._pending.clear()
+
+    def discard_pending(self) -> None:
+        """Forget entries not yet written (a log dir gone offline closes its logs without writing)."""
+        self._pending.clear()
 
     def fsync(self) -> None:
         self.flush()

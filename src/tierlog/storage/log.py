@@ -14,6 +14,7 @@ state replay look inside a batch, and only at one batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -21,6 +22,7 @@ import shutil
 import time
 import uuid
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.errors import (
@@ -50,8 +52,10 @@ from tierlog.storage.checkpoints import (
     PARTITION_METADATA_FILE,
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
+    fsync_dir,
 )
 from tierlog.storage.epoch import LeaderEpochCache
+from tierlog.storage.failure import describe
 from tierlog.storage.log_config import LogConfig
 from tierlog.storage.producer_state import ProducerStateManager, list_snapshots
 from tierlog.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, FileRegion, LogSegment
@@ -77,6 +81,23 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not part.isdigit() or "." in part:
         return None
     return topic, int(part)
+
+
+def _io(what: str):
+    """Kafka's ``maybeHandleIOException`` around a Log operation: a log that is offline refuses at once with
+    KAFKA_STORAGE_ERROR, and an OSError from the disk takes the log (and, through the log dir failure
+    channel, its whole dir) offline and is raised as KAFKA_STORAGE_ERROR naming the dir and the cause."""
+    def wrap(method):
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            if self.offline is not None:
+                raise self.offline_error()
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as e:
+                raise self._io_failed(what, e) from e
+        return guarded
+    return wrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +135,8 @@ class TimestampAndOffset:
 class Log:
     """One partition's log in its folder ``<log dir>/<topic>-<partition>``."""
 
-    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig):
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig, *, offline: str | None = None):
+        """``offline``: why the log cannot be used (then nothing is read from its folder)."""
         self.dir = directory
         self.topic = topic
         self.partition = partition
@@ -130,8 +152,14 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # Why the log is closed to reads and writes (its log dir failed), or None while it serves.
+        self.offline: str | None = offline
+        # Called as failure_handler(log dir, what was being done, OSError) when the disk fails: the log
+        # manager hands it to the log dir failure channel.
+        self.failure_handler: Callable[[str, str, OSError], None] | None = None
+        self._dir_unsynced = False  # a segment file was created since the folder was last fsynced
         self.leader_epoch_cache = LeaderEpochCache(
-            LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)))
+            LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)), load=offline is None)
         self._epochs_lost = self.leader_epoch_cache.unreadable
         self.producer_state = ProducerStateManager(directory, self.name)
         self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
@@ -141,6 +169,49 @@ class Log:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def parent_dir(self) -> str:
+        """The log dir holding this partition's folder (Kafka's ``parentDir``)."""
+        return os.path.dirname(self.dir)
+
+    # ------------------------------------------------------------------ offline (log dir failure)
+
+    @classmethod
+    def offline_log(cls, directory: str, topic: str, partition: int, config: LogConfig, cause: str,
+                    topic_id: uuid.UUID | None = None) -> Log:
+        """A log that could not be opened: it refuses every read and write with KAFKA_STORAGE_ERROR, so its
+        partition stays hosted here (and offline) instead of being created again elsewhere."""
+        self = cls(directory, topic, partition, config, offline=cause)
+        self.topic_id = topic_id
+        return self
+
+    def offline_error(self) -> KafkaStorageError:
+        return KafkaStorageError(f"the log of {self.name} in {self.parent_dir} is offline: {self.offline}")
+
+    def mark_offline(self, cause: str) -> None:
+        """Close the log to reads and writes (its dir failed). Its files stay open until
+        :meth:`close_handles`: a response being sent may still hold a region of them."""
+        if self.offline is None:
+            self.offline = cause
+
+    def close_handles(self) -> None:
+        """Close every file without writing anything (Kafka's ``closeHandlers``)."""
+        for seg in self.segments:
+            seg.close_handles()
+        for _, seg in self._pending_deletes:
+            seg.close_handles()
+
+    def _io_failed(self, what: str, error: OSError) -> KafkaStorageError:
+        message = f"error while {what} {self.name}"
+        cause = f"{message}: {describe(error)}"
+        first = self.offline is None
+        self.mark_offline(cause)
+        if self.failure_handler is not None:
+            self.failure_handler(self.parent_dir, message, error)
+        elif first:
+            log.error("The log of %s in %s is offline: %s", self.name, self.parent_dir, cause)
+        return KafkaStorageError(f"{cause} (log dir {self.parent_dir} is offline)")
+
     # ------------------------------------------------------------------ loading
 
     @classmethod
@@ -148,6 +219,16 @@ class Log:
              log_start_offset: int = 0, clean_shutdown: bool = True, topic_id: uuid.UUID | None = None) -> Log:
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config)
+        try:
+            self._load(recovery_point, log_start_offset, clean_shutdown, topic_id)
+        except BaseException:
+            self.close_handles()  # a log that cannot be opened keeps no file open
+            raise
+        return self
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool,
+              topic_id: uuid.UUID | None) -> None:
+        directory, config = self.dir, self.config
         stored_id = self._partition_metadata.read()
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise KafkaStorageError(f"partition folder {directory} belongs to topic id {stored_id}, "
@@ -174,15 +255,16 @@ class Log:
         self._load_producer_state()
         # A single replica: everything that is on disk is committed (replication refines this later).
         self.high_watermark = self.log_end_offset
-        return self
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         # Each segment draws its own jitter below segment.jitter.ms (and segment.ms), as Kafka does, so
         # that partitions created together do not all roll at the same moment.
         bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=self.config.segment_index_bytes,
-                          roll_jitter_ms=random.randrange(bound) if bound > 0 else 0)
+        seg = LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                         max_index_size=self.config.segment_index_bytes,
+                         roll_jitter_ms=random.randrange(bound) if bound > 0 else 0)
+        self._dir_unsynced = True
+        return seg
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
         names = os.listdir(self.dir)
@@ -201,7 +283,8 @@ class Log:
             stem, ext = os.path.splitext(name)
             if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set:
                 os.remove(os.path.join(self.dir, name))  # an index without its log
-        self.segments = [self._new_segment(b) for b in bases]
+        for b in bases:  # one by one: should one fail to open, the others are closed again
+            self.segments.append(self._new_segment(b))
         if not self.segments:
             self.segments = [self._new_segment(0)]
         self._bases = [s.base_offset for s in self.segments]
@@ -221,24 +304,27 @@ class Log:
             self._recover_from(start)
 
     def _recover_from(self, index: int) -> None:
-        """Validate segments[index:], truncate at the first bad byte and drop what follows it."""
+        """Validate segments[index:]: each segment loses only its invalid bytes (see LogSegment.recover), and
+        later segments stay, since their batches are intact; a segment left empty before the last one
+        goes (it holds no offset)."""
         expected = self.segments[index - 1].next_offset() if index > 0 else None
         for i in range(index, len(self.segments)):
             seg = self.segments[i]
             if expected is not None and seg.size and seg.base_offset < expected:
                 log.warning("Log segment %s starts at offset %d, below the previous segment's end %d",
                             seg.log_path, seg.base_offset, expected)
-            truncated = seg.recover(self._on_recovered_batch)
+            removed = seg.recover(self._on_recovered_batch)
             expected = seg.next_offset()
-            if truncated:
-                dropped = self.segments[i + 1:]
-                log.warning("Recovery of %s truncated %d invalid bytes at position %d (log now ends at offset "
-                            "%d); removing %d later segment(s): %s", seg.log_path, truncated, seg.size,
-                            expected, len(dropped), [s.log_path for s in dropped])
-                for s in dropped:
-                    s.delete_files()
-                del self.segments[i + 1:]
-                break
+            if removed:
+                later = len(self.segments) - i - 1
+                log.warning("Recovery of %s removed %d invalid bytes (the segment now ends at offset %d)%s",
+                            seg.log_path, removed, expected,
+                            f"; the {later} later segment(s) are kept: their batches are intact" if later else "")
+        empty = [seg for seg in self.segments[index:-1] if seg.size == 0]
+        for seg in empty:
+            log.warning("Removing log segment %s: recovery left it empty", seg.log_path)
+            seg.delete_files()
+        self.segments = [seg for seg in self.segments if seg not in empty]
         self._bases = [s.base_offset for s in self.segments]
         for seg in self.segments[index:]:
             seg.fsync()
@@ -297,6 +383,8 @@ class Log:
 
     @property
     def local_log_start_offset(self) -> int:
+        if not self.segments:  # an offline log that could not be opened
+            return self.log_start_offset
         return max(self.log_start_offset, self.segments[0].base_offset)
 
     @property
@@ -319,6 +407,7 @@ class Log:
 
     # ------------------------------------------------------------------ append
 
+    @_io("appending to")
     def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int = 0,
                          now_ms: int | None = None, allow_multiple_batches: bool = False) -> LogAppendInfo:
         """Validate, assign offsets to and append a client's record batch (Produce).
@@ -410,6 +499,7 @@ class Log:
         return LogAppendInfo(first_offset, next_offset - 1, now if cfg.log_append_time else max_ts,
                              now if cfg.log_append_time else -1, self.log_start_offset, total)
 
+    @_io("appending to")
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches that already carry offsets and epochs (replication, tests, tools)."""
         headers = _validate_replicated(data)
@@ -436,6 +526,7 @@ class Log:
         return LogAppendInfo(headers[0].base_offset, last, max(h.max_timestamp for h in headers), -1,
                              self.log_start_offset, len(data))
 
+    @_io("rolling a segment of")
     def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at the log end offset."""
         old = self.active_segment
@@ -456,6 +547,7 @@ class Log:
 
     # ------------------------------------------------------------------ read
 
+    @_io("reading from")
     def read(self, offset: int, max_bytes: int, *, isolation: str = "high_watermark",
              min_one_message: bool = True) -> FetchDataInfo:
         """Read whole batches from ``offset`` up to ``max_bytes``.
@@ -498,6 +590,7 @@ class Log:
 
     # ------------------------------------------------------------------ ListOffsets
 
+    @_io("looking up an offset of")
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """Kafka's UnifiedLog.fetchOffsetByTimestamp for the local log (and the special values)."""
         epoch_of = self.leader_epoch_cache.epoch_for_offset
@@ -559,6 +652,7 @@ class Log:
 
     # ------------------------------------------------------------------ retention and truncation
 
+    @_io("applying retention to")
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention: returns the number of segments deleted.
 
@@ -609,6 +703,7 @@ class Log:
                 (0 <= retention_bytes < seg.size):
             self.roll(now)
 
+    @_io("moving the log start offset of")
     def increment_log_start_offset_from_remote(self, offset: int) -> None:
         """Remote retention (or the oldest remote segment after leadership) moved the log start
         offset (Kafka's ``updateLogStartOffsetFromRemoteTier``); only forward, never past the log end."""
@@ -657,6 +752,7 @@ class Log:
         seg.rename_suffix(DELETED_SUFFIX)
         self._pending_deletes.append((due_ms, seg))
 
+    @_io("deleting old segments of")
     def delete_expired_files(self, now_ms: int | None = None, force: bool = False) -> None:
         now = _now_ms() if now_ms is None else now_ms
         keep = []
@@ -667,6 +763,7 @@ class Log:
                 keep.append((due, seg))
         self._pending_deletes = keep
 
+    @_io("deleting records of")
     def maybe_increment_log_start_offset(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark)."""
         if offset > self.high_watermark:
@@ -678,6 +775,7 @@ class Log:
             self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
         return self.log_start_offset
 
+    @_io("truncating")
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (replication truncation)."""
         if offset < 0:
@@ -705,6 +803,7 @@ class Log:
 
     # ------------------------------------------------------------------ flush and close
 
+    @_io("flushing")
     def flush(self, up_to: int | None = None) -> None:
         """fsync segments below ``up_to`` (default: everything) and advance the recovery point."""
         target = self.log_end_offset if up_to is None else up_to
@@ -712,25 +811,44 @@ class Log:
             if seg.base_offset >= target:
                 break
             seg.fsync()
+        if self._dir_unsynced:  # new segment files: their names must survive a power loss too (as Kafka)
+            self._dir_unsynced = False
+            fsync_dir(self.dir)
         self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
 
+    @_io("flushing")
     def flush_if_due(self, now_ms: int) -> None:
         if self.config.flush_ms < 2**62 and now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
     def close(self) -> None:
-        """Clean close: fsync everything and snapshot producer state at the log end."""
-        self.flush()
-        for seg in self.segments:
-            seg.flush_indexes()
-        self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.take_snapshot()
-        for seg in self.segments:
-            seg.close()
-        self.delete_expired_files(force=True)
+        """Clean close: fsync everything and snapshot producer state at the log end. When that fails (or the
+        log is offline) the files are closed without writing more and KafkaStorageError is raised: the
+        log dir then gets no clean-shutdown marker, and the next start recovers the log."""
+        if self.offline is not None:
+            self.close_handles()
+            raise self.offline_error()
+        try:
+            self.flush()
+            for seg in self.segments:
+                seg.flush_indexes()
+            self.producer_state.map_end_offset = self.log_end_offset
+            self.producer_state.take_snapshot()
+            for seg in self.segments:
+                seg.close()
+            self.delete_expired_files(force=True)
+            return
+        except OSError as e:
+            error = self._io_failed("closing", e)
+            error.__cause__ = e
+        except KafkaStorageError as e:  # flush or delete_expired_files failed and reported it
+            error = e
+        self.close_handles()
+        raise error
 
+    @_io("deleting")
     def delete(self) -> None:
         """Delete the partition's folder (topic deletion)."""
         for seg in self.segments:

@@ -13,8 +13,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from tierlog.errors import CorruptMessageError, KafkaError
+from tierlog.errors import CorruptMessageError, KafkaError, KafkaStorageError
 from tierlog.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header, verify_crc
+from tierlog.records.batch import MIN_BATCH_LENGTH
+from tierlog.storage.checkpoints import fsync_dir
 from tierlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,17 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a segment being rewritten by recovery; removed at start-up if left behind
 INT32_MAX = 2**31 - 1
+_SCAN_CHUNK = 8 << 20  # bytes read at a time when recovery looks for the next valid batch
+_MAGIC_POS = 16  # byte of the magic in a batch header
+_LENGTH_POS = 8  # batch length (int32) in a batch header
+
+
+class UnrecoverableSegmentError(KafkaStorageError):
+    """Recovery found a CRC-valid batch that it cannot keep where it is (its offsets go backwards or leave
+    the segment's range; the base offset is not covered by the CRC). Rather than drop intact data it
+    changes nothing in the ``.log`` file and the log stays offline for an operator to look at."""
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -88,6 +100,7 @@ class LogSegment:
         # the file shrinks.
         self._read_hint: tuple[int, int, BatchHeader | None] | None = None
         self.unflushed = False
+        self._torn = False  # a failed append left bytes that could not be cut off again
 
     # -- lifecycle --
 
@@ -100,6 +113,19 @@ class LogSegment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def close_handles(self) -> None:
+        """Close the file without writing anything (Kafka's closeHandlers: the log dir went offline)."""
+        self.offset_index.discard_pending()
+        self.time_index.discard_pending()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def is_intact(self) -> bool:
+        """The file holds exactly the batches the segment accounts for: no failed append left a partial
+        batch behind its last one (tiered storage uploads only intact segments)."""
+        return not self._torn and self._fd >= 0 and os.fstat(self._fd).st_size == self.size
 
     def flush_indexes(self) -> None:
         self.offset_index.flush()
@@ -143,9 +169,22 @@ class LogSegment:
         ``headers`` are (position within the appended bytes, header) pairs; ``total`` the byte count.
         """
         physical = self.size
+        if self._torn:
+            raise OSError(f"{self.log_path} ends in a partial batch of a failed append; nothing more is appended")
+        try:
+            _write_all(self._fd, pieces, total)
+        except OSError as e:
+            # Part of the batches may be in the file (ENOSPC mid-write). Cut them off so the file ends at
+            # its last complete batch; the caller takes the log dir offline either way, and should the
+            # cut fail too, recovery truncates the torn tail at the next start.
+            try:
+                os.ftruncate(self._fd, physical)
+            except OSError as undo:
+                self._torn = True
+                e.add_note(f"the partial write could not be cut off {self.log_path}: {undo}")
+            raise
         if physical == 0 and headers:
             self._rolling_based_timestamp = headers[0][1].max_timestamp
-        _write_all(self._fd, pieces, total)
         self.unflushed = True
         max_ts = self.max_timestamp_and_offset()
         for pos, h in headers:
@@ -308,55 +347,74 @@ class LogSegment:
             return False
 
     def recover(self, on_batch=None) -> int:
-        """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.
+        """Validate every batch, rebuild both indexes, remove the bytes that are not a valid batch.
 
-        ``on_batch(header)`` is called for each valid batch (producer state, epochs). Returns
-        the number of bytes truncated.
+        A batch is valid when its header parses, it lies wholly in the file and its CRC32C matches. Bytes
+        that are not a valid batch are removed, and a valid batch never is: invalid bytes that run to the
+        end of the file are a torn tail and are truncated (a write the crash or a full disk cut short);
+        invalid bytes followed by a valid batch (the next position whose CRC matches, found by scanning
+        forward) are cut out, and the segment is rewritten without them, through a ``.cleaned`` copy
+        renamed over it. A valid batch whose offsets do not follow the previous one, or leave the
+        segment's range, raises :class:`UnrecoverableSegmentError` before the ``.log`` file changes.
+
+        ``on_batch(header)`` is called for each kept batch (producer state, epochs). Returns the number
+        of bytes removed.
         """
         self.offset_index.reset()
         self.time_index.reset()
         self._read_hint = None
         self._max_ts = (-1, self.base_offset)
-        valid = 0
+        keep: list[tuple[int, int]] = []  # byte ranges of the file that stay, in order
+        run_start = 0  # where the current run of valid batches started
+        cut = 0  # bytes cut out before ``pos``: a kept batch moves down by this much
+        pos = 0
         last_index_entry = 0
-        chunk = 1 << 20
         next_offset = self.base_offset
-        while valid < self.size:
-            try:
-                head = os.pread(self._fd, RECORD_BATCH_OVERHEAD, valid)
-                if len(head) < RECORD_BATCH_OVERHEAD:
-                    raise CorruptMessageError(f"torn batch header at position {valid}")
-                h = read_header(head)
-                if valid + h.size > self.size:
-                    raise CorruptMessageError(f"batch at position {valid} needs {h.size} bytes, "
-                                              f"only {self.size - valid} remain")
-                if h.size <= chunk:
-                    verify_crc(os.pread(self._fd, h.size, valid), 0, h)
-                else:
-                    verify_crc(_read_exact(self._fd, valid, h.size), 0, h)
-                if h.base_offset < next_offset and valid > 0:
-                    raise CorruptMessageError(f"offsets go backwards at position {valid}: batch base offset "
-                                              f"{h.base_offset} after {next_offset - 1}")
-                if h.last_offset - self.base_offset > INT32_MAX or h.base_offset < self.base_offset:
-                    raise CorruptMessageError(f"batch offset {h.base_offset} at position {valid} does not "
-                                              f"belong to segment {self.base_offset}")
-            except KafkaError as e:
-                log.warning("Found invalid data in log segment %s at byte position %d (after offset %d): %s",
-                            self.log_path, valid, next_offset - 1, e)
-                break
+        accepted = False
+        while pos < self.size:
+            h, problem = self._valid_batch_at(pos)
+            if problem is not None:
+                keep.append((run_start, pos))
+                resume = self._next_valid_batch(pos + 1)
+                if resume is None:
+                    log.warning("Found invalid data in log segment %s at byte position %d (after offset %d): %s; "
+                                "no valid batch follows, so the %d bytes from there are a torn tail",
+                                self.log_path, pos, next_offset - 1, problem, self.size - pos)
+                    break
+                log.warning("Found invalid data in log segment %s at byte positions %d-%d (after offset %d): %s; "
+                            "a valid batch follows at position %d, so only those %d bytes are cut out",
+                            self.log_path, pos, resume, next_offset - 1, problem, resume, resume - pos)
+                cut += resume - pos
+                pos = run_start = resume
+                continue
+            if h.base_offset < self.base_offset or h.last_offset - self.base_offset > INT32_MAX or \
+                    (accepted and h.base_offset < next_offset):
+                raise UnrecoverableSegmentError(
+                    f"log segment {self.log_path} holds a batch with a valid CRC at byte position {pos} whose "
+                    f"offsets {h.base_offset}..{h.last_offset} cannot follow offset {next_offset - 1} in a segment "
+                    f"starting at {self.base_offset}; the segment is left unchanged and its log offline")
+            new_pos = pos - cut
             if h.max_timestamp > self._max_ts[0]:
                 self._max_ts = (h.max_timestamp, h.last_offset)
-            if valid - last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(h.last_offset, valid)
+            if new_pos - last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, new_pos)
                 self.time_index.maybe_append(*self._max_ts)
-                last_index_entry = valid
+                last_index_entry = new_pos
             if on_batch is not None:
                 on_batch(h)
             next_offset = h.last_offset + 1
-            valid += h.size
-        truncated = self.size - valid
-        if truncated:
-            os.ftruncate(self._fd, valid)
+            accepted = True
+            pos += h.size
+        else:
+            keep.append((run_start, self.size))
+        ranges = [(a, b) for a, b in keep if b > a]
+        valid = sum(b - a for a, b in ranges)
+        removed = self.size - valid
+        if removed:
+            if not ranges or (len(ranges) == 1 and ranges[0][0] == 0):
+                os.ftruncate(self._fd, valid)
+            else:
+                self._rewrite_keeping(ranges)
             self.size = valid
         if self._max_ts[0] >= 0:
             self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
@@ -364,7 +422,73 @@ class LogSegment:
         self._bytes_since_last_index_entry = valid - last_index_entry
         self._next_offset = next_offset
         self._rolling_based_timestamp = None
-        return truncated
+        self._torn = False
+        return removed
+
+    def _valid_batch_at(self, pos: int) -> tuple[BatchHeader | None, str | None]:
+        """(header, None) when a whole batch with a matching CRC starts at ``pos``, else (None, why not)."""
+        try:
+            head = os.pread(self._fd, RECORD_BATCH_OVERHEAD, pos)
+            if len(head) < RECORD_BATCH_OVERHEAD:
+                raise CorruptMessageError(f"torn batch header at position {pos}")
+            h = read_header(head)
+            if pos + h.size > self.size:
+                raise CorruptMessageError(f"batch at position {pos} needs {h.size} bytes, "
+                                          f"only {self.size - pos} remain")
+            if h.size <= 1 << 20:
+                verify_crc(os.pread(self._fd, h.size, pos), 0, h)
+            else:
+                verify_crc(_read_exact(self._fd, pos, h.size), 0, h)
+        except KafkaError as e:
+            return None, str(e)
+        return h, None
+
+    def _next_valid_batch(self, start: int) -> int | None:
+        """The first position at or after ``start`` where a valid batch starts, or None. Candidates are the
+        positions whose magic byte is 2 and whose length fits the file; the CRC decides."""
+        base = start
+        while base + RECORD_BATCH_OVERHEAD <= self.size:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK + RECORD_BATCH_OVERHEAD, self.size - base), base)
+            candidates = min(_SCAN_CHUNK, len(chunk) - RECORD_BATCH_OVERHEAD + 1)
+            i = _MAGIC_POS
+            while (i := chunk.find(b"\x02", i, candidates + _MAGIC_POS)) >= 0:
+                c = i - _MAGIC_POS
+                length = int.from_bytes(chunk[c + _LENGTH_POS:c + _LENGTH_POS + 4], "big", signed=True)
+                if length >= MIN_BATCH_LENGTH and base + c + 12 + length <= self.size and \
+                        self._valid_batch_at(base + c)[1] is None:
+                    return base + c
+                i += 1
+            base += _SCAN_CHUNK
+        return None
+
+    def _rewrite_keeping(self, ranges: list[tuple[int, int]]) -> None:
+        """Replace the file by the concatenation of ``ranges`` of it: written to ``<name>.cleaned``, fsynced,
+        renamed over the segment (a crash before the rename leaves the old file, recovered again)."""
+        tmp = self.log_path + CLEANED_SUFFIX
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for a, b in ranges:
+                while a < b:
+                    data = os.pread(self._fd, min(b - a, _SCAN_CHUNK), a)
+                    if not data:
+                        raise OSError(f"{self.log_path} ended at {a} while rewriting it")
+                    _write_all(out, [data], len(data))
+                    a += len(data)
+            os.fsync(out)
+        except OSError:
+            os.close(out)
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+        os.close(out)
+        os.replace(tmp, self.log_path)
+        fsync_dir(self.directory)
+        old, self._fd = self._fd, os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        os.close(old)
+        log.warning("Rewrote log segment %s without its invalid bytes: %d bytes kept", self.log_path,
+                    sum(b - a for a, b in ranges))
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch at or after ``offset``; returns bytes removed."""

@@ -219,6 +219,9 @@ class RemoteLogManager:
             st = PartitionTasks(tp, partition)
             self.partitions[tp] = st
             fresh.append(tp)
+            if partition.log.offline is not None:  # its log dir failed: listed, never copied
+                st.copy_stopped = f"log offline: {partition.log.offline}"
+                continue
             self._start_tasks(st)
         if fresh:
             self.rlmm.on_partition_leadership_changes(fresh, [])
@@ -249,6 +252,21 @@ class RemoteLogManager:
             if st.copy_task is not None and st.copy_task.done():
                 st.copy_task = None
             self._start_tasks(st)
+
+    def on_log_dir_failure(self, partitions: Iterable[TopicPartitionLog]) -> None:
+        """These partitions' log dir went offline: their copy and expiration tasks stop at once (an upload
+        already running in a thread completes; its segment was rolled and intact). Each stays in the status
+        with the cause as its last error, until the broker restarts."""
+        for partition in partitions:
+            st = self.partitions.get(self.topic_id_partition(partition))
+            if st is None:
+                continue
+            st.stop_copy = True
+            st.copy_stopped = f"log offline: {partition.log.offline}"
+            self._record_error(st, st.copy_stopped)
+            self._cancel(st)
+            self.metrics.copy_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
+            self.metrics.copy_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
 
     def _cancel(self, st: PartitionTasks) -> None:
         for task in (st.copy_task, st.expiration_task):
@@ -413,9 +431,10 @@ class RemoteLogManager:
 
     def copy_candidates(self, lg: Log) -> list[tuple[LogSegment, int]]:
         """(segment, next segment's base offset) of each rolled segment not yet copied whose data is
-        all below the last stable offset, oldest first."""
+        all below the last stable offset, oldest first. Nothing of an offline log, and nothing from a
+        segment whose file holds more than its batches (a torn write) on: a torn segment is never uploaded."""
         lso = lg.last_stable_offset
-        if lso <= 0:
+        if lso <= 0 or lg.offline is not None:
             return []
         start = max(lg.highest_offset_in_remote_storage + 1, lg.log_start_offset)
         segments = list(lg.segments)
@@ -425,6 +444,10 @@ class RemoteLogManager:
             if nxt.base_offset <= start:
                 continue  # wholly copied (or below the log start offset)
             if nxt.base_offset > lso:
+                break
+            if not seg.is_intact():
+                log.warning("Not copying segment %s: the file holds more than its %d bytes of batches",
+                            seg.log_path, seg.size)
                 break
             out.append((seg, nxt.base_offset))
         return out

@@ -85,7 +85,27 @@ def _cell(row: dict, key: str) -> str:
     return str(value)
 
 
+def format_log_dirs(status: dict) -> list[str]:
+    """One line per offline log dir (and per log offline in an online dir): what failed, which partitions."""
+    lines = []
+    for d in status.get("log_dirs", []):
+        parts = d.get("offline_partitions") or []
+        shown = ", ".join(parts[:10]) + (f" and {len(parts) - 10} more" if len(parts) > 10 else "")
+        if not d["online"]:
+            lines.append(f"log dir {d['log_dir']} OFFLINE: {d['error']} ({len(parts)} partition(s) offline"
+                         + (f": {shown})" if parts else ")"))
+        elif parts:
+            lines.append(f"log dir {d['log_dir']}: {len(parts)} log(s) offline: {shown}")
+    return lines
+
+
 def format_table(status: dict, topic: str | None = None) -> str:
+    dirs = format_log_dirs(status)
+    table = _format_tiering(status, topic)
+    return "\n".join([*dirs, *([""] if dirs else []), table]) if dirs else table
+
+
+def _format_tiering(status: dict, topic: str | None) -> str:
     rows = [r for r in status.get("partitions", []) if topic is None or r["topic"] == topic]
     if not status.get("remote_storage_enabled"):
         return "tiered storage is off on this broker (remote.log.storage.system.enable=false)"
