@@ -682,6 +682,21 @@ def _alter(raw, rtype: int, name: str, ops: list[tuple], validate_only: bool = F
     return [plain(r.error_code), "local.retention" in (r.error_message or "")]
 
 
+def _await_broker_values(raw, expected: dict) -> None:
+    """Until node 1 describes these values: Kafka's broker applies a committed change asynchronously and
+    validates the next request against what it has applied, so each step waits for the last one."""
+    deadline = time.monotonic() + 30
+    while True:
+        resp = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
+            "resource_type": 4, "resource_name": "1", "configuration_keys": list(expected)}],
+            "include_synonyms": False, "include_documentation": False})
+        seen = {c.name: c.value for c in resp.results[0].configs}
+        if seen == expected:
+            return
+        assert time.monotonic() < deadline, (seen, expected)
+        time.sleep(0.1)
+
+
 def _retention_rules_scenario(bootstrap) -> dict:
     """The local retention must not exceed the retention (Kafka's DynamicLogConfig for the broker
     defaults, LogConfig for a tiered topic), judged on the values in effect once the whole request is
@@ -704,10 +719,13 @@ def _retention_rules_scenario(bootstrap) -> dict:
         seen["broker: legacy retention 20 d alone (validate)"] = _alter(
             raw, 4, "1", [(total, 0, twenty)], validate_only=True, incremental=False)
         seen["broker: local 10 d + retention 20 d"] = _alter(raw, 4, "", [(local, 0, ten), (total, 0, twenty)])
+        _await_broker_values(raw, {local: ten, total: twenty})
         seen["broker: then retention 5 d alone"] = _alter(raw, 4, "", [(total, 0, five)])
         seen["broker: then local 1 d"] = _alter(raw, 4, "", [(local, 0, one)])
+        _await_broker_values(raw, {local: one, total: twenty})
         seen["broker: then retention 5 d"] = _alter(raw, 4, "", [(total, 0, five)])
         seen["broker: reset"] = _alter(raw, 4, "", [(total, 1, None), (local, 1, None)])
+        _await_broker_values(raw, {local: "-2"})
         # A tiered topic (the broker defaults are back to 7 days and -2).
         topic = unique("diff-retention")
         create_topic(bootstrap, topic, configs={"remote.storage.enable": "true"})

@@ -94,7 +94,8 @@ def test_a_broker_whose_remote_folder_is_broken_starts_serves_local_data_and_rec
         assert consume(b, "plain", 200) == list(range(200))
         # The tiered topic: its local tail is served, its remote range answers the retriable
         # KAFKA_STORAGE_ERROR, and the broker's log names the store.
-        local_start = wait_for(lambda: (p := partition(b, "history"))["ready"] and p, "metadata")["local_log_start_offset"]
+        loaded = wait_for(lambda: (p := partition(b, "history"))["ready"] and p, "metadata")
+        local_start = loaded["local_log_start_offset"]
         assert local_start >= before["local_log_start_offset"]
         client = RawClient(b.bootstrap)
         try:
