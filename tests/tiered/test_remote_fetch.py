@@ -360,12 +360,13 @@ def test_list_offsets_with_remote_data(tiered, healthy_store):
     assert list_offsets(tiered, topic, stamps[-1] + 1).offset == -1
     r = list_offsets(tiered, topic, stamps[300], version=10, timeout_ms=5000)
     assert (r.error_code, r.offset) == (0, 300)
-    # A slow store: the request's own TimeoutMs (v10) bounds the remote search.
-    write_control(tiered.control, latency_ms=2000)
-    began = time.monotonic()
+    # A store that hangs (until the test lets it go): the request's own TimeoutMs (v10) bounds the
+    # remote search, so an answer comes at all.
+    write_control(tiered.control, fetch="hold", index="hold")
     r = list_offsets(tiered, topic, stamps[200], version=10, timeout_ms=300)
-    assert r.error_code == 7 and time.monotonic() - began < 1.5  # REQUEST_TIMED_OUT
+    assert r.error_code == 7  # REQUEST_TIMED_OUT
     assert list_offsets(tiered, topic, -2, version=10, timeout_ms=300).offset == 0  # no remote work
+    write_control(tiered.control)
 
 
 def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, healthy_store):
@@ -373,13 +374,15 @@ def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, h
     create(tiered, topic)
     sent = produce(tiered, topic, 500)
     wait_tiered(tiered, topic)
-    write_control(tiered.control, latency_ms=1500)
+    # The store hangs (every read waits until the test lets it go): the fetch is answered anyway, empty
+    # and without error, once remote.fetch.max.wait.ms (500) has passed.
+    write_control(tiered.control, fetch="hold", index="hold")
     client = RawClient(tiered.bootstrap)
     try:
         began = time.monotonic()
         part = fetch(client, topic, {0: 0})[0]
         took = time.monotonic() - began
-        assert part.error_code == 0 and not part.records and 0.4 < took < 1.4  # remote.fetch.max.wait.ms=500
+        assert part.error_code == 0 and not part.records and took >= 0.4
         write_control(tiered.control)
         # The read goes on in the background; a consumer asking again gets the records once it is done.
         deadline = time.monotonic() + 60

@@ -237,7 +237,9 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
         rlm.on_leadership_change([e.partition])
         rlm._cancel(rlm.partitions[e.tp])
         copying = asyncio.ensure_future(rlm._copy_once(rlm.partitions[e.tp]))
-        await asyncio.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while rlm.metrics.copy_throttle_seconds.total() < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # until the next upload has waited one recheck interval
         held_back = len(e.rlmm.list_remote_log_segments(e.tp))
         throttled = rlm.metrics.copy_throttle_seconds.total()
         current["remote.log.manager.copy.max.bytes.per.second"] = 10**12
