@@ -9,6 +9,8 @@ folder should be, or the fault-injecting storage manager."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,10 +20,10 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
+from tests.server.conftest import ROOT, BrokerProcess
 from tests.server.rawclient import RawClient
 from tests.tiered.test_remote_fetch import batches, fetch
-from tests.tiered.tierlib import call, tier_status, tiered_settings, wait_for
+from tests.tiered.tierlib import call, metrics_url, tier_status, tiered_settings, wait_for
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.faults import write_control
 
@@ -167,6 +169,12 @@ def test_a_clean_up_that_failed_during_an_outage_is_retried_and_last_error_names
         assert still["remote_segments_to_clean"] >= 2
         partial = [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]
         assert partial  # the failed attempts' partial objects are still there
+        # What an operator sees: the first cause, since when, and what is still to clean up.
+        table = subprocess.run([sys.executable, "-m", "tierlog", "tier", "status", "--url", metrics_url(b)],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).stdout
+        assert "copy: injected error" in table and "outage-0: failing since " in table
+        assert "failed uploads or deletions whose remote objects are still to delete" in table
         write_control(control)  # deletes work again
         healed = wait_for(lambda: (p := partition(b, "outage"))["remote_segments_to_clean"] == 0
                           and p["last_error"] is None and p, "the clean-up to finish and the error to clear")
@@ -181,7 +189,6 @@ def test_a_clean_up_that_failed_during_an_outage_is_retried_and_last_error_names
 def _metric(b: BrokerProcess, name: str, topic: str) -> float:
     import urllib.request
 
-    from tests.tiered.tierlib import metrics_url
     text = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=30).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(name + "{") and f'topic="{topic}"' in line)
