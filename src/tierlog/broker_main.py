@@ -12,6 +12,8 @@ from tierlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
+EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot work (tierlog.cli.EXIT_INVALID)
+
 
 def run(cfg: Any) -> int:
     """Start the broker described by ``cfg`` (a :class:`tierlog.config.BrokerConfig`); returns the exit status."""
@@ -67,5 +69,4 @@ async def _failed_start(broker: Broker, e: Exception) -> int:
     except Exception:  # noqa: BLE001 - half built: what cannot be released is only logged
         log.exception("Releasing the half-started broker failed")
     print(f"tierlog broker failed to start: {reason}", flush=True)
-    from tierlog.cli import EXIT_INVALID
-    return EXIT_INVALID if isinstance(e, InvalidConfigError) else 1
+    return EXIT_INVALID_CONFIG if isinstance(e, InvalidConfigError) else 1
