@@ -49,7 +49,7 @@ class Env:
         settings.update(config)
         self.config = CoordinatorConfig(**settings)
         self.coord = GroupCoordinator(self.config, self.store, wall_clock=self.clock, timer_clock=self.clock)
-        self.coord.load()
+        self.coord.load_all()
 
     def advance(self, ms: int = 0) -> None:
         self.clock.now += ms
@@ -61,7 +61,7 @@ class Env:
         env.store = self.store
         env.config = self.config
         env.coord = GroupCoordinator(self.config, self.store, wall_clock=self.clock, timer_clock=self.clock)
-        env.coord.load()
+        env.coord.load_all()
         return env
 
     def join(self, group="g", member_id="", *, version=5, protocols=(("range", b"meta"),), session=10_000,

@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.peer.peerlib import create_topic, unique
 from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
 
-NOW = int(time.time() * 1000)
-T0 = NOW - 3_600_000
+NOW = T0 = 0  # set as the test starts (_timeline): stamps taken at import could be past local retention by then
 OLD_BATCHES = 60
 RECENT_BATCHES = 10
 BATCHES = OLD_BATCHES + RECENT_BATCHES
 RECORDS_PER_BATCH = 20
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "1048576"}
+
+
+@pytest.fixture(autouse=True)
+def _timeline():
+    global NOW, T0
+    NOW = int(time.time() * 1000)
+    T0 = NOW - 3_600_000
 
 
 def stamp(i: int) -> int:

@@ -140,7 +140,10 @@ def test_idempotent_retry_is_deduplicated(client):
     assert lo.topics[0].partitions[0].offset == 3
 
 
-def test_list_offsets_special_timestamps(client):
+def test_list_offsets_special_timestamps(start_broker):
+    # The records are stamped in 1970: without log.retention.ms=-1 the first retention check (half a second
+    # after start) may delete them before the lookups.
+    client = RawClient(start_broker(log_retention_ms=-1).bootstrap)
     create(client, "lo")
     for ts in (1000, 3000, 2000):
         produce(client, "lo", build_batch([(None, b"x", [], ts)]))
@@ -158,6 +161,7 @@ def test_list_offsets_special_timestamps(client):
     assert lo(2500) == (0, 1, 3000)
     assert lo(3001)[1] == -1
     assert lo(-3, version=6)[0] == 35  # max timestamp needs v7
+    client.close()
 
 
 def test_list_offsets_of_a_partition_asked_twice_is_answered_once_as_an_invalid_request(client):

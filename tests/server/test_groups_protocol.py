@@ -340,6 +340,29 @@ def test_offsets_and_groups_survive_restart(broker):
         c.close()
 
 
+@tierlog_only
+def test_offsets_topic_partitions_created_later_are_loaded(start_broker):
+    # The coordinator loads the configured number of partitions at start; __consumer_offsets created
+    # with more makes this node the leader of the others, and their groups are coordinated here too.
+    from tierlog.coordinator import partition_for
+
+    broker = start_broker({"offsets.topic.num.partitions": "1"})
+    group = next(g for g in (f"late{i}" for i in range(100)) if partition_for(g, 4) == 3)
+    c = RawClient(broker.bootstrap)
+    try:
+        create_topic(c, "__consumer_offsets", 4)
+        create_topic(c, "late", 1)
+        commit = c.request(ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": "late", "partitions": [{"partition_index": 0, "committed_offset": 7}]}]})
+        assert commit.topics[0].partitions[0].error_code == NONE
+        fetched = c.request(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+        assert fetched.topics[0].partitions[0].committed_offset == 7
+        assert join_member(c, group).generation_id == 1
+    finally:
+        c.close()
+
+
 def test_offset_delete(client):
     create_topic(client, "od", 1)
     client.request(ApiKey.OFFSET_COMMIT, 8, {

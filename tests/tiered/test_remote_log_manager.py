@@ -13,7 +13,7 @@ import pytest
 
 from tierlog.config import BrokerConfig
 from tierlog.records import build_batch
-from tierlog.server.replica_manager import Partition
+from tierlog.server.partition import Partition
 from tierlog.storage import Log, LogConfig
 from tierlog.tiered.lineage import (
     epochs_in_range,
@@ -27,7 +27,7 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager, copy_delayed
+from tierlog.tiered.remote_log_manager import build_remote_log_manager, copy_delayed
 from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
 
@@ -67,11 +67,11 @@ def env(tmp_path):
     e.rlmm = InMemoryRemoteLogMetadataManager()
     e.config = BrokerConfig({"remote.log.storage.system.enable": "true", "rsm.config.dir": str(tmp_path / "remote"),
                              "remote.log.manager.task.interval.ms": "3600000"})
-    e.rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm)
+    e.rlm = build_remote_log_manager(e.config, 1, e.rsm, e.rlmm, str(tmp_path))
     cfg = LogConfig(segment_bytes=4000, index_interval_bytes=256, remote_storage_enable=True, local_retention_bytes=0,
                     file_delete_delay_ms=0)
     e.log = Log.open(str(tmp_path / "logs" / "t-0"), "t", 0, cfg, topic_id=TOPIC_ID)
-    e.partition = Partition("t", 0, TOPIC_ID, e.log, 0)
+    e.partition = Partition("t", 0, TOPIC_ID, e.log, 0, leader_id=1)
     e.tp = TopicIdPartition(TOPIC_ID, "t", 0)
     e.tmp = tmp_path
     yield e
@@ -228,7 +228,7 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
     lets the rest go within Kafka's one-second recheck."""
     e = env
     current = {**e.config, "remote.log.manager.copy.max.bytes.per.second": 100}
-    rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm, effective_config=lambda: current)
+    rlm = build_remote_log_manager(e.config, 1, e.rsm, e.rlmm, str(e.tmp), effective_config=lambda: current)
     produce(e.log, 60)
     rolled = len(e.log.segments) - 1
     assert rolled >= 3
@@ -286,7 +286,7 @@ def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_quali
 def test_copier_and_expiration_pools_follow_their_dynamic_sizes(env):
     e = env
     current = {**e.config}
-    rlm = RemoteLogManager(e.config, 1, e.rsm, e.rlmm, effective_config=lambda: current)
+    rlm = build_remote_log_manager(e.config, 1, e.rsm, e.rlmm, str(e.tmp), effective_config=lambda: current)
     copier, expiration = rlm.copier_pool, rlm.expiration_pool
     assert copier._max_workers == 10 and rlm.copier_pool is copier
     current["remote.log.manager.copier.thread.pool.size"] = 3

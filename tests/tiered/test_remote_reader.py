@@ -24,7 +24,7 @@ from tierlog.errors import (
     ReplicaNotAvailableError,
 )
 from tierlog.records import build_batch, iter_batches
-from tierlog.server.replica_manager import Partition
+from tierlog.server.partition import Partition
 from tierlog.storage import FileRegion, Log, LogConfig
 from tierlog.tiered import index_cache as index_cache_module
 from tierlog.tiered import remote_reader as reader_module
@@ -38,7 +38,7 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager, leader_epoch_checkpoint_bytes
+from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager, leader_epoch_checkpoint_bytes
 from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
@@ -183,8 +183,8 @@ def build(tmp: Path, *, topic: str = "t", records: int = 420, gap_after_segment:
     rsm.configure({"dir": str(tmp / "remote"), "fsync.enable": "false", **(rsm_config or {})})
     rlmm = rlmm or InMemoryRemoteLogMetadataManager()
     config = reader_config()
-    rlm = RemoteLogManager(config, 1, rsm, rlmm)
-    partition = Partition(topic, 0, topic_id, lg, 5)
+    rlm = build_remote_log_manager(config, 1, rsm, rlmm, str(tmp))
+    partition = Partition(topic, 0, topic_id, lg, 5, leader_id=1)
     tp = TopicIdPartition(topic_id, topic, 0)
 
     async def tier():

@@ -62,11 +62,11 @@ _CONFIG_TYPE_NAMES = {v: k for k, v in CONFIG_TYPE_IDS.items()}
 # error codes the admin treats specially
 _UNKNOWN_TOPIC = errors.UnknownTopicOrPartitionError.code
 _TOPIC_EXISTS = errors.TopicAlreadyExistsError.code
-_LEADER_NOT_AVAILABLE = 5
+_LEADER_NOT_AVAILABLE = errors.LeaderNotAvailableError.code
 _NOT_LEADER = errors.NotLeaderOrFollowerError.code
-_NOT_CONTROLLER = 41
-_THROTTLED = 89
-_LeaderNotAvailableError = errors.error_for_code(_LEADER_NOT_AVAILABLE)
+_NOT_CONTROLLER = errors.NotControllerError.code
+_THROTTLED = errors.ThrottlingQuotaExceededError.code
+_LeaderNotAvailableError = errors.LeaderNotAvailableError
 _CONTROLLER_RETRY = frozenset({_NOT_CONTROLLER, _THROTTLED})  # the per-topic errors Kafka retries
 
 

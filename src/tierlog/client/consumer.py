@@ -242,7 +242,7 @@ class Consumer:
 
     def _require_group(self) -> None:
         if self.group_id is None:
-            raise errors.error_for_code(24)(
+            raise errors.InvalidGroupIdError(
                 "To use the group management or offset commit APIs, you must provide a valid group.id in the "
                 "consumer configuration.")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from tierlog import errors
 
 # Kafka's TimeoutException maps to REQUEST_TIMED_OUT; NetworkException is NETWORK_EXCEPTION.
-_RequestTimedOut = errors.error_for_code(7)
-_NetworkException = errors.error_for_code(13)
+_RequestTimedOut = errors.RequestTimedOutError
+_NetworkException = errors.NetworkException
 
 
 class KafkaTimeoutError(_RequestTimedOut):

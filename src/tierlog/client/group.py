@@ -55,26 +55,26 @@ log = logging.getLogger("tierlog.client.consumer")
 
 __all__ = ["ConsumerCoordinator", "MemberState"]
 
-_COORDINATOR_LOAD_IN_PROGRESS = 14
-_COORDINATOR_NOT_AVAILABLE = 15
-_NOT_COORDINATOR = 16
-_REQUEST_TIMED_OUT = 7
-_ILLEGAL_GENERATION = 22
-_UNKNOWN_MEMBER_ID = 25
-_REBALANCE_IN_PROGRESS = 27
-_TOPIC_AUTHORIZATION_FAILED = 29
-_GROUP_AUTHORIZATION_FAILED = 30
-_MEMBER_ID_REQUIRED = 79
-_FENCED_INSTANCE_ID = 82
-_UNSTABLE_OFFSET_COMMIT = 88
-_UNKNOWN_TOPIC_OR_PARTITION = 3
+_COORDINATOR_LOAD_IN_PROGRESS = errors.CoordinatorLoadInProgressError.code
+_COORDINATOR_NOT_AVAILABLE = errors.CoordinatorNotAvailableError.code
+_NOT_COORDINATOR = errors.NotCoordinatorError.code
+_REQUEST_TIMED_OUT = errors.RequestTimedOutError.code
+_ILLEGAL_GENERATION = errors.IllegalGenerationError.code
+_UNKNOWN_MEMBER_ID = errors.UnknownMemberIdError.code
+_REBALANCE_IN_PROGRESS = errors.RebalanceInProgressError.code
+_TOPIC_AUTHORIZATION_FAILED = errors.TopicAuthorizationFailedError.code
+_GROUP_AUTHORIZATION_FAILED = errors.GroupAuthorizationFailedError.code
+_MEMBER_ID_REQUIRED = errors.MemberIdRequiredError.code
+_FENCED_INSTANCE_ID = errors.FencedInstanceIdError.code
+_UNSTABLE_OFFSET_COMMIT = errors.UnstableOffsetCommitError.code
+_UNKNOWN_TOPIC_OR_PARTITION = errors.UnknownTopicOrPartitionError.code
 _COORDINATOR_ERRORS = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
 # JoinGroup / SyncGroup failures after which the member simply joins again at once (Java's joinGroupIfNeeded)
 _REJOIN_AT_ONCE = frozenset({_UNKNOWN_MEMBER_ID, _ILLEGAL_GENERATION, _REBALANCE_IN_PROGRESS, _MEMBER_ID_REQUIRED})
 _JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
 _INT32_MAX = 2**31 - 1
 
-RebalanceInProgressError = errors.error_for_code(_REBALANCE_IN_PROGRESS)
+RebalanceInProgressError = errors.RebalanceInProgressError
 
 
 class MemberState:
@@ -250,7 +250,7 @@ class ConsumerCoordinator:
     async def _send(self, api_key: int, values: Mapping[str, Any], timeout_ms: int | None = None) -> Any:
         node = self.coordinator
         if node is None:
-            raise errors.error_for_code(_COORDINATOR_NOT_AVAILABLE)(f"no known coordinator for group {self.group_id}")
+            raise errors.CoordinatorNotAvailableError(f"no known coordinator for group {self.group_id}")
         try:
             return await self.client.send(node, api_key, values, timeout_ms=timeout_ms)
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
@@ -400,7 +400,7 @@ class ConsumerCoordinator:
             raise _error(code, f"JoinGroup for group {self.group_id} failed")
         ptype = getattr(response, "protocol_type", None)
         if ptype is not None and ptype != CONSUMER_PROTOCOL_TYPE:
-            raise errors.error_for_code(23)(f"JoinGroup answered protocol type {ptype!r}, not 'consumer'")
+            raise errors.InconsistentGroupProtocolError(f"JoinGroup answered protocol type {ptype!r}, not 'consumer'")
         self.generation = int(response.generation_id)
         self.member_id = response.member_id
         self.protocol = response.protocol_name
@@ -458,7 +458,7 @@ class ConsumerCoordinator:
             raise _error(code, f"SyncGroup for group {self.group_id} failed")
         name = getattr(response, "protocol_name", None)
         if name is not None and self.protocol is not None and name != self.protocol:
-            raise errors.error_for_code(23)(f"SyncGroup answered protocol {name!r}, not {self.protocol!r}")
+            raise errors.InconsistentGroupProtocolError(f"SyncGroup answered protocol {name!r}, not {self.protocol!r}")
         if self.state != MemberState.COMPLETING_REBALANCE or generation != self.generation:
             # the heartbeat task reset the generation meanwhile
             raise _error(_ILLEGAL_GENERATION, f"SyncGroup for group {self.group_id}: generation reset meanwhile")

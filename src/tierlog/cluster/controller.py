@@ -25,7 +25,7 @@ from tierlog.cluster.image import (
     TopicTiering,
 )
 from tierlog.cluster.store import FileMetadataStore
-from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering
+from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
@@ -41,6 +41,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.kafka_uuid import new_kafka_uuid
+from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,10 @@ class Controller:
         """The resolved configuration of a topic (broker defaults, dynamic ones included, plus its overrides)."""
         t = self.image.topics.get(topic)
         return self.effective_config.topic_config(t.configs if t else None)
+
+    def log_config(self, topic: str) -> LogConfig:
+        """The log settings of ``topic`` (its configuration and its tiering lifecycle, KIP-950)."""
+        return topic_log_config(self.topic_config(topic), self.image.topics.get(topic), topic)
 
     @property
     def effective_config(self) -> BrokerConfig:

@@ -45,6 +45,21 @@ class TieringState(enum.Enum):
     DISABLED = "DISABLED"
 
 
+#: The transitions a topic's tiering state may take (staying put is always allowed): a disablement runs
+#: to completion before anything else changes; a disabled topic may be tiered again, or have its retained
+#: remote data deleted (a second disablement with the delete policy).
+TIERING_NEXT: dict[TieringState, frozenset[TieringState]] = {
+    TieringState.ENABLED: frozenset({TieringState.DISABLING}),
+    TieringState.DISABLING: frozenset({TieringState.DISABLED}),
+    TieringState.DISABLED: frozenset({TieringState.ENABLED, TieringState.DISABLING}),
+}
+
+
+def check_tiering_transition(topic: str, src: TieringState, dst: TieringState) -> None:
+    if src != dst and dst not in TIERING_NEXT[src]:
+        raise ValueError(f"tiering of topic {topic} cannot go from {src.value} to {dst.value}")
+
+
 @dataclass(frozen=True, slots=True)
 class TopicTiering:
     """Where a topic is in its tiering lifecycle. ``policy`` says what disabling does to remote data

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tierlog.cluster.channel import DisableRemoteTopicRequest
-from tierlog.cluster.image import TieringState, TopicImage, TopicTiering
+from tierlog.cluster.image import TieringState, TopicImage, TopicTiering, check_tiering_transition
 from tierlog.errors import InvalidConfigError
+from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,13 @@ def current_tiering(topic: TopicImage, tc: Any) -> TopicTiering | None:
 def next_tiering(topic: TopicImage, old_tc: Any, new_tc: Any) -> TopicTiering | None:
     """The tiering after a configuration change from ``old_tc`` to ``new_tc`` (resolved TopicConfigs)."""
     old = current_tiering(topic, old_tc)
+    new = _next_tiering(topic, old, old_tc, new_tc)
+    if old is not None and new is not None:
+        check_tiering_transition(topic.name, old.state, new.state)
+    return new
+
+
+def _next_tiering(topic: TopicImage, old: TopicTiering | None, old_tc: Any, new_tc: Any) -> TopicTiering | None:
     wants = _wants_tiering(new_tc)
     if old is None:
         return initial_tiering(new_tc)
@@ -170,3 +179,22 @@ class DisablementDriver:
         self.controller.complete_disablement(topic.name, tiering.epoch)
         self.disablements += 1
         return True
+
+
+def topic_log_config(topic_config, topic: TopicImage | None, name: str) -> LogConfig:
+    """The log settings of topic ``name`` from its resolved configuration: remote storage in effect as
+    Kafka decides it (broker switch, topic switch, not compacted, not internal) and as its tiering
+    lifecycle requires: data retained by a disablement stays readable and expires, nothing more is
+    uploaded; after a delete disablement the log is a plain local log."""
+    remote = topic_config.remote_log_enabled(name)
+    copy_disable = bool(topic_config["remote.log.copy.disable"])
+    tiering = topic.tiering if topic is not None else None
+    if tiering is not None and tiering.state != TieringState.ENABLED:
+        copy_disable = True
+        if tiering.policy == "retain":
+            remote = remote or (topic_config.remote_storage_system_enabled and not topic_config.compact
+                                and not topic.is_internal)
+        else:
+            remote = False
+    return replace(LogConfig.from_topic_config(topic_config), remote_storage_enable=remote,
+                   remote_log_copy_disable=copy_disable)

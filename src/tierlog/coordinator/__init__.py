@@ -1,33 +1,55 @@
 """Consumer groups (classic protocol) and committed offsets, stored in ``__consumer_offsets``.
 
-- :mod:`.group` - a classic group's state machine and members (Kafka's ``ClassicGroup``).
-- :mod:`.coordinator` - :class:`GroupCoordinator`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-  offsets, listing, describing and deleting groups; timers; loading state back on start.
-- :mod:`.records` - Kafka's ``__consumer_offsets`` key/value formats and the group -> partition hash.
-- :mod:`.storage` - the topic itself (:class:`OffsetsTopicStore`) and an in-memory double.
-- :mod:`.timer` - keyed timers driven by the event loop.
+Split as Kafka's new group coordinator is, so that each ``__consumer_offsets`` partition's state
+can move with the partition's leadership:
 
-The broker builds one coordinator (``tierlog.server.apis.groups``) and this node coordinates every
-group: with a single broker every ``__consumer_offsets`` partition is led here.
+- :mod:`.service` - :class:`GroupCoordinator` (Kafka's ``GroupCoordinatorService``): routes each
+  group to its partition's shard; :meth:`~GroupCoordinator.load` / :meth:`~GroupCoordinator.unload`
+  a partition; lifecycle and timers.
+- :mod:`.shard` - :class:`GroupCoordinatorShard`: one partition's managers, timers and writer;
+  replays the partition's records into both managers; DeleteGroups and expiration.
+- :mod:`.group_metadata_manager` - :class:`GroupMetadataManager`: classic group membership
+  (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, rebalance timers, static members), ListGroups,
+  DescribeGroups.
+- :mod:`.offset_metadata_manager` - :class:`OffsetMetadataManager`: committed offsets (OffsetCommit,
+  OffsetFetch, OffsetDelete, retention, deleted topics).
+- :mod:`.group` - a classic group's state machine and members (Kafka's ``ClassicGroup``).
+- :mod:`.records` - Kafka's ``__consumer_offsets`` key/value formats and the group -> partition hash.
+- :mod:`.storage` - the topic itself (:class:`OffsetsTopicStore` over an :class:`OffsetsTopicLog`
+  the broker provides) and an in-memory double.
+- :mod:`.config` - :class:`CoordinatorConfig`; :mod:`.timer` - keyed timers driven by the event loop.
+
+With a single broker every ``__consumer_offsets`` partition is led here, so the coordinator loads
+them all when the broker is ready.
 """
 
-from tierlog.coordinator.coordinator import CoordinatorConfig, GroupCoordinator, OffsetAndMetadata, map_append_error
+from tierlog.coordinator.config import CoordinatorConfig
 from tierlog.coordinator.group import ClassicGroup, GroupState, Member
+from tierlog.coordinator.group_metadata_manager import GroupMetadataManager, map_append_error
+from tierlog.coordinator.offset_metadata_manager import OffsetAndMetadata, OffsetMetadataManager
 from tierlog.coordinator.records import OFFSETS_TOPIC, partition_for
-from tierlog.coordinator.storage import MemoryStore, OffsetsTopicStore
-from tierlog.coordinator.timer import KeyedTimer
+from tierlog.coordinator.service import GroupCoordinator
+from tierlog.coordinator.shard import GroupCoordinatorShard
+from tierlog.coordinator.storage import MemoryStore, OffsetsTopicLog, OffsetsTopicStore, RecordStore
+from tierlog.coordinator.timer import KeyedTimer, ScopedTimer
 
 __all__ = [
     "OFFSETS_TOPIC",
     "ClassicGroup",
     "CoordinatorConfig",
     "GroupCoordinator",
+    "GroupCoordinatorShard",
+    "GroupMetadataManager",
     "GroupState",
     "KeyedTimer",
     "Member",
     "MemoryStore",
     "OffsetAndMetadata",
+    "OffsetMetadataManager",
+    "OffsetsTopicLog",
     "OffsetsTopicStore",
+    "RecordStore",
+    "ScopedTimer",
     "map_append_error",
     "partition_for",
 ]

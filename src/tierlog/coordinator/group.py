@@ -3,7 +3,8 @@
 This follows Kafka's ``ClassicGroup`` / ``ClassicGroupMember`` / ``ClassicGroupState``: the same
 states, the same legal transitions, the same bookkeeping of members awaiting a JoinGroup or SyncGroup
 answer, pending (KIP-394) members, pending-sync members and static members (KIP-345). It holds no
-timers and does no I/O; :class:`~tierlog.coordinator.coordinator.GroupCoordinator` drives it.
+timers and does no I/O; :class:`~tierlog.coordinator.group_metadata_manager.GroupMetadataManager`
+drives it. Member validation raises :mod:`tierlog.errors` exceptions (Kafka's ``ApiException``).
 
 Parked JoinGroup/SyncGroup answers are *responders*: callables taking the response as a dict of
 plain values (the handler turns them into kio messages). A responder is called at most once.
@@ -18,14 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from tierlog.errors import FencedInstanceIdError, UnknownMemberIdError
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
     "NO_LEADER",
     "UNKNOWN_MEMBER_ID",
     "ClassicGroup",
-    "GroupError",
     "GroupState",
     "IllegalTransitionError",
     "Member",
@@ -38,14 +38,6 @@ NO_LEADER = ""
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 Responder = Callable[[dict[str, Any]], None]
-
-
-class GroupError(Exception):
-    """A request-level outcome carrying one of Kafka's error codes (raised inside the coordinator)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message or code.name.upper())
-        self.code = code
 
 
 class IllegalTransitionError(RuntimeError):
@@ -249,7 +241,7 @@ class ClassicGroup:
         old = self.members.pop(old_member_id, None)
         if old is None:
             raise ValueError(f"cannot replace non-existing member id {old_member_id}")
-        fenced = int(ErrorCode.fenced_instance_id)
+        fenced = FencedInstanceIdError.code
         self.complete_join(old, {"error_code": fenced, "member_id": old_member_id, "protocol_name": None,
                                  "protocol_type": None, "leader": NO_LEADER, "members": []})
         self.complete_sync(old, {"error_code": fenced, "assignment": b"", "protocol_name": None,
@@ -296,11 +288,12 @@ class ClassicGroup:
         if group_instance_id is not None:
             existing = self.static_members.get(group_instance_id)
             if existing is None:
-                raise GroupError(ErrorCode.unknown_member_id)
+                raise UnknownMemberIdError(f"no static member {group_instance_id} in group {self.group_id}")
             if existing != member_id:
-                raise GroupError(ErrorCode.fenced_instance_id)
+                raise FencedInstanceIdError(
+                    f"static member {group_instance_id} of group {self.group_id} is {existing}, not {member_id}")
         if member_id not in self.members:
-            raise GroupError(ErrorCode.unknown_member_id)
+            raise UnknownMemberIdError(f"{member_id} is not a member of group {self.group_id}")
 
     def maybe_elect_new_joined_leader(self) -> bool:
         """If the leader did not rejoin, pick a member that did; False when nobody rejoined."""
@@ -355,9 +348,9 @@ class ClassicGroup:
         responder(response)
         return True
 
-    def complete_all_joins(self, error: ErrorCode) -> None:
+    def complete_all_joins(self, error_code: int) -> None:
         for member_id, m in list(self.members.items()):
-            self.complete_join(m, {"error_code": int(error), "member_id": member_id})
+            self.complete_join(m, {"error_code": error_code, "member_id": member_id})
 
     def complete_sync(self, member: Member, response: dict[str, Any]) -> bool:
         if member.sync_responder is None:
@@ -366,9 +359,9 @@ class ClassicGroup:
         responder(response)
         return True
 
-    def complete_all_syncs(self, error: ErrorCode) -> None:
+    def complete_all_syncs(self, error_code: int) -> None:
         for m in list(self.members.values()):
-            self.complete_sync(m, {"error_code": int(error)})
+            self.complete_sync(m, {"error_code": error_code})
 
     # ------------------------------------------------------------------ generations
 

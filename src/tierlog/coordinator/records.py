@@ -21,9 +21,12 @@ Field layouts come from Kafka's ``OffsetCommitKey.json``, ``OffsetCommitValue.js
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CoordinatorRecord",
+    "RecordWriter",
     "GROUP_METADATA_KEY_TYPE",
     "GROUP_METADATA_VALUE_VERSION",
     "OFFSETS_TOPIC",
@@ -125,6 +128,14 @@ class GroupMetadataValue:
     leader: str | None
     current_state_timestamp: int = -1       # v2+
     members: tuple[MemberMetadata, ...] = field(default_factory=tuple)
+
+
+#: A decoded record: (key, value), the value None for a tombstone (Kafka's ``CoordinatorRecord``).
+CoordinatorRecord = tuple[OffsetCommitKey | GroupMetadataKey, OffsetCommitValue | GroupMetadataValue | None]
+
+#: Appends records to the ``__consumer_offsets`` partition a manager serves, as one batch; raises
+#: :class:`~tierlog.errors.KafkaError` when the write fails (nothing is then applied).
+RecordWriter = Callable[[list[CoordinatorRecord]], None]
 
 
 # -- primitive writers/readers ------------------------------------------------------------------

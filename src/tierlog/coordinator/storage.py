@@ -1,29 +1,40 @@
-"""Where the coordinator's records live: the ``__consumer_offsets`` topic of this broker.
+"""Where the coordinator's records live: the ``__consumer_offsets`` topic.
+
+Two contracts, both defined here so the layers above only hand in what they own:
+
+- :class:`RecordStore` is what the coordinator needs: the partition count (groups are routed by
+  it), create the topic, append one partition's records atomically, read one partition back when
+  it is loaded. :class:`OffsetsTopicStore` implements it on the broker's log; :class:`MemoryStore`
+  is the in-memory double of the unit tests.
+- :class:`OffsetsTopicLog` is what :class:`OffsetsTopicStore` needs from the broker: the topic's
+  partition count and the live brokers (controller), topic creation (controller), append, and a
+  partition's log start, log end and reads (replica manager). The composition root passes an
+  object with these methods; nothing here sees the broker.
 
 :class:`OffsetsTopicStore` creates the topic on first use with Kafka's settings
 (``GroupCoordinatorService.groupMetadataTopicConfigs``: ``cleanup.policy=compact``,
 ``compression.type=producer``, ``segment.bytes`` = ``offsets.topic.segment.bytes``, 100 MiB), appends
-one batch per coordinator write to the group's partition, and reads every partition back on load.
+one batch per coordinator write to the group's partition, and reads a partition from its log start
+to its log end when the partition is loaded (Kafka's ``CoordinatorLoaderImpl``, 5 MiB reads).
 
 tierlog has no log cleaner yet, so the compacted topic only grows; loading replays all of it (last
-record per key wins, tombstones delete). :class:`MemoryStore` is the in-memory double used by the
-unit tests.
+record per key wins, tombstones delete).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from tierlog.coordinator.records import OFFSETS_TOPIC
-from tierlog.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, error_for_code
+from tierlog.errors import KafkaError, KafkaStorageError, TopicAlreadyExistsError
 from tierlog.records import build_batch, iter_batches, iter_records
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemoryStore", "OffsetsTopicStore", "RecordStore"]
+__all__ = ["MemoryStore", "OffsetsTopicLog", "OffsetsTopicStore", "Record", "RecordStore"]
 
 OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT = 100 * 1024 * 1024
 _LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka's offsets.load.buffer.size default
@@ -41,36 +52,71 @@ class RecordStore(Protocol):
     def append(self, partition: int, records: list[Record]) -> None:
         """Append records atomically (one batch); raise KafkaError when the write fails."""
 
-    def read_all(self) -> Iterator[tuple[int, Record]]:
-        """(partition, record) for every record stored, partition by partition in offset order."""
+    def read_partition(self, partition: int) -> Iterator[Record]:
+        """Every record of ``partition`` in offset order (nothing while the topic does not exist)."""
+
+
+class OffsetsTopicLog(Protocol):
+    """The broker's side of ``__consumer_offsets`` as :class:`OffsetsTopicStore` uses it.
+
+    Every method but :meth:`create_topic` and :meth:`broker_count` names the topic, so a replica
+    manager with these methods fits as it is. Failures raise :class:`~tierlog.errors.KafkaError`
+    (NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a partition not led here,
+    KAFKA_STORAGE_ERROR for a failed write).
+    """
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` in the cluster metadata; None while it does not exist."""
+
+    def broker_count(self) -> int:
+        """Brokers registered with the controller (bounds the replication factor)."""
+
+    def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
+                     configs: Mapping[str, str]) -> Any:
+        """Create ``topic``; raises TopicAlreadyExistsError when it exists."""
+
+    def append(self, topic: str, partition: int, records: bytes) -> Any:
+        """Append a record batch as the partition's leader."""
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        """The first offset of the partition's log."""
+
+    def log_end_offset(self, topic: str, partition: int) -> int:
+        """The offset after the last record of the partition's log."""
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from ``offset``, at most ``max_bytes`` (at least one batch), up to the log end."""
 
 
 class OffsetsTopicStore:
-    def __init__(self, broker):
-        self.broker = broker
-        cfg = broker.config
-        self.configured_partitions: int = cfg["offsets.topic.num.partitions"]
-        self.replication_factor: int = cfg["offsets.topic.replication.factor"]
-        self.segment_bytes: int = int(cfg.get("offsets.topic.segment.bytes", OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT))
+    def __init__(self, log: OffsetsTopicLog, *, num_partitions: int, replication_factor: int,
+                 segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT):
+        self.log = log
+        self.configured_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.segment_bytes = segment_bytes
 
-    def _topic(self):
-        return self.broker.controller.image.topics.get(OFFSETS_TOPIC)
+    @classmethod
+    def from_broker_config(cls, log: OffsetsTopicLog, cfg) -> OffsetsTopicStore:
+        """``offsets.topic.num.partitions``, ``offsets.topic.replication.factor``, ``offsets.topic.segment.bytes``."""
+        return cls(log, num_partitions=cfg["offsets.topic.num.partitions"],
+                   replication_factor=cfg["offsets.topic.replication.factor"],
+                   segment_bytes=int(cfg.get("offsets.topic.segment.bytes", OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT)))
 
     def exists(self) -> bool:
-        return self._topic() is not None
+        return self.log.partition_count(OFFSETS_TOPIC) is not None
 
     def num_partitions(self) -> int:
-        topic = self._topic()
         # An existing topic's partition count wins over the setting (Kafka would misroute groups).
-        return len(topic.partitions) if topic is not None else self.configured_partitions
+        count = self.log.partition_count(OFFSETS_TOPIC)
+        return count if count is not None else self.configured_partitions
 
     def ensure_created(self) -> None:
         if self.exists():
             return
-        controller = self.broker.controller
-        rf = max(1, min(self.replication_factor, len(controller.image.brokers)))
+        rf = max(1, min(self.replication_factor, self.log.broker_count()))
         try:
-            controller.create_topic(OFFSETS_TOPIC, self.configured_partitions, rf, configs={
+            self.log.create_topic(OFFSETS_TOPIC, self.configured_partitions, rf, {
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
                 "segment.bytes": str(self.segment_bytes),
@@ -84,34 +130,29 @@ class OffsetsTopicStore:
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, [], now) for key, value in records])
         try:
-            self.broker.replica_manager.append(OFFSETS_TOPIC, partition, batch)
+            self.log.append(OFFSETS_TOPIC, partition, batch)
         except OSError as e:
-            raise error_for_code(56)(f"cannot append to {OFFSETS_TOPIC}-{partition}: {e}") from e
+            raise KafkaStorageError(f"cannot append to {OFFSETS_TOPIC}-{partition}: {e}") from e
 
-    def read_all(self) -> Iterator[tuple[int, Record]]:
+    def read_partition(self, partition: int) -> Iterator[Record]:
         if not self.exists():
             return
-        rm = self.broker.replica_manager
-        for p in range(self.num_partitions()):
-            part = rm.partitions.get((OFFSETS_TOPIC, p))
-            if part is None:
-                raise UnknownTopicOrPartitionError(f"{OFFSETS_TOPIC}-{p} is not hosted here")
-            lg = part.log
-            offset = lg.log_start_offset
-            while offset < lg.log_end_offset:
-                data = lg.read(offset, _LOAD_READ_BYTES, isolation="log_end").read()
-                if not data:
-                    break
-                view = memoryview(data)
-                next_offset = offset
-                for _pos, header in iter_batches(view):
-                    next_offset = header.last_offset + 1
-                for rec in iter_records(view, allow_partial_tail=True):
-                    if rec.key is not None:
-                        yield p, (rec.key, rec.value)
-                if next_offset <= offset:
-                    break
-                offset = next_offset
+        offset = self.log.log_start_offset(OFFSETS_TOPIC, partition)
+        end = self.log.log_end_offset(OFFSETS_TOPIC, partition)
+        while offset < end:
+            data = self.log.read(OFFSETS_TOPIC, partition, offset, _LOAD_READ_BYTES)
+            if not data:
+                break
+            view = memoryview(data)
+            next_offset = offset
+            for _pos, header in iter_batches(view):
+                next_offset = header.last_offset + 1
+            for rec in iter_records(view, allow_partial_tail=True):
+                if rec.key is not None:
+                    yield rec.key, rec.value
+            if next_offset <= offset:
+                break
+            offset = next_offset
 
 
 class MemoryStore:
@@ -135,7 +176,5 @@ class MemoryStore:
         self.created = True
         self.records.setdefault(partition, []).extend(records)
 
-    def read_all(self) -> Iterator[tuple[int, Record]]:
-        for p in sorted(self.records):
-            for rec in self.records[p]:
-                yield p, rec
+    def read_partition(self, partition: int) -> Iterator[Record]:
+        yield from list(self.records.get(partition, ()))

@@ -3,6 +3,10 @@
 The timer itself is passive: :meth:`KeyedTimer.poll` runs what is due. :meth:`KeyedTimer.run` is
 an asyncio task that sleeps until the next deadline (woken early when an earlier one is
 scheduled); tests leave it out and call ``poll`` with a manual clock.
+
+:class:`ScopedTimer` is one ``__consumer_offsets`` partition's view of the shared timer (Kafka gives
+each coordinator shard its own timer): its keys cannot collide with another partition's, and
+:meth:`ScopedTimer.clear` cancels only its own timers when the partition is unloaded.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KeyedTimer", "monotonic_ms"]
+__all__ = ["KeyedTimer", "ScopedTimer", "monotonic_ms"]
 
 
 def monotonic_ms() -> int:
@@ -76,6 +81,13 @@ class KeyedTimer:
             except Exception:  # noqa: BLE001 - one failing timer must not stop the others
                 log.exception("Coordinator timer %r failed", key)
 
+    def cancel_matching(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Cancel every timer whose key satisfies ``predicate``; returns how many."""
+        keys = [key for key in self._entries if predicate(key)]
+        for key in keys:
+            del self._entries[key]
+        return len(keys)
+
     def clear(self) -> None:
         self._entries.clear()
         self._heap.clear()
@@ -95,3 +107,33 @@ class KeyedTimer:
                     pass
         finally:
             self._wake = None
+
+
+class _ScopedKey(NamedTuple):
+    scope: Hashable
+    key: Hashable
+
+
+class ScopedTimer:
+    """The timers of one scope (a ``__consumer_offsets`` partition) on a shared :class:`KeyedTimer`."""
+
+    def __init__(self, timer: KeyedTimer, scope: Hashable):
+        self.timer = timer
+        self.scope = scope
+
+    def __contains__(self, key: Hashable) -> bool:
+        return _ScopedKey(self.scope, key) in self.timer
+
+    def schedule(self, key: Hashable, delay_ms: int, fn: Callable[[], None]) -> None:
+        self.timer.schedule(_ScopedKey(self.scope, key), delay_ms, fn)
+
+    def cancel(self, key: Hashable) -> None:
+        self.timer.cancel(_ScopedKey(self.scope, key))
+
+    def deadline(self, key: Hashable) -> int | None:
+        return self.timer.deadline(_ScopedKey(self.scope, key))
+
+    def clear(self) -> int:
+        """Cancel this scope's timers (and no other's); returns how many."""
+        scope = self.scope
+        return self.timer.cancel_matching(lambda key: isinstance(key, _ScopedKey) and key.scope == scope)

@@ -1,97 +1,119 @@
-"""Partitions this broker leads: appends, reads with long polling, offsets.
+"""The partitions this broker hosts, and every read and write of their data (Kafka's ``ReplicaManager``).
 
-The replica manager keeps one :class:`Partition` per local log, created and removed from the
-controller's metadata deltas. On a single node every partition's only replica is the leader, so
-the high watermark follows the log end offset right after each append; replication will move that
-step behind follower acknowledgements without changing the callers.
+It keeps one :class:`~tierlog.server.partition.Partition` per local log, created and removed from the
+controller's metadata deltas, and answers, for the request handlers and the group coordinator:
+
+- appends (``append_records``), acks=all included;
+- fetches (``fetch_messages``): reads of the local log and, below the local log start offset, of the
+  remote tier (KIP-405; the remote fetch quota of KIP-956, ``remote.fetch.max.wait.ms`` and the response
+  byte budget are applied here, :mod:`tierlog.server.remote_fetch`), with long polling until
+  ``min_bytes`` are available or ``max_wait_ms`` has passed;
+- offsets (``fetch_offsets``): ListOffsets by timestamp over both tiers and the special timestamps;
+  ``last_offset_for_leader_epoch`` and ``delete_records``;
+- the broker side of a tiered storage disablement asked for by the controller (KIP-950).
+
+Each partition's storage is read once per answer: a partition whose offset is below its local log start
+goes to the remote tier without a local read, and a long-polling fetch re-reads only the partitions
+whose logs changed while it waited.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
-from tierlog.cluster import MetadataDelta, MetadataImage, TopicImage
+from tierlog.cluster import (
+    INTERNAL_TOPICS,
+    Controller,
+    DisableRemoteTopicRequest,
+    DisableRemoteTopicResponse,
+    MetadataDelta,
+    MetadataImage,
+    TopicImage,
+)
+from tierlog.config import BrokerConfig
 from tierlog.errors import (
-    FencedLeaderEpochError,
+    InvalidTopicError,
     KafkaError,
     KafkaStorageError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    UnknownLeaderEpochError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RequestTimedOutError,
+    StaleControllerEpochError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.storage import Log
+from tierlog.server.fetch_types import (
+    FetchIsolation,
+    FetchParams,
+    FetchPartitionData,
+    OffsetLookup,
+    OffsetLookupResult,
+    PartitionFetch,
+)
+from tierlog.server.partition import Partition
+from tierlog.server.remote_fetch import RemoteRead, read_remote
+from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
+from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
-REPLICA_COUNT = ISR_SIZE = 1  # single node: the leader is the only replica (replication changes this)
-
-
-@dataclass(slots=True)
-class Partition:
-    topic: str
-    index: int
-    topic_id: uuid.UUID
-    log: Log
-    leader_epoch: int
-
-    def check_leader_epoch(self, current_leader_epoch: int) -> None:
-        """Kafka's fencing: a client with a newer epoch than ours waits; an older one refreshes."""
-        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
-            return
-        if current_leader_epoch > self.leader_epoch:
-            raise UnknownLeaderEpochError(
-                f"leader epoch {current_leader_epoch} of {self.topic}-{self.index} is newer than ours "
-                f"({self.leader_epoch})")
-        raise FencedLeaderEpochError(
-            f"leader epoch {current_leader_epoch} of {self.topic}-{self.index} is older than the current "
-            f"{self.leader_epoch}")
-
 
 class ReplicaManager:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, node_id: int, log_manager: LogManager, controller: Controller,
+                 remote_log_manager: RemoteLogManager | None, config: Callable[[], BrokerConfig]):
+        """``config`` returns the broker's current configuration, dynamic changes included."""
+        self.node_id = node_id
+        self.log_manager = log_manager
+        self.controller = controller
+        self.remote_log_manager = remote_log_manager
+        self._config = config
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
 
     # ------------------------------------------------------------------ metadata
 
     def load(self, image: MetadataImage) -> None:
-        lm = self.broker.log_manager
+        """Open a partition for every partition of the image; delete logs of topics it no longer has."""
         known = set()
         for topic in image.topics.values():
             for p in topic.partitions:
                 self._add(topic, p)
                 known.add((topic.name, p))
-        for tp in list(lm.logs):
+        for tp in list(self.log_manager.logs):
             if tp not in known:
                 log.warning("Deleting log %s-%d: its topic is not in the cluster metadata", *tp)
-                lm.delete_log(*tp)
+                self.log_manager.delete_log(*tp)
         self._lead_tiered(self.partitions.values())
 
-    def _lead_tiered(self, partitions) -> None:
+    def _lead_tiered(self, partitions: Iterable[Partition]) -> None:
         """Hand the partitions whose logs have remote storage in effect to the remote log manager (on a
         single node this broker leads every partition)."""
-        rlm = self.broker.remote_log_manager
+        rlm = self.remote_log_manager
         if rlm is not None:
-            rlm.on_leadership_change([p for p in partitions if p.log.config.remote_storage_enable])
+            rlm.on_leadership_change([p for p in partitions if p.remote_storage_enabled])
 
     def _add(self, topic: TopicImage, p: int) -> None:
-        lg = self.broker.log_manager.get_or_create_log(topic.name, p, self.broker.log_config_for(topic.name),
-                                                       topic.topic_id)
+        lg = self.log_manager.get_or_create_log(topic.name, p, self.controller.log_config(topic.name),
+                                                topic.topic_id)
+        meta = topic.partitions[p]
+        partition = Partition(topic.name, p, topic.topic_id, lg, meta.leader_epoch, meta.leader,
+                              tuple(meta.replicas), tuple(meta.isr))
         # This broker is the partition's only replica, so its leader's ISR is itself and everything in
         # its log is committed: as Kafka's leader with ISR {self}, the high watermark is the log end
         # (after an unclean stop the checkpointed one may lag behind acknowledged records).
-        lg.update_high_watermark(lg.log_end_offset)
-        self.partitions[(topic.name, p)] = Partition(topic.name, p, topic.topic_id, lg,
-                                                     topic.partitions[p].leader_epoch)
+        partition.maybe_increment_high_watermark()
+        self.partitions[(topic.name, p)] = partition
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        lm = self.broker.log_manager
-        rlm = self.broker.remote_log_manager
+        lm = self.log_manager
+        rlm = self.remote_log_manager
         for topic in delta.created:
             for p in topic.partitions:
                 self._add(topic, p)
@@ -103,16 +125,16 @@ class ReplicaManager:
         for topic in delta.deleted:
             gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
                     if (topic.name, p) in self.partitions]
-            if rlm is not None and any(p.log.config.remote_storage_enable for p in gone):
+            if rlm is not None and any(p.remote_storage_enabled for p in gone):
                 # The leader deletes the remote data of a deleted topic (KIP-405), in the background.
                 rlm.spawn(rlm.stop_partitions(gone, delete_remote=True), f"delete-remote-{topic.name}")
             for p in gone:
                 lm.delete_log(topic.name, p.index)
                 self._wake((topic.name, p.index))
         for topic in delta.configs_changed:
-            config = self.broker.log_config_for(topic.name)
+            config = self.controller.log_config(topic.name)
             partitions = self._topic_partitions(topic.name)
-            was_tiered = any(p.log.config.remote_storage_enable for p in partitions)
+            was_tiered = any(p.remote_storage_enabled for p in partitions)
             lm.update_config(topic.name, config)
             if rlm is None:
                 continue
@@ -139,9 +161,10 @@ class ReplicaManager:
     # ------------------------------------------------------------------ lookup
 
     def get_partition(self, topic: str, partition: int) -> Partition:
+        """The partition, or the error a client gets for it (Kafka's getPartitionOrError)."""
         p = self.partitions.get((topic, partition))
         if p is None:
-            t = self.broker.controller.image.topics.get(topic)
+            t = self.controller.image.topics.get(topic)
             if t is not None and partition in t.partitions:
                 raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
@@ -152,33 +175,137 @@ class ReplicaManager:
         return p.log.log_start_offset if p is not None else -1
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        t = self.broker.controller.image.topic_by_id(topic_id)
+        t = self.controller.image.topic_by_id(topic_id)
         return t.name if t else None
 
     # ------------------------------------------------------------------ produce
 
-    def append(self, topic: str, partition: int, records: bytes, acks: int = 1) -> dict:
+    def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1) -> dict:
         """Append a client's batch as leader; returns the fields of a produce partition response."""
         p = self.get_partition(topic, partition)
-        # Kafka's effectiveMinIsr: min.insync.replicas capped at the replica count, so on one broker
-        # acks=all never fails for it (checked against Kafka in the differential suite).
-        min_isr = min(p.log.config.min_insync_replicas, REPLICA_COUNT)
-        if acks == -1 and min_isr > ISR_SIZE:
+        if acks == -1 and p.effective_min_isr() > len(p.isr or (self.node_id,)):
             raise NotEnoughReplicasError(
-                f"the in-sync replicas of {topic}-{partition} ({ISR_SIZE}) are fewer than the "
-                f"{min_isr} that min.insync.replicas requires")
+                f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
+                f"min.insync.replicas requires")
         try:
             info = p.log.append_as_leader(records, p.leader_epoch)
         except OSError as e:
-            raise KafkaStorageError(f"cannot append to {topic}-{partition}: {e}") from e
-        # Single replica: the append is committed at once.
-        p.log.update_high_watermark(p.log.log_end_offset)
+            raise KafkaStorageError(f"cannot append to {p}: {e}") from e
+        p.maybe_increment_high_watermark()
         if not info.duplicate:
             self._wake((topic, partition))
         return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
                 "log_start_offset": p.log.log_start_offset}
 
-    # ------------------------------------------------------------------ fetch long polling
+    # ------------------------------------------------------------------ fetch
+
+    async def fetch_messages(self, params: FetchParams, fetches: list[PartitionFetch]) -> list[FetchPartitionData]:
+        """Kafka's fetchMessages: answer at once when ``min_bytes`` are there, any partition failed, a
+        partition is read from the remote tier, or nothing was asked; else wait for appends to any of the
+        partitions until ``max_wait_ms`` has passed. Results are in the order of ``fetches``."""
+        deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
+        # A fetch naming no partition (a closing session) returns at once; min_bytes never above max_bytes.
+        min_bytes = min(params.min_bytes, params.max_bytes) if fetches else 0
+        results: list[FetchPartitionData | None] = [None] * len(fetches)
+        seen: list[tuple | None] = [None] * len(fetches)  # each partition's log state at its last read
+        while True:
+            total, errors, remote = self._read_from_local_log(params, fetches, results, seen)
+            if remote:
+                await self._read_from_remote_log(params, remote, params.max_bytes - total, total == 0)
+                break
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or errors or remaining <= 0:
+                break
+            await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining)
+        return results  # type: ignore[return-value]
+
+    def _read_from_local_log(self, params: FetchParams, fetches: list[PartitionFetch],
+                             results: list, seen: list) -> tuple[int, bool, list[RemoteRead]]:
+        """Read every partition whose log changed since its last read (all of them the first time), in
+        request order within what is left of ``max_bytes``; partitions below their local log start are
+        returned for the remote tier instead. Returns (bytes read locally, any error, remote reads)."""
+        total = 0
+        errors = False
+        min_one = True
+        remote: list[RemoteRead] = []
+        for i, f in enumerate(fetches):
+            prior = results[i]
+            if f.topic is None:
+                results[i] = FetchPartitionData(error_code=f.unknown_topic_error)
+                errors = True
+                continue
+            partition = self.partitions.get((f.topic, f.partition))
+            state = _log_state(partition)
+            if prior is not None and not prior.error_code and not prior.size and state == seen[i]:
+                continue  # read empty before and nothing changed since
+            # A partition with data is read again after a wait: the file region it got may be of a segment
+            # deleted meanwhile, and the read itself is cheap (the segment's read hint).
+            seen[i] = state
+            result = results[i] = FetchPartitionData()
+            try:
+                limit = max(0, min(f.max_bytes, params.max_bytes - total))
+                read = self._read_partition(params, f, partition, limit, min_one, result)
+            except KafkaError as e:
+                results[i] = FetchPartitionData(error_code=e.code)
+                errors = True
+                continue
+            if read is not None:
+                remote.append(read)
+            elif result.size:
+                total += result.size
+                min_one = False
+        return total, errors, remote
+
+    def _read_partition(self, params: FetchParams, f: PartitionFetch, partition: Partition | None, limit: int,
+                        min_one: bool, result: FetchPartitionData) -> RemoteRead | None:
+        """Read one partition into ``result``; a read due from the remote tier is returned instead."""
+        if partition is None:
+            self.get_partition(f.topic, f.partition)  # raises the right error
+        partition.check_leader_epoch(f.current_leader_epoch)
+        lg = partition.log
+        remote = None
+        if limit > 0 or min_one:
+            try:
+                info = lg.read(f.fetch_offset, limit, isolation=params.isolation.value, min_one_message=min_one)
+                if info.size:
+                    result.records = info.region
+            except OffsetMovedToTieredStorageError as e:
+                # Followers get 109 and rebuild from the remote tier themselves; consumers are served from
+                # it, never given 109 (the Java consumer treats it as fatal).
+                if params.is_from_follower:
+                    raise
+                remote = self._remote_read(partition, f, result, e)
+        # Offsets are reported only for a partition read without error (an error answer carries -1 for
+        # all three, as Kafka's does).
+        result.high_watermark = lg.high_watermark
+        result.last_stable_offset = lg.last_stable_offset
+        result.log_start_offset = lg.log_start_offset
+        if params.isolation is FetchIsolation.TXN_COMMITTED:
+            result.aborted_transactions = []
+        return remote
+
+    def _remote_read(self, partition: Partition, f: PartitionFetch, result: FetchPartitionData,
+                     moved: OffsetMovedToTieredStorageError) -> RemoteRead | None:
+        rlm = self.remote_log_manager
+        if rlm is None or not partition.remote_storage_enabled:
+            raise OffsetOutOfRangeError(f"{moved} (remote storage is not in effect)") from None
+        if rlm.reader.fetch_quota.throttle_time_ms() > 0:
+            # Over the remote fetch quota (KIP-956): no data and no error, as Kafka answers; the request
+            # waits for its other partitions as usual.
+            rlm.metrics.fetch_throttled.inc(topic=partition.topic)
+            return None
+        return RemoteRead(partition, f.fetch_offset, f.max_bytes, result)
+
+    async def _read_from_remote_log(self, params: FetchParams, remote: list[RemoteRead], budget: int,
+                                    min_one: bool) -> None:
+        rlm = self.remote_log_manager
+        wait_s = self._config()["remote.fetch.max.wait.ms"] / 1000
+
+        def read_local(partition: Partition, offset: int, limit: int, first: bool) -> bytes | FileRegion:
+            info = partition.log.read(offset, limit, isolation=params.isolation.value, min_one_message=first)
+            return info.region if info.size else b""
+
+        await read_remote(rlm.reader, remote, budget, min_one, params.isolation, wait_s, read_local)
 
     def _wake(self, tp: tuple[str, int]) -> None:
         for fut in self._waiters.pop(tp, ()):
@@ -207,5 +334,134 @@ class ReplicaManager:
                     if not waiters:
                         self._waiters.pop(tp, None)
 
+    # ------------------------------------------------------------------ offsets
 
-__all__ = ["KafkaError", "Partition", "ReplicaManager"]
+    async def fetch_offsets(self, lookups: list[OffsetLookup], isolation: FetchIsolation,
+                            timeout_s: float) -> list[OffsetLookupResult]:
+        """ListOffsets (Kafka's fetchOffset): the offset for each timestamp, or the special values -1..-5.
+        A real timestamp on a tiered log with data below its local start searches the remote segments
+        first, concurrently; those that do not finish within ``timeout_s`` answer REQUEST_TIMED_OUT
+        (Kafka's DelayedRemoteListOffsets). The special values never touch remote metadata, so they work
+        while it loads."""
+        results = [OffsetLookupResult() for _ in lookups]
+        remote: list[tuple[OffsetLookupResult, Partition, int]] = []
+        for lookup, out in zip(lookups, results):
+            try:
+                partition = self.get_partition(lookup.topic, lookup.partition)
+                partition.check_leader_epoch(lookup.current_leader_epoch)
+                if self._needs_remote_search(partition, lookup.timestamp):
+                    remote.append((out, partition, lookup.timestamp))
+                else:
+                    self._local_offset(partition, lookup.timestamp, isolation, out)
+            except KafkaError as e:
+                out.error_code = e.code
+        if remote:
+            await self._remote_offsets(remote, isolation, timeout_s)
+        return results
+
+    def _needs_remote_search(self, partition: Partition, timestamp: int) -> bool:
+        lg = partition.log
+        return (timestamp >= 0 and self.remote_log_manager is not None and partition.remote_storage_enabled
+                and lg.log_start_offset < lg.local_log_start_offset)
+
+    @staticmethod
+    def _upper(partition: Partition, isolation: FetchIsolation) -> int:
+        lg = partition.log
+        return lg.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else lg.high_watermark
+
+    def _local_offset(self, partition: Partition, timestamp: int, isolation: FetchIsolation,
+                      out: OffsetLookupResult) -> None:
+        lg = partition.log
+        upper = self._upper(partition, isolation)
+        if timestamp == LATEST_TIMESTAMP:
+            out.offset, out.leader_epoch = upper, lg.leader_epoch_cache.latest_epoch()
+            return
+        found = lg.fetch_offset_by_timestamp(timestamp)
+        if found is not None and not (timestamp >= 0 and found.offset >= upper):
+            out.offset, out.timestamp, out.leader_epoch = found.offset, found.timestamp, found.leader_epoch
+
+    async def _remote_offsets(self, remote: list, isolation: FetchIsolation, timeout_s: float) -> None:
+        reader = self.remote_log_manager.reader
+        tasks = [asyncio.ensure_future(reader.find_offset_by_timestamp(partition, ts)) for _, partition, ts in remote]
+        done, _ = await asyncio.wait(tasks, timeout=timeout_s)
+        for (out, partition, _), task in zip(remote, tasks):
+            if task not in done:
+                task.cancel()  # the segment search already running finishes in its thread, unused
+                out.error_code = RequestTimedOutError.code
+                continue
+            try:
+                found = task.result()
+            except KafkaError as e:  # one partition's failure is that partition's error code
+                out.error_code = e.code
+                continue
+            except Exception:  # noqa: BLE001 - likewise, logged
+                log.exception("Remote timestamp lookup of %s failed", partition)
+                out.error_code = UnknownServerError.code
+                continue
+            if found is not None and found.offset < self._upper(partition, isolation):
+                out.offset, out.timestamp, out.leader_epoch = found.offset, found.timestamp, found.leader_epoch
+
+    def last_offset_for_leader_epoch(self, topic: str, partition: int, leader_epoch: int,
+                                     current_leader_epoch: int = -1) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (the largest epoch <= ``leader_epoch``, the end offset of that epoch)."""
+        p = self.get_partition(topic, partition)
+        p.check_leader_epoch(current_leader_epoch)
+        return p.log.leader_epoch_cache.end_offset_for(leader_epoch, p.log.log_end_offset)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark); returns the
+        new low watermark."""
+        t = self.controller.image.topics.get(topic)
+        if t is None or partition not in t.partitions:
+            raise UnknownTopicOrPartitionError()
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"Cannot delete records of internal topic {topic}")
+        p = self.get_partition(topic, partition)
+        if "delete" not in self.controller.topic_config(topic)["cleanup.policy"]:
+            raise PolicyViolationError(
+                f"Records of partition {p} can not be deleted due to the configured policy")
+        target = p.log.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(f"The offset {target} for partition {p} is not valid")
+        try:
+            p.log.maybe_increment_log_start_offset(target)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete records of {p}: {e}") from e
+        return p.log.log_start_offset
+
+    # ------------------------------------------------------------------ tiered storage disablement
+
+    async def disable_remote_topic(self, request: DisableRemoteTopicRequest) -> DisableRemoteTopicResponse:
+        """DisableRemoteTopic from the controller (KIP-950): stop tiering the topic's partitions hosted
+        here; with the delete policy, delete their remote data. Errors go back to the controller, which
+        repeats the request."""
+        rlm = self.remote_log_manager
+        t = self.controller.image.topics.get(request.topic)
+        if t is None or t.topic_id != request.topic_id:
+            return DisableRemoteTopicResponse()  # deleted meanwhile: its remote data went with it
+        epoch = t.tiering.epoch if t.tiering is not None else -1
+        if request.tiering_epoch > epoch:  # this broker has not seen that metadata yet: asked again later
+            return DisableRemoteTopicResponse(StaleControllerEpochError.code,
+                                              f"tiering epoch {request.tiering_epoch} is newer than {epoch}")
+        if request.tiering_epoch < epoch or rlm is None:
+            return DisableRemoteTopicResponse()  # superseded by a later change of the topic's tiering
+        partitions = [p for p in self.partitions.values()
+                      if p.topic == request.topic and p.index in request.partitions]
+        try:
+            await rlm.disable_remote_topic(partitions, request.policy)
+        except Exception as e:  # noqa: BLE001 - reported to the controller, which retries
+            log.warning("DisableRemoteTopic for %s (policy %s) failed: %s", request.topic, request.policy, e)
+            return DisableRemoteTopicResponse(KafkaStorageError.code, str(e))
+        return DisableRemoteTopicResponse()
+
+
+def _log_state(partition: Partition | None) -> tuple | None:
+    """What a read of ``partition`` depends on: its log's offsets (and the log itself)."""
+    if partition is None:
+        return None
+    lg = partition.log
+    return id(lg), lg.log_start_offset, lg.local_log_start_offset, lg.high_watermark, lg.last_stable_offset, \
+        lg.log_end_offset
+
+
+__all__ = ["Partition", "ReplicaManager"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 from tierlog.client.fetcher import CompletedFetch
 from tierlog.client.types import TopicPartition
 from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, read_header
-from tierlog.storage.index import OFFSET_ENTRY_SIZE
+from tierlog.storage.index import OffsetEntries
 from tierlog.tiered.metadata import IndexType
 
 from .options import SourceOptions
@@ -82,17 +82,6 @@ def storage_manager(opts: SourceOptions):
     return rsm
 
 
-def _start_position(index: bytes, base_offset: int, offset: int) -> int:
-    """Kafka's offset index lookup: the position of the last entry at or below ``offset``."""
-    pos = 0
-    for i in range(0, len(index) - len(index) % OFFSET_ENTRY_SIZE, OFFSET_ENTRY_SIZE):
-        rel = int.from_bytes(index[i:i + 4], "big", signed=True)
-        if base_offset + rel > offset:
-            break
-        pos = int.from_bytes(index[i + 4:i + 8], "big", signed=True)
-    return pos
-
-
 def _columnar():
     """The columnar decoder when numba is there, else None (the consumer's decoder is the fallback).
     Imported here, not at the top: numba is needed where slices are read, not where they are planned."""
@@ -108,7 +97,7 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
     md = task.segment
     tp = TopicPartition(task.topic, task.partition)
     try:
-        position = _start_position(rsm.fetch_index(md, IndexType.OFFSET), md.start_offset, task.start)
+        position = OffsetEntries(md.start_offset, rsm.fetch_index(md, IndexType.OFFSET)).lookup(task.start)[1]
         size = md.segment_size_in_bytes
         offset = task.start
         pending: list = []

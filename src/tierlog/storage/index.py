@@ -15,6 +15,8 @@ a crash is ignored (the log recovery rebuilds the index anyway).
 from __future__ import annotations
 
 import os
+import struct
+import sys
 from array import array
 from bisect import bisect_right
 
@@ -22,6 +24,7 @@ from tierlog.errors import KafkaStorageError
 
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 class CorruptIndexError(KafkaStorageError):
@@ -123,8 +126,76 @@ def _be_int32_array(data: bytes) -> array:
     a.frombytes(data)
     if a.itemsize != 4:  # pragma: no cover - every CPython platform has 4-byte "i"
         raise RuntimeError("unexpected int size")
-    a.byteswap()
+    if sys.byteorder == "little":
+        a.byteswap()
     return a
+
+
+class OffsetEntries:
+    """The entries of an offset index and Kafka's lookups over them, read-only. The local
+    :class:`OffsetIndex` keeps its entries in one; a remote segment's index (tiered storage) and the Spark
+    reader parse an index file's bytes into one."""
+
+    __slots__ = ("base_offset", "offsets", "positions")
+
+    def __init__(self, base_offset: int, data: bytes = b""):
+        both = _be_int32_array(data[:len(data) - len(data) % OFFSET_ENTRY_SIZE])
+        self.base_offset = base_offset
+        self.offsets = both[0::2]  # relative to base_offset
+        self.positions = both[1::2]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """Largest entry with offset <= target, as (absolute offset, position); (base, 0) if none."""
+        i = bisect_right(self.offsets, target_offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self.offsets[i], self.positions[i]
+
+    def lookup_position(self, max_position: int) -> tuple[int, int]:
+        """Largest entry with position <= max_position (used to bound a read by bytes)."""
+        i = bisect_right(self.positions, max_position) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self.offsets[i], self.positions[i]
+
+    def last_entry(self) -> tuple[int, int]:
+        """(absolute offset, position) of the last entry, or (base offset, 0) when empty."""
+        if not self.offsets:
+            return self.base_offset, 0
+        return self.base_offset + self.offsets[-1], self.positions[-1]
+
+
+class TimeEntries:
+    """The entries of a time index and Kafka's lookup over them, read-only (see :class:`OffsetEntries`)."""
+
+    __slots__ = ("base_offset", "timestamps", "offsets")
+
+    def __init__(self, base_offset: int, data: bytes = b""):
+        self.base_offset = base_offset
+        self.timestamps = array("q")
+        self.offsets = array("i")  # relative to base_offset
+        for ts, rel in _TIME_ENTRY.iter_unpack(data[:len(data) - len(data) % TIME_ENTRY_SIZE]):
+            self.timestamps.append(ts)
+            self.offsets.append(rel)
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def lookup(self, target_ts: int) -> tuple[int, int]:
+        """Largest entry with timestamp <= target as (timestamp, offset); (-1, base) if none."""
+        i = bisect_right(self.timestamps, target_ts) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self.timestamps[i], self.base_offset + self.offsets[i]
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, absolute offset) of the last entry, or (-1, base offset) when empty."""
+        if not self.timestamps:
+            return -1, self.base_offset
+        return self.timestamps[-1], self.base_offset + self.offsets[-1]
 
 
 class OffsetIndex(_Index):
@@ -133,9 +204,9 @@ class OffsetIndex(_Index):
     entry_size = OFFSET_ENTRY_SIZE
 
     def _load(self, data: bytes) -> None:
-        both = _be_int32_array(data)
-        self._offsets = both[0::2]
-        self._positions = both[1::2]
+        self._entries = OffsetEntries(self.base_offset, data)
+        self._offsets = self._entries.offsets
+        self._positions = self._entries.positions
 
     def _count(self) -> int:
         return len(self._offsets)
@@ -143,9 +214,7 @@ class OffsetIndex(_Index):
     def last_entry(self) -> tuple[int, int]:
         """(absolute offset, position) of the last entry, or (base offset, 0) when empty."""
         self._ensure_loaded()
-        if not self._offsets:
-            return self.base_offset, 0
-        return self.base_offset + self._offsets[-1], self._positions[-1]
+        return self._entries.last_entry()
 
     def append(self, offset: int, position: int) -> None:
         self._ensure_loaded()
@@ -161,18 +230,12 @@ class OffsetIndex(_Index):
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """Largest entry with offset <= target, as (absolute offset, position); (base, 0) if none."""
         self._ensure_loaded()
-        i = bisect_right(self._offsets, target_offset - self.base_offset) - 1
-        if i < 0:
-            return self.base_offset, 0
-        return self.base_offset + self._offsets[i], self._positions[i]
+        return self._entries.lookup(target_offset)
 
     def lookup_position(self, max_position: int) -> tuple[int, int]:
         """Largest entry with position <= max_position (used to bound a read by bytes)."""
         self._ensure_loaded()
-        i = bisect_right(self._positions, max_position) - 1
-        if i < 0:
-            return self.base_offset, 0
-        return self.base_offset + self._offsets[i], self._positions[i]
+        return self._entries.lookup_position(max_position)
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries for offsets >= ``offset``."""
@@ -215,14 +278,9 @@ class TimeIndex(_Index):
     entry_size = TIME_ENTRY_SIZE
 
     def _load(self, data: bytes) -> None:
-        n = len(data) // TIME_ENTRY_SIZE
-        self._timestamps = array("q")
-        self._offsets = array("i")
-        mv = memoryview(data)
-        for i in range(n):
-            e = mv[i * 12:(i + 1) * 12]
-            self._timestamps.append(int.from_bytes(e[:8], "big", signed=True))
-            self._offsets.append(int.from_bytes(e[8:], "big", signed=True))
+        self._entries = TimeEntries(self.base_offset, data)
+        self._timestamps = self._entries.timestamps
+        self._offsets = self._entries.offsets
 
     def _count(self) -> int:
         return len(self._timestamps)
@@ -230,9 +288,7 @@ class TimeIndex(_Index):
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, absolute offset) of the last entry, or (-1, base offset) when empty."""
         self._ensure_loaded()
-        if not self._timestamps:
-            return -1, self.base_offset
-        return self._timestamps[-1], self.base_offset + self._offsets[-1]
+        return self._entries.last_entry()
 
     def peek_last_entry(self) -> tuple[int, int]:
         """Like last_entry, reading only the file's last 12 bytes when not loaded (cheap at open)."""
@@ -270,10 +326,7 @@ class TimeIndex(_Index):
     def lookup(self, target_ts: int) -> tuple[int, int]:
         """Largest entry with timestamp <= target as (timestamp, offset); (-1, base) if none."""
         self._ensure_loaded()
-        i = bisect_right(self._timestamps, target_ts) - 1
-        if i < 0:
-            return -1, self.base_offset
-        return self._timestamps[i], self.base_offset + self._offsets[i]
+        return self._entries.lookup(target_ts)
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries whose offset is >= ``offset``."""

@@ -23,16 +23,13 @@ import logging
 import os
 import re
 import struct
-import sys
 import threading
-from array import array
-from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from operator import le, lt
 
 from tierlog.kafka_uuid import uuid_to_str
-from tierlog.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from tierlog.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetEntries, TimeEntries
 from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 from tierlog.tiered.metadata import IndexType, RemoteLogSegmentMetadata
 from tierlog.tiered.rsm import RemoteStorageError
@@ -54,75 +51,42 @@ class CorruptRemoteIndexError(ValueError):
 # ------------------------------------------------------------------------------- read-only indexes
 
 
-def _be_int32(data: bytes) -> array:
-    a = array("i")
-    a.frombytes(data)
-    if sys.byteorder == "little":
-        a.byteswap()
-    return a
+class RemoteOffsetIndex(OffsetEntries):
+    """A remote segment's ``.index``: relative offset -> position, read-only, checked against the segment."""
 
-
-class RemoteOffsetIndex:
-    """A remote segment's ``.index``: relative offset -> position, read-only."""
+    __slots__ = ()
 
     def __init__(self, data: bytes, md: RemoteLogSegmentMetadata):
         if len(data) % OFFSET_ENTRY_SIZE:
             raise CorruptRemoteIndexError(f"offset index of {len(data)} bytes, not a multiple of {OFFSET_ENTRY_SIZE}")
-        both = _be_int32(data)
-        self.base_offset = md.start_offset
-        self._offsets = both[0::2]
-        self._positions = both[1::2]
-        if self._offsets:
-            if (self._offsets[0] < 0 or self._positions[0] < 0
-                    or md.start_offset + self._offsets[-1] > md.end_offset
-                    or self._positions[-1] >= max(md.segment_size_in_bytes, 1)):
+        super().__init__(md.start_offset, data)
+        offsets, positions = self.offsets, self.positions
+        if offsets:
+            if (offsets[0] < 0 or positions[0] < 0 or md.start_offset + offsets[-1] > md.end_offset
+                    or positions[-1] >= max(md.segment_size_in_bytes, 1)):
                 raise CorruptRemoteIndexError(
                     f"offset index entries outside the segment (offsets {md.start_offset}-{md.end_offset}, "
                     f"{md.segment_size_in_bytes} bytes)")
-            if not all(map(lt, self._offsets, self._offsets[1:])) or \
-                    not all(map(le, self._positions, self._positions[1:])):
+            if not all(map(lt, offsets, offsets[1:])) or not all(map(le, positions, positions[1:])):
                 raise CorruptRemoteIndexError("offset index entries out of order")
 
-    def __len__(self) -> int:
-        return len(self._offsets)
 
-    def lookup(self, target_offset: int) -> tuple[int, int]:
-        """Largest entry with offset <= target, as (absolute offset, position); (base, 0) if none."""
-        i = bisect_right(self._offsets, target_offset - self.base_offset) - 1
-        if i < 0:
-            return self.base_offset, 0
-        return self.base_offset + self._offsets[i], self._positions[i]
+class RemoteTimeIndex(TimeEntries):
+    """A remote segment's ``.timeindex``: timestamp -> offset, read-only, checked against the segment."""
 
-
-class RemoteTimeIndex:
-    """A remote segment's ``.timeindex``: timestamp -> offset, read-only."""
+    __slots__ = ()
 
     def __init__(self, data: bytes, md: RemoteLogSegmentMetadata):
         if len(data) % TIME_ENTRY_SIZE:
             raise CorruptRemoteIndexError(f"time index of {len(data)} bytes, not a multiple of {TIME_ENTRY_SIZE}")
-        self.base_offset = md.start_offset
-        self._timestamps = array("q")
-        self._offsets = array("i")
-        for ts, rel in struct.iter_unpack(">qi", data):
-            self._timestamps.append(ts)
-            self._offsets.append(rel)
-        if self._offsets:
-            if self._offsets[0] < 0 or md.start_offset + self._offsets[-1] > md.end_offset:
+        super().__init__(md.start_offset, data)
+        offsets, timestamps = self.offsets, self.timestamps
+        if offsets:
+            if offsets[0] < 0 or md.start_offset + offsets[-1] > md.end_offset:
                 raise CorruptRemoteIndexError(f"time index offsets outside the segment ({md.start_offset}-"
                                               f"{md.end_offset})")
-            if not all(map(le, self._offsets, self._offsets[1:])) or \
-                    not all(map(le, self._timestamps, self._timestamps[1:])):
+            if not all(map(le, offsets, offsets[1:])) or not all(map(le, timestamps, timestamps[1:])):
                 raise CorruptRemoteIndexError("time index entries out of order")
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def lookup(self, target_ts: int) -> tuple[int, int]:
-        """Largest entry with timestamp <= target as (timestamp, offset); (-1, base) if none."""
-        i = bisect_right(self._timestamps, target_ts) - 1
-        if i < 0:
-            return -1, self.base_offset
-        return self._timestamps[i], self.base_offset + self._offsets[i]
 
 
 class RemoteTransactionIndex:

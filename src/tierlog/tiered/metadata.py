@@ -70,11 +70,19 @@ class RemotePartitionDeleteState(enum.IntEnum):
     DELETE_PARTITION_FINISHED = 2
 
 
+_D = RemotePartitionDeleteState
+_PARTITION_DELETE_NEXT: dict[RemotePartitionDeleteState | None, frozenset[RemotePartitionDeleteState]] = {
+    None: frozenset({_D.DELETE_PARTITION_MARKED}),
+    _D.DELETE_PARTITION_MARKED: frozenset({_D.DELETE_PARTITION_STARTED}),
+    _D.DELETE_PARTITION_STARTED: frozenset({_D.DELETE_PARTITION_FINISHED}),
+    _D.DELETE_PARTITION_FINISHED: frozenset(),
+}
+
+
 def valid_partition_delete_transition(src: RemotePartitionDeleteState | None,
                                       dst: RemotePartitionDeleteState) -> bool:
-    if src is None:
-        return dst == RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-    return dst == src or dst == src + 1
+    """Kafka's ``RemotePartitionDeleteState.isValidTransition``; a repeated state is valid (retries)."""
+    return (src is not None and src == dst) or dst in _PARTITION_DELETE_NEXT[src]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tierlog.metrics import MetricsRegistry
+from tierlog.storage import Log, LogSegment
 from tierlog.storage.producer_state import snapshot_path
 from tierlog.tiered.lineage import (
     epochs_in_range,
@@ -57,7 +57,9 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
+from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
 from tierlog.tiered.rsm import RemoteStorageManager, layout
 
@@ -134,7 +136,7 @@ class PartitionTasks:
     """The remote log manager's state for one leader partition."""
 
     tp: TopicIdPartition
-    partition: Any  # the replica manager's Partition: .log, .leader_epoch
+    partition: TopicPartitionLog
     copy_task: asyncio.Task | None = None
     copy_tasks_started: int = 0  # tells the expiration task whether an upload may have started meanwhile
     expiration_task: asyncio.Task | None = None
@@ -155,11 +157,23 @@ class PartitionTasks:
         return self.partition.log
 
 
+def build_remote_log_manager(config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
+                             log_dir: str, registry: MetricsRegistry | None = None,
+                             effective_config=None) -> RemoteLogManager:
+    """The remote log manager with its metrics and its reader (remote reads of ``log_dir``'s index cache)
+    wired together. ``effective_config`` returns the current configuration, dynamic changes included."""
+    current = effective_config or (lambda: config)
+    metrics = RemoteStorageMetrics(registry or MetricsRegistry())
+    reader = RemoteLogReader(current, rsm, rlmm, metrics, log_dir)
+    return RemoteLogManager(config, broker_id, rsm, rlmm, reader, metrics, current)
+
+
 class RemoteLogManager:
     def __init__(self, config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
-                 metrics: MetricsRegistry | None = None, effective_config=None) -> None:
-        """``effective_config``: a function returning the current configuration, dynamic changes
-        included (the copy quota follows it); ``config`` by default."""
+                 reader: RemoteLogReader, metrics: RemoteStorageMetrics, effective_config=None) -> None:
+        """``reader`` serves reads below the local log start (it shares ``metrics``); ``effective_config``:
+        a function returning the current configuration, dynamic changes included (the copy quota follows
+        it); ``config`` by default."""
         self.config = config
         current = effective_config or (lambda: config)
         self.copy_quota = RateQuota(lambda: current()["remote.log.manager.copy.max.bytes.per.second"],
@@ -168,7 +182,7 @@ class RemoteLogManager:
         self.broker_id = broker_id
         self.rsm = rsm
         self.rlmm = rlmm
-        self.metrics = RemoteStorageMetrics(metrics or MetricsRegistry())
+        self.metrics = metrics
         self.task_interval_s = config["remote.log.manager.task.interval.ms"] / 1000
         self.custom_metadata_max_bytes = config["remote.log.metadata.custom.metadata.max.bytes"]
         self._current = current
@@ -176,7 +190,7 @@ class RemoteLogManager:
         self.partitions: dict[TopicIdPartition, PartitionTasks] = {}
         self.disabling: dict[TopicIdPartition, dict] = {}  # remote data still to delete, per partition
         self._background: set[asyncio.Task] = set()
-        self.reader: Any = None  # the remote read path (RemoteLogReader), attached by the broker
+        self.reader = reader
         self.closed = False
 
     # ------------------------------------------------------------------------------------ pools
@@ -204,10 +218,10 @@ class RemoteLogManager:
     # ------------------------------------------------------------------------------------ leadership
 
     @staticmethod
-    def topic_id_partition(partition) -> TopicIdPartition:
+    def topic_id_partition(partition: TopicPartitionLog) -> TopicIdPartition:
         return TopicIdPartition(partition.topic_id, partition.topic, partition.index)
 
-    def on_leadership_change(self, leaders: Iterable[Any]) -> None:
+    def on_leadership_change(self, leaders: Iterable[TopicPartitionLog]) -> None:
         """Start (or restart) the copy and expiration tasks of these leader partitions, whose logs have
         remote storage in effect. A partition already followed keeps its tasks."""
         fresh = []
@@ -235,7 +249,7 @@ class RemoteLogManager:
             st.expiration_task = asyncio.get_running_loop().create_task(
                 self._run_periodically(st, self._expire_once, "expiration"), name=f"rlm-expire-{name}")
 
-    def on_config_change(self, partition) -> None:
+    def on_config_change(self, partition: TopicPartitionLog) -> None:
         """The topic's configuration changed: copying follows ``remote.log.copy.disable``. Stopping takes
         effect before the next upload starts; one already running completes (no dangling segment)."""
         st = self.partitions.get(self.topic_id_partition(partition))
@@ -259,7 +273,7 @@ class RemoteLogManager:
                 task.cancel()
         st.copy_task = st.expiration_task = None
 
-    async def stop_tasks(self, partitions: Iterable[Any]) -> list[TopicIdPartition]:
+    async def stop_tasks(self, partitions: Iterable[TopicPartitionLog]) -> list[TopicIdPartition]:
         """Cancel the tasks of these partitions and wait for their storage calls still running in a
         thread (an upload finishing after a deletion would leave an object behind)."""
         stopped = []
@@ -274,7 +288,7 @@ class RemoteLogManager:
             stopped.append(tp)
         return stopped
 
-    async def stop_partitions(self, partitions: Iterable[Any], delete_remote: bool) -> None:
+    async def stop_partitions(self, partitions: Iterable[TopicPartitionLog], delete_remote: bool) -> None:
         """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
         data: DELETE_SEGMENT_STARTED for every segment, the objects, then DELETE_SEGMENT_FINISHED."""
         stopped = await self.stop_tasks(partitions)
@@ -287,7 +301,7 @@ class RemoteLogManager:
                               tp, e)
         self.rlmm.on_stop_partitions(stopped)
 
-    async def disable_remote_topic(self, partitions: list[Any], policy: str) -> None:
+    async def disable_remote_topic(self, partitions: list[TopicPartitionLog], policy: str) -> None:
         """DisableRemoteTopic (KIP-950). ``retain``: no upload starts any more (one running completes);
         remote data stays readable and expires by retention. ``delete``: the partitions' log start
         offsets already moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in
@@ -302,8 +316,7 @@ class RemoteLogManager:
             return
         tps = await self.stop_tasks(partitions)
         for tp in tps:
-            if self.reader is not None and hasattr(self.reader, "drain"):
-                await self.reader.drain(tp)
+            await self.reader.drain(tp)
         # The manager follows the partitions again for as long as the deletion takes (after a restart it
         # has to load their metadata first).
         self.rlmm.on_partition_leadership_changes(tps, [])
@@ -440,7 +453,7 @@ class RemoteLogManager:
                      st.tp)
             await self._abandon(st, md)
 
-    def copy_candidates(self, lg) -> list[tuple[Any, int]]:
+    def copy_candidates(self, lg: Log) -> list[tuple[LogSegment, int]]:
         """(segment, next segment's base offset) of each rolled segment not yet copied whose data is
         all below the last stable offset, oldest first."""
         lso = lg.last_stable_offset
@@ -706,8 +719,7 @@ class RemoteLogManager:
         self.metrics.delete_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
 
     def _evict_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
-        if self.reader is not None and hasattr(self.reader, "evict"):
-            self.reader.evict(md)
+        self.reader.evict(md)
 
     # ---------------------------------------------------------------------------------------- status
 
@@ -751,7 +763,7 @@ class RemoteLogManager:
         orphans are removed. Partitions whose metadata is still loading, or whose remote data is being
         deleted right now, are left alone."""
         loop = asyncio.get_running_loop()
-        prefix = _key_prefix(self.rsm)
+        prefix = self.rsm.key_prefix
         # Objects first, metadata second: an upload always records COPY_SEGMENT_STARTED before it writes.
         objects = await loop.run_in_executor(self.expiration_pool, self.rsm.list_objects, prefix)
         busy = set(self.disabling)
@@ -823,8 +835,7 @@ class RemoteLogManager:
             task.cancel()
         for _, pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
-        if self.reader is not None and hasattr(self.reader, "close"):
-            self.reader.close()
+        self.reader.close()
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         """Run ``coro`` in the background, kept until it finishes (topic deletions)."""
@@ -854,10 +865,3 @@ def copy_delayed(lg, candidates: list, now_ms: float) -> int:
         if (lag_ms > 0 and now_ms - seg.largest_timestamp() < lag_ms) or (lag_bytes > 0 and after[id(seg)] < lag_bytes):
             return len(candidates) - i
     return 0
-
-
-def _key_prefix(rsm) -> str:
-    """The key prefix of a built-in storage manager (looking through wrappers such as the fault injector)."""
-    while not hasattr(rsm, "key_prefix") and getattr(rsm, "delegate", None) is not None:
-        rsm = rsm.delegate
-    return getattr(rsm, "key_prefix", "")

@@ -5,20 +5,19 @@ it from the metadata manager, a byte position from the segment's offset index (c
 :mod:`tierlog.tiered.index_cache`), then ranged reads of the segment object. Batches stay bytes: the
 reader walks batch headers only, to start at the batch holding the offset and to stop at whole
 batches within the byte limit. A segment with nothing at or after the offset (a gap) hands over to
-the next segment, and past the last remote one to the local log.
+the next segment; past the last remote one the answer says where the local log takes over, and the
+caller (the replica manager) reads it.
 
-Read-ahead: the bytes read from a segment object stay in a per-segment window; a consumer reading on
-from where its last answer ended needs no index lookup and, once less than ``CHUNK_BYTES`` are left
-ahead, the next range is fetched in the background (also the start of the next segment when one is
-finished). Windows of all partitions together stay under ``READ_AHEAD_BUDGET`` bytes, least recently
-used dropped first. A window keeps what it returned last, so a fetch that the handler trimmed to the
-response budget is served again from memory.
+Read-ahead (:mod:`tierlog.tiered.read_ahead`): the bytes read from a segment object stay in a
+per-segment window; a consumer reading on from where its last answer ended needs no index lookup and,
+once less than a chunk is left ahead, the next range is fetched in the background (also the start of the
+next segment when one is finished). A window keeps what it returned last, so a fetch that the replica
+manager trimmed to the response budget is served again from memory.
 
 Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
 ``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with the
 retriable KAFKA_STORAGE_ERROR (56; Kafka answers -1, which kafka-python raises to the application).
-Read-aheads run on a separate pool, so a read waiting for a
-read-ahead can never hold the thread that read-ahead needs. Errors:
+Errors:
 
 - no remote segment for the offset (or it is below the log start) -> OFFSET_OUT_OF_RANGE (1);
 - metadata still loading after a restart -> REPLICA_NOT_AVAILABLE (9), retriable (KIP-1007's intent
@@ -34,11 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tierlog.errors import (
     KafkaError,
@@ -54,13 +51,12 @@ from tierlog.storage.segment import FileRegion
 from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
+from tierlog.tiered.read_ahead import CHUNK_BYTES, READ_AHEAD_BUDGET, ReadAheadCache, Window
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 * 1024 * 1024  # smallest ranged read, and the read-ahead step
-READ_AHEAD_BUDGET = 128 * 1024 * 1024  # every window together
-MAX_WINDOWS = 4096  # also bounds windows left empty (reads that failed)
 SEARCH_BYTES = 64 * 1024  # first range of a timestamp search (doubles while it finds nothing)
 FAILURE_LOG_INTERVAL_S = 10.0  # a failing segment is logged at WARNING at most this often
 
@@ -83,11 +79,14 @@ class _WouldBlock(Exception):
 class RemoteReadResult:
     """Whole batches from the fetch offset (``records``, possibly empty; a memoryview of read-ahead memory
     when possible, to spare a copy), the offset after them, and for read_committed the aborted
-    transactions overlapping them as (producer id, first offset)."""
+    transactions overlapping them as (producer id, first offset). ``local_offset``: the remote segments
+    hold nothing at or after the fetch offset before the local log starts; the caller reads the local
+    log from this offset (the reader never reads the local log itself)."""
 
     records: bytes | memoryview | FileRegion
     next_offset: int
     aborted_transactions: list[tuple[int, int]] | None = None
+    local_offset: int | None = None
 
 
 @dataclass(slots=True)
@@ -96,44 +95,6 @@ class _SegmentRead:
     next_offset: int
     end_of_segment: bool
     transactional: bool
-
-
-@dataclass(eq=False)
-class _Window:
-    """Contiguous bytes ``[start, end)`` of one segment object, held as chunks; the read-ahead being
-    fetched; where the last answer ended. Guarded by ``lock`` (held for a whole read of the segment)."""
-
-    key: tuple
-    md: RemoteLogSegmentMetadata
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    chunks: list = field(default_factory=list)  # [(position, bytes)], contiguous, ascending
-    start: int = 0
-    end: int = 0
-    file: str | None = None  # the backend's file of the segment ("": it has none; None: not asked yet)
-    pending: tuple | None = None  # (position, Future[bytes]) of a read-ahead in flight
-    next_offset: int = -1
-    next_position: int = -1
-    held: int = 0  # bytes counted against the budget (chunks + pending)
-    evicted: bool = False
-
-    def covers(self, start: int, end: int) -> bool:
-        return self.start <= start and end <= self.end
-
-    def view(self, start: int, end: int):
-        """Bytes ``[start, end)`` (covered), as a memoryview of a chunk when one holds them (no copy: chunks
-        are immutable bytes), else joined."""
-        for pos, data in self.chunks:
-            if pos <= start and end <= pos + len(data):
-                return memoryview(data)[start - pos:end - pos]
-        return self.join(start, end)
-
-    def join(self, start: int, end: int) -> bytes:
-        parts = []
-        for pos, data in self.chunks:
-            lo, hi = max(start, pos), min(end, pos + len(data))
-            if lo < hi:
-                parts.append(memoryview(data)[lo - pos:hi - pos])
-        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
 
 
 class RemoteLogReader:
@@ -146,12 +107,11 @@ class RemoteLogReader:
         self.rsm = rsm
         self.rlmm = rlmm
         self.metrics = metrics
-        self.chunk_bytes = chunk_bytes
-        self.read_ahead_budget = read_ahead_budget
         self.max_pending = cfg["remote.log.reader.max.pending.tasks"]
         self.threads = cfg["remote.log.reader.threads"]
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="remote-reader")
-        self.read_ahead_pool = ThreadPoolExecutor(max(1, self.threads // 2), thread_name_prefix="remote-read-ahead")
+        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment, self.threads // 2, chunk_bytes=chunk_bytes,
+                                         budget=read_ahead_budget)
         self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
         # Bytes answered from the remote tier count against the broker-wide fetch quota (KIP-956); the
@@ -159,13 +119,19 @@ class RemoteLogReader:
         self.fetch_quota = RateQuota(lambda: self._config()["remote.log.manager.fetch.max.bytes.per.second"],
                                      cfg["remote.log.manager.fetch.quota.window.num"],
                                      cfg["remote.log.manager.fetch.quota.window.size.seconds"])
-        self._lock = threading.Lock()  # guards _windows and _held
-        self._windows: OrderedDict[tuple, _Window] = OrderedDict()
-        self._held = 0
         self._pending = 0  # reads submitted and not finished (on the event loop only)
         self._in_flight: dict[TopicIdPartition, set[asyncio.Future]] = {}
         self._last_failure_log: dict = {}
         self.closed = False
+
+    @property
+    def read_ahead_bytes(self) -> int:
+        """Bytes held by read-ahead windows and read-aheads in flight."""
+        return self.read_ahead.held
+
+    @property
+    def read_ahead_budget(self) -> int:
+        return self.read_ahead.budget
 
     # ---------------------------------------------------------------------------------- config
 
@@ -182,19 +148,23 @@ class RemoteLogReader:
             self.index_cache.resize(size)
 
     @staticmethod
-    def topic_id_partition(partition) -> TopicIdPartition:
+    def topic_id_partition(partition: TopicPartitionLog) -> TopicIdPartition:
         return TopicIdPartition(partition.topic_id, partition.topic, partition.index)
 
     # ------------------------------------------------------------------------------------ reads
 
-    async def read(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    async def read(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                    isolation: str = "high_watermark") -> bytes:
         """Whole batches from ``fetch_offset`` on, at most ``max_bytes`` (at least the whole first batch
-        with ``min_one_message``), from remote storage."""
-        records = (await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)).records
-        return records.read() if isinstance(records, FileRegion) else bytes(records)
+        with ``min_one_message``), from remote storage, continuing in the local log past the last remote
+        segment (for tools and tests; the fetch path uses :meth:`read_result`)."""
+        got = await self.read_result(partition, fetch_offset, max_bytes, min_one_message, isolation)
+        if got.local_offset is not None:
+            return partition.log.read(got.local_offset, max_bytes, isolation=isolation,
+                                      min_one_message=min_one_message).read()
+        return got.records.read() if isinstance(got.records, FileRegion) else bytes(got.records)
 
-    def read_now(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    def read_now(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                  isolation: str = "high_watermark") -> RemoteReadResult | None:
         """:meth:`read_result` when it can be answered at once, on the event loop, without I/O waits: a
         sequential reader whose bytes are in the window or in a plain object file already known. None
@@ -215,7 +185,7 @@ class RemoteLogReader:
         self._count_answer(tp, len(got.records))
         return RemoteReadResult(got.records, got.next_offset, None)
 
-    async def read_result(self, partition, fetch_offset: int, max_bytes: int, min_one_message: bool,
+    async def read_result(self, partition: TopicPartitionLog, fetch_offset: int, max_bytes: int, min_one_message: bool,
                           isolation: str = "high_watermark") -> RemoteReadResult:
         """:meth:`read` with the offset after the answer and, for ``isolation="committed"``, the aborted
         transactions of the remote transaction indexes overlapping it."""
@@ -237,10 +207,7 @@ class RemoteLogReader:
                 # Nothing at or after the offset in this segment: the next segment, or the local log.
                 offset = md.end_offset + 1
                 if offset >= lg.local_log_start_offset:
-                    info = lg.read(offset, max_bytes, isolation=isolation, min_one_message=min_one_message)
-                    records = info.read()
-                    self._count_answer(tp, len(records))
-                    return RemoteReadResult(records, offset, [] if isolation == "committed" else None)
+                    return RemoteReadResult(b"", offset, [] if isolation == "committed" else None, local_offset=offset)
                 md = self._segment_for(tp, lg, offset)
             self._read_ahead_after(tp, lg, md, got)
             aborted = None
@@ -312,7 +279,7 @@ class RemoteLogReader:
                       max_bytes: int, min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
         """Whole batches of ``md`` from the one holding ``fetch_offset``; None when the segment has none
         at or after it. ``inline`` (on the event loop): raise _WouldBlock rather than wait or do I/O."""
-        win = self._window(tp, md)
+        win = self.read_ahead.window(tp, md)
         if not win.lock.acquire(blocking=not inline):
             raise _WouldBlock
         try:
@@ -333,7 +300,7 @@ class RemoteLogReader:
         finally:
             win.lock.release()
 
-    def _read_window(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+    def _read_window(self, win: Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
                      min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
         def header(position: int, taken: int):
             self._ensure(win, position, position + RECORD_BATCH_OVERHEAD, position + max(max_bytes - taken, 0),
@@ -349,13 +316,13 @@ class RemoteLogReader:
         if walked.first is None:
             return _SegmentRead(b"", fetch_offset, False, False)
         records = win.view(walked.first, walked.end)
-        self._drop_before(win, walked.first)
+        self.read_ahead.drop_before(win, walked.first)
         if walked.end < md.segment_size_in_bytes:
-            self._maybe_read_ahead(win)
+            self.read_ahead.maybe_read_ahead(win)
         return _SegmentRead(records, walked.next_offset, walked.end >= md.segment_size_in_bytes,
                             walked.transactional)
 
-    def _read_file(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+    def _read_file(self, win: Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
                    min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
         """:meth:`_read_window` for a segment the backend keeps as a file here: only batch headers are
         read (the page cache does the read-ahead) and the answer is a region of the file, which the
@@ -380,7 +347,7 @@ class RemoteLogReader:
         return _SegmentRead(records, walked.next_offset, walked.end >= md.segment_size_in_bytes,
                             walked.transactional)
 
-    def _walk(self, win: _Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
+    def _walk(self, win: Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
               min_one_message: bool, inline: bool, header, whole) -> _Walk | None:
         """The whole batches to return from ``md``, reading headers with ``header(position, taken)`` and
         making each chosen batch available with ``whole(position, end, taken)`` (when given). None: the
@@ -435,7 +402,7 @@ class RemoteLogReader:
         win.next_offset, win.next_position = walked.next_offset, position
         return walked
 
-    def _ensure(self, win: _Window, start: int, end: int, hint_end: int, inline: bool = False) -> None:
+    def _ensure(self, win: Window, start: int, end: int, hint_end: int, inline: bool = False) -> None:
         """Make the window hold ``[start, end)``: from a read-ahead in flight when it continues the window,
         else with one ranged read of at least ``chunk_bytes`` (up to ``hint_end``, where the caller
         expects to stop). ``inline``: only with what is in memory already."""
@@ -454,62 +421,19 @@ class RemoteLogReader:
                     self.metrics.fetch_errors.inc(topic=win.md.topic_id_partition.topic)
                     log.debug("Read-ahead of %s at %d failed: %s", win.md.segment_id, pos, e)
                     data = None
-                self._account(win, -self._pending_size(win, pos))
+                self.read_ahead.account(win, -self.read_ahead.pending_size(win, pos))
                 if data and pos == win.end and win.start <= start:
-                    self._append(win, pos, data)
+                    self.read_ahead.append(win, pos, data)
                 continue
             if inline:
                 raise _WouldBlock
             begin = win.end if win.start <= start <= win.end and win.chunks else start
-            stop = min(max(end, hint_end, begin + self.chunk_bytes), size)
+            stop = min(max(end, hint_end, begin + self.read_ahead.chunk_bytes), size)
             data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
             if len(data) != stop - begin:
                 raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
                                         f"{stop - begin} (it is shorter than its metadata says)")
-            self._append(win, begin, data)
-
-    def _append(self, win: _Window, pos: int, data: bytes) -> None:
-        if not win.chunks or pos != win.end:
-            self._account(win, -sum(len(d) for _, d in win.chunks))
-            win.chunks = []
-            win.start = pos
-        win.chunks.append((pos, data))
-        win.end = pos + len(data)
-        self._account(win, len(data))
-        self._trim_budget(keep=win)
-
-    def _drop_before(self, win: _Window, position: int) -> None:
-        while win.chunks and win.chunks[0][0] + len(win.chunks[0][1]) <= position:
-            _, data = win.chunks.pop(0)
-            self._account(win, -len(data))
-        win.start = win.chunks[0][0] if win.chunks else win.end
-
-    # ------------------------------------------------------------------------------ read-ahead
-
-    def _pending_size(self, win: _Window, pos: int) -> int:
-        return min(self.chunk_bytes, win.md.segment_size_in_bytes - pos)
-
-    def _maybe_read_ahead(self, win: _Window) -> None:
-        """Less than a chunk left beyond where the reader is: fetch the next one in the background."""
-        size = win.md.segment_size_in_bytes
-        if win.pending is not None or win.end >= size or win.end - win.next_position >= self.chunk_bytes:
-            return
-        self._start_read_ahead(win, win.end)
-
-    def _start_read_ahead(self, win: _Window, pos: int) -> None:
-        length = self._pending_size(win, pos)
-        with self._lock:
-            if self.closed or win.evicted:
-                return
-            self._trim_budget_locked(keep=win, need=length)
-            if self._held + length > self.read_ahead_budget:
-                return  # no room: the reader reads in the foreground
-        try:
-            fut = self.read_ahead_pool.submit(self.rsm.fetch_log_segment, win.md, pos, pos + length - 1)
-        except RuntimeError:  # shut down
-            return
-        win.pending = (pos, fut)
-        self._account(win, length)
+            self.read_ahead.append(win, begin, data)
 
     def _read_ahead_after(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata, got: _SegmentRead) -> None:
         """A window read to its segment's end starts on the next segment; a file region needs no
@@ -529,56 +453,14 @@ class RemoteLogReader:
             return
         if md2 is None or md2.start_offset != nxt:
             return
-        win = self._window(tp, md2)
+        win = self.read_ahead.window(tp, md2)
         if win.lock.acquire(blocking=False):
             try:
                 if win.pending is None and not win.chunks:
                     win.start = win.end = 0
-                    self._start_read_ahead(win, 0)
+                    self.read_ahead.start_read_ahead(win, 0)
             finally:
                 win.lock.release()
-
-    # --------------------------------------------------------------------------------- budget
-
-    def _window(self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata) -> _Window:
-        key = (tp, md.segment_id)
-        with self._lock:
-            win = self._windows.get(key)
-            if win is None:
-                win = self._windows[key] = _Window(key, md)
-                while len(self._windows) > MAX_WINDOWS:
-                    self._evict_window_locked(next(iter(self._windows)))
-            self._windows.move_to_end(key)
-            return win
-
-    def _account(self, win: _Window, delta: int) -> None:
-        with self._lock:
-            win.held += delta
-            if not win.evicted:
-                self._held += delta
-
-    def _trim_budget(self, keep: _Window) -> None:
-        with self._lock:
-            self._trim_budget_locked(keep, 0)
-
-    def _trim_budget_locked(self, keep: _Window, need: int) -> None:
-        for key in list(self._windows):
-            if self._held + need <= self.read_ahead_budget:
-                return
-            win = self._windows[key]
-            if win is not keep:
-                self._evict_window_locked(key)
-
-    def _evict_window_locked(self, key) -> None:
-        win = self._windows.pop(key, None)
-        if win is not None:
-            self._held -= win.held
-            win.evicted = True
-
-    @property
-    def read_ahead_bytes(self) -> int:
-        """Bytes held by windows and read-aheads in flight."""
-        return self._held
 
     # ------------------------------------------------------------------- read_committed (pool)
 
@@ -600,7 +482,7 @@ class RemoteLogReader:
 
     # ------------------------------------------------------------------------------ timestamps
 
-    async def find_offset_by_timestamp(self, partition, timestamp: int) -> TimestampAndOffset | None:
+    async def find_offset_by_timestamp(self, partition: TopicPartitionLog, timestamp: int) -> TimestampAndOffset | None:
         """The first offset whose record timestamp is at least ``timestamp``: remote segments first
         (finished, ``max_timestamp_ms >= timestamp``, ending at or after the log start, in the local
         lineage's order, not also held locally), then the local log."""
@@ -664,7 +546,7 @@ class RemoteLogReader:
                     want = max(want * 2, read_header(data).size if length >= RECORD_BATCH_OVERHEAD else 0)
                     continue
                 position += used
-                want = min(want * 2, self.chunk_bytes)
+                want = min(want * 2, self.read_ahead.chunk_bytes)
             return None
         except Exception as e:
             self._log_failure(md.topic_id_partition, md, -1, e)
@@ -692,20 +574,14 @@ class RemoteLogReader:
         flights = list(self._in_flight.get(tp, ()))
         if flights:
             await asyncio.wait(flights)
-        with self._lock:
-            for key in [k for k in self._windows if k[0] == tp]:
-                self._evict_window_locked(key)
+        self.read_ahead.evict_partition(tp)
 
     def evict(self, md: RemoteLogSegmentMetadata) -> None:
         """A segment was deleted: forget its indexes and bytes."""
         self.index_cache.evict(md)
-        with self._lock:
-            self._evict_window_locked((md.topic_id_partition, md.segment_id))
+        self.read_ahead.evict_segment(md)
 
     def close(self) -> None:
         self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.read_ahead_pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            for key in list(self._windows):
-                self._evict_window_locked(key)
+        self.read_ahead.close()

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import logging
 
-from tierlog.cluster import INTERNAL_TOPICS
-from tierlog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError, error_for_code
+from tierlog.cluster import Controller
+from tierlog.errors import (
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    KafkaError,
+    MismatchedEndpointTypeError,
+    TopicDeletionDisabledError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
+)
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.apis.configs import describe_topic
+from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +33,7 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 HIGH_WATERMARK = -1  # DeleteRecordsRequest.HIGH_WATERMARK
 INVALID_LOW_WATERMARK = -1
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-TOPIC_DELETION_DISABLED = 73
-UNKNOWN_TOPIC_ID = 100
-MISMATCHED_ENDPOINT_TYPE = 114
-UNSUPPORTED_ENDPOINT_TYPE = 115
 
-PolicyViolationError = error_for_code(POLICY_VIOLATION)
 
 # DescribeCluster endpoint types (KIP-919)
 ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
@@ -48,8 +49,9 @@ def _err(e: KafkaError) -> dict:
 
 
 class AdminApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, controller: Controller, replica_manager: ReplicaManager):
+        self.controller = controller
+        self.replica_manager = replica_manager
 
     def register(self, registry) -> None:
         registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
@@ -57,10 +59,6 @@ class AdminApis:
         registry.register(ApiKey.CREATE_PARTITIONS, 0, 3, self.create_partitions)
         registry.register(ApiKey.DELETE_RECORDS, 0, 2, self.delete_records)
         registry.register(ApiKey.DESCRIBE_CLUSTER, 0, 2, self.describe_cluster)
-
-    @property
-    def controller(self):
-        return self.broker.controller
 
     # ------------------------------------------------------------------ CreateTopics
 
@@ -70,10 +68,10 @@ class AdminApis:
         results = []
         for t, duplicated in _once_per_name(req.topics):
             if duplicated:
-                results.append({"name": t.name, "error_code": INVALID_REQUEST,
+                results.append({"name": t.name, "error_code": InvalidRequestError.code,
                                 "error_message": "Duplicate topic name."})
             elif t.name == CLUSTER_METADATA_TOPIC:
-                results.append({"name": t.name, "error_code": INVALID_REQUEST,
+                results.append({"name": t.name, "error_code": InvalidRequestError.code,
                                 "error_message": f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."})
             else:
                 results.append(self._create_topic(t, validate_only))
@@ -87,7 +85,7 @@ class AdminApis:
             assignments: dict[int, list[int]] = {}
             for a in t.assignments:
                 if a.partition_index in assignments:
-                    raise error_for_code(39)(
+                    raise InvalidReplicaAssignmentError(
                         f"Found multiple manual partition assignments for partition {a.partition_index}")
                 assignments[a.partition_index] = list(a.broker_ids)
             topic = self.controller.create_topic(
@@ -113,10 +111,10 @@ class AdminApis:
     async def delete_topics(self, ctx: RequestContext):
         req = ctx.request
         by_name: list[str] = list(getattr(req, "topic_names", ()) or ())
-        if not self.broker.config["delete.topic.enable"]:
+        if not self.controller.effective_config["delete.topic.enable"]:
             # Kafka fails the whole request (DeleteTopicsRequest.getErrorResponse, without messages):
-            # INVALID_REQUEST before v3, TOPIC_DELETION_DISABLED from v3 on.
-            code = INVALID_REQUEST if ctx.api_version < 3 else TOPIC_DELETION_DISABLED
+            # InvalidRequestError.code before v3, TopicDeletionDisabledError.code from v3 on.
+            code = InvalidRequestError.code if ctx.api_version < 3 else TopicDeletionDisabledError.code
             everyone = [(n, ZERO_UUID) for n in by_name] + \
                        [(t.name, t.topic_id) for t in getattr(req, "topics", ()) or ()]
             return build_response(ctx, {"throttle_time_ms": 0, "responses": [
@@ -127,41 +125,42 @@ class AdminApis:
             topic_id = t.topic_id if t.topic_id is not None else ZERO_UUID
             if t.name is None:
                 if topic_id == ZERO_UUID:
-                    results.append({"name": None, "topic_id": ZERO_UUID, "error_code": INVALID_REQUEST,
+                    results.append({"name": None, "topic_id": ZERO_UUID, "error_code": InvalidRequestError.code,
                                     "error_message": "Neither topic name nor id were specified."})
                 else:
                     by_id.append(topic_id)
             elif topic_id == ZERO_UUID:
                 by_name.append(t.name)
             else:
-                results.append({"name": t.name, "topic_id": topic_id, "error_code": INVALID_REQUEST,
+                results.append({"name": t.name, "topic_id": topic_id, "error_code": InvalidRequestError.code,
                                 "error_message": "You may not specify both topic name and topic id."})
 
         names, dup_names = _unique(by_name)
         ids, dup_ids = _unique(by_id)
         for n in dup_names:
-            results.append({"name": n, "topic_id": ZERO_UUID, "error_code": INVALID_REQUEST,
+            results.append({"name": n, "topic_id": ZERO_UUID, "error_code": InvalidRequestError.code,
                             "error_message": "Duplicate topic name."})
         for i in dup_ids:
-            results.append({"name": None, "topic_id": i, "error_code": INVALID_REQUEST,
+            results.append({"name": None, "topic_id": i, "error_code": InvalidRequestError.code,
                             "error_message": "Duplicate topic id."})
         image = self.controller.image
         to_delete: dict = {}  # topic id -> name
         for i in ids:
             t = image.topic_by_id(i)
             if t is None:
-                results.append({"name": None, "topic_id": i, "error_code": UNKNOWN_TOPIC_ID, "error_message": None})
+                results.append({"name": None, "topic_id": i, "error_code": UnknownTopicIdError.code,
+                                "error_message": None})
             else:
                 to_delete[i] = t.name
         for n in names:
             t = image.topics.get(n)
             if t is None:
-                results.append({"name": n, "topic_id": ZERO_UUID, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                results.append({"name": n, "topic_id": ZERO_UUID, "error_code": UnknownTopicOrPartitionError.code,
                                 "error_message": None})
             elif t.topic_id in to_delete or t.topic_id in dup_ids:
                 to_delete.pop(t.topic_id, None)
                 dup_ids.append(t.topic_id)
-                results.append({"name": n, "topic_id": t.topic_id, "error_code": INVALID_REQUEST,
+                results.append({"name": n, "topic_id": t.topic_id, "error_code": InvalidRequestError.code,
                                 "error_message": "The provided topic name maps to an ID that was already supplied."})
             else:
                 to_delete[t.topic_id] = n
@@ -183,7 +182,7 @@ class AdminApis:
         for t, duplicated in _once_per_name(req.topics):
             out = {"name": t.name, "error_code": 0, "error_message": None}
             if duplicated:
-                out.update(error_code=INVALID_REQUEST, error_message="Duplicate topic name.")
+                out.update(error_code=InvalidRequestError.code, error_message="Duplicate topic name.")
             else:
                 assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 try:
@@ -202,33 +201,13 @@ class AdminApis:
             for p in t.partitions:
                 low, code = INVALID_LOW_WATERMARK, 0
                 try:
-                    low = self._delete_records(t.name, p.partition_index, p.offset)
+                    low = self.replica_manager.delete_records(t.name, p.partition_index, p.offset)
                 except KafkaError as e:
                     code = e.code
                     log.debug("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
                 parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
             topics.append({"name": t.name, "partitions": parts})
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
-
-    def _delete_records(self, topic: str, partition: int, offset: int) -> int:
-        image = self.controller.image
-        t = image.topics.get(topic)
-        if t is None or partition not in t.partitions:
-            raise error_for_code(UNKNOWN_TOPIC_OR_PARTITION)()
-        if topic in INTERNAL_TOPICS:
-            raise error_for_code(INVALID_TOPIC_EXCEPTION)(f"Cannot delete records of internal topic {topic}")
-        lg = self.broker.replica_manager.get_partition(topic, partition).log
-        if "delete" not in self.controller.topic_config(topic)["cleanup.policy"]:
-            raise PolicyViolationError(
-                f"Records of partition {topic}-{partition} can not be deleted due to the configured policy")
-        target = lg.high_watermark if offset == HIGH_WATERMARK else offset
-        if target < 0:
-            raise OffsetOutOfRangeError(f"The offset {target} for partition {topic}-{partition} is not valid")
-        try:
-            lg.maybe_increment_log_start_offset(target)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot delete records of {topic}-{partition}: {e}") from e
-        return lg.log_start_offset
 
     # ------------------------------------------------------------------ DescribeCluster
 
@@ -237,11 +216,11 @@ class AdminApis:
         wanted = getattr(req, "endpoint_type", BROKER_ENDPOINT)
         if wanted not in ENDPOINT_TYPES:
             return build_response(ctx, {
-                "error_code": INVALID_REQUEST if ctx.api_version == 0 else UNSUPPORTED_ENDPOINT_TYPE,
+                "error_code": InvalidRequestError.code if ctx.api_version == 0 else UnsupportedEndpointTypeError.code,
                 "error_message": f"Unsupported endpoint type {wanted}"})
         if wanted != BROKER_ENDPOINT:
             return build_response(ctx, {
-                "error_code": INVALID_REQUEST if ctx.api_version == 0 else MISMATCHED_ENDPOINT_TYPE,
+                "error_code": InvalidRequestError.code if ctx.api_version == 0 else MismatchedEndpointTypeError.code,
                 "error_message": f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
                                  f"of type {ENDPOINT_TYPES[wanted]}"})
         image = self.controller.image
@@ -251,7 +230,7 @@ class AdminApis:
         operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {
             "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
-            "cluster_id": self.broker.cluster_id, "controller_id": controller_id, "brokers": brokers,
+            "cluster_id": image.cluster_id, "controller_id": controller_id, "brokers": brokers,
             "cluster_authorized_operations": operations})
 
 

@@ -17,11 +17,16 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from tierlog.cluster import ConfigOp, validate_topic_name
+from tierlog.cluster import ConfigOp, Controller, validate_topic_name
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigEntry, ConfigSource, ConfigSynonym
 from tierlog.config.broker import _broker_synonym_names
 from tierlog.config.values import format_value
-from tierlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
+from tierlog.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
 log = logging.getLogger(__name__)
@@ -34,7 +39,6 @@ _TYPE_NAMES = {TOPIC: "TOPIC", BROKER: "BROKER", BROKER_LOGGER: "BROKER_LOGGER",
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -226,8 +230,9 @@ def _entry_out(e: ConfigEntry, include_synonyms: bool, include_documentation: bo
 
 
 class ConfigApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, controller: Controller, node_id: int):
+        self.controller = controller
+        self.node_id = node_id
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_CONFIGS, 1, 4, self.describe_configs)
@@ -252,7 +257,7 @@ class ConfigApis:
                         f"Unexpected resource type UNKNOWN for resource {unknown.resource_name}")
                 entries = self._describe(r)
                 if entries is None:  # Kafka answers an unknown topic without a message
-                    out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    out["error_code"] = UnknownTopicOrPartitionError.code
                 else:
                     keys = r.configuration_keys
                     if keys:
@@ -265,7 +270,7 @@ class ConfigApis:
         return build_response(ctx, {"throttle_time_ms": 0, "results": results})
 
     def _describe(self, r) -> list[ConfigEntry] | None:
-        controller = self.broker.controller
+        controller = self.controller
         name = r.resource_name
         if r.resource_type == TOPIC:
             validate_topic_name(name)
@@ -274,15 +279,15 @@ class ConfigApis:
         if r.resource_type == BROKER:
             if not name:
                 return describe_broker_defaults(controller)
-            if _node_id(name, "Broker id") != self.broker.node_id:
-                raise InvalidRequestError(f"Unexpected broker id, expected {self.broker.node_id} or empty string, "
+            if _node_id(name, "Broker id") != self.node_id:
+                raise InvalidRequestError(f"Unexpected broker id, expected {self.node_id} or empty string, "
                                           f"but received {name}")
             return describe_broker(controller)
         if r.resource_type == BROKER_LOGGER:
             if not name:
                 raise InvalidRequestError("Broker id must not be empty")
-            if _node_id(name, "Broker id") != self.broker.node_id:
-                raise InvalidRequestError(f"Unexpected broker id, expected {self.broker.node_id} but received {name}")
+            if _node_id(name, "Broker id") != self.node_id:
+                raise InvalidRequestError(f"Unexpected broker id, expected {self.node_id} but received {name}")
             return [ConfigEntry(n, level, ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, False, False, "unknown", (),
                                 None) for n, level in current_loggers().items()]
         if r.resource_type == CLIENT_METRICS:
@@ -331,12 +336,12 @@ class ConfigApis:
         if nulls:
             raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
         rtype, name = r.resource_type, r.resource_name
-        controller = self.broker.controller
+        controller = self.controller
         if rtype == BROKER_LOGGER and incremental:
-            apply_logger_changes(self.broker.node_id, name, r.configs, validate_only)
+            apply_logger_changes(self.node_id, name, r.configs, validate_only)
         elif rtype == BROKER:
             if name:
-                _check_node(name, self.broker.node_id)
+                _check_node(name, self.node_id)
             ops = self._ops(r.configs, BROKER) if incremental else None  # INVALID_CONFIG, as in Kafka
             try:
                 controller.alter_broker_configs(name, {c.name: c.value for c in r.configs}, ops, validate_only)

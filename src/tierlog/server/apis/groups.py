@@ -11,7 +11,7 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
 - FindCoordinator v0-3 answers one key (``error_message`` is Kafka's ``Errors.message()``, "NONE" on
   success); v4+ answers each of ``coordinator_keys``. Key type 0 (group): this node, creating
   ``__consumer_offsets`` on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE until the
-  broker has a transaction coordinator (``broker.transaction_coordinator``), which is what Kafka
+  broker has a transaction coordinator (not built yet), which is what Kafka
   answers while its transaction coordinator is unavailable. Key type 2 (share) and unknown types:
   INVALID_REQUEST, as Kafka without a share coordinator.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
@@ -33,15 +33,20 @@ import datetime
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from tierlog.coordinator import CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
-from tierlog.errors import KafkaError
+from tierlog.cluster import Controller
+from tierlog.coordinator import GroupCoordinator
+from tierlog.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
@@ -52,9 +57,9 @@ GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 <<
 
 # Kafka's Errors.message() texts for the errors FindCoordinator v1-3 can carry.
 _ERROR_MESSAGES = {
-    E.none: "NONE",
-    E.coordinator_not_available: "The coordinator is not available.",
-    E.invalid_request: "This most likely occurs because of a request being malformed by the client library or "
+    NO_ERROR: "NONE",
+    CoordinatorNotAvailableError.code: "The coordinator is not available.",
+    InvalidRequestError.code: "This most likely occurs because of a request being malformed by the client library or "
                        "the message was sent to an incompatible broker. See the broker logs for more details.",
 }
 
@@ -77,19 +82,10 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 class GroupApis:
-    def __init__(self, broker):
-        self.broker = broker
-        coordinator = getattr(broker, "group_coordinator", None)
-        if coordinator is None:
-            coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(broker.config),
-                                           OffsetsTopicStore(broker))
-            broker.group_coordinator = coordinator
-            broker.add_ready_callback(self)
-            controller = getattr(broker, "controller", None)
-            if controller is not None:
-                controller.add_listener(self._on_metadata_update)
-        self.coordinator: GroupCoordinator = coordinator
-        self._loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int):
+        self.coordinator = coordinator
+        self.controller = controller
+        self.node_id = node_id
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -104,57 +100,36 @@ class GroupApis:
         registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, self.describe_groups)
         registry.register(ApiKey.DELETE_GROUPS, 0, 2, self.delete_groups)
 
-    # ------------------------------------------------------------------ lifecycle hooks
-
-    async def on_broker_ready(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await self.coordinator.start()
-
-    def _on_metadata_update(self, delta, image) -> None:
-        deleted = [t.name for t in getattr(delta, "deleted", ())]
-        if not deleted:
-            return
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            self.coordinator.on_topics_deleted(deleted)
-        else:
-            loop.call_soon_threadsafe(self.coordinator.on_topics_deleted, deleted)
-
     def _ready(self) -> GroupCoordinator:
         self.coordinator.ensure_loaded()
         return self.coordinator
 
     # ------------------------------------------------------------------ FindCoordinator
 
-    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[ErrorCode, tuple[int, str, int]]:
+    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[int, tuple[int, str, int]]:
         no_node = (-1, "", -1)
         if key_type == GROUP_KEY_TYPE:
             coordinator = self._ready()
             if not coordinator.active:
-                return E.coordinator_not_available, no_node
+                return CoordinatorNotAvailableError.code, no_node
             try:
                 coordinator.store.ensure_created()
             except KafkaError as e:
                 log.warning("Cannot create __consumer_offsets: %s", e)
-                return E.coordinator_not_available, no_node
+                return CoordinatorNotAvailableError.code, no_node
         elif key_type == TRANSACTION_KEY_TYPE:
-            if getattr(self.broker, "transaction_coordinator", None) is None:
-                return E.coordinator_not_available, no_node
+            return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator yet
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
-            return E.invalid_request, no_node
-        host, port = self.broker.advertised_host_port
-        return E.none, (self.broker.node_id, host, port)
+            return InvalidRequestError.code, no_node
+        me = self.controller.image.brokers[self.node_id]
+        return NO_ERROR, (self.node_id, me.host, me.port)
 
     async def find_coordinator(self, ctx: RequestContext):
         req = ctx.request
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version < 4:
             error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
-            return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES.get(error, error.name),
+            return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES[error],
                                         "node_id": node_id, "host": host, "port": port})
         coordinators = []
         for key in req.coordinator_keys:
@@ -193,7 +168,7 @@ class GroupApis:
         protocol_type = getattr(req, "protocol_type", None)
         protocol_name = getattr(req, "protocol_name", None)
         if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
-            return build_response(ctx, {"error_code": E.inconsistent_group_protocol})
+            return build_response(ctx, {"error_code": InconsistentGroupProtocolError.code})
         coordinator = self._ready()
         future = asyncio.get_running_loop().create_future()
 
@@ -229,7 +204,7 @@ class GroupApis:
         error, results = self._ready().leave_group(group_id=req.group_id, members=members)
         if ctx.api_version >= 3:
             return build_response(ctx, {"error_code": error, "members": results})
-        if error == E.none and results:
+        if error == NO_ERROR and results:
             error = results[0]["error_code"]
         return build_response(ctx, {"error_code": error})
 
@@ -251,16 +226,16 @@ class GroupApis:
                 for p in topic.partitions]}
             for topic in req.topics]})
 
-    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], ErrorCode], list]:
+    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], int], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
-        image_topics = self.broker.controller.image.topics
-        errors: dict[tuple[str, int], ErrorCode] = {}
+        image_topics = self.controller.image.topics
+        errors: dict[tuple[str, int], int] = {}
         known = []
         for topic in topics:
             meta = image_topics.get(topic.name)
             for p in partitions_of(topic):
                 if meta is None or p.partition_index not in meta.partitions:
-                    errors[(topic.name, p.partition_index)] = E.unknown_topic_or_partition
+                    errors[(topic.name, p.partition_index)] = UnknownTopicOrPartitionError.code
                 else:
                     known.append((topic.name, p))
         return errors, known
@@ -268,10 +243,10 @@ class GroupApis:
     async def offset_delete(self, ctx: RequestContext):
         req = ctx.request
         errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
-        error = E.none
+        error = NO_ERROR
         if known:
             error, results = self._ready().delete_offsets(req.group_id, [(t, p.partition_index) for t, p in known])
-            if error != E.none:
+            if error != NO_ERROR:
                 return build_response(ctx, {"error_code": error})
             errors.update(results)
         return build_response(ctx, {"error_code": error, "topics": [
@@ -293,7 +268,7 @@ class GroupApis:
             return build_response(ctx, {"groups": groups})
         requested = _requested(req.topics)
         error, topics = coordinator.fetch_offsets(req.group_id, requested, require_stable)
-        if error != E.none:
+        if error != NO_ERROR:
             topics = []
             if ctx.api_version < 2:  # no top-level error yet: report it on every partition
                 topics = [(name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
@@ -314,7 +289,7 @@ class GroupApis:
         groups = self._ready().describe_groups(req.groups)
         if include_ops:
             for g in groups:
-                if g["error_code"] == E.none:
+                if g["error_code"] == NO_ERROR:
                     g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
         return build_response(ctx, {"groups": groups})
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from tierlog.cluster import INTERNAL_TOPICS, validate_topic_name
-from tierlog.errors import KafkaError, error_for_code
+from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
+from tierlog.errors import (
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from tierlog.kafka_uuid import ZERO_UUID
-from tierlog.protocol import ApiKey, RequestContext, build_api_versions_response, build_response
+from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, build_response
 
 log = logging.getLogger(__name__)
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
 
 # KAFKA-18659: older librdkafka (kcat 1.7.1 ships 2.0.2; 2.16 is fixed) compresses gzip, snappy and lz4 only
 # when ApiVersions lists Produce v0, and silently sends them uncompressed otherwise. Kafka 4.x advertises
@@ -24,24 +27,26 @@ ADVERTISED_PRODUCE_MIN_VERSION = 0
 
 
 class MetadataApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, registry: HandlerRegistry, controller: Controller, node_id: int):
+        self.registry = registry  # ApiVersions answers what is registered
+        self.controller = controller
+        self.node_id = node_id
 
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
         registry.register(ApiKey.METADATA, 0, 13, self.metadata)
 
     async def api_versions(self, ctx: RequestContext):
-        response = build_api_versions_response(ctx.api_version, self.broker.registry)
+        response = build_api_versions_response(ctx.api_version, self.registry)
         keys = tuple(dataclasses.replace(k, min_version=min(k.min_version, ADVERTISED_PRODUCE_MIN_VERSION))
                      if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
         return dataclasses.replace(response, api_keys=keys)
 
     async def metadata(self, ctx: RequestContext):
         req = ctx.request
-        broker = self.broker
-        image = broker.controller.image
-        allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+        image = self.controller.image
+        allow_create = (getattr(req, "allow_auto_topic_creation", True)
+                        and self.controller.effective_config["auto.create.topics.enable"])
         requested = req.topics
         topics_out = []
         if requested is None or (ctx.api_version == 0 and not requested):
@@ -54,21 +59,21 @@ class MetadataApis:
                 if name is None and topic_id not in (None, ZERO_UUID):
                     topic = image.topic_by_id(topic_id)
                     topics_out.append(self._topic(topic) if topic else
-                                      {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id})
+                                      {"error_code": UnknownTopicIdError.code, "name": None, "topic_id": topic_id})
                     continue
                 topics_out.append(self._named_topic(name, allow_create))
-        host, port = broker.advertised_host_port
+        me = image.brokers[self.node_id]
         return build_response(ctx, {
-            "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
-            "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "brokers": [{"node_id": me.node_id, "host": me.host, "port": me.port, "rack": None}],
+            "cluster_id": image.cluster_id,
+            "controller_id": self.node_id,
             "topics": topics_out,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": 0,
         })
 
     def _named_topic(self, name: str, allow_create: bool) -> dict:
-        image = self.broker.controller.image
+        image = self.controller.image
         topic = image.topics.get(name)
         if topic is not None:
             return self._topic(topic)
@@ -80,11 +85,11 @@ class MetadataApis:
             try:
                 # Kafka answers LEADER_NOT_AVAILABLE and creates in the background; a single node
                 # creates at once and answers with the new topic.
-                return self._topic(self.broker.controller.create_topic(name))
+                return self._topic(self.controller.create_topic(name))
             except KafkaError as e:
                 log.info("Auto-creation of topic %s failed: %s", name, e)
                 return {"error_code": e.code, "name": name}
-        return {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name}
+        return {"error_code": UnknownTopicOrPartitionError.code, "name": name}
 
     def _topic(self, topic) -> dict:
         return {

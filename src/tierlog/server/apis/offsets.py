@@ -1,35 +1,25 @@
-"""ListOffsets and OffsetsForLeaderEpoch."""
+"""ListOffsets and OffsetsForLeaderEpoch: the wire to replica-manager calls and back."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections import Counter
 
-from tierlog.errors import (
-    InvalidRequestError,
-    KafkaError,
-    RequestTimedOutError,
-    UnknownServerError,
-    UnsupportedVersionError,
-)
+from tierlog.cluster import Controller
+from tierlog.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
-from tierlog.storage import (
-    EARLIEST_LOCAL_TIMESTAMP,
-    LATEST_TIERED_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-)
-
-log = logging.getLogger(__name__)
+from tierlog.server.fetch_types import FetchIsolation, OffsetLookup, OffsetLookupResult
+from tierlog.server.replica_manager import ReplicaManager
+from tierlog.storage import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
 
 # The ListOffsets version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005).
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
+READ_COMMITTED = 1
 
 
 class OffsetApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller):
+        self.replica_manager = replica_manager
+        self.controller = controller
 
     def register(self, registry) -> None:
         registry.register(ApiKey.LIST_OFFSETS, 1, 11, self.list_offsets)
@@ -37,18 +27,19 @@ class OffsetApis:
 
     async def list_offsets(self, ctx: RequestContext):
         req = ctx.request
-        rm = self.broker.replica_manager
-        committed = getattr(req, "isolation_level", 0) == 1
+        isolation = (FetchIsolation.TXN_COMMITTED if getattr(req, "isolation_level", 0) == READ_COMMITTED
+                     else FetchIsolation.HIGH_WATERMARK)
         timeout = getattr(req, "timeout", None)  # ListOffsets v10+ (KIP-1075) carries its own
         timeout_ms = timeout.total_seconds() * 1000 if timeout is not None else 0
         if timeout_ms <= 0:
-            timeout_ms = self.broker.controller.effective_config["remote.list.offsets.request.timeout.ms"]
+            timeout_ms = self.controller.effective_config["remote.list.offsets.request.timeout.ms"]
         by_topic: dict[str, list] = {}  # a topic named twice is one entry of the answer, as in Kafka's
-        remote = []
-        # A partition asked for twice is answered once, with INVALID_REQUEST, as Kafka does (its
-        # answers are keyed by partition).
+        # A partition asked for twice is answered once, with INVALID_REQUEST, as Kafka does (its answers
+        # are keyed by partition).
         asked = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
         answered = set()
+        lookups: list[OffsetLookup] = []
+        outs: list[dict] = []
         for t in req.topics:
             parts = by_topic.setdefault(t.name, [])
             for p in t.partitions:
@@ -60,83 +51,45 @@ class OffsetApis:
                         out["error_code"] = InvalidRequestError.code
                         parts.append(out)
                     continue
-                try:
-                    partition = rm.get_partition(t.name, p.partition_index)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    if self._needs_remote(partition, p.timestamp):
-                        remote.append((out, partition, p.timestamp))
-                    else:
-                        out.update(self._offset(partition.log, p.timestamp, committed, ctx.api_version))
-                except KafkaError as e:
-                    out["error_code"] = e.code
+                needed = _MIN_VERSION.get(p.timestamp)
+                if needed is not None and ctx.api_version < needed:
+                    out["error_code"] = self._version_error(t.name, p)
+                else:
+                    lookups.append(OffsetLookup(t.name, p.partition_index, p.timestamp,
+                                                getattr(p, "current_leader_epoch", -1)))
+                    outs.append(out)
                 parts.append(out)
+        results = await self.replica_manager.fetch_offsets(lookups, isolation, timeout_ms / 1000)
+        for out, r in zip(outs, results):
+            _fill(out, r)
         topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items() if parts]
-        if remote:
-            await self._remote_offsets(remote, committed, timeout_ms / 1000)
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
 
-    def _needs_remote(self, partition, timestamp: int) -> bool:
-        """A real timestamp on a tiered log with data below its local start searches remote segments;
-        the special values (-1..-5) never touch remote metadata (so they work while it loads)."""
-        rlm = self.broker.remote_log_manager
-        lg = partition.log
-        return (timestamp >= 0 and rlm is not None and rlm.reader is not None and lg.config.remote_storage_enable
-                and lg.log_start_offset < lg.local_log_start_offset)
-
-    async def _remote_offsets(self, remote: list, committed: bool, timeout_s: float) -> None:
-        """Timestamp lookups over remote data, concurrently; REQUEST_TIMED_OUT for those that do not finish
-        in time (Kafka's DelayedRemoteListOffsets)."""
-        reader = self.broker.remote_log_manager.reader
-        tasks = [asyncio.ensure_future(reader.find_offset_by_timestamp(partition, ts)) for _, partition, ts in remote]
-        done, _ = await asyncio.wait(tasks, timeout=timeout_s)
-        for (out, partition, _), task in zip(remote, tasks):
-            if task not in done:
-                task.cancel()  # the segment search already running finishes in its thread, unused
-                out["error_code"] = RequestTimedOutError.code
-                continue
-            try:
-                found = task.result()
-            except Exception as e:  # noqa: BLE001 - one partition's failure is that partition's error code
-                if isinstance(e, KafkaError):
-                    out["error_code"] = e.code
-                else:
-                    log.exception("Remote timestamp lookup of %s-%d failed", partition.topic, partition.index)
-                    out["error_code"] = UnknownServerError.code
-                continue
-            lg = partition.log
-            upper = lg.last_stable_offset if committed else lg.high_watermark
-            if found is not None and found.offset < upper:
-                out.update({"offset": found.offset, "timestamp": found.timestamp, "leader_epoch": found.leader_epoch})
-
-    @staticmethod
-    def _offset(lg, timestamp: int, committed: bool, version: int) -> dict:
-        needed = _MIN_VERSION.get(timestamp)
-        if needed is not None and version < needed:
-            raise UnsupportedVersionError(f"ListOffsets timestamp {timestamp} needs version {needed} or later")
-        upper = lg.last_stable_offset if committed else lg.high_watermark
-        if timestamp == LATEST_TIMESTAMP:
-            return {"offset": upper, "timestamp": -1, "leader_epoch": lg.leader_epoch_cache.latest_epoch()}
-        found = lg.fetch_offset_by_timestamp(timestamp)
-        if found is None or (timestamp >= 0 and found.offset >= upper):
-            return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
-        return {"offset": found.offset, "timestamp": found.timestamp, "leader_epoch": found.leader_epoch}
+    def _version_error(self, topic: str, p) -> int:
+        """A special timestamp this version does not know: the partition's own error comes first."""
+        try:
+            self.replica_manager.get_partition(topic, p.partition_index).check_leader_epoch(
+                getattr(p, "current_leader_epoch", -1))
+        except KafkaError as e:
+            return e.code
+        return UnsupportedVersionError.code
 
     async def offsets_for_leader_epoch(self, ctx: RequestContext):
-        req = ctx.request
-        rm = self.broker.replica_manager
         topics = []
-        for t in req.topics:
+        for t in ctx.request.topics:
             parts = []
             for p in t.partitions:
                 out = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
                 try:
-                    partition = rm.get_partition(t.topic, p.partition)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    lg = partition.log
-                    epoch, end = lg.leader_epoch_cache.end_offset_for(p.leader_epoch, lg.log_end_offset)
+                    epoch, end = self.replica_manager.last_offset_for_leader_epoch(
+                        t.topic, p.partition, p.leader_epoch, getattr(p, "current_leader_epoch", -1))
                     out.update({"leader_epoch": epoch, "end_offset": end})
                 except KafkaError as e:
                     out["error_code"] = e.code
                 parts.append(out)
             topics.append({"topic": t.topic, "partitions": parts})
         return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+
+
+def _fill(out: dict, r: OffsetLookupResult) -> None:
+    out.update(error_code=r.error_code, timestamp=r.timestamp, offset=r.offset, leader_epoch=r.leader_epoch)

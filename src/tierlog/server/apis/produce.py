@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from tierlog.cluster import Controller
 from tierlog.errors import InvalidRecordError, KafkaError, UnsupportedCompressionTypeError, error_for_code
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
+from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,9 @@ def _validate_records(version: int, records: bytes) -> KafkaError | None:
 
 
 class ProduceApis:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller):
+        self.replica_manager = replica_manager
+        self.controller = controller
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -60,7 +63,7 @@ class ProduceApis:
 
     async def produce(self, ctx: RequestContext):
         req = ctx.request
-        rm = self.broker.replica_manager
+        rm = self.replica_manager
         acks = req.acks
         responses = []
         for topic_data in req.topic_data:
@@ -81,7 +84,7 @@ class ProduceApis:
                         result["error_code"] = invalid.code
                         parts.append(result)
                         continue
-                    result.update(rm.append(name, pd.index, records, acks))
+                    result.update(rm.append_records(name, pd.index, records, acks))
                 except KafkaError as e:
                     result["error_code"] = e.code
                     if e.code in RECORD_VALIDATION_ERRORS:
@@ -105,5 +108,5 @@ class ProduceApis:
             # The transaction coordinator is not built yet: refuse clearly instead of pretending.
             return build_response(ctx, {"error_code": 42, "producer_id": -1, "producer_epoch": -1})
         # Kafka's coordinator gives every idempotent (non-transactional) producer a fresh id.
-        return build_response(ctx, {"error_code": 0, "producer_id": self.broker.controller.allocate_producer_id(),
+        return build_response(ctx, {"error_code": 0, "producer_id": self.controller.allocate_producer_id(),
                                     "producer_epoch": 0, "throttle_time_ms": 0})

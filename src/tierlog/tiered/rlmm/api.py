@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from tierlog.tiered.metadata import (
     RemoteLogSegmentMetadata,
@@ -50,6 +50,11 @@ class RemoteLogMetadataManager(abc.ABC):
 
     async def on_broker_ready(self) -> None:  # noqa: B027 - optional (KIP-1197's BrokerReadyCallback)
         """Called once every listener of the broker accepts requests."""
+
+    def set_fatal_error_handler(self, handler: Callable[[str], None]) -> None:  # noqa: B027 - optional
+        """Install ``handler(reason)``, which a manager calls once when it can never work (the broker then
+        stops and exits non-zero, as Kafka does when its metadata manager cannot initialize). Managers
+        that cannot fail that way ignore it."""
 
     # -- writes --
 

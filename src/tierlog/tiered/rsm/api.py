@@ -82,6 +82,10 @@ class RemoteStorageManager(abc.ABC):
     :meth:`close` at shutdown.
     """
 
+    #: The key prefix of this manager's objects in :meth:`list_objects`, where they follow the built-in
+    #: layout (docs/tiered-storage-layout.md); the reconciler parses keys below it. "" otherwise.
+    key_prefix: str = ""
+
     @abc.abstractmethod
     def configure(self, configs: Mapping[str, str]) -> None:
         """Read the settings; raise InvalidConfigError for unusable ones."""

@@ -57,6 +57,10 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         inner = {k: v for k, v in configs.items() if not k.startswith("fault.")}
         self.delegate = create_remote_storage_manager(delegate, inner)
 
+    @property
+    def key_prefix(self) -> str:  # the wrapped manager's objects are the ones listed
+        return self.delegate.key_prefix if self.delegate is not None else ""
+
     def control(self) -> dict[str, Any]:
         if not self.control_file:
             return {}
@@ -96,8 +100,7 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
             self._maybe_fail("copy", ctl, f"copy of segment {md.start_offset} of {md.topic_id_partition}")
         except RemoteStorageError:
             if ctl.get("copy_partial") and hasattr(self.delegate, "_put_file"):
-                prefix = getattr(self.delegate, "key_prefix", "")
-                self.delegate._put_file(layout.segment_keys(md, prefix).log, str(data.log_segment))
+                self.delegate._put_file(layout.segment_keys(md, self.key_prefix).log, str(data.log_segment))
             raise
         return self.delegate.copy_log_segment_data(md, data)
 

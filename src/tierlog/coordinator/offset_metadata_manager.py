@@ -1,0 +1,269 @@
+"""Committed offsets of the groups of one ``__consumer_offsets`` partition (Kafka's ``OffsetMetadataManager``).
+
+- OffsetCommit: simple consumers and admin tools may commit to a missing or empty group with
+  generation -1 (the group is created empty, a "simple" group); members commit within their
+  generation, and a commit keeps a classic member's session alive.
+- OffsetFetch (all partitions when topics is null), OffsetDelete (not for topics a running
+  consumer group subscribes to).
+- Expiration (``offsets.retention.minutes``, counted as Kafka's ``offsetExpirationCondition``:
+  from the commit for simple and stable consumer groups, from when the group became empty
+  otherwise) and removal of the offsets of deleted topics; the shard writes the tombstones.
+
+Offsets change only by replaying records (:meth:`replay`), after they were written, as Kafka does;
+the groups they belong to are the partition's
+:class:`~tierlog.coordinator.group_metadata_manager.GroupMetadataManager`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.group import ClassicGroup, GroupState
+from tierlog.coordinator.group_metadata_manager import GroupMetadataManager, map_append_error
+from tierlog.coordinator.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue, RecordWriter
+from tierlog.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    KafkaError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OffsetAndMetadata", "OffsetMetadataManager"]
+
+EMPTY = GroupState.EMPTY
+PREPARING = GroupState.PREPARING_REBALANCE
+COMPLETING = GroupState.COMPLETING_REBALANCE
+STABLE = GroupState.STABLE
+DEAD = GroupState.DEAD
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+    expire_timestamp: int = -1   # only from OffsetCommit v2-v4 with a retention time
+
+
+def _java_length(s: str) -> int:
+    """``String.length()``: UTF-16 code units."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+class OffsetMetadataManager:
+    def __init__(self, config: CoordinatorConfig, groups: GroupMetadataManager, write: RecordWriter,
+                 wall_clock: Callable[[], int]):
+        self.config = config
+        self.groups = groups
+        self.write = write
+        self.wall_clock = wall_clock
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+
+    # ================================================================== records
+
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+        """Apply an OffsetCommit record (or its tombstone), written now or read from the partition."""
+        if value is not None:
+            # Offsets without group metadata: a "simple" group (no membership), as Kafka does.
+            self.groups.get_or_create_classic_group(key.group)
+            self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
+                value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp)
+        else:
+            offsets = self.offsets.get(key.group)
+            if offsets is not None:
+                offsets.pop((key.topic, key.partition), None)
+                if not offsets:
+                    del self.offsets[key.group]
+
+    def _write_and_replay(self, records: list[tuple[OffsetCommitKey, OffsetCommitValue | None]]) -> None:
+        """Write the records, then apply them; raises KafkaError (nothing applied)."""
+        self.write(records)
+        for key, value in records:
+            self.replay(key, value)
+
+    # ================================================================== OffsetCommit
+
+    def commit_offset(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                      partitions: list[tuple[str, int, int, int, str | None]], api_version: int,
+                      retention_time_ms: int = -1) -> dict[tuple[str, int], int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) items; returns an error code per item."""
+
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return {(t, p): code for t, p, *_ in partitions}
+
+        group = self.groups.group(group_id)
+        created = False
+        if group is None:
+            if generation_id < 0:
+                # Simple consumers (assign + commit) and admin tools: create an empty "simple" group.
+                group, created = self.groups.get_or_create_classic_group(group_id)
+            else:
+                return all_(GroupIdNotFoundError.code if api_version >= 9 else IllegalGenerationError.code)
+        try:
+            self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+        except KafkaError as e:
+            return all_(e.code)
+        if group.is_in(STABLE, PREPARING):
+            # Commits keep a classic member's session alive.
+            self.groups.reschedule_heartbeat(group, group.member(member_id))
+        now = self.wall_clock()
+        expire = now + retention_time_ms if retention_time_ms != -1 else -1
+        results: dict[tuple[str, int], int] = {}
+        records = []
+        for topic, partition, offset, leader_epoch, metadata in partitions:
+            metadata = metadata or ""
+            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = OffsetMetadataTooLargeError.code
+                continue
+            results[(topic, partition)] = NO_ERROR
+            records.append((OffsetCommitKey(group_id, topic, partition),
+                            OffsetCommitValue(offset, metadata, now, leader_epoch, expire)))
+        if records:
+            try:
+                self._write_and_replay(records)
+            except KafkaError as e:
+                if created:
+                    self.groups.remove_group(group_id)
+                return all_(map_append_error(e).code)
+        return results
+
+    @staticmethod
+    def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,
+                                generation_id: int) -> None:
+        """Kafka's ``ClassicGroup.validateOffsetCommit``; raises KafkaError."""
+        if group.is_in(DEAD):
+            raise CoordinatorNotAvailableError(f"group {group.group_id} is dead")
+        if generation_id < 0 and group.is_in(EMPTY):
+            return  # admin client or a consumer without group management
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            group.validate_member(member_id, group_instance_id)
+            if generation_id != group.generation_id:
+                raise IllegalGenerationError(f"generation {generation_id} is not {group.generation_id}")
+        elif not group.is_in(EMPTY):
+            raise UnknownMemberIdError(f"group {group.group_id} has members: commit as one of them")
+        if group.is_in(COMPLETING):
+            raise RebalanceInProgressError(f"group {group.group_id} is rebalancing")
+
+    # ================================================================== OffsetFetch / OffsetDelete
+
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
+                      ) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None."""
+        group = self.groups.group(group_id)
+        known = group is not None and not group.is_in(DEAD)
+        offsets = self.offsets.get(group_id, {}) if known else {}
+        out: list[tuple[str, list[dict[str, Any]]]] = []
+        if topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in offsets:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
+        for topic, partitions in topics:
+            answers = []
+            for p in partitions:
+                om = offsets.get((topic, p))
+                if om is None:
+                    answers.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                    "metadata": "", "error_code": NO_ERROR})
+                else:
+                    answers.append({"partition_index": p, "committed_offset": om.offset,
+                                    "committed_leader_epoch": om.leader_epoch, "metadata": om.metadata,
+                                    "error_code": NO_ERROR})
+            out.append((topic, answers))
+        return out
+
+    def committed(self, group_id: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        return self.offsets.get(group_id, {}).get((topic, partition))
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: drop committed offsets of topics the group does not consume (any more)."""
+        group = self.groups.group(group_id)
+        if group is None or group.is_in(DEAD):
+            return GroupIdNotFoundError.code, {}
+        if group.is_in(STABLE, PREPARING, COMPLETING) and not group.uses_consumer_protocol():
+            return NonEmptyGroupError.code, {}
+        results: dict[tuple[str, int], int] = {}
+        records = []
+        offsets = self.offsets.get(group_id, {})
+        for topic, partition in partitions:
+            if group.is_subscribed_to_topic(topic):
+                results[(topic, partition)] = GroupSubscribedToTopicError.code
+                continue
+            results[(topic, partition)] = NO_ERROR
+            if (topic, partition) in offsets:
+                records.append((OffsetCommitKey(group_id, topic, partition), None))
+        if records:
+            try:
+                self._write_and_replay(records)
+            except KafkaError as e:
+                return map_append_error(e).code, {}
+        return NO_ERROR, results
+
+    def delete_all_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> int:
+        """Add a tombstone for every committed offset of the group (DeleteGroups); returns how many."""
+        offsets = self.offsets.get(group_id, {})
+        records += [(OffsetCommitKey(group_id, t, p), None) for t, p in offsets]
+        return len(offsets)
+
+    # ================================================================== expiration
+
+    def cleanup_expired_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> bool:
+        """Add tombstones for the group's expired offsets; True when none is left (the group may go)."""
+        offsets = self.offsets.get(group_id)
+        if not offsets:
+            return True
+        group = self.groups.group(group_id)
+        base = _expiration_base(group) if group is not None else None
+        if base is None:
+            return False
+        now = self.wall_clock()
+        all_expired = True
+        for (topic, partition), om in offsets.items():
+            if group.is_subscribed_to_topic(topic):
+                all_expired = False
+                continue
+            if om.expire_timestamp >= 0:
+                expired = now >= om.expire_timestamp
+            else:
+                expired = now - base(om) >= self.config.offsets_retention_ms
+            if expired:
+                records.append((OffsetCommitKey(group_id, topic, partition), None))
+            else:
+                all_expired = False
+        return all_expired
+
+    def on_partitions_deleted(self, topics: set[str]) -> dict[str, list[CoordinatorRecord]]:
+        """Tombstones for the offsets of deleted topics, by group (Kafka's ``onPartitionsDeleted``)."""
+        out: dict[str, list[CoordinatorRecord]] = {}
+        for group_id, offsets in self.offsets.items():
+            records: list[CoordinatorRecord] = [(OffsetCommitKey(group_id, t, p), None)
+                                                for (t, p) in offsets if t in topics]
+            if records:
+                out[group_id] = records
+        return out
+
+
+def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+    """Kafka's ``ClassicGroup.offsetExpirationCondition``: from when retention is counted."""
+    if group.protocol_type is None:
+        return lambda om: om.commit_timestamp  # simple group
+    if group.is_in(EMPTY):
+        ts = group.current_state_timestamp
+        return (lambda om: ts) if ts is not None else (lambda om: om.commit_timestamp)
+    if group.uses_consumer_protocol() and group.subscribed_topics is not None and group.is_in(STABLE):
+        return lambda om: om.commit_timestamp
+    return None

@@ -1,0 +1,322 @@
+"""The group coordinator's front (Kafka's ``GroupCoordinatorService``): route each group to its partition.
+
+Every group lives in one ``__consumer_offsets`` partition (:func:`~tierlog.coordinator.records.partition_for`),
+and each partition this node leads has a loaded
+:class:`~tierlog.coordinator.shard.GroupCoordinatorShard` holding that partition's groups and
+offsets. The service checks what needs no group (the coordinator is active, the group id is not
+empty, the session timeout is within bounds), finds the group's shard and hands the request to the
+shard's membership or offset manager; requests for a partition that is not loaded here get
+NOT_COORDINATOR, so the client looks its coordinator up again.
+
+Partitions move with leadership: :meth:`GroupCoordinator.load` (Kafka's ``onElection``) reads the
+partition and replays its records into a new shard, :meth:`GroupCoordinator.unload` (``onResignation``)
+answers the shard's parked requests with NOT_COORDINATOR and drops its state. A single node leads
+every partition, so :meth:`GroupCoordinator.load_all` loads them all when the broker is ready.
+
+Everything runs on the broker's event loop without blocking: operations are synchronous state
+changes plus a synchronous append to the local log; answers that must wait (JoinGroup, SyncGroup)
+are delivered later through the responder the caller passed. Time-based work runs from one
+:class:`~tierlog.coordinator.timer.KeyedTimer` that each shard sees through its own scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.group import ClassicGroup, Responder
+from tierlog.coordinator.offset_metadata_manager import OffsetAndMetadata
+from tierlog.coordinator.records import OFFSETS_TOPIC, partition_for
+from tierlog.coordinator.shard import GroupCoordinatorShard
+from tierlog.coordinator.storage import RecordStore
+from tierlog.coordinator.timer import KeyedTimer, ScopedTimer, monotonic_ms
+from tierlog.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NotCoordinatorError,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GroupCoordinator"]
+
+_NOT_AVAILABLE = CoordinatorNotAvailableError.code
+_NOT_COORDINATOR = NotCoordinatorError.code
+
+
+class GroupCoordinator:
+    def __init__(self, config: CoordinatorConfig, store: RecordStore, *,
+                 wall_clock: Callable[[], int] | None = None, timer_clock: Callable[[], int] = monotonic_ms):
+        self.config = config
+        self.store = store
+        self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
+        self.timer = KeyedTimer(timer_clock)
+        self.shards: dict[int, GroupCoordinatorShard] = {}
+        self.active = False
+        self._started = False
+        self._timer_task: asyncio.Task | None = None
+
+    # ================================================================== lifecycle
+
+    def startup(self) -> None:
+        """Start serving (Kafka's ``startup``); partitions are served once loaded."""
+        self._started = True
+        self.active = True
+
+    def load_all(self) -> None:
+        """:meth:`startup`, then load every partition: a single node leads all of them. A partition
+        that fails to load stays unloaded (its groups get NOT_COORDINATOR); the others serve."""
+        self.startup()
+        self.on_election(range(self.store.num_partitions()))
+
+    def ensure_loaded(self) -> None:
+        """Load on first use (a request may arrive before the broker's ready callback ran)."""
+        if not self._started:
+            try:
+                self.load_all()
+            except Exception:  # noqa: BLE001 - the coordinator stays unavailable, the broker keeps running
+                self.active = False
+                log.exception("Loading %s failed; the group coordinator is not available", OFFSETS_TOPIC)
+
+    def load(self, partition: int) -> GroupCoordinatorShard:
+        """Become the coordinator of ``partition``'s groups (Kafka's ``onElection``): replay its records
+        into a new shard, then start its timers. A partition already loaded stays as it is."""
+        if not self.active:
+            raise CoordinatorNotAvailableError("the group coordinator is not active")
+        shard = self.shards.get(partition)
+        if shard is not None:
+            return shard
+        shard = GroupCoordinatorShard(partition, self.config, self.store, ScopedTimer(self.timer, partition),
+                                      self.wall_clock)
+        count = shard.replay_all(self.store.read_partition(partition))
+        shard.on_loaded()
+        self.shards[partition] = shard
+        if count:
+            log.info("Loaded %s-%d: %d group(s), the offsets of %d group(s), from %d record(s)", OFFSETS_TOPIC,
+                     partition, len(shard.group_metadata_manager.groups),
+                     len(shard.offset_metadata_manager.offsets), count)
+        return shard
+
+    def unload(self, partition: int) -> None:
+        """Stop coordinating ``partition``'s groups (Kafka's ``onResignation``): parked JoinGroup and
+        SyncGroup requests get NOT_COORDINATOR, timers stop, the partition's state is dropped."""
+        shard = self.shards.pop(partition, None)
+        if shard is not None:
+            shard.on_unloaded()
+            log.info("Unloaded %s-%d", OFFSETS_TOPIC, partition)
+
+    def on_election(self, partitions: Iterable[int]) -> None:
+        """This node now leads ``partitions``: load those not loaded yet (before :meth:`startup`, nothing:
+        starting loads every partition). A partition that fails to load is logged and stays unloaded."""
+        if not self.active:
+            return
+        for partition in partitions:
+            try:
+                self.load(partition)
+            except Exception:  # noqa: BLE001 - that partition stays unavailable, the broker keeps running
+                log.exception("Loading %s-%d failed; its groups are not coordinated here", OFFSETS_TOPIC, partition)
+
+    def loaded_partitions(self) -> list[int]:
+        return sorted(self.shards)
+
+    async def start(self) -> None:
+        """:meth:`ensure_loaded`, then fire timers on time from a task of the running loop."""
+        self.ensure_loaded()
+        if self._timer_task is None and self.active:
+            self._timer_task = asyncio.get_running_loop().create_task(self.timer.run(), name="group-coordinator-timer")
+
+    def tick(self) -> None:
+        """Run due timers (the broker's housekeeping calls this; the timer task usually got there first)."""
+        if self.active:
+            self.timer.poll()
+
+    async def shutdown(self) -> None:
+        """Unload every partition (parked requests get NOT_COORDINATOR) and stop."""
+        self.active = False
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+            try:
+                await self._timer_task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+            self._timer_task = None
+        for partition in list(self.shards):
+            self.unload(partition)
+        self.timer.clear()
+
+    # ================================================================== routing
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.store.num_partitions())
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard | None:
+        """The loaded shard of the group's partition, or None when that partition is not loaded here."""
+        return self.shards.get(self.partition_for(group_id))
+
+    def _route(self, group_id: str) -> GroupCoordinatorShard | int:
+        """The group's shard, or the error code to answer with."""
+        if not self.active:
+            return _NOT_AVAILABLE
+        shard = self.shard_for(group_id)
+        return _NOT_COORDINATOR if shard is None else shard
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        """A snapshot of every loaded group by id (for tools and tests; changing it changes nothing)."""
+        return {gid: g for shard in self.shards.values() for gid, g in shard.group_metadata_manager.groups.items()}
+
+    # ================================================================== membership
+
+    def join_group(self, *, group_id: str, member_id: str, group_instance_id: str | None, protocol_type: str,
+                   protocols: Iterable[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                   client_id: str, client_host: str, api_version: int, respond: Responder,
+                   reason: str | None = None) -> None:
+        """Handle a JoinGroup; ``respond`` gets the answer now or when the join phase completes."""
+        protocols = [(name, bytes(meta)) for name, meta in protocols]
+        if not self.active:
+            return respond({"member_id": member_id, "error_code": _NOT_AVAILABLE})
+        if not group_id:
+            return respond({"member_id": member_id, "error_code": InvalidGroupIdError.code})
+        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+            return respond({"member_id": member_id, "error_code": InvalidSessionTimeoutError.code})
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return respond({"member_id": member_id, "error_code": shard})
+        return shard.group_metadata_manager.classic_group_join(
+            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
+            protocols=protocols, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            client_id=client_id, client_host=client_host, api_version=api_version, respond=respond, reason=reason)
+
+    def sync_group(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: Iterable[tuple[str, bytes]], respond: Responder) -> None:
+        if not self.active:
+            return respond({"error_code": _NOT_AVAILABLE})
+        if not group_id:
+            return respond({"error_code": InvalidGroupIdError.code})
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return respond({"error_code": shard})
+        return shard.group_metadata_manager.classic_group_sync(
+            group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id,
+            protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments, respond=respond)
+
+    def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None = None) -> int:
+        if not self.active:
+            return _NOT_AVAILABLE
+        if not group_id:
+            return InvalidGroupIdError.code
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return shard
+        return shard.group_metadata_manager.classic_group_heartbeat(
+            group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id)
+
+    def leave_group(self, *, group_id: str, members: Iterable[tuple[str, str | None, str | None]]
+                    ) -> tuple[int, list[dict[str, Any]]]:
+        """``members`` are (member id, group instance id, reason); returns (top-level error, per member)."""
+        members = list(members)
+        if not self.active:
+            return _NOT_AVAILABLE, []
+        if not group_id:
+            return InvalidGroupIdError.code, []
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return shard, []
+        return shard.group_metadata_manager.classic_group_leave(group_id=group_id, members=members)
+
+    # ================================================================== offsets
+
+    def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                       partitions: Iterable[tuple[str, int, int, int, str | None]], api_version: int,
+                       retention_time_ms: int = -1) -> dict[tuple[str, int], int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) items; returns an error code per item."""
+        items = list(partitions)
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return {(t, p): shard for t, p, *_ in items}
+        return shard.offset_metadata_manager.commit_offset(
+            group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id,
+            partitions=items, api_version=api_version, retention_time_ms=retention_time_ms)
+
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
+                      require_stable: bool = False) -> tuple[int, list[tuple[str, list[dict[str, Any]]]]]:
+        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None."""
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return shard, []
+        return NO_ERROR, shard.offset_metadata_manager.fetch_offsets(group_id, topics)
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                       ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: drop committed offsets of topics the group does not consume (any more)."""
+        items = list(partitions)
+        if not self.active:
+            return _NOT_AVAILABLE, {}
+        if not group_id:
+            return InvalidGroupIdError.code, {}
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return shard, {}
+        return shard.offset_metadata_manager.delete_offsets(group_id, items)
+
+    def committed(self, group_id: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        shard = self.shard_for(group_id)
+        return shard.offset_metadata_manager.committed(group_id, topic, partition) if shard is not None else None
+
+    def on_topics_deleted(self, topics: Iterable[str]) -> None:
+        """Drop the committed offsets of deleted topics (Kafka's ``onPartitionsDeleted``), in every partition."""
+        if not self.active:
+            return
+        deleted = set(topics)
+        for shard in list(self.shards.values()):
+            shard.on_partitions_deleted(deleted)
+
+    def cleanup_group_metadata(self) -> int:
+        """Run offset and group expiration in every loaded partition now; returns the tombstones written."""
+        return sum(shard.cleanup_group_metadata() for shard in list(self.shards.values()))
+
+    # ================================================================== admin
+
+    def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
+                    ) -> tuple[int, list[dict[str, Any]]]:
+        """The groups of every loaded partition, by group id."""
+        if not self.active:
+            return _NOT_AVAILABLE, []
+        states = {s.strip().lower() for s in states_filter}
+        types = {t.strip().lower() for t in types_filter}
+        out = [g for shard in self.shards.values() for g in shard.group_metadata_manager.list_groups(states, types)]
+        out.sort(key=lambda g: g["group_id"])
+        return NO_ERROR, out
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
+        out = []
+        for group_id in group_ids:
+            shard = self._route(group_id)
+            if isinstance(shard, int):
+                out.append({"group_id": group_id, "error_code": shard})
+            else:
+                out.append(shard.group_metadata_manager.describe_group(group_id))
+        return out
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
+        """Delete groups (distinct, answered in request order), one write per partition."""
+        results: dict[str, int] = {}
+        by_shard: dict[int, list[str]] = {}
+        for group_id in dict.fromkeys(group_ids):
+            shard = self._route(group_id)
+            if isinstance(shard, int):
+                results[group_id] = shard
+            else:
+                results[group_id] = NO_ERROR
+                by_shard.setdefault(shard.partition, []).append(group_id)
+        for partition, ids in by_shard.items():
+            results.update(self.shards[partition].delete_groups(ids))
+        return results

@@ -1,0 +1,172 @@
+"""The coordinator state of one ``__consumer_offsets`` partition (Kafka's ``GroupCoordinatorShard``).
+
+A shard holds the partition's :class:`~tierlog.coordinator.group_metadata_manager.GroupMetadataManager`
+(membership) and :class:`~tierlog.coordinator.offset_metadata_manager.OffsetMetadataManager`
+(committed offsets), the partition's timers, and the writer both managers append through. It is
+built when the partition is loaded: :meth:`replay` applies each record read back (GroupMetadata
+records to the group manager, OffsetCommit records to the offset manager), then :meth:`on_loaded`
+starts the timers. :meth:`on_unloaded` cancels them and answers parked requests; the shard is then
+dropped with its state.
+
+The operations that need both managers live here, as in Kafka: DeleteGroups (the offsets'
+tombstones, then the group's), the periodic ``cleanup_group_metadata`` (expired offsets, then the
+groups they leave empty) and the removal of deleted topics' offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.group_metadata_manager import GroupMetadataManager, map_append_error
+from tierlog.coordinator.offset_metadata_manager import OffsetMetadataManager
+from tierlog.coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    UnknownKey,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from tierlog.coordinator.storage import Record, RecordStore
+from tierlog.coordinator.timer import ScopedTimer
+from tierlog.errors import NO_ERROR, KafkaError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GroupCoordinatorShard"]
+
+_CLEANUP_KEY = "offsets-cleanup"  # Kafka's GROUP_EXPIRATION_KEY
+
+
+class GroupCoordinatorShard:
+    def __init__(self, partition: int, config: CoordinatorConfig, store: RecordStore, timer: ScopedTimer,
+                 wall_clock: Callable[[], int]):
+        self.partition = partition
+        self.config = config
+        self.store = store
+        self.timer = timer
+        self.group_metadata_manager = GroupMetadataManager(config, timer, self.append, wall_clock)
+        self.offset_metadata_manager = OffsetMetadataManager(config, self.group_metadata_manager, self.append,
+                                                             wall_clock)
+
+    def __repr__(self) -> str:
+        return (f"GroupCoordinatorShard(partition={self.partition}, "
+                f"groups={len(self.group_metadata_manager.groups)}, "
+                f"groups_with_offsets={len(self.offset_metadata_manager.offsets)})")
+
+    # ================================================================== records
+
+    def append(self, records: list[CoordinatorRecord]) -> None:
+        """Write records to this partition as one batch; raises KafkaError."""
+        self.store.append(self.partition, [(encode_key(k), encode_value(v)) for k, v in records])
+
+    def replay(self, key: OffsetCommitKey | GroupMetadataKey,
+               value: OffsetCommitValue | GroupMetadataValue | None) -> None:
+        if isinstance(key, OffsetCommitKey):
+            self.offset_metadata_manager.replay(key, value)
+        else:
+            self.group_metadata_manager.replay(key, value)
+
+    def replay_all(self, records: Iterable[Record]) -> int:
+        """Decode and replay records read from the partition; returns how many were read. Records of
+        types tierlog does not use (KIP-848 and share groups) and malformed ones are skipped."""
+        count = 0
+        for key_bytes, value_bytes in records:
+            count += 1
+            try:
+                key = decode_key(key_bytes)
+                if isinstance(key, UnknownKey):
+                    continue
+                value = decode_value(key, value_bytes)
+            except RecordFormatError as e:
+                log.warning("Skipping a malformed __consumer_offsets-%d record: %s", self.partition, e)
+                continue
+            self.replay(key, value)
+        return count
+
+    def _write_and_replay(self, records: list[CoordinatorRecord], what: str) -> bool:
+        try:
+            self.append(records)
+        except KafkaError as e:
+            log.warning("Failed to write %d record(s) for %s: %s", len(records), what, e)
+            return False
+        for key, value in records:
+            self.replay(key, value)
+        return True
+
+    # ================================================================== load / unload
+
+    def on_loaded(self) -> None:
+        self.group_metadata_manager.on_loaded()
+        self._schedule_cleanup()
+
+    def on_unloaded(self) -> None:
+        self.timer.clear()
+        self.group_metadata_manager.on_unloaded()
+
+    # ================================================================== DeleteGroups
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        """Delete empty groups and their offsets in one write; an error code per group."""
+        results: dict[str, int] = {}
+        records: list[CoordinatorRecord] = []
+        deleted = []
+        for group_id in group_ids:
+            try:
+                self.group_metadata_manager.validate_delete_group(group_id)
+            except KafkaError as e:
+                results[group_id] = e.code
+                continue
+            self.offset_metadata_manager.delete_all_offsets(group_id, records)
+            self.group_metadata_manager.create_group_tombstone_records(group_id, records)
+            deleted.append(group_id)
+        if not deleted:
+            return results
+        try:
+            self.append(records)
+        except KafkaError as e:
+            code = map_append_error(e).code
+            results.update((group_id, code) for group_id in deleted)
+            return results
+        for key, value in records:
+            self.replay(key, value)
+        results.update((group_id, NO_ERROR) for group_id in deleted)
+        log.info("Deleted group(s) %s", ", ".join(deleted))
+        return results
+
+    # ================================================================== expiration and deleted topics
+
+    def _schedule_cleanup(self) -> None:
+        self.timer.schedule(_CLEANUP_KEY, self.config.offsets_retention_check_interval_ms, self._cleanup)
+
+    def _cleanup(self) -> None:
+        try:
+            self.cleanup_group_metadata()
+        finally:
+            self._schedule_cleanup()
+
+    def cleanup_group_metadata(self) -> int:
+        """Expire offsets past retention and delete empty groups left without offsets; returns tombstones."""
+        written = 0
+        for group_id in self.group_metadata_manager.group_ids():
+            records: list[CoordinatorRecord] = []
+            if self.offset_metadata_manager.cleanup_expired_offsets(group_id, records):
+                self.group_metadata_manager.maybe_delete_group(group_id, records)
+            if records and self._write_and_replay(records, f"group {group_id}"):
+                written += len(records)
+        if written:
+            log.info("Wrote %d tombstone(s) to __consumer_offsets-%d while expiring offsets and groups",
+                     written, self.partition)
+        return written
+
+    def on_partitions_deleted(self, topics: set[str]) -> None:
+        """Drop the committed offsets of deleted topics (Kafka's ``onPartitionsDeleted``)."""
+        for group_id, records in self.offset_metadata_manager.on_partitions_deleted(topics).items():
+            self._write_and_replay(records, f"group {group_id}")

@@ -1,0 +1,101 @@
+"""The package layers of docs/architecture.md hold: imports point downwards only.
+
+Every ``import`` and ``from ... import`` in ``src/tierlog`` (also those inside functions) is checked
+against the layer table below: a package may import itself and packages of lower layers, never a
+package of its own layer or a higher one. So storage never imports tiered, tiered never imports the
+server, and the client and the Spark source never import the server.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tierlog"
+
+#: Lowest first; the table in docs/architecture.md. "(root)" is ``tierlog/__init__.py``.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"(root)", "errors", "kafka_uuid", "hashing", "metrics"}),  # shared by every layer
+    frozenset({"config", "protocol", "records"}),  # sans-IO: settings, wire messages, record batches
+    frozenset({"client", "storage"}),  # the Kafka client; the local log
+    frozenset({"tiered"}),  # remote storage (its metadata manager uses the client)
+    frozenset({"cluster", "coordinator"}),  # metadata and controller; consumer groups
+    frozenset({"server", "spark", "tools"}),  # the broker; the Spark source; operator tools
+    frozenset({"broker_main"}),
+    frozenset({"cli"}),
+    frozenset({"__main__"}),
+)
+RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "(root)"
+
+
+def _imports(path: Path, module: str):
+    """(line, imported tierlog module) for every import in the file, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package_parts = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "tierlog" or alias.name.startswith("tierlog."):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[:len(package_parts) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "tierlog" or target.startswith("tierlog."):
+                if target == "tierlog":  # from tierlog import errors: each name is a package
+                    for alias in node.names:
+                        yield node.lineno, f"tierlog.{alias.name}"
+                else:
+                    yield node.lineno, target
+
+
+def layer_violations(src: Path) -> list[str]:
+    """Each import in the tree rooted at ``src`` (a ``tierlog`` package folder) that breaks the layers."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src.parent).with_suffix("")
+        module = ".".join(rel.parts).removesuffix(".__init__")
+        here = _package(module)
+        if here not in RANK:
+            found.append(f"{path}: package {here!r} is in no layer of tests/test_layers.py")
+            continue
+        for line, target in _imports(path, module):
+            there = _package(target)
+            if there == here:
+                continue
+            if there not in RANK:
+                found.append(f"{path}:{line}: imports {target}, whose package {there!r} is in no layer")
+            elif RANK[there] >= RANK[here]:
+                found.append(f"{path}:{line}: {here} (layer {RANK[here]}) imports {target} "
+                             f"({there}, layer {RANK[there]}): imports must point to lower layers")
+    return found
+
+
+def test_imports_point_downwards_only():
+    assert layer_violations(SRC) == []
+
+
+def test_a_wrong_import_is_reported(tmp_path):
+    """The check itself: a storage module importing the server, a relative import reaching up into it, and
+    the client importing the server are each reported; a downward import is not."""
+    pkg = tmp_path / "tierlog"
+    for sub in ("storage", "server", "client", "records"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "storage" / "log.py").write_text("from tierlog.records import batch\nfrom tierlog.server import broker\n")
+    (pkg / "storage" / "lazy.py").write_text("def f():\n    from ..server.broker import Broker\n    return Broker\n")
+    (pkg / "client" / "fetcher.py").write_text("import tierlog.server.network\n")
+    (pkg / "server" / "broker.py").write_text("from tierlog.storage import log\n")
+    found = layer_violations(pkg)
+    assert len(found) == 3, found
+    assert any("storage/log.py:2" in v and "tierlog.server" in v for v in found)
+    assert any("storage/lazy.py:2" in v and "tierlog.server.broker" in v for v in found)
+    assert any("client/fetcher.py:1" in v for v in found)
