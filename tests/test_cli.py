@@ -62,6 +62,18 @@ def test_broker_with_defaults(tmp_path):
     assert os.path.exists(tmp_path / "logs" / ".kafka_cleanshutdown")
 
 
+def test_a_broker_that_cannot_start_says_why_and_never_stopped_cleanly(tmp_path):
+    (tmp_path / "file").write_text("a file where the log dir's parent should be")
+    result = tierlog("broker", "-o", f"log.dirs={tmp_path}/file/logs", "-o", "listeners=PLAINTEXT://127.0.0.1:0",
+                     cwd=tmp_path)
+    assert result.returncode == 1, result
+    assert "stopped cleanly" not in result.stdout
+    assert result.stdout.splitlines() == [f"tierlog broker failed to start: [Errno 20] Not a directory: "
+                                          f"'{tmp_path}/file/logs'"]
+    assert "The broker could not start: [Errno 20] Not a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_broker_with_example_config(tmp_path):
     code, out, err = run_broker("-c", str(ROOT / "config/server.properties"), "-o",
                                 "listeners=PLAINTEXT://127.0.0.1:0", "-o", "metrics.port=0", cwd=tmp_path)

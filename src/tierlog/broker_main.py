@@ -7,9 +7,12 @@ import logging
 import signal
 from typing import Any
 
+from tierlog.errors import InvalidConfigError, KafkaError
 from tierlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
+
+EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot work (tierlog.cli.EXIT_INVALID)
 
 
 def run(cfg: Any) -> int:
@@ -31,6 +34,9 @@ async def _serve(cfg: Any) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
+    except Exception as e:  # noqa: BLE001 - said once, with its reason; the exit status tells the rest
+        return await _failed_start(broker, e)
+    try:
         for listener in broker.listeners:
             print(f"tierlog broker ready on {listener}", flush=True)
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.wait_stop_requested())]
@@ -47,3 +53,23 @@ async def _serve(cfg: Any) -> int:
         else:
             print("tierlog broker stopped cleanly", flush=True)
     return 1 if broker.fatal_error else 0
+
+
+async def _failed_start(broker: Broker, e: Exception) -> int:
+    """A start that failed: release what was built, then say why (never "stopped cleanly"). A setting
+    that cannot work exits with the command line's invalid-configuration status, anything else with 1."""
+    if isinstance(e, KafkaError):
+        reason = e.message
+        log.error("The broker could not start: %s", reason)
+    elif isinstance(e, OSError):  # a log dir that cannot be used, a port taken: the operator's to fix
+        reason = str(e)
+        log.error("The broker could not start: %s", reason)
+    else:  # a bug: the traceback helps
+        reason = f"{type(e).__name__}: {e}"
+        log.error("The broker could not start: %s", reason, exc_info=e)
+    try:
+        await broker.shutdown()
+    except Exception:  # noqa: BLE001 - half built: what cannot be released is only logged
+        log.exception("Releasing the half-started broker failed")
+    print(f"tierlog broker failed to start: {reason}", flush=True)
+    return EXIT_INVALID_CONFIG if isinstance(e, InvalidConfigError) else 1

@@ -9,6 +9,8 @@ Fixtures:
 - ``tierlog_peer``: one ``tierlog broker`` process for the session (``BrokerProcess`` from
   tests/server), with the same static settings as ``kafka_peer`` so configs and their sources
   compare; ``start_broker`` (re-exported) gives private brokers.
+- ``tierlog_tiered``: a tiering ``tierlog broker`` for the session, the counterpart of
+  ``kafka_peer_tiered`` (the same task and retention-check intervals).
 - ``peer``: parametrized over both, for tests that must pass against Kafka and tierlog alike.
 - ``kafka_tool(cls, *args)``: runs one of Kafka's command-line classes in one long-lived tool JVM
   (``ToolRunner``; ``run_tool`` starts a JVM per call instead).
@@ -85,6 +87,19 @@ def kafka_peer_tiered(kafka_jars, tmp_path_factory):
 def tierlog_peer(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("tierlog") / "logs", dict(SHARED_SETTINGS))
     b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def tierlog_tiered(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tierlog-tiered")
+    b = BrokerProcess(root / "logs", {
+        "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "500",
+        "num.partitions": "1"}).start()
     yield b
     b.stop()
 

@@ -660,3 +660,101 @@ def test_kafka_tiered_peer_offloads_segments(kafka_peer_tiered, kafka_tool):
     while len(remote := list(kafka_peer_tiered.remote_dir.rglob(f"{topic}-*/*.log"))) < 2:
         assert time.monotonic() < deadline, remote
         time.sleep(0.5)
+
+
+# ----------------------------------------------------- dynamic retention rules (tiered peers, both sides)
+
+_DAY = 86_400_000
+
+
+def _alter(raw, rtype: int, name: str, ops: list[tuple], validate_only: bool = False, incremental: bool = True):
+    """One (Incremental)AlterConfigs of one resource; (error code, whether the message names the
+    local retention setting). ops: (key, op, value); AlterConfigs takes the SET ones as the new set."""
+    if incremental:
+        configs = [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]
+        resp = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": rtype, "resource_name": name, "configs": configs}], "validate_only": validate_only})
+    else:
+        configs = [{"name": k, "value": v} for k, op, v in ops if op == 0]
+        resp = raw.request(ApiKey.ALTER_CONFIGS, 2, {"resources": [{
+            "resource_type": rtype, "resource_name": name, "configs": configs}], "validate_only": validate_only})
+    r = resp.responses[0]
+    return [plain(r.error_code), "local.retention" in (r.error_message or "")]
+
+
+def _await_broker_values(raw, expected: dict) -> None:
+    """Until node 1 describes these values: Kafka's broker applies a committed change asynchronously and
+    validates the next request against what it has applied, so each step waits for the last one."""
+    deadline = time.monotonic() + 30
+    while True:
+        resp = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
+            "resource_type": 4, "resource_name": "1", "configuration_keys": list(expected)}],
+            "include_synonyms": False, "include_documentation": False})
+        seen = {c.name: c.value for c in resp.results[0].configs}
+        if seen == expected:
+            return
+        assert time.monotonic() < deadline, (seen, expected)
+        time.sleep(0.1)
+
+
+def _retention_rules_scenario(bootstrap) -> dict:
+    """The local retention must not exceed the retention (Kafka's DynamicLogConfig for the broker
+    defaults, LogConfig for a tiered topic), judged on the values in effect once the whole request is
+    applied: both orders in one request, and across two requests."""
+    seen: dict = {}
+    raw = RawClient(bootstrap)
+    try:
+        local, total = "log.local.retention.ms", "log.retention.ms"
+        ten, twenty, five, one = (str(d * _DAY) for d in (10, 20, 5, 1))
+        # Broker (cluster-wide dynamic defaults): the static retention is 7 days, local -2.
+        seen["broker: local 10 d alone"] = _alter(raw, 4, "", [(local, 0, ten)], validate_only=True)
+        seen["broker: local 10 d + retention 20 d (validate)"] = _alter(
+            raw, 4, "", [(local, 0, ten), (total, 0, twenty)], validate_only=True)
+        seen["broker: retention 20 d + local 10 d (validate)"] = _alter(
+            raw, 4, "", [(total, 0, twenty), (local, 0, ten)], validate_only=True)
+        # Legacy AlterConfigs on this node (node 1 on both peers; on the cluster default Kafka 4.1 refuses
+        # it for another reason: the set it replaces holds the min.insync.replicas that ELR requires).
+        seen["broker: legacy retention 20 d + local 10 d (validate)"] = _alter(
+            raw, 4, "1", [(total, 0, twenty), (local, 0, ten)], validate_only=True, incremental=False)
+        seen["broker: legacy retention 20 d alone (validate)"] = _alter(
+            raw, 4, "1", [(total, 0, twenty)], validate_only=True, incremental=False)
+        seen["broker: local 10 d + retention 20 d"] = _alter(raw, 4, "", [(local, 0, ten), (total, 0, twenty)])
+        _await_broker_values(raw, {local: ten, total: twenty})
+        seen["broker: then retention 5 d alone"] = _alter(raw, 4, "", [(total, 0, five)])
+        seen["broker: then local 1 d"] = _alter(raw, 4, "", [(local, 0, one)])
+        _await_broker_values(raw, {local: one, total: twenty})
+        seen["broker: then retention 5 d"] = _alter(raw, 4, "", [(total, 0, five)])
+        seen["broker: reset"] = _alter(raw, 4, "", [(total, 1, None), (local, 1, None)])
+        _await_broker_values(raw, {local: "-2"})
+        # A tiered topic (the broker defaults are back to 7 days and -2).
+        topic = unique("diff-retention")
+        create_topic(bootstrap, topic, configs={"remote.storage.enable": "true"})
+        minute, half = "60000", "30000"
+        seen["topic: local 10 d alone"] = _alter(raw, 2, topic, [("local.retention.ms", 0, ten)], validate_only=True)
+        seen["topic: retention 1 min + local 30 s"] = _alter(
+            raw, 2, topic, [("retention.ms", 0, minute), ("local.retention.ms", 0, half)])
+        seen["topic: then retention 20 s alone"] = _alter(raw, 2, topic, [("retention.ms", 0, "20000")])
+        seen["topic: then local 10 s"] = _alter(raw, 2, topic, [("local.retention.ms", 0, "10000")])
+        seen["topic: then retention 20 s"] = _alter(raw, 2, topic, [("retention.ms", 0, "20000")])
+        seen["topic: legacy local 30 s + retention 1 min"] = _alter(
+            raw, 2, topic, [("remote.storage.enable", 0, "true"), ("local.retention.ms", 0, half),
+                            ("retention.ms", 0, minute)], incremental=False)
+    finally:
+        raw.close()
+    return seen
+
+
+@pytest.mark.slow
+def test_dynamic_retention_rules_read_the_values_in_effect_after_the_request(kafka_peer_tiered, tierlog_tiered):
+    kafka = _retention_rules_scenario(kafka_peer_tiered.bootstrap)
+    tierlog = _retention_rules_scenario(tierlog_tiered.bootstrap)
+    assert differences(kafka, tierlog, "retention rules") == []
+    # What both answer (so the comparison cannot pass on two equally broken answers).
+    assert tierlog["broker: local 10 d + retention 20 d"] == [0, False]
+    assert tierlog["broker: retention 20 d + local 10 d (validate)"] == [0, False]
+    assert tierlog["broker: legacy retention 20 d + local 10 d (validate)"] == [0, False]
+    assert tierlog["broker: then retention 5 d alone"][0] != 0
+    assert tierlog["broker: then retention 5 d"] == [0, False]
+    assert tierlog["topic: retention 1 min + local 30 s"] == [0, False]
+    assert tierlog["topic: then retention 20 s alone"] == [40, True]
+    assert tierlog["topic: then retention 20 s"] == [0, False]

@@ -15,7 +15,6 @@ import time
 import pytest
 
 from tests.peer.peerlib import create_topic, unique
-from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
@@ -26,19 +25,6 @@ RECENT_BATCHES = 10
 BATCHES = OLD_BATCHES + RECENT_BATCHES
 RECORDS_PER_BATCH = 20
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "1048576"}
-
-
-@pytest.fixture(scope="module")
-def tierlog_tiered(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tierlog-tiered")
-    b = BrokerProcess(root / "logs", {
-        "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "500",
-        "num.partitions": "1"}).start()
-    yield b
-    b.stop()
 
 
 @pytest.fixture(autouse=True)

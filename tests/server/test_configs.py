@@ -399,3 +399,101 @@ def test_dynamic_log_settings_reach_the_logs(configured, raw):
     rolled = sorted((configured.log_dir / "rolls-0").glob("*.log"))
     pinned = sorted((configured.log_dir / "pinned-0").glob("*.log"))
     assert len(rolled) >= 2 and len(pinned) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rules between settings read the values in effect once the whole request is applied
+# ---------------------------------------------------------------------------------------------------
+
+HOUR, MINUTE = "3600000", "60000"
+
+
+@pytest.fixture
+def tiered_raw(start_broker, tmp_path):
+    """A tiering broker whose static log.local.retention.ms (1 h) is below its retention (100 h)."""
+    b = start_broker({"remote.log.storage.system.enable": "true", "rsm.config.dir": str(tmp_path / "remote"),
+                      "remote.log.metadata.manager.class.name": "memory", "log.retention.hours": "100",
+                      "log.local.retention.ms": HOUR})
+    c = RawClient(b.bootstrap)
+    yield c
+    c.close()
+
+
+def _value(raw, rtype, name, key):
+    return entries(describe(raw, rtype, name, keys=[key]))[key].value
+
+
+@pytest.mark.parametrize("incremental", [True, False], ids=["IncrementalAlterConfigs", "AlterConfigs"])
+@pytest.mark.parametrize("resource", ["", "1"], ids=["cluster default", "this node"])
+def test_broker_retention_below_the_static_local_retention_with_both_lowered(tiered_raw, incremental, resource):
+    raw = tiered_raw
+
+    def change(**values):
+        keys = {k.replace("_", "."): v for k, v in values.items()}
+        return [(BROKER, resource, [(k, SET, v) for k, v in keys.items()] if incremental else keys)]
+
+    # Alone, log.retention.ms below the local retention in effect (the static 1 h) is refused ...
+    refused = alter(raw, change(log_retention_ms=MINUTE), incremental=incremental)
+    assert refused[0][0] == 42 and "log.local.retention.ms" in refused[0][1], refused
+    # ... but with log.local.retention.ms lowered in the same request it holds, in either order of the
+    # keys, validate_only first (which stores nothing).
+    for keys in ({"log_retention_ms": MINUTE, "log_local_retention_ms": "30000"},
+                 {"log_local_retention_ms": "30000", "log_retention_ms": MINUTE}):
+        assert alter(raw, change(**keys), incremental=incremental, validate_only=True) == [(0, None)]
+    assert _value(raw, BROKER, "1", "log.retention.ms") != MINUTE
+    assert alter(raw, change(log_local_retention_ms="30000", log_retention_ms=MINUTE),
+                 incremental=incremental) == [(0, None)]
+    assert (_value(raw, BROKER, "1", "log.retention.ms"), _value(raw, BROKER, "1", "log.local.retention.ms")) \
+        == (MINUTE, "30000")
+
+
+def test_broker_retention_rules_across_two_requests_in_both_orders(tiered_raw):
+    raw = tiered_raw
+    # Retention first: refused, the local retention in effect is still the static 1 h.
+    code, message = alter(raw, [(BROKER, "1", [("log.retention.ms", SET, MINUTE)])])[0]
+    assert code == 42 and "log.local.retention.ms" in message
+    # Local retention first (a cluster default), then retention (this node): both hold.
+    assert alter(raw, [(BROKER, "", [("log.local.retention.ms", SET, "30000")])]) == [(0, None)]
+    assert alter(raw, [(BROKER, "1", [("log.retention.ms", SET, MINUTE)])], validate_only=True) == [(0, None)]
+    assert alter(raw, [(BROKER, "1", [("log.retention.ms", SET, MINUTE)])]) == [(0, None)]
+    # Taking the lowered local retention away again would leave the static 1 h above the retention.
+    code, message = alter(raw, [(BROKER, "", [("log.local.retention.ms", DELETE, None)])])[0]
+    assert code == 42 and "log.local.retention.ms" in message
+    code, _ = alter(raw, [(BROKER, "", {})], incremental=False, validate_only=True)[0]
+    assert code == 42  # AlterConfigs replaces the cluster defaults: the same, validate_only too
+    # Raising the retention first, then the local retention, holds in that order only.
+    code, _ = alter(raw, [(BROKER, "", [("log.local.retention.ms", SET, HOUR)])])[0]
+    assert code == 42
+    assert alter(raw, [(BROKER, "1", [("log.retention.ms", DELETE, None)])]) == [(0, None)]
+    assert alter(raw, [(BROKER, "", [("log.local.retention.ms", DELETE, None)])]) == [(0, None)]
+    assert _value(raw, BROKER, "1", "log.local.retention.ms") == HOUR
+
+
+@pytest.mark.parametrize("incremental", [True, False], ids=["IncrementalAlterConfigs", "AlterConfigs"])
+def test_topic_retention_rules_read_the_values_in_effect_after_the_request(tiered_raw, incremental):
+    raw = tiered_raw
+    _topic(raw, "tiered", {"remote.storage.enable": "true"})
+
+    def change(**values):
+        keys = {"remote.storage.enable": "true", **{k.replace("_", "."): v for k, v in values.items()}}
+        return [(TOPIC, "tiered", [(k, SET, v) for k, v in keys.items()] if incremental else keys)]
+
+    # retention.ms below the local retention it inherits from the broker (1 h): refused alone ...
+    code, message = alter(raw, change(retention_ms=MINUTE), incremental=incremental)[0]
+    assert code == 40 and "local.retention.ms" in message
+    # ... accepted with local.retention.ms lowered in the same request, in either order.
+    for keys in ({"retention_ms": MINUTE, "local_retention_ms": "30000"},
+                 {"local_retention_ms": "30000", "retention_ms": MINUTE}):
+        assert alter(raw, change(**keys), incremental=incremental, validate_only=True) == [(0, None)]
+    assert _value(raw, TOPIC, "tiered", "retention.ms") == "360000000"
+    assert alter(raw, change(local_retention_ms="30000", retention_ms=MINUTE), incremental=incremental) == [(0, None)]
+    assert (_value(raw, TOPIC, "tiered", "retention.ms"), _value(raw, TOPIC, "tiered", "local.retention.ms")) \
+        == (MINUTE, "30000")
+    # The inherited local retention counts as it is in effect: a broker default lowered dynamically
+    # lets a later request lower retention.ms alone (two requests).
+    _topic(raw, "inherits", {"remote.storage.enable": "true"})
+    assert alter(raw, [(BROKER, "", [("log.local.retention.ms", SET, "30000")])]) == [(0, None)]
+    assert alter(raw, [(TOPIC, "inherits", [("retention.ms", SET, MINUTE)])]) == [(0, None)]
+    # ... and that broker default can no longer rise above the topic's retention.
+    code, _ = alter(raw, [(BROKER, "", [("log.local.retention.ms", DELETE, None)])])[0]
+    assert code == 42

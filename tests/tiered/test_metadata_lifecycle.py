@@ -1,7 +1,11 @@
 """The topic-based metadata manager inside a live broker: KIP-1197 (initialization starts once the broker
 serves, its timeout counted from then; a permanent failure stops the broker) and KIP-1007 (while
 metadata is being rebuilt after a restart, remote reads get a retriable error and clients wait, local
-reads are not delayed)."""
+reads are not delayed).
+
+The rebuild after a restart is held open by the test itself (tests/tiered/holds.py: the manager reads
+no metadata while a file exists) and released when the test has seen what it must see during it; no
+outcome depends on how fast the machine replays the metadata."""
 
 from __future__ import annotations
 
@@ -20,16 +24,10 @@ from kafka.admin import NewTopic
 
 from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
+from tests.tiered.holds import held_rlmm_settings
 from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 
-# The manager's consumer fetches one metadata record (one event) per round trip: a replay of a few
-# hundred events then takes a second or two, long enough to watch.
-# One event per fetch, and each fetch held for fetch.max.wait.ms (it never reaches fetch.min.bytes):
-# about 10 ms per event whatever the machine's speed, so the catch-up lasts seconds.
-SLOW_CATCH_UP = {f"rlmm.config.remote.log.metadata.consumer.{k}": v for k, v in {
-    "max.poll.records": "1", "fetch.max.bytes": "1", "max.partition.fetch.bytes": "1",
-    "fetch.min.bytes": "1048576", "fetch.max.wait.ms": "10"}.items()}
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
 
@@ -43,23 +41,21 @@ def status(b: BrokerProcess, topic: str) -> list[dict]:
 
 
 def test_initialization_starts_when_the_broker_serves_and_its_timeout_counts_from_then(tmp_path):
-    # Many partitions to load make the broker's start-up (the manager is configured before the logs
-    # load) far longer than an initialization budget of 500 ms.
-    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
-    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
-    admin.create_topics([NewTopic("many", 3000, 1)])
-    admin.close()
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()  # creates __remote_log_metadata
+    wait_for(lambda: any("Initialized topic-based RLMM resources" in line for line in b.output), "initialization")
     port = b.port
     assert b.stop() == 0
-    b = BrokerProcess(tmp_path / "logs", settings(
-        tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
-        **{"rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms": "500"})).start()
+    # The manager is configured before the logs load; its configure now returns 4 s late (holds.py), so
+    # the start-up after it outlasts an initialization budget of 2 s on any machine.
+    b = BrokerProcess(tmp_path / "logs", settings(tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}", **{
+        **held_rlmm_settings(tmp_path / "no-hold"), "rlmm.config.test.configure.delay.ms": "4000",
+        "rlmm.config.remote.log.metadata.initialization.retry.max.timeout.ms": "2000"})).start()
     try:
         ready_ms = int(re.search(r"Broker 1 ready in (\d+) ms", "".join(b.output)).group(1))
         started = wait_for(lambda: any("Initialized topic-based RLMM resources" in line for line in b.output),
                            "initialization")
         assert started
-        assert ready_ms > 500, "the start-up must outlast the initialization budget for this test to mean anything"
+        assert ready_ms > 4000
         text = "".join(b.output)
         # KIP-1197: nothing from the manager before the broker was ready, and no connection complaints.
         assert text.index("Broker is ready for requests, now initializing") > text.index("Broker 1 ready in")
@@ -102,24 +98,27 @@ def _fill(b: BrokerProcess, topic: str, records: int) -> None:
              and s[0]["local_segments"] <= 2, "offload", timeout=120)
 
 
-def _restart_with_slow_catch_up(tmp_path, records: int) -> tuple[BrokerProcess, dict]:
-    """A tiered topic of ``records`` records, then a restart that replays all its metadata (no snapshot),
-    deliberately slowed: the manager's consumer takes one event per fetch. Returns the broker and the
-    partition's status before the restart."""
+def _restart_held(tmp_path, records: int) -> tuple[BrokerProcess, dict, object]:
+    """A tiered topic of ``records`` records, then a restart that must replay all its metadata (no
+    snapshot) and is held before reading any of it. Returns the broker, the partition's status before
+    the restart and the hold file: removing it lets the catch-up run."""
     b = BrokerProcess(tmp_path / "logs", settings(tmp_path)).start()
     _fill(b, "history", records)
     before = status(b, "history")[0]
-    assert before["remote_segments"] > 100
+    assert before["remote_segments"] > 10
     port = b.port
     assert b.stop() == 0
     shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots")
-    return BrokerProcess(tmp_path / "logs", settings(tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
-                                                     **SLOW_CATCH_UP)).start(), before
+    hold = tmp_path / "hold-metadata"
+    hold.touch()
+    held = BrokerProcess(tmp_path / "logs", settings(tmp_path, listeners=f"PLAINTEXT://127.0.0.1:{port}",
+                                                     **held_rlmm_settings(hold))).start()
+    return held, before, hold
 
 
 def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_path):
-    records = 4000
-    b, before = _restart_with_slow_catch_up(tmp_path, records)
+    records = 1500
+    b, before, hold = _restart_held(tmp_path, records)
     local_start = before["local_log_start_offset"]
     try:
         results: dict[str, object] = {}
@@ -152,28 +151,26 @@ def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_
         readers = [threading.Thread(target=read_kafka_python), threading.Thread(target=read_confluent)]
         for t in readers:
             t.start()
-        # Meanwhile: the remote range answers the retriable REPLICA_NOT_AVAILABLE, a local offset at once.
+        # Meanwhile: the remote range answers the retriable REPLICA_NOT_AVAILABLE, a local offset at once,
+        # in the same fetch; the readers wait.
         client = RawClient(b.bootstrap)
-        saw_not_ready = False
         try:
-            for _ in range(20):
-                if status(b, "history")[0]["ready"]:
-                    break
+            # The catch-up is held for as long as the test likes: a local read answered now is not
+            # waiting for it (no wall-clock bound needed).
+            for _ in range(3):
+                assert not status(b, "history")[0]["ready"]
                 resp = client.request(ApiKey.FETCH, 12, {
                     "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                     "topics": [{"topic": "history", "partitions": [
                         {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 16},
                         {"partition": 0, "fetch_offset": local_start, "partition_max_bytes": 1 << 16}]}]})
                 remote, local = resp.responses[0].partitions
-                if remote.error_code == 9:
-                    saw_not_ready = True
-                    t0 = time.monotonic()
-                    assert local.error_code == 0 and local.records, "the local read is served in the same fetch"
-                    assert time.monotonic() - t0 < 1
-                time.sleep(0.05)
+                assert remote.error_code == 9 and not remote.records
+                assert local.error_code == 0 and local.records, "the local read is served in the same fetch"
         finally:
             client.close()
-        assert saw_not_ready, "the metadata catch-up was too fast to observe; slow it down further"
+        assert all(t.is_alive() for t in readers), "nothing below the local log start can be read yet"
+        hold.unlink()  # the catch-up runs
         for t in readers:
             t.join()
         assert results["kafka-python"] == list(range(records))
@@ -189,18 +186,23 @@ def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
     from tierlog.client.errors import RemoteStorageNotReadyError
     from tierlog.client.sync import Consumer
     from tierlog.client.types import TopicPartition
-    records = 8000
-    b, _ = _restart_with_slow_catch_up(tmp_path, records)
+    records = 1500
+    b, _, hold = _restart_held(tmp_path, records)
     try:
         c = Consumer({"bootstrap.servers": b.bootstrap, "auto.offset.reset": "earliest"})
         tp = TopicPartition("history", 0)
         c.assign([tp])
-        got = [r.offset for recs in c.poll(200).values() for r in recs]
+        got = []
+        deadline = time.monotonic() + 60  # the consumer meets REPLICA_NOT_AVAILABLE and keeps fetching
+        while c.metrics["remote-storage-not-ready-total"] == 0 and time.monotonic() < deadline:
+            got += [r.offset for recs in c.poll(200).values() for r in recs]
+        assert c.metrics["remote-storage-not-ready-total"] > 0 and got == []
         # A timestamp lookup needs remote metadata: while loading it cannot be answered.
-        assert not status(b, "history")[0]["ready"], "the catch-up was too fast to observe; slow it down"
+        assert not status(b, "history")[0]["ready"]
         with pytest.raises(RemoteStorageNotReadyError) as e:
             c.offsets_for_times({tp: 1}, timeout_ms=200)
         assert e.value.retriable and e.value.code == 9
+        hold.unlink()  # the catch-up runs
         deadline = time.monotonic() + 90
         while len(got) < records and time.monotonic() < deadline:
             for recs in c.poll(500).values():

@@ -28,6 +28,7 @@ from kafka.admin import NewTopic
 
 from tests.server.conftest import BrokerProcess
 from tests.server.rawclient import RawClient
+from tests.tiered.holds import held_rlmm_settings
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
 from tierlog.tiered.rsm.faults import write_control
@@ -359,12 +360,13 @@ def test_list_offsets_with_remote_data(tiered, healthy_store):
     assert list_offsets(tiered, topic, stamps[-1] + 1).offset == -1
     r = list_offsets(tiered, topic, stamps[300], version=10, timeout_ms=5000)
     assert (r.error_code, r.offset) == (0, 300)
-    # A slow store: the request's own TimeoutMs (v10) bounds the remote search.
-    write_control(tiered.control, latency_ms=2000)
-    began = time.monotonic()
+    # A store that hangs (until the test lets it go): the request's own TimeoutMs (v10) bounds the
+    # remote search, so an answer comes at all.
+    write_control(tiered.control, fetch="hold", index="hold")
     r = list_offsets(tiered, topic, stamps[200], version=10, timeout_ms=300)
-    assert r.error_code == 7 and time.monotonic() - began < 1.5  # REQUEST_TIMED_OUT
+    assert r.error_code == 7  # REQUEST_TIMED_OUT
     assert list_offsets(tiered, topic, -2, version=10, timeout_ms=300).offset == 0  # no remote work
+    write_control(tiered.control)
 
 
 def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, healthy_store):
@@ -372,16 +374,20 @@ def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, h
     create(tiered, topic)
     sent = produce(tiered, topic, 500)
     wait_tiered(tiered, topic)
-    write_control(tiered.control, latency_ms=1500)
+    # The store hangs (every read waits until the test lets it go): the fetch is answered anyway, empty
+    # and without error, once remote.fetch.max.wait.ms (500) has passed.
+    write_control(tiered.control, fetch="hold", index="hold")
     client = RawClient(tiered.bootstrap)
     try:
         began = time.monotonic()
         part = fetch(client, topic, {0: 0})[0]
         took = time.monotonic() - began
-        assert part.error_code == 0 and not part.records and 0.4 < took < 1.4  # remote.fetch.max.wait.ms=500
+        assert part.error_code == 0 and not part.records and took >= 0.4
         write_control(tiered.control)
-        time.sleep(2.5)  # the read went on in the background
-        part = fetch(client, topic, {0: 0})[0]
+        # The read goes on in the background; a consumer asking again gets the records once it is done.
+        deadline = time.monotonic() + 60
+        while not (part := fetch(client, topic, {0: 0})[0]).records and time.monotonic() < deadline:
+            assert part.error_code == 0
         assert part.error_code == 0 and batches(part.records)[0].base_offset == 0
     finally:
         client.close()
@@ -558,10 +564,10 @@ def test_a_failing_store_never_loses_data_or_stops_the_broker(tiered, healthy_st
 
 
 def test_history_survives_a_restart_and_loading_metadata_blocks_only_remote_reads(tmp_path):
-    """The topic-based metadata manager, restarted with a deliberately slow catch-up (every fetch of its
-    consumer waits 300 ms and brings one event): meanwhile remote reads and timestamp lookups answer the
-    retriable REPLICA_NOT_AVAILABLE; local reads, also in the same request, and the special ListOffsets
-    values are served at once."""
+    """The topic-based metadata manager, restarted with its catch-up held until the test releases it
+    (tests/tiered/holds.py): meanwhile remote reads and timestamp lookups answer the retriable
+    REPLICA_NOT_AVAILABLE; local reads, also in the same request, and the special ListOffsets values are
+    served at once."""
     b = start(tmp_path, "topic")
     try:
         create(b, "restart", 2)
@@ -572,17 +578,16 @@ def test_history_survives_a_restart_and_loading_metadata_blocks_only_remote_read
         before, local_start = parts[0], parts[0]["local_log_start_offset"]
         assert b.stop() == 0
         shutil.rmtree(tmp_path / "logs" / "__remote_log_metadata-snapshots", ignore_errors=True)  # full replay
-        slow = {"rlmm.config.remote.log.metadata.consumer." + k: v for k, v in
-                {"fetch.min.bytes": "100000000", "fetch.max.wait.ms": "300", "max.partition.fetch.bytes": "1",
-                 "max.poll.records": "1"}.items()}
-        b = start(tmp_path, "topic", listeners=f"PLAINTEXT://127.0.0.1:{b.port}", **slow)
+        hold = tmp_path / "hold-metadata"
+        hold.touch()
+        b = start(tmp_path, "topic", listeners=f"PLAINTEXT://127.0.0.1:{b.port}", **held_rlmm_settings(hold))
         client = RawClient(b.bootstrap)
         try:
-            # One fetch: partition 0 from the remote tier (not ready), partition 1 from its local start.
-            began = time.monotonic()
+            # One fetch: partition 0 from the remote tier (not ready), partition 1 from its local start,
+            # answered while the catch-up is held (so not waiting for it).
             got = fetch(client, "restart", {0: 0, 1: parts[1]["local_log_start_offset"]})
             assert got[0].error_code == 9 and not got[0].records
-            assert got[1].error_code == 0 and got[1].records and time.monotonic() - began < 1
+            assert got[1].error_code == 0 and got[1].records
             assert fetch(client, "restart", {0: local_start})[0].records  # a local offset of the same partition
         finally:
             client.close()
@@ -602,6 +607,7 @@ def test_history_survives_a_restart_and_loading_metadata_blocks_only_remote_read
                    threading.Thread(target=lambda: got.update(kp=consume_kafka_python(b, "restart", 2, 800)))]
         for t in threads:
             t.start()
+        hold.unlink()  # the catch-up runs; the consumers, retrying meanwhile, read everything
         for t in threads:
             t.join(90)
         assert got["ck"] == sent and got["kp"] == sent

@@ -164,7 +164,10 @@ def test_failed_copy_is_cleaned_up_and_retried_with_a_new_segment_id(env):
             await e.rlm._copy_once(e.rlm.partitions[e.tp])
     run(go())
     assert e.log.highest_offset_in_remote_storage == -1
-    # STARTED, then the dangling attempt deleted: DELETE_STARTED, DELETE_FINISHED.
+    # STARTED, then the failed attempt abandoned (DELETE_STARTED); the expiration task deletes it
+    # (DELETE_FINISHED).
+    assert [s for _, s in states(e)] == [0, 2]
+    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
     assert [s for _, s in states(e)] == [0, 2, 3]
     failed_id = e.rlmm.events[0].segment_id
     assert not [f for f in remote_files(e) if not f.startswith("partial-")]
@@ -189,6 +192,7 @@ def test_custom_metadata_over_the_limit_stops_copying(env):
         return st
     st = run(go())
     assert st.copy_stopped and "custom metadata of 129 bytes" in st.copy_stopped
+    run(e.rlm._expire_once(st))  # deletes the refused upload
     assert [s for _, s in states(e)] == [0, 2, 3]  # never COPY_SEGMENT_FINISHED
     assert e.rlmm.events[1].custom_metadata == b"x" * 129  # the delete events carry it (as Kafka)
     assert remote_files(e) == []
@@ -233,7 +237,9 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
         rlm.on_leadership_change([e.partition])
         rlm._cancel(rlm.partitions[e.tp])
         copying = asyncio.ensure_future(rlm._copy_once(rlm.partitions[e.tp]))
-        await asyncio.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while rlm.metrics.copy_throttle_seconds.total() < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # until the next upload has waited one recheck interval
         held_back = len(e.rlmm.list_remote_log_segments(e.tp))
         throttled = rlm.metrics.copy_throttle_seconds.total()
         current["remote.log.manager.copy.max.bytes.per.second"] = 10**12
@@ -356,6 +362,136 @@ def test_failed_remote_delete_is_retried(env):
     run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
     assert e.rlmm.list_remote_log_segments(e.tp) == []
     assert remote_files(e) == []
+
+
+class FailingDeletes:
+    """Deletes of the segments in ``ids`` (all while ``ids`` is None) fail while ``broken``."""
+
+    def __init__(self, rsm, ids=None):
+        self.real = rsm.delete_log_segment_data
+        self.ids = ids
+        self.broken = True
+        self.calls: list = []
+        rsm.delete_log_segment_data = self
+
+    def __call__(self, md):
+        self.calls.append(md.segment_id)
+        if self.broken and (self.ids is None or md.segment_id in self.ids):
+            raise OSError(f"delete of {md.start_offset} refused")
+        return self.real(md)
+
+
+def _copy_run(e):
+    """One run of the copy task as its scheduler runs it (errors recorded, not raised)."""
+    st = e.rlm.partitions[e.tp]
+    run(e.rlm.run_once(st, e.rlm._copy_once, "copy"))
+
+
+def _expiration_run(e):
+    st = e.rlm.partitions[e.tp]
+    run(e.rlm.run_once(st, e.rlm._expire_once, "expiration"))
+
+
+def test_a_failed_upload_whose_clean_up_failed_is_retried_until_clean_and_last_error_names_the_cause(env):
+    """An outage: the upload fails, then its clean-up fails too. With unlimited retention (which never
+    reaches the segment) the clean-up is retried every run until the store is back; last_error names
+    the first cause all along and clears once every task has run cleanly."""
+    e = env
+    produce(e.log, 20)
+    run(start(e))
+    st = e.rlm.partitions[e.tp]
+    e.rsm.fail_copies = 1
+    deletes = FailingDeletes(e.rsm)
+    _copy_run(e)
+    status = e.rlm.partition_status(st)
+    assert status["last_error"].startswith("copy: remote store unavailable")
+    first_ms = status["last_error_ms"]
+    assert first_ms > 0
+    for _ in range(3):
+        _expiration_run(e)
+    assert len(deletes.calls) == 3  # tried once per run
+    stuck = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.DELETE_SEGMENT_STARTED]
+    assert len(stuck) == 1
+    status = e.rlm.partition_status(st)
+    assert status["remote_segments_to_clean"] == 1
+    # Still the first cause, not the clean-up failures that followed.
+    assert status["last_error"].startswith("copy: remote store unavailable") and status["last_error_ms"] == first_ms
+    assert "expiration" in st.failing
+    # The store heals: the copy succeeds, the next expiration run cleans up, the error clears.
+    deletes.broken = False
+    _copy_run(e)
+    assert e.log.highest_offset_in_remote_storage > -1
+    assert e.rlm.partition_status(st)["last_error"] is not None  # the clean-up has not run yet
+    _expiration_run(e)
+    status = e.rlm.partition_status(st)
+    assert status["last_error"] is None and status["last_error_ms"] == -1 and status["remote_segments_to_clean"] == 0
+    assert [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state != S.COPY_SEGMENT_FINISHED] == []
+    assert deletes.calls[-1] == stuck[0].segment_id
+
+
+def test_a_failing_clean_up_does_not_hold_retention_back(env):
+    e = env
+    produce(e.log, 60)
+    run(start(e))
+    st = e.rlm.partitions[e.tp]
+    e.rsm.fail_copies = 1
+    with pytest.raises(OSError):
+        run(e.rlm._copy_once(st))
+    failed = [md.segment_id for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.DELETE_SEGMENT_STARTED]
+    assert len(failed) == 1
+    run(e.rlm._copy_once(st))
+    finished = sorted((md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.COPY_SEGMENT_FINISHED),
+                      key=lambda md: md.start_offset)
+    assert len(finished) >= 3
+    deletes = FailingDeletes(e.rsm, ids=set(failed))  # only the failed upload's clean-up keeps failing
+    e.log.maybe_increment_log_start_offset(finished[1].end_offset + 1)
+    with pytest.raises(OSError, match="refused"):
+        run(e.rlm._expire_once(st))  # the run reports the clean-up failure ...
+    left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp)
+                  if md.state == S.COPY_SEGMENT_FINISHED)
+    assert left == [md.start_offset for md in finished[2:]]  # ... after retention deleted what it had to
+    deletes.broken = False
+    run(e.rlm._expire_once(st))
+    assert {md.segment_id for md in e.rlmm.list_remote_log_segments(e.tp)} == {md.segment_id for md in finished[2:]}
+
+
+def test_an_abandoned_upload_whose_event_could_not_be_written_is_marked_later(env):
+    e = env
+    produce(e.log, 20)
+    run(start(e))
+    st = e.rlm.partitions[e.tp]
+    e.rsm.fail_copies = 1
+    real_update = e.rlmm.update_remote_log_segment_metadata
+
+    async def refuse(update):
+        raise OSError("metadata topic unavailable")
+    e.rlmm.update_remote_log_segment_metadata = refuse
+    with pytest.raises(OSError, match="remote store unavailable"):
+        run(e.rlm._copy_once(st))
+    assert len(st.abandoned) == 1 and e.rlm.partition_status(st)["remote_segments_to_clean"] == 1
+    with pytest.raises(OSError, match="metadata topic unavailable"):
+        run(e.rlm._expire_once(st))
+    e.rlmm.update_remote_log_segment_metadata = real_update
+    run(e.rlm._expire_once(st))  # marks it DELETE_SEGMENT_STARTED, then deletes it
+    assert not st.abandoned
+    assert [s for _, s in states(e)] == [0, 2, 3]
+
+
+def test_without_a_copy_task_the_expiration_task_removes_unfinished_uploads(env):
+    """Copying disabled (remote.log.copy.disable): an upload a previous leadership left unfinished is
+    still removed, by the expiration task."""
+    e = env
+    produce(e.log, 20)
+    seg = e.log.segments[0]
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(e.tp), 0, e.log.segments[1].base_offset - 1,
+                                  seg.largest_timestamp(), 1, int(time.time() * 1000), seg.size, {0: 0})
+    run(start(e))
+    st = e.rlm.partitions[e.tp]
+    run(e.rlmm.add_remote_log_segment_metadata(md))
+    assert st.copy_task is None  # cancelled by start(): as a partition with copying disabled
+    run(e.rlm._expire_once(st))  # abandons it
+    run(e.rlm._expire_once(st))  # deletes it
+    assert [s for _, s in states(e)] == [0, 2, 3]
 
 
 def test_topic_deletion_deletes_every_remote_object(env):

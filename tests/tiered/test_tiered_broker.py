@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -143,20 +142,29 @@ def test_a_failing_remote_store_loses_nothing_and_copying_resumes(start_broker, 
         return json.load(urllib.request.urlopen(url + "/v1/tier/status?topic=tiered"))["partitions"][0]
     broken = wait_for(lambda: (s := status())["last_error"] and s, what="a copy error")
     assert "injected error" in broken["last_error"]
-    time.sleep(1)  # several failed rounds, each leaving a partial upload behind
+    # Several failed rounds, each leaving a partial upload behind.
+    wait_for(lambda: _copy_errors(url) >= 3, what="several failed copies")
     write_control(control, copy="error")  # attempts now fail before writing anything
-    time.sleep(0.5)
-    s = status()
-    # Nothing was uploaded, so nothing was deleted locally, and failed attempts left no object behind.
+    # The failed attempts' partial uploads are cleaned up.
+    s = wait_for(lambda: (s := status())["remote_segments_to_clean"] == 0
+                 and not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs] and s,
+                 what="the partial uploads to be deleted")
+    # Nothing was uploaded, so nothing was deleted locally.
     assert s["highest_offset_in_remote_storage"] == -1
     assert s["local_log_start_offset"] == 0 and s["remote_segments"] == 0
-    assert not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]
+    assert s["last_error"].startswith("copy: injected error")
     write_control(control)  # the store heals
     healed = wait_for(lambda: (s := status())["copy_lag_segments"] == 0 and s["remote_segments"] > 0
                       and s["local_segments"] <= 2 and s, what="copy to resume and local retention to follow")
     assert healed["highest_offset_in_remote_storage"] >= healed["local_log_start_offset"] - 1
     logs = [f for f in os.listdir(b.log_dir / "tiered-0") if f.endswith(".log")]
     assert len(logs) <= 2
+
+
+def _copy_errors(url: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('kafka_server_brokertopicmetrics_remotecopyerrors_total{topic="tiered"}'))
 
 
 def tier_cli(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -220,12 +228,13 @@ def test_custom_metadata_under_and_over_the_limit(start_broker, tmp_path, limit)
         return
     s = wait_for(lambda: (s := status())["last_error"] and s, what="the copy task to stop")
     assert "exceeds remote.log.metadata.custom.metadata.max.bytes=5" in s["last_error"]
-    time.sleep(0.5)
-    s = status()
+    # The refused upload is removed by the next expiration run.
+    s = wait_for(lambda: (s := status())["remote_segments_to_clean"] == 0
+                 and not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs] and s,
+                 what="the refused upload to be deleted")
     assert s["remote_segments"] == 0 and s["highest_offset_in_remote_storage"] == -1
     assert s["copy_lag_segments"] > 1  # stopped for good: nothing more is tried
     assert s["local_log_start_offset"] == 0  # nothing deleted locally
-    assert not [f for _, _, fs in os.walk(tmp_path / "remote") for f in fs]  # the upload was removed
     text = urllib.request.urlopen(url + "/metrics").read().decode()
     assert 'kafka_server_brokertopicmetrics_remotecopyerrors_total{topic="tiered"} 1' in text
     assert 'remotecopybytes_total{topic="tiered"}' not in text  # no byte was counted as copied

@@ -27,6 +27,7 @@ from tierlog.cluster.image import (
 from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
+from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -380,11 +381,15 @@ class Controller:
                     raise InvalidConfigError(f"Unknown broker config {key}")
                 if not d.dynamic:
                     raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
-                BrokerConfig({**self.config.originals, key: value})  # range check with Kafka's message
+                check_value(d, parse_typed(d, value, key), key)  # the value alone: type and range
             configs_all = {k: v for k, v in self.image.broker_configs.items() if k != resource}
             if new:
                 configs_all[resource] = {k: str(v) for k, v in new.items()}
-            # The new defaults must hold together and keep every topic's configuration valid.
+            # The rules between settings (log.local.retention.ms <= log.retention.ms, ...) hold for the
+            # values in effect once the whole request is applied, as Kafka's DynamicBrokerConfig checks
+            # them: static file, then the cluster-wide dynamic defaults, then this node's dynamic configs,
+            # with every change of the request in place (never one key at a time against the static file).
+            # The new defaults must also keep every topic's configuration valid.
             layers = {**configs_all.get("", {}), **configs_all.get(str(self.node_id), {})}
             effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
             for t in self.image.topics.values():

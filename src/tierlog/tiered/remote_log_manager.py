@@ -12,10 +12,21 @@ Safety rules, as Kafka's:
   only complete, committed data is tiered; the active segment never is;
 - every upload is bracketed by COPY_SEGMENT_STARTED / COPY_SEGMENT_FINISHED; only then does the
   log's ``highest_offset_in_remote_storage`` move, which is what lets local retention delete the
-  local copy; a failed upload is cleaned up (DELETE_SEGMENT_STARTED / FINISHED) and retried later
-  under a new segment id;
+  local copy; a failed upload is retried later under a new segment id;
 - retention deletes a contiguous oldest prefix, moves the log start offset first (readers stop
   asking for those offsets) and only then deletes the objects.
+
+Clean-up. A failed upload (and one a previous leadership left unfinished) is abandoned: the copy task
+marks it DELETE_SEGMENT_STARTED. Every run of the expiration task then deletes the objects of every
+DELETE_SEGMENT_STARTED segment of the partition (failed uploads, deletions that failed half-way),
+whether retention has reached them or not, and marks them DELETE_SEGMENT_FINISHED; until that works
+they are tried again each run, and a failing clean-up never holds retention back. Only the expiration
+task deletes, so no segment is deleted twice.
+
+Errors. A partition's ``last_error`` names the first failure of an outage (the cause, not the
+clean-up failures that follow) and clears once every task of the partition has run cleanly again,
+clean-up included. The first failure of a task is logged at WARNING, repeats of the same failure at
+DEBUG, the recovery at INFO.
 """
 
 from __future__ import annotations
@@ -127,13 +138,18 @@ class PartitionTasks:
     tp: TopicIdPartition
     partition: TopicPartitionLog
     copy_task: asyncio.Task | None = None
+    copy_tasks_started: int = 0  # tells the expiration task whether an upload may have started meanwhile
     expiration_task: asyncio.Task | None = None
     first_copy_run: bool = True
     stop_copy: bool = False  # copying turned off: no new upload starts
     copy_stopped: str | None = None  # why copying stopped for good (KIP-917), until leadership changes
     being_copied: set = field(default_factory=set)  # segment ids with an upload in flight
+    # Failed or unfinished uploads whose DELETE_SEGMENT_STARTED event could not be written yet, by
+    # segment id; the expiration task writes it (then deletes them like any other).
+    abandoned: dict = field(default_factory=dict)
     in_flight: set = field(default_factory=set)  # executor futures of uploads and deletes
-    last_error: str | None = None
+    failing: dict = field(default_factory=dict)  # task ("copy", "expiration") -> its last error, while failing
+    last_error: str | None = None  # the first error of the current outage; None once all tasks work
     last_error_ms: int = -1
 
     @property
@@ -229,6 +245,7 @@ class RemoteLogManager:
     def _start_tasks(self, st: PartitionTasks) -> None:
         name = f"{st.tp.topic}-{st.tp.partition}"
         if st.copy_task is None and not st.log.config.remote_log_copy_disable:
+            st.copy_tasks_started += 1
             st.copy_task = asyncio.get_running_loop().create_task(
                 self._run_periodically(st, self._copy_once, "copy"), name=f"rlm-copy-{name}")
         if st.expiration_task is None:
@@ -365,26 +382,48 @@ class RemoteLogManager:
 
     async def _run_periodically(self, st: PartitionTasks, body, what: str) -> None:
         while not (what == "copy" and st.stop_copy):
-            if self.rlmm.is_ready(st.tp):
-                try:
-                    await body(st)
-                except asyncio.CancelledError:
-                    raise
-                except CustomMetadataSizeLimitExceededError as e:
-                    self._record_error(st, str(e))
-                    log.error("Stopping the copy task of %s: %s", st.tp, e)
-                    st.copy_stopped = str(e)
-                    st.copy_task = None
-                    return
-                except Exception as e:  # noqa: BLE001 - the next run retries
-                    self._record_error(st, f"{what}: {e}")
-                    log.warning("Remote log %s task of %s failed: %s", what, st.tp, e,
-                                exc_info=not isinstance(e, OSError) and log.isEnabledFor(logging.DEBUG))
+            if self.rlmm.is_ready(st.tp) and not await self.run_once(st, body, what):
+                return
             await asyncio.sleep(self.task_interval_s)
 
-    def _record_error(self, st: PartitionTasks, message: str) -> None:
-        st.last_error = message
-        st.last_error_ms = _now_ms()
+    async def run_once(self, st: PartitionTasks, body, what: str) -> bool:
+        """One run of a task (``what``: "copy" or "expiration"), its failure recorded and logged; False
+        when the task stops for good."""
+        try:
+            await body(st)
+        except asyncio.CancelledError:
+            raise
+        except CustomMetadataSizeLimitExceededError as e:
+            self._record_error(st, what, str(e))
+            log.error("Stopping the copy task of %s: %s", st.tp, e)
+            st.copy_stopped = str(e)
+            st.copy_task = None
+            return False
+        except Exception as e:  # noqa: BLE001 - the next run retries
+            repeated = st.failing.get(what) == f"{what}: {e}"
+            self._record_error(st, what, f"{what}: {e}")
+            log.log(logging.DEBUG if repeated else logging.WARNING, "Remote log %s task of %s failed: %s%s",
+                    what, st.tp, e, "" if repeated else " (retried every run; repeats are logged at DEBUG)",
+                    exc_info=not isinstance(e, OSError) and log.isEnabledFor(logging.DEBUG))
+        else:
+            self._record_success(st, what)
+        return True
+
+    def _record_error(self, st: PartitionTasks, what: str, message: str) -> None:
+        """A run of task ``what`` failed. The first failure of an outage stays the partition's
+        ``last_error``: what follows (clean-up failing too) is usually a consequence."""
+        if not st.failing:
+            st.last_error = message
+            st.last_error_ms = _now_ms()
+        st.failing[what] = message
+
+    def _record_success(self, st: PartitionTasks, what: str) -> None:
+        """A run of task ``what`` completed; once no task of the partition is failing, the outage is over."""
+        if st.failing.pop(what, None) is not None and not st.failing:
+            log.info("Remote log tasks of %s work again (the outage began at %s with: %s)", st.tp,
+                     time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(st.last_error_ms / 1000)), st.last_error)
+            st.last_error = None
+            st.last_error_ms = -1
 
     async def _in_pool(self, st: PartitionTasks, pool: ThreadPoolExecutor, fn, *args):
         """Run a blocking storage call; it keeps running if the task is cancelled, so stopping a
@@ -420,14 +459,17 @@ class RemoteLogManager:
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, offset)
 
     async def _clean_dangling_uploads(self, st: PartitionTasks) -> None:
-        """Uploads a previous leadership (or a crashed broker) started and never finished are removed now,
-        rather than waiting for retention to reach them as Kafka does: this broker is the only writer of
-        the partition's remote data."""
-        for md in self.rlmm.list_remote_log_segments(st.tp):
-            if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.being_copied:
-                log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
-                         st.tp)
-                await self._delete_dangling(st, md)
+        """Uploads a previous leadership (or a crashed broker) started and never finished are abandoned
+        now (and deleted by the next expiration run), rather than waiting for retention to reach them as
+        Kafka does: this broker is the only writer of the partition's remote data. Runs in the copy task
+        before its first upload, so no upload of this leadership is in flight."""
+        dangling = [md for md in self.rlmm.list_remote_log_segments(st.tp)
+                    if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.being_copied
+                    and md.segment_id not in st.abandoned]
+        for md in dangling:
+            log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
+                     st.tp)
+            await self._abandon(st, md)
 
     def copy_candidates(self, lg: Log) -> list[tuple[LogSegment, int]]:
         """(segment, next segment's base offset) of each rolled segment not yet copied whose data is
@@ -511,15 +553,15 @@ class RemoteLogManager:
                 custom = await self._in_pool(st, self.copier_pool, self.rsm.copy_log_segment_data, md, data)
             except Exception as e:
                 self.metrics.copy_errors.inc(topic=tp.topic)
-                log.warning("Copy of segment %d of %s (%s) failed: %s; removing what was uploaded",
-                            seg.base_offset, tp, md.segment_id.id, e)
-                await self._delete_dangling(st, md)
+                log.debug("Copy of segment %d of %s (%s) failed: %s; what was uploaded is removed",
+                          seg.base_offset, tp, md.segment_id.id, e)
+                await self._abandon(st, md)
                 raise
             if custom is not None and len(custom) > self.custom_metadata_max_bytes:
                 self.metrics.copy_errors.inc(topic=tp.topic)
                 finished = md.with_update(RemoteLogSegmentMetadataUpdate(
                     md.segment_id, _now_ms(), custom, S.COPY_SEGMENT_FINISHED, self.broker_id))
-                await self._delete_dangling(st, finished)
+                await self._abandon(st, finished)
                 raise CustomMetadataSizeLimitExceededError(
                     f"custom metadata of {len(custom)} bytes for segment {seg.base_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
@@ -530,14 +572,14 @@ class RemoteLogManager:
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, next_base - 1)
         log.debug("Copied segment %d-%d of %s (%d bytes)", seg.base_offset, next_base - 1, tp, size)
 
-    async def _delete_dangling(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
-        """Best effort: remove what a failed or refused upload left (events around the delete)."""
+    async def _abandon(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
+        """A failed, refused or unfinished upload: mark it DELETE_SEGMENT_STARTED; the expiration task
+        deletes its objects. When even the event cannot be written, the expiration task writes it later."""
         try:
-            md = await self._update(md, S.DELETE_SEGMENT_STARTED)
-            await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
-            await self._update(md, S.DELETE_SEGMENT_FINISHED)
-        except Exception as e:  # noqa: BLE001 - expiration retries DELETE_SEGMENT_STARTED segments
-            log.warning("Could not clean up segment %s of %s: %s", md.segment_id.id, st.tp, e)
+            await self._update(md, S.DELETE_SEGMENT_STARTED)
+        except Exception as e:  # noqa: BLE001 - kept in abandoned: retried by every expiration run
+            log.debug("Could not mark the failed upload %s of %s for deletion: %s", md.segment_id.id, st.tp, e)
+            st.abandoned[md.segment_id] = md  # before the caller discards it from being_copied
 
     def _update_copy_lag(self, st: PartitionTasks) -> None:
         lag = self.copy_candidates(st.log)
@@ -587,18 +629,15 @@ class RemoteLogManager:
                 if md.segment_id in st.being_copied:
                     can_process = False
                     break
-                if md.state == S.DELETE_SEGMENT_FINISHED or md.segment_id in doomed_ids:
-                    continue
-                if md.state == S.DELETE_SEGMENT_STARTED:
-                    doomed.append(md)  # an earlier deletion failed half-way: finish it
-                    doomed_ids.add(md.segment_id)
+                if md.state != S.COPY_SEGMENT_FINISHED or md.segment_id in doomed_ids:
+                    # Deleted, being deleted or abandoned (a failed or unfinished upload): the clean-up
+                    # deletes those whatever retention says (see cleanup_candidates).
                     continue
                 delete = (first_epoch is not None and all(e <= first_epoch for e in md.segment_leader_epochs)
                           and md.end_offset < log_start)
                 valid = False
                 if not delete:
                     valid = segment_within_leader_epochs(md, leo, entries)
-                    # As Kafka, an upload left dangling (COPY_SEGMENT_STARTED) expires like the others.
                     if valid:
                         if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
                             delete = True
@@ -616,37 +655,82 @@ class RemoteLogManager:
         if first_epoch is not None:
             for md in everything:
                 if md.segment_id not in doomed_ids and md.segment_id not in st.being_copied \
-                        and max(md.segment_leader_epochs) < first_epoch \
-                        and md.state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED):
+                        and max(md.segment_leader_epochs) < first_epoch and md.state == S.COPY_SEGMENT_FINISHED:
                     doomed.append(md)
                     doomed_ids.add(md.segment_id)
         return doomed, new_start
 
+    def cleanup_candidates(self, st: PartitionTasks) -> list[RemoteLogSegmentMetadata]:
+        """The DELETE_SEGMENT_STARTED segments whose objects are still to delete (failed uploads,
+        deletions that failed half-way), oldest first; not those whose upload is still being abandoned."""
+        return sorted((md for md in self.rlmm.list_remote_log_segments(st.tp)
+                       if md.state == S.DELETE_SEGMENT_STARTED and md.segment_id not in st.being_copied),
+                      key=lambda md: md.start_offset)
+
+    def _expiration_candidates(self, st: PartitionTasks, find_dangling: bool):
+        dangling = [md for md in self.rlmm.list_remote_log_segments(st.tp)
+                    if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.abandoned] \
+            if find_dangling else []
+        return self.cleanup_candidates(st), dangling, *self.retention_candidates(st)
+
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
+        failure = await self._mark_abandoned(st)
+        # Without a copy task (copying disabled, or stopped for good), nothing abandons the uploads a
+        # previous leadership left unfinished: this task does, when no copy task started meanwhile.
+        copy_tasks_started = st.copy_tasks_started
+        find_dangling = st.copy_task is None
         # A scan over every remote segment of the partition (100,000s on a long-lived topic): on the
         # expiration pool, so the event loop keeps serving requests meanwhile.
-        doomed, new_start = await asyncio.get_running_loop().run_in_executor(
-            self.expiration_pool, self.retention_candidates, st)
+        unclean, dangling, doomed, new_start = await asyncio.get_running_loop().run_in_executor(
+            self.expiration_pool, self._expiration_candidates, st, find_dangling)
+        if dangling and st.copy_task is None and st.copy_tasks_started == copy_tasks_started:
+            for md in dangling:
+                log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
+                         tp)
+                await self._abandon(st, md)  # deleted by the next run
         if new_start is not None and new_start > lg.log_start_offset:
             # Readers stop asking for these offsets before the objects disappear.
             lg.increment_log_start_offset_from_remote(new_start)
             log.info("Remote retention moved the log start offset of %s to %d", tp, new_start)
-        self.metrics.delete_lag_segments.set(len(doomed), topic=tp.topic, partition=tp.partition)
-        self.metrics.delete_lag_bytes.set(sum(md.segment_size_in_bytes for md in doomed),
+        self.metrics.delete_lag_segments.set(len(doomed) + len(unclean), topic=tp.topic, partition=tp.partition)
+        self.metrics.delete_lag_bytes.set(sum(md.segment_size_in_bytes for md in (*doomed, *unclean)),
                                           topic=tp.topic, partition=tp.partition)
-        for md in doomed:
-            if md.state != S.DELETE_SEGMENT_STARTED:
-                md = await self._update(md, S.DELETE_SEGMENT_STARTED)
-            self.metrics.delete_requests.inc(topic=tp.topic)
+        # Clean-up first, and never in retention's way: it stops at its first failure (the store is
+        # probably down; the next run tries again) and retention still runs.
+        for md in unclean:
             try:
-                await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
-            except Exception:
-                self.metrics.delete_errors.inc(topic=tp.topic)
-                raise  # stays DELETE_SEGMENT_STARTED; the next run retries
-            self._evict_from_index_cache(md)
-            await self._update(md, S.DELETE_SEGMENT_FINISHED)
+                await self._delete_segment(st, md)
+            except Exception as e:  # noqa: BLE001 - raised below, after retention had its turn
+                failure = failure or e
+                break
+        for md in doomed:
+            md = await self._update(md, S.DELETE_SEGMENT_STARTED)
+            await self._delete_segment(st, md)  # a failure leaves it DELETE_SEGMENT_STARTED: cleaned up later
+        if failure is not None:
+            raise failure
         await asyncio.get_running_loop().run_in_executor(self.expiration_pool, self._update_size_metrics, st)
+
+    async def _mark_abandoned(self, st: PartitionTasks) -> Exception | None:
+        """Write the DELETE_SEGMENT_STARTED events the copy task could not; the first failure, if any."""
+        for segment_id, md in list(st.abandoned.items()):
+            try:
+                await self._update(md, S.DELETE_SEGMENT_STARTED)
+            except Exception as e:  # noqa: BLE001 - stays abandoned: the next run tries again
+                return e
+            st.abandoned.pop(segment_id, None)
+        return None
+
+    async def _delete_segment(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
+        """Delete the objects of a DELETE_SEGMENT_STARTED segment, then mark it DELETE_SEGMENT_FINISHED."""
+        self.metrics.delete_requests.inc(topic=st.tp.topic)
+        try:
+            await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
+        except Exception:
+            self.metrics.delete_errors.inc(topic=st.tp.topic)
+            raise
+        self._evict_from_index_cache(md)
+        await self._update(md, S.DELETE_SEGMENT_FINISHED)
 
     def _update_size_metrics(self, st: PartitionTasks) -> None:
         segments = self.rlmm.list_remote_log_segments(st.tp)
@@ -674,15 +758,18 @@ class RemoteLogManager:
             "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
             # Known once the partition's remote metadata is loaded:
             "remote_segments": None, "remote_bytes": None, "remote_segments_in_progress": None,
-            "copy_lag_segments": None, "copy_lag_bytes": None,
+            "remote_segments_to_clean": None, "copy_lag_segments": None, "copy_lag_bytes": None,
         }
         if status["ready"]:
             segments = self.rlmm.list_remote_log_segments(tp)
             finished = [md for md in segments if md.state == S.COPY_SEGMENT_FINISHED]
             lag = self.copy_candidates(lg)
+            # Failed uploads and deletions whose objects the clean-up still has to delete.
+            to_clean = {md.segment_id for md in segments if md.state == S.DELETE_SEGMENT_STARTED} | set(st.abandoned)
             status.update(remote_segments=len(finished),
                           remote_bytes=sum(md.segment_size_in_bytes for md in finished),
                           remote_segments_in_progress=len(segments) - len(finished),
+                          remote_segments_to_clean=len(to_clean),
                           copy_lag_segments=len(lag), copy_lag_bytes=sum(s.size for s, _ in lag))
         return status
 

@@ -9,6 +9,7 @@ This tool calls them and prints a table (or the JSON itself).
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -125,6 +126,16 @@ def _format_tiering(status: dict, topic: str | None) -> str:
             if t.get("last_error"):
                 line += f"; last error: {t['last_error']}"
             lines.append(line)
+    failing = [r for r in rows if r.get("last_error") and r.get("last_error_ms", -1) > 0]
+    for r in failing:
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r["last_error_ms"] / 1000))
+        lines.append(f"{r['topic']}-{r['partition']}: failing since {since} (first error shown; clears once "
+                     f"every task works again)")
+    unclean = [f"{r['topic']}-{r['partition']} ({r['remote_segments_to_clean']})" for r in rows
+               if r.get("remote_segments_to_clean")]
+    if unclean:
+        lines.append(f"failed uploads or deletions whose remote objects are still to delete (retried every run): "
+                     f"{', '.join(unclean)}")
     waiting = [f"{r['topic']}-{r['partition']}" for r in rows if not r.get("ready", True)]
     if waiting:
         lines.append(f"remote metadata still loading for: {', '.join(waiting)}")

@@ -220,8 +220,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         await self.consumer.start()
         if self.closing:
             return
-        self.consumer_task = ConsumerTask(self.consumer, self.store, self.num_partitions, self.log_dir,
-                                          self.snapshot_interval_s)
+        self.consumer_task = self._new_consumer_task()
         self.consumer_task.start()
         self.initialized = True
         if self._pending:
@@ -229,6 +228,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._pending.clear()
         log.info("Initialized topic-based RLMM resources in %.0f ms after broker ready",
                  (time.monotonic() - self.ready_at) * 1000)
+
+    def _new_consumer_task(self) -> ConsumerTask:
+        """The reader of ``__remote_log_metadata`` (a subclass may wrap its consumer, e.g. to hold the
+        catch-up in a test)."""
+        return ConsumerTask(self.consumer, self.store, self.num_partitions, self.log_dir, self.snapshot_interval_s)
 
     async def _ensure_topic(self, admin: Admin, timeout_ms: int) -> None:
         try:

@@ -10,7 +10,8 @@ and heal the store of a running broker::
      "copy_partial": true, "fetch_error_rate": 0.3}
 
 - ``"error"``: the call raises a RemoteStorageError; ``"timeout"``: a RetriableRemoteStorageError
-  after ``timeout_ms`` (default 1000);
+  after ``timeout_ms`` (default 1000); ``"hold"``: the call waits until the control file no longer
+  says ``"hold"`` for it, then goes on as that says (a store that hangs until the test lets it go);
 - ``copy_partial``: a failing copy first uploads the segment object only (no indexes, no manifest),
   as a crash mid-upload would leave it;
 - ``latency_ms``: every call sleeps that long first (slow store);
@@ -80,6 +81,10 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         if latency:
             time.sleep(latency)
         mode = ctl.get(op) or ("error" if unlucky else None)
+        while mode == "hold":
+            time.sleep(0.02)
+            ctl = self.control()
+            mode = ctl.get(op)
         if not mode:
             return
         with self._lock:

@@ -7,6 +7,14 @@ default (``custom.metadata.enable=true`` turns it on).
 
 Every object is written to a temporary file beside its final name and renamed over it, so readers
 see either the old or the whole new object. Object keys map to paths below ``dir``.
+
+An unavailable folder (a file where the folder should be, a path that cannot be created, a folder that
+is not writable, an unmounted volume) is not a configuration error: ``configure`` logs a WARNING and
+the broker starts, serving its local data. Every call then raises a RetriableRemoteStorageError
+naming the folder (KAFKA_STORAGE_ERROR to a client), and works again once the folder is usable: a
+folder that could not be created at start-up is created by the first call that finds it possible;
+one that existed and then vanished is not created again (a missing mount point must not be filled
+with segments on the local disk underneath), it is waited for.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from tierlog.errors import InvalidConfigError
-from tierlog.tiered.rsm.api import error_from_os
+from tierlog.tiered.rsm.api import RetriableRemoteStorageError, error_from_os
 from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_bool
 
 log = logging.getLogger(__name__)
@@ -35,6 +43,8 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         self.root = ""
         self.fsync = True
         self._dirs_lock = threading.Lock()
+        self._root_made = False  # the folder was created (or found) once: never created again
+        self._unavailable: str | None = None  # why the folder cannot be used, while it cannot
 
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
@@ -46,11 +56,50 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         unknown = sorted(set(configs) - COMMON_CONFIG_KEYS - {"dir", "fsync.enable"})
         if unknown:
             log.warning("Ignoring settings unknown to the filesystem remote storage: %s", ", ".join(unknown))
-        try:
-            os.makedirs(root, exist_ok=True)
-        except OSError as e:
-            raise InvalidConfigError(f"Cannot create remote storage folder {root}: {e}") from None
         self.root = os.path.abspath(root)
+        try:
+            self._check_root()
+        except RetriableRemoteStorageError:
+            log.warning("Remote storage folder %s is unavailable (%s); the broker starts anyway and serves "
+                        "local data: remote reads answer KAFKA_STORAGE_ERROR and uploads wait until the folder "
+                        "can be used (every use tries again)", self.root, self._unavailable)
+
+    # -- availability --
+
+    def _check_root(self) -> None:
+        """Raise a RetriableRemoteStorageError naming the folder unless it is a writable folder; create
+        it if it was never created."""
+        if not os.path.isdir(self.root):
+            if os.path.lexists(self.root):
+                raise self._unusable("it is not a folder")
+            if self._root_made:
+                raise self._unusable("it does not exist any more")
+            try:
+                os.makedirs(self.root, exist_ok=True)
+            except OSError as e:
+                raise self._unusable(f"it cannot be created: {e.strerror or e}") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise self._unusable("it is not writable")
+        self._root_made = True
+        if self._unavailable is not None:
+            self._unavailable = None
+            log.info("Remote storage folder %s is available again", self.root)
+
+    def _unusable(self, why: str) -> RetriableRemoteStorageError:
+        if self._unavailable != why:
+            if self._root_made or self._unavailable is not None:  # configure says it itself
+                log.warning("Remote storage folder %s is unavailable: %s", self.root, why)
+            self._unavailable = why
+        return RetriableRemoteStorageError(f"filesystem remote storage {self.root} is unavailable: {why}")
+
+    def _after_failure(self, e: OSError) -> None:
+        """A call failed: when the folder itself is the cause, say that instead (raises)."""
+        if self._root_made and os.path.isdir(self.root) and os.access(self.root, os.W_OK | os.X_OK):
+            return
+        try:
+            self._check_root()
+        except RetriableRemoteStorageError as unusable:
+            raise unusable from e
 
     # -- primitives --
 
@@ -58,6 +107,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         return os.path.join(self.root, *key.split("/"))
 
     def _local_path(self, key: str) -> str:
+        self._check_root()  # the reader opens the file itself: a missing object must not hide a missing store
         return self._path(key)
 
     def _put_file(self, key: str, path: str) -> None:
@@ -72,10 +122,15 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         self._publish(key, write)
 
     def _publish(self, key: str, write) -> None:
+        self._check_root()  # before the folders below it are created
         final = self._path(key)
         folder = os.path.dirname(final)
         tmp = f"{final}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}"
-        self._create_tmp(folder, tmp)
+        try:
+            self._create_tmp(folder, tmp)
+        except OSError as e:
+            self._after_failure(e)
+            raise
         try:
             write(tmp)
             if self.fsync:
@@ -85,8 +140,10 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
                 finally:
                     os.close(fd)
             os.replace(tmp, final)
-        except BaseException:
+        except BaseException as e:
             _remove(tmp)
+            if isinstance(e, OSError):
+                self._after_failure(e)
             raise
         if self.fsync:
             _fsync_dir(folder)
@@ -105,11 +162,22 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
                         raise
 
     def _get(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as f:
-            return f.read()
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except OSError as e:
+            self._after_failure(e)
+            raise
+
+    def _open(self, key: str) -> int:
+        try:
+            return os.open(self._path(key), os.O_RDONLY)
+        except OSError as e:
+            self._after_failure(e)
+            raise
 
     def _get_range(self, key: str, start: int, length: int) -> bytes:
-        fd = os.open(self._path(key), os.O_RDONLY)
+        fd = self._open(key)
         try:
             parts = []
             while length > 0:
@@ -124,7 +192,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
             os.close(fd)
 
     def _get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
-        fd = os.open(self._path(key), os.O_RDONLY)
+        fd = self._open(key)
         try:
             got = 0
             while got < len(buffer):
@@ -137,10 +205,15 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
             os.close(fd)
 
     def _delete(self, keys: list[str]) -> None:
+        self._check_root()  # missing objects are fine, a missing store is not
         folders = set()
         for key in keys:
             path = self._path(key)
-            _remove(path)
+            try:
+                _remove(path)
+            except OSError as e:
+                self._after_failure(e)
+                raise
             folders.add(os.path.dirname(path))
         for folder in folders:
             self._remove_stray_tmp(folder, keys)
@@ -166,6 +239,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
 
     def _list(self, prefix: str) -> list[tuple[str, int]]:
         # Walk only the folder the prefix points into, then filter by the full prefix.
+        self._check_root()
         start = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
         out = []
         for folder, _, files in os.walk(start):
