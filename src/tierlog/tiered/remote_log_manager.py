@@ -280,7 +280,7 @@ class RemoteLogManager:
                 continue
             st.stop_copy = True
             st.copy_stopped = f"log offline: {partition.log.offline}"
-            self._record_error(st, st.copy_stopped)
+            self._record_error(st, "log dir", st.copy_stopped)
             self._cancel(st)
             self.metrics.copy_lag_bytes.set(0, topic=st.tp.topic, partition=st.tp.partition)
             self.metrics.copy_lag_segments.set(0, topic=st.tp.topic, partition=st.tp.partition)
