@@ -15,6 +15,7 @@ from tierlog.config.broker import (
     ConfigSynonym,
     Listener,
     TopicConfig,
+    plugin_setting,
     validate_topic_overrides,
 )
 from tierlog.config.client import client_settings, validate_client_config
@@ -57,6 +58,7 @@ __all__ = [
     "format_properties",
     "load_properties",
     "parse_properties",
+    "plugin_setting",
     "validate_client_config",
     "validate_topic_overrides",
 ]

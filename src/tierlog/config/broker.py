@@ -327,9 +327,10 @@ class BrokerConfig(Mapping[str, Any]):
         return key.startswith((self.rsm_prefix, self.rlmm_prefix))
 
     def _plugin_active(self, defn: ConfigDef) -> bool:
+        impls = defn.plugin_impl if isinstance(defn.plugin_impl, tuple) else (defn.plugin_impl,)
         if defn.plugin == "rsm":
-            return self._values["remote.log.storage.manager.class.name"] == defn.plugin_impl
-        return self._values["remote.log.metadata.manager.class.name"] == defn.plugin_impl
+            return self._values["remote.log.storage.manager.class.name"] in impls
+        return self._values["remote.log.metadata.manager.class.name"] in impls
 
     def _parse_one(self, defn: ConfigDef, key: str) -> None:
         self._actual[defn.name] = key
@@ -800,3 +801,14 @@ __all__ = [
     "parse_listeners",
     "validate_topic_overrides",
 ]
+
+
+def plugin_setting(configs: Mapping[str, Any], prefix: str, name: str) -> Any:
+    """A plugin's setting ``name`` as the plugin received it (``prefix`` stripped, values as strings), parsed
+    and checked by the config table's entry ``prefix + name``; the table's default when it is absent. The
+    table is the one source of a plugin setting's default, its check and its documentation."""
+    defn = BROKER_CONFIGS[prefix + name]
+    value = configs.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return _copy(defn.default)
+    return check_value(defn, parse_typed(defn, value, name), name)

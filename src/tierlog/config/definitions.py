@@ -38,6 +38,7 @@ LONG_MAX = 2**63 - 1
 #: Default prefixes of the remote storage plugin settings (``remote.log.storage.manager.impl.prefix``
 #: and ``remote.log.metadata.manager.impl.prefix``).
 RSM_PREFIX = "rsm.config."
+_BUILTIN_RSM = ("filesystem", "objectstore")  # settings both built-in storage plugins read
 RLMM_PREFIX = "rlmm.config."
 
 #: Kafka's class name of the topic-based remote log metadata manager; tierlog accepts it as an alias
@@ -342,7 +343,7 @@ class ConfigDef:
     roles: frozenset[str] = frozenset()
     role_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     plugin: str | None = None
-    plugin_impl: str | None = None
+    plugin_impl: str | tuple[str, ...] | None = None
     value_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     since: str | None = None
     inert: str | None = None  # why the setting is accepted but has no effect in tierlog yet
@@ -697,6 +698,40 @@ _BROKER: tuple[ConfigDef, ...] = (
        plugin_impl="objectstore", since="tierlog",
        doc="Bucket URL of the objectstore remote storage, e.g. s3://bucket/prefix, gs://..., az://..., "
            "file:///path or memory://; other rsm.config.* keys are passed to obstore."),
+    _b("rsm.config.key.prefix", "string", "", plugin="rsm", plugin_impl=_BUILTIN_RSM, since="tierlog",
+       doc="Prepended to every object key of the built-in storage plugins: a relative /-separated path without "
+           ". or .. parts; end it with / to get a folder."),
+    _b("rsm.config.custom.metadata.enable", "boolean", None, plugin="rsm", plugin_impl=_BUILTIN_RSM,
+       since="tierlog",
+       doc="Whether a copy returns custom metadata (KIP-917: the key prefix and stored size); null means the "
+           "backend's own default, false for filesystem and true for objectstore."),
+    _b("rsm.config.compression.enable", "boolean", False, plugin="rsm", plugin_impl=_BUILTIN_RSM, since="tierlog",
+       doc="Store each segment's .log as independently zstd-compressed chunks."),
+    _b("rsm.config.compression.chunk.size", "int", 4 * 1024 * 1024, AtLeast(1), plugin="rsm",
+       plugin_impl=_BUILTIN_RSM, since="tierlog", doc="Original bytes per compressed chunk."),
+    _b("rsm.config.compression.level", "int", 3, Between(-7, 22), plugin="rsm", plugin_impl=_BUILTIN_RSM,
+       since="tierlog", doc="zstd level of the compressed chunks."),
+    _b("rsm.config.compression.heuristic.enable", "boolean", False, plugin="rsm", plugin_impl=_BUILTIN_RSM,
+       since="tierlog",
+       doc="Store a segment raw when its first batch is already compressed (compressing again gains little)."),
+    _b("rsm.config.fsync.enable", "boolean", True, plugin="rsm", plugin_impl="filesystem", since="tierlog",
+       doc="Fsync each object of the filesystem remote storage, and its folder, before the rename that "
+           "publishes it."),
+    _b("rsm.config.upload.part.size", "int", 8 * 1024 * 1024, AtLeast(5 * 1024 * 1024), plugin="rsm",
+       plugin_impl="objectstore", since="tierlog",
+       doc="Part size of the objectstore's multipart uploads (.log objects larger than one part)."),
+    _b("rsm.config.request.timeout.ms", "long", None, AtLeast(1), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="HTTP request timeout of the objectstore; null means obstore's (30 s)."),
+    _b("rsm.config.connect.timeout.ms", "long", None, AtLeast(1), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="HTTP connect timeout of the objectstore; null means obstore's (5 s)."),
+    _b("rsm.config.retry.max.retries", "int", None, AtLeast(0), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="obstore's retries of a failed call; null means obstore's (10)."),
+    _b("rsm.config.retry.timeout.ms", "long", None, AtLeast(0), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="obstore's total retry time; null means obstore's (3 minutes)."),
+    _b("rsm.config.retry.backoff.ms", "long", None, AtLeast(0), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="obstore's first retry backoff; null means obstore's (100 ms)."),
+    _b("rsm.config.retry.backoff.max.ms", "long", None, AtLeast(0), plugin="rsm", plugin_impl="objectstore",
+       since="tierlog", doc="obstore's largest retry backoff; null means obstore's (15 s)."),
 )
 
 

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
+from tierlog.config import plugin_setting
+from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.errors import (
     InvalidConfigError,
     KafkaError,
@@ -92,12 +94,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.configs: dict[str, str] = {}
         self.broker_id = -1
         self.log_dir: str | None = None
-        self.num_partitions = 50
-        self.replication_factor = 3
-        self.retention_ms = -1
-        self.min_isr = 2
-        self.consume_wait_s = 120.0
-        self.init_timeout_s = 120.0
+        # Set by configure, from the config table's rlmm.config.* entries.
+        self.num_partitions = self.replication_factor = self.retention_ms = self.min_isr = 0
+        self.consume_wait_s = self.init_timeout_s = 0.0
         self.init_interval_s = 0.1
         self.snapshot_interval_s = 60.0
         self.store = RemotePartitionMetadataStore()
@@ -124,18 +123,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise InvalidConfigError("log.dir is required by the topic-based remote log metadata manager")
         if not c.get(COMMON + "bootstrap.servers"):
             raise InvalidConfigError(f"{COMMON}bootstrap.servers is required (the broker sets it to its listener)")
-        self.num_partitions = _int(c, "remote.log.metadata.topic.num.partitions", 50, 1)
-        self.replication_factor = _int(c, "remote.log.metadata.topic.replication.factor", 3, 1)
-        self.retention_ms = _int(c, "remote.log.metadata.topic.retention.ms", -1)
-        if self.retention_ms != -1 and self.retention_ms <= 0:
-            raise InvalidConfigError(f"Invalid value {self.retention_ms} for configuration "
-                                     f"remote.log.metadata.topic.retention.ms: must be -1 or greater than 0")
+        def setting(name: str):  # defaults and checks from the config table (rlmm.config.*)
+            return plugin_setting(c, RLMM_PREFIX, name)
+        self.num_partitions = setting("remote.log.metadata.topic.num.partitions")
+        self.replication_factor = setting("remote.log.metadata.topic.replication.factor")
+        self.retention_ms = setting("remote.log.metadata.topic.retention.ms")
         # KIP-1235's default of 2, never above the replication factor: a single broker could not write.
-        self.min_isr = min(_int(c, "remote.log.metadata.topic.min.isr", 2, 1), self.replication_factor)
-        self.consume_wait_s = _int(c, "remote.log.metadata.consume.wait.ms", 120000, 0) / 1000
-        self.init_timeout_s = _int(c, "remote.log.metadata.initialization.retry.max.timeout.ms", 120000, 0) / 1000
-        self.init_interval_s = _int(c, "remote.log.metadata.initialization.retry.interval.ms", 100, 0) / 1000
-        self.snapshot_interval_s = _int(c, "remote.log.metadata.snapshot.interval.ms", 60000, 1) / 1000
+        self.min_isr = min(setting("remote.log.metadata.topic.min.isr"), self.replication_factor)
+        self.consume_wait_s = setting("remote.log.metadata.consume.wait.ms") / 1000
+        self.init_timeout_s = setting("remote.log.metadata.initialization.retry.max.timeout.ms") / 1000
+        self.init_interval_s = setting("remote.log.metadata.initialization.retry.interval.ms") / 1000
+        self.snapshot_interval_s = setting("remote.log.metadata.snapshot.interval.ms") / 1000
         self.configs = c
         self.log_dir = c["log.dir"]
         self.broker_id = _int(c, "broker.id", -1)

@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
+from tierlog.config import plugin_setting
+from tierlog.config.definitions import RSM_PREFIX
 from tierlog.errors import InvalidConfigError
 from tierlog.kafka_uuid import uuid_to_str
 from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, read_header
@@ -34,19 +36,6 @@ log = logging.getLogger(__name__)
 # -------------------------------------------------------------------------------------- config parsing
 
 
-def config_bool(configs: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = configs.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Expected value to be either "
-                             f"true or false")
-
-
 def config_int(configs: Mapping[str, Any], key: str, default: int | None, minimum: int | None = None) -> int | None:
     value = configs.get(key)
     if value is None:
@@ -59,6 +48,11 @@ def config_int(configs: Mapping[str, Any], key: str, default: int | None, minimu
         raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: Value must be at least "
                                  f"{minimum}")
     return number
+
+
+def rsm_setting(configs: Mapping[str, Any], name: str) -> Any:
+    """A built-in backend's setting, with its default and check from the config table (``rsm.config.*``)."""
+    return plugin_setting(configs, RSM_PREFIX, name)
 
 
 # ------------------------------------------------------------------------------ shared built-in backend
@@ -89,10 +83,8 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         self.key_prefix = ""
         self.broker_id = -1
         self.custom_metadata_enabled = self.custom_metadata_default
-        self.compression_enabled = False
-        self.compression_heuristic = False
-        self.chunk_size = transforms.DEFAULT_CHUNK_SIZE
-        self.compression_level = transforms.DEFAULT_ZSTD_LEVEL
+        self.compression_enabled = self.compression_heuristic = False  # set by configure, from the table
+        self.chunk_size = self.compression_level = 0
         self._manifests: OrderedDict[tuple[str, str], layout.SegmentManifest] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -144,13 +136,12 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         except ValueError as e:
             raise InvalidConfigError(f"Invalid value for configuration key.prefix: {e}") from None
         self.broker_id = config_int(configs, "broker.id", -1)
-        self.custom_metadata_enabled = config_bool(configs, "custom.metadata.enable", self.custom_metadata_default)
-        self.compression_enabled = config_bool(configs, "compression.enable", False)
-        self.compression_heuristic = config_bool(configs, "compression.heuristic.enable", False)
-        self.chunk_size = config_int(configs, "compression.chunk.size", transforms.DEFAULT_CHUNK_SIZE, 1)
-        self.compression_level = config_int(configs, "compression.level", transforms.DEFAULT_ZSTD_LEVEL, -7)
-        if self.compression_level > 22:
-            raise InvalidConfigError("Invalid value for configuration compression.level: Value must be at most 22")
+        custom = rsm_setting(configs, "custom.metadata.enable")
+        self.custom_metadata_enabled = self.custom_metadata_default if custom is None else custom
+        self.compression_enabled = rsm_setting(configs, "compression.enable")
+        self.compression_heuristic = rsm_setting(configs, "compression.heuristic.enable")
+        self.chunk_size = rsm_setting(configs, "compression.chunk.size")
+        self.compression_level = rsm_setting(configs, "compression.level")
 
     # -- contract --
 

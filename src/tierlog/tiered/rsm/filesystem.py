@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 
 from tierlog.errors import InvalidConfigError
 from tierlog.tiered.rsm.api import RetriableRemoteStorageError, error_from_os
-from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_bool
+from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         if not root:
             raise InvalidConfigError("Missing required configuration rsm.config.dir of the filesystem remote "
                                      "storage manager")
-        self.fsync = config_bool(configs, "fsync.enable", True)
+        self.fsync = rsm_setting(configs, "fsync.enable")
         unknown = sorted(set(configs) - COMMON_CONFIG_KEYS - {"dir", "fsync.enable"})
         if unknown:
             log.warning("Ignoring settings unknown to the filesystem remote storage: %s", ", ".join(unknown))

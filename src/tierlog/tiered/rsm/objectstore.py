@@ -34,7 +34,7 @@ from obstore.store import from_url
 
 from tierlog.errors import InvalidConfigError
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
-from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, config_int
+from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         if not self.url:
             raise InvalidConfigError("Missing required configuration rsm.config.url of the objectstore remote "
                                      "storage manager")
-        self.part_size = config_int(configs, "upload.part.size", self.part_size, _MIN_PART_SIZE)
+        self.part_size = rsm_setting(configs, "upload.part.size")
         store_config: dict[str, str] = {}
         client: dict[str, Any] = {}
         ignored = []
@@ -90,7 +90,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         if ignored:
             log.warning("Ignoring settings unknown to the objectstore remote storage: %s", ", ".join(sorted(ignored)))
         for key, option in (("request.timeout.ms", "timeout"), ("connect.timeout.ms", "connect_timeout")):
-            ms = config_int(configs, key, None, 1)
+            ms = rsm_setting(configs, key)
             if ms is not None:
                 client[option] = f"{ms}ms"
         retry = _retry_config(configs)
@@ -174,14 +174,14 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
 def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
     retry: dict[str, Any] = {}
     backoff: dict[str, Any] = {}
-    retries = config_int(configs, "retry.max.retries", None, 0)
+    retries = rsm_setting(configs, "retry.max.retries")
     if retries is not None:
         retry["max_retries"] = retries
-    timeout = config_int(configs, "retry.timeout.ms", None, 0)
+    timeout = rsm_setting(configs, "retry.timeout.ms")
     if timeout is not None:
         retry["retry_timeout"] = timedelta(milliseconds=timeout)
     for key, option in (("retry.backoff.ms", "init_backoff"), ("retry.backoff.max.ms", "max_backoff")):
-        ms = config_int(configs, key, None, 0)
+        ms = rsm_setting(configs, key)
         if ms is not None:
             backoff[option] = timedelta(milliseconds=ms)
     if backoff:

@@ -21,8 +21,7 @@ import cramjam
 #: read(start, length) -> exactly ``length`` bytes of a stage's input (or of the stored object).
 RangeReader = Callable[[int, int], bytes]
 
-DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
-DEFAULT_ZSTD_LEVEL = 3
+ZSTD_DEFAULT_LEVEL = 3  # zstd's own default (ZSTD_CLEVEL_DEFAULT)
 
 
 class TransformError(ValueError):
@@ -55,7 +54,7 @@ class ZstdChunks(Stage):
 
     name = "zstd-chunks"
 
-    def __init__(self, chunk_size: int = DEFAULT_CHUNK_SIZE, level: int = DEFAULT_ZSTD_LEVEL):
+    def __init__(self, chunk_size: int, level: int = ZSTD_DEFAULT_LEVEL):
         if chunk_size < 1:
             raise ValueError(f"chunk size must be positive, got {chunk_size}")
         self.chunk_size = chunk_size
