@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from tierlog.config import BROKER_CONFIGS
 from tierlog.coordinator.records import OFFSETS_TOPIC
 from tierlog.errors import KafkaError, KafkaStorageError, TopicAlreadyExistsError
 from tierlog.records import build_batch, iter_batches, iter_records
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MemoryStore", "OffsetsTopicLog", "OffsetsTopicStore", "Record", "RecordStore"]
 
-OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT = 100 * 1024 * 1024
 _LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka's offsets.load.buffer.size default
 
 Record = tuple[bytes, bytes | None]
@@ -90,7 +90,7 @@ class OffsetsTopicLog(Protocol):
 
 class OffsetsTopicStore:
     def __init__(self, log: OffsetsTopicLog, *, num_partitions: int, replication_factor: int,
-                 segment_bytes: int = OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT):
+                 segment_bytes: int = BROKER_CONFIGS["offsets.topic.segment.bytes"].default):
         self.log = log
         self.configured_partitions = num_partitions
         self.replication_factor = replication_factor
@@ -101,7 +101,7 @@ class OffsetsTopicStore:
         """``offsets.topic.num.partitions``, ``offsets.topic.replication.factor``, ``offsets.topic.segment.bytes``."""
         return cls(log, num_partitions=cfg["offsets.topic.num.partitions"],
                    replication_factor=cfg["offsets.topic.replication.factor"],
-                   segment_bytes=int(cfg.get("offsets.topic.segment.bytes", OFFSETS_TOPIC_SEGMENT_BYTES_DEFAULT)))
+                   segment_bytes=cfg["offsets.topic.segment.bytes"])
 
     def exists(self) -> bool:
         return self.log.partition_count(OFFSETS_TOPIC) is not None
