@@ -36,6 +36,7 @@ from tierlog.records.batch import (
     read_header,
     validate_batches,
     verify_crc,
+    walk_batches,
 )
 from tierlog.records.compression import CompressionType, compress, decompress
 from tierlog.records.record import (
@@ -58,7 +59,7 @@ __all__ = [
     "PARTITION_LEADER_EPOCH_POS", "PRODUCER_EPOCH_POS", "PRODUCER_ID_POS", "RECORD_BATCH_OVERHEAD",
     "RECORDS_COUNT_POS", "RECORDS_POS",
     "BatchHeader", "TimestampType", "iter_batches", "patch_base_offset", "patch_log_append_time",
-    "patch_partition_leader_epoch", "read_header", "validate_batches", "verify_crc",
+    "patch_partition_leader_epoch", "read_header", "validate_batches", "verify_crc", "walk_batches",
     "CompressionType", "compress", "decompress",
     "Header", "Record", "build_batch", "decode_batch", "iter_records", "recompress_batches",
     "decode_varint", "decode_varlong", "encode_varint", "encode_varlong",

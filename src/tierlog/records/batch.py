@@ -28,7 +28,7 @@ Every error names the batch's position in the buffer and, when it could be read,
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -51,7 +51,7 @@ __all__ = [
     "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH", "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH", "NO_TIMESTAMP",
     "COMPRESSION_CODEC_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG_MASK", "CONTROL_FLAG_MASK",
     "DELETE_HORIZON_FLAG_MASK",
-    "TimestampType", "BatchHeader", "read_header", "verify_crc", "iter_batches", "validate_batches",
+    "TimestampType", "BatchHeader", "read_header", "verify_crc", "iter_batches", "walk_batches", "validate_batches",
     "patch_base_offset", "patch_partition_leader_epoch", "patch_log_append_time",
 ]
 
@@ -285,6 +285,20 @@ def iter_batches(buf: Any, pos: int = 0, end: int | None = None) -> Iterator[tup
             return
         yield pos, header
         pos += size
+
+
+def walk_batches(header_at: Callable[[int], BatchHeader | None], position: int = 0,
+                 end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Position and header of each batch from ``position`` on, in data that is not one buffer in memory (a
+    segment file read with pread, a remote object's window): ``header_at(position)`` reads the header
+    there and returns None at the end of the data. Stops before ``end`` when given. For a buffer in
+    memory, :func:`iter_batches` does the same without a callback."""
+    while end is None or position < end:
+        header = header_at(position)
+        if header is None:
+            return
+        yield position, header
+        position += header.batch_length + LOG_OVERHEAD
 
 
 def validate_batches(

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from tierlog.client.fetcher import CompletedFetch
 from tierlog.client.types import TopicPartition
-from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, read_header
+from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, iter_batches, read_header
 from tierlog.storage.index import OffsetEntries
 from tierlog.tiered.metadata import IndexType
 
@@ -164,14 +164,10 @@ def _chunk_buffer(size: int) -> memoryview:
 
 def _complete_prefix(buf: bytes) -> int:
     """Bytes of ``buf`` that hold whole batches."""
-    pos = 0
-    n = len(buf)
-    while n - pos >= RECORD_BATCH_OVERHEAD:
-        size = read_header(buf, pos).batch_length + LOG_OVERHEAD
-        if pos + size > n:
-            break
-        pos += size
-    return pos
+    end = 0
+    for pos, h in iter_batches(buf):
+        end = pos + h.size
+    return end
 
 
 # ------------------------------------------------------------------------------------ broker slices

@@ -868,13 +868,8 @@ class Log:
             found = seg.translate_offset(start) if seg.base_offset <= start else (0, None)
             if found is None:
                 continue
-            pos = found[0]
-            while True:
-                h = seg.read_header_at(pos)
-                if h is None:
-                    break
+            for pos, h in seg.batches(found[0]):
                 yield seg, pos, h
-                pos += h.size
 
 
 def _validate_replicated(data) -> list[BatchHeader]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tierlog.errors import CorruptMessageError, KafkaError, KafkaStorageError
-from tierlog.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header, verify_crc
+from tierlog.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header, verify_crc, walk_batches
 from tierlog.records.batch import MIN_BATCH_LENGTH
 from tierlog.storage.checkpoints import fsync_dir
 from tierlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
@@ -211,6 +212,10 @@ class LogSegment:
             return None
         return read_header(os.pread(self._fd, RECORD_BATCH_OVERHEAD, position))
 
+    def batches(self, position: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """Position and header of each batch from ``position`` (a batch start) on, before ``end``."""
+        return walk_batches(self.read_header_at, position, end)
+
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         hint = self._read_hint
@@ -218,15 +223,11 @@ class LogSegment:
             h = hint[2] if hint[2] is not None else self.read_header_at(hint[1])
             if h is not None:
                 return hint[1], h
-        _, pos = self.offset_index.lookup(offset)
-        pos = max(pos, start_position)
-        while True:
-            h = self.read_header_at(pos)
-            if h is None:
-                return None
+        _, indexed = self.offset_index.lookup(offset)
+        for pos, h in self.batches(max(indexed, start_position)):
             if h.last_offset >= offset:
                 return pos, h
-            pos += h.size
+        return None
 
     def read(self, offset: int, max_bytes: int, max_position: int | None = None,
              min_one_message: bool = True) -> tuple[FileRegion, int] | None:
@@ -255,14 +256,11 @@ class LogSegment:
         if indexed > pos:
             pos, next_offset = indexed, None
         next_header = None
-        while pos < end_cap:
-            h = self.read_header_at(pos)
-            if h is None:
-                break
-            if pos + h.size > end_cap:
+        for at, h in self.batches(pos, end_cap):
+            if at + h.size > end_cap:
                 next_header = h
                 break
-            pos += h.size
+            pos = at + h.size
             next_offset = h.last_offset + 1
         # Remember where the next sequential read starts, so it needs no index search.
         if next_header is not None:
@@ -274,14 +272,10 @@ class LogSegment:
     def next_offset(self) -> int:
         """Offset after the segment's last batch (the base offset when empty)."""
         if self._next_offset is None:
-            last_off, pos = self.offset_index.lookup(2**62)
+            _, pos = self.offset_index.lookup(2**62)
             nxt = self.base_offset
-            while True:
-                h = self.read_header_at(pos)
-                if h is None:
-                    break
+            for _, h in self.batches(pos):
                 nxt = h.last_offset + 1
-                pos += h.size
             self._next_offset = nxt
         return self._next_offset
 
@@ -320,14 +314,11 @@ class LogSegment:
     def find_batch_by_timestamp(self, target_ts: int, start_offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch at/after ``start_offset`` with max timestamp >= target."""
         _, ts_offset = self.time_index.lookup(target_ts)
-        _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
-        while True:
-            h = self.read_header_at(pos)
-            if h is None:
-                return None
+        _, indexed = self.offset_index.lookup(max(ts_offset, start_offset))
+        for pos, h in self.batches(indexed):
             if h.max_timestamp >= target_ts and h.last_offset >= start_offset:
                 return pos, h
-            pos += h.size
+        return None
 
     # -- recovery --
 
@@ -337,11 +328,8 @@ class LogSegment:
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check()
             _, pos = self.offset_index.last_entry()
-            while pos < self.size:
-                h = self.read_header_at(pos)
-                if h is None:
-                    break
-                pos += h.size
+            for at, h in self.batches(pos, self.size):
+                pos = at + h.size
             return pos == self.size
         except (KafkaError, CorruptIndexError):
             return False
@@ -515,14 +503,10 @@ class LogSegment:
 
     def _scan_max_timestamp(self) -> tuple[int, int]:
         best = (-1, self.base_offset)
-        pos = 0
-        while True:
-            h = self.read_header_at(pos)
-            if h is None:
-                return best
+        for _, h in self.batches():
             if h.max_timestamp > best[0]:
                 best = (h.max_timestamp, h.last_offset)
-            pos += h.size
+        return best
 
 
 def _write_all(fd: int, pieces: list, total: int) -> None:

@@ -45,7 +45,7 @@ from tierlog.errors import (
     UnknownServerError,
 )
 from tierlog.kafka_uuid import uuid_to_str
-from tierlog.records import RECORD_BATCH_OVERHEAD, decode_batch, read_header
+from tierlog.records import RECORD_BATCH_OVERHEAD, decode_batch, iter_batches, read_header, walk_batches
 from tierlog.storage.log import TimestampAndOffset
 from tierlog.storage.segment import FileRegion
 from tierlog.tiered.index_cache import RemoteIndexCache
@@ -353,6 +353,7 @@ class RemoteLogReader:
         making each chosen batch available with ``whole(position, end, taken)`` (when given). None: the
         segment has nothing at or after ``fetch_offset``; ``first`` None: nothing fits."""
         size = md.segment_size_in_bytes
+        from_index = False
         if fetch_offset == win.next_offset:
             position = win.next_position  # a sequential reader: no index lookup
         elif fetch_offset <= md.start_offset:
@@ -361,37 +362,33 @@ class RemoteLogReader:
             index = self.index_cache.loaded_offset_index(md)
             if index is None:
                 raise _WouldBlock
-            position = index.lookup(fetch_offset)[1]
+            position, from_index = index.lookup(fetch_offset)[1], True
         else:
-            position = self.index_cache.offset_index(md).lookup(fetch_offset)[1]
+            position, from_index = self.index_cache.offset_index(md).lookup(fetch_offset)[1], True
+        if from_index and 0 < position < size and header(position, 0).base_offset > fetch_offset:
+            # The index pointed past the offset: distrust it (fetched again next time).
+            log.warning("Offset index of remote segment %s of %s points past offset %d; reading the segment from "
+                        "its start", uuid_to_str(md.segment_id.id), md.topic_id_partition, fetch_offset)
+            self.index_cache.evict(md)
+            position = 0
         walked = _Walk(None, position, fetch_offset, False)
         taken = 0
-        checked = False
-        while position < size:
-            h = header(position, taken)
-            if not checked:
-                checked = True
-                if h.base_offset > fetch_offset and position > 0:
-                    # The index pointed past the offset: distrust it (fetched again next time).
-                    log.warning("Offset index of remote segment %s of %s points past offset %d; reading the "
-                                "segment from its start", uuid_to_str(md.segment_id.id), md.topic_id_partition,
-                                fetch_offset)
-                    self.index_cache.evict(md)
-                    position = 0
-                    continue
+
+        def header_at(at: int):
+            return header(at, taken)  # taken as it is when the walk reads the header
+        for at, h in walk_batches(header_at, position, size):
             if h.last_offset < fetch_offset:
-                position += h.size
+                position = at + h.size
                 continue
             if (walked.first is not None or not min_one_message) and taken + h.size > max_bytes:
                 break  # whole batches only; the first one may exceed the limit with min_one_message
-            end = position + h.size
+            end = at + h.size
             if end > size:
-                raise KafkaStorageError(f"batch at position {position} ends at {end}, past the segment's "
-                                        f"{size} bytes")
+                raise KafkaStorageError(f"batch at position {at} ends at {end}, past the segment's {size} bytes")
             if whole is not None:
-                whole(position, end, taken)
+                whole(at, end, taken)
             if walked.first is None:
-                walked.first = position
+                walked.first = at
             taken += h.size
             walked.next_offset = h.next_offset
             walked.transactional = walked.transactional or h.is_transactional
@@ -527,19 +524,16 @@ class RemoteLogReader:
                 if len(data) != length:
                     raise KafkaStorageError(f"the object returned {len(data)} bytes from position {position}, "
                                             f"expected {length}")
-                used = 0
-                while len(data) - used >= RECORD_BATCH_OVERHEAD:
-                    h = read_header(data, used)
-                    if used + h.size > len(data):
-                        break
+                used = 0  # bytes of the whole batches in data
+                for at, h in iter_batches(data):
                     if h.last_offset >= start_offset and h.max_timestamp >= timestamp:
                         if h.timestamp_type == 1:  # LogAppendTime: every record has the batch timestamp
                             return h.max_timestamp, max(h.base_offset, start_offset)
-                        _, records = decode_batch(data, used)
+                        _, records = decode_batch(data, at)
                         for r in records:
                             if r.offset >= start_offset and r.timestamp >= timestamp:
                                 return r.timestamp, r.offset
-                    used += h.size
+                    used = at + h.size
                 if used == 0:  # one batch larger than the range: read it whole
                     if length == size - position:
                         raise KafkaStorageError(f"batch at position {position} runs past the segment end")
