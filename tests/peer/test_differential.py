@@ -244,6 +244,10 @@ def _bad_requests_scenario(bootstrap):
     seen["produce two batches in one partition"] = _produce(raw, topic, 0, ok + build_batch([(None, b"y")]))
     seen["produce batch over max.message.bytes"] = _produce(raw, small, 0, build_batch([(None, b"z" * 2000)]))
     seen["produce timestamp too old"] = _produce(raw, small, 0, build_batch([(None, b"t", [], T0)]))
+    # An internal topic that exists on both peers (an unknown one answers UNKNOWN_TOPIC_OR_PARTITION first):
+    # a coordinator lookup creates __consumer_offsets.
+    raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [unique("diff-errors-group")]})
+    wait_for_leaders(raw, "__consumer_offsets", 50, timeout=60)
     seen["produce to internal topic name"] = _produce(raw, "__consumer_offsets", 0, ok)
     min_isr = unique("diff-minisr")  # one replica, min.insync.replicas=2
     create_topic(bootstrap, min_isr, configs={"min.insync.replicas": "2"})

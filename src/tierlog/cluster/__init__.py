@@ -3,6 +3,7 @@
 from tierlog.cluster.channel import DisableRemoteTopicRequest, DisableRemoteTopicResponse, LocalBrokerChannel
 from tierlog.cluster.controller import ConfigOp, Controller, apply_config_ops, validate_topic_name
 from tierlog.cluster.image import (
+    COORDINATOR_TOPICS,
     INTERNAL_TOPICS,
     BrokerImage,
     MetadataDelta,
@@ -15,7 +16,7 @@ from tierlog.cluster.image import (
 from tierlog.cluster.store import FileMetadataStore, ensure_meta_properties
 
 __all__ = [
-    "INTERNAL_TOPICS", "BrokerImage", "ConfigOp", "Controller", "DisableRemoteTopicRequest",
+    "COORDINATOR_TOPICS", "INTERNAL_TOPICS", "BrokerImage", "ConfigOp", "Controller", "DisableRemoteTopicRequest",
     "DisableRemoteTopicResponse", "FileMetadataStore", "LocalBrokerChannel", "MetadataDelta", "MetadataImage",
     "PartitionImage", "TieringState", "TopicImage", "TopicTiering", "apply_config_ops", "ensure_meta_properties",
     "validate_topic_name",

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, replace
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+#: The topics Kafka's Topic.isInternal names: clients may not produce to them (the broker's coordinators
+#: write them). __remote_log_metadata is written by the metadata manager's own producer, as in Kafka.
+COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ class BrokerOffsetsTopicLog:
         self.controller.create_topic(topic, num_partitions, replication_factor, configs=configs)
 
     def append(self, topic: str, partition: int, records: bytes) -> None:
-        self.replica_manager.append_records(topic, partition, records)
+        self.replica_manager.append_records(topic, partition, records, internal_topics_allowed=True)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         return self.replica_manager.get_partition(topic, partition).log.log_start_offset

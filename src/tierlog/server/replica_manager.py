@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from tierlog.cluster import (
+    COORDINATOR_TOPICS,
     INTERNAL_TOPICS,
     Controller,
     DisableRemoteTopicRequest,
@@ -195,9 +196,14 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ produce
 
-    def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1) -> dict:
-        """Append a client's batch as leader; returns the fields of a produce partition response."""
-        p = self.get_partition(topic, partition)
+    def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
+                       internal_topics_allowed: bool = False) -> dict:
+        """Append a batch as leader; returns the fields of a produce partition response. Clients may not
+        write the coordinators' topics (Kafka's appendToLocalLog); the coordinators pass
+        ``internal_topics_allowed``."""
+        p = self.get_partition(topic, partition)  # an unknown partition first, as Kafka's produce handler
+        if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
+            raise InvalidTopicError(f"Cannot append to internal topic {topic}")
         if acks == -1 and p.effective_min_isr() > len(p.isr or (self.node_id,)):
             raise NotEnoughReplicasError(
                 f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "

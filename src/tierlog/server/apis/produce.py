@@ -19,7 +19,7 @@ ZSTD = 4
 RECORD_VALIDATION_ERRORS = frozenset({32, 87})
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
-NO_LOG_START_OFFSET_ERRORS = frozenset({3, 6, 10, 18, 2, 56, 21, 76})
+NO_LOG_START_OFFSET_ERRORS = frozenset({3, 6, 10, 17, 18, 2, 56, 21, 76})
 
 
 def _validate_records(version: int, records: bytes) -> KafkaError | None:
