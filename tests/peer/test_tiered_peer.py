@@ -14,9 +14,8 @@ import time
 
 import pytest
 
-from tests.peer.peerlib import create_topic, unique
-from tests.server.conftest import BrokerProcess
-from tests.server.rawclient import RawClient
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient, create_topic, unique
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
 

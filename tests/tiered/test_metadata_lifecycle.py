@@ -18,9 +18,9 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.server.rawclient import RawClient
-from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
+from tests.harness.tiered import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 
 # The manager's consumer fetches one metadata record (one event) per round trip: a replay of a few
