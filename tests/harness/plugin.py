@@ -20,12 +20,17 @@ Fixtures:
 
 Hooks: brokers a test started and left running are killed after it, and every broker still running at
 the end of the session (in each pytest-xdist worker, which runs this plugin too). A run that collects
-nothing fails (exit status 1, not pytest's 5). Under pytest-xdist, tests that share a JVM (the Spark
-session, Apache Kafka) or a module-scoped fixture are put into one ``xdist_group``, so that with
-``--dist loadgroup`` each JVM and each module fixture starts once.
+nothing fails (exit status 1, not pytest's 5). Under pytest-xdist with ``--dist loadgroup``, tests that
+share a JVM (the Spark session, Apache Kafka) or a module-scoped fixture run on one worker, so each JVM
+and each module fixture starts once (see ``xdist_groups`` and the scheduler below).
 """
 
 from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -174,9 +179,68 @@ def xdist_groups(items) -> dict:
     return {item: find(key) for item, key in shared.items()}
 
 
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
+# pytest-xdist's own ``--dist loadgroup`` passes a group from the workers to the scheduler by appending it
+# to the test's node id, which pytest 9.2 no longer lets a plugin change (pytest-xdist issue 1386): the
+# groups are silently ignored. So under ``--dist loadgroup`` the harness schedules itself: each worker
+# writes its groups (the ones above, and any explicit ``xdist_group`` mark) to a file in a folder the
+# controller made, before it reports its collection; the scheduler, pytest-xdist's scope scheduler,
+# sends each group to one worker as one unit of work, and every other test on its own.
+_GROUPS_DIR = pytest.StashKey[str]()
+_WORKERINPUT_KEY = "tierlog_xdist_groups"
+
+
+def _groups_dir(config) -> str:
+    if _GROUPS_DIR not in config.stash:
+        config.stash[_GROUPS_DIR] = tempfile.mkdtemp(prefix="tierlog-xdist-groups-")
+    return config.stash[_GROUPS_DIR]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    if node.config.getvalue("dist") == "loadgroup":
+        node.workerinput[_WORKERINPUT_KEY] = _groups_dir(node.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups_dir = Path(_groups_dir(config))
+
+    class SharedResourceScheduling(LoadScopeScheduling):
+        """pytest-xdist's scope scheduler with the harness's groups as scopes (a test in no group is
+        its own scope)."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has written its file before reporting its collection
+                self.groups = {}
+                for f in sorted(groups_dir.glob("*.json")):
+                    self.groups.update(json.loads(f.read_text()))
+            return self.groups.get(nodeid, nodeid)
+
+    return SharedResourceScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reports the collection to the controller
+def pytest_collection_finish(session):
+    folder = getattr(session.config, "workerinput", {}).get(_WORKERINPUT_KEY)
+    if folder is None:
         return
-    for item, group in xdist_groups(items).items():
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    groups = {item.nodeid: group for item, group in xdist_groups(session.items).items()}
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    target = Path(folder) / f"{session.config.workerinput['workerid']}.json"
+    staging = target.with_suffix(".tmp")
+    staging.write_text(json.dumps(groups))
+    staging.replace(target)
+
+
+def pytest_unconfigure(config):
+    if _GROUPS_DIR in config.stash:
+        shutil.rmtree(config.stash[_GROUPS_DIR], ignore_errors=True)
