@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 from kafka import KafkaAdminClient  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
-from tests.server.rawclient import RawClient  # noqa: E402
+from tests.harness.rawclient import RawClient  # noqa: E402
 
 from tierlog.protocol import ApiKey  # noqa: E402
 from tierlog.tiered.metadata import (  # noqa: E402

@@ -163,8 +163,8 @@ def main() -> int:
     args = ap.parse_args()
     kp = _load("kafka_peer")
     jars = _load("spark_kafka_jars").spark_jars()
-    from tests.server.conftest import BrokerProcess
-    from tests.tiered.tierlib import tiered_settings
+    from tests.harness.broker import BrokerProcess
+    from tests.harness.tiered import tiered_settings
 
     from tierlog.spark import prepare_environment, register
     prepare_environment()

@@ -189,7 +189,7 @@ def _kafka_peer():
 def _raw_client(bootstrap: str):
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "src"))
-    from tests.server.rawclient import RawClient
+    from tests.harness.rawclient import RawClient
     return RawClient(bootstrap, timeout=30)
 
 

@@ -1,24 +1,6 @@
-"""Suite-wide pytest hooks."""
+"""Registers the live-process harness (tests/harness/plugin.py) for every suite: the shared fixtures
+(``start_broker``, ``broker``, ``kafka_peer``, ``kafka_tool``, ``moto_s3``...), the stray-broker guard,
+the rule that a run collecting nothing fails, and the pytest-xdist groups. Suite conftests add only
+their own fixtures and never import another conftest."""
 
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_brokers():
-    """Kill the ``tierlog broker`` processes a test started itself and left running (a failed assertion
-    before its ``stop()``); brokers of module or session fixtures were started before this runs."""
-    from tests.server.conftest import BrokerProcess
-    before = set(BrokerProcess.running)
-    yield
-    for b in set(BrokerProcess.running) - before:
-        b.kill()
-        BrokerProcess.running.discard(b)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    from tests.server.conftest import BrokerProcess
-    for b in list(BrokerProcess.running):  # whatever a fixture's teardown did not reach
-        b.kill()
-    # A run that collected nothing must fail loudly: exit code 5 would otherwise read as "no tests".
-    if exitstatus == 5:
-        session.exitstatus = 1
+pytest_plugins = ["tests.harness.plugin"]

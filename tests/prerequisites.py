@@ -1,38 +1,6 @@
-"""Shared by suites that need outside tools (Apache Kafka, Spark's Kafka connector).
+"""Transition shim: these helpers moved to tests/harness/prerequisites.py.
 
-Scripts under ``scripts/`` load by path; a missing prerequisite skips locally with the reason and
-fails in CI (``CI`` set to true), so a CI run never passes without them.
+Kept only so branches written against the old path still import; it goes once they are merged.
 """
 
-from __future__ import annotations
-
-import importlib.util
-import os
-import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(filename: str, module_name: str):
-    """Import ``scripts/<filename>`` once, under ``module_name``."""
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, ROOT / "scripts" / filename)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
-def unavailable(what: str, reason: str):
-    """Fail in CI, skip elsewhere: ``what`` (e.g. "Apache Kafka peer") cannot run because of ``reason``."""
-    if in_ci():
-        pytest.fail(f"{what} unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"{what} unavailable: {reason}")
+from tests.harness.prerequisites import in_ci, load_script, unavailable  # noqa: F401 - re-exported

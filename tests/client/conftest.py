@@ -1,7 +1,20 @@
-"""Live brokers for the client tests, from tests/server: ``start_broker(**overrides)`` starts a
-private ``tierlog broker`` process (stopped by PID at teardown) and ``broker`` is a ready one with
-default settings; both return a :class:`BrokerProcess` (``bootstrap``, ``restart()``, ``stop()``)."""
+"""Fixtures of the client tests (live brokers come from the harness, tests/harness: ``start_broker``,
+``broker``).
+
+- ``pair``: two broker "hosts" on fixed loopback ports sharing one data folder, the first one serving
+  (:class:`tests.client.rebootstraplib.SwapPair`); both are killed at teardown.
+"""
 
 from __future__ import annotations
 
-from tests.server.conftest import BrokerProcess, broker, start_broker  # noqa: F401 - fixtures re-exported
+import pytest
+
+from tests.client.rebootstraplib import SwapPair
+
+
+@pytest.fixture
+def pair(tmp_path):
+    p = SwapPair(tmp_path / "data")
+    p.start(0)
+    yield p
+    p.close()

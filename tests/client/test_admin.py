@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from tests.server.conftest import BrokerProcess
+from tests.harness.broker import BrokerProcess
 from tierlog import errors
 from tierlog.client.admin import (
     Admin,

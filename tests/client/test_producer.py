@@ -11,7 +11,7 @@ from typing import NamedTuple
 import confluent_kafka
 import pytest
 
-from tests.server.conftest import BrokerProcess
+from tests.harness.broker import BrokerProcess
 from tierlog import errors
 from tierlog.client import sync
 from tierlog.client.admin import Admin, NewTopic

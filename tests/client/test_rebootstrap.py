@@ -14,12 +14,9 @@ of seconds, so a dead broker is in back-off (not "usable") most of the time.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
-import pytest
-
-from tests.server.conftest import BrokerProcess
+from tests.client.rebootstraplib import SwapPair, expected_values, produce_values, read_back
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
 from tierlog.client.errors import BrokersUnavailableError
@@ -31,89 +28,12 @@ CLIENT = {"reconnect.backoff.ms": 1000, "reconnect.backoff.max.ms": 1000,
           "request.timeout.ms": 5000}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class SwapPair:
-    """Two broker "hosts" on fixed ports sharing one data folder; one serves at a time."""
-
-    def __init__(self, data_dir) -> None:
-        self.ports = [_free_port(), _free_port()]
-        self.data_dir = data_dir
-        self.current: BrokerProcess | None = None
-        self.serving = -1
-        self.started: list[BrokerProcess] = []
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
-
-    @property
-    def serving_address(self) -> str:
-        return f"127.0.0.1:{self.ports[self.serving]}"
-
-    def start(self, index: int) -> None:
-        proc = BrokerProcess(self.data_dir, {"listeners": f"PLAINTEXT://127.0.0.1:{self.ports[index]}",
-                                             "num.partitions": "2", "offsets.topic.num.partitions": "1"})
-        self.started.append(proc)
-        self.current = proc.start()
-        self.serving = index
-
-    def stop(self) -> None:
-        assert self.current is not None
-        assert self.current.stop() == 0
-
-    def swap(self) -> None:
-        """The serving host goes away cleanly and the other one starts on the same data."""
-        self.stop()
-        self.start(1 - self.serving)
-
-    def close(self) -> None:
-        for proc in self.started:
-            proc.kill()
-
-
-@pytest.fixture
-def pair(tmp_path):
-    p = SwapPair(tmp_path / "data")
-    p.start(0)
-    yield p
-    p.close()
-
-
 def run(coro, timeout: float = 150):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 async def _swap(pair: SwapPair) -> None:
     await asyncio.to_thread(pair.swap)  # the clients' tasks keep running meanwhile
-
-
-async def _produce(producer: Producer, topic: str, prefix: str, n: int) -> list[int]:
-    futures = [await producer.send(topic, f"{prefix}{i}".encode(), key=f"k{i}".encode()) for i in range(n)]
-    return [(await f).offset for f in futures]
-
-
-def _expected(prefixes: str, n: int) -> list[bytes]:
-    return sorted(f"{p}{i}".encode() for p in prefixes for i in range(n))
-
-
-async def _read_back(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
-    """Every value of ``topic`` read by a fresh consumer, waiting for ``expected`` and then a little
-    longer so a duplicate past the count would show."""
-    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(2)])
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(2)])
-        assert sum(ends.values()) == expected, f"{topic} holds {sum(ends.values())} records, not {expected}"
-        got: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for records in (await consumer.poll(timeout_ms=500)).values():
-                got += [r.value for r in records]
-        return sorted(got)
 
 
 async def _poll_until(consumer: Consumer, got: list[bytes], n: int, timeout: float = 60) -> None:
@@ -126,15 +46,15 @@ async def _poll_until(consumer: Consumer, got: list[bytes], n: int, timeout: flo
 def test_producer_rebootstraps_to_the_replaced_host(pair):
     async def scenario():
         async with Producer({**CLIENT, "bootstrap.servers": pair.bootstrap}) as producer:
-            await _produce(producer, "reb", "a", 50)
+            await produce_values(producer, "reb", "a", 50)
             await _swap(pair)  # host 0 gone, host 1 serves the same data
-            await _produce(producer, "reb", "b", 50)
+            await produce_values(producer, "reb", "b", 50)
             assert producer.client.rebootstraps >= 1
             await _swap(pair)  # and back
-            await _produce(producer, "reb", "c", 50)
+            await produce_values(producer, "reb", "c", 50)
             assert producer.client.rebootstraps >= 2
             assert producer.metrics["record-error-total"] == 0
-        assert await _read_back(pair.bootstrap, "reb", 150) == _expected("abc", 50)  # no loss, no duplicate
+        assert await read_back(pair.bootstrap, "reb", 150) == expected_values("abc", 50)  # no loss, no duplicate
     run(scenario())
 
 
@@ -142,20 +62,20 @@ def test_producer_rebootstraps_with_records_waiting(pair):
     """Records sent while no host serves are delivered once the replaced host is up."""
     async def scenario():
         async with Producer({**CLIENT, "bootstrap.servers": pair.bootstrap, "linger.ms": 0}) as producer:
-            await _produce(producer, "rebw", "a", 20)
+            await produce_values(producer, "rebw", "a", 20)
             await asyncio.to_thread(pair.stop)
             pending = [await producer.send("rebw", f"b{i}".encode()) for i in range(20)]
             await asyncio.to_thread(pair.start, 1)
             await asyncio.gather(*pending)
             assert producer.client.rebootstraps >= 1
-        assert await _read_back(pair.bootstrap, "rebw", 40) == _expected("ab", 20)
+        assert await read_back(pair.bootstrap, "rebw", 40) == expected_values("ab", 20)
     run(scenario())
 
 
 def test_consumer_rebootstraps_to_the_replaced_host(pair):
     async def scenario():
         async with Producer(bootstrap_servers=pair.bootstrap) as producer:
-            await _produce(producer, "rebc", "a", 40)
+            await produce_values(producer, "rebc", "a", 40)
         settings = {**CLIENT, "bootstrap.servers": pair.bootstrap, "group.id": "g-reb",
                     "auto.offset.reset": "earliest", "enable.auto.commit": False}
         async with Consumer(settings) as consumer:
@@ -167,12 +87,12 @@ def test_consumer_rebootstraps_to_the_replaced_host(pair):
                 await _swap(pair)
                 # records written to the replaced host reach the same consumer, no restart
                 async with Producer(bootstrap_servers=pair.bootstrap) as producer:
-                    await _produce(producer, "rebc", prefix, 40)
+                    await produce_values(producer, "rebc", prefix, 40)
                 await _poll_until(consumer, got, 40 * (swaps + 1))
                 await consumer.commit()
                 assert consumer.client.rebootstraps >= swaps
             assert (await consumer.poll(timeout_ms=1000)) == {}  # nothing more, in particular no duplicate
-            assert sorted(got) == _expected("abc", 40)
+            assert sorted(got) == expected_values("abc", 40)
             committed = await consumer.committed([TopicPartition("rebc", p) for p in range(2)])
             assert sum(om.offset for om in committed.values()) == 120
     run(scenario(), 240)
@@ -205,7 +125,7 @@ def test_strategy_none_fails_with_brokers_unavailable(pair):
         async with Producer({**none, "delivery.timeout.ms": 8000, "linger.ms": 0}) as producer, \
                 Consumer({**none, "auto.offset.reset": "earliest", "default.api.timeout.ms": 8000}) as consumer, \
                 Admin({**none, "default.api.timeout.ms": 8000}) as admin:
-            await _produce(producer, "rebn", "a", 10)
+            await produce_values(producer, "rebn", "a", 10)
             tps = [TopicPartition("rebn", p) for p in range(2)]
             consumer.assign(tps)
             assert sum((await consumer.end_offsets(tps)).values()) == 10
@@ -226,8 +146,8 @@ def test_strategy_none_fails_with_brokers_unavailable(pair):
                 assert client.rebootstraps == 0
 
             await _swap(pair)  # the known host comes back: the same clients work again
-            await _produce(producer, "rebn", "c", 10)
+            await produce_values(producer, "rebn", "c", 10)
             assert sum((await consumer.end_offsets(tps)).values()) == 20
             assert "rebn" in await admin.list_topics()
-        assert await _read_back(pair.bootstrap, "rebn", 20) == _expected("ac", 10)
+        assert await read_back(pair.bootstrap, "rebn", 20) == expected_values("ac", 10)
     run(scenario(), 200)

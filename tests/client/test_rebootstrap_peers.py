@@ -1,4 +1,5 @@
-"""The rebootstrap scenario of test_rebootstrap.py with other clients, to compare behaviour.
+"""The rebootstrap scenario of test_rebootstrap.py with other clients, to compare behaviour (the
+brokers and record helpers both use are in rebootstraplib.py).
 
 - confluent-kafka (librdkafka) with ``metadata.recovery.strategy=rebootstrap`` and ``none``;
 - Kafka's Java clients (4.1, from the reference peer's jars) driven through
@@ -28,8 +29,10 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.client.test_rebootstrap import SwapPair, _expected, _produce, _read_back
-from tests.prerequisites import load_script, unavailable
+from tests.client import rebootstraplib
+from tests.client.rebootstraplib import SwapPair, expected_values, produce_values
+from tests.harness.apache_kafka import kafka_peer_module
+from tests.harness.prerequisites import unavailable
 from tierlog.client.producer import Producer
 
 # Kafka's RebootstrapTest settings, in librdkafka's names where they differ
@@ -39,22 +42,14 @@ JAVA = {"reconnect.backoff.ms": 1000, "reconnect.backoff.max.ms": 1000,
         "socket.connection.setup.timeout.ms": 5000, "socket.connection.setup.timeout.max.ms": 5000}
 
 
-@pytest.fixture
-def pair(tmp_path):
-    p = SwapPair(tmp_path / "data")
-    p.start(0)
-    yield p
-    p.close()
-
-
 def read_back(pair: SwapPair, topic: str, expected: int) -> list[bytes]:
-    return asyncio.run(_read_back(pair.bootstrap, topic, expected))
+    return asyncio.run(rebootstraplib.read_back(pair.bootstrap, topic, expected))
 
 
 def produce_with_tierlog(pair: SwapPair, topic: str, prefix: str, n: int) -> None:
     async def run():
         async with Producer(bootstrap_servers=pair.bootstrap) as producer:
-            await _produce(producer, topic, prefix, n)
+            await produce_values(producer, topic, prefix, n)
     asyncio.run(run())
 
 
@@ -106,10 +101,10 @@ def test_confluent_rebootstrap_producer_consumer_admin(pair):
             assert {"ckreb", "ckreb-a", f"ckreb-{prefix}"} <= set(admin.list_topics(timeout=30).topics)
         time.sleep(0.5)  # a duplicate would arrive now
         got.extend(m.value() for m in consumer.consume(100, 0.5) if m.error() is None)
-        assert sorted(got) == _expected("abc", 40)
+        assert sorted(got) == expected_values("abc", 40)
     finally:
         consumer.close()
-    assert read_back(pair, "ckreb", 120) == _expected("abc", 40)
+    assert read_back(pair, "ckreb", 120) == expected_values("abc", 40)
 
 
 def test_confluent_strategy_none_fails_until_the_known_host_returns(pair):
@@ -127,7 +122,7 @@ def test_confluent_strategy_none_fails_until_the_known_host_returns(pair):
     pair.swap()
     assert producer.produce("cknone", "c", 10)[0] == []
     assert "cknone" in admin.list_topics(timeout=10).topics
-    assert read_back(pair, "cknone", 20) == _expected("ac", 10)
+    assert read_back(pair, "cknone", 20) == expected_values("ac", 10)
 
 
 # ------------------------------------------------------------------------------------ Kafka's Java client
@@ -138,7 +133,7 @@ SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
 @pytest.fixture(scope="module")
 def java_client_command():
     """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
-    peer = load_script("kafka_peer.py", "tierlog_kafka_peer")
+    peer = kafka_peer_module
     missing = peer.missing_prerequisites() + ([] if shutil.which("javac") else ["javac (a JDK)"])
     if missing:
         unavailable("Kafka's Java client", "missing " + ", ".join(missing))
@@ -231,8 +226,8 @@ def test_java_rebootstrap_producer_consumer_admin(pair, java):
         clients.ok(f"create jreb-{prefix} 1")
         assert {"jreb", "jreb-a", f"jreb-{prefix}"} <= set(clients.ok("list").split(","))
     assert clients.ok("consume 1 1000") == ""  # nothing more: no duplicate
-    assert sorted(v.encode() for v in got) == _expected("abc", 40)
-    assert read_back(pair, "jreb", 120) == _expected("abc", 40)
+    assert sorted(v.encode() for v in got) == expected_values("abc", 40)
+    assert read_back(pair, "jreb", 120) == expected_values("abc", 40)
 
 
 def test_java_strategy_none_fails_until_the_known_host_returns(pair, java):
@@ -247,4 +242,4 @@ def test_java_strategy_none_fails_until_the_known_host_returns(pair, java):
     pair.swap()
     clients.ok("produce jnone c 10")
     assert "jnone" in clients.ok("list").split(",")
-    assert read_back(pair, "jnone", 20) == _expected("ac", 10)
+    assert read_back(pair, "jnone", 20) == expected_values("ac", 10)

@@ -23,9 +23,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.faults.tmpfs import hold_space, mount_tmpfs, unmount
-from tests.server.conftest import ROOT, BrokerProcess
-from tests.server.rawclient import RawClient
-from tests.tiered.tierlib import metrics_url, tier_status, tiered_settings, wait_for
+from tests.harness import ROOT
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
+from tests.harness.tiered import metrics_url, tier_status, tiered_settings, wait_for
 from tierlog.errors import KafkaStorageError
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches, iter_records, verify_crc

@@ -2,7 +2,8 @@
 
 - ``shared_broker``: one broker for the whole session, for scenarios that only need fresh topics;
   started again if a test left it dead.
-- ``start_broker``: a private broker per test (restarts, fault injection), from tests/server.
+- ``interop_broker(settings)``: a private broker per test (restarts, fault injection), through the
+  harness's ``start_broker`` (tests/harness).
 - ``client``: the adapter of the test's ``client_name`` parameter, connected to the shared broker;
   ``make_client(bootstrap)`` makes more (closed at teardown).
 - ``neutral``: kafka-python connected to the shared broker, used only to set a scenario up or to
@@ -20,8 +21,8 @@ import shutil
 
 import pytest
 
+from tests.harness.broker import BrokerProcess
 from tests.interop.clients import CLIENTS, KafkaPythonClient
-from tests.server.conftest import BrokerProcess, start_broker  # noqa: F401 - fixture re-exported
 
 # Settings a single-broker test cluster needs (Kafka's own integration tests set the same).
 INTEROP_BROKER_SETTINGS = {
@@ -63,7 +64,7 @@ def shared_broker(_shared_broker_holder, tmp_path_factory, request) -> BrokerPro
 
 
 @pytest.fixture
-def interop_broker(start_broker, request):  # noqa: F811 - the imported fixture
+def interop_broker(start_broker, request):
     """A private broker with the interop settings: ``interop_broker(extra_settings)``."""
     started: list[BrokerProcess] = []
 

@@ -1,10 +1,11 @@
 """tierlog's own client in the interop scenarios against Apache Kafka (the reference peer).
 
-The scenarios are those of test_clients.py, run unchanged with the ``tierlog`` adapter; only the
-broker differs: Kafka 4.1 from scripts/kafka_peer.py (the session's ``kafka_peer``, or a private
-one where a scenario restarts or proxies its broker). A scenario passing here and against tierlog
-shows the client speaks Kafka, not just tierlog. Results go into the compatibility matrix as the
-column "tierlog → Apache Kafka". Without Java/Maven these tests skip locally and fail in CI.
+The scenarios are those of test_clients.py (scenarios.py), run unchanged with the ``tierlog``
+adapter; only the broker differs: Kafka 4.1 from scripts/kafka_peer.py (the harness's session
+``kafka_peer``, or a private one where a scenario restarts or proxies its broker). A scenario
+passing here and against tierlog shows the client speaks Kafka, not just tierlog. Results go into
+the compatibility matrix as the column "tierlog → Apache Kafka". Without Java/Maven these tests
+skip locally and fail in CI.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ import signal
 
 import pytest
 
-from tests.interop import test_clients as scenarios
+from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
+from tests.interop import scenarios
 from tests.interop.clients import CODECS, KafkaPythonClient, TierlogClient
-from tests.peer.conftest import SHARED_SETTINGS, kafka_jars, kafka_peer, kafka_peer_module  # noqa: F401
 
 COLUMN = "tierlog → Apache Kafka"
-CLIENT = TierlogClient.name
-
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
 
@@ -72,7 +71,7 @@ class KafkaBroker:
 
 
 @pytest.fixture
-def interop_broker(kafka_jars, tmp_path):  # noqa: F811 - the imported fixture
+def interop_broker(kafka_jars, tmp_path):
     started: list[KafkaBroker] = []
 
     def _start(settings: dict | None = None) -> KafkaBroker:
@@ -101,58 +100,58 @@ def make_client():
 
 
 @pytest.fixture
-def client(make_client, kafka_peer):  # noqa: F811
+def client(make_client, kafka_peer):
     return make_client(kafka_peer.bootstrap)
 
 
 @pytest.fixture
-def neutral(make_client, kafka_peer):  # noqa: F811
+def neutral(make_client, kafka_peer):
     return make_client(kafka_peer.bootstrap, "kafka-python")
 
 
-def test_metadata(client, neutral, kafka_peer):  # noqa: F811
-    scenarios.test_metadata(CLIENT, client, neutral, kafka_peer)
+def test_metadata(client, neutral, kafka_peer):
+    scenarios.metadata(client, neutral, kafka_peer)
 
 
 def test_create_topics(client):
-    scenarios.test_create_topics(CLIENT, client)
+    scenarios.create_topics(client)
 
 
 def test_create_partitions(client):
-    scenarios.test_create_partitions(CLIENT, client)
+    scenarios.create_partitions(client)
 
 
 def test_configs(client):
-    scenarios.test_configs(CLIENT, client)
+    scenarios.configs(client)
 
 
 def test_delete_records(client, neutral):
-    scenarios.test_delete_records(CLIENT, client, neutral)
+    scenarios.delete_records(client, neutral)
 
 
-def test_delete_topic(client, neutral, kafka_peer):  # noqa: F811
-    scenarios.test_delete_topic(CLIENT, client, neutral, kafka_peer)
+def test_delete_topic(client, neutral, kafka_peer):
+    scenarios.delete_topic(client, neutral, kafka_peer)
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_produce_codec(codec, client, kafka_peer):  # noqa: F811
-    scenarios.test_produce_codec(CLIENT, codec, client, kafka_peer)
+def test_produce_codec(codec, client, kafka_peer):
+    scenarios.produce_codec(codec, client, kafka_peer)
 
 
 @pytest.mark.parametrize("fault", ["proxy", "broker-kill"])
 def test_idempotent_retries(fault, make_client, interop_broker):
-    scenarios.test_idempotent_retries(CLIENT, fault, make_client, interop_broker)
+    scenarios.idempotent_retries(fault, make_client, interop_broker)
 
 
 @pytest.mark.parametrize("start", ["earliest", "latest", "timestamp"])
 def test_consume_from(start, client, neutral):
-    scenarios.test_consume_from(CLIENT, start, client, neutral)
+    scenarios.consume_from(start, client, neutral)
 
 
 def test_consumer_group(client, neutral):
-    scenarios.test_consumer_group(CLIENT, client, neutral)
+    scenarios.consumer_group(client, neutral)
 
 
 @pytest.mark.parametrize("how", ["clean", "kill"])
 def test_restart_resume(how, make_client, interop_broker):
-    scenarios.test_restart_resume(CLIENT, how, make_client, interop_broker)
+    scenarios.restart_resume(how, make_client, interop_broker)

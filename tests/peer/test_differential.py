@@ -15,9 +15,8 @@ import uuid
 
 import pytest
 
+from tests.harness.rawclient import RawClient, create_topic, unique, wait_for_leaders
 from tests.peer.diff import differences, plain, run_both
-from tests.peer.peerlib import create_topic, unique, wait_for_leaders
-from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches, iter_records
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
+from tests.harness.rawclient import RawClient
 from tests.peer.dumplog import dump_partition, read_offset_index, read_time_index
-from tests.server.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 from tierlog.storage import Log, LogConfig

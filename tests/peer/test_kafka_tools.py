@@ -11,8 +11,7 @@ import time
 
 from kafka import KafkaProducer
 
-from tests.peer.peerlib import create_topic, unique
-from tests.server.rawclient import RawClient
+from tests.harness.rawclient import RawClient, create_topic, unique
 from tierlog.protocol import ApiKey
 from tierlog.records import read_header
 

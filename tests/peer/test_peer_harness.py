@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tests.peer import conftest
-from tests.peer.conftest import ROOT, KafkaPeerError, kafka_peer_module
+from tests.harness import ROOT, apache_kafka
+from tests.harness.apache_kafka import KafkaPeerError, kafka_peer_module
 
 
 def test_cache_refuses_a_folder_inside_the_repository(monkeypatch):
@@ -28,7 +28,7 @@ def test_generated_pom_asks_for_broker_tools_test_storage_and_log4j():
 def test_missing_java_fails_in_ci_and_skips_locally(monkeypatch, ci, outcome):
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="Apache Kafka peer unavailable"):
-        conftest._unavailable("missing java")
+        apache_kafka.unavailable("missing java")
 
 
 def test_tool_runner_keeps_exit_codes_and_output(kafka_tool, tmp_path):

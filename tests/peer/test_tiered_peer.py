@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from tests.peer.peerlib import create_topic, unique
-from tests.server.rawclient import RawClient
+from tests.harness.rawclient import RawClient, create_topic, unique
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
 

@@ -15,9 +15,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.server.rawclient import RawClient
-from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
+from tests.harness.tiered import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
 from tierlog.tiered.rsm.faults import write_control

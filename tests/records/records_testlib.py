@@ -14,7 +14,7 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 ALL_CODECS = list(CompressionType)
 
 
-def _payload(size: int, seed: int, compressible: bool) -> bytes:
+def payload(size: int, seed: int, compressible: bool) -> bytes:
     rnd = random.Random(seed)
     if compressible:
         words = [rnd.randbytes(rnd.randint(1, 8)) for _ in range(16)]
@@ -30,7 +30,7 @@ blobs = st.one_of(
     st.none(),
     st.just(b""),
     st.binary(max_size=40),
-    st.builds(_payload, st.integers(1000, 200_000), st.integers(0, 2**32), st.booleans()),
+    st.builds(payload, st.integers(1000, 200_000), st.integers(0, 2**32), st.booleans()),
 )
 small_blobs = st.one_of(st.none(), st.just(b""), st.binary(max_size=16))
 headers = st.lists(st.tuples(st.text(max_size=12), small_blobs), max_size=4)

@@ -8,7 +8,7 @@ import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from records_testlib import ALL_CODECS, _payload
+from records_testlib import ALL_CODECS, payload
 
 from tierlog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from tierlog.records import CompressionType, compress, decompress
@@ -17,7 +17,7 @@ from tierlog.records.compression import XERIAL_BLOCK_SIZE, XERIAL_MAGIC
 data_strategy = st.one_of(
     st.just(b""),
     st.binary(max_size=300),
-    st.builds(_payload, st.integers(1, 300_000), st.integers(0, 2**32), st.booleans()),
+    st.builds(payload, st.integers(1, 300_000), st.integers(0, 2**32), st.booleans()),
 )
 
 
@@ -38,7 +38,7 @@ def test_round_trip_every_codec(data, codec, wrap):
     (CompressionType.NONE, [None, 3]),
 ])
 def test_valid_levels(codec, levels):
-    data = _payload(50_000, 1, True)
+    data = payload(50_000, 1, True)
     for level in levels:
         assert decompress(codec, compress(codec, data, level)) == data
 
@@ -54,7 +54,7 @@ def test_invalid_levels(codec, level):
 
 
 def test_kafka_default_levels():
-    data = _payload(200_000, 2, True)
+    data = payload(200_000, 2, True)
     # gzip -1 is zlib's default, 6
     assert compress("gzip", data) == compress("gzip", data, -1) == compress("gzip", data, 6)
     # lz4's Kafka default 9 is lz4's fast compressor, not HC level 9
@@ -65,7 +65,7 @@ def test_kafka_default_levels():
 
 def test_lz4_frames_use_independent_blocks():
     # Kafka's Lz4BlockInputStream refuses dependent blocks: FLG bit 5 must be set, version 01.
-    frame = compress(CompressionType.LZ4, _payload(300_000, 3, True))
+    frame = compress(CompressionType.LZ4, payload(300_000, 3, True))
     assert frame[:4] == b"\x04\x22\x4d\x18"
     flg = frame[4]
     assert flg & 0x20 and flg >> 6 == 1 and flg & 0x03 == 0
@@ -101,7 +101,7 @@ def _xerial_chunks(stream: bytes) -> list[bytes]:
 
 
 def test_snappy_writes_xerial_framing_with_32k_blocks():
-    data = _payload(100_000, 4, False)
+    data = payload(100_000, 4, False)
     chunks = _xerial_chunks(compress(CompressionType.SNAPPY, data))
     sizes = [len(bytes(cramjam.snappy.decompress_raw(c))) for c in chunks]
     assert sizes == [XERIAL_BLOCK_SIZE] * 3 + [100_000 - 3 * XERIAL_BLOCK_SIZE]
@@ -118,7 +118,7 @@ def _xerial(data: bytes, block: int, version: bytes = b"\x00\x00\x00\x01\x00\x00
 
 
 def test_snappy_reads_other_xerial_writers():
-    data = _payload(70_000, 5, True)
+    data = payload(70_000, 5, True)
     assert decompress(CompressionType.SNAPPY, _xerial(data, 1000)) == data
     assert decompress(CompressionType.SNAPPY, _xerial(data, 70_000)) == data
     # version ints written little-endian (seen from some non-Java producers) are ignored
@@ -135,7 +135,7 @@ def test_snappy_reads_raw_snappy(data):
 
 
 def test_corrupt_xerial_streams():
-    good = _xerial(_payload(10_000, 6, True), 3000)
+    good = _xerial(payload(10_000, 6, True), 3000)
     with pytest.raises(CorruptMessageError, match="truncated"):
         decompress(CompressionType.SNAPPY, good + b"\x00\x00")
     with pytest.raises(CorruptMessageError, match="chunk at byte"):
@@ -152,7 +152,7 @@ def test_corrupt_xerial_streams():
 
 @pytest.mark.parametrize("codec", [c for c in ALL_CODECS if c is not CompressionType.NONE])
 def test_corrupt_or_truncated_input_raises_corrupt_message(codec):
-    packed = compress(codec, _payload(50_000, 7, True))
+    packed = compress(codec, payload(50_000, 7, True))
     for bad in (b"\x00garbage-garbage-garbage", packed[: len(packed) // 2]):
         with pytest.raises(CorruptMessageError, match=f"cannot decompress {codec.name_lower}|xerial"):
             decompress(codec, bad)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from records_testlib import ALL_CODECS, _payload, record_lists
+from records_testlib import ALL_CODECS, payload, record_lists
 
 from tierlog.records import (
     CompressionType,
@@ -102,7 +102,7 @@ def test_kafka_python_reads_our_batches(records, codec, base_offset, log_append)
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_compressed_batches_both_ways(codec):
-    records = [(b"key-%d" % i, _payload(3000, i, True), [("n", b"%d" % i), ("null", None)], 1000 + i)
+    records = [(b"key-%d" % i, payload(3000, i, True), [("n", b"%d" % i), ("null", None)], 1000 + i)
                for i in range(50)]
     theirs = their_batch(records, codec, producer=(42, 3, 100, True))
     header = read_header(theirs)
@@ -143,14 +143,14 @@ def test_multi_batch_log_and_control_records():
 
 @pytest.mark.parametrize("codec", [c for c in CODECS if c.values[0] is not CompressionType.NONE])
 def test_raw_codec_streams_both_ways(codec):
-    data = _payload(150_000, 9, True)
+    data = payload(150_000, 9, True)
     assert getattr(kcodec, _DECODE[codec])(compress(codec, data)) == data
     assert decompress(codec, getattr(kcodec, _ENCODE[codec])(data)) == data
 
 
 @pytest.mark.skipif(not kcodec.has_snappy(), reason="python-snappy not installed")
 def test_snappy_raw_and_xerial_from_kafka_python():
-    data = _payload(100_000, 10, False)
+    data = payload(100_000, 10, False)
     xerial = kcodec.snappy_encode(data, xerial_compatible=True, xerial_blocksize=32 * 1024)
     assert compress(CompressionType.SNAPPY, data) == xerial  # same framing, same blocks
     assert decompress(CompressionType.SNAPPY, xerial) == data
@@ -162,7 +162,7 @@ def test_lz4_frames_decode_with_reference_liblz4():
     import lz4.frame
 
     for level in (None, 1, 9, 12, 17):
-        data = _payload(200_000, 11, True)
+        data = payload(200_000, 11, True)
         assert lz4.frame.decompress(compress(CompressionType.LZ4, data, level)) == data
     # and frames with content size / linked blocks from other writers decode here
     assert decompress(CompressionType.LZ4, lz4.frame.compress(data, block_linked=True)) == data

@@ -13,9 +13,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
+from tests.harness.rawclient import RawClient
 from tierlog.protocol import ApiKey
-
-from .rawclient import RawClient
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
+from tests.harness.rawclient import RawClient
 from tierlog.protocol import ApiKey
-
-from .rawclient import RawClient
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT, LOGGER = 1, 2, 3, 4, 5, 6

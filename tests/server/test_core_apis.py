@@ -5,10 +5,9 @@ import uuid
 
 import pytest
 
+from tests.harness.rawclient import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_records
-
-from .rawclient import RawClient
 
 
 @pytest.fixture

@@ -22,10 +22,9 @@ import time
 import pytest
 from kio.index import load_request_schema
 
+from tests.harness.rawclient import RawClient
 from tierlog.protocol import ApiKey, build, encode_request
 from tierlog.records import build_batch
-
-from .rawclient import RawClient
 
 FUZZ_FRAMES = 2000
 FUZZ_SECONDS = 20.0

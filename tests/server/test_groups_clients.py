@@ -8,101 +8,14 @@ broker minimum (6 s) and ``group.initial.rebalance.delay.ms`` is 0 (the fixture 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
 
+from tests.server.groupslib import SESSION_MS, KafkaPythonMember, committed_offsets, produce, wait_until
+
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
-
-SESSION_MS = 6000
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,
-            create: bool = False) -> None:
-    from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    if create:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for p in range(partitions):
-        for i in range(start, start + per_partition):
-            producer.send(topic, value=f"{p}-{i}".encode(), partition=p)
-    producer.flush()
-    producer.close()
-
-
-def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        result = admin.list_group_offsets(group)[group]
-        return {(tp.topic, tp.partition): om.offset for tp, om in result.items()}
-    finally:
-        admin.close()
-
-
-# ------------------------------------------------------------------ kafka-python
-
-class KafkaPythonMember(threading.Thread):
-    """One kafka-python consumer in a group, polled from its own thread; commits after each batch."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, **config):
-        super().__init__(daemon=True)
-        self.args = (bootstrap, group, topic, config)
-        self.records: list[tuple[int, int, bytes]] = []
-        self.assignment: set[int] = set()
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        from kafka import KafkaConsumer
-
-        bootstrap, group, topic, config = self.args
-        try:
-            c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                              enable_auto_commit=False, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300,
-                              **config)
-            try:
-                while not self.stop_event.is_set():
-                    # 1 s, not less: kafka-python 3.0.12 never finishes a join that completes after
-                    # poll() returned (docs/compatibility.md, client quirks), which shows under load.
-                    batch = c.poll(timeout_ms=1000)
-                    with self.lock:
-                        for tp, msgs in batch.items():
-                            self.records += [(tp.partition, m.offset, m.value) for m in msgs]
-                        self.assignment = {tp.partition for tp in c.assignment()}
-                    if batch:
-                        c.commit()
-            finally:
-                c.close()
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            self.error = e
-
-    def snapshot(self):
-        with self.lock:
-            return list(self.records), set(self.assignment)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(20)
-        if self.error:
-            raise self.error
 
 
 def test_kafka_python_rebalance_commit_restart(start_broker):

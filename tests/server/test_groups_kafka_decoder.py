@@ -3,8 +3,8 @@
 A tierlog broker hosts a consumer group (kafka-python: join, sync, commits, leave), a simple
 consumer's commit, a static member and a deleted group; after a clean stop, Kafka decodes every
 record of the partitions that were written, and each decoded key and value must be what tierlog's
-decoder reads from the same bytes. Needs Java and the Kafka jars of ``tests/peer`` (skipped without
-them locally, failing in CI like the other peer tests).
+decoder reads from the same bytes. Needs Java and Kafka's jars (the harness's ``kafka_tool``; skipped
+without them locally, failing in CI like the other peer tests).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peer.conftest import _tool_runner, kafka_jars, kafka_tool  # noqa: F401 - fixtures
+from tests.server.groupslib import KafkaPythonMember, committed_offsets, produce, wait_until
 from tierlog.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -24,8 +24,6 @@ from tierlog.coordinator.records import (
     decode_value,
 )
 from tierlog.records import iter_records
-
-from .test_groups_clients import KafkaPythonMember, committed_offsets, produce, wait_until
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
@@ -75,7 +73,7 @@ def _check_value(key, value, payload: str) -> None:
 ASSIGNMENTS: list = []
 
 
-def test_kafka_decodes_tierlog_consumer_offsets(start_broker, kafka_tool):  # noqa: F811 - the fixture
+def test_kafka_decodes_tierlog_consumer_offsets(start_broker, kafka_tool):
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import KafkaAdminClient
     from kafka.structs import OffsetAndMetadata

@@ -1,8 +1,8 @@
 """Group APIs on the wire against a live broker, version by version.
 
 The expected answers are Kafka's: ``TIERLOG_GROUPS_PEER=kafka`` runs the same module against Apache
-Kafka (the peer from ``tests/peer``, needs Java and its jars) instead of tierlog; the few checks of
-tierlog-only facts are skipped then.
+Kafka (the reference peer of tests/harness/apache_kafka.py, needs Java and its jars) instead of
+tierlog; the few checks of tierlog-only facts are skipped then.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import time
 
 import pytest
 
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
 from tierlog.protocol import ApiKey
-
-from .conftest import BrokerProcess
-from .rawclient import RawClient
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -37,7 +36,7 @@ tierlog_only = pytest.mark.skipif(PEER != "tierlog", reason="checks a tierlog-sp
 
 class _KafkaPeer:
     def __init__(self, work_dir):
-        from tests.peer.conftest import SHARED_SETTINGS, kafka_peer_module
+        from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
 
         self.server = kafka_peer_module.KafkaServer(work_dir, overrides=dict(SHARED_SETTINGS)).start()
         self.bootstrap = self.server.bootstrap
@@ -80,7 +79,7 @@ def create_topic(client, name, partitions=2):
         "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}], "timeout": 5000})
     assert resp.topics[0].error_code == 0, resp
     if PEER == "kafka":
-        from tests.peer.peerlib import wait_for_leaders
+        from tests.harness.rawclient import wait_for_leaders
 
         wait_for_leaders(client, name, partitions)
 

@@ -1,13 +1,14 @@
 """Apache Spark against tierlog, through Spark's own Kafka source (spark-sql-kafka-0-10).
 
-Fixtures:
+Fixtures (brokers come from the harness, tests/harness: ``start_broker``, ``broker``):
 
 - ``spark_kafka_jars``: the connector jars for the installed PySpark, resolved by Maven into a
-  cache folder outside the repository (scripts/spark_kafka_jars.py).
+  cache folder outside the repository (scripts/spark_kafka_jars.py, loaded by tests/spark/sparklib.py).
 - ``spark``: ONE local SparkSession for the whole test session (``local[2]``, no UI, bound to
   127.0.0.1, Python workers on ``sys.executable``, the connector on ``spark.jars``). A session
-  costs about 1.6 GB, so tests never start their own. Its JVM is stopped by PID at the end.
-- ``start_broker`` / ``broker`` (re-exported from tests/server): real ``tierlog broker`` processes.
+  costs about 1.6 GB, so tests never start their own (under pytest-xdist every test using it runs
+  on the same worker: the ``spark`` group of tests/harness/plugin.py). Its JVM is stopped by PID at
+  the end.
 
 When PySpark, Java or Maven is missing (or Maven cannot resolve the connector) these tests are
 skipped with the reason locally, and fail in CI (``CI`` set to true), so a CI run never passes
@@ -24,19 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.prerequisites import load_script
-from tests.prerequisites import unavailable as unavailable_in_ci_or_skip
-from tests.server.conftest import BrokerProcess, broker, start_broker  # noqa: F401 - fixtures re-exported
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-jars_module = load_script("spark_kafka_jars.py", "tierlog_spark_kafka_jars")
-SparkKafkaJarsError = jars_module.SparkKafkaJarsError
-
-
-def unavailable(reason: str):
-    unavailable_in_ci_or_skip("Spark's Kafka source", reason)
+from tests.spark.sparklib import SparkKafkaJarsError, jars_module, unavailable
 
 
 @pytest.fixture(scope="session")

@@ -204,15 +204,16 @@ def test_streaming_available_now_to_parquet_resumes_from_its_checkpoint(spark, b
 
 @pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
 def test_missing_prerequisites_fail_in_ci_and_skip_locally(monkeypatch, ci, outcome):
-    from tests.spark import conftest
+    from tests.spark import sparklib
 
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="Spark's Kafka source unavailable"):
-        conftest.unavailable("missing mvn")
+        sparklib.unavailable("missing mvn")
 
 
 def test_connector_cache_stays_outside_the_repository(monkeypatch):
-    from tests.spark.conftest import ROOT, SparkKafkaJarsError, jars_module
+    from tests.harness import ROOT
+    from tests.spark.sparklib import SparkKafkaJarsError, jars_module
 
     monkeypatch.setenv("TIERLOG_SPARK_KAFKA_CACHE", str(ROOT / "spark-cache"))
     with pytest.raises(SparkKafkaJarsError, match="inside the repository"):

@@ -15,8 +15,8 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.tiered.tierlib import tier_status, tiered_settings
+from tests.harness.broker import BrokerProcess
+from tests.harness.tiered import tier_status, tiered_settings
 
 TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": "40000", "local.retention.bytes": "1",
                 "file.delete.delay.ms": "0"}

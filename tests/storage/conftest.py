@@ -1,16 +1,11 @@
+"""``make_log``: logs in a temp folder, closed after the test (helpers in tests/storage/storagelib.py)."""
+
 import os
 
 import pytest
 
-from tierlog.records import build_batch
+from tests.storage.storagelib import batch, crash  # noqa: F401 - transition: goes once parallel branches merged
 from tierlog.storage import Log, LogConfig
-
-
-def batch(n=1, *, ts=None, size=10, key=b"k", **kw):
-    """A batch of ``n`` records with ``size``-byte values and optional fixed timestamp."""
-    recs = [(key, bytes([65 + i % 26]) * size, [], ts) if ts is not None else (key, bytes([65 + i % 26]) * size)
-            for i in range(n)]
-    return build_batch(recs, **kw)
 
 
 @pytest.fixture
@@ -31,11 +26,3 @@ def make_log(tmp_path):
         for seg in lg.segments:
             if seg.fd >= 0:
                 seg.close()
-
-
-def crash(lg):
-    """Simulate a process kill: drop the log without flushing indexes, snapshots or checkpoints."""
-    for seg in lg.segments:
-        if seg.fd >= 0:
-            os.close(seg._fd)
-            seg._fd = -1

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.storage.storagelib import batch
 from tierlog.errors import (
     InvalidTimestampError,
     MessageTooLargeError,
@@ -20,8 +21,6 @@ from tierlog.storage import (
     MAX_TIMESTAMP,
     OffsetMovedToTieredStorageError,
 )
-
-from .conftest import batch
 
 
 def all_offsets(lg):

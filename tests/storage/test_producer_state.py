@@ -5,10 +5,9 @@ import struct
 import crc32c
 import pytest
 
+from tests.storage.storagelib import batch, crash
 from tierlog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from tierlog.records import build_batch
-
-from .conftest import batch, crash
 
 
 def pbatch(seq, n=2, pid=1000, epoch=0, **kw):

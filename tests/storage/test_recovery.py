@@ -7,12 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.storage.storagelib import batch, crash
 from tierlog.records import iter_batches
 from tierlog.storage import LogManager
 from tierlog.storage.segment import LogSegment
-
-from . import conftest
-from .conftest import batch, crash
 
 
 def write_log(make_log, sizes, name="t-0", **cfg):
@@ -175,9 +173,6 @@ def test_log_dir_lock_refuses_a_second_manager(tmp_path):
     with pytest.raises(KafkaStorageError, match="in use"):
         LogManager([str(tmp_path)]).startup()
     m.shutdown()
-
-
-assert conftest  # the fixtures module is shared by these tests
 
 
 def test_unreadable_checkpoints_fall_back_to_the_segments(tmp_path):

@@ -5,7 +5,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import batch
+from tests.storage.storagelib import batch
 
 DAY = 86_400_000
 

@@ -1,9 +1,9 @@
 """Fixtures for the remote storage tests: a real rolled segment written by tierlog's own log, segment
-metadata for it, configured storage managers of every backend, and a moto S3 server."""
+metadata for it, and configured storage managers of every backend (``make_rsm``; the S3 ones on the
+harness's ``moto_s3`` server). Live tiered brokers come from the harness (tests/harness)."""
 
 from __future__ import annotations
 
-import logging
 import random
 import struct
 import uuid
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import BrokerProcess, broker, start_broker  # noqa: F401 - fixtures re-exported
+from tests.harness.prerequisites import unavailable
+from tests.harness.s3 import s3_configs
+from tests.tiered.rsmlib import ZSTD
 from tierlog.records import build_batch
 from tierlog.storage import Log, LogConfig
 from tierlog.storage.producer_state import snapshot_path
@@ -24,8 +26,6 @@ from tierlog.tiered.metadata import (
     TopicIdPartition,
 )
 from tierlog.tiered.rsm import create_remote_storage_manager
-
-from ..prerequisites import unavailable
 
 TOPIC_ID_PARTITION = TopicIdPartition(uuid.UUID("5f2c9e4a-1b7d-4c3e-9a8f-0d6e2b1c3a47"), "orders.v1-eu", 3)
 # Two epochs inside the segment, so the leader-epoch checkpoint has two lines.
@@ -85,37 +85,6 @@ def segment(tmp_path_factory) -> LocalSegment:
              IndexType.TRANSACTION: txn.read_bytes(), IndexType.LEADER_EPOCH: epoch_checkpoint}
     assert len(files["log"]) > 15_000 and files[IndexType.OFFSET] and files[IndexType.PRODUCER_SNAPSHOT]
     return LocalSegment(data, first.base_offset, end_offset, max_ts, files)
-
-
-@pytest.fixture(scope="module")
-def moto_s3():
-    """A moto S3 server on a free local port with bucket ``tiered``; yields its endpoint URL."""
-    try:
-        import boto3
-        from moto.server import ThreadedMotoServer
-    except ImportError as e:
-        unavailable("moto S3 server", f"{e} (pip install 'moto[server]' boto3)")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket="tiered")
-        yield endpoint
-    finally:
-        server.stop()
-
-
-def s3_configs(endpoint: str, url: str = "s3://tiered/cluster-a") -> dict[str, str]:
-    return {"url": url, "aws_endpoint": endpoint, "aws_access_key_id": "test", "aws_secret_access_key": "test",
-            "aws_region": "us-east-1", "aws_allow_http": "true", "aws_virtual_hosted_style_request": "false"}
-
-
-BACKENDS = ["filesystem", "filesystem-zstd", "memory", "file", "s3", "s3-zstd"]
-# Tiny chunks so ranges cross chunk boundaries.
-ZSTD = {"compression.enable": "true", "compression.chunk.size": "1000"}
 
 
 @pytest.fixture

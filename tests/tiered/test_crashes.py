@@ -15,8 +15,8 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.tiered.tierlib import call, tiered_settings, wait_for
+from tests.harness.broker import BrokerProcess
+from tests.harness.tiered import call, tiered_settings, wait_for
 from tierlog.tiered.rsm.faults import write_control
 
 FAULTY = "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager"

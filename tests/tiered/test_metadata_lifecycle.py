@@ -22,10 +22,10 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.server.rawclient import RawClient
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
+from tests.harness.tiered import tier_status, tiered_settings, wait_for
 from tests.tiered.holds import held_rlmm_settings
-from tests.tiered.tierlib import tier_status, tiered_settings, wait_for
 from tierlog.protocol import ApiKey
 
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",

@@ -26,8 +26,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.server.rawclient import RawClient
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
 from tests.tiered.holds import held_rlmm_settings
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches

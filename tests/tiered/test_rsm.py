@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.tiered.rsmlib import BACKENDS
 from tierlog.errors import InvalidConfigError, KafkaStorageError
 from tierlog.kafka_uuid import uuid_to_str
 from tierlog.records import build_batch
@@ -25,8 +26,6 @@ from tierlog.tiered.rsm import (
     layout,
 )
 from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
-
-from .conftest import BACKENDS
 
 
 @pytest.fixture(params=BACKENDS)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.harness.s3 import s3_configs
 from tierlog.tiered.metadata import IndexType
 from tierlog.tiered.rsm import (
     RemoteResourceNotFoundError,
@@ -17,8 +18,6 @@ from tierlog.tiered.rsm import (
     RetriableRemoteStorageError,
     create_remote_storage_manager,
 )
-
-from .conftest import s3_configs
 
 # Short timeouts and one quick retry so a dead endpoint fails fast.
 FAST_FAIL = {"connect.timeout.ms": "500", "request.timeout.ms": "700", "retry.max.retries": "1",

@@ -20,10 +20,11 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from tests.server.conftest import ROOT, BrokerProcess
-from tests.server.rawclient import RawClient
+from tests.harness import ROOT
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient
+from tests.harness.tiered import call, metrics_url, tier_status, tiered_settings, wait_for
 from tests.tiered.test_remote_fetch import batches, fetch
-from tests.tiered.tierlib import call, metrics_url, tier_status, tiered_settings, wait_for
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.faults import write_control
 

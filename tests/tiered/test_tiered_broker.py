@@ -14,8 +14,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import InvalidConfigurationError
 
-from tests.server.conftest import ROOT, BrokerProcess
-from tests.tiered.tierlib import metrics_url, wait_for
+from tests.harness import ROOT
+from tests.harness.broker import BrokerProcess
+from tests.harness.tiered import metrics_url, wait_for
 from tierlog.tiered.rsm.faults import write_control
 
 TIERED = {

@@ -20,8 +20,8 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
-from tests.server.conftest import BrokerProcess
-from tests.tiered.conftest import s3_configs
+from tests.harness.broker import BrokerProcess
+from tests.harness.s3 import s3_configs
 
 PARTITIONS = 4
 TOPIC_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20), "local.retention.bytes": "1",

@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
-from tests.server.conftest import BrokerProcess
+from tests.harness.broker import BrokerProcess
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.errors import KafkaTimeoutError

@@ -1,49 +1,9 @@
-"""Helpers shared by the tests that run tiered brokers: settings, the broker's status endpoint, polling."""
+"""Transition shim: these helpers moved to tests/harness/tiered.py (and ``BrokerProcess`` to
+tests/harness/broker.py).
 
-from __future__ import annotations
+Kept only so branches written against the old path still import; it goes once they are merged.
+New code imports ``tests.harness.tiered``.
+"""
 
-import json
-import time
-import urllib.request
-
-from tests.server.conftest import BrokerProcess
-
-
-def tiered_settings(root, **extra) -> dict:
-    """A broker tiering to ``root/remote`` with the topic-based metadata manager on a single node, tasks
-    and retention checked often, and the metrics endpoint on a free port."""
-    return {
-        "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "100",
-        "metrics.port": "0", "num.partitions": "1", **extra,
-    }
-
-
-def metrics_url(b: BrokerProcess) -> str:
-    """http://host:port of the broker's metrics endpoint, from its start-up log."""
-    for line in b.output:
-        if "Metrics on " in line:
-            return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
-    raise AssertionError("no 'Metrics on' line in the broker's output:\n" + "".join(b.output))
-
-
-def call(b: BrokerProcess, path: str, method: str = "GET") -> dict:
-    req = urllib.request.Request(metrics_url(b) + path, method=method)
-    return json.load(urllib.request.urlopen(req, timeout=60))
-
-
-def tier_status(b: BrokerProcess, topic: str | None = None) -> dict:
-    return call(b, "/v1/tier/status" + (f"?topic={topic}" if topic else ""))
-
-
-def wait_for(predicate, what: str, timeout: float = 60, every: float = 0.1):
-    """Poll ``predicate`` until it returns something true (returned), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.harness.broker import BrokerProcess  # noqa: F401 - re-exported for the transition
+from tests.harness.tiered import call, metrics_url, tier_status, tiered_settings, wait_for  # noqa: F401

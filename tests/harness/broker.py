@@ -1,0 +1,99 @@
+"""``tierlog broker`` as a real process on 127.0.0.1, for tests and benchmarks.
+
+``BrokerProcess(log_dir, settings).start()`` runs ``python -m tierlog broker`` with this repository's
+``src`` first on ``PYTHONPATH`` (so a worktree tests its own code), waits for its ``ready`` line and
+keeps draining its output into ``output``. Settings are Kafka's keys (``log.dirs``, ``listeners`` and
+``group.initial.rebalance.delay.ms=0`` are preset). ``stop()`` is a clean SIGTERM, ``kill()`` a SIGKILL,
+``restart(clean)`` either one and a start on the same port and log dir.
+
+``BrokerProcess.running`` holds every process started and not yet reaped; the harness plugin kills
+those a test left behind, and all of them at the end of the session (in each pytest-xdist worker).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.harness import ROOT
+
+
+class BrokerProcess:
+    #: Every broker process started and not yet reaped, so a failing test cannot leave one running.
+    running: set[BrokerProcess] = set()
+
+    def __init__(self, log_dir: Path, overrides: dict[str, str]):
+        self.log_dir = log_dir
+        self.overrides = {"log.dirs": str(log_dir), "listeners": "PLAINTEXT://127.0.0.1:0",
+                          "group.initial.rebalance.delay.ms": "0", **overrides}
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.output: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> BrokerProcess:
+        args = [sys.executable, "-m", "tierlog", "broker"]
+        for k, v in self.overrides.items():
+            args += ["-o", f"{k}={v}"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        BrokerProcess.running.add(self)
+        self.proc = subprocess.Popen(args, cwd=self.log_dir.parent, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + timeout
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if line.startswith("tierlog broker ready on "):
+                self.port = int(line.rsplit(":", 1)[1])
+                break
+            if time.monotonic() > deadline:
+                break
+        if self.port is None:
+            self.kill()
+            raise RuntimeError("broker did not start:\n" + "".join(self.output))
+        # Keep draining output so the broker never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def stop(self, timeout: float = 30) -> int:
+        """Clean shutdown (SIGTERM); returns the exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """Unclean stop (SIGKILL)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        """Stop (cleanly or by SIGKILL) and start again on the same port and log dir."""
+        port = self.port
+        self.stop() if clean else self.kill()
+        self.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        self.port = None
+        return self.start()
+
+    @classmethod
+    def kill_running(cls, keep: set[BrokerProcess] = frozenset()) -> None:
+        """SIGKILL every registered broker not in ``keep`` and forget it."""
+        for b in cls.running - keep:
+            b.kill()
+            cls.running.discard(b)

@@ -1,0 +1,86 @@
+"""A minimal blocking Kafka protocol client for tests (any API, any version, raw answers), and topic
+helpers over it that work against tierlog and Apache Kafka alike."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+
+from kio.index import load_request_schema, load_response_schema
+
+from tierlog.protocol import ApiKey, build, encode_request, parse_response
+
+
+class RawClient:
+    def __init__(self, bootstrap: str, timeout: float = 10):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_frame(self, frame: bytes) -> None:
+        self.sock.sendall(frame)
+
+    def read_frame(self) -> bytes:
+        size = struct.unpack(">i", self._recv(4))[0]
+        return self._recv(size)
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, api_key: int, version: int, values: dict):
+        """Send a request built from plain values; return the parsed response object."""
+        self.correlation_id += 1
+        req = build(load_request_schema(api_key, version), values)
+        self.send_frame(encode_request(req, self.correlation_id, "rawclient"))
+        corr, resp = parse_response(self.read_frame(), load_response_schema(api_key, version))
+        assert corr == self.correlation_id
+        return resp
+
+
+def unique(prefix: str) -> str:
+    """A topic (or group) name no other test uses: ``prefix`` and eight random hex digits."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict | None = None,
+                 timeout: float = 15) -> None:
+    """CreateTopics, then wait until every partition has a leader (Kafka answers before that)."""
+    raw = RawClient(bootstrap)
+    try:
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
+            "timeout_ms": 10000, "validate_only": False})
+        assert resp.topics[0].error_code == 0, resp.topics[0]
+        wait_for_leaders(raw, name, partitions, timeout)
+    finally:
+        raw.close()
+
+
+def wait_for_leaders(raw: RawClient, name: str, partitions: int, timeout: float = 15) -> None:
+    """Until Metadata shows a leader for every partition and ListOffsets answers for each of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
+        t = md.topics[0]
+        if t.error_code == 0 and len(t.partitions) == partitions and all(
+                p.error_code == 0 and p.leader_id >= 0 for p in t.partitions):
+            # Kafka's metadata cache can show the leader a moment before its replica manager leads.
+            lo = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": name, "partitions": [{"partition_index": i, "timestamp": -1} for i in range(partitions)]}]})
+            if all(p.error_code == 0 for p in lo.topics[0].partitions):
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {name} has no leaders after {timeout}s: {t}")
+        time.sleep(0.05)
