@@ -24,7 +24,7 @@ from tests.harness import ROOT
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import call, metrics_url, tier_status, tiered_settings, wait_for
-from tests.tiered.test_remote_fetch import batches, fetch
+from tests.tiered.fetchlib import batches, fetch
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.faults import write_control
 
