@@ -138,15 +138,6 @@ def test_a_run_that_collects_nothing_fails(tmp_path, workers):
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout + proc.stderr
 
 
-#: Conftests that still re-export names for branches written before tests/harness, and those names:
-#: importing them is allowed until those branches are merged, then the shims and this exception go.
-TRANSITION_SHIMS = {
-    "tests.server.conftest": {"BrokerProcess", "ROOT"},
-    "tests.peer.conftest": {"SHARED_SETTINGS", "KafkaPeerError", "kafka_peer_module", "run_tool", "ROOT"},
-    "tests.storage.conftest": {"batch", "crash"},
-}
-
-
 def _imports(path: Path) -> list[tuple[str, str | None]]:
     """(module, name) for every import in ``path`` (name None for ``import module``), relative imports
     resolved against its package."""
@@ -175,6 +166,6 @@ def test_no_test_module_imports_a_test_module_or_a_conftest():
         for module, name in _imports(path):
             if name is not None and _is_test_module_or_conftest(f"{module}.{name}"):
                 offences.append(f"{path.relative_to(ROOT)} imports {module}.{name}")  # from tests.x import test_y
-            elif _is_test_module_or_conftest(module) and name not in TRANSITION_SHIMS.get(module, ()):
+            elif _is_test_module_or_conftest(module):
                 offences.append(f"{path.relative_to(ROOT)} imports {module}" + (f" {name}" if name else ""))
     assert not offences, "\n".join(offences)

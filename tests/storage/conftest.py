@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-from tests.storage.storagelib import batch, crash  # noqa: F401 - transition: goes once parallel branches merged
 from tierlog.storage import Log, LogConfig
 
 

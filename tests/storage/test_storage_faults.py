@@ -24,7 +24,7 @@ from tierlog.storage.manager import LOG_DIRECTORY_OFFLINE, OFFLINE_LOG_DIRECTORY
 from tierlog.storage.producer_state import ProducerStateManager
 from tierlog.storage.segment import UnrecoverableSegmentError
 
-from .conftest import batch, crash
+from .storagelib import batch, crash
 
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
