@@ -24,7 +24,7 @@ from typing import Any
 
 from tierlog.cluster.channel import DisableRemoteTopicRequest
 from tierlog.cluster.image import TieringState, TopicImage, TopicTiering, check_tiering_transition
-from tierlog.errors import InvalidConfigError
+from tierlog.errors import NO_ERROR, InvalidConfigError
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class DisablementDriver:
             request = DisableRemoteTopicRequest(self.controller.node_id, topic.topic_id, topic.name,
                                                 tuple(sorted(parts)), tiering.policy, tiering.epoch)
             response = await self.channel.disable_remote_topic(broker_id, request)
-            if response.error_code != 0:
+            if response.error_code != NO_ERROR:
                 raise RuntimeError(f"broker {broker_id} answered error {response.error_code}: "
                                    f"{response.error_message}")
             acked.add(broker_id)

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from tierlog.errors import (
     CorruptMessageError,
     InvalidRecordError,
+    InvalidRequestError,
     InvalidTimestampError,
     KafkaStorageError,
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
-    error_for_code,
+    OutOfOrderSequenceNumberError,
 )
 from tierlog.records import (
     LOG_OVERHEAD,
@@ -444,8 +445,9 @@ class Log:
                 prior = pending_seq.get(h.producer_id)
                 if prior is not None:
                     if prior[0] == h.producer_epoch and h.base_sequence != (prior[1] + 1) & 0x7FFFFFFF:
-                        raise error_for_code(45)(f"out of order sequence {h.base_sequence} within one request "
-                                                 f"for producer {h.producer_id} in {self.name}")
+                        raise OutOfOrderSequenceNumberError(
+                            f"out of order sequence {h.base_sequence} within one request "
+                            f"for producer {h.producer_id} in {self.name}")
                 else:
                     dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence,
                                                     h.last_sequence, self.log_end_offset)
@@ -618,7 +620,7 @@ class Log:
             rec = self._first_record_at_or_after(seg, *found, ts, exact=True)
             return TimestampAndOffset(ts, rec, epoch_of(rec))
         if timestamp < 0:
-            raise error_for_code(42)(f"unsupported ListOffsets timestamp {timestamp}")
+            raise InvalidRequestError(f"unsupported ListOffsets timestamp {timestamp}")
         for seg in self.segments:
             if seg.largest_timestamp() < timestamp and seg is not self.active_segment:
                 continue

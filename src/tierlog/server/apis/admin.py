@@ -13,6 +13,7 @@ import logging
 
 from tierlog.cluster import Controller
 from tierlog.errors import (
+    NO_ERROR,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaError,
@@ -97,7 +98,7 @@ class AdminApis:
         return {
             "name": name,
             "topic_id": topic.topic_id,
-            "error_code": 0,
+            "error_code": NO_ERROR,
             "error_message": None,
             "num_partitions": len(topic.partitions),
             "replication_factor": len(next(iter(topic.partitions.values())).replicas),
@@ -165,7 +166,7 @@ class AdminApis:
             else:
                 to_delete[t.topic_id] = n
         for topic_id, name in to_delete.items():
-            out = {"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None}
+            out = {"name": name, "topic_id": topic_id, "error_code": NO_ERROR, "error_message": None}
             try:
                 self.controller.delete_topic(name)
             except KafkaError as e:
@@ -180,7 +181,7 @@ class AdminApis:
         validate_only = bool(getattr(req, "validate_only", False))
         results = []
         for t, duplicated in _once_per_name(req.topics):
-            out = {"name": t.name, "error_code": 0, "error_message": None}
+            out = {"name": t.name, "error_code": NO_ERROR, "error_message": None}
             if duplicated:
                 out.update(error_code=InvalidRequestError.code, error_message="Duplicate topic name.")
             else:
@@ -229,7 +230,7 @@ class AdminApis:
         controller_id = image.controller_id if image.controller_id in image.brokers else -1
         operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {
-            "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
+            "throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
             "cluster_id": image.cluster_id, "controller_id": controller_id, "brokers": brokers,
             "cluster_authorized_operations": operations})
 

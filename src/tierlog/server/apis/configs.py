@@ -22,6 +22,7 @@ from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigEn
 from tierlog.config.broker import _broker_synonym_names
 from tierlog.config.values import format_value
 from tierlog.errors import (
+    NO_ERROR,
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
@@ -248,7 +249,7 @@ class ConfigApis:
         unknown = next((r for r in req.resources if r.resource_type not in _TYPE_NAMES), None)
         results = []
         for r in req.resources:
-            out = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_code": 0,
+            out = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_code": NO_ERROR,
                    "error_message": None, "configs": []}
             try:
                 if unknown is not None:

@@ -8,7 +8,7 @@ send full fetch requests (all clients accept that).
 from __future__ import annotations
 
 from tierlog.cluster import Controller
-from tierlog.errors import UnknownTopicIdError, UnknownTopicOrPartitionError
+from tierlog.errors import NO_ERROR, UnknownTopicIdError, UnknownTopicOrPartitionError
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, PartitionFetch
@@ -64,7 +64,8 @@ class FetchApis:
                 "aborted_transactions": None if r.aborted_transactions is None else [
                     {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
                 "preferred_read_replica": -1, "records": r.records})
-        return build_response(ctx, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics})
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0,
+                                    "responses": topics})
 
 
 def _replica_id(req) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tierlog.cluster import Controller
-from tierlog.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
+from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.fetch_types import FetchIsolation, OffsetLookup, OffsetLookupResult
 from tierlog.server.replica_manager import ReplicaManager
@@ -43,7 +43,7 @@ class OffsetApis:
         for t in req.topics:
             parts = by_topic.setdefault(t.name, [])
             for p in t.partitions:
-                out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
+                out = {"partition_index": p.partition_index, "error_code": NO_ERROR, "timestamp": -1, "offset": -1,
                        "leader_epoch": -1}
                 if asked[t.name, p.partition_index] > 1:
                     if (t.name, p.partition_index) not in answered:
@@ -79,7 +79,7 @@ class OffsetApis:
         for t in ctx.request.topics:
             parts = []
             for p in t.partitions:
-                out = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                out = {"partition": p.partition, "error_code": NO_ERROR, "leader_epoch": -1, "end_offset": -1}
                 try:
                     epoch, end = self.replica_manager.last_offset_for_leader_epoch(
                         t.topic, p.partition, p.leader_epoch, getattr(p, "current_leader_epoch", -1))
