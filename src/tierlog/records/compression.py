@@ -39,9 +39,12 @@ from typing import Any
 
 import cramjam
 
+import numpy as np
+
 from tierlog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
-__all__ = ["CompressionType", "compress", "decompress", "XERIAL_MAGIC", "XERIAL_BLOCK_SIZE"]
+__all__ = ["CompressionType", "compress", "decompress", "decompress_bounded", "DecompressedTooLargeError",
+           "XERIAL_MAGIC", "XERIAL_BLOCK_SIZE"]
 
 
 class CompressionType(IntEnum):
@@ -99,6 +102,9 @@ _Lz4Compressor = cramjam.lz4.Compressor
 _lz4_decompress = cramjam.lz4.decompress
 _zstd_compress = cramjam.zstd.compress
 _zstd_decompress = cramjam.zstd.decompress
+_DECOMPRESS_INTO = {1: cramjam.gzip.decompress_into, 3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}
+# What cramjam's decompress_into says when the output buffer is full before the data ends.
+_OUTPUT_FULL = "failed to write whole buffer"
 _snappy_compress_raw = cramjam.snappy.compress_raw
 _snappy_decompress_raw = cramjam.snappy.decompress_raw
 _snappy_decompress_raw_len = cramjam.snappy.decompress_raw_len
@@ -232,3 +238,80 @@ def _snappy_decompress(data: Any) -> bytes:
             )
         at += size
     return bytes(out)
+
+
+class DecompressedTooLargeError(CorruptMessageError):
+    """Compressed data that inflates past the bound its reader set (a decompression bomb, or a batch
+    far beyond any size a producer writes). Raised before more than ``limit`` bytes were produced."""
+
+    def __init__(self, message: str | None = None, limit: int = 0):
+        super().__init__(message)
+        self.limit = limit
+
+
+def decompress_bounded(codec: CompressionType | int | str, data: Any, limit: int) -> memoryview:
+    """Decompress ``data`` written with ``codec`` into at most ``limit`` bytes.
+
+    Data that would inflate past ``limit`` raises :class:`DecompressedTooLargeError` after at most
+    ``limit + 1`` bytes were produced: gzip, lz4 and zstd decompress into one buffer of ``limit + 1``
+    bytes (``np.empty``: pages the codec never writes are never touched, so a large bound costs
+    address space, not memory), and stop when it is full; snappy's sizes are read from its headers
+    before anything is decompressed. Undecodable data raises CorruptMessageError as
+    :func:`decompress`. Returns a read-only view of the decompressed bytes.
+    """
+    codec = _codec(codec)
+    if limit < 0:
+        raise ValueError(f"negative decompression limit {limit}")
+    if codec is CompressionType.NONE:
+        view = memoryview(data).cast("B")
+        if len(view) > limit:
+            raise DecompressedTooLargeError(f"{len(view)} bytes exceed the limit of {limit}", limit)
+        return view
+    try:
+        if codec is CompressionType.SNAPPY:
+            size = _snappy_size(data)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"snappy data ({len(memoryview(data))} bytes) says it decompresses to {size} bytes, "
+                    f"more than the limit of {limit}", limit)
+            return memoryview(_snappy_decompress(data))
+        out = np.empty(limit + 1, dtype=np.uint8)
+        try:
+            written = _DECOMPRESS_INTO[codec](data, out)
+        except cramjam.DecompressionError as exc:
+            if _OUTPUT_FULL in str(exc):
+                written = limit + 1
+            else:
+                raise
+        if written > limit:
+            raise DecompressedTooLargeError(
+                f"{codec.name_lower} data ({len(memoryview(data))} bytes) decompresses to more than the "
+                f"limit of {limit} bytes", limit)
+        return memoryview(out[:written]).toreadonly()
+    except cramjam.DecompressionError as exc:
+        raise CorruptMessageError(
+            f"cannot decompress {codec.name_lower} data ({len(memoryview(data))} bytes): {exc}"
+        ) from exc
+
+
+def _snappy_size(data: Any) -> int:
+    """The decompressed size of raw or xerial-framed snappy data, from its headers alone."""
+    view = memoryview(data).cast("B")
+    if len(view) < XERIAL_HEADER_SIZE or view[:8] != XERIAL_MAGIC:
+        return _snappy_decompress_raw_len(view)
+    total = 0
+    pos = XERIAL_HEADER_SIZE
+    end = len(view)
+    while pos < end:
+        if end - pos >= XERIAL_HEADER_SIZE and view[pos:pos + 8] == XERIAL_MAGIC:
+            pos += XERIAL_HEADER_SIZE
+            continue
+        if end - pos < 4:
+            raise CorruptMessageError(f"xerial snappy stream is truncated at byte {pos}")
+        length = int.from_bytes(view[pos:pos + 4], "big", signed=True)
+        if length < 0 or pos + 4 + length > end:
+            raise CorruptMessageError(
+                f"xerial snappy chunk at byte {pos} has length {length} but {end - pos - 4} bytes remain")
+        total += _snappy_decompress_raw_len(view[pos + 4:pos + 4 + length])
+        pos += 4 + length
+    return total
