@@ -38,7 +38,6 @@ from enum import IntEnum
 from typing import Any
 
 import cramjam
-
 import numpy as np
 
 from tierlog.errors import CorruptMessageError, UnsupportedCompressionTypeError
