@@ -9,8 +9,10 @@ last offset delta, control batches, sequences). This module checks the records t
   is left; the header count is not negative nor larger than the bytes left; a header key size is not
   negative; the fields read add up to the record's declared length;
 * exactly ``records_count`` records, and no byte left after the last one;
-* each record's offset delta is its index (tierlog stores batches as sent, so the offsets a consumer
-  sees are the deltas: see ``check_offsets`` below);
+* each record's offset delta is its index. Kafka does not check this: it rewrites the offsets of a
+  compressed batch and stores an uncompressed one as sent. tierlog stores every batch as sent, so a
+  consumer would see offsets past the batch's last offset; it refuses the batch instead (INVALID_RECORD,
+  a deliberate difference in docs/compatibility.md);
 * a compacted topic's records have keys (``cleanup.policy`` containing ``compact``);
 * timestamps: for a CreateTime topic every record's timestamp (the base timestamp plus its delta) lies
   within ``message.timestamp.before.max.ms`` / ``after.max.ms`` of now; a producer may not send a
@@ -23,7 +25,10 @@ Errors, as Kafka answers them (ReplicaManager.appendToLocalLog):
 * a record that cannot be read (lengths, varints, counts, bytes left over, offset deltas, the
   decompression bound) -> INVALID_RECORD (87), bare: Kafka's iterator throws InvalidRecordException,
   answered without an error message or record errors;
-* compressed data that does not decompress -> CORRUPT_MESSAGE (2);
+* compressed data that does not decompress -> UNKNOWN_SERVER_ERROR (-1), bare: Kafka's record stream
+  throws a KafkaException ("Failed to decompress record stream") that no handler maps to a code (checked
+  against Kafka 4.1 by tests/peer/test_poison_differential.py). Non-retriable, so a producer gives up at
+  once, where CORRUPT_MESSAGE would have it retry the same bytes until its delivery timeout;
 * a record without a key on a compacted topic -> INVALID_RECORD with ``record_errors`` (the index of each
   such record in the batch and a message) and an error message (Kafka's RecordValidationException);
 * a timestamp out of range or a LogAppendTime batch -> INVALID_TIMESTAMP (32), likewise with
@@ -45,7 +50,13 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from tierlog.errors import CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError
+from tierlog.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    UnknownServerError,
+)
 from tierlog.records.batch import (
     COMPRESSION_CODEC_MASK,
     RECORD_BATCH_OVERHEAD,
@@ -290,7 +301,7 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
                 f"{MIN_DECOMPRESSION_LIMIT} and at most {DECOMPRESSION_RECORDS_FACTOR} x max.message.bytes)"
             ) from None
         except CorruptMessageError as e:
-            raise CorruptMessageError(f"{where}: {e.message}") from None
+            raise UnknownServerError(f"{where}: failed to decompress record stream: {e.message}") from None
     arr = _readonly(arr)
     idx = np.empty(_ERR_CAP, dtype=np.int64)
     kind = np.empty(_ERR_CAP, dtype=np.int8)
