@@ -43,6 +43,8 @@ import numpy as np
 from tierlog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 __all__ = ["CompressionType", "compress", "decompress", "decompress_bounded", "DecompressedTooLargeError",
+           "decompression_limit", "MIN_DECOMPRESSION_LIMIT", "DECOMPRESSION_RECORDS_FACTOR",
+           "DEFAULT_MAX_MESSAGE_BYTES",
            "XERIAL_MAGIC", "XERIAL_BLOCK_SIZE"]
 
 
@@ -314,3 +316,26 @@ def _snappy_size(data: Any) -> int:
         total += _snappy_decompress_raw_len(view[pos + 4:pos + 4 + length])
         pos += 4 + length
     return total
+
+
+#: The decompressed records of one batch may take ``min(records_count, DECOMPRESSION_RECORDS_FACTOR) *
+#: max.message.bytes`` bytes, and never less than ``MIN_DECOMPRESSION_LIMIT``: see decompression_limit.
+MIN_DECOMPRESSION_LIMIT = 16 << 20
+DECOMPRESSION_RECORDS_FACTOR = 64
+#: Kafka's default max.message.bytes; readers that do not know the topic's (the client, Spark) bound with it.
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+def decompression_limit(records_count: int, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    """How many bytes the decompressed records of a batch of ``records_count`` records may take.
+
+    A record a producer sends is at most ``max.message.bytes`` uncompressed in practice (the Java
+    producer refuses a record above ``max.request.size``, whose default matches, before compressing), so
+    ``records_count * max.message.bytes`` bounds an honest batch; a batch of many records is bounded by
+    64 times ``max.message.bytes`` (its compressed size is at most ``max.message.bytes``: a 64x ratio),
+    and no batch is bounded below 16 MiB. With the defaults: 16 MiB to 64 MiB. Kafka itself reads a
+    compressed batch as a stream, record by record, and never holds more than one record; tierlog
+    decompresses a batch into one buffer, so it needs a bound Kafka does not. The client and the Spark
+    reader use the same bound with the default ``max.message.bytes`` (a bomb raises
+    DecompressedTooLargeError there instead of eating memory)."""
+    return max(MIN_DECOMPRESSION_LIMIT, min(max(records_count, 1), DECOMPRESSION_RECORDS_FACTOR) * max_message_bytes)

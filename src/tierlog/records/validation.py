@@ -63,15 +63,17 @@ from tierlog.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
 )
-from tierlog.records.compression import CompressionType, DecompressedTooLargeError, decompress_bounded
+from tierlog.records.compression import (
+    DECOMPRESSION_RECORDS_FACTOR,
+    MIN_DECOMPRESSION_LIMIT,
+    CompressionType,
+    DecompressedTooLargeError,
+    decompress_bounded,
+    decompression_limit,
+)
 
 __all__ = ["validate_batch_records", "decompression_limit", "warm_up", "is_compiled", "record_errors_of",
            "MIN_DECOMPRESSION_LIMIT", "DECOMPRESSION_RECORDS_FACTOR"]
-
-#: The decompressed records of one batch may take ``min(records_count, DECOMPRESSION_RECORDS_FACTOR) *
-#: max.message.bytes`` bytes, and never less than ``MIN_DECOMPRESSION_LIMIT``: see decompression_limit.
-MIN_DECOMPRESSION_LIMIT = 16 << 20
-DECOMPRESSION_RECORDS_FACTOR = 64
 
 # Kernel answers. Statuses of the walk:
 _OK = 0
@@ -252,19 +254,6 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
-
-
-def decompression_limit(records_count: int, max_message_bytes: int) -> int:
-    """How many bytes the decompressed records of a batch of ``records_count`` records may take.
-
-    A record a producer sends is at most ``max.message.bytes`` uncompressed in practice (the Java
-    producer refuses a record above ``max.request.size``, whose default matches, before compressing), so
-    ``records_count * max.message.bytes`` bounds an honest batch; a batch of many records is bounded by
-    64 times ``max.message.bytes`` (its compressed size is at most ``max.message.bytes``: a 64x ratio),
-    and no batch is bounded below 16 MiB. With the defaults: 16 MiB to 64 MiB. Kafka itself reads a
-    compressed batch as a stream, record by record, and never holds more than one record; tierlog
-    decompresses a batch into one buffer, so it needs a bound Kafka does not."""
-    return max(MIN_DECOMPRESSION_LIMIT, min(max(records_count, 1), DECOMPRESSION_RECORDS_FACTOR) * max_message_bytes)
 
 
 def record_errors_of(error: KafkaError) -> list[tuple[int, str]] | None:
