@@ -276,14 +276,12 @@ def decompress_bounded(codec: CompressionType | int | str, data: Any, limit: int
                     f"snappy data ({len(memoryview(data))} bytes) says it decompresses to {size} bytes, "
                     f"more than the limit of {limit}", limit)
             return memoryview(_snappy_decompress(data))
-        out = np.empty(limit + 1, dtype=np.uint8)
-        try:
-            written = _DECOMPRESS_INTO[codec](data, out)
-        except cramjam.DecompressionError as exc:
-            if _OUTPUT_FULL in str(exc):
-                written = limit + 1
-            else:
-                raise
+        # A first try in a buffer sized for ordinary ratios; only data inflating past it is decompressed
+        # again into a buffer of the whole bound (a large np.empty costs an mmap and munmap per call).
+        first = min(limit, max(_FIRST_TRY_MIN, _FIRST_TRY_RATIO * len(memoryview(data))))
+        out, written = _decompress_into(codec, data, first)
+        if written > first and first < limit:
+            out, written = _decompress_into(codec, data, limit)
         if written > limit:
             raise DecompressedTooLargeError(
                 f"{codec.name_lower} data ({len(memoryview(data))} bytes) decompresses to more than the "
@@ -293,6 +291,21 @@ def decompress_bounded(codec: CompressionType | int | str, data: Any, limit: int
         raise CorruptMessageError(
             f"cannot decompress {codec.name_lower} data ({len(memoryview(data))} bytes): {exc}"
         ) from exc
+
+
+_FIRST_TRY_MIN = 256 << 10
+_FIRST_TRY_RATIO = 16
+
+
+def _decompress_into(codec: CompressionType, data: Any, size: int) -> tuple[np.ndarray, int]:
+    """Decompress into a new buffer of ``size + 1`` bytes: (buffer, bytes written), ``size + 1`` when full."""
+    out = np.empty(size + 1, dtype=np.uint8)
+    try:
+        return out, _DECOMPRESS_INTO[codec](data, out)
+    except cramjam.DecompressionError as exc:
+        if _OUTPUT_FULL in str(exc):
+            return out, size + 1
+        raise
 
 
 def _snappy_size(data: Any) -> int:
