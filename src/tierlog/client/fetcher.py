@@ -49,7 +49,7 @@ from tierlog.records.batch import (
     iter_batches,
     verify_crc,
 )
-from tierlog.records.compression import CompressionType, decompress
+from tierlog.records.compression import CompressionType, decompress_bounded, decompression_limit
 from tierlog.records.record import decode_varint, decode_varlong
 
 log = logging.getLogger("tierlog.client.consumer")
@@ -428,7 +428,9 @@ class CompletedFetch:
                     f"batch at offset {hdr.base_offset} of {self.tp.topic}-{self.tp.partition} uses codec id {codec}")
             if hdr.records_count <= 0:
                 return []
-            data = decompress(CompressionType(codec), memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:end])
+            # bounded: a decompression bomb raises DecompressedTooLargeError instead of taking GBs
+            data = bytes(decompress_bounded(CompressionType(codec), memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:end],
+                                            decompression_limit(hdr.records_count)))
         return _decode_records(data, hdr, self.tp.topic, self.tp.partition, first)
 
     def take(self, max_records: int, kd: Callable | None, vd: Callable | None) -> list[ConsumerRecord]:

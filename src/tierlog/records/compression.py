@@ -38,10 +38,14 @@ from enum import IntEnum
 from typing import Any
 
 import cramjam
+import numpy as np
 
 from tierlog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
-__all__ = ["CompressionType", "compress", "decompress", "XERIAL_MAGIC", "XERIAL_BLOCK_SIZE"]
+__all__ = ["CompressionType", "compress", "decompress", "decompress_bounded", "DecompressedTooLargeError",
+           "decompression_limit", "MIN_DECOMPRESSION_LIMIT", "DECOMPRESSION_RECORDS_FACTOR",
+           "DEFAULT_MAX_MESSAGE_BYTES",
+           "XERIAL_MAGIC", "XERIAL_BLOCK_SIZE"]
 
 
 class CompressionType(IntEnum):
@@ -99,6 +103,9 @@ _Lz4Compressor = cramjam.lz4.Compressor
 _lz4_decompress = cramjam.lz4.decompress
 _zstd_compress = cramjam.zstd.compress
 _zstd_decompress = cramjam.zstd.decompress
+_DECOMPRESS_INTO = {1: cramjam.gzip.decompress_into, 3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}
+# What cramjam's decompress_into says when the output buffer is full before the data ends.
+_OUTPUT_FULL = "failed to write whole buffer"
 _snappy_compress_raw = cramjam.snappy.compress_raw
 _snappy_decompress_raw = cramjam.snappy.decompress_raw
 _snappy_decompress_raw_len = cramjam.snappy.decompress_raw_len
@@ -232,3 +239,116 @@ def _snappy_decompress(data: Any) -> bytes:
             )
         at += size
     return bytes(out)
+
+
+class DecompressedTooLargeError(CorruptMessageError):
+    """Compressed data that inflates past the bound its reader set (a decompression bomb, or a batch
+    far beyond any size a producer writes). Raised before more than ``limit`` bytes were produced."""
+
+    def __init__(self, message: str | None = None, limit: int = 0):
+        super().__init__(message)
+        self.limit = limit
+
+
+def decompress_bounded(codec: CompressionType | int | str, data: Any, limit: int) -> memoryview:
+    """Decompress ``data`` written with ``codec`` into at most ``limit`` bytes.
+
+    Data that would inflate past ``limit`` raises :class:`DecompressedTooLargeError` after at most
+    ``limit + 1`` bytes were produced: gzip, lz4 and zstd decompress into one buffer of ``limit + 1``
+    bytes (``np.empty``: pages the codec never writes are never touched, so a large bound costs
+    address space, not memory), and stop when it is full; snappy's sizes are read from its headers
+    before anything is decompressed. Undecodable data raises CorruptMessageError as
+    :func:`decompress`. Returns a read-only view of the decompressed bytes.
+    """
+    codec = _codec(codec)
+    if limit < 0:
+        raise ValueError(f"negative decompression limit {limit}")
+    if codec is CompressionType.NONE:
+        view = memoryview(data).cast("B")
+        if len(view) > limit:
+            raise DecompressedTooLargeError(f"{len(view)} bytes exceed the limit of {limit}", limit)
+        return view
+    try:
+        if codec is CompressionType.SNAPPY:
+            size = _snappy_size(data)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"snappy data ({len(memoryview(data))} bytes) says it decompresses to {size} bytes, "
+                    f"more than the limit of {limit}", limit)
+            return memoryview(_snappy_decompress(data))
+        # A first try in a buffer sized for ordinary ratios; only data inflating past it is decompressed
+        # again into a buffer of the whole bound (a large np.empty costs an mmap and munmap per call).
+        first = min(limit, max(_FIRST_TRY_MIN, _FIRST_TRY_RATIO * len(memoryview(data))))
+        out, written = _decompress_into(codec, data, first)
+        if written > first and first < limit:
+            out, written = _decompress_into(codec, data, limit)
+        if written > limit:
+            raise DecompressedTooLargeError(
+                f"{codec.name_lower} data ({len(memoryview(data))} bytes) decompresses to more than the "
+                f"limit of {limit} bytes", limit)
+        return memoryview(out[:written]).toreadonly()
+    except cramjam.DecompressionError as exc:
+        raise CorruptMessageError(
+            f"cannot decompress {codec.name_lower} data ({len(memoryview(data))} bytes): {exc}"
+        ) from exc
+
+
+_FIRST_TRY_MIN = 256 << 10
+_FIRST_TRY_RATIO = 16
+
+
+def _decompress_into(codec: CompressionType, data: Any, size: int) -> tuple[np.ndarray, int]:
+    """Decompress into a new buffer of ``size + 1`` bytes: (buffer, bytes written), ``size + 1`` when full."""
+    out = np.empty(size + 1, dtype=np.uint8)
+    try:
+        return out, _DECOMPRESS_INTO[codec](data, out)
+    except cramjam.DecompressionError as exc:
+        if _OUTPUT_FULL in str(exc):
+            return out, size + 1
+        raise
+
+
+def _snappy_size(data: Any) -> int:
+    """The decompressed size of raw or xerial-framed snappy data, from its headers alone."""
+    view = memoryview(data).cast("B")
+    if len(view) < XERIAL_HEADER_SIZE or view[:8] != XERIAL_MAGIC:
+        return _snappy_decompress_raw_len(view)
+    total = 0
+    pos = XERIAL_HEADER_SIZE
+    end = len(view)
+    while pos < end:
+        if end - pos >= XERIAL_HEADER_SIZE and view[pos:pos + 8] == XERIAL_MAGIC:
+            pos += XERIAL_HEADER_SIZE
+            continue
+        if end - pos < 4:
+            raise CorruptMessageError(f"xerial snappy stream is truncated at byte {pos}")
+        length = int.from_bytes(view[pos:pos + 4], "big", signed=True)
+        if length < 0 or pos + 4 + length > end:
+            raise CorruptMessageError(
+                f"xerial snappy chunk at byte {pos} has length {length} but {end - pos - 4} bytes remain")
+        total += _snappy_decompress_raw_len(view[pos + 4:pos + 4 + length])
+        pos += 4 + length
+    return total
+
+
+#: The decompressed records of one batch may take ``min(records_count, DECOMPRESSION_RECORDS_FACTOR) *
+#: max.message.bytes`` bytes, and never less than ``MIN_DECOMPRESSION_LIMIT``: see decompression_limit.
+MIN_DECOMPRESSION_LIMIT = 16 << 20
+DECOMPRESSION_RECORDS_FACTOR = 64
+#: Kafka's default max.message.bytes; readers that do not know the topic's (the client, Spark) bound with it.
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+def decompression_limit(records_count: int, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    """How many bytes the decompressed records of a batch of ``records_count`` records may take.
+
+    A record a producer sends is at most ``max.message.bytes`` uncompressed in practice (the Java
+    producer refuses a record above ``max.request.size``, whose default matches, before compressing), so
+    ``records_count * max.message.bytes`` bounds an honest batch; a batch of many records is bounded by
+    64 times ``max.message.bytes`` (its compressed size is at most ``max.message.bytes``: a 64x ratio),
+    and no batch is bounded below 16 MiB. With the defaults: 16 MiB to 64 MiB. Kafka itself reads a
+    compressed batch as a stream, record by record, and never holds more than one record; tierlog
+    decompresses a batch into one buffer, so it needs a bound Kafka does not. The client and the Spark
+    reader use the same bound with the default ``max.message.bytes`` (a bomb raises
+    DecompressedTooLargeError there instead of eating memory)."""
+    return max(MIN_DECOMPRESSION_LIMIT, min(max(records_count, 1), DECOMPRESSION_RECORDS_FACTOR) * max_message_bytes)

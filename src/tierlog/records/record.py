@@ -47,7 +47,14 @@ from tierlog.records.batch import (
     read_header,
     verify_crc,
 )
-from tierlog.records.compression import CompressionType, compress, decompress
+from tierlog.records.compression import (
+    CompressionType,
+    DecompressedTooLargeError,
+    compress,
+    decompress,
+    decompress_bounded,
+    decompression_limit,
+)
 
 __all__ = [
     "Header", "Record", "build_batch", "decode_batch", "iter_records",
@@ -449,7 +456,9 @@ def _decode_at(buf: Any, pos: int, header: BatchHeader, verify: bool) -> list[Re
     if header.records_count == 0:
         return []  # as Kafka: an emptied (compacted) batch is not decompressed
     try:
-        data = decompress(codec, payload)
+        data = decompress_bounded(codec, payload, decompression_limit(header.records_count))
+    except DecompressedTooLargeError as exc:
+        raise DecompressedTooLargeError(f"{where}: {exc.message}", exc.limit) from exc
     except CorruptMessageError as exc:
         raise CorruptMessageError(f"{where}: {exc.message}") from exc
     return _decode_records(memoryview(data), header, where, f"{codec.name_lower}-decompressed records data")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -24,6 +25,7 @@ from tierlog.config import BrokerConfig
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
 from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
+from tierlog.records import validation as record_validation
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
@@ -104,6 +106,7 @@ class Broker:
         cfg = self.config
         log_dirs = cfg.log_dirs
         self._enter(BrokerState.RECOVERING_STORAGE)
+        _compile_record_validator_in_background()
         self.cluster_id = ensure_meta_properties(log_dirs, self.node_id, None)
         advertised = cfg.advertised_listeners or cfg.listeners
         first = advertised[0]
@@ -280,3 +283,20 @@ class Broker:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _compile_record_validator_in_background() -> None:
+    """Compile the produce path's record validator (or load it from numba's cache) on a thread, so neither
+    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin."""
+    if record_validation.is_compiled():
+        return
+
+    def run() -> None:
+        try:
+            seconds = record_validation.warm_up()
+        except Exception:  # noqa: BLE001 - produce keeps validating with the Python twin
+            log.exception("Record validator failed to compile; produce validates records in Python")
+            return
+        log.info("Record validator compiled in %.2f s", seconds)
+
+    threading.Thread(target=run, name="record-validator-jit", daemon=True).start()

@@ -17,8 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from tierlog.client import errors
-from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, decompress, iter_batches, verify_crc
+from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, iter_batches, verify_crc
 from tierlog.records.batch import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
+from tierlog.records.compression import decompress_bounded, decompression_limit
 
 try:
     from numba import njit
@@ -178,7 +179,8 @@ def _sections(view: memoryview, first: int, end: int) -> tuple[bytes | memoryvie
             if codec > CompressionType.ZSTD:
                 raise errors.UnsupportedCompressionTypeError(
                     f"batch at offset {hdr.base_offset} uses unknown codec id {codec}")
-            section = decompress(CompressionType(codec), section)
+            # bounded: a decompression bomb raises DecompressedTooLargeError instead of taking GBs
+            section = decompress_bounded(CompressionType(codec), section, decompression_limit(hdr.records_count))
             compressed = True
         ts_type = 1 if attrs & TIMESTAMP_TYPE_MASK else 0
         found.append([size, size + len(section), hdr.records_count, hdr.base_offset, hdr.base_timestamp, ts_type,

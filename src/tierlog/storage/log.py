@@ -29,7 +29,6 @@ from tierlog.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidRequestError,
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
@@ -48,6 +47,7 @@ from tierlog.records import (
     validate_batches,
     verify_crc,
 )
+from tierlog.records.validation import validate_batch_records
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA_FILE,
@@ -420,6 +420,16 @@ class Log:
         cfg = self.config
         headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
                                    allow_multiple_batches=allow_multiple_batches)
+        # Kafka's LogValidator: every record of every batch, before anything is written (compiled code).
+        create_time = not cfg.log_append_time
+        compacted = "compact" in cfg.cleanup_policy
+        pos = 0
+        for h in headers:
+            validate_batch_records(view, pos, h, now_ms=now, create_time=create_time,
+                                   before_max_ms=cfg.message_timestamp_before_max_ms,
+                                   after_max_ms=cfg.message_timestamp_after_max_ms, compacted=compacted,
+                                   max_message_bytes=cfg.max_message_bytes, topic_partition=self.name)
+            pos += h.size
         recompression = cfg.recompression
         if recompression is not None and any(h.compression is not recompression[0] for h in headers):
             # The topic's compression.type differs from the producer's: the broker recompresses (as
@@ -432,15 +442,6 @@ class Log:
         pending_seq: dict[int, tuple[int, int]] = {}
         for h in headers:
             positions.append(pos)
-            # Kafka checks every record's timestamp; tierlog checks the batch's first and largest
-            # timestamps so the append path never walks records (documented in compatibility.md).
-            too_new = h.max_timestamp > now + cfg.message_timestamp_after_max_ms
-            too_old = 0 <= h.base_timestamp < now - cfg.message_timestamp_before_max_ms
-            if not cfg.log_append_time and (too_new or too_old):
-                raise InvalidTimestampError(
-                    f"timestamps of the batch at position {pos} ({h.base_timestamp}..{h.max_timestamp}) are "
-                    f"outside the range allowed by message.timestamp.before.max.ms / after.max.ms of "
-                    f"{self.name}")
             if h.producer_id >= 0:
                 prior = pending_seq.get(h.producer_id)
                 if prior is not None:

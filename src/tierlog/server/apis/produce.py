@@ -9,14 +9,13 @@ from tierlog.errors import InvalidRecordError, KafkaError, UnsupportedCompressio
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
+from tierlog.records.validation import record_errors_of
 from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 INVALID_REQUIRED_ACKS = 21
 ZSTD = 4
-# Errors for which Kafka's answer carries an error message and record_errors (RecordValidationException).
-RECORD_VALIDATION_ERRORS = frozenset({32, 87})
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
 NO_LOG_START_OFFSET_ERRORS = frozenset({3, 6, 10, 17, 18, 2, 56, 21, 76})
@@ -87,10 +86,13 @@ class ProduceApis:
                     result.update(rm.append_records(name, pd.index, records, acks))
                 except KafkaError as e:
                     result["error_code"] = e.code
-                    if e.code in RECORD_VALIDATION_ERRORS:
-                        # Kafka's RecordValidationException: a message and the failing batch's index.
+                    record_errors = record_errors_of(e)
+                    if record_errors is not None:
+                        # Kafka's RecordValidationException: a message and the index of each failing record
+                        # in the batch; Kafka's other errors (a record that cannot be read) are bare.
                         result["error_message"] = e.message
-                        result["record_errors"] = [{"batch_index": 0, "batch_index_error_message": None}]
+                        result["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                                   for i, m in record_errors]
                     if e.code not in NO_LOG_START_OFFSET_ERRORS:
                         result["log_start_offset"] = rm.log_start_offset_or_unknown(name, pd.index)
                     if e.code not in (3, 6):  # expected while metadata propagates
