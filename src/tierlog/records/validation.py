@@ -139,6 +139,12 @@ def _varlong(buf, pos, end):
     return 0, -2
 
 
+# The varint readers are shared with the other compiled record scans (the Spark columnar decoder):
+# numba inlines them into any njit caller.
+read_varint = _varint
+read_varlong = _varlong
+
+
 @njit(cache=True, nogil=True)
 def _walk(buf, pos, end, count, base_ts, max_ts, lat_batch, create_time, now, before, after, compacted,
           check_offsets, err_index, err_kind):

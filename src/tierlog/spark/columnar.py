@@ -3,8 +3,8 @@
 The record format is a chain of varints, so finding where each key and value lies is a sequential
 scan. Python does only per-batch work here (headers, decompression); the per-record scan and the copy
 of keys and values into Arrow's contiguous buffers run in two small kernels compiled by numba, at
-memory speed. :func:`available` says whether numba is installed; without it the reader falls back to
-the consumer's decoder (:mod:`tierlog.client.fetcher`), which is correct but about ten times slower.
+memory speed. The varint readers are the record validator's (:mod:`tierlog.records.validation`), so
+both compiled scans read a record's fields with the same bounds.
 
 Semantics match the consumer reading uncommitted data: control batches are skipped, LogAppendTime
 batches give every record the batch's max timestamp, CRCs are checked, and only offsets in
@@ -15,131 +15,107 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from tierlog.client import errors
 from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, iter_batches, verify_crc
 from tierlog.records.batch import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
 from tierlog.records.compression import decompress_bounded, decompression_limit
-
-try:
-    from numba import njit
-except ImportError:  # the reader falls back to the record-by-record decoder
-    njit = None
+from tierlog.records.validation import read_varint, read_varlong
 
 # Arrow's binary type has 32-bit offsets: a batch of columns stays under this many bytes of values.
 MAX_COLUMN_BYTES = 1 << 30
 
 
-def available() -> bool:
-    return njit is not None
-
-
-if njit is not None:
-    @njit(cache=True, nogil=True, inline="always")
-    def _varint(buf, p):
-        """A zigzag varint (varlong) at ``p``: (value, next position); position -1 when malformed."""
-        raw = 0
-        shift = 0
-        n = len(buf)
-        while True:
-            if p >= n or shift > 63:
-                return 0, -1
-            b = buf[p]
-            p += 1
-            raw |= np.int64(b & 0x7F) << shift
-            if b < 0x80:
-                return (raw >> 1) ^ -(raw & 1), p
-            shift += 7
-
-    @njit(cache=True, nogil=True)
-    def _scan(buf, sec_start, sec_end, sec_count, base_offset, base_ts, ts_type, max_ts, first, end,
-              offsets, timestamps, types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count):
-        """Locate the fields of every record of the batches' record sections ``buf[sec_start:sec_end]``
-        whose offset is in ``[first, end)``. Returns the number of records found, or ``-1 - batch``
-        for a malformed batch."""
-        n = 0
-        for b in range(len(sec_start)):
-            p = sec_start[b]
-            stop = sec_end[b]
-            for _ in range(sec_count[b]):
-                length, p = _varint(buf, p)
-                if p < 0 or length < 1 or p + length > stop:
-                    return -1 - b
-                rec_end = p + length
-                p += 1  # attributes
-                ts_delta, p = _varint(buf, p)
-                if p < 0:
-                    return -1 - b
-                delta, p = _varint(buf, p)
-                if p < 0:
-                    return -1 - b
-                offset = base_offset[b] + delta
-                if offset < first or offset >= end:
-                    p = rec_end
-                    continue
-                klen, p = _varint(buf, p)
-                if p < 0 or p + max(klen, 0) > rec_end:
-                    return -1 - b
-                key_pos[n] = p
-                key_len[n] = klen
-                p += max(klen, 0)
-                vlen, p = _varint(buf, p)
-                if p < 0 or p + max(vlen, 0) > rec_end:
-                    return -1 - b
-                val_pos[n] = p
-                val_len[n] = vlen
-                p += max(vlen, 0)
-                count, p = _varint(buf, p)
-                if p < 0 or count < 0:
-                    return -1 - b
-                hdr_pos[n] = p
-                hdr_count[n] = count
-                offsets[n] = offset
-                # LogAppendTime batches give every record the batch's max timestamp
-                timestamps[n] = max_ts[b] if ts_type[b] else base_ts[b] + ts_delta
-                types[n] = ts_type[b]
-                n += 1
+@njit(cache=True, nogil=True)
+def _scan(buf, sec_start, sec_end, sec_count, base_offset, base_ts, ts_type, max_ts, first, end,
+          offsets, timestamps, types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count):
+    """Locate the fields of every record of the batches' record sections ``buf[sec_start:sec_end]``
+    whose offset is in ``[first, end)``. Returns the number of records found, or ``-1 - batch``
+    for a malformed batch."""
+    n = 0
+    for b in range(len(sec_start)):
+        p = sec_start[b]
+        stop = sec_end[b]
+        for _ in range(sec_count[b]):
+            length, p = read_varint(buf, p, stop)
+            if p < 0 or length < 1 or p + length > stop:
+                return -1 - b
+            rec_end = p + length
+            p += 1  # attributes
+            ts_delta, p = read_varlong(buf, p, rec_end)
+            if p < 0:
+                return -1 - b
+            delta, p = read_varint(buf, p, rec_end)
+            if p < 0:
+                return -1 - b
+            offset = base_offset[b] + delta
+            if offset < first or offset >= end:
                 p = rec_end
-        return n
+                continue
+            klen, p = read_varint(buf, p, rec_end)
+            if p < 0 or p + max(klen, 0) > rec_end:
+                return -1 - b
+            key_pos[n] = p
+            key_len[n] = klen
+            p += max(klen, 0)
+            vlen, p = read_varint(buf, p, rec_end)
+            if p < 0 or p + max(vlen, 0) > rec_end:
+                return -1 - b
+            val_pos[n] = p
+            val_len[n] = vlen
+            p += max(vlen, 0)
+            count, p = read_varint(buf, p, rec_end)
+            if p < 0 or count < 0:
+                return -1 - b
+            hdr_pos[n] = p
+            hdr_count[n] = count
+            offsets[n] = offset
+            # LogAppendTime batches give every record the batch's max timestamp
+            timestamps[n] = max_ts[b] if ts_type[b] else base_ts[b] + ts_delta
+            types[n] = ts_type[b]
+            n += 1
+            p = rec_end
+    return n
 
-    @njit(cache=True, nogil=True)
-    def _gather(buf, pos, lens, out_offsets, out_data):
-        """Copy ``buf[pos[i]:pos[i] + lens[i]]`` one after another (negative lengths are nulls)."""
-        o = 0
-        for i in range(len(pos)):
-            out_offsets[i] = o
-            length = lens[i]
-            if length > 0:
-                # unsigned indices: no negative-index wraparound, so LLVM turns the loop into a memcpy
-                # (ten times faster than a slice assignment)
-                src = np.uint64(pos[i])
-                dst = np.uint64(o)
-                for j in range(np.uint64(length)):
-                    out_data[dst + j] = buf[src + j]
-                o += length
-        out_offsets[len(pos)] = o
+@njit(cache=True, nogil=True)
+def _gather(buf, pos, lens, out_offsets, out_data):
+    """Copy ``buf[pos[i]:pos[i] + lens[i]]`` one after another (negative lengths are nulls)."""
+    o = 0
+    for i in range(len(pos)):
+        out_offsets[i] = o
+        length = lens[i]
+        if length > 0:
+            # unsigned indices: no negative-index wraparound, so LLVM turns the loop into a memcpy
+            # (ten times faster than a slice assignment)
+            src = np.uint64(pos[i])
+            dst = np.uint64(o)
+            for j in range(np.uint64(length)):
+                out_data[dst + j] = buf[src + j]
+            o += length
+    out_offsets[len(pos)] = o
 
-    @njit(cache=True, nogil=True)
-    def _scan_headers(buf, hdr_pos, hdr_count, hk_pos, hk_len, hv_pos, hv_len):
-        """Locate every header key and value of the records found by ``_scan``; False if malformed."""
-        h = 0
-        for i in range(len(hdr_pos)):
-            p = hdr_pos[i]
-            for _ in range(hdr_count[i]):
-                klen, p = _varint(buf, p)
-                if p < 0 or klen < 0 or p + klen > len(buf):
-                    return False
-                hk_pos[h] = p
-                hk_len[h] = klen
-                p += klen
-                vlen, p = _varint(buf, p)
-                if p < 0 or p + max(vlen, 0) > len(buf):
-                    return False
-                hv_pos[h] = p
-                hv_len[h] = vlen
-                p += max(vlen, 0)
-                h += 1
-        return True
+@njit(cache=True, nogil=True)
+def _scan_headers(buf, hdr_pos, hdr_count, hk_pos, hk_len, hv_pos, hv_len):
+    """Locate every header key and value of the records found by ``_scan``; False if malformed."""
+    h = 0
+    for i in range(len(hdr_pos)):
+        p = hdr_pos[i]
+        for _ in range(hdr_count[i]):
+            klen, p = read_varint(buf, p, len(buf))
+            if p < 0 or klen < 0 or p + klen > len(buf):
+                return False
+            hk_pos[h] = p
+            hk_len[h] = klen
+            p += klen
+            vlen, p = read_varint(buf, p, len(buf))
+            if p < 0 or p + max(vlen, 0) > len(buf):
+                return False
+            hv_pos[h] = p
+            hv_len[h] = vlen
+            p += max(vlen, 0)
+            h += 1
+    return True
 
 
 def _binary(buf: np.ndarray, pos: np.ndarray, lens: np.ndarray, typ: pa.DataType) -> pa.Array:

@@ -2,8 +2,8 @@
 
 A remote slice is read straight from the remote store: the segment's offset index gives the byte
 position of its first offset, then the segment object is range-read in chunks; whole batches of every
-codec are decoded into Arrow columns (:mod:`tierlog.spark.columnar`, or the consumer's decoder when numba
-is missing) and only the planned offsets are kept. A broker slice is read with tierlog's consumer, assigned and sought.
+codec are decoded into Arrow columns (:mod:`tierlog.spark.columnar`) and only the planned offsets are
+kept. A broker slice is read with tierlog's consumer, assigned and sought.
 
 Storage managers and their index downloads are cached per worker process (Spark reuses its Python
 workers), so consecutive tasks do not open the store again.
@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from tierlog.client.fetcher import CompletedFetch
 from tierlog.client.types import TopicPartition
 from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, iter_batches, read_header
 from tierlog.storage.index import OffsetEntries
@@ -83,10 +82,10 @@ def storage_manager(opts: SourceOptions):
 
 
 def _columnar():
-    """The columnar decoder when numba is there, else None (the consumer's decoder is the fallback).
-    Imported here, not at the top: numba is needed where slices are read, not where they are planned."""
+    """The columnar decoder. Imported here, not at the top: its compiled kernels are needed where
+    slices are read, not where they are planned."""
     from . import columnar
-    return columnar if columnar.available() else None
+    return columnar
 
 
 def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
@@ -95,13 +94,10 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
     columnar = _columnar()
     rsm = storage_manager(opts)
     md = task.segment
-    tp = TopicPartition(task.topic, task.partition)
     try:
         position = OffsetEntries(md.start_offset, rsm.fetch_index(md, IndexType.OFFSET)).lookup(task.start)[1]
         size = md.segment_size_in_bytes
         offset = task.start
-        pending: list = []
-        fast = columnar is not None
         schema = arrow_schema(opts.include_headers)
         buffer = _chunk_buffer(CHUNK_BYTES)
         while position < size and offset < task.end:
@@ -119,28 +115,10 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
             # copying every chunk onto the leftover of the last
             position += usable
             buf = chunk[:usable]
-            if fast:
-                batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
-                                                       opts.include_headers, schema)
-                yield from batches
-                offset = max(offset, min(next_offset, task.end))
-                continue
-            cf = CompletedFetch(tp, offset, bytes(buf), None, False)
-            while not cf.done and offset < task.end:
-                records = cf.take(ROWS_PER_BATCH, None, None)
-                records = [r for r in records if r.offset < task.end] if records and \
-                    records[-1].offset >= task.end else records
-                if records:
-                    pending += records
-                    offset = records[-1].offset + 1
-                if len(pending) >= ROWS_PER_BATCH:
-                    yield to_arrow(pending, task.topic, task.partition, opts.include_headers)
-                    pending = []
-                if not records:
-                    break
-            offset = max(offset, min(cf.next_offset, task.end))
-        if pending:
-            yield to_arrow(pending, task.topic, task.partition, opts.include_headers)
+            batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
+                                                   opts.include_headers, schema)
+            yield from batches
+            offset = max(offset, min(next_offset, task.end))
     except RemoteResourceNotFoundError as e:
         message = (f"remote segment {md.segment_id.id} of {task.topic}-{task.partition} (offsets "
                    f"{md.start_offset}-{md.end_offset}) is gone, deleted by retention while the query ran: {e}")
