@@ -43,7 +43,8 @@ from tierlog.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer, paced
 
 log = logging.getLogger(__name__)
 
@@ -259,22 +260,25 @@ class GroupApis:
         req = ctx.request
         coordinator = self._ready()
         require_stable = getattr(req, "require_stable", False)
+        pacer = Pacer()
         if ctx.api_version >= 8:
             groups = []
+            items = 0
             for g in req.groups:
-                error, topics = coordinator.fetch_offsets(g.group_id, _requested(g.topics), require_stable)
+                error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer)
+                items += sum(len(parts) for _, parts in topics)
                 groups.append({"group_id": g.group_id, "error_code": error,
                                "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
-            return build_response(ctx, {"groups": groups})
-        requested = _requested(req.topics)
-        error, topics = coordinator.fetch_offsets(req.group_id, requested, require_stable)
+            return await offload.respond(ctx, {"groups": groups}, items)
+        error, topics = await _fetch_offsets(coordinator, req.group_id, req.topics, require_stable, pacer)
         if error != NO_ERROR:
             topics = []
             if ctx.api_version < 2:  # no top-level error yet: report it on every partition
-                topics = [(name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
-                                   "error_code": error} for p in parts]) for name, parts in requested or ()]
-        return build_response(ctx, {"error_code": error,
-                                    "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
+                topics = [(t.name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
+                                     "error_code": error} for p in t.partition_indexes]) for t in req.topics or ()]
+        return await offload.respond(ctx, {
+            "error_code": error, "topics": [{"name": name, "partitions": parts} for name, parts in topics]},
+            sum(len(parts) for _, parts in topics))
 
     # ------------------------------------------------------------------ admin
 
@@ -298,7 +302,19 @@ class GroupApis:
         return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
 
 
-def _requested(topics) -> list[tuple[str, list[int]]] | None:
+async def _fetch_offsets(coordinator: GroupCoordinator, group_id: str, topics, require_stable: bool,
+                         pacer: Pacer) -> tuple[int, list[tuple[str, list[dict[str, Any]]]]]:
+    """``coordinator.fetch_offsets`` for the request's topics (None: every committed offset), a slice of
+    partitions at a time, yielding to the event loop between slices of a big request."""
     if topics is None:
-        return None
-    return [(t.name, list(t.partition_indexes)) for t in topics]
+        return coordinator.fetch_offsets(group_id, None, require_stable)
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for t in topics:
+        answers: list[dict[str, Any]] = []
+        async for chunk in paced(t.partition_indexes, 1024, pacer):
+            error, found = coordinator.fetch_offsets(group_id, [(t.name, chunk)], require_stable)
+            if error != NO_ERROR:
+                return error, []
+            answers += found[0][1]
+        out.append((t.name, answers))
+    return NO_ERROR, out
