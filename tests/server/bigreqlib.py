@@ -3,9 +3,11 @@ tests/server/test_big_requests.py and bench/big_requests.py).
 
 :func:`while_probing` sends a big request frame on one connection and, on another, ApiVersions
 requests one after another, until the big answer is complete. It reports the round trips of the probes
-sent after the big frame was fully written (the window in which the broker holds it), and the largest
-gap a canary thread of this process saw in its own 1 ms sleeps: a slow probe during such a gap says the
-machine was starved, not that the broker stalled.
+sent after the big frame was fully written (the window in which the broker holds it), with two signs
+of a starved machine rather than a stalled broker: the largest gap a canary thread of this process saw
+in its own 1 ms sleeps, and how long the broker's event-loop thread waited for a CPU while the probe
+was out (its run-queue wait in ``/proc/PID/task/PID/schedstat``). A probe's *broker delay* is its
+round trip less that run-queue wait: the time the loop was busy or waiting for the GIL.
 """
 
 from __future__ import annotations
@@ -42,7 +44,12 @@ def read_frame(sock: socket.socket) -> bytes:
 class Probe:
     sent: float
     rtt: float
-    canary_gap: float  # the largest gap this process's canary saw while the probe was out
+    runqueue_wait: float = 0.0  # how long the broker's loop thread waited for a CPU meanwhile
+    canary_gap: float = 0.0     # the largest gap this process's canary saw while the probe was out
+
+    @property
+    def broker_delay(self) -> float:
+        return self.rtt - self.runqueue_wait
 
 
 @dataclass
@@ -57,19 +64,34 @@ class Run:
         return [p for p in self.probes if p.sent >= self.sent_at and p.sent + p.rtt <= self.answered_at]
 
     def max_rtt(self, starved_gap: float = 0.05) -> tuple[float, float]:
-        """(largest round trip in the window, largest among probes the canary saw no starvation for)."""
+        """(largest round trip in the window, largest broker delay among the probes during which this
+        process's canary was not starved)."""
         window = self.in_window
-        fair = [p.rtt for p in window if p.canary_gap < starved_gap]
+        fair = [p.broker_delay for p in window if p.canary_gap < starved_gap]
         return max((p.rtt for p in window), default=0.0), max(fair, default=0.0)
 
     def summary(self) -> str:
         worst, fair = self.max_rtt()
+        slow = sorted(self.in_window, key=lambda p: -p.rtt)[:3]
         return (f"answer {len(self.answer)} bytes in {self.answered_at - self.sent_at:.2f}s after the frame was "
-                f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms "
-                f"({fair * 1000:.1f} ms without canary starvation)")
+                f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
+                f"max broker delay {fair * 1000:.1f} ms (RTT less the loop thread's run-queue wait); slowest: "
+                + ", ".join(f"+{p.sent - self.sent_at:.2f}s rtt {p.rtt * 1000:.0f} ms runqueue "
+                            f"{p.runqueue_wait * 1000:.0f} ms canary {p.canary_gap * 1000:.0f} ms" for p in slow))
 
 
-def while_probing(bootstrap: str, frame: bytes, timeout: float = 600) -> Run:
+def _runqueue_wait(pid: int | None) -> float:
+    """Seconds the process's main thread (its event loop) has waited for a CPU so far."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, timeout: float = 600) -> Run:
     """Send ``frame`` (a complete request frame, size prefix included) and probe until it is answered."""
     host, port = bootstrap.rsplit(":", 1)
     big = socket.create_connection((host, int(port)), timeout=timeout)
@@ -93,11 +115,12 @@ def while_probing(bootstrap: str, frame: bytes, timeout: float = 600) -> Run:
 
     def probe_loop() -> None:
         while not done.is_set():
+            w0 = _runqueue_wait(broker_pid)
             t0 = time.monotonic()
             probe.sendall(_API_VERSIONS)
             read_frame(probe)
             t1 = time.monotonic()
-            run.probes.append(Probe(t0, t1 - t0, 0.0))
+            run.probes.append(Probe(t0, t1 - t0, _runqueue_wait(broker_pid) - w0))
             time.sleep(0.002)
 
     threads = [threading.Thread(target=watch, daemon=True), threading.Thread(target=probe_loop, daemon=True)]
