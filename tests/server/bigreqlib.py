@@ -6,12 +6,13 @@ requests one after another, until the big answer is complete. It reports the rou
 sent after the big frame was fully written (the window in which the broker holds it), with two signs
 of a starved machine rather than a stalled broker: the largest gap a canary thread of this process saw
 in its own 1 ms sleeps, and how long the broker's event-loop thread waited for a CPU while the probe
-was out (its run-queue wait in ``/proc/PID/task/PID/schedstat``). A probe's *broker delay* is its
-round trip less that run-queue wait: the time the loop was busy or waiting for the GIL.
+was out, or a worker thread holding the GIL did (run-queue waits in ``/proc/PID/task/*/schedstat``). A
+probe's *broker delay* is its round trip less the longest of those waits.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -44,7 +45,7 @@ def read_frame(sock: socket.socket) -> bytes:
 class Probe:
     sent: float
     rtt: float
-    runqueue_wait: float = 0.0  # how long the broker's loop thread waited for a CPU meanwhile
+    runqueue_wait: float = 0.0  # the longest a broker thread waited for a CPU meanwhile
     canary_gap: float = 0.0     # the largest gap this process's canary saw while the probe was out
 
     @property
@@ -75,20 +76,34 @@ class Run:
         slow = sorted(self.in_window, key=lambda p: -p.rtt)[:3]
         return (f"answer {len(self.answer)} bytes in {self.answered_at - self.sent_at:.2f}s after the frame was "
                 f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
-                f"max broker delay {fair * 1000:.1f} ms (RTT less the loop thread's run-queue wait); slowest: "
+                f"max broker delay {fair * 1000:.1f} ms (RTT less the broker threads' longest run-queue wait); "
+                "slowest: "
                 + ", ".join(f"+{p.sent - self.sent_at:.2f}s rtt {p.rtt * 1000:.0f} ms runqueue "
                             f"{p.runqueue_wait * 1000:.0f} ms canary {p.canary_gap * 1000:.0f} ms" for p in slow))
 
 
-def _runqueue_wait(pid: int | None) -> float:
-    """Seconds the process's main thread (its event loop) has waited for a CPU so far."""
+def _runqueue_waits(pid: int | None) -> dict[str, float]:
+    """Seconds each thread of the process has waited for a CPU so far, by thread id."""
     if pid is None:
-        return 0.0
+        return {}
+    waits = {}
     try:
-        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                waits[tid] = int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return waits
+
+
+def _starved(before: dict[str, float], after: dict[str, float]) -> float:
+    """The longest any broker thread waited for a CPU between two samples: the loop's own wait, or that
+    of a worker preempted while it held the GIL (the loop waits for it then)."""
+    return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
 
 
 def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, timeout: float = 600) -> Run:
@@ -115,12 +130,12 @@ def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, t
 
     def probe_loop() -> None:
         while not done.is_set():
-            w0 = _runqueue_wait(broker_pid)
+            w0 = _runqueue_waits(broker_pid)
             t0 = time.monotonic()
             probe.sendall(_API_VERSIONS)
             read_frame(probe)
             t1 = time.monotonic()
-            run.probes.append(Probe(t0, t1 - t0, _runqueue_wait(broker_pid) - w0))
+            run.probes.append(Probe(t0, t1 - t0, _starved(w0, _runqueue_waits(broker_pid))))
             time.sleep(0.002)
 
     threads = [threading.Thread(target=watch, daemon=True), threading.Thread(target=probe_loop, daemon=True)]
