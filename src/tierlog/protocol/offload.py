@@ -57,6 +57,9 @@ BIG_FRAME_BYTES = 1 << 20
 #: and encoding cost some 10-30 us an item on a busy core).
 BIG_ITEMS = 4096
 
+#: Items :func:`dismantle` frees at a time (each may be an object with a few fields of its own).
+FREE_SLICE = 4096
+
 #: How long a handler loop may run before it yields to the event loop.
 YIELD_AFTER_S = 0.005
 
@@ -155,7 +158,7 @@ def dismantle(value: Any) -> None:
     long. Only for values nobody else holds: the lists are emptied in place."""
     if isinstance(value, list) and len(value) > SLICE:
         while value:
-            del value[-SLICE:]
+            del value[-FREE_SLICE:]
         return
     if isinstance(value, (list, tuple)):
         if value and not isinstance(value[0], (int, float, str, bytes)):

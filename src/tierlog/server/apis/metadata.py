@@ -50,9 +50,11 @@ class MetadataApis:
                         and self.controller.effective_config["auto.create.topics.enable"])
         requested = req.topics
         topics_out = []
+        partitions = 0  # the answer's size, counted as it is made (a million topics take a while to count)
         if requested is None or (ctx.api_version == 0 and not requested):
             async for names in paced(sorted(image.topics), 256):
                 topics_out += [self._topic(image.topics[n]) for n in names]
+                partitions += sum(len(image.topics[n].partitions) for n in names)
         else:
             async for chunk in paced(requested, 256):  # a request may name a million topics
                 for t in chunk:
@@ -60,13 +62,15 @@ class MetadataApis:
                     topic_id = getattr(t, "topic_id", None)
                     if name is None and topic_id not in (None, ZERO_UUID):
                         topic = image.topic_by_id(topic_id)
+                        partitions += len(topic.partitions) if topic else 0
                         topics_out.append(self._topic(topic) if topic else
                                           {"error_code": UnknownTopicIdError.code, "name": None,
                                            "topic_id": topic_id})
                         continue
-                    topics_out.append(self._named_topic(name, allow_create))
+                    topics_out.append(answer := self._named_topic(name, allow_create))
+                    partitions += len(answer.get("partitions", ()))
         me = image.brokers[self.node_id]
-        items = len(topics_out) + sum(len(t.get("partitions", ())) for t in topics_out)
+        items = len(topics_out) + partitions
         return await offload.respond(ctx, {
             "brokers": [{"node_id": me.node_id, "host": me.host, "port": me.port, "rack": None}],
             "cluster_id": image.cluster_id,
