@@ -159,13 +159,17 @@ class OffsetMetadataManager:
 
     # ================================================================== OffsetFetch / OffsetDelete
 
-    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
-                      ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None."""
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
+                      entry: Callable[..., Any] = dict) -> list[tuple[str, list[Any]]]:
+        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None.
+
+        Each partition's answer is ``entry(partition_index=, committed_offset=, committed_leader_epoch=,
+        metadata=, error_code=)``: a dict by default; the OffsetFetch handler makes its kio objects
+        directly (a dict per partition of a 4-million-partition request is most of a gigabyte)."""
         group = self.groups.group(group_id)
         known = group is not None and not group.is_in(DEAD)
         offsets = self.offsets.get(group_id, {}) if known else {}
-        out: list[tuple[str, list[dict[str, Any]]]] = []
+        out: list[tuple[str, list[Any]]] = []
         if topics is None:
             by_topic: dict[str, list[int]] = {}
             for topic, partition in offsets:
@@ -176,12 +180,12 @@ class OffsetMetadataManager:
             for p in partitions:
                 om = offsets.get((topic, p))
                 if om is None:
-                    answers.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                                    "metadata": "", "error_code": NO_ERROR})
+                    answers.append(entry(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                         metadata="", error_code=NO_ERROR))
                 else:
-                    answers.append({"partition_index": p, "committed_offset": om.offset,
-                                    "committed_leader_epoch": om.leader_epoch, "metadata": om.metadata,
-                                    "error_code": NO_ERROR})
+                    answers.append(entry(partition_index=p, committed_offset=om.offset,
+                                         committed_leader_epoch=om.leader_epoch, metadata=om.metadata,
+                                         error_code=NO_ERROR))
             out.append((topic, answers))
         return out
 

@@ -247,12 +247,14 @@ class GroupCoordinator:
             partitions=items, api_version=api_version, retention_time_ms=retention_time_ms)
 
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
-                      require_stable: bool = False) -> tuple[int, list[tuple[str, list[dict[str, Any]]]]]:
-        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None."""
+                      require_stable: bool = False, entry: Callable[..., Any] = dict
+                      ) -> tuple[int, list[tuple[str, list[Any]]]]:
+        """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None; each
+        partition's answer made by ``entry`` (see ``OffsetMetadataManager.fetch_offsets``)."""
         shard = self._route(group_id)
         if isinstance(shard, int):
             return shard, []
-        return NO_ERROR, shard.offset_metadata_manager.fetch_offsets(group_id, topics)
+        return NO_ERROR, shard.offset_metadata_manager.fetch_offsets(group_id, topics, entry)
 
     def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
                        ) -> tuple[int, dict[tuple[str, int], int]]:

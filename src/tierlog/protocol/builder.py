@@ -15,7 +15,8 @@ that into the class of the version at hand:
 - values are converted by the field's type: ``int`` milliseconds to ``timedelta``; ``int``
   milliseconds since the epoch to ``datetime`` (-1 means null where nullable); ``int`` or a
   :class:`tierlog.errors.KafkaError` (class or instance) to ``ErrorCode``; ``str``/``bytes``/``int``
-  to ``UUID``; lists and other iterables to tuples; dicts (or kio objects of another version) to
+  to ``UUID``; lists and other iterables to tuples (to lists above 32768 items, which
+  :func:`tierlog.protocol.offload.dismantle` can free in slices); dicts (or kio objects of another version) to
   the nested class. Integers are range-checked against their wire type.
 - ``throttle_time_ms`` is accepted for ``throttle_time`` (Kafka's name for ``*Ms`` fields).
 
@@ -46,6 +47,8 @@ from kio.static.primitive import (
     i32Timedelta,
     i64Timedelta,
 )
+
+from tierlog.protocol._bigread import SLICE
 
 __all__ = ["build", "build_response", "zero_value"]
 
@@ -148,12 +151,22 @@ def _nullable(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert_or_none
 
 
+def _sequence(values: Any) -> tuple | list:
+    """A tuple, or for more than ``SLICE`` items a list: :func:`tierlog.protocol.offload.dismantle`
+    frees a big list a slice at a time, where freeing a big tuple holds the GIL for its whole length."""
+    if type(values) is tuple and len(values) <= SLICE:
+        return values
+    items = list(values)
+    return tuple(items) if len(items) <= SLICE else items
+
+
 def _tuple_of(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     if convert is _identity:
-        return tuple
+        return _sequence
 
-    def convert_all(values: Any) -> tuple:
-        return tuple(map(convert, values))
+    def convert_all(values: Any) -> tuple | list:
+        items = list(map(convert, values))
+        return tuple(items) if len(items) <= SLICE else items
 
     return convert_all
 

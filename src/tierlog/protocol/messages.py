@@ -43,6 +43,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from tierlog import errors
+from tierlog.protocol._bigread import read_body as _read_body_in_slices
 from tierlog.protocol._guard import ArrayTooLong, guard_for
 
 __all__ = [
@@ -241,11 +242,13 @@ class RequestContext:
                 f"client_id={self.client_id!r}, {self.frame_size} bytes)")
 
 
-def parse_request(frame) -> RequestContext:
+def parse_request(frame, *, in_slices: bool = False) -> RequestContext:
     """Parse one request frame (the bytes after the size prefix).
 
     ``frame`` should be ``bytes`` (kio's readers need a read-only buffer); other bytes-like
-    objects are accepted and copied first when writable.
+    objects are accepted and copied first when writable. ``in_slices`` reads the body in many short
+    native calls (:mod:`tierlog.protocol._bigread`) instead of one, so that a big frame parsed in a
+    worker thread lets the other threads (the event loop) run meanwhile; the result is the same.
     """
     if type(frame) is not bytes:
         frame = _readonly(frame)
@@ -258,7 +261,10 @@ def parse_request(frame) -> RequestContext:
     try:
         header, header_size = schema.read_header(frame, 0)
         schema.guard(frame, header_size)
-        request, body_size = schema.read_body(frame, header_size)
+        if in_slices:
+            request, body_size = _read_body_in_slices(schema.request_type, frame, header_size)
+        else:
+            request, body_size = schema.read_body(frame, header_size)
     except _DECODE_ERRORS as exc:
         raise MalformedRequestError(
             f"cannot parse {ApiKey(api_key).name} v{api_version} request: {exc!r}", _header_or_none(frame)

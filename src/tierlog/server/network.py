@@ -25,10 +25,8 @@ from tierlog.protocol import (
     InvalidFrameError,
     RequestContext,
     RequestParseError,
-    encode_response,
     encode_response_parts,
     fallback_response_frame,
-    parse_request,
 )
 
 log = logging.getLogger(__name__)
@@ -187,33 +185,43 @@ class SocketServer:
                     os.close(fd)
 
     async def _handle(self, frame: bytes, peer) -> bytes | None:
-        try:
-            ctx = parse_request(frame)
-            spec = self.registry.for_request(ctx)
-        except RequestParseError as e:
-            fallback = fallback_response_frame(e, self.registry)
-            if fallback is not None:
-                return fallback
-            log.warning("Closing connection from %s: %s", peer, e)
-            raise _CloseConnection from e
-        started = time.monotonic()
-        try:
-            response = await spec.handler(ctx)
-        except KafkaError as e:
-            response = self._error_response(ctx, e)
-            if response is None:
-                log.warning("Closing connection from %s: %s v%d failed: %s", peer, ctx.api_name, ctx.api_version, e)
+        # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
+        # with the garbage collector paused, so that the loop keeps serving the other connections.
+        from tierlog.protocol import offload
+
+        big = len(frame) >= offload.BIG_FRAME_BYTES
+        with offload.gc_paused(big):
+            try:
+                ctx = await offload.parse(frame)
+                spec = self.registry.for_request(ctx)
+            except RequestParseError as e:
+                fallback = fallback_response_frame(e, self.registry)
+                if fallback is not None:
+                    return fallback
+                log.warning("Closing connection from %s: %s", peer, e)
                 raise _CloseConnection from e
-        except Exception as e:
-            log.exception("%s v%d from %s failed", ctx.api_name, ctx.api_version, peer)
-            response = self._error_response(ctx, KafkaError(f"{type(e).__name__}: {e}"))
+            started = time.monotonic()
+            try:
+                response = await spec.handler(ctx)
+            except KafkaError as e:
+                response = self._error_response(ctx, e)
+                if response is None:
+                    log.warning("Closing connection from %s: %s v%d failed: %s", peer, ctx.api_name, ctx.api_version,
+                                e)
+                    raise _CloseConnection from e
+            except Exception as e:
+                log.exception("%s v%d from %s failed", ctx.api_name, ctx.api_version, peer)
+                response = self._error_response(ctx, KafkaError(f"{type(e).__name__}: {e}"))
+                if response is None:
+                    raise _CloseConnection from e
             if response is None:
-                raise _CloseConnection from e
-        if response is None:
-            return None  # acks=0 produce: no response
-        elapsed = time.monotonic() - started
-        if elapsed > 5:
-            log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
-        if ctx.api_key == ApiKey.FETCH:
-            return encode_response_parts(ctx, response)
-        return encode_response(ctx, response)
+                return None  # acks=0 produce: no response
+            elapsed = time.monotonic() - started
+            if elapsed > 5:
+                log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
+            if ctx.api_key == ApiKey.FETCH and not isinstance(response, offload.EncodedResponse):
+                return encode_response_parts(ctx, response)
+            out = await offload.encode(ctx, response, big)
+            if big:  # the request's big arrays are freed in slices, off the loop
+                asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
+            return out

@@ -29,9 +29,14 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
+import typing
+from collections.abc import Callable
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from tierlog.cluster import Controller
 from tierlog.coordinator import GroupCoordinator
@@ -43,7 +48,8 @@ from tierlog.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer, paced
 
 log = logging.getLogger(__name__)
 
@@ -259,22 +265,27 @@ class GroupApis:
         req = ctx.request
         coordinator = self._ready()
         require_stable = getattr(req, "require_stable", False)
+        pacer = Pacer()
+        entry = _partition_entry(ctx.response_type)
         if ctx.api_version >= 8:
             groups = []
+            items = 0
             for g in req.groups:
-                error, topics = coordinator.fetch_offsets(g.group_id, _requested(g.topics), require_stable)
+                error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer,
+                                                     entry)
+                items += sum(len(parts) for _, parts in topics)
                 groups.append({"group_id": g.group_id, "error_code": error,
                                "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
-            return build_response(ctx, {"groups": groups})
-        requested = _requested(req.topics)
-        error, topics = coordinator.fetch_offsets(req.group_id, requested, require_stable)
+            return await offload.respond(ctx, {"groups": groups}, items)
+        error, topics = await _fetch_offsets(coordinator, req.group_id, req.topics, require_stable, pacer, entry)
         if error != NO_ERROR:
             topics = []
             if ctx.api_version < 2:  # no top-level error yet: report it on every partition
-                topics = [(name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
-                                   "error_code": error} for p in parts]) for name, parts in requested or ()]
-        return build_response(ctx, {"error_code": error,
-                                    "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
+                topics = [(t.name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
+                                     "error_code": error} for p in t.partition_indexes]) for t in req.topics or ()]
+        return await offload.respond(ctx, {
+            "error_code": error, "topics": [{"name": name, "partitions": parts} for name, parts in topics]},
+            sum(len(parts) for _, parts in topics))
 
     # ------------------------------------------------------------------ admin
 
@@ -298,7 +309,47 @@ class GroupApis:
         return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
 
 
-def _requested(topics) -> list[tuple[str, list[int]]] | None:
+_ENTRIES: dict[type, Callable[..., Any]] = {}
+
+
+def _partition_entry(response_type: type) -> Callable[..., Any]:
+    """The OffsetFetch response's partition class of this version, as a function of the coordinator's
+    answer for a partition: kio objects made directly, with no dict per partition in between."""
+    entry = _ENTRIES.get(response_type)
+    if entry is None:
+        hints = typing.get_type_hints(response_type)
+        cls = response_type
+        if "groups" in hints:  # v8+: groups, then topics
+            cls = typing.get_args(hints["groups"])[0]
+            hints = typing.get_type_hints(cls)
+        topic_cls = typing.get_args(hints["topics"])[0]
+        partition_cls = typing.get_args(typing.get_type_hints(topic_cls)["partitions"])[0]
+        names = {f.name for f in dataclasses.fields(partition_cls)}
+        errors = {code.value: code for code in ErrorCode}
+
+        if "committed_leader_epoch" in names:
+            def entry(*, error_code, **fields):
+                return partition_cls(error_code=errors[error_code], **fields)
+        else:  # v1-v4
+            def entry(*, error_code, committed_leader_epoch, **fields):
+                return partition_cls(error_code=errors[error_code], **fields)
+        _ENTRIES[response_type] = entry
+    return entry
+
+
+async def _fetch_offsets(coordinator: GroupCoordinator, group_id: str, topics, require_stable: bool,
+                         pacer: Pacer, entry: Callable[..., Any]) -> tuple[int, list[tuple[str, list[Any]]]]:
+    """``coordinator.fetch_offsets`` for the request's topics (None: every committed offset), a slice of
+    partitions at a time, yielding to the event loop between slices of a big request."""
     if topics is None:
-        return None
-    return [(t.name, list(t.partition_indexes)) for t in topics]
+        return coordinator.fetch_offsets(group_id, None, require_stable, entry)
+    out: list[tuple[str, list[Any]]] = []
+    for t in topics:
+        answers: list[Any] = []
+        async for chunk in paced(t.partition_indexes, 256, pacer):
+            error, found = coordinator.fetch_offsets(group_id, [(t.name, chunk)], require_stable, entry)
+            if error != NO_ERROR:
+                return error, []
+            answers += found[0][1]
+        out.append((t.name, answers))
+    return NO_ERROR, out

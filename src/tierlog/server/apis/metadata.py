@@ -13,7 +13,8 @@ from tierlog.errors import (
     error_for_code,
 )
 from tierlog.kafka_uuid import ZERO_UUID
-from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, build_response
+from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, offload
+from tierlog.protocol.offload import paced
 
 log = logging.getLogger(__name__)
 
@@ -49,28 +50,35 @@ class MetadataApis:
                         and self.controller.effective_config["auto.create.topics.enable"])
         requested = req.topics
         topics_out = []
+        partitions = 0  # the answer's size, counted as it is made (a million topics take a while to count)
         if requested is None or (ctx.api_version == 0 and not requested):
-            names = [n for n in sorted(image.topics)]
-            topics_out = [self._topic(image.topics[n]) for n in names]
+            async for names in paced(sorted(image.topics), 256):
+                topics_out += [self._topic(image.topics[n]) for n in names]
+                partitions += sum(len(image.topics[n].partitions) for n in names)
         else:
-            for t in requested:
-                name = getattr(t, "name", None)
-                topic_id = getattr(t, "topic_id", None)
-                if name is None and topic_id not in (None, ZERO_UUID):
-                    topic = image.topic_by_id(topic_id)
-                    topics_out.append(self._topic(topic) if topic else
-                                      {"error_code": UnknownTopicIdError.code, "name": None, "topic_id": topic_id})
-                    continue
-                topics_out.append(self._named_topic(name, allow_create))
+            async for chunk in paced(requested, 256):  # a request may name a million topics
+                for t in chunk:
+                    name = getattr(t, "name", None)
+                    topic_id = getattr(t, "topic_id", None)
+                    if name is None and topic_id not in (None, ZERO_UUID):
+                        topic = image.topic_by_id(topic_id)
+                        partitions += len(topic.partitions) if topic else 0
+                        topics_out.append(self._topic(topic) if topic else
+                                          {"error_code": UnknownTopicIdError.code, "name": None,
+                                           "topic_id": topic_id})
+                        continue
+                    topics_out.append(answer := self._named_topic(name, allow_create))
+                    partitions += len(answer.get("partitions", ()))
         me = image.brokers[self.node_id]
-        return build_response(ctx, {
+        items = len(topics_out) + partitions
+        return await offload.respond(ctx, {
             "brokers": [{"node_id": me.node_id, "host": me.host, "port": me.port, "rack": None}],
             "cluster_id": image.cluster_id,
             "controller_id": self.node_id,
             "topics": topics_out,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": 0,
-        })
+        }, items)
 
     def _named_topic(self, name: str, allow_create: bool) -> dict:
         image = self.controller.image

@@ -1,0 +1,114 @@
+"""One big request must not stall the other clients (issue 16): a 16 MB OffsetFetch of 4 million partitions
+and a Metadata request naming a million topics, each sent on one connection while another connection sends
+ApiVersions requests one after another. Every probe sent while the broker holds the big request is
+answered within 100 ms, and the big request gets its correct answer.
+
+The window starts when the big frame is fully written (not after a sleep) and ends when its answer is
+read. The machine is shared, so the bound is checked on each probe's round trip less the time the
+broker's loop thread waited for a CPU, over the probes during which a canary thread of the test process
+was not itself starved (tests/server/bigreqlib.py); the figures are printed either way.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+
+from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.server.bigreqlib import broker_rss_peak_mb, while_probing
+from tierlog.protocol import ApiKey, build, encode_request, parse_response
+
+pytestmark = pytest.mark.slow
+
+MAX_PROBE_RTT = 0.100
+
+
+def _uv(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _cstr(s: str) -> bytes:
+    b = s.encode()
+    return _uv(len(b) + 1) + b
+
+
+def _wait_for_coordinator(raw: RawClient, group: str) -> None:
+    import time
+    deadline = time.monotonic() + 30
+    while True:
+        resp = raw.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+        if resp.error_code == 0:
+            return
+        assert time.monotonic() < deadline, resp
+        time.sleep(0.1)
+
+
+def test_offset_fetch_of_four_million_partitions_does_not_stall_other_clients(broker):
+    n = 4_000_000
+    topic, group = unique("big"), unique("group")
+    create_topic(broker.bootstrap, topic, 2)
+    raw = RawClient(broker.bootstrap)
+    try:
+        _wait_for_coordinator(raw, group)
+        committed = raw.request(ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "committed_offset": 42, "committed_leader_epoch": 3, "committed_metadata": "m"},
+                {"partition_index": 1, "committed_offset": 7, "committed_leader_epoch": 3,
+                 "committed_metadata": ""}]}]})
+        assert [p.error_code for p in committed.topics[0].partitions] == [0, 0]
+    finally:
+        raw.close()
+    request = build(load_request_schema(ApiKey.OFFSET_FETCH, 8), {"groups": [
+        {"group_id": group, "topics": [{"name": topic, "partition_indexes": range(n)}]}], "require_stable": False})
+    frame = encode_request(request, 99, "big")
+    del request
+    assert len(frame) > 16_000_000
+
+    run = while_probing(broker.bootstrap, frame, broker.proc.pid)
+    print(f"\nOffsetFetch of {n} partitions ({len(frame)} bytes): {run.summary()}; "
+          f"broker peak RSS {broker_rss_peak_mb(broker.proc.pid):.0f} MB")
+
+    # The exact answer, byte for byte: header v1, throttle, one group, one topic, n partitions.
+    def partition(p: int) -> bytes:
+        if p == 0:
+            return struct.pack(">iqi", 0, 42, 3) + _cstr("m") + b"\0\0\0"
+        if p == 1:
+            return struct.pack(">iqi", 1, 7, 3) + _cstr("") + b"\0\0\0"
+        return struct.pack(">iqi", p, -1, -1) + b"\x01\0\0\0"
+
+    expected = b"".join([struct.pack(">i", 99), b"\0", struct.pack(">i", 0), _uv(2), _cstr(group), _uv(2),
+                         _cstr(topic), _uv(n + 1), *map(partition, range(n)), b"\0", b"\0\0", b"\0", b"\0"])
+    assert run.answer == expected
+    worst, fair = run.max_rtt()
+    assert len(run.in_window) >= 10, run.summary()
+    assert fair <= MAX_PROBE_RTT, run.summary()
+
+
+def test_metadata_naming_a_million_topics_does_not_stall_other_clients(broker):
+    n = 1_000_000
+    names = [f"absent-{i:07d}" for i in range(n)]
+    request = build(load_request_schema(ApiKey.METADATA, 12), {
+        "topics": [{"name": name} for name in names], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    frame = encode_request(request, 5, "big")
+    del request
+
+    run = while_probing(broker.bootstrap, frame, broker.proc.pid)
+    print(f"\nMetadata naming {n} topics ({len(frame)} bytes): {run.summary()}; "
+          f"broker peak RSS {broker_rss_peak_mb(broker.proc.pid):.0f} MB")
+
+    corr, response = parse_response(run.answer, load_response_schema(ApiKey.METADATA, 12))
+    assert corr == 5
+    assert [t.name for t in response.topics] == names
+    assert {int(t.error_code) for t in response.topics} == {3}  # UNKNOWN_TOPIC_OR_PARTITION
+    worst, fair = run.max_rtt()
+    assert len(run.in_window) >= 10, run.summary()
+    assert fair <= MAX_PROBE_RTT, run.summary()
