@@ -18,6 +18,10 @@ Limits, as Kafka's ``SocketServer`` has them:
   is released as each request is answered, and all of it when the connection closes or idles out
   (``connections.max.idle.ms``). As Kafka's non-strict pool, a reservation is granted while anything is
   left, so the pool can overshoot by at most one frame.
+- descriptors: a connection whose descriptor would leave less than :func:`fd_reserve` of the process's
+  open file limit (RLIMIT_NOFILE) free is closed at once too, so connections can never take the
+  descriptors storage needs to roll a segment or write a checkpoint (at the limit those fail, and an I/O
+  error takes the log dir offline, as in Kafka).
 - accepting: an accept that fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
   pauses that listener for :data:`ACCEPT_BACKOFF_S` and is logged once per interval with a count.
 
@@ -34,6 +38,7 @@ import asyncio
 import errno
 import logging
 import os
+import resource
 import socket
 import time
 from collections import deque
@@ -63,6 +68,20 @@ LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def fd_reserve(soft_limit: int) -> int:
+    """Descriptors kept free of connections for storage and the broker's own files: a tenth of the open file
+    limit, at least 16."""
+    return max(16, soft_limit // 10)
+
+
+def _fd_ceiling() -> int | None:
+    """The lowest descriptor number a connection may not have, or None without a finite limit."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return soft - fd_reserve(soft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,16 +204,17 @@ class ConnectionQuotas:
         limit = overrides.get(ip)
         return cfg["max.connections.per.ip"] if limit is None else limit
 
-    def try_inc(self, ip: str) -> str | None:
-        """Count a new connection from ``ip``; or the reason it is refused (nothing counted)."""
+    def try_inc(self, ip: str) -> tuple[str, str] | None:
+        """Count a new connection from ``ip``; or (the limit, why) it is refused, nothing counted."""
         cfg = self._config()
         broker_limit = cfg["max.connections"]
         if self.total >= broker_limit:
-            return f"the broker has {self.total} connections (max.connections={broker_limit})"
+            return "max.connections", f"the broker has {self.total} connections (max.connections={broker_limit})"
         count = self.per_ip.get(ip, 0)
         ip_limit = self.limit_for(ip, cfg)
         if count >= ip_limit:
-            return f"{ip} has {count} connections (max.connections.per.ip or its override: {ip_limit})"
+            return "max.connections.per.ip", (f"{ip} has {count} connections (max.connections.per.ip or its "
+                                              f"override: {ip_limit})")
         self.total += 1
         self.per_ip[ip] = count + 1
         return None
@@ -257,6 +277,7 @@ class SocketServer:
         self.quotas = ConnectionQuotas(config if config is not None else (lambda: _NO_LIMITS))
         self.pool = MemoryPool(queued_max_request_bytes) if queued_max_request_bytes > 0 else None
         self._warn = RepeatLimiter(log)
+        self._fd_ceiling = _fd_ceiling()
         self._listening: list[tuple[socket.socket, BoundListener]] = []
         self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -326,11 +347,19 @@ class SocketServer:
 
     def _admit(self, conn: socket.socket, addr, listener: BoundListener) -> None:
         ip = addr[0] if isinstance(addr, tuple) else str(addr)
+        fd = conn.fileno()
+        if self._fd_ceiling is not None and fd >= self._fd_ceiling:
+            # Descriptors are handed out lowest first: this one means at least fd + 1 are open.
+            conn.close()
+            self._warn.warning(("refused", "fds"), "Closed a new connection from %s to %s: at least %d descriptors "
+                               "are open, the last %d of the open file limit (ulimit -n) are kept for storage",
+                               ip, listener.name, fd + 1, fd_reserve(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+            return
         refused = self.quotas.try_inc(ip)
         if refused is not None:
             conn.close()  # Kafka closes it at once
-            self._warn.warning(("refused", refused.split(" ", 1)[0] == "the"),
-                               "Closed a new connection from %s to %s: %s", ip, listener.name, refused)
+            self._warn.warning(("refused", refused[0]), "Closed a new connection from %s to %s: %s", ip,
+                               listener.name, refused[1])
             return
         task = asyncio.get_running_loop().create_task(self._connection(conn, addr, ip))
         self._connections.add(task)
