@@ -35,6 +35,8 @@ regions with ``loop.sendfile``: the limits wrap these paths without changing the
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import errno
 import logging
 import os
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from tierlog.config.definitions import parse_connection_overrides
 from tierlog.errors import InvalidConfigError, KafkaError
 from tierlog.logs import RepeatLimiter
+from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import (
     ApiKey,
     FrameDecoder,
@@ -68,6 +71,27 @@ LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+#: Freed request memory (half-sent frames of closed connections, big requests answered) after which the C
+#: allocator is asked to give free pages back to the system: glibc keeps freed heap memory otherwise.
+TRIM_AFTER_BYTES = 32 * 1024 * 1024
+TRIM_FRAME_BYTES = 1024 * 1024  # smaller requests are left to the allocator
+TRIM_INTERVAL_S = 1.0  # at most one trim a second
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+MEMORY_POOL_USED = "kafka_network_socketserver_memorypoolused"
+MEMORY_POOL_AVAILABLE = "kafka_network_socketserver_memorypoolavailable"
+CONNECTION_COUNT = "kafka_server_socket_server_metrics_connection_count"
 
 
 def fd_reserve(soft_limit: int) -> int:
@@ -107,10 +131,22 @@ class MemoryPool:
     while the pool has anything left (so it may overshoot by one reservation), else the caller waits until
     enough is released. Bytes already in memory are counted with :meth:`force`, which never waits."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, metrics: MetricsRegistry | None = None):
         self.limit = limit
         self.used = 0
         self._waiters: deque[asyncio.Future] = deque()
+        self._used_gauge = self._available_gauge = None
+        if metrics is not None:  # Kafka's kafka.network:type=SocketServer,name=MemoryPoolUsed / MemoryPoolAvailable
+            self._used_gauge = metrics.gauge(MEMORY_POOL_USED, "Bytes of requests held in the memory pool "
+                                             "(queued.max.request.bytes)")
+            self._available_gauge = metrics.gauge(MEMORY_POOL_AVAILABLE, "Bytes left in the memory pool "
+                                                  "(queued.max.request.bytes); negative when it overshoots")
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._used_gauge is not None:
+            self._used_gauge.set(self.used)
+            self._available_gauge.set(self.limit - self.used)
 
     @property
     def available(self) -> int:
@@ -119,6 +155,7 @@ class MemoryPool:
     def try_reserve(self, size: int) -> bool:
         if self.used < self.limit and not self._waiters:
             self.used += size
+            self._changed()
             return True
         return False
 
@@ -136,6 +173,7 @@ class MemoryPool:
                 if self.used < self.limit:
                     self._waiters.popleft()
                     self.used += size
+                    self._changed()
                     self._wake()  # the next one may fit too
                     return
                 fut = loop.create_future()  # forced bytes took the room meanwhile: wait again, still first
@@ -146,10 +184,12 @@ class MemoryPool:
 
     def force(self, size: int) -> None:
         self.used += size
+        self._changed()
 
     def release(self, size: int) -> None:
         if size:
             self.used -= size
+            self._changed()
             self._wake()
 
     def _wake(self) -> None:
@@ -267,7 +307,8 @@ def _listen_sockets(host: str, port: int) -> list[socket.socket]:
 class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
                  error_response: Callable[[RequestContext, KafkaError], object | None],
-                 config: Callable[[], Mapping] | None = None, queued_max_request_bytes: int = -1):
+                 config: Callable[[], Mapping] | None = None, queued_max_request_bytes: int = -1,
+                 metrics: MetricsRegistry | None = None):
         """``config()`` gives the current connection limits (the broker's effective configuration);
         ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool)."""
         self.registry = registry
@@ -275,9 +316,14 @@ class SocketServer:
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms > 0 else None
         self._error_response = error_response
         self.quotas = ConnectionQuotas(config if config is not None else (lambda: _NO_LIMITS))
-        self.pool = MemoryPool(queued_max_request_bytes) if queued_max_request_bytes > 0 else None
+        self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
+        self._connection_count = None if metrics is None else metrics.gauge(
+            CONNECTION_COUNT, "Open client connections (Kafka's socket-server-metrics connection-count)")
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
+        self._freed = 0  # bytes of big requests freed since the last trim
+        self._trim_scheduled = False
+        self._last_trim = 0.0
         self._listening: list[tuple[socket.socket, BoundListener]] = []
         self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -363,6 +409,8 @@ class SocketServer:
             return
         task = asyncio.get_running_loop().create_task(self._connection(conn, addr, ip))
         self._connections.add(task)
+        if self._connection_count is not None:
+            self._connection_count.set(self.quotas.total)
 
     async def _connection(self, conn: socket.socket, peer, ip: str) -> None:
         task = asyncio.current_task()
@@ -379,10 +427,29 @@ class SocketServer:
         finally:
             self._connections.discard(task)
             self.quotas.dec(ip)
+            if self._connection_count is not None:
+                self._connection_count.set(self.quotas.total)
             if writer is not None:
                 writer.close()
             else:
                 conn.close()
+
+    def _freed_memory(self, size: int) -> None:
+        """``size`` bytes of request memory were freed: once enough has been, give free pages back to the
+        system (soon, once for many closes), so half-sent frames do not leave the broker's RSS high."""
+        if _malloc_trim is None:
+            return
+        self._freed += size
+        if self._freed >= TRIM_AFTER_BYTES and not self._trim_scheduled:
+            self._trim_scheduled = True
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(0.05, self._last_trim + TRIM_INTERVAL_S - loop.time()), self._trim)
+
+    def _trim(self) -> None:
+        self._trim_scheduled = False
+        self._freed = 0
+        self._last_trim = asyncio.get_running_loop().time()
+        _malloc_trim(0)
 
     # ------------------------------------------------------------------ one connection
 
@@ -393,12 +460,14 @@ class SocketServer:
         try:
             while True:
                 if pool is not None:
+                    # Kafka reserves a frame's announced size before reading its body, and reads nothing while
+                    # the pool is exhausted: the connection waits (backpressure, the socket's buffers fill).
                     pending = decoder.pending_frame_size
                     if pending is not None and pending > held:
-                        # Kafka reserves a frame's announced size before reading its body; while the pool
-                        # is exhausted the connection is not read (backpressure).
                         await pool.reserve(pending - held)
                         held = pending
+                    elif pending is None and pool.used >= pool.limit:
+                        await pool.reserve(0)
                 try:
                     if self.idle_timeout_s is None:
                         data = await reader.read(READ_CHUNK)
@@ -430,11 +499,13 @@ class SocketServer:
                         else:
                             await self._send_parts(writer, out)
                         await writer.drain()
+                    size = len(frame)
                     if pool is not None:  # answered: its bytes go back to the pool
-                        size = len(frame)
-                        del frame
                         held -= size
                         pool.release(size)
+                    if size >= TRIM_FRAME_BYTES:
+                        frame = out = None
+                        self._freed_memory(size)
                 if pool is not None:
                     pending = decoder.pending_frame_size
                     keep = min(held, pending if pending is not None else decoder.buffered)
@@ -444,6 +515,8 @@ class SocketServer:
         finally:
             if pool is not None:
                 pool.release(held)
+            if decoder.buffered >= TRIM_FRAME_BYTES:  # a half-received frame, dropped with the connection
+                self._freed_memory(decoder.buffered)
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list) -> None:
         """Write a response whose records are file regions: sendfile where the loop can, else pread.
