@@ -389,7 +389,11 @@ class SocketServer:
                                        listener, e)
                 await asyncio.sleep(ACCEPT_BACKOFF_S)
                 continue
-            self._admit(conn, addr, listener)
+            try:
+                self._admit(conn, addr, listener)
+            except Exception:  # noqa: BLE001 - one connection's failure must never stop the listener
+                conn.close()
+                log.exception("Closed a new connection from %s to %s after an unexpected error", addr, listener)
 
     def _admit(self, conn: socket.socket, addr, listener: BoundListener) -> None:
         ip = addr[0] if isinstance(addr, tuple) else str(addr)
