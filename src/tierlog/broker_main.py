@@ -7,6 +7,7 @@ import logging
 import signal
 from typing import Any
 
+from tierlog import logs
 from tierlog.errors import InvalidConfigError, KafkaError
 from tierlog.server.broker import Broker
 
@@ -17,7 +18,8 @@ EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot w
 
 def run(cfg: Any) -> int:
     """Start the broker described by ``cfg`` (a :class:`tierlog.config.BrokerConfig`); returns the exit status."""
-    logging.getLogger().setLevel(logging.INFO)  # the broker reports start-up and recovery
+    # The broker reports start-up and recovery; repeating warnings are counted per interval.
+    logs.configure(logging.INFO, repeat_interval_s=cfg["internal.log.repeat.interval.ms"] / 1000)
     try:
         import uvloop  # noqa: F401 - optional speed-up (tierlog[fast])
         runner = uvloop.run

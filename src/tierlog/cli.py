@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tierlog import logs
 from tierlog.errors import InvalidConfigError
 
 EXIT_OK = 0
@@ -269,8 +270,7 @@ def _spark_options_from_broker(cfg: Any) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tierlog`` console command; returns the exit status."""
-    logging.basicConfig(level=logging.WARNING, format="tierlog: %(levelname)s: %(message)s",
-                        stream=sys.stderr)
+    logs.configure(logging.WARNING, stream=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"broker": _cmd_broker, "config": {"docs": _cmd_docs, "describe": _cmd_describe},

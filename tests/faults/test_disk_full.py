@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.faults.tmpfs import hold_space, mount_tmpfs, unmount
 from tests.harness import ROOT
-from tests.harness.broker import BrokerProcess
+from tests.harness.broker import BrokerProcess, log_lines
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import metrics_url, tier_status, tiered_settings, wait_for
 from tierlog.errors import KafkaStorageError
@@ -158,7 +158,7 @@ def read_back(b: BrokerProcess, topic: str, count: int) -> tuple[list[tuple[int,
 
 
 def error_lines(b: BrokerProcess) -> list[str]:
-    return [line for line in b.output if ": ERROR: " in line]
+    return [m.string for m in log_lines(b.output, "ERROR")]
 
 
 def records_in(path: Path) -> list[tuple[int, bytes]]:

@@ -4,7 +4,8 @@
 ``src`` first on ``PYTHONPATH`` (so a worktree tests its own code), waits for its ``ready`` line and
 keeps draining its output into ``output``. Settings are Kafka's keys (``log.dirs``, ``listeners`` and
 ``group.initial.rebalance.delay.ms=0`` are preset). ``stop()`` is a clean SIGTERM, ``kill()`` a SIGKILL,
-``restart(clean)`` either one and a start on the same port and log dir.
+``restart(clean)`` either one and a start on the same port and log dir. ``log_lines(output, level)`` parses
+the log lines of the output (``LOG_LINE``: ``2026-11-26T01:02:03.456Z INFO tierlog.server.network: ...``).
 
 ``BrokerProcess.running`` holds every process started and not yet reaped; the harness plugin kills
 those a test left behind, and all of them at the end of the session (in each pytest-xdist worker).
@@ -13,6 +14,8 @@ those a test left behind, and all of them at the end of the session (in each pyt
 from __future__ import annotations
 
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -22,13 +25,33 @@ from pathlib import Path
 
 from tests.harness import ROOT
 
+#: One log line of a tierlog process (tierlog.logs.FORMAT): ISO-8601 UTC time with ms, level, logger, message.
+LOG_LINE = re.compile(r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) "
+                      r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<logger>[\w.]+): (?P<message>.*)$")
+
+
+def log_lines(output: list[str], level: str | None = None, logger: str | None = None) -> list[re.Match]:
+    """The log lines among a process's ``output`` (tracebacks and printed lines left out), parsed with
+    :data:`LOG_LINE`; only those of ``level`` and of loggers named ``logger`` or below it when given."""
+    found = []
+    for line in output:
+        m = LOG_LINE.match(line.rstrip("\n"))
+        if m is None or (level is not None and m["level"] != level):
+            continue
+        if logger is not None and not (m["logger"] == logger or m["logger"].startswith(logger + ".")):
+            continue
+        found.append(m)
+    return found
+
 
 class BrokerProcess:
     #: Every broker process started and not yet reaped, so a failing test cannot leave one running.
     running: set[BrokerProcess] = set()
 
-    def __init__(self, log_dir: Path, overrides: dict[str, str]):
+    def __init__(self, log_dir: Path, overrides: dict[str, str], *, nofile: int | None = None):
+        """``nofile``: the process's open file limit (RLIMIT_NOFILE, soft and hard), else inherited."""
         self.log_dir = log_dir
+        self.nofile = nofile
         self.overrides = {"log.dirs": str(log_dir), "listeners": "PLAINTEXT://127.0.0.1:0",
                           "group.initial.rebalance.delay.ms": "0", **overrides}
         self.proc: subprocess.Popen | None = None
@@ -45,8 +68,10 @@ class BrokerProcess:
             args += ["-o", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         BrokerProcess.running.add(self)
+        nofile = self.nofile
+        limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
         self.proc = subprocess.Popen(args, cwd=self.log_dir.parent, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
         deadline = time.monotonic() + timeout
         for line in self.proc.stdout:
             self.output.append(line)

@@ -373,6 +373,13 @@ class BrokerConfig(Mapping[str, Any]):
         if v["broker.id"] != -1 and v["broker.id"] != v["node.id"]:
             raise invalid("broker.id", v["broker.id"], f"Must equal node.id ({v['node.id']}) when set")
         self._check_listeners()
+        if v["max.connections.per.ip"] == 0 and not (v["max.connections.per.ip.overrides"] or "").strip():
+            raise invalid("max.connections.per.ip", 0,
+                          "Must be at least 1 unless max.connections.per.ip.overrides is set")
+        queued = v["queued.max.request.bytes"]
+        if 0 < queued < v["socket.request.max.bytes"]:
+            raise invalid("queued.max.request.bytes", queued, "Must be -1 (unbounded) or at least "
+                          f"socket.request.max.bytes ({v['socket.request.max.bytes']})")
         if not self.log_dirs:
             raise invalid("log.dirs", "", "At least one log directory must be given in log.dirs or log.dir")
         roll_ms, roll_key = self._chain_value(TOPIC_CONFIGS["segment.ms"])

@@ -176,6 +176,31 @@ class Custom(Validator):
 
 # --- custom rules ----------------------------------------------------------------------------------
 
+
+def parse_connection_overrides(value: str) -> dict[str, int]:
+    """``host:count,host:count`` (Kafka's max.connections.per.ip.overrides) as a dict; ValueError if
+    malformed. An IPv6 address keeps its colons: the count is what follows the last one."""
+    overrides: dict[str, int] = {}
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"invalid entry {item!r}: expected host:count")
+        overrides[host] = int(count)
+    return overrides
+
+
+def _check_connection_overrides(value: Any) -> str | None:
+    try:
+        parse_connection_overrides(value)
+    except ValueError as e:
+        return f"Must be host:count pairs separated by commas ({e})"
+    return None
+
+
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_-]+)://(\[[0-9A-Fa-f:.%a-z]*\]|[^:\[\]/,\s]*):(\d+)$")
 
 
@@ -449,6 +474,22 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="SO_RCVBUF of broker sockets; -1 keeps the OS default."),
     _b("connections.max.idle.ms", "long", 600000,
        doc="Idle client connections are closed after this many ms."),
+    _b("max.connections", "int", INT_MAX, AtLeast(0), dynamic=True,
+       doc="Most connections the broker holds at once, over all listeners; a connection beyond it is "
+           "closed as soon as it is accepted."),
+    _b("max.connections.per.ip", "int", INT_MAX, AtLeast(0), dynamic=True,
+       doc="Most connections from one IP address; a connection beyond it is closed as soon as it is "
+           "accepted. 0 is allowed when max.connections.per.ip.overrides is set."),
+    _b("max.connections.per.ip.overrides", "string", "",
+       Custom("host:count,...", _check_connection_overrides), dynamic=True,
+       doc="Per-IP or per-hostname limits that replace max.connections.per.ip, as host:count pairs, e.g. "
+           "hostName:100,127.0.0.1:200; host names are resolved when the limits are applied."),
+    _b("queued.max.request.bytes", "long", -1,
+       doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
+           "connections stop reading until memory is freed. -1 (or 0) is unbounded."),
+    _b("internal.log.repeat.interval.ms", "long", 10000, AtLeast(1), internal=True, since="tierlog",
+       doc="Interval in which a warning that repeats (accept errors, rejected connections) is logged once, "
+           "then its repeats are counted."),
     _b("metrics.port", "int", None, Between(0, 65535), since="tierlog",
        doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics) and the tiered storage status "
            "(/v1/tier/status, read by tierlog tier status); unset serves none, 0 picks a free port."),
@@ -1139,6 +1180,13 @@ DELIBERATE_DIFFERENCES: tuple[Difference, ...] = (
         "KIP-950 draft: an invalid policy value is answered with INVALID_REQUEST (42).",
         "Answered with INVALID_CONFIG (40), like every other invalid setting.",
         "Clients handle both as non-retriable; one error code for all configuration mistakes is simpler."),
+    Difference(
+        ("max.connections",),
+        "A new connection beyond the broker-wide limit waits in the accept queue until a connection closes "
+        "(the acceptor blocks); connections on the inter-broker listener may exceed it.",
+        "A new connection beyond the limit is closed at once, as one beyond max.connections.per.ip; no "
+        "listener is exempt.",
+        "One rule for every limit; a single-node broker has no inter-broker connections to protect."),
     Difference(
         ("(configuration files)",),
         "server.properties is read as ISO-8859-1.",

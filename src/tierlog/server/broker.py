@@ -125,7 +125,9 @@ class Broker:
         # ready, as Kafka's acceptors do.
         self.socket_server = SocketServer(
             self.registry, max_frame_bytes=cfg["socket.request.max.bytes"],
-            idle_timeout_ms=cfg["connections.max.idle.ms"], error_response=error_response)
+            idle_timeout_ms=cfg["connections.max.idle.ms"], error_response=error_response,
+            config=lambda: controller.effective_config, queued_max_request_bytes=cfg["queued.max.request.bytes"],
+            metrics=self.metrics)
         self.listeners = await self.socket_server.bind(cfg.listeners)
         if any(listener.port == 0 for listener in advertised) or not cfg.advertised_listeners:
             self._advertise_bound()  # listeners with port 0 picked a free one

@@ -5,22 +5,55 @@ keeps pipelined requests ordered (it mutes a channel until its response is sent)
 (long-polling fetches, joins) only hold their own connection. Frame sizes are checked against
 ``socket.request.max.bytes`` before a body is read; a malformed or oversized frame closes that
 connection with a log line and never disturbs the others.
+
+Limits, as Kafka's ``SocketServer`` has them:
+
+- connections (Kafka's ``ConnectionQuotas``): ``max.connections`` over the broker and
+  ``max.connections.per.ip`` (``max.connections.per.ip.overrides`` per host) are checked as a connection
+  is accepted, before a transport or task exists for it; one beyond a limit is closed at once.
+- memory (Kafka's ``MemoryPool``): with ``queued.max.request.bytes`` > 0, the bytes of requests being
+  received or waiting for their answer are reserved from one pool. A connection reserves the whole
+  announced size of the frame it is receiving before it reads more of it (never allocating it: the body
+  is collected as the socket delivers it) and stops reading while the pool is exhausted; what it holds
+  is released as each request is answered, and all of it when the connection closes or idles out
+  (``connections.max.idle.ms``). As Kafka's non-strict pool, a reservation is granted while anything is
+  left, so the pool can overshoot by at most one frame.
+- descriptors: a connection whose descriptor would leave less than :func:`fd_reserve` of the process's
+  open file limit (RLIMIT_NOFILE) free is closed at once too, so connections can never take the
+  descriptors storage needs to roll a segment or write a checkpoint (at the limit those fail, and an I/O
+  error takes the log dir offline, as in Kafka).
+- accepting: an accept that fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+  pauses that listener for :data:`ACCEPT_BACKOFF_S` and is logged once per interval with a count.
+
+Warnings that a peer can make repeat (rejected connections, bad frames, accept errors) go through a
+:class:`~tierlog.logs.RepeatLimiter`.
+
+Reading is the StreamReader's; responses go out through the StreamWriter, and a Fetch response's record
+regions with ``loop.sendfile``: the limits wrap these paths without changing them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import errno
 import logging
 import os
+import resource
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from tierlog.errors import KafkaError
+from tierlog.config.definitions import parse_connection_overrides
+from tierlog.errors import InvalidConfigError, KafkaError
+from tierlog.logs import RepeatLimiter
+from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import (
     ApiKey,
     FrameDecoder,
-    FrameTooLargeError,
     HandlerRegistry,
     InvalidFrameError,
     RequestContext,
@@ -32,6 +65,45 @@ from tierlog.protocol import (
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+LISTEN_BACKLOG = 100  # asyncio's default
+#: How long a listener stops accepting after an accept failed for want of descriptors or memory.
+ACCEPT_BACKOFF_S = 0.1
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+#: Freed request memory (half-sent frames of closed connections, big requests answered) after which the C
+#: allocator is asked to give free pages back to the system: glibc keeps freed heap memory otherwise.
+TRIM_AFTER_BYTES = 32 * 1024 * 1024
+TRIM_FRAME_BYTES = 1024 * 1024  # smaller requests are left to the allocator
+TRIM_INTERVAL_S = 1.0  # at most one trim a second
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+MEMORY_POOL_USED = "kafka_network_socketserver_memorypoolused"
+MEMORY_POOL_AVAILABLE = "kafka_network_socketserver_memorypoolavailable"
+CONNECTION_COUNT = "kafka_server_socket_server_metrics_connection_count"
+
+
+def fd_reserve(soft_limit: int) -> int:
+    """Descriptors kept free of connections for storage and the broker's own files: a tenth of the open file
+    limit, at least 16."""
+    return max(16, soft_limit // 10)
+
+
+def _fd_ceiling() -> int | None:
+    """The lowest descriptor number a connection may not have, or None without a finite limit."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return soft - fd_reserve(soft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +124,206 @@ class _CloseConnection(Exception):
 Invoker = Callable[[RequestContext], Awaitable[object | None]]
 
 
+class MemoryPool:
+    """Kafka's ``SimpleMemoryPool`` in non-strict mode, for bytes of requests: a reservation is granted
+    while the pool has anything left (so it may overshoot by one reservation), else the caller waits until
+    enough is released. Bytes already in memory are counted with :meth:`force`, which never waits."""
+
+    def __init__(self, limit: int, metrics: MetricsRegistry | None = None):
+        self.limit = limit
+        self.used = 0
+        self._waiters: deque[asyncio.Future] = deque()
+        self._used_gauge = self._available_gauge = None
+        if metrics is not None:  # Kafka's kafka.network:type=SocketServer,name=MemoryPoolUsed / MemoryPoolAvailable
+            self._used_gauge = metrics.gauge(MEMORY_POOL_USED, "Bytes of requests held in the memory pool "
+                                             "(queued.max.request.bytes)")
+            self._available_gauge = metrics.gauge(MEMORY_POOL_AVAILABLE, "Bytes left in the memory pool "
+                                                  "(queued.max.request.bytes); negative when it overshoots")
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._used_gauge is not None:
+            self._used_gauge.set(self.used)
+            self._available_gauge.set(self.limit - self.used)
+
+    @property
+    def available(self) -> int:
+        return self.limit - self.used
+
+    def try_reserve(self, size: int) -> bool:
+        if self.used < self.limit and not self._waiters:
+            self.used += size
+            self._changed()
+            return True
+        return False
+
+    async def reserve(self, size: int) -> None:
+        """Reserve ``size`` bytes, waiting (first come, first served) while the pool is exhausted."""
+        if self.try_reserve(size):
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        try:
+            while True:
+                await fut
+                # Woken at the head of the queue: nobody else reserves while someone waits.
+                if self.used < self.limit:
+                    self._waiters.popleft()
+                    self.used += size
+                    self._changed()
+                    self._wake()  # the next one may fit too
+                    return
+                fut = loop.create_future()  # forced bytes took the room meanwhile: wait again, still first
+                self._waiters[0] = fut
+        except BaseException:
+            self._discard(fut)
+            raise
+
+    def force(self, size: int) -> None:
+        self.used += size
+        self._changed()
+
+    def release(self, size: int) -> None:
+        if size:
+            self.used -= size
+            self._changed()
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.used < self.limit and self._waiters and not self._waiters[0].done():
+            self._waiters[0].set_result(None)
+
+    def _discard(self, fut: asyncio.Future) -> None:
+        try:
+            first = self._waiters[0] is fut
+            self._waiters.remove(fut)
+        except (ValueError, IndexError):
+            return
+        if first:
+            self._wake()
+
+
+class ConnectionQuotas:
+    """Kafka's ``ConnectionQuotas``: connections counted over the broker and per IP address, with the
+    limits of ``max.connections``, ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``
+    read from ``config()`` (dynamic changes apply to the next connection)."""
+
+    def __init__(self, config: Callable[[], Mapping]):
+        self._config = config
+        self.total = 0
+        self.per_ip: dict[str, int] = {}
+        self._overrides_text: str | None = None
+        self._overrides: dict[str, int] = {}
+        self.overrides_for(config())  # an unresolvable host name fails the start
+
+    def overrides_for(self, cfg: Mapping) -> dict[str, int]:
+        """The overrides by IP address (host names resolved, as Kafka's ``InetAddress.getByName``)."""
+        text = cfg["max.connections.per.ip.overrides"] or ""
+        if text != self._overrides_text:
+            resolved: dict[str, int] = {}
+            for host, count in parse_connection_overrides(text).items():
+                try:
+                    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                except OSError as e:
+                    raise InvalidConfigError(f"Invalid value {text} for configuration max.connections.per.ip."
+                                             f"overrides: cannot resolve {host}: {e}") from None
+                for info in infos:
+                    resolved[info[4][0]] = count
+            self._overrides_text, self._overrides = text, resolved
+        return self._overrides
+
+    def limit_for(self, ip: str, cfg: Mapping) -> int:
+        try:
+            overrides = self.overrides_for(cfg)
+        except InvalidConfigError as e:  # a dynamic change naming a host that does not resolve (any more)
+            log.error("%s; keeping the previous overrides", e.message)
+            overrides = self._overrides
+        limit = overrides.get(ip)
+        return cfg["max.connections.per.ip"] if limit is None else limit
+
+    def try_inc(self, ip: str) -> tuple[str, str] | None:
+        """Count a new connection from ``ip``; or (the limit, why) it is refused, nothing counted."""
+        cfg = self._config()
+        broker_limit = cfg["max.connections"]
+        if self.total >= broker_limit:
+            return "max.connections", f"the broker has {self.total} connections (max.connections={broker_limit})"
+        count = self.per_ip.get(ip, 0)
+        ip_limit = self.limit_for(ip, cfg)
+        if count >= ip_limit:
+            return "max.connections.per.ip", (f"{ip} has {count} connections (max.connections.per.ip or its "
+                                              f"override: {ip_limit})")
+        self.total += 1
+        self.per_ip[ip] = count + 1
+        return None
+
+    def dec(self, ip: str) -> None:
+        self.total -= 1
+        count = self.per_ip.get(ip, 0) - 1
+        if count > 0:
+            self.per_ip[ip] = count
+        else:
+            self.per_ip.pop(ip, None)
+
+
+_NO_LIMITS: Mapping = {"max.connections": 2**31 - 1, "max.connections.per.ip": 2**31 - 1,
+                       "max.connections.per.ip.overrides": ""}
+
+
+def _listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for every address of ``host`` (as asyncio's
+    ``create_server``: SO_REUSEADDR, IPv6 sockets v6-only); port 0 picks one port for all of them."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, type_, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(socks) > 1:
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as e:
+                raise OSError(e.errno, f"error while attempting to bind on address {address!r}: "
+                                       f"{e.strerror.lower() if e.strerror else e}") from None
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
-                 error_response: Callable[[RequestContext, KafkaError], object | None]):
+                 error_response: Callable[[RequestContext, KafkaError], object | None],
+                 config: Callable[[], Mapping] | None = None, queued_max_request_bytes: int = -1,
+                 metrics: MetricsRegistry | None = None):
+        """``config()`` gives the current connection limits (the broker's effective configuration);
+        ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool)."""
         self.registry = registry
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms > 0 else None
         self._error_response = error_response
-        self._servers: list[asyncio.AbstractServer] = []
+        self.quotas = ConnectionQuotas(config if config is not None else (lambda: _NO_LIMITS))
+        self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
+        self._connection_count = None if metrics is None else metrics.gauge(
+            CONNECTION_COUNT, "Open client connections (Kafka's socket-server-metrics connection-count)")
+        self._warn = RepeatLimiter(log)
+        self._fd_ceiling = _fd_ceiling()
+        self._freed = 0  # bytes of big requests freed since the last trim
+        self._trim_scheduled = False
+        self._last_trim = 0.0
+        self._listening: list[tuple[socket.socket, BoundListener]] = []
+        self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
@@ -69,17 +333,18 @@ class SocketServer:
         accepting connections yet: the bound ports are known (listeners on port 0 pick one) before
         the broker is ready to serve."""
         for listener in listeners:
-            server = await asyncio.start_server(self._accept, listener.host or "0.0.0.0", listener.port,
-                                                reuse_address=True, limit=READ_CHUNK, start_serving=False)
-            port = server.sockets[0].getsockname()[1]
-            self._servers.append(server)
-            self.bound.append(BoundListener(listener.name, listener.host or "0.0.0.0", port,
-                                            getattr(listener, "security_protocol", "PLAINTEXT")))
+            host = listener.host or "0.0.0.0"
+            socks = _listen_sockets(host, listener.port)
+            bound = BoundListener(listener.name, host, socks[0].getsockname()[1],
+                                  getattr(listener, "security_protocol", "PLAINTEXT"))
+            self._listening.extend((sock, bound) for sock in socks)
+            self.bound.append(bound)
         return self.bound
 
     async def start_serving(self) -> None:
-        for server in self._servers:
-            await server.start_serving()
+        loop = asyncio.get_running_loop()
+        for sock, bound in self._listening:
+            self._acceptors.append(loop.create_task(self._accept_loop(sock, bound)))
 
     async def start(self, listeners) -> list[BoundListener]:
         """Bind and serve at once."""
@@ -88,21 +353,72 @@ class SocketServer:
         return bound
 
     async def stop(self) -> None:
-        for server in self._servers:
-            server.close()
+        for task in self._acceptors:
+            task.cancel()
+        if self._acceptors:
+            await asyncio.gather(*self._acceptors, return_exceptions=True)
+        self._acceptors.clear()
+        for sock, _ in self._listening:
+            sock.close()
+        self._listening.clear()
         for task in list(self._connections):
             task.cancel()
-        for server in self._servers:
-            await server.wait_closed()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
-        self._servers.clear()
+        self._warn.flush()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
+    # ------------------------------------------------------------------ accepting
+
+    async def _accept_loop(self, sock: socket.socket, listener: BoundListener) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as e:
+                # Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays in the
+                # backlog; try again after a pause instead of spinning on a socket that stays readable.
+                if e.errno in _RESOURCE_ERRNOS:
+                    self._warn.warning(("accept", e.errno), "Cannot accept connections on %s: %s; accepting "
+                                       "again in %d ms", listener, e, ACCEPT_BACKOFF_S * 1000)
+                else:
+                    self._warn.warning(("accept", e.errno), "Accepting a connection on %s failed: %s",
+                                       listener, e)
+                await asyncio.sleep(ACCEPT_BACKOFF_S)
+                continue
+            try:
+                self._admit(conn, addr, listener)
+            except Exception:  # noqa: BLE001 - one connection's failure must never stop the listener
+                conn.close()
+                log.exception("Closed a new connection from %s to %s after an unexpected error", addr, listener)
+
+    def _admit(self, conn: socket.socket, addr, listener: BoundListener) -> None:
+        ip = addr[0] if isinstance(addr, tuple) else str(addr)
+        fd = conn.fileno()
+        if self._fd_ceiling is not None and fd >= self._fd_ceiling:
+            # Descriptors are handed out lowest first: this one means at least fd + 1 are open.
+            conn.close()
+            self._warn.warning(("refused", "fds"), "Closed a new connection from %s to %s: at least %d descriptors "
+                               "are open, the last %d of the open file limit (ulimit -n) are kept for storage",
+                               ip, listener.name, fd + 1, fd_reserve(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+            return
+        refused = self.quotas.try_inc(ip)
+        if refused is not None:
+            conn.close()  # Kafka closes it at once
+            self._warn.warning(("refused", refused[0]), "Closed a new connection from %s to %s: %s", ip,
+                               listener.name, refused[1])
+            return
+        task = asyncio.get_running_loop().create_task(self._connection(conn, addr, ip))
         self._connections.add(task)
-        peer = writer.get_extra_info("peername")
+        if self._connection_count is not None:
+            self._connection_count.set(self.quotas.total)
+
+    async def _connection(self, conn: socket.socket, peer, ip: str) -> None:
+        task = asyncio.current_task()
+        writer = None
         try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
             await self._serve(reader, writer, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -112,41 +428,97 @@ class SocketServer:
             log.exception("Closing connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(task)
-            writer.close()
+            self.quotas.dec(ip)
+            if self._connection_count is not None:
+                self._connection_count.set(self.quotas.total)
+            if writer is not None:
+                writer.close()
+            else:
+                conn.close()
+
+    def _freed_memory(self, size: int) -> None:
+        """``size`` bytes of request memory were freed: once enough has been, give free pages back to the
+        system (soon, once for many closes), so half-sent frames do not leave the broker's RSS high."""
+        if _malloc_trim is None:
+            return
+        self._freed += size
+        if self._freed >= TRIM_AFTER_BYTES and not self._trim_scheduled:
+            self._trim_scheduled = True
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(0.05, self._last_trim + TRIM_INTERVAL_S - loop.time()), self._trim)
+
+    def _trim(self) -> None:
+        self._trim_scheduled = False
+        self._freed = 0
+        self._last_trim = asyncio.get_running_loop().time()
+        _malloc_trim(0)
+
+    # ------------------------------------------------------------------ one connection
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
-        while True:
-            try:
-                if self.idle_timeout_s is None:
-                    data = await reader.read(READ_CHUNK)
-                else:
-                    data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
-            except TimeoutError:
-                log.info("Closing idle connection from %s (connections.max.idle.ms)", peer)
-                return
-            if not data:
-                return
-            try:
-                frames = decoder.feed(data)
-            except FrameTooLargeError as e:
-                log.warning("Closing connection from %s: %s", peer, e)  # e names socket.request.max.bytes
-                return
-            except InvalidFrameError as e:
-                log.warning("Closing connection from %s: %s", peer, e)
-                return
-            for frame in frames:
+        pool = self.pool
+        held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
+        try:
+            while True:
+                if pool is not None:
+                    # Kafka reserves a frame's announced size before reading its body, and reads nothing while
+                    # the pool is exhausted: the connection waits (backpressure, the socket's buffers fill).
+                    pending = decoder.pending_frame_size
+                    if pending is not None and pending > held:
+                        await pool.reserve(pending - held)
+                        held = pending
+                    elif pending is None and pool.used >= pool.limit:
+                        await pool.reserve(0)
                 try:
-                    out = await self._handle(frame, peer)
-                except _CloseConnection:
+                    if self.idle_timeout_s is None:
+                        data = await reader.read(READ_CHUNK)
+                    else:
+                        data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
+                except TimeoutError:
+                    log.info("Closing idle connection from %s (connections.max.idle.ms)", peer)
                     return
-                if out is None:
-                    continue
-                if isinstance(out, bytes):
-                    writer.write(out)
-                else:
-                    await self._send_parts(writer, out)
-                await writer.drain()
+                if not data:
+                    return
+                try:
+                    frames = decoder.feed(data)
+                except InvalidFrameError as e:  # FrameTooLargeError's text names socket.request.max.bytes
+                    self._warn.warning(("frame", type(e).__name__), "Closing connection from %s: %s", peer, e)
+                    return
+                if pool is not None:
+                    in_memory = decoder.buffered + sum(len(f) for f in frames)
+                    if in_memory > held:  # frames begun and ended in this chunk: read already, counted
+                        pool.force(in_memory - held)
+                        held = in_memory
+                for frame in frames:
+                    try:
+                        out = await self._handle(frame, peer)
+                    except _CloseConnection:
+                        return
+                    if out is not None:
+                        if isinstance(out, bytes):
+                            writer.write(out)
+                        else:
+                            await self._send_parts(writer, out)
+                        await writer.drain()
+                    size = len(frame)
+                    if pool is not None:  # answered: its bytes go back to the pool
+                        held -= size
+                        pool.release(size)
+                    if size >= TRIM_FRAME_BYTES:
+                        frame = out = None
+                        self._freed_memory(size)
+                if pool is not None:
+                    pending = decoder.pending_frame_size
+                    keep = min(held, pending if pending is not None else decoder.buffered)
+                    if held > keep:
+                        pool.release(held - keep)
+                        held = keep
+        finally:
+            if pool is not None:
+                pool.release(held)
+            if decoder.buffered >= TRIM_FRAME_BYTES:  # a half-received frame, dropped with the connection
+                self._freed_memory(decoder.buffered)
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list) -> None:
         """Write a response whose records are file regions: sendfile where the loop can, else pread.
@@ -161,6 +533,10 @@ class SocketServer:
                 except FileNotFoundError:  # a remote object deleted (expired) since the read chose it
                     log.warning("%s was deleted before the response holding it was sent; closing the connection",
                                 p.path)
+                    raise ConnectionError(p.path) from None
+                except OSError as e:  # out of descriptors (EMFILE, ENFILE): said, never only at debug level
+                    self._warn.log(("open", e.errno), logging.ERROR, "Cannot open %s to answer %s: %s; closing "
+                                   "the connection", p.path, writer.get_extra_info("peername"), e)
                     raise ConnectionError(p.path) from None
             for fd, part in dups:
                 if fd is None:
