@@ -11,9 +11,9 @@ mkdir -p "$out"
 run_set() {  # checkout label
     local tree=$1 file=$out/$2.jsonl
     cd "$tree"
-    for cmd in "bench/vs_kafka.py --no-docs" \
-               "bench/tiered.py --runs 3 --target tierlog,kafka --consumer kcat --mb 1024" \
-               "bench/spark_read.py" "bench/client.py"; do
+    for cmd in "bench/vs_kafka.py --no-docs --runs 3" \
+               "bench/tiered.py --runs 3 --target tierlog,kafka --consumer kcat --mb 512" \
+               "bench/spark_read.py --mb 512" "bench/client.py"; do
         # shellcheck disable=SC2086  # the command line is split on purpose
         PYTHONPATH=$tree/src python $cmd 2>>"$out/$2.stderr" | grep '^{' | tail -1 \
             | python -c 'import json,sys; d=json.loads(sys.stdin.read()); d["bench"]=sys.argv[1]; print(json.dumps(d))' \
