@@ -7,6 +7,7 @@
 set -euo pipefail
 before=$(realpath "$1"); after=$(realpath "$2"); out=$(realpath -m "$3"); rounds=${4:-2}
 here=$(cd "$(dirname "$0")" && pwd)
+export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)} SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 mkdir -p "$out"
 run_set() {  # checkout label
     local tree=$1 file=$out/$2.jsonl
