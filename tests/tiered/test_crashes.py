@@ -64,15 +64,16 @@ def test_kill_9_during_produce_and_copy(tmp_path):
     acked: dict[int, bytes] = {}
     checked = 0
     for round_ in range(20):
-        stop = threading.Event()
+        stop, first_ack = threading.Event(), threading.Event()
 
-        def produce(bootstrap=b.bootstrap, round_=round_, stop=stop):
+        def produce(bootstrap=b.bootstrap, round_=round_, stop=stop, first_ack=first_ack):
             p = CKProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
                             "batch.size": 4000, "message.timeout.ms": 3000, "log_level": 0})
 
             def done(err, msg):
                 if err is None:
                     acked[msg.offset()] = msg.value()
+                    first_ack.set()
             i = 0
             while not stop.is_set():
                 p.produce("crash", b"r%02d-%06d-" % (round_, i) + b"z" * 150, on_delivery=done)
@@ -81,7 +82,10 @@ def test_kill_9_during_produce_and_copy(tmp_path):
             p.flush(5)
         t = threading.Thread(target=produce)
         t.start()
-        time.sleep(rnd.uniform(0.3, 1.5))
+        # The kill lands a random while after this round's first acknowledgement (not after a fixed
+        # delay, which on a slow machine could end every round before anything was acknowledged).
+        assert first_ack.wait(120), f"round {round_}: nothing acknowledged in 120 s"
+        time.sleep(rnd.uniform(0.1, 1.2))
         b.kill()
         stop.set()
         t.join()
