@@ -21,6 +21,12 @@ other client gets an answer meanwhile. The pieces here keep every step short:
   objects made meanwhile in the oldest generation.
 - :func:`dismantle`: frees big lists a slice at a time; freeing a list of a million objects at once
   is one native call too.
+- :func:`sendable`: a big response frame goes out from an anonymous memory file with ``sendfile``
+  (:class:`FrameFile`), a socket buffer's worth per event-loop callback. Written as ``bytes``, asyncio's
+  selector transport (Python 3.11) copies what the first ``send`` leaves over into its write buffer,
+  twice (a slice, then ``bytearray.extend``), in one callback: 90 ms measured for a 40 MB Metadata
+  answer on a busy core, the tail stall of a Metadata request naming a million topics; the write
+  buffer then shrinks with more copies as it drains (another 40 ms).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -39,7 +48,9 @@ from tierlog.protocol.messages import RequestContext, encode_response, parse_req
 __all__ = [
     "BIG_FRAME_BYTES",
     "BIG_ITEMS",
+    "BIG_SEND_BYTES",
     "EncodedResponse",
+    "FrameFile",
     "Pacer",
     "dismantle",
     "encode",
@@ -47,6 +58,7 @@ __all__ = [
     "paced",
     "parse",
     "respond",
+    "sendable",
 ]
 
 #: Request frames at least this large are parsed (and answered) off the event loop. kio parses about
@@ -62,6 +74,9 @@ FREE_SLICE = 4096
 
 #: How long a handler loop may run before it yields to the event loop.
 YIELD_AFTER_S = 0.005
+
+#: Response frames at least this large are sent with ``sendfile`` from a memory file (:func:`sendable`).
+BIG_SEND_BYTES = 1 << 20
 
 
 class gc_paused:  # noqa: N801 - used like a function: ``with gc_paused():``
@@ -107,15 +122,17 @@ async def parse(frame: bytes) -> RequestContext:
 
 
 class EncodedResponse:
-    """A response already encoded (size prefix, header, body): :func:`encode` passes it through."""
+    """A response already encoded (size prefix, header, body), as ``bytes`` or, when big, as
+    ``[FrameFile]`` (:func:`sendable`): :func:`encode` passes it through."""
 
     __slots__ = ("frame",)
 
-    def __init__(self, frame: bytes) -> None:
+    def __init__(self, frame: bytes | list) -> None:
         self.frame = frame
 
     def __repr__(self) -> str:
-        return f"EncodedResponse({len(self.frame)} bytes)"
+        size = sum(map(len, self.frame)) if isinstance(self.frame, list) else len(self.frame)
+        return f"EncodedResponse({size} bytes)"
 
 
 async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) -> Any:
@@ -125,29 +142,32 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
     handler must not hand over lists it does not own."""
     if items < BIG_ITEMS:
         return build_response(ctx, values)
+    to_file = _sendfile_helps()
 
     def build_and_encode() -> EncodedResponse:
         response = build_response(ctx, values)
         frame = encode_response(ctx, response)
         dismantle(response)
         dismantle(values)
-        return EncodedResponse(frame)
+        return EncodedResponse(_to_file(frame) if to_file else frame)
 
     with gc_paused():
         return await asyncio.to_thread(build_and_encode)
 
 
-async def encode(ctx: RequestContext, response: Any, offload: bool) -> bytes:
-    """The response frame; encoded in a worker thread when ``offload`` (the answer to a big frame)."""
+async def encode(ctx: RequestContext, response: Any, offload: bool) -> bytes | list:
+    """The response frame; encoded in a worker thread when ``offload`` (the answer to a big frame), and
+    then, when big, as ``[FrameFile]`` (:func:`sendable`)."""
     if isinstance(response, EncodedResponse):
         return response.frame
     if not offload:
         return encode_response(ctx, response)
+    to_file = _sendfile_helps()
 
-    def encode_and_free() -> bytes:
+    def encode_and_free() -> bytes | list:
         frame = encode_response(ctx, response)
         dismantle(response)
-        return frame
+        return _to_file(frame) if to_file else frame
 
     return await asyncio.to_thread(encode_and_free)
 
@@ -204,3 +224,92 @@ async def paced(items: Sequence, size: int = 512, pacer: Pacer | None = None) ->
     for start in range(0, len(items), size):
         yield items[start:start + size]
         await pacer()
+
+
+class FrameFile:
+    """A response frame in an anonymous memory file (``memfd``), sent like a segment's file region
+    (``open()``, ``position``, ``length``, ``path``: what the server's sendfile path reads; ``open()`` gives
+    a descriptor of the caller's own). Its memory is released by a closer thread when the object is
+    freed: the last close of a memory file frees its pages, 60 ms measured for 40 MB on a busy core."""
+
+    __slots__ = ("_fd", "length", "path", "position")
+
+    def __init__(self, fd: int, length: int) -> None:
+        self._fd = fd
+        self.length = length
+        self.position = 0
+        self.path = f"(response frame of {length} bytes in a memfd)"
+
+    @classmethod
+    def of(cls, frame: bytes) -> FrameFile:
+        """The frame in a new memory file (a copy at memory speed, without the GIL); call it off the loop."""
+        _start_closer()
+        fd = os.memfd_create("tierlog-response", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(frame)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, len(frame))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def open(self) -> int:
+        return os.dup(self._fd)
+
+    def __del__(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _closing.put(fd)
+
+    def __repr__(self) -> str:
+        return f"FrameFile({self.length} bytes)"
+
+
+_closing: queue.SimpleQueue[int] = queue.SimpleQueue()
+_closer: threading.Thread | None = None
+_closer_lock = threading.Lock()
+
+
+def _start_closer() -> None:
+    """The thread that closes freed :class:`FrameFile` descriptors, started by the first one (in a worker
+    thread: starting a thread waits for it to take the GIL, which the loop must not)."""
+    global _closer
+    with _closer_lock:
+        if _closer is None or not _closer.is_alive():
+            _closer = threading.Thread(target=_close_forever, name="tierlog-frame-closer", daemon=True)
+            _closer.start()
+
+
+def _close_forever() -> None:
+    while True:
+        fd = _closing.get()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _sendfile_helps() -> bool:
+    """Whether a big frame is better sent from a memory file: on asyncio's own selector loops, which copy
+    a big write and send a file natively (uvloop has no sendfile: the server would read the file back
+    and write it whole). Call it on the loop."""
+    return hasattr(os, "memfd_create") and isinstance(asyncio.get_running_loop(),
+                                                       asyncio.selector_events.BaseSelectorEventLoop)
+
+
+def _to_file(frame: bytes) -> bytes | list:
+    return [FrameFile.of(frame)] if len(frame) >= BIG_SEND_BYTES else frame
+
+
+async def sendable(frame: bytes | list) -> bytes | list:
+    """What the server writes for a response frame: ``frame`` itself, or for a frame of at least
+    :data:`BIG_SEND_BYTES` on a selector event loop ``[FrameFile]`` (written in a worker thread), parts
+    for the server's sendfile path, which sends a socket buffer's worth per callback without copying
+    the frame into the transport. Parts (already ``[FrameFile]``, from :func:`encode`) pass through."""
+    if isinstance(frame, list) or len(frame) < BIG_SEND_BYTES or not _sendfile_helps():
+        return frame
+    return await asyncio.to_thread(_to_file, frame)
