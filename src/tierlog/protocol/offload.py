@@ -54,6 +54,7 @@ __all__ = [
     "Pacer",
     "dismantle",
     "encode",
+    "free_later",
     "gc_paused",
     "paced",
     "parse",
@@ -173,12 +174,18 @@ async def encode(ctx: RequestContext, response: Any, offload: bool) -> bytes | l
 
 
 def dismantle(value: Any) -> None:
-    """Empty the lists of more than :data:`SLICE` items inside ``value`` (kio objects, dicts, lists and
-    tuples, walked down to those lists) a slice at a time, so that freeing them never holds the GIL for
-    long. Only for values nobody else holds: the lists are emptied in place."""
+    """Empty the lists, dicts and sets of more than :data:`SLICE` items inside ``value`` (kio objects,
+    dicts, lists and tuples, walked down to those; a big dict's values are not walked) a slice at a
+    time, so that freeing them never holds the GIL for long. Only for values nobody else holds: they are
+    emptied in place."""
     if isinstance(value, list) and len(value) > SLICE:
         while value:
             del value[-FREE_SLICE:]
+        return
+    if isinstance(value, (dict, set)) and len(value) > SLICE:  # emptied an item at a time (bytecodes)
+        pop = value.popitem if isinstance(value, dict) else value.pop
+        while value:
+            pop()
         return
     if isinstance(value, (list, tuple)):
         if value and not isinstance(value[0], (int, float, str, bytes)):
@@ -195,6 +202,12 @@ def dismantle(value: Any) -> None:
             item = getattr(value, f.name)
             if isinstance(item, (list, tuple)) or dataclasses.is_dataclass(item):
                 dismantle(item)
+
+
+def free_later(*values: Any) -> None:
+    """:func:`dismantle` ``values`` in a worker thread (call it on the loop, for big values the handler
+    made and no longer needs; the handler must not use them afterwards)."""
+    asyncio.get_running_loop().run_in_executor(None, dismantle, values)
 
 
 class Pacer:
