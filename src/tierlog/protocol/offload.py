@@ -76,8 +76,10 @@ FREE_SLICE = 4096
 #: How long a handler loop may run before it yields to the event loop.
 YIELD_AFTER_S = 0.005
 
-#: Response frames at least this large are sent with ``sendfile`` from a memory file (:func:`sendable`).
+#: Response frames at least this large are sent with ``sendfile`` from a memory file (:func:`sendable`),
+#: in parts of :data:`SEND_PART_BYTES` (one ``sendfile`` call each, at most).
 BIG_SEND_BYTES = 1 << 20
+SEND_PART_BYTES = 4 << 20
 
 
 class gc_paused:  # noqa: N801 - used like a function: ``with gc_paused():``
@@ -124,7 +126,7 @@ async def parse(frame: bytes) -> RequestContext:
 
 class EncodedResponse:
     """A response already encoded (size prefix, header, body), as ``bytes`` or, when big, as
-    ``[FrameFile]`` (:func:`sendable`): :func:`encode` passes it through."""
+    ``[FrameFile, ...]`` (:func:`sendable`): :func:`encode` passes it through."""
 
     __slots__ = ("frame",)
 
@@ -140,7 +142,8 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
     """``build_response(ctx, values)``; with ``items`` of at least :data:`BIG_ITEMS` (the handler's
     count of array items in ``values``) built and encoded in a worker thread, as an
     :class:`EncodedResponse`. ``values`` is consumed: its big lists are emptied afterwards, so the
-    handler must not hand over lists it does not own."""
+    handler must not hand over lists it does not own; so are the request's (``ctx.request``): a big
+    answer is the handler's last step."""
     if items < BIG_ITEMS:
         return build_response(ctx, values)
     to_file = _sendfile_helps()
@@ -150,6 +153,9 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
         frame = encode_response(ctx, response)
         dismantle(response)
         dismantle(values)
+        # The request's big arrays too, here rather than while the answer is sent: a thread freeing them
+        # then would hold the GIL whenever the loop gives it up in a system call (5 ms each time).
+        dismantle(ctx.request)
         return EncodedResponse(_to_file(frame) if to_file else frame)
 
     with gc_paused():
@@ -158,7 +164,7 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
 
 async def encode(ctx: RequestContext, response: Any, offload: bool) -> bytes | list:
     """The response frame; encoded in a worker thread when ``offload`` (the answer to a big frame), and
-    then, when big, as ``[FrameFile]`` (:func:`sendable`)."""
+    then, when big, as ``[FrameFile, ...]`` (:func:`sendable`)."""
     if isinstance(response, EncodedResponse):
         return response.frame
     if not offload:
@@ -168,6 +174,7 @@ async def encode(ctx: RequestContext, response: Any, offload: bool) -> bytes | l
     def encode_and_free() -> bytes | list:
         frame = encode_response(ctx, response)
         dismantle(response)
+        dismantle(ctx.request)  # as in respond
         return _to_file(frame) if to_file else frame
 
     return await asyncio.to_thread(encode_and_free)
@@ -239,23 +246,38 @@ async def paced(items: Sequence, size: int = 512, pacer: Pacer | None = None) ->
         await pacer()
 
 
+class _MemoryFile:
+    """Owns a memory file's descriptor; hands it to the closer thread when freed (the last close of a
+    memory file frees its pages: 60 ms measured for 40 MB on a busy core, too long for the loop)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        _closing.put(self.fd)
+
+
 class FrameFile:
-    """A response frame in an anonymous memory file (``memfd``), sent like a segment's file region
-    (``open()``, ``position``, ``length``, ``path``: what the server's sendfile path reads; ``open()`` gives
-    a descriptor of the caller's own). Its memory is released by a closer thread when the object is
-    freed: the last close of a memory file frees its pages, 60 ms measured for 40 MB on a busy core."""
+    """A part of a response frame in an anonymous memory file (``memfd``), sent like a segment's file
+    region (``open()``, ``position``, ``length``, ``path``: what the server's sendfile path reads;
+    ``open()`` gives a descriptor of the caller's own). A frame is cut into parts of
+    :data:`SEND_PART_BYTES`: asyncio's ``sendfile`` sends all it can in its first call, and on loopback
+    that call copied some 10 MB of an 80 MB answer at once (47 ms measured)."""
 
-    __slots__ = ("_fd", "length", "path", "position")
+    __slots__ = ("_file", "length", "path", "position")
 
-    def __init__(self, fd: int, length: int) -> None:
-        self._fd = fd
+    def __init__(self, file: _MemoryFile, position: int, length: int) -> None:
+        self._file = file
+        self.position = position
         self.length = length
-        self.position = 0
-        self.path = f"(response frame of {length} bytes in a memfd)"
+        self.path = f"(response frame part of {length} bytes at {position} in a memfd)"
 
     @classmethod
-    def of(cls, frame: bytes) -> FrameFile:
-        """The frame in a new memory file (a copy at memory speed, without the GIL); call it off the loop."""
+    def parts_of(cls, frame: bytes) -> list[FrameFile]:
+        """The frame in a new memory file (a copy at memory speed, without the GIL), as parts; call it
+        off the loop."""
         _start_closer()
         fd = os.memfd_create("tierlog-response", os.MFD_CLOEXEC)
         try:
@@ -265,21 +287,18 @@ class FrameFile:
         except BaseException:
             os.close(fd)
             raise
-        return cls(fd, len(frame))
+        file = _MemoryFile(fd)
+        return [cls(file, start, min(SEND_PART_BYTES, len(frame) - start))
+                for start in range(0, len(frame), SEND_PART_BYTES)]
 
     def __len__(self) -> int:
         return self.length
 
     def open(self) -> int:
-        return os.dup(self._fd)
-
-    def __del__(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            _closing.put(fd)
+        return os.dup(self._file.fd)
 
     def __repr__(self) -> str:
-        return f"FrameFile({self.length} bytes)"
+        return f"FrameFile({self.length} bytes at {self.position})"
 
 
 _closing: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -315,14 +334,14 @@ def _sendfile_helps() -> bool:
 
 
 def _to_file(frame: bytes) -> bytes | list:
-    return [FrameFile.of(frame)] if len(frame) >= BIG_SEND_BYTES else frame
+    return FrameFile.parts_of(frame) if len(frame) >= BIG_SEND_BYTES else frame
 
 
 async def sendable(frame: bytes | list) -> bytes | list:
     """What the server writes for a response frame: ``frame`` itself, or for a frame of at least
-    :data:`BIG_SEND_BYTES` on a selector event loop ``[FrameFile]`` (written in a worker thread), parts
+    :data:`BIG_SEND_BYTES` on a selector event loop ``[FrameFile, ...]`` (written in a worker thread), parts
     for the server's sendfile path, which sends a socket buffer's worth per callback without copying
-    the frame into the transport. Parts (already ``[FrameFile]``, from :func:`encode`) pass through."""
+    the frame into the transport. Parts (already made by :func:`encode`) pass through."""
     if isinstance(frame, list) or len(frame) < BIG_SEND_BYTES or not _sendfile_helps():
         return frame
     return await asyncio.to_thread(_to_file, frame)

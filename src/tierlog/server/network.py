@@ -224,4 +224,4 @@ class SocketServer:
             out = await offload.encode(ctx, response, big)
             if big:  # the request's big arrays are freed in slices, off the loop
                 asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
-            return await offload.sendable(out)  # a big frame: [FrameFile] for the sendfile path
+            return await offload.sendable(out)  # a big frame: FrameFile parts for the sendfile path
