@@ -6,8 +6,9 @@ requests one after another, until the big answer is complete. It reports the rou
 sent after the big frame was fully written (the window in which the broker holds it), with two signs
 of a starved machine rather than a stalled broker: the largest gap a canary thread of this process saw
 in its own 1 ms sleeps, and how long the broker's event-loop thread waited for a CPU while the probe
-was out, or a worker thread holding the GIL did (run-queue waits in ``/proc/PID/task/*/schedstat``). A
-probe's *broker delay* is its round trip less the longest of those waits.
+was out, and the longest any other broker thread did (a worker holding the GIL holds the loop up as
+long; run-queue waits in ``/proc/PID/task/*/schedstat``). A probe's *broker delay* is its round trip less
+those two waits.
 """
 
 from __future__ import annotations
@@ -45,8 +46,15 @@ def read_frame(sock: socket.socket) -> bytes:
 class Probe:
     sent: float
     rtt: float
-    runqueue_wait: float = 0.0  # the longest a broker thread waited for a CPU meanwhile
+    loop_wait: float = 0.0      # how long the broker's event-loop (main) thread waited for a CPU meanwhile
+    worker_wait: float = 0.0    # the longest another broker thread (one holding the GIL, maybe) waited
     canary_gap: float = 0.0     # the largest gap this process's canary saw while the probe was out
+
+    @property
+    def runqueue_wait(self) -> float:
+        """The broker's wait for a CPU that held this probe up, at most: the loop thread's own, and that
+        of a worker the loop may have waited for the GIL on (one after the other, so both count)."""
+        return self.loop_wait + self.worker_wait
 
     @property
     def broker_delay(self) -> float:
@@ -73,13 +81,17 @@ class Run:
 
     def summary(self) -> str:
         worst, fair = self.max_rtt()
+        def show(probes: list[Probe]) -> str:
+            return ", ".join(f"+{p.sent - self.sent_at:.2f}s rtt {p.rtt * 1000:.0f} ms runqueue loop "
+                             f"{p.loop_wait * 1000:.0f} + worker {p.worker_wait * 1000:.0f} ms canary "
+                             f"{p.canary_gap * 1000:.0f} ms" for p in probes)
+
         slow = sorted(self.in_window, key=lambda p: -p.rtt)[:3]
+        delayed = sorted(self.in_window, key=lambda p: -p.broker_delay)[:3]
         return (f"answer {len(self.answer)} bytes in {self.answered_at - self.sent_at:.2f}s after the frame was "
                 f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
-                f"max broker delay {fair * 1000:.1f} ms (RTT less the broker threads' longest run-queue wait); "
-                "slowest: "
-                + ", ".join(f"+{p.sent - self.sent_at:.2f}s rtt {p.rtt * 1000:.0f} ms runqueue "
-                            f"{p.runqueue_wait * 1000:.0f} ms canary {p.canary_gap * 1000:.0f} ms" for p in slow))
+                f"max broker delay {fair * 1000:.1f} ms (RTT less the broker's run-queue waits: its loop thread's "
+                f"and the longest of another thread's); slowest: {show(slow)}; most delayed: {show(delayed)}")
 
 
 def _runqueue_waits(pid: int | None) -> dict[str, float]:
@@ -100,10 +112,12 @@ def _runqueue_waits(pid: int | None) -> dict[str, float]:
     return waits
 
 
-def _starved(before: dict[str, float], after: dict[str, float]) -> float:
-    """The longest any broker thread waited for a CPU between two samples: the loop's own wait, or that
-    of a worker preempted while it held the GIL (the loop waits for it then)."""
-    return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
+def _starved(before: dict[str, float], after: dict[str, float], loop_tid: str) -> tuple[float, float]:
+    """How long broker threads waited for a CPU between two samples: (the loop thread, the longest of the
+    others). A worker preempted while it holds the GIL holds up the loop as long."""
+    loop = after.get(loop_tid, 0.0) - before.get(loop_tid, 0.0)
+    other = max((after[t] - before.get(t, 0.0) for t in after if t != loop_tid), default=0.0)
+    return loop, other
 
 
 def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, timeout: float = 600) -> Run:
@@ -135,7 +149,7 @@ def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, t
             probe.sendall(_API_VERSIONS)
             read_frame(probe)
             t1 = time.monotonic()
-            run.probes.append(Probe(t0, t1 - t0, _starved(w0, _runqueue_waits(broker_pid))))
+            run.probes.append(Probe(t0, t1 - t0, *_starved(w0, _runqueue_waits(broker_pid), str(broker_pid))))
             time.sleep(0.002)
 
     threads = [threading.Thread(target=watch, daemon=True), threading.Thread(target=probe_loop, daemon=True)]

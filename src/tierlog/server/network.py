@@ -560,7 +560,7 @@ class SocketServer:
                 if fd is not None:
                     os.close(fd)
 
-    async def _handle(self, frame: bytes, peer) -> bytes | None:
+    async def _handle(self, frame: bytes, peer) -> bytes | list | None:
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         from tierlog.protocol import offload
@@ -600,4 +600,4 @@ class SocketServer:
             out = await offload.encode(ctx, response, big)
             if big:  # the request's big arrays are freed in slices, off the loop
                 asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
-            return out
+            return await offload.sendable(out)  # a big frame: FrameFile parts for the sendfile path

@@ -50,6 +50,7 @@ from tierlog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from tierlog.protocol.offload import Pacer
 from tierlog.server.fetch_types import (
     FetchIsolation,
     FetchParams,
@@ -364,9 +365,13 @@ class ReplicaManager:
         first, concurrently; those that do not finish within ``timeout_s`` answer REQUEST_TIMED_OUT
         (Kafka's DelayedRemoteListOffsets). The special values never touch remote metadata, so they work
         while it loads."""
-        results = [OffsetLookupResult() for _ in lookups]
+        results: list[OffsetLookupResult] = []
         remote: list[tuple[OffsetLookupResult, Partition, int]] = []
-        for lookup, out in zip(lookups, results):
+        pacer = Pacer()  # a request may name a million partitions: yield to the event loop every few ms
+        for i, lookup in enumerate(lookups):
+            if not i & 255:
+                await pacer()
+            results.append(out := OffsetLookupResult())
             try:
                 partition = self.get_partition(lookup.topic, lookup.partition)
                 partition.check_leader_epoch(lookup.current_leader_epoch)

@@ -24,7 +24,8 @@ from tierlog.errors import (
     UnsupportedEndpointTypeError,
 )
 from tierlog.kafka_uuid import ZERO_UUID
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.apis.configs import describe_topic
 from tierlog.server.replica_manager import ReplicaManager
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 HIGH_WATERMARK = -1  # DeleteRecordsRequest.HIGH_WATERMARK
 INVALID_LOW_WATERMARK = -1
+LOGGED_TOPICS = 100  # CreateTopics logs the outcome of this many topics, and how many more
 
 
 
@@ -67,18 +69,24 @@ class AdminApis:
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         results = []
-        for t, duplicated in _once_per_name(req.topics):
-            if duplicated:
-                results.append({"name": t.name, "error_code": InvalidRequestError.code,
-                                "error_message": "Duplicate topic name."})
-            elif t.name == CLUSTER_METADATA_TOPIC:
-                results.append({"name": t.name, "error_code": InvalidRequestError.code,
-                                "error_message": f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."})
-            else:
-                results.append(self._create_topic(t, validate_only))
+        pacer = Pacer()  # a request may name a million topics: its loops yield to the event loop
+        async for chunk in paced(await _once_per_name(req.topics, pacer), 64, pacer):
+            for t, duplicated in chunk:
+                if duplicated:
+                    results.append({"name": t.name, "error_code": InvalidRequestError.code,
+                                    "error_message": "Duplicate topic name."})
+                elif t.name == CLUSTER_METADATA_TOPIC:
+                    results.append({"name": t.name, "error_code": InvalidRequestError.code,
+                                    "error_message": f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is "
+                                                     "prohibited."})
+                else:
+                    results.append(self._create_topic(t, validate_only))
         verb = "Validated" if validate_only else "CreateTopics"
-        log.info("%s: %s", verb, ", ".join(f"{r['name']}: {r['error_code'] or 'SUCCESS'}" for r in results))
-        return build_response(ctx, {"throttle_time_ms": 0, "topics": results})
+        shown = ", ".join(f"{r['name']}: {r['error_code'] or 'SUCCESS'}" for r in results[:LOGGED_TOPICS])
+        more = f" and {len(results) - LOGGED_TOPICS} more" if len(results) > LOGGED_TOPICS else ""
+        log.info("%s: %s%s", verb, shown, more)
+        items = len(results) + sum(len(r.get("configs", ())) for r in results)
+        return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": results}, items)
 
     def _create_topic(self, t, validate_only: bool) -> dict:
         name = t.name
@@ -118,11 +126,14 @@ class AdminApis:
             code = InvalidRequestError.code if ctx.api_version < 3 else TopicDeletionDisabledError.code
             everyone = [(n, ZERO_UUID) for n in by_name] + \
                        [(t.name, t.topic_id) for t in getattr(req, "topics", ()) or ()]
-            return build_response(ctx, {"throttle_time_ms": 0, "responses": [
-                {"name": n, "topic_id": i, "error_code": code} for n, i in everyone]})
+            return await offload.respond(ctx, {"throttle_time_ms": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": code} for n, i in everyone]}, len(everyone))
         by_id = []
         results: list[dict] = []
-        for t in getattr(req, "topics", ()) or ():
+        pacer = Pacer()  # a request may name a million topics: its loops yield to the event loop
+        for i, t in enumerate(getattr(req, "topics", ()) or ()):
+            if not i & 255:
+                await pacer()
             topic_id = t.topic_id if t.topic_id is not None else ZERO_UUID
             if t.name is None:
                 if topic_id == ZERO_UUID:
@@ -136,8 +147,8 @@ class AdminApis:
                 results.append({"name": t.name, "topic_id": topic_id, "error_code": InvalidRequestError.code,
                                 "error_message": "You may not specify both topic name and topic id."})
 
-        names, dup_names = _unique(by_name)
-        ids, dup_ids = _unique(by_id)
+        names, dup_names = await _unique(by_name, pacer)
+        ids, dup_ids = await _unique(by_id, pacer)
         for n in dup_names:
             results.append({"name": n, "topic_id": ZERO_UUID, "error_code": InvalidRequestError.code,
                             "error_message": "Duplicate topic name."})
@@ -146,14 +157,18 @@ class AdminApis:
                             "error_message": "Duplicate topic id."})
         image = self.controller.image
         to_delete: dict = {}  # topic id -> name
-        for i in ids:
+        for k, i in enumerate(ids):
+            if not k & 255:
+                await pacer()
             t = image.topic_by_id(i)
             if t is None:
                 results.append({"name": None, "topic_id": i, "error_code": UnknownTopicIdError.code,
                                 "error_message": None})
             else:
                 to_delete[i] = t.name
-        for n in names:
+        for k, n in enumerate(names):
+            if not k & 255:
+                await pacer()
             t = image.topics.get(n)
             if t is None:
                 results.append({"name": n, "topic_id": ZERO_UUID, "error_code": UnknownTopicOrPartitionError.code,
@@ -165,14 +180,17 @@ class AdminApis:
                                 "error_message": "The provided topic name maps to an ID that was already supplied."})
             else:
                 to_delete[t.topic_id] = n
-        for topic_id, name in to_delete.items():
+        for k, (topic_id, name) in enumerate(to_delete.items()):
+            if not k & 15:
+                await pacer()
             out = {"name": name, "topic_id": topic_id, "error_code": NO_ERROR, "error_message": None}
             try:
                 self.controller.delete_topic(name)
             except KafkaError as e:
                 out.update(_err(e))
             results.append(out)
-        return build_response(ctx, {"throttle_time_ms": 0, "responses": results})
+        offload.free_later(by_name, by_id, names, ids, to_delete)
+        return await offload.respond(ctx, {"throttle_time_ms": 0, "responses": results}, len(results))
 
     # ------------------------------------------------------------------ CreatePartitions
 
@@ -180,7 +198,7 @@ class AdminApis:
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         results = []
-        for t, duplicated in _once_per_name(req.topics):
+        for t, duplicated in await _once_per_name(req.topics, Pacer()):
             out = {"name": t.name, "error_code": NO_ERROR, "error_message": None}
             if duplicated:
                 out.update(error_code=InvalidRequestError.code, error_message="Duplicate topic name.")
@@ -197,18 +215,22 @@ class AdminApis:
 
     async def delete_records(self, ctx: RequestContext):
         topics = []
+        items = 0
+        pacer = Pacer()  # a request may name a million partitions: yield to the event loop every few ms
         for t in ctx.request.topics:
             parts = []
-            for p in t.partitions:
-                low, code = INVALID_LOW_WATERMARK, 0
-                try:
-                    low = self.replica_manager.delete_records(t.name, p.partition_index, p.offset)
-                except KafkaError as e:
-                    code = e.code
-                    log.debug("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
-                parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
+            async for chunk in paced(t.partitions, 64, pacer):
+                for p in chunk:
+                    low, code = INVALID_LOW_WATERMARK, 0
+                    try:
+                        low = self.replica_manager.delete_records(t.name, p.partition_index, p.offset)
+                    except KafkaError as e:
+                        code = e.code
+                        log.debug("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
+                    parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
             topics.append({"name": t.name, "partitions": parts})
-        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+            items += 1 + len(parts)
+        return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": topics}, items)
 
     # ------------------------------------------------------------------ DescribeCluster
 
@@ -235,24 +257,36 @@ class AdminApis:
             "cluster_authorized_operations": operations})
 
 
-def _unique(items: list) -> tuple[list, list]:
+async def _unique(items: list, pacer: Pacer) -> tuple[list, list]:
     """(items named once, items named more than once), each in first-seen order."""
     counts: dict = {}
-    for x in items:
-        counts[x] = counts.get(x, 0) + 1
-    return [x for x in counts if counts[x] == 1], [x for x in counts if counts[x] > 1]
+    async for chunk in paced(items, 512, pacer):
+        for x in chunk:
+            counts[x] = counts.get(x, 0) + 1
+    once: list = []
+    more: list = []
+    async for chunk in paced(list(counts.items()), 512, pacer):
+        for x, n in chunk:
+            (once if n == 1 else more).append(x)
+    offload.free_later(counts)
+    return once, more
 
 
 __all__ = ["AdminApis"]
 
 
-def _once_per_name(topics):
-    """Each topic of a request once, in order, with whether its name appears more than once."""
+async def _once_per_name(topics, pacer: Pacer) -> list:
+    """(topic, whether its name appears more than once) for each topic of a request once, in order."""
     counts: dict[str, int] = {}
-    for t in topics:
-        counts[t.name] = counts.get(t.name, 0) + 1
-    seen = set()
-    for t in topics:
-        if t.name not in seen:
-            seen.add(t.name)
-            yield t, counts[t.name] > 1
+    async for chunk in paced(topics, 512, pacer):
+        for t in chunk:
+            counts[t.name] = counts.get(t.name, 0) + 1
+    out = []
+    async for chunk in paced(topics, 512, pacer):
+        for t in chunk:
+            n = counts.get(t.name)
+            if n is not None:
+                out.append((t, n > 1))
+                counts[t.name] = None
+    offload.free_later(counts)
+    return out

@@ -28,7 +28,8 @@ from tierlog.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer, paced
 
 log = logging.getLogger(__name__)
 
@@ -246,29 +247,37 @@ class ConfigApis:
         req = ctx.request
         include_synonyms = bool(getattr(req, "include_synonyms", False))
         include_documentation = bool(getattr(req, "include_documentation", False))
-        unknown = next((r for r in req.resources if r.resource_type not in _TYPE_NAMES), None)
+        pacer = Pacer()  # a request may name a million resources: its loops yield to the event loop
+        unknown = None
+        async for chunk in paced(req.resources, 512, pacer):
+            unknown = next((r for r in chunk if r.resource_type not in _TYPE_NAMES), None)
+            if unknown is not None:
+                break
         results = []
-        for r in req.resources:
-            out = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_code": NO_ERROR,
-                   "error_message": None, "configs": []}
-            try:
-                if unknown is not None:
-                    # Kafka fails the whole request on a resource type it does not know.
-                    raise InvalidRequestError(
-                        f"Unexpected resource type UNKNOWN for resource {unknown.resource_name}")
-                entries = self._describe(r)
-                if entries is None:  # Kafka answers an unknown topic without a message
-                    out["error_code"] = UnknownTopicOrPartitionError.code
-                else:
-                    keys = r.configuration_keys
-                    if keys:
-                        wanted = set(keys)
-                        entries = [e for e in entries if e.name in wanted]
-                    out["configs"] = [_entry_out(e, include_synonyms, include_documentation) for e in entries]
-            except KafkaError as e:
-                out["error_code"], out["error_message"] = _error(e)
-            results.append(out)
-        return build_response(ctx, {"throttle_time_ms": 0, "results": results})
+        items = 0
+        async for chunk in paced(req.resources, 16, pacer):
+            for r in chunk:
+                out = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_code": NO_ERROR,
+                       "error_message": None, "configs": []}
+                try:
+                    if unknown is not None:
+                        # Kafka fails the whole request on a resource type it does not know.
+                        raise InvalidRequestError(
+                            f"Unexpected resource type UNKNOWN for resource {unknown.resource_name}")
+                    entries = self._describe(r)
+                    if entries is None:  # Kafka answers an unknown topic without a message
+                        out["error_code"] = UnknownTopicOrPartitionError.code
+                    else:
+                        keys = r.configuration_keys
+                        if keys:
+                            wanted = set(keys)
+                            entries = [e for e in entries if e.name in wanted]
+                        out["configs"] = [_entry_out(e, include_synonyms, include_documentation) for e in entries]
+                        items += len(out["configs"])
+                except KafkaError as e:
+                    out["error_code"], out["error_message"] = _error(e)
+                results.append(out)
+        return await offload.respond(ctx, {"throttle_time_ms": 0, "results": results}, items + len(results))
 
     def _describe(self, r) -> list[ConfigEntry] | None:
         controller = self.controller

@@ -218,48 +218,54 @@ class GroupApis:
 
     async def offset_commit(self, ctx: RequestContext):
         req = ctx.request
-        errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
-        valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                  p.committed_metadata) for name, p in known]
+        pacer = Pacer()  # a request may name a million partitions: its loops yield to the event loop
+        errors, known = await self._known_partitions(req.topics, pacer)
+        valid = []
+        async for chunk in paced(known, 512, pacer):
+            valid += [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                       p.committed_metadata) for name, p in chunk]
         if valid:
             errors.update(self._ready().commit_offsets(
                 group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid,
                 api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1))))
-        return build_response(ctx, {"topics": [
-            {"name": topic.name, "partitions": [
-                {"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
-                for p in topic.partitions]}
-            for topic in req.topics]})
+        offload.free_later(known, valid)
+        topics, items = await _partition_errors(req.topics, errors, pacer)
+        offload.free_later(errors)
+        return await offload.respond(ctx, {"topics": topics}, items)
 
-    def _known_partitions(self, topics, partitions_of) -> tuple[dict[tuple[str, int], int], list]:
+    async def _known_partitions(self, topics, pacer: Pacer) -> tuple[dict[tuple[str, int], int], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
         image_topics = self.controller.image.topics
         errors: dict[tuple[str, int], int] = {}
         known = []
         for topic in topics:
             meta = image_topics.get(topic.name)
-            for p in partitions_of(topic):
-                if meta is None or p.partition_index not in meta.partitions:
-                    errors[(topic.name, p.partition_index)] = UnknownTopicOrPartitionError.code
-                else:
-                    known.append((topic.name, p))
+            async for chunk in paced(topic.partitions, 512, pacer):
+                for p in chunk:
+                    if meta is None or p.partition_index not in meta.partitions:
+                        errors[(topic.name, p.partition_index)] = UnknownTopicOrPartitionError.code
+                    else:
+                        known.append((topic.name, p))
         return errors, known
 
     async def offset_delete(self, ctx: RequestContext):
         req = ctx.request
-        errors, known = self._known_partitions(req.topics, lambda t: t.partitions)
+        pacer = Pacer()
+        errors, known = await self._known_partitions(req.topics, pacer)
         error = NO_ERROR
         if known:
-            error, results = self._ready().delete_offsets(req.group_id, [(t, p.partition_index) for t, p in known])
+            items = []
+            async for chunk in paced(known, 512, pacer):
+                items += [(t, p.partition_index) for t, p in chunk]
+            error, results = self._ready().delete_offsets(req.group_id, items)
+            offload.free_later(known, items)
             if error != NO_ERROR:
                 return build_response(ctx, {"error_code": error})
             errors.update(results)
-        return build_response(ctx, {"error_code": error, "topics": [
-            {"name": topic.name, "partitions": [
-                {"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
-                for p in topic.partitions]}
-            for topic in req.topics]})
+        topics, items = await _partition_errors(req.topics, errors, pacer)
+        offload.free_later(errors)
+        return await offload.respond(ctx, {"error_code": error, "topics": topics}, items)
 
     async def offset_fetch(self, ctx: RequestContext):
         req = ctx.request
@@ -297,16 +303,36 @@ class GroupApis:
     async def describe_groups(self, ctx: RequestContext):
         req = ctx.request
         include_ops = getattr(req, "include_authorized_operations", False)
-        groups = self._ready().describe_groups(req.groups)
+        coordinator = self._ready()
+        groups: list[dict[str, Any]] = []
+        async for chunk in paced(req.groups, 64):  # a request may name a million groups
+            groups += coordinator.describe_groups(chunk)
         if include_ops:
             for g in groups:
                 if g["error_code"] == NO_ERROR:
                     g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
-        return build_response(ctx, {"groups": groups})
+        items = len(groups) + sum(len(g.get("members", ())) for g in groups)
+        return await offload.respond(ctx, {"groups": groups}, items)
 
     async def delete_groups(self, ctx: RequestContext):
         results = self._ready().delete_groups(ctx.request.groups_names)
         return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
+
+
+async def _partition_errors(topics, errors: dict[tuple[str, int], int], pacer: Pacer
+                            ) -> tuple[list[dict[str, Any]], int]:
+    """The answer's topics (each request topic with an error code per partition, in request order), and
+    how many items they hold, made a slice at a time."""
+    out = []
+    items = 0
+    for topic in topics:
+        parts: list[dict[str, Any]] = []
+        async for chunk in paced(topic.partitions, 512, pacer):
+            parts += [{"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
+                      for p in chunk]
+        out.append({"name": topic.name, "partitions": parts})
+        items += 1 + len(parts)
+    return out, items
 
 
 _ENTRIES: dict[type, Callable[..., Any]] = {}

@@ -6,7 +6,8 @@ from collections import Counter
 
 from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError, UnsupportedVersionError
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.fetch_types import FetchIsolation, OffsetLookup, OffsetLookupResult
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
@@ -35,35 +36,45 @@ class OffsetApis:
             timeout_ms = self.controller.effective_config["remote.list.offsets.request.timeout.ms"]
         by_topic: dict[str, list] = {}  # a topic named twice is one entry of the answer, as in Kafka's
         # A partition asked for twice is answered once, with INVALID_REQUEST, as Kafka does (its answers
-        # are keyed by partition).
-        asked = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+        # are keyed by partition). A request may name a million partitions: every loop over them yields
+        # to the event loop every few ms, and a big answer is built and encoded off the loop.
+        pacer = Pacer()
+        asked: Counter = Counter()
+        for t in req.topics:
+            async for chunk in paced(t.partitions, 512, pacer):
+                asked.update((t.name, p.partition_index) for p in chunk)
         answered = set()
         lookups: list[OffsetLookup] = []
         outs: list[dict] = []
         for t in req.topics:
             parts = by_topic.setdefault(t.name, [])
-            for p in t.partitions:
-                out = {"partition_index": p.partition_index, "error_code": NO_ERROR, "timestamp": -1, "offset": -1,
-                       "leader_epoch": -1}
-                if asked[t.name, p.partition_index] > 1:
-                    if (t.name, p.partition_index) not in answered:
-                        answered.add((t.name, p.partition_index))
-                        out["error_code"] = InvalidRequestError.code
-                        parts.append(out)
-                    continue
-                needed = _MIN_VERSION.get(p.timestamp)
-                if needed is not None and ctx.api_version < needed:
-                    out["error_code"] = self._version_error(t.name, p)
-                else:
-                    lookups.append(OffsetLookup(t.name, p.partition_index, p.timestamp,
-                                                getattr(p, "current_leader_epoch", -1)))
-                    outs.append(out)
-                parts.append(out)
+            async for chunk in paced(t.partitions, 256, pacer):
+                for p in chunk:
+                    out = {"partition_index": p.partition_index, "error_code": NO_ERROR, "timestamp": -1,
+                           "offset": -1, "leader_epoch": -1}
+                    if asked[t.name, p.partition_index] > 1:
+                        if (t.name, p.partition_index) not in answered:
+                            answered.add((t.name, p.partition_index))
+                            out["error_code"] = InvalidRequestError.code
+                            parts.append(out)
+                        continue
+                    needed = _MIN_VERSION.get(p.timestamp)
+                    if needed is not None and ctx.api_version < needed:
+                        out["error_code"] = self._version_error(t.name, p)
+                    else:
+                        lookups.append(OffsetLookup(t.name, p.partition_index, p.timestamp,
+                                                    getattr(p, "current_leader_epoch", -1)))
+                        outs.append(out)
+                    parts.append(out)
         results = await self.replica_manager.fetch_offsets(lookups, isolation, timeout_ms / 1000)
-        for out, r in zip(outs, results):
-            _fill(out, r)
+        for start in range(0, len(outs), 512):
+            for out, r in zip(outs[start:start + 512], results[start:start + 512]):
+                _fill(out, r)
+            await pacer()
         topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items() if parts]
-        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+        items = len(topics) + sum(len(t["partitions"]) for t in topics)
+        offload.free_later(lookups, results, outs, asked, answered)
+        return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": topics}, items)
 
     def _version_error(self, topic: str, p) -> int:
         """A special timestamp this version does not know: the partition's own error comes first."""
