@@ -93,19 +93,7 @@ def _array_length(flexible: bool) -> Reader:
 def _array_reader(inner: Any, kafka_type: str, flexible: bool) -> Reader:
     read_length = _array_length(flexible)
     if dataclasses.is_dataclass(inner):
-        read_item = big_reader(inner) if _has_arrays(inner) else entity_reader(inner)
-
-        def read_entities(b, start):
-            n, pos = read_length(b, start)
-            if n < 0:
-                return None, pos - start
-            items = [None] * n
-            for i in range(n):
-                items[i], size = read_item(b, pos)
-                pos += size
-            return _seal(items), pos - start
-
-        return read_entities
+        return _items_reader(read_length, big_reader(inner) if _has_arrays(inner) else entity_reader(inner))
     code = _INT_FORMATS.get(kafka_type)
     if code is not None:
         size = struct.calcsize(code)
@@ -131,9 +119,12 @@ def _array_reader(inner: Any, kafka_type: str, flexible: bool) -> Reader:
             return items, pos - start
 
         return read_ints
-    read_item = get_reader(kafka_type, flexible, False)
+    return _items_reader(read_length, get_reader(kafka_type, flexible, False))
 
-    def read_primitives(b, start):
+
+def _items_reader(read_length: Reader, read_item: Reader) -> Reader:
+    """An array read item by item (entities, strings, other non-integer primitives)."""
+    def read_items(b, start):
         n, pos = read_length(b, start)
         if n < 0:
             return None, pos - start
@@ -143,7 +134,7 @@ def _array_reader(inner: Any, kafka_type: str, flexible: bool) -> Reader:
             pos += size
         return _seal(items), pos - start
 
-    return read_primitives
+    return read_items
 
 
 def _nullable_struct(read: Reader) -> Reader:
