@@ -272,6 +272,11 @@ def _with_record_errors(error: KafkaError, record_errors: list[tuple[int, str]])
     return error
 
 
+def _where(pos: int, topic_partition) -> str:
+    """Names the batch in an error message: built only when there is an error, not for every batch."""
+    return f"record batch at position {pos}" + (f" in {topic_partition}" if topic_partition else "")
+
+
 def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: int, create_time: bool,
                            before_max_ms: int, after_max_ms: int, compacted: bool, max_message_bytes: int,
                            topic_partition: str = "", check_offsets: bool = True) -> None:
@@ -280,7 +285,6 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
     CreateTime; ``compacted`` its ``cleanup.policy`` containing compact."""
     end = pos + header.batch_length + 12
     codec = header.attributes & COMPRESSION_CODEC_MASK
-    where = f"record batch at position {pos}" + (f" in {topic_partition}" if topic_partition else "")
     if codec == 0:
         arr = np.frombuffer(buf, dtype=np.uint8, count=end - pos - RECORD_BATCH_OVERHEAD,
                             offset=pos + RECORD_BATCH_OVERHEAD)
@@ -291,12 +295,14 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
             arr = np.frombuffer(decompress_bounded(CompressionType(codec), payload, limit), dtype=np.uint8)
         except DecompressedTooLargeError as e:
             raise InvalidRecordError(
-                f"{where}: its {header.records_count} records decompress to more than {e.limit} bytes, the bound "
+                f"{_where(pos, topic_partition)}: its {header.records_count} records decompress to more than "
+                f"{e.limit} bytes, the bound "
                 f"for the batch (records count x max.message.bytes {max_message_bytes}, at least "
                 f"{MIN_DECOMPRESSION_LIMIT} and at most {DECOMPRESSION_RECORDS_FACTOR} x max.message.bytes)"
             ) from None
         except CorruptMessageError as e:
-            raise UnknownServerError(f"{where}: failed to decompress record stream: {e.message}") from None
+            raise UnknownServerError(
+                f"{_where(pos, topic_partition)}: failed to decompress record stream: {e.message}") from None
     arr = _readonly(arr)
     idx = np.empty(_ERR_CAP, dtype=np.int64)
     kind = np.empty(_ERR_CAP, dtype=np.int8)
@@ -306,7 +312,7 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
             compacted, check_offsets)
     status, at, n_err = walk(arr, *args, idx, kind)
     if status != _OK:
-        raise InvalidRecordError(f"{where}: {_STATUS_TEXT[status]} (at byte {at} of its "
+        raise InvalidRecordError(f"{_where(pos, topic_partition)}: {_STATUS_TEXT[status]} (at byte {at} of its "
                                  f"{'decompressed ' if codec else ''}records)")
     if n_err == 0:
         return
