@@ -60,6 +60,7 @@ from tierlog.protocol import (
     RequestParseError,
     encode_response_parts,
     fallback_response_frame,
+    offload,
 )
 
 log = logging.getLogger(__name__)
@@ -563,8 +564,6 @@ class SocketServer:
     async def _handle(self, frame: bytes, peer) -> bytes | list | None:
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
-        from tierlog.protocol import offload
-
         big = len(frame) >= offload.BIG_FRAME_BYTES
         with offload.gc_paused(big):
             try:
