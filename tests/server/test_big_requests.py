@@ -53,6 +53,14 @@ def _wait_for_coordinator(raw: RawClient, group: str) -> None:
         time.sleep(0.1)
 
 
+def assert_no_stall(run, broker, frame: bytes) -> None:
+    """Enough probes were answered while the broker held the big request, each within the bound
+    (judged on a repeat when the first run went over it)."""
+    run = judged_run(run, broker.bootstrap, frame, broker.proc.pid, MAX_PROBE_RTT)
+    assert len(run.in_window) >= 10, run.summary()
+    assert run.max_rtt()[1] <= MAX_PROBE_RTT, run.summary()
+
+
 def test_offset_fetch_of_four_million_partitions_does_not_stall_other_clients(broker):
     n = 4_000_000
     topic, group = unique("big"), unique("group")
@@ -90,10 +98,7 @@ def test_offset_fetch_of_four_million_partitions_does_not_stall_other_clients(br
     expected = b"".join([struct.pack(">i", 99), b"\0", struct.pack(">i", 0), _uv(2), _cstr(group), _uv(2),
                          _cstr(topic), _uv(n + 1), *map(partition, range(n)), b"\0", b"\0\0", b"\0", b"\0"])
     assert run.answer == expected
-    run = judged_run(run, broker.bootstrap, frame, broker.proc.pid, MAX_PROBE_RTT)
-    worst, fair = run.max_rtt()
-    assert len(run.in_window) >= 10, run.summary()
-    assert fair <= MAX_PROBE_RTT, run.summary()
+    assert_no_stall(run, broker, frame)
 
 
 def test_metadata_naming_a_million_topics_does_not_stall_other_clients(broker):
@@ -113,10 +118,7 @@ def test_metadata_naming_a_million_topics_does_not_stall_other_clients(broker):
     assert corr == 5
     assert [t.name for t in response.topics] == names
     assert {int(t.error_code) for t in response.topics} == {3}  # UNKNOWN_TOPIC_OR_PARTITION
-    run = judged_run(run, broker.bootstrap, frame, broker.proc.pid, MAX_PROBE_RTT)
-    worst, fair = run.max_rtt()
-    assert len(run.in_window) >= 10, run.summary()
-    assert fair <= MAX_PROBE_RTT, run.summary()
+    assert_no_stall(run, broker, frame)
 
 
 def test_list_offsets_of_a_million_partitions_does_not_stall_other_clients(broker):
@@ -141,7 +143,4 @@ def test_list_offsets_of_a_million_partitions_does_not_stall_other_clients(broke
     assert [p.partition_index for p in parts] == list(range(n))
     assert [(int(p.error_code), p.offset) for p in parts[:2]] == [(0, 0), (0, 0)]
     assert {(int(p.error_code), p.offset, p.timestamp, p.leader_epoch) for p in parts[2:]} == {(3, -1, -1, -1)}
-    run = judged_run(run, broker.bootstrap, frame, broker.proc.pid, MAX_PROBE_RTT)
-    worst, fair = run.max_rtt()
-    assert len(run.in_window) >= 10, run.summary()
-    assert fair <= MAX_PROBE_RTT, run.summary()
+    assert_no_stall(run, broker, frame)
