@@ -145,12 +145,24 @@ read_varint = _varint
 read_varlong = _varlong
 
 
-@njit(cache=True, nogil=True)
-def _walk(buf, pos, end, count, base_ts, max_ts, lat_batch, create_time, now, before, after, compacted,
-          check_offsets, err_index, err_kind):
+# The kernel's switches, packed into one argument (each argument costs numba's dispatcher a type lookup).
+_LAT_BATCH = 1  # the batch says LogAppendTime
+_CREATE_TIME = 2  # the topic's message.timestamp.type is CreateTime
+_COMPACTED = 4  # the topic's cleanup.policy has compact
+_CHECK_OFFSETS = 8
+
+
+# Not nogil: a walk takes microseconds on the event loop, where giving up the GIL and taking it back costs
+# more than the walk (and lets another thread in between).
+@njit(cache=True)
+def _walk(buf, pos, end, count, base_ts, max_ts, flags, now, before, after, err_index, err_kind):
     """Walk ``count`` records in ``buf[pos:end]``. Returns (status, position of the failing record or the
     end, number of record errors); the first ``len(err_index)`` record errors are written to
     ``err_index`` / ``err_kind``. A status other than _OK means the records cannot be read."""
+    lat_batch = (flags & _LAT_BATCH) != 0
+    create_time = (flags & _CREATE_TIME) != 0
+    compacted = (flags & _COMPACTED) != 0
+    check_offsets = (flags & _CHECK_OFFSETS) != 0
     n_err = 0
     cap = err_index.shape[0]
     for i in range(count):
@@ -231,7 +243,11 @@ def _walk(buf, pos, end, count, base_ts, max_ts, lat_batch, create_time, now, be
 
 
 _compiled = threading.Event()
-_ERR_CAP = 64
+_U8 = np.dtype(np.uint8)
+# The first walk collects no record errors, only their number (they are rare): a batch with some is walked
+# again into arrays of that size. Zero-length arrays are never written, so one pair serves every thread.
+_NO_INDEX = np.empty(0, dtype=np.int64)
+_NO_KIND = np.empty(0, dtype=np.int8)
 
 
 def is_compiled() -> bool:
@@ -245,21 +261,13 @@ def warm_up() -> float:
     if _compiled.is_set():
         return 0.0
     started = time.perf_counter()
-    # One record: length 8, attributes, ts delta 0, offset delta 0, key -1, value -1, 0 headers.
-    buf = _readonly(np.frombuffer(bytes([16, 0, 0, 0, 1, 1, 0]), dtype=np.uint8))
-    idx = np.empty(_ERR_CAP, dtype=np.int64)
-    kind = np.empty(_ERR_CAP, dtype=np.int8)
-    _walk(buf, 0, len(buf), 1, 0, 0, False, True, 0, 0, 0, False, True, idx, kind)
+    # One record: length 8, attributes, ts delta 0, offset delta 0, key -1, value -1, 0 headers. Numba
+    # compiles read-only arrays (over bytes) and writable ones (over a bytearray, a decompressed buffer) apart.
+    record = bytes([16, 0, 0, 0, 1, 1, 0])
+    for buf in (np.frombuffer(record, dtype=_U8), np.frombuffer(bytearray(record), dtype=_U8)):
+        _walk(buf, 0, len(buf), 1, 0, 0, _CREATE_TIME | _CHECK_OFFSETS, 0, 0, 0, _NO_INDEX, _NO_KIND)
     _compiled.set()
     return time.perf_counter() - started
-
-
-def _readonly(arr: np.ndarray) -> np.ndarray:
-    """One array type for the kernel (numba compiles readonly and writable arrays apart)."""
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
 
 
 def record_errors_of(error: KafkaError) -> list[tuple[int, str]] | None:
@@ -286,13 +294,12 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
     end = pos + header.batch_length + 12
     codec = header.attributes & COMPRESSION_CODEC_MASK
     if codec == 0:
-        arr = np.frombuffer(buf, dtype=np.uint8, count=end - pos - RECORD_BATCH_OVERHEAD,
-                            offset=pos + RECORD_BATCH_OVERHEAD)
+        arr = np.frombuffer(buf, dtype=_U8, count=end - pos - RECORD_BATCH_OVERHEAD, offset=pos + RECORD_BATCH_OVERHEAD)
     else:
         limit = decompression_limit(header.records_count, max_message_bytes)
         payload = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:end]
         try:
-            arr = np.frombuffer(decompress_bounded(CompressionType(codec), payload, limit), dtype=np.uint8)
+            arr = np.frombuffer(decompress_bounded(CompressionType(codec), payload, limit), dtype=_U8)
         except DecompressedTooLargeError as e:
             raise InvalidRecordError(
                 f"{_where(pos, topic_partition)}: its {header.records_count} records decompress to more than "
@@ -303,23 +310,20 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
         except CorruptMessageError as e:
             raise UnknownServerError(
                 f"{_where(pos, topic_partition)}: failed to decompress record stream: {e.message}") from None
-    arr = _readonly(arr)
-    idx = np.empty(_ERR_CAP, dtype=np.int64)
-    kind = np.empty(_ERR_CAP, dtype=np.int8)
     walk = _walk if _compiled.is_set() else _walk.py_func
-    args = (0, len(arr), header.records_count, header.base_timestamp, header.max_timestamp,
-            bool(header.attributes & TIMESTAMP_TYPE_MASK), create_time, now_ms, before_max_ms, after_max_ms,
-            compacted, check_offsets)
-    status, at, n_err = walk(arr, *args, idx, kind)
+    flags = ((_LAT_BATCH if header.attributes & TIMESTAMP_TYPE_MASK else 0) | (_CREATE_TIME if create_time else 0)
+             | (_COMPACTED if compacted else 0) | (_CHECK_OFFSETS if check_offsets else 0))
+    args = (arr, 0, len(arr), header.records_count, header.base_timestamp, header.max_timestamp, flags, now_ms,
+            before_max_ms, after_max_ms)
+    status, at, n_err = walk(*args, _NO_INDEX, _NO_KIND)
     if status != _OK:
         raise InvalidRecordError(f"{_where(pos, topic_partition)}: {_STATUS_TEXT[status]} (at byte {at} of its "
                                  f"{'decompressed ' if codec else ''}records)")
     if n_err == 0:
         return
-    if n_err > _ERR_CAP:  # rare: walk again to collect every record error, as Kafka lists them all
-        idx = np.empty(n_err, dtype=np.int64)
-        kind = np.empty(n_err, dtype=np.int8)
-        walk(arr, *args, idx, kind)
+    idx = np.empty(n_err, dtype=np.int64)  # rare: walk again to collect every record error, as Kafka lists them all
+    kind = np.empty(n_err, dtype=np.int8)
+    walk(*args, idx, kind)
     errors = []
     any_timestamp = False
     for i, k in zip(idx[:n_err].tolist(), kind[:n_err].tolist()):
