@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from typing import Any
 
 from tierlog import logs
@@ -40,7 +41,10 @@ async def _serve(cfg: Any) -> int:
         return await _failed_start(broker, e)
     try:
         for listener in broker.listeners:
-            print(f"tierlog broker ready on {listener}", flush=True)
+            # One write with its newline: scripts parse this line, and a log line from another thread
+            # (stderr, often the same pipe) must not land between the text and its end.
+            sys.stdout.write(f"tierlog broker ready on {listener}\n")
+            sys.stdout.flush()
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.wait_stop_requested())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:
