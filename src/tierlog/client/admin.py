@@ -481,7 +481,7 @@ class Admin:
                 if res.name not in pending:
                     continue
                 code = res.error_code.value
-                if code == 0:
+                if code == errors.NO_ERROR:
                     configs = {c.name: ConfigEntry(c.name, c.value, _source(c.config_source), c.read_only,
                                                    c.is_sensitive) for c in (getattr(res, "configs", None) or ())}
                     results[res.name] = CreateTopicResult(res.name, _uuid(getattr(res, "topic_id", None)),
@@ -526,7 +526,7 @@ class Admin:
                 if res.name not in pending:
                     continue
                 code = res.error_code.value
-                if code == 0:
+                if code == errors.NO_ERROR:
                     results[res.name] = None
                 else:
                     exc = _error(code, getattr(res, "error_message", None), f"Topic {res.name!r}")
@@ -611,7 +611,7 @@ class Admin:
                 if res.name not in pending:
                     continue
                 code = res.error_code.value
-                if code == 0:
+                if code == errors.NO_ERROR:
                     results[res.name] = None
                 else:
                     exc = _error(code, res.error_message, f"Topic {res.name!r}")
@@ -793,7 +793,7 @@ class Admin:
                     if tp not in pending:
                         continue
                     code = p.error_code.value
-                    if code == 0:
+                    if code == errors.NO_ERROR:
                         results[tp] = ListOffsetsResult(int(p.offset), int(p.timestamp),
                                                         int(getattr(p, "leader_epoch", -1)))
                     else:
@@ -850,7 +850,7 @@ class Admin:
                     if tp not in pending:
                         continue
                     code = p.error_code.value
-                    if code == 0:
+                    if code == errors.NO_ERROR:
                         results[tp] = int(p.low_watermark)
                     else:
                         exc = _error(code, None, f"Partition {tp.topic}-{tp.partition}")

@@ -731,7 +731,7 @@ class Fetcher:
     def _partition_answer(self, tp: TopicPartition, st: PartitionState, offset: int, p: Any) -> bool:
         """Handle one partition of a Fetch answer; True when data was buffered."""
         code = p.error_code.value
-        if code == 0:
+        if code == errors.NO_ERROR:
             st.failures = 0
             st.not_ready_logged = False
             if p.high_watermark >= 0:

@@ -538,7 +538,7 @@ class ConsumerCoordinator:
             log.debug("Group %s: heartbeat failed: %r", self.group_id, exc)
             return False
         code = response.error_code.value
-        if code == 0:
+        if code == errors.NO_ERROR:
             self._last_hb_ok = _now()
             return True
         if code in _COORDINATOR_ERRORS:

@@ -417,11 +417,11 @@ class Producer:
                     self._retry_or_fail(b, errors.UnknownServerError(f"no answer for {b.tp} in the Produce response"))
                     continue
                 code = p.error_code.value
-                if code == 0 or code == errors.DuplicateSequenceNumberError.code:
+                if code == errors.NO_ERROR or code == errors.DuplicateSequenceNumberError.code:
                     append_time = p.log_append_time
                     if isinstance(append_time, datetime):
                         append_time = int(append_time.timestamp() * 1000)
-                    self._done(b, int(p.base_offset) if code == 0 else -1,
+                    self._done(b, int(p.base_offset) if code == errors.NO_ERROR else -1,
                                -1 if append_time is None else int(append_time))
                 else:
                     cls = errors.error_for_code(code)

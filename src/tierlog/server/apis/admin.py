@@ -110,7 +110,7 @@ class AdminApis:
             "error_message": None,
             "num_partitions": len(topic.partitions),
             "replication_factor": len(next(iter(topic.partitions.values())).replicas),
-            "topic_config_error_code": 0,
+            "topic_config_error_code": NO_ERROR,
             "configs": [{"name": e.name, "value": None if e.sensitive else e.value, "read_only": e.read_only,
                          "config_source": int(e.source), "is_sensitive": e.sensitive} for e in configs],
         }

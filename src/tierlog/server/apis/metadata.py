@@ -7,6 +7,7 @@ import logging
 
 from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
 from tierlog.errors import (
+    NO_ERROR,
     KafkaError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -77,7 +78,7 @@ class MetadataApis:
             "controller_id": self.node_id,
             "topics": topics_out,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-            "error_code": 0,
+            "error_code": NO_ERROR,
         }, items)
 
     def _named_topic(self, name: str, allow_create: bool) -> dict:
@@ -101,12 +102,12 @@ class MetadataApis:
 
     def _topic(self, topic) -> dict:
         return {
-            "error_code": 0,
+            "error_code": NO_ERROR,
             "name": topic.name,
             "topic_id": topic.topic_id,
             "is_internal": topic.is_internal,
             "partitions": [{
-                "error_code": 0,
+                "error_code": NO_ERROR,
                 "partition_index": p.partition,
                 "leader_id": p.leader,
                 "leader_epoch": p.leader_epoch,

@@ -5,7 +5,21 @@ from __future__ import annotations
 import logging
 
 from tierlog.cluster import Controller
-from tierlog.errors import InvalidRecordError, KafkaError, UnsupportedCompressionTypeError, error_for_code
+from tierlog.errors import (
+    NO_ERROR,
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    KafkaError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    RecordListTooLargeError,
+    UnknownTopicOrPartitionError,
+    UnsupportedCompressionTypeError,
+)
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
@@ -14,11 +28,15 @@ from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
-INVALID_REQUIRED_ACKS = 21
-ZSTD = 4
+ZSTD = 4  # the compression codec in a batch's attributes
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
-NO_LOG_START_OFFSET_ERRORS = frozenset({3, 6, 10, 17, 18, 2, 56, 21, 76})
+NO_LOG_START_OFFSET_ERRORS = frozenset(e.code for e in (
+    UnknownTopicOrPartitionError, NotLeaderOrFollowerError, MessageTooLargeError, InvalidTopicError,
+    RecordListTooLargeError, CorruptMessageError, KafkaStorageError, InvalidRequiredAcksError,
+    UnsupportedCompressionTypeError))
+# Expected while metadata propagates: not worth a debug line each.
+_PROPAGATING = frozenset((UnknownTopicOrPartitionError.code, NotLeaderOrFollowerError.code))
 
 
 def _validate_records(version: int, records: bytes) -> KafkaError | None:
@@ -72,11 +90,11 @@ class ProduceApis:
                 name = rm.topic_name(topic_id) or ""
             parts = []
             for pd in topic_data.partition_data:
-                result = {"index": pd.index, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
+                result = {"index": pd.index, "error_code": NO_ERROR, "base_offset": -1, "log_append_time_ms": -1,
                           "log_start_offset": -1}
                 try:
                     if acks not in (-1, 0, 1):
-                        raise error_for_code(INVALID_REQUIRED_ACKS)(f"invalid required acks {acks}")
+                        raise InvalidRequiredAcksError(f"invalid required acks {acks}")
                     records = pd.records or b""
                     invalid = _validate_records(ctx.api_version, records)
                     if invalid is not None:
@@ -95,7 +113,7 @@ class ProduceApis:
                                                    for i, m in record_errors]
                     if e.code not in NO_LOG_START_OFFSET_ERRORS:
                         result["log_start_offset"] = rm.log_start_offset_or_unknown(name, pd.index)
-                    if e.code not in (3, 6):  # expected while metadata propagates
+                    if e.code not in _PROPAGATING:
                         log.debug("Produce to %s-%d failed: %s", name, pd.index, e)
                 parts.append(result)
             responses.append({"name": name, "topic_id": getattr(topic_data, "topic_id", ZERO_UUID),
@@ -108,7 +126,8 @@ class ProduceApis:
         req = ctx.request
         if req.transactional_id is not None:
             # The transaction coordinator is not built yet: refuse clearly instead of pretending.
-            return build_response(ctx, {"error_code": 42, "producer_id": -1, "producer_epoch": -1})
+            return build_response(ctx, {"error_code": InvalidRequestError.code, "producer_id": -1,
+                                        "producer_epoch": -1})
         # Kafka's coordinator gives every idempotent (non-transactional) producer a fresh id.
-        return build_response(ctx, {"error_code": 0, "producer_id": self.controller.allocate_producer_id(),
+        return build_response(ctx, {"error_code": NO_ERROR, "producer_id": self.controller.allocate_producer_id(),
                                     "producer_epoch": 0, "throttle_time_ms": 0})
