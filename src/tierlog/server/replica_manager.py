@@ -201,6 +201,10 @@ class ReplicaManager:
         t = self.controller.image.topic_by_id(topic_id)
         return t.name if t else None
 
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id, for a request naming many ids (:meth:`topic_name` walks the topics)."""
+        return {t.topic_id: t.name for t in self.controller.image.topics.values()}
+
     # ------------------------------------------------------------------ produce
 
     def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
