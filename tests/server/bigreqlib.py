@@ -8,7 +8,8 @@ of a starved machine rather than a stalled broker: the largest gap a canary thre
 in its own 1 ms sleeps, and how long the broker's event-loop thread waited for a CPU while the probe
 was out, and the longest any other broker thread did (a worker holding the GIL holds the loop up as
 long; run-queue waits in ``/proc/PID/task/*/schedstat``). A probe's *broker delay* is its round trip less
-those two waits.
+those two waits; the bound is checked on it less, for a probe during which the canary was starved (a gap
+of 50 ms or more), that gap.
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ class Run:
         return [p for p in self.probes if p.sent >= self.sent_at and p.sent + p.rtt <= self.answered_at]
 
     def max_rtt(self, starved_gap: float = 0.05) -> tuple[float, float]:
-        """(largest round trip in the window, largest broker delay among the probes during which this
-        process's canary was not starved)."""
+        """(largest round trip in the window, largest broker delay, less the canary's gap for a probe during
+        which this process was starved: it held the probe up that long at most). Such a probe is counted,
+        not dropped: one out for the whole stall of a broker's loop (seconds) always sees such a gap."""
         window = self.in_window
-        fair = [p.broker_delay for p in window if p.canary_gap < starved_gap]
+        fair = [p.broker_delay - p.canary_gap if p.canary_gap >= starved_gap else p.broker_delay for p in window]
         return max((p.rtt for p in window), default=0.0), max(fair, default=0.0)
 
     def summary(self) -> str:
@@ -91,7 +93,8 @@ class Run:
         return (f"answer {len(self.answer)} bytes in {self.answered_at - self.sent_at:.2f}s after the frame was "
                 f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
                 f"max broker delay {fair * 1000:.1f} ms (RTT less the broker's run-queue waits: its loop thread's "
-                f"and the longest of another thread's); slowest: {show(slow)}; most delayed: {show(delayed)}")
+                f"and the longest of another thread's; less a starved canary's gap); slowest: {show(slow)}; "
+                f"most delayed: {show(delayed)}")
 
 
 def _runqueue_waits(pid: int | None) -> dict[str, float]:

@@ -2,16 +2,37 @@
 real logs in a temporary folder, the controller, and tiered storage with the filesystem store and the
 in-memory metadata manager. Reads of both tiers, long polling and offsets are checked at the service's
 interface (``fetch_messages``, ``fetch_offsets``), which the Fetch and ListOffsets handlers only translate.
+The fetch tests run both ways: as an ordinary fetch and as a big one (``fetch_path``), which reads and
+waits a slice at a time, yielding to the event loop in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from tests.harness.inprocess import TS0, assemble, produce, tier
+from tierlog.protocol.offload import Pacer
 from tierlog.records import iter_batches
+from tierlog.server import replica_manager
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, OffsetLookup, PartitionFetch
 from tierlog.server.partition import Partition
+
+
+def big_fetches(monkeypatch) -> None:
+    """Every fetch takes the big fetch's path, in slices of one partition, yielding after each."""
+    monkeypatch.setattr(replica_manager, "BIG_FETCH", 1)
+    monkeypatch.setattr(replica_manager, "FETCH_SLICE", 1)
+    monkeypatch.setattr(replica_manager, "Pacer", lambda: Pacer(0))
+
+
+@pytest.fixture(params=["ordinary", "big"])
+def fetch_path(request, monkeypatch) -> str:
+    if request.param == "big":
+        big_fetches(monkeypatch)
+    return request.param
 
 
 def consumer(max_bytes: int = 1 << 20, min_bytes: int = 1, max_wait_ms: int = 0) -> FetchParams:
@@ -35,7 +56,7 @@ def count_reads(partition: Partition) -> list[int]:
     return calls
 
 
-def test_a_fetch_reads_the_remote_tier_below_the_local_start_and_the_local_log_above(tmp_path):
+def test_a_fetch_reads_the_remote_tier_below_the_local_start_and_the_local_log_above(tmp_path, fetch_path):
     async def scenario():
         node = await assemble(tmp_path)
         try:
@@ -69,7 +90,7 @@ def test_a_fetch_reads_the_remote_tier_below_the_local_start_and_the_local_log_a
     asyncio.run(scenario())
 
 
-def test_long_polling_rereads_only_the_partitions_that_changed(tmp_path):
+def test_long_polling_rereads_only_the_partitions_that_changed(tmp_path, fetch_path):
     async def scenario():
         node = await assemble(tmp_path)
         try:
@@ -86,12 +107,60 @@ def test_long_polling_rereads_only_the_partitions_that_changed(tmp_path):
             r_quiet, r_busy = await asyncio.wait_for(fetch, 10)
             assert offsets_in(r_busy.records) == [0] and r_quiet.size == 0
             assert busy_reads == [0, 0] and quiet_reads == [0], "an unchanged empty partition is not read again"
+            assert not node.rm._waiters
         finally:
             await node.close()
     asyncio.run(scenario())
 
 
-def test_remote_reads_over_the_fetch_quota_answer_empty_without_error(tmp_path):
+def test_a_big_fetch_is_woken_by_an_append_made_while_it_yielded(tmp_path, monkeypatch):
+    """The big fetch yields between its reads and its registration for the wait: an append then, which wakes
+    nobody, still ends the wait at once (the fetch compares each partition with its state at its read)."""
+    big_fetches(monkeypatch)
+
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("y", 2, 1)
+            reads = count_reads(node.rm.get_partition("y", 1))
+            started = time.monotonic()
+            fetch = asyncio.ensure_future(node.rm.fetch_messages(
+                consumer(min_bytes=1, max_wait_ms=30_000),
+                [PartitionFetch("y", 0, 0, 1 << 20), PartitionFetch("y", 1, 0, 1 << 20)]))
+            while not reads:  # the fetch has read both partitions (empty) and yields
+                await asyncio.sleep(0)
+            assert not node.rm._waiters
+            produce(node, "y", 2, partition=0)
+            r0, r1 = await asyncio.wait_for(fetch, 10)
+            assert time.monotonic() - started < 5
+            assert offsets_in(r0.records) == [0, 1] and r1.size == 0 and r0.error_code == r1.error_code == 0
+            assert not node.rm._waiters
+        finally:
+            await node.close()
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_big_fetch_leaves_no_waiter(tmp_path, monkeypatch):
+    big_fetches(monkeypatch)
+
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("c", 3, 1)
+            fetch = asyncio.ensure_future(node.rm.fetch_messages(
+                consumer(min_bytes=1, max_wait_ms=30_000), [PartitionFetch("c", p, 0, 1 << 20) for p in range(3)]))
+            while len(node.rm._waiters) < 3:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.05)  # waiting now
+            fetch.cancel()
+            await asyncio.gather(fetch, return_exceptions=True)
+            assert not node.rm._waiters
+        finally:
+            await node.close()
+    asyncio.run(scenario())
+
+
+def test_remote_reads_over_the_fetch_quota_answer_empty_without_error(tmp_path, fetch_path):
     async def scenario():
         node = await assemble(tmp_path, **{"remote.log.manager.fetch.max.bytes.per.second": "1"})
         try:

@@ -14,6 +14,7 @@ other client gets an answer meanwhile. The pieces here keep every step short:
   milliseconds.
 - :func:`respond`: a response of at least :data:`BIG_ITEMS` items is built and encoded in a worker
   thread; the handler gets an :class:`EncodedResponse` back, which the server sends as it is.
+  :func:`respond_parts` does the same for a Fetch answer, whose records stay file regions (sendfile).
 - :func:`encode`: the server's encoding step, in a worker thread for the answer to a big frame.
 - :class:`gc_paused`: no automatic garbage collection while a big request is in flight. A full
   collection walks every object, a million new ones included, in one native call (0.3-0.7 s seen);
@@ -38,12 +39,12 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from tierlog.protocol._bigread import SLICE
 from tierlog.protocol.builder import build_response
-from tierlog.protocol.messages import RequestContext, encode_response, parse_request
+from tierlog.protocol.messages import RequestContext, encode_response, encode_response_parts, parse_request
 
 __all__ = [
     "BIG_FRAME_BYTES",
@@ -59,6 +60,7 @@ __all__ = [
     "paced",
     "parse",
     "respond",
+    "respond_parts",
     "sendable",
 ]
 
@@ -126,7 +128,8 @@ async def parse(frame: bytes) -> RequestContext:
 
 class EncodedResponse:
     """A response already encoded (size prefix, header, body), as ``bytes`` or, when big, as
-    ``[FrameFile, ...]`` (:func:`sendable`): :func:`encode` passes it through."""
+    ``[FrameFile, ...]`` (:func:`sendable`), or as parts (:func:`respond_parts`: ``bytes``, file regions
+    and :class:`FrameFile`): :func:`encode` passes it through."""
 
     __slots__ = ("frame",)
 
@@ -157,6 +160,32 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
         # then would hold the GIL whenever the loop gives it up in a system call (5 ms each time).
         dismantle(ctx.request)
         return EncodedResponse(_to_file(frame) if to_file else frame)
+
+    with gc_paused():
+        return await asyncio.to_thread(build_and_encode)
+
+
+async def respond_parts(ctx: RequestContext, make_values: Callable[[], Mapping[str, Any]]) -> EncodedResponse:
+    """``build_response(ctx, make_values())`` encoded as parts (``encode_response_parts``: records that are
+    file regions stay parts of their own, sent with sendfile), all in a worker thread, as an
+    :class:`EncodedResponse` whose big ``bytes`` parts are memory files (:class:`FrameFile`), as
+    :func:`respond`'s frames are. Always off the loop: the caller (the Fetch handler, for a request naming
+    many partitions) decides when. ``make_values`` runs in the thread, so it may only read what the handler
+    owns; the values, the response and the request (``ctx.request``) are emptied afterwards, as in
+    :func:`respond`."""
+    to_file = _sendfile_helps()
+
+    def build_and_encode() -> EncodedResponse:
+        values = make_values()
+        response = build_response(ctx, values)
+        parts = encode_response_parts(ctx, response)
+        dismantle(response)
+        dismantle(values)
+        dismantle(ctx.request)
+        if to_file:
+            parts = [piece for part in parts for piece in (
+                FrameFile.parts_of(part) if isinstance(part, bytes) and len(part) >= BIG_SEND_BYTES else (part,))]
+        return EncodedResponse(parts)
 
     with gc_paused():
         return await asyncio.to_thread(build_and_encode)

@@ -10,7 +10,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from tierlog.protocol.offload import BIG_ITEMS
 from tierlog.storage import FileRegion
+
+#: A fetch naming at least this many partitions is read, waited on and answered a slice at a time, yielding
+#: to the event loop every few ms (a 16 MB Fetch request names some 500,000); below it, the consume path
+#: takes no extra step per partition.
+BIG_FETCH = BIG_ITEMS
 
 
 class FetchIsolation(enum.Enum):

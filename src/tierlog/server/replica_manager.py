@@ -14,7 +14,9 @@ controller's metadata deltas, and answers, for the request handlers and the grou
 
 Each partition's storage is read once per answer: a partition whose offset is below its local log start
 goes to the remote tier without a local read, and a long-polling fetch re-reads only the partitions
-whose logs changed while it waited.
+whose logs changed while it waited. A fetch naming :data:`~tierlog.server.fetch_types.BIG_FETCH` partitions
+or more (a 16 MB request names some 500,000) is read and waited on a slice at a time, yielding to the
+event loop every few ms, with the same answers.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ from tierlog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.protocol.offload import Pacer
+from tierlog.protocol.offload import Pacer, free_later
 from tierlog.server.fetch_types import (
+    BIG_FETCH,
     FetchIsolation,
     FetchParams,
     FetchPartitionData,
@@ -65,6 +68,9 @@ from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
+
+#: Partitions a big fetch reads, or registers for its wait, between two looks at the clock (:class:`Pacer`).
+FETCH_SLICE = 256
 
 
 class ReplicaManager:
@@ -195,6 +201,10 @@ class ReplicaManager:
         t = self.controller.image.topic_by_id(topic_id)
         return t.name if t else None
 
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id, for a request naming many ids (:meth:`topic_name` walks the topics)."""
+        return {t.topic_id: t.name for t in self.controller.image.topics.values()}
+
     # ------------------------------------------------------------------ produce
 
     def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
@@ -230,27 +240,53 @@ class ReplicaManager:
         min_bytes = min(params.min_bytes, params.max_bytes) if fetches else 0
         results: list[FetchPartitionData | None] = [None] * len(fetches)
         seen: list[tuple | None] = [None] * len(fetches)  # each partition's log state at its last read
+        if len(fetches) >= BIG_FETCH:
+            await self._fetch_many(params, fetches, min_bytes, deadline, results, seen)
+            return results  # type: ignore[return-value]
         while True:
-            total, errors, remote = self._read_from_local_log(params, fetches, results, seen)
-            if remote:
-                await self._read_from_remote_log(params, remote, params.max_bytes - total, total == 0)
+            done = _LocalRead()
+            self._read_from_local_log(params, fetches, results, seen, done)
+            if done.remote:
+                await self._read_from_remote_log(params, done.remote, params.max_bytes - done.total, done.total == 0)
                 break
             remaining = deadline - time.monotonic()
-            if total >= min_bytes or errors or remaining <= 0:
+            if done.total >= min_bytes or done.errors or remaining <= 0:
                 break
             await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining)
         return results  # type: ignore[return-value]
 
-    def _read_from_local_log(self, params: FetchParams, fetches: list[PartitionFetch],
-                             results: list, seen: list) -> tuple[int, bool, list[RemoteRead]]:
+    async def _fetch_many(self, params: FetchParams, fetches: list[PartitionFetch], min_bytes: int, deadline: float,
+                          results: list, seen: list) -> None:
+        """:meth:`fetch_messages` for a fetch naming many partitions: the same steps, each a slice of
+        partitions at a time, yielding to the event loop every few ms in between. An append made while the
+        fetch yields is not missed: before it waits, it compares every partition with its state at its read
+        (:meth:`_wait_for_changes`)."""
+        pacer = Pacer()
+        while True:
+            done = _LocalRead()
+            for start in range(0, len(fetches), FETCH_SLICE):
+                self._read_from_local_log(params, fetches[start:start + FETCH_SLICE], results, seen, done, start)
+                await pacer()
+            if done.remote:
+                await self._read_from_remote_log(params, done.remote, params.max_bytes - done.total, done.total == 0)
+                break
+            if done.total >= min_bytes or done.errors or deadline <= time.monotonic():
+                break
+            await self._wait_for_changes(fetches, seen, deadline, pacer)
+        free_later(seen)  # a big list of tuples: freed in a worker thread, not on the loop
+
+    def _read_from_local_log(self, params: FetchParams, fetches: list[PartitionFetch], results: list, seen: list,
+                             done: _LocalRead, start: int = 0) -> None:
         """Read every partition whose log changed since its last read (all of them the first time), in
         request order within what is left of ``max_bytes``; partitions below their local log start are
-        returned for the remote tier instead. Returns (bytes read locally, any error, remote reads)."""
-        total = 0
-        errors = False
-        min_one = True
-        remote: list[RemoteRead] = []
-        for i, f in enumerate(fetches):
+        left for the remote tier instead. What is read adds to ``done``. ``fetches`` may be a slice of the
+        request's (a big fetch reads them a slice at a time), the one from index ``start`` of ``results``
+        and ``seen``."""
+        total = done.total
+        errors = done.errors
+        min_one = done.min_one
+        remote = done.remote
+        for i, f in enumerate(fetches, start):
             prior = results[i]
             if f.topic is None:
                 results[i] = FetchPartitionData(error_code=f.unknown_topic_error)
@@ -276,7 +312,7 @@ class ReplicaManager:
             elif result.size:
                 total += result.size
                 min_one = False
-        return total, errors, remote
+        done.total, done.errors, done.min_one = total, errors, min_one
 
     def _read_partition(self, params: FetchParams, f: PartitionFetch, partition: Partition | None, limit: int,
                         min_one: bool, result: FetchPartitionData) -> RemoteRead | None:
@@ -355,6 +391,50 @@ class ReplicaManager:
                     waiters.discard(fut)
                     if not waiters:
                         self._waiters.pop(tp, None)
+
+    async def _wait_for_changes(self, fetches: list[PartitionFetch], seen: list, deadline: float,
+                                pacer: Pacer) -> None:
+        """:meth:`wait_for_data` for a big fetch, which yielded to the loop while it read: each partition is
+        registered and then compared with its state at its read, a slice at a time, so that an append made
+        while the fetch yielded ends the wait at once, as one made while it waits does. Every partition was
+        read without error (else the fetch would not wait), so each is named and has its state in ``seen``."""
+        fut = asyncio.get_running_loop().create_future()
+        watched = unwatched = 0  # fetches[unwatched:watched] are registered
+        try:
+            changed = False
+            while watched < len(fetches) and not changed:
+                end = min(watched + FETCH_SLICE, len(fetches))
+                for i in range(watched, end):
+                    f = fetches[i]
+                    tp = (f.topic, f.partition)
+                    self._waiters.setdefault(tp, set()).add(fut)
+                    if _log_state(self.partitions.get(tp)) != seen[i]:
+                        changed = True
+                watched = end
+                await pacer()
+            remaining = deadline - time.monotonic()
+            if not changed and remaining > 0:
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), remaining)
+                except TimeoutError:
+                    pass
+            while unwatched < watched:
+                end = min(unwatched + FETCH_SLICE, watched)
+                self._unwatch(fetches, unwatched, end, fut)
+                unwatched = end
+                await pacer()
+        finally:
+            self._unwatch(fetches, unwatched, watched, fut)  # what an exception (a cancellation) left: at once
+
+    def _unwatch(self, fetches: list[PartitionFetch], start: int, stop: int, fut: asyncio.Future) -> None:
+        for i in range(start, stop):
+            f = fetches[i]
+            tp = (f.topic, f.partition)
+            waiters = self._waiters.get(tp)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._waiters[tp]
 
     # ------------------------------------------------------------------ offsets
 
@@ -479,6 +559,18 @@ class ReplicaManager:
             log.warning("DisableRemoteTopic for %s (policy %s) failed: %s", request.topic, request.policy, e)
             return DisableRemoteTopicResponse(KafkaStorageError.code, str(e))
         return DisableRemoteTopicResponse()
+
+
+class _LocalRead:
+    """What a pass over a fetch's partitions has read so far (a big fetch's pass goes a slice at a time)."""
+
+    __slots__ = ("errors", "min_one", "remote", "total")
+
+    def __init__(self) -> None:
+        self.total = 0  # bytes read locally
+        self.errors = False  # any partition answered with an error
+        self.min_one = True  # no partition has data yet: the next one read returns at least one batch
+        self.remote: list[RemoteRead] = []  # reads due from the remote tier
 
 
 def _log_state(partition: Partition | None) -> tuple | None:

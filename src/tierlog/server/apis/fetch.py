@@ -3,6 +3,12 @@
 The replica manager reads both tiers and waits for data (long polling); this handler only translates.
 Incremental fetch sessions are not kept: every answer carries session id 0, which tells clients to
 send full fetch requests (all clients accept that).
+
+A request naming :data:`~tierlog.server.fetch_types.BIG_FETCH` partitions or more (a 16 MB one names some
+500,000, unknown ones mostly), or of 1 MiB or more, must not hold the event loop: its partitions are walked
+a slice at a time, yielding to the loop every few ms, the replica manager reads them likewise, and the
+answer is built and encoded in a worker thread (:func:`~tierlog.protocol.offload.respond_parts`), its
+records still file regions for sendfile. Smaller requests, the consume path, take none of these steps.
 """
 
 from __future__ import annotations
@@ -10,11 +16,15 @@ from __future__ import annotations
 from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, UnknownTopicIdError, UnknownTopicOrPartitionError
 from tierlog.kafka_uuid import ZERO_UUID
-from tierlog.protocol import ApiKey, RequestContext, build_response
-from tierlog.server.fetch_types import FetchIsolation, FetchParams, PartitionFetch
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol.offload import Pacer
+from tierlog.server.fetch_types import BIG_FETCH, FetchIsolation, FetchParams, FetchPartitionData, PartitionFetch
 from tierlog.server.replica_manager import ReplicaManager
 
 READ_COMMITTED = 1  # the request's isolation_level for read_committed
+#: The smallest partition entry of a Fetch request (v4: partition, fetch offset, partition max bytes): a
+#: frame smaller than BIG_FETCH of them cannot name BIG_FETCH partitions.
+MIN_PARTITION_BYTES = 16
 
 
 class FetchApis:
@@ -39,6 +49,14 @@ class FetchApis:
         max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
         if replica_id < 0:  # a consumer's request is capped by the broker's fetch.max.bytes, as in Kafka
             max_bytes = min(max_bytes, self.controller.effective_config["fetch.max.bytes"])
+        params = FetchParams(replica_id, int(max(req.max_wait.total_seconds(), 0) * 1000), req.min_bytes, max_bytes,
+                             isolation)
+        # A frame too small for BIG_FETCH partitions costs one comparison here; a frame of 1 MiB or more (parsed
+        # off the loop already) is answered off the loop whatever it names (thousands of long topic names).
+        if ctx.frame_size >= MIN_PARTITION_BYTES * BIG_FETCH and (
+                ctx.frame_size >= offload.BIG_FRAME_BYTES or len(req.topics) >= BIG_FETCH
+                or sum(len(t.partitions) for t in req.topics) >= BIG_FETCH):
+            return await self._fetch_many(ctx, params, by_id)
         keys = []  # each partition's topic key in the response (name, or id from v13)
         fetches = []
         for t in req.topics:
@@ -49,23 +67,54 @@ class FetchApis:
                 keys.append(key)
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                               getattr(p, "current_leader_epoch", -1), unknown))
-        params = FetchParams(replica_id, int(max(req.max_wait.total_seconds(), 0) * 1000), req.min_bytes, max_bytes,
-                             isolation)
         results = await rm.fetch_messages(params, fetches)
-        topics = []
-        index: dict = {}
-        for key, f, r in zip(keys, fetches, results):
-            if key not in index:
-                index[key] = len(topics)
-                topics.append({"topic_id" if by_id else "topic": key, "partitions": []})
-            topics[index[key]]["partitions"].append({
-                "partition_index": f.partition, "error_code": r.error_code, "high_watermark": r.high_watermark,
-                "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
-                "aborted_transactions": None if r.aborted_transactions is None else [
-                    {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
-                "preferred_read_replica": -1, "records": r.records})
-        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0,
-                                    "responses": topics})
+        return build_response(ctx, _answer(keys, fetches, results, by_id))
+
+    async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool) -> offload.EncodedResponse:
+        """:meth:`fetch` for a request naming many partitions: the same steps, each yielding to the loop
+        every few ms, and the answer built and encoded in a worker thread."""
+        rm = self.replica_manager
+        pacer = Pacer()
+        names = rm.topic_names() if by_id else None  # one map, not a walk of the topics for each of 100,000s
+        keys: list = []
+        fetches: list[PartitionFetch] = []
+        walked = 0  # topics and partitions: the clock is read every 512 (a topic may have no partition)
+        for t in ctx.request.topics:
+            walked += 1
+            if not walked & 511:
+                await pacer()
+            key = t.topic_id if by_id else t.topic
+            name = names.get(t.topic_id) if by_id else t.topic
+            unknown = UnknownTopicIdError.code if by_id and key != ZERO_UUID else UnknownTopicOrPartitionError.code
+            for p in t.partitions:
+                keys.append(key)
+                fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                              getattr(p, "current_leader_epoch", -1), unknown))
+                walked += 1
+                if not walked & 511:
+                    await pacer()
+        results = await rm.fetch_messages(params, fetches)
+        answer = await offload.respond_parts(ctx, lambda: _answer(keys, fetches, results, by_id))
+        offload.free_later(keys, fetches, results)
+        return answer
+
+
+def _answer(keys: list, fetches: list[PartitionFetch], results: list[FetchPartitionData], by_id: bool) -> dict:
+    """The response's values: the partitions in request order, grouped by topic (a topic named twice is
+    one entry, at its first place)."""
+    topics = []
+    index: dict = {}
+    for key, f, r in zip(keys, fetches, results):
+        if key not in index:
+            index[key] = len(topics)
+            topics.append({"topic_id" if by_id else "topic": key, "partitions": []})
+        topics[index[key]]["partitions"].append({
+            "partition_index": f.partition, "error_code": r.error_code, "high_watermark": r.high_watermark,
+            "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
+            "aborted_transactions": None if r.aborted_transactions is None else [
+                {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
+            "preferred_read_replica": -1, "records": r.records})
+    return {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0, "responses": topics}
 
 
 def _replica_id(req) -> int:
