@@ -262,9 +262,10 @@ def warm_up() -> float:
         return 0.0
     started = time.perf_counter()
     # One record: length 8, attributes, ts delta 0, offset delta 0, key -1, value -1, 0 headers. Numba
-    # compiles read-only arrays (over bytes) and writable ones (over a bytearray, a decompressed buffer) apart.
+    # compiles a bytes object, read-only arrays (over bytes) and writable ones (over a bytearray, a
+    # decompressed buffer) apart.
     record = bytes([16, 0, 0, 0, 1, 1, 0])
-    for buf in (np.frombuffer(record, dtype=_U8), np.frombuffer(bytearray(record), dtype=_U8)):
+    for buf in (record, np.frombuffer(record, dtype=_U8), np.frombuffer(bytearray(record), dtype=_U8)):
         _walk(buf, 0, len(buf), 1, 0, 0, _CREATE_TIME | _CHECK_OFFSETS, 0, 0, 0, _NO_INDEX, _NO_KIND)
     _compiled.set()
     return time.perf_counter() - started
@@ -293,8 +294,16 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
     CreateTime; ``compacted`` its ``cleanup.policy`` containing compact."""
     end = pos + header.batch_length + 12
     codec = header.attributes & COMPRESSION_CODEC_MASK
+    start = 0  # where the records begin in what the kernel walks
     if codec == 0:
-        arr = np.frombuffer(buf, dtype=_U8, count=end - pos - RECORD_BATCH_OVERHEAD, offset=pos + RECORD_BATCH_OVERHEAD)
+        whole = buf.obj if isinstance(buf, memoryview) else buf
+        if type(whole) is bytes and (whole is buf or buf.nbytes == len(whole)):
+            # The kernel walks the request's own bytes object (numba takes it as a read-only buffer): no
+            # array view to make, which on the event loop cost more than the walk itself.
+            arr, start = whole, pos + RECORD_BATCH_OVERHEAD
+        else:
+            arr = np.frombuffer(buf, dtype=_U8, count=end - pos - RECORD_BATCH_OVERHEAD,
+                                offset=pos + RECORD_BATCH_OVERHEAD)
     else:
         limit = decompression_limit(header.records_count, max_message_bytes)
         payload = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:end]
@@ -313,12 +322,13 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
     walk = _walk if _compiled.is_set() else _walk.py_func
     flags = ((_LAT_BATCH if header.attributes & TIMESTAMP_TYPE_MASK else 0) | (_CREATE_TIME if create_time else 0)
              | (_COMPACTED if compacted else 0) | (_CHECK_OFFSETS if check_offsets else 0))
-    args = (arr, 0, len(arr), header.records_count, header.base_timestamp, header.max_timestamp, flags, now_ms,
+    stop = end if start else len(arr)
+    args = (arr, start, stop, header.records_count, header.base_timestamp, header.max_timestamp, flags, now_ms,
             before_max_ms, after_max_ms)
     status, at, n_err = walk(*args, _NO_INDEX, _NO_KIND)
     if status != _OK:
-        raise InvalidRecordError(f"{_where(pos, topic_partition)}: {_STATUS_TEXT[status]} (at byte {at} of its "
-                                 f"{'decompressed ' if codec else ''}records)")
+        raise InvalidRecordError(f"{_where(pos, topic_partition)}: {_STATUS_TEXT[status]} (at byte {at - start} "
+                                 f"of its {'decompressed ' if codec else ''}records)")
     if n_err == 0:
         return
     idx = np.empty(n_err, dtype=np.int64)  # rare: walk again to collect every record error, as Kafka lists them all
