@@ -407,7 +407,9 @@ def test_the_remote_fetch_quota_answers_empty_without_error_until_it_is_raised(t
             assert (throttled.error_code, throttled.records or b"") == (0, b"")
             assert throttled.high_watermark == len(sent) and throttled.log_start_offset == 0
             assert metric(b, "tierlog_remote_fetch_throttled_total", topic) >= 1
-            local = fetch(client, topic, {0: part["local_log_start_offset"]})[0]
+            # The last record, in the active segment: always local (retention may still remove one segment
+            # after wait_tiered, so the local start it saw may be remote by now).
+            local = fetch(client, topic, {0: part["log_end_offset"] - 1})[0]
             assert local.error_code == 0 and batches(local.records)  # the local tier is not throttled
             _set_cluster_default(client, "remote.log.manager.fetch.max.bytes.per.second", None)
             again = fetch(client, topic, {0: after}, partition_max=4096)[0]
@@ -534,10 +536,12 @@ def test_a_failing_store_never_loses_data_or_stops_the_broker(tiered, healthy_st
     assert metric(tiered, "kafka_server_brokertopicmetrics_remotefetcherrors_total", topic) > errors_before
     # Every read failing: the broker keeps serving (local data, other requests) and answers 56 for data
     # not already in memory (the topic read above is still in the read-ahead windows, so another one).
+    # Partition 1 is read at its last record, in the active segment: local retention may still have removed
+    # a segment after wait_tiered (it allows one segment of slack), so its local start of then may be remote.
     write_control(tiered.control, fetch="error", index="error")
     client = RawClient(tiered.bootstrap)
     try:
-        part = fetch(client, cold, {0: 0, 1: cold_parts[1]["local_log_start_offset"]})
+        part = fetch(client, cold, {0: 0, 1: cold_parts[1]["log_end_offset"] - 1})
         assert part[0].error_code == 56 and part[1].error_code == 0 and part[1].records
     finally:
         client.close()
@@ -567,12 +571,12 @@ def test_history_survives_a_restart_and_loading_metadata_blocks_only_remote_read
         b = start(tmp_path, "topic", listeners=f"PLAINTEXT://127.0.0.1:{b.port}", **held_rlmm_settings(hold))
         client = RawClient(b.bootstrap)
         try:
-            # One fetch: partition 0 from the remote tier (not ready), partition 1 from its local start,
-            # answered while the catch-up is held (so not waiting for it).
-            got = fetch(client, "restart", {0: 0, 1: parts[1]["local_log_start_offset"]})
+            # One fetch: partition 0 from the remote tier (not ready), partition 1 at its last record (in the
+            # active segment, local whatever retention did since), answered while the catch-up is held.
+            got = fetch(client, "restart", {0: 0, 1: parts[1]["log_end_offset"] - 1})
             assert got[0].error_code == 9 and not got[0].records
             assert got[1].error_code == 0 and got[1].records
-            assert fetch(client, "restart", {0: local_start})[0].records  # a local offset of the same partition
+            assert fetch(client, "restart", {0: before["log_end_offset"] - 1})[0].records  # a local offset of it
         finally:
             client.close()
         assert list_offsets(b, "restart", stamps[5]).error_code == 9
