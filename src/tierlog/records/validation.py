@@ -36,9 +36,10 @@ Errors, as Kafka answers them (ReplicaManager.appendToLocalLog):
 
 The exception's ``record_errors`` attribute is the list of ``(index, message)``; it is absent for the
 bare errors. The walk over the records is a numba kernel (``_walk``) over the request's own ``bytes``
-(an uncompressed batch) or a uint8 numpy array (decompressed records), no Python per record; :func:`warm_up` compiles it (or loads it from numba's cache) and should
-run in the background when the broker starts: until it has, :func:`validate_batch_records` runs the same
-kernel as plain Python (correct, slower), so a produce never waits for the compiler.
+(an uncompressed batch) or a uint8 numpy array (decompressed records), no Python per record;
+:func:`warm_up` compiles it (or loads it from numba's cache) and should run in the background when the
+broker starts: until it has, :func:`validate_batch_records` runs the same kernel as plain Python
+(correct, slower), so a produce never waits for the compiler.
 """
 
 from __future__ import annotations
