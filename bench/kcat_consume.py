@@ -12,6 +12,7 @@ see the same machine load. Prints one JSON line per tree: every run's MB/s and t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ MIB = 1024 * 1024
 class Broker:
     def __init__(self, tree: Path, work: Path):
         self.tree = tree
+        self.work = work
         log_dir = work / "logs"
         args = [sys.executable, "-m", "tierlog", "broker", "-o", f"log.dirs={log_dir}",
                 "-o", "listeners=PLAINTEXT://127.0.0.1:0", "-o", "num.partitions=1"]
@@ -59,6 +61,29 @@ class Broker:
             self.proc.wait()
 
 
+@contextlib.contextmanager
+def started(trees: list[Path], prefix: str):
+    """One broker per source tree, each in a temporary folder of its own; all stopped and removed at the end."""
+    works = [Path(tempfile.mkdtemp(prefix=prefix)) for _ in trees]
+    brokers: list[Broker] = []
+    try:
+        for tree, work in zip(trees, works):
+            brokers.append(Broker(tree, work))
+        yield brokers
+    finally:
+        for b in brokers:
+            b.stop()
+        for w in works:
+            shutil.rmtree(w, ignore_errors=True)
+
+
+def alternating(count: int, runs: int):
+    """The tree indices of ``runs`` rounds, every tree once a round, the first one alternating between rounds
+    so that trees see the same machine load."""
+    for r in range(runs):
+        yield from (range(count) if r % 2 == 0 else reversed(range(count)))
+
+
 def produce(bootstrap: str, topic: str, records: int, size: int, work: Path) -> None:
     line = b"x" * (size - 1) + b"\n"
     data = work / "records.txt"
@@ -87,28 +112,17 @@ def main(argv=None) -> int:
     if shutil.which("kcat") is None:
         ap.error("kcat is not installed (apt-get install kcat)")
     trees = [t.resolve() for t in (args.tree or [Path(__file__).resolve().parents[1]])]
-    works = [Path(tempfile.mkdtemp(prefix="tierlog-kcat-")) for _ in trees]
-    brokers = []
-    try:
-        for tree, work in zip(trees, works):
-            b = Broker(tree, work)
-            brokers.append(b)
-            produce(b.bootstrap, "bench", args.records, args.record_bytes, work)
+    with started(trees, "tierlog-kcat-") as brokers:
+        for b in brokers:
+            produce(b.bootstrap, "bench", args.records, args.record_bytes, b.work)
             consume(b.bootstrap, "bench", args.records)  # warm-up: page cache, first fetch
         mb = args.records * args.record_bytes / MIB
         rates: list[list[float]] = [[] for _ in trees]
-        for r in range(args.runs):
-            order = list(range(len(trees))) if r % 2 == 0 else list(reversed(range(len(trees))))
-            for i in order:
-                rates[i].append(mb / consume(brokers[i].bootstrap, "bench", args.records))
+        for i in alternating(len(trees), args.runs):
+            rates[i].append(mb / consume(brokers[i].bootstrap, "bench", args.records))
         for tree, rs in zip(trees, rates):
             print(json.dumps({"tree": str(tree), "records": args.records, "record_bytes": args.record_bytes,
                               "mb_s": [round(x, 1) for x in rs], "median_mb_s": round(statistics.median(rs), 1)}))
-    finally:
-        for b in brokers:
-            b.stop()
-        for w in works:
-            shutil.rmtree(w, ignore_errors=True)
     return 0
 
 

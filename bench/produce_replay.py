@@ -28,11 +28,10 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from kcat_consume import MIB, Broker
+from kcat_consume import MIB, alternating, started
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -118,33 +117,22 @@ def main(argv=None) -> int:
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     frame, batch_bytes = produce_frame("bench", args.batch_records, args.record_bytes, args.version)
     mb = args.requests * batch_bytes / MIB
-    works = [Path(tempfile.mkdtemp(prefix="tierlog-replay-")) for _ in trees]
-    brokers = []
-    try:
-        for tree, work in zip(trees, works):
-            b = Broker(tree, work)
-            brokers.append(b)
+    with started(trees, "tierlog-replay-") as brokers:
+        for b in brokers:
             subprocess.run(["kcat", "-P", "-b", b.bootstrap, "-t", "bench"], input=b"x\n", check=True, timeout=60)
             replay(b.bootstrap, b.proc.pid, frame, 1000, args.inflight)  # warm-up (and the validator compiled)
         cpu_per_mb: list[list[float]] = [[] for _ in trees]
         rates: list[list[float]] = [[] for _ in trees]
-        for r in range(args.runs):
-            order = list(range(len(trees))) if r % 2 == 0 else list(reversed(range(len(trees))))
-            for i in order:
-                cpu, wall = replay(brokers[i].bootstrap, brokers[i].proc.pid, frame, args.requests, args.inflight)
-                cpu_per_mb[i].append(cpu * 1000 / mb)
-                rates[i].append(mb / wall)
+        for i in alternating(len(trees), args.runs):
+            cpu, wall = replay(brokers[i].bootstrap, brokers[i].proc.pid, frame, args.requests, args.inflight)
+            cpu_per_mb[i].append(cpu * 1000 / mb)
+            rates[i].append(mb / wall)
         for tree, cpus, rs in zip(trees, cpu_per_mb, rates):
             print(json.dumps({"bench": "produce_replay", "tree": str(tree), "batch_bytes": batch_bytes,
                               "requests": args.requests, "inflight": args.inflight,
                               "broker_cpu_ms_per_mb": [round(x, 2) for x in cpus],
                               "median_broker_cpu_ms_per_mb": round(statistics.median(cpus), 2),
                               "mb_s": [round(x, 1) for x in rs], "median_mb_s": round(statistics.median(rs), 1)}))
-    finally:
-        for b in brokers:
-            b.stop()
-        for w in works:
-            shutil.rmtree(w, ignore_errors=True)
     return 0
 
 

@@ -10,35 +10,7 @@ from tierlog.coordinator.group import VALID_PREVIOUS_STATES, ClassicGroup, Illeg
 from tierlog.coordinator.records import GroupMetadataKey, OffsetCommitKey, decode_key, decode_value
 from tierlog.errors import error_for_code
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-class Answer:
-    """A responder that remembers what it was given."""
-
-    def __init__(self) -> None:
-        self.value = None
-        self.calls = 0
-
-    def __call__(self, value) -> None:
-        self.calls += 1
-        self.value = value
-
-    @property
-    def done(self) -> bool:
-        return self.calls > 0
-
-    def __getitem__(self, key):
-        return self.value[key]
-
-    def get(self, key, default=None):
-        return self.value.get(key, default)
+from .support import Answer, Clock
 
 
 class Env:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierlog.coordinator import CoordinatorConfig, GroupMetadataManager, GroupState, KeyedTimer, ScopedTimer
+from tierlog.coordinator import GroupMetadataManager, GroupState, ScopedTimer
 from tierlog.coordinator.group_metadata_manager import map_append_error
 from tierlog.coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from tierlog.errors import (
@@ -23,35 +23,13 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .support import Answer, Clock
+from .support import Answer, ManagerParts
 
 
-class Writer:
-    """The partition writer a shard gives its managers: keeps the decoded records, or fails."""
-
-    def __init__(self) -> None:
-        self.records: list = []
-        self.fail_with: Exception | None = None
-
-    def __call__(self, records) -> None:
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.records.extend(records)
-
-
-class Setup:
+class Setup(ManagerParts):
     def __init__(self, **config) -> None:
-        self.clock = Clock()
-        self.timer = KeyedTimer(self.clock)
-        self.writer = Writer()
-        settings = dict(initial_rebalance_delay_ms=0, min_session_timeout_ms=10, max_session_timeout_ms=60_000)
-        settings.update(config)
-        self.manager = GroupMetadataManager(CoordinatorConfig(**settings), ScopedTimer(self.timer, 7), self.writer,
-                                            self.clock)
-
-    def advance(self, ms: int = 0) -> None:
-        self.clock.now += ms
-        self.timer.poll()
+        super().__init__(**config)
+        self.manager = GroupMetadataManager(self.config, ScopedTimer(self.timer, 7), self.writer, self.clock)
 
     def join(self, group="g", member_id="", *, version=5, session=10_000) -> Answer:
         answer = Answer()

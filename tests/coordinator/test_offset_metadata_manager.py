@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from tierlog.coordinator import (
-    CoordinatorConfig,
     GroupMetadataManager,
     GroupState,
-    KeyedTimer,
     OffsetMetadataManager,
     ScopedTimer,
 )
@@ -26,33 +24,14 @@ from tierlog.errors import (
     OffsetMetadataTooLargeError,
 )
 
-from .support import Clock
+from .support import ManagerParts
 
 
-class Writer:
-    def __init__(self) -> None:
-        self.records: list = []
-        self.fail_with: Exception | None = None
-
-    def __call__(self, records) -> None:
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.records.extend(records)
-
-
-class Setup:
+class Setup(ManagerParts):
     def __init__(self, **config) -> None:
-        self.clock = Clock()
-        self.timer = KeyedTimer(self.clock)
-        self.writer = Writer()
-        cfg = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10, max_session_timeout_ms=60_000,
-                                **config)
-        self.groups = GroupMetadataManager(cfg, ScopedTimer(self.timer, 0), self.writer, self.clock)
-        self.offsets = OffsetMetadataManager(cfg, self.groups, self.writer, self.clock)
-
-    def advance(self, ms: int) -> None:
-        self.clock.now += ms
-        self.timer.poll()
+        super().__init__(**config)
+        self.groups = GroupMetadataManager(self.config, ScopedTimer(self.timer, 0), self.writer, self.clock)
+        self.offsets = OffsetMetadataManager(self.config, self.groups, self.writer, self.clock)
 
     def commit(self, group, offsets, *, generation=-1, member_id="", retention=-1, metadata=""):
         return self.offsets.commit_offset(
