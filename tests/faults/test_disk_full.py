@@ -220,6 +220,7 @@ def test_disk_full_single_partition(rig):
     got, high = read_back(b, "full", len(acked))
     assert high == len(acked)
     assert got == list(enumerate(acked))
+    print(f"disk full, one partition: {len(producer.reports)} sent, {len(acked)} acknowledged, {len(got)} read back")
     more = IdempotentProducer(b, "full")  # the log dir is back online
     more.send(10)
     assert [r[1:] for r in more.reports] == [(0, len(acked) + k) for k in range(10)]
@@ -264,6 +265,8 @@ def test_disk_full_on_a_tiered_topic_uploads_no_torn_segment(rig, tmp_path):
     got, high = read_back(b, "tiered", len(acked))
     assert high == len(acked)
     assert got == list(enumerate(acked))
+    print(f"disk full, tiered: {len(producer.reports)} sent, {len(acked)} acknowledged, {len(in_remote)} in the "
+          f"remote tier, {len(got)} read back")
     assert b.stop() == 0
 
 
@@ -289,4 +292,5 @@ def test_a_clean_stop_on_a_full_disk_leaves_an_unclean_log_that_keeps_everything
     got, high = read_back(b, "stop", 3000)
     assert high == 3000
     assert got == list(enumerate(producer.values))
+    print(f"clean stop on a full disk: {len(producer.values)} acknowledged, {len(got)} read back")
     assert b.stop() == 0

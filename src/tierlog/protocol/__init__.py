@@ -4,7 +4,7 @@
 - :mod:`.messages` - :func:`parse_request` -> :class:`RequestContext`; :func:`encode_response`.
 - :mod:`.registry` - handlers per API and version range; the ApiVersions answer derived from them.
 - :mod:`.builder` - kio message objects of any version from plain values (:func:`build`).
-- :mod:`.produce_response` - the Produce response written straight to bytes (the hot path's answer).
+- :mod:`.hot_responses` - the Produce and Fetch responses written straight to bytes (the hot paths' answers).
 """
 
 from tierlog.protocol.builder import build, build_response, zero_value

@@ -45,6 +45,7 @@ from kio.serial.errors import SerialError
 from tierlog import errors
 from tierlog.protocol._bigread import read_body as _read_body_in_slices
 from tierlog.protocol._guard import ArrayTooLong, guard_for
+from tierlog.protocol.hot_responses import OWN_PART_BYTES
 
 __all__ = [
     "ApiKey",
@@ -308,9 +309,6 @@ def write_response(out, correlation_id: int, response: Any) -> None:
     w.write_body(out, response)
 
 
-#: A bytes or memoryview value at least this large (records read from the remote tier) is sent as its
-#: own part instead of being copied into the response buffer.
-_OWN_PART_BYTES = 64 * 1024
 
 
 class _PartsWriter:
@@ -325,7 +323,7 @@ class _PartsWriter:
         self.size = 0
 
     def write(self, data) -> int:
-        if isinstance(data, (bytes, memoryview)) and len(data) >= _OWN_PART_BYTES or \
+        if isinstance(data, (bytes, memoryview)) and len(data) >= OWN_PART_BYTES or \
                 not isinstance(data, (bytes, bytearray, memoryview)):
             self.parts += (bytes(self._buf), data)
             self._buf = bytearray()

@@ -22,8 +22,8 @@ from tierlog.errors import (
 )
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol.hot_responses import encode_produce_response
 from tierlog.protocol.offload import EncodedResponse
-from tierlog.protocol.produce_response import encode_produce_response
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.validation import record_errors_of
 from tierlog.server.replica_manager import ReplicaManager
