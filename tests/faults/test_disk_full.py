@@ -255,9 +255,12 @@ def test_disk_full_on_a_tiered_topic_uploads_no_torn_segment(rig, tmp_path):
     assert b.stop() == 0
 
     restart(b)
+    # Caught up, and the upload the outage broke cleaned up (its object deleted), so the folder holds only
+    # finished copies while it is read below.
     wait_for(lambda: (p := tier_status(b, "tiered")["partitions"]) and p[0]["ready"] and
-             p[0]["copy_lag_segments"] == 0 and p[0]["remote_segments"] > len(uploaded) - 1, "copies to catch up",
-             timeout=120)
+             p[0]["copy_lag_segments"] == 0 and p[0]["remote_segments"] > len(uploaded) - 1 and
+             p[0]["remote_segments_in_progress"] == 0 and p[0]["remote_segments_to_clean"] == 0,
+             "copies to catch up and the failed upload to be cleaned up", timeout=120)
     in_remote = {}
     for path in sorted(remote.rglob("*.log")):
         in_remote.update(records_in(path))

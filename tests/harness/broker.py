@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,8 +100,13 @@ class BrokerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # Where it hangs: every thread's Python stack (py-spy, when installed), and what it logged.
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(self.proc.pid)], capture_output=True, text=True,
+                                  timeout=60) if shutil.which("py-spy") else None
             self.kill()
-            raise
+            raise AssertionError(f"the broker did not stop within {timeout} s of SIGTERM\n"
+                                 f"{dump.stdout if dump else '(py-spy not installed)'}\n"
+                                 f"{''.join(self.output[-60:])}") from None
 
     def kill(self) -> None:
         """Unclean stop (SIGKILL)."""

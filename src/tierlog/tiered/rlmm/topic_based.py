@@ -55,6 +55,11 @@ COMMON = "remote.log.metadata.common.client."
 PRODUCER = "remote.log.metadata.producer."
 CONSUMER = "remote.log.metadata.consumer."
 ADMIN = "remote.log.metadata.admin."
+#: How long closing waits for metadata events still unanswered. Without a bound, a broker whose metadata
+#: partitions sit in an offline log dir (KAFKA_STORAGE_ERROR, retriable) waited for the producer's whole
+#: delivery timeout at shutdown. An event dropped here leaves its segment COPY_SEGMENT_STARTED (or not
+#: recorded at all): the next start cleans it up and copies the segment again; local data stays until then.
+CLIENT_CLOSE_TIMEOUT_MS = 5_000
 
 
 class RemoteLogMetadataManagerNotReadyError(KafkaError):
@@ -255,7 +260,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for client in (self.producer, self.consumer):
             if client is not None:
                 try:
-                    await client.close()
+                    await client.close(CLIENT_CLOSE_TIMEOUT_MS)
                 except Exception as e:  # noqa: BLE001 - closing anyway
                     log.debug("Closing a metadata client: %r", e)
         self.producer = self.consumer = None
