@@ -27,6 +27,17 @@ _HEAD_V1 = struct.Struct(">ib")  # correlation id, no tagged fields
 #: into the response buffer; records that are not bytes (file regions for sendfile) always are.
 OWN_PART_BYTES = 64 * 1024
 
+
+
+def own_part(records) -> bool:
+    """Whether a records value travels as a part of its own rather than copied into the response buffer:
+    anything not bytes-like (a file region), and big ``bytes`` or ``memoryview``; a ``bytearray`` is always
+    copied (the socket server sends only ``bytes``, views and file regions as parts)."""
+    if isinstance(records, (bytes, memoryview)):
+        return len(records) >= OWN_PART_BYTES
+    return not isinstance(records, bytearray)
+
+
 PRODUCE_VERSIONS = range(3, 13)
 FETCH_VERSIONS = range(4, 18)
 
@@ -174,9 +185,9 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Iterable
             else:
                 n = len(records)
                 out += _uvarint(n + 1) if flexible else _I32.pack(n)
-                if isinstance(records, (bytes, bytearray, memoryview)) and n < OWN_PART_BYTES:
+                if not own_part(records):
                     out += records
-                else:  # a part of its own: sent as it is (sendfile for a file region), never copied here
+                else:  # sent as it is (sendfile for a file region), never copied here
                     parts += (bytes(out), records)
                     size += len(out) + n
                     out = bytearray()

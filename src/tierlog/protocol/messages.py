@@ -45,7 +45,7 @@ from kio.serial.errors import SerialError
 from tierlog import errors
 from tierlog.protocol._bigread import read_body as _read_body_in_slices
 from tierlog.protocol._guard import ArrayTooLong, guard_for
-from tierlog.protocol.hot_responses import OWN_PART_BYTES
+from tierlog.protocol.hot_responses import own_part
 
 __all__ = [
     "ApiKey",
@@ -309,8 +309,6 @@ def write_response(out, correlation_id: int, response: Any) -> None:
     w.write_body(out, response)
 
 
-
-
 class _PartsWriter:
     """A ``write`` target that keeps non-bytes objects (file regions) and large ``bytes`` as parts of
     their own, so records are never copied while the response is encoded."""
@@ -323,8 +321,7 @@ class _PartsWriter:
         self.size = 0
 
     def write(self, data) -> int:
-        if isinstance(data, (bytes, memoryview)) and len(data) >= OWN_PART_BYTES or \
-                not isinstance(data, (bytes, bytearray, memoryview)):
+        if own_part(data):
             self.parts += (bytes(self._buf), data)
             self._buf = bytearray()
         else:
