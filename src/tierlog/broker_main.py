@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from tierlog import logs
-from tierlog.errors import InvalidConfigError, KafkaError
+from tierlog.errors import InvalidConfigError, KafkaError, StartupError
 from tierlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -17,8 +17,9 @@ log = logging.getLogger(__name__)
 EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot work (tierlog.cli.EXIT_INVALID)
 
 
-def run(cfg: Any) -> int:
-    """Start the broker described by ``cfg`` (a :class:`tierlog.config.BrokerConfig`); returns the exit status."""
+def run(cfg: Any, debug: bool = False) -> int:
+    """Start the broker described by ``cfg`` (a :class:`tierlog.config.BrokerConfig`); returns the exit status.
+    ``debug``: a start that fails logs its traceback too (else one line says why)."""
     # The broker reports start-up and recovery; repeating warnings are counted per interval.
     logs.configure(logging.INFO, repeat_interval_s=cfg["internal.log.repeat.interval.ms"] / 1000)
     try:
@@ -26,10 +27,10 @@ def run(cfg: Any) -> int:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return runner(_serve(cfg))
+    return runner(_serve(cfg, debug))
 
 
-async def _serve(cfg: Any) -> int:
+async def _serve(cfg: Any, debug: bool) -> int:
     broker = Broker(cfg)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -38,7 +39,7 @@ async def _serve(cfg: Any) -> int:
     try:
         await broker.start()
     except Exception as e:  # noqa: BLE001 - said once, with its reason; the exit status tells the rest
-        return await _failed_start(broker, e)
+        return await _failed_start(broker, e, debug)
     try:
         for listener in broker.listeners:
             # One write with its newline: scripts parse this line, and a log line from another thread
@@ -61,21 +62,30 @@ async def _serve(cfg: Any) -> int:
     return 1 if broker.fatal_error else 0
 
 
-async def _failed_start(broker: Broker, e: Exception) -> int:
-    """A start that failed: release what was built, then say why (never "stopped cleanly"). A setting
-    that cannot work exits with the command line's invalid-configuration status, anything else with 1."""
-    if isinstance(e, KafkaError):
-        reason = e.message
-        log.error("The broker could not start: %s", reason)
-    elif isinstance(e, OSError):  # a log dir that cannot be used, a port taken: the operator's to fix
-        reason = str(e)
-        log.error("The broker could not start: %s", reason)
-    else:  # a bug: the traceback helps
-        reason = f"{type(e).__name__}: {e}"
-        log.error("The broker could not start: %s", reason, exc_info=e)
+async def _failed_start(broker: Broker, e: Exception, debug: bool) -> int:
+    """A start that failed: release what was built, then say why in one line on stderr (never "stopped
+    cleanly"). A setting that cannot work exits with the command line's invalid-configuration status,
+    anything else with 1. The traceback is logged only with ``--debug`` (or for a bug)."""
     try:
         await broker.shutdown()
-    except Exception:  # noqa: BLE001 - half built: what cannot be released is only logged
-        log.exception("Releasing the half-started broker failed")
-    print(f"tierlog broker failed to start: {reason}", flush=True)
+    except Exception as released:  # noqa: BLE001 - half built: what cannot be released is only logged
+        log.warning("Releasing the half-started broker failed: %s", released, exc_info=released if debug else None)
+    sys.stderr.write(f"tierlog: error: broker failed to start: {start_failure(e, debug)}\n")
+    sys.stderr.flush()
+    if debug:
+        log.error("The broker failed to start", exc_info=e)
     return EXIT_INVALID_CONFIG if isinstance(e, InvalidConfigError) else 1
+
+
+def start_failure(e: BaseException, debug: bool = False) -> str:
+    """The reason of a failed start as the one line says it: the operator's to fix (a port taken, a log dir
+    locked or unusable, a setting) in its own words, anything else as a bug to report."""
+    if isinstance(e, StartupError):
+        return str(e)
+    if isinstance(e, KafkaError):
+        return e.message
+    if isinstance(e, OSError):  # a file the broker needs, not foreseen by the checks above
+        where = f" ({e.filename})" if e.filename else ""
+        return f"{(e.strerror or str(e)).lower()}{where}; check that path and its permissions"
+    hint = "" if debug else "; run with --debug for the traceback"
+    return f"unexpected {type(e).__name__}: {e} (a bug in tierlog, please report it{hint})"

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = sub.add_parser("broker", help="run the broker")
     _add_config_args(broker)
+    broker.add_argument("--debug", action="store_true",
+                        help="a start that fails also logs its traceback (else one line says why)")
 
     config = sub.add_parser("config", help="configuration reference and effective values")
     csub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", parser_class=_Parser)
@@ -145,7 +147,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     cfg = _load(args)
     from tierlog import broker_main
 
-    return int(broker_main.run(cfg) or 0)
+    return int(broker_main.run(cfg, debug=getattr(args, "debug", False)) or 0)
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:

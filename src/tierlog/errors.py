@@ -65,6 +65,26 @@ def error_for_code(code: int) -> type[KafkaError]:
     return _BY_CODE.get(code, _BY_CODE[-1])
 
 
+def describe_error(error: KafkaError | int, message: str | None = None) -> str:
+    """A Kafka error as a log line shows it: ``INVALID_REPLICATION_FACTOR (38): <message>`` (name and code,
+    so nobody has to look a bare number up); ``error`` is an exception or a code, ``message`` overrides
+    the exception's."""
+    if isinstance(error, KafkaError):
+        name, code = error.name, error.code
+        message = message if message is not None else error.message
+    else:
+        cls = _BY_CODE.get(error)
+        name, code = (cls.name if cls is not None else "UNKNOWN_SERVER_ERROR"), error
+    text = f"{name} ({code})"
+    return f"{text}: {message}" if message and message != name else text
+
+
+class StartupError(Exception):
+    """A broker start that cannot go on, for a reason the operator can fix (a port taken, a log dir locked
+    by another broker or unusable, a log dir of another cluster). Its text says what is wrong and what to
+    do, in one line; ``tierlog broker`` prints it without a traceback and exits non-zero."""
+
+
 #: Kafka's ``Errors.NONE``: the code of an answer without an error (no exception stands for it).
 NO_ERROR: int = 0
 

@@ -76,9 +76,13 @@ class RepeatLimiter:
     warnings worth separate lines (e.g. the errno of an accept error, not the peer's address).
     """
 
-    def __init__(self, logger: logging.Logger, interval_s: float | None = None, *, clock=time.monotonic):
+    def __init__(self, logger: logging.Logger, interval_s: float | None = None, *, clock=time.monotonic,
+                 max_keys: int | None = None):
+        """``max_keys`` bounds the keys remembered (keys a client chooses, e.g. topic names): a new key
+        beyond it first reports and forgets every key's window."""
         self.logger = logger
         self._interval_s = interval_s
+        self._max_keys = max_keys
         self._clock = clock
         self._windows: dict[Any, _Window] = {}
 
@@ -106,6 +110,9 @@ class RepeatLimiter:
             return False
         if w is not None and w.suppressed:
             self._report(key, reopen=False)  # repeats of a window whose timer never ran (no event loop)
+        elif w is None and self._max_keys is not None and len(self._windows) >= self._max_keys:
+            self.flush()
+            self._windows.clear()
         self._windows[key] = _Window(now)
         if self.logger.isEnabledFor(level):
             self.logger.log(level, msg, *args)

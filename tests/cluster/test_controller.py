@@ -4,7 +4,7 @@ import pytest
 
 from tierlog.cluster import BrokerImage, ConfigOp, Controller, FileMetadataStore, ensure_meta_properties
 from tierlog.config import BrokerConfig
-from tierlog.errors import InvalidConfigError, KafkaStorageError, UnknownTopicOrPartitionError
+from tierlog.errors import InvalidConfigError, StartupError, UnknownTopicOrPartitionError
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_broker_configs_only_dynamic_keys(make_controller):
 
 def test_log_dir_of_another_node_is_refused(tmp_path):
     ensure_meta_properties([str(tmp_path)], 1, None)
-    with pytest.raises(KafkaStorageError, match="belongs to node 1"):
+    with pytest.raises(StartupError, match="belongs to node 1, not node 2 .*; set node.id=1 or give log.dirs"):
         ensure_meta_properties([str(tmp_path)], 2, None)
 
 

@@ -239,8 +239,8 @@ class LocalOffsetsTopic:
         assert topic == OFFSETS_TOPIC
         return len(self.logs) if self.logs else None
 
-    def broker_count(self) -> int:
-        return self.brokers
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        return configured if self.brokers > 1 else 1
 
     def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
                      configs: Mapping[str, str]) -> None:

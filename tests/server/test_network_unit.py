@@ -76,6 +76,21 @@ def test_repeat_limiter_logs_once_then_counts(caplog):
     assert messages[3] == "Cannot accept: later"
 
 
+def test_repeat_limiter_remembers_at_most_max_keys(caplog):
+    limiter = logs.RepeatLimiter(logging.getLogger("tierlog.test.repeat"), 10, clock=FakeClock(), max_keys=3)
+    with caplog.at_level(logging.WARNING, logger="tierlog.test.repeat"):
+        limiter.warning("a", "a")
+        limiter.warning("a", "a again")
+        limiter.warning("b", "b")
+        limiter.warning("c", "c")
+        assert len(limiter._windows) == 3
+        limiter.warning("d", "d")  # a 4th key: the pending repeats are reported and every window forgotten
+        assert list(limiter._windows) == ["d"]
+        limiter.warning("a", "a once more")  # forgotten: logged at once
+    assert [r.getMessage() for r in caplog.records] == [
+        "a", "b", "c", "a again (repeated 1 times in the last 0.0 s)", "d", "a once more"]
+
+
 def test_repeat_limiter_reports_the_count_when_the_interval_ends_on_a_loop(caplog):
     async def main():
         limiter = logs.RepeatLimiter(logging.getLogger("tierlog.test.repeat"), 0.05)

@@ -167,10 +167,10 @@ def test_log_manager_unclean_restart_recovers_and_clean_restart_does_not(tmp_pat
 
 
 def test_log_dir_lock_refuses_a_second_manager(tmp_path):
-    from tierlog.errors import KafkaStorageError
+    from tierlog.errors import StartupError
     m = LogManager([str(tmp_path)])
     m.startup()
-    with pytest.raises(KafkaStorageError, match="in use"):
+    with pytest.raises(StartupError, match="in use by another broker .*; stop that broker or give this one"):
         LogManager([str(tmp_path)]).startup()
     m.shutdown()
 

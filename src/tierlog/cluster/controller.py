@@ -35,8 +35,8 @@ from tierlog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
-    KafkaError,
     KafkaStorageError,
+    StartupError,
     TopicAlreadyExistsError,
     TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
@@ -97,8 +97,10 @@ class Controller:
         else:
             self.image = MetadataImage.from_json(doc, brokers)
             if self.image.cluster_id != cluster_id:
-                raise KafkaError(f"metadata {store.path} belongs to cluster {self.image.cluster_id}, "
-                                 f"not {cluster_id}")
+                raise StartupError(f"the cluster metadata {store.path} belongs to cluster {self.image.cluster_id} "
+                                   f"but meta.properties says {cluster_id}; restore the log dir's meta.properties "
+                                   f"or give log.dirs another folder")
+        self._capped_internal_topics: set[str] = set()  # internal topics warned about (once each)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -151,6 +153,30 @@ class Controller:
         except InvalidConfigError as e:  # e.g. the static file changed under a stored dynamic value
             log.warning("Ignoring the dynamic broker configs %s: %s", layers, e)
             return self.config
+
+    # ------------------------------------------------------------------ internal topics
+
+    def replica_hosts(self) -> int:
+        """How many brokers can host replicas: the registered ones. The embedded controller is a
+        single-node cluster (1); a clustered controller counts the brokers alive."""
+        return max(1, len(self.image.brokers))
+
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        """The replication factor to create the internal topic ``topic`` with, when ``setting`` asks for
+        ``configured``.
+
+        On a single node nothing but 1 is possible, and Kafka's defaults (3) would leave the topic
+        uncreated forever: the factor is capped at 1, with one warning naming the setting. With more
+        brokers Kafka's rule stays: the configured factor, whose creation fails with
+        INVALID_REPLICATION_FACTOR (and is tried again) until enough brokers are alive."""
+        hosts = self.replica_hosts()
+        if hosts > 1 or configured <= hosts:
+            return configured
+        if topic not in self.image.topics and topic not in self._capped_internal_topics:
+            self._capped_internal_topics.add(topic)
+            log.warning("%s=%d but this is a single-node cluster; creating %s with replication factor %d",
+                        setting, configured, topic, hosts)
+        return hosts
 
     # ------------------------------------------------------------------ producer ids
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from tierlog.cluster.channel import DisableRemoteTopicRequest
 from tierlog.cluster.image import TieringState, TopicImage, TopicTiering, check_tiering_transition
-from tierlog.errors import NO_ERROR, InvalidConfigError
+from tierlog.errors import NO_ERROR, InvalidConfigError, describe_error
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,8 @@ class DisablementDriver:
                                                 tuple(sorted(parts)), tiering.policy, tiering.epoch)
             response = await self.channel.disable_remote_topic(broker_id, request)
             if response.error_code != NO_ERROR:
-                raise RuntimeError(f"broker {broker_id} answered error {response.error_code}: "
-                                   f"{response.error_message}")
+                raise RuntimeError(f"broker {broker_id} answered "
+                                   f"{describe_error(response.error_code, response.error_message)}")
             acked.add(broker_id)
         if set(hosts) - acked:
             return False

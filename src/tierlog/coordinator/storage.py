@@ -59,7 +59,7 @@ class RecordStore(Protocol):
 class OffsetsTopicLog(Protocol):
     """The broker's side of ``__consumer_offsets`` as :class:`OffsetsTopicStore` uses it.
 
-    Every method but :meth:`create_topic` and :meth:`broker_count` names the topic, so a replica
+    Every method but :meth:`create_topic` and :meth:`internal_topic_replication_factor` names the topic, so a replica
     manager with these methods fits as it is. Failures raise :class:`~tierlog.errors.KafkaError`
     (NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a partition not led here,
     KAFKA_STORAGE_ERROR for a failed write).
@@ -68,8 +68,9 @@ class OffsetsTopicLog(Protocol):
     def partition_count(self, topic: str) -> int | None:
         """Partitions of ``topic`` in the cluster metadata; None while it does not exist."""
 
-    def broker_count(self) -> int:
-        """Brokers registered with the controller (bounds the replication factor)."""
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        """The replication factor to create ``topic`` with when ``setting`` asks for ``configured``: the
+        controller's rule (capped at 1 on a single node, with one warning; Kafka's rule in a cluster)."""
 
     def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
                      configs: Mapping[str, str]) -> Any:
@@ -114,7 +115,8 @@ class OffsetsTopicStore:
     def ensure_created(self) -> None:
         if self.exists():
             return
-        rf = max(1, min(self.replication_factor, self.log.broker_count()))
+        rf = self.log.internal_topic_replication_factor(OFFSETS_TOPIC, "offsets.topic.replication.factor",
+                                                        self.replication_factor)
         try:
             self.log.create_topic(OFFSETS_TOPIC, self.configured_partitions, rf, {
                 "cleanup.policy": "compact",

@@ -22,7 +22,9 @@ from dataclasses import replace
 from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, LocalBrokerChannel, ensure_meta_properties
 from tierlog.cluster.image import MetadataDelta, MetadataImage
 from tierlog.config import BrokerConfig
+from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
+from tierlog.errors import StartupError
 from tierlog.metrics import MetricsRegistry, MetricsServer
 from tierlog.protocol import HandlerRegistry
 from tierlog.records import validation as record_validation
@@ -34,13 +36,14 @@ from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.errors import error_response
-from tierlog.server.network import BoundListener, SocketServer
+from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.tier_status import tier_reconcile, tier_status
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
+from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC
 from tierlog.tiered.rsm import create_remote_storage_manager
 
 log = logging.getLogger(__name__)
@@ -158,7 +161,11 @@ class Broker:
             self.metrics_server = MetricsServer(self.metrics, {
                 "/v1/tier/status": lambda topic=None: tier_status(controller, rlm, lm, self.node_id, topic),
                 "/v1/tier/reconcile": lambda delete="false": tier_reconcile(rlm, delete)})
-            port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
+            try:
+                port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
+            except OSError as e:
+                raise StartupError(bind_failure(cfg["metrics.host"], cfg["metrics.port"], e,
+                                                setting="metrics.port")) from e
             log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         self.channel.register(self.node_id, rm.disable_remote_topic)
@@ -189,6 +196,11 @@ class Broker:
             **cfg.rlmm_config(),
             "broker.id": str(self.node_id), "log.dir": cfg.log_dirs[0], "cluster.id": self.cluster_id or "",
         }
+        if cfg["remote.log.metadata.manager.class.name"] == "topic":
+            # Kafka's default factor of 3 can never be met on one node: the controller's rule caps it there.
+            rf = "remote.log.metadata.topic.replication.factor"
+            rlmm_configs[rf] = str(controller.internal_topic_replication_factor(
+                METADATA_TOPIC, cfg.rlmm_prefix + rf, cfg[RLMM_PREFIX + rf]))
         rlmm = create_remote_log_metadata_manager(cfg["remote.log.metadata.manager.class.name"], rlmm_configs,
                                                   cfg["remote.log.metadata.manager.class.path"])
         rlmm.set_fatal_error_handler(self.fail)

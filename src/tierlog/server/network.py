@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from tierlog.config.definitions import parse_connection_overrides
-from tierlog.errors import InvalidConfigError, KafkaError
+from tierlog.errors import InvalidConfigError, KafkaError, StartupError
 from tierlog.logs import RepeatLimiter
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import (
@@ -289,11 +289,7 @@ def _listen_sockets(host: str, port: int) -> list[socket.socket]:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if port == 0 and len(socks) > 1:
                 address = (address[0], socks[0].getsockname()[1], *address[2:])
-            try:
-                sock.bind(address)
-            except OSError as e:
-                raise OSError(e.errno, f"error while attempting to bind on address {address!r}: "
-                                       f"{e.strerror.lower() if e.strerror else e}") from None
+            sock.bind(address)
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
     except BaseException:
@@ -301,6 +297,26 @@ def _listen_sockets(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise
     return socks
+
+
+def bind_failure(host: str, port: int, e: OSError, *, setting: str = "listeners", name: str | None = None) -> str:
+    """One line for a socket that cannot bind: what, why and what to do (``setting`` is the one to change;
+    ``name`` the listener's)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if name:
+        where += f" (listener {name})"
+    if isinstance(e, socket.gaierror):
+        return f"cannot listen on {where}: unknown host {host!r} ({e.strerror}); fix the host in {setting}"
+    why = os.strerror(e.errno).lower() if e.errno else str(e)  # asyncio's strerror repeats the address
+    if e.errno == errno.EADDRINUSE:
+        todo = f"stop the other process or change {setting}"
+    elif e.errno == errno.EACCES:
+        todo = f"use a port above 1023 in {setting} or let the process bind it (CAP_NET_BIND_SERVICE)"
+    elif e.errno == errno.EADDRNOTAVAIL:
+        todo = f"this host has no such address; change the host in {setting}"
+    else:
+        todo = f"check {setting}"
+    return f"cannot listen on {where}: {why}; {todo}"
 
 
 class SocketServer:
@@ -335,7 +351,10 @@ class SocketServer:
         the broker is ready to serve."""
         for listener in listeners:
             host = listener.host or "0.0.0.0"
-            socks = _listen_sockets(host, listener.port)
+            try:
+                socks = _listen_sockets(host, listener.port)
+            except OSError as e:
+                raise StartupError(bind_failure(host, listener.port, e, name=listener.name)) from e
             bound = BoundListener(listener.name, host, socks[0].getsockname()[1],
                                   getattr(listener, "security_protocol", "PLAINTEXT"))
             self._listening.extend((sock, bound) for sock in socks)

@@ -26,11 +26,15 @@ class BrokerOffsetsTopicLog:
         image = self.controller.image.topics.get(topic)
         return len(image.partitions) if image is not None else None
 
-    def broker_count(self) -> int:
-        return len(self.controller.image.brokers)
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        return self.controller.internal_topic_replication_factor(topic, setting, configured)
 
     def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
                      configs: Mapping[str, str]) -> None:
+        configs = dict(configs)
+        if self.controller.effective_config["min.insync.replicas"] > replication_factor:
+            # Writes of the coordinator would fail with NOT_ENOUGH_REPLICAS otherwise.
+            configs.setdefault("min.insync.replicas", str(replication_factor))
         self.controller.create_topic(topic, num_partitions, replication_factor, configs=configs)
 
     def append(self, topic: str, partition: int, records: bytes) -> None:

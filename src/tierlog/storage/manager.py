@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tierlog.errors import KafkaError, KafkaStorageError
+from tierlog.errors import KafkaError, KafkaStorageError, StartupError
 from tierlog.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -139,7 +139,7 @@ class LogManager:
             try:
                 os.makedirs(d, exist_ok=True)
                 self._lock(d)
-            except KafkaStorageError:
+            except StartupError:
                 raise  # in use by another broker: refuse to start
             except OSError as e:
                 self._unlisted_offline.add(d)
@@ -150,7 +150,9 @@ class LogManager:
             except OSError as e:
                 self._report(d, f"error while loading log dir {d}", e)
         if not self.live_log_dirs:
-            raise KafkaStorageError(f"no log dir could be loaded: {self.failure_channel.offline_log_dirs}")
+            causes = "; ".join(f"{d}: {cause}" for d, cause in self.failure_channel.offline_log_dirs.items())
+            raise StartupError(f"no log dir can be used ({causes}); fix the folders' permissions or change "
+                               f"log.dirs")
         self.started = True
 
     def _load_dir(self, d: str) -> None:
@@ -209,8 +211,9 @@ class LogManager:
                 if tp in hws:
                     lg.update_high_watermark(hws[tp])
             self._register(lg, d)
-        log.info("Loaded %d logs from %s in %.0f ms (%s shutdown)", len(folders), d,
-                 (time.monotonic() - t0) * 1000, "clean" if clean else "unclean")
+        # A dir without partitions has nothing to recover: a new dir is not an "unclean shutdown".
+        how = "clean shutdown" if clean else "unclean shutdown" if folders else "no logs to recover"
+        log.info("Loaded %d logs from %s in %.0f ms (%s)", len(folders), d, (time.monotonic() - t0) * 1000, how)
 
     def _offline_log(self, path: str, tp: tuple[str, int], cause: str, saved: dict) -> Log:
         lg = Log.offline_log(path, tp[0], tp[1], self._config_for(tp[0]), cause)
@@ -273,8 +276,9 @@ class LogManager:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as e:
             os.close(fd)
-            raise KafkaStorageError(f"log dir {log_dir} is in use by another process (lock on "
-                                    f"{os.path.join(log_dir, LOCK_FILE)})") from e
+            raise StartupError(f"log dir {log_dir} is in use by another broker (it holds the lock on "
+                               f"{os.path.join(log_dir, LOCK_FILE)}); stop that broker or give this one "
+                               f"another log.dirs") from e
         self._locks.append(fd)
 
     # ------------------------------------------------------------------ logs

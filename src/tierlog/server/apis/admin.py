@@ -22,8 +22,10 @@ from tierlog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnsupportedEndpointTypeError,
+    describe_error,
 )
 from tierlog.kafka_uuid import ZERO_UUID
+from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.apis.configs import describe_topic
@@ -55,6 +57,7 @@ class AdminApis:
     def __init__(self, controller: Controller, replica_manager: ReplicaManager):
         self.controller = controller
         self.replica_manager = replica_manager
+        self._failures = RepeatLimiter(log, max_keys=1000)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
@@ -81,12 +84,22 @@ class AdminApis:
                                                      "prohibited."})
                 else:
                     results.append(self._create_topic(t, validate_only))
-        verb = "Validated" if validate_only else "CreateTopics"
-        shown = ", ".join(f"{r['name']}: {r['error_code'] or 'SUCCESS'}" for r in results[:LOGGED_TOPICS])
-        more = f" and {len(results) - LOGGED_TOPICS} more" if len(results) > LOGGED_TOPICS else ""
-        log.info("%s: %s%s", verb, shown, more)
+        self._log_outcome("Validated" if validate_only else "CreateTopics", results)
         items = len(results) + sum(len(r.get("configs", ())) for r in results)
         return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": results}, items)
+
+    def _log_outcome(self, verb: str, results: list[dict]) -> None:
+        """One INFO line per request, errors by name (``INVALID_REPLICATION_FACTOR (38): <message>``). A
+        request that only failed is limited per topic names and errors: a client retrying it every 100 ms
+        (a metadata manager asking for an impossible topic) gets one line and a count, not a flood."""
+        shown = ", ".join(f"{r['name']}: " + (describe_error(r["error_code"], r.get("error_message"))
+                                              if r["error_code"] else "SUCCESS") for r in results[:LOGGED_TOPICS])
+        more = f" and {len(results) - LOGGED_TOPICS} more" if len(results) > LOGGED_TOPICS else ""
+        if any(r["error_code"] == NO_ERROR for r in results):
+            log.info("%s: %s%s", verb, shown, more)
+        else:
+            key = (verb, tuple((r["name"], r["error_code"]) for r in results[:LOGGED_TOPICS]))
+            self._failures.log(key, logging.INFO, "%s: %s%s", verb, shown, more)
 
     def _create_topic(self, t, validate_only: bool) -> dict:
         name = t.name

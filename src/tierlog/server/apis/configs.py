@@ -27,6 +27,7 @@ from tierlog.errors import (
     InvalidRequestError,
     KafkaError,
     UnknownTopicOrPartitionError,
+    describe_error,
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
@@ -331,7 +332,7 @@ class ConfigApis:
             except KafkaError as e:
                 code, message = _error(e)
                 log.info("%s of %s %r failed: %s", "IncrementalAlterConfigs" if incremental else "AlterConfigs",
-                         _TYPE_NAMES.get(r.resource_type, r.resource_type), r.resource_name, message)
+                         _TYPE_NAMES.get(r.resource_type, r.resource_type), r.resource_name, describe_error(e))
             responses.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
                               "resource_name": r.resource_name})
         return build_response(ctx, {"throttle_time_ms": 0, "responses": responses})

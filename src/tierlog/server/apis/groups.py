@@ -44,10 +44,13 @@ from tierlog.errors import (
     NO_ERROR,
     CoordinatorNotAvailableError,
     InconsistentGroupProtocolError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
     UnknownTopicOrPartitionError,
+    describe_error,
 )
+from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 
@@ -92,6 +95,7 @@ class GroupApis:
         self.coordinator = coordinator
         self.controller = controller
         self.node_id = node_id
+        self._warn = RepeatLimiter(log)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -121,7 +125,10 @@ class GroupApis:
             try:
                 coordinator.store.ensure_created()
             except KafkaError as e:
-                log.warning("Cannot create __consumer_offsets: %s", e)
+                # Every FindCoordinator tries again: one line and a count, not one per request.
+                hint = ("; set offsets.topic.replication.factor to at most the brokers alive, or start more"
+                        if isinstance(e, InvalidReplicationFactorError) else "")
+                self._warn.warning(e.code, "Cannot create __consumer_offsets: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
         elif key_type == TRANSACTION_KEY_TYPE:
             return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator yet

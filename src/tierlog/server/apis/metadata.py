@@ -11,6 +11,7 @@ from tierlog.errors import (
     KafkaError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
+    describe_error,
     error_for_code,
 )
 from tierlog.kafka_uuid import ZERO_UUID
@@ -96,7 +97,7 @@ class MetadataApis:
                 # creates at once and answers with the new topic.
                 return self._topic(self.controller.create_topic(name))
             except KafkaError as e:
-                log.info("Auto-creation of topic %s failed: %s", name, e)
+                log.info("Auto-creation of topic %s failed: %s", name, describe_error(e))
                 return {"error_code": e.code, "name": name}
         return {"error_code": UnknownTopicOrPartitionError.code, "name": name}
 

@@ -28,16 +28,20 @@ from collections.abc import Callable, Iterable, Mapping
 
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
+from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError
 from tierlog.client.producer import Producer
 from tierlog.config import plugin_setting
 from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.errors import (
     InvalidConfigError,
+    InvalidReplicationFactorError,
     KafkaError,
     ReplicaNotAvailableError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    describe_error,
 )
+from tierlog.logs import RepeatLimiter
 from tierlog.tiered.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -88,6 +92,25 @@ def _int(configs: Mapping[str, str], key: str, default: int, minimum: int | None
     if minimum is not None and number < minimum:
         raise InvalidConfigError(f"Invalid value {number} for configuration {key}: Value must be at least {minimum}")
     return number
+
+
+def init_failure(e: BaseException | None) -> str:
+    """Why an initialization attempt failed, as an operator reads it: a broker's error by name and code
+    (``INVALID_REPLICATION_FACTOR (38): ...``), with the setting to change where one is to blame."""
+    if e is None:
+        return "none"
+    if isinstance(e, InvalidReplicationFactorError):
+        return (f"cannot create {METADATA_TOPIC}: {describe_error(e)}; set "
+                f"{RLMM_PREFIX}remote.log.metadata.topic.replication.factor to at most the brokers alive, or "
+                f"start more brokers")
+    if isinstance(e, (KafkaConnectionError, BrokersUnavailableError, OSError, asyncio.TimeoutError)):
+        # The broker's own listener did not answer.
+        return (f"{describe_error(e) if isinstance(e, KafkaError) else type(e).__name__}"
+                f"{'' if isinstance(e, KafkaError) else f': {e}' if str(e) else ''}; check that the "
+                f"listener named by remote.log.metadata.manager.listener.name is reachable from this host")
+    if isinstance(e, KafkaError):
+        return describe_error(e)
+    return f"{type(e).__name__}: {e}"
 
 
 def _prefixed(configs: Mapping[str, str], prefix: str) -> dict[str, str]:
@@ -185,28 +208,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._fatal(reason)
 
     async def _initialize_until_deadline(self) -> str | None:
-        """Try until initialized (None) or the budget is spent; returns why it failed for good."""
+        """Try until initialized (None) or the budget is spent; returns why it failed for good. A failing
+        attempt is said once, with its reason and the setting to change; the retries every
+        ``remote.log.metadata.initialization.retry.interval.ms`` are counted, not logged each."""
         deadline = self.ready_at + self.init_timeout_s
         last_error: Exception | None = None
-        while not self.closing:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return (f"the topic-based remote log metadata manager could not initialize within "
-                        f"{self.init_timeout_s * 1000:.0f} ms of broker ready "
-                        f"(remote.log.metadata.initialization.retry.max.timeout.ms); last error: {last_error!r}")
-            try:
-                await asyncio.wait_for(self._attempt(remaining), remaining)
-                return None
-            except (_PermanentInitError, InvalidConfigError) as e:
-                return str(e)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
-                last_error = e
-                log.debug("Initializing the remote log metadata manager: %r; retrying", e)
-                await self._close_clients()
-            await asyncio.sleep(min(self.init_interval_s, max(0.0, deadline - time.monotonic())))
-        return None
+        retries = RepeatLimiter(log)
+        try:
+            while not self.closing:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return (f"the topic-based remote log metadata manager could not initialize within "
+                            f"{self.init_timeout_s * 1000:.0f} ms of broker ready "
+                            f"({RLMM_PREFIX}remote.log.metadata.initialization.retry.max.timeout.ms); last error: "
+                            f"{init_failure(last_error)}")
+                try:
+                    await asyncio.wait_for(self._attempt(remaining), remaining)
+                    return None
+                except (_PermanentInitError, InvalidConfigError) as e:
+                    return str(e)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - retried until the deadline
+                    last_error = e
+                    retries.warning(type(e), "Cannot initialize the topic-based remote log metadata manager yet: %s; "
+                                    "retrying every %.0f ms for up to %.0f ms after broker ready (%s), then the broker "
+                                    "stops", init_failure(e), self.init_interval_s * 1000, self.init_timeout_s * 1000,
+                                    f"{RLMM_PREFIX}remote.log.metadata.initialization.retry.max.timeout.ms")
+                    await self._close_clients()
+                await asyncio.sleep(min(self.init_interval_s, max(0.0, deadline - time.monotonic())))
+            return None
+        finally:
+            retries.flush()  # the count of repeats not reported yet
 
     async def _attempt(self, budget_s: float) -> None:
         """One attempt: the topic, then the clients and the consumer task."""
@@ -267,8 +300,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _fatal(self, reason: str) -> None:
         self.init_failure = reason
-        log.error("Stopping the server as it failed to initialize topic-based RLMM resources: %s", reason)
-        if self._fatal_handler is not None:
+        if self._fatal_handler is None:  # else the handler says it (the broker logs why it stops)
+            log.error("Stopping the server as it failed to initialize topic-based RLMM resources: %s", reason)
+        else:
             try:
                 self._fatal_handler(reason)
             except Exception:  # noqa: BLE001 - the reason is logged above either way
