@@ -593,7 +593,7 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("offsets.topic.num.partitions", "int", 50, AtLeast(1),
        doc="Partitions of __consumer_offsets (fixed once created)."),
     _b("offsets.topic.replication.factor", "short", 3, AtLeast(1),
-       doc="Replication factor of __consumer_offsets; set 1 on a single broker."),
+       doc="Replication factor of __consumer_offsets; on a single node it is created with 1 (one warning)."),
     _b("offsets.retention.minutes", "int", 10080, AtLeast(1),
        doc="How long committed offsets of an empty group are kept, in minutes."),
     _b("offsets.retention.check.interval.ms", "long", 600000, AtLeast(1),
@@ -711,7 +711,7 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Partitions of __remote_log_metadata; an existing topic must have exactly this many."),
     _b("rlmm.config.remote.log.metadata.topic.replication.factor", "short", 3, AtLeast(1), plugin="rlmm",
        plugin_impl="topic",
-       doc="Replication factor of __remote_log_metadata; set 1 on a single broker."),
+       doc="Replication factor of __remote_log_metadata; on a single node it is created with 1 (one warning)."),
     _b("rlmm.config.remote.log.metadata.topic.retention.ms", "long", -1,
        Custom("-1 or [1,...]", _check_metadata_retention), plugin="rlmm", plugin_impl="topic",
        doc="Retention of __remote_log_metadata; must outlive every tiered topic's retention."),
@@ -1162,6 +1162,15 @@ DELIBERATE_DIFFERENCES: tuple[Difference, ...] = (
         "TopicBasedRemoteLogMetadataManager class name is accepted as an alias), or a Python import path; "
         "class paths are Python import paths.",
         "Plugins are Python classes; the embedded filesystem store makes tiering work out of the box."),
+    Difference(
+        ("offsets.topic.replication.factor", "rlmm.config.remote.log.metadata.topic.replication.factor"),
+        "An internal topic is created only once as many brokers as the setting asks for are alive; with the "
+        "default of 3 a single broker never creates it (no consumer group works, nothing is tiered).",
+        "On a single node (one broker can host replicas) the topic is created with replication factor 1 and "
+        "one warning naming the setting; its min.insync.replicas is capped at 1 too. With more brokers, "
+        "Kafka's rule.",
+        "Nothing but 1 is possible on one node, so Kafka's defaults would only make the broker fail in a way "
+        "that is hard to read."),
     Difference(
         ("remote.log.metadata.manager.listener.name",),
         "Unset means the metadata manager needs "
