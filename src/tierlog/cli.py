@@ -1,6 +1,6 @@
 """The ``tierlog`` command line.
 
-    tierlog broker [-c server.properties] [-o key=value ...]
+    tierlog broker [-c server.properties] [-o key=value ...] [--debug]
     tierlog config docs [--output FILE]
     tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
     tierlog tier status [-c server.properties | --url http://host:port] [--topic T] [--json]

@@ -1,10 +1,19 @@
 """The single-node controller: Kafka's validation rules and persistence across restarts."""
 
+import logging
+from dataclasses import replace
+
 import pytest
 
 from tierlog.cluster import BrokerImage, ConfigOp, Controller, FileMetadataStore, ensure_meta_properties
 from tierlog.config import BrokerConfig
-from tierlog.errors import InvalidConfigError, StartupError, UnknownTopicOrPartitionError
+from tierlog.errors import (
+    InvalidConfigError,
+    InvalidReplicationFactorError,
+    StartupError,
+    UnknownTopicOrPartitionError,
+    describe_error,
+)
 
 
 @pytest.fixture
@@ -183,3 +192,41 @@ def test_kafka_39_settings_map_onto_the_same_states(make_controller):
     c.incremental_alter_topic_configs("t", [ConfigOp("remote.storage.enable", 0, "false"),
                                             ConfigOp("remote.log.delete.on.disable", 0, "true")])
     assert _tiering(c, "t") == ("DISABLING", "delete", 4)
+
+
+def test_internal_topics_on_one_node_get_the_factor_one_node_allows_with_one_warning(make_controller, caplog):
+    c = make_controller()
+    setting = "offsets.topic.replication.factor"
+    with caplog.at_level(logging.WARNING, logger="tierlog.cluster.controller"):
+        assert c.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1
+        assert c.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1  # said once
+        assert c.internal_topic_replication_factor("__remote_log_metadata", "rlmm.x", 1) == 1  # nothing to say
+    assert [r.getMessage() for r in caplog.records] == [
+        "offsets.topic.replication.factor=3 but this is a single-node cluster; creating __consumer_offsets with "
+        "replication factor 1"]
+    c.create_topic("__consumer_offsets", 1, 1)
+    caplog.clear()
+    other = make_controller()  # a restart: the topic exists, nothing is created, nothing to warn about
+    assert other.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1
+    assert not caplog.records
+
+
+def test_internal_topics_with_more_brokers_follow_kafkas_rule(make_controller):
+    c = make_controller()
+    me = c.image.brokers[c.node_id]
+    c.image = replace(c.image, brokers={**c.image.brokers, 2: replace(me, node_id=2), 3: replace(me, node_id=3)})
+    assert c.replica_hosts() == 3
+    assert c.internal_topic_replication_factor("__consumer_offsets", "offsets.topic.replication.factor", 3) == 3
+    c.image = replace(c.image, brokers={k: v for k, v in c.image.brokers.items() if k != 3})
+    # Two brokers alive for a factor of 3: asked as configured, refused until enough brokers are alive.
+    assert c.internal_topic_replication_factor("__consumer_offsets", "offsets.topic.replication.factor", 3) == 3
+    with pytest.raises(InvalidReplicationFactorError, match="only 2 broker"):
+        c.create_topic("__consumer_offsets", 1, 3)
+
+
+def test_errors_by_name_and_code():
+    assert describe_error(InvalidReplicationFactorError("Unable to replicate")) == \
+        "INVALID_REPLICATION_FACTOR (38): Unable to replicate"
+    assert describe_error(38) == "INVALID_REPLICATION_FACTOR (38)"
+    assert describe_error(38, "why") == "INVALID_REPLICATION_FACTOR (38): why"
+    assert describe_error(InvalidReplicationFactorError()) == "INVALID_REPLICATION_FACTOR (38)"
