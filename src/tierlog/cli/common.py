@@ -23,7 +23,7 @@ def load_config(args: argparse.Namespace) -> Any:
     except InvalidConfigError as e:
         message = e.message
     except OSError as e:
-        message = f"cannot read configuration file {args.config}: {e.strerror or e}"
+        message = f"cannot read configuration file {args.config}: {e.strerror or e}; check the path given to -c"
     print(f"tierlog: error: {message}", file=sys.stderr)
     raise ConfigFailure
 

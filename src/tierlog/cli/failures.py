@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from tierlog import errors
-from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
+from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError, KafkaTimeoutError
 
 #: What to do about a Kafka error a person can cause, by the error's name.
 ADVICE = {
@@ -42,14 +42,20 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _cause(exc: BaseException) -> str:
+def _cause(exc: BaseException | None) -> str:
     """Why a connection failed, in a few words, from the client's message."""
-    text = str(exc)
+    first = exc
+    seen, parts = set(), []
+    while exc is not None and id(exc) not in seen:  # the last attempt's error may sit in the chain
+        seen.add(id(exc))
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    text = " ".join(parts)
     if "Connect call failed" in text or "Connection refused" in text or "Errno 111" in text:
         return "connection refused"
     if "Name or service not known" in text or "nodename nor servname" in text or "Errno -2" in text:
         return "unknown host"
-    if "cannot connect" in text or isinstance(exc, KafkaConnectionError):
+    if "cannot connect" in text or isinstance(first, BrokersUnavailableError):
         return "cannot connect"
     return "no answer to requests"
 

@@ -28,6 +28,7 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         _active.append(self)
+        self._words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
@@ -38,6 +39,11 @@ class Parser(argparse.ArgumentParser):
         # "unrecognized arguments" is raised by the top-level parser after the subcommand's parser left
         # words over: answer with the subcommand's usage and options
         target = _active[-1] if message.startswith("unrecognized arguments") and _active else self
+        if not message.startswith("unrecognized arguments"):
+            # a misspelled flag often shows first as a missing required one: name the misspelling instead
+            unknown = _unknown_options(target)
+            if unknown and suggestion(f"unrecognized arguments: {unknown[0]}", target):
+                message = f"unrecognized arguments: {' '.join(unknown)}"
         hint = suggestion(message, target)
         usage = hint is not None or ": invalid choice:" in message or message.startswith(_USAGE_MISTAKES) \
             or "not allowed with argument" in message
@@ -46,6 +52,12 @@ class Parser(argparse.ArgumentParser):
         todo = f"did you mean {hint}?" if hint else f"see {target.prog} --help"
         line = message.replace("\n", " ")
         self.exit(EXIT_INVALID, f"tierlog: error: {line}; {todo}\n")
+
+
+def _unknown_options(parser: argparse.ArgumentParser) -> list[str]:
+    known = {s for a in parser._actions for s in a.option_strings}
+    words = getattr(parser, "_words", [])
+    return [w for w in words if w.startswith("--") and w.split("=", 1)[0] not in known]
 
 
 def suggestion(message: str, parser: argparse.ArgumentParser) -> str | None:
