@@ -1005,6 +1005,53 @@ class Admin:
 
         return await self._call("list_consumer_group_offsets", timeout_ms, attempt)
 
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[Any, int | OffsetAndMetadata], *,
+                                           timeout_ms: int | None = None) -> None:
+        """Set the committed offsets of a group that has no members ({TopicPartition: offset}), as Kafka's
+        ``alterConsumerGroupOffsets``: an OffsetCommit with generation -1 to the group's coordinator (a
+        group that does not exist yet is created empty). A group with members refuses it
+        (UNKNOWN_MEMBER_ID); a partition's error is raised as in the other operations."""
+        wanted = {_tp(tp): (v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v)))
+                  for tp, v in offsets.items()}
+        for tp, om in wanted.items():
+            if om.offset < 0:
+                raise ValueError(f"Invalid offset {om.offset} for partition {tp}")
+        pending = dict(wanted)
+        results: dict[TopicPartition, None] = {}
+        failures: dict[TopicPartition, errors.KafkaError] = {}
+
+        async def attempt(deadline: float) -> None:
+            node = await self._coordinator(group_id, deadline)
+            r = await self._send(node, ApiKey.OFFSET_COMMIT, {
+                "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None,
+                "topics": self._by_topic(pending, lambda tp: {
+                    "partition_index": tp.partition, "committed_offset": wanted[tp].offset,
+                    "committed_leader_epoch": wanted[tp].leader_epoch,
+                    "committed_metadata": wanted[tp].metadata or ""})}, deadline)
+            retry = None
+            for t in r.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if tp not in pending:
+                        continue
+                    code = p.error_code.value
+                    if code == errors.NO_ERROR:
+                        results[tp] = None
+                    else:
+                        exc = _error(code, None, f"OffsetCommit of {tp.topic}-{tp.partition} for group {group_id!r}")
+                        if exc.retriable:  # the coordinator moved or is loading: find it again
+                            retry = exc
+                            continue
+                        failures[tp] = exc
+                    del pending[tp]
+            self._missing(pending, failures, retry, "partition")
+            if retry is not None:
+                raise retry
+
+        await self._call("alter_consumer_group_offsets", timeout_ms, attempt)
+        _finish(wanted, results, failures)
+
     async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None) -> None:
         """Delete groups with no members (and their offsets). NonEmptyGroupError for a group with
         members, GroupIdNotFoundError for one that does not exist."""
