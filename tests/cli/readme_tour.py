@@ -1,0 +1,93 @@
+"""Runs the README's five-minute tour as written, inside a network namespace of its own so that the tour's
+fixed addresses (127.0.0.1:9092 and :9464 of ``config/server.properties``) cannot meet another test's.
+
+``python tests/cli/readme_tour.py WORKDIR`` (started by tests/cli/test_readme_tour.py under ``unshare -n``)
+brings the namespace's loopback up, starts the README's broker command in WORKDIR (a copy of ``config/``),
+runs each command of the tour's block with bash and prints one JSON line: every command, its exit status,
+its output and how long it took. The tour asks the reader to run ``tierlog tier status`` again until the
+closed segments are remote; the driver does the same, asking the status endpoint (``--json``) when to stop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STATUS_DEADLINE_S = 240
+
+
+def readme_commands() -> tuple[str, list[str]]:
+    """The broker command of the README's set-up (after its ``pip install ... &&``) and the tour's commands."""
+    text = (ROOT / "README.md").read_text()
+    broker = re.search(r"^pip install -e \. && (tierlog broker .*)$", text, re.M)
+    tour = re.search(r"<!-- tour -->\n```bash\n(.*?)```", text, re.S)
+    assert broker and tour, "README lost its broker command or its <!-- tour --> block"
+    return broker[1], [line for line in tour[1].splitlines() if line.strip()]
+
+
+def _copied(workdir: Path, command: str) -> bool:
+    """Whether the status command's partitions have every closed segment in the remote tier."""
+    out = subprocess.run(f"{command} --json", shell=True, cwd=workdir, capture_output=True, text=True,
+                         executable="/bin/bash")
+    if out.returncode != 0:
+        return False
+    rows = json.loads(out.stdout)["partitions"]
+    return bool(rows) and all((r.get("remote_segments") or 0) > 0 and r.get("copy_lag_segments") == 0
+                              for r in rows)
+
+
+def main(workdir: Path) -> None:
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    broker_command, commands = readme_commands()
+    t0 = time.monotonic()
+    broker = subprocess.Popen(broker_command, shell=True, cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, executable="/bin/bash")
+    output: list[str] = []
+    ready = threading.Event()
+
+    def drain():
+        for line in broker.stdout:
+            output.append(line)
+            if "tierlog broker ready on" in line:
+                ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    steps = []
+    try:
+        if not ready.wait(120):
+            raise SystemExit("the README's broker never said it was ready:\n" + "".join(output[-40:]))
+        steps.append({"command": broker_command, "seconds": round(time.monotonic() - t0, 2), "exit": None})
+        for command in commands:
+            start = time.monotonic()
+            runs = 0
+            while True:
+                result = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
+                                        executable="/bin/bash", timeout=300)
+                runs += 1
+                if not command.startswith("tierlog tier status") or result.returncode != 0 \
+                        or _copied(workdir, command) or time.monotonic() - start > STATUS_DEADLINE_S:
+                    break
+                time.sleep(2)  # the reader's "run it again"
+            steps.append({"command": command, "exit": result.returncode, "runs": runs,
+                          "seconds": round(time.monotonic() - start, 2),
+                          "stdout": result.stdout[-3000:], "stderr": result.stderr[-3000:]})
+            if result.returncode != 0:
+                break
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(60)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+    print(json.dumps({"steps": steps, "broker_exit": broker.returncode, "broker_tail": output[-5:]}))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
