@@ -17,6 +17,7 @@ a lookup and an add, never a label string built per request. docs/metrics.md lis
 from __future__ import annotations
 
 import dataclasses
+import operator
 import typing
 from collections.abc import Callable, Iterable
 
@@ -200,6 +201,9 @@ def _plan(cls: type) -> tuple | None:
     return plan
 
 
+_ERROR_CODE = operator.attrgetter("error_code")
+
+
 def _walk(obj, plan: tuple, counts: dict[int, int]) -> None:
     has_code, nested = plan
     if has_code:
@@ -211,11 +215,16 @@ def _walk(obj, plan: tuple, counts: dict[int, int]) -> None:
         value = getattr(obj, name)
         if value is None:
             continue
-        if many:
+        if not many:
+            _walk(value, sub, counts)
+        elif sub[1]:
             for item in value:
                 _walk(item, sub, counts)
-        else:
-            _walk(value, sub, counts)
+        elif any(map(_ERROR_CODE, value)):  # entries holding only codes (partitions): read in C, mostly all 0
+            for code in map(_ERROR_CODE, value):
+                if code:
+                    code = int(code)
+                    counts[code] = counts.get(code, 0) + 1
 
 
 class BrokerTopicMetrics:

@@ -617,7 +617,11 @@ class SocketServer:
             else:
                 # Produce and Fetch answers (already bytes) were counted by their handlers.
                 if metrics is not None and response is not None and not isinstance(response, offload.EncodedResponse):
-                    metrics.count_response_errors(ctx, response)
+                    if big:  # the answer to a huge request may hold millions of entries: walked off the loop
+                        asyncio.get_running_loop().run_in_executor(None, metrics.count_response_errors, ctx,
+                                                                   response)
+                    else:
+                        metrics.count_response_errors(ctx, response)
             if response is None:
                 return None, timers  # acks=0 produce: no response
             elapsed = time.monotonic() - started
