@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from tests.faults.tmpfs import hold_space, mount_tmpfs, unmount
 from tests.harness import ROOT
 from tests.harness.broker import BrokerProcess, log_lines
 from tests.harness.rawclient import RawClient
-from tests.harness.tiered import metrics_url, tier_status, tiered_settings, wait_for
+from tests.harness.tiered import metrics_url, sample_value, scrape, tier_status, tiered_settings, wait_for
 from tierlog.errors import KafkaStorageError
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches, iter_records, verify_crc
@@ -178,10 +177,9 @@ def check_offline_dir_is_reported(b: BrokerProcess, log_dir: Path) -> None:
     errors = error_lines(b)
     assert len(errors) == 1, errors
     assert str(log_dir) in errors[0] and "No space left on device" in errors[0]
-    with urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=30) as resp:
-        metrics = resp.read().decode().splitlines()
-    assert "kafka_log_logmanager_offlinelogdirectorycount 1" in metrics
-    assert f'kafka_log_logmanager_logdirectoryoffline{{logDirectory="{log_dir}"}} 1' in metrics
+    metrics = scrape(b)
+    assert sample_value(metrics, "kafka_log_logmanager_offlinelogdirectorycount") == 1
+    assert sample_value(metrics, "kafka_log_logmanager_logdirectoryoffline", logDirectory=log_dir) == 1
     out = subprocess.run([sys.executable, "-m", "tierlog", "tier", "status", "--url", metrics_url(b)],
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})

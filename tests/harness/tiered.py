@@ -6,6 +6,9 @@ import json
 import time
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
 from tests.harness.broker import BrokerProcess
 
 
@@ -27,6 +30,19 @@ def metrics_url(b: BrokerProcess) -> str:
         if "Metrics on " in line:
             return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
     raise AssertionError("no 'Metrics on' line in the broker's output:\n" + "".join(b.output))
+
+
+def scrape(target: BrokerProcess | str) -> list[Sample]:
+    """Every sample of a broker's ``/metrics`` (a broker, or its metrics URL), parsed as Prometheus does."""
+    url = target if isinstance(target, str) else metrics_url(target)
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def sample_value(samples: list[Sample], name: str, **labels) -> float | None:
+    """The value of the sample ``name`` with exactly these labels, or None."""
+    want = {k: str(v) for k, v in labels.items()}
+    return next((s.value for s in samples if s.name == name and s.labels == want), None)
 
 
 def call(b: BrokerProcess, path: str, method: str = "GET") -> dict:

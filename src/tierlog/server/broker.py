@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+
 from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, LocalBrokerChannel, ensure_meta_properties
 from tierlog.cluster.image import MetadataDelta, MetadataImage
 from tierlog.config import BrokerConfig
@@ -35,6 +37,7 @@ from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
+from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
@@ -139,8 +142,12 @@ class Broker:
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
         controller.elect_leaders()
+        topic_metrics = BrokerTopicMetrics(self.metrics)
         rm = self.replica_manager = ReplicaManager(self.node_id, self.log_manager, controller,
-                                                   self.remote_log_manager, lambda: controller.effective_config)
+                                                   self.remote_log_manager, lambda: controller.effective_config,
+                                                   topic_metrics)
+        self._register_state_metrics(rm)
+        request_metrics = self.socket_server.request_metrics
         failures.add_listener(rm.handle_log_dir_failure)
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
@@ -149,8 +156,10 @@ class Broker:
                                                                 offsets_store)
         controller.add_listener(self._metadata_changes_to(coordinator))
         self._on_ready.append(coordinator.start)
-        for family in (MetadataApis(self.registry, controller, self.node_id), ProduceApis(rm, controller),
-                       FetchApis(rm, controller), OffsetApis(rm, controller), AdminApis(controller, rm),
+        for family in (MetadataApis(self.registry, controller, self.node_id),
+                       ProduceApis(rm, controller, request_metrics),
+                       FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
+                       AdminApis(controller, rm),
                        ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
             family.register(self.registry)
 
@@ -178,6 +187,21 @@ class Broker:
                 await on_ready()
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
+
+    def _register_state_metrics(self, rm: ReplicaManager) -> None:
+        """The figures computed when scraped: partitions and logs, the metadata manager's readiness, and the
+        process (CPU seconds, resident memory, open descriptors; Python's garbage collector and version)."""
+        rlm = self.remote_log_manager
+
+        def rlmm_ready() -> bool | None:
+            if rlm is None:
+                return None
+            rlmm = rlm.rlmm
+            return bool(getattr(rlmm, "initialized", True)) and all(rlmm.is_ready(tp) for tp in list(rlm.partitions))
+
+        self.metrics.register(BrokerStateCollector(self.node_id, lambda: rm.partitions.values(), rlmm_ready))
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self.metrics.registry)
 
     def _build_tiered_storage(self) -> RemoteLogManager:
         """The storage plugin, the metadata manager (configured now, started once the broker is ready,

@@ -62,6 +62,7 @@ from tierlog.protocol import (
     fallback_response_frame,
     offload,
 )
+from tierlog.server.broker_metrics import RequestMetrics
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,6 @@ _malloc_trim = _load_malloc_trim()
 
 MEMORY_POOL_USED = "kafka_network_socketserver_memorypoolused"
 MEMORY_POOL_AVAILABLE = "kafka_network_socketserver_memorypoolavailable"
-CONNECTION_COUNT = "kafka_server_socket_server_metrics_connection_count"
 
 
 def fd_reserve(soft_limit: int) -> int:
@@ -332,8 +332,8 @@ class SocketServer:
         self._error_response = error_response
         self.quotas = ConnectionQuotas(config if config is not None else (lambda: _NO_LIMITS))
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
-        self._connection_count = None if metrics is None else metrics.gauge(
-            CONNECTION_COUNT, "Open client connections (Kafka's socket-server-metrics connection-count)")
+        #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
+        self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
         self._freed = 0  # bytes of big requests freed since the last trim
@@ -357,6 +357,8 @@ class SocketServer:
                 raise StartupError(bind_failure(host, listener.port, e, name=listener.name)) from e
             bound = BoundListener(listener.name, host, socks[0].getsockname()[1],
                                   getattr(listener, "security_protocol", "PLAINTEXT"))
+            if self.request_metrics is not None:
+                self.request_metrics.listener(bound.name)  # its connection count exists (0) from the start
             self._listening.extend((sock, bound) for sock in socks)
             self.bound.append(bound)
         return self.bound
@@ -429,12 +431,14 @@ class SocketServer:
             self._warn.warning(("refused", refused[0]), "Closed a new connection from %s to %s: %s", ip,
                                listener.name, refused[1])
             return
-        task = asyncio.get_running_loop().create_task(self._connection(conn, addr, ip))
+        task = asyncio.get_running_loop().create_task(self._connection(conn, addr, ip, listener.name))
         self._connections.add(task)
-        if self._connection_count is not None:
-            self._connection_count.set(self.quotas.total)
+        if self.request_metrics is not None:
+            open_, created, _ = self.request_metrics.listener(listener.name)
+            open_.inc()
+            created.inc()
 
-    async def _connection(self, conn: socket.socket, peer, ip: str) -> None:
+    async def _connection(self, conn: socket.socket, peer, ip: str, listener: str) -> None:
         task = asyncio.current_task()
         writer = None
         try:
@@ -449,8 +453,10 @@ class SocketServer:
         finally:
             self._connections.discard(task)
             self.quotas.dec(ip)
-            if self._connection_count is not None:
-                self._connection_count.set(self.quotas.total)
+            if self.request_metrics is not None:
+                open_, _, closed = self.request_metrics.listener(listener)
+                open_.dec()
+                closed.inc()
             if writer is not None:
                 writer.close()
             else:
@@ -505,6 +511,8 @@ class SocketServer:
                 except InvalidFrameError as e:  # FrameTooLargeError's text names socket.request.max.bytes
                     self._warn.warning(("frame", type(e).__name__), "Closing connection from %s: %s", peer, e)
                     return
+                if frames:
+                    received = time.monotonic()  # the requests' last bytes are read: their clocks start
                 if pool is not None:
                     in_memory = decoder.buffered + sum(len(f) for f in frames)
                     if in_memory > held:  # frames begun and ended in this chunk: read already, counted
@@ -512,7 +520,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out = await self._handle(frame, peer)
+                        out, timers = await self._handle(frame, peer, received)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -521,6 +529,10 @@ class SocketServer:
                         else:
                             await self._send_parts(writer, out)
                         await writer.drain()
+                    if timers:
+                        total_ms = (time.monotonic() - received) * 1000
+                        for m in timers:
+                            m.total_time.observe(total_ms)
                     size = len(frame)
                     if pool is not None:  # answered: its bytes go back to the pool
                         held -= size
@@ -580,10 +592,12 @@ class SocketServer:
                 if fd is not None:
                     os.close(fd)
 
-    async def _handle(self, frame: bytes, peer) -> bytes | list | None:
+    async def _handle(self, frame: bytes, peer, received: float) -> tuple[bytes | list | None, tuple]:
+        """The answer to one frame (None: no answer) and the request metrics to time it with."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
+        metrics = self.request_metrics
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)
@@ -591,13 +605,22 @@ class SocketServer:
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
                 if fallback is not None:
-                    return fallback
+                    return fallback, ()
                 log.warning("Closing connection from %s: %s", peer, e)
                 raise _CloseConnection from e
             started = time.monotonic()
+            timers = ()
+            if metrics is not None:  # children resolved once per API: a lookup and an add here
+                timers = metrics.for_request(ctx)
+                queue_ms = (started - received) * 1000
+                for m in timers:
+                    m.requests.inc()
+                    m.queue_time.observe(queue_ms)
             try:
                 response = await spec.handler(ctx)
             except KafkaError as e:
+                if metrics is not None:
+                    metrics.request_error(ctx, e.code)
                 response = self._error_response(ctx, e)
                 if response is None:
                     log.warning("Closing connection from %s: %s v%d failed: %s", peer, ctx.api_name, ctx.api_version,
@@ -605,17 +628,27 @@ class SocketServer:
                     raise _CloseConnection from e
             except Exception as e:
                 log.exception("%s v%d from %s failed", ctx.api_name, ctx.api_version, peer)
+                if metrics is not None:
+                    metrics.request_error(ctx, KafkaError.code)
                 response = self._error_response(ctx, KafkaError(f"{type(e).__name__}: {e}"))
                 if response is None:
                     raise _CloseConnection from e
+            else:
+                # Produce and Fetch answers (already bytes) were counted by their handlers.
+                if metrics is not None and response is not None and not isinstance(response, offload.EncodedResponse):
+                    if big:  # the answer to a huge request may hold millions of entries: walked off the loop
+                        asyncio.get_running_loop().run_in_executor(None, metrics.count_response_errors, ctx,
+                                                                   response)
+                    else:
+                        metrics.count_response_errors(ctx, response)
             if response is None:
-                return None  # acks=0 produce: no response
+                return None, timers  # acks=0 produce: no response
             elapsed = time.monotonic() - started
             if elapsed > 5:
                 log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
             if ctx.api_key == ApiKey.FETCH and not isinstance(response, offload.EncodedResponse):
-                return encode_response_parts(ctx, response)
+                return encode_response_parts(ctx, response), timers
             out = await offload.encode(ctx, response, big)
             if big:  # the request's big arrays are freed in slices, off the loop
                 asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
-            return await offload.sendable(out)  # a big frame: FrameFile parts for the sendfile path
+            return await offload.sendable(out), timers  # a big frame: FrameFile parts for the sendfile path

@@ -53,6 +53,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol.offload import Pacer, free_later
+from tierlog.server.broker_metrics import BrokerTopicMetrics
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -75,13 +76,16 @@ FETCH_SLICE = 256
 
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, controller: Controller,
-                 remote_log_manager: RemoteLogManager | None, config: Callable[[], BrokerConfig]):
-        """``config`` returns the broker's current configuration, dynamic changes included."""
+                 remote_log_manager: RemoteLogManager | None, config: Callable[[], BrokerConfig],
+                 topic_metrics: BrokerTopicMetrics | None = None):
+        """``config`` returns the broker's current configuration, dynamic changes included; ``topic_metrics``
+        counts bytes and messages in."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.controller = controller
         self.remote_log_manager = remote_log_manager
         self._config = config
+        self.topic_metrics = topic_metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
 
@@ -140,6 +144,8 @@ class ReplicaManager:
             for p in gone:
                 lm.delete_log(topic.name, p.index)
                 self._wake((topic.name, p.index))
+            if self.topic_metrics is not None:
+                self.topic_metrics.forget(topic.name)
         for topic in delta.configs_changed:
             config = self.controller.log_config(topic.name)
             partitions = self._topic_partitions(topic.name)
@@ -226,6 +232,10 @@ class ReplicaManager:
         p.maybe_increment_high_watermark()
         if not info.duplicate:
             self._wake((topic, partition))
+        if self.topic_metrics is not None:  # as Kafka's appendToLocalLog: every append, internal topics too
+            # The offsets taken are the batches' record counts (validation holds them equal): no record is read.
+            count = 0 if info.duplicate else info.last_offset - info.first_offset + 1
+            self.topic_metrics.appended(topic, len(records), count)
         return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
                 "log_start_offset": p.log.log_start_offset}
 

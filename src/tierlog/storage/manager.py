@@ -81,7 +81,7 @@ class LogManager:
                 metrics.gauge(OFFLINE_LOG_DIRECTORY_COUNT, "Log dirs offline after an I/O error (Kafka's "
                               "LogManager OfflineLogDirectoryCount)."),
                 metrics.gauge(LOG_DIRECTORY_OFFLINE, "1 while the log dir is offline after an I/O error, else 0 "
-                              "(Kafka's LogManager LogDirectoryOffline)."))
+                              "(Kafka's LogManager LogDirectoryOffline).", ("logDirectory",)))
             self._update_metrics()
 
     # ------------------------------------------------------------------ log dir failures

@@ -93,7 +93,14 @@ class RemoteStorageMetrics:
     PREFIX = "kafka_server_brokertopicmetrics_"
 
     def __init__(self, registry: MetricsRegistry) -> None:
-        c, g = registry.counter, registry.gauge
+        topic, partition = ("topic",), ("topic", "partition")
+
+        def c(name, doc, labels=topic):
+            return registry.counter(name, doc, labels)
+
+        def g(name, doc, labels=partition):
+            return registry.gauge(name, doc, labels)
+
         p = self.PREFIX
         self.copy_requests = c(p + "remotecopyrequests_total", "Segment uploads started (RemoteCopyRequestsPerSec).")
         self.copy_bytes = c(p + "remotecopybytes_total", "Bytes of segments uploaded (RemoteCopyBytesPerSec).")
@@ -116,11 +123,11 @@ class RemoteStorageMetrics:
         self.log_metadata_count = g(p + "remotelogmetadatacount",
                                     "Remote segments known to the metadata manager (RemoteLogMetadataCount).")
         self.disablements = c("tierlog_remote_topic_disablements_total",
-                              "Tiered storage disablements completed on this broker, by policy (KIP-950).")
+                              "Tiered storage disablements completed on this broker, by policy (KIP-950).", ("policy",))
         self.disable_bytes_left = g("tierlog_remote_disable_bytes_left",
                                     "Remote bytes still to delete by delete-policy disablements (KIP-950).")
         self.copy_throttle_seconds = c("tierlog_remote_copy_throttle_seconds_total",
-                                       "Time segment uploads waited for the copy quota (KIP-956).")
+                                       "Time segment uploads waited for the copy quota (KIP-956).", ())
         self.fetch_throttled = c("tierlog_remote_fetch_throttled_total",
                                  "Partition reads answered empty because the remote fetch quota was exceeded "
                                  "(KIP-956).")

@@ -19,6 +19,7 @@ from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, offload
 from tierlog.protocol.hot_responses import encode_fetch_response
 from tierlog.protocol.offload import Pacer
+from tierlog.server.broker_metrics import BrokerTopicMetrics, RequestMetrics, fetch_replica_id
 from tierlog.server.fetch_types import BIG_FETCH, FetchIsolation, FetchParams, FetchPartitionData, PartitionFetch
 from tierlog.server.replica_manager import ReplicaManager
 
@@ -29,9 +30,14 @@ MIN_PARTITION_BYTES = 16
 
 
 class FetchApis:
-    def __init__(self, replica_manager: ReplicaManager, controller: Controller):
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller,
+                 request_metrics: RequestMetrics | None = None, topic_metrics: BrokerTopicMetrics | None = None):
+        """``request_metrics`` counts partitions answered with an error, ``topic_metrics`` the bytes sent to
+        consumers (Kafka's ErrorsPerSec and BytesOutPerSec)."""
         self.replica_manager = replica_manager
         self.controller = controller
+        self.request_metrics = request_metrics
+        self.topic_metrics = topic_metrics
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FETCH, 4, 17, self.fetch)
@@ -40,7 +46,7 @@ class FetchApis:
         req = ctx.request
         rm = self.replica_manager
         by_id = ctx.api_version >= 13
-        replica_id = _replica_id(req)
+        replica_id = fetch_replica_id(req)
         if replica_id >= 0:
             isolation = FetchIsolation.LOG_END  # a follower reads up to the log end
         elif getattr(req, "isolation_level", 0) == READ_COMMITTED:
@@ -57,7 +63,7 @@ class FetchApis:
         if ctx.frame_size >= MIN_PARTITION_BYTES * BIG_FETCH and (
                 ctx.frame_size >= offload.BIG_FRAME_BYTES or len(req.topics) >= BIG_FETCH
                 or sum(len(t.partitions) for t in req.topics) >= BIG_FETCH):
-            return await self._fetch_many(ctx, params, by_id)
+            return await self._fetch_many(ctx, params, by_id, replica_id >= 0)
         keys = []  # each partition's topic key in the response (name, or id from v13)
         fetches = []
         for t in req.topics:
@@ -69,13 +75,15 @@ class FetchApis:
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                               getattr(p, "current_leader_epoch", -1), unknown))
         results = await rm.fetch_messages(params, fetches)
+        self._count(fetches, results, replica_id >= 0)
         # Written straight to bytes and file regions (protocol/hot_responses.py): through kio the answer cost a
         # tenth of the consume path's CPU.
         answer = _answer(keys, fetches, results, by_id)
         return offload.EncodedResponse(encode_fetch_response(ctx.api_version, ctx.correlation_id,
                                                              answer["responses"]))
 
-    async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool) -> offload.EncodedResponse:
+    async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool,
+                          follower: bool) -> offload.EncodedResponse:
         """:meth:`fetch` for a request naming many partitions: the same steps, each yielding to the loop
         every few ms, and the answer built and encoded in a worker thread."""
         rm = self.replica_manager
@@ -99,9 +107,28 @@ class FetchApis:
                 if not walked & 511:
                     await pacer()
         results = await rm.fetch_messages(params, fetches)
-        answer = await offload.respond_parts(ctx, lambda: _answer(keys, fetches, results, by_id))
+
+        def answer_counted() -> dict:  # in the worker thread: counting walks every partition too
+            self._count(fetches, results, follower)
+            return _answer(keys, fetches, results, by_id)
+
+        answer = await offload.respond_parts(ctx, answer_counted)
         offload.free_later(keys, fetches, results)
         return answer
+
+    def _count(self, fetches: list[PartitionFetch], results: list[FetchPartitionData], follower: bool) -> None:
+        """Errors by partition, and bytes sent per topic to consumers (a follower's are replication bytes)."""
+        errors, sent = self.request_metrics, self.topic_metrics
+        if errors is None and sent is None:
+            return
+        for f, r in zip(fetches, results):
+            if r.error_code:
+                if errors is not None:
+                    errors.error(ApiKey.FETCH, r.error_code, follower)
+            elif sent is not None and not follower:
+                size = len(r.records)
+                if size:
+                    sent.sent(f.topic, size)
 
 
 def _answer(keys: list, fetches: list[PartitionFetch], results: list[FetchPartitionData], by_id: bool) -> dict:
@@ -121,10 +148,3 @@ def _answer(keys: list, fetches: list[PartitionFetch], results: list[FetchPartit
             "preferred_read_replica": -1, "records": r.records})
     return {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0, "responses": topics}
 
-
-def _replica_id(req) -> int:
-    """The fetching replica (-1 for consumers): a field of its own up to v14, in ReplicaState from v15."""
-    state = getattr(req, "replica_state", None)
-    if state is not None:
-        return state.replica_id
-    return getattr(req, "replica_id", -1)

@@ -26,6 +26,7 @@ from tierlog.protocol.hot_responses import encode_produce_response
 from tierlog.protocol.offload import EncodedResponse
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.validation import record_errors_of
+from tierlog.server.broker_metrics import RequestMetrics
 from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,12 @@ def _validate_records(version: int, records: bytes) -> KafkaError | None:
 
 
 class ProduceApis:
-    def __init__(self, replica_manager: ReplicaManager, controller: Controller):
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller,
+                 request_metrics: RequestMetrics | None = None):
+        """``request_metrics`` counts the partitions answered with an error (Kafka's ErrorsPerSec)."""
         self.replica_manager = replica_manager
         self.controller = controller
+        self.request_metrics = request_metrics
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -102,10 +106,14 @@ class ProduceApis:
                     if invalid is not None:
                         result["error_code"] = invalid.code
                         parts.append(result)
+                        if self.request_metrics is not None:
+                            self.request_metrics.error(ApiKey.PRODUCE, invalid.code)
                         continue
                     result.update(rm.append_records(name, pd.index, records, acks))
                 except KafkaError as e:
                     result["error_code"] = e.code
+                    if self.request_metrics is not None:
+                        self.request_metrics.error(ApiKey.PRODUCE, e.code)
                     record_errors = record_errors_of(e)
                     if record_errors is not None:
                         # Kafka's RecordValidationException: a message and the index of each failing record
