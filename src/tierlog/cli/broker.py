@@ -19,4 +19,4 @@ def cmd_broker(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     from tierlog import broker_main
 
-    return int(broker_main.run(cfg) or 0)
+    return int(broker_main.run(cfg, debug=bool(getattr(args, "debug", False))) or 0)
