@@ -30,7 +30,7 @@ from tierlog.kafka_uuid import uuid_to_str
 from . import options as options_mod
 from .options import BrokerUnreachableError, RemoteStoreConfigError, SourceOptionError
 from .plan import Planner
-from .progress import Progress
+from .progress import Progress, size
 
 SPARK_EXTRA = "Spark jobs need the spark extra: pip install 'tierlog[spark]'"
 
@@ -88,7 +88,8 @@ def run(job: str, options: Mapping[str, str], *, master: str = "local[*]", outpu
     else:
         raise SourceOptionError(f"unknown job {job!r}")
     from . import session
-    spark = session(master, f"tierlog {job}")
+    # the job draws its own progress: Spark's stage bars would garble a log that is not a terminal
+    spark = session(master, f"tierlog {job}", **{"spark.ui.showConsoleProgress": "false"})
     try:
         if job == "export":
             return export(spark, options, output, checkpoint, total=total)
@@ -138,7 +139,7 @@ def export(spark, options: Mapping[str, str], output: str, checkpoint: str, tota
         _batches(query, rows)
         written = _folder_bytes(output) - before
         progress.update(sum(rows.values()), written)
-        progress.finish(f"{sum(rows.values()):,} rows, {written / 1e6:,.1f} MB of Parquet written")
+        progress.finish(f"{sum(rows.values()):,} rows, {size(written)} of Parquet written")
     return {"rows": sum(rows.values()), "batches": len(rows), "output": output}
 
 
@@ -230,7 +231,7 @@ def _segments(options: Mapping[str, str], job: str = "metadata") -> list[dict]:
         tps = planner.partitions()
         with Progress(f"{job}: reading __remote_log_metadata", "records") as progress:
             remote = planner.remote_segments(tps, progress=progress.update)
-            progress.finish()
+            progress.finish(always=False)
     finally:
         planner.close()
     now = int(time.time() * 1000)
@@ -330,7 +331,7 @@ def audit_inputs(options: Mapping[str, str]) -> tuple[list[dict], list[dict]]:
             objects.append({"key": key, "size": size, "topic": pk.topic if pk else None,
                             "segment_id": uuid_to_str(pk.segment_id) if pk else None})
         progress.update(len(objects), sum(size for _, size in listed))
-        progress.finish()
+        progress.finish(always=False)
     stored = {(o["topic"], o["segment_id"]) for o in objects}
     by_topic: dict[str, int] = {}
     found: set[str] = set()

@@ -15,8 +15,10 @@ from typing import TextIO
 PLAIN_INTERVAL = 5.0
 
 
-def _mb(n: float) -> str:
-    return f"{n / 1e6:,.1f} MB"
+def size(n: float) -> str:
+    """Bytes as people read them: ``240.5 kB``, ``51.2 MB`` (decimal units, as rich's transfer columns)."""
+    from rich.filesize import decimal
+    return decimal(int(n))
 
 
 def _duration(seconds: float) -> str:
@@ -68,7 +70,7 @@ class Progress:
             head = f"{self.done:,} of {self.total:,} {self.unit} ({100 * min(self.done, self.total) // self.total}%)"
         else:
             head = f"{self.done:,} {self.unit}"
-        parts = [head, _mb(self.bytes), f"{self.rate():,.0f} {self.unit}/s"]
+        parts = [head, size(self.bytes), f"{self.rate():,.0f} {self.unit}/s"]
         eta = self.eta()
         if eta is not None:
             parts.append(f"ETA {_duration(eta)}")
@@ -97,21 +99,25 @@ class Progress:
             self._rich.update(self._task, completed=self.done, total=self.total, figures=self.text())
             return
         now = time.monotonic()
-        state = (self.done, self.bytes, self.total)
+        state = (self.done, size(self.bytes), self.total)  # as printed: no line that looks like the last
         if state != self._printed and now - self._last_line >= self.interval:
             self._line(self.text())
             self._printed, self._last_line = state, now
 
-    def finish(self, summary: str | None = None) -> None:
-        """The last line: the figures (or ``summary``) and how long it took."""
+    def finish(self, summary: str | None = None, always: bool = True) -> None:
+        """The last line: the figures (or ``summary``) and how long it took; off a terminal, with
+        ``always`` false, only for a step that took long enough to have printed a line."""
         if self._rich is not None:
             self._rich.update(self._task, completed=self.done, total=self.total or self.done or 1,
                               figures=self.text())
             self._rich.stop()
             self._rich = None
             return
-        took = _duration(time.monotonic() - self.started)
-        self._line(f"{summary or f'{self.done:,} {self.unit}, {_mb(self.bytes)}'} in {took}")
+        elapsed = time.monotonic() - self.started
+        if not always and self._printed is None and elapsed < self.interval:
+            return
+        took = _duration(elapsed)
+        self._line(f"{summary or f'{self.done:,} {self.unit}, {size(self.bytes)}'} in {took}")
 
     def __exit__(self, *exc: object) -> None:
         if self._rich is not None:
