@@ -212,3 +212,60 @@ def test_progress_is_a_few_plain_lines_off_a_terminal_and_a_bar_on_one():
         p.update(500, 1_000_000)
         p.finish()
     assert "500 of 1,000 rows (50%)" in tty.getvalue()
+
+
+def test_the_store_check_tells_retention_from_a_wrong_store(cluster, wrong_topic, tmp_path):  # noqa: F811
+    """The rule of tierlog.spark.store.verify, on the driver alone (no Spark): one planned segment of a topic
+    present is enough; none present is a wrong store, unless every planned segment is now below its
+    partition's log start (retention deleted them after the metadata was read)."""
+    import shutil
+
+    from tierlog.spark.options import RemoteStoreConfigError, parse
+    from tierlog.spark.plan import Planner, RemoteSlice
+    from tierlog.spark.store import verify
+    topic, _ = wrong_topic
+
+    def planned(store: Path):
+        opts = parse({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic, "tierlog.rsm.dir": str(store)})
+        planner = Planner(opts)
+        return opts, planner, {k: (0, v[1]) for k, v in planner.bounds(planner.partitions()).items()}
+
+    opts, planner, ranges = planned(Path(cluster.remote_dir))
+    try:
+        tasks = planner.plan(ranges)
+    finally:
+        planner.close()
+    segments: dict = {}
+    for t in tasks:
+        if isinstance(t, RemoteSlice):
+            segments.setdefault((t.topic, t.partition), []).append(t.segment)
+    assert sum(map(len, segments.values())) >= 4
+
+    # Only the oldest segment of partition 0 in the store: retention at work, not a wrong store.
+    partial = tmp_path / "partial"
+    oldest = min(segments[(topic, 0)], key=lambda m: m.start_offset)
+    for f in Path(cluster.remote_dir).glob(f"{topic}-*/0/{oldest.start_offset:020d}-*"):
+        target = partial / f.relative_to(cluster.remote_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, target)
+    opts, planner, ranges = planned(partial)
+    try:
+        planner.plan(ranges)
+    finally:
+        planner.close()
+
+    # None of them: a wrong store, unless the log start has moved past every one of them.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    opts, planner, ranges = planned(empty)
+    try:
+        with pytest.raises(RemoteStoreConfigError, match=f"remote store {re.escape(str(empty))} holds none"):
+            planner.plan(ranges)
+    finally:
+        planner.close()
+    from tierlog.client.types import TopicPartition
+    by_tp = {TopicPartition(t, p): mds for (t, p), mds in segments.items()}
+    past = {tp: max(m.end_offset for m in mds) + 1 for tp, mds in by_tp.items()}
+    verify(opts, by_tp, lambda tps: past)  # retention deleted them all: data loss, for failOnDataLoss
+    with pytest.raises(RemoteStoreConfigError):
+        verify(opts, by_tp, lambda tps: {tp: 0 for tp in tps})
