@@ -165,10 +165,11 @@ def test_unreachable_bootstrap_and_missing_extra_are_one_line(tmp_path):
     assert "127.0.0.1:1" in line and "tierlog.bootstrapTimeoutMs" in line
     stub = tmp_path / "stub" / "pyspark"
     stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text('raise ImportError("No module named \'pyspark\'")\n')
+    (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n")
     out, _ = cli("storage-report", "--bootstrap-server", "127.0.0.1:1", extra_path=stub.parent)
     assert out.returncode != 0
-    assert one_error_line(out.stderr) == "tierlog: error: Spark jobs need the spark extra: pip install 'tierlog[spark]'"
+    assert one_error_line(out.stderr) == ("tierlog: error: Spark jobs need the spark extra (pyspark is not installed); "
+                                          "pip install 'tierlog[spark]'")
 
 
 def test_relative_store_paths_resolve_beside_the_config_file_then_here(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from .options import BrokerUnreachableError, RemoteStoreConfigError, SourceOptio
 from .plan import Planner
 from .progress import Progress, size
 
-SPARK_EXTRA = "Spark jobs need the spark extra: pip install 'tierlog[spark]'"
+SPARK_EXTRA = "pip install 'tierlog[spark]'"
 
 
 class MissingExtraError(RuntimeError):
@@ -49,8 +49,10 @@ def require_extra() -> None:
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
         from pyspark.sql import datasource  # noqa: F401 - PySpark 4's Python data sources
-    except ImportError:
-        raise MissingExtraError(SPARK_EXTRA) from None
+    except ImportError as e:
+        missing = (getattr(e, "name", None) or "pyspark").split(".")[0]
+        raise MissingExtraError(
+            f"Spark jobs need the spark extra ({missing} is not installed); {SPARK_EXTRA}") from None
 
 
 # Our errors as Spark re-raises them from a Python worker: "...tierlog.spark.options.X: message".
