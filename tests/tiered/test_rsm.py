@@ -247,6 +247,35 @@ def test_filesystem_writes_atomically_and_cleans_folders(make_rsm, segment, tmp_
     assert root.exists() and list(root.iterdir()) == []
 
 
+def test_read_only_filesystem_never_creates_or_changes_the_folder(make_rsm, segment, tmp_path):
+    missing = tmp_path / "nowhere" / "remote"
+    reader = create_remote_storage_manager("filesystem", {"dir": str(missing)}, read_only=True)
+    with pytest.raises(RetriableRemoteStorageError, match=re.escape(str(missing)) + ".*does not exist"):
+        reader.list_objects()
+    md = segment.metadata()
+    with pytest.raises(RetriableRemoteStorageError, match="does not exist"):
+        reader.fetch_log_segment(md, 0, 0)
+    assert not (tmp_path / "nowhere").exists()
+    # Over an existing store it reads, and refuses every change.
+    writer = make_rsm("filesystem")
+    writer.copy_log_segment_data(md, segment.data)
+    reader = create_remote_storage_manager("filesystem", writer.configs, read_only=True)
+    assert reader.fetch_log_segment(md, 0, 99) == segment.files["log"][:100]
+    with pytest.raises(RemoteStorageError, match="read-only"):
+        reader.delete_log_segment_data(md)
+    with pytest.raises(RemoteStorageError, match="read-only"):
+        reader.copy_log_segment_data(md, segment.data)
+    assert len(writer.list_objects()) == 3
+
+
+def test_read_only_file_object_store_does_not_create_its_folder(make_rsm, tmp_path):
+    pytest.importorskip("obstore")
+    missing = tmp_path / "nowhere" / "bucket"
+    with pytest.raises(InvalidConfigError, match="Cannot open object store"):
+        create_remote_storage_manager("objectstore", {"url": missing.as_uri()}, read_only=True)
+    assert not (tmp_path / "nowhere").exists()
+
+
 # A memory store lives and dies with its manager.
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if not b.startswith("memory")])
 def test_reads_survive_a_new_instance(backend, make_rsm, segment):

@@ -41,47 +41,54 @@ def _add_job_args(job: argparse.ArgumentParser, name: str) -> None:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from tierlog.spark import jobs, session
-    from tierlog.spark.options import SourceOptionError
+    from tierlog.spark import jobs
+    from tierlog.spark.options import BrokerUnreachableError, SourceOptionError
 
     options: dict[str, str] = {}
-    if args.config or args.override:
-        options.update(spark_options_from_broker(load_config(args)))
-    if args.bootstrap_server:
-        options["kafka.bootstrap.servers"] = args.bootstrap_server
-    if args.pattern:
-        options["subscribePattern"] = args.pattern
-    elif args.topic:
-        options["subscribe"] = ",".join(args.topic)
-    options.update(dict(args.option))
-    if "kafka.bootstrap.servers" not in options:
-        print("tierlog: error: give --bootstrap-server or -c with the broker's configuration", file=sys.stderr)
-        return EXIT_INVALID
-    if not any(k in options for k in ("subscribe", "subscribePattern", "assign")):
-        options["subscribePattern"] = ".*"
-    spark = session(args.master, f"tierlog {args.spark_command}")
+    given = dict(args.option)
     try:
-        if args.spark_command == "export":
-            result = jobs.export(spark, options, args.output, args.checkpoint or f"{args.output}/_checkpoint")
-            print(f"exported {result['rows']} record(s) to {result['output']}")
-        elif args.spark_command == "storage-report":
-            jobs.storage_report(spark, options, args.chart)
-        else:
-            result = jobs.audit(spark, options)
-            return 1 if result["orphans"] or result["missing"] else EXIT_OK
-    except SourceOptionError as e:
+        if args.config or args.override:
+            options.update(spark_options_from_broker(load_config(args), args.config,
+                                                     resolve_dir="tierlog.rsm.dir" not in given))
+        if args.bootstrap_server:
+            options["kafka.bootstrap.servers"] = args.bootstrap_server
+        if args.pattern:
+            options["subscribePattern"] = args.pattern
+        elif args.topic:
+            options["subscribe"] = ",".join(args.topic)
+        options.update(given)
+        if "kafka.bootstrap.servers" not in options:
+            print("tierlog: error: give --bootstrap-server or -c with the broker's configuration", file=sys.stderr)
+            return EXIT_INVALID
+        if not any(k in options for k in ("subscribe", "subscribePattern", "assign")):
+            options["subscribePattern"] = ".*"
+        result = jobs.run(args.spark_command, options, master=args.master, output=getattr(args, "output", None),
+                          checkpoint=getattr(args, "checkpoint", None), chart=getattr(args, "chart", None))
+    except SourceOptionError as e:  # also a remote store that is not the broker's
         print(f"tierlog: error: {e}", file=sys.stderr)
         return EXIT_INVALID
-    finally:
-        spark.stop()
+    except (BrokerUnreachableError, jobs.MissingExtraError, jobs.DataLossJobError) as e:
+        print(f"tierlog: error: {e}", file=sys.stderr)
+        return 1
+    if args.spark_command == "export":
+        print(f"exported {result['rows']} record(s) to {result['output']}")
+    elif args.spark_command == "audit":
+        return 1 if result["orphans"] or result["missing"] else EXIT_OK
     return EXIT_OK
 
 
-def spark_options_from_broker(cfg: Any) -> dict[str, str]:
-    """The data source options that reach a broker and its remote store, from the broker's configuration."""
+def spark_options_from_broker(cfg: Any, config_file: str | None = None, resolve_dir: bool = True) -> dict[str, str]:
+    """The data source options that reach a broker and its remote store, from the broker's configuration;
+    a relative ``rsm.config.dir`` becomes absolute (see tierlog.spark.options.resolve_config_path)."""
+    from tierlog.spark.options import resolve_config_path
+
     options = {"kafka.bootstrap.servers": listener_address(cfg)}
     if cfg["remote.log.storage.system.enable"]:
-        options["tierlog.remote.storage.manager"] = cfg["remote.log.storage.manager.class.name"]
-        options.update({f"tierlog.rsm.{k}": v for k, v in cfg.rsm_config().items()})
+        manager = cfg["remote.log.storage.manager.class.name"]
+        options["tierlog.remote.storage.manager"] = manager
+        rsm = cfg.rsm_config()
+        if manager == "filesystem" and rsm.get("dir") and resolve_dir:
+            rsm["dir"] = resolve_config_path(rsm["dir"], config_file, f"{cfg.rsm_prefix}dir")
+        options.update({f"tierlog.rsm.{k}": v for k, v in rsm.items()})
         options["tierlog.metadataTopicPartitions"] = str(cfg["rlmm.config.remote.log.metadata.topic.num.partitions"])
     return options

@@ -17,12 +17,15 @@ tierlog's:
   ``rsm.config.<key>`` (``tierlog.rsm.dir`` for the filesystem store; ``tierlog.rsm.url`` and the
   credentials for object storage);
 - ``tierlog.metadataTopicPartitions``: partitions of ``__remote_log_metadata`` (read from the broker
-  when not given).
+  when not given);
+- ``tierlog.bootstrapTimeoutMs``: how long the driver waits for a first answer from
+  ``kafka.bootstrap.servers`` before the query fails saying the broker is unreachable (default 15000).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +36,18 @@ LATEST = -1
 
 class SourceOptionError(ValueError):
     """An option a query cannot run with (said in one line, as Spark's Kafka source does)."""
+
+
+class RemoteStoreConfigError(SourceOptionError):
+    """The remote store the options name does not hold what the metadata lists (a wrong folder, URL or key
+    prefix): a configuration error, never data loss, whatever ``failOnDataLoss`` says."""
+
+
+class BrokerUnreachableError(RuntimeError):
+    """No broker of ``kafka.bootstrap.servers`` answered within ``tierlog.bootstrapTimeoutMs``."""
+
+
+DEFAULT_BOOTSTRAP_TIMEOUT_MS = 15_000
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -91,6 +106,7 @@ class SourceOptions:
     storage_manager: str | None = None
     storage_config: dict[str, str] = field(default_factory=dict)
     metadata_partitions: int | None = None
+    bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS
     topic: str | None = None  # sink
 
     @property
@@ -150,6 +166,7 @@ def parse(options: Mapping[str, str], *, streaming: bool = False, sink: bool = F
         include_headers=_bool(lowered, "includeheaders", False),
         read_mode=mode, storage_manager=manager, storage_config=storage,
         metadata_partitions=_int(lowered, "tierlog.metadatatopicpartitions", None),
+        bootstrap_timeout_ms=_int(lowered, "tierlog.bootstraptimeoutms", DEFAULT_BOOTSTRAP_TIMEOUT_MS),
         topic=lowered.get("topic"),
     )
     for key, attr in (("startingoffsetsbytimestamp", "starting_by_timestamp"),
@@ -165,4 +182,29 @@ def parse(options: Mapping[str, str], *, streaming: bool = False, sink: bool = F
         raise SourceOptionError("option maxOffsetsPerTrigger must be at least 1")
     if out.min_partitions is not None and out.min_partitions < 1:
         raise SourceOptionError("option minPartitions must be at least 1")
+    if out.bootstrap_timeout_ms < 1:
+        raise SourceOptionError("option tierlog.bootstrapTimeoutMs must be at least 1")
     return out
+
+
+def resolve_config_path(value: str, config_file: str | None, setting: str) -> str:
+    """An absolute path for a folder setting read from a broker configuration file (``rsm.config.dir``).
+
+    A relative path is looked up beside the configuration file first, then in the current folder (where
+    a broker started from here resolves it, as Kafka resolves relative paths against its working
+    folder); the first that exists is used. When neither exists the path cannot be the broker's folder
+    as seen from here: RemoteStoreConfigError names both places."""
+    if os.path.isabs(value):
+        return os.path.normpath(value)
+    if not config_file:
+        return os.path.abspath(value)
+    beside = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(config_file)), value))
+    here = os.path.abspath(value)
+    for candidate in (beside, here):
+        if os.path.isdir(candidate):
+            return candidate
+    where = (f"does not exist beside it ({beside})" if here == beside
+             else f"exists neither beside it ({beside}) nor in the current folder ({here})")
+    raise RemoteStoreConfigError(
+        f"{setting}={value} in {config_file} is a relative path that {where}; give the remote store's "
+        f"absolute path in the file, or --option tierlog.rsm.dir=PATH")

@@ -11,7 +11,12 @@ is cut into tasks:
 - the rest (the local tail, or everything in ``broker`` mode) through the broker, in slices.
 
 Only COPY_SEGMENT_FINISHED segments are used, and for each offset the segment the broker itself would
-read (the newest upload covering it), so a segment re-uploaded by a later leader is read once.
+read (the newest upload covering it), so a segment re-uploaded by a later leader is read once. Before
+the tasks are handed out the remote store is checked against them (:mod:`tierlog.spark.store`): a store
+that holds none of them is a configuration error, not data loss.
+
+The first request waits at most ``tierlog.bootstrapTimeoutMs`` for an answer from the bootstrap
+servers, so an unreachable broker fails the query in seconds with one line naming the address.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from tierlog.tiered.rlmm.cache import RemoteLogMetadataCache
 from tierlog.tiered.rlmm.partitioner import metadata_partition
 from tierlog.tiered.rlmm.serde import MetadataRecordError, deserialize
 
-from .options import EARLIEST, LATEST, SourceOptionError, SourceOptions
+from .options import EARLIEST, LATEST, BrokerUnreachableError, SourceOptionError, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +74,31 @@ class Planner:
     @property
     def admin(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self.client_config())
+            admin = Admin(self.client_config())
+            try:
+                self._reach(admin)
+            except BaseException:
+                admin.close()
+                raise
+            self._admin = admin
         return self._admin
+
+    def _reach(self, admin: Admin) -> None:
+        """One bounded request, so an unreachable broker fails in seconds (not after the client's
+        default.api.timeout.ms and retries) with one line naming the address and the option."""
+        from tierlog.client.errors import KafkaTimeoutError
+        timeout = self.opts.bootstrap_timeout_ms
+        try:
+            admin.list_topics(timeout_ms=timeout)
+        except KafkaTimeoutError as e:
+            raise BrokerUnreachableError(
+                f"cannot reach the broker at {self.opts.bootstrap_servers} (kafka.bootstrap.servers) within "
+                f"{timeout / 1000:g} s{_why(e)}; check the address and that the broker is running (the wait is "
+                f"the option tierlog.bootstrapTimeoutMs)") from None
+
+    def connect(self) -> None:
+        """Check that the bootstrap servers answer (raises BrokerUnreachableError)."""
+        _ = self.admin
 
     def close(self) -> None:
         if self._admin is not None:
@@ -137,8 +165,10 @@ class Planner:
 
     # --------------------------------------------------------------------------- remote segments
 
-    def remote_segments(self, tps: list[TopicPartition]) -> dict[TopicPartition, list[RemoteLogSegmentMetadata]]:
-        """The finished remote segments of each partition, from ``__remote_log_metadata``."""
+    def remote_segments(self, tps: list[TopicPartition], progress=None
+                        ) -> dict[TopicPartition, list[RemoteLogSegmentMetadata]]:
+        """The finished remote segments of each partition, from ``__remote_log_metadata``;
+        ``progress(records, bytes, total records)`` is called as the metadata is read."""
         if not tps:
             return {}
         ids = self.topic_ids([tp.topic for tp in tps])
@@ -162,12 +192,18 @@ class Planner:
             ends = consumer.end_offsets(mps)
             consumer.seek_to_beginning(*mps)
             positions = {tp: consumer.position(tp) for tp in mps}
+            total = sum(max(0, ends[tp] - positions[tp]) for tp in mps)
+            done = size = 0
+            if progress is not None:
+                progress(0, 0, total)
             deadline = time.monotonic() + 600
             while any(positions[tp] < ends[tp] for tp in mps):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {METADATA_TOPIC} took too long")
                 for tp, records in consumer.poll(500).items():
+                    done += len(records)
                     for r in records:
+                        size += len(r.value or b"")
                         try:
                             event = deserialize(r.value)
                         except MetadataRecordError as e:
@@ -179,6 +215,8 @@ class Planner:
                         _apply(cache, event)
                 for tp in mps:
                     positions[tp] = consumer.position(tp)
+                if progress is not None:
+                    progress(done, size, total)
         finally:
             consumer.close()
         out = {}
@@ -209,7 +247,27 @@ class Planner:
                     cur = hi
             if cur < end:
                 tasks.append(BrokerSlice(tp.topic, tp.partition, cur, end))
+        planned: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+        for t in tasks:
+            if isinstance(t, RemoteSlice):
+                planned.setdefault(TopicPartition(t.topic, t.partition), []).append(t.segment)
+        if planned:
+            from .store import verify
+            verify(self.opts, planned, lambda tps: self.list_offsets({tp: EARLIEST for tp in tps}))
         return split(tasks, min_partitions)
+
+
+def _why(e: Exception) -> str:
+    """The client's last connection error, shortened to its cause (`` (connection refused)``)."""
+    text = str(e)
+    marker = text.find("cannot connect to node")
+    if marker < 0:
+        return ""
+    cause = text[marker:].split(";", 1)[0]
+    cause = cause.split("): ", 1)[1] if "): " in cause else cause
+    if "Connect call failed" in cause or "Errno 111" in cause:
+        return " (connection refused)"
+    return f" ({cause.strip()})"
 
 
 def _apply(cache: RemoteLogMetadataCache, event) -> None:

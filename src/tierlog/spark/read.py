@@ -5,8 +5,10 @@ position of its first offset, then the segment object is range-read in chunks; w
 codec are decoded into Arrow columns (:mod:`tierlog.spark.columnar`) and only the planned offsets are
 kept. A broker slice is read with tierlog's consumer, assigned and sought.
 
-Storage managers and their index downloads are cached per worker process (Spark reuses its Python
-workers), so consecutive tasks do not open the store again.
+Storage managers are opened read-only and cached per worker process (:func:`tierlog.spark.store.open_store`;
+Spark reuses its Python workers), so consecutive tasks do not open the store again. The driver has
+checked that the store holds the planned segments (:mod:`tierlog.spark.store`), so one missing here was
+deleted by retention after planning: data loss, governed by ``failOnDataLoss``.
 """
 
 from __future__ import annotations
@@ -68,17 +70,10 @@ def to_arrow(records: list, topic: str, partition: int, include_headers: bool) -
 
 # ------------------------------------------------------------------------------------ remote slices
 
-_storage_managers: dict[tuple, object] = {}
-
-
 def storage_manager(opts: SourceOptions):
-    """The remote storage manager the options name, one per worker process."""
-    key = (opts.storage_manager, tuple(sorted(opts.storage_config.items())))
-    rsm = _storage_managers.get(key)
-    if rsm is None:
-        from tierlog.tiered.rsm import create_remote_storage_manager
-        rsm = _storage_managers[key] = create_remote_storage_manager(opts.storage_manager, opts.storage_config)
-    return rsm
+    """The remote storage manager the options name, read-only, one per worker process."""
+    from .store import open_store
+    return open_store(opts)
 
 
 def _columnar():
@@ -120,8 +115,11 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
             yield from batches
             offset = max(offset, min(next_offset, task.end))
     except RemoteResourceNotFoundError as e:
+        from .store import check_root
+        check_root(rsm, opts)  # a store folder missing on this executor is a configuration error
         message = (f"remote segment {md.segment_id.id} of {task.topic}-{task.partition} (offsets "
-                   f"{md.start_offset}-{md.end_offset}) is gone, deleted by retention while the query ran: {e}")
+                   f"{md.start_offset}-{md.end_offset}) is gone, deleted by retention after the query was "
+                   f"planned: {e}")
         if opts.fail_on_data_loss:
             raise DataLossError(message + "; set failOnDataLoss=false to skip lost data") from None
         log.warning("%s; skipped (failOnDataLoss=false)", message)

@@ -86,6 +86,11 @@ class RemoteStorageManager(abc.ABC):
     #: layout (docs/tiered-storage-layout.md); the reconciler parses keys below it. "" otherwise.
     key_prefix: str = ""
 
+    #: Set by the factory before :meth:`configure` for tools that only read (the Spark reader, audits):
+    #: such a manager must change nothing in the store, not even create its root folder or bucket, so
+    #: a wrong path stays visibly wrong instead of becoming an empty store. Built-in backends honour it.
+    read_only: bool = False
+
     @abc.abstractmethod
     def configure(self, configs: Mapping[str, str]) -> None:
         """Read the settings; raise InvalidConfigError for unusable ones."""
@@ -175,10 +180,12 @@ def load_manager_class(class_name: str, class_path: str | None = None) -> type[R
 
 
 def create_remote_storage_manager(class_name: str, configs: Mapping[str, str],
-                                  class_path: str | None = None) -> RemoteStorageManager:
+                                  class_path: str | None = None, *, read_only: bool = False) -> RemoteStorageManager:
     """Instantiate and configure the remote storage manager named by
-    ``remote.log.storage.manager.class.name``."""
+    ``remote.log.storage.manager.class.name`` (``read_only``: see :attr:`RemoteStorageManager.read_only`)."""
     manager = load_manager_class(class_name, class_path)()
+    if read_only:
+        manager.read_only = True
     try:
         manager.configure(configs)
     except BaseException:

@@ -151,6 +151,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         return layout.segment_keys(md, self._recorded_prefix(md))
 
     def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        self._check_writable(f"copy {md.segment_id}")
         keys = layout.segment_keys(md, self.key_prefix)
         log_path = str(data.log_segment)
         try:
@@ -257,6 +258,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise RemoteStorageError(f"{keys.indexes}: {e}") from None
 
     def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
+        self._check_writable(f"delete {md.segment_id}")
         stems = {self.segment_keys(md), layout.segment_keys(md, self.key_prefix)}
         self._delete_for(md, [key for keys in stems for key in keys.all()])
         self._forget(md)
@@ -265,6 +267,10 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         return sorted(self._list(prefix))
 
     # -- helpers --
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise RemoteStorageError(f"cannot {what}: the remote storage manager was opened read-only")
 
     def _recorded_prefix(self, md: RemoteLogSegmentMetadata) -> str:
         if md.custom_metadata:

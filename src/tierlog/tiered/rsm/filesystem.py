@@ -15,6 +15,10 @@ naming the folder (KAFKA_STORAGE_ERROR to a client), and works again once the fo
 folder that could not be created at start-up is created by the first call that finds it possible;
 one that existed and then vanished is not created again (a missing mount point must not be filled
 with segments on the local disk underneath), it is waited for.
+
+Opened read-only (``read_only``, by readers such as the Spark source and audits) the folder is never
+created: a missing one makes every call raise a RetriableRemoteStorageError saying it does not exist,
+and only read access is required.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         if unknown:
             log.warning("Ignoring settings unknown to the filesystem remote storage: %s", ", ".join(unknown))
         self.root = os.path.abspath(root)
+        if self.read_only:
+            return  # a reader checks the folder when it uses it, and must not create it
         try:
             self._check_root()
         except RetriableRemoteStorageError:
@@ -67,19 +73,21 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
     # -- availability --
 
     def _check_root(self) -> None:
-        """Raise a RetriableRemoteStorageError naming the folder unless it is a writable folder; create
-        it if it was never created."""
+        """Raise a RetriableRemoteStorageError naming the folder unless it is a writable folder (readable,
+        when read-only); create it if it was never created (never, when read-only)."""
         if not os.path.isdir(self.root):
             if os.path.lexists(self.root):
                 raise self._unusable("it is not a folder")
             if self._root_made:
                 raise self._unusable("it does not exist any more")
+            if self.read_only:
+                raise self._unusable("it does not exist")
             try:
                 os.makedirs(self.root, exist_ok=True)
             except OSError as e:
                 raise self._unusable(f"it cannot be created: {e.strerror or e}") from None
-        if not os.access(self.root, os.W_OK | os.X_OK):
-            raise self._unusable("it is not writable")
+        if not os.access(self.root, self._access_mode()):
+            raise self._unusable("it is not readable" if self.read_only else "it is not writable")
         self._root_made = True
         if self._unavailable is not None:
             self._unavailable = None
@@ -92,9 +100,12 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
             self._unavailable = why
         return RetriableRemoteStorageError(f"filesystem remote storage {self.root} is unavailable: {why}")
 
+    def _access_mode(self) -> int:
+        return os.R_OK | os.X_OK if self.read_only else os.W_OK | os.X_OK
+
     def _after_failure(self, e: OSError) -> None:
         """A call failed: when the folder itself is the cause, say that instead (raises)."""
-        if self._root_made and os.path.isdir(self.root) and os.access(self.root, os.W_OK | os.X_OK):
+        if self._root_made and os.path.isdir(self.root) and os.access(self.root, self._access_mode()):
             return
         try:
             self._check_root()
@@ -122,6 +133,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
         self._publish(key, write)
 
     def _publish(self, key: str, write) -> None:
+        self._check_writable(f"write {key}")
         self._check_root()  # before the folders below it are created
         final = self._path(key)
         folder = os.path.dirname(final)
@@ -205,6 +217,7 @@ class FileSystemRemoteStorageManager(LayoutRemoteStorageManager):
             os.close(fd)
 
     def _delete(self, keys: list[str]) -> None:
+        self._check_writable("delete objects")
         self._check_root()  # missing objects are fine, a missing store is not
         folders = set()
         for key in keys:

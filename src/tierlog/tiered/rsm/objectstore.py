@@ -95,8 +95,8 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
                 client[option] = f"{ms}ms"
         retry = _retry_config(configs)
         kwargs: dict[str, Any] = {}
-        if self.url.startswith("file:"):
-            kwargs["mkdir"] = True
+        if self.url.startswith("file:") and not self.read_only:
+            kwargs["mkdir"] = True  # a reader must not create the folder (RemoteStorageManager.read_only)
         try:
             self._store = from_url(self.url, config=store_config or None, client_options=client or None,
                                    retry_config=retry, **kwargs)
