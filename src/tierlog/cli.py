@@ -4,7 +4,7 @@
     tierlog config docs [--output FILE]
     tierlog config describe [-c server.properties] [-o key=value ...] [--topic-overrides k=v,...] [--json]
     tierlog tier status [-c server.properties | --url http://host:port] [--topic T] [--json]
-    tierlog tier reconcile [-c server.properties | --url http://host:port] [--delete] [--json]
+    tierlog tier reconcile [-c server.properties | --url http://host:port] [--delete [--token T]] [--json]
     tierlog spark export|storage-report|audit [-c server.properties | --bootstrap-server H:P] [--topic T] ...
 
 An invalid configuration prints one line on standard error and exits with status 2 (no traceback).
@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "whose objects are missing")
     _add_config_args(reconcile)
     reconcile.add_argument("--url", help="the broker's metrics endpoint, http://host:port (default: from -c)")
-    reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects")
+    reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects (a POST with the "
+                           "admin token; the broker needs metrics.admin.enable=true)")
+    reconcile.add_argument("--token", help="the broker's metrics.admin.token for --delete (default: "
+                           "$TIERLOG_ADMIN_TOKEN, else from -c)")
     reconcile.add_argument("--json", action="store_true", help="machine-readable output")
 
     spark = sub.add_parser("spark", help="pipeline jobs on Apache Spark (PySpark)")
@@ -206,8 +209,9 @@ def _cmd_tier_reconcile(args: argparse.Namespace) -> int:
     from tierlog.tools import tier
 
     try:
-        url = args.url or tier.endpoint_url(_load(args))
-        report = tier.reconcile(url, args.delete)
+        cfg = _load(args) if args.config or not args.url else None
+        url = args.url or tier.endpoint_url(cfg)
+        report = tier.reconcile(url, args.delete, token=tier.admin_token(args.token, cfg) if args.delete else None)
     except tier.StatusError as e:
         print(f"tierlog: error: {e}", file=sys.stderr)
         return 1

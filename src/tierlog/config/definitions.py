@@ -494,7 +494,16 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics) and the tiered storage status "
            "(/v1/tier/status, read by tierlog tier status); unset serves none, 0 picks a free port."),
     _b("metrics.host", "string", "127.0.0.1", since="tierlog",
-       doc="Address the metrics endpoint binds to."),
+       doc="Address the metrics endpoint binds to; the loopback address by default, so only this machine "
+           "reaches it."),
+    _b("metrics.admin.enable", "boolean", False, since="tierlog",
+       doc="Whether the metrics endpoint accepts admin operations (POST /v1/tier/reconcile?delete=true, which "
+           "deletes remote objects); each needs the bearer token metrics.admin.token. Off, the endpoint is "
+           "read-only."),
+    _b("metrics.admin.token", "password", None, since="tierlog",
+       doc="Bearer token of the metrics endpoint's admin operations (Authorization: Bearer <token>); required "
+           "when metrics.admin.enable=true. tierlog tier reconcile --delete sends it (--token, "
+           "TIERLOG_ADMIN_TOKEN or this setting of -c)."),
     # --- topics and logs ---
     _b("log.dirs", "list", None,
        Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
@@ -742,6 +751,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("rsm.config.key.prefix", "string", "", plugin="rsm", plugin_impl=_BUILTIN_RSM, since="tierlog",
        doc="Prepended to every object key of the built-in storage plugins: a relative /-separated path without "
            ". or .. parts; end it with / to get a folder."),
+    _b("rsm.config.key.cluster.id.enable", "boolean", True, plugin="rsm", plugin_impl=_BUILTIN_RSM,
+       since="tierlog",
+       doc="Put the cluster id in every object key ({key.prefix}{cluster id}/{topic}-{topicId}/...), so "
+           "clusters sharing one bucket or folder never collide; false writes the older layout without it. "
+           "Reads find segments of either layout."),
     _b("rsm.config.custom.metadata.enable", "boolean", None, plugin="rsm", plugin_impl=_BUILTIN_RSM,
        since="tierlog",
        doc="Whether a copy returns custom metadata (KIP-917: the key prefix and stored size); null means the "

@@ -23,7 +23,7 @@ from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, LocalBro
 from tierlog.cluster.image import MetadataDelta, MetadataImage
 from tierlog.config import BrokerConfig
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
-from tierlog.metrics import MetricsRegistry, MetricsServer
+from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.records import validation as record_validation
 from tierlog.server.apis.admin import AdminApis
@@ -34,10 +34,11 @@ from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.errors import error_response
+from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.server.tier_status import tier_reconcile, tier_status
+from tierlog.server.tier_status import tier_routes
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -88,7 +89,7 @@ class Broker:
         self.remote_log_manager: RemoteLogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
-        self.metrics_server: MetricsServer | None = None
+        self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
@@ -154,12 +155,7 @@ class Broker:
         self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
-            rlm, lm = self.remote_log_manager, self.log_manager
-            self.metrics_server = MetricsServer(self.metrics, {
-                "/v1/tier/status": lambda topic=None: tier_status(controller, rlm, lm, self.node_id, topic),
-                "/v1/tier/reconcile": lambda delete="false": tier_reconcile(rlm, delete)})
-            port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
-            log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
+            await self._start_http_endpoint()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         self.channel.register(self.node_id, rm.disable_remote_topic)
         controller.start_disablements(self.channel)
@@ -172,13 +168,42 @@ class Broker:
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
 
+    async def _start_http_endpoint(self) -> None:
+        """Metrics, the orchestrators' probes (/health, /ready) and the tiered storage status on
+        ``metrics.host``:``metrics.port`` (read-only unless ``metrics.admin.enable``)."""
+        cfg = self.config
+        token = cfg["metrics.admin.token"]
+        routes = tier_routes(lambda: None if self.state is BrokerState.READY else self.state.value,
+                             self.controller, self.remote_log_manager, self.log_manager, self.node_id)
+        self.http_endpoint = HttpEndpoint(self.metrics, routes, ready=self.not_ready_reason,
+                                          admin_enabled=cfg["metrics.admin.enable"],
+                                          admin_token=token.value if token is not None else None)
+        host = cfg["metrics.host"]
+        port = await self.http_endpoint.start(host, cfg["metrics.port"])
+        log.info("Metrics on http://%s:%d/metrics", host, port)
+        if cfg["metrics.admin.enable"] and host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("metrics.admin.enable=true on %s, which is not a loopback address: the admin token "
+                        "travels in clear text (plain HTTP); keep the port on a trusted network", host)
+
+    def not_ready_reason(self) -> str | None:
+        """None when the broker serves requests and, with tiered storage on, its remote log metadata is
+        loaded; else why not (the endpoint's /ready)."""
+        if self.fatal_error is not None:
+            return f"the broker is stopping: {self.fatal_error}"
+        if self.state is not BrokerState.READY:
+            return f"the broker is {self.state.value}"
+        if self.remote_log_manager is not None:
+            return self.remote_log_manager.not_ready_reason()
+        return None
+
     def _build_tiered_storage(self) -> RemoteLogManager:
         """The storage plugin, the metadata manager (configured now, started once the broker is ready,
         KIP-1197) and the remote log manager driving both, with its reader."""
         cfg = self.config
         controller = self.controller
         rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"],
-                                            {**cfg.rsm_config(), "broker.id": str(self.node_id)},
+                                            {**cfg.rsm_config(), "broker.id": str(self.node_id),
+                                             "cluster.id": self.cluster_id or ""},
                                             cfg["remote.log.storage.manager.class.path"])
         listener = cfg.remote_log_metadata_listener
         bound = next((b for b in self.listeners if b.name == listener.name), self.listeners[0])
@@ -274,8 +299,8 @@ class Broker:
             await self.socket_server.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
-        if self.metrics_server is not None:
-            await self.metrics_server.stop()
+        if self.http_endpoint is not None:
+            await self.http_endpoint.stop()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         if self.log_manager is not None and self.log_manager.started:
