@@ -169,6 +169,11 @@ def test_admin_reconcile_needs_post_the_setting_and_the_right_token(admin_broker
     out = tier_cli(b, "reconcile", "--delete", env={"TIERLOG_ADMIN_TOKEN": "wrong"})
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "401" in out.stderr, out.stderr
     assert all(p.exists() for p in orphans)
+    # The token from the -c file of the CLI (a wrong one here: refused, one line).
+    props = tmp_path / "client.properties"
+    props.write_text(f"log.dirs={tmp_path / 'unused'}\nmetrics.admin.token=not-{TOKEN}\n")
+    out = tier_cli(b, "reconcile", "--delete", "-c", str(props))
+    assert out.returncode == 1 and "401" in out.stderr and f"not-{TOKEN}" not in out.stderr
     # POST without delete reports only; with the right token the orphan goes, referenced objects stay.
     status, _, body = request(b, "POST", "/v1/tier/reconcile", {"Authorization": f"Bearer {TOKEN}"})
     assert status == 200 and json.loads(body)["orphans_deleted"] == 0 and all(p.exists() for p in orphans)
@@ -196,3 +201,12 @@ def test_admin_enable_without_a_token_is_refused_at_start(tmp_path):
     with pytest.raises(RuntimeError) as info:
         b.start()
     assert "metrics.admin.token" in str(info.value) and "Traceback" not in str(info.value)
+
+
+def test_the_admin_token_is_hidden_in_describe_output():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-m", "tierlog", "config", "describe", "-o", "log.dirs=/nonexistent",
+                          "-o", "metrics.admin.enable=true", "-o", f"metrics.admin.token={TOKEN}"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert TOKEN not in out.stdout and "metrics.admin.token" in out.stdout and "[hidden]" in out.stdout

@@ -241,7 +241,7 @@ def test_audit_finds_orphans_and_missing_segments(tierlog_spark, cluster, tmp_pa
                "tierlog.rsm.dir": str(cluster.remote_dir)}
     clean = jobs.audit(tierlog_spark, options)
     assert clean["orphans"] == [] and clean["missing"] == [] and clean["objects"] > 0
-    logs = sorted(Path(cluster.remote_dir).glob(f"{topic}-*/0/*.log"))
+    logs = sorted(Path(cluster.remote_dir).rglob(f"{topic}-*/0/*.log"))
     stem = logs[0].name[:-4]
     orphan = logs[0].parent / (stem[:21] + "BBBBBBBBBBBBBBBBBBBBBB.log")
     orphan.write_bytes(b"left by a crash")

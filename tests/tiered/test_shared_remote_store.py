@@ -153,7 +153,8 @@ def test_segments_of_the_older_layout_still_read_after_the_switch(tmp_path):
         wait_offloaded(b, 400)
         assert all(p.exists() for p in old)
         got = consume_all(b, 400)
-        assert [v.rsplit(b"-", 1)[0] for v in got] == [(b"old" if i < 200 else b"new") + b"-%08d" % i for i in range(400)]
+        expected = [(b"old" if i < 200 else b"new") + b"-%08d" % i for i in range(400)]
+        assert [v.rsplit(b"-", 1)[0] for v in got] == expected
         status = tier_status(b, TOPIC)["partitions"][0]
         assert status["log_start_offset"] == 0 and status["highest_offset_in_remote_storage"] >= 300
         report = json.loads(subprocess.run(

@@ -491,8 +491,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Interval in which a warning that repeats (accept errors, rejected connections) is logged once, "
            "then its repeats are counted."),
     _b("metrics.port", "int", None, Between(0, 65535), since="tierlog",
-       doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics) and the tiered storage status "
-           "(/v1/tier/status, read by tierlog tier status); unset serves none, 0 picks a free port."),
+       doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics), the probes /health and /ready, "
+           "and the tiered storage status and reconciler (/v1/tier/status, /v1/tier/reconcile, read by tierlog "
+           "tier); unset serves none, 0 picks a free port."),
     _b("metrics.host", "string", "127.0.0.1", since="tierlog",
        doc="Address the metrics endpoint binds to; the loopback address by default, so only this machine "
            "reaches it."),

@@ -162,15 +162,25 @@ def audit(spark, options: Mapping[str, str]) -> dict:
     from .read import storage_manager
     rsm = storage_manager(opts)
     prefix = getattr(rsm, "key_prefix", "")
+    planner = Planner(opts)
+    try:
+        cluster_id = planner.cluster_id
+    finally:
+        planner.close()
     objects = []
     for key, size in rsm.list_objects(prefix):
         pk = layout.parse_key(key, prefix)
+        if pk is not None and pk.cluster_id not in (None, cluster_id):
+            continue  # another cluster's key folder (a shared store)
         objects.append({"key": key, "size": size, "topic": pk.topic if pk else None,
+                        "topic_id": uuid_to_str(pk.topic_id) if pk else None,
                         "segment_id": uuid_to_str(pk.segment_id) if pk else None})
-    listing = spark.createDataFrame(objects, "key string, size long, topic string, segment_id string")
+    listing = spark.createDataFrame(objects, "key string, size long, topic string, topic_id string, "
+                                             "segment_id string")
     segments = spark.createDataFrame(_segments(options), _SEGMENT_SCHEMA)
-    topics = [r.topic for r in segments.select("topic").distinct().collect()]
-    selected = listing.where(F.col("topic").isin(topics)) if topics else listing.limit(0)
+    # By topic id, not name: a shared store may hold a same-named topic of another cluster.
+    topic_ids = [r.topic_id for r in segments.select("topic_id").distinct().collect()]
+    selected = listing.where(F.col("topic_id").isin(topic_ids)) if topic_ids else listing.limit(0)
     orphans = selected.join(segments.select("segment_id"), "segment_id", "left_anti")
     logs = selected.where(F.col("key").endswith(".log")).select("segment_id").distinct()
     manifests = selected.where(F.col("key").endswith(".manifest")).select("segment_id").distinct()

@@ -71,13 +71,17 @@ def to_arrow(records: list, topic: str, partition: int, include_headers: bool) -
 _storage_managers: dict[tuple, object] = {}
 
 
-def storage_manager(opts: SourceOptions):
-    """The remote storage manager the options name, one per worker process."""
-    key = (opts.storage_manager, tuple(sorted(opts.storage_config.items())))
+def storage_manager(opts: SourceOptions, cluster_id: str | None = None):
+    """The remote storage manager the options name, one per worker process; with ``cluster_id`` it finds
+    segments in the cluster's key folder too (the broker's default layout)."""
+    config = dict(opts.storage_config)
+    if cluster_id and "cluster.id" not in config:
+        config["cluster.id"] = cluster_id
+    key = (opts.storage_manager, tuple(sorted(config.items())))
     rsm = _storage_managers.get(key)
     if rsm is None:
         from tierlog.tiered.rsm import create_remote_storage_manager
-        rsm = _storage_managers[key] = create_remote_storage_manager(opts.storage_manager, opts.storage_config)
+        rsm = _storage_managers[key] = create_remote_storage_manager(opts.storage_manager, config)
     return rsm
 
 
@@ -92,7 +96,7 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
     from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 
     columnar = _columnar()
-    rsm = storage_manager(opts)
+    rsm = storage_manager(opts, task.cluster_id)
     md = task.segment
     try:
         position = OffsetEntries(md.start_offset, rsm.fetch_index(md, IndexType.OFFSET)).lookup(task.start)[1]
