@@ -1,4 +1,4 @@
-"""Broker metrics through ``prometheus-client``, and the small HTTP server that exposes them.
+"""Broker metrics through ``prometheus-client``.
 
 Names follow Kafka's MBeans the way Prometheus' JMX exporter spells them, so dashboards built for
 Kafka read tierlog with few changes: Kafka's meter ``kafka.server:type=BrokerTopicMetrics,
@@ -12,19 +12,15 @@ process-wide default: tests run several brokers in one process). Label names are
 is registered; call sites on hot paths resolve a label set once with :meth:`Metric.labels` and keep the
 child (a dict lookup and an add per update, no label string built per call).
 
-The HTTP server (``metrics.port``) answers ``GET /metrics`` with every metric, and the JSON routes the
-broker adds: ``/v1/tier/status`` (``tierlog tier status``) and ``POST /v1/tier/reconcile``
-(``tierlog tier reconcile``).
+The broker's HTTP endpoint (``tierlog.server.http_endpoint``, ``metrics.port``) serves ``render()`` as
+``GET /metrics``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import threading
-import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
@@ -182,57 +178,3 @@ class MetricsRegistry:
     def render(self) -> str:
         """The exposition text (Prometheus text format 0.0.4)."""
         return generate_latest(self.registry).decode()
-
-
-class MetricsServer:
-    """A minimal HTTP/1.1 server on asyncio: GET only, one response per connection."""
-
-    def __init__(self, registry: MetricsRegistry, routes: Mapping[str, Callable[[], object]] | None = None) -> None:
-        self.registry = registry
-        self.routes = dict(routes or {})
-        self._server: asyncio.AbstractServer | None = None
-        self.port: int | None = None
-
-    async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            method, _, rest = request.decode("latin-1").partition(" ")
-            path, _, query = rest.partition(" ")[0].partition("?")
-            params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
-            if method not in ("GET", "POST"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET and POST\n"
-            elif path == "/metrics":
-                status, ctype = "200 OK", "text/plain; version=0.0.4"
-                body = self.registry.render().encode()
-            elif path in self.routes:
-                status, ctype = "200 OK", "application/json"
-                result = self.routes[path](**params)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                body = json.dumps(result, indent=1).encode() + b"\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", f"no such path {path}\n".encode()
-            head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                    f"Connection: close\r\n\r\n").encode()
-            writer.write(head + body)
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
-            pass
-        except TypeError as e:  # unknown query parameter
-            writer.write(f"HTTP/1.1 400 Bad Request\r\nContent-Length: {len(str(e)) + 1}\r\n"
-                         f"Connection: close\r\n\r\n{e}\n".encode())
-        except Exception:  # noqa: BLE001 - a broken status callback must not kill the server
-            log.exception("metrics request failed")
-        finally:
-            writer.close()

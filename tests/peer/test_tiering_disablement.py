@@ -70,7 +70,7 @@ def produce(b, topic: str, count: int) -> None:
 
 
 def remote_objects(b, topic: str) -> list:
-    return sorted((b.root / "remote").glob(f"{topic}-*/*/*"))
+    return sorted((b.root / "remote").rglob(f"{topic}-*/*/*"))
 
 
 def fetch_first(b, topic: str, offset: int):

@@ -241,7 +241,7 @@ def test_audit_finds_orphans_and_missing_segments(tierlog_spark, cluster, tmp_pa
                "tierlog.rsm.dir": str(cluster.remote_dir)}
     clean = jobs.audit(tierlog_spark, options)
     assert clean["orphans"] == [] and clean["missing"] == [] and clean["objects"] > 0
-    logs = sorted(Path(cluster.remote_dir).glob(f"{topic}-*/0/*.log"))
+    logs = sorted(Path(cluster.remote_dir).rglob(f"{topic}-*/0/*.log"))
     stem = logs[0].name[:-4]
     orphan = logs[0].parent / (stem[:21] + "BBBBBBBBBBBBBBBBBBBBBB.log")
     orphan.write_bytes(b"left by a crash")
@@ -270,7 +270,7 @@ def test_a_segment_deleted_during_a_query_is_data_loss(tierlog_spark, cluster, t
     planner.close()
     first = next(t for t in tasks if isinstance(t, RemoteSlice))
     # Retention removes the segment after planning, before the executor reads it.
-    for f in Path(cluster.remote_dir).glob(f"{topic}-*/0/{first.segment.start_offset:020d}-*"):
+    for f in Path(cluster.remote_dir).rglob(f"{topic}-*/0/{first.segment.start_offset:020d}-*"):
         f.unlink()
     with pytest.raises(DataLossError, match="failOnDataLoss=false"):
         list(read_task(first, opts))

@@ -50,7 +50,7 @@ def read_all(b: BrokerProcess, topic: str, end: int, start: int = 0) -> dict[int
 def settle_and_reconcile(b: BrokerProcess, topic: str) -> dict:
     wait_for(lambda: (p := call(b, f"/v1/tier/status?topic={topic}")["partitions"]) and p[0]["ready"]
              and p[0]["copy_lag_segments"] == 0 and p[0]["remote_segments_in_progress"] == 0, "copies to settle")
-    return call(b, "/v1/tier/reconcile", "POST")
+    return call(b, "/v1/tier/reconcile")
 
 
 def test_kill_9_during_produce_and_copy(tmp_path):
@@ -103,7 +103,7 @@ def test_kill_9_during_produce_and_copy(tmp_path):
     report = settle_and_reconcile(b, "crash")
     assert report["orphans"] == [] and report["missing"] == [], report
     # No offset is covered by two remote segments: the start offsets of the stored segments are unique.
-    starts = sorted(int(p.name[:20]) for p in (tmp_path / "remote").glob("crash-*/0/*.log"))
+    starts = sorted(int(p.name[:20]) for p in (tmp_path / "remote").rglob("crash-*/0/*.log"))
     assert len(starts) == len(set(starts))
     b.stop()
 
@@ -133,7 +133,7 @@ def test_kill_9_during_a_delete_disablement(tmp_path, kill_after):
     topic = wait_for(lambda: (t := call(b, "/v1/tier/status?topic=doomed")["topics"][0])["state"] == "DISABLED" and t,
                      "the disablement to resume and complete")
     assert topic["policy"] == "delete"
-    assert not list((tmp_path / "remote").glob("doomed-*/0/*"))
-    report = call(b, "/v1/tier/reconcile", "POST")
+    assert not list((tmp_path / "remote").rglob("doomed-*/0/*"))
+    report = call(b, "/v1/tier/reconcile")
     assert report["orphans"] == [] and report["missing"] == []
     b.stop()

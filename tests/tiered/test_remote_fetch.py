@@ -229,7 +229,7 @@ def assert_only_the_tail_is_local(b: BrokerProcess, topic: str, parts: list[dict
         assert total <= TAIL_BYTES, local
         now = {q["partition"]: q for q in status(b, topic)}[p["partition"]]
         assert local[0][0] == now["local_log_start_offset"] > 0
-        remote = sorted(int(f.name[:20]) for f in b.remote_dir.glob(f"{topic}-*/{p['partition']}/*.log"))
+        remote = sorted(int(f.name[:20]) for f in b.remote_dir.rglob(f"{topic}-*/{p['partition']}/*.log"))
         assert remote[0] == 0 and len(remote) == now["remote_segments"] >= 2
         assert now["highest_offset_in_remote_storage"] >= now["local_log_start_offset"] - 1
 
@@ -475,7 +475,7 @@ def test_a_missing_remote_object_is_a_retriable_error_and_consumers_recover(tier
     create(tiered, topic)
     sent = produce(tiered, topic, 500)
     wait_tiered(tiered, topic)
-    victim = sorted(tiered.remote_dir.glob(f"{topic}-*/0/*.log"))[0]
+    victim = sorted(tiered.remote_dir.rglob(f"{topic}-*/0/*.log"))[0]
     segment_id = victim.stem.split("-", 1)[1]
     hidden = victim.with_suffix(".hidden")
     victim.rename(hidden)
@@ -607,7 +607,7 @@ def test_history_survives_a_restart_and_loading_metadata_blocks_only_remote_read
         assert (r.error_code, r.offset) == (0, 5)
         after = status(b, "restart")[0]
         # Nothing uploaded twice: at most a segment rolled after the restart is added.
-        starts = sorted(int(f.name[:20]) for f in (tmp_path / "remote").glob("restart-*/0/*.log"))
+        starts = sorted(int(f.name[:20]) for f in (tmp_path / "remote").rglob("restart-*/0/*.log"))
         assert len(starts) == len(set(starts)) == after["remote_segments"]
         assert before["remote_segments"] <= after["remote_segments"] <= before["remote_segments"] + 1
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -393,3 +394,41 @@ def test_concurrent_copies_and_reads(rsm, segment):
     expected = [log[s:s + 1501] for s in range(0, len(log), 3001)]
     assert results == [expected] * 4
     assert rsm.list_objects() == []
+
+
+CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
+
+
+# memory:// lives only as long as its manager: this case needs two managers on one store.
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if not b.startswith("memory")])
+def test_segments_of_either_layout_are_found(backend, make_rsm, segment):
+    """With the cluster id, copies go below the cluster folder; segments of the older layout (no cluster
+    folder) still read and delete, with or without custom metadata to say where they are."""
+    md_old, md_new = segment.metadata(), segment.metadata()
+    md_new = replace(md_new, segment_id=replace(md_new.segment_id, id=uuid.uuid4()))
+    older = make_rsm(backend, {"cluster.id": CLUSTER, "key.cluster.id.enable": "false", "key.prefix": "t/"})
+    custom_old = older.copy_log_segment_data(md_old, segment.data)
+    assert older.write_keys(md_old).stem.startswith("t/" + md_old.topic_id_partition.topic)
+    store = {"url": older.configs["url"]} if "url" in older.configs else {}  # the same bucket folder
+    rsm = make_rsm(backend, {"cluster.id": CLUSTER, "key.prefix": "t/", **store})
+    custom_new = rsm.copy_log_segment_data(md_new, segment.data)
+    keys = {k for k, _ in rsm.list_objects("t/")}
+    assert rsm.write_keys(md_new).log in keys and rsm.write_keys(md_new).log.startswith(f"t/{CLUSTER}/")
+    assert layout.parse_key(rsm.write_keys(md_new).log, "t/").cluster_id == CLUSTER
+    for md, custom in ((md_old, custom_old), (md_new, custom_new)):
+        finished = replace(md, custom_metadata=custom, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        assert rsm.fetch_log_segment(finished, 0) == segment.files["log"]
+        assert rsm.fetch_index(finished, IndexType.OFFSET) == segment.files[IndexType.OFFSET]
+        if custom is not None:  # the recorded prefix names the folder, cluster folder included
+            assert json.loads(custom)["p"] == ("t/" if md is md_old else f"t/{CLUSTER}/")
+    # A reader that does not know the cluster id finds a cluster-layout segment only through its custom metadata.
+    blind = make_rsm(backend, {"key.prefix": "t/", **store})
+    finished_new = replace(md_new, custom_metadata=custom_new)
+    if custom_new is None:
+        with pytest.raises(RemoteResourceNotFoundError):
+            blind.fetch_log_segment(finished_new, 0)
+    else:
+        assert blind.fetch_log_segment(finished_new, 0) == segment.files["log"]
+    rsm.delete_log_segment_data(md_old)
+    rsm.delete_log_segment_data(md_new)
+    assert rsm.list_objects("t/") == []

@@ -205,3 +205,23 @@ def test_corrupt_or_unknown_stages_are_reported():
         transforms.original_reader(records, lambda s, n: broken[s:s + n])(0, 10)
     with pytest.raises(transforms.TransformError, match="unknown transform"):
         transforms.original_reader([{"name": "rot13"}], lambda s, n: b"")
+
+
+@settings(max_examples=100, deadline=None)
+@given(topic=st.text(TOPIC_CHARS, min_size=1, max_size=60), prefix=st.sampled_from(["", "p/", "a/b-"]),
+       ids=st.tuples(st.uuids(), st.uuids(), st.uuids()))
+def test_parse_key_reads_both_layouts(topic, prefix, ids):
+    """The cluster layout ({prefix}{clusterId}/{topic}-{id}/...) and the older one parse alike; only the
+    cluster id tells them apart."""
+    cluster = uuid_to_str(ids[2])
+    md = _md(topic, ids[0], 3, 42, ids[1])
+    in_cluster = layout.segment_keys(md, layout.cluster_prefix(prefix, cluster)).log
+    older = layout.segment_keys(md, prefix).log
+    assert layout.parse_key(in_cluster, prefix) == layout.ParsedKey(topic, ids[0], 3, 42, ids[1], ".log", cluster)
+    assert layout.parse_key(older, prefix) == layout.ParsedKey(topic, ids[0], 3, 42, ids[1], ".log", None)
+
+
+@pytest.mark.parametrize("cluster_id", ["", "a/b", ".", "..", "a\\b"])
+def test_a_cluster_id_that_cannot_be_a_folder_is_refused(cluster_id):
+    with pytest.raises(ValueError, match="cannot be a key folder"):
+        layout.cluster_prefix("p/", cluster_id)

@@ -189,7 +189,7 @@ def test_a_clean_up_that_failed_during_an_outage_is_retried_and_last_error_names
         healed = wait_for(lambda: (p := partition(b, "outage"))["remote_segments_to_clean"] == 0
                           and p["last_error"] is None and p, "the clean-up to finish and the error to clear")
         assert healed["last_error_ms"] == -1
-        report = call(b, "/v1/tier/reconcile", "POST")
+        report = call(b, "/v1/tier/reconcile")
         assert report["orphans"] == [] and report["missing"] == []
         assert consume(b, "outage", 200) == list(range(200))
     finally:

@@ -25,6 +25,8 @@ TIERED = {
     "remote.log.manager.task.interval.ms": "100",
     "log.retention.check.interval.ms": "100",
     "metrics.port": "0",
+    "metrics.admin.enable": "true",  # reconcile --delete
+    "metrics.admin.token": "tiered-broker-token",
 }
 SMALL = {"remote.storage.enable": "true", "segment.bytes": "20000", "local.retention.bytes": "1",
          "file.delete.delay.ms": "0"}
@@ -101,8 +103,9 @@ def test_copy_local_retention_metrics_and_status(tiered_broker):
     out = tier_status(url, "--topic", "tiered")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:3] == ["TOPIC", "PART", "LOG-START"]
-    assert [ln.split()[:2] for ln in lines[1:3]] == [["tiered", "0"], ["tiered", "1"]]
+    assert lines[0].startswith("broker 1: ready; next local retention check")
+    assert lines[1].split()[:4] == ["TOPIC", "PART", "STATE", "LOG-START"]
+    assert [ln.split()[:3] for ln in lines[2:4]] == [["tiered", "0", "ready"], ["tiered", "1", "ready"]]
     js = tier_status(url, "--json")
     assert json.loads(js.stdout)["remote_storage_enabled"] is True
 
@@ -170,7 +173,7 @@ def _copy_errors(url: str) -> float:
 
 
 def tier_cli(url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TIERLOG_ADMIN_TOKEN": TIERED["metrics.admin.token"]}
     return subprocess.run([sys.executable, "-m", "tierlog", "tier", *args, "--url", url],
                           capture_output=True, text=True, env=env, timeout=60)
 

@@ -30,27 +30,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_args(reconcile)
     reconcile.add_argument("--url", help=f"the broker's metrics endpoint, http://host:port (default: from -c, "
                                          f"else {DEFAULT_URL})")
-    reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects")
+    reconcile.add_argument("--delete", action="store_true", help="delete the orphaned objects (a POST with the "
+                           "admin token; the broker needs metrics.admin.enable=true)")
+    reconcile.add_argument("--token", help="the broker's metrics.admin.token for --delete (default: "
+                           "$TIERLOG_ADMIN_TOKEN, else from -c)")
     reconcile.add_argument("--json", action="store_true", help="machine-readable output")
     add_debug(reconcile)
     reconcile.set_defaults(handler=cmd_reconcile)
 
 
-def _url(args: argparse.Namespace) -> str:
+def _url(args: argparse.Namespace, cfg=None) -> str:
     from tierlog.tools import tier
 
     if args.url:
         return args.url
-    if args.config or args.override:
-        return tier.endpoint_url(load_config(args))
+    if cfg is not None:
+        return tier.endpoint_url(cfg)
     return DEFAULT_URL
+
+
+def _config(args: argparse.Namespace):
+    """The broker configuration given with -c/-o, else None."""
+    return load_config(args) if args.config or args.override else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from tierlog.tools import tier
 
     try:
-        status = tier.fetch_status(_url(args), args.topic)
+        status = tier.fetch_status(_url(args, _config(args)), args.topic)
     except tier.StatusError as e:
         print(f"tierlog: error: {e}", file=sys.stderr)
         return 1
@@ -66,7 +74,9 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from tierlog.tools import tier
 
     try:
-        report = tier.reconcile(_url(args), args.delete)
+        cfg = _config(args)
+        token = tier.admin_token(args.token, cfg) if args.delete else None
+        report = tier.reconcile(_url(args, cfg), args.delete, token=token)
     except tier.StatusError as e:
         print(f"tierlog: error: {e}", file=sys.stderr)
         return 1

@@ -128,6 +128,9 @@ class MetadataImage:
     topics: dict[str, TopicImage]
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # resource name ("" = all)
     next_producer_id_block: int = 0  # first producer id not yet handed to a broker
+    # Every topic this cluster deleted, topic id (text form) -> name: the remote store reconciler deletes
+    # leftover objects of these and of current topics only, never of topic ids the cluster never had.
+    deleted_topics: dict[str, str] = field(default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -139,20 +142,31 @@ class MetadataImage:
         return replace(self, topics={**self.topics, topic.name: topic})
 
     def without_topic(self, name: str) -> MetadataImage:
-        return replace(self, topics={k: v for k, v in self.topics.items() if k != name})
+        gone = self.topics.get(name)
+        deleted = self.deleted_topics if gone is None else {**self.deleted_topics, uuid_to_str(gone.topic_id): name}
+        return replace(self, topics={k: v for k, v in self.topics.items() if k != name}, deleted_topics=deleted)
+
+    def known_topic_ids(self) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+        """(ids of every topic this cluster has or had, ids of those it deleted)."""
+        deleted = {uuid_from_str(i) for i in self.deleted_topics}
+        return {t.topic_id for t in self.topics.values()} | deleted, deleted
 
     def to_json(self) -> dict:
-        return {"version": 1, "clusterId": self.cluster_id, "controllerId": self.controller_id,
-                "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
-                "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
+        d = {"version": 1, "clusterId": self.cluster_id, "controllerId": self.controller_id,
+             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
+             "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
+        if self.deleted_topics:
+            d["deletedTopics"] = [{"topicId": i, "name": n} for i, n in sorted(self.deleted_topics.items())]
+        return d
 
     @classmethod
     def from_json(cls, d: dict, brokers: dict[int, BrokerImage]) -> MetadataImage:
         if d.get("version") != 1:
             raise ValueError(f"unsupported metadata version {d.get('version')!r}")
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
+        deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
-                   d.get("nextProducerIdBlock", 0))
+                   d.get("nextProducerIdBlock", 0), deleted)
 
 
 @dataclass(frozen=True, slots=True)

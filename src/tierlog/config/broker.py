@@ -380,6 +380,10 @@ class BrokerConfig(Mapping[str, Any]):
         if 0 < queued < v["socket.request.max.bytes"]:
             raise invalid("queued.max.request.bytes", queued, "Must be -1 (unbounded) or at least "
                           f"socket.request.max.bytes ({v['socket.request.max.bytes']})")
+        token = v["metrics.admin.token"]
+        if v["metrics.admin.enable"] and not (token.value if token is not None else ""):
+            raise invalid("metrics.admin.enable", True,
+                          "Needs metrics.admin.token (the bearer token admin requests must carry)")
         if not self.log_dirs:
             raise invalid("log.dirs", "", "At least one log directory must be given in log.dirs or log.dir")
         roll_ms, roll_key = self._chain_value(TOPIC_CONFIGS["segment.ms"])

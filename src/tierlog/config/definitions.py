@@ -491,10 +491,20 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Interval in which a warning that repeats (accept errors, rejected connections) is logged once, "
            "then its repeats are counted."),
     _b("metrics.port", "int", None, Between(0, 65535), since="tierlog",
-       doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics) and the tiered storage status "
-           "(/v1/tier/status, read by tierlog tier status); unset serves none, 0 picks a free port."),
+       doc="Port of the HTTP endpoint serving Prometheus metrics (/metrics), the probes /health and /ready, "
+           "and the tiered storage status and reconciler (/v1/tier/status, /v1/tier/reconcile, read by tierlog "
+           "tier); unset serves none, 0 picks a free port."),
     _b("metrics.host", "string", "127.0.0.1", since="tierlog",
-       doc="Address the metrics endpoint binds to."),
+       doc="Address the metrics endpoint binds to; the loopback address by default, so only this machine "
+           "reaches it."),
+    _b("metrics.admin.enable", "boolean", False, since="tierlog",
+       doc="Whether the metrics endpoint accepts admin operations (POST /v1/tier/reconcile?delete=true, which "
+           "deletes remote objects); each needs the bearer token metrics.admin.token. Off, the endpoint is "
+           "read-only."),
+    _b("metrics.admin.token", "password", None, since="tierlog",
+       doc="Bearer token of the metrics endpoint's admin operations (Authorization: Bearer <token>); required "
+           "when metrics.admin.enable=true. tierlog tier reconcile --delete sends it (--token, "
+           "TIERLOG_ADMIN_TOKEN or this setting of -c)."),
     # --- topics and logs ---
     _b("log.dirs", "list", None,
        Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
@@ -742,6 +752,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("rsm.config.key.prefix", "string", "", plugin="rsm", plugin_impl=_BUILTIN_RSM, since="tierlog",
        doc="Prepended to every object key of the built-in storage plugins: a relative /-separated path without "
            ". or .. parts; end it with / to get a folder."),
+    _b("rsm.config.key.cluster.id.enable", "boolean", True, plugin="rsm", plugin_impl=_BUILTIN_RSM,
+       since="tierlog",
+       doc="Put the cluster id in every object key ({key.prefix}{cluster id}/{topic}-{topicId}/...), so "
+           "clusters sharing one bucket or folder never collide; false writes the older layout without it. "
+           "Reads find segments of either layout."),
     _b("rsm.config.custom.metadata.enable", "boolean", None, plugin="rsm", plugin_impl=_BUILTIN_RSM,
        since="tierlog",
        doc="Whether a copy returns custom metadata (KIP-917: the key prefix and stored size); null means the "
@@ -1183,7 +1198,7 @@ DELIBERATE_DIFFERENCES: tuple[Difference, ...] = (
         "true; remote.log.disable.policy does not exist (it was in the KIP-950 draft only).",
         "Turning it off is accepted; remote.log.disable.policy (retain, the default, or delete) decides what "
         "happens to remote data, and remote.log.delete.on.disable=true means delete.",
-        "The seed KIP-950 draft is the specification; Kafka's shipped names are accepted too."),
+        "The KIP-950 draft is the specification; Kafka's shipped names are accepted too."),
     Difference(
         ("remote.log.disable.policy",),
         "KIP-950 draft: an invalid policy value is answered with INVALID_REQUEST (42).",

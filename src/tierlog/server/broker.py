@@ -27,7 +27,7 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
 from tierlog.errors import StartupError
-from tierlog.metrics import MetricsRegistry, MetricsServer
+from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.records import validation as record_validation
 from tierlog.server.apis.admin import AdminApis
@@ -39,10 +39,11 @@ from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics
 from tierlog.server.errors import error_response
+from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.server.tier_status import tier_reconcile, tier_status
+from tierlog.server.tier_status import tier_routes
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -94,7 +95,7 @@ class Broker:
         self.remote_log_manager: RemoteLogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
-        self.metrics_server: MetricsServer | None = None
+        self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
@@ -166,16 +167,7 @@ class Broker:
         self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
-            rlm, lm = self.remote_log_manager, self.log_manager
-            self.metrics_server = MetricsServer(self.metrics, {
-                "/v1/tier/status": lambda topic=None: tier_status(controller, rlm, lm, self.node_id, topic),
-                "/v1/tier/reconcile": lambda delete="false": tier_reconcile(rlm, delete)})
-            try:
-                port = await self.metrics_server.start(cfg["metrics.host"], cfg["metrics.port"])
-            except OSError as e:
-                raise StartupError(bind_failure(cfg["metrics.host"], cfg["metrics.port"], e,
-                                                setting="metrics.port")) from e
-            log.info("Metrics on http://%s:%d/metrics", cfg["metrics.host"], port)
+            await self._start_http_endpoint()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         self.channel.register(self.node_id, rm.disable_remote_topic)
         controller.start_disablements(self.channel)
@@ -193,15 +185,43 @@ class Broker:
         process (CPU seconds, resident memory, open descriptors; Python's garbage collector and version)."""
         rlm = self.remote_log_manager
 
-        def rlmm_ready() -> bool | None:
-            if rlm is None:
-                return None
-            rlmm = rlm.rlmm
-            return bool(getattr(rlmm, "initialized", True)) and all(rlmm.is_ready(tp) for tp in list(rlm.partitions))
+        def rlmm_ready() -> bool | None:  # the same rule as /ready's
+            return None if rlm is None else rlm.not_ready_reason() is None
 
         self.metrics.register(BrokerStateCollector(self.node_id, lambda: rm.partitions.values(), rlmm_ready))
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self.metrics.registry)
+
+    async def _start_http_endpoint(self) -> None:
+        """Metrics, the orchestrators' probes (/health, /ready) and the tiered storage status on
+        ``metrics.host``:``metrics.port`` (read-only unless ``metrics.admin.enable``)."""
+        cfg = self.config
+        token = cfg["metrics.admin.token"]
+        routes = tier_routes(lambda: None if self.state is BrokerState.READY else self.state.value,
+                             self.controller, self.remote_log_manager, self.log_manager, self.node_id)
+        self.http_endpoint = HttpEndpoint(self.metrics, routes, ready=self.not_ready_reason,
+                                          admin_enabled=cfg["metrics.admin.enable"],
+                                          admin_token=token.value if token is not None else None)
+        host = cfg["metrics.host"]
+        try:
+            port = await self.http_endpoint.start(host, cfg["metrics.port"])
+        except OSError as e:
+            raise StartupError(bind_failure(host, cfg["metrics.port"], e, setting="metrics.port")) from e
+        log.info("Metrics on http://%s:%d/metrics", host, port)
+        if cfg["metrics.admin.enable"] and host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("metrics.admin.enable=true on %s, which is not a loopback address: the admin token "
+                        "travels in clear text (plain HTTP); keep the port on a trusted network", host)
+
+    def not_ready_reason(self) -> str | None:
+        """None when the broker serves requests and, with tiered storage on, its remote log metadata is
+        loaded; else why not (the endpoint's /ready)."""
+        if self.fatal_error is not None:
+            return f"the broker is stopping: {self.fatal_error}"
+        if self.state is not BrokerState.READY:
+            return f"the broker is {self.state.value}"
+        if self.remote_log_manager is not None:
+            return self.remote_log_manager.not_ready_reason()
+        return None
 
     def _build_tiered_storage(self) -> RemoteLogManager:
         """The storage plugin, the metadata manager (configured now, started once the broker is ready,
@@ -209,7 +229,8 @@ class Broker:
         cfg = self.config
         controller = self.controller
         rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"],
-                                            {**cfg.rsm_config(), "broker.id": str(self.node_id)},
+                                            {**cfg.rsm_config(), "broker.id": str(self.node_id),
+                                             "cluster.id": self.cluster_id or ""},
                                             cfg["remote.log.storage.manager.class.path"])
         listener = cfg.remote_log_metadata_listener
         bound = next((b for b in self.listeners if b.name == listener.name), self.listeners[0])
@@ -310,8 +331,8 @@ class Broker:
             await self.socket_server.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
-        if self.metrics_server is not None:
-            await self.metrics_server.stop()
+        if self.http_endpoint is not None:
+            await self.http_endpoint.stop()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         if self.log_manager is not None and self.log_manager.started:

@@ -1,18 +1,24 @@
 """What ``tierlog tier status`` and ``tierlog tier reconcile`` ask a broker, answered as JSON on its
-metrics endpoint (``/v1/tier/status``, ``/v1/tier/reconcile``)."""
+HTTP endpoint (``/v1/tier/status``, ``/v1/tier/reconcile``), and the routes that serve them."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from tierlog.cluster import Controller
+from tierlog.server.http_endpoint import HttpError, Route, boolean, topic_name
 from tierlog.storage import LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 
 def tier_status(controller: Controller, rlm: RemoteLogManager | None, log_manager: LogManager, node_id: int,
                 topic: str | None = None) -> dict:
-    """Each tiered partition, each topic's tiering state with what a disablement still has to delete, and
-    each log dir's state (an offline one with its cause)."""
+    """Each tiered partition (``state`` "loading" while its remote metadata loads after a restart, its
+    remote figures None until then), each topic's tiering state with what a disablement still has to
+    delete, each log dir's state (an offline one with its cause), and when local retention runs next."""
     driver = controller.disablements
+    now_ms = int(time.time() * 1000)
     topics = []
     for t in sorted(controller.image.topics.values(), key=lambda t: t.name):
         if t.tiering is None or (topic is not None and t.name != topic):
@@ -23,13 +29,52 @@ def tier_status(controller: Controller, rlm: RemoteLogManager | None, log_manage
                        "remote_segments_to_delete": sum(v["segments"] for v in left),
                        "remote_bytes_to_delete": sum(v["bytes"] for v in left),
                        "last_error": driver.last_error.get(t.name) if driver is not None else None})
-    return {"node_id": node_id, "remote_storage_enabled": rlm is not None, "topics": topics,
-            "partitions": rlm.status(topic) if rlm is not None else [],
+    loading = rlm.not_ready_reason() if rlm is not None else None
+    return {"node_id": node_id, "remote_storage_enabled": rlm is not None,
+            "state": "loading" if loading else "ready", "loading": loading,
+            "now_ms": now_ms, "retention_check_interval_ms": log_manager.retention_check_interval_ms,
+            "next_retention_check_ms": log_manager.next_retention_check_ms(),
+            "topics": topics, "partitions": rlm.status(topic, now_ms) if rlm is not None else [],
             "log_dirs": log_manager.log_dir_status()}
 
 
-async def tier_reconcile(rlm: RemoteLogManager | None, delete: str = "false") -> dict:
-    """Orphaned remote objects and segments whose objects are missing; ``delete=true`` removes the orphans."""
+async def tier_reconcile(rlm: RemoteLogManager | None, controller: Controller, delete: bool = False) -> dict:
+    """Orphaned remote objects, segments whose objects are missing, and objects of other clusters or of
+    topic ids this cluster never had (foreign: never deleted); ``delete`` removes the orphans."""
     if rlm is None:
         return {"error": "tiered storage is off on this broker (remote.log.storage.system.enable=false)"}
-    return await rlm.reconcile(delete=delete.lower() == "true")
+    known, deleted = controller.image.known_topic_ids()
+    return await rlm.reconcile(delete=delete, cluster_id=controller.image.cluster_id, known_topic_ids=known,
+                               deleted_topic_ids=deleted)
+
+
+def _report_only(value: str) -> bool:
+    if boolean(value):
+        raise HttpError(405, "GET never changes anything: deleting orphans needs POST "
+                             "/v1/tier/reconcile?delete=true with the admin token (tierlog tier reconcile --delete)",
+                        {"Allow": "GET, POST"})
+    return False
+
+
+def tier_routes(serving: Callable[[], str | None], controller: Controller, rlm: RemoteLogManager | None,
+                log_manager: LogManager, node_id: int) -> dict[tuple[str, str], Route]:
+    """The endpoint's tiered storage routes. ``serving`` returns None once the broker serves requests,
+    else its state; until then they answer 503."""
+
+    def status(topic: str | None = None) -> dict:
+        _check_serving(serving)
+        return tier_status(controller, rlm, log_manager, node_id, topic)
+
+    async def reconcile(delete: bool = False) -> dict:
+        _check_serving(serving)
+        return await tier_reconcile(rlm, controller, delete)
+
+    return {("GET", "/v1/tier/status"): Route(status, {"topic": topic_name}),
+            ("GET", "/v1/tier/reconcile"): Route(reconcile, {"delete": _report_only}),
+            ("POST", "/v1/tier/reconcile"): Route(reconcile, {"delete": boolean}, admin=True)}
+
+
+def _check_serving(serving: Callable[[], str | None]) -> None:
+    state = serving()
+    if state is not None:
+        raise HttpError(503, f"the broker is {state}; try again once it is ready")

@@ -223,8 +223,9 @@ def export_preflight(options: Mapping[str, str], checkpoint: str) -> int | None:
 # --------------------------------------------------------------------------------------- the metadata
 
 
-def _segments(options: Mapping[str, str], job: str = "metadata") -> list[dict]:
-    """Every finished remote segment of the selected topics, as rows (with progress on standard error)."""
+def _segments(options: Mapping[str, str], job: str = "metadata", with_cluster_id: bool = False):
+    """Every finished remote segment of the selected topics, as rows (with progress on standard error);
+    ``with_cluster_id``: also the cluster's id (remote keys carry it), as ``(rows, cluster_id)``."""
     opts = options_mod.parse({**options, "tierlog.readMode": "broker"})
     opts.read_mode = "direct"  # the planner reads remote metadata only in direct mode
     planner = Planner(opts)
@@ -234,6 +235,7 @@ def _segments(options: Mapping[str, str], job: str = "metadata") -> list[dict]:
         with Progress(f"{job}: reading __remote_log_metadata", "records") as progress:
             remote = planner.remote_segments(tps, progress=progress.update)
             progress.finish(always=False)
+        cluster_id = planner.cluster_id if with_cluster_id else None
     finally:
         planner.close()
     now = int(time.time() * 1000)
@@ -251,7 +253,7 @@ def _segments(options: Mapping[str, str], job: str = "metadata") -> list[dict]:
                          "start_offset": md.start_offset, "end_offset": md.end_offset,
                          "size_bytes": md.segment_size_in_bytes, "stored_bytes": stored,
                          "age_hours": round((now - md.max_timestamp_ms) / 3_600_000, 2)})
-    return rows
+    return (rows, cluster_id) if with_cluster_id else rows
 
 
 _SEGMENT_SCHEMA = ("topic string, partition int, segment_id string, topic_id string, start_offset long, "
@@ -321,25 +323,28 @@ def audit_inputs(options: Mapping[str, str]) -> tuple[list[dict], list[dict]]:
     opts = options_mod.parse(options)
     if not opts.storage_manager:
         raise SourceOptionError("the audit lists the remote store: give tierlog.rsm.* options")
-    rsm = open_store(opts)
+    segments, cluster_id = _segments(options, "audit", with_cluster_id=True)
+    rsm = open_store(opts, cluster_id)
     check_root(rsm, opts)
-    segments = _segments(options, "audit")
     prefix = getattr(rsm, "key_prefix", "")
     objects = []
     with Progress(f"audit: listing {describe(rsm, opts)}", "objects") as progress:
         listed = rsm.list_objects(prefix)
         for key, size in listed:
             pk = layout.parse_key(key, prefix)
+            if pk is not None and pk.cluster_id not in (None, cluster_id):
+                continue  # another cluster's key folder (a shared store)
             objects.append({"key": key, "size": size, "topic": pk.topic if pk else None,
+                            "topic_id": uuid_to_str(pk.topic_id) if pk else None,
                             "segment_id": uuid_to_str(pk.segment_id) if pk else None})
         progress.update(len(objects), sum(size for _, size in listed))
         progress.finish(always=False)
-    stored = {(o["topic"], o["segment_id"]) for o in objects}
+    stored = {(o["topic_id"], o["segment_id"]) for o in objects}
     by_topic: dict[str, int] = {}
     found: set[str] = set()
     for seg in segments:
         by_topic[seg["topic"]] = by_topic.get(seg["topic"], 0) + 1
-        if (seg["topic"], seg["segment_id"]) in stored:
+        if (seg["topic_id"], seg["segment_id"]) in stored:
             found.add(seg["topic"])
     for topic, count in sorted(by_topic.items()):
         if topic not in found:
@@ -359,10 +364,12 @@ def audit(spark, options: Mapping[str, str], inputs: tuple[list[dict], list[dict
     from pyspark.sql import functions as F
 
     objects, rows = audit_inputs(options) if inputs is None else inputs
-    listing = spark.createDataFrame(objects, "key string, size long, topic string, segment_id string")
+    listing = spark.createDataFrame(objects, "key string, size long, topic string, topic_id string, "
+                                             "segment_id string")
     segments = spark.createDataFrame(rows, _SEGMENT_SCHEMA)
-    topics = [r.topic for r in segments.select("topic").distinct().collect()]
-    selected = listing.where(F.col("topic").isin(topics)) if topics else listing.limit(0)
+    # By topic id, not name: a shared store may hold a same-named topic of another cluster.
+    topic_ids = [r.topic_id for r in segments.select("topic_id").distinct().collect()]
+    selected = listing.where(F.col("topic_id").isin(topic_ids)) if topic_ids else listing.limit(0)
     orphans = selected.join(segments.select("segment_id"), "segment_id", "left_anti")
     logs = selected.where(F.col("key").endswith(".log")).select("segment_id").distinct()
     manifests = selected.where(F.col("key").endswith(".manifest")).select("segment_id").distinct()

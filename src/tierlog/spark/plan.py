@@ -49,6 +49,7 @@ class RemoteSlice:
     start: int
     end: int
     segment: RemoteLogSegmentMetadata
+    cluster_id: str | None = None  # the segment's objects may be in this cluster's key folder
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._admin: Admin | None = None
+        self._cluster_id: str | None = None
 
     def client_config(self, **extra) -> dict:
         return {**self.opts.client_config, "bootstrap.servers": self.opts.bootstrap_servers, **extra}
@@ -99,6 +101,13 @@ class Planner:
     def connect(self) -> None:
         """Check that the bootstrap servers answer (raises BrokerUnreachableError)."""
         _ = self.admin
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster's id: remote keys carry it (docs/tiered-storage-layout.md)."""
+        if self._cluster_id is None:
+            self._cluster_id = self.admin.describe_cluster().cluster_id
+        return self._cluster_id
 
     def close(self) -> None:
         if self._admin is not None:
@@ -243,7 +252,7 @@ class Planner:
                 for md, lo, hi in covering(remote.get(tp, []), cur, edge):
                     if lo > cur:
                         break  # a gap in remote storage: the broker reads on from here
-                    tasks.append(RemoteSlice(tp.topic, tp.partition, lo, hi, md))
+                    tasks.append(RemoteSlice(tp.topic, tp.partition, lo, hi, md, self.cluster_id))
                     cur = hi
             if cur < end:
                 tasks.append(BrokerSlice(tp.topic, tp.partition, cur, end))
@@ -253,7 +262,8 @@ class Planner:
                 planned.setdefault(TopicPartition(t.topic, t.partition), []).append(t.segment)
         if planned:
             from .store import verify
-            verify(self.opts, planned, lambda tps: self.list_offsets({tp: EARLIEST for tp in tps}))
+            verify(self.opts, planned, lambda tps: self.list_offsets({tp: EARLIEST for tp in tps}),
+                   self.cluster_id)
         return split(tasks, min_partitions)
 
 

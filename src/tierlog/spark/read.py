@@ -70,10 +70,11 @@ def to_arrow(records: list, topic: str, partition: int, include_headers: bool) -
 
 # ------------------------------------------------------------------------------------ remote slices
 
-def storage_manager(opts: SourceOptions):
-    """The remote storage manager the options name, read-only, one per worker process."""
+def storage_manager(opts: SourceOptions, cluster_id: str | None = None):
+    """The remote storage manager the options name, read-only, one per worker process; with ``cluster_id``
+    it finds segments in the cluster's key folder too (the broker's default layout)."""
     from .store import open_store
-    return open_store(opts)
+    return open_store(opts, cluster_id)
 
 
 def _columnar():
@@ -87,7 +88,7 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
     from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 
     columnar = _columnar()
-    rsm = storage_manager(opts)
+    rsm = storage_manager(opts, task.cluster_id)
     md = task.segment
     try:
         position = OffsetEntries(md.start_offset, rsm.fetch_index(md, IndexType.OFFSET)).lookup(task.start)[1]

@@ -39,15 +39,19 @@ MAX_PROBES = 64
 _stores: dict[tuple, object] = {}
 
 
-def open_store(opts: SourceOptions):
+def open_store(opts: SourceOptions, cluster_id: str | None = None):
     """The remote storage manager the options name, opened read-only, one per process (Spark reuses its
-    Python workers, so consecutive tasks share it and its manifest cache)."""
-    key = (opts.storage_manager, tuple(sorted(opts.storage_config.items())))
+    Python workers, so consecutive tasks share it and its manifest cache); with ``cluster_id`` it finds
+    segments in the cluster's key folder too (the broker's default layout)."""
+    config = dict(opts.storage_config)
+    if cluster_id and "cluster.id" not in config:
+        config["cluster.id"] = cluster_id
+    key = (opts.storage_manager, tuple(sorted(config.items())))
     rsm = _stores.get(key)
     if rsm is None:
         from tierlog.tiered.rsm import create_remote_storage_manager
         try:
-            rsm = create_remote_storage_manager(opts.storage_manager, opts.storage_config, read_only=True)
+            rsm = create_remote_storage_manager(opts.storage_manager, config, read_only=True)
         except InvalidConfigError as e:
             raise RemoteStoreConfigError(f"{e.message}; {setting_hint(opts)}") from None
         _stores[key] = rsm
@@ -93,13 +97,14 @@ def present(rsm, md: RemoteLogSegmentMetadata) -> bool:
 
 
 def verify(opts: SourceOptions, segments: dict[TopicPartition, list[RemoteLogSegmentMetadata]],
-           log_starts: Callable[[list[TopicPartition]], dict[TopicPartition, int]]) -> None:
+           log_starts: Callable[[list[TopicPartition]], dict[TopicPartition, int]],
+           cluster_id: str | None = None) -> None:
     """Raise RemoteStoreConfigError unless the store holds at least one of each topic's ``segments`` (the
     remote segments a plan reads), or retention has deleted them all since (see the module's text)."""
     wanted = {tp: mds for tp, mds in segments.items() if mds}
     if not wanted:
         return
-    rsm = open_store(opts)
+    rsm = open_store(opts, cluster_id)
     check_root(rsm, opts)
     by_topic: dict[str, dict[TopicPartition, list[RemoteLogSegmentMetadata]]] = {}
     for tp, mds in wanted.items():

@@ -718,10 +718,44 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(offset)
         self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
 
+    def segments_due_for_deletion(self, now_ms: int | None = None) -> list[LogSegment]:
+        """The segments the next retention check deletes (``delete_old_segments`` without deleting): on a
+        tiered log, those already copied and past local retention (``tierlog tier status``)."""
+        now = _now_ms() if now_ms is None else now_ms
+        cfg = self.config
+        due = self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if not cfg.delete_enabled:
+            return due
+        tiered = self._tiered_copy
+        retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
+        retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+        if retention_ms >= 0:
+            due += self._deletable(lambda seg, nxt: now - seg.largest_timestamp() > retention_ms, len(due))
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes - sum(seg.size for seg in due) - retention_bytes
+
+            def over_size(seg, nxt):
+                nonlocal excess
+                if excess - seg.size >= 0:
+                    excess -= seg.size
+                    return True
+                return False
+            due += self._deletable(over_size, len(due))
+        return due
+
     def _delete_while(self, predicate, now_ms: int | None = None) -> int:
+        doomed = self._deletable(predicate)
+        if not doomed:
+            return 0
+        return self._delete_segments(doomed, now_ms)
+
+    def _deletable(self, predicate, start: int = 0) -> list[LogSegment]:
+        """The segments from index ``start`` on that retention may delete, oldest first, while
+        ``predicate(segment, next segment)`` holds."""
         tiered = self._tiered_copy
         doomed = []
-        for i, seg in enumerate(self.segments):
+        for i in range(start, len(self.segments)):
+            seg = self.segments[i]
             nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
             end = nxt.base_offset if nxt is not None else self.log_end_offset
             if seg.size == 0 and nxt is None:
@@ -733,8 +767,10 @@ class Log:
             if not predicate(seg, nxt):
                 break
             doomed.append(seg)
-        if not doomed:
-            return 0
+        return doomed
+
+    def _delete_segments(self, doomed: list[LogSegment], now_ms: int | None) -> int:
+        tiered = self._tiered_copy
         if len(doomed) == len(self.segments):
             self.roll()  # there must always be an active segment
         due = (_now_ms() if now_ms is None else now_ms) + self.config.file_delete_delay_ms

@@ -395,6 +395,11 @@ class LogManager:
             self._last_checkpoint_ms = now
             self.checkpoint(fsync=False)
 
+    def next_retention_check_ms(self) -> int:
+        """When the next retention check runs (epoch ms; ``log.retention.check.interval.ms`` after the
+        last one, on the next housekeeping tick)."""
+        return self._last_retention_ms + self.retention_check_interval_ms
+
     def _online_logs(self) -> list[Log]:
         return [lg for lg in self.logs.values() if lg.offline is None]
 

@@ -5,7 +5,7 @@ Everything runs on the broker's event loop; calls into the storage plugin (block
 thread pools sized like Kafka's (copier, expiration, reader). Per leader partition there is a copy
 task and an expiration task, each run every ``remote.log.manager.task.interval.ms`` (fixed delay,
 first run at once), skipped while the metadata manager is not ready for the partition (a restart
-still replaying ``__remote_log_metadata``).
+still replaying ``__remote_log_metadata``; it looks again every 0.2 s until it is).
 
 Safety rules, as Kafka's:
 - a segment is uploaded only once the next segment starts at or below the last stable offset, so
@@ -32,6 +32,7 @@ DEBUG, the recovery at INFO.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -40,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierlog.kafka_uuid import uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage import Log, LogSegment
 from tierlog.storage.producer_state import snapshot_path
@@ -74,6 +76,9 @@ class CustomMetadataSizeLimitExceededError(Exception):
 
 
 _QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least this often (Kafka: 1 s)
+#: A task whose partition's metadata is still loading looks again this often (at most every task interval):
+#: the first run after a restart reads the remote offsets, and until then status and readiness say "loading".
+_NOT_READY_RECHECK_S = 0.2
 
 
 def _now_ms() -> int:
@@ -389,7 +394,10 @@ class RemoteLogManager:
 
     async def _run_periodically(self, st: PartitionTasks, body, what: str) -> None:
         while not (what == "copy" and st.stop_copy):
-            if self.rlmm.is_ready(st.tp) and not await self.run_once(st, body, what):
+            if not self.rlmm.is_ready(st.tp):
+                await asyncio.sleep(min(self.task_interval_s, _NOT_READY_RECHECK_S))
+                continue
+            if not await self.run_once(st, body, what):
                 return
             await asyncio.sleep(self.task_interval_s)
 
@@ -753,45 +761,82 @@ class RemoteLogManager:
 
     # ---------------------------------------------------------------------------------------- status
 
-    def partition_status(self, st: PartitionTasks) -> dict:
-        """What ``tierlog tier status`` shows for one partition."""
+    def loaded(self, st: PartitionTasks) -> bool:
+        """Whether the partition's remote state is known: its metadata loaded and, with a copy task, that
+        task's first run done (it reads the highest remote offset; until then the log says -1)."""
+        return self.rlmm.is_ready(st.tp) and (st.copy_task is None or not st.first_copy_run)
+
+    def partition_status(self, st: PartitionTasks, now_ms: int | None = None) -> dict:
+        """What ``tierlog tier status`` shows for one partition. While its remote metadata loads after a
+        restart (``state`` "loading") every figure that depends on it is None, never a wrong number."""
         lg, tp = st.log, st.tp
+        loaded = self.loaded(st)
         status = {
-            "topic": tp.topic, "partition": tp.partition, "log_start_offset": lg.log_start_offset,
+            "topic": tp.topic, "partition": tp.partition, "state": "ready" if loaded else "loading",
+            "log_start_offset": lg.log_start_offset,
             "local_log_start_offset": lg.local_log_start_offset, "log_end_offset": lg.log_end_offset,
-            "highest_offset_in_remote_storage": lg.highest_offset_in_remote_storage,
+            "highest_offset_in_remote_storage": None,
             "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes,
-            "ready": self.rlmm.is_ready(tp), "copy_enabled": st.copy_task is not None,
+            "ready": loaded, "copy_enabled": st.copy_task is not None,
             "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
             # Known once the partition's remote metadata is loaded:
             "remote_segments": None, "remote_bytes": None, "remote_segments_in_progress": None,
             "remote_segments_to_clean": None, "copy_lag_segments": None, "copy_lag_bytes": None,
+            "pending_local_deletion_segments": None, "pending_local_deletion_bytes": None,
         }
-        if status["ready"]:
+        if loaded:
             segments = self.rlmm.list_remote_log_segments(tp)
             finished = [md for md in segments if md.state == S.COPY_SEGMENT_FINISHED]
             lag = self.copy_candidates(lg)
             # Failed uploads and deletions whose objects the clean-up still has to delete.
             to_clean = {md.segment_id for md in segments if md.state == S.DELETE_SEGMENT_STARTED} | set(st.abandoned)
-            status.update(remote_segments=len(finished),
+            try:  # copied and past local retention: deleted by the next retention check
+                due = [] if lg.offline is not None else lg.segments_due_for_deletion(now_ms)
+            except Exception as e:  # noqa: BLE001 - a status answer, not a reason to fail it
+                log.debug("Could not work out the pending local deletions of %s: %s", tp, e)
+                due = []
+            status.update(highest_offset_in_remote_storage=lg.highest_offset_in_remote_storage,
+                          pending_local_deletion_segments=len(due),
+                          pending_local_deletion_bytes=sum(seg.size for seg in due),
+                          remote_segments=len(finished),
                           remote_bytes=sum(md.segment_size_in_bytes for md in finished),
                           remote_segments_in_progress=len(segments) - len(finished),
                           remote_segments_to_clean=len(to_clean),
                           copy_lag_segments=len(lag), copy_lag_bytes=sum(s.size for s, _ in lag))
         return status
 
-    def status(self, topic: str | None = None) -> list[dict]:
-        return [self.partition_status(st) for tp, st in sorted(self.partitions.items(),
+    def status(self, topic: str | None = None, now_ms: int | None = None) -> list[dict]:
+        return [self.partition_status(st, now_ms) for tp, st in sorted(self.partitions.items(),
                                                                 key=lambda kv: (kv[0].topic, kv[0].partition))
                 if topic is None or tp.topic == topic]
 
+    def not_ready_reason(self) -> str | None:
+        """None once the metadata manager is up and every partition followed here is loaded (its remote
+        offsets read); else why not (the broker's /ready answer)."""
+        reason = self.rlmm.not_ready_reason()
+        if reason is not None:
+            return reason
+        loading = sorted(str(st.tp) for st in self.partitions.values() if not self.loaded(st))
+        if loading:
+            shown = ", ".join(loading[:5]) + (f" and {len(loading) - 5} more" if len(loading) > 5 else "")
+            return (f"remote log metadata of {len(loading)} of {len(self.partitions)} tiered partition(s) still "
+                    f"loading: {shown}")
+        return None
+
     # ------------------------------------------------------------------------------------- reconcile
 
-    async def reconcile(self, delete: bool = False) -> dict:
+    async def reconcile(self, delete: bool = False, cluster_id: str | None = None,
+                        known_topic_ids: set | None = None, deleted_topic_ids: set | None = None) -> dict:
         """Compare the remote store with the metadata: objects no metadata references (orphans, e.g. of an
         upload cut short by a crash) and finished segments whose objects are missing. With ``delete`` the
         orphans are removed. Partitions whose metadata is still loading, or whose remote data is being
-        deleted right now, are left alone."""
+        deleted right now, are left alone.
+
+        A store may be shared with other clusters. Objects in another cluster's folder (``cluster_id`` is
+        this cluster's), and objects of topic ids this cluster never knew (not in ``known_topic_ids``:
+        its topics and the topics it deleted), are *foreign*: reported, never deleted. Orphans are
+        deleted only where this broker knows the whole picture: partitions it follows (their metadata
+        loaded) and topics this cluster deleted (``deleted_topic_ids``)."""
         loop = asyncio.get_running_loop()
         prefix = self.rsm.key_prefix
         # Objects first, metadata second: an upload always records COPY_SEGMENT_STARTED before it writes.
@@ -810,13 +855,24 @@ class RemoteLogManager:
                 referenced.add(md.segment_id.id)
                 if md.state == S.COPY_SEGMENT_FINISHED:
                     finished.append(md)
+        deleted_topics = deleted_topic_ids or set()
         present = {key for key, _ in objects}
         orphans: dict[str, dict] = {}
+        foreign: dict[tuple, dict] = {}
         unknown = []
         for key, size in objects:
             pk = layout.parse_key(key, prefix)
             if pk is None:
                 unknown.append(key)
+                continue
+            other_cluster = pk.cluster_id is not None and pk.cluster_id != cluster_id
+            if other_cluster or (known_topic_ids is not None and pk.topic_id not in known_topic_ids):
+                group = foreign.setdefault((pk.cluster_id or "", pk.topic, pk.topic_id), {
+                    "cluster_id": pk.cluster_id, "topic": pk.topic, "topic_id": uuid_to_str(pk.topic_id),
+                    "reason": "another cluster's folder" if other_cluster else "a topic id this cluster never had",
+                    "objects": 0, "bytes": 0})
+                group["objects"] += 1
+                group["bytes"] += size
                 continue
             tp = TopicIdPartition(pk.topic_id, pk.topic, pk.partition)
             if tp in busy or pk.segment_id in referenced:
@@ -825,32 +881,40 @@ class RemoteLogManager:
             entry = orphans.setdefault(stem, {"topic": pk.topic, "partition": pk.partition,
                                               "start_offset": pk.start_offset, "segment_id": str(pk.segment_id),
                                               "keys": [], "bytes": 0, "topic_followed": tp in followed,
+                                              "deletable": tp in followed or pk.topic_id in deleted_topics,
                                               "parsed": pk})
             entry["keys"].append(key)
             entry["bytes"] += size
         missing = []
         for md in finished:
-            keys = layout.segment_keys(md, prefix)
-            absent = [k for k in (keys.manifest, keys.log) if k not in present]
-            if absent:
+            candidates = self.rsm.segment_key_candidates(md)
+            if not any(keys.manifest in present and keys.log in present for keys in candidates):
+                keys = next((k for k in candidates if k.manifest in present or k.log in present), candidates[0])
+                absent = [k for k in (keys.manifest, keys.log) if k not in present]
                 missing.append({"topic": md.topic_id_partition.topic, "partition": md.topic_id_partition.partition,
                                 "start_offset": md.start_offset, "end_offset": md.end_offset,
                                 "segment_id": str(md.segment_id.id), "missing_keys": absent})
         deleted = 0
         if delete:
             for entry in orphans.values():
+                if not entry["deletable"]:
+                    continue
                 pk = entry["parsed"]
                 tp = TopicIdPartition(pk.topic_id, pk.topic, pk.partition)
+                # The prefix it was found under, as KIP-917 custom metadata: the delete touches that stem only.
+                found_under = layout.cluster_prefix(prefix, pk.cluster_id) if pk.cluster_id else prefix
                 md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, pk.segment_id), pk.start_offset,
                                               pk.start_offset, -1, self.broker_id, _now_ms(), 0,
-                                              {0: pk.start_offset})
+                                              {0: pk.start_offset},
+                                              custom_metadata=json.dumps({"p": found_under}).encode())
                 await loop.run_in_executor(self.expiration_pool, self.rsm.delete_log_segment_data, md)
                 deleted += 1
         for entry in orphans.values():
             del entry["parsed"]
         return {"objects": len(objects), "orphans": sorted(orphans.values(), key=lambda e: e["keys"][0]),
-                "missing": missing, "unrecognized_keys": unknown, "not_ready": not_ready,
-                "orphans_deleted": deleted}
+                "missing": missing, "foreign": sorted(foreign.values(), key=lambda f: (f["cluster_id"] or "",
+                                                                                       f["topic"], f["topic_id"])),
+                "unrecognized_keys": unknown, "not_ready": not_ready, "orphans_deleted": deleted}
 
     # -------------------------------------------------------------------------------------- shutdown
 

@@ -94,6 +94,11 @@ class RemoteLogMetadataManager(abc.ABC):
         """Whether ``tp``'s metadata has been caught up (KAFKA-17980); tasks skip a partition until then."""
         return True
 
+    def not_ready_reason(self) -> str | None:
+        """None when the manager works (partitions may still be loading: see ``is_ready``); else why it
+        does not yet or no longer (the broker's /ready answer)."""
+        return None
+
     # -- partitions followed --
 
     @abc.abstractmethod

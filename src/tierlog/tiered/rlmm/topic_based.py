@@ -371,6 +371,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return (self.initialized and not self.closing and task is not None and task.failure is None
                 and self.store.is_initialized(tp))
 
+    def not_ready_reason(self) -> str | None:
+        if self.init_failure is not None:
+            return f"the topic-based remote log metadata manager failed to initialize: {self.init_failure}"
+        if self.closing:
+            return "the topic-based remote log metadata manager is closed"
+        if not self.initialized or self.consumer_task is None:
+            return (f"the topic-based remote log metadata manager is still initializing "
+                    f"({'started' if self.ready_at is not None else 'waiting for broker ready'})")
+        if self.consumer_task.failure is not None:
+            return f"the {METADATA_TOPIC} reader stopped on a non-retriable error; restart the broker"
+        return None
+
     # ------------------------------------------------------------------------------- partitions
 
     def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],

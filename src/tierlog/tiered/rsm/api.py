@@ -27,6 +27,7 @@ from tierlog.kafka_uuid import uuid_to_str
 from tierlog.tiered import exceptions
 from tierlog.tiered.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from tierlog.tiered.plugins import load_plugin_class
+from tierlog.tiered.rsm import layout
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,11 @@ class RemoteStorageManager(abc.ABC):
     @abc.abstractmethod
     def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete everything stored for the segment. Idempotent: nothing to delete is success."""
+
+    def segment_key_candidates(self, md: RemoteLogSegmentMetadata) -> list[layout.SegmentKeys]:
+        """Where the segment's objects may be in :meth:`list_objects`, in the built-in layout (the
+        reconciler checks them); the built-in managers know both layouts."""
+        return [layout.segment_keys(md, self.key_prefix)]
 
     @abc.abstractmethod
     def list_objects(self, prefix: str = "") -> list[tuple[str, int]]:

@@ -59,8 +59,8 @@ def rsm_setting(configs: Mapping[str, Any], name: str) -> Any:
 
 #: Settings read by every built-in backend (besides its own ``dir`` / ``url`` ...).
 COMMON_CONFIG_KEYS = frozenset({
-    "broker.id", "key.prefix", "custom.metadata.enable", "compression.enable", "compression.chunk.size",
-    "compression.level", "compression.heuristic.enable",
+    "broker.id", "cluster.id", "key.prefix", "key.cluster.id.enable", "custom.metadata.enable", "compression.enable",
+    "compression.chunk.size", "compression.level", "compression.heuristic.enable",
 })
 _MANIFEST_CACHE_SIZE = 1024
 
@@ -81,11 +81,14 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
         self.configs: dict[str, str] = {}
         self.key_prefix = ""
+        self.cluster_id: str | None = None  # given by the broker (or a reader that knows it)
+        self.write_prefix = ""  # where copies go: key_prefix, plus the cluster folder in the cluster layout
         self.broker_id = -1
         self.custom_metadata_enabled = self.custom_metadata_default
         self.compression_enabled = self.compression_heuristic = False  # set by configure, from the table
         self.chunk_size = self.compression_level = 0
-        self._manifests: OrderedDict[tuple[str, str], layout.SegmentManifest] = OrderedDict()
+        self._manifests: OrderedDict[tuple[str, str], tuple[layout.SegmentKeys, layout.SegmentManifest]] = \
+            OrderedDict()
         self._lock = threading.Lock()
 
     # -- primitives --
@@ -136,6 +139,15 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         except ValueError as e:
             raise InvalidConfigError(f"Invalid value for configuration key.prefix: {e}") from None
         self.broker_id = config_int(configs, "broker.id", -1)
+        self.cluster_id = str(configs.get("cluster.id") or "") or None
+        self.write_prefix = self.key_prefix
+        if self.cluster_id is not None:
+            try:
+                cluster = layout.cluster_prefix(self.key_prefix, self.cluster_id)
+            except ValueError as e:
+                raise InvalidConfigError(f"Invalid value for configuration cluster.id: {e}") from None
+            if rsm_setting(configs, "key.cluster.id.enable"):
+                self.write_prefix = cluster
         custom = rsm_setting(configs, "custom.metadata.enable")
         self.custom_metadata_enabled = self.custom_metadata_default if custom is None else custom
         self.compression_enabled = rsm_setting(configs, "compression.enable")
@@ -146,13 +158,31 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     # -- contract --
 
     def segment_keys(self, md: RemoteLogSegmentMetadata) -> layout.SegmentKeys:
-        """Keys of the segment as a read finds them: under the prefix recorded in its custom metadata
-        when there is one (so changing ``key.prefix`` does not orphan older segments)."""
-        return layout.segment_keys(md, self._recorded_prefix(md))
+        """Keys of the segment as a read looks for them first (see :meth:`segment_key_candidates`)."""
+        return self.segment_key_candidates(md)[0]
+
+    def segment_key_candidates(self, md: RemoteLogSegmentMetadata) -> list[layout.SegmentKeys]:
+        """Where the segment's objects may be, in the order a read looks. Under the prefix recorded in its
+        custom metadata when there is one (it includes the cluster folder of the cluster layout), so
+        changing ``key.prefix`` or the layout orphans nothing. Without one (custom metadata off, or
+        another plugin's): where a copy with the current settings writes it, then the cluster layout,
+        then the older layout without the cluster folder."""
+        recorded = self._recorded_prefix(md)
+        if recorded is not None:
+            return [layout.segment_keys(md, recorded)]
+        prefixes = [self.write_prefix]
+        if self.cluster_id is not None:
+            prefixes.append(layout.cluster_prefix(self.key_prefix, self.cluster_id))
+        prefixes.append(self.key_prefix)
+        return [layout.segment_keys(md, p) for p in dict.fromkeys(prefixes)]
+
+    def write_keys(self, md: RemoteLogSegmentMetadata) -> layout.SegmentKeys:
+        """Where a copy with the current settings puts the segment."""
+        return layout.segment_keys(md, self.write_prefix)
 
     def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         self._check_writable(f"copy {md.segment_id}")
-        keys = layout.segment_keys(md, self.key_prefix)
+        keys = self.write_keys(md)
         log_path = str(data.log_segment)
         try:
             log_size = os.path.getsize(log_path)
@@ -175,7 +205,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
                 stored = log_size
             blob, entries = layout.encode_indexes(indexes)
             self._put_bytes(keys.indexes, blob)
-            custom = {"p": self.key_prefix, "s": stored + len(blob)} if self.custom_metadata_enabled else None
+            custom = {"p": self.write_prefix, "s": stored + len(blob)} if self.custom_metadata_enabled else None
             tp = md.topic_id_partition
             manifest = layout.SegmentManifest(
                 topic=tp.topic, topic_id=tp.topic_id, partition=tp.partition, segment_id=md.segment_id.id,
@@ -259,7 +289,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
 
     def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
         self._check_writable(f"delete {md.segment_id}")
-        stems = {self.segment_keys(md), layout.segment_keys(md, self.key_prefix)}
+        stems = dict.fromkeys([*self.segment_key_candidates(md), self.write_keys(md)])
         self._delete_for(md, [key for keys in stems for key in keys.all()])
         self._forget(md)
 
@@ -272,7 +302,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         if self.read_only:
             raise RemoteStorageError(f"cannot {what}: the remote storage manager was opened read-only")
 
-    def _recorded_prefix(self, md: RemoteLogSegmentMetadata) -> str:
+    def _recorded_prefix(self, md: RemoteLogSegmentMetadata) -> str | None:
         if md.custom_metadata:
             try:
                 doc = json.loads(md.custom_metadata)
@@ -281,7 +311,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
                     return layout.check_prefix(prefix)
             except ValueError:
                 pass  # another plugin's metadata: fall back to the configured prefix
-        return self.key_prefix
+        return None
 
     def _stages_for(self, log_path: str) -> list[transforms.Stage]:
         if not self.compression_enabled:
@@ -307,20 +337,25 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         return out
 
     def _manifest(self, md: RemoteLogSegmentMetadata) -> tuple[layout.SegmentKeys, layout.SegmentManifest]:
-        keys = self.segment_keys(md)
-        cache_key = (uuid_to_str(md.segment_id.id), keys.stem)
+        candidates = self.segment_key_candidates(md)
+        cache_key = (uuid_to_str(md.segment_id.id), candidates[0].stem)
         with self._lock:
-            manifest = self._manifests.get(cache_key)
-            if manifest is not None:
+            cached = self._manifests.get(cache_key)
+            if cached is not None:
                 self._manifests.move_to_end(cache_key)
-                return keys, manifest
-        try:
-            raw = self._get(keys.manifest)
-        except FileNotFoundError:
+                return cached
+        raw = None
+        for keys in candidates:  # the layouts in turn; the first that holds the manifest has the segment
+            try:
+                raw = self._get(keys.manifest)
+                break
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise error_from_os(e, f"cannot read {keys.manifest}") from None
+        if raw is None:
             raise resource_not_found(md, "manifest (segment not uploaded, incomplete or deleted)",
-                                     keys.manifest) from None
-        except OSError as e:
-            raise error_from_os(e, f"cannot read {keys.manifest}") from None
+                                     candidates[0].manifest) from None
         try:
             manifest = layout.SegmentManifest.from_json(raw)
         except layout.ManifestFormatError as e:
@@ -329,7 +364,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise RemoteStorageError(f"{keys.manifest} describes segment {uuid_to_str(manifest.segment_id)}, "
                                      f"not {uuid_to_str(md.segment_id.id)}")
         with self._lock:
-            self._manifests[cache_key] = manifest
+            self._manifests[cache_key] = (keys, manifest)
             while len(self._manifests) > _MANIFEST_CACHE_SIZE:
                 self._manifests.popitem(last=False)
         return keys, manifest

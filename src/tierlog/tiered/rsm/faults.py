@@ -61,6 +61,9 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
     def key_prefix(self) -> str:  # the wrapped manager's objects are the ones listed
         return self.delegate.key_prefix if self.delegate is not None else ""
 
+    def segment_key_candidates(self, md: RemoteLogSegmentMetadata) -> list[layout.SegmentKeys]:
+        return self.delegate.segment_key_candidates(md)
+
     def control(self) -> dict[str, Any]:
         if not self.control_file:
             return {}
@@ -100,7 +103,9 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
             self._maybe_fail("copy", ctl, f"copy of segment {md.start_offset} of {md.topic_id_partition}")
         except RemoteStorageError:
             if ctl.get("copy_partial") and hasattr(self.delegate, "_put_file"):
-                self.delegate._put_file(layout.segment_keys(md, self.key_prefix).log, str(data.log_segment))
+                keys = self.delegate.write_keys(md) if hasattr(self.delegate, "write_keys") else \
+                    layout.segment_keys(md, self.key_prefix)
+                self.delegate._put_file(keys.log, str(data.log_segment))
             raise
         return self.delegate.copy_log_segment_data(md, data)
 

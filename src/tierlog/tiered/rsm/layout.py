@@ -2,9 +2,12 @@
 
 A segment is three objects under one deterministic key stem::
 
-    {prefix}{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.log        the Kafka .log bytes
-    {prefix}{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.indexes    all indexes, one object
-    {prefix}{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.manifest   JSON, written last
+    {prefix}{clusterId}/{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.log       the .log bytes
+    {prefix}{clusterId}/{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.indexes   all indexes
+    {prefix}{clusterId}/{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.manifest  JSON, last
+
+The cluster folder keeps clusters that share a bucket or folder apart. The older layout has no
+``{clusterId}/`` part (``rsm.config.key.cluster.id.enable=false`` still writes it); both are read.
 
 Ids are Kafka's base64 text form. This module only builds and parses keys and the byte formats of
 ``.indexes`` and ``.manifest``; it does no I/O.
@@ -70,6 +73,13 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def cluster_prefix(prefix: str, cluster_id: str) -> str:
+    """``{prefix}{clusterId}/``: where the objects of one cluster live in the cluster layout."""
+    if not cluster_id or "/" in cluster_id or "\\" in cluster_id or cluster_id in (".", "..") or "\0" in cluster_id:
+        raise ValueError(f"cluster id {cluster_id!r} cannot be a key folder")
+    return f"{prefix}{cluster_id}/"
+
+
 def partition_dir(prefix: str, topic: str, topic_id: uuid.UUID, partition: int) -> str:
     """``{prefix}{topic}-{topicId}/{partition}/``: the folder holding every segment of a partition."""
     return f"{prefix}{topic}-{uuid_to_str(topic_id)}/{partition}/"
@@ -89,15 +99,20 @@ class ParsedKey:
     start_offset: int
     segment_id: uuid.UUID
     suffix: str
+    cluster_id: str | None = None  # None: the older layout, without a cluster folder
 
 
 def parse_key(key: str, prefix: str = "") -> ParsedKey | None:
-    """Inverse of :func:`segment_keys` for any of the three objects; None for a key that is not one.
+    """Inverse of :func:`segment_keys` for any of the three objects, in either layout (below
+    ``prefix``, with or without a cluster folder); None for a key that is not one.
 
     Topic names and base64 ids may both contain '-', so the id is cut by its fixed length."""
     if not key.startswith(prefix):
         return None
     parts = key[len(prefix):].split("/")
+    cluster_id = None
+    if len(parts) == 4 and parts[0]:
+        cluster_id, parts = parts[0], parts[1:]
     if len(parts) != 3:
         return None
     topic_dir, partition, name = parts
@@ -112,7 +127,8 @@ def parse_key(key: str, prefix: str = "") -> ParsedKey | None:
         segment_id = uuid_from_str(m.group(2))
     except ValueError:
         return None
-    return ParsedKey(topic_dir[:-_ID_LEN - 1], topic_id, int(partition), int(m.group(1)), segment_id, suffix)
+    return ParsedKey(topic_dir[:-_ID_LEN - 1], topic_id, int(partition), int(m.group(1)), segment_id, suffix,
+                     cluster_id)
 
 
 # ----------------------------------------------------------------------------------- .indexes object
