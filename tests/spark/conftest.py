@@ -4,6 +4,8 @@ Fixtures (brokers come from the harness, tests/harness: ``start_broker``, ``brok
 
 - ``spark_kafka_jars``: the connector jars for the installed PySpark, resolved by Maven into a
   cache folder outside the repository (scripts/spark_kafka_jars.py, loaded by tests/spark/sparklib.py).
+- ``cluster``: one tiered tierlog broker per test module (remote folder ``cluster.remote_dir``), and
+  ``tierlog_spark``: the session with the ``tierlog`` data source registered.
 - ``spark``: ONE local SparkSession for the whole test session (``local[2]``, no UI, bound to
   127.0.0.1, Python workers on ``sys.executable``, the connector on ``spark.jars``). A session
   costs about 1.6 GB, so tests never start their own (under pytest-xdist every test using it runs
@@ -25,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.broker import BrokerProcess
+from tests.harness.tiered import tiered_settings
 from tests.spark.sparklib import SparkKafkaJarsError, jars_module, unavailable
 
 
@@ -96,3 +100,19 @@ def spark(spark_kafka_jars, tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark-tiered")
+    b = BrokerProcess(root / "logs", tiered_settings(root, **{"num.partitions": "3"})).start()
+    b.remote_dir = root / "remote"
+    yield b
+    b.kill()
+
+
+@pytest.fixture(scope="module")
+def tierlog_spark(spark):
+    from tierlog.spark import register
+    register(spark)
+    return spark

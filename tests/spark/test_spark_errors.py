@@ -20,14 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.test_tierlog_source import (  # noqa: F401 - module fixtures, one broker for this module
-    cluster,
-    create,
-    produce,
-    source,
-    tiered,
-    tierlog_spark,
-)
+from tests.spark.sparklib import create, produce, source, tiered
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -50,7 +43,7 @@ def one_error_line(stderr: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def wrong_topic(cluster):  # noqa: F811
+def wrong_topic(cluster):
     """A topic of 2 partitions with most of its records in remote storage."""
     topic = "misplaced"
     create(cluster, topic, partitions=2)
@@ -59,7 +52,7 @@ def wrong_topic(cluster):  # noqa: F811
     return topic, 2000
 
 
-def test_a_wrong_remote_folder_is_one_configuration_error_and_is_not_created(tierlog_spark, cluster,  # noqa: F811
+def test_a_wrong_remote_folder_is_one_configuration_error_and_is_not_created(tierlog_spark, cluster,
                                                                               wrong_topic, tmp_path):
     from tierlog.spark.jobs import ours
     from tierlog.spark.options import RemoteStoreConfigError
@@ -91,7 +84,7 @@ def test_a_wrong_remote_folder_is_one_configuration_error_and_is_not_created(tie
     assert source(tierlog_spark, cluster, topic).count() == count
 
 
-def test_an_unreachable_broker_fails_the_read_in_bounded_time(tierlog_spark):  # noqa: F811
+def test_an_unreachable_broker_fails_the_read_in_bounded_time(tierlog_spark):
     from tierlog.spark.jobs import ours
     from tierlog.spark.options import BrokerUnreachableError
     started = time.monotonic()
@@ -105,7 +98,7 @@ def test_an_unreachable_broker_fails_the_read_in_bounded_time(tierlog_spark):  #
     assert "127.0.0.1:1" in str(error) and "tierlog.bootstrapTimeoutMs" in str(error)
 
 
-def test_relative_store_folder_in_a_config_file_used_from_another_folder(cluster, wrong_topic, tmp_path):  # noqa: F811
+def test_relative_store_folder_in_a_config_file_used_from_another_folder(cluster, wrong_topic, tmp_path):
     """``tierlog spark export -c`` run elsewhere: the relative rsm.config.dir is found beside the file, every
     row is exported, and the progress on a non-terminal is a few plain lines (this one starts a JVM)."""
     import pyarrow.dataset as ds
@@ -138,7 +131,7 @@ def test_relative_store_folder_in_a_config_file_used_from_another_folder(cluster
     assert not [ln for ln in out.stderr.splitlines() if re.fullmatch(r"\s*export 0\s*", ln)]
 
 
-def test_audit_of_a_wrong_store_says_so_and_creates_nothing(cluster, wrong_topic, tmp_path):  # noqa: F811
+def test_audit_of_a_wrong_store_says_so_and_creates_nothing(cluster, wrong_topic, tmp_path):
     topic, _ = wrong_topic
     missing = tmp_path / "nowhere" / "remote"
     out, _ = cli("audit", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
@@ -215,7 +208,7 @@ def test_progress_is_a_few_plain_lines_off_a_terminal_and_a_bar_on_one():
     assert "500 of 1,000 rows (50%)" in tty.getvalue()
 
 
-def test_the_store_check_tells_retention_from_a_wrong_store(cluster, wrong_topic, tmp_path):  # noqa: F811
+def test_the_store_check_tells_retention_from_a_wrong_store(cluster, wrong_topic, tmp_path):
     """The rule of tierlog.spark.store.verify, on the driver alone (no Spark): one planned segment of a topic
     present is enough; none present is a wrong store, unless every planned segment is now below its
     partition's log start (retention deleted them after the metadata was read)."""
@@ -245,7 +238,7 @@ def test_the_store_check_tells_retention_from_a_wrong_store(cluster, wrong_topic
     # Only the oldest segment of partition 0 in the store: retention at work, not a wrong store.
     partial = tmp_path / "partial"
     oldest = min(segments[(topic, 0)], key=lambda m: m.start_offset)
-    for f in Path(cluster.remote_dir).glob(f"{topic}-*/0/{oldest.start_offset:020d}-*"):
+    for f in Path(cluster.remote_dir).glob(f"**/{topic}-*/0/{oldest.start_offset:020d}-*"):
         target = partial / f.relative_to(cluster.remote_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(f, target)

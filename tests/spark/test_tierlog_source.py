@@ -10,59 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
-from kafka.admin import NewTopic
 
-from tests.harness.broker import BrokerProcess
-from tests.harness.tiered import tier_status, tiered_settings
-
-TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": "40000", "local.retention.bytes": "1",
-                "file.delete.delay.ms": "0"}
-ROWS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("spark-tiered")
-    b = BrokerProcess(root / "logs", tiered_settings(root, **{"num.partitions": "3"})).start()
-    b.remote_dir = root / "remote"
-    yield b
-    b.kill()
-
-
-@pytest.fixture(scope="module")
-def tierlog_spark(spark):
-    from tierlog.spark import register
-    register(spark)
-    return spark
-
-
-def create(b, topic: str, partitions: int = 3, configs: dict | None = None) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
-    configs = TIERED_TOPIC if configs is None else configs
-    admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
-    admin.close()
-
-
-def produce(b, topic: str, count: int, start: int = 0, codec: str = "none") -> None:
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4000, "compression.type": codec})
-    for i in range(start, start + count):
-        p.produce(topic, b"value-%06d" % i + b"x" * 100, b"key-%d" % i, headers=[("n", b"%d" % i), ("empty", None)])
-    assert p.flush(30) == 0
-
-
-def tiered(b, topic: str, partitions: int = 3) -> list[dict]:
-    """Until every partition's rolled segments are copied and its local log starts past 0."""
-    deadline = time.monotonic() + 120
-    while True:
-        s = tier_status(b, topic)["partitions"]
-        if len(s) == partitions and all(p["ready"] and p["copy_lag_segments"] == 0 and p["local_segments"] <= 2
-                                        and p["local_log_start_offset"] > 0 for p in s):
-            return s
-        assert time.monotonic() < deadline, f"{topic} was not tiered in time: {s}"
-        time.sleep(0.2)
+from tests.harness.tiered import tier_status
+from tests.spark.sparklib import ROWS, create, produce, source, tiered
 
 
 def kafka_python_rows(b, topic: str, partitions: int, expected: int) -> list[tuple]:
@@ -88,16 +40,6 @@ def spark_rows(df) -> list[tuple]:
         out.append((bytes(d["key"]), bytes(d["value"]), d["topic"], d["partition"], d["offset"], ts,
                     d["timestampType"], headers))
     return sorted(out, key=lambda r: (r[3], r[4]))
-
-
-def source(spark, b, topic: str, direct: bool = True, **options):
-    reader = (spark.read.format("tierlog").option("kafka.bootstrap.servers", b.bootstrap).option("subscribe", topic)
-              .option("includeHeaders", "true"))
-    if direct:
-        reader = reader.option("tierlog.rsm.dir", str(b.remote_dir))
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
 
 
 @pytest.fixture(scope="module")
