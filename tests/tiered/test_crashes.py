@@ -100,6 +100,8 @@ def test_kill_9_during_produce_and_copy(tmp_path):
         checked = end
     got = read_all(b, "crash", max(acked) + 1)
     assert not [o for o, v in acked.items() if got.get(o) != v]
+    print(f"kill -9 during produce and copy: 20 kills, {len(acked)} acknowledged, "
+          f"{sum(got.get(o) == v for o, v in acked.items())} read back")
     report = settle_and_reconcile(b, "crash")
     assert report["orphans"] == [] and report["missing"] == [], report
     # No offset is covered by two remote segments: the start offsets of the stored segments are unique.
