@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.harness import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,10 +51,5 @@ def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
 
 
 def wait_for(predicate, what: str, timeout: float = 120, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+    """The harness's poll (tests/harness/tiered.py), with the slower pace and longer deadline of commands."""
+    return tiered.wait_for(predicate, what, timeout, every)

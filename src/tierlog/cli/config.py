@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 from tierlog.cli.common import load_config
+from tierlog.cli.output import emit_json
 from tierlog.cli.parser import EXIT_OK, add_config_args, add_debug, subcommands
 
 
@@ -73,9 +72,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     broker = cfg.describe_broker()
     topic = cfg.describe_topic(args.topic_overrides)
     if args.json:
-        json.dump({"broker": [_entry_dict(e) for e in broker], "topic": [_entry_dict(e) for e in topic]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        emit_json({"broker": [_entry_dict(e) for e in broker], "topic": [_entry_dict(e) for e in topic]})
     else:
         _print_table("broker", broker)
         print()

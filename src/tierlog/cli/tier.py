@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from tierlog.cli.common import load_config
+from tierlog.cli.output import emit_json
 from tierlog.cli.parser import EXIT_OK, add_config_args, add_debug, subcommands
 
 #: The endpoint of the example configuration (config/server.properties: metrics.port=9464), asked when
@@ -54,35 +54,37 @@ def _config(args: argparse.Namespace):
     return load_config(args) if args.config or args.override else None
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _answer(args: argparse.Namespace, ask, text) -> dict | None:
+    """Ask the broker's endpoint; print the answer (``--json`` or ``text(answer)``), or one line on failure."""
     from tierlog.tools import tier
 
     try:
-        status = tier.fetch_status(_url(args, _config(args)), args.topic)
+        answer = ask()
     except tier.StatusError as e:
         print(f"tierlog: error: {e}", file=sys.stderr)
-        return 1
+        return None
     if args.json:
-        json.dump(status, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        emit_json(answer)
     else:
-        print(tier.format_table(status, args.topic))
-    return EXIT_OK
+        print(text(answer))
+    return answer
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tierlog.tools import tier
+
+    status = _answer(args, lambda: tier.fetch_status(_url(args, _config(args)), args.topic),
+                     lambda status: tier.format_table(status, args.topic))
+    return 1 if status is None else EXIT_OK
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from tierlog.tools import tier
 
-    try:
+    def ask() -> dict:
         cfg = _config(args)
         token = tier.admin_token(args.token, cfg) if args.delete else None
-        report = tier.reconcile(_url(args, cfg), args.delete, token=token)
-    except tier.StatusError as e:
-        print(f"tierlog: error: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(tier.format_reconcile(report))
-    return 1 if "error" in report else EXIT_OK
+        return tier.reconcile(_url(args, cfg), args.delete, token=token)
+
+    report = _answer(args, ask, tier.format_reconcile)
+    return 1 if report is None or "error" in report else EXIT_OK
