@@ -25,6 +25,7 @@ from kio.index import load_request_schema, load_response_schema
 from tierlog import errors
 from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
 from tierlog.protocol import ApiKey, build, encode_request, parse_response
+from tierlog.protocol.internal import InternalApi, encode_internal_request, parse_internal_response
 
 log = logging.getLogger("tierlog.client")
 
@@ -55,6 +56,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.ENVELOPE: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
@@ -275,6 +278,20 @@ class BrokerConnection:
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         corr = self._correlation_id
         frame = encode_request(build(request_type, values), corr, self.client_id)
+        return await self._exchange(ApiKey(api_key).name, corr, frame, response_type, expect_response, timeout_ms)
+
+    async def request_internal(self, api: InternalApi, body: Mapping[str, Any], timeout_ms: int | None = None) -> dict:
+        """One of tierlog's inter-broker requests (:mod:`tierlog.protocol.internal`); returns the answer's body."""
+        if self._closed:
+            raise KafkaConnectionError(f"connection to node {self.node_id} is closed: {self.close_reason}")
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        corr = self._correlation_id
+        frame = encode_internal_request(api, corr, self.client_id or "", dict(body))
+        return await self._exchange(api.name, corr, frame, None, True, timeout_ms)
+
+    async def _exchange(self, name: str, corr: int, frame: bytes, response_type: type | None, expect_response: bool,
+                        timeout_ms: int | None) -> Any:
+        """Write ``frame`` and wait for its answer (``response_type`` None: an internal request's JSON body)."""
         fut: asyncio.Future | None = None
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
@@ -294,7 +311,7 @@ class BrokerConnection:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
-            exc = KafkaTimeoutError(f"{ApiKey(api_key).name} to node {self.node_id} timed out after "
+            exc = KafkaTimeoutError(f"{name} to node {self.node_id} timed out after "
                                     f"{timeout * 1000:.0f} ms; disconnecting")
             self.close(exc)
             raise exc from None
@@ -313,11 +330,15 @@ class BrokerConnection:
             return
         response_type, fut = entry
         try:
-            _, response = parse_response(frame, response_type)
+            if response_type is None:
+                response = parse_internal_response(frame[4:])
+            else:
+                _, response = parse_response(frame, response_type)
         except Exception as exc:  # a broker bug must not hang the caller
             if not fut.done():
                 fut.set_exception(errors.CorruptMessageError(
-                    f"cannot parse {response_type.__name__} from node {self.node_id}: {exc!r}"))
+                    f"cannot parse {getattr(response_type, '__name__', 'the answer')} from node {self.node_id}: "
+                    f"{exc!r}"))
             return
         if not fut.done():
             fut.set_result(response)

@@ -29,6 +29,7 @@ from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tie
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
+    ElectionNotNeededError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -79,16 +80,13 @@ class ConfigOp:
 
 
 class Controller:
+    #: A broker of a multi-broker cluster (the ZooKeeper-mode controller), not the embedded single node.
+    clustered = False
+    controller_epoch = 0
     def __init__(self, broker_config: BrokerConfig, store: FileMetadataStore, broker: BrokerImage,
                  cluster_id: str):
-        self.config = broker_config
+        self._init_common(broker_config, broker.node_id)
         self.store = store
-        self.node_id = broker.node_id
-        self._listeners: list[Listener] = []
-        self._lock = threading.RLock()
-        self._next_producer_id = self._producer_id_block_end = 0
-        self._effective: tuple[object, BrokerConfig] | None = None
-        self.disablements: DisablementDriver | None = None
         doc = store.load()
         brokers = {broker.node_id: broker}
         if doc is None:
@@ -100,9 +98,42 @@ class Controller:
                 raise StartupError(f"the cluster metadata {store.path} belongs to cluster {self.image.cluster_id} "
                                    f"but meta.properties says {cluster_id}; restore the log dir's meta.properties "
                                    f"or give log.dirs another folder")
+
+    def _init_common(self, broker_config: BrokerConfig, node_id: int) -> None:
+        self.config = broker_config
+        self.node_id = node_id
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._next_producer_id = self._producer_id_block_end = 0
+        self._effective: tuple[object, BrokerConfig] | None = None
+        self.disablements: DisablementDriver | None = None
         self._capped_internal_topics: set[str] = set()  # internal topics warned about (once each)
 
     # ------------------------------------------------------------------ plumbing
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this broker's controller makes metadata changes (the embedded one always does)."""
+        return True
+
+    async def call(self, fn: Callable, *args, **kwargs):
+        """Run a controller operation (``create_topic``, ...) from the event loop. The embedded controller
+        runs it at once; a clustered one on its own thread, answering once brokers have the change."""
+        return fn(*args, **kwargs)
+
+    async def next_producer_id(self) -> int:
+        return self.allocate_producer_id()
+
+    async def auto_create_topic(self, name: str) -> TopicImage | None:
+        """A topic a client asked for that does not exist (``auto.create.topics.enable``): the new topic, or
+        None when it is being created elsewhere (the client gets LEADER_NOT_AVAILABLE and asks again)."""
+        return self.create_topic(name)
+
+    def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                              configs: Mapping[str, str]) -> None:
+        """An internal topic a coordinator needs; in a cluster the creation is asked of the controller and
+        this raises COORDINATOR_NOT_AVAILABLE until the topic exists."""
+        self.create_topic(name, num_partitions, replication_factor, configs=configs)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -213,6 +244,19 @@ class Controller:
             self.image = replace(self.image, topics=topics)
             self._persist()
 
+    def run_election(self, election_type: int, partitions: Iterable[tuple[str, int]] | None) -> dict:
+        """ElectLeaders on a single node: its only broker leads every partition already, so no election is
+        needed (Kafka's answer for a partition led by its preferred replica)."""
+        if partitions is None:
+            return {}
+        out = {}
+        for name, p in partitions:
+            t = self.image.topics.get(name)
+            out[(name, p)] = (ElectionNotNeededError("Leader election not needed for topic partition.")
+                              if t is not None and p in t.partitions
+                              else UnknownTopicOrPartitionError("The partition does not exist."))
+        return out
+
     # ------------------------------------------------------------------ topics
 
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
@@ -239,8 +283,8 @@ class Controller:
                     raise InvalidRequestError("A manual partition assignment was specified, but numPartitions "
                                               "was not set to -1.")
             replicas = self._place(num_partitions, replication_factor, assignments)
-            topic = TopicImage(name, new_kafka_uuid(), {
-                p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in replicas.items()},
+            topic = TopicImage(name, new_kafka_uuid(),
+                               {p: self._new_partition(p, reps) for p, reps in replicas.items()},
                 {k: str(v) for k, v in overrides.items()},
                 initial_tiering(self.effective_config.topic_config(overrides)))
             if not validate_only:
@@ -277,6 +321,14 @@ class Controller:
                 f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot "
                 f"be reached because only {len(brokers)} broker(s) are registered.")
         return {start + p: [brokers[(start + p + r) % len(brokers)] for r in range(rf)] for p in range(n)}
+
+    def _new_partition(self, p: int, replicas: list[int]) -> PartitionImage:
+        """A new partition's state: led by its first replica, every replica in sync (one node)."""
+        return PartitionImage(p, replicas[0], 0, tuple(replicas), tuple(replicas))
+
+    def _check_broker_resource(self, resource: str) -> None:
+        if resource not in ("", str(self.node_id)):
+            raise InvalidConfigError(f"Unknown broker {resource}")
 
     def _check_manual_assignment(self, replicas: list[int], rf: int | None) -> None:
         if not replicas:
@@ -327,7 +379,7 @@ class Controller:
             placed = self._place(count - have, rf,
                                  {have + i: a for i, a in enumerate(assignments)} if assignments else None,
                                  start=have, fixed_rf=rf)
-            added = {p: PartitionImage(p, reps[0], 0, tuple(reps), tuple(reps)) for p, reps in placed.items()}
+            added = {p: self._new_partition(p, reps) for p, reps in placed.items()}
             new = replace(t, partitions={**t.partitions, **added})
             if not validate_only:
                 self._commit(self.image.with_topic(new),
@@ -394,8 +446,7 @@ class Controller:
                              validate_only: bool = False) -> None:
         """Dynamic broker configs for ``resource`` (a node id, or "" for the cluster-wide default)."""
         with self._lock:
-            if resource not in ("", str(self.node_id)):
-                raise InvalidConfigError(f"Unknown broker {resource}")
+            self._check_broker_resource(resource)
             current = dict(self.image.broker_configs.get(resource, {}))
             if incremental_ops is not None:
                 new = apply_config_ops(current, incremental_ops, _broker_list_default)

@@ -118,6 +118,14 @@ class BrokerImage:
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()  # (listener name, host, port); empty: host and port only
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """(host, port) of ``listener`` (the inter-broker one, say); the first advertised when unknown."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,3 +187,33 @@ class MetadataDelta:
     configs_changed: tuple[TopicImage, ...] = ()
     broker_configs_changed: bool = False
     tiering_changed: tuple[TopicImage, ...] = ()  # topics whose TopicTiering moved (KIP-950)
+    # Topics (existing before and after) with a partition whose leader, leader epoch, ISR or replicas moved.
+    partitions_changed: tuple[TopicImage, ...] = ()
+    brokers_changed: bool = False
+
+
+def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
+    """What a broker must act on to go from ``old`` to ``new`` (a topic recreated under the same name, with
+    another id, is a deletion and a creation)."""
+    created, deleted, added, configs, tiering, moved = [], [], [], [], [], []
+    for name, t in old.topics.items():
+        n = new.topics.get(name)
+        if n is None or n.topic_id != t.topic_id:
+            deleted.append(t)
+    broker_configs = old.broker_configs != new.broker_configs
+    for name, t in new.topics.items():
+        o = old.topics.get(name)
+        if o is None or o.topic_id != t.topic_id:
+            created.append(t)
+            continue
+        extra = tuple(sorted(set(t.partitions) - set(o.partitions)))
+        if extra:
+            added.append((t, extra))
+        if broker_configs or o.configs != t.configs or o.tiering != t.tiering:
+            configs.append(t)
+        if o.tiering != t.tiering:
+            tiering.append(t)
+        if any(p in o.partitions and o.partitions[p] != pi for p, pi in t.partitions.items()):
+            moved.append(t)
+    return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
+                         tuple(tiering), tuple(moved), old.brokers != new.brokers)

@@ -87,6 +87,20 @@ def describe_os_error(e: OSError) -> tuple[str, str]:
     return why, "check the folder or change log.dirs"
 
 
+def existing_cluster_id(log_dirs: list[str]) -> str | None:
+    """The cluster id a log dir's ``meta.properties`` already names, if any (checked in full later)."""
+    for d in log_dirs:
+        path = os.path.join(d, META_PROPERTIES)
+        if os.path.exists(path):
+            try:
+                cid = _read_properties(path).get("cluster.id")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if cid:
+                return cid
+    return None
+
+
 def ensure_meta_properties(log_dirs: list[str], node_id: int, cluster_id: str | None) -> str:
     """Check or write ``meta.properties`` in every log dir; returns the cluster id in use.
 

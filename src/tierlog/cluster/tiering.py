@@ -166,7 +166,8 @@ class DisablementDriver:
             if broker_id in acked:
                 continue
             request = DisableRemoteTopicRequest(self.controller.node_id, topic.topic_id, topic.name,
-                                                tuple(sorted(parts)), tiering.policy, tiering.epoch)
+                                                tuple(sorted(parts)), tiering.policy, tiering.epoch,
+                                                self.controller.controller_epoch)
             response = await self.channel.disable_remote_topic(broker_id, request)
             if response.error_code != NO_ERROR:
                 raise RuntimeError(f"broker {broker_id} answered "
@@ -176,7 +177,7 @@ class DisablementDriver:
             return False
         self._acked.pop(key, None)
         self.last_error.pop(topic.name, None)
-        self.controller.complete_disablement(topic.name, tiering.epoch)
+        await self.controller.call(self.controller.complete_disablement, topic.name, tiering.epoch)
         self.disablements += 1
         return True
 

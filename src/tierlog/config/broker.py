@@ -370,6 +370,8 @@ class BrokerConfig(Mapping[str, Any]):
 
     def _check(self) -> None:
         v = self._values
+        if v["broker.id"] != -1 and "node.id" not in self._set:
+            v["node.id"] = v["broker.id"]  # ZooKeeper-mode files name the broker with broker.id alone
         if v["broker.id"] != -1 and v["broker.id"] != v["node.id"]:
             raise invalid("broker.id", v["broker.id"], f"Must equal node.id ({v['node.id']}) when set")
         self._check_listeners()
@@ -554,6 +556,11 @@ class BrokerConfig(Mapping[str, Any]):
     def advertised_listeners(self) -> list[Listener]:
         """``advertised.listeners``, or ``listeners`` when unset."""
         return list(self._advertised)
+
+    @property
+    def zookeeper_mode(self) -> bool:
+        """A broker of a multi-broker cluster whose metadata lives in ZooKeeper (``zookeeper.connect``)."""
+        return bool(self._values["zookeeper.connect"])
 
     @property
     def inter_broker_listener(self) -> Listener:

@@ -451,7 +451,35 @@ _BROKER: tuple[ConfigDef, ...] = (
        Custom("non-empty subset of [broker, controller] containing broker",
               lambda v: None if v and set(v) <= {"broker", "controller"} and "broker" in v
               else "Must be a non-empty subset of broker, controller that contains broker"),
-       doc="Roles of this process; tierlog always runs the broker, with an embedded controller by default."),
+       doc="Roles of this process; tierlog always runs the broker, with an embedded controller by default. "
+           "Ignored in ZooKeeper mode (zookeeper.connect set), where every broker may become the controller."),
+    _b("broker.rack", "string", None,
+       doc="Rack of this broker; replica placement spreads each partition's replicas over racks."),
+    # --- ZooKeeper mode (a cluster of brokers) ---
+    _b("zookeeper.connect", "string", None,
+       doc="host:port[,host:port...][/chroot] of the ZooKeeper ensemble holding the cluster's metadata. When "
+           "set, the broker joins a multi-broker cluster: the controller is elected through ZooKeeper and "
+           "broker.id (or node.id) names this broker. Unset: a single node with its embedded controller."),
+    _b("zookeeper.session.timeout.ms", "int", 18000, AtLeast(1),
+       doc="ZooKeeper session timeout: a broker silent this long is declared dead and its leaderships move."),
+    _b("zookeeper.connection.timeout.ms", "int", None, AtLeast(1),
+       doc="How long the broker waits to connect to ZooKeeper; defaults to zookeeper.session.timeout.ms."),
+    _b("controlled.shutdown.enable", "boolean", True,
+       doc="On a clean stop, ask the controller to move this broker's leaderships away before exiting."),
+    _b("controlled.shutdown.max.retries", "int", 3, AtLeast(0),
+       doc="Controlled shutdown attempts before the broker stops anyway."),
+    _b("controlled.shutdown.retry.backoff.ms", "long", 5000, AtLeast(0),
+       doc="Wait between two controlled shutdown attempts."),
+    _b("auto.leader.rebalance.enable", "boolean", True,
+       doc="The controller moves leadership back to each partition's preferred replica (the first in its "
+           "list) when a broker's imbalance exceeds leader.imbalance.per.broker.percentage."),
+    _b("leader.imbalance.check.interval.seconds", "long", 300, AtLeast(1),
+       doc="How often the controller checks leader imbalance."),
+    _b("leader.imbalance.per.broker.percentage", "int", 10, AtLeast(0),
+       doc="Share of a broker's partitions led elsewhere than their preferred replica that triggers a "
+           "rebalance."),
+    _b("controller.socket.timeout.ms", "int", 30000, AtLeast(0),
+       doc="Timeout of the controller's requests to brokers."),
     # --- network ---
     _b("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
        Custom("NAME://host:port,...", _check_listener_list), dynamic=True,

@@ -58,6 +58,8 @@ class GroupCoordinator:
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
         self.timer = KeyedTimer(timer_clock)
         self.shards: dict[int, GroupCoordinatorShard] = {}
+        #: Whether this broker leads a __consumer_offsets partition (set in a cluster; None: it leads all).
+        self.leads: Callable[[int], bool] | None = None
         self.active = False
         self._started = False
         self._timer_task: asyncio.Task | None = None
@@ -70,10 +72,11 @@ class GroupCoordinator:
         self.active = True
 
     def load_all(self) -> None:
-        """:meth:`startup`, then load every partition: a single node leads all of them. A partition
-        that fails to load stays unloaded (its groups get NOT_COORDINATOR); the others serve."""
+        """:meth:`startup`, then load every partition this broker leads (``leads``; a single node leads all of
+        them). A partition that fails to load stays unloaded (its groups get NOT_COORDINATOR); the others serve."""
         self.startup()
-        self.on_election(range(self.store.num_partitions()))
+        leads = self.leads
+        self.on_election(p for p in range(self.store.num_partitions()) if leads is None or leads(p))
 
     def ensure_loaded(self) -> None:
         """Load on first use (a request may arrive before the broker's ready callback ran)."""

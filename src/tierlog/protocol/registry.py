@@ -97,6 +97,13 @@ class HandlerRegistry:
         self._specs[key] = spec
         return spec
 
+    def wrap(self, api_key: int, wrapper: Callable[[Handler], Handler]) -> Handler:
+        """Replace ``api_key``'s handler with ``wrapper(handler)`` (same versions); returns the original."""
+        spec = self._specs[ApiKey(api_key)]
+        self._specs[spec.api_key] = HandlerSpec(spec.api_key, spec.min_version, spec.max_version,
+                                                wrapper(spec.handler))
+        return spec.handler
+
     def handles(self, api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 

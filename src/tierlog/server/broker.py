@@ -22,18 +22,26 @@ from dataclasses import replace
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 
 from tierlog.cluster import BrokerImage, Controller, FileMetadataStore, LocalBrokerChannel, ensure_meta_properties
+from tierlog.cluster.channel import DisableRemoteTopicRequest, NetworkBrokerChannel
 from tierlog.cluster.image import MetadataDelta, MetadataImage
+from tierlog.cluster.store import existing_cluster_id
+from tierlog.cluster.zk_controller import ZkController
+from tierlog.cluster.zookeeper import ZkClient, broker_registration
 from tierlog.config import BrokerConfig
 from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
-from tierlog.errors import StartupError
+from tierlog.errors import NotControllerError, StaleControllerEpochError, StartupError
+from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
+from tierlog.protocol.internal import InternalApi
 from tierlog.records import validation as record_validation
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
+from tierlog.server.apis.forwarding import ForwardingApis
 from tierlog.server.apis.groups import GroupApis
+from tierlog.server.apis.leadership import LeadershipApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
@@ -85,7 +93,9 @@ class Broker:
         self.fatal_error: str | None = None
         self.metrics = MetricsRegistry()
         self.registry = HandlerRegistry()
-        self.channel = LocalBrokerChannel()  # controller -> broker requests (DisableRemoteTopic)
+        # controller -> broker requests: a function call on one node, the network in a cluster
+        self.channel: LocalBrokerChannel | NetworkBrokerChannel = LocalBrokerChannel()
+        self.zk: ZkClient | None = None
         # The services, built by start():
         self.cluster_id: str | None = None
         self.controller: Controller | None = None
@@ -114,11 +124,14 @@ class Broker:
         log_dirs = cfg.log_dirs
         self._enter(BrokerState.RECOVERING_STORAGE)
         _compile_record_validator_in_background()
-        self.cluster_id = ensure_meta_properties(log_dirs, self.node_id, None)
         advertised = cfg.advertised_listeners or cfg.listeners
         first = advertised[0]
-        controller = self.controller = Controller(cfg, FileMetadataStore(log_dirs[0]),
-                                                  BrokerImage(self.node_id, first.host, first.port), self.cluster_id)
+        me = BrokerImage(self.node_id, first.host, first.port, cfg["broker.rack"])
+        if cfg.zookeeper_mode:
+            controller = self.controller = await self._join_zookeeper(me)
+        else:
+            self.cluster_id = ensure_meta_properties(log_dirs, self.node_id, None)
+            controller = self.controller = Controller(cfg, FileMetadataStore(log_dirs[0]), me, self.cluster_id)
         failures = self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_manager = LogManager(
             log_dirs, controller.log_config,
@@ -138,11 +151,17 @@ class Broker:
         self.listeners = await self.socket_server.bind(cfg.listeners)
         if any(listener.port == 0 for listener in advertised) or not cfg.advertised_listeners:
             self._advertise_bound()  # listeners with port 0 picked a free one
+        if isinstance(controller, ZkController):
+            controller.me = self._zk_broker_image(controller.me)
+            self.channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
+                                                lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+            await controller.start(self.channel)  # the cluster as ZooKeeper has it
         if cfg["remote.log.storage.system.enable"]:
             self.remote_log_manager = self._build_tiered_storage()
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
-        controller.elect_leaders()
+        if not controller.clustered:
+            controller.elect_leaders()
         topic_metrics = BrokerTopicMetrics(self.metrics)
         rm = self.replica_manager = ReplicaManager(self.node_id, self.log_manager, controller,
                                                    self.remote_log_manager, lambda: controller.effective_config,
@@ -155,22 +174,31 @@ class Broker:
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
         coordinator = self.group_coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(cfg),
                                                                 offsets_store)
-        controller.add_listener(self._metadata_changes_to(coordinator))
+        if controller.clustered:
+            coordinator.leads = lambda p: ((OFFSETS_TOPIC, p) in rm.partitions
+                                           and rm.leads(rm.partitions[OFFSETS_TOPIC, p]))
+        controller.add_listener(self._metadata_changes_to(coordinator, rm))
         self._on_ready.append(coordinator.start)
         for family in (MetadataApis(self.registry, controller, self.node_id),
                        ProduceApis(rm, controller, request_metrics),
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
-                       AdminApis(controller, rm),
+                       AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
             family.register(self.registry)
+        if isinstance(controller, ZkController):
+            ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
+            self.socket_server.internal_handlers = self._inter_broker_handlers(controller, rm)
 
         self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()
         if cfg["metrics.port"] is not None:
             await self._start_http_endpoint()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
-        self.channel.register(self.node_id, rm.disable_remote_topic)
-        controller.start_disablements(self.channel)
+        if isinstance(controller, ZkController):
+            await self._register_in_zookeeper(controller)
+        else:
+            self.channel.register(self.node_id, rm.disable_remote_topic)
+            controller.start_disablements(self.channel)
         self._enter(BrokerState.READY)
         log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
                  ", ".join(map(str, self.listeners)))
@@ -255,11 +283,118 @@ class Broker:
         return build_remote_log_manager(cfg, self.node_id, rsm, rlmm, cfg.log_dirs[0], self.metrics,
                                         lambda: controller.effective_config)
 
-    @staticmethod
-    def _metadata_changes_to(coordinator: GroupCoordinator) -> Callable[[MetadataDelta, MetadataImage], None]:
+    # ------------------------------------------------------------------ ZooKeeper mode (a cluster)
+
+    async def _join_zookeeper(self, me: BrokerImage) -> ZkController:
+        """Connect to ZooKeeper, agree on the cluster id with the log dirs (``meta.properties``), and make the
+        broker's view of the cluster."""
+        cfg = self.config
+        zk = self.zk = ZkClient(cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
+                                cfg["zookeeper.connection.timeout.ms"])
+        await zk.call(zk.start)
+        proposed = existing_cluster_id(cfg.log_dirs) or uuid_to_str(new_kafka_uuid())
+        cluster_id = await zk.call(zk.get_or_create_cluster_id, proposed)
+        self.cluster_id = ensure_meta_properties(cfg.log_dirs, self.node_id, cluster_id)
+        log.info("Joined the cluster %s through ZooKeeper at %s", cluster_id, cfg["zookeeper.connect"])
+        return ZkController(cfg, zk, me, cluster_id)
+
+    def _zk_broker_image(self, me: BrokerImage) -> BrokerImage:
+        """This broker as other brokers and clients reach it: every advertised listener, bound ports filled in."""
+        bound = {b.name: b for b in self.listeners}
+        endpoints = []
+        for lst in (self.config.advertised_listeners or self.config.listeners):
+            b = bound.get(lst.name)
+            use_bound = b is not None and (lst.port == 0 or not self.config.advertised_listeners)
+            host = b.host if use_bound else lst.host
+            host = host if host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+            endpoints.append((lst.name, host, b.port if use_bound else lst.port))
+        return replace(me, host=endpoints[0][1], port=endpoints[0][2], endpoints=tuple(endpoints))
+
+    def _inter_broker_handlers(self, controller: ZkController, rm: ReplicaManager) -> dict:
+        async def disable_remote_topic(body: dict) -> dict:
+            request = DisableRemoteTopicRequest.from_json(body)
+            if request.controller_epoch < controller.controller_epoch:
+                return {"error_code": StaleControllerEpochError.code,
+                        "error_message": f"controller epoch {request.controller_epoch} is stale"}
+            answer = await rm.disable_remote_topic(request)
+            return {"error_code": answer.error_code, "error_message": answer.error_message}
+
+        async def controlled_shutdown(body: dict) -> dict:
+            if not controller.is_active:
+                return {"error_code": NotControllerError.code, "error_message": "not the controller"}
+            remaining = await controller.call(controller.controlled_shutdown, int(body["broker_id"]))
+            return {"error_code": 0, "remaining": [list(tp) for tp in remaining]}
+
+        return {InternalApi.UPDATE_METADATA: controller.handle_update_metadata,
+                InternalApi.DISABLE_REMOTE_TOPIC: disable_remote_topic,
+                InternalApi.CONTROLLED_SHUTDOWN: controlled_shutdown}
+
+    async def _register_in_zookeeper(self, controller: ZkController) -> None:
+        """``/brokers/ids/<id>``, then the controller election. A registration left by this broker's previous
+        process (killed less than ``zookeeper.session.timeout.ms`` ago) is waited out, as long as a session
+        lasts."""
+        cfg = self.config
+        protocols = {b.name: b.security_protocol for b in self.listeners}
+        data = broker_registration(controller.me, [(n, h, p, protocols.get(n, "PLAINTEXT"))
+                                                   for n, h, p in controller.me.endpoints])
+        deadline = time.monotonic() + cfg["zookeeper.session.timeout.ms"] / 1000 * 1.5
+        while True:
+            try:
+                await self.zk.call(self.zk.register_broker, self.node_id, data)
+                break
+            except StartupError:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("Broker id %d is still registered by a previous session; waiting for it to expire",
+                         self.node_id)
+                await asyncio.sleep(0.5)
+        log.info("Registered broker %d in ZooKeeper (%s)", self.node_id,
+                 ", ".join(f"{n}://{h}:{p}" for n, h, p in controller.me.endpoints))
+
+        def start_driving() -> None:
+            controller.start_disablements(self.channel)
+
+        def stop_driving() -> None:
+            if controller.disablements is not None:
+                asyncio.get_running_loop().create_task(controller.disablements.stop())
+                controller.disablements = None
+        controller.on_activation(start_driving, stop_driving)
+        controller.begin_election()
+
+    async def _controlled_shutdown(self, controller: ZkController) -> None:
+        """Ask the controller to move this broker's leaderships away (Kafka's controlled shutdown), retrying
+        ``controlled.shutdown.max.retries`` times; the broker stops anyway afterwards."""
+        cfg = self.config
+        attempts = max(1, cfg["controlled.shutdown.max.retries"])
+        for attempt in range(attempts):
+            try:
+                if controller.is_active:
+                    remaining = await controller.call(controller.controlled_shutdown, self.node_id)
+                else:
+                    target = controller.image.controller_id
+                    if target < 0:
+                        raise NotControllerError("no controller is known")
+                    answer = await self.channel.send(target, InternalApi.CONTROLLED_SHUTDOWN,
+                                                     {"broker_id": self.node_id})
+                    if answer.get("error_code"):
+                        raise NotControllerError(answer.get("error_message") or "refused")
+                    remaining = answer.get("remaining", [])
+                if not remaining:
+                    log.info("Controlled shutdown complete: this broker leads no partition with other replicas")
+                    return
+                log.info("Controlled shutdown: %d partition(s) could not move yet (no other in-sync replica)",
+                         len(remaining))
+            except Exception as e:  # noqa: BLE001 - retried, then the broker stops anyway
+                log.info("Controlled shutdown attempt %d failed: %s", attempt + 1, e)
+            if attempt + 1 < attempts:
+                await asyncio.sleep(cfg["controlled.shutdown.retry.backoff.ms"] / 1000)
+        log.warning("Controlled shutdown did not move every leadership; stopping anyway")
+
+    def _metadata_changes_to(self, coordinator: GroupCoordinator,
+                             rm: ReplicaManager) -> Callable[[MetadataDelta, MetadataImage], None]:
         """A metadata listener telling the group coordinator which topics were deleted (their committed
-        offsets go) and which ``__consumer_offsets`` partitions were created (this node leads them: they
-        are loaded), on the event loop even when the change came from another thread."""
+        offsets go) and which ``__consumer_offsets`` partitions this broker now leads (loaded) or no longer
+        leads (unloaded), on the event loop even when the change came from another thread."""
         loop = asyncio.get_running_loop()
 
         def on_loop(fn, arg) -> None:
@@ -272,14 +407,22 @@ class Broker:
             else:
                 loop.call_soon_threadsafe(fn, arg)
 
+        def follow_leadership(_=None) -> None:
+            led = {p for (t, p), partition in rm.partitions.items() if t == OFFSETS_TOPIC and rm.leads(partition)}
+            loaded = set(coordinator.loaded_partitions())
+            for p in sorted(loaded - led):
+                coordinator.unload(p)
+            if led - loaded:
+                coordinator.on_election(sorted(led - loaded))
+
         def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
             deleted = [t.name for t in delta.deleted]
             if deleted:
                 on_loop(coordinator.on_topics_deleted, deleted)
-            led = [p for t in delta.created if t.name == OFFSETS_TOPIC for p in t.partitions]
-            led += [p for t, added in delta.partitions_added if t.name == OFFSETS_TOPIC for p in added]
-            if led:
-                on_loop(coordinator.on_election, led)
+            touched = [t for t in (*delta.created, *(t for t, _ in delta.partitions_added), *delta.partitions_changed)
+                       if t.name == OFFSETS_TOPIC]
+            if touched:
+                on_loop(follow_leadership, None)
         return on_update
 
     def _advertise_bound(self) -> None:
@@ -316,7 +459,11 @@ class Broker:
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.STOPPED):
             return
+        was_ready = self.state is BrokerState.READY
         self._enter(BrokerState.SHUTTING_DOWN)
+        controller = self.controller
+        if isinstance(controller, ZkController) and was_ready and self.config["controlled.shutdown.enable"]:
+            await self._controlled_shutdown(controller)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.controller is not None and self.controller.disablements is not None:
@@ -329,6 +476,12 @@ class Broker:
             rlm.rsm.close()
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if isinstance(controller, ZkController):
+            await controller.stop()  # resigns: another broker is elected at once
+        if self.zk is not None:
+            await self.zk.call(self.zk.close)  # the registration goes with the session
+        if isinstance(self.channel, NetworkBrokerChannel):
+            self.channel.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.http_endpoint is not None:

@@ -60,6 +60,7 @@ from tierlog.protocol import (
     RequestParseError,
     encode_response_parts,
     fallback_response_frame,
+    internal,
     offload,
 )
 from tierlog.server.broker_metrics import RequestMetrics
@@ -334,6 +335,8 @@ class SocketServer:
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
         #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
+        # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
+        self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
         self._freed = 0  # bytes of big requests freed since the last trim
@@ -592,12 +595,35 @@ class SocketServer:
                 if fd is not None:
                     os.close(fd)
 
+    async def _handle_internal(self, frame: bytes, peer) -> bytes:
+        """One of tierlog's inter-broker requests (:mod:`tierlog.protocol.internal`): a malformed or unknown one
+        closes the connection, as an unknown Kafka API does; a failing handler answers UNKNOWN_SERVER_ERROR."""
+        try:
+            api_key, corr, body = internal.parse_internal_request(frame)
+        except ValueError as e:
+            log.warning("Closing connection from %s: bad inter-broker request: %s", peer, e)
+            raise _CloseConnection from e
+        handler = self.internal_handlers.get(api_key)
+        if handler is None:
+            log.warning("Closing connection from %s: api key %d is not handled", peer, api_key)
+            raise _CloseConnection
+        try:
+            answer = await handler(body)
+        except KafkaError as e:
+            answer = {"error_code": e.code, "error_message": str(e)}
+        except Exception as e:
+            log.exception("Inter-broker request %d from %s failed", api_key, peer)
+            answer = {"error_code": KafkaError.code, "error_message": f"{type(e).__name__}: {e}"}
+        return internal.encode_internal_response(corr, answer)
+
     async def _handle(self, frame: bytes, peer, received: float) -> tuple[bytes | list | None, tuple]:
         """The answer to one frame (None: no answer) and the request metrics to time it with."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
         metrics = self.request_metrics
+        if self.internal_handlers and internal.is_internal(frame):
+            return await self._handle_internal(frame, peer), ()
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)

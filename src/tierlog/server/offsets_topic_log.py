@@ -35,7 +35,7 @@ class BrokerOffsetsTopicLog:
         if self.controller.effective_config["min.insync.replicas"] > replication_factor:
             # Writes of the coordinator would fail with NOT_ENOUGH_REPLICAS otherwise.
             configs.setdefault("min.insync.replicas", str(replication_factor))
-        self.controller.create_topic(topic, num_partitions, replication_factor, configs=configs)
+        self.controller.create_internal_topic(topic, num_partitions, replication_factor, configs)
 
     def append(self, topic: str, partition: int, records: bytes) -> None:
         self.replica_manager.append_records(topic, partition, records, internal_topics_allowed=True)

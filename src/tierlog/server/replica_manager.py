@@ -91,25 +91,34 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ metadata
 
+    def _hosts(self, topic: TopicImage, p: int) -> bool:
+        """Whether a replica of ``topic``-``p`` lives on this broker (on a single node: every partition)."""
+        return self.node_id in topic.partitions[p].replicas
+
     def load(self, image: MetadataImage) -> None:
-        """Open a partition for every partition of the image; delete logs of topics it no longer has."""
+        """Open a partition for every partition of the image hosted here; delete logs of topics it no longer
+        has (or partitions no longer assigned to this broker)."""
         known = set()
         for topic in image.topics.values():
             for p in topic.partitions:
-                self._add(topic, p)
-                known.add((topic.name, p))
+                if self._hosts(topic, p):
+                    self._add(topic, p)
+                    known.add((topic.name, p))
         for tp in list(self.log_manager.logs):
             if tp not in known:
-                log.warning("Deleting log %s-%d: its topic is not in the cluster metadata", *tp)
+                log.warning("Deleting log %s-%d: this broker hosts no such partition in the cluster metadata", *tp)
                 self.log_manager.delete_log(*tp)
         self._lead_tiered(self.partitions.values())
 
+    def leads(self, partition: Partition) -> bool:
+        return partition.leader_id == self.node_id
+
     def _lead_tiered(self, partitions: Iterable[Partition]) -> None:
-        """Hand the partitions whose logs have remote storage in effect to the remote log manager (on a
-        single node this broker leads every partition)."""
+        """Hand the partitions this broker leads whose logs have remote storage in effect to the remote log
+        manager."""
         rlm = self.remote_log_manager
         if rlm is not None:
-            rlm.on_leadership_change([p for p in partitions if p.remote_storage_enabled])
+            rlm.on_leadership_change([p for p in partitions if p.remote_storage_enabled and self.leads(p)])
 
     def _add(self, topic: TopicImage, p: int, is_new: bool = False) -> None:
         """``is_new``: created since start-up (a metadata delta), so it cannot be in a log dir that failed."""
@@ -118,23 +127,62 @@ class ReplicaManager:
         meta = topic.partitions[p]
         partition = Partition(topic.name, p, topic.topic_id, lg, meta.leader_epoch, meta.leader,
                               tuple(meta.replicas), tuple(meta.isr))
-        # This broker is the partition's only replica, so its leader's ISR is itself and everything in
-        # its log is committed: as Kafka's leader with ISR {self}, the high watermark is the log end
-        # (after an unclean stop the checkpointed one may lag behind acknowledged records).
-        partition.maybe_increment_high_watermark()
+        if self.leads(partition):
+            # The ISR is the leader alone until replication, so everything in its log is committed: as
+            # Kafka's leader with ISR {self}, the high watermark is the log end (after an unclean stop the
+            # checkpointed one may lag behind acknowledged records).
+            partition.maybe_increment_high_watermark()
         self.partitions[(topic.name, p)] = partition
+
+    def _leadership_changed(self, topic: TopicImage) -> None:
+        """A pushed image moved leaders, epochs, ISRs or replica sets of ``topic`` (a cluster): follow it."""
+        rlm = self.remote_log_manager
+        gained, lost = [], []
+        for p, meta in topic.partitions.items():
+            partition = self.partitions.get((topic.name, p))
+            if partition is None:
+                if self._hosts(topic, p):
+                    self._add(topic, p, is_new=True)
+                    gained.append(self.partitions[(topic.name, p)])
+                continue
+            if not self._hosts(topic, p):  # no longer assigned here
+                self.partitions.pop((topic.name, p))
+                lost.append(partition)
+                self.log_manager.delete_log(topic.name, p)
+                self._wake((topic.name, p))
+                continue
+            was_leader = self.leads(partition)
+            if meta.leader_epoch < partition.leader_epoch:
+                continue  # never back to an older leadership term
+            partition.leader_id, partition.leader_epoch = meta.leader, meta.leader_epoch
+            partition.replicas, partition.isr = tuple(meta.replicas), tuple(meta.isr)
+            if self.leads(partition) and not was_leader:
+                partition.maybe_increment_high_watermark()
+                gained.append(partition)
+                log.info("Leading %s from leader epoch %d", partition, meta.leader_epoch)
+            elif was_leader and not self.leads(partition):
+                lost.append(partition)
+                log.info("No longer leading %s (leader now %d, epoch %d)", partition, meta.leader, meta.leader_epoch)
+            self._wake((topic.name, p))
+        self._lead_tiered(gained)
+        if rlm is not None and any(p.remote_storage_enabled for p in lost):
+            rlm.spawn(rlm.stop_tasks([p for p in lost if p.remote_storage_enabled]), f"resign-{topic.name}")
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
         lm = self.log_manager
         rlm = self.remote_log_manager
         for topic in delta.created:
             for p in topic.partitions:
-                self._add(topic, p, is_new=True)
+                if self._hosts(topic, p):
+                    self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
         for topic, added in delta.partitions_added:
             for p in added:
-                self._add(topic, p, is_new=True)
+                if self._hosts(topic, p):
+                    self._add(topic, p, is_new=True)
             self._lead_tiered(self._topic_partitions(topic.name))
+        for topic in delta.partitions_changed:
+            self._leadership_changed(topic)
         for topic in delta.deleted:
             gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
                     if (topic.name, p) in self.partitions]
@@ -197,6 +245,8 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
         if p.log.offline is not None:  # Kafka's HostedPartition.Offline: its log dir failed
             raise p.log.offline_error()
+        if p.leader_id != self.node_id:
+            raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition} (leader: {p.leader_id})")
         return p
 
     def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:
@@ -327,7 +377,7 @@ class ReplicaManager:
     def _read_partition(self, params: FetchParams, f: PartitionFetch, partition: Partition | None, limit: int,
                         min_one: bool, result: FetchPartitionData) -> RemoteRead | None:
         """Read one partition into ``result``; a read due from the remote tier is returned instead."""
-        if partition is None:
+        if partition is None or partition.leader_id != self.node_id:
             self.get_partition(f.topic, f.partition)  # raises the right error
         partition.check_leader_epoch(f.current_leader_epoch)
         lg = partition.log

@@ -83,7 +83,7 @@ class AdminApis:
                                     "error_message": f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is "
                                                      "prohibited."})
                 else:
-                    results.append(self._create_topic(t, validate_only))
+                    results.append(await self._create_topic(t, validate_only))
         self._log_outcome("Validated" if validate_only else "CreateTopics", results)
         items = len(results) + sum(len(r.get("configs", ())) for r in results)
         return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": results}, items)
@@ -101,7 +101,7 @@ class AdminApis:
             key = (verb, tuple((r["name"], r["error_code"]) for r in results[:LOGGED_TOPICS]))
             self._failures.log(key, logging.INFO, "%s: %s%s", verb, shown, more)
 
-    def _create_topic(self, t, validate_only: bool) -> dict:
+    async def _create_topic(self, t, validate_only: bool) -> dict:
         name = t.name
         try:
             assignments: dict[int, list[int]] = {}
@@ -110,8 +110,8 @@ class AdminApis:
                     raise InvalidReplicaAssignmentError(
                         f"Found multiple manual partition assignments for partition {a.partition_index}")
                 assignments[a.partition_index] = list(a.broker_ids)
-            topic = self.controller.create_topic(
-                name, t.num_partitions, t.replication_factor, assignments or None,
+            topic = await self.controller.call(
+                self.controller.create_topic, name, t.num_partitions, t.replication_factor, assignments or None,
                 {c.name: c.value for c in t.configs}, validate_only)
         except KafkaError as e:
             return {"name": name, **_err(e)}
@@ -198,7 +198,7 @@ class AdminApis:
                 await pacer()
             out = {"name": name, "topic_id": topic_id, "error_code": NO_ERROR, "error_message": None}
             try:
-                self.controller.delete_topic(name)
+                await self.controller.call(self.controller.delete_topic, name)
             except KafkaError as e:
                 out.update(_err(e))
             results.append(out)
@@ -218,7 +218,8 @@ class AdminApis:
             else:
                 assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 try:
-                    self.controller.create_partitions(t.name, t.count, assignments, validate_only)
+                    await self.controller.call(self.controller.create_partitions, t.name, t.count, assignments,
+                                               validate_only)
                 except KafkaError as e:
                     out.update(_err(e))
             results.append(out)

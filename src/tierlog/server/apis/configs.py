@@ -310,12 +310,12 @@ class ConfigApis:
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
 
     async def alter_configs(self, ctx: RequestContext):
-        return self._alter(ctx, incremental=False)
+        return await self._alter(ctx, incremental=False)
 
     async def incremental_alter_configs(self, ctx: RequestContext):
-        return self._alter(ctx, incremental=True)
+        return await self._alter(ctx, incremental=True)
 
-    def _alter(self, ctx: RequestContext, incremental: bool):
+    async def _alter(self, ctx: RequestContext, incremental: bool):
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         seen: dict[tuple[int, str], int] = {}
@@ -328,7 +328,7 @@ class ConfigApis:
             try:
                 if seen[(r.resource_type, r.resource_name)] > 1:
                     raise InvalidRequestError("Each resource must appear at most once.")
-                self._alter_one(r, incremental, validate_only)
+                await self._alter_one(r, incremental, validate_only)
             except KafkaError as e:
                 code, message = _error(e)
                 log.info("%s of %s %r failed: %s", "IncrementalAlterConfigs" if incremental else "AlterConfigs",
@@ -337,7 +337,7 @@ class ConfigApis:
                               "resource_name": r.resource_name})
         return build_response(ctx, {"throttle_time_ms": 0, "responses": responses})
 
-    def _alter_one(self, r, incremental: bool, validate_only: bool) -> None:
+    async def _alter_one(self, r, incremental: bool, validate_only: bool) -> None:
         """Kafka's broker-side preprocessing (ConfigAdminManager.preprocess), then the controller."""
         names = [c.name for c in r.configs]
         if len(set(names)) != len(names):
@@ -351,11 +351,12 @@ class ConfigApis:
         if rtype == BROKER_LOGGER and incremental:
             apply_logger_changes(self.node_id, name, r.configs, validate_only)
         elif rtype == BROKER:
-            if name:
+            if name and not controller.clustered:  # in a cluster the controller handles every broker's
                 _check_node(name, self.node_id)
             ops = self._ops(r.configs, BROKER) if incremental else None  # INVALID_CONFIG, as in Kafka
             try:
-                controller.alter_broker_configs(name, {c.name: c.value for c in r.configs}, ops, validate_only)
+                await controller.call(controller.alter_broker_configs, name, {c.name: c.value for c in r.configs},
+                                      ops, validate_only)
             except InvalidConfigError as e:
                 # KAFKA-13609: a broker config that fails validation is INVALID_REQUEST in Kafka.
                 raise InvalidRequestError(e.message) from None
@@ -364,9 +365,11 @@ class ConfigApis:
                 raise InvalidRequestError("Default topic resources are not allowed.")
             validate_topic_name(name)
             if incremental:
-                controller.incremental_alter_topic_configs(name, self._ops(r.configs, TOPIC), validate_only)
+                await controller.call(controller.incremental_alter_topic_configs, name, self._ops(r.configs, TOPIC),
+                                      validate_only)
             else:
-                controller.alter_topic_configs(name, {c.name: c.value for c in r.configs}, validate_only)
+                await controller.call(controller.alter_topic_configs, name, {c.name: c.value for c in r.configs},
+                                      validate_only)
         else:
             raise InvalidRequestError(f"Unknown resource type {rtype}")
 

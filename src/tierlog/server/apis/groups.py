@@ -39,7 +39,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tierlog.cluster import Controller
-from tierlog.coordinator import GroupCoordinator
+from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tierlog.errors import (
     NO_ERROR,
     CoordinatorNotAvailableError,
@@ -116,7 +116,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
 
-    def _coordinator_for(self, key_type: int, api_version: int) -> tuple[int, tuple[int, str, int]]:
+    def _coordinator_for(self, key_type: int, api_version: int, key: str = "") -> tuple[int, tuple[int, str, int]]:
         no_node = (-1, "", -1)
         if key_type == GROUP_KEY_TYPE:
             coordinator = self._ready()
@@ -134,19 +134,28 @@ class GroupApis:
             return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator yet
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
             return InvalidRequestError.code, no_node
-        me = self.controller.image.brokers[self.node_id]
-        return NO_ERROR, (self.node_id, me.host, me.port)
+        image = self.controller.image
+        if not self.controller.clustered:
+            me = image.brokers[self.node_id]
+            return NO_ERROR, (self.node_id, me.host, me.port)
+        # In a cluster the coordinator is the leader of the group's __consumer_offsets partition.
+        topic = image.topics.get(OFFSETS_TOPIC)
+        state = topic.partitions.get(coordinator.partition_for(key)) if topic is not None else None
+        leader = image.brokers.get(state.leader) if state is not None else None
+        if leader is None:
+            return CoordinatorNotAvailableError.code, no_node
+        return NO_ERROR, (leader.node_id, leader.host, leader.port)
 
     async def find_coordinator(self, ctx: RequestContext):
         req = ctx.request
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version < 4:
-            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
+            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version, req.key)
             return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES[error],
                                         "node_id": node_id, "host": host, "port": port})
         coordinators = []
         for key in req.coordinator_keys:
-            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version)
+            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version, key)
             coordinators.append({"key": key, "node_id": node_id, "host": host, "port": port,
                                  "error_code": error, "error_message": None})
         return build_response(ctx, {"coordinators": coordinators})

@@ -9,6 +9,7 @@ from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
 from tierlog.errors import (
     NO_ERROR,
     KafkaError,
+    LeaderNotAvailableError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     describe_error,
@@ -69,20 +70,20 @@ class MetadataApis:
                                           {"error_code": UnknownTopicIdError.code, "name": None,
                                            "topic_id": topic_id})
                         continue
-                    topics_out.append(answer := self._named_topic(name, allow_create))
+                    topics_out.append(answer := await self._named_topic(name, allow_create))
                     partitions += len(answer.get("partitions", ()))
-        me = image.brokers[self.node_id]
         items = len(topics_out) + partitions
         return await offload.respond(ctx, {
-            "brokers": [{"node_id": me.node_id, "host": me.host, "port": me.port, "rack": None}],
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                        for b in sorted(image.brokers.values(), key=lambda b: b.node_id)],
             "cluster_id": image.cluster_id,
-            "controller_id": self.node_id,
+            "controller_id": image.controller_id if self.controller.clustered else self.node_id,
             "topics": topics_out,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": NO_ERROR,
         }, items)
 
-    def _named_topic(self, name: str, allow_create: bool) -> dict:
+    async def _named_topic(self, name: str, allow_create: bool) -> dict:
         image = self.controller.image
         topic = image.topics.get(name)
         if topic is not None:
@@ -93,28 +94,33 @@ class MetadataApis:
             return {"error_code": e.code, "name": name, "is_internal": False}
         if allow_create and name not in INTERNAL_TOPICS:
             try:
-                # Kafka answers LEADER_NOT_AVAILABLE and creates in the background; a single node
-                # creates at once and answers with the new topic.
-                return self._topic(self.controller.create_topic(name))
+                # Kafka answers LEADER_NOT_AVAILABLE and creates in the background; a single node (or the
+                # controller of a cluster) creates at once and answers with the new topic.
+                created = await self.controller.auto_create_topic(name)
             except KafkaError as e:
                 log.info("Auto-creation of topic %s failed: %s", name, describe_error(e))
                 return {"error_code": e.code, "name": name}
+            if created is not None:
+                return self._topic(created)
+            return {"error_code": LeaderNotAvailableError.code, "name": name, "is_internal": False}
         return {"error_code": UnknownTopicOrPartitionError.code, "name": name}
 
     def _topic(self, topic) -> dict:
+        live = self.controller.image.brokers
         return {
             "error_code": NO_ERROR,
             "name": topic.name,
             "topic_id": topic.topic_id,
             "is_internal": topic.is_internal,
             "partitions": [{
-                "error_code": NO_ERROR,
+                # Kafka's metadata cache: a partition whose leader is not alive has none to offer
+                "error_code": NO_ERROR if p.leader in live else LeaderNotAvailableError.code,
                 "partition_index": p.partition,
-                "leader_id": p.leader,
+                "leader_id": p.leader if p.leader in live else -1,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
-                "offline_replicas": [],
+                "offline_replicas": [r for r in p.replicas if r not in live],
             } for p in sorted(topic.partitions.values(), key=lambda p: p.partition)],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }

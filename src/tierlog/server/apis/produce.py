@@ -139,5 +139,5 @@ class ProduceApis:
             return build_response(ctx, {"error_code": InvalidRequestError.code, "producer_id": -1,
                                         "producer_epoch": -1})
         # Kafka's coordinator gives every idempotent (non-transactional) producer a fresh id.
-        return build_response(ctx, {"error_code": NO_ERROR, "producer_id": self.controller.allocate_producer_id(),
+        return build_response(ctx, {"error_code": NO_ERROR, "producer_id": await self.controller.next_producer_id(),
                                     "producer_epoch": 0, "throttle_time_ms": 0})

@@ -1,0 +1,833 @@
+"""The controller of a multi-broker cluster whose metadata lives in ZooKeeper (Kafka's ZooKeeper-mode
+``KafkaController``), and every broker's view of the cluster.
+
+Every broker has one :class:`ZkController`. It is always the broker's metadata view: the image the active
+controller last pushed (UPDATE_METADATA, :mod:`tierlog.protocol.internal`), applied only when it carries a
+controller epoch at least as new as any seen, and never taking a partition back to an older leader epoch.
+One broker at a time is also the active controller: the one whose ephemeral ``/controller`` znode exists.
+It then
+
+- loads everything from ZooKeeper (brokers alive, topics, partition states, configs, deletions in
+  progress) and finishes what its predecessor left half-done (deletions, partitions without a state);
+- runs the inherited :class:`~tierlog.cluster.controller.Controller` rules for topic creation, deletion,
+  partitions and configs, writing each change to ZooKeeper in one transaction that checks the
+  ``/controller_epoch`` version it won (a paused old controller that wakes up writes nothing);
+- elects leaders when brokers come and go (from the ISR; out of it only with
+  ``unclean.leader.election.enable``), on controlled shutdown, on ElectLeaders and for preferred-replica
+  balance (``auto.leader.rebalance.enable``);
+- pushes the new image to every live broker, itself included, over the inter-broker listener.
+
+ZooKeeper calls and every change the controller makes run on one thread of their own (Kafka's controller
+event thread); the event loop reaches it through :meth:`ZkController.call`. Until data replication exists,
+a partition's ISR is its leader alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+
+from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.controller import Controller
+from tierlog.cluster.image import (
+    BrokerImage,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+    diff_images,
+)
+from tierlog.cluster.placement import assign_replicas
+from tierlog.cluster.zookeeper import (
+    BROKER_TOPICS,
+    CONFIG_BROKERS,
+    CONFIG_CHANGES,
+    CONFIG_TOPICS,
+    DEFAULT_BROKER_CONFIG,
+    DELETE_TOPICS,
+    DELETED_TOPIC_IDS,
+    ControllerFence,
+    FencedControllerError,
+    ZkClient,
+    commit_fenced,
+    config_entity,
+    partition_state,
+    partition_state_path,
+    topic_assignment,
+    topic_path,
+)
+from tierlog.config import BrokerConfig
+from tierlog.errors import (
+    CoordinatorNotAvailableError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidConfigError,
+    InvalidReplicationFactorError,
+    KafkaError,
+    KafkaStorageError,
+    NotControllerError,
+    PreferredLeaderNotAvailableError,
+    StaleControllerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    describe_error,
+    error_for_code,
+)
+from tierlog.kafka_uuid import uuid_to_str
+from tierlog.logs import RepeatLimiter
+from tierlog.protocol import ApiKey
+from tierlog.protocol.internal import InternalApi
+
+log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+PUSH_RETRY_S = (0.05, 1.0)  # first and longest wait before pushing metadata to a broker again
+PROPAGATION_WAIT_S = 5.0  # how long an admin request waits for its change to reach every live broker
+
+
+def image_to_wire(image: MetadataImage, controller_epoch: int) -> dict:
+    return {"controllerId": image.controller_id, "controllerEpoch": controller_epoch,
+            "brokers": [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                         "endpoints": [list(e) for e in b.endpoints]} for b in image.brokers.values()],
+            "image": image.to_json()}
+
+
+def image_from_wire(body: Mapping) -> tuple[MetadataImage, int]:
+    brokers = {int(b["id"]): BrokerImage(int(b["id"]), b["host"], int(b["port"]), b.get("rack"),
+                                         tuple((e[0], e[1], int(e[2])) for e in b.get("endpoints", ())))
+               for b in body["brokers"]}
+    return MetadataImage.from_json(body["image"], brokers), int(body["controllerEpoch"])
+
+
+class ZkController(Controller):
+    clustered = True
+
+    def __init__(self, broker_config: BrokerConfig, zk: ZkClient, broker: BrokerImage, cluster_id: str):
+        self._init_common(broker_config, broker.node_id)
+        self.zk = zk
+        self.me = broker
+        self.cluster_id = cluster_id
+        self.fence: ControllerFence | None = None  # set while this broker is the active controller
+        self.controller_epoch = 0  # the newest controller epoch this broker has seen
+        self.image = MetadataImage(cluster_id, NO_LEADER, {broker.node_id: broker}, {})
+        self._applied = self.image  # what this broker's partitions were last set from
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"controller-{self.node_id}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.channel: NetworkBrokerChannel | None = None
+        self._version = 0  # bumped by every change the active controller makes
+        self._acked: dict[int, int] = {}  # broker -> newest version it applied
+        self._pushers: dict[int, asyncio.Task] = {}
+        self._push_wake: dict[int, asyncio.Event] = {}
+        self._propagated: asyncio.Condition | None = None
+        self._shutting_down: set[int] = set()
+        self._stopped = False
+        self._background: set[asyncio.Task] = set()
+        self._on_activate: list[Callable[[], None]] = []
+        self._on_resign: list[Callable[[], None]] = []
+        self._rebalance_task: asyncio.Task | None = None
+        self._pid_lock = threading.Lock()
+        self._creating: set[str] = set()
+        self._creation_failures = RepeatLimiter(log)
+
+    # ================================================================== plumbing
+
+    @property
+    def is_active(self) -> bool:
+        return self.fence is not None
+
+    def replica_hosts(self) -> int:
+        return max(1, len(self.image.brokers))
+
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        return configured  # a cluster keeps Kafka's rule: wait for enough brokers, never fewer replicas
+
+    async def call(self, fn: Callable, *args, **kwargs):
+        """Run a controller operation on the controller thread; a change it made reaches every live broker
+        before this returns (within :data:`PROPAGATION_WAIT_S`), so a client's next request sees it."""
+        if not self.is_active:
+            raise NotControllerError(f"broker {self.node_id} is not the controller")
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        await self.wait_propagated(self._version, PROPAGATION_WAIT_S)
+        return result
+
+    def _submit(self, fn: Callable, *args) -> None:
+        """Queue ``fn`` on the controller thread (from kazoo's watch thread or the loop)."""
+        if self._stopped:
+            return
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except FencedControllerError as e:
+                log.warning("Controller %d was fenced (%s); resigning", self.node_id, e)
+                self._resign()
+            except Exception:  # noqa: BLE001 - the controller thread keeps serving events
+                log.exception("Controller event %s failed", getattr(fn, "__name__", fn))
+        try:
+            self._executor.submit(run)
+        except RuntimeError:  # executor shut down
+            pass
+
+    def _on_loop(self, fn: Callable, *args) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    # ================================================================== start and stop
+
+    async def start(self, channel: NetworkBrokerChannel) -> None:
+        """Read the cluster from ZooKeeper (the view until the controller's first push: this broker leads
+        nothing yet), then take part in the controller election."""
+        self._loop = asyncio.get_running_loop()
+        self.channel = channel
+        self._propagated = asyncio.Condition()
+        image = await self._loop.run_in_executor(self._executor, self._read_cluster)
+        parts_off = {name: replace(t, partitions={
+            p: replace(pi, leader=NO_LEADER) if pi.leader == self.node_id else pi for p, pi in t.partitions.items()})
+            for name, t in image.topics.items()}
+        self.image = self._applied = replace(image, topics=parts_off,
+                                             brokers={**image.brokers, self.node_id: self.me})
+        self.zk.add_state_listener(self._on_zk_state)
+
+    def begin_election(self) -> None:
+        self._submit(self._elect)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for t in list(self._pushers.values()) + list(self._background):
+            t.cancel()
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+        if self.disablements is not None:
+            await self.disablements.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        if self.is_active:
+            self.fence = None
+            self.zk.resign_controller(self.node_id)
+
+    def _on_zk_state(self, state: str) -> None:
+        if state == "LOST" and self.is_active:
+            self._submit(self._resign)
+
+    # ================================================================== the broker's view
+
+    async def handle_update_metadata(self, body: Mapping) -> dict:
+        """UPDATE_METADATA from the controller: apply the image to this broker's partitions."""
+        try:
+            image, epoch = image_from_wire(body)
+        except (KeyError, ValueError, TypeError) as e:
+            return {"error_code": 42, "error_message": f"malformed metadata: {e}"}  # INVALID_REQUEST
+        if epoch < self.controller_epoch:
+            return {"error_code": StaleControllerEpochError.code,
+                    "error_message": f"controller epoch {epoch} is older than {self.controller_epoch}"}
+        self.controller_epoch = epoch
+        old = self._applied
+        topics = {}
+        for name, t in image.topics.items():
+            mine = old.topics.get(name)
+            if mine is not None and mine.topic_id == t.topic_id:
+                # Never back to an older leadership term (a late push of an older image).
+                t = replace(t, partitions={p: (mine.partitions[p] if p in mine.partitions
+                                               and mine.partitions[p].leader_epoch > pi.leader_epoch else pi)
+                                           for p, pi in t.partitions.items()})
+            topics[name] = t
+        image = replace(image, topics=topics)
+        delta = diff_images(old, image)
+        self._applied = image
+        if not self.is_active:
+            self.image = image
+        for listener in self._listeners:
+            listener(delta, image)
+        return {"error_code": 0}
+
+    # ================================================================== reading ZooKeeper
+
+    def _read_cluster(self, watch_brokers: Callable | None = None) -> MetadataImage:
+        zk = self.zk
+        brokers = zk.live_brokers(watch=watch_brokers)
+        topics, versions = {}, {}
+        for name in zk.topic_names():
+            got = zk.read_topic(name)
+            if got is None or got[0].topic_id is None:
+                continue
+            topics[name], versions[name] = got
+        self._state_versions = versions
+        return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
+                             zk.broker_configs(), 0, zk.deleted_topic_ids())
+
+    # ================================================================== election
+
+    def _elect(self) -> None:
+        if self._stopped or self.is_active:
+            return
+        current = self.zk.controller_id(watch=self._on_controller_change)
+        if current is not None:
+            self.image = replace(self.image, controller_id=current)
+            return
+        fence = self.zk.try_become_controller(self.node_id)
+        if fence is None:
+            self.zk.controller_id(watch=self._on_controller_change)
+            return
+        self._activate(fence)
+
+    def _on_controller_change(self, event) -> None:
+        self._submit(self._controller_changed)
+
+    def _controller_changed(self) -> None:
+        current = self.zk.controller_id(watch=self._on_controller_change)
+        if self.is_active and current != self.node_id:
+            self._resign()
+        if current is None:
+            self._elect()
+        elif not self.is_active:
+            self.image = replace(self.image, controller_id=current)
+
+    def _activate(self, fence: ControllerFence) -> None:
+        self.fence = fence
+        self.controller_epoch = max(self.controller_epoch, fence.epoch)
+        image = self._read_cluster(watch_brokers=self._on_brokers_change)
+        self.image = replace(image, controller_id=self.node_id)
+        log.info("Broker %d is the controller (epoch %d): %d broker(s) alive, %d topic(s)", self.node_id,
+                 fence.epoch, len(image.brokers), len(image.topics))
+        for name in self.zk.topics_being_deleted():
+            log.info("Finishing the deletion of topic %s", name)
+            t = self.image.topics.get(name)
+            if t is None:
+                self._delete_topic_znodes(name, None)
+            else:
+                self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
+        self._elect_partitions(self._offline_partitions(self.image), "controller failover")
+        self._version += 1
+        self._on_loop(self._start_active)
+
+    def _resign(self) -> None:
+        if not self.is_active:
+            return
+        log.info("Broker %d is no longer the controller", self.node_id)
+        self.fence = None
+        self.image = replace(self._applied, controller_id=NO_LEADER)
+        self._on_loop(self._stop_active)
+
+    def _start_active(self) -> None:
+        if not self.is_active:
+            return
+        for broker_id in self.image.brokers:
+            self._ensure_pusher(broker_id)
+        for callback in self._on_activate:
+            callback()
+        if self.config["auto.leader.rebalance.enable"] and self._rebalance_task is None:
+            self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance_loop(),
+                                                                          name="leader-rebalance")
+
+    def _stop_active(self) -> None:
+        for task in self._pushers.values():
+            task.cancel()
+        self._pushers.clear()
+        self._acked.clear()
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
+        for callback in self._on_resign:
+            callback()
+
+    def on_activation(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        """Callbacks (on the loop) when this broker becomes and stops being the controller."""
+        self._on_activate.append(start)
+        self._on_resign.append(stop)
+
+    # ================================================================== brokers coming and going
+
+    def _on_brokers_change(self, event) -> None:
+        self._submit(self._brokers_changed)
+
+    def _brokers_changed(self) -> None:
+        if not self.is_active:
+            return
+        live = self.zk.live_brokers(watch=self._on_brokers_change)
+        before = self.image.brokers
+        dead = set(before) - set(live)
+        new = set(live) - set(before)
+        if not dead and not new and live == before:
+            return
+        self._shutting_down -= dead
+        if dead:
+            log.info("Broker(s) %s left the cluster", sorted(dead))
+        if new:
+            log.info("Broker(s) %s joined the cluster", sorted(new))
+        self.image = replace(self.image, brokers=live)
+        self._elect_partitions(self._offline_partitions(self.image, dead), "broker change")
+        self._version += 1
+        for b in dead:
+            self._on_loop(self._drop_pusher, b)
+        self._on_loop(self._wake_pushers)
+
+    def _offline_partitions(self, image: MetadataImage, dead: set[int] = frozenset()) -> list[tuple[str, int]]:
+        """Partitions whose leader is not alive, or that lost a replica of their ISR."""
+        out = []
+        for t in image.topics.values():
+            for p, pi in t.partitions.items():
+                if pi.leader not in image.brokers or set(pi.isr) & dead or pi.leader_epoch < 0:
+                    out.append((t.name, p))
+        return out
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        try:
+            return bool(self.topic_config(topic)["unclean.leader.election.enable"])
+        except (KeyError, InvalidConfigError):
+            return False
+
+    def _choose_leader(self, topic: str, pi: PartitionImage, avoid: set[int] = frozenset(),
+                       unclean: bool | None = None) -> tuple[int, tuple[int, ...]]:
+        """Kafka's offline partition election: the first replica in assignment order that is alive and in the
+        ISR; else, with unclean election on, the first alive replica (the ISR becomes it alone); else none,
+        and the ISR keeps its last member, as Kafka keeps it."""
+        live = set(self.image.brokers) - avoid - self._shutting_down
+        isr_live = tuple(r for r in pi.isr if r in live)
+        for r in pi.replicas:
+            if r in isr_live:
+                return r, (r,)  # until replication, the ISR is the leader alone
+        if unclean if unclean is not None else self._unclean_allowed(topic):
+            for r in pi.replicas:
+                if r in live:
+                    log.warning("Unclean leader election of %s-%d: broker %d, not in the ISR %s, leads; records "
+                                "only the old leader had are lost", topic, pi.partition, r, list(pi.isr))
+                    return r, (r,)
+        return NO_LEADER, (pi.isr[-1:] if pi.isr else pi.replicas[:1])
+
+    def _elect_partitions(self, tps: Iterable[tuple[str, int]], why: str, avoid: set[int] = frozenset()) -> int:
+        changes: dict[tuple[str, int], PartitionImage] = {}
+        for name, p in tps:
+            t = self.image.topics.get(name)
+            if t is None or p not in t.partitions:
+                continue
+            pi = t.partitions[p]
+            leader, isr = self._choose_leader(name, pi, avoid)
+            if (leader, isr) != (pi.leader, pi.isr) or pi.leader_epoch < 0:
+                changes[(name, p)] = replace(pi, leader=leader, isr=isr, leader_epoch=pi.leader_epoch + 1)
+        if changes:
+            self._write_states(changes)
+            online = sum(1 for c in changes.values() if c.leader != NO_LEADER)
+            log.info("Leader election (%s): %d partition(s) changed, %d of them with a leader", why, len(changes),
+                     online)
+        return len(changes)
+
+    def _write_states(self, changes: Mapping[tuple[str, int], PartitionImage]) -> None:
+        """Write partition states with compare-and-set on their znode versions (and the controller fence), then
+        take them into the image."""
+        fence = self.fence
+        if fence is None:
+            raise FencedControllerError("not the controller")
+        versions = self._state_versions
+
+        def build(tx) -> None:
+            for (name, p), pi in changes.items():
+                data = partition_state(pi, fence.epoch)
+                v = versions.get(name, {}).get(p)
+                if v is None:
+                    tx.create(partition_state_path(name, p), data)
+                else:
+                    tx.set_data(partition_state_path(name, p), data, version=v)
+        try:
+            commit_fenced(self.zk, fence, build)
+        except FencedControllerError:
+            raise
+        except Exception as e:  # a state moved under us (a bug or a second controller): reload and retry later
+            log.warning("Writing %d partition state(s) failed (%s); reloading them", len(changes), e)
+            for name in {n for n, _ in changes}:
+                got = self.zk.read_topic(name)
+                if got is not None:
+                    self.image = self.image.with_topic(got[0])
+                    self._state_versions[name] = got[1]
+            raise
+        topics = dict(self.image.topics)
+        for (name, p), pi in changes.items():
+            v = versions.setdefault(name, {})
+            v[p] = v[p] + 1 if p in v else 0
+            t = topics[name]
+            topics[name] = replace(t, partitions={**t.partitions, p: replace(pi, partition_epoch=v[p])})
+        self.image = replace(self.image, topics=topics)
+
+    # ================================================================== changes from the inherited rules
+
+    def _place(self, num_partitions, replication_factor, assignments, start=0, fixed_rf=None):
+        if assignments:
+            return super()._place(num_partitions, replication_factor, assignments, start, fixed_rf)
+        if replication_factor < -1 or replication_factor == 0 or num_partitions < -1 or num_partitions == 0:
+            return super()._place(num_partitions, replication_factor, assignments, start, fixed_rf)
+        n = self.config["num.partitions"] if num_partitions == -1 else num_partitions
+        rf = fixed_rf or (self.config["default.replication.factor"] if replication_factor == -1
+                          else replication_factor)
+        brokers = {b.node_id: b.rack for b in self.image.brokers.values()}
+        if rf > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
+        return assign_replicas(brokers, n, rf, start)
+
+    def _new_partition(self, p: int, replicas: list[int]) -> PartitionImage:
+        live = [r for r in replicas if r in self.image.brokers]
+        leader = live[0] if live else NO_LEADER
+        return PartitionImage(p, leader, 0, tuple(replicas), (leader,) if live else tuple(replicas[:1]))
+
+    def _check_broker_resource(self, resource: str) -> None:
+        if resource not in ("", *map(str, self.image.brokers)):
+            raise InvalidConfigError(f"Unknown broker {resource}")
+
+    def _persist(self, image: MetadataImage | None = None) -> None:  # noqa: ARG002 - writes go by delta
+        return
+
+    def _commit(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Write the change to ZooKeeper (one fenced transaction per step), then make it the image and push it."""
+        fence = self.fence
+        if fence is None:
+            raise NotControllerError(f"broker {self.node_id} is not the controller")
+        zk = self.zk
+        try:
+            for t in delta.deleted:
+                self._delete_topic(t, fence)
+            for t in delta.created:
+                self._create_topic_znodes(t, fence)
+            for t, added in delta.partitions_added:
+                def add(tx, t=t, added=added) -> None:
+                    tx.set_data(topic_path(t.name), topic_assignment(t))
+                    for p in added:
+                        tx.create(f"{BROKER_TOPICS}/{t.name}/partitions/{p}", b"")
+                        tx.create(partition_state_path(t.name, p), partition_state(t.partitions[p], fence.epoch))
+                commit_fenced(zk, fence, add)
+                self._state_versions.setdefault(t.name, {}).update({p: 0 for p in added})
+            changed_topics = {t.name: t for t in delta.configs_changed if t.name not in
+                              {c.name for c in delta.created}}
+            if delta.broker_configs_changed:
+                self._write_broker_configs(image, fence)
+            elif changed_topics:
+                def configs(tx) -> None:
+                    for t in changed_topics.values():
+                        old = self.image.topics.get(t.name)
+                        if old is None or old.configs != t.configs:
+                            tx.set_data(f"{CONFIG_TOPICS}/{t.name}", config_entity(t.configs))
+                            tx.create(f"{CONFIG_CHANGES}/config_change_",
+                                      b'{"version":2,"entity_path":"topics/' + t.name.encode() + b'"}',
+                                      sequence=True)
+                        if old is None or old.tiering != t.tiering:
+                            tx.set_data(topic_path(t.name), topic_assignment(t))
+                commit_fenced(zk, fence, configs)
+        except (FencedControllerError, NotControllerError):
+            raise
+        except KafkaStorageError:
+            raise
+        except Exception as e:
+            log.error("Cannot write the cluster metadata to ZooKeeper: %s; the change is refused", e)
+            raise KafkaStorageError(f"cannot write the cluster metadata to ZooKeeper: {e}") from e
+        self.image = replace(image, brokers=self.image.brokers, controller_id=self.node_id)
+        self._version += 1
+        self._on_loop(self._wake_pushers)
+
+    def _create_topic_znodes(self, t: TopicImage, fence: ControllerFence) -> None:
+        def build(tx) -> None:
+            tx.create(f"{CONFIG_TOPICS}/{t.name}", config_entity(t.configs))
+            tx.create(topic_path(t.name), topic_assignment(t))
+            tx.create(f"{BROKER_TOPICS}/{t.name}/partitions", b"")
+            for p, pi in sorted(t.partitions.items()):
+                tx.create(f"{BROKER_TOPICS}/{t.name}/partitions/{p}", b"")
+                tx.create(partition_state_path(t.name, p), partition_state(pi, fence.epoch))
+        commit_fenced(self.zk, fence, build)
+        self._state_versions[t.name] = {p: 0 for p in t.partitions}
+
+    def _delete_topic(self, t: TopicImage, fence: ControllerFence) -> None:
+        """Kafka's order: mark the deletion (a new controller finishes it), then remove the topic's znodes and
+        remember its id; the brokers delete their replicas when the pushed image no longer has it."""
+        marker = f"{DELETE_TOPICS}/{t.name}"
+        if not self.zk.kazoo.exists(marker):
+            commit_fenced(self.zk, fence, lambda tx: tx.create(marker, b""))
+        self._delete_topic_znodes(t.name, t)
+
+    def _delete_topic_znodes(self, name: str, t: TopicImage | None) -> None:
+        fence = self.fence
+        zk = self.zk
+        paths = []
+
+        def walk(path: str) -> None:
+            for child in zk.kazoo.get_children(path):
+                walk(f"{path}/{child}")
+            paths.append(path)
+        if zk.kazoo.exists(topic_path(name)):
+            walk(topic_path(name))
+
+        def build(tx) -> None:
+            for path in paths:
+                tx.delete(path)
+            if zk.kazoo.exists(f"{CONFIG_TOPICS}/{name}"):
+                tx.delete(f"{CONFIG_TOPICS}/{name}")
+            if t is not None:
+                tx.create(f"{DELETED_TOPIC_IDS}/{uuid_to_str(t.topic_id)}", name.encode())
+            tx.delete(f"{DELETE_TOPICS}/{name}")
+        commit_fenced(zk, fence, build)
+        self._state_versions.pop(name, None)
+
+    def _write_broker_configs(self, image: MetadataImage, fence: ControllerFence) -> None:
+        def build(tx) -> None:
+            for resource in set(image.broker_configs) | set(self.image.broker_configs):
+                node = DEFAULT_BROKER_CONFIG if resource == "" else resource
+                path = f"{CONFIG_BROKERS}/{node}"
+                data = config_entity(image.broker_configs.get(resource, {}))
+                if self.zk.kazoo.exists(path):
+                    tx.set_data(path, data)
+                else:
+                    tx.create(path, data)
+                tx.create(f"{CONFIG_CHANGES}/config_change_",
+                          b'{"version":2,"entity_path":"brokers/' + node.encode() + b'"}', sequence=True)
+        commit_fenced(self.zk, fence, build)
+
+    def complete_disablement(self, name: str, epoch: int) -> None:
+        if self.is_active:
+            super().complete_disablement(name, epoch)
+
+    # ================================================================== producer ids
+
+    def allocate_producer_id(self) -> int:
+        with self._pid_lock:
+            if self._next_producer_id >= self._producer_id_block_end:
+                start = self.zk.allocate_producer_id_block(self.node_id, 1000)
+                self._next_producer_id, self._producer_id_block_end = start, start + 1000
+            pid = self._next_producer_id
+            self._next_producer_id += 1
+            return pid
+
+    async def next_producer_id(self) -> int:
+        if self._next_producer_id < self._producer_id_block_end:
+            return self.allocate_producer_id()
+        return await asyncio.get_running_loop().run_in_executor(None, self.allocate_producer_id)
+
+    # ================================================================== topics asked for by brokers
+
+    async def auto_create_topic(self, name: str) -> TopicImage | None:
+        if self.is_active:
+            return await self.call(self.create_topic, name)
+        self.request_topic_creation(name)
+        return None
+
+    def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                              configs: Mapping[str, str]) -> None:
+        self.request_topic_creation(name, num_partitions, replication_factor, configs)
+        raise CoordinatorNotAvailableError(f"{name} is being created")
+
+    def request_topic_creation(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                               configs: Mapping[str, str] | None = None) -> None:
+        """Create ``name`` in the background: here when this broker is the controller, else by CreateTopics
+        to the controller. One attempt at a time per topic; failures are logged once per attempt."""
+        if name in self._creating or self._loop is None:
+            return
+        self._creating.add(name)
+
+        async def create() -> None:
+            try:
+                if self.is_active:
+                    await self.call(self.create_topic, name, num_partitions, replication_factor, configs=configs)
+                    return
+                target = self.image.controller_id
+                if target < 0:
+                    raise NotControllerError("no controller is known yet")
+                response = await self.channel.request(target, ApiKey.CREATE_TOPICS, {
+                    "topics": [{"name": name, "num_partitions": num_partitions,
+                                "replication_factor": replication_factor, "assignments": [],
+                                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+                    "timeout": 30000, "validate_only": False})
+                code = int(response.topics[0].error_code)
+                if code and code != TopicAlreadyExistsError.code:
+                    raise error_for_code(code)(response.topics[0].error_message or "")
+            except Exception as e:  # noqa: BLE001 - the client asks again
+                self._creation_failures.warning((name, type(e).__name__), "Creating topic %s failed: %s", name,
+                                                describe_error(e) if isinstance(e, KafkaError) else e)
+            finally:
+                self._creating.discard(name)
+        task = self._loop.create_task(create(), name=f"create-{name}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ================================================================== leadership requests
+
+    def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
+        """Kafka's ControlledShutdown: move the leaderships of ``broker_id`` (partitions with more than one
+        replica) to another ISR member; answers the partitions it still leads."""
+        if broker_id not in self.image.brokers:
+            return []
+        self._shutting_down.add(broker_id)
+        led = [(t.name, p) for t in self.image.topics.values() for p, pi in t.partitions.items()
+               if pi.leader == broker_id and len(pi.replicas) > 1]
+        changes = {}
+        for name, p in led:
+            pi = self.image.topics[name].partitions[p]
+            leader, isr = self._choose_leader(name, pi, avoid={broker_id}, unclean=False)
+            if leader != NO_LEADER:
+                changes[(name, p)] = replace(pi, leader=leader, isr=isr, leader_epoch=pi.leader_epoch + 1)
+        if changes:
+            self._write_states(changes)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
+        log.info("Controlled shutdown of broker %d: %d leadership(s) moved, %d remain", broker_id, len(changes),
+                 len(led) - len(changes))
+        return [tp for tp in led if tp not in changes]
+
+    def run_election(self, election_type: int, partitions: Iterable[tuple[str, int]] | None) -> dict:
+        """ElectLeaders: ``election_type`` 0 preferred, 1 unclean. Answers {(topic, partition): error or None}."""
+        if partitions is None:  # every partition that needs it
+            partitions = [(t.name, p) for t in self.image.topics.values() for p, pi in t.partitions.items()
+                          if (pi.leader != pi.replicas[0] if election_type == 0 else pi.leader == NO_LEADER)]
+        results, changes = {}, {}
+        for name, p in partitions:
+            t = self.image.topics.get(name)
+            if t is None or p not in t.partitions:
+                results[(name, p)] = UnknownTopicOrPartitionError("The partition does not exist.")
+                continue
+            pi = t.partitions[p]
+            if election_type == 0:
+                preferred = pi.replicas[0]
+                if pi.leader == preferred:
+                    results[(name, p)] = ElectionNotNeededError("Leader election not needed for topic partition.")
+                elif preferred not in self.image.brokers or preferred not in pi.isr:
+                    results[(name, p)] = PreferredLeaderNotAvailableError(
+                        f"Failed to elect leader for partition {name}-{p} under strategy "
+                        f"PreferredReplicaPartitionLeaderElectionStrategy")
+                else:
+                    changes[(name, p)] = replace(pi, leader=preferred, isr=(preferred,),
+                                                 leader_epoch=pi.leader_epoch + 1)
+                    results[(name, p)] = None
+            else:
+                if pi.leader in self.image.brokers:
+                    results[(name, p)] = ElectionNotNeededError("Leader election not needed for topic partition.")
+                    continue
+                leader, isr = self._choose_leader(name, pi, unclean=True)
+                if leader == NO_LEADER:
+                    results[(name, p)] = EligibleLeadersNotAvailableError(
+                        f"Failed to elect leader for partition {name}-{p} under strategy "
+                        f"OfflinePartitionLeaderElectionStrategy(true)")
+                else:
+                    changes[(name, p)] = replace(pi, leader=leader, isr=isr, leader_epoch=pi.leader_epoch + 1)
+                    results[(name, p)] = None
+        if changes:
+            self._write_states(changes)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
+        return results
+
+    def _imbalanced(self) -> list[tuple[str, int]]:
+        """Partitions to move back to their preferred replica: those of every broker whose share of
+        partitions led elsewhere exceeds ``leader.imbalance.per.broker.percentage`` (preferred replica alive
+        and in the ISR)."""
+        pct = self.config["leader.imbalance.per.broker.percentage"]
+        by_broker: dict[int, list] = {}
+        for t in self.image.topics.values():
+            for p, pi in t.partitions.items():
+                by_broker.setdefault(pi.replicas[0], []).append((t.name, p, pi))
+        out = []
+        for broker, parts in by_broker.items():
+            if broker not in self.image.brokers or broker in self._shutting_down:
+                continue
+            off = [(n, p) for n, p, pi in parts if pi.leader != broker and broker in pi.isr]
+            if parts and len(off) * 100 > pct * len(parts):
+                out += off
+        return out
+
+    async def _rebalance_loop(self) -> None:
+        interval = self.config["leader.imbalance.check.interval.seconds"]
+        while self.is_active:
+            await asyncio.sleep(interval)
+            if not self.is_active:
+                return
+            try:
+                tps = await asyncio.get_running_loop().run_in_executor(self._executor, self._imbalanced)
+                if tps:
+                    log.info("Preferred replica election for %d imbalanced partition(s)", len(tps))
+                    await self.call(self.run_election, 0, tps)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - tried again next interval
+                log.exception("Automatic preferred replica election failed")
+
+    # ================================================================== pushing the image
+
+    def _ensure_pusher(self, broker_id: int) -> None:
+        if not self.is_active or broker_id in self._pushers:
+            return
+        self._push_wake[broker_id] = asyncio.Event()
+        self._push_wake[broker_id].set()
+        self._pushers[broker_id] = asyncio.get_running_loop().create_task(self._push_to(broker_id),
+                                                                          name=f"push-metadata-{broker_id}")
+
+    def _drop_pusher(self, broker_id: int) -> None:
+        task = self._pushers.pop(broker_id, None)
+        if task is not None:
+            task.cancel()
+        self._acked.pop(broker_id, None)
+        if self.channel is not None:
+            self.channel.forget(broker_id)
+        self._notify_propagated()
+
+    def _wake_pushers(self) -> None:
+        for broker_id in self.image.brokers:
+            self._ensure_pusher(broker_id)
+        for event in self._push_wake.values():
+            event.set()
+
+    async def _push_to(self, broker_id: int) -> None:
+        """Send the newest image to ``broker_id`` whenever it has not applied it yet; retried with back-off."""
+        wait = PUSH_RETRY_S[0]
+        wake = self._push_wake[broker_id]
+        while self.is_active:
+            await wake.wait()
+            wake.clear()
+            version, image, fence = self._version, self.image, self.fence
+            if fence is None or self._acked.get(broker_id, -1) >= version:
+                continue
+            try:
+                answer = await self.channel.send(broker_id, InternalApi.UPDATE_METADATA,
+                                                 image_to_wire(image, fence.epoch),
+                                                 timeout_ms=self.config["controller.socket.timeout.ms"])
+                if answer.get("error_code"):
+                    raise RuntimeError(answer.get("error_message") or f"error {answer['error_code']}")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a broker that is starting or dying: retried
+                log.debug("Metadata push to broker %d failed: %s", broker_id, e)
+                self.channel.forget(broker_id)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, PUSH_RETRY_S[1])
+                wake.set()
+                continue
+            wait = PUSH_RETRY_S[0]
+            self._acked[broker_id] = version
+            if self._version > version:
+                wake.set()
+            self._notify_propagated()
+
+    def _notify_propagated(self) -> None:
+        cond = self._propagated
+
+        async def notify() -> None:
+            async with cond:
+                cond.notify_all()
+        if cond is not None:
+            task = asyncio.get_running_loop().create_task(notify())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def wait_propagated(self, version: int, timeout_s: float) -> bool:
+        """Wait until every live broker applied ``version`` (or left); False after ``timeout_s``."""
+        def done() -> bool:
+            return not self.is_active or all(self._acked.get(b, -1) >= version for b in self.image.brokers)
+        if done():
+            return True
+        try:
+            async with self._propagated:
+                await asyncio.wait_for(self._propagated.wait_for(done), timeout_s)
+            return True
+        except TimeoutError:
+            log.warning("Metadata version %d did not reach every broker within %.0f s", version, timeout_s)
+            return False
+
+
+__all__ = ["NO_LEADER", "ZkController", "image_from_wire", "image_to_wire"]

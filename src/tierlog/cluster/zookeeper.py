@@ -1,0 +1,372 @@
+"""The cluster's metadata in ZooKeeper, in Kafka's ZooKeeper-mode layout (Kafka's ``KafkaZkClient``).
+
+Paths and JSON shapes are Kafka's, so a Kafka engineer finds everything where ZooKeeper-mode Kafka keeps it:
+
+==========================================  =====================================================================
+``/cluster/id``                             ``{"version":"1","id":...}``
+``/controller``                             ephemeral, ``{"version":1,"brokerid":N,"timestamp":...}``
+``/controller_epoch``                       the controller epoch as a number; every controller write checks its
+                                            znode version (the fence of a paused old controller)
+``/brokers/ids/<id>``                       ephemeral registration (version 5: endpoints, security map, rack)
+``/brokers/topics/<topic>``                 ``{"version":3,"topic_id":...,"partitions":{"0":[1,2,3]},...}``, plus
+                                            ``"tiering"`` (the KIP-950 draft's state, policy and epoch)
+``.../partitions/<p>/state``                ``{"version":1,"leader":...,"leader_epoch":...,"isr":[...],
+                                            "controller_epoch":...}``; its znode version is the partition epoch
+``/config/topics/<topic>``                  ``{"version":1,"config":{...}}`` (overrides only)
+``/config/brokers/<id>|<default>``          dynamic broker configs, same shape
+``/config/changes/config_change_<seq>``     ``{"version":2,"entity_path":"topics/<topic>"}``
+``/admin/delete_topics/<topic>``            a deletion in progress (a new controller finishes it)
+``/latest_producer_id_block``               ``{"version":1,"broker":N,"block_start":"0","block_end":"999"}``
+``/tierlog/deleted_topics/<topic id>``      tierlog's own: every topic id the cluster deleted (the remote store
+                                            reconciler deletes leftovers of these only)
+==========================================  =====================================================================
+
+Calls are synchronous kazoo calls: the controller makes them on its own thread (Kafka's controller event
+thread), brokers through :meth:`ZkClient.call` off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from tierlog.cluster.image import BrokerImage, PartitionImage, TopicImage, TopicTiering
+from tierlog.errors import StartupError
+from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+DELETED_TOPIC_IDS = "/tierlog/deleted_topics"
+#: What a broker creates at first start (Kafka's KafkaZkClient.createTopLevelPaths, plus tierlog's own).
+PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/config/brokers",
+                    "/config/changes", "/admin/delete_topics", "/isr_change_notification", DELETED_TOPIC_IDS)
+DEFAULT_BROKER_CONFIG = "<default>"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _dump(d: object) -> bytes:
+    return json.dumps(d, separators=(",", ":")).encode()
+
+
+def _load(data: bytes) -> dict:
+    return json.loads(data.decode()) if data else {}
+
+
+# ---------------------------------------------------------------------------------------------- codecs
+
+def broker_registration(broker: BrokerImage, endpoints: Iterable[tuple[str, str, int, str]]) -> bytes:
+    """Kafka's version-5 broker znode; ``endpoints`` are (listener name, host, port, security protocol)."""
+    eps = list(endpoints)
+    d = {"version": 5, "host": broker.host, "port": broker.port, "jmx_port": -1,
+         "timestamp": str(int(time.time() * 1000)), "features": {},
+         "endpoints": [f"{name}://{host}:{port}" for name, host, port, _ in eps],
+         "listener_security_protocol_map": {name: proto for name, _, _, proto in eps}}
+    if broker.rack is not None:
+        d["rack"] = broker.rack
+    return _dump(d)
+
+
+def parse_broker_registration(broker_id: int, data: bytes) -> BrokerImage:
+    d = _load(data)
+    endpoints = []
+    for ep in d.get("endpoints", []):
+        name, _, rest = ep.partition("://")
+        host, _, port = rest.rpartition(":")
+        endpoints.append((name, host, int(port)))
+    host, port = d.get("host"), d.get("port", -1)
+    if (not host or port in (None, -1)) and endpoints:
+        _, host, port = endpoints[0]
+    return BrokerImage(broker_id, host or "", int(port), d.get("rack"), tuple(endpoints))
+
+
+def topic_assignment(topic: TopicImage) -> bytes:
+    d = {"version": 3, "topic_id": uuid_to_str(topic.topic_id),
+         "partitions": {str(p): list(pi.replicas) for p, pi in sorted(topic.partitions.items())},
+         "adding_replicas": {}, "removing_replicas": {}}
+    if topic.tiering is not None:
+        d["tiering"] = topic.tiering.to_json()
+    return _dump(d)
+
+
+def partition_state(p: PartitionImage, controller_epoch: int) -> bytes:
+    return _dump({"version": 1, "leader": p.leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr),
+                  "controller_epoch": controller_epoch})
+
+
+def config_entity(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+# ---------------------------------------------------------------------------------------------- client
+
+@dataclass(frozen=True, slots=True)
+class ControllerFence:
+    """The controller epoch this controller won and the znode version of ``/controller_epoch`` then: every
+    write checks the version, so a controller that was paused past its election writes nothing."""
+
+    epoch: int
+    zk_version: int
+
+
+class ZkClient:
+    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None):
+        self.connect = connect
+        self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.kazoo = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
+                                 connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1},
+                                 command_retry={"max_tries": 0})
+        self._state_listeners: list[Callable[[str], None]] = []
+        self.kazoo.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost (%s): this broker's registration and any controllership are gone",
+                        self.connect)
+        elif state == KazooState.SUSPENDED:
+            log.warning("Disconnected from ZooKeeper (%s); reconnecting", self.connect)
+        for listener in list(self._state_listeners):
+            listener(state)
+
+    def add_state_listener(self, listener: Callable[[str], None]) -> None:
+        self._state_listeners.append(listener)
+
+    def start(self) -> None:
+        try:
+            self.kazoo.start(timeout=self.connection_timeout_s)
+        except Exception as e:  # kazoo raises a plain timeout
+            self.kazoo.stop()
+            raise StartupError(f"cannot connect to ZooKeeper at {self.connect} within "
+                               f"{self.connection_timeout_s * 1000:.0f} ms ({type(e).__name__}); start ZooKeeper "
+                               f"(tierlog zookeeper start) or correct zookeeper.connect") from e
+        # A chroot must exist before it can be used as the root (Kafka creates it too).
+        for path in PERSISTENT_PATHS:
+            self.kazoo.ensure_path(path)
+
+    def close(self) -> None:
+        try:
+            self.kazoo.stop()
+            self.kazoo.close()
+        except Exception:  # noqa: BLE001 - closing must not fail a shutdown
+            log.debug("Closing the ZooKeeper client failed", exc_info=True)
+
+    @property
+    def session_id(self) -> int | None:
+        sid = self.kazoo.client_id
+        return sid[0] if sid else None
+
+    async def call(self, fn: Callable, *args):
+        """Run a blocking ZooKeeper call off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # -------------------------------------------------------------- cluster id and brokers
+
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        try:
+            self.kazoo.create(CLUSTER_ID, _dump({"version": "1", "id": proposed}), makepath=True)
+            return proposed
+        except NodeExistsError:
+            data, _ = self.kazoo.get(CLUSTER_ID)
+            return _load(data)["id"]
+
+    def register_broker(self, broker_id: int, data: bytes) -> None:
+        """The ephemeral ``/brokers/ids/<id>``; a registration left by this broker's previous session (a fast
+        restart within the session timeout) is replaced, another live broker with the id is refused."""
+        path = f"{BROKER_IDS}/{broker_id}"
+        try:
+            self.kazoo.create(path, data, ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        _, stat = self.kazoo.get(path)
+        if stat.ephemeralOwner == self.session_id:
+            return
+        raise StartupError(f"broker id {broker_id} is already registered in ZooKeeper by another live broker "
+                           f"(session 0x{stat.ephemeralOwner:x}); give this broker another broker.id, or wait "
+                           f"zookeeper.session.timeout.ms after a crash of the previous one")
+
+    def live_brokers(self, watch: Callable | None = None) -> dict[int, BrokerImage]:
+        out = {}
+        for child in self.kazoo.get_children(BROKER_IDS, watch=watch):
+            try:
+                data, _ = self.kazoo.get(f"{BROKER_IDS}/{child}")
+            except NoNodeError:  # gone between the listing and the read
+                continue
+            out[int(child)] = parse_broker_registration(int(child), data)
+        return out
+
+    # -------------------------------------------------------------- controller election
+
+    def controller_id(self, watch: Callable | None = None) -> int | None:
+        try:
+            data, _ = self.kazoo.get(CONTROLLER, watch=watch)
+        except NoNodeError:
+            if watch is not None:
+                self.kazoo.exists(CONTROLLER, watch=watch)
+            return None
+        return _load(data).get("brokerid")
+
+    def try_become_controller(self, broker_id: int) -> ControllerFence | None:
+        """Kafka's registerControllerAndIncrementControllerEpoch: create the ephemeral ``/controller`` and bump
+        ``/controller_epoch`` in one transaction; None when another broker is the controller."""
+        while True:
+            try:
+                data, stat = self.kazoo.get(CONTROLLER_EPOCH)
+                epoch, version = int(data.decode() or 0), stat.version
+            except NoNodeError:
+                try:
+                    self.kazoo.create(CONTROLLER_EPOCH, b"0", makepath=True)
+                except NodeExistsError:
+                    pass
+                continue
+            tx = self.kazoo.transaction()
+            tx.create(CONTROLLER, _dump({"version": 1, "brokerid": broker_id,
+                                         "timestamp": str(int(time.time() * 1000))}), ephemeral=True)
+            tx.set_data(CONTROLLER_EPOCH, str(epoch + 1).encode(), version=version)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerFence(epoch + 1, version + 1)
+            if isinstance(results[0], NodeExistsError):
+                return None
+            if isinstance(results[1], BadVersionError):
+                continue  # another broker won an election meanwhile: look again
+            raise results[0] if isinstance(results[0], Exception) else results[1]
+
+    def resign_controller(self, broker_id: int) -> None:
+        try:
+            data, stat = self.kazoo.get(CONTROLLER)
+            if _load(data).get("brokerid") == broker_id and stat.ephemeralOwner == self.session_id:
+                self.kazoo.delete(CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    def controller_epoch(self) -> int:
+        try:
+            data, _ = self.kazoo.get(CONTROLLER_EPOCH)
+            return int(data.decode() or 0)
+        except NoNodeError:
+            return 0
+
+    # -------------------------------------------------------------- topics
+
+    def topic_names(self, watch: Callable | None = None) -> list[str]:
+        return sorted(self.kazoo.get_children(BROKER_TOPICS, watch=watch))
+
+    def read_topic(self, name: str) -> tuple[TopicImage, dict[int, int]] | None:
+        """The topic (assignment, partition states, config overrides, tiering) and each partition state's
+        znode version; None if it does not exist (any more). A partition without a state znode yet (a creation
+        the previous controller did not finish) has leader -1."""
+        try:
+            data, _ = self.kazoo.get(topic_path(name))
+        except NoNodeError:
+            return None
+        d = _load(data)
+        topic_id = uuid_from_str(d["topic_id"]) if d.get("topic_id") else None
+        parts, versions = {}, {}
+        for key, replicas in d.get("partitions", {}).items():
+            p = int(key)
+            try:
+                sdata, sstat = self.kazoo.get(partition_state_path(name, p))
+                s = _load(sdata)
+                parts[p] = PartitionImage(p, s["leader"], s["leader_epoch"], tuple(replicas), tuple(s["isr"]),
+                                          sstat.version)
+                versions[p] = sstat.version
+            except NoNodeError:
+                parts[p] = PartitionImage(p, -1, -1, tuple(replicas), (), -1)
+        try:
+            cdata, _ = self.kazoo.get(f"{CONFIG_TOPICS}/{name}")
+            configs = {k: str(v) for k, v in _load(cdata).get("config", {}).items()}
+        except NoNodeError:
+            configs = {}
+        tiering = TopicTiering.from_json(d["tiering"]) if d.get("tiering") else None
+        return TopicImage(name, topic_id, parts, configs, tiering), versions
+
+    def topics_being_deleted(self, watch: Callable | None = None) -> list[str]:
+        return sorted(self.kazoo.get_children(DELETE_TOPICS, watch=watch))
+
+    def deleted_topic_ids(self) -> dict[str, str]:
+        out = {}
+        for child in self.kazoo.get_children(DELETED_TOPIC_IDS):
+            try:
+                data, _ = self.kazoo.get(f"{DELETED_TOPIC_IDS}/{child}")
+                out[child] = data.decode()
+            except NoNodeError:
+                continue
+        return out
+
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        out = {}
+        for child in self.kazoo.get_children(CONFIG_BROKERS):
+            try:
+                data, _ = self.kazoo.get(f"{CONFIG_BROKERS}/{child}")
+            except NoNodeError:
+                continue
+            configs = {k: str(v) for k, v in _load(data).get("config", {}).items()}
+            if configs:
+                out["" if child == DEFAULT_BROKER_CONFIG else child] = configs
+        return out
+
+    # -------------------------------------------------------------- producer ids
+
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
+        """Kafka's ZkProducerIdManager: claim the next block with a compare-and-set on its znode."""
+        while True:
+            try:
+                data, stat = self.kazoo.get(PRODUCER_ID_BLOCK)
+                d = _load(data)
+                start, version = int(d["block_end"]) + 1, stat.version
+            except NoNodeError:
+                start, version = 0, None
+            body = _dump({"version": 1, "broker": broker_id, "block_start": str(start),
+                          "block_end": str(start + size - 1)})
+            try:
+                if version is None:
+                    self.kazoo.create(PRODUCER_ID_BLOCK, body, makepath=True)
+                else:
+                    self.kazoo.set(PRODUCER_ID_BLOCK, body, version=version)
+                return start
+            except (NodeExistsError, BadVersionError):
+                continue  # another broker took this block: try the next one
+
+
+class FencedControllerError(Exception):
+    """A controller write refused because ``/controller_epoch`` moved: another controller was elected."""
+
+
+def commit_fenced(zk: ZkClient, fence: ControllerFence, build: Callable[[object], None]) -> list:
+    """Run the writes ``build`` adds to a transaction, together with a check that this controller is still the
+    one elected (the ``/controller_epoch`` version it won). Raises FencedControllerError if not, and the first
+    failing operation's error otherwise."""
+    tx = zk.kazoo.transaction()
+    tx.check(CONTROLLER_EPOCH, fence.zk_version)
+    build(tx)
+    results = tx.commit()
+    if isinstance(results[0], BadVersionError | NoNodeError):
+        raise FencedControllerError(f"controller epoch {fence.epoch} is no longer current")
+    for r in results[1:]:
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+            raise r
+    return results[1:]

@@ -1,0 +1,123 @@
+"""Requests only the controller can carry out, forwarded to it from any broker (Kafka's Envelope).
+
+In a cluster, a client may send CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs or ElectLeaders to any broker (Kafka's tools send configs to any broker). A broker
+that is not the active controller wraps the request, header and body as the client sent them, in an Envelope
+to the controller's inter-broker listener, and answers the client with the controller's answer, unchanged.
+The controller runs the ordinary handler. With no controller known, or when the controller moved
+meanwhile, every item of the answer carries NOT_CONTROLLER, which clients retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+
+from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.zk_controller import ZkController
+from tierlog.errors import InvalidRequestError, KafkaError, NotControllerError, error_for_code
+from tierlog.protocol import ApiKey, RequestContext, build_response, encode_request, encode_response, offload
+from tierlog.protocol.registry import Handler, HandlerRegistry
+from tierlog.server.errors import error_response
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
+                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS)
+#: How long a broker waits for a controller to be known before answering NOT_CONTROLLER.
+CONTROLLER_WAIT_S = 5.0
+_SIZE = struct.Struct(">i")
+
+
+def not_controller_response(ctx: RequestContext, message: str):
+    """The request's answer with NOT_CONTROLLER on every item (Kafka's getErrorResponse)."""
+    code = NotControllerError.code
+    req = ctx.request
+    if ctx.api_key == ApiKey.CREATE_TOPICS:
+        return build_response(ctx, {"topics": [{"name": t.name, "error_code": code, "error_message": message}
+                                               for t in req.topics]})
+    if ctx.api_key == ApiKey.DELETE_TOPICS:
+        names = [(n, None) for n in getattr(req, "topic_names", ()) or ()]
+        names += [(t.name, t.topic_id) for t in getattr(req, "topics", ()) or ()]
+        return build_response(ctx, {"responses": [{"name": n, **({"topic_id": i} if i is not None else {}),
+                                                   "error_code": code, "error_message": message}
+                                                  for n, i in names]})
+    if ctx.api_key == ApiKey.CREATE_PARTITIONS:
+        return build_response(ctx, {"results": [{"name": t.name, "error_code": code, "error_message": message}
+                                                for t in req.topics]})
+    if ctx.api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        return build_response(ctx, {"responses": [{"resource_type": r.resource_type, "resource_name": r.resource_name,
+                                                   "error_code": code, "error_message": message}
+                                                  for r in req.resources]})
+    return error_response(ctx, NotControllerError(message))
+
+
+class ForwardingApis:
+    """Wraps the controller APIs' handlers so a broker that is not the controller forwards them, and
+    handles the Envelope a forwarding broker sends."""
+
+    def __init__(self, controller: ZkController, channel: NetworkBrokerChannel, request_timeout_ms: int):
+        self.controller = controller
+        self.channel = channel
+        self.request_timeout_ms = request_timeout_ms
+        self._local: dict[int, Handler] = {}
+
+    def register(self, registry: HandlerRegistry) -> None:
+        for key in CONTROLLER_APIS:
+            if key in registry:
+                self._local[key] = registry.wrap(key, self._forwarding)
+        registry.register(ApiKey.ENVELOPE, 0, 0, self.envelope)
+
+    def _forwarding(self, local: Handler) -> Handler:
+        async def handle(ctx: RequestContext):
+            deadline = time.monotonic() + CONTROLLER_WAIT_S
+            while True:
+                if self.controller.is_active:
+                    return await local(ctx)
+                target = self.controller.image.controller_id
+                if target >= 0 and target != self.controller.node_id:
+                    try:
+                        return await self._forward(ctx, target)
+                    except NotControllerError:
+                        pass  # it resigned meanwhile: wait for the next one
+                    except (KafkaError, OSError) as e:
+                        log.info("Forwarding %s to controller %d failed: %s", ctx.api_name, target, e)
+                if time.monotonic() >= deadline:
+                    return not_controller_response(ctx, "No controller is available now; try again.")
+                await asyncio.sleep(0.1)
+        return handle
+
+    async def _forward(self, ctx: RequestContext, controller_id: int):
+        inner = encode_request(ctx.request, ctx.correlation_id, ctx.client_id)[4:]
+        response = await self.channel.request(controller_id, ApiKey.ENVELOPE, {
+            "request_data": inner, "request_principal": b"", "client_host_address": b"\x7f\x00\x00\x01"},
+            timeout_ms=self.request_timeout_ms)
+        code = int(response.error_code)
+        if code:
+            raise error_for_code(code)(f"controller {controller_id} refused the forwarded {ctx.api_name}")
+        data = response.response_data or b""
+        return offload.EncodedResponse(_SIZE.pack(len(data)) + data)
+
+    async def envelope(self, ctx: RequestContext):
+        """A request forwarded by another broker: run the local handler, answer its encoded response."""
+        if not self.controller.is_active:
+            return build_response(ctx, {"response_data": None, "error_code": NotControllerError.code})
+        try:
+            inner = await offload.parse(ctx.request.request_data)
+        except Exception as e:  # noqa: BLE001 - a malformed inner request
+            log.warning("Envelope with an unreadable request: %s", e)
+            return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})
+        local = self._local.get(inner.api_key)
+        if local is None:
+            return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})
+        try:
+            response = await local(inner)
+        except KafkaError as e:
+            response = error_response(inner, e) or not_controller_response(inner, str(e))
+        frame = response.frame if isinstance(response, offload.EncodedResponse) else encode_response(inner, response)
+        return build_response(ctx, {"response_data": bytes(frame[4:]), "error_code": 0})
+
+
+__all__ = ["CONTROLLER_APIS", "ForwardingApis", "not_controller_response"]
