@@ -17,14 +17,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.cli.clilib import env, one_error_line, tierlog
-from tests.harness.prerequisites import unavailable
+from tests.harness import zookeeper as zk
 from tierlog.tools import zookeeper
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -37,14 +31,11 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture
 def installed():
-    try:
-        zookeeper.find_java(), zookeeper.find_classpath()
-    except zookeeper.ZooKeeperError as e:
-        unavailable("ZooKeeper", str(e))
+    zk.require()
 
 
 def test_start_serves_clients_until_sigterm(tmp_path, installed):
-    port, data = _free_port(), tmp_path / "zk"
+    port, data = zk.free_port(), tmp_path / "zk"
     proc = subprocess.Popen([sys.executable, "-m", "tierlog", "zookeeper", "start", "--port", str(port),
                              "--data-dir", str(data)], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

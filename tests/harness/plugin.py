@@ -17,6 +17,10 @@ Fixtures:
 - ``kafka_tool(cls, *args, input=None, check=True)``: one of Kafka's command-line classes run in the
   session's long-lived tool JVM (``kafka_tool_runner``).
 - ``moto_s3``: a moto S3 server for the module with bucket ``tiered``; its endpoint URL.
+- ``zookeeper``: one ZooKeeper for the session (one per pytest-xdist worker), on 127.0.0.1 and a free
+  port with a 200 ms tick (sessions from 400 ms); tests keep apart by chroot. ``zookeeper_connect`` is
+  its ``zookeeper.connect`` under a fresh chroot, per test (tests/harness/zookeeper.py). Without Java or
+  ZooKeeper they skip locally and fail in CI.
 
 Hooks: brokers a test started and left running are killed after it, and every broker still running at
 the end of the session (in each pytest-xdist worker, which runs this plugin too). A run that collects
@@ -35,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import apache_kafka
+from tests.harness import zookeeper as zk
 from tests.harness.broker import BrokerProcess
 from tests.harness.s3 import moto_server
 
@@ -144,11 +149,30 @@ def moto_s3():
         yield endpoint
 
 
+# ------------------------------------------------------------------------------------------ ZooKeeper
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """A ZooKeeperServer (tierlog.tools.zookeeper) for the session; ``.connect`` is ``127.0.0.1:<port>``."""
+    server = zk.start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    print(f"\nZooKeeper ready on {server.connect} in {server.start_seconds:.1f}s")
+    yield server
+    zk.stop_zookeeper(server)
+
+
+@pytest.fixture
+def zookeeper_connect(zookeeper) -> str:
+    """``127.0.0.1:<port>/t-<hex>``: the session's ZooKeeper under a chroot of this test's own."""
+    return zk.connect_string(zookeeper, zk.unique_chroot())
+
+
 # ------------------------------------------------------------------------------------------ hooks
 
 
 def pytest_sessionfinish(session, exitstatus):
     BrokerProcess.kill_running()  # whatever a fixture's teardown did not reach
+    zk.kill_running()
     # A run that collected nothing must fail loudly: exit code 5 would otherwise read as "no tests".
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
