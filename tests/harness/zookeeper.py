@@ -2,7 +2,9 @@
 
 ``start_zookeeper(data_dir)`` runs one standalone server on 127.0.0.1 and a free port with a tick of
 200 ms, so sessions may be as short as ``MIN_SESSION_TIMEOUT_MS`` (400 ms): tests give brokers short
-``zookeeper.session.timeout.ms`` and see a dead broker's session expire quickly. Tests share one server
+``zookeeper.session.timeout.ms`` and see a dead broker's session expire quickly (but not so short that
+a few seconds' stall of a busy machine expires every session: Kafka's peer uses 6 s). Writes are not
+fsynced (``forceSync=no``). Tests share one server
 (the plugin's session fixture ``zookeeper``, one per pytest-xdist worker) and keep apart by chroot:
 ``unique_chroot()`` names a fresh one, ``connect_string(server, chroot)`` is the ``zookeeper.connect``
 of a broker under it (Kafka and tierlog brokers create their chroot), ``ensure_chroot`` creates it for
@@ -28,6 +30,9 @@ TICK_TIME_MS = 200
 #: Two ticks, ZooKeeper's floor: the shortest session a test can ask for.
 MIN_SESSION_TIMEOUT_MS = 2 * TICK_TIME_MS
 MAX_SESSION_TIMEOUT_MS = 60_000
+#: Test data need not survive a power cut: without an fsync per write, a slow disk cannot stall the server
+#: past the short sessions of the brokers.
+TEST_CONFIG = {"forceSync": "no"}
 
 #: Servers started and not yet stopped (see ``kill_running``).
 running: set[ZooKeeperServer] = set()
@@ -56,7 +61,7 @@ def start_zookeeper(data_dir: Path, port: int | None = None, timeout: float = 60
     for attempt in range(3):
         server = ZooKeeperServer(data_dir, "127.0.0.1", port or free_port(), tick_time_ms=TICK_TIME_MS,
                                  min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
-                                 max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
+                                 max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra=TEST_CONFIG)
         running.add(server)
         try:
             return server.start(timeout)

@@ -122,17 +122,20 @@ class ZooKeeperServer:
 
     ``min_session_timeout_ms`` and ``max_session_timeout_ms`` bound the session timeouts clients may ask
     for (ZooKeeper's defaults: 2 and 20 ticks); tests lower the tick to allow short broker sessions.
+    ``extra`` adds (or overrides) zoo.cfg settings.
     """
 
     def __init__(self, data_dir: str | os.PathLike, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
                  tick_time_ms: int = DEFAULT_TICK_TIME_MS, min_session_timeout_ms: int | None = None,
-                 max_session_timeout_ms: int | None = None, jvm_opts: tuple[str, ...] | list[str] = JVM_OPTS):
+                 max_session_timeout_ms: int | None = None, extra: dict[str, str] | None = None,
+                 jvm_opts: tuple[str, ...] | list[str] = JVM_OPTS):
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
         self.tick_time_ms = tick_time_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.extra = {k: str(v) for k, v in (extra or {}).items()}
         self.jvm_opts = list(jvm_opts)
         self.proc: subprocess.Popen | None = None
         self.start_seconds: float | None = None
@@ -175,6 +178,7 @@ class ZooKeeperServer:
             settings["minSessionTimeout"] = str(self.min_session_timeout_ms)
         if self.max_session_timeout_ms is not None:
             settings["maxSessionTimeout"] = str(self.max_session_timeout_ms)
+        settings.update(self.extra)
         return settings
 
     def write_config(self) -> Path:
