@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Apache Kafka as a reference peer: resolve it from Maven Central, run its tools, run a broker.
 
-Nothing from Kafka lives in the repository. The jars are copied by Maven into a cache folder outside
-it (``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``) the first time they are
-needed, from a pom this script writes into that folder.
+Two releases: Kafka 4.1 (KRaft), the peer of the single-node broker, and Kafka 3.9, the last release
+with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing from Kafka lives in the
+repository. The jars are copied by Maven into a cache folder per release outside it
+(``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE`` and ``$TIERLOG_KAFKA_ZK_CACHE``) the
+first time they are needed, from a pom this script writes into that folder.
 
 Command line::
 
-    scripts/kafka_peer.py classpath             # resolve if needed, print the classpath
+    scripts/kafka_peer.py resolve               # resolve both releases if needed (CI can do this up front)
+    scripts/kafka_peer.py classpath             # resolve 4.1 if needed, print the classpath
     scripts/kafka_peer.py tool TopicCommand --bootstrap-server 127.0.0.1:9092 --list
+    scripts/kafka_peer.py zk-tool TopicCommand --bootstrap-server 127.0.0.1:9092 --describe   # 3.9's tools
     scripts/kafka_peer.py server [--tiered]     # a single-node KRaft broker until Ctrl-C
 
 From Python (the tests load this file with importlib)::
 
     run_tool("TopicCommand", "--bootstrap-server", bootstrap, "--list")
+    run_tool("TopicCommand", ..., version=ZK_KAFKA_VERSION)      # Kafka 3.9's tool
     with KafkaServer(tmp_dir, tiered=True) as kafka:
         kafka.bootstrap   # "127.0.0.1:<port>"
+    KafkaZkBroker(tmp_dir, 1, "127.0.0.1:2181/kafka").start()    # one 3.9 broker in ZooKeeper mode
 
 Every server runs on 127.0.0.1 and is stopped by its PID (SIGTERM, then SIGKILL).
 """
@@ -42,6 +48,11 @@ from pathlib import Path
 
 KAFKA_VERSION = "4.1.0"
 SCALA_VERSION = "2.13"
+#: The last Kafka release with ZooKeeper mode (4.0 removed it): the reference for tierlog's ZooKeeper clusters.
+ZK_KAFKA_VERSION = "3.9.1"
+#: The logging Kafka 3.9 ships with (log4j 1.2's API on reload4j, through slf4j).
+ZK_SLF4J_VERSION = "1.7.36"
+ZK_RELOAD4J_VERSION = "1.2.25"
 LOG4J_VERSION = "2.24.3"  # the log4j2 that Kafka 4.1 itself depends on
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +69,22 @@ TOOLS = {
     "StorageTool": "kafka.tools.StorageTool",
     "ConsumerGroupCommand": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "Kafka": "kafka.Kafka",
+    "ToolRunner": "ToolRunner",
+}
+
+# The same for Kafka 3.9 (ZooKeeper mode), whose tools sat in both kafka-tools and the core jar.
+ZK_TOOLS = {
+    "TopicCommand": "org.apache.kafka.tools.TopicCommand",
+    "LeaderElectionCommand": "org.apache.kafka.tools.LeaderElectionCommand",
+    "ReassignPartitionsCommand": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+    "ConfigCommand": "kafka.admin.ConfigCommand",
+    "ConsoleProducer": "kafka.tools.ConsoleProducer",
+    "ConsoleConsumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "ConsumerGroupCommand": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
+    "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "DumpLogSegments": "kafka.tools.DumpLogSegments",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }
@@ -99,6 +126,28 @@ logger.clients.level = warn
 """
 
 
+# Kafka 3.9 logs through log4j 1.2 (reload4j).
+LOG4J_ZK_TOOLS = """\
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+LOG4J_ZK_SERVER = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.org.apache.zookeeper=INFO
+log4j.logger.kafka.controller=INFO
+log4j.logger.state.change.logger=INFO
+"""
+
+
 class KafkaPeerError(RuntimeError):
     """Java or Maven is missing, resolution failed, or a Kafka process misbehaved."""
 
@@ -107,8 +156,17 @@ class KafkaPeerError(RuntimeError):
 
 def cache_dir() -> Path:
     """The folder holding the generated pom and ``lib/``; never inside the repository."""
-    env = os.environ.get("TIERLOG_KAFKA_CACHE")
-    path = Path(env).expanduser() if env else Path.home() / ".cache" / "tierlog" / f"kafka-{KAFKA_VERSION}"
+    return _cache_dir("TIERLOG_KAFKA_CACHE", KAFKA_VERSION)
+
+
+def zk_cache_dir() -> Path:
+    """The same for Kafka 3.9 (ZooKeeper mode), beside it: ``kafka-3.9.1`` or ``$TIERLOG_KAFKA_ZK_CACHE``."""
+    return _cache_dir("TIERLOG_KAFKA_ZK_CACHE", ZK_KAFKA_VERSION)
+
+
+def _cache_dir(env_name: str, version: str) -> Path:
+    env = os.environ.get(env_name)
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "tierlog" / f"kafka-{version}"
     path = path.resolve()
     if path == REPO_ROOT or REPO_ROOT in path.parents:
         raise KafkaPeerError(f"the Kafka cache {path} is inside the repository; nothing from Kafka is committed")
@@ -153,8 +211,25 @@ def pom_xml() -> str:
     return _pom("kafka-peer", f"Apache Kafka {KAFKA_VERSION} as a test peer", deps)
 
 
+def zk_pom_xml() -> str:
+    """Kafka 3.9's broker (its runtime dependencies bring the ZooKeeper client), its tools (TopicCommand and
+    the others moved to kafka-tools in 3.x) and the log4j 1.2 backend its distribution ships."""
+    deps = "".join([
+        _dependency("org.apache.kafka", f"kafka_{SCALA_VERSION}", ZK_KAFKA_VERSION),
+        _dependency("org.apache.kafka", "kafka-tools", ZK_KAFKA_VERSION),
+        _dependency("org.slf4j", "slf4j-reload4j", ZK_SLF4J_VERSION),
+        _dependency("ch.qos.reload4j", "reload4j", ZK_RELOAD4J_VERSION),
+    ])
+    return _pom("kafka-zk-peer", f"Apache Kafka {ZK_KAFKA_VERSION} in ZooKeeper mode as a test peer", deps)
+
+
 def _complete_marker() -> Path:
     return lib_dir() / ".complete"
+
+
+def zk_resolved() -> bool:
+    """True when Kafka 3.9's jars are in their cache (no Maven needed)."""
+    return (zk_cache_dir() / "lib" / ".complete").exists()
 
 
 def missing_prerequisites(need_maven: bool | None = None) -> list[str]:
@@ -172,6 +247,11 @@ def missing_prerequisites(need_maven: bool | None = None) -> list[str]:
 def resolve(verbose: bool = False) -> list[Path]:
     """The Kafka jars, downloading them with Maven when the cache is empty."""
     return _resolve(cache_dir(), pom_xml(), f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}", verbose)
+
+
+def resolve_zk(verbose: bool = False) -> list[Path]:
+    """Kafka 3.9's jars (ZooKeeper mode), downloading them with Maven when their cache is empty."""
+    return _resolve(zk_cache_dir(), zk_pom_xml(), f"kafka_{SCALA_VERSION}-{ZK_KAFKA_VERSION}", verbose)
 
 
 def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
@@ -208,34 +288,51 @@ def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
         return sorted(lib.glob("*.jar"))
 
 
-def classpath() -> str:
-    return os.pathsep.join(str(j) for j in resolve())
+def classpath(version: str = KAFKA_VERSION) -> str:
+    jars = resolve_zk() if _zk_mode(version) else resolve()
+    return os.pathsep.join(str(j) for j in jars)
 
 
-def _log4j_config(kind: str) -> Path:
-    path = cache_dir() / f"log4j2-{kind}.properties"
-    text = LOG4J2_TOOLS if kind == "tools" else LOG4J2_SERVER
+def _zk_mode(version: str) -> bool:
+    """True for Kafka 3.9 (ZooKeeper mode), False for 4.1; any other version is a mistake."""
+    if version not in (KAFKA_VERSION, ZK_KAFKA_VERSION):
+        raise KafkaPeerError(f"no Kafka {version} here: {KAFKA_VERSION} or {ZK_KAFKA_VERSION}")
+    return version == ZK_KAFKA_VERSION
+
+
+def _log4j_config(kind: str, version: str = KAFKA_VERSION) -> Path:
+    if _zk_mode(version):
+        path = zk_cache_dir() / f"log4j-{kind}.properties"
+        text = LOG4J_ZK_TOOLS if kind == "tools" else LOG4J_ZK_SERVER
+    else:
+        path = cache_dir() / f"log4j2-{kind}.properties"
+        text = LOG4J2_TOOLS if kind == "tools" else LOG4J2_SERVER
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)  # a fresh machine: nothing resolved yet
         path.write_text(text)
     return path
 
 
-def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None, log: str = "tools") -> list[str]:
-    """The argv that runs a Kafka main class (short names from ``TOOLS`` accepted)."""
-    cls = TOOLS.get(main_class, main_class)
+def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None, log: str = "tools",
+                 version: str = KAFKA_VERSION) -> list[str]:
+    """The argv that runs a Kafka main class of ``version`` (short names from ``TOOLS``, or ``ZK_TOOLS``
+    for 3.9, accepted)."""
+    zk = _zk_mode(version)
+    cls = (ZK_TOOLS if zk else TOOLS).get(main_class, main_class)
     if shutil.which("java") is None:
         raise KafkaPeerError("java is not on PATH")
     opts = TOOL_JVM_OPTS if jvm_opts is None else jvm_opts
+    logging_opt = (f"-Dlog4j.configuration=file:{_log4j_config(log, version)}" if zk
+                   else f"-Dlog4j2.configurationFile={_log4j_config(log, version)}")
     return ["java", *opts, "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dstdout.encoding=UTF-8",
-            "-Dstderr.encoding=UTF-8", f"-Dlog4j2.configurationFile={_log4j_config(log)}",
-            "-cp", classpath(), cls, *map(str, args)]
+            "-Dstderr.encoding=UTF-8", logging_opt, "-cp", classpath(version), cls, *map(str, args)]
 
 
 def run_tool(main_class: str, *args: str, input: str | bytes | None = None, timeout: float = 120,
-             check: bool = True, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Run a Kafka command-line class to completion; stdout/stderr captured as text."""
-    cmd = java_command(main_class, *args, jvm_opts=jvm_opts)
+             check: bool = True, jvm_opts: list[str] | None = None,
+             version: str = KAFKA_VERSION) -> subprocess.CompletedProcess:
+    """Run a Kafka command-line class (of ``version``) to completion; stdout/stderr captured as text."""
+    cmd = java_command(main_class, *args, jvm_opts=jvm_opts, version=version)
     text = not isinstance(input, bytes)
     proc = subprocess.run(cmd, input=input, capture_output=True, text=text, timeout=timeout,
                           stdin=subprocess.DEVNULL if input is None else None)
@@ -256,8 +353,10 @@ class ToolRunner:
 
     SOURCE = Path(__file__).resolve().parent / "kafka" / "ToolRunner.java"
 
-    def __init__(self, jvm_opts: list[str] | None = None):
+    def __init__(self, jvm_opts: list[str] | None = None, version: str = KAFKA_VERSION):
         self.jvm_opts = TOOL_JVM_OPTS if jvm_opts is None else jvm_opts
+        self.version = version
+        self.tools = ZK_TOOLS if _zk_mode(version) else TOOLS
         self.proc: subprocess.Popen | None = None
         self.calls = 0
         self.per_call = shutil.which("javac") is None  # a JRE cannot compile the runner
@@ -266,11 +365,12 @@ class ToolRunner:
     def _compiled(self) -> Path:
         """The runner's classes, compiled once per version of its source (safe across processes)."""
         digest = hashlib.sha1(self.SOURCE.read_bytes()).hexdigest()[:12]
-        classes = cache_dir() / f"tool-runner-{digest}"
+        root = zk_cache_dir() if _zk_mode(self.version) else cache_dir()
+        classes = root / f"tool-runner-{digest}"
         if (classes / "ToolRunner.class").exists():
             return classes
-        staging = Path(tempfile.mkdtemp(prefix="tool-runner-", dir=cache_dir()))
-        proc = subprocess.run(["javac", "-cp", classpath(), "-d", str(staging), str(self.SOURCE)],
+        staging = Path(tempfile.mkdtemp(prefix="tool-runner-", dir=root))
+        proc = subprocess.run(["javac", "-cp", classpath(self.version), "-d", str(staging), str(self.SOURCE)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
@@ -283,7 +383,7 @@ class ToolRunner:
 
     def _start(self) -> None:
         classes = self._compiled()
-        cmd = java_command("ToolRunner", jvm_opts=self.jvm_opts)
+        cmd = java_command("ToolRunner", jvm_opts=self.jvm_opts, version=self.version)
         cp = cmd.index("-cp") + 1
         cmd[cp] = f"{classes}{os.pathsep}{cmd[cp]}"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -305,8 +405,9 @@ class ToolRunner:
     def run(self, main_class: str, *args: str, input: str | bytes | None = None, timeout: float = 120,
             check: bool = True, jvm_opts: list[str] | None = None) -> subprocess.CompletedProcess:
         if jvm_opts is not None or self.per_call:  # own JVM flags, or no javac: one JVM per call
-            return run_tool(main_class, *args, input=input, timeout=timeout, check=check, jvm_opts=jvm_opts)
-        cls = TOOLS.get(main_class, main_class)
+            return run_tool(main_class, *args, input=input, timeout=timeout, check=check, jvm_opts=jvm_opts,
+                            version=self.version)
+        cls = self.tools.get(main_class, main_class)
         data = input.encode() if isinstance(input, str) else (input or b"")
         fields = [cls.encode(), data, *(str(a).encode() for a in args)]
         with self._lock:
@@ -382,7 +483,106 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-class KafkaServer:
+class _KafkaProcess:
+    """A Kafka broker JVM on 127.0.0.1 with its output in ``<work_dir>/server.out``, started and
+    stopped by its PID."""
+
+    def __init__(self, work_dir: str | os.PathLike, jvm_opts: list[str] | None):
+        self.work_dir = Path(work_dir)
+        self.jvm_opts = SERVER_JVM_OPTS if jvm_opts is None else jvm_opts
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.start_seconds: float | None = None
+        self._output_from = 0  # where this start's output begins (a restart appends)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def output_path(self) -> Path:
+        return self.work_dir / "server.out"
+
+    def ready_line(self) -> str:
+        raise NotImplementedError
+
+    def _launch(self, cmd: list[str], started: float, timeout: float) -> None:
+        """Run ``cmd`` and return once its output has the ready line and its port answers ApiVersions;
+        stopped again (and KafkaPeerError) when it exits or ``timeout`` passes first."""
+        self._output_from = self.output_path.stat().st_size if self.output_path.exists() else 0
+        with open(self.output_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir,
+                start_new_session=True)  # Ctrl-C in the terminal goes to pytest, which stops us by PID
+        deadline = started + timeout
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise KafkaPeerError(f"Kafka exited with {self.proc.returncode} while starting:\n"
+                                         + self.tail())
+                if self.ready_line() in self.output(since_start=True) and _api_versions_ok("127.0.0.1", self.port):
+                    break
+                if time.monotonic() > deadline:
+                    raise KafkaPeerError(f"Kafka did not start within {timeout}s:\n" + self.tail())
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+
+    def output(self, since_start: bool = False) -> str:
+        """What the broker printed (all its starts, or only the latest one's)."""
+        try:
+            with open(self.output_path, "rb") as f:
+                if since_start:
+                    f.seek(self._output_from)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM by PID (controlled shutdown), SIGKILL if it does not exit within ``timeout``."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return proc.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL by PID: a crash, no controlled shutdown."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return proc.returncode
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class KafkaServer(_KafkaProcess):
     """A single-node KRaft Apache Kafka (broker and controller in one JVM) on 127.0.0.1.
 
     ``tiered=True`` turns on tiered storage with Kafka's LocalTieredStorage (remote segments in
@@ -395,19 +595,14 @@ class KafkaServer:
 
     def __init__(self, work_dir: str | os.PathLike, *, tiered: bool = False, overrides: dict | None = None,
                  jvm_opts: list[str] | None = None):
-        self.work_dir = Path(work_dir)
+        super().__init__(work_dir, jvm_opts)
         self.tiered = tiered
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
-        self.jvm_opts = SERVER_JVM_OPTS if jvm_opts is None else jvm_opts
-        self.port: int | None = None
         self.controller_port: int | None = None
         self.cluster_id = random_cluster_id()
-        self.proc: subprocess.Popen | None = None
-        self.start_seconds: float | None = None
 
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def ready_line(self) -> str:
+        return self.READY_LINE
 
     @property
     def log_dir(self) -> Path:
@@ -416,10 +611,6 @@ class KafkaServer:
     @property
     def remote_dir(self) -> Path:
         return self.work_dir / "remote"
-
-    @property
-    def output_path(self) -> Path:
-        return self.work_dir / "server.out"
 
     def properties(self) -> dict[str, str]:
         props = {
@@ -471,59 +662,59 @@ class KafkaServer:
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
                  timeout=timeout)
-        with open(self.output_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir,
-                start_new_session=True)  # Ctrl-C in the terminal goes to pytest, which stops us by PID
-        deadline = started + timeout
-        try:
-            while True:
-                if self.proc.poll() is not None:
-                    raise KafkaPeerError(f"Kafka exited with {self.proc.returncode} while starting:\n"
-                                         + self.tail())
-                if self.READY_LINE in self.output() and _api_versions_ok("127.0.0.1", self.port):
-                    break
-                if time.monotonic() > deadline:
-                    raise KafkaPeerError(f"Kafka did not start within {timeout}s:\n" + self.tail())
-                time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
-        self.start_seconds = time.monotonic() - started
+        self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started, timeout)
         return self
 
-    def output(self) -> str:
-        try:
-            return self.output_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.output().splitlines()[-lines:])
+class KafkaZkBroker(_KafkaProcess):
+    """One Apache Kafka 3.9 broker in ZooKeeper mode on 127.0.0.1 (PLAINTEXT, a free port kept across
+    restarts). Brokers with distinct ``broker_id`` on the same ``zookeeper_connect`` (``host:port/chroot``;
+    Kafka creates the chroot) form a cluster, its controller elected through ZooKeeper. ``overrides`` go
+    into server.properties last. ``start`` after ``stop``/``kill`` is a restart on the same port and logs.
+    """
 
-    def stop(self, timeout: float = 30) -> int | None:
-        """SIGTERM by PID (controlled shutdown), SIGKILL if it does not exit within ``timeout``."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-        return proc.returncode
+    def __init__(self, work_dir: str | os.PathLike, broker_id: int, zookeeper_connect: str, *,
+                 overrides: dict | None = None, jvm_opts: list[str] | None = None):
+        super().__init__(work_dir, jvm_opts)
+        self.broker_id = broker_id
+        self.zookeeper_connect = zookeeper_connect
+        self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
 
-    def __enter__(self) -> KafkaServer:
-        return self.start()
+    def ready_line(self) -> str:
+        return f"[KafkaServer id={self.broker_id}] started"
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "kafka-logs"
 
+    @property
+    def config_path(self) -> Path:
+        return self.work_dir / "server.properties"
+
+    def properties(self) -> dict[str, str]:
+        props = {
+            "broker.id": str(self.broker_id),
+            "zookeeper.connect": self.zookeeper_connect,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        props.update(self.overrides)
+        return props
+
+    def start(self, timeout: float = 120) -> KafkaZkBroker:
+        if self.running():
+            raise KafkaPeerError(f"broker {self.broker_id} already runs as pid {self.proc.pid}")
+        started = time.monotonic()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            self.port = free_port()
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        self._launch(java_command("Kafka", str(self.config_path), jvm_opts=self.jvm_opts, log="server",
+                                  version=ZK_KAFKA_VERSION), started, timeout)
+        return self
 
 # ------------------------------------------------------------------------------------------------ CLI
 
@@ -535,10 +726,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("classpath", help="resolve Kafka if needed and print its classpath")
-    sub.add_parser("resolve", help="resolve Kafka if needed (Maven output shown) and print the cache folder")
+    sub.add_parser("resolve", help=f"resolve Kafka {KAFKA_VERSION} and {ZK_KAFKA_VERSION} (ZooKeeper mode) if "
+                                   f"needed (Maven output shown) and print their cache folders")
     tool = sub.add_parser("tool", help="run a Kafka command-line class", prefix_chars="\0")
     tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(TOOLS)) + ") or a full class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
+    zk_tool = sub.add_parser("zk-tool", help=f"run a command-line class of Kafka {ZK_KAFKA_VERSION}",
+                             prefix_chars="\0")
+    zk_tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(ZK_TOOLS)) + ") or a full class")
+    zk_tool.add_argument("args", nargs=argparse.REMAINDER)
     server = sub.add_parser("server", help="run a single-node KRaft broker on 127.0.0.1 until Ctrl-C")
     server.add_argument("--tiered", action="store_true", help="enable tiered storage (LocalTieredStorage)")
     server.add_argument("--dir", help="work folder (default: a new temporary folder)")
@@ -550,8 +746,12 @@ def main(argv: list[str] | None = None) -> int:
         elif opts.command == "resolve":
             jars = resolve(verbose=True)
             print(f"{len(jars)} jars in {lib_dir()}")
+            jars = resolve_zk(verbose=True)
+            print(f"{len(jars)} jars in {zk_cache_dir() / 'lib'}")
         elif opts.command == "tool":
             return subprocess.call(java_command(opts.main_class, *opts.args))
+        elif opts.command == "zk-tool":
+            return subprocess.call(java_command(opts.main_class, *opts.args, version=ZK_KAFKA_VERSION))
         elif opts.command == "server":
             work = Path(opts.dir) if opts.dir else Path(tempfile.mkdtemp(prefix="kafka-peer-"))
             overrides = dict(o.split("=", 1) for o in opts.override)

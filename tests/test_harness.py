@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.harness import ROOT
+from tests.harness.cluster_shapes import differences, metadata_shape
 from tests.harness.plugin import xdist_groups
 
 
@@ -40,11 +41,38 @@ def test_tests_sharing_a_jvm_or_a_module_fixture_share_a_group():
     own_module2 = _Item("tests/client/test_e.py::t2", ["shared"], module_scoped=("shared",))
     spark = _Item("tests/spark/test_f.py::t", ["spark", "spark_kafka_jars", "broker"])
     free = _Item("tests/server/test_g.py::t", ["broker", "start_broker", "tmp_path"])
-    groups = xdist_groups([peer, tool, both, module_only, module_kafka, own_module, own_module2, spark, free])
+    # Kafka 3.9 (ZooKeeper mode): its tool JVM and its module-scoped clusters, on one worker
+    zk_tool = _Item("tests/peer/test_h.py::t", ["kafka_zk_tool", "kafka_zk_tool_runner", "kafka_zk_jars"])
+    zk_cluster = _Item("tests/peer/test_i.py::t", ["kafka39", "zookeeper", "kafka_zk_jars"], module_scoped=("kafka39",))
+    groups = xdist_groups([peer, tool, both, module_only, module_kafka, own_module, own_module2, spark, free, zk_tool,
+                           zk_cluster])
     assert {groups[i] for i in (peer, tool, both, module_only, module_kafka)} == {"kafka"}
     assert groups[own_module] == groups[own_module2] == "tests/client/test_e.py"
     assert groups[spark] == "spark"
     assert free not in groups
+    assert groups[zk_tool] == groups[zk_cluster] == "kafka-zk"
+
+
+def test_metadata_shape_keeps_what_two_clusters_share():
+    def partition(index, leader, replicas, isr, offline=(), error=0):
+        return {"partition_index": index, "leader_id": leader, "replica_nodes": replicas, "isr_nodes": isr,
+                "offline_replicas": list(offline), "error_code": error}
+
+    kafka = {"brokers": [{"node_id": 3}, {"node_id": 1}], "controller_id": 3, "topics": [
+        {"name": "t", "error_code": 0, "is_internal": False, "partitions": [
+            partition(1, -1, [2], [], offline=[2], error=5), partition(0, 3, [3, 1, 2], [3, 1], offline=[2])]},
+        {"name": "__consumer_offsets", "error_code": 0, "is_internal": True, "partitions": []}]}
+    shape = metadata_shape(kafka)
+    assert shape == {"brokers": 2, "controller": True, "topics": {"t": {"error": 0, "partitions": {
+        0: {"leader": 1, "replicas": 3, "isr": 2, "offline": 1, "error": 0},
+        1: {"leader": "none", "replicas": 1, "isr": 0, "offline": 1, "error": 5}}}}}
+    assert "__consumer_offsets" in metadata_shape(kafka, include_internal=True)["topics"]
+    # other broker ids, the same shape; a leader on the other broker is a difference
+    tierlog = {**kafka, "brokers": [{"node_id": 7}, {"node_id": 9}], "controller_id": -1, "topics": [
+        {"name": "t", "error_code": 0, "partitions": [partition(0, 7, [9, 7, 8], [9, 7], [8])]}]}
+    assert differences(shape, metadata_shape(tierlog)) == [
+        "controller: True != False", "topics.t.partitions.0.leader: 1 != 0",
+        "topics.t.partitions.1: missing on the right"]
 
 
 LEAKS = '''

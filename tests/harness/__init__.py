@@ -14,8 +14,11 @@ Modules (import them by name; this package imports none of them):
 - ``apache_kafka``: the reference peer from ``scripts/kafka_peer.py`` (settings both peers share,
   starting a KRaft broker, resolving its jars).
 - ``s3``: a moto S3 server and the object-store settings that reach it.
+- ``zookeeper``: ZooKeeper for cluster tests through the product's launcher (short ticks, a free
+  port, ``unique_chroot`` per test).
 - ``plugin``: the pytest plugin with the shared fixtures (``start_broker``, ``broker``, ``kafka_jars``,
-  ``kafka_peer``, ``kafka_peer_tiered``, ``tierlog_peer``, ``peer``, ``kafka_tool``, ``moto_s3``), the
+  ``kafka_peer``, ``kafka_peer_tiered``, ``tierlog_peer``, ``peer``, ``kafka_tool``, ``moto_s3``,
+  ``zookeeper``, ``zookeeper_connect``), the
   stray-process guard, the rule that a run collecting nothing fails, and the pytest-xdist groups.
   tests/conftest.py registers it once (``pytest_plugins``), for every suite.
 

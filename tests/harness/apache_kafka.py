@@ -5,18 +5,26 @@
 the first time) or, when Java or Maven is missing or Maven cannot reach Maven Central, skips locally
 and fails in CI. ``start_kafka`` starts a single-node KRaft broker with ``SHARED_SETTINGS``, the
 static settings the session's tierlog peer starts with too, so configs and their sources compare.
+
+Kafka 3.9 in ZooKeeper mode is the peer of tierlog's ZooKeeper clusters: ``resolve_zk_jars()`` (cached
+beside 4.1's), ``start_kafka_zk_cluster(work_dir, zookeeper, brokers=3)`` starts brokers 1..N on the
+ZooKeeper of tests/harness/zookeeper.py under a chroot of their own and returns a
+:class:`KafkaZkCluster`; ``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+from tests.harness import zookeeper as zk
 from tests.harness.prerequisites import load_script
 from tests.harness.prerequisites import unavailable as _unavailable
 
 kafka_peer_module = load_script("kafka_peer.py", "tierlog_kafka_peer")
 run_tool = kafka_peer_module.run_tool
 KafkaPeerError = kafka_peer_module.KafkaPeerError
+ZK_KAFKA_VERSION = kafka_peer_module.ZK_KAFKA_VERSION
 
 # Static settings both peers start with (what Kafka's own single-node test clusters set).
 SHARED_SETTINGS = {
@@ -50,3 +58,133 @@ def start_kafka(work_dir: Path, name: str, tiered: bool = False, settings: dict 
     print(f"\nApache Kafka {kafka_peer_module.KAFKA_VERSION} ({name}) ready on {kafka.bootstrap} "
           f"in {kafka.start_seconds:.1f}s (format + JVM start)")
     return kafka
+
+
+# ------------------------------------------------------------------------------ Kafka 3.9, ZooKeeper mode
+
+#: Settings of every broker of a Kafka 3.9 ZooKeeper cluster, on top of broker.id, zookeeper.connect, the
+#: listener and log.dirs. A short ZooKeeper session, so a killed broker is noticed within seconds (the
+#: ZooKeeper of tests/harness/zookeeper.py allows sessions from 400 ms), yet one a stall of a few seconds
+#: on a busy machine does not expire (4 s did, for every broker at once); the internal topics'
+#: replication factor is set per cluster size by ``start_kafka_zk_cluster``.
+ZK_CLUSTER_SETTINGS = {
+    "zookeeper.session.timeout.ms": "6000",
+    "zookeeper.connection.timeout.ms": "15000",
+    "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.state.log.min.isr": "1",
+}
+
+
+def run_zk_tool(main_class: str, *args: str, **kw):
+    """One of Kafka 3.9's command-line classes (``kafka_peer.ZK_TOOLS`` short names), in a JVM of its own."""
+    return run_tool(main_class, *args, version=ZK_KAFKA_VERSION, **kw)
+
+
+def resolve_zk_jars() -> list[Path]:
+    """Kafka 3.9's jars (skips locally, fails in CI, when Java or Maven is missing or Maven fails)."""
+    missing = kafka_peer_module.missing_prerequisites(need_maven=not kafka_peer_module.zk_resolved())
+    if missing:
+        unavailable("missing " + ", ".join(missing))
+    try:
+        return kafka_peer_module.resolve_zk()
+    except KafkaPeerError as e:
+        unavailable(str(e))
+
+
+class KafkaZkCluster:
+    """Kafka 3.9 brokers ``1..N`` in ZooKeeper mode on one ``zookeeper_connect`` (with its chroot).
+
+    ``brokers`` maps id to ``kafka_peer.KafkaZkBroker`` (``bootstrap``, ``pid``, ``start()``, ``stop()``,
+    ``kill()``, ``output()``); ``bootstrap`` lists the running ones. Every broker is stopped by its PID;
+    ``KafkaZkCluster.started`` holds every cluster, so the plugin kills what a teardown did not reach.
+    """
+
+    started: set[KafkaZkCluster] = set()
+
+    def __init__(self, work_dir: Path, zookeeper_connect: str, brokers: int = 3, settings: dict | None = None):
+        self.work_dir = Path(work_dir)
+        self.zookeeper_connect = zookeeper_connect
+        merged = {**ZK_CLUSTER_SETTINGS,
+                  "offsets.topic.replication.factor": str(min(brokers, 3)),
+                  "transaction.state.log.replication.factor": str(min(brokers, 3)),
+                  **{k: str(v) for k, v in (settings or {}).items()}}
+        self.settings = merged
+        self.brokers = {i: kafka_peer_module.KafkaZkBroker(self.work_dir / f"broker-{i}", i, zookeeper_connect,
+                                                           overrides=merged)
+                        for i in range(1, brokers + 1)}
+        KafkaZkCluster.started.add(self)
+
+    @property
+    def chroot(self) -> str:
+        return self.zookeeper_connect[self.zookeeper_connect.find("/"):] if "/" in self.zookeeper_connect else ""
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` of the running brokers."""
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running())
+
+    def running_ids(self) -> list[int]:
+        return [i for i, b in self.brokers.items() if b.running()]
+
+    def start(self, timeout: float = 180) -> KafkaZkCluster:
+        """Start every broker not running, in parallel (JVM starts overlap); if one fails, stop all."""
+        errors: list[BaseException] = []
+
+        def start(broker) -> None:
+            try:
+                broker.start(timeout)
+            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(b,)) for b in self.brokers.values() if not b.running()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop()
+            raise errors[0]
+        return self
+
+    def stop(self, clean: bool = False, timeout: float = 30) -> None:
+        """Stop every running broker by its PID: SIGKILL at once, or with ``clean`` SIGTERM (controlled
+        shutdowns, which overlap; SIGKILL for what is left after ``timeout``). The last broker of a
+        cluster cannot move its leaderships anywhere and retries its controlled shutdown for some 10 s,
+        so a teardown that needs no clean logs kills."""
+        running = [b for b in self.brokers.values() if b.running()]
+        if not clean:
+            for b in running:
+                b.kill()
+            return
+        threads = [threading.Thread(target=b.stop, args=(timeout,)) for b in running]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    @classmethod
+    def kill_running(cls) -> None:
+        """SIGKILL every broker of every cluster still running (the end of a session)."""
+        for cluster in list(cls.started):
+            cluster.stop()
+        cls.started.clear()
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL one broker by its PID: its ZooKeeper session expires, the controller moves its leaderships."""
+        self.brokers[broker_id].kill()
+
+
+def start_kafka_zk_cluster(work_dir: Path, zookeeper, brokers: int = 3, chroot: str | None = None,
+                           settings: dict | None = None, timeout: float = 180) -> KafkaZkCluster:
+    """A started Kafka 3.9 ZooKeeper-mode cluster of ``brokers`` brokers (ids 1..N) on ``zookeeper`` (a
+    ``ZooKeeperServer``, e.g. the plugin's ``zookeeper`` fixture) under ``chroot`` (default: a fresh
+    ``/kafka39-<hex>``); ``settings`` override ``ZK_CLUSTER_SETTINGS``."""
+    resolve_zk_jars()
+    chroot = chroot if chroot is not None else zk.unique_chroot("kafka39")
+    cluster = KafkaZkCluster(work_dir, zk.connect_string(zookeeper, chroot), brokers, settings)
+    cluster.start(timeout)
+    slowest = max(b.start_seconds for b in cluster.brokers.values())
+    print(f"\nApache Kafka {ZK_KAFKA_VERSION} (ZooKeeper mode) brokers {cluster.running_ids()} ready on "
+          f"{cluster.bootstrap} under {cluster.zookeeper_connect} in {slowest:.1f}s")
+    return cluster

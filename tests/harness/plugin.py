@@ -16,7 +16,14 @@ Fixtures:
   ``kafka_peer``; ``peer`` is parametrized over both, for tests that must pass against either.
 - ``kafka_tool(cls, *args, input=None, check=True)``: one of Kafka's command-line classes run in the
   session's long-lived tool JVM (``kafka_tool_runner``).
+- ``kafka_zk_jars``: the jars of Apache Kafka 3.9, the last release with ZooKeeper mode (the peer of
+  tierlog's ZooKeeper clusters: ``apache_kafka.start_kafka_zk_cluster``); ``kafka_zk_tool`` runs one of
+  its command-line classes in a session JVM of its own (``kafka_zk_tool_runner``).
 - ``moto_s3``: a moto S3 server for the module with bucket ``tiered``; its endpoint URL.
+- ``zookeeper``: one ZooKeeper for the session (one per pytest-xdist worker), on 127.0.0.1 and a free
+  port with a 200 ms tick (sessions from 400 ms); tests keep apart by chroot. ``zookeeper_connect`` is
+  its ``zookeeper.connect`` under a fresh chroot, per test (tests/harness/zookeeper.py). Without Java or
+  ZooKeeper they skip locally and fail in CI.
 
 Hooks: brokers a test started and left running are killed after it, and every broker still running at
 the end of the session (in each pytest-xdist worker, which runs this plugin too). A run that collects
@@ -35,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import apache_kafka
+from tests.harness import zookeeper as zk
 from tests.harness.broker import BrokerProcess
 from tests.harness.s3 import moto_server
 
@@ -134,6 +142,24 @@ def kafka_tool(kafka_tool_runner):
     return kafka_tool_runner.run
 
 
+@pytest.fixture(scope="session")
+def kafka_zk_jars():
+    return apache_kafka.resolve_zk_jars()
+
+
+@pytest.fixture(scope="session")
+def kafka_zk_tool_runner(kafka_zk_jars):
+    runner = apache_kafka.kafka_peer_module.ToolRunner(version=apache_kafka.ZK_KAFKA_VERSION)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture
+def kafka_zk_tool(kafka_zk_tool_runner):
+    """``kafka_zk_tool(cls, *args, input=None, check=True)``: a Kafka 3.9 tool run in its shared tool JVM."""
+    return kafka_zk_tool_runner.run
+
+
 # ------------------------------------------------------------------------------------------ S3
 
 
@@ -144,11 +170,31 @@ def moto_s3():
         yield endpoint
 
 
+# ------------------------------------------------------------------------------------------ ZooKeeper
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """A ZooKeeperServer (tierlog.tools.zookeeper) for the session; ``.connect`` is ``127.0.0.1:<port>``."""
+    server = zk.start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    print(f"\nZooKeeper ready on {server.connect} in {server.start_seconds:.1f}s")
+    yield server
+    zk.stop_zookeeper(server)
+
+
+@pytest.fixture
+def zookeeper_connect(zookeeper) -> str:
+    """``127.0.0.1:<port>/t-<hex>``: the session's ZooKeeper under a chroot of this test's own."""
+    return zk.connect_string(zookeeper, zk.unique_chroot())
+
+
 # ------------------------------------------------------------------------------------------ hooks
 
 
 def pytest_sessionfinish(session, exitstatus):
     BrokerProcess.kill_running()  # whatever a fixture's teardown did not reach
+    apache_kafka.KafkaZkCluster.kill_running()
+    zk.kill_running()
     # A run that collected nothing must fail loudly: exit code 5 would otherwise read as "no tests".
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -156,8 +202,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 #: Fixtures that hold (or lead to) a JVM for the whole session, and the xdist group of their users:
 #: every test needing Apache Kafka (a broker, the tool JVM, its jars) runs on one worker, and every
-#: test needing the Spark session (1.6 GB) on one worker, so each JVM starts once per run.
-SHARED_JVMS = {"kafka_jars": "kafka", "peer": "kafka", "spark": "spark"}
+#: test needing the Spark session (1.6 GB) on one worker, so each JVM starts once per run. Tests of
+#: Kafka 3.9 (ZooKeeper mode) share a worker too: its tool JVM, and one multi-broker cluster at a time.
+SHARED_JVMS = {"kafka_jars": "kafka", "peer": "kafka", "spark": "spark", "kafka_zk_jars": "kafka-zk"}
 
 
 def xdist_groups(items) -> dict:

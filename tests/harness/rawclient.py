@@ -1,5 +1,6 @@
 """A minimal blocking Kafka protocol client for tests (any API, any version, raw answers), and topic
-helpers over it that work against tierlog and Apache Kafka alike."""
+helpers over it that work against tierlog and Apache Kafka alike; for clusters, ``metadata``,
+``controller_address`` and ``create_topic_in_cluster`` (CreateTopics sent to the controller)."""
 
 from __future__ import annotations
 
@@ -83,4 +84,67 @@ def wait_for_leaders(raw: RawClient, name: str, partitions: int, timeout: float 
                 return
         if time.monotonic() > deadline:
             raise AssertionError(f"topic {name} has no leaders after {timeout}s: {t}")
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------ several brokers
+
+NOT_CONTROLLER = 41
+
+
+def metadata(bootstrap: str, topics: list[str] | None = None, version: int = 12):
+    """A Metadata answer from the first broker of ``bootstrap`` (``host:port[,host:port...]``); every topic
+    when ``topics`` is None."""
+    raw = RawClient(bootstrap.split(",")[0])
+    try:
+        return raw.request(ApiKey.METADATA, version, {
+            "topics": None if topics is None else [{"name": t} for t in topics], "allow_auto_topic_creation": False})
+    finally:
+        raw.close()
+
+
+def controller_address(bootstrap: str) -> str:
+    """``host:port`` of the cluster's controller, as the first broker of ``bootstrap`` names it."""
+    md = metadata(bootstrap, [])
+    for b in md.brokers:
+        if b.node_id == md.controller_id:
+            return f"{b.host}:{b.port}"
+    raise AssertionError(f"no controller among the brokers {[b.node_id for b in md.brokers]} ({md.controller_id})")
+
+
+def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
+                            configs: dict | None = None, timeout: float = 30) -> None:
+    """CreateTopics sent to the controller (Kafka in ZooKeeper mode answers NOT_CONTROLLER on other brokers;
+    sent again if the controller moved), then wait until every broker's Metadata shows a leader for every
+    partition."""
+    deadline = time.monotonic() + timeout
+    while True:
+        raw = RawClient(controller_address(bootstrap))
+        try:
+            resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+                "name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                "assignments": [], "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
+                "timeout_ms": int(timeout * 1000), "validate_only": False})
+        finally:
+            raw.close()
+        error = resp.topics[0].error_code
+        if error != NOT_CONTROLLER or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert error == 0, resp.topics[0]
+    for broker in metadata(bootstrap, []).brokers:
+        wait_for_leaders_on(f"{broker.host}:{broker.port}", name, partitions, max(1.0, deadline - time.monotonic()))
+
+
+def wait_for_leaders_on(address: str, name: str, partitions: int, timeout: float = 15) -> None:
+    """Until the Metadata of the broker at ``address`` shows a leader for every partition of ``name`` (the
+    controller's news reaches each broker on its own)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        t = metadata(address, [name]).topics[0]
+        if t.error_code == 0 and len(t.partitions) == partitions and all(
+                p.error_code == 0 and p.leader_id >= 0 for p in t.partitions):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {name} has no leaders on {address} after {timeout}s: {t}")
         time.sleep(0.05)

@@ -47,3 +47,29 @@ def test_command_line_runs_a_tool_in_its_own_jvm(kafka_jars):
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "kafka_peer.py"), "tool", "GetOffsetShell",
                            "--version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == kafka_peer_module.KAFKA_VERSION
+
+
+def test_zookeeper_mode_kafka_has_its_own_cache_and_pom(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIERLOG_KAFKA_ZK_CACHE", str(ROOT / "kafka-cache"))
+    with pytest.raises(KafkaPeerError, match="inside the repository"):
+        kafka_peer_module.zk_cache_dir()
+    monkeypatch.delenv("TIERLOG_KAFKA_ZK_CACHE")
+    assert kafka_peer_module.zk_cache_dir().name == f"kafka-{kafka_peer_module.ZK_KAFKA_VERSION}"
+    assert kafka_peer_module.zk_cache_dir() != kafka_peer_module.cache_dir()
+    pom = kafka_peer_module.zk_pom_xml()
+    for artifact in ("kafka_2.13", "kafka-tools", "slf4j-reload4j", "reload4j"):
+        assert f"<artifactId>{artifact}</artifactId>" in pom
+    assert "<version>3.9.1</version>" in pom and kafka_peer_module.KAFKA_VERSION not in pom
+    with pytest.raises(KafkaPeerError, match="no Kafka 3.8.0 here"):
+        kafka_peer_module.java_command("TopicCommand", version="3.8.0")
+
+
+def test_zookeeper_mode_tools_run_in_their_own_jvm_and_the_command_line(kafka_zk_tool, kafka_zk_jars):
+    assert any(j.name == "zookeeper-3.8.4.jar" for j in kafka_zk_jars)  # the broker's ZooKeeper client
+    version = kafka_zk_tool("TopicCommand", "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, "3.9.1")
+    bad = kafka_zk_tool("TopicCommand", "--no-such-option", check=False)
+    assert bad.returncode == 1 and "no-such-option" in bad.stdout + bad.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "kafka_peer.py"), "zk-tool", "LeaderElectionCommand",
+                           "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "3.9.1", proc.stderr

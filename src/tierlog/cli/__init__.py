@@ -1,6 +1,7 @@
 """The ``tierlog`` command line.
 
     tierlog broker [-c server.properties] [-o key=value ...]
+    tierlog zookeeper start [--port 2181] [--data-dir DIR]
     tierlog config docs|describe ...
     tierlog topic create|list|describe|alter-config|add-partitions|delete ...
     tierlog produce TOPIC [--file F] ...          tierlog consume TOPIC [--from earliest] ...
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from tierlog import logs
-from tierlog.cli import broker, cluster, completion, config, consume, group, produce, spark, tier, topic
+from tierlog.cli import broker, cluster, completion, config, consume, group, produce, spark, tier, topic, zookeeper
 from tierlog.cli.common import ConfigFailure
 from tierlog.cli.config import parse_topic_overrides
 from tierlog.cli.parser import EXIT_INVALID, EXIT_OK, Parser, add_debug
@@ -34,7 +35,7 @@ from tierlog.errors import InvalidConfigError
 EXIT_FAILED = 1
 
 #: Command families in the order ``tierlog --help`` lists them.
-FAMILIES = (broker, topic, produce, consume, group, cluster, tier, config, spark, completion)
+FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, tier, config, spark, completion)
 
 #: Modules whose absence means an optional extra is not installed, and the pip command that adds it.
 EXTRAS = {"pyspark": "spark", "pyarrow": "spark", "pandas": "spark", "matplotlib": "spark", "obstore": "objectstore"}

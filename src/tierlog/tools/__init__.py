@@ -1,1 +1,1 @@
-"""Operator tools behind ``tierlog`` subcommands that talk to a running broker."""
+"""Operator tools behind ``tierlog`` subcommands: what talks to a running broker, and a development ZooKeeper."""
