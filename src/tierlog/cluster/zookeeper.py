@@ -31,6 +31,7 @@ import asyncio
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -156,7 +157,9 @@ class ZkClient:
 
     def start(self) -> None:
         try:
-            self.kazoo.start(timeout=self.connection_timeout_s)
+            with warnings.catch_warnings():  # "No chroot path exists": the broker creates it right below
+                warnings.simplefilter("ignore", UserWarning)
+                self.kazoo.start(timeout=self.connection_timeout_s)
         except Exception as e:  # kazoo raises a plain timeout
             self.kazoo.stop()
             raise StartupError(f"cannot connect to ZooKeeper at {self.connect} within "

@@ -1,0 +1,135 @@
+"""A tierlog cluster for tests: N brokers in ZooKeeper mode on one ZooKeeper under a chroot of their own.
+
+``start_cluster(work_dir, zookeeper, brokers=3)`` starts broker processes 1..N in parallel (each on
+127.0.0.1 and a free port, its log dir under ``work_dir``) and waits until every broker lists all of
+them and a controller; ``TierlogCluster`` then stops, kills, pauses (SIGSTOP) and restarts brokers by id
+and finds the controller. Every process is a ``BrokerProcess``, so the harness's end-of-session sweep
+stops what a test left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tests.harness import rawclient
+from tests.harness.broker import BrokerProcess
+from tests.harness.zookeeper import connect_string, unique_chroot
+
+#: Short enough that a killed broker is noticed within seconds, long enough for a busy 2-core machine's
+#: stalls (Kafka's ZooKeeper-mode peer in these tests uses the same).
+SESSION_TIMEOUT_MS = 6000
+CLUSTER_SETTINGS = {
+    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "offsets.topic.num.partitions": "6",
+    "controlled.shutdown.retry.backoff.ms": "200",
+    "leader.imbalance.check.interval.seconds": "300",
+}
+
+
+class TierlogCluster:
+    def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None):
+        self.chroot = chroot or unique_chroot()
+        self.zookeeper_connect = connect_string(zookeeper, self.chroot)
+        self.settings = {**CLUSTER_SETTINGS, "offsets.topic.replication.factor": str(min(brokers, 3)),
+                         **(settings or {})}
+        self.brokers: dict[int, BrokerProcess] = {}
+        for i in range(1, brokers + 1):
+            folder = work_dir / f"broker-{i}"
+            folder.mkdir(parents=True, exist_ok=True)
+            self.brokers[i] = BrokerProcess(folder / "logs", {
+                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **self.settings})
+
+    def running_ids(self) -> list[int]:
+        return [i for i, b in self.brokers.items() if b.proc is not None and b.proc.poll() is None]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.brokers[i].bootstrap for i in self.running_ids())
+
+    def start(self, ids: list[int] | None = None, timeout: float = 60) -> TierlogCluster:
+        """Start brokers (all by default) in parallel, each on its previous port when it had one."""
+        errors = []
+
+        def run(b: BrokerProcess) -> None:
+            try:
+                if b.port is not None:
+                    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port}"
+                    b.port = None
+                b.start(timeout)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=run, args=(self.brokers[i],)) for i in (ids or list(self.brokers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return self
+
+    def wait_until(self, check, timeout: float = 30, what: str = "the cluster"):
+        """Poll ``check()`` until it returns something truthy; AssertionError with the last value after
+        ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = check()
+                if last:
+                    return last
+            except Exception as e:  # noqa: BLE001 - a broker still starting or just killed
+                last = e
+            time.sleep(0.1)
+        raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+
+    def metadata(self, broker_id: int, topics: list[str] | None = None):
+        return rawclient.metadata(self.brokers[broker_id].bootstrap, topics)
+
+    def wait_formed(self, timeout: float = 60) -> int:
+        """Every running broker lists every running broker and the same live controller; returns its id."""
+        ids = sorted(self.running_ids())
+
+        def formed():
+            seen = set()
+            for i in ids:
+                md = self.metadata(i)
+                if sorted(b.node_id for b in md.brokers) != ids or md.controller_id not in ids:
+                    return None
+                seen.add(md.controller_id)
+            return seen.pop() if len(seen) == 1 else None
+        return self.wait_until(formed, timeout, "every broker seeing every broker and one controller")
+
+    def controller_id(self) -> int:
+        return self.wait_formed()
+
+    def pause(self, broker_id: int) -> None:
+        os.kill(self.brokers[broker_id].proc.pid, signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        os.kill(self.brokers[broker_id].proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            if b.proc is not None and b.proc.poll() is None:
+                os.kill(b.proc.pid, signal.SIGCONT)  # a paused broker cannot die of SIGKILL's wait otherwise
+                b.kill()
+            BrokerProcess.running.discard(b)
+
+    def output(self, broker_id: int) -> str:
+        return "".join(self.brokers[broker_id].output)
+
+
+def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
+                  chroot: str | None = None, timeout: float = 60) -> TierlogCluster:
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot)
+    try:
+        cluster.start(timeout=timeout)
+        cluster.wait_formed(timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
