@@ -148,3 +148,18 @@ def wait_for_leaders_on(address: str, name: str, partitions: int, timeout: float
         if time.monotonic() > deadline:
             raise AssertionError(f"topic {name} has no leaders on {address} after {timeout}s: {t}")
         time.sleep(0.05)
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], acks: int = 1):
+    """One Produce v9 of ``values`` (one batch) to ``topic``-``partition`` at the first broker of ``bootstrap``;
+    returns the partition's answer (``error_code``, ``base_offset``)."""
+    from tierlog.records import build_batch
+    now = int(time.time() * 1000)
+    raw = RawClient(bootstrap.split(",")[0])
+    try:
+        resp = raw.request(ApiKey.PRODUCE, 9, {"acks": acks, "timeout": 5000, "topic_data": [{
+            "name": topic, "partition_data": [{"index": partition, "records": build_batch(
+                [(None, v, [], now) for v in values])}]}]})
+        return resp.responses[0].partition_responses[0]
+    finally:
+        raw.close()

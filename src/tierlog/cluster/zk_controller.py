@@ -131,6 +131,8 @@ class ZkController(Controller):
         self._rebalance_task: asyncio.Task | None = None
         self._pid_lock = threading.Lock()
         self._creating: set[str] = set()
+        self._session_lost = False
+        self.registration: bytes | None = None  # this broker's /brokers/ids znode, registered again after expiry
         self._creation_failures = RepeatLimiter(log)
 
     # ================================================================== plumbing
@@ -211,8 +213,21 @@ class ZkController(Controller):
             self.zk.resign_controller(self.node_id)
 
     def _on_zk_state(self, state: str) -> None:
-        if state == "LOST" and self.is_active:
+        """Called on kazoo's thread. A lost session took the registration and any controllership with it;
+        once a new session is up (kazoo reconnects by itself), register again and rejoin the election, as
+        Kafka's broker does after a session expiry."""
+        if state == "LOST":
+            self._session_lost = True
             self._submit(self._resign)
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            self._submit(self._new_session)
+
+    def _new_session(self) -> None:
+        if self.registration is not None:
+            self.zk.register_broker(self.node_id, self.registration)
+            log.info("Registered broker %d again in a new ZooKeeper session", self.node_id)
+        self._elect()
 
     # ================================================================== the broker's view
 

@@ -337,6 +337,7 @@ class Broker:
         protocols = {b.name: b.security_protocol for b in self.listeners}
         data = broker_registration(controller.me, [(n, h, p, protocols.get(n, "PLAINTEXT"))
                                                    for n, h, p in controller.me.endpoints])
+        controller.registration = data
         deadline = time.monotonic() + cfg["zookeeper.session.timeout.ms"] / 1000 * 1.5
         while True:
             try:

@@ -1,0 +1,294 @@
+"""Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker,
+acks=all below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling restart with
+controlled shutdown under an idempotent producer.
+
+One cluster serves the module (the tests run in file order on one worker); each test leaves every broker
+running. Until data replication lands, a partition's ISR is its leader alone: a partition whose leader dies
+has no leader until that broker returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.harness import rawclient
+from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, start_cluster
+from tests.interop.clients import CLIENTS, Rec, unique
+
+NOT_ENOUGH_REPLICAS = 19
+LEADER_NOT_AVAILABLE = 5
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    c = start_cluster(tmp_path_factory.mktemp("zk-cluster"), zookeeper, brokers=3)
+    yield c
+    c.stop()
+
+
+def topic_state(cluster, broker_id: int, name: str):
+    md = cluster.metadata(broker_id, [name])
+    assert md.topics[0].error_code == 0, md.topics[0]
+    return {p.partition_index: p for p in md.topics[0].partitions}
+
+
+def wait_leaders(cluster, name: str, partitions: int, on: list[int] | None = None, timeout: float = 30):
+    """Every broker of ``on`` (default: the running ones, not a paused one) shows a leader for every partition
+    of ``name``."""
+    def ready():
+        for i in on or cluster.running_ids():
+            parts = topic_state(cluster, i, name)
+            if len(parts) != partitions or any(p.leader_id < 0 for p in parts.values()):
+                return False
+        return True
+    cluster.wait_until(ready, timeout, f"leaders for every partition of {name}")
+
+
+def create(cluster, via: int, name: str, partitions: int, rf: int, configs: dict | None = None,
+           assignment: list[list[int]] | None = None, on: list[int] | None = None) -> None:
+    """CreateTopics through tierlog's admin client bootstrapped on broker ``via`` only; then wait for leaders
+    on the brokers ``on`` (default: every running one)."""
+    from tierlog.client.sync import Admin
+    from tierlog.client.admin import NewTopic
+    admin = Admin({"bootstrap.servers": cluster.brokers[via].bootstrap})
+    try:
+        if assignment:
+            admin.create_topics([NewTopic(name, -1, -1, dict(configs or {}),
+                                          {p: reps for p, reps in enumerate(assignment)})])
+        else:
+            admin.create_topics([NewTopic(name, partitions, rf, dict(configs or {}))])
+    finally:
+        admin.close()
+    wait_leaders(cluster, name, partitions, on)
+
+
+def test_topic_with_three_replicas_is_spread_and_known_to_every_broker(cluster):
+    controller = cluster.controller_id()
+    other = next(i for i in cluster.running_ids() if i != controller)
+    name = unique("spread")
+    create(cluster, other, name, 6, 3)  # sent to a broker that is not the controller: forwarded
+    views = [topic_state(cluster, i, name) for i in cluster.running_ids()]
+    for view in views[1:]:
+        assert {p: (s.leader_id, s.leader_epoch, tuple(s.replica_nodes)) for p, s in view.items()} == \
+            {p: (s.leader_id, s.leader_epoch, tuple(s.replica_nodes)) for p, s in views[0].items()}
+    leaders = [s.leader_id for s in views[0].values()]
+    assert sorted(set(leaders)) == [1, 2, 3], f"leaders not spread: {leaders}"
+    for s in views[0].values():
+        assert sorted(s.replica_nodes) == [1, 2, 3]
+        assert list(s.isr_nodes) == [s.leader_id]  # until replication, the ISR is the leader alone
+        assert list(s.offline_replicas) == []
+    md = cluster.metadata(other)
+    assert md.controller_id == controller
+    assert sorted(b.node_id for b in md.brokers) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("client_name", ["kafka-python", "aiokafka", "confluent-kafka", "kcat", "tierlog"])
+def test_clients_produce_and_consume_through_any_broker(cluster, client_name):
+    name = unique(f"clients-{client_name}")
+    create(cluster, 1, name, 3, 2)
+    for via in cluster.running_ids():
+        client = CLIENTS[client_name](cluster.brokers[via].bootstrap)
+        try:
+            for p in range(3):  # one partition a run: kcat's limit
+                delivered = client.produce(name, [Rec(f"{via}-{i}".encode(), partition=p) for i in range(p, 30, 3)])
+                if delivered is not None:
+                    assert {q for q, _ in delivered} == {p}
+            for p in range(3):
+                got = client.consume(name, p, "earliest", 10 * via)
+                assert [m.value for m in got[-10:]] == [f"{via}-{i}".encode() for i in range(p, 30, 3)]
+        finally:
+            client.close()
+
+
+def test_consumer_group_coordinated_by_the_partition_leader(cluster):
+    name = unique("group-topic")
+    create(cluster, 2, name, 1, 1)
+    client = CLIENTS["kafka-python"](cluster.brokers[3].bootstrap)
+    try:
+        client.produce(name, [Rec(b"g%d" % i) for i in range(20)])
+        got = client.group_consume(unique("g"), name, 20)
+        assert [m.value for m in got] == [b"g%d" % i for i in range(20)]
+    finally:
+        client.close()
+
+
+def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas(cluster):
+    name = unique("min-isr")
+    create(cluster, 3, name, 1, 3, {"min.insync.replicas": "2"})
+    leader = topic_state(cluster, 1, name)[0].leader_id
+    addr = cluster.brokers[leader].bootstrap
+    refused = rawclient.produce(addr, name, 0, [b"never"], acks=-1)
+    assert refused.error_code == NOT_ENOUGH_REPLICAS, refused
+    accepted = rawclient.produce(addr, name, 0, [b"acks-1"], acks=1)
+    assert accepted.error_code == 0
+    client = CLIENTS["kafka-python"](addr)
+    try:
+        assert [m.value for m in client.consume(name, 0, "earliest", 1)] == [b"acks-1"]
+        assert client.watermarks(name, 0) == (0, 1)  # the refused record was never appended
+    finally:
+        client.close()
+
+
+def test_partitions_configs_and_deletion_from_a_broker_that_is_not_the_controller(cluster):
+    controller = cluster.controller_id()
+    other = next(i for i in cluster.running_ids() if i != controller)
+    name = unique("admin")
+    create(cluster, other, name, 2, 2)
+    client = CLIENTS["kafka-python"](cluster.brokers[other].bootstrap)
+    try:
+        assert client.create_partitions(name, 5) == 0
+        wait_leaders(cluster, name, 5)
+        assert client.alter_configs("topic", name, {"retention.ms": "123456"}) == 0
+        for i in cluster.running_ids():
+            probe = CLIENTS["kafka-python"](cluster.brokers[i].bootstrap)
+            try:
+                assert probe.describe_configs("topic", name)["retention.ms"] == "123456"
+            finally:
+                probe.close()
+        client.produce(name, [Rec(b"x", partition=p) for p in range(5)])
+        dirs = [d for b in cluster.brokers.values() for d in b.log_dir.glob(f"{name}-*")]
+        assert len(dirs) == 10  # 5 partitions x 2 replicas, each on its broker
+        assert client.delete_topics([name]) == {name: 0}
+    finally:
+        client.close()
+    cluster.wait_until(lambda: not [d for b in cluster.brokers.values() for d in b.log_dir.glob(f"{name}-*")], 30,
+                       "every replica's log deleted")
+    for i in cluster.running_ids():
+        assert cluster.metadata(i, [name]).topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):
+    name = unique("failover")
+    create(cluster, 1, name, 6, 3)
+    old = cluster.controller_id()
+    led_by_old = {p for p, s in topic_state(cluster, old, name).items() if s.leader_id == old}
+    t0 = time.monotonic()
+    cluster.brokers[old].kill()
+    survivors = cluster.running_ids()
+
+    def elected():
+        seen = {cluster.metadata(i).controller_id for i in survivors}
+        return seen.pop() if len(seen) == 1 and next(iter(seen)) in survivors else None
+    new = cluster.wait_until(elected, SESSION_TIMEOUT_MS / 1000 * 3, "a new controller")
+    took = time.monotonic() - t0
+    print(f"\ncontroller {old} killed; broker {new} controller after {took:.1f} s "
+          f"(session timeout {SESSION_TIMEOUT_MS / 1000:.0f} s)")
+
+    def settled():
+        parts = topic_state(cluster, survivors[0], name)
+        return all((s.leader_id < 0) == (p in led_by_old) for p, s in parts.items()) and parts
+    parts = cluster.wait_until(settled, 30, "partitions of the dead leader offline, the others led")
+    for p, s in parts.items():
+        if p in led_by_old:
+            assert s.error_code == LEADER_NOT_AVAILABLE and list(s.isr_nodes) == [old]
+        assert old in s.offline_replicas
+    # Clients go on with the partitions that have a leader.
+    live = [p for p in parts if p not in led_by_old]
+    client = CLIENTS["confluent-kafka"](",".join(cluster.brokers[i].bootstrap for i in survivors))
+    try:
+        delivered = client.produce(name, [Rec(b"after", partition=p) for p in live])
+        assert sorted(p for p, _ in delivered) == sorted(live)
+    finally:
+        client.close()
+    cluster.start([old])
+    cluster.wait_formed()
+    wait_leaders(cluster, name, 6)
+    back = topic_state(cluster, old, name)
+    assert {p for p, s in back.items() if s.leader_id == old} == led_by_old
+    assert all(not s.offline_replicas for s in back.values())
+
+
+def test_paused_controller_is_fenced_when_it_wakes(cluster):
+    old = cluster.controller_id()
+    survivors = [i for i in cluster.running_ids() if i != old]
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=15)
+    try:
+        epoch_before = int(zk.get("/controller_epoch")[0])
+        cluster.pause(old)
+        try:
+            def elected():
+                seen = {cluster.metadata(i).controller_id for i in survivors}
+                return seen.pop() if len(seen) == 1 and next(iter(seen)) in survivors else None
+            new = cluster.wait_until(elected, SESSION_TIMEOUT_MS / 1000 * 3, "a controller other than the paused one")
+            name = unique("while-paused")
+            create(cluster, new, name, 3, 1, assignment=[[new], [new], [new]], on=survivors)
+        finally:
+            cluster.resume(old)
+        epoch_after = int(zk.get("/controller_epoch")[0])
+        assert epoch_after > epoch_before
+        # The woken broker learns it lost, and rejoins as an ordinary broker under the new controller.
+        cluster.wait_until(lambda: cluster.metadata(old).controller_id == new and
+                           sorted(b.node_id for b in cluster.metadata(old).brokers) == [1, 2, 3], 60,
+                           "the paused broker following the new controller")
+        states = [zk.get(f"/brokers/topics/{name}/partitions/{p}/state")[0] for p in range(3)]
+        import json
+        assert all(json.loads(s)["controller_epoch"] == epoch_after for s in states)
+        assert "no longer the controller" in cluster.output(old) or \
+            f"Broker {old} is the controller" not in cluster.output(old).split("Broker", 1)[-1]
+    finally:
+        zk.stop()
+        zk.close()
+    cluster.wait_formed()
+
+
+def test_rolling_restart_with_controlled_shutdown_under_an_idempotent_producer(cluster):
+    from confluent_kafka import KafkaError, Producer
+    name = unique("rolling")
+    # RF 1, two partitions on each broker: each restart takes two partitions away for a moment.
+    create(cluster, 1, name, 6, 1, assignment=[[1], [2], [3], [1], [2], [3]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 120000})
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(f"{err.name()} retriable={err.retriable()} fatal={err.fatal()}")
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def produce():
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce(name, b"r%d" % i, partition=i % 6, on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            producer.poll(0.002)
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        cluster.wait_until(lambda: len(acked) > 100, 30, "the producer under way")
+        for broker_id in sorted(cluster.brokers):
+            before = len(acked)
+            assert cluster.brokers[broker_id].stop() == 0  # SIGTERM: controlled shutdown
+            assert "Controlled shutdown complete" in cluster.output(broker_id)
+            cluster.start([broker_id])
+            cluster.wait_formed()
+            wait_leaders(cluster, name, 6)
+            cluster.wait_until(lambda before=before: len(acked) > before + 100, 60, "the producer going on")
+    finally:
+        stop.set()
+        writer.join()
+        producer.flush(60)
+    fatal = [e for e in errors if "fatal=True" in e]
+    assert not fatal and not errors, errors[:5]
+    assert KafkaError  # imported for the error names above
+    # Every acknowledged record is there exactly once.
+    client = CLIENTS["confluent-kafka"](cluster.bootstrap)
+    try:
+        for p in range(6):
+            mine = sorted((o, v) for part, o, v in acked if part == p)
+            got = client.consume(name, p, "earliest", len(mine), timeout=60)
+            assert [(m.offset, m.value) for m in got] == mine
+    finally:
+        client.close()
+    print(f"\nrolling restart of 3 brokers: {len(acked)} records acknowledged, all read back once, "
+          f"{len(errors)} delivery errors")
