@@ -207,7 +207,8 @@ class ZkController(Controller):
             self._rebalance_task.cancel()
         if self.disablements is not None:
             await self.disablements.stop()
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        # A controller event stuck in a ZooKeeper call must not hold the shutdown: its thread is left behind.
+        self._executor.shutdown(wait=False, cancel_futures=True)
         if self.is_active:
             self.fence = None
             self.zk.resign_controller(self.node_id)

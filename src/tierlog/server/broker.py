@@ -370,7 +370,8 @@ class Broker:
         for attempt in range(attempts):
             try:
                 if controller.is_active:
-                    remaining = await controller.call(controller.controlled_shutdown, self.node_id)
+                    remaining = await asyncio.wait_for(controller.call(controller.controlled_shutdown, self.node_id),
+                                                       cfg["controller.socket.timeout.ms"] / 1000)
                 else:
                     target = controller.image.controller_id
                     if target < 0:
