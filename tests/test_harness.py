@@ -73,6 +73,14 @@ def test_metadata_shape_keeps_what_two_clusters_share():
     assert differences(shape, metadata_shape(tierlog)) == [
         "controller: True != False", "topics.t.partitions.0.leader: 1 != 0",
         "topics.t.partitions.1: missing on the right"]
+    # an ISR of the leader alone (tierlog before replication) against Kafka's: the same with isr="leader"
+    alone = {**kafka, "topics": [{"name": "t", "error_code": 0, "partitions": [
+        partition(1, -1, [2], [2], offline=[2], error=5), partition(0, 3, [3, 1, 2], [3], offline=[2])]}]}
+    assert differences(metadata_shape(kafka), metadata_shape(alone)) == [
+        "topics.t.partitions.0.isr: 2 != 1", "topics.t.partitions.1.isr: 0 != 1"]
+    assert differences(metadata_shape(kafka, isr="leader"), metadata_shape(alone, isr="leader")) == [
+        "topics.t.partitions.1.isr: 0 != 1"]
+    assert metadata_shape(kafka, isr="leader")["topics"]["t"]["partitions"][0]["isr"] == "leader in"
 
 
 LEAKS = '''

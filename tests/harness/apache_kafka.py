@@ -8,8 +8,9 @@ static settings the session's tierlog peer starts with too, so configs and their
 
 Kafka 3.9 in ZooKeeper mode is the peer of tierlog's ZooKeeper clusters: ``resolve_zk_jars()`` (cached
 beside 4.1's), ``start_kafka_zk_cluster(work_dir, zookeeper, brokers=3)`` starts brokers 1..N on the
-ZooKeeper of tests/harness/zookeeper.py under a chroot of their own and returns a
-:class:`KafkaZkCluster`; ``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools).
+ZooKeeper of tests/harness/zookeeper.py under a chroot of their own (with ``controller=i``, broker i
+first and alone, so it wins the controller election) and returns a :class:`KafkaZkCluster`;
+``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from tests.harness import rawclient
 from tests.harness import zookeeper as zk
 from tests.harness.prerequisites import load_script
 from tests.harness.prerequisites import unavailable as _unavailable
@@ -176,13 +178,22 @@ class KafkaZkCluster:
 
 
 def start_kafka_zk_cluster(work_dir: Path, zookeeper, brokers: int = 3, chroot: str | None = None,
-                           settings: dict | None = None, timeout: float = 180) -> KafkaZkCluster:
+                           settings: dict | None = None, timeout: float = 180,
+                           controller: int | None = None) -> KafkaZkCluster:
     """A started Kafka 3.9 ZooKeeper-mode cluster of ``brokers`` brokers (ids 1..N) on ``zookeeper`` (a
     ``ZooKeeperServer``, e.g. the plugin's ``zookeeper`` fixture) under ``chroot`` (default: a fresh
-    ``/kafka39-<hex>``); ``settings`` override ``ZK_CLUSTER_SETTINGS``."""
+    ``/kafka39-<hex>``); ``settings`` override ``ZK_CLUSTER_SETTINGS``. With ``controller``, that broker
+    starts alone first and is the controller before the others start."""
     resolve_zk_jars()
     chroot = chroot if chroot is not None else zk.unique_chroot("kafka39")
     cluster = KafkaZkCluster(work_dir, zk.connect_string(zookeeper, chroot), brokers, settings)
+    if controller is not None:
+        try:
+            cluster.brokers[controller].start(timeout)
+            rawclient.wait_for_controller(cluster.brokers[controller].bootstrap, controller, timeout)
+        except BaseException:
+            cluster.stop()
+            raise
     cluster.start(timeout)
     slowest = max(b.start_seconds for b in cluster.brokers.values())
     print(f"\nApache Kafka {ZK_KAFKA_VERSION} (ZooKeeper mode) brokers {cluster.running_ids()} ready on "

@@ -1,6 +1,7 @@
 """A minimal blocking Kafka protocol client for tests (any API, any version, raw answers), and topic
 helpers over it that work against tierlog and Apache Kafka alike; for clusters, ``metadata``,
-``controller_address`` and ``create_topic_in_cluster`` (CreateTopics sent to the controller)."""
+``controller_address``, ``wait_for_controller`` and ``create_topic_in_cluster`` (CreateTopics sent to
+the controller)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,24 @@ def controller_address(bootstrap: str) -> str:
         if b.node_id == md.controller_id:
             return f"{b.host}:{b.port}"
     raise AssertionError(f"no controller among the brokers {[b.node_id for b in md.brokers]} ({md.controller_id})")
+
+
+def wait_for_controller(bootstrap: str, expected: int | None = None, timeout: float = 30) -> int:
+    """Until the first broker of ``bootstrap`` names a controller among the brokers it lists (``expected``
+    when given); returns its id."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            md = metadata(bootstrap, [])
+            named = md.controller_id if md.controller_id in {b.node_id for b in md.brokers} else None
+        except OSError:  # the broker is still starting
+            named = None
+        if named is not None and expected in (None, named):
+            return named
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{bootstrap} names no controller{'' if expected is None else f' {expected}'} "
+                                 f"after {timeout}s (last: {named})")
+        time.sleep(0.1)
 
 
 def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,

@@ -3,8 +3,10 @@
 ``start_cluster(work_dir, zookeeper, brokers=3)`` starts broker processes 1..N in parallel (each on
 127.0.0.1 and a free port, its log dir under ``work_dir``) and waits until every broker lists all of
 them and a controller; ``TierlogCluster`` then stops, kills, pauses (SIGSTOP) and restarts brokers by id
-and finds the controller. Every process is a ``BrokerProcess``, so the harness's end-of-session sweep
-stops what a test left running.
+and finds the controller. ``start_cluster(..., controller=1)`` starts broker 1 alone first and waits until
+it is the controller, so a test knows which broker controls (a differential test starts Kafka's cluster
+so too). Every process is a ``BrokerProcess``, so the harness's end-of-session sweep stops what a test
+left running.
 """
 
 from __future__ import annotations
@@ -124,10 +126,15 @@ class TierlogCluster:
 
 
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
-                  chroot: str | None = None, timeout: float = 60) -> TierlogCluster:
+                  chroot: str | None = None, timeout: float = 60, controller: int | None = None) -> TierlogCluster:
+    """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
+    controller election before the others start."""
     cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot)
     try:
-        cluster.start(timeout=timeout)
+        if controller is not None:
+            cluster.start([controller], timeout)
+            rawclient.wait_for_controller(cluster.brokers[controller].bootstrap, controller, timeout)
+        cluster.start([i for i in cluster.brokers if i != controller], timeout=timeout)
         cluster.wait_formed(timeout)
     except BaseException:
         cluster.stop()
