@@ -69,6 +69,7 @@ TOOLS = {
     "StorageTool": "kafka.tools.StorageTool",
     "ConsumerGroupCommand": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "LeaderElectionCommand": "org.apache.kafka.tools.LeaderElectionCommand",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }
