@@ -97,13 +97,23 @@ def test_produce_a_whole_file_as_one_record(b, tmp_path):
 
 
 def test_cluster_info(b, cli_broker):
+    ok("topic", "create", "counted", "-p", "3", *b)
     info = as_json("cluster", "info", *b)
     assert info["controller_id"] == 1 and info["cluster_id"]
-    assert info["brokers"] == [{"id": 1, "host": "127.0.0.1", "port": cli_broker.port, "rack": None,
-                                "controller": True}]
-    assert info["internal_topics"] >= 1
-    text = ok("cluster", "info", *b).stdout
-    assert f"cluster id   {info['cluster_id']}" in text and str(cli_broker.port) in text
+    # one node: itself the controller, leading and hosting every partition
+    total = info["partitions"]
+    assert total >= 3
+    assert info["brokers"] == [{"id": 1, "host": "127.0.0.1", "port": cli_broker.port, "rack": None, "alive": True,
+                                "controller": True, "leaders": total, "partitions": total}]
+    assert info["internal_topics"] >= 1 and info["topics"] >= 1 and info["offline_partitions"] == []
+    lines = ok("cluster", "info", *b).stdout.splitlines()
+    assert f"cluster id   {info['cluster_id']}" in lines and "controller   1" in lines
+    assert f"partitions   {total}, 0 offline (without a leader)" in lines
+    header = [line.split() for line in lines].index(
+        ["BROKER", "ADDRESS", "RACK", "STATE", "CONTROLLER", "LEADERS", "PARTITIONS"])
+    assert lines[header + 1].split() == ["1", f"127.0.0.1:{cli_broker.port}", "-", "alive", "yes", str(total),
+                                         str(total)]
+    assert "Offline partitions:" not in lines
 
 
 def test_group_list_describe_lag_and_delete(b):

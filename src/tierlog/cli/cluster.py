@@ -1,4 +1,5 @@
-"""``tierlog cluster info``: cluster id, controller, brokers and their endpoints, topic count."""
+"""``tierlog cluster info``: cluster id, controller, brokers with the partitions they lead and host, and the
+partitions without a leader."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from tierlog.cli.run import with_admin
 def register(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser("cluster", help="the cluster a broker belongs to")
     csub = subcommands(cluster, "cluster_command")
-    p = csub.add_parser("info", help="cluster id, controller, brokers with their endpoints, topic count")
+    p = csub.add_parser("info", help="cluster id, controller, brokers with the partitions they lead and host, "
+                                     "offline partitions")
     add_json(p)
     add_client_args(p)
     p.set_defaults(handler=cmd_info)
@@ -25,9 +27,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         output.emit_json(info)
         return EXIT_OK
-    output.lines(f"cluster id   {info['cluster_id']}", f"controller   {info['controller_id']}",
-                 f"topics       {info['topics']} (and {info['internal_topics']} internal)", "")
-    output.table(("BROKER", "HOST", "PORT", "RACK", "CONTROLLER"),
-                 [(b["id"], b["host"], b["port"], b["rack"], "yes" if b["controller"] else "")
-                  for b in info["brokers"]], right=("BROKER", "PORT"))
+    alive = sum(1 for b in info["brokers"] if b["alive"])
+    down = len(info["brokers"]) - alive
+    offline = info["offline_partitions"]
+    output.lines(f"cluster id   {info['cluster_id']}",
+                 f"controller   {info['controller_id'] if info['controller_id'] >= 0 else 'none'}",
+                 f"brokers      {alive} alive" + (f", {down} not alive (named as replicas)" if down else ""),
+                 f"topics       {info['topics']} (and {info['internal_topics']} internal)",
+                 f"partitions   {info['partitions']}, {len(offline)} offline (without a leader)", "")
+    output.table(("BROKER", "ADDRESS", "RACK", "STATE", "CONTROLLER", "LEADERS", "PARTITIONS"),
+                 [(b["id"], f"{b['host']}:{b['port']}" if b["alive"] else None, b["rack"],
+                   "alive" if b["alive"] else "not alive", "yes" if b["controller"] else "", b["leaders"],
+                   b["partitions"]) for b in info["brokers"]],
+                 right=("BROKER", "LEADERS", "PARTITIONS"))
+    if offline:
+        output.lines("", "Offline partitions:")
+        output.table(("TOPIC", "PARTITION", "REPLICAS", "ISR", "OFFLINE"),
+                     [(p["topic"], p["partition"], _ids(p["replicas"]), _ids(p["isr"]) or None,
+                       _ids(p["offline_replicas"]) or None) for p in offline], right=("PARTITION",))
     return EXIT_OK
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids))

@@ -1,16 +1,55 @@
-"""What a running cluster looks like from a client: ``tierlog cluster info``."""
+"""What a running cluster looks like from a client: ``tierlog cluster info``.
+
+The brokers and the controller come from DescribeCluster, the partitions from Metadata; both list only
+live brokers, so a broker that is down shows up through the partitions that still name it as a replica
+(Metadata's offline replicas).
+"""
 
 from __future__ import annotations
 
-from tierlog.client.admin import Admin
+from tierlog import errors
+from tierlog.client.admin import Admin, TopicDescription
+
+
+async def _describe_all(admin: Admin) -> dict[str, TopicDescription]:
+    listed = await admin.list_topics(internal=True)
+    if not listed:
+        return {}
+    try:
+        return await admin.describe_topics(listed)
+    except errors.UnknownTopicOrPartitionError as e:  # deleted between the listing and the description
+        failed = getattr(e, "errors", None)
+        if not failed or any(not isinstance(err, errors.UnknownTopicOrPartitionError) for err in failed.values()):
+            raise
+        return e.results
 
 
 async def info(admin: Admin) -> dict:
-    """Cluster id, controller, brokers with their endpoints, and how many topics there are."""
+    """Cluster id, controller, brokers (endpoint, rack, partitions led and hosted), topic counts and the
+    partitions without a leader (offline)."""
     cluster = await admin.describe_cluster()
-    topics = await admin.list_topics(internal=True)
+    topics = await _describe_all(admin)
+    live = {b.node_id: b for b in cluster.brokers}
+    leaders = dict.fromkeys(live, 0)
+    hosted = dict.fromkeys(live, 0)
+    offline = []
+    for name, t in sorted(topics.items()):
+        for p in t.partitions:
+            for r in p.replicas:
+                hosted[r] = hosted.get(r, 0) + 1
+            if p.leader is not None:
+                leaders[p.leader] = leaders.get(p.leader, 0) + 1
+            else:
+                offline.append({"topic": name, "partition": p.partition, "replicas": list(p.replicas),
+                                "isr": list(p.isr), "offline_replicas": list(p.offline_replicas)})
+    brokers = []
+    for broker_id in sorted(set(live) | set(hosted)):
+        b = live.get(broker_id)
+        brokers.append({"id": broker_id, "host": b.host if b else None, "port": b.port if b else None,
+                        "rack": b.rack if b else None, "alive": b is not None,
+                        "controller": broker_id == cluster.controller_id,
+                        "leaders": leaders.get(broker_id, 0), "partitions": hosted.get(broker_id, 0)})
     internal = sum(1 for t in topics.values() if t.internal)
-    return {"cluster_id": cluster.cluster_id, "controller_id": cluster.controller_id,
-            "brokers": [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
-                         "controller": b.node_id == cluster.controller_id} for b in cluster.brokers],
-            "topics": len(topics) - internal, "internal_topics": internal}
+    return {"cluster_id": cluster.cluster_id, "controller_id": cluster.controller_id, "brokers": brokers,
+            "topics": len(topics) - internal, "internal_topics": internal,
+            "partitions": sum(len(t.partitions) for t in topics.values()), "offline_partitions": offline}
