@@ -25,10 +25,8 @@ def cluster(tmp_path_factory, zookeeper):
     c.stop()
 
 
-def remote_objects(cluster, partition: int) -> list:
-    return sorted((cluster.root / "remote").rglob(f"{TOPIC}-*/{partition}-*/*")) or \
-        sorted(p for p in (cluster.root / "remote").rglob("*") if p.is_file() and f"{TOPIC}-" in str(p)
-               and f"/{partition}" in str(p.relative_to(cluster.root / "remote")).split(f"{TOPIC}-", 1)[-1][:40])
+def remote_files(cluster) -> list:
+    return sorted(p for p in (cluster.root / "remote").rglob("*") if p.is_file() and f"{TOPIC}-" in str(p))
 
 
 def offloaded(cluster, broker_id: int, partition: int) -> bool:
@@ -52,7 +50,7 @@ def test_disablement_waits_for_a_dead_broker_and_survives_controller_failover(cl
     producer.close()
     for p in range(3):
         cluster.wait_until(lambda p=p: offloaded(cluster, p + 1, p), 60, f"partition {p} offloaded by broker {p + 1}")
-    before = {p: len(list((cluster.root / "remote").rglob(f"*{TOPIC}-*/**/{p}*"))) for p in range(3)}
+    assert remote_files(cluster)
 
     cluster.brokers[3].kill()  # broker 3 hosts partition 2
     cluster.wait_until(lambda: sorted(b.node_id for b in cluster.metadata(1).brokers) == [1, 2],
@@ -63,7 +61,8 @@ def test_disablement_waits_for_a_dead_broker_and_survives_controller_failover(cl
     # Brokers 1 and 2 act on it; the topic stays DISABLING while broker 3 cannot answer.
     cluster.wait_until(lambda: state(cluster, 1) == ("DISABLING", "delete"), 30, "DISABLING")
     cluster.wait_until(lambda: not tier_status(cluster.brokers[1], TOPIC)["partitions"]
-                       and not tier_status(cluster.brokers[2], TOPIC)["partitions"], 60, "brokers 1 and 2 stopped tiering")
+                       and not tier_status(cluster.brokers[2], TOPIC)["partitions"], 60,
+                       "brokers 1 and 2 stopped tiering")
     assert state(cluster, 2) == ("DISABLING", "delete")
 
     controller = cluster.controller_id()
@@ -76,8 +75,6 @@ def test_disablement_waits_for_a_dead_broker_and_survives_controller_failover(cl
     cluster.wait_formed()
     cluster.wait_until(lambda: all(state(cluster, i) == ("DISABLED", "delete") for i in (1, 2, 3)), 90,
                        "DISABLED on every broker")
-    files = [p for p in (cluster.root / "remote").rglob("*") if p.is_file() and f"{TOPIC}-" in str(p)]
-    assert files == [], files[:5]
+    assert remote_files(cluster) == []
     outputs = "".join(cluster.output(i) for i in (1, 2, 3))
-    assert outputs.count(f"Tiered storage of topic {TOPIC} is DISABLED") == 1
-    assert sum(before.values()) >= 0
+    assert outputs.count(f"Tiered storage of topic {TOPIC} is DISABLED") == 1  # completed once, by one controller

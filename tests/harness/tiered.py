@@ -26,7 +26,7 @@ def tiered_settings(root, **extra) -> dict:
 
 def metrics_url(b: BrokerProcess) -> str:
     """http://host:port of the broker's metrics endpoint, from its start-up log."""
-    for line in b.output:
+    for line in reversed(b.output):  # the latest start's (a restarted broker binds a new free port)
         if "Metrics on " in line:
             return line.split("Metrics on ", 1)[1].strip().rsplit("/", 1)[0]
     raise AssertionError("no 'Metrics on' line in the broker's output:\n" + "".join(b.output))

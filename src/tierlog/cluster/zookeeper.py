@@ -141,9 +141,12 @@ class ZkClient:
                                  connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1},
                                  command_retry={"max_tries": 0})
         self._state_listeners: list[Callable[[str], None]] = []
+        self._closing = False
         self.kazoo.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
+        if self._closing:
+            return
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost (%s): this broker's registration and any controllership are gone",
                         self.connect)
@@ -170,6 +173,7 @@ class ZkClient:
             self.kazoo.ensure_path(path)
 
     def close(self) -> None:
+        self._closing = True
         try:
             self.kazoo.stop()
             self.kazoo.close()

@@ -188,6 +188,7 @@ class Broker:
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
             self.socket_server.internal_handlers = self._inter_broker_handlers(controller, rm)
+            self.socket_server.inter_broker_listener = cfg.inter_broker_listener.name
 
         self._enter(BrokerState.STARTING_LISTENERS)
         await self.socket_server.start_serving()

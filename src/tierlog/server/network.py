@@ -337,6 +337,7 @@ class SocketServer:
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
         # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
         self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
+        self.inter_broker_listener = ""  # the listener they are accepted on
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
         self._freed = 0  # bytes of big requests freed since the last trim
@@ -446,7 +447,7 @@ class SocketServer:
         writer = None
         try:
             reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
-            await self._serve(reader, writer, peer)
+            await self._serve(reader, writer, peer, listener)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -484,7 +485,8 @@ class SocketServer:
 
     # ------------------------------------------------------------------ one connection
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer,
+                     listener: str = "") -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
@@ -523,7 +525,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out, timers = await self._handle(frame, peer, received)
+                        out, timers = await self._handle(frame, peer, received, listener)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -616,13 +618,17 @@ class SocketServer:
             answer = {"error_code": KafkaError.code, "error_message": f"{type(e).__name__}: {e}"}
         return internal.encode_internal_response(corr, answer)
 
-    async def _handle(self, frame: bytes, peer, received: float) -> tuple[bytes | list | None, tuple]:
+    async def _handle(self, frame: bytes, peer, received: float,
+                      listener: str = "") -> tuple[bytes | list | None, tuple]:
         """The answer to one frame (None: no answer) and the request metrics to time it with."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
         metrics = self.request_metrics
         if self.internal_handlers and internal.is_internal(frame):
+            if listener != self.inter_broker_listener:  # brokers only: never from a client's listener
+                log.warning("Closing connection from %s: inter-broker request on listener %s", peer, listener)
+                raise _CloseConnection
             return await self._handle_internal(frame, peer), ()
         with offload.gc_paused(big):
             try:

@@ -106,7 +106,8 @@ class ReplicaManager:
                     known.add((topic.name, p))
         for tp in list(self.log_manager.logs):
             if tp not in known:
-                log.warning("Deleting log %s-%d: this broker hosts no such partition in the cluster metadata", *tp)
+                log.warning("Deleting log %s-%d: its partition is not in the cluster metadata (or no longer "
+                            "assigned to this broker)", *tp)
                 self.log_manager.delete_log(*tp)
         self._lead_tiered(self.partitions.values())
 
