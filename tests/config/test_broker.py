@@ -200,11 +200,16 @@ def test_log_dirs_precedence():
             {"log.cleaner.min.compaction.lag.ms": "10", "log.cleaner.max.compaction.lag.ms": "5"},
             ["configuration log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms (5)"],
         ),
-        ({"broker.id": "7"}, ["configuration broker.id", "node.id (1)"]),
+        ({"broker.id": "7", "node.id": "1"}, ["configuration broker.id", "node.id (1)"]),
     ],
 )
 def test_effective_value_checks(props, fragments):
     refused(props, *fragments)
+
+
+def test_broker_id_alone_names_the_node():
+    """A ZooKeeper-mode file names the broker with broker.id only (Kafka 3.9's examples)."""
+    assert BrokerConfig({"broker.id": "7"})["node.id"] == 7
 
 
 # --- listeners ---------------------------------------------------------------------------------------
