@@ -19,7 +19,8 @@ from pathlib import Path
 
 from tests.harness import rawclient
 from tests.harness.broker import BrokerProcess
-from tests.harness.zookeeper import connect_string, unique_chroot
+from tests.harness.link_proxy import LinkProxy
+from tests.harness.zookeeper import connect_string, free_port, unique_chroot
 
 #: Short enough that a killed broker is noticed within seconds, long enough for a busy 2-core machine's
 #: stalls (Kafka's ZooKeeper-mode peer in these tests uses the same).
@@ -33,17 +34,38 @@ CLUSTER_SETTINGS = {
 
 
 class TierlogCluster:
-    def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None):
+    def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
+                 proxies: bool = False):
+        """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
+        (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers."""
         self.chroot = chroot or unique_chroot()
         self.zookeeper_connect = connect_string(zookeeper, self.chroot)
         self.settings = {**CLUSTER_SETTINGS, "offsets.topic.replication.factor": str(min(brokers, 3)),
                          **(settings or {})}
         self.brokers: dict[int, BrokerProcess] = {}
+        self.proxies: dict[int, LinkProxy] = {}
+        self._internal_ports: dict[int, int] = {}
         for i in range(1, brokers + 1):
             folder = work_dir / f"broker-{i}"
             folder.mkdir(parents=True, exist_ok=True)
+            extra = {}
+            if proxies:
+                port = self._internal_ports[i] = free_port()
+                proxy = self.proxies[i] = LinkProxy(port)
+                extra = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                         "advertised.listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{proxy.port}",
+                         "inter.broker.listener.name": "INTERNAL"}
             self.brokers[i] = BrokerProcess(folder / "logs", {
-                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **self.settings})
+                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **extra, **self.settings})
+            self._set_listeners(i)
+
+    def _set_listeners(self, i: int) -> None:
+        """The client listener on its previous port (a free one at first), plus INTERNAL behind its proxy."""
+        b = self.brokers[i]
+        listeners = f"PLAINTEXT://127.0.0.1:{b.port or 0}"
+        if i in self._internal_ports:
+            listeners += f",INTERNAL://127.0.0.1:{self._internal_ports[i]}"
+        b.overrides["listeners"] = listeners
 
     def running_ids(self) -> list[int]:
         return [i for i, b in self.brokers.items() if b.proc is not None and b.proc.poll() is None]
@@ -58,12 +80,12 @@ class TierlogCluster:
 
         def run(b: BrokerProcess) -> None:
             try:
-                if b.port is not None:
-                    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port}"
-                    b.port = None
                 b.start(timeout)
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
+        for i in ids or list(self.brokers):
+            self._set_listeners(i)
+            self.brokers[i].port = None
         threads = [threading.Thread(target=run, args=(self.brokers[i],)) for i in (ids or list(self.brokers))]
         for t in threads:
             t.start()
@@ -120,16 +142,19 @@ class TierlogCluster:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a paused broker cannot die of SIGKILL's wait otherwise
                 b.kill()
             BrokerProcess.running.discard(b)
+        for proxy in self.proxies.values():
+            proxy.close()
 
     def output(self, broker_id: int) -> str:
         return "".join(self.brokers[broker_id].output)
 
 
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
-                  chroot: str | None = None, timeout: float = 60, controller: int | None = None) -> TierlogCluster:
+                  chroot: str | None = None, timeout: float = 60, controller: int | None = None,
+                  proxies: bool = False) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
-    controller election before the others start."""
-    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot)
+    controller election before the others start; with ``proxies``, the brokers talk through LinkProxies."""
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies)
     try:
         if controller is not None:
             cluster.start([controller], timeout)
