@@ -464,31 +464,34 @@ class Broker:
             return
         was_ready = self.state is BrokerState.READY
         self._enter(BrokerState.SHUTTING_DOWN)
+        if was_ready:  # a start that failed said why already
+            log.info("Shutting down broker %d", self.node_id)
+        step = _ShutdownStep()
         controller = self.controller
         if isinstance(controller, ZkController) and was_ready and self.config["controlled.shutdown.enable"]:
-            await self._controlled_shutdown(controller)
+            await step("the controlled shutdown", self._controlled_shutdown(controller))
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.controller is not None and self.controller.disablements is not None:
-            await self.controller.disablements.stop()
+            await step("the tiering disablements to stop", self.controller.disablements.stop())
         if self.remote_log_manager is not None:
             # Before the listeners close: the metadata manager's clients talk to this broker.
             rlm = self.remote_log_manager
-            await rlm.close()
-            await rlm.rlmm.close()
+            await step("the remote log manager to close", rlm.close())
+            await step("the remote log metadata manager to close", rlm.rlmm.close())
             rlm.rsm.close()
         if self.socket_server is not None:
-            await self.socket_server.stop()
+            await step("the connections to close", self.socket_server.stop())
         if isinstance(controller, ZkController):
-            await controller.stop()  # resigns: another broker is elected at once
+            await step("the controller to stop", controller.stop())  # resigns: another is elected at once
         if self.zk is not None:
-            await self.zk.call(self.zk.close)  # the registration goes with the session
+            await step("the ZooKeeper session to close", self.zk.call(self.zk.close))  # registration goes too
         if isinstance(self.channel, NetworkBrokerChannel):
             self.channel.close()
         if self.group_coordinator is not None:
-            await self.group_coordinator.shutdown()
+            await step("the group coordinator to stop", self.group_coordinator.shutdown())
         if self.http_endpoint is not None:
-            await self.http_endpoint.stop()
+            await step("the HTTP endpoint to stop", self.http_endpoint.stop())
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         if self.log_manager is not None and self.log_manager.started:
@@ -498,6 +501,23 @@ class Broker:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+class _ShutdownStep:
+    """Awaits one step of the shutdown, saying every ``SLOW_S`` seconds which one it still waits for: a stop
+    that hangs names its step in the log."""
+
+    SLOW_S = 10.0
+
+    async def __call__(self, what: str, aw) -> None:
+        task = asyncio.ensure_future(aw)
+        started = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=self.SLOW_S)
+            if done:
+                task.result()
+                return
+            log.warning("Shutdown still waiting for %s after %.0f s", what, time.monotonic() - started)
 
 
 def _compile_record_validator_in_background() -> None:
