@@ -132,6 +132,7 @@ class ZkController(Controller):
         self._pid_lock = threading.Lock()
         self._creating: set[str] = set()
         self._session_lost = False
+        self._broker_epochs: dict[int, int] = {}
         self.registration: bytes | None = None  # this broker's /brokers/ids znode, registered again after expiry
         self._creation_failures = RepeatLimiter(log)
 
@@ -265,7 +266,7 @@ class ZkController(Controller):
 
     def _read_cluster(self, watch_brokers: Callable | None = None) -> MetadataImage:
         zk = self.zk
-        brokers = zk.live_brokers(watch=watch_brokers)
+        brokers, self._broker_epochs = zk.live_brokers(watch=watch_brokers)
         topics, versions = {}, {}
         for name in zk.topic_names():
             got = zk.read_topic(name)
@@ -306,6 +307,7 @@ class ZkController(Controller):
     def _activate(self, fence: ControllerFence) -> None:
         self.fence = fence
         self.controller_epoch = max(self.controller_epoch, fence.epoch)
+        self._shutting_down.clear()  # another controller's controlled shutdowns are not ours to remember
         image = self._read_cluster(watch_brokers=self._on_brokers_change)
         self.image = replace(image, controller_id=self.node_id)
         log.info("Broker %d is the controller (epoch %d): %d broker(s) alive, %d topic(s)", self.node_id,
@@ -364,21 +366,27 @@ class ZkController(Controller):
     def _brokers_changed(self) -> None:
         if not self.is_active:
             return
-        live = self.zk.live_brokers(watch=self._on_brokers_change)
+        live, epochs = self.zk.live_brokers(watch=self._on_brokers_change)
         before = self.image.brokers
-        dead = set(before) - set(live)
-        new = set(live) - set(before)
+        # A broker that restarted between two looks (a new registration, same id) left and joined again.
+        bounced = {b for b in set(live) & set(before) if epochs.get(b) != self._broker_epochs.get(b)}
+        dead = set(before) - set(live) | bounced
+        new = set(live) - set(before) | bounced
+        self._broker_epochs = epochs
         if not dead and not new and live == before:
             return
-        self._shutting_down -= dead
+        self._shutting_down -= dead | new
         if dead:
             log.info("Broker(s) %s left the cluster", sorted(dead))
         if new:
             log.info("Broker(s) %s joined the cluster", sorted(new))
+        if bounced:  # first as gone: their leaderships end (a new leader epoch), then back
+            self.image = replace(self.image, brokers={b: i for b, i in live.items() if b not in bounced})
+            self._elect_partitions(self._offline_partitions(self.image, bounced), "broker restart")
         self.image = replace(self.image, brokers=live)
         self._elect_partitions(self._offline_partitions(self.image, dead), "broker change")
         self._version += 1
-        for b in dead:
+        for b in dead:  # a bounced broker's pusher starts again: it has applied nothing yet
             self._on_loop(self._drop_pusher, b)
         self._on_loop(self._wake_pushers)
 

@@ -215,15 +215,18 @@ class ZkClient:
                            f"(session 0x{stat.ephemeralOwner:x}); give this broker another broker.id, or wait "
                            f"zookeeper.session.timeout.ms after a crash of the previous one")
 
-    def live_brokers(self, watch: Callable | None = None) -> dict[int, BrokerImage]:
-        out = {}
+    def live_brokers(self, watch: Callable | None = None) -> tuple[dict[int, BrokerImage], dict[int, int]]:
+        """The registered brokers and each one's broker epoch (Kafka's: the creation zxid of its registration,
+        which tells a broker that restarted between two looks from one that stayed)."""
+        out, epochs = {}, {}
         for child in self.kazoo.get_children(BROKER_IDS, watch=watch):
             try:
-                data, _ = self.kazoo.get(f"{BROKER_IDS}/{child}")
+                data, stat = self.kazoo.get(f"{BROKER_IDS}/{child}")
             except NoNodeError:  # gone between the listing and the read
                 continue
             out[int(child)] = parse_broker_registration(int(child), data)
-        return out
+            epochs[int(child)] = stat.czxid
+        return out, epochs
 
     # -------------------------------------------------------------- controller election
 

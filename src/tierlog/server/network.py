@@ -346,6 +346,8 @@ class SocketServer:
         self._listening: list[tuple[socket.socket, BoundListener]] = []
         self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
+        self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._stopping = False
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
 
@@ -387,10 +389,17 @@ class SocketServer:
         for sock, _ in self._listening:
             sock.close()
         self._listening.clear()
+        self._stopping = True
         for task in list(self._connections):
             task.cancel()
         if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            # Python 3.11's wait_for can lose a cancellation that races its inner read (a client sending
+            # without pause): such a connection still ends, at its next read, once its transport is closed.
+            _, pending = await asyncio.wait(set(self._connections), timeout=1.0)
+            for writer in list(self._writers.values()):
+                writer.transport.abort()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         self._warn.flush()
 
     # ------------------------------------------------------------------ accepting
@@ -447,6 +456,7 @@ class SocketServer:
         writer = None
         try:
             reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
+            self._writers[task] = writer
             await self._serve(reader, writer, peer, listener)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -456,6 +466,7 @@ class SocketServer:
             log.exception("Closing connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(task)
+            self._writers.pop(task, None)
             self.quotas.dec(ip)
             if self.request_metrics is not None:
                 open_, _, closed = self.request_metrics.listener(listener)
@@ -491,7 +502,7 @@ class SocketServer:
         pool = self.pool
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
         try:
-            while True:
+            while not self._stopping:
                 if pool is not None:
                     # Kafka reserves a frame's announced size before reading its body, and reads nothing while
                     # the pool is exhausted: the connection waits (backpressure, the socket's buffers fill).
