@@ -33,6 +33,24 @@ CLUSTER_SETTINGS = {
 }
 
 
+def in_parallel(act, items) -> None:
+    """``act(item)`` for every item at once, each on a thread; the first error is raised here."""
+    errors: list[BaseException] = []
+
+    def run(item) -> None:
+        try:
+            act(item)
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(item,)) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
                  proxies: bool = False):
@@ -76,23 +94,10 @@ class TierlogCluster:
 
     def start(self, ids: list[int] | None = None, timeout: float = 60) -> TierlogCluster:
         """Start brokers (all by default) in parallel, each on its previous port when it had one."""
-        errors = []
-
-        def run(b: BrokerProcess) -> None:
-            try:
-                b.start(timeout)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
         for i in ids or list(self.brokers):
             self._set_listeners(i)
             self.brokers[i].port = None
-        threads = [threading.Thread(target=run, args=(self.brokers[i],)) for i in (ids or list(self.brokers))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        in_parallel(lambda i: self.brokers[i].start(timeout), ids or list(self.brokers))
         return self
 
     def wait_until(self, check, timeout: float = 30, what: str = "the cluster"):

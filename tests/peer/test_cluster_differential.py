@@ -54,7 +54,7 @@ from tests.harness import apache_kafka, rawclient
 from tests.harness.broker import log_lines
 from tests.harness.cluster_shapes import differences, metadata_shape
 from tests.harness.rawclient import RawClient
-from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, start_cluster
+from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel, start_cluster
 from tierlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -241,20 +241,7 @@ class Pair:
 
     def on_both(self, act) -> None:
         """``act(side)`` on both sides at once (a kill, a restart)."""
-        errors: list[BaseException] = []
-
-        def run(side: Side) -> None:
-            try:
-                act(side)
-            except BaseException as e:  # noqa: BLE001 - raised on the test's thread below
-                errors.append(e)
-        threads = [threading.Thread(target=run, args=(side,)) for side in self.sides]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        in_parallel(act, self.sides)
 
     def settle(self, expected: dict, topics: list[str], since: float, timeout: float,
                controller: int | None = None) -> dict[str, float]:
