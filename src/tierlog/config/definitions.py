@@ -653,6 +653,9 @@ _BROKER: tuple[ConfigDef, ...] = (
     # --- coordinators ---
     _b("offsets.topic.num.partitions", "int", 50, AtLeast(1),
        doc="Partitions of __consumer_offsets (fixed once created)."),
+    _b("offsets.commit.timeout.ms", "int", 5000, AtLeast(1),
+       doc="How long an offset commit waits for the in-sync replicas of its __consumer_offsets partition "
+           "before it is answered COORDINATOR_NOT_AVAILABLE."),
     _b("offsets.topic.replication.factor", "short", 3, AtLeast(1),
        doc="Replication factor of __consumer_offsets; on a single node it is created with 1 (one warning)."),
     _b("offsets.retention.minutes", "int", 10080, AtLeast(1),

@@ -187,7 +187,9 @@ class Broker:
                        ProduceApis(rm, controller, request_metrics),
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
-                       ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
+                       ConfigApis(controller, self.node_id),
+                       GroupApis(coordinator, controller, self.node_id,
+                                 rm.offsets_replicated if controller.clustered else None)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)

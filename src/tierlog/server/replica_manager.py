@@ -39,6 +39,7 @@ from tierlog.cluster import (
     TopicImage,
 )
 from tierlog.config import BrokerConfig
+from tierlog.coordinator import OFFSETS_TOPIC
 from tierlog.errors import (
     InvalidTopicError,
     KafkaError,
@@ -379,6 +380,16 @@ class ReplicaManager:
             if remaining <= 0:
                 return [RequestTimedOutError.code if c is None else c for c in codes]
             await self.wait_for_data(pending, remaining)
+
+    async def offsets_replicated(self, partition: int, timeout_s: float) -> int:
+        """Wait until everything appended to ``__consumer_offsets``-``partition`` (an offset commit just made)
+        reached the ISR; the error code of :meth:`wait_for_acks`."""
+        p = self.partitions.get((OFFSETS_TOPIC, partition))
+        if p is None:
+            return NotLeaderOrFollowerError.code
+        codes = await self.wait_for_acks([(OFFSETS_TOPIC, partition, p.leader_epoch, p.log.log_end_offset - 1)],
+                                         timeout_s)
+        return codes[0]
 
     def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int) -> int | None:
         p = self.partitions.get((topic, index))
