@@ -42,6 +42,7 @@ from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
 from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.leadership import LeadershipApis
+from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
@@ -183,7 +184,8 @@ class Broker:
                        ProduceApis(rm, controller, request_metrics),
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
-                       ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
+                       ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id),
+                       LogDirApis(self.log_manager)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
