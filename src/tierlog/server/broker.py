@@ -43,6 +43,7 @@ from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
 from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.leadership import LeadershipApis
+from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
@@ -189,7 +190,8 @@ class Broker:
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id),
                        GroupApis(coordinator, controller, self.node_id,
-                                 rm.offsets_replicated if controller.clustered else None)):
+                                 rm.offsets_replicated if controller.clustered else None),
+                       LogDirApis(self.log_manager)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
