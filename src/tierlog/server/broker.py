@@ -174,6 +174,8 @@ class Broker:
         failures.add_listener(rm.handle_log_dir_failure)
         if isinstance(controller, ZkController):
             self._attach_replication(controller, rm)
+            controller.local_offline_replicas = rm.offline_replicas
+            failures.add_listener(lambda _log_dir: controller.report_log_dir_failure())
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
