@@ -57,7 +57,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol.offload import Pacer, free_later
-from tierlog.server.broker_metrics import BrokerTopicMetrics
+from tierlog.server.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -105,6 +105,7 @@ class ReplicaManager:
         self.fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
         self._isr_expiration: asyncio.Task | None = None
+        self.isr_metrics: IsrChangeMetrics | None = None
 
     # ------------------------------------------------------------------ metadata
 
@@ -477,6 +478,8 @@ class ReplicaManager:
             return
         if partition_epoch < p.partition_epoch:
             return
+        if self.isr_metrics is not None:
+            self.isr_metrics.changed(len(p.isr), len(isr))
         p.isr, p.partition_epoch, p.pending_isr = tuple(isr), partition_epoch, None
         p.maybe_increment_high_watermark()
         self._wake((p.topic, p.index))
