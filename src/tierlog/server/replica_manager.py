@@ -67,7 +67,7 @@ from tierlog.server.fetch_types import (
     OffsetLookupResult,
     PartitionFetch,
 )
-from tierlog.server.partition import Partition
+from tierlog.server.partition import FollowerState, Partition
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -215,9 +215,9 @@ class ReplicaManager:
                                  list(meta.isr))
                 else:
                     partition.pending_isr = None
-                    for r in partition.replicas:  # a replica added by a reassignment
-                        if r != self.node_id and r not in partition.followers:
-                            partition.update_follower(r, -1, 0)
+                    for r in partition.replicas:  # a replica added by a reassignment: not fetched yet
+                        if r != self.node_id:
+                            partition.followers.setdefault(r, FollowerState())
                     partition.maybe_increment_high_watermark()
             else:
                 if was_leader:
