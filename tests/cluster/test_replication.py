@@ -125,7 +125,7 @@ def test_a_stalled_follower_leaves_the_isr_and_acks_all_answers_not_enough_repli
     leader = state.leader_id
     follower = next(r for r in state.replica_nodes if r != leader)
     assert produce(cluster, leader, name, [b"all-three"]).error_code == 0
-    cluster.proxies[leader].hold(source=follower)  # the follower's fetches stop reaching the leader
+    cluster.proxies[leader].cut(source=follower)  # the follower cannot fetch from the leader any more
     try:
         # Appended, but the ISR shrinks before the stalled follower has it: Kafka's answer for a write that
         # was appended while the ISR was big enough and waited in vain.
