@@ -27,11 +27,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tierlog.cluster.image import PartitionImage
-from tierlog.cluster.zookeeper import topic_assignment, topic_path
+from tierlog.cluster.zookeeper import FencedControllerError, topic_assignment, topic_path
 from tierlog.errors import (
     InvalidReplicaAssignmentError,
     KafkaError,
     NoReassignmentInProgressError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 
@@ -52,6 +53,10 @@ def reassign_to(pi: PartitionImage, target: Iterable[int]) -> PartitionImage:
     full = tuple(dict.fromkeys((*target, *origin)))
     return replace(pi, replicas=full, adding_replicas=tuple(r for r in full if r not in origin),
                    removing_replicas=tuple(r for r in full if r not in target))
+
+
+def _scala(kind: str, items: Iterable[int]) -> str:
+    return f"{kind}({', '.join(map(str, items))})"
 
 
 def is_complete(pi: PartitionImage) -> bool:
@@ -95,24 +100,32 @@ class PartitionReassignments:
             else:
                 log.info("Reassigning %s-%d from %s to %s", name, p, list(pi.origin_replicas), list(target))
         if moves:
-            self._apply(moves)
+            try:
+                self._apply(moves)
+            except FencedControllerError:
+                raise
+            except Exception as e:  # noqa: BLE001 - ZooKeeper refused the write: Kafka's answer for each
+                log.error("Cannot start the reassignment of %d partition(s): %s", len(moves), e)
+                for key in moves:
+                    results[key] = UnknownServerError(f"cannot write the reassignment: {e}")
         return results
 
     def _invalid(self, pi: PartitionImage | None, target: tuple[int, ...]) -> KafkaError | None:
-        """Kafka's validateReplicas: a non-empty list of distinct broker ids whose new members are alive."""
+        """Kafka's validateReplicas: a non-empty list of distinct broker ids whose new members are alive (the
+        messages are Kafka 3.9's, Scala's collections included)."""
         if not target:
             return InvalidReplicaAssignmentError("Empty replica list specified in partition reassignment.")
         if len(set(target)) != len(target):
             return InvalidReplicaAssignmentError(
-                f"Duplicate replica ids in partition reassignment replica list: {list(target)}")
+                f"Duplicate replica ids in partition reassignment replica list: {_scala('ArrayBuffer', target)}")
         if any(r < 0 for r in target):
-            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {list(target)}")
+            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {_scala('ArrayBuffer', target)}")
         live = self.controller.image.brokers
         adding = reassign_to(pi, target).adding_replicas if pi is not None else target
         if not set(adding) <= set(live):
             return InvalidReplicaAssignmentError(
-                f"Replica assignment has brokers that are not alive. Replica list: {list(adding)}, live broker "
-                f"list: {sorted(live)}")
+                f"Replica assignment has brokers that are not alive. Replica list: {_scala('ArrayBuffer', adding)}, "
+                f"live broker list: {_scala('Set', sorted(live))}")
         return None
 
     def list(self, partitions: Iterable[Key] | None = None) -> dict[Key, PartitionImage]:
@@ -140,7 +153,12 @@ class PartitionReassignments:
             if pi is not None and pi.is_reassigning and is_complete(pi):
                 done[(name, p)] = pi
         if done:
-            self._apply(done)
+            try:
+                self._apply(done)
+            except FencedControllerError:
+                raise
+            except Exception:  # noqa: BLE001 - tried again with the next ISR change or controller
+                log.exception("Cannot complete the reassignment of %s", ", ".join(f"{n}-{p}" for n, p in done))
 
     def resume(self) -> None:
         """A new controller: finish the reassignments its predecessor left whose target is in sync; the others

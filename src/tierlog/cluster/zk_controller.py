@@ -846,7 +846,9 @@ class ZkController(Controller):
                 results[keys[(name, p)]] = (0, state)
                 log.info("ISR of %s-%d is now %s (leader %d, partition epoch %d)", name, p, list(state.isr),
                          state.leader, state.partition_epoch)
-            self.reassignments.maybe_complete(changes)  # a reassignment ends once its target is in sync
+        # A reassignment ends once its target is in sync (a retried request checks again after a failed write).
+        names = {t.topic_id: t.name for t in self.image.topics.values()}
+        self.reassignments.maybe_complete((names[tid], p) for tid, p in results if tid in names)
         return results
 
     def run_election(self, election_type: int, partitions: Iterable[tuple[str, int]] | None) -> dict:

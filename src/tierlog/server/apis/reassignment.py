@@ -6,8 +6,11 @@ offer them."""
 from __future__ import annotations
 
 from tierlog.cluster import Controller
-from tierlog.errors import NO_ERROR, KafkaError
+from tierlog.cluster.zookeeper import FencedControllerError
+from tierlog.errors import NO_ERROR, KafkaError, NotControllerError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+
+NO_ERROR_MESSAGE = ""  # Kafka's top-level error message without an error (the field's default), not null
 
 
 class ReassignmentApis:
@@ -26,6 +29,10 @@ class ReassignmentApis:
         controller = self.controller
         try:
             results = await controller.call(controller.reassignments.alter, items)
+        except FencedControllerError:  # another controller was elected meanwhile
+            e = NotControllerError("This is not the correct controller for this cluster.")
+            return build_response(ctx, {"throttle_time_ms": 0, "error_code": e.code, "error_message": e.message,
+                                        "responses": []})
         except KafkaError as e:  # NOT_CONTROLLER: the client asks the new controller
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": e.code, "error_message": e.message,
                                         "responses": []})
@@ -34,7 +41,7 @@ class ReassignmentApis:
             by_topic.setdefault(name, []).append({
                 "partition_index": p, "error_code": NO_ERROR if error is None else error.code,
                 "error_message": None if error is None else error.message})
-        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": None,
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": NO_ERROR_MESSAGE,
                                     "responses": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]})
 
     async def list_partition_reassignments(self, ctx: RequestContext):
@@ -52,7 +59,7 @@ class ReassignmentApis:
             by_topic.setdefault(name, []).append({
                 "partition_index": p, "replicas": list(pi.replicas), "adding_replicas": list(pi.adding_replicas),
                 "removing_replicas": list(pi.removing_replicas)})
-        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": None,
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": NO_ERROR_MESSAGE,
                                     "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]})
 
 
