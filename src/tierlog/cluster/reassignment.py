@@ -177,7 +177,8 @@ class PartitionReassignments:
         changes: dict[Key, PartitionImage] = {}
         for (name, p), moved in moves.items():
             before = c.image.topics[name].partitions[p]
-            after = self._settle(name, before, moved, live)
+            usable = {r for r in live if not c._replica_offline(r, name, p)}  # not in a failed log dir
+            after = self._settle(name, before, moved, usable)
             if after != before:
                 changes[(name, p)] = after
         if not changes:
