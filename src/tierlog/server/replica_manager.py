@@ -812,7 +812,12 @@ class ReplicaManager:
 
     def last_offset_for_leader_epoch(self, topic: str, partition: int, leader_epoch: int,
                                      current_leader_epoch: int = -1) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch: (the largest epoch <= ``leader_epoch``, the end offset of that epoch)."""
+        """OffsetsForLeaderEpoch: (the largest epoch <= ``leader_epoch``, the end offset of that epoch). A
+        replica hosted here checks ``current_leader_epoch`` before leadership, as Kafka's getLocalLog: a
+        follower answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH before NOT_LEADER_OR_FOLLOWER."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is not None and hosted.log.offline is None:
+            hosted.check_leader_epoch(current_leader_epoch)
         p = self.get_partition(topic, partition)
         p.check_leader_epoch(current_leader_epoch)
         return p.log.leader_epoch_cache.end_offset_for(leader_epoch, p.log.log_end_offset)
