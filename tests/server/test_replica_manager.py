@@ -205,9 +205,10 @@ def test_offsets_by_timestamp_search_the_remote_tier_first(tmp_path):
     asyncio.run(scenario())
 
 
-def test_offsets_for_leader_epoch_on_a_follower_checks_the_epoch_first(tmp_path):
-    """Kafka's getLocalLog: a replica that follows answers a stale or future current_leader_epoch with
-    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, and NOT_LEADER_OR_FOLLOWER only for the current one (or none)."""
+def test_a_follower_checks_the_current_leader_epoch_first(tmp_path):
+    """Kafka's getLocalLog, for OffsetsForLeaderEpoch and ListOffsets: a replica that follows answers a stale or
+    future current_leader_epoch with FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, and NOT_LEADER_OR_FOLLOWER
+    only for the current one (or none)."""
     async def scenario():
         node = await assemble(tmp_path)
         try:
@@ -221,8 +222,12 @@ def test_offsets_for_leader_epoch_on_a_follower_checks_the_epoch_first(tmp_path)
                 except KafkaError as e:
                     return e.code
                 return 0
-            assert [code(c) for c in (2, 4, 3, -1)] == [FencedLeaderEpochError.code, UnknownLeaderEpochError.code,
-                                                        NotLeaderOrFollowerError.code, NotLeaderOrFollowerError.code]
+            expected = [FencedLeaderEpochError.code, UnknownLeaderEpochError.code, NotLeaderOrFollowerError.code,
+                        NotLeaderOrFollowerError.code]
+            assert [code(c) for c in (2, 4, 3, -1)] == expected
+            lookups = [OffsetLookup("ep", 0, -1, current_leader_epoch=c) for c in (2, 4, 3, -1)]
+            listed = await node.rm.fetch_offsets(lookups, FetchIsolation.HIGH_WATERMARK, timeout_s=10)
+            assert [r.error_code for r in listed] == expected
         finally:
             await node.close()
     asyncio.run(scenario())
