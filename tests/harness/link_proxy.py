@@ -155,6 +155,10 @@ class LinkProxy:
         link = self._rule(client_id)
         with self._lock:
             self.connections_seen[client_id] = self.connections_seen.get(client_id, 0) + 1
+        # A held link delivers nothing, the first request of a connection opened meanwhile included (a client
+        # whose request timed out reconnects: its retry must not reach the broker either).
+        link.flowing.wait()
+        link = self._rule(client_id)
         if link.mode == "cut" or self._closed:
             client.close()
             return
