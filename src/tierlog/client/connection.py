@@ -62,6 +62,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.ALTER_PARTITION: (2, 2),
 }
 
 SOFTWARE_NAME = "tierlog-python"
@@ -196,6 +197,11 @@ class BrokerConnection:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def socket(self):
+        """The connection's socket (for options such as its receive buffer), or None."""
+        return self._transport.get_extra_info("socket") if self._transport is not None else None
 
     @property
     def closed(self) -> bool:
