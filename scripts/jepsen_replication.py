@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                         mixed_probability=args.mixed, partitions=args.partitions,
                         min_insync_replicas=args.min_insync_replicas, isr_target=args.isr_target,
                         producers=args.producers, produce_interval=args.interval,
-                        broker_settings=dict(kv.split("=", 1) for kv in args.broker))
+                        broker_settings={**Settings().broker_settings, **dict(kv.split("=", 1) for kv in args.broker)})
     watchdog(args.minutes * 60 + GRACE_S, work_dir)
     started = time.monotonic()
     print(f"fault run: seed {args.seed}, up to {args.cycles} cycles or {args.minutes:g} minutes, kinds "

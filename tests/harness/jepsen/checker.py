@@ -6,7 +6,10 @@ under way when the client was told):
 
 - lost: a value acknowledged (partition, offset) that no partition holds;
 - duplicated: a value the log holds more than once;
-- offset mismatch: an acknowledged value read at another partition or offset than the acknowledgement said;
+- offset mismatch: an acknowledged value read at another partition or offset than the acknowledgement said
+  (an acknowledgement without an offset is listed apart and checked for loss and duplication only: librdkafka
+  acknowledges "implicitly", with no offset, messages whose request failed once a later batch of the same
+  producer succeeded, and so it delivers a DUPLICATE_SEQUENCE_NUMBER answer);
 - reordered: two values of one producer in one partition whose acknowledged offsets are not in the order of
   their numbers, or that the log holds out of that order;
 - committed offset regression: the group's committed offset of a partition, read back by a fresh consumer,
@@ -175,6 +178,7 @@ class Report:
     mismatched: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     offset_regressions: list[str] = field(default_factory=list)
+    offsetless: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
     leaderless: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -208,6 +212,9 @@ class Report:
                      f"({self.indeterminate_read} of them not acknowledged)")
         if h.delivery_errors:
             lines.append("  delivery errors: " + ", ".join(f"{k} {n}" for k, n in h.delivery_errors.most_common()))
+        if self.offsetless:
+            lines.append(f"  acknowledged without an offset: {len(self.offsetless)}, first: "
+                         + "; ".join(self.offsetless[:3]))
         if h.fatal_errors:
             first = [f"{n} at {t:.1f}s ({where(self.cycles, t)}): {e}" for t, n, e in h.fatal_errors[:3]]
             lines.append(f"  fatal producer errors: {len(h.fatal_errors)}, first: " + "; ".join(first))
@@ -261,6 +268,9 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
             report.lost.append(f"{a.value.decode()} acknowledged at partition {a.partition} offset {a.offset} at "
                                f"{a.at:.1f}s ({where(cycles, a.at)}); that offset now holds {holds} "
                                f"(high watermark {highs.get(a.partition)})")
+        elif a.offset < 0:
+            report.offsetless.append(f"{a.value.decode()} at partition {a.partition} at {a.at:.1f}s "
+                                     f"({where(cycles, a.at)}), read at {places}")
         elif (a.partition, a.offset) not in places:
             report.mismatched.append(f"{a.value.decode()} acknowledged at partition {a.partition} offset {a.offset} "
                                      f"at {a.at:.1f}s ({where(cycles, a.at)}), read at {places}")
@@ -281,7 +291,8 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
     # Order: acknowledged offsets follow the numbers, per producer and partition...
     by_stream: dict[tuple[str, int], list[Ack]] = defaultdict(list)
     for a in h.acks:
-        by_stream[(a.producer, a.partition)].append(a)
+        if a.offset >= 0:
+            by_stream[(a.producer, a.partition)].append(a)
     for (producer, p), acks in sorted(by_stream.items()):
         acks.sort(key=lambda a: a.seq)
         for x, y in zip(acks, acks[1:]):

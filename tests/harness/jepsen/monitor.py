@@ -2,8 +2,10 @@
 
 Each poll asks the brokers in turn (the one that answered last first, 0.5 s each) for the topic; a partition
 is without a leader when the answer says leader -1 (or an error, or a leader the answer does not list among
-the brokers) or when no broker answers at all. A window opens at the first such poll and closes at the first
-poll that shows a leader again; ``longest()`` is the longest window of each partition, with when it began.
+the brokers), when no broker answers at all, or when the leader it names does not answer a Metadata request
+within a second itself (killed or paused: until its ZooKeeper session expires, the others still name it). A
+window opens at the first such poll and closes at the first poll that shows an answering leader again;
+``longest()`` is the longest window of each partition, with when it began.
 """
 
 from __future__ import annotations
@@ -28,27 +30,36 @@ class LeaderMonitor(threading.Thread):
         self.polls = 0
         self.unanswered = 0
 
+    def _ask(self, broker_id: int, timeout: float):
+        """Metadata of the topic from one broker, None when it does not answer within ``timeout``."""
+        try:
+            raw = RawClient(self.addresses[broker_id], timeout=timeout)
+        except OSError:
+            return None
+        try:
+            return raw.request(ApiKey.METADATA, 12, {"topics": [{"name": self.topic}],
+                                                     "allow_auto_topic_creation": False})
+        except Exception:  # noqa: BLE001 - a broker paused, stopping or just killed
+            return None
+        finally:
+            raw.close()
+
     def _leaders(self) -> dict[int, int] | None:
         order = [self._preferred] + [i for i in sorted(self.addresses) if i != self._preferred]
         for broker_id in order:
-            try:
-                raw = RawClient(self.addresses[broker_id], timeout=0.5)
-            except OSError:
+            md = self._ask(broker_id, 0.5)
+            if md is None:
                 continue
-            try:
-                md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": self.topic}],
-                                                       "allow_auto_topic_creation": False})
-            except Exception:  # noqa: BLE001 - a broker paused, stopping or just killed: ask the next
-                continue
-            finally:
-                raw.close()
             self._preferred = broker_id
             listed = {b.node_id for b in md.brokers}
             t = md.topics[0]
             if t.error_code != 0:
                 return {}
-            return {p.partition_index: p.leader_id for p in t.partitions
-                    if p.error_code == 0 and p.leader_id in listed}
+            leaders = {p.partition_index: p.leader_id for p in t.partitions
+                       if p.error_code == 0 and p.leader_id in listed}
+            answering = {broker_id} | {i for i in set(leaders.values()) - {broker_id}
+                                       if i in self.addresses and self._ask(i, 1.0) is not None}
+            return {p: leader for p, leader in leaders.items() if leader in answering}
         return None
 
     def run(self) -> None:

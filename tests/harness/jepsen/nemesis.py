@@ -102,6 +102,7 @@ class Rig:
                 self.cluster.start([broker_id], timeout=self.broker_start_timeout)
             except BaseException as e:  # noqa: BLE001 - reported on the caller's thread
                 errors.append(e)
+        t0 = time.monotonic()
         t = threading.Thread(target=start, daemon=True)
         t.start()
         t.join(self.broker_start_timeout + 15)
@@ -112,11 +113,14 @@ class Rig:
         if errors:
             raise errors[0]
         self.down.discard(broker_id)
+        self.history.event(f"broker {broker_id} started in {time.monotonic() - t0:.1f} s")
 
     def stop_broker(self, broker_id: int, timeout: float = 60) -> None:
         """SIGTERM (controlled shutdown); SIGKILL after ``timeout``, noted as an event."""
+        t0 = time.monotonic()
         try:
-            self.cluster.brokers[broker_id].stop(timeout)
+            status = self.cluster.brokers[broker_id].stop(timeout)
+            self.history.event(f"broker {broker_id} stopped in {time.monotonic() - t0:.1f} s (exit status {status})")
         except AssertionError as e:
             self.history.event(f"broker {broker_id} did not stop within {timeout} s of SIGTERM; killed: "
                                f"{str(e).splitlines()[0]}")
@@ -339,7 +343,10 @@ class RollingRestart(Fault):
             self.rig.history.event(f"rolling restart: broker {broker_id}")
             self.rig.stop_broker(broker_id)
             self.rig.start_broker(broker_id)
+            t0 = time.monotonic()
             self.settle(f"rolling restart of broker {broker_id}")
+            self.rig.history.event(f"rolling restart: settled {time.monotonic() - t0:.1f} s after broker "
+                                   f"{broker_id} started")
 
     def hold(self):
         pass

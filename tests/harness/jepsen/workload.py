@@ -25,7 +25,7 @@ class Ack:
     producer: str  # name.incarnation
     seq: int
     partition: int
-    offset: int
+    offset: int  # -1 when the acknowledgement carried none (librdkafka's implicit acknowledgements)
     value: bytes
     at: float  # seconds since the history began
 
@@ -194,7 +194,9 @@ class ProducerWorker(threading.Thread):
                     h.fatal_errors.append((h.now(), name, f"{err.name()}: {err.str()}"))
                     self._fatal.set()
                 return
-            h.ack(Ack(name, seq, msg.partition(), msg.offset(), msg.value(), h.now()))
+            offset = msg.offset()
+            h.ack(Ack(name, seq, msg.partition(), -1 if offset is None or offset < 0 else offset, msg.value(),
+                      h.now()))
         return done
 
 
