@@ -313,17 +313,17 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
         last[(producer, p)] = (seq, o)
 
     # Committed offsets never go back.
-    highest: dict[int, tuple[int, float]] = {}
+    highest: dict[int, tuple[int, float, str]] = {}
     for c in sorted(h.commits, key=lambda c: c.at):
         for p, off in c.offsets.items():
             prev = highest.get(p)
             if prev is not None and off < prev[0]:
                 report.offset_regressions.append(
                     f"partition {p}: {c.member} had commit {off} confirmed at {c.at:.1f}s ({where(cycles, c.at)}) "
-                    f"after {prev[0]} was confirmed at {prev[1]:.1f}s")
+                    f"after {prev[2]} had {prev[0]} confirmed at {prev[1]:.1f}s ({where(cycles, prev[1])})")
             if prev is None or off > prev[0]:
-                highest[p] = (off, c.at)
-    for p, (off, at) in sorted(highest.items()):
+                highest[p] = (off, c.at, c.member)
+    for p, (off, at, _) in sorted(highest.items()):
         final = committed.get(p, -1)
         if final < off:
             report.offset_regressions.append(

@@ -7,6 +7,8 @@ Kinds (``KINDS``):
 - ``pause-leader``: SIGSTOP the leader of a partition until the others have seen its ZooKeeper session expire
   (its registration gone from their Metadata), a little longer, then SIGCONT: a paused old leader must not
   acknowledge anything after waking;
+- ``pause-coordinator``: the same for the group's coordinator (FindCoordinator): a woken old coordinator must
+  not confirm an offset commit it cannot keep;
 - ``partition-leader``: cut the links between the leader of a partition and every other broker, both ways
   (the LinkProxies, by client id ``broker-<id>``); clients and ZooKeeper still reach it;
 - ``zk-cut``: cut one broker (a leader, or the controller) from ZooKeeper (its TcpProxy) until its session
@@ -34,12 +36,13 @@ from pathlib import Path
 from tests.harness import rawclient
 from tests.harness import zookeeper as zk
 from tests.harness.tierlog_cluster import TierlogCluster
+from tierlog.protocol import ApiKey
 
-KINDS = ("kill-leader", "kill-controller", "pause-leader", "partition-leader", "zk-cut", "disk-full",
-         "zk-restart", "rolling-restart")
+KINDS = ("kill-leader", "kill-controller", "pause-leader", "pause-coordinator", "partition-leader", "zk-cut",
+         "disk-full", "zk-restart", "rolling-restart")
 #: Kinds that can take part in a mixed cycle (a rolling restart is a sequence of its own).
-MIXABLE = ("kill-leader", "kill-controller", "pause-leader", "partition-leader", "zk-cut", "disk-full",
-           "zk-restart")
+MIXABLE = ("kill-leader", "kill-controller", "pause-leader", "pause-coordinator", "partition-leader", "zk-cut",
+           "disk-full", "zk-restart")
 
 
 class NoTarget(Exception):
@@ -52,8 +55,9 @@ class Rig:
 
     def __init__(self, cluster: TierlogCluster, zookeeper, topic: str, partitions: int, history,
                  disk_broker: int | None = None, disk_mount: Path | None = None, session_timeout_s: float = 6.0,
-                 broker_start_timeout: float = 60):
+                 broker_start_timeout: float = 60, group: str | None = None):
         self.cluster, self.zookeeper, self.topic, self.partitions = cluster, zookeeper, topic, partitions
+        self.group = group
         self.history = history
         self.disk_broker, self.disk_mount = disk_broker, disk_mount
         self.session_timeout_s = session_timeout_s
@@ -90,6 +94,23 @@ class Rig:
 
     def controller(self) -> int:
         return self.metadata().controller_id
+
+    def coordinator(self) -> int:
+        """The broker coordinating the workload's group (FindCoordinator), -1 when none answers."""
+        for i in self.responsive():
+            try:
+                raw = rawclient.RawClient(self.addresses[i], timeout=5)
+            except OSError:
+                continue
+            try:
+                answer = raw.request(ApiKey.FIND_COORDINATOR, 3, {"key": self.group, "key_type": 0})
+            except Exception:  # noqa: BLE001 - ask another
+                continue
+            finally:
+                raw.close()
+            if answer.error_code == 0:
+                return answer.node_id
+        return -1
 
     # ------------------------------------------------------------------------------------------ acts
 
@@ -244,6 +265,16 @@ class PauseLeader(Fault):
         self.rig.paused.discard(self.target)
 
 
+class PauseCoordinator(PauseLeader):
+    kind = "pause-coordinator"
+
+    def choose(self, exclude):
+        coordinator = self.rig.coordinator()
+        if coordinator < 0 or coordinator in exclude or coordinator not in self.rig.responsive():
+            raise NoTarget(f"the group's coordinator ({coordinator}) is unknown or already faulted")
+        self.target = coordinator
+
+
 class PartitionLeader(Fault):
     kind = "partition-leader"
 
@@ -352,8 +383,8 @@ class RollingRestart(Fault):
         pass
 
 
-FAULTS = {cls.kind: cls for cls in (KillLeader, KillController, PauseLeader, PartitionLeader, ZkCut, DiskFull,
-                                    ZkRestart)}
+FAULTS = {cls.kind: cls for cls in (KillLeader, KillController, PauseLeader, PauseCoordinator, PartitionLeader,
+                                    ZkCut, DiskFull, ZkRestart)}
 
 
 class Nemesis:

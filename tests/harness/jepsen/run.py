@@ -116,7 +116,8 @@ class Run:
                 f"disk broker {disk_broker if self.disk_mount else 'none'})")
         self._create_topic()
         self.rig = Rig(self.cluster, self.zookeeper, self.topic, s.partitions, h,
-                       disk_broker if self.disk_mount else None, self.disk_mount, s.session_timeout_ms / 1000)
+                       disk_broker if self.disk_mount else None, self.disk_mount, s.session_timeout_ms / 1000,
+                       group=self.group)
         bootstrap = ",".join(self.rig.addresses.values())
         self.monitor = LeaderMonitor(self.rig.addresses, self.topic, s.partitions, h.now)
         self.producers = [ProducerWorker(f"p{i}", bootstrap, self.topic, s.partitions, h, self.stop_workload,
