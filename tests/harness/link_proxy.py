@@ -3,8 +3,8 @@
 Each broker of a test cluster advertises its inter-broker listener at a ``LinkProxy`` that forwards to the
 real port. The proxy tells links apart by who connects: the client id of the connection's first request
 (tierlog's brokers connect to each other as ``broker-<id>``, their replica fetchers as
-``broker-<id>-fetcher-<n>``; a rule for ``broker-<id>`` covers both), so ``proxy.cut(source=2)`` breaks the
-link from broker 2 to this broker, replication included, and leaves the others alone. Faults:
+``broker-<id>-fetcher-<n>``), so ``proxy.cut(source=2)`` breaks every link from broker 2 to this broker,
+replication included, and leaves the others alone. Faults:
 
 - ``cut``: the link's connections are closed and new ones are closed at once (a partition);
 - ``hold``: bytes stop flowing both ways on the link's connections, which stay open (a stalled peer,
@@ -54,15 +54,11 @@ class LinkProxy:
             return self._links.setdefault(key, _Link())
 
     def _rule(self, client_id: str) -> _Link:
-        """The link of ``client_id``: its own rule, else that of the longest ``<rule>-...`` prefix
-        (``broker-2`` for ``broker-2-fetcher-0``), else the rule for everyone."""
+        """A broker's replica fetchers (``broker-<id>-fetcher-<n>``) fall under its rule (``broker-<id>``)."""
+        owner = client_id.split("-fetcher-")[0]
         with self._lock:
-            if client_id in self._links:
-                return self._links[client_id]
-            prefixes = [k for k in self._links if k != ANY and client_id.startswith(k + "-")]
-            if prefixes:
-                return self._links[max(prefixes, key=len)]
-            return self._links.setdefault(ANY, _Link())
+            return (self._links.get(client_id) or self._links.get(owner)
+                    or self._links.setdefault(ANY, _Link()))
 
     def cut(self, source=None) -> None:
         """Break the link from ``source`` (a broker id, a client id; None: everyone)."""
@@ -89,7 +85,7 @@ class LinkProxy:
     def _close_matching(self, source) -> None:
         key = None if source is None else f"broker-{source}" if isinstance(source, int) else str(source)
         with self._lock:
-            doomed = [c for c in self._conns if key is None or c[0] == key or c[0].startswith(key + "-")]
+            doomed = [c for c in self._conns if key is None or key in (c[0], c[0].split("-fetcher-")[0])]
         for _, a, b in doomed:
             for s in (a, b):
                 try:

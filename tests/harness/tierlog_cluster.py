@@ -56,9 +56,10 @@ def in_parallel(act, items) -> None:
 
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
-                 proxies: bool = False, zookeeper_proxies: bool = False):
+                 proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False):
         """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
         (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
+        ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``.
         ``zookeeper_proxies``: every broker reaches ZooKeeper through a ``TcpProxy`` of its own
         (``self.zookeeper_proxies[i]``); ``zookeeper_connect`` stays the direct one, for the test's own use."""
         self.chroot = chroot or unique_chroot()
@@ -84,7 +85,8 @@ class TierlogCluster:
                 zk_proxy = self.zookeeper_proxies[i] = TcpProxy(zookeeper.port, zookeeper.host)
                 zk_connect = f"{zk_proxy.address}{self.chroot}"
             self.brokers[i] = BrokerProcess(folder / "logs", {
-                "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings})
+                "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings,
+                **(per_broker or {}).get(i, {})})
             self._set_listeners(i)
 
     def _set_listeners(self, i: int) -> None:
@@ -166,11 +168,12 @@ class TierlogCluster:
 
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
-                  proxies: bool = False, zookeeper_proxies: bool = False) -> TierlogCluster:
+                  proxies: bool = False, per_broker: dict[int, dict] | None = None,
+                  zookeeper_proxies: bool = False) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
     controller election before the others start; with ``proxies``, the brokers talk through LinkProxies;
     with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own."""
-    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, zookeeper_proxies)
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies)
     try:
         if controller is not None:
             cluster.start([controller], timeout)
