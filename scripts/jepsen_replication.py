@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -57,6 +58,14 @@ def watchdog(limit_s: float, work_dir: Path) -> None:
     timer.start()
 
 
+def interrupted(signum, frame) -> None:
+    """The first SIGINT or SIGTERM stops the run through its cleanup; later ones are ignored, so a second
+    Ctrl-C cannot cut the cleanup short and leave brokers, ZooKeeper or the tmpfs behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                         min_insync_replicas=args.min_insync_replicas, isr_target=args.isr_target,
                         producers=args.producers, produce_interval=args.interval,
                         broker_settings={**Settings().broker_settings, **dict(kv.split("=", 1) for kv in args.broker)})
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
     watchdog(args.minutes * 60 + GRACE_S, work_dir)
     started = time.monotonic()
     print(f"fault run: seed {args.seed}, up to {args.cycles} cycles or {args.minutes:g} minutes, kinds "

@@ -305,18 +305,24 @@ class Run:
               producers_of=lambda wanted: batch_producers(bootstrap, self.topic, wanted))
 
     def teardown(self) -> None:
-        self.stop_workload.set()
-        if self.monitor is not None and self.monitor.is_alive():
-            self.monitor.stop()
+        """Stop everything this run started, each step whatever the others did."""
+        steps = [self.stop_workload.set]
+        if self.monitor is not None:
+            steps.append(lambda: self.monitor.is_alive() and self.monitor.stop())
         if self.cluster is not None:
             for i, b in self.cluster.brokers.items():
-                (self.work_dir / f"broker-{i}.out").write_text("".join(b.output))
-            self.cluster.stop()
+                steps.append(lambda i=i, b=b: (self.work_dir / f"broker-{i}.out").write_text("".join(b.output)))
+            steps.append(self.cluster.stop)
         if self.zookeeper is not None:
-            zk.stop_zookeeper(self.zookeeper)
+            steps.append(lambda: zk.stop_zookeeper(self.zookeeper))
         if self.disk_mount is not None:
             from tests.faults.tmpfs import unmount
-            unmount(self.disk_mount)
+            steps.append(lambda: unmount(self.disk_mount))
+        for step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - the next steps still run
+                print(f"teardown step failed: {e!r}")
 
 
 def run(work_dir: Path, settings: Settings, echo=print) -> Report:
