@@ -107,7 +107,8 @@ class Run:
         s, h = self.s, self.history
         self.zookeeper = zk.start_zookeeper(self.work_dir / "zookeeper")
         disk_broker = s.brokers
-        if "disk-full" in s.kinds or any("disk-full" in c for c in s.schedule or []):
+        drawable = {k for c in s.schedule for k in c} if s.schedule is not None else set(s.kinds)
+        if "disk-full" in drawable:
             self._mount_disk(disk_broker)
         settings = {"zookeeper.session.timeout.ms": str(s.session_timeout_ms), **s.broker_settings}
         self.cluster = start_cluster(self.work_dir, self.zookeeper, brokers=s.brokers, settings=settings,
