@@ -1,7 +1,8 @@
 """A short Jepsen-style run against replication: three brokers, a topic with three replicas and
-min.insync.replicas=2, idempotent producers (acks=all) and a committing consumer group, through four fault
+min.insync.replicas=2, idempotent producers (acks=all) and a committing consumer group, through five fault
 cycles: a leader SIGKILLed, a leader paused past its ZooKeeper session (it must acknowledge nothing once
-replaced), a leader cut from its followers while ZooKeeper restarts, and the controller SIGKILLed. Then every
+replaced), a leader cut from its followers while ZooKeeper restarts, the group's coordinator paused past its
+session (it must confirm no commit it cannot keep), and the controller SIGKILLed. Then every
 partition is read back: no acknowledged write lost, duplicated, misplaced or out of order, no committed offset
 gone back, and writes acknowledged on every partition after each heal (so the run cannot pass by doing
 nothing). tests/harness/jepsen has the machinery; scripts/jepsen_replication.py is the long run.
@@ -18,7 +19,8 @@ from tests.harness.jepsen.checker import Cycle, Report, check
 from tests.harness.jepsen.run import Settings, run
 from tests.harness.jepsen.workload import Ack, Commit, History
 
-SCHEDULE = [("kill-leader",), ("pause-leader",), ("partition-leader", "zk-restart"), ("kill-controller",)]
+SCHEDULE = [("kill-leader",), ("pause-leader",), ("partition-leader", "zk-restart"), ("pause-coordinator",),
+            ("kill-controller",)]
 
 
 def test_the_checker_finds_every_kind_of_violation():

@@ -4,9 +4,9 @@ Kinds (``KINDS``):
 
 - ``kill-leader``: SIGKILL the leader of a partition; healed by starting it again (same port, same log dir);
 - ``kill-controller``: the same for the controller;
-- ``pause-leader``: SIGSTOP the leader of a partition until the others have seen its ZooKeeper session expire
-  (its registration gone from their Metadata), a little longer, then SIGCONT: a paused old leader must not
-  acknowledge anything after waking;
+- ``pause-leader``: SIGSTOP the leader of a partition until its ZooKeeper session expired (its registration
+  gone from ZooKeeper, which the controller watches), a little longer, then SIGCONT: a paused old leader must
+  not acknowledge anything after waking;
 - ``pause-coordinator``: the same for the group's coordinator (FindCoordinator): a woken old coordinator must
   not confirm an offset commit it cannot keep;
 - ``partition-leader``: cut the links between the leader of a partition and every other broker, both ways
@@ -28,6 +28,7 @@ choices of partitions and roles, though the brokers behind them may differ.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -64,6 +65,7 @@ class Rig:
         self.broker_start_timeout = broker_start_timeout
         self.addresses = {i: b.bootstrap for i, b in cluster.brokers.items()}
         self.paused: set[int] = set()
+        self._zk = None  # a kazoo client of the rig's own, for session_expired
         self.down: set[int] = set()
         self.zookeeper_down = False
 
@@ -152,18 +154,23 @@ class Rig:
         self.down.add(broker_id)
 
     def session_expired(self, broker_id: int) -> bool:
-        """The other brokers no longer list ``broker_id`` (its registration went with its session)."""
-        others = [i for i in self.responsive() if i != broker_id]
-        if not others:
-            return False
-        for i in others:
-            try:
-                md = rawclient.metadata(self.addresses[i], [])
-            except Exception:  # noqa: BLE001
-                return False
-            if broker_id in {b.node_id for b in md.brokers}:
-                return False
-        return True
+        """ZooKeeper no longer holds ``broker_id``'s registration (``/brokers/ids/<id>`` went with its session).
+        Asked of ZooKeeper itself: a broker cut from it would still list the others in its Metadata."""
+        if self._zk is None:
+            from kazoo.client import KazooClient
+            quiet = logging.getLogger("jepsen.kazoo")
+            quiet.setLevel(logging.ERROR)
+            client = KazooClient(hosts=self.cluster.zookeeper_connect, timeout=10, logger=quiet,
+                                 connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1})
+            client.start(timeout=10)
+            self._zk = client
+        return self._zk.exists(f"/brokers/ids/{broker_id}") is None
+
+    def close(self) -> None:
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
 
     def poll(self, check, timeout: float) -> bool:
         """Poll ``check()`` every 100 ms until it holds (True) or ``timeout`` passes (False)."""

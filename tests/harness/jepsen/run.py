@@ -308,6 +308,8 @@ class Run:
     def teardown(self) -> None:
         """Stop everything this run started, each step whatever the others did."""
         steps = [self.stop_workload.set]
+        if self.rig is not None:
+            steps.append(self.rig.close)
         if self.monitor is not None:
             steps.append(lambda: self.monitor.is_alive() and self.monitor.stop())
         if self.cluster is not None:
