@@ -70,6 +70,7 @@ TOOLS = {
     "ConsumerGroupCommand": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
     "LeaderElectionCommand": "org.apache.kafka.tools.LeaderElectionCommand",
+    "LogDirsCommand": "org.apache.kafka.tools.LogDirsCommand",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }

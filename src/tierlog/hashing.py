@@ -48,3 +48,14 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
 def to_positive(h: int) -> int:
     """Kafka's ``Utils.toPositive``: clear the sign bit (not ``abs``, which overflows for MIN_VALUE)."""
     return h & 0x7FFFFFFF
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int: Kafka spreads partitions
+    over replica fetchers with it."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return to_int32(h)
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 
@@ -26,6 +27,7 @@ from tierlog.client.admin import (
     ListOffsetsResult,
     NewPartitions,
     NewTopic,
+    ReplicaInfo,
 )
 from tierlog.client.cluster import Node
 from tierlog.client.errors import IllegalStateError, KafkaConnectionError, KafkaTimeoutError
@@ -354,6 +356,31 @@ def test_describe_cluster(shared):
     d = run_admin(shared.bootstrap, scenario)
     assert len(d.cluster_id) == 22 and d.controller_id == 1
     assert d.brokers == [Node(1, "127.0.0.1", shared.port, None)] and d.controller == d.brokers[0]
+
+
+def test_describe_log_dirs(shared):
+    """Every partition the broker hosts, in its one log dir, sized as its segment files on disk; the
+    volume's bytes as statvfs gives them; a broker that is not in the cluster times out."""
+    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("dirs", 2, 1)]))
+    produce(shared.bootstrap, "dirs", [1_700_000_000_000] * 3, partition=1)
+
+    async def scenario(admin: Admin):
+        every, one = await admin.describe_log_dirs(), await admin.describe_log_dirs([1])
+        with pytest.raises(KafkaTimeoutError, match="broker 7 is not in the cluster metadata"):
+            await admin.describe_log_dirs([7], timeout_ms=1000)
+        return every, one
+
+    every, one = run_admin(shared.bootstrap, scenario)
+    log_dir = str(shared.log_dir)
+    assert list(every) == [1] and list(every[1]) == [log_dir] and list(one[1]) == [log_dir]
+    d = every[1][log_dir]
+    assert d.error is None
+    on_disk = [sum(f.stat().st_size for f in (shared.log_dir / f"dirs-{p}").glob("*.log")) for p in (0, 1)]
+    assert on_disk[0] == 0 and on_disk[1] > 0
+    for p in (0, 1):
+        assert d.replica_infos[TopicPartition("dirs", p)] == ReplicaInfo(on_disk[p], 0, False)
+    assert d.total_bytes == os.statvfs(log_dir).f_blocks * os.statvfs(log_dir).f_frsize
+    assert 0 < d.usable_bytes <= d.total_bytes
 
 
 def test_consumer_groups(shared):

@@ -2,8 +2,9 @@
 
 Each broker of a test cluster advertises its inter-broker listener at a ``LinkProxy`` that forwards to the
 real port. The proxy tells links apart by who connects: the client id of the connection's first request
-(tierlog's brokers connect to each other as ``broker-<id>``), so ``proxy.cut(source=2)`` breaks the link
-from broker 2 to this broker and leaves the others alone. Faults:
+(tierlog's brokers connect to each other as ``broker-<id>``, their replica fetchers as
+``broker-<id>-fetcher-<n>``), so ``proxy.cut(source=2)`` breaks every link from broker 2 to this broker,
+replication included, and leaves the others alone. Faults:
 
 - ``cut``: the link's connections are closed and new ones are closed at once (a partition);
 - ``hold``: bytes stop flowing both ways on the link's connections, which stay open (a stalled peer,
@@ -53,8 +54,11 @@ class LinkProxy:
             return self._links.setdefault(key, _Link())
 
     def _rule(self, client_id: str) -> _Link:
+        """A broker's replica fetchers (``broker-<id>-fetcher-<n>``) fall under its rule (``broker-<id>``)."""
+        owner = client_id.split("-fetcher-")[0]
         with self._lock:
-            return self._links.get(client_id) or self._links.setdefault(ANY, _Link())
+            return (self._links.get(client_id) or self._links.get(owner)
+                    or self._links.setdefault(ANY, _Link()))
 
     def cut(self, source=None) -> None:
         """Break the link from ``source`` (a broker id, a client id; None: everyone)."""
@@ -81,7 +85,7 @@ class LinkProxy:
     def _close_matching(self, source) -> None:
         key = None if source is None else f"broker-{source}" if isinstance(source, int) else str(source)
         with self._lock:
-            doomed = [c for c in self._conns if key is None or c[0] == key]
+            doomed = [c for c in self._conns if key is None or key in (c[0], c[0].split("-fetcher-")[0])]
         for _, a, b in doomed:
             for s in (a, b):
                 try:

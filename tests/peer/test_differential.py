@@ -604,6 +604,46 @@ def test_fetch_answers(observed):
     assert_no_unexplained(observed, "fetch")
 
 
+# ------------------------------------------------------------------------------------ log dirs
+
+def _log_dirs_scenario(bootstrap):
+    """DescribeLogDirs v1-v4 on a topic with one written and one empty partition. Each peer has one log dir
+    (its path differs: only that it is absolute is compared); the file system's bytes only as positive, since
+    the free space moves; sizes exactly, the stored batches being the same bytes."""
+    topic, unknown = unique("diff-logdirs"), unique("nope")
+    create_topic(bootstrap, topic, partitions=2, configs=KEEP)
+    raw = RawClient(bootstrap)
+    _produce(raw, topic, 0, build_batch([(b"k", b"d" * 40, [], T0 + i) for i in range(3)]))
+
+    def shape(resp, only_topic=False):
+        out = {"error_code": plain(getattr(resp, "error_code", None)), "results": []}
+        for d in resp.results:
+            topics = [t for t in d.topics if t.name == topic or not only_topic]
+            out["results"].append({
+                "error_code": plain(d.error_code), "absolute": d.log_dir.startswith("/"),
+                "total_bytes": getattr(d, "total_bytes", None) and d.total_bytes > 0,
+                "usable_bytes": getattr(d, "usable_bytes", None) and d.usable_bytes > 0,
+                "topics": [{"name": "<topic>" if t.name == topic else t.name, "partitions": sorted(
+                    (p.partition_index, p.partition_size, p.offset_lag, p.is_future_key) for p in t.partitions)}
+                    for t in topics]})
+        return out
+
+    seen = {}
+    for version in (1, 2, 3, 4):
+        seen[f"v{version} named"] = shape(raw.request(ApiKey.DESCRIBE_LOG_DIRS, version, {"topics": [
+            {"topic": topic, "partitions": [0, 1, 5]}, {"topic": unknown, "partitions": [0]}]}))
+    seen["v4 no topics"] = shape(raw.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": []}))
+    seen["v4 every topic"] = shape(raw.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None}), only_topic=True)
+    raw.close()
+    return seen
+
+
+def test_describe_log_dirs(observed):
+    assert_no_unexplained(observed, "log-dirs")
+    _, tierlog = observed.get("log-dirs")
+    assert tierlog["v4 every topic"]["results"][0]["topics"][0]["partitions"][0][1] > 0  # not vacuous
+
+
 # ---------------------------------------------------------------------------------- all scenarios
 
 SCENARIOS = {
@@ -614,6 +654,7 @@ SCENARIOS = {
     "groups": _groups_scenario,
     "client-group": _client_group_scenario,
     "fetch": _fetch_scenario,
+    "log-dirs": _log_dirs_scenario,
 }
 NORMALIZE = {"configs": _common_config_keys}
 

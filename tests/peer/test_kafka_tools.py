@@ -6,12 +6,14 @@ is a tierlog bug, never a wrong expectation.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 
 from kafka import KafkaProducer
 
-from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.rawclient import RawClient, create_topic, produce, unique
 from tierlog.protocol import ApiKey
 from tierlog.records import read_header
 
@@ -181,6 +183,36 @@ def test_get_offset_shell(peer, kafka_tool):
     assert offsets("--time", "max-timestamp") == [f"{topic}:0:6", f"{topic}:1:2"]
     assert offsets("--time", str(t0 + 25)) == [f"{topic}:0:3"]  # partition 1 has no record that late
     assert offsets("--time", "-4", "--partitions", "0") == [f"{topic}:0:0"]
+
+
+def test_log_dirs_command(peer, kafka_tool):
+    """kafka-log-dirs --describe: the peer's one log dir with the topic's partitions, sized as their segment
+    files on disk; --broker-list names the brokers to ask and refuses one that does not exist."""
+    b, topic = peer.bootstrap, unique("tools-logdirs")
+    create_topic(b, topic, partitions=2)
+    assert produce(b, topic, 1, [b"z" * 100] * 5).error_code == 0
+
+    def describe(*args):
+        out = kafka_tool("LogDirsCommand", "--bootstrap-server", b, "--describe", *args).stdout.splitlines()
+        assert out[:2] == ["Querying brokers for log directories information",
+                           "Received log directory information from brokers 1"], out
+        return json.loads(out[2])
+
+    answer = describe("--topic-list", topic)
+    assert answer["version"] == 1 and [x["broker"] for x in answer["brokers"]] == [1]
+    (log_dir,) = answer["brokers"][0]["logDirs"]
+    assert Path(log_dir["logDir"]) == peer.log_dir and log_dir["error"] is None
+    on_disk = [sum(f.stat().st_size for f in (peer.log_dir / f"{topic}-{p}").glob("*.log")) for p in (0, 1)]
+    assert on_disk[0] == 0 and on_disk[1] > 500
+    assert sorted(log_dir["partitions"], key=lambda p: p["partition"]) == [
+        {"partition": f"{topic}-{p}", "size": on_disk[p], "offsetLag": 0, "isFuture": False} for p in (0, 1)]
+
+    every = describe("--broker-list", "1")["brokers"][0]["logDirs"][0]["partitions"]
+    assert {f"{topic}-0", f"{topic}-1"} <= {p["partition"] for p in every}
+    missing = kafka_tool("LogDirsCommand", "--bootstrap-server", b, "--describe", "--broker-list", "1,7", check=False)
+    assert missing.returncode == 1
+    assert "The given brokers do not exist from --broker-list: 7. Current existent brokers: 1" in missing.stdout + \
+        missing.stderr
 
 
 def test_java_idempotent_producer_and_consumer_group(peer, kafka_tool):

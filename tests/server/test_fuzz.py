@@ -80,6 +80,8 @@ def seed_frames() -> list[bytes]:
     frames.append(_req(ApiKey.OFFSET_FETCH, 7, {"group_id": "fuzz-group", "topics": None}))
     frames.append(_req(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
         {"resource_type": 2, "resource_name": "fuzz", "configuration_keys": None}]}))
+    frames.append(_req(ApiKey.DESCRIBE_LOG_DIRS, 1, {"topics": None}))
+    frames.append(_req(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": "fuzz", "partitions": [0, 1]}]}))
     frames += kafka_python_frames()
     return frames
 

@@ -223,7 +223,10 @@ def test_offsets_for_leader_epoch(make_log):
     assert cache.end_offset_for(1, lg.log_end_offset) == (1, 3)
     assert cache.end_offset_for(2, lg.log_end_offset) == (1, 3)
     assert cache.end_offset_for(3, lg.log_end_offset) == (3, 5)
-    assert cache.end_offset_for(0, lg.log_end_offset) == (-1, -1)
+    # As Kafka's LeaderEpochFileCache: an epoch older than the first answers the first one's start offset,
+    # one newer than the latest is unknown.
+    assert cache.end_offset_for(0, lg.log_end_offset) == (0, 0)
+    assert cache.end_offset_for(4, lg.log_end_offset) == (-1, -1)
 
 
 @pytest.mark.parametrize("stored", ["zstd", "lz4", "uncompressed"])

@@ -20,7 +20,7 @@ from tierlog.records import iter_batches
 from tierlog.storage import Log, LogConfig, LogManager
 from tierlog.storage import index as index_module
 from tierlog.storage.checkpoints import CLEAN_SHUTDOWN_FILE, OffsetCheckpointFile
-from tierlog.storage.manager import LOG_DIRECTORY_OFFLINE, OFFLINE_LOG_DIRECTORY_COUNT
+from tierlog.storage.manager import LOG_DIRECTORY_OFFLINE, OFFLINE_LOG_DIRECTORY_COUNT, LogDirReplica
 from tierlog.storage.producer_state import ProducerStateManager
 from tierlog.storage.segment import UnrecoverableSegmentError
 
@@ -400,3 +400,46 @@ def test_a_torn_segment_is_never_a_copy_candidate(make_log, monkeypatch):
     assert [s.base_offset for s, _ in RemoteLogManager.copy_candidates(None, lg)] == [lg.segments[0].base_offset]
     lg.mark_offline("test")
     assert RemoteLogManager.copy_candidates(None, lg) == []
+
+
+def test_describe_log_dirs_sizes_lags_and_offline_dirs(tmp_path, monkeypatch):
+    """What DescribeLogDirs answers from: each dir in log.dirs order with its logs' sizes and lags; a log
+    refused by recovery sized from its files on disk with lag -1; an offline dir with nothing; -1 bytes when
+    the file system cannot be asked."""
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    m = LogManager(dirs)
+    m.startup()
+    a, b = m.get_or_create_log("a", 0), m.get_or_create_log("b", 0)
+    for _ in range(3):
+        a.append_as_leader(batch(2))
+    b.append_as_leader(batch(1))
+    path = a.active_segment.log_path
+    m.shutdown()
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "ab") as f:  # batch 0 again at the end: recovery refuses the log, the dir stays online
+        f.write(data[:next(iter_batches(data))[1].size])
+    os.remove(os.path.join(dirs[0], CLEAN_SHUTDOWN_FILE))
+    m2 = LogManager(dirs)
+    m2.startup()
+    b = m2.get_log("b", 0)
+    b.update_high_watermark(b.log_end_offset)
+    st = os.statvfs(dirs[1])
+    d1, d2 = m2.describe_log_dirs()
+    assert (d1.log_dir, d1.offline, d1.replicas) == (dirs[0], None, [LogDirReplica("a", 0, os.path.getsize(path), -1)])
+    assert (d2.log_dir, d2.offline, d2.replicas) == (dirs[1], None, [LogDirReplica("b", 0, b.size_in_bytes, 0)])
+    assert d2.total_bytes == st.f_blocks * st.f_frsize and 0 < d2.usable_bytes <= d2.total_bytes
+    assert [d.replicas for d in m2.describe_log_dirs([("b", 0), ("a", 5), ("zz", 0)])] == [[], d2.replicas]
+    assert [d.replicas for d in m2.describe_log_dirs([])] == [[], []]
+
+    m2.failure_channel.maybe_add_offline_log_dir(dirs[1], "testing", OSError(errno.EIO, os.strerror(errno.EIO)))
+
+    def statvfs(path):
+        raise OSError(errno.EIO, "no answer")
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    d1, d2 = m2.describe_log_dirs()
+    assert (d1.offline, d1.total_bytes, d1.usable_bytes, len(d1.replicas)) == (None, -1, -1, 1)
+    assert (d2.offline, d2.replicas, d2.total_bytes, d2.usable_bytes) == (
+        "testing: [Errno 5] Input/output error", [], -1, -1)
+    monkeypatch.undo()
+    m2.shutdown()

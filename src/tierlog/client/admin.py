@@ -41,8 +41,9 @@ log = logging.getLogger("tierlog.client.admin")
 __all__ = [
     "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP",
     "Admin", "AlterConfigOp", "ClusterDescription", "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym",
-    "ConsumerGroupDescription", "CreateTopicResult", "GroupListing", "ListOffsetsResult", "MemberDescription",
-    "NewPartitions", "NewTopic", "PartitionDescription", "TopicDescription", "TopicListing", "TopicPartition",
+    "ConsumerGroupDescription", "CreateTopicResult", "GroupListing", "ListOffsetsResult", "LogDirDescription",
+    "MemberDescription", "NewPartitions", "NewTopic", "PartitionDescription", "ReplicaInfo", "TopicDescription",
+    "TopicListing", "TopicPartition",
 ]
 
 # ListOffsets special timestamps (OffsetSpec in Kafka's admin) and the version that introduced each
@@ -185,6 +186,27 @@ class ClusterDescription:
     @property
     def controller(self) -> Node | None:
         return next((b for b in self.brokers if b.node_id == self.controller_id), None)
+
+
+class ReplicaInfo(NamedTuple):
+    """A partition's log in a log dir: ``offset_lag`` is -1 when its log is not online; ``is_future`` marks
+    a copy being moved in from another dir (AlterReplicaLogDirs)."""
+
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a broker (Kafka's ``LogDirDescription``): ``error`` is the dir's error (a
+    KafkaStorageError instance when it is offline), else None; ``total_bytes`` and ``usable_bytes`` of its
+    file system are None when the broker does not say (before DescribeLogDirs v4, or unknown)."""
+
+    error: errors.KafkaError | None
+    replica_infos: dict[TopicPartition, ReplicaInfo]
+    total_bytes: int | None = None
+    usable_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -892,6 +914,35 @@ class Admin:
 
         return await self._call("describe_cluster", timeout_ms, attempt)
 
+    async def describe_log_dirs(self, brokers: Iterable[int] | None = None, *, timeout_ms: int | None = None
+                                ) -> dict[int, dict[str, LogDirDescription]]:
+        """{broker id: {log dir: LogDirDescription}} for ``brokers`` (every broker when None), each broker
+        describing every partition it hosts, as Kafka's ``describeLogDirs``. A broker answering no log dir
+        fails with the answer's error (CLUSTER_AUTHORIZATION_FAILED when it gives none, as Kafka's client)."""
+        if brokers is None:
+            brokers = [n.node_id for n in await self._call("describe_log_dirs", timeout_ms, self._all_brokers)]
+
+        async def one(broker_id: int, deadline: float) -> dict[str, LogDirDescription]:
+            r = await self._send(await self._broker_node(broker_id, deadline), ApiKey.DESCRIBE_LOG_DIRS,
+                                 {"topics": None}, deadline)
+            dirs = {}
+            for d in r.results:
+                replicas = {TopicPartition(t.name, int(p.partition_index)):
+                            ReplicaInfo(int(p.partition_size), int(p.offset_lag), bool(p.is_future_key))
+                            for t in d.topics for p in t.partitions}
+                total, usable = int(getattr(d, "total_bytes", -1)), int(getattr(d, "usable_bytes", -1))
+                dirs[d.log_dir] = LogDirDescription(
+                    _error(d.error_code.value, None, f"Log dir {d.log_dir} of broker {broker_id}")
+                    if d.error_code.value else None,
+                    replicas, None if total < 0 else total, None if usable < 0 else usable)
+            if not dirs:
+                code = getattr(r, "error_code", None)  # v3+
+                code = code.value if code is not None and code.value else errors.ClusterAuthorizationFailedError.code
+                raise _error(code, None, f"DescribeLogDirs on broker {broker_id}")
+            return dirs
+
+        return await self._each("describe_log_dirs", brokers, timeout_ms, one)
+
     # -- consumer groups -------------------------------------------------------------------------------
 
     async def _coordinator(self, group_id: str, deadline: float) -> Node:
@@ -900,10 +951,11 @@ class Admin:
             raise _error(r.error_code.value, r.error_message, f"FindCoordinator for group {group_id!r}")
         return Node(int(r.node_id), r.host, int(r.port))
 
-    async def _each_group(self, what: str, group_ids: Iterable[str], timeout_ms: int | None,
-                          one: Callable[[str, float], Awaitable[Any]]) -> dict[str, Any]:
-        """Run ``one(group, deadline)`` for every group concurrently, each with its own retries."""
-        order = list(dict.fromkeys(group_ids))
+    async def _each(self, what: str, items: Iterable[Any], timeout_ms: int | None,
+                    one: Callable[[Any, float], Awaitable[Any]]) -> dict[Any, Any]:
+        """Run ``one(item, deadline)`` for every item (a group, a broker) concurrently, each with its own
+        retries."""
+        order = list(dict.fromkeys(items))
         outcomes = await asyncio.gather(*(self._call(f"{what} {g!r}", timeout_ms, lambda d, g=g: one(g, d))
                                           for g in order), return_exceptions=True)
         results, failures = {}, {}
@@ -965,7 +1017,7 @@ class Admin:
                        for m in g.members]
             return ConsumerGroupDescription(group, g.group_state, g.protocol_type, g.protocol_data, members, node)
 
-        return await self._each_group("describe_consumer_groups", group_ids, timeout_ms, one)
+        return await self._each("describe_consumer_groups", group_ids, timeout_ms, one)
 
     async def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[Any] | None = None, *,
                                           require_stable: bool = False, timeout_ms: int | None = None
@@ -1064,4 +1116,4 @@ class Admin:
             if res.error_code.value:
                 raise _error(res.error_code.value, None, f"Group {group!r}")
 
-        await self._each_group("delete_consumer_groups", group_ids, timeout_ms, one)
+        await self._each("delete_consumer_groups", group_ids, timeout_ms, one)

@@ -52,6 +52,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -62,6 +63,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.ALTER_PARTITION: (2, 2),
 }
 
 SOFTWARE_NAME = "tierlog-python"
@@ -196,6 +198,11 @@ class BrokerConnection:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def socket(self):
+        """The connection's socket (for options such as its receive buffer), or None."""
+        return self._transport.get_extra_info("socket") if self._transport is not None else None
 
     @property
     def closed(self) -> bool:

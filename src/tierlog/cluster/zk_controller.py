@@ -18,8 +18,9 @@ It then
 - pushes the new image to every live broker, itself included, over the inter-broker listener.
 
 ZooKeeper calls and every change the controller makes run on one thread of their own (Kafka's controller
-event thread); the event loop reaches it through :meth:`ZkController.call`. Until data replication exists,
-a partition's ISR is its leader alone.
+event thread); the event loop reaches it through :meth:`ZkController.call`. A partition's ISR changes when a
+replica's broker leaves (the controller drops it, with a new leader epoch) and when its leader asks
+(AlterPartition: followers that caught up join, those that lag leave).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
@@ -65,11 +67,16 @@ from tierlog.errors import (
     CoordinatorNotAvailableError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidUpdateVersionError,
     KafkaError,
     KafkaStorageError,
     NotControllerError,
+    NotLeaderOrFollowerError,
     PreferredLeaderNotAvailableError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
@@ -157,6 +164,13 @@ class ZkController(Controller):
         result = await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
         await self.wait_propagated(self._version, PROPAGATION_WAIT_S)
         return result
+
+    async def execute(self, fn: Callable, *args):
+        """Run ``fn`` on the controller thread and return at once: its change reaches brokers with the next
+        pushes (AlterPartition answers the leader itself)."""
+        if not self.is_active:
+            raise NotControllerError(f"broker {self.node_id} is not the controller")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args))
 
     def _submit(self, fn: Callable, *args) -> None:
         """Queue ``fn`` on the controller thread (from kazoo's watch thread or the loop)."""
@@ -319,7 +333,10 @@ class ZkController(Controller):
                 self._delete_topic_znodes(name, None)
             else:
                 self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
-        self._elect_partitions(self._offline_partitions(self.image), "controller failover")
+        # Replicas on brokers that are not alive leave their ISRs, as Kafka's new controller puts them offline.
+        hosted = {r for t in self.image.topics.values() for pi in t.partitions.values() for r in pi.replicas}
+        self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
+                               "controller failover")
         self._version += 1
         self._on_loop(self._start_active)
 
@@ -414,7 +431,8 @@ class ZkController(Controller):
         isr_live = tuple(r for r in pi.isr if r in live)
         for r in pi.replicas:
             if r in isr_live:
-                return r, (r,)  # until replication, the ISR is the leader alone
+                # The ISR keeps its live members: a replica that left (or restarted) must catch up again.
+                return r, tuple(x for x in pi.replicas if x in isr_live)
         if unclean if unclean is not None else self._unclean_allowed(topic):
             for r in pi.replicas:
                 if r in live:
@@ -493,9 +511,10 @@ class ZkController(Controller):
         return assign_replicas(brokers, n, rf, start)
 
     def _new_partition(self, p: int, replicas: list[int]) -> PartitionImage:
+        """A new partition is led by its first live replica, with every live replica in sync (empty logs)."""
         live = [r for r in replicas if r in self.image.brokers]
         leader = live[0] if live else NO_LEADER
-        return PartitionImage(p, leader, 0, tuple(replicas), (leader,) if live else tuple(replicas[:1]))
+        return PartitionImage(p, leader, 0, tuple(replicas), tuple(live) if live else tuple(replicas[:1]))
 
     def _check_broker_resource(self, resource: str) -> None:
         if resource not in ("", *map(str, self.image.brokers)):
@@ -689,15 +708,66 @@ class ZkController(Controller):
             leader, isr = self._choose_leader(name, pi, avoid={broker_id}, unclean=False)
             if leader != NO_LEADER:
                 changes[(name, p)] = replace(pi, leader=leader, isr=isr, leader_epoch=pi.leader_epoch + 1)
+        # Where it follows, it leaves the ISR now, so acks=all stops waiting for it (Kafka's OfflineReplica).
+        for t in self.image.topics.values():
+            for p, pi in t.partitions.items():
+                if (pi.leader != broker_id and pi.leader in self.image.brokers and broker_id in pi.isr
+                        and len(pi.isr) > 1):
+                    changes[(t.name, p)] = replace(pi, isr=tuple(r for r in pi.isr if r != broker_id),
+                                                   leader_epoch=pi.leader_epoch + 1)
         if changes:
             self._write_states(changes)
             self._version += 1
             self._on_loop(self._wake_pushers)
         # A partition whose ISR is the stopping leader alone cannot move whatever the broker waits (Kafka would
         # have it retry): it is not reported, so the broker stops without waiting for the impossible.
+        moved = sum(1 for tp in led if tp in changes)
         log.info("Controlled shutdown of broker %d: %d leadership(s) moved, %d without another in-sync replica "
-                 "stay until it returns", broker_id, len(changes), len(stuck))
+                 "stay until it returns, %d ISR(s) left", broker_id, moved, len(stuck), len(changes) - moved)
         return [tp for tp in led if tp not in changes and tp not in stuck]
+
+    def alter_partition(self, broker_id: int,
+                        items: Iterable[tuple[uuid.UUID, int, int, tuple[int, ...], int]]) -> dict:
+        """AlterPartition from a leader: for each (topic id, partition, leader epoch, new ISR, partition epoch),
+        write the new ISR when the leader's view is current (Kafka's rules: the sender leads, its leader epoch
+        is the current one, its partition epoch matches the state's znode version; a replica joins the ISR
+        only while it is alive and not shutting down). Answers {(topic id, partition): (error code, the
+        partition's state or None)}; a retry of a change already written is answered with the state."""
+        results: dict = {}
+        changes: dict[tuple[str, int], PartitionImage] = {}
+        keys: dict[tuple[str, int], tuple] = {}
+        live = set(self.image.brokers) - self._shutting_down
+        for topic_id, p, leader_epoch, new_isr, partition_epoch in items:
+            t = self.image.topic_by_id(topic_id)
+            key = (topic_id, p)
+            if t is None or p not in t.partitions:
+                results[key] = (UnknownTopicOrPartitionError.code, None)
+                continue
+            pi = t.partitions[p]
+            if leader_epoch != pi.leader_epoch:
+                results[key] = (FencedLeaderEpochError.code, None)
+            elif pi.leader != broker_id:
+                results[key] = (NotLeaderOrFollowerError.code, None)
+            elif partition_epoch != pi.partition_epoch:
+                same = tuple(new_isr) == pi.isr
+                results[key] = (0, pi) if same else (InvalidUpdateVersionError.code, None)
+            elif broker_id not in new_isr or any(r not in pi.replicas for r in new_isr):
+                results[key] = (InvalidRequestError.code, None)
+            elif any(r not in live for r in set(new_isr) - set(pi.isr)):
+                results[key] = (IneligibleReplicaError.code, None)
+            else:
+                changes[(t.name, p)] = replace(pi, isr=tuple(r for r in pi.replicas if r in new_isr))
+                keys[(t.name, p)] = key
+        if changes:
+            self._write_states(changes)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
+            for name, p in changes:
+                state = self.image.topics[name].partitions[p]
+                results[keys[(name, p)]] = (0, state)
+                log.info("ISR of %s-%d is now %s (leader %d, partition epoch %d)", name, p, list(state.isr),
+                         state.leader, state.partition_epoch)
+        return results
 
     def run_election(self, election_type: int, partitions: Iterable[tuple[str, int]] | None) -> dict:
         """ElectLeaders: ``election_type`` 0 preferred, 1 unclean. Answers {(topic, partition): error or None}."""
@@ -719,8 +789,7 @@ class ZkController(Controller):
                         f"Failed to elect leader for partition {name}-{p} under strategy "
                         f"PreferredReplicaPartitionLeaderElectionStrategy")
                 else:
-                    changes[(name, p)] = replace(pi, leader=preferred, isr=(preferred,),
-                                                 leader_epoch=pi.leader_epoch + 1)
+                    changes[(name, p)] = replace(pi, leader=preferred, leader_epoch=pi.leader_epoch + 1)
                     results[(name, p)] = None
             else:
                 if pi.leader in self.image.brokers:

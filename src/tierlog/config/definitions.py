@@ -480,6 +480,29 @@ _BROKER: tuple[ConfigDef, ...] = (
            "rebalance."),
     _b("controller.socket.timeout.ms", "int", 30000, AtLeast(0),
        doc="Timeout of the controller's requests to brokers."),
+    # --- replication ---
+    _b("num.replica.fetchers", "int", 1, AtLeast(1), dynamic=True,
+       doc="Replica fetchers per source broker: a follower's partitions led by one broker are spread over "
+           "this many fetch loops, each with its own connection."),
+    _b("replica.fetch.max.bytes", "int", 1048576, AtLeast(0),
+       doc="Bytes a follower asks for per partition in one fetch (the first batch comes whole even when "
+           "bigger)."),
+    _b("replica.fetch.min.bytes", "int", 1, AtLeast(1),
+       doc="Bytes a follower's fetch waits for before the leader answers."),
+    _b("replica.fetch.wait.max.ms", "int", 500, AtLeast(0),
+       doc="How long a follower's fetch waits at the leader for replica.fetch.min.bytes (keep it below "
+           "replica.lag.time.max.ms)."),
+    _b("replica.fetch.response.max.bytes", "int", 10485760, AtLeast(0),
+       doc="Bytes a follower asks for in one fetch over all its partitions."),
+    _b("replica.fetch.backoff.ms", "int", 1000, AtLeast(0),
+       doc="How long a follower waits before fetching a partition again after an error."),
+    _b("replica.socket.receive.buffer.bytes", "int", 65536, AtLeast(-1),
+       doc="Socket receive buffer of a follower's fetch connections (-1: the system's default)."),
+    _b("replica.socket.timeout.ms", "int", 30000, AtLeast(0),
+       doc="Timeout of a follower's requests to its leader (at least replica.fetch.wait.max.ms)."),
+    _b("replica.lag.time.max.ms", "int", 30000, AtLeast(0),
+       doc="A follower that has not caught up with the leader's log end for this long leaves the in-sync "
+           "replicas."),
     # --- network ---
     _b("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
        Custom("NAME://host:port,...", _check_listener_list), dynamic=True,
@@ -630,6 +653,9 @@ _BROKER: tuple[ConfigDef, ...] = (
     # --- coordinators ---
     _b("offsets.topic.num.partitions", "int", 50, AtLeast(1),
        doc="Partitions of __consumer_offsets (fixed once created)."),
+    _b("offsets.commit.timeout.ms", "int", 5000, AtLeast(1),
+       doc="How long an offset commit waits for the in-sync replicas of its __consumer_offsets partition "
+           "before it is answered COORDINATOR_NOT_AVAILABLE."),
     _b("offsets.topic.replication.factor", "short", 3, AtLeast(1),
        doc="Replication factor of __consumer_offsets; on a single node it is created with 1 (one warning)."),
     _b("offsets.retention.minutes", "int", 10080, AtLeast(1),

@@ -36,12 +36,14 @@ from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.records import validation as record_validation
+from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
 from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.leadership import LeadershipApis
+from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
@@ -50,6 +52,7 @@ from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
+from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.tier_status import tier_routes
 from tierlog.storage import LogDirFailureChannel, LogManager
@@ -169,6 +172,8 @@ class Broker:
         self._register_state_metrics(rm)
         request_metrics = self.socket_server.request_metrics
         failures.add_listener(rm.handle_log_dir_failure)
+        if isinstance(controller, ZkController):
+            self._attach_replication(controller, rm)
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
@@ -183,7 +188,10 @@ class Broker:
                        ProduceApis(rm, controller, request_metrics),
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
-                       ConfigApis(controller, self.node_id), GroupApis(coordinator, controller, self.node_id)):
+                       ConfigApis(controller, self.node_id),
+                       GroupApis(coordinator, controller, self.node_id,
+                                 rm.offsets_replicated if controller.clustered else None),
+                       LogDirApis(self.log_manager)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
@@ -208,6 +216,19 @@ class Broker:
                 await on_ready()
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
+
+    def _attach_replication(self, controller: ZkController, rm: ReplicaManager) -> None:
+        """In a cluster, the replica manager follows the partitions it does not lead (replica fetchers on the
+        inter-broker listener) and asks the controller for the ISR changes of those it leads."""
+        cfg = self.config
+        rm.fetchers = ReplicaFetcherManager(self.node_id, cfg.inter_broker_listener.name,
+                                            lambda: controller.image.brokers, lambda: controller.effective_config,
+                                            rm.follower_appended)
+        rm.alter_partition = AlterPartitionManager(
+            self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,
+            rm.isr_update_failed, cfg["controller.socket.timeout.ms"])
+        rm.alter_partition.start()
+        rm.start_replication()
 
     def _register_state_metrics(self, rm: ReplicaManager) -> None:
         """The figures computed when scraped: partitions and logs, the metadata manager's readiness, and the
@@ -493,7 +514,12 @@ class Broker:
         if self.http_endpoint is not None:
             await step("the HTTP endpoint to stop", self.http_endpoint.stop())
         if self.replica_manager is not None:
-            self.replica_manager.shutdown()
+            rm = self.replica_manager
+            if rm.fetchers is not None:
+                await step("the replica fetchers to stop", rm.fetchers.shutdown())
+            if rm.alter_partition is not None:
+                await step("the ISR change requests to stop", rm.alter_partition.stop())
+            rm.shutdown()
         if self.log_manager is not None and self.log_manager.started:
             self.log_manager.shutdown()
         self._enter(BrokerState.STOPPED)

@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from tierlog.cluster import (
     COORDINATOR_TOPICS,
@@ -38,10 +39,12 @@ from tierlog.cluster import (
     TopicImage,
 )
 from tierlog.config import BrokerConfig
+from tierlog.coordinator import OFFSETS_TOPIC
 from tierlog.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetMovedToTieredStorageError,
@@ -68,7 +71,15 @@ from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
+if TYPE_CHECKING:
+    from tierlog.server.alter_partition import AlterPartitionManager
+    from tierlog.server.replica_fetcher import ReplicaFetcherManager
+
 log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 #: Partitions a big fetch reads, or registers for its wait, between two looks at the clock (:class:`Pacer`).
 FETCH_SLICE = 256
@@ -88,6 +99,11 @@ class ReplicaManager:
         self.topic_metrics = topic_metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        # Replication, in a cluster (the composition root attaches them): the fetchers of the partitions
+        # followed here, and the channel of ISR changes to the controller.
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.alter_partition: AlterPartitionManager | None = None
+        self._isr_expiration: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ metadata
 
@@ -127,13 +143,37 @@ class ReplicaManager:
                                                 topic.topic_id, is_new=is_new)
         meta = topic.partitions[p]
         partition = Partition(topic.name, p, topic.topic_id, lg, meta.leader_epoch, meta.leader,
-                              tuple(meta.replicas), tuple(meta.isr))
-        if self.leads(partition):
-            # The ISR is the leader alone until replication, so everything in its log is committed: as
-            # Kafka's leader with ISR {self}, the high watermark is the log end (after an unclean stop the
-            # checkpointed one may lag behind acknowledged records).
-            partition.maybe_increment_high_watermark()
+                              tuple(meta.replicas), tuple(meta.isr), meta.partition_epoch)
         self.partitions[(topic.name, p)] = partition
+        if self.leads(partition):
+            self._make_leader(partition)
+        else:
+            self._make_follower(partition)
+
+    def _make_leader(self, partition: Partition) -> None:
+        """Begin a leadership term (Kafka's makeLeader): stop fetching, mark the new epoch's start in the
+        leader-epoch cache (OffsetsForLeaderEpoch answers from it at once), count the followers as unknown
+        and move the high watermark as far as the ISR allows (with the leader alone in the ISR: the log end,
+        so records acknowledged before an unclean stop are readable again)."""
+        if self.fetchers is not None:
+            self.fetchers.remove([partition])
+        lg = partition.log
+        if lg.offline is None and partition.leader_epoch > lg.leader_epoch_cache.latest_epoch():
+            lg.leader_epoch_cache.assign(partition.leader_epoch, lg.log_end_offset)
+        partition.become_leader(_now_ms())
+        partition.maybe_increment_high_watermark()
+
+    def _make_follower(self, partition: Partition) -> None:
+        """Follow the partition's leader (Kafka's makeFollower): the fetcher first truncates the log where it
+        diverges from the leader's (OffsetsForLeaderEpoch), then fetches. Without a leader, nothing is fetched."""
+        partition.followers = {}
+        partition.pending_isr = None
+        if self.fetchers is None or partition.log.offline is not None:
+            return
+        if partition.leader_id >= 0:
+            self.fetchers.add(partition)
+        else:
+            self.fetchers.remove([partition])
 
     def _leadership_changed(self, topic: TopicImage) -> None:
         """A pushed image moved leaders, epochs, ISRs or replica sets of ``topic`` (a cluster): follow it."""
@@ -144,26 +184,46 @@ class ReplicaManager:
             if partition is None:
                 if self._hosts(topic, p):
                     self._add(topic, p, is_new=True)
-                    gained.append(self.partitions[(topic.name, p)])
+                    if self.leads(self.partitions[(topic.name, p)]):
+                        gained.append(self.partitions[(topic.name, p)])
                 continue
             if not self._hosts(topic, p):  # no longer assigned here
                 self.partitions.pop((topic.name, p))
+                if self.fetchers is not None:
+                    self.fetchers.remove([partition])
                 lost.append(partition)
                 self.log_manager.delete_log(topic.name, p)
                 self._wake((topic.name, p))
                 continue
-            was_leader = self.leads(partition)
             if meta.leader_epoch < partition.leader_epoch:
                 continue  # never back to an older leadership term
+            new_term = meta.leader_epoch > partition.leader_epoch or meta.leader != partition.leader_id
+            if not new_term and meta.partition_epoch < partition.partition_epoch:
+                continue  # an ISR older than one the controller already answered this leader with
+            was_leader = self.leads(partition)
             partition.leader_id, partition.leader_epoch = meta.leader, meta.leader_epoch
             partition.replicas, partition.isr = tuple(meta.replicas), tuple(meta.isr)
-            if self.leads(partition) and not was_leader:
-                partition.maybe_increment_high_watermark()
-                gained.append(partition)
-                log.info("Leading %s from leader epoch %d", partition, meta.leader_epoch)
-            elif was_leader and not self.leads(partition):
-                lost.append(partition)
-                log.info("No longer leading %s (leader now %d, epoch %d)", partition, meta.leader, meta.leader_epoch)
+            partition.partition_epoch = meta.partition_epoch
+            if self.leads(partition):
+                if new_term:
+                    self._make_leader(partition)
+                    if not was_leader:
+                        gained.append(partition)
+                        log.info("Leading %s from leader epoch %d, ISR %s", partition, meta.leader_epoch,
+                                 list(meta.isr))
+                else:
+                    partition.pending_isr = None
+                    for r in partition.replicas:  # a replica added by a reassignment
+                        if r != self.node_id and r not in partition.followers:
+                            partition.update_follower(r, -1, 0)
+                    partition.maybe_increment_high_watermark()
+            else:
+                if was_leader:
+                    lost.append(partition)
+                    log.info("No longer leading %s (leader now %d, epoch %d)", partition, meta.leader,
+                             meta.leader_epoch)
+                if new_term or was_leader:
+                    self._make_follower(partition)
             self._wake((topic.name, p))
         self._lead_tiered(gained)
         if rlm is not None and any(p.remote_storage_enabled for p in lost):
@@ -187,6 +247,8 @@ class ReplicaManager:
         for topic in delta.deleted:
             gone = [self.partitions.pop((topic.name, p)) for p in topic.partitions
                     if (topic.name, p) in self.partitions]
+            if self.fetchers is not None:
+                self.fetchers.remove(gone)
             if rlm is not None and any(p.remote_storage_enabled for p in gone):
                 # The leader deletes the remote data of a deleted topic (KIP-405), in the background.
                 rlm.spawn(rlm.stop_partitions(gone, delete_remote=True), f"delete-remote-{topic.name}")
@@ -219,6 +281,8 @@ class ReplicaManager:
         fetches waiting on those partitions answer at once, and tiered storage stops copying them. The
         partitions stay led here (no other replica could take them) and answer KAFKA_STORAGE_ERROR."""
         offline = [p for p in self.partitions.values() if p.log.parent_dir == log_dir]
+        if self.fetchers is not None:
+            self.fetchers.remove(offline)
         for p in offline:
             self._wake((p.topic, p.index))
         rlm = self.remote_log_manager
@@ -229,6 +293,8 @@ class ReplicaManager:
         return [p for (t, _), p in self.partitions.items() if t == topic]
 
     def shutdown(self) -> None:
+        if self._isr_expiration is not None:
+            self._isr_expiration.cancel()
         for waiters in self._waiters.values():
             for fut in waiters:
                 if not fut.done():
@@ -287,8 +353,133 @@ class ReplicaManager:
             # The offsets taken are the batches' record counts (validation holds them equal): no record is read.
             count = 0 if info.duplicate else info.last_offset - info.first_offset + 1
             self.topic_metrics.appended(topic, len(records), count)
+        # last_offset and leader_epoch are for an acks=all wait (wait_for_acks); the encoder ignores them.
         return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
-                "log_start_offset": p.log.log_start_offset}
+                "log_start_offset": p.log.log_start_offset, "last_offset": info.last_offset,
+                "leader_epoch": p.leader_epoch}
+
+    async def wait_for_acks(self, waits: list[tuple[str, int, int, int]], timeout_s: float) -> list[int]:
+        """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
+        offset appended), wait until the high watermark has passed the offset, then answer NONE, or
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile. A
+        partition whose leadership changed answers NOT_LEADER_OR_FOLLOWER (its record may be truncated by
+        the new leader, so it is not acknowledged); one still waiting after ``timeout_s`` REQUEST_TIMED_OUT.
+        Returns the error codes in the order of ``waits``."""
+        codes: list[int | None] = [None] * len(waits)
+        deadline = time.monotonic() + max(timeout_s, 0)
+        while True:
+            pending = []
+            for i, (topic, index, epoch, last_offset) in enumerate(waits):
+                if codes[i] is None:
+                    codes[i] = self._ack_state(topic, index, epoch, last_offset)
+                    if codes[i] is None:
+                        pending.append((topic, index))
+            if not pending:
+                return codes  # type: ignore[return-value]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return [RequestTimedOutError.code if c is None else c for c in codes]
+            await self.wait_for_data(pending, remaining)
+
+    async def offsets_replicated(self, partition: int, timeout_s: float) -> int:
+        """Wait until everything appended to ``__consumer_offsets``-``partition`` (an offset commit just made)
+        reached the ISR; the error code of :meth:`wait_for_acks`."""
+        p = self.partitions.get((OFFSETS_TOPIC, partition))
+        if p is None:
+            return NotLeaderOrFollowerError.code
+        codes = await self.wait_for_acks([(OFFSETS_TOPIC, partition, p.leader_epoch, p.log.log_end_offset - 1)],
+                                         timeout_s)
+        return codes[0]
+
+    def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int) -> int | None:
+        p = self.partitions.get((topic, index))
+        if p is None or not self.leads(p) or p.leader_epoch != epoch:
+            return NotLeaderOrFollowerError.code
+        if p.log.offline is not None:
+            return KafkaStorageError.code
+        if p.log.high_watermark <= last_offset:
+            return None
+        return NotEnoughReplicasAfterAppendError.code if len(p.isr) < p.effective_min_isr() else 0
+
+    # ------------------------------------------------------------------ replication, the leader's side
+
+    def start_replication(self) -> None:
+        """In a cluster: check the ISRs of the partitions led here every half ``replica.lag.time.max.ms``."""
+        self._isr_expiration = asyncio.get_running_loop().create_task(self._expire_isr(), name="isr-expiration")
+
+    async def _expire_isr(self) -> None:
+        while True:
+            await asyncio.sleep(max(self._config()["replica.lag.time.max.ms"] / 2000, 0.05))
+            try:
+                self.maybe_shrink_isr()
+            except Exception:  # noqa: BLE001 - checked again at the next interval
+                log.exception("ISR expiration failed")
+
+    def maybe_shrink_isr(self, now_ms: int | None = None) -> None:
+        """Ask the controller to drop followers that have not caught up for ``replica.lag.time.max.ms`` from
+        the ISR of each partition led here (Kafka's maybeShrinkIsr)."""
+        now = _now_ms() if now_ms is None else now_ms
+        lag = self._config()["replica.lag.time.max.ms"]
+        for p in list(self.partitions.values()):
+            if not self.leads(p) or p.pending_isr is not None or p.log.offline is not None:
+                continue
+            out = p.out_of_sync_replicas(now, lag)
+            if out:
+                isr = tuple(r for r in p.isr if r not in out)
+                log.info("Shrinking the ISR of %s from %s to %s: replica(s) %s did not catch up within %d ms "
+                         "(leader log end %d, high watermark %d)", p, list(p.isr), list(isr), sorted(out), lag,
+                         p.log.log_end_offset, p.log.high_watermark)
+                self._propose_isr(p, isr)
+
+    def _propose_isr(self, p: Partition, isr: tuple[int, ...]) -> None:
+        if self.alter_partition is None:
+            return
+        p.pending_isr = isr
+        self.alter_partition.submit(p, isr)
+
+    def _update_followers(self, replica_id: int, fetches: list[PartitionFetch]) -> None:
+        """A follower's fetch (Kafka's updateFollowerFetchState): its fetch offsets are its log ends; each
+        may let it join the ISR and move the high watermark, which wakes acks=all waits and consumers."""
+        now = _now_ms()
+        live = self.controller.image.brokers
+        for f in fetches:
+            if f.topic is None:
+                continue
+            p = self.partitions.get((f.topic, f.partition))
+            if p is None or not self.leads(p) or p.log.offline is not None:
+                continue
+            if 0 <= f.current_leader_epoch != p.leader_epoch:
+                continue  # answered with its fencing error by the read
+            if not p.update_follower(replica_id, f.fetch_offset, now):
+                continue
+            isr = p.replicas_to_add(replica_id)
+            if isr is not None and replica_id in live:
+                log.info("Expanding the ISR of %s from %s to %s: replica %d caught up at offset %d", p,
+                         list(p.isr), list(isr), replica_id, f.fetch_offset)
+                self._propose_isr(p, isr)
+            if p.maybe_increment_high_watermark():
+                self._wake((p.topic, p.index))
+
+    def follower_appended(self, p: Partition) -> None:
+        """A replica fetcher appended to ``p``: wake what waits on its log."""
+        self._wake((p.topic, p.index))
+
+    def isr_updated(self, p: Partition, leader_epoch: int, isr: tuple[int, ...], partition_epoch: int) -> None:
+        """The controller accepted an ISR change (AlterPartition's answer)."""
+        if self.partitions.get((p.topic, p.index)) is not p or not self.leads(p) or p.leader_epoch != leader_epoch:
+            return
+        if partition_epoch < p.partition_epoch:
+            return
+        p.isr, p.partition_epoch, p.pending_isr = tuple(isr), partition_epoch, None
+        p.maybe_increment_high_watermark()
+        self._wake((p.topic, p.index))
+
+    def isr_update_failed(self, p: Partition, leader_epoch: int, error: str) -> None:
+        """The controller refused an ISR change (a stale leader or partition epoch): the next metadata push
+        brings the current state; until then no other change is proposed for a stale term."""
+        if p.leader_epoch == leader_epoch:
+            p.pending_isr = None
+        log.info("ISR change of %s refused by the controller: %s", p, error)
 
     # ------------------------------------------------------------------ fetch
 
@@ -301,6 +492,8 @@ class ReplicaManager:
         min_bytes = min(params.min_bytes, params.max_bytes) if fetches else 0
         results: list[FetchPartitionData | None] = [None] * len(fetches)
         seen: list[tuple | None] = [None] * len(fetches)  # each partition's log state at its last read
+        if params.is_from_follower:
+            self._update_followers(params.replica_id, fetches)
         if len(fetches) >= BIG_FETCH:
             await self._fetch_many(params, fetches, min_bytes, deadline, results, seen)
             return results  # type: ignore[return-value]
@@ -534,6 +727,8 @@ class ReplicaManager:
     @staticmethod
     def _upper(partition: Partition, isolation: FetchIsolation) -> int:
         lg = partition.log
+        if isolation is FetchIsolation.LOG_END:
+            return lg.log_end_offset
         return lg.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else lg.high_watermark
 
     def _local_offset(self, partition: Partition, timestamp: int, isolation: FetchIsolation,

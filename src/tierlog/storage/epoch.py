@@ -50,11 +50,16 @@ class LeaderEpochCache:
         self._flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """Kafka's OffsetsForLeaderEpoch answer: (largest epoch <= ``epoch``, its end offset)."""
-        if not self._entries or epoch < self._entries[0][0]:
+        """Kafka's OffsetsForLeaderEpoch answer (LeaderEpochFileCache.endOffsetFor): (largest epoch <=
+        ``epoch``, its end offset: the start of the next epoch, or the log end for the latest). An epoch
+        newer than the latest is unknown (UNDEFINED); one older than the first answers the first epoch's
+        start offset with the epoch asked for."""
+        if not self._entries or epoch < 0 or epoch > self._entries[-1][0]:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if epoch == self._entries[-1][0] or epoch > self._entries[-1][0]:
-            return self._entries[-1][0], log_end_offset
+        if epoch == self._entries[-1][0]:
+            return epoch, log_end_offset
+        if epoch < self._entries[0][0]:
+            return epoch, self._entries[0][1]
         for i in range(len(self._entries) - 1, -1, -1):
             e, _ = self._entries[i]
             if e <= epoch:

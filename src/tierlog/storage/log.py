@@ -525,7 +525,10 @@ class Log:
         base_in_segment = seg.size - len(data)
         for p, h in placed:
             self._update_producer_state(h, base_in_segment + p, seg)
+        self._unflushed_messages += last + 1 - self.log_end_offset
         self.log_end_offset = last + 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
         return LogAppendInfo(headers[0].base_offset, last, max(h.max_timestamp for h in headers), -1,
                              self.log_start_offset, len(data))
 
@@ -839,6 +842,24 @@ class Log:
         if snap is not None and snap >= self.local_log_start_offset:
             self.producer_state.load_snapshot(snap)
         self._replay_producer_state(self.producer_state.map_end_offset)
+
+    @_io("truncating")
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset`` (a follower whose log end is below the leader's
+        log start, Kafka's truncateFullyAndStartAt): log start, log end and high watermark all become
+        ``offset``; leader epochs and producer state start over."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.name} at negative offset {offset}")
+        for seg in self.segments:
+            seg.delete_files()
+        self.segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_start_offset = self.log_end_offset = self.high_watermark = self.recovery_point = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_and_reload(offset, offset)
+        for snap in list_snapshots(self.dir):
+            self.producer_state.delete_snapshot(snap)
+        self._unflushed_messages = 0
 
     # ------------------------------------------------------------------ flush and close
 

@@ -25,7 +25,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tierlog.errors import KafkaError, KafkaStorageError, StartupError
@@ -49,6 +50,32 @@ LOCK_FILE = ".lock"
 # Kafka's kafka.log:type=LogManager gauges, named as Prometheus' JMX exporter spells them.
 OFFLINE_LOG_DIRECTORY_COUNT = "kafka_log_logmanager_offlinelogdirectorycount"
 LOG_DIRECTORY_OFFLINE = "kafka_log_logmanager_logdirectoryoffline"
+# Kafka's DescribeLogDirsResponse constants: the lag of a log that is not online, a volume size not known.
+INVALID_OFFSET_LAG = -1
+UNKNOWN_VOLUME_BYTES = -1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogDirReplica:
+    """One partition's log in a log dir, as DescribeLogDirs reports it (a DescribeLogDirsPartition)."""
+
+    topic: str
+    partition: int
+    size: int  # bytes of its local segments
+    offset_lag: int  # high watermark minus log end offset, never below 0; INVALID_OFFSET_LAG when offline
+    is_future: bool = False  # a copy being moved in by AlterReplicaLogDirs (tierlog has none)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir as DescribeLogDirs reports it: ``offline`` is why it is offline (then it lists no
+    partitions and no space, as Kafka answers an offline dir), else None."""
+
+    log_dir: str
+    offline: str | None
+    replicas: list[LogDirReplica] = field(default_factory=list)
+    total_bytes: int = UNKNOWN_VOLUME_BYTES
+    usable_bytes: int = UNKNOWN_VOLUME_BYTES
 
 
 class LogManager:
@@ -130,6 +157,27 @@ class LogManager:
             out.append({"log_dir": d, "online": d not in offline, "error": offline.get(d),
                         "partitions": len(logs),
                         "offline_partitions": sorted(lg.name for lg in logs if lg.offline is not None)})
+        return out
+
+    def describe_log_dirs(self, partitions: Collection[tuple[str, int]] | None = None) -> list[LogDirDescription]:
+        """Every log dir in ``log.dirs`` order with the logs it holds of ``partitions`` (all when None;
+        partitions not hosted here are left out), what Kafka's ReplicaManager.describeLogDirs reports: each
+        log's size and offset lag, and the total and usable bytes of the dir's file system. An offline dir
+        lists nothing. A log offline in an online dir (refused by recovery) is listed with the size of its
+        segment files on disk and INVALID_OFFSET_LAG, Kafka's lag of a replica that is not online."""
+        offline = self.failure_channel.offline_log_dirs
+        wanted = None if partitions is None else set(partitions)
+        held: dict[str, list[LogDirReplica]] = {d: [] for d in self.log_dirs}
+        for tp, lg in list(self.logs.items()):  # a snapshot: a metadata thread may add logs meanwhile
+            d = self._dir_of.get(tp)
+            if d in held and d not in offline and (wanted is None or tp in wanted):
+                held[d].append(_log_dir_replica(lg))
+        out = []
+        for d in self.log_dirs:
+            if d in offline:
+                out.append(LogDirDescription(d, offline[d]))
+            else:
+                out.append(LogDirDescription(d, None, sorted(held[d]), *volume_space(d)))
         return out
 
     # ------------------------------------------------------------------ start and stop
@@ -402,6 +450,32 @@ class LogManager:
 
     def _online_logs(self) -> list[Log]:
         return [lg for lg in self.logs.values() if lg.offline is None]
+
+
+def volume_space(path: str) -> tuple[int, int]:
+    """(total, usable) bytes of the file system holding ``path``, as Java's FileStore reports them to Kafka
+    (usable: what a process without root's reserve may still write); UNKNOWN_VOLUME_BYTES each when the
+    file system cannot be asked."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return UNKNOWN_VOLUME_BYTES, UNKNOWN_VOLUME_BYTES
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def _log_dir_replica(lg: Log) -> LogDirReplica:
+    if lg.offline is None:
+        return LogDirReplica(lg.topic, lg.partition, lg.size_in_bytes, max(lg.high_watermark - lg.log_end_offset, 0))
+    return LogDirReplica(lg.topic, lg.partition, _segment_files_size(lg.dir), INVALID_OFFSET_LAG)
+
+
+def _segment_files_size(folder: str) -> int:
+    """The bytes of a partition folder's ``.log`` files (0 when it cannot be listed)."""
+    try:
+        with os.scandir(folder) as entries:
+            return sum(e.stat().st_size for e in entries if e.name.endswith(".log") and e.is_file())
+    except OSError:
+        return 0
 
 
 def _read_checkpoint(log_dir: str, name: str) -> dict | None:

@@ -33,7 +33,7 @@ import dataclasses
 import datetime
 import logging
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -47,6 +47,12 @@ from tierlog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
+    KafkaStorageError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     describe_error,
 )
@@ -90,11 +96,25 @@ def _client_host(ctx: RequestContext) -> str:
     return ""
 
 
+#: How a commit's replication failure is answered (Kafka's GroupMetadataManager.storeOffsets mapping).
+_COMMIT_ERRORS = {
+    RequestTimedOutError.code: CoordinatorNotAvailableError.code,
+    NotEnoughReplicasError.code: CoordinatorNotAvailableError.code,
+    NotEnoughReplicasAfterAppendError.code: CoordinatorNotAvailableError.code,
+    NotLeaderOrFollowerError.code: NotCoordinatorError.code,
+    KafkaStorageError.code: NotCoordinatorError.code,
+}
+
+
 class GroupApis:
-    def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int):
+    def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int,
+                 replicated: Callable[[int, float], Awaitable[int]] | None = None):
+        """``replicated(partition, timeout_s)`` waits until what was appended to that ``__consumer_offsets``
+        partition reached its in-sync replicas and returns the append's error code (in a cluster)."""
         self.coordinator = coordinator
         self.controller = controller
         self.node_id = node_id
+        self.replicated = replicated
         self._warn = RepeatLimiter(log)
 
     def register(self, registry) -> None:
@@ -241,10 +261,19 @@ class GroupApis:
             valid += [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                        p.committed_metadata) for name, p in chunk]
         if valid:
-            errors.update(self._ready().commit_offsets(
+            committed = self._ready().commit_offsets(
                 group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid,
-                api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1))))
+                api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1)))
+            if self.replicated is not None and any(code == NO_ERROR for code in committed.values()):
+                # Acknowledged only once the in-sync replicas have it, as Kafka appends commits with acks=all:
+                # a commit a new coordinator would not find is not answered as done.
+                code = await self.replicated(self.coordinator.partition_for(req.group_id),
+                                             self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
+                if code:
+                    code = _COMMIT_ERRORS.get(code, code)
+                    committed = {tp: code if c == NO_ERROR else c for tp, c in committed.items()}
+            errors.update(committed)
         offload.free_later(known, valid)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)

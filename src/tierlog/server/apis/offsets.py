@@ -30,6 +30,8 @@ class OffsetApis:
         req = ctx.request
         isolation = (FetchIsolation.TXN_COMMITTED if getattr(req, "isolation_level", 0) == READ_COMMITTED
                      else FetchIsolation.HIGH_WATERMARK)
+        if req.replica_id >= 0:  # a follower (or a debugging tool): the latest offset is the log end, as in Kafka
+            isolation = FetchIsolation.LOG_END
         timeout = getattr(req, "timeout", None)  # ListOffsets v10+ (KIP-1075) carries its own
         timeout_ms = timeout.total_seconds() * 1000 if timeout is not None else 0
         if timeout_ms <= 0:

@@ -89,6 +89,7 @@ class ProduceApis:
         rm = self.replica_manager
         acks = req.acks
         responses = []
+        waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for
         for topic_data in req.topic_data:
             name = getattr(topic_data, "name", None)
             if name is None:
@@ -109,7 +110,11 @@ class ProduceApis:
                         if self.request_metrics is not None:
                             self.request_metrics.error(ApiKey.PRODUCE, invalid.code)
                         continue
-                    result.update(rm.append_records(name, pd.index, records, acks))
+                    appended = rm.append_records(name, pd.index, records, acks)
+                    last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
+                    result.update(appended)
+                    if acks == -1:
+                        waits.append((result, (name, pd.index, epoch, last_offset)))
                 except KafkaError as e:
                     result["error_code"] = e.code
                     if self.request_metrics is not None:
@@ -127,6 +132,13 @@ class ProduceApis:
                         log.debug("Produce to %s-%d failed: %s", name, pd.index, e)
                 parts.append(result)
             responses.append({"name": name, "partition_responses": parts})
+        if waits:
+            codes = await rm.wait_for_acks([w for _, w in waits], req.timeout.total_seconds())
+            for (result, _), code in zip(waits, codes):
+                if code:
+                    result["error_code"] = code
+                    if self.request_metrics is not None:
+                        self.request_metrics.error(ApiKey.PRODUCE, code)
         if acks == 0:
             return None
         # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.

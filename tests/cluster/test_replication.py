@@ -1,0 +1,316 @@
+"""Replication across three tierlog brokers: followers copy the leader's log byte for byte, the ISR shrinks
+when a follower stalls and grows when it catches up, acks=all answers Kafka's errors when the ISR is below
+``min.insync.replicas``, a killed leader loses no acknowledged record, an old leader's divergent records are
+truncated when it returns (KIP-101), an idempotent producer's retry is still a duplicate after a failover,
+and committed offsets survive the loss of their coordinator.
+
+One cluster serves the module (its tests run in file order on one worker); the brokers talk through the
+harness's link proxies so a test can cut a leader off from its followers. Each test leaves every broker
+running and every link healed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.harness import rawclient
+from tests.harness.rawclient import RawClient, unique
+from tests.harness.tierlog_cluster import start_cluster
+from tests.interop.clients import CLIENTS
+from tierlog.protocol import ApiKey
+from tierlog.records import build_batch
+
+NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+LAG_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    c = start_cluster(tmp_path_factory.mktemp("replication"), zookeeper, brokers=3, proxies=True,
+                      settings={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
+    yield c
+    c.stop()
+
+
+def partition(cluster, name: str, p: int = 0, via: int | None = None):
+    via = via or cluster.running_ids()[0]
+    t = cluster.metadata(via, [name]).topics[0]
+    assert t.error_code == 0, t
+    return next(x for x in t.partitions if x.partition_index == p)
+
+
+def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,
+           assignment: list[list[int]] | None = None) -> None:
+    raw = RawClient(rawclient.controller_address(cluster.bootstrap))
+    try:
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": name, "num_partitions": -1 if assignment else partitions,
+            "replication_factor": -1 if assignment else 3,
+            "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignment or [])],
+            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
+            "timeout_ms": 30000, "validate_only": False})
+    finally:
+        raw.close()
+    assert resp.topics[0].error_code == 0, resp
+    for i in cluster.running_ids():
+        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, partitions, 30)
+
+
+def wait_isr(cluster, name: str, size: int, p: int = 0, timeout: float = 30):
+    def check():
+        got = partition(cluster, name, p)
+        return got if len(got.isr_nodes) == size else None
+    return cluster.wait_until(check, timeout, f"the ISR of {name}-{p} having {size} replicas")
+
+
+def log_bytes(cluster, broker_id: int, name: str, p: int = 0) -> bytes:
+    folder = cluster.brokers[broker_id].log_dir / f"{name}-{p}"
+    return b"".join(f.read_bytes() for f in sorted(folder.glob("*.log")))
+
+
+def wait_same_logs(cluster, name: str, p: int = 0, timeout: float = 30) -> bytes:
+    """Every replica's log files hold the same bytes (a follower copies batches as they are)."""
+    def same():
+        logs = {i: log_bytes(cluster, i, name, p) for i in cluster.brokers}
+        first = next(iter(logs.values()))
+        return first if first and all(v == first for v in logs.values()) else None
+    return cluster.wait_until(same, timeout, f"every replica of {name}-{p} holding the same records")
+
+
+def produce(cluster, broker_id: int, name: str, values: list[bytes], acks: int = -1, p: int = 0):
+    return rawclient.produce(cluster.brokers[broker_id].bootstrap, name, p, values, acks=acks)
+
+
+def test_followers_hold_the_leaders_records_byte_for_byte(cluster):
+    name = unique("copy")
+    create(cluster, name, configs={"min.insync.replicas": "2"})
+    state = partition(cluster, name)
+    assert sorted(state.isr_nodes) == [1, 2, 3]  # a new partition starts with every live replica in sync
+    for i in range(30):
+        answer = produce(cluster, state.leader_id, name, [b"v%d-%d" % (i, j) for j in range(5)])
+        assert (answer.error_code, answer.base_offset) == (0, i * 5)
+    data = wait_same_logs(cluster, name)
+    assert data.count(b"v29-4") == 1
+    client = CLIENTS["confluent-kafka"](cluster.bootstrap)
+    try:
+        got = client.consume(name, 0, "earliest", 150)
+        assert [m.value for m in got] == [b"v%d-%d" % (i, j) for i in range(30) for j in range(5)]
+    finally:
+        client.close()
+
+
+def test_a_stalled_follower_leaves_the_isr_and_acks_all_answers_not_enough_replicas(cluster):
+    name = unique("stall")
+    create(cluster, name, configs={"min.insync.replicas": "3"})
+    state = partition(cluster, name)
+    leader = state.leader_id
+    follower = next(r for r in state.replica_nodes if r != leader)
+    assert produce(cluster, leader, name, [b"all-three"]).error_code == 0
+    cluster.proxies[leader].hold(source=follower)  # the follower's fetches stop reaching the leader
+    try:
+        # Appended, but the ISR shrinks before the stalled follower has it: Kafka's answer for a write that
+        # was appended while the ISR was big enough and waited in vain.
+        stalled = produce(cluster, leader, name, [b"appended-then-shrunk"])
+        assert stalled.error_code == NOT_ENOUGH_REPLICAS_AFTER_APPEND, stalled
+        assert follower not in wait_isr(cluster, name, 2).isr_nodes
+        refused = produce(cluster, leader, name, [b"refused"])
+        assert refused.error_code == NOT_ENOUGH_REPLICAS, refused
+        assert produce(cluster, leader, name, [b"acks-1"], acks=1).error_code == 0
+    finally:
+        cluster.proxies[leader].heal(source=follower)
+    back = wait_isr(cluster, name, 3)
+    assert follower in back.isr_nodes
+    assert produce(cluster, leader, name, [b"all-three-again"]).error_code == 0
+    wait_same_logs(cluster, name)
+    out = cluster.output(leader)
+    assert "Shrinking the ISR" in out and "Expanding the ISR" in out
+
+
+def test_a_killed_leader_loses_no_acknowledged_record(cluster):
+    from confluent_kafka import Producer
+    name = unique("failover")
+    create(cluster, name, 3, {"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 2, "message.timeout.ms": 120000})
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(f"{err.name()} fatal={err.fatal()}")
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def write():
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce(name, b"f%06d" % i, partition=i % 3, on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            producer.poll(0.002)
+    writer = threading.Thread(target=write)
+    writer.start()
+    victim = partition(cluster, name, 0).leader_id
+    try:
+        cluster.wait_until(lambda: len(acked) > 300, 60, "the producer under way")
+        cluster.brokers[victim].kill()
+        before = len(acked)
+        cluster.wait_until(lambda: partition(cluster, name, 0).leader_id not in (victim, -1), 60,
+                           "a new leader for partition 0")
+        cluster.wait_until(lambda: len(acked) > before + 300, 60, "the producer going on after the kill")
+        cluster.start([victim])
+        cluster.wait_formed()
+        for p in range(3):
+            wait_isr(cluster, name, 3, p, 60)
+    finally:
+        stop.set()
+        writer.join()
+        producer.flush(60)
+    assert not errors, errors[:5]
+    client = CLIENTS["confluent-kafka"](cluster.bootstrap)
+    try:
+        for p in range(3):
+            mine = sorted((o, v) for part, o, v in acked if part == p)
+            got = client.consume(name, p, "earliest", len(mine), timeout=60)
+            assert [(m.offset, m.value) for m in got] == mine  # every acknowledged record, once, in order
+    finally:
+        client.close()
+    for p in range(3):
+        wait_same_logs(cluster, name, p, 60)
+    print(f"\nleader {victim} killed under load: {len(acked)} records acknowledged, all read back once")
+
+
+def test_an_old_leaders_divergent_records_are_truncated_when_it_returns(cluster):
+    name = unique("diverge")
+    create(cluster, name, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "1"})
+    cluster.wait_until(lambda: partition(cluster, name).leader_id == 1, 30, "broker 1 leading")
+    assert produce(cluster, 1, name, [b"shared-%d" % i for i in range(3)]).error_code == 0
+    wait_same_logs(cluster, name)
+    for follower in (2, 3):
+        cluster.proxies[1].cut(source=follower)  # the followers cannot fetch from broker 1 any more
+    try:
+        lonely = produce(cluster, 1, name, [b"only-on-the-old-leader-%d" % i for i in range(4)], acks=1)
+        assert (lonely.error_code, lonely.base_offset) == (0, 3)
+        cluster.brokers[1].kill()  # its ISR still names 2 and 3 (less than replica.lag.time.max.ms passed)
+        cluster.wait_until(lambda: partition(cluster, name, via=2).leader_id in (2, 3), 60, "a new leader")
+        new_leader = partition(cluster, name, via=2).leader_id
+        written = produce(cluster, new_leader, name, [b"new-term-%d" % i for i in range(2)])
+        assert (written.error_code, written.base_offset) == (0, 3)
+    finally:
+        for follower in (2, 3):
+            cluster.proxies[1].heal(source=follower)
+    cluster.start([1])
+    cluster.wait_formed()
+    wait_isr(cluster, name, 3, timeout=60)
+    data = wait_same_logs(cluster, name)
+    assert b"only-on-the-old-leader" not in data and data.count(b"new-term-1") == 1
+    assert "Truncating" in cluster.output(1)
+    client = CLIENTS["confluent-kafka"](cluster.bootstrap)
+    try:
+        got = client.consume(name, 0, "earliest", 5)
+        assert [m.value for m in got] == [b"shared-0", b"shared-1", b"shared-2", b"new-term-0", b"new-term-1"]
+    finally:
+        client.close()
+
+
+def test_offsets_for_leader_epoch_answers_from_the_leaders_epoch_cache(cluster):
+    name = unique("epochs")
+    create(cluster, name, assignment=[[2, 3, 1]])
+    leader = partition(cluster, name).leader_id
+    assert produce(cluster, leader, name, [b"a", b"b"]).error_code == 0
+    epoch0 = partition(cluster, name).leader_epoch
+    raw = RawClient(cluster.brokers[leader].bootstrap)
+    try:
+        def ask(epoch):
+            r = raw.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{"topic": name,
+                            "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch}]}]})
+            p = r.topics[0].partitions[0]
+            return p.error_code, p.leader_epoch, p.end_offset
+        assert ask(epoch0) == (0, epoch0, 2)
+        assert ask(epoch0 + 5) == (0, -1, -1)  # newer than any epoch known: undefined, as Kafka answers
+    finally:
+        raw.close()
+    follower = next(r for r in partition(cluster, name).replica_nodes if r != leader)
+    refused = RawClient(cluster.brokers[follower].bootstrap)
+    try:
+        r = refused.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{"topic": name,
+                            "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch0}]}]})
+        assert r.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER: only the leader answers
+    finally:
+        refused.close()
+
+
+def test_an_idempotent_retry_after_a_failover_is_a_duplicate(cluster):
+    name = unique("dedup")
+    create(cluster, name, assignment=[[3, 1, 2]], configs={"min.insync.replicas": "2"})
+    cluster.wait_until(lambda: partition(cluster, name).leader_id == 3, 30, "broker 3 leading")
+    pid = 4242
+    batch = build_batch([(None, b"once", [], int(time.time() * 1000))], producer_id=pid, producer_epoch=0,
+                        base_sequence=0)
+
+    def send(broker_id):
+        raw = RawClient(cluster.brokers[broker_id].bootstrap)
+        try:
+            resp = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "topic_data": [
+                {"name": name, "partition_data": [{"index": 0, "records": batch}]}]})
+            return resp.responses[0].partition_responses[0]
+        finally:
+            raw.close()
+    first = send(3)
+    assert (first.error_code, first.base_offset) == (0, 0)
+    wait_same_logs(cluster, name)
+    cluster.brokers[3].kill()
+    cluster.wait_until(lambda: partition(cluster, name, via=1).leader_id in (1, 2), 60, "a new leader")
+    new_leader = partition(cluster, name, via=1).leader_id
+    retry = send(new_leader)  # the producer never saw its answer and sends the batch again
+    assert (retry.error_code, retry.base_offset) == (0, 0)  # the new leader knows it: the same offset
+    client = CLIENTS["confluent-kafka"](cluster.brokers[new_leader].bootstrap)
+    try:
+        assert client.watermarks(name, 0) == (0, 1)  # one record, not two
+    finally:
+        client.close()
+    cluster.start([3])
+    cluster.wait_formed()
+    wait_isr(cluster, name, 3, timeout=60)
+
+
+def test_committed_offsets_survive_the_loss_of_their_coordinator(cluster):
+    from confluent_kafka import Consumer, TopicPartition
+    name = unique("commits")
+    group = unique("g")
+    create(cluster, name, 1)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(name, 0, 17)], asynchronous=False)
+        coordinator = None
+        md = cluster.metadata(cluster.running_ids()[0], ["__consumer_offsets"]).topics[0]
+        assert all(len(p.replica_nodes) == 3 for p in md.partitions)  # replicated with Kafka's default
+        raw = RawClient(cluster.bootstrap.split(",")[0])
+        try:
+            found = raw.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+            coordinator = found.node_id
+        finally:
+            raw.close()
+    finally:
+        consumer.close()
+    cluster.brokers[coordinator].kill()
+    try:
+        survivors = ",".join(cluster.brokers[i].bootstrap for i in cluster.brokers if i != coordinator)
+
+        def committed():
+            c = Consumer({"bootstrap.servers": survivors, "group.id": group, "enable.auto.commit": False})
+            try:
+                return c.committed([TopicPartition(name, 0)], timeout=10)[0].offset
+            finally:
+                c.close()
+        assert cluster.wait_until(lambda: committed() == 17, 60, "the commit read from a new coordinator")
+    finally:
+        cluster.start([coordinator])
+        cluster.wait_formed()
