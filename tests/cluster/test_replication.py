@@ -2,7 +2,9 @@
 when a follower stalls and grows when it catches up, acks=all answers Kafka's errors when the ISR is below
 ``min.insync.replicas``, a killed leader loses no acknowledged record, an old leader's divergent records are
 truncated when it returns (KIP-101), an idempotent producer's retry is still a duplicate after a failover,
-and committed offsets survive the loss of their coordinator.
+committed offsets survive the loss of their coordinator, and a consumer in a follower's rack is sent to that
+follower and reads from it (KIP-392), and a failed log dir moves the leaderships of its replicas and takes them
+out of their ISRs.
 
 One cluster serves the module (its tests run in file order on one worker); the brokers talk through the
 harness's link proxies so a test can cut a leader off from its followers. Each test leaves every broker
@@ -26,12 +28,19 @@ from tierlog.records import build_batch
 NOT_ENOUGH_REPLICAS = 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 LAG_MS = 3000
+RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
-    c = start_cluster(tmp_path_factory.mktemp("replication"), zookeeper, brokers=3, proxies=True,
-                      settings={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
+    work = tmp_path_factory.mktemp("replication")
+    racks = {i: {"broker.rack": f"rack-{i}"} for i in (1, 2, 3)}
+    # Broker 3 has two log dirs, checkpointed often: a test fails one of them under it.
+    racks[3].update({"log.dirs": ",".join(str(work / "broker-3" / d) for d in ("logs", "logs-b")),
+                     "log.flush.offset.checkpoint.interval.ms": "300"})
+    c = start_cluster(work, zookeeper, brokers=3, proxies=True,
+                      settings={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200",
+                                "replica.selector.class": RACK_AWARE}, per_broker=racks)
     yield c
     c.stop()
 
@@ -67,9 +76,15 @@ def wait_isr(cluster, name: str, size: int, p: int = 0, timeout: float = 30):
     return cluster.wait_until(check, timeout, f"the ISR of {name}-{p} having {size} replicas")
 
 
+def replica_folder(cluster, broker_id: int, name: str, p: int = 0):
+    """The replica's folder, in whichever log dir of the broker holds it."""
+    home = cluster.brokers[broker_id].log_dir
+    found = [d / f"{name}-{p}" for d in (home, home.parent / "logs-b") if (d / f"{name}-{p}").is_dir()]
+    return found[0] if found else home / f"{name}-{p}"
+
+
 def log_bytes(cluster, broker_id: int, name: str, p: int = 0) -> bytes:
-    folder = cluster.brokers[broker_id].log_dir / f"{name}-{p}"
-    return b"".join(f.read_bytes() for f in sorted(folder.glob("*.log")))
+    return b"".join(f.read_bytes() for f in sorted(replica_folder(cluster, broker_id, name, p).glob("*.log")))
 
 
 def wait_same_logs(cluster, name: str, p: int = 0, timeout: float = 30) -> bytes:
@@ -110,7 +125,7 @@ def test_a_stalled_follower_leaves_the_isr_and_acks_all_answers_not_enough_repli
     leader = state.leader_id
     follower = next(r for r in state.replica_nodes if r != leader)
     assert produce(cluster, leader, name, [b"all-three"]).error_code == 0
-    cluster.proxies[leader].hold(source=follower)  # the follower's fetches stop reaching the leader
+    cluster.proxies[leader].cut(source=follower)  # the follower cannot fetch from the leader any more
     try:
         # Appended, but the ISR shrinks before the stalled follower has it: Kafka's answer for a write that
         # was appended while the ISR was big enough and waited in vain.
@@ -314,3 +329,77 @@ def test_committed_offsets_survive_the_loss_of_their_coordinator(cluster):
     finally:
         cluster.start([coordinator])
         cluster.wait_formed()
+
+
+def test_a_consumer_is_sent_to_the_replica_in_its_rack(cluster):
+    from confluent_kafka import Consumer, TopicPartition
+    name = unique("closest")
+    create(cluster, name, assignment=[[1, 2, 3]])
+    cluster.wait_until(lambda: partition(cluster, name).leader_id == 1, 30, "broker 1 leading")
+    assert produce(cluster, 1, name, [b"near-%d" % i for i in range(20)]).error_code == 0
+    wait_same_logs(cluster, name)
+
+    def fetch(broker_id: int, rack: str):
+        raw = RawClient(cluster.brokers[broker_id].bootstrap)
+        try:
+            r = raw.request(ApiKey.FETCH, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 1,
+                                               "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                                               "session_epoch": -1, "topics": [{"topic": name, "partitions": [{
+                                                   "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                   "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                                               "forgotten_topics_data": [], "rack_id": rack})
+            return r.responses[0].partitions[0]
+        finally:
+            raw.close()
+    sent = fetch(1, "rack-2")
+    assert (sent.error_code, sent.preferred_read_replica, sent.records or b"") == (0, 2, b"")
+    local = fetch(1, "rack-1")
+    assert local.preferred_read_replica == -1 and local.records  # the leader is in the consumer's rack
+    served = fetch(2, "rack-2")  # the follower serves a consumer of Fetch v11, up to its high watermark
+    assert served.error_code == 0 and served.records and served.high_watermark == 20
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("g"), "client.rack": "rack-3",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            m = consumer.poll(1)
+            if m is not None and not m.error():
+                got.append(m.value())
+        assert got == [b"near-%d" % i for i in range(20)]
+    finally:
+        consumer.close()
+
+
+def test_a_failed_log_dir_moves_its_leaderships_and_leaves_the_isrs(cluster):
+    name = unique("dir-fails")
+    create(cluster, name, 2, assignment=[[3, 1, 2], [3, 1, 2]], configs={"min.insync.replicas": "2"})
+    cluster.wait_until(lambda: all(partition(cluster, name, p).leader_id == 3 for p in (0, 1)), 30, "3 leading")
+    for p in (0, 1):
+        assert produce(cluster, 3, name, [b"before-%d" % p], p=p).error_code == 0
+    failing = replica_folder(cluster, 3, name, 0).parent
+    hit = [p for p in (0, 1) if replica_folder(cluster, 3, name, p).parent == failing]
+    spared = [p for p in (0, 1) if p not in hit]
+    checkpoint = failing / "recovery-point-offset-checkpoint"
+    checkpoint.unlink()
+    (checkpoint / "in-the-way").mkdir(parents=True)  # the next checkpoint fails with EISDIR: the dir goes offline
+    try:
+        for p in hit:
+            state = cluster.wait_until(lambda p=p: (s := partition(cluster, name, p, via=1)).leader_id in (1, 2)
+                                       and 3 not in s.isr_nodes and s, 60, f"{name}-{p} moving off broker 3")
+            answer = produce(cluster, state.leader_id, name, [b"after-%d" % p], p=p)
+            assert answer.error_code == 0, answer  # the two in-sync replicas left meet min.insync.replicas
+        for p in spared:
+            assert partition(cluster, name, p).leader_id == 3  # the other dir's replicas are not touched
+            assert produce(cluster, 3, name, [b"after-%d" % p], p=p).error_code == 0
+        assert "offline replica" in cluster.output(cluster.controller_id())
+    finally:
+        (checkpoint / "in-the-way").rmdir()
+        checkpoint.rmdir()
+        cluster.brokers[3].stop()
+        cluster.start([3])
+        cluster.wait_formed()
+    for p in (0, 1):
+        wait_isr(cluster, name, 3, p, timeout=60)
+        assert wait_same_logs(cluster, name, p).count(b"after-%d" % p) == 1

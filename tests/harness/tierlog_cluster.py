@@ -53,9 +53,10 @@ def in_parallel(act, items) -> None:
 
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
-                 proxies: bool = False):
+                 proxies: bool = False, per_broker: dict[int, dict] | None = None):
         """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
-        (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers."""
+        (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
+        ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``."""
         self.chroot = chroot or unique_chroot()
         self.zookeeper_connect = connect_string(zookeeper, self.chroot)
         self.settings = {**CLUSTER_SETTINGS, "offsets.topic.replication.factor": str(min(brokers, 3)),
@@ -74,7 +75,8 @@ class TierlogCluster:
                          "advertised.listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{proxy.port}",
                          "inter.broker.listener.name": "INTERNAL"}
             self.brokers[i] = BrokerProcess(folder / "logs", {
-                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **extra, **self.settings})
+                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **extra, **self.settings,
+                **(per_broker or {}).get(i, {})})
             self._set_listeners(i)
 
     def _set_listeners(self, i: int) -> None:
@@ -156,10 +158,10 @@ class TierlogCluster:
 
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
-                  proxies: bool = False) -> TierlogCluster:
+                  proxies: bool = False, per_broker: dict[int, dict] | None = None) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
     controller election before the others start; with ``proxies``, the brokers talk through LinkProxies."""
-    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies)
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker)
     try:
         if controller is not None:
             cluster.start([controller], timeout)

@@ -22,14 +22,9 @@ keeping its last member); the dead replicas are offline. Then the shapes of the 
 
 Deliberate differences, each pinned on both sides so that a change on either shows here:
 
-- The ISR, until data replication (issue 20): tierlog's is the leader alone, Kafka's every caught-up replica.
-  Shapes compare with ``metadata_shape(isr="leader")`` and each step prints the sizes. With it the same rule
-  elects differently where a leader dies: Kafka elects a follower of its ISR, tierlog has no one to elect
-  and the partition waits for its leader to return (and then the returning broker leads again, where Kafka's
-  new leader stays). Such partitions, those whose rule inputs (previous leader, surviving ISR) already differ,
-  are checked against the rule on each side and listed, not compared across.
-- acks=-1 with min.insync.replicas=2: Kafka (ISR 3) appends; tierlog (ISR 1) answers NOT_ENOUGH_REPLICAS and
-  appends nothing.
+- None for the ISR any more: with replication, both sides' ISRs hold every live replica once settled and shapes
+  compare ISR sizes (``metadata_shape(isr="size")``). Partitions whose rule inputs (previous leader, surviving
+  ISR) differed are still checked against the rule on each side and listed, not compared across.
 - Controller requests sent to another broker: Kafka 3.9 in ZooKeeper mode answers NOT_CONTROLLER; tierlog
   forwards them (Envelope) and answers what its controller answers, which is what Kafka's controller answers.
 - Where Kafka 3.9's ZooKeeper mode and Kafka 4.1's KRaft controller differ, tierlog answers as 4.1 does: an
@@ -64,7 +59,6 @@ from tierlog.errors import (
     InvalidTopicError,
     LeaderNotAvailableError,
     NotControllerError,
-    NotEnoughReplicasError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -173,11 +167,10 @@ class Side:
             text = self.cluster.brokers[broker_id].output()
         return "\n".join(text.splitlines()[-lines:])
 
-    def isr_of(self, leader: int, replicas: tuple[int, ...], live: set[int]) -> tuple[int, ...]:
-        """A led partition's ISR once settled: Kafka's holds every live replica (nothing is being written, so
-        each has caught up); tierlog's the leader alone (no replication yet)."""
-        if self.name == "tierlog":
-            return (leader,)
+    @staticmethod
+    def isr_of(leader: int, replicas: tuple[int, ...], live: set[int]) -> tuple[int, ...]:
+        """A led partition's ISR once settled: every live replica (nothing is being written, so each has caught
+        up), on both sides."""
         return tuple(sorted(r for r in replicas if r in live))
 
     def created(self, topics: list[str], live: set[int]) -> dict:
@@ -289,7 +282,7 @@ class Pair:
                     apart.add(key)
         shapes = {}
         for side in self.sides:
-            shape = metadata_shape(side.answer, topics, isr="leader")
+            shape = metadata_shape(side.answer, topics, isr="size")
             for name, p in apart:
                 shape["topics"].get(name, {}).get("partitions", {}).pop(p, None)
             shapes[side.name] = shape
@@ -468,10 +461,9 @@ def test_step3b_acks_all_against_min_insync_replicas(pair):
     for side in pair.sides:
         answers[side.name] = {
             f"{name}-0": produce(side.bootstrap(side.state[(name, 0)].leader), name, 0, -1) for name in (RF3, RF1, RF2)}
-    # RF 3, min.insync.replicas 2: Kafka's ISR has 3 and appends; tierlog's has the leader alone (until
-    # replication) and refuses without appending
-    assert answers["kafka"][f"{RF3}-0"] == (NO_ERROR, 1)
-    assert answers["tierlog"][f"{RF3}-0"] == (NotEnoughReplicasError.code, 0)
+    # RF 3, min.insync.replicas 2: the ISR has 3 and appends, on both
+    for side in pair.sides:
+        assert answers[side.name][f"{RF3}-0"] == (NO_ERROR, 1), side.name
     # RF 1, min.insync.replicas 2: appended on both (Kafka caps min.insync.replicas at the replication
     # factor); RF 2 with the default of 1: appended on both
     for side in pair.sides:

@@ -141,6 +141,11 @@ class ZkController(Controller):
         self._session_lost = False
         self._broker_epochs: dict[int, int] = {}
         self.registration: bytes | None = None  # this broker's /brokers/ids znode, registered again after expiry
+        # Replicas whose log dir failed, by broker (reported in the brokers' UPDATE_METADATA answers, as Kafka
+        # learns them from LeaderAndIsr answers): they leave their ISRs and lead nothing until the broker restarts.
+        self._offline_replicas: dict[int, frozenset[tuple[str, int]]] = {}
+        #: This broker's offline replicas, for its UPDATE_METADATA answers (the composition root sets it).
+        self.local_offline_replicas: Callable[[], list[tuple[str, int]]] = list
         self._creation_failures = RepeatLimiter(log)
 
     # ================================================================== plumbing
@@ -274,7 +279,17 @@ class ZkController(Controller):
             self.image = image
         for listener in self._listeners:
             listener(delta, image)
-        return {"error_code": 0}
+        return {"error_code": 0, "offline_replicas": [list(tp) for tp in self.local_offline_replicas()]}
+
+    def report_log_dir_failure(self) -> None:
+        """A log dir of this broker failed: tell the controller (Kafka's log dir event notification), which then
+        asks this broker again and hears of the offline replicas in the answer."""
+        def notify() -> None:
+            try:
+                self.zk.notify_log_dir_failure(self.node_id)
+            except Exception:  # noqa: BLE001 - the controller learns it at the next push anyway
+                log.exception("Cannot notify the controller of a log dir failure")
+        threading.Thread(target=notify, name="log-dir-event", daemon=True).start()
 
     # ================================================================== reading ZooKeeper
 
@@ -333,6 +348,8 @@ class ZkController(Controller):
                 self._delete_topic_znodes(name, None)
             else:
                 self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
+        self._offline_replicas.clear()  # brokers report theirs again in the answers to this controller's pushes
+        self.zk.take_log_dir_events(watch=self._on_log_dir_event)
         # Replicas on brokers that are not alive leave their ISRs, as Kafka's new controller puts them offline.
         hosted = {r for t in self.image.topics.values() for pi in t.partitions.values() for r in pi.replicas}
         self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
@@ -375,6 +392,54 @@ class ZkController(Controller):
         self._on_activate.append(start)
         self._on_resign.append(stop)
 
+    # ================================================================== log dir failures
+
+    def _on_log_dir_event(self, event) -> None:
+        self._submit(self._log_dir_events)
+
+    def _log_dir_events(self) -> None:
+        if not self.is_active:
+            return
+        for broker_id in self.zk.take_log_dir_events(watch=self._on_log_dir_event):
+            log.info("Broker %d reported a failed log dir; asking it for its offline replicas", broker_id)
+            self._on_loop(self._push_again, broker_id)
+
+    def _push_again(self, broker_id: int) -> None:
+        self._acked.pop(broker_id, None)
+        event = self._push_wake.get(broker_id)
+        if event is not None:
+            event.set()
+
+    def _replicas_offline(self, broker_id: int, replicas: frozenset[tuple[str, int]]) -> None:
+        """``broker_id`` answered a push naming replicas it cannot serve (a failed log dir): they leave their
+        ISRs, and those it led get another leader from the ISR (Kafka's OfflineReplica transition)."""
+        if not self.is_active or broker_id not in self.image.brokers:
+            return
+        known = self._offline_replicas.get(broker_id, frozenset())
+        self._offline_replicas[broker_id] = replicas
+        changes = {}
+        for name, p in replicas - known:
+            t = self.image.topics.get(name)
+            if t is None or p not in t.partitions:
+                continue
+            pi = t.partitions[p]
+            if pi.leader == broker_id:
+                leader, isr = self._choose_leader(name, pi, avoid={broker_id})
+                changes[(name, p)] = replace(pi, leader=leader, isr=isr if leader != NO_LEADER else pi.isr,
+                                             leader_epoch=pi.leader_epoch + 1)
+            elif broker_id in pi.isr and len(pi.isr) > 1:
+                changes[(name, p)] = replace(pi, isr=tuple(r for r in pi.isr if r != broker_id),
+                                             leader_epoch=pi.leader_epoch + 1)
+        if changes:
+            self._write_states(changes)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
+        log.info("Broker %d has %d offline replica(s) (log dir failure): %d partition state(s) changed", broker_id,
+                 len(replicas), len(changes))
+
+    def _replica_offline(self, broker_id: int, name: str, p: int) -> bool:
+        return (name, p) in self._offline_replicas.get(broker_id, ())
+
     # ================================================================== brokers coming and going
 
     def _on_brokers_change(self, event) -> None:
@@ -393,6 +458,8 @@ class ZkController(Controller):
         if not dead and not new and live == before:
             return
         self._shutting_down -= dead | new
+        for b in dead | new:  # a restarted broker opened its log dirs again
+            self._offline_replicas.pop(b, None)
         if dead:
             log.info("Broker(s) %s left the cluster", sorted(dead))
         if new:
@@ -428,11 +495,16 @@ class ZkController(Controller):
         ISR; else, with unclean election on, the first alive replica (the ISR becomes it alone); else none,
         and the ISR keeps its last member, as Kafka keeps it."""
         live = set(self.image.brokers) - avoid - self._shutting_down
+        live -= {r for r in pi.replicas if self._replica_offline(r, topic, pi.partition)}
         isr_live = tuple(r for r in pi.isr if r in live)
+        # The ISR keeps its live members: a replica that left (or restarted) must catch up again. A leader that
+        # is alive and in sync keeps leading (only its followers left).
+        isr = tuple(x for x in pi.replicas if x in isr_live)
+        if pi.leader in isr_live:
+            return pi.leader, isr
         for r in pi.replicas:
             if r in isr_live:
-                # The ISR keeps its live members: a replica that left (or restarted) must catch up again.
-                return r, tuple(x for x in pi.replicas if x in isr_live)
+                return r, isr
         if unclean if unclean is not None else self._unclean_allowed(topic):
             for r in pi.replicas:
                 if r in live:
@@ -753,7 +825,7 @@ class ZkController(Controller):
                 results[key] = (0, pi) if same else (InvalidUpdateVersionError.code, None)
             elif broker_id not in new_isr or any(r not in pi.replicas for r in new_isr):
                 results[key] = (InvalidRequestError.code, None)
-            elif any(r not in live for r in set(new_isr) - set(pi.isr)):
+            elif any(r not in live or self._replica_offline(r, t.name, p) for r in set(new_isr) - set(pi.isr)):
                 results[key] = (IneligibleReplicaError.code, None)
             else:
                 changes[(t.name, p)] = replace(pi, isr=tuple(r for r in pi.replicas if r in new_isr))
@@ -884,6 +956,9 @@ class ZkController(Controller):
                                                  timeout_ms=self.config["controller.socket.timeout.ms"])
                 if answer.get("error_code"):
                     raise RuntimeError(answer.get("error_message") or f"error {answer['error_code']}")
+                offline = frozenset((str(t), int(p)) for t, p in answer.get("offline_replicas") or ())
+                if offline != self._offline_replicas.get(broker_id, frozenset()):
+                    self._submit(self._replicas_offline, broker_id, offline)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a broker that is starting or dying: retried

@@ -55,9 +55,11 @@ CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 DELETED_TOPIC_IDS = "/tierlog/deleted_topics"
+LOG_DIR_EVENTS = "/log_dir_event_notification"
 #: What a broker creates at first start (Kafka's KafkaZkClient.createTopLevelPaths, plus tierlog's own).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/config/brokers",
-                    "/config/changes", "/admin/delete_topics", "/isr_change_notification", DELETED_TOPIC_IDS)
+                    "/config/changes", "/admin/delete_topics", "/isr_change_notification", LOG_DIR_EVENTS,
+                    DELETED_TOPIC_IDS)
 DEFAULT_BROKER_CONFIG = "<default>"
 
 
@@ -227,6 +229,26 @@ class ZkClient:
             out[int(child)] = parse_broker_registration(int(child), data)
             epochs[int(child)] = stat.czxid
         return out, epochs
+
+    # -------------------------------------------------------------- log dir failures
+
+    def notify_log_dir_failure(self, broker_id: int) -> None:
+        """Kafka's LogDirEventNotification: tell the controller a log dir of ``broker_id`` failed."""
+        self.kazoo.create(f"{LOG_DIR_EVENTS}/log_dir_event_",
+                          _dump({"version": 1, "broker": broker_id, "event": 1}), sequence=True)
+
+    def take_log_dir_events(self, watch: Callable | None = None) -> set[int]:
+        """The brokers named by pending log dir events, which are deleted (the controller's reading of them)."""
+        brokers = set()
+        for child in self.kazoo.get_children(LOG_DIR_EVENTS, watch=watch):
+            path = f"{LOG_DIR_EVENTS}/{child}"
+            try:
+                data, _ = self.kazoo.get(path)
+                brokers.add(int(_load(data)["broker"]))
+                self.kazoo.delete(path)
+            except (NoNodeError, KeyError, ValueError, TypeError):
+                continue
+        return brokers
 
     # -------------------------------------------------------------- controller election
 

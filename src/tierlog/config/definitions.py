@@ -51,6 +51,11 @@ KAFKA_TBRLMM_CLASS = "org.apache.kafka.server.log.remote.metadata.storage.TopicB
 # ---------------------------------------------------------------------------------------------------
 
 
+#: Kafka's replica selectors (``replica.selector.class``, KIP-392), by their Java class names.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+
+
 class Validator:
     """Describes the allowed values of a setting. ``check`` returns None or the reason of a refusal."""
 
@@ -500,6 +505,11 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Socket receive buffer of a follower's fetch connections (-1: the system's default)."),
     _b("replica.socket.timeout.ms", "int", 30000, AtLeast(0),
        doc="Timeout of a follower's requests to its leader (at least replica.fetch.wait.max.ms)."),
+    _b("replica.selector.class", "string", None,
+       InSet((RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR)),
+       doc="How a leader picks the replica a consumer should fetch from (KIP-392): unset or Kafka's "
+           "LeaderSelector, the leader; Kafka's RackAwareReplicaSelector, a replica in the consumer's "
+           "client.rack when the leader is elsewhere."),
     _b("replica.lag.time.max.ms", "int", 30000, AtLeast(0),
        doc="A follower that has not caught up with the leader's log end for this long leaves the in-sync "
            "replicas."),

@@ -47,7 +47,7 @@ from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
-from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics
+from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
@@ -174,6 +174,8 @@ class Broker:
         failures.add_listener(rm.handle_log_dir_failure)
         if isinstance(controller, ZkController):
             self._attach_replication(controller, rm)
+            controller.local_offline_replicas = rm.offline_replicas
+            failures.add_listener(lambda _log_dir: controller.report_log_dir_failure())
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
@@ -228,6 +230,7 @@ class Broker:
             self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,
             rm.isr_update_failed, cfg["controller.socket.timeout.ms"])
         rm.alter_partition.start()
+        rm.isr_metrics = IsrChangeMetrics(self.metrics)
         rm.start_replication()
 
     def _register_state_metrics(self, rm: ReplicaManager) -> None:

@@ -48,6 +48,10 @@ LOG_SEGMENTS = "kafka_log_log_numlogsegments"
 UNDER_REPLICATED = "kafka_server_replicamanager_underreplicatedpartitions"
 PARTITION_COUNT = "kafka_server_replicamanager_partitioncount"
 LEADER_COUNT = "kafka_server_replicamanager_leadercount"
+UNDER_MIN_ISR = "kafka_server_replicamanager_underminisrpartitioncount"
+AT_MIN_ISR = "kafka_server_replicamanager_atminisrpartitioncount"
+ISR_SHRINKS = "kafka_server_replicamanager_isrshrinks_total"
+ISR_EXPANDS = "kafka_server_replicamanager_isrexpands_total"
 RLMM_READY = "tierlog_remote_log_metadata_manager_ready"
 
 
@@ -262,6 +266,23 @@ class BrokerTopicMetrics:
             metric.remove_matching(topic=topic)
 
 
+class IsrChangeMetrics:
+    """ISR changes of partitions led here, counted when the controller accepts them (Kafka's ReplicaManager
+    IsrShrinksPerSec and IsrExpandsPerSec)."""
+
+    def __init__(self, registry: MetricsRegistry):
+        self.shrinks = registry.counter(ISR_SHRINKS, "ISR shrinks of partitions led here (Kafka's ReplicaManager "
+                                        "IsrShrinksPerSec).")
+        self.expands = registry.counter(ISR_EXPANDS, "ISR expansions of partitions led here (Kafka's ReplicaManager "
+                                        "IsrExpandsPerSec).")
+
+    def changed(self, before: int, after: int) -> None:
+        if after < before:
+            self.shrinks.inc()
+        elif after > before:
+            self.expands.inc()
+
+
 class BrokerStateCollector(Collector):
     """Figures read from the broker's state when scraped. ``partitions()`` gives the hosted partitions
     (:class:`tierlog.server.partition.Partition`); ``rlmm_ready()`` None without tiered storage."""
@@ -281,7 +302,7 @@ class BrokerStateCollector(Collector):
                                 labels=labels)
         segments = GaugeMetricFamily(LOG_SEGMENTS, "A partition's local log segments (Kafka's Log "
                                      "NumLogSegments).", labels=labels)
-        count = leaders = under = 0
+        count = leaders = under = under_min = at_min = 0
         for p in list(self._partitions()):
             lg = p.log
             values = [p.topic, str(p.index)]
@@ -295,6 +316,9 @@ class BrokerStateCollector(Collector):
                 # Kafka's Partition.isUnderReplicated: the leader's ISR is smaller than the assignment.
                 if len(p.isr) < len(p.replicas):
                     under += 1
+                min_isr = p.log.config.min_insync_replicas
+                under_min += len(p.isr) < min_isr
+                at_min += len(p.isr) == min_isr
         yield from (size, start, end, segments)
         yield GaugeMetricFamily(PARTITION_COUNT, "Partitions hosted (Kafka's ReplicaManager PartitionCount).",
                                 value=count)
@@ -302,6 +326,12 @@ class BrokerStateCollector(Collector):
         yield GaugeMetricFamily(UNDER_REPLICATED, "Partitions led here whose in-sync replicas are fewer than their "
                                 "replicas (Kafka's ReplicaManager UnderReplicatedPartitions); 0 on one node.",
                                 value=under)
+        yield GaugeMetricFamily(UNDER_MIN_ISR, "Partitions led here whose in-sync replicas are fewer than their "
+                                "min.insync.replicas: acks=all writes are refused (Kafka's ReplicaManager "
+                                "UnderMinIsrPartitionCount).", value=under_min)
+        yield GaugeMetricFamily(AT_MIN_ISR, "Partitions led here whose in-sync replicas are exactly their "
+                                "min.insync.replicas: one more loss refuses acks=all (Kafka's ReplicaManager "
+                                "AtMinIsrPartitionCount).", value=at_min)
         ready = self._rlmm_ready()
         if ready is not None:
             yield GaugeMetricFamily(RLMM_READY, "1 once the remote log metadata manager is initialized and every "

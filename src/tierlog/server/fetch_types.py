@@ -34,10 +34,18 @@ class FetchParams:
     min_bytes: int
     max_bytes: int
     isolation: FetchIsolation
+    # A consumer's rack from Fetch v11 (KIP-392), "" when it named none; None for older versions and followers,
+    # which may read from leaders only.
+    client_rack: str | None = None
 
     @property
     def is_from_follower(self) -> bool:
         return self.replica_id >= 0
+
+    @property
+    def fetch_only_from_leader(self) -> bool:
+        """Kafka's fetchOnlyLeader: followers and consumers older than Fetch v11 read from the leader only."""
+        return self.client_rack is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,7 @@ class FetchPartitionData:
     log_start_offset: int = -1
     records: bytes | memoryview | FileRegion = b""
     aborted_transactions: list[tuple[int, int]] | None = None
+    preferred_read_replica: int = -1  # KIP-392: the replica the consumer should fetch from instead
 
     @property
     def size(self) -> int:

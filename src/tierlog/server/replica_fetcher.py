@@ -357,6 +357,7 @@ class ReplicaFetcher:
         partition = st.partition
         lg = partition.log
         records = p.records
+        before = lg.high_watermark
         try:
             if records:
                 lg.append_as_follower(records)
@@ -375,7 +376,7 @@ class ReplicaFetcher:
                                    "%d: %s", self.client_id, partition, self.leader_id, describe_error(e))
             self._delay(st)
             return
-        if records:
+        if records or lg.high_watermark != before:  # consumers reading this follower (KIP-392) wait on both
             self.manager.on_appended(partition)
 
     def _partition_error(self, st: PartitionFetchState, code: int, what: str) -> None:

@@ -39,6 +39,7 @@ from tierlog.cluster import (
     TopicImage,
 )
 from tierlog.config import BrokerConfig
+from tierlog.config.definitions import RACK_AWARE_REPLICA_SELECTOR
 from tierlog.coordinator import OFFSETS_TOPIC
 from tierlog.errors import (
     InvalidTopicError,
@@ -56,7 +57,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol.offload import Pacer, free_later
-from tierlog.server.broker_metrics import BrokerTopicMetrics
+from tierlog.server.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -66,7 +67,7 @@ from tierlog.server.fetch_types import (
     OffsetLookupResult,
     PartitionFetch,
 )
-from tierlog.server.partition import Partition
+from tierlog.server.partition import FollowerState, Partition
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -104,6 +105,7 @@ class ReplicaManager:
         self.fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
         self._isr_expiration: asyncio.Task | None = None
+        self.isr_metrics: IsrChangeMetrics | None = None
 
     # ------------------------------------------------------------------ metadata
 
@@ -213,9 +215,9 @@ class ReplicaManager:
                                  list(meta.isr))
                 else:
                     partition.pending_isr = None
-                    for r in partition.replicas:  # a replica added by a reassignment
-                        if r != self.node_id and r not in partition.followers:
-                            partition.update_follower(r, -1, 0)
+                    for r in partition.replicas:  # a replica added by a reassignment: not fetched yet
+                        if r != self.node_id:
+                            partition.followers.setdefault(r, FollowerState())
                     partition.maybe_increment_high_watermark()
             else:
                 if was_leader:
@@ -278,8 +280,10 @@ class ReplicaManager:
     def handle_log_dir_failure(self, log_dir: str) -> None:
         """Kafka's ReplicaManager.handleLogDirFailure on one node, called by the log dir failure channel after
         the log manager closed the dir's logs (each now refuses reads and writes with KAFKA_STORAGE_ERROR):
-        fetches waiting on those partitions answer at once, and tiered storage stops copying them. The
-        partitions stay led here (no other replica could take them) and answer KAFKA_STORAGE_ERROR."""
+        fetches waiting on those partitions answer at once, followers stop fetching them, and tiered storage
+        stops copying them. They answer KAFKA_STORAGE_ERROR; in a cluster the controller, told by the broker,
+        moves their leaderships to other in-sync replicas and takes them out of their ISRs (on a single node no
+        other replica could take them)."""
         offline = [p for p in self.partitions.values() if p.log.parent_dir == log_dir]
         if self.fetchers is not None:
             self.fetchers.remove(offline)
@@ -288,6 +292,10 @@ class ReplicaManager:
         rlm = self.remote_log_manager
         if rlm is not None:
             rlm.on_log_dir_failure([p for p in offline if p.remote_storage_enabled])
+
+    def offline_replicas(self) -> list[tuple[str, int]]:
+        """The partitions hosted here whose log dir failed (Kafka's HostedPartition.Offline)."""
+        return [(p.topic, p.index) for p in self.partitions.values() if p.log.offline is not None]
 
     def _topic_partitions(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self.partitions.items() if t == topic]
@@ -470,6 +478,8 @@ class ReplicaManager:
             return
         if partition_epoch < p.partition_epoch:
             return
+        if self.isr_metrics is not None:
+            self.isr_metrics.changed(len(p.isr), len(isr))
         p.isr, p.partition_epoch, p.pending_isr = tuple(isr), partition_epoch, None
         p.maybe_increment_high_watermark()
         self._wake((p.topic, p.index))
@@ -570,11 +580,21 @@ class ReplicaManager:
 
     def _read_partition(self, params: FetchParams, f: PartitionFetch, partition: Partition | None, limit: int,
                         min_one: bool, result: FetchPartitionData) -> RemoteRead | None:
-        """Read one partition into ``result``; a read due from the remote tier is returned instead."""
-        if partition is None or partition.leader_id != self.node_id:
+        """Read one partition into ``result``; a read due from the remote tier is returned instead. A consumer of
+        Fetch v11+ may read a follower (KIP-392), up to the follower's high watermark; the leader may send it to
+        another replica instead (``replica.selector.class``)."""
+        if partition is None or partition.log.offline is not None or (
+                partition.leader_id != self.node_id and (params.fetch_only_from_leader or partition.leader_id < 0)):
             self.get_partition(f.topic, f.partition)  # raises the right error
         partition.check_leader_epoch(f.current_leader_epoch)
         lg = partition.log
+        if params.client_rack is not None and partition.leader_id == self.node_id:
+            preferred = self._preferred_read_replica(partition, f.fetch_offset, params.client_rack)
+            if preferred >= 0:  # no data: the consumer fetches from that replica next
+                result.preferred_read_replica = preferred
+                result.high_watermark, result.last_stable_offset = lg.high_watermark, lg.last_stable_offset
+                result.log_start_offset = lg.log_start_offset
+                return None
         remote = None
         if limit > 0 or min_one:
             try:
@@ -595,6 +615,28 @@ class ReplicaManager:
         if params.isolation is FetchIsolation.TXN_COMMITTED:
             result.aborted_transactions = []
         return remote
+
+    def _preferred_read_replica(self, partition: Partition, fetch_offset: int, client_rack: str) -> int:
+        """Kafka's RackAwareReplicaSelector behind findPreferredReadReplica: with a client rack, the leader when it
+        is in that rack, else the replica of that rack that holds ``fetch_offset`` and is most caught up; -1
+        (read here) without a selector, a rack, or such a replica."""
+        if self._config()["replica.selector.class"] != RACK_AWARE_REPLICA_SELECTOR or not client_rack:
+            return -1
+        brokers = self.controller.image.brokers
+        me = brokers.get(self.node_id)
+        if me is not None and me.rack == client_rack:
+            return -1
+        now = _now_ms()
+        best = None
+        for r, st in partition.followers.items():
+            b = brokers.get(r)
+            if (b is None or b.rack != client_rack or st.log_end_offset < fetch_offset
+                    or partition.log.log_start_offset > fetch_offset):
+                continue
+            rank = (st.log_end_offset, -(now - st.last_caught_up_ms))
+            if best is None or rank > best[0]:
+                best = (rank, r)
+        return best[1] if best is not None else -1
 
     def _remote_read(self, partition: Partition, f: PartitionFetch, result: FetchPartitionData,
                      moved: OffsetMovedToTieredStorageError) -> RemoteRead | None:

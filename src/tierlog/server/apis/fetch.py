@@ -56,8 +56,9 @@ class FetchApis:
         max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
         if replica_id < 0:  # a consumer's request is capped by the broker's fetch.max.bytes, as in Kafka
             max_bytes = min(max_bytes, self.controller.effective_config["fetch.max.bytes"])
+        rack = getattr(req, "rack_id", None) if replica_id < 0 else None  # Fetch v11+ (KIP-392)
         params = FetchParams(replica_id, int(max(req.max_wait.total_seconds(), 0) * 1000), req.min_bytes, max_bytes,
-                             isolation)
+                             isolation, rack)
         # A frame too small for BIG_FETCH partitions costs one comparison here; a frame of 1 MiB or more (parsed
         # off the loop already) is answered off the loop whatever it names (thousands of long topic names).
         if ctx.frame_size >= MIN_PARTITION_BYTES * BIG_FETCH and (
@@ -145,6 +146,6 @@ def _answer(keys: list, fetches: list[PartitionFetch], results: list[FetchPartit
             "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
             "aborted_transactions": None if r.aborted_transactions is None else [
                 {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
-            "preferred_read_replica": -1, "records": r.records})
+            "preferred_read_replica": r.preferred_read_replica, "records": r.records})
     return {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0, "responses": topics}
 
