@@ -74,6 +74,9 @@ from tests.harness import apache_kafka, rawclient  # noqa: E402
 from tests.harness import zookeeper as zk  # noqa: E402
 from tests.harness.tierlog_cluster import start_cluster  # noqa: E402
 
+from tierlog.errors import UnknownTopicOrPartitionError  # noqa: E402
+from tierlog.protocol import ApiKey  # noqa: E402
+
 
 def _load_vs_kafka():
     """bench/vs_kafka.py, for its JVM options, the perf tools' summary format and the py-spy helpers."""
@@ -99,6 +102,7 @@ SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
 }
 REPLICATION_FACTOR = 3
+UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.code
 TARGETS = {"produce": 1.0, "consume": 1.0, "p99": 1.5, "failover": 1.0}
 
 
@@ -237,6 +241,25 @@ def isr_sizes(cluster: Cluster, avoid: int | None = None) -> dict[tuple[str, int
 def create_topic(cluster: Cluster, name: str, partitions: int, min_isr: int) -> None:
     rawclient.create_topic_in_cluster(cluster.bootstrap, name, partitions, REPLICATION_FACTOR,
                                       {"min.insync.replicas": min_isr}, timeout=60)
+
+
+def delete_topics(cluster: Cluster, names: list[str], timeout: float = 60) -> None:
+    """DeleteTopics to the controller, then wait until no broker lists them: every step starts with the
+    same partitions on both sides (tierlog's replica fetchers send full fetches, without Kafka's fetch
+    sessions, so each partition a follower follows costs it CPU on every fetch, idle or not)."""
+    def deleted():
+        raw = rawclient.RawClient(rawclient.controller_address(cluster.bootstrap))
+        try:
+            resp = raw.request(ApiKey.DELETE_TOPICS, 4, {"topic_names": names, "timeout_ms": int(timeout * 1000)})
+        finally:
+            raw.close()
+        return all(r.error_code in (0, UNKNOWN_TOPIC_OR_PARTITION) for r in resp.responses)
+    wait_until(deleted, timeout, f"{cluster.name}: DeleteTopics {names}")
+
+    def gone():
+        return all(t.error_code == UNKNOWN_TOPIC_OR_PARTITION
+                   for i in cluster.running_ids() for t in rawclient.metadata(cluster.address(i), names).topics)
+    wait_until(gone, timeout, f"{cluster.name}: topics {names} gone from every broker")
 
 
 # ------------------------------------------------------------------------------------------- perf tools
@@ -421,11 +444,12 @@ def warm_up(cluster: Cluster, tools: PerfTools, args) -> None:
         create_topic(cluster, topic, args.partitions, args.min_insync_replicas)
         r = tools.produce(cluster.bootstrap, topic, args.warmup_records, args.record_bytes, -1)
         tools.consume(cluster.bootstrap, topic, args.warmup_records)
+        tools.produce(cluster.bootstrap, topic, args.latency_rate, args.record_bytes, args.latency_rate)
+        delete_topics(cluster, [topic])
         log(f"warm-up {cluster.name:8s} round {i + 1}: produce {r['mb_s']:.1f} MB/s")
         if best is not None and r["mb_s"] < best * 1.1:
             break
         best = max(best or 0, r["mb_s"])
-    tools.produce(cluster.bootstrap, topic, args.latency_rate, args.record_bytes, args.latency_rate)
 
 
 
@@ -445,12 +469,15 @@ def one_run(run: int, clusters: list[Cluster], tools: PerfTools, args) -> dict:
         log(f"run {run + 1} {c.name:8s} consume  {r['mb_s']:7.1f} MB/s (join {r['join_ms']:.0f} ms), "
             f"brokers' CPU {r['brokers_cpu_busy']:.2f} cores")
     for c in order:
+        delete_topics(c, [topics[c.name]])
+    for c in order:
         topic = f"lat-{uuid.uuid4().hex[:8]}"
         create_topic(c, topic, args.partitions, args.min_insync_replicas)
         r = res[c.name]["latency"] = timed(c, tools.produce, c.bootstrap, topic, args.latency_records,
                                            args.record_bytes, args.latency_rate)
         log(f"run {run + 1} {c.name:8s} latency  p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms at "
             f"{args.latency_rate} records/s, brokers' CPU {r['brokers_cpu_busy']:.2f} cores")
+        delete_topics(c, [topic])
     for c in order:
         topic = f"failover-{uuid.uuid4().hex[:8]}"
         create_topic(c, topic, args.partitions, args.min_insync_replicas)
@@ -458,6 +485,7 @@ def one_run(run: int, clusters: list[Cluster], tools: PerfTools, args) -> dict:
         log(f"run {run + 1} {c.name:8s} failover {r['failover_s']} s to the first ack (new leader named after "
             f"{r['election_s']} s; killed broker {r['victim']}, partition {r['partition']}, ISR {r['isr_before']}; "
             f"{r['failed']} records failed {r['errors']}); back in the ISRs {r['rejoin_s']} s after its restart")
+        delete_topics(c, [topic])
     return res
 
 
