@@ -37,6 +37,7 @@ from tierlog.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaStorageError,
+    ReassignmentInProgressError,
     StartupError,
     TopicAlreadyExistsError,
     TopicDeletionDisabledError,
@@ -365,6 +366,8 @@ class Controller:
             t = self.image.topics.get(name)
             if t is None:
                 raise UnknownTopicOrPartitionError(f"This server does not host this topic: {name}")
+            if any(pi.is_reassigning for pi in t.partitions.values()):  # Kafka's ZkAdminManager.createPartitions
+                raise ReassignmentInProgressError(f"A partition reassignment is in progress for the topic '{name}'.")
             have = len(t.partitions)
             if count == have:
                 raise InvalidPartitionsError(f"Topic already has {have} partition(s).")

@@ -28,15 +28,36 @@ class PartitionImage:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = 0
+    # A reassignment in progress (KIP-455): ``replicas`` is then the target replicas followed by the original
+    # ones not in the target; these are the replicas being added (target - original) and removed
+    # (original - target).
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def origin_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     def to_json(self) -> dict:
-        return {"partition": self.partition, "leader": self.leader, "leaderEpoch": self.leader_epoch,
-                "replicas": list(self.replicas), "isr": list(self.isr), "partitionEpoch": self.partition_epoch}
+        d = {"partition": self.partition, "leader": self.leader, "leaderEpoch": self.leader_epoch,
+             "replicas": list(self.replicas), "isr": list(self.isr), "partitionEpoch": self.partition_epoch}
+        if self.is_reassigning:
+            d["addingReplicas"], d["removingReplicas"] = list(self.adding_replicas), list(self.removing_replicas)
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> PartitionImage:
         return cls(d["partition"], d["leader"], d["leaderEpoch"], tuple(d["replicas"]), tuple(d["isr"]),
-                   d.get("partitionEpoch", 0))
+                   d.get("partitionEpoch", 0), tuple(d.get("addingReplicas", ())),
+                   tuple(d.get("removingReplicas", ())))
 
 
 class TieringState(enum.Enum):

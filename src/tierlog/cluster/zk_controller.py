@@ -44,6 +44,7 @@ from tierlog.cluster.image import (
     diff_images,
 )
 from tierlog.cluster.placement import assign_replicas
+from tierlog.cluster.reassignment import PartitionReassignments
 from tierlog.cluster.zookeeper import (
     BROKER_TOPICS,
     CONFIG_BROKERS,
@@ -147,6 +148,7 @@ class ZkController(Controller):
         #: This broker's offline replicas, for its UPDATE_METADATA answers (the composition root sets it).
         self.local_offline_replicas: Callable[[], list[tuple[str, int]]] = list
         self._creation_failures = RepeatLimiter(log)
+        self.reassignments = PartitionReassignments(self)  # KIP-455, on the controller thread
 
     # ================================================================== plumbing
 
@@ -354,6 +356,7 @@ class ZkController(Controller):
         hosted = {r for t in self.image.topics.values() for pi in t.partitions.values() for r in pi.replicas}
         self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
                                "controller failover")
+        self.reassignments.resume()
         self._version += 1
         self._on_loop(self._start_active)
 
@@ -530,9 +533,11 @@ class ZkController(Controller):
                      online)
         return len(changes)
 
-    def _write_states(self, changes: Mapping[tuple[str, int], PartitionImage]) -> None:
-        """Write partition states with compare-and-set on their znode versions (and the controller fence), then
-        take them into the image."""
+    def _write_states(self, changes: Mapping[tuple[str, int], PartitionImage],
+                      extra: Callable[[object], None] | None = None) -> None:
+        """Write partition states with compare-and-set on their znode versions (and the controller fence), with
+        what ``extra`` adds to the same transaction (a reassignment's topic assignments), then take them into
+        the image."""
         fence = self.fence
         if fence is None:
             raise FencedControllerError("not the controller")
@@ -546,6 +551,8 @@ class ZkController(Controller):
                     tx.create(partition_state_path(name, p), data)
                 else:
                     tx.set_data(partition_state_path(name, p), data, version=v)
+            if extra is not None:
+                extra(tx)
         try:
             commit_fenced(self.zk, fence, build)
         except FencedControllerError:
@@ -839,6 +846,9 @@ class ZkController(Controller):
                 results[keys[(name, p)]] = (0, state)
                 log.info("ISR of %s-%d is now %s (leader %d, partition epoch %d)", name, p, list(state.isr),
                          state.leader, state.partition_epoch)
+        # A reassignment ends once its target is in sync (a retried request checks again after a failed write).
+        names = {t.topic_id: t.name for t in self.image.topics.values()}
+        self.reassignments.maybe_complete((names[tid], p) for tid, p in results if tid in names)
         return results
 
     def run_election(self, election_type: int, partitions: Iterable[tuple[str, int]] | None) -> dict:

@@ -8,8 +8,10 @@ Paths and JSON shapes are Kafka's, so a Kafka engineer finds everything where Zo
 ``/controller_epoch``                       the controller epoch as a number; every controller write checks its
                                             znode version (the fence of a paused old controller)
 ``/brokers/ids/<id>``                       ephemeral registration (version 5: endpoints, security map, rack)
-``/brokers/topics/<topic>``                 ``{"version":3,"topic_id":...,"partitions":{"0":[1,2,3]},...}``, plus
-                                            ``"tiering"`` (the KIP-950 draft's state, policy and epoch)
+``/brokers/topics/<topic>``                 ``{"version":3,"topic_id":...,"partitions":{"0":[1,2,3]},...}`` with
+                                            ``"adding_replicas"`` and ``"removing_replicas"`` of partitions being
+                                            reassigned (KIP-455), plus ``"tiering"`` (the KIP-950 draft's state,
+                                            policy and epoch)
 ``.../partitions/<p>/state``                ``{"version":1,"leader":...,"leader_epoch":...,"isr":[...],
                                             "controller_epoch":...}``; its znode version is the partition epoch
 ``/config/topics/<topic>``                  ``{"version":1,"config":{...}}`` (overrides only)
@@ -107,9 +109,12 @@ def parse_broker_registration(broker_id: int, data: bytes) -> BrokerImage:
 
 
 def topic_assignment(topic: TopicImage) -> bytes:
+    parts = sorted(topic.partitions.items())
+    # Kafka's TopicZNode: a partition being reassigned (KIP-455) lists its adding and removing replicas.
     d = {"version": 3, "topic_id": uuid_to_str(topic.topic_id),
-         "partitions": {str(p): list(pi.replicas) for p, pi in sorted(topic.partitions.items())},
-         "adding_replicas": {}, "removing_replicas": {}}
+         "partitions": {str(p): list(pi.replicas) for p, pi in parts},
+         "adding_replicas": {str(p): list(pi.adding_replicas) for p, pi in parts if pi.adding_replicas},
+         "removing_replicas": {str(p): list(pi.removing_replicas) for p, pi in parts if pi.removing_replicas}}
     if topic.tiering is not None:
         d["tiering"] = topic.tiering.to_json()
     return _dump(d)
@@ -318,16 +323,18 @@ class ZkClient:
         d = _load(data)
         topic_id = uuid_from_str(d["topic_id"]) if d.get("topic_id") else None
         parts, versions = {}, {}
+        adding, removing = d.get("adding_replicas") or {}, d.get("removing_replicas") or {}
         for key, replicas in d.get("partitions", {}).items():
             p = int(key)
+            moving = {"adding_replicas": tuple(adding.get(key, ())), "removing_replicas": tuple(removing.get(key, ()))}
             try:
                 sdata, sstat = self.kazoo.get(partition_state_path(name, p))
                 s = _load(sdata)
                 parts[p] = PartitionImage(p, s["leader"], s["leader_epoch"], tuple(replicas), tuple(s["isr"]),
-                                          sstat.version)
+                                          sstat.version, **moving)
                 versions[p] = sstat.version
             except NoNodeError:
-                parts[p] = PartitionImage(p, -1, -1, tuple(replicas), (), -1)
+                parts[p] = PartitionImage(p, -1, -1, tuple(replicas), (), -1, **moving)
         try:
             cdata, _ = self.kazoo.get(f"{CONFIG_TOPICS}/{name}")
             configs = {k: str(v) for k, v in _load(cdata).get("config", {}).items()}

@@ -513,6 +513,17 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("replica.lag.time.max.ms", "int", 30000, AtLeast(0),
        doc="A follower that has not caught up with the leader's log end for this long leaves the in-sync "
            "replicas."),
+    _b("leader.replication.throttled.rate", "long", LONG_MAX, AtLeast(0), dynamic=True,
+       doc="Bytes per second this broker, as leader, sends of the replicas its topics list in "
+           "leader.replication.throttled.replicas to followers not in the ISR (kafka-reassign-partitions "
+           "--throttle sets it as a dynamic config of each broker it involves)."),
+    _b("follower.replication.throttled.rate", "long", LONG_MAX, AtLeast(0), dynamic=True,
+       doc="Bytes per second this broker, as follower, fetches of the replicas its topics list in "
+           "follower.replication.throttled.replicas while not in the ISR."),
+    _b("replication.quota.window.num", "int", 11, AtLeast(1),
+       doc="Samples kept for the replication throttles."),
+    _b("replication.quota.window.size.seconds", "int", 1, AtLeast(1),
+       doc="Length of one replication throttle sample, in seconds."),
     # --- network ---
     _b("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
        Custom("NAME://host:port,...", _check_listener_list), dynamic=True,
@@ -946,10 +957,13 @@ _TOPIC: tuple[ConfigDef, ...] = (
            "retention size."),
     _t("leader.replication.throttled.replicas", "list", [],
        Custom("* or partition:broker,...", _check_throttled_replicas),
-       doc="Replicas throttled on the leader side during reassignment, as partition:broker pairs or *."),
+       doc="Replicas whose leader throttles what it sends to followers not in the ISR (at the leader's "
+           "leader.replication.throttled.rate), as partition:broker pairs naming the leader's broker, or * for "
+           "all."),
     _t("follower.replication.throttled.replicas", "list", [],
        Custom("* or partition:broker,...", _check_throttled_replicas),
-       doc="Replicas throttled on the follower side during reassignment, as partition:broker pairs or *."),
+       doc="Replicas that fetch at most the follower's follower.replication.throttled.rate while not in the "
+           "ISR, as partition:broker pairs naming the follower's broker, or * for all."),
     _t("internal.segment.bytes", "int", None, AtLeast(MIN_SEGMENT_BYTES), internal=True,
        doc="Segment size overriding segment.bytes without its minimum (Kafka 4.x's hook for tests)."),
 )
@@ -1121,8 +1135,6 @@ _INERT: Mapping[tuple[str, str], str] = {
     ("topic", "min.insync.replicas"): _CAPPED_MIN_ISR,
     ("broker", "unclean.leader.election.enable"): _NO_FOLLOWERS,
     ("topic", "unclean.leader.election.enable"): _NO_FOLLOWERS,
-    ("topic", "leader.replication.throttled.replicas"): _NO_FOLLOWERS,
-    ("topic", "follower.replication.throttled.replicas"): _NO_FOLLOWERS,
     ("broker", "remote.log.manager.thread.pool.size"): _NO_FOLLOWERS,
     ("broker", "remote.log.manager.follower.thread.pool.size"): _NO_FOLLOWERS,
     ("broker", "follower.fetch.last.tiered.offset.enable"): _NO_FOLLOWERS,

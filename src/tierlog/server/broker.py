@@ -47,6 +47,7 @@ from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
+from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
@@ -54,6 +55,7 @@ from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.tier_status import tier_routes
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
@@ -193,7 +195,7 @@ class Broker:
                        ConfigApis(controller, self.node_id),
                        GroupApis(coordinator, controller, self.node_id,
                                  rm.offsets_replicated if controller.clustered else None),
-                       LogDirApis(self.log_manager)):
+                       LogDirApis(self.log_manager), ReassignmentApis(controller)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
@@ -232,6 +234,11 @@ class Broker:
         rm.alter_partition.start()
         rm.isr_metrics = IsrChangeMetrics(self.metrics)
         rm.start_replication()
+        # Replication throttles (a reassignment's copy): the rates are dynamic broker configs, the replicas
+        # topic configs.
+        quota_args = (lambda: controller.effective_config, lambda: controller.image.topics)
+        rm.leader_quota = ReplicationQuotaManager(self.node_id, "leader", *quota_args)
+        rm.fetchers.quota = ReplicationQuotaManager(self.node_id, "follower", *quota_args)
 
     def _register_state_metrics(self, rm: ReplicaManager) -> None:
         """The figures computed when scraped: partitions and logs, the metadata manager's readiness, and the

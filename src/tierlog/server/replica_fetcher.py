@@ -35,6 +35,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tierlog.client.connection import BrokerConnection
 from tierlog.cluster.image import BrokerImage
@@ -55,6 +56,9 @@ from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey
 from tierlog.server.partition import Partition
 from tierlog.storage import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+if TYPE_CHECKING:
+    from tierlog.server.replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,7 @@ class ReplicaFetcherManager:
         self.config = config
         self.on_appended = on_appended
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.quota: ReplicationQuotaManager | None = None  # follower.replication.throttled.*
         self._stopped = False
 
     def add(self, partition: Partition) -> None:
@@ -319,6 +324,14 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ fetching
 
     async def _fetch(self, conn: BrokerConnection, states: list[PartitionFetchState], cfg: BrokerConfig) -> None:
+        quota = self.manager.quota
+        if quota is not None:  # throttled replicas over the follower's rate wait (a reassignment's copy)
+            now = time.monotonic()
+            for st in states:
+                st.delayed_until = max(st.delayed_until, now + quota.hold_back_s(st.partition))
+            states = [st for st in states if st.ready(now)]
+            if not states:
+                return
         topics: dict[str, list] = {}
         sent = {}
         for st in states:
@@ -376,6 +389,8 @@ class ReplicaFetcher:
                                    "%d: %s", self.client_id, partition, self.leader_id, describe_error(e))
             self._delay(st)
             return
+        if records and self.manager.quota is not None:
+            self.manager.quota.record(partition, len(records))
         if records or lg.high_watermark != before:  # consumers reading this follower (KIP-392) wait on both
             self.manager.on_appended(partition)
 

@@ -75,6 +75,7 @@ from tierlog.tiered.remote_log_manager import RemoteLogManager
 if TYPE_CHECKING:
     from tierlog.server.alter_partition import AlterPartitionManager
     from tierlog.server.replica_fetcher import ReplicaFetcherManager
+    from tierlog.server.replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class ReplicaManager:
         # followed here, and the channel of ISR changes to the controller.
         self.fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
+        self.leader_quota: ReplicationQuotaManager | None = None  # leader.replication.throttled.*
         self._isr_expiration: asyncio.Task | None = None
         self.isr_metrics: IsrChangeMetrics | None = None
 
@@ -596,11 +598,14 @@ class ReplicaManager:
                 result.log_start_offset = lg.log_start_offset
                 return None
         remote = None
-        if limit > 0 or min_one:
+        quota = self.leader_quota if params.is_from_follower else None
+        if (limit > 0 or min_one) and (quota is None or not quota.holds_back(params, partition)):
             try:
                 info = lg.read(f.fetch_offset, limit, isolation=params.isolation.value, min_one_message=min_one)
                 if info.size:
                     result.records = info.region
+                    if quota is not None:
+                        quota.record(partition, info.size)
             except OffsetMovedToTieredStorageError as e:
                 # Followers get 109 and rebuild from the remote tier themselves; consumers are served from
                 # it, never given 109 (the Java consumer treats it as fatal).

@@ -1,9 +1,10 @@
 """Requests only the controller can carry out, forwarded to it from any broker (Kafka's Envelope).
 
 In a cluster, a client may send CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs or ElectLeaders to any broker (Kafka's tools send configs to any broker). A broker
-that is not the active controller wraps the request, header and body as the client sent them, in an Envelope
-to the controller's inter-broker listener, and answers the client with the controller's answer, unchanged.
+IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments or ListPartitionReassignments to any broker
+(Kafka's tools send configs to any broker). A broker that is not the active controller wraps the request,
+header and body as the client sent them, in an Envelope to the controller's inter-broker listener, and answers
+the client with the controller's answer, unchanged.
 The controller runs the ordinary handler. With no controller known, or when the controller moved
 meanwhile, every item of the answer carries NOT_CONTROLLER, which clients retry.
 """
@@ -25,7 +26,8 @@ from tierlog.server.errors import error_response
 log = logging.getLogger(__name__)
 
 CONTROLLER_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
-                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS)
+                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                   ApiKey.LIST_PARTITION_REASSIGNMENTS)
 #: How long a broker waits for a controller to be known before answering NOT_CONTROLLER.
 CONTROLLER_WAIT_S = 5.0
 _SIZE = struct.Struct(">i")
