@@ -11,9 +11,10 @@ One invocation starts, on 127.0.0.1 (free ports, one temporary folder, every pro
 Kafka 3.9 is the last release with ZooKeeper mode, the closest peer of tierlog's ZooKeeper clusters. Both
 clusters get the same settings (``SETTINGS``: a 6 s ZooKeeper session, ``__consumer_offsets`` with 6
 partitions and RF 3, no automatic preferred-leader balancing) and every measured topic is created the
-same way: ``--partitions`` (6) partitions, replication factor 3, ``min.insync.replicas`` (2). Every
-producer uses acks=all. Per run, in each phase the two clusters take turns, the first alternating between
-runs; the page cache is synced before each timed step:
+same way: ``--partitions`` (6) partitions, replication factor 3, ``min.insync.replicas`` (2), and deleted
+after its step, so every step sees the same partitions on both sides. Every producer uses acks=all. Per run,
+in each phase the two clusters take turns, the first alternating between runs; the page cache is synced
+before each timed step:
 
 - ``produce``: Kafka 3.9.1's ProducerPerformance (kafka-producer-perf-test.sh), ``--records`` records of
   ``--record-bytes`` (1 KiB) at ``--throughput -1`` into a fresh topic, ``--producer-props acks=all``,
