@@ -26,7 +26,7 @@ from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 
 NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+REQUEST_TIMED_OUT = 7
 LAG_MS = 3000
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
@@ -127,10 +127,11 @@ def test_a_stalled_follower_leaves_the_isr_and_acks_all_answers_not_enough_repli
     assert produce(cluster, leader, name, [b"all-three"]).error_code == 0
     cluster.proxies[leader].cut(source=follower)  # the follower cannot fetch from the leader any more
     try:
-        # Appended, but the ISR shrinks before the stalled follower has it: Kafka's answer for a write that
-        # was appended while the ISR was big enough and waited in vain.
+        # Appended while the ISR was big enough; the ISR then shrinks below min.insync.replicas before the
+        # stalled follower has it, and the high watermark stands still under min.insync.replicas (Kafka 3.9):
+        # the wait ends with REQUEST_TIMED_OUT, as Kafka's does.
         stalled = produce(cluster, leader, name, [b"appended-then-shrunk"])
-        assert stalled.error_code == NOT_ENOUGH_REPLICAS_AFTER_APPEND, stalled
+        assert stalled.error_code == REQUEST_TIMED_OUT, stalled
         assert follower not in wait_isr(cluster, name, 2).isr_nodes
         refused = produce(cluster, leader, name, [b"refused"])
         assert refused.error_code == NOT_ENOUGH_REPLICAS, refused
@@ -192,9 +193,15 @@ def test_a_killed_leader_loses_no_acknowledged_record(cluster):
     client = CLIENTS["confluent-kafka"](cluster.bootstrap)
     try:
         for p in range(3):
-            mine = sorted((o, v) for part, o, v in acked if part == p)
+            mine = [(o, v) for part, o, v in acked if part == p]
             got = client.consume(name, p, "earliest", len(mine), timeout=60)
-            assert [(m.offset, m.value) for m in got] == mine  # every acknowledged record, once, in order
+            values = [m.value for m in got]
+            # Every acknowledged record once, in the order written. librdkafka acknowledges some records of
+            # an idempotent retry without an offset (implicitly): those are checked by value only.
+            assert sorted(values) == sorted(v for _, v in mine) and len(set(values)) == len(values)
+            assert values == sorted(values)
+            at = {m.value: m.offset for m in got}
+            assert all(at[v] == o for o, v in mine if o is not None and o >= 0)
     finally:
         client.close()
     for p in range(3):
@@ -355,8 +362,10 @@ def test_a_consumer_is_sent_to_the_replica_in_its_rack(cluster):
     assert (sent.error_code, sent.preferred_read_replica, sent.records or b"") == (0, 2, b"")
     local = fetch(1, "rack-1")
     assert local.preferred_read_replica == -1 and local.records  # the leader is in the consumer's rack
-    served = fetch(2, "rack-2")  # the follower serves a consumer of Fetch v11, up to its high watermark
-    assert served.error_code == 0 and served.records and served.high_watermark == 20
+    # The follower serves a consumer of Fetch v11, up to its high watermark (which reaches it with its next fetch).
+    served = cluster.wait_until(lambda: (r := fetch(2, "rack-2")).high_watermark == 20 and r, 30,
+                                "the follower knowing the high watermark")
+    assert served.error_code == 0 and served.records
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("g"), "client.rack": "rack-3",
                          "enable.auto.commit": False})
     try:

@@ -10,16 +10,22 @@ Kafka 3.9 in ZooKeeper mode is the peer of tierlog's ZooKeeper clusters: ``resol
 beside 4.1's), ``start_kafka_zk_cluster(work_dir, zookeeper, brokers=3)`` starts brokers 1..N on the
 ZooKeeper of tests/harness/zookeeper.py under a chroot of their own (with ``controller=i``, broker i
 first and alone, so it wins the controller election) and returns a :class:`KafkaZkCluster`;
-``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools).
+``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools). With ``proxies=True`` every broker
+advertises its inter-broker listener (INTERNAL) at a ``LinkProxy`` (``cluster.proxies[i]``), as
+``tierlog_cluster.start_cluster(..., proxies=True)`` does, so a test can stall one broker's replica fetchers
+on both systems alike; ``pause``/``resume`` SIGSTOP and SIGCONT a broker by its PID.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 
 from tests.harness import rawclient
 from tests.harness import zookeeper as zk
+from tests.harness.link_proxy import LinkProxy
 from tests.harness.prerequisites import load_script
 from tests.harness.prerequisites import unavailable as _unavailable
 
@@ -104,7 +110,8 @@ class KafkaZkCluster:
 
     started: set[KafkaZkCluster] = set()
 
-    def __init__(self, work_dir: Path, zookeeper_connect: str, brokers: int = 3, settings: dict | None = None):
+    def __init__(self, work_dir: Path, zookeeper_connect: str, brokers: int = 3, settings: dict | None = None,
+                 proxies: bool = False):
         self.work_dir = Path(work_dir)
         self.zookeeper_connect = zookeeper_connect
         merged = {**ZK_CLUSTER_SETTINGS,
@@ -115,6 +122,18 @@ class KafkaZkCluster:
         self.brokers = {i: kafka_peer_module.KafkaZkBroker(self.work_dir / f"broker-{i}", i, zookeeper_connect,
                                                            overrides=merged)
                         for i in range(1, brokers + 1)}
+        self.proxies: dict[int, LinkProxy] = {}
+        self.paused: set[int] = set()
+        if proxies:
+            for i, b in self.brokers.items():
+                internal = zk.free_port()
+                proxy = self.proxies[i] = LinkProxy(internal)
+                b.port = zk.free_port()  # kept across restarts, as the INTERNAL port
+                b.overrides.update({
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                    "listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{internal}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{proxy.port}",
+                    "inter.broker.listener.name": "INTERNAL"})
         KafkaZkCluster.started.add(self)
 
     @property
@@ -154,16 +173,22 @@ class KafkaZkCluster:
         shutdowns, which overlap; SIGKILL for what is left after ``timeout``). The last broker of a
         cluster cannot move its leaderships anywhere and retries its controlled shutdown for some 10 s,
         so a teardown that needs no clean logs kills."""
+        for i in list(self.paused):
+            self.resume(i)
         running = [b for b in self.brokers.values() if b.running()]
         if not clean:
             for b in running:
                 b.kill()
+            for proxy in self.proxies.values():
+                proxy.close()
             return
         threads = [threading.Thread(target=b.stop, args=(timeout,)) for b in running]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        for proxy in self.proxies.values():
+            proxy.close()
 
     @classmethod
     def kill_running(cls) -> None:
@@ -176,17 +201,28 @@ class KafkaZkCluster:
         """SIGKILL one broker by its PID: its ZooKeeper session expires, the controller moves its leaderships."""
         self.brokers[broker_id].kill()
 
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP one broker by its PID (a stalled JVM: no fetches, no ZooKeeper pings)."""
+        os.kill(self.brokers[broker_id].pid, signal.SIGSTOP)
+        self.paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        if self.brokers[broker_id].running():
+            os.kill(self.brokers[broker_id].pid, signal.SIGCONT)
+        self.paused.discard(broker_id)
+
 
 def start_kafka_zk_cluster(work_dir: Path, zookeeper, brokers: int = 3, chroot: str | None = None,
                            settings: dict | None = None, timeout: float = 180,
-                           controller: int | None = None) -> KafkaZkCluster:
+                           controller: int | None = None, proxies: bool = False) -> KafkaZkCluster:
     """A started Kafka 3.9 ZooKeeper-mode cluster of ``brokers`` brokers (ids 1..N) on ``zookeeper`` (a
     ``ZooKeeperServer``, e.g. the plugin's ``zookeeper`` fixture) under ``chroot`` (default: a fresh
     ``/kafka39-<hex>``); ``settings`` override ``ZK_CLUSTER_SETTINGS``. With ``controller``, that broker
-    starts alone first and is the controller before the others start."""
+    starts alone first and is the controller before the others start; with ``proxies``, the brokers talk to
+    each other through LinkProxies."""
     resolve_zk_jars()
     chroot = chroot if chroot is not None else zk.unique_chroot("kafka39")
-    cluster = KafkaZkCluster(work_dir, zk.connect_string(zookeeper, chroot), brokers, settings)
+    cluster = KafkaZkCluster(work_dir, zk.connect_string(zookeeper, chroot), brokers, settings, proxies)
     if controller is not None:
         try:
             cluster.brokers[controller].start(timeout)

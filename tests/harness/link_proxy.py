@@ -3,14 +3,16 @@
 Each broker of a test cluster advertises its inter-broker listener at a ``LinkProxy`` that forwards to the
 real port. The proxy tells links apart by who connects: the client id of the connection's first request
 (tierlog's brokers connect to each other as ``broker-<id>``, their replica fetchers as
-``broker-<id>-fetcher-<n>``), so ``proxy.cut(source=2)`` breaks every link from broker 2 to this broker,
-replication included, and leaves the others alone. Faults:
+``broker-<id>-fetcher-<n>``, the name Kafka's fetchers use too), so ``proxy.cut(source=2)`` breaks every link
+from broker 2 to this broker, replication included, and leaves the others alone;
+``proxy.cut(source=fetchers_of(2))`` breaks broker 2's replica fetchers only (on tierlog and on Kafka alike:
+Kafka's other inter-broker clients have names of their own). Faults:
 
 - ``cut``: the link's connections are closed and new ones are closed at once (a partition);
 - ``hold``: bytes stop flowing both ways on the link's connections, which stay open (a stalled peer,
   a black hole);
 - ``delay``: every chunk waits that long first;
-- ``heal``: back to normal (held bytes then flow).
+- ``heal``: back to normal (held bytes then flow); ``heal_all`` heals every rule.
 
 Everything runs on daemon threads; ``close()`` stops the proxy and every connection.
 """
@@ -24,6 +26,22 @@ import time
 
 _HEADER = struct.Struct(">ihhih")  # size, api key, api version, correlation id, client id length
 ANY = "*"
+_FETCHER = "-fetcher-"
+
+
+def fetchers_of(broker_id: int) -> str:
+    """The ``source`` naming every replica fetcher of ``broker_id`` (``broker-<id>-fetcher-<n>``), and nothing
+    else of that broker."""
+    return f"broker-{broker_id}{_FETCHER.rstrip('-')}"
+
+
+def _rule_keys(client_id: str) -> tuple[str, ...]:
+    """The rules a connection falls under, the most precise first: its client id, then for a replica fetcher
+    the rule of its broker's fetchers and the rule of its broker."""
+    if _FETCHER not in client_id:
+        return (client_id,)
+    owner = client_id.split(_FETCHER)[0]
+    return client_id, owner + _FETCHER.rstrip("-"), owner
 
 
 class _Link:
@@ -54,11 +72,13 @@ class LinkProxy:
             return self._links.setdefault(key, _Link())
 
     def _rule(self, client_id: str) -> _Link:
-        """A broker's replica fetchers (``broker-<id>-fetcher-<n>``) fall under its rule (``broker-<id>``)."""
-        owner = client_id.split("-fetcher-")[0]
+        """A broker's replica fetchers (``broker-<id>-fetcher-<n>``) fall under the rule of its fetchers
+        (``fetchers_of(id)``), else under its rule (``broker-<id>``)."""
         with self._lock:
-            return (self._links.get(client_id) or self._links.get(owner)
-                    or self._links.setdefault(ANY, _Link()))
+            for key in _rule_keys(client_id):
+                if key in self._links:
+                    return self._links[key]
+            return self._links.setdefault(ANY, _Link())
 
     def cut(self, source=None) -> None:
         """Break the link from ``source`` (a broker id, a client id; None: everyone)."""
@@ -82,10 +102,18 @@ class LinkProxy:
         link.mode, link.delay_s = "pass", 0.0
         link.flowing.set()
 
+    def heal_all(self) -> None:
+        """Every rule back to normal (a test's clean-up)."""
+        with self._lock:
+            links = list(self._links.values())
+        for link in links:
+            link.mode, link.delay_s = "pass", 0.0
+            link.flowing.set()
+
     def _close_matching(self, source) -> None:
         key = None if source is None else f"broker-{source}" if isinstance(source, int) else str(source)
         with self._lock:
-            doomed = [c for c in self._conns if key is None or key in (c[0], c[0].split("-fetcher-")[0])]
+            doomed = [c for c in self._conns if key is None or key in _rule_keys(c[0])]
         for _, a, b in doomed:
             for s in (a, b):
                 try:
@@ -127,6 +155,10 @@ class LinkProxy:
         link = self._rule(client_id)
         with self._lock:
             self.connections_seen[client_id] = self.connections_seen.get(client_id, 0) + 1
+        # A held link delivers nothing, the first request of a connection opened meanwhile included (a client
+        # whose request timed out reconnects: its retry must not reach the broker either).
+        link.flowing.wait()
+        link = self._rule(client_id)
         if link.mode == "cut" or self._closed:
             client.close()
             return

@@ -5,8 +5,10 @@
 them and a controller; ``TierlogCluster`` then stops, kills, pauses (SIGSTOP) and restarts brokers by id
 and finds the controller. ``start_cluster(..., controller=1)`` starts broker 1 alone first and waits until
 it is the controller, so a test knows which broker controls (a differential test starts Kafka's cluster
-so too). Every process is a ``BrokerProcess``, so the harness's end-of-session sweep stops what a test
-left running.
+so too). ``proxies=True`` puts a ``LinkProxy`` in front of every broker's inter-broker listener (faults per
+link between brokers), ``zookeeper_proxies=True`` a ``TcpProxy`` between each broker and ZooKeeper (one
+broker cut from ZooKeeper while the others keep it). Every process is a ``BrokerProcess``, so the harness's
+end-of-session sweep stops what a test left running.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from tests.harness import rawclient
 from tests.harness.broker import BrokerProcess
 from tests.harness.link_proxy import LinkProxy
+from tests.harness.tcp_proxy import TcpProxy
 from tests.harness.zookeeper import connect_string, free_port, unique_chroot
 
 #: Short enough that a killed broker is noticed within seconds, long enough for a busy 2-core machine's
@@ -53,16 +56,19 @@ def in_parallel(act, items) -> None:
 
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
-                 proxies: bool = False, per_broker: dict[int, dict] | None = None):
+                 proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False):
         """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
         (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
-        ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``."""
+        ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``.
+        ``zookeeper_proxies``: every broker reaches ZooKeeper through a ``TcpProxy`` of its own
+        (``self.zookeeper_proxies[i]``); ``zookeeper_connect`` stays the direct one, for the test's own use."""
         self.chroot = chroot or unique_chroot()
         self.zookeeper_connect = connect_string(zookeeper, self.chroot)
         self.settings = {**CLUSTER_SETTINGS, "offsets.topic.replication.factor": str(min(brokers, 3)),
                          **(settings or {})}
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, LinkProxy] = {}
+        self.zookeeper_proxies: dict[int, TcpProxy] = {}
         self._internal_ports: dict[int, int] = {}
         for i in range(1, brokers + 1):
             folder = work_dir / f"broker-{i}"
@@ -74,8 +80,12 @@ class TierlogCluster:
                 extra = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
                          "advertised.listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{proxy.port}",
                          "inter.broker.listener.name": "INTERNAL"}
+            zk_connect = self.zookeeper_connect
+            if zookeeper_proxies:
+                zk_proxy = self.zookeeper_proxies[i] = TcpProxy(zookeeper.port, zookeeper.host)
+                zk_connect = f"{zk_proxy.address}{self.chroot}"
             self.brokers[i] = BrokerProcess(folder / "logs", {
-                "zookeeper.connect": self.zookeeper_connect, "broker.id": str(i), **extra, **self.settings,
+                "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings,
                 **(per_broker or {}).get(i, {})})
             self._set_listeners(i)
 
@@ -149,7 +159,7 @@ class TierlogCluster:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a paused broker cannot die of SIGKILL's wait otherwise
                 b.kill()
             BrokerProcess.running.discard(b)
-        for proxy in self.proxies.values():
+        for proxy in [*self.proxies.values(), *self.zookeeper_proxies.values()]:
             proxy.close()
 
     def output(self, broker_id: int) -> str:
@@ -158,10 +168,12 @@ class TierlogCluster:
 
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
-                  proxies: bool = False, per_broker: dict[int, dict] | None = None) -> TierlogCluster:
+                  proxies: bool = False, per_broker: dict[int, dict] | None = None,
+                  zookeeper_proxies: bool = False) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
-    controller election before the others start; with ``proxies``, the brokers talk through LinkProxies."""
-    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker)
+    controller election before the others start; with ``proxies``, the brokers talk through LinkProxies;
+    with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own."""
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies)
     try:
         if controller is not None:
             cluster.start([controller], timeout)

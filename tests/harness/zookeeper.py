@@ -12,7 +12,8 @@ a client that does not.
 
 ``require()`` checks that Java and ZooKeeper's jars are there: without them the test is skipped
 locally and fails in CI (tests/harness/prerequisites.py), where .ci/run installs Debian's package.
-Every server started here is stopped by its PID; ``kill_running()`` (the plugin, at the end of the
+``restart_zookeeper`` starts a stopped server again on the same port and data (a ZooKeeper restart under
+a running cluster). Every server started here is stopped by its PID; ``kill_running()`` (the plugin, at the end of the
 session) kills what a teardown did not reach.
 """
 
@@ -76,6 +77,18 @@ def stop_zookeeper(server: ZooKeeperServer) -> None:
     """SIGTERM by PID, SIGKILL after 10 s."""
     server.stop()
     running.discard(server)
+
+
+def restart_zookeeper(server: ZooKeeperServer, timeout: float = 60) -> ZooKeeperServer:
+    """Start a stopped server again on its port and data folder (its snapshots and transaction log, so
+    znodes and sessions survive); returns once it answers ``imok``."""
+    server.stop()
+    running.add(server)
+    try:
+        return server.start(timeout)
+    except BaseException:
+        running.discard(server)
+        raise
 
 
 def kill_running() -> None:

@@ -4,11 +4,15 @@ a bomb at the bound."""
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
+import sys
 import time
 
 import pytest
-from tests.harness import poison
+from numba.core.registry import CPUDispatcher
+from tests.harness import ROOT, poison
 
 from tierlog.errors import CorruptMessageError, InvalidRecordError, InvalidTimestampError, UnknownServerError
 from tierlog.records import build_batch, compress, read_header
@@ -107,3 +111,46 @@ def test_the_decompression_bound():
     assert decompression_limit(1) == 16 << 20
     assert decompression_limit(1000) == 64 * 1048588
     assert decompression_limit(1, 100 << 20) == 100 << 20
+
+
+def test_the_python_twin_calls_no_numba_dispatcher():
+    """Every function the twin calls is plain Python: a numba dispatcher would compile on the caller's
+    thread (the broker's event loop) and wait for the compiling thread's lock."""
+    names = v._walk_twin.__code__.co_names
+    assert "_varint" in names and "_varlong" in names
+    assert not [n for n in names if isinstance(v._walk_twin.__globals__.get(n), CPUDispatcher)]
+
+
+_DURING_COMPILE = """
+import threading, time
+from numba.core.compiler_lock import global_compiler_lock
+from tierlog.records import build_batch, read_header
+from tierlog.records import validation as v
+held, done = threading.Event(), threading.Event()
+
+def compiling():  # what warm_up's thread does while it compiles: hold numba's compiler lock
+    with global_compiler_lock:
+        held.set()
+        done.wait(60)
+
+threading.Thread(target=compiling, daemon=True).start()
+held.wait()
+batch = build_batch([(None, b"v", [], int(time.time() * 1000))])
+validated = threading.Thread(target=v.validate_batch_records, daemon=True, args=(batch, 0, read_header(batch)),
+                             kwargs={"now_ms": int(time.time() * 1000), "create_time": True, "before_max_ms": 2**62,
+                                     "after_max_ms": 2**62, "compacted": False, "max_message_bytes": 1 << 20})
+validated.start()
+validated.join(30)
+print("waited" if validated.is_alive() else "validated", flush=True)
+done.set()
+"""
+
+
+def test_a_validation_while_the_kernel_compiles_does_not_wait_for_the_compiler(tmp_path):
+    """In a fresh process whose numba compiler lock is held (as while warm_up compiles on its thread), the
+    first validation runs the plain-Python twin at once; it used to wait for the lock, so a broker's first
+    produce waited for the whole compile (30 to 100 s on a busy machine)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", _DURING_COMPILE], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["validated"]

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.harness.inprocess import TS0, assemble, produce, tier
+from tierlog.errors import FencedLeaderEpochError, KafkaError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 from tierlog.protocol.offload import Pacer
 from tierlog.records import iter_batches
 from tierlog.server import replica_manager
@@ -199,6 +200,34 @@ def test_offsets_by_timestamp_search_the_remote_tier_first(tmp_path):
             assert earliest.offset == 0 and earliest_local.offset == p.log.local_log_start_offset
             assert future.offset == -1 and future.error_code == 0
             assert unknown.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        finally:
+            await node.close()
+    asyncio.run(scenario())
+
+
+def test_a_follower_checks_the_current_leader_epoch_first(tmp_path):
+    """Kafka's getLocalLog, for OffsetsForLeaderEpoch and ListOffsets: a replica that follows answers a stale or
+    future current_leader_epoch with FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, and NOT_LEADER_OR_FOLLOWER
+    only for the current one (or none)."""
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("ep", 1, 1)
+            p = node.rm.get_partition("ep", 0)
+            p.leader_id, p.leader_epoch = 2, 3  # as a pushed image makes this broker a follower
+
+            def code(current: int) -> int:
+                try:
+                    node.rm.last_offset_for_leader_epoch("ep", 0, 0, current)
+                except KafkaError as e:
+                    return e.code
+                return 0
+            expected = [FencedLeaderEpochError.code, UnknownLeaderEpochError.code, NotLeaderOrFollowerError.code,
+                        NotLeaderOrFollowerError.code]
+            assert [code(c) for c in (2, 4, 3, -1)] == expected
+            lookups = [OffsetLookup("ep", 0, -1, current_leader_epoch=c) for c in (2, 4, 3, -1)]
+            listed = await node.rm.fetch_offsets(lookups, FetchIsolation.HIGH_WATERMARK, timeout_s=10)
+            assert [r.error_code for r in listed] == expected
         finally:
             await node.close()
     asyncio.run(scenario())

@@ -53,6 +53,7 @@ from tierlog.cluster.zookeeper import (
     DEFAULT_BROKER_CONFIG,
     DELETE_TOPICS,
     DELETED_TOPIC_IDS,
+    SESSION_ENDED,
     ControllerFence,
     FencedControllerError,
     ZkClient,
@@ -190,6 +191,9 @@ class ZkController(Controller):
             except FencedControllerError as e:
                 log.warning("Controller %d was fenced (%s); resigning", self.node_id, e)
                 self._resign()
+            except SESSION_ENDED as e:  # _on_zk_state resigns, then registers again and reads the cluster anew
+                log.warning("Controller event %s skipped: the ZooKeeper session ended (%s)",
+                            getattr(fn, "__name__", fn), type(e).__name__)
             except Exception:  # noqa: BLE001 - the controller thread keeps serving events
                 log.exception("Controller event %s failed", getattr(fn, "__name__", fn))
         try:

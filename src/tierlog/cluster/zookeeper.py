@@ -38,7 +38,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
 
 from tierlog.cluster.image import BrokerImage, PartitionImage, TopicImage, TopicTiering
 from tierlog.errors import StartupError
@@ -63,6 +70,10 @@ PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/confi
                     "/config/changes", "/admin/delete_topics", "/isr_change_notification", LOG_DIR_EVENTS,
                     DELETED_TOPIC_IDS)
 DEFAULT_BROKER_CONFIG = "<default>"
+
+#: What a ZooKeeper call raises when this broker's session is gone or suspended (a SIGSTOP, a long pause):
+#: the session's own state change handles it, so callers skip the call rather than report a failure.
+SESSION_ENDED = (SessionExpiredError, ConnectionLoss)
 
 
 def topic_path(topic: str) -> str:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from typing import Any
 
 import numpy as np
@@ -320,7 +321,7 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
         except CorruptMessageError as e:
             raise UnknownServerError(
                 f"{_where(pos, topic_partition)}: failed to decompress record stream: {e.message}") from None
-    walk = _walk if _compiled.is_set() else _walk.py_func
+    walk = _walk if _compiled.is_set() else _walk_twin
     flags = ((_LAT_BATCH if header.attributes & TIMESTAMP_TYPE_MASK else 0) | (_CREATE_TIME if create_time else 0)
              | (_COMPACTED if compacted else 0) | (_CHECK_OFFSETS if check_offsets else 0))
     stop = end if start else len(arr)
@@ -355,3 +356,12 @@ def validate_batch_records(buf: Any, pos: int, header: BatchHeader, *, now_ms: i
     raise _with_record_errors(InvalidRecordError(
         f"One or more records have been rejected due to {len(errors)} record errors in total, and only showing "
         f"the first three errors at most: {[m for _, m in errors[:3]]}"), errors)
+
+
+# The kernel as plain Python, for produces while it compiles: ``_walk``'s code with the varint readers' own
+# Python functions. ``_walk.py_func`` alone would call their numba dispatchers, which compile on the caller's
+# thread (the event loop) under numba's compiler lock, held by the compiling thread: the first produce
+# would wait for the whole compile (tens of seconds on a busy machine).
+_walk_twin = types.FunctionType(_walk.py_func.__code__,
+                                {**globals(), "_varint": _varint.py_func, "_varlong": _varlong.py_func},
+                                "_walk_twin", _walk.py_func.__defaults__, _walk.py_func.__closure__)

@@ -5,7 +5,8 @@ this broker leads, the partition also keeps each follower's fetch state (Kafka's
 end offset its last fetch asked from and when it last caught up with the leader's log end. From these
 
 - the high watermark is the lowest log end offset of the ISR (:meth:`Partition.maybe_increment_high_watermark`),
-  with an ISR change in flight counted on the safe side (Kafka's maximal ISR);
+  with an ISR change in flight counted on the safe side (Kafka's maximal ISR), and it stands still while the
+  ISR is below ``min.insync.replicas``;
 - a follower that caught up joins the ISR (:meth:`Partition.replicas_to_add`) and one that has not caught up
   for ``replica.lag.time.max.ms`` leaves it (:meth:`Partition.out_of_sync_replicas`); the replica manager asks
   the controller for either change (AlterPartition) and the answer brings the new ISR and partition epoch.
@@ -112,7 +113,12 @@ class Partition:
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark up to the lowest log end offset of the (maximal) ISR; True when it
         moved. It never moves down here: a new leader starts from its own high watermark and a
-        follower whose log end is not known yet holds it where it is."""
+        follower whose log end is not known yet holds it where it is. Nor does it move while the ISR is
+        smaller than ``min.insync.replicas`` (Kafka 3.7+, from KIP-966; checked against 3.9): what is
+        appended then (acks=1) is committed only once the ISR is big enough again, and an acks=all write
+        waiting meanwhile times out."""
+        if len(self.isr or (self.leader_id,)) < self.effective_min_isr():
+            return False
         low = self.log.log_end_offset
         for r in self.maximal_isr():
             if r == self.leader_id:

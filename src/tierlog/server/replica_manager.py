@@ -326,6 +326,17 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition} (leader: {p.leader_id})")
         return p
 
+    def leader_with_epoch(self, topic: str, partition: int, current_leader_epoch: int) -> Partition:
+        """The partition led here whose leader epoch is ``current_leader_epoch`` (-1: any), checked in Kafka's
+        order (getLocalLog): a replica hosted here answers a stale or future epoch with FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH before NOT_LEADER_OR_FOLLOWER, even where it follows."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is not None and hosted.log.offline is None:
+            hosted.check_leader_epoch(current_leader_epoch)
+        p = self.get_partition(topic, partition)
+        p.check_leader_epoch(current_leader_epoch)
+        return p
+
     def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:
         p = self.partitions.get((topic, partition))
         return p.log.log_start_offset if p is not None else -1
@@ -754,8 +765,7 @@ class ReplicaManager:
                 await pacer()
             results.append(out := OffsetLookupResult())
             try:
-                partition = self.get_partition(lookup.topic, lookup.partition)
-                partition.check_leader_epoch(lookup.current_leader_epoch)
+                partition = self.leader_with_epoch(lookup.topic, lookup.partition, lookup.current_leader_epoch)
                 if self._needs_remote_search(partition, lookup.timestamp):
                     remote.append((out, partition, lookup.timestamp))
                 else:
@@ -813,8 +823,7 @@ class ReplicaManager:
     def last_offset_for_leader_epoch(self, topic: str, partition: int, leader_epoch: int,
                                      current_leader_epoch: int = -1) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (the largest epoch <= ``leader_epoch``, the end offset of that epoch)."""
-        p = self.get_partition(topic, partition)
-        p.check_leader_epoch(current_leader_epoch)
+        p = self.leader_with_epoch(topic, partition, current_leader_epoch)
         return p.log.leader_epoch_cache.end_offset_for(leader_epoch, p.log.log_end_offset)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:

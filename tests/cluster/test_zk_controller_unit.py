@@ -1,0 +1,60 @@
+"""Parts of the ZooKeeper-mode controller on their own, without ZooKeeper: the choice of a partition's leader
+and ISR when brokers die or stop (``ZkController._choose_leader``, Kafka 3.9's rules, which
+tests/peer/test_replication_differential.py compares with a Kafka cluster), and how its event thread reports
+an event cut short by the end of the ZooKeeper session."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from types import SimpleNamespace
+
+from kazoo.exceptions import SessionExpiredError
+
+from tierlog.cluster.image import PartitionImage
+from tierlog.cluster.zk_controller import NO_LEADER, ZkController
+
+
+def choose(leader: int, isr: tuple[int, ...], live: set[int], avoid: frozenset[int] = frozenset(),
+           unclean: bool = False, replicas: tuple[int, ...] = (2, 3, 1)) -> tuple[int, tuple[int, ...]]:
+    """The rule as the controller applies it to a partition with these replicas, over these live brokers."""
+    controller = SimpleNamespace(image=SimpleNamespace(brokers=dict.fromkeys(live)), _shutting_down=set(),
+                                 _unclean_allowed=lambda topic: unclean,
+                                 _replica_offline=lambda broker_id, topic, partition: False)
+    pi = PartitionImage(0, leader, 1, replicas, isr)
+    return ZkController._choose_leader(controller, "t", pi, set(avoid))
+
+
+def test_a_followers_death_leaves_a_live_leader_leading():
+    # Leader 3 is not the first replica (2 led before a failover): Kafka keeps 3 and drops 1 from the ISR.
+    assert choose(3, (2, 3, 1), live={2, 3}) == (3, (2, 3))
+
+
+def test_a_dead_leader_is_replaced_by_the_first_live_isr_member_in_assignment_order():
+    assert choose(2, (2, 3, 1), live={1, 3}) == (3, (3, 1))
+    assert choose(2, (2, 1), live={1, 3}) == (1, (1,))
+
+
+def test_a_stopping_leader_hands_over_to_the_first_other_isr_member():
+    assert choose(3, (2, 3, 1), live={1, 2, 3}, avoid=frozenset({3})) == (2, (2, 1))
+
+
+def test_no_live_isr_member_means_no_leader_unless_unclean_election_is_on():
+    assert choose(2, (2,), live={1, 3}) == (NO_LEADER, (2,))
+    assert choose(2, (2,), live={1, 3}, unclean=True) == (3, (3,))
+
+
+def test_an_event_cut_short_by_the_end_of_the_session_is_a_warning(caplog):
+    """A SIGSTOP past the session (tests/peer/test_replication_differential.py) makes the pending events fail
+    with SessionExpiredError; the session's state change handles it, so no ERROR and no traceback."""
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    controller = SimpleNamespace(_stopped=False, _executor=executor, node_id=1)
+
+    def _brokers_changed():
+        raise SessionExpiredError()
+    with caplog.at_level(logging.INFO, logger="tierlog.cluster.zk_controller"):
+        ZkController._submit(controller, _brokers_changed)
+        executor.shutdown(wait=True)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert "_brokers_changed skipped: the ZooKeeper session ended (SessionExpiredError)" in record.getMessage()

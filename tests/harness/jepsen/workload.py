@@ -1,0 +1,257 @@
+"""The workload: idempotent producers writing unique, numbered values, and a consumer group committing offsets;
+everything they were told goes into one :class:`History`.
+
+Each producer writes ``<name>.<incarnation>:<seq>`` to partition ``seq % partitions`` (so every producer writes
+every partition, and its values in one partition have increasing numbers). An acknowledgement from the
+delivery callback is an :class:`Ack` (partition, offset, value, when); a failed delivery is an error and its
+value is indeterminate (it may or may not be in the log). A producer that reaches a fatal error (librdkafka's
+idempotence state is then unusable) is replaced by a new incarnation with a new producer id, and the fatal
+error is recorded.
+
+Each group member commits, about every ``commit_interval`` seconds, the next offset after what it consumed in
+the partitions it owns, synchronously; every partition the broker confirmed goes into the history.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Ack:
+    producer: str  # name.incarnation
+    seq: int
+    partition: int
+    offset: int  # -1 when the acknowledgement carried none (librdkafka's implicit acknowledgements)
+    value: bytes
+    at: float  # seconds since the history began
+
+
+@dataclass
+class Commit:
+    member: str
+    offsets: dict[int, int]
+    at: float
+
+
+@dataclass
+class History:
+    """Everything the clients saw and the nemesis did, with times in seconds since the start."""
+
+    t0: float = field(default_factory=time.monotonic)
+    acks: list[Ack] = field(default_factory=list)
+    attempted: int = 0
+    delivery_errors: Counter = field(default_factory=Counter)
+    fatal_errors: list[tuple[float, str, str]] = field(default_factory=list)
+    commits: list[Commit] = field(default_factory=list)
+    commit_errors: Counter = field(default_factory=Counter)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    echo: object = None  # a print-like callable for events, or None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def ack(self, a: Ack) -> None:
+        with self._lock:
+            self.acks.append(a)
+
+    def event(self, text: str) -> None:
+        at = self.now()
+        with self._lock:
+            self.events.append((at, text))
+        if self.echo is not None:
+            self.echo(f"[{at:8.1f}s] {text}")
+
+    def attempt(self) -> None:
+        with self._lock:
+            self.attempted += 1
+
+    def delivery_error(self, name: str) -> None:
+        with self._lock:
+            self.delivery_errors[name] += 1
+
+    def commit_error(self, name: str) -> None:
+        with self._lock:
+            self.commit_errors[name] += 1
+
+    def commit(self, c: Commit) -> None:
+        with self._lock:
+            self.commits.append(c)
+
+    def acked_count(self) -> int:
+        return len(self.acks)
+
+    def acked_partitions_since(self, since: float) -> Counter:
+        """Acknowledgements per partition of records acknowledged after ``since`` (the list is in time order
+        but for callbacks racing each other by a few ms: the walk back stops a second before ``since``)."""
+        recent: Counter = Counter()
+        with self._lock:
+            for a in reversed(self.acks):
+                if a.at > since:
+                    recent[a.partition] += 1
+                elif a.at < since - 1:
+                    break
+        return recent
+
+
+def parse_value(value: bytes) -> tuple[str, int] | None:
+    """(producer, seq) of a workload value, None for anything else."""
+    try:
+        name, seq = value.decode().rsplit(":", 1)
+        return name, int(seq)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class ProducerWorker(threading.Thread):
+    """One idempotent producer (acks=all) writing numbered values round-robin over the partitions."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, history: History,
+                 stop: threading.Event, interval: float, message_timeout_ms: int = 120000,
+                 debug_log: str | None = None):
+        """``message_timeout_ms``: long, as Java's delivery.timeout.ms (2 min). When queued messages time out,
+        librdkafka bumps the producer epoch and sends the rest of its queue again from sequence 0, those whose
+        earlier request timed out too (possibly written): such a re-send is a duplicate the broker cannot see.
+        Faults here last well under this, so a duplicate is the broker's doing (the report names the producer
+        epochs of every copy). ``debug_log``: a file for librdkafka's idempotence log (``debug=eos``: producer
+        ids, epoch bumps and why, sequence resets), to explain what a report shows."""
+        super().__init__(daemon=True, name=f"producer-{name}")
+        self.base, self.bootstrap, self.topic, self.partitions = name, bootstrap, topic, partitions
+        self.history, self.stop, self.interval = history, stop, interval
+        self.message_timeout_ms = message_timeout_ms
+        self.debug_log = debug_log
+        self.incarnation = 0
+        self.unflushed = 0
+        self._fatal = threading.Event()
+
+    def _logger(self):
+        import logging
+        logger = logging.getLogger(f"jepsen.librdkafka.{self.base}")
+        if not logger.handlers:
+            handler = logging.FileHandler(self.debug_log)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        return logger
+
+    def _producer(self):
+        from confluent_kafka import Producer
+        extra = {"debug": "eos", "logger": self._logger()} if self.debug_log else {}
+        return Producer({**extra,
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 30000,
+            "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
+            "queue.buffering.max.messages": 20000, "socket.connection.setup.timeout.ms": 5000,
+            "client.id": f"jepsen-{self.base}"})
+
+    def run(self) -> None:
+        from confluent_kafka import KafkaException
+        producer = self._producer()
+        name, seq = f"{self.base}.0", 0
+        while not self.stop.is_set():
+            if self._fatal.is_set():
+                # librdkafka's idempotent state is gone for good: a new producer, a new producer id.
+                producer.purge()
+                producer.flush(5)
+                self.incarnation += 1
+                self._fatal.clear()
+                producer = self._producer()
+                name, seq = f"{self.base}.{self.incarnation}", 0
+                self.history.event(f"producer {self.base}: new incarnation {name} after a fatal error")
+            value = f"{name}:{seq}".encode()
+            try:
+                producer.produce(self.topic, value, partition=seq % self.partitions,
+                                 on_delivery=self._on_delivery(name, seq))
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            except KafkaException as e:
+                self.history.delivery_error(f"produce() {e.args[0].name()}")
+                if e.args[0].fatal():
+                    self._fatal.set()
+                producer.poll(0.1)
+                continue
+            self.history.attempt()
+            seq += 1
+            producer.poll(0)
+            self.stop.wait(self.interval)  # the pace of the workload, not a synchronisation
+        self.unflushed = producer.flush(self.message_timeout_ms / 1000 + 30)
+        producer.poll(0)
+
+    def _on_delivery(self, name: str, seq: int):
+        def done(err, msg) -> None:
+            h = self.history
+            if err is not None:
+                h.delivery_error(err.name())
+                if err.fatal():
+                    h.fatal_errors.append((h.now(), name, f"{err.name()}: {err.str()}"))
+                    self._fatal.set()
+                return
+            offset = msg.offset()
+            h.ack(Ack(name, seq, msg.partition(), -1 if offset is None or offset < 0 else offset, msg.value(),
+                      h.now()))
+        return done
+
+
+class GroupMember(threading.Thread):
+    """A consumer of the group that commits what it consumed, synchronously, every ``commit_interval`` s."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, history: History,
+                 stop: threading.Event, commit_interval: float = 0.5):
+        super().__init__(daemon=True, name=f"member-{name}")
+        self.member, self.bootstrap, self.topic, self.group = name, bootstrap, topic, group
+        self.history, self.stop, self.commit_interval = history, stop, commit_interval
+        self.positions: dict[int, int] = {}
+        self.consumed = 0
+        self.closed_cleanly = False
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+            "socket.connection.setup.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000,
+            "client.id": f"jepsen-{self.member}"})
+
+        def revoked(_consumer, partitions) -> None:
+            for tp in partitions:
+                self.positions.pop(tp.partition, None)
+        consumer.subscribe([self.topic], on_revoke=revoked, on_lost=revoked)
+        last_commit = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self.positions[msg.partition()] = msg.offset() + 1
+                    self.consumed += 1
+                if time.monotonic() - last_commit >= self.commit_interval:
+                    self._commit(consumer)
+                    last_commit = time.monotonic()
+            self._commit(consumer)
+        finally:
+            consumer.close()
+            self.closed_cleanly = True
+
+    def _commit(self, consumer) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+        if not self.positions:
+            return
+        offsets = [TopicPartition(self.topic, p, o) for p, o in sorted(self.positions.items())]
+        try:
+            answer = consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            self.history.commit_error(e.args[0].name())
+            return
+        confirmed = {tp.partition: tp.offset for tp in answer or [] if tp.error is None and tp.offset >= 0}
+        for tp in answer or []:
+            if tp.error is not None:
+                self.history.commit_error(tp.error.name())
+        if confirmed:
+            self.history.commit(Commit(self.member, confirmed, self.history.now()))
