@@ -510,7 +510,7 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How a leader picks the replica a consumer should fetch from (KIP-392): unset or Kafka's "
            "LeaderSelector, the leader; Kafka's RackAwareReplicaSelector, a replica in the consumer's "
            "client.rack when the leader is elsewhere."),
-    _b("replica.lag.time.max.ms", "int", 30000, AtLeast(0),
+    _b("replica.lag.time.max.ms", "long", 30000, AtLeast(0),
        doc="A follower that has not caught up with the leader's log end for this long leaves the in-sync "
            "replicas."),
     _b("leader.replication.throttled.rate", "long", LONG_MAX, AtLeast(0), dynamic=True,
