@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
 
@@ -214,32 +214,10 @@ def test_a_reassignment_held_in_progress_is_listed_and_cancelled(cluster, kafka_
 
 
 def test_a_replica_moves_to_the_fourth_broker_under_load_without_losing_a_record(cluster, kafka_zk_tool, tmp_path):
-    from confluent_kafka import Producer
     name = unique("move")
     create(cluster, name, [[1, 2, 3]], {"min.insync.replicas": "2"})
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 2, "message.timeout.ms": 120000})
-    acked: list[tuple[int, bytes]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(f"{err.name()} fatal={err.fatal()}")
-        else:
-            acked.append((msg.offset(), msg.value()))
-
-    def write():
-        i = 0
-        while not stop.is_set():
-            try:
-                producer.produce(name, b"m%06d" % i, partition=0, on_delivery=on_delivery)
-                i += 1
-            except BufferError:
-                pass
-            producer.poll(0.002)
-    writer = threading.Thread(target=write)
-    writer.start()
+    writer = BackgroundWriter(cluster.bootstrap, name, b"m").start()
+    acked, errors = writer.acked, writer.errors
     try:
         cluster.wait_until(lambda: len(acked) > 500, 60, "the producer under way")
         topics = tmp_path / "topics.json"
@@ -255,19 +233,18 @@ def test_a_replica_moves_to_the_fourth_broker_under_load_without_losing_a_record
         before = len(acked)
         cluster.wait_until(lambda: len(acked) > before + 300, 60, "the producer going on after the move")
     finally:
-        stop.set()
-        writer.join()
-        producer.flush(60)
+        writer.stop()
     assert not errors, errors[:5]
     state = wait_replicas(cluster, name, target, isr=3)
     assert state.leader_id in target
     wait_log_gone(cluster, 1, name)
     data = wait_same_logs(cluster, name, [2, 3, 4])  # broker 4's copy is the leader's log, byte for byte
-    assert data.count(acked[-1][1]) == 1
+    assert data.count(acked[-1][2]) == 1
     client = CLIENTS["confluent-kafka"](cluster.bootstrap)
     try:
         got = client.consume(name, 0, "earliest", len(acked), timeout=60)
-        assert [(m.offset, m.value) for m in got] == sorted(acked)  # every acknowledged record, once, in order
+        # every acknowledged record, once, in order
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for _, o, v in acked)
     finally:
         client.close()
     print(f"\nreplica of {name}-0 moved from broker 1 to 4 under load: {len(acked)} records acknowledged, all read "

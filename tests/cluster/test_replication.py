@@ -13,7 +13,6 @@ running and every link healed.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
@@ -147,32 +147,10 @@ def test_a_stalled_follower_leaves_the_isr_and_acks_all_answers_not_enough_repli
 
 
 def test_a_killed_leader_loses_no_acknowledged_record(cluster):
-    from confluent_kafka import Producer
     name = unique("failover")
     create(cluster, name, 3, {"min.insync.replicas": "2"})
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 2, "message.timeout.ms": 120000})
-    acked: list[tuple[int, int, bytes]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(f"{err.name()} fatal={err.fatal()}")
-        else:
-            acked.append((msg.partition(), msg.offset(), msg.value()))
-
-    def write():
-        i = 0
-        while not stop.is_set():
-            try:
-                producer.produce(name, b"f%06d" % i, partition=i % 3, on_delivery=on_delivery)
-                i += 1
-            except BufferError:
-                pass
-            producer.poll(0.002)
-    writer = threading.Thread(target=write)
-    writer.start()
+    writer = BackgroundWriter(cluster.bootstrap, name, b"f", partitions=3).start()
+    acked, errors = writer.acked, writer.errors
     victim = partition(cluster, name, 0).leader_id
     try:
         cluster.wait_until(lambda: len(acked) > 300, 60, "the producer under way")
@@ -186,9 +164,7 @@ def test_a_killed_leader_loses_no_acknowledged_record(cluster):
         for p in range(3):
             wait_isr(cluster, name, 3, p, 60)
     finally:
-        stop.set()
-        writer.join()
-        producer.flush(60)
+        writer.stop()
     assert not errors, errors[:5]
     client = CLIENTS["confluent-kafka"](cluster.bootstrap)
     try:
