@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 from tests.harness import apache_kafka, rawclient  # noqa: E402
 from tests.harness import zookeeper as zk  # noqa: E402
-from tests.harness.tierlog_cluster import start_cluster  # noqa: E402
+from tests.harness.tierlog_cluster import start_cluster, wait_until  # noqa: E402
 
 from tierlog.errors import UnknownTopicOrPartitionError  # noqa: E402
 from tierlog.protocol import ApiKey  # noqa: E402
@@ -202,22 +202,6 @@ class KafkaCluster(Cluster):
 
     def stop(self) -> None:
         self.cluster.stop()
-
-
-def wait_until(check, timeout: float, what: str):
-    """Poll ``check()`` until it returns something truthy (errors of a broker in the middle of a change
-    count as not yet); RuntimeError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - a broker starting or just killed
-            last = e
-        time.sleep(0.1)
-    raise RuntimeError(f"{what}: not reached within {timeout:.0f} s (last: {last!r})")
 
 
 def wait_formed(cluster: Cluster, timeout: float = 120) -> int:

@@ -36,6 +36,22 @@ CLUSTER_SETTINGS = {
 }
 
 
+def wait_until(check, timeout: float = 30, what: str = "the cluster"):
+    """Poll ``check()`` until it returns something truthy (errors of a broker still starting or just killed
+    count as not yet); AssertionError with the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 - a broker still starting or just killed
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+
+
 def in_parallel(act, items) -> None:
     """``act(item)`` for every item at once, each on a thread; the first error is raised here."""
     errors: list[BaseException] = []
@@ -113,19 +129,7 @@ class TierlogCluster:
         return self
 
     def wait_until(self, check, timeout: float = 30, what: str = "the cluster"):
-        """Poll ``check()`` until it returns something truthy; AssertionError with the last value after
-        ``timeout``."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = check()
-                if last:
-                    return last
-            except Exception as e:  # noqa: BLE001 - a broker still starting or just killed
-                last = e
-            time.sleep(0.1)
-        raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+        return wait_until(check, timeout, what)
 
     def metadata(self, broker_id: int, topics: list[str] | None = None):
         return rawclient.metadata(self.brokers[broker_id].bootstrap, topics)
