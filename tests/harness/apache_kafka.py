@@ -235,3 +235,38 @@ def start_kafka_zk_cluster(work_dir: Path, zookeeper, brokers: int = 3, chroot: 
     print(f"\nApache Kafka {ZK_KAFKA_VERSION} (ZooKeeper mode) brokers {cluster.running_ids()} ready on "
           f"{cluster.bootstrap} under {cluster.zookeeper_connect} in {slowest:.1f}s")
     return cluster
+
+
+def start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, settings: dict, controller: int, proxies: bool = False):
+    """A three-broker Kafka 3.9 cluster and a three-broker tierlog cluster on the same ZooKeeper, started at the
+    same time (tierlog's on a thread), broker ``controller`` first on each; returns (kafka, tierlog, seconds the
+    tierlog cluster took). If either fails, the other is stopped and the error raised."""
+    import time
+
+    from tests.harness.tierlog_cluster import start_cluster
+    started = time.monotonic()
+    box: dict = {}
+
+    def start_tierlog() -> None:
+        try:
+            box["cluster"] = start_cluster(tierlog_dir, zookeeper, 3, settings, controller=controller, proxies=proxies)
+            box["seconds"] = time.monotonic() - started
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
+    thread.start()
+    try:
+        kafka = start_kafka_zk_cluster(kafka_dir, zookeeper, 3, settings=settings, controller=controller,
+                                       proxies=proxies)
+    except BaseException:
+        thread.join()
+        if "cluster" in box:
+            box["cluster"].stop()
+        raise
+    thread.join()
+    if "error" in box:
+        kafka.stop()
+        raise box["error"]
+    return kafka, box["cluster"], box["seconds"]
+

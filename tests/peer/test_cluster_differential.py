@@ -39,7 +39,6 @@ the elections the failures cause.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ from tests.harness import apache_kafka, rawclient
 from tests.harness.broker import log_lines
 from tests.harness.cluster_shapes import differences, metadata_shape
 from tests.harness.rawclient import RawClient
-from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel, start_cluster
+from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel
 from tierlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -310,32 +309,10 @@ def pair(zookeeper, kafka_zk_jars, tmp_path_factory):
     """Both clusters, started at the same time, broker 1 first on each."""
     kafka_dir, tierlog_dir = tmp_path_factory.mktemp("kafka39-diff"), tmp_path_factory.mktemp("tierlog-diff")
     started = time.monotonic()
-    box: dict = {}
-
-    def start_tierlog() -> None:
-        try:
-            box["cluster"] = start_cluster(tierlog_dir, zookeeper, 3, SETTINGS, controller=CONTROLLER)
-            box["seconds"] = time.monotonic() - started
-        except BaseException as e:  # noqa: BLE001 - raised on the test's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
-    thread.start()
-    try:
-        kafka = apache_kafka.start_kafka_zk_cluster(kafka_dir, zookeeper, 3, settings=SETTINGS,
-                                                    controller=CONTROLLER)
-    except BaseException:
-        thread.join()
-        if "cluster" in box:
-            box["cluster"].stop()
-        raise
-    thread.join()
-    if "error" in box:
-        kafka.stop()
-        raise box["error"]
-    tierlog = box["cluster"]
+    kafka, tierlog, tierlog_seconds = apache_kafka.start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, SETTINGS,
+                                                                          CONTROLLER)
     print(f"\nKafka {apache_kafka.ZK_KAFKA_VERSION} under {kafka.chroot} and tierlog under {tierlog.chroot} formed in "
-          f"{time.monotonic() - started:.1f} s (tierlog alone {box['seconds']:.1f} s), broker {CONTROLLER} "
+          f"{time.monotonic() - started:.1f} s (tierlog alone {tierlog_seconds:.1f} s), broker {CONTROLLER} "
           f"the controller of both")
     yield Pair(Side("kafka", kafka), Side("tierlog", tierlog))
     kafka.stop()

@@ -54,7 +54,6 @@ the first replica, and a broker whose session expired logged its interrupted con
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -64,7 +63,7 @@ from tests.harness import apache_kafka
 from tests.harness.broker import log_lines
 from tests.harness.link_proxy import fetchers_of
 from tests.harness.rawclient import RawClient, controller_address
-from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel, start_cluster
+from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, decode_batch, iter_batches
 
@@ -218,29 +217,8 @@ def pair(zookeeper, kafka_zk_jars, tmp_path_factory):
     assert apache_kafka.ZK_CLUSTER_SETTINGS["zookeeper.session.timeout.ms"] == str(SESSION_TIMEOUT_MS)
     kafka_dir, tierlog_dir = tmp_path_factory.mktemp("kafka39-repl"), tmp_path_factory.mktemp("tierlog-repl")
     started = time.monotonic()
-    box: dict = {}
-
-    def start_tierlog() -> None:
-        try:
-            box["cluster"] = start_cluster(tierlog_dir, zookeeper, 3, SETTINGS, controller=CONTROLLER, proxies=True)
-        except BaseException as e:  # noqa: BLE001 - raised on the test's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
-    thread.start()
-    try:
-        kafka = apache_kafka.start_kafka_zk_cluster(kafka_dir, zookeeper, 3, settings=SETTINGS,
-                                                    controller=CONTROLLER, proxies=True)
-    except BaseException:
-        thread.join()
-        if "cluster" in box:
-            box["cluster"].stop()
-        raise
-    thread.join()
-    if "error" in box:
-        kafka.stop()
-        raise box["error"]
-    tierlog = box["cluster"]
+    kafka, tierlog, tierlog_seconds = apache_kafka.start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, SETTINGS,
+                                                                          CONTROLLER, proxies=True)
     print(f"\nKafka {apache_kafka.ZK_KAFKA_VERSION} and tierlog clusters (link proxies, replica.lag.time.max.ms "
           f"{LAG_MS}) formed in {time.monotonic() - started:.1f} s")
     yield Pair(Side("kafka", kafka), Side("tierlog", tierlog))
