@@ -121,13 +121,6 @@ class ReplicaFetcherManager:
         for fetcher in self.fetchers.values():
             fetcher.remove(partitions)
 
-    def following(self, topic: str, index: int) -> tuple[int, int] | None:
-        """(leader id, fetcher id) of the fetcher holding the partition, or None."""
-        for key, fetcher in self.fetchers.items():
-            if (topic, index) in fetcher.states:
-                return key
-        return None
-
     async def shutdown(self) -> None:
         self._stopped = True
         fetchers = list(self.fetchers.values())
@@ -172,10 +165,8 @@ class ReplicaFetcher:
         self._wake.set()
 
     def remove(self, partitions) -> None:
-        for p in partitions:
-            st = self.states.get((p.topic, p.index))
-            if st is not None and st.partition is p or st is not None:
-                del self.states[(p.topic, p.index)]
+        for p in partitions:  # also the same partition of a topic deleted and created again
+            self.states.pop((p.topic, p.index), None)
 
     def _close(self) -> None:
         if self._conn is not None:
