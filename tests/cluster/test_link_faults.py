@@ -4,11 +4,13 @@ does, with nothing lost; the other brokers are not held up longer than the contr
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.harness import rawclient
 from tests.harness.rawclient import unique
-from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.tierlog_cluster import TierlogCluster, start_cluster
 from tierlog.protocol import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -53,3 +55,22 @@ def test_a_broker_cut_off_from_the_controller_catches_up_when_the_link_heals(clu
         proxy.heal(source=controller)
     cluster.wait_until(lambda: knows(cluster, target, topic), 30, f"broker {target} learning the topic")
     assert rawclient.produce(cluster.brokers[target].bootstrap, topic, 0, [b"after"]).error_code == 0
+
+
+def test_an_internal_port_taken_before_the_broker_binds_it_is_picked_again(tmp_path, zookeeper):
+    """The harness picks a broker's INTERNAL port free and the broker binds it later; another process can
+    take it in between (CI failed once this way). The broker then starts on a new port behind its proxy."""
+    c = TierlogCluster(tmp_path, zookeeper, 1, None, None, proxies=True)
+    taken = socket.create_server(("127.0.0.1", c._internal_ports[1]))
+    try:
+        c.start()
+        assert c._internal_ports[1] != taken.getsockname()[1]
+        assert c.proxies[1].target[1] == c._internal_ports[1]
+        assert "address already in use" in c.output(1)
+        c.wait_formed()
+        topic = unique("port-again")  # the controller reaches the broker through the proxy's new target
+        rawclient.create_topic_in_cluster(c.brokers[1].bootstrap, topic)
+        assert rawclient.produce(c.brokers[1].bootstrap, topic, 0, [b"x"]).error_code == 0
+    finally:
+        taken.close()
+        c.stop()

@@ -86,6 +86,7 @@ class TierlogCluster:
         self.proxies: dict[int, LinkProxy] = {}
         self.zookeeper_proxies: dict[int, TcpProxy] = {}
         self._internal_ports: dict[int, int] = {}
+        self._started: set[int] = set()
         for i in range(1, brokers + 1):
             folder = work_dir / f"broker-{i}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -125,8 +126,27 @@ class TierlogCluster:
         for i in ids or list(self.brokers):
             self._set_listeners(i)
             self.brokers[i].port = None
-        in_parallel(lambda i: self.brokers[i].start(timeout), ids or list(self.brokers))
+        in_parallel(lambda i: self._start_broker(i, timeout), ids or list(self.brokers))
         return self
+
+    def _start_broker(self, i: int, timeout: float) -> None:
+        """Start broker ``i``. On its first start, an INTERNAL port picked free but taken by another
+        process before the broker bound it (another test's outgoing connection can get it) is picked
+        again and the proxy pointed at the new one; later starts keep their ports, as a restart does."""
+        b = self.brokers[i]
+        for attempt in range(3):
+            seen = len(b.output)
+            try:
+                b.start(timeout)
+                self._started.add(i)
+                return
+            except RuntimeError:
+                clash = "address already in use" in "".join(b.output[seen:])
+                if attempt == 2 or not clash or i in self._started or i not in self._internal_ports:
+                    raise
+            port = self._internal_ports[i] = free_port()
+            self.proxies[i].target = (self.proxies[i].target[0], port)
+            self._set_listeners(i)
 
     def wait_until(self, check, timeout: float = 30, what: str = "the cluster"):
         return wait_until(check, timeout, what)
