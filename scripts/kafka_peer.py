@@ -536,6 +536,10 @@ class _KafkaProcess:
             raise
         self.start_seconds = time.monotonic() - started
 
+    def port_clash(self) -> bool:
+        """Whether the latest start failed because a port picked free was taken before Kafka bound it."""
+        return "Address already in use" in self.output(since_start=True)
+
     def output(self, since_start: bool = False) -> str:
         """What the broker printed (all its starts, or only the latest one's)."""
         try:
@@ -657,14 +661,21 @@ class KafkaServer(_KafkaProcess):
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if self.tiered:
             self.remote_dir.mkdir(exist_ok=True)
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
-        config = self.work_dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
-        run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
-                 timeout=timeout)
-        self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started, timeout)
+        for attempt in range(3):  # free ports picked again when another process took one meanwhile
+            self.port, self.controller_port = free_port(), free_port()
+            while self.controller_port == self.port:
+                self.controller_port = free_port()
+            config = self.work_dir / "server.properties"
+            config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+            run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
+                     timeout=timeout)
+            try:
+                self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started,
+                             timeout)
+                return self
+            except KafkaPeerError:
+                if attempt == 2 or not self.port_clash():
+                    raise
         return self
 
 
@@ -711,11 +722,18 @@ class KafkaZkBroker(_KafkaProcess):
             raise KafkaPeerError(f"broker {self.broker_id} already runs as pid {self.proc.pid}")
         started = time.monotonic()
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        if self.port is None:
-            self.port = free_port()
-        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
-        self._launch(java_command("Kafka", str(self.config_path), jvm_opts=self.jvm_opts, log="server",
-                                  version=ZK_KAFKA_VERSION), started, timeout)
+        picked = self.port is None  # a port of our own, picked again if taken before Kafka binds it
+        for attempt in range(3):
+            if picked:
+                self.port = free_port()
+            self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+            try:
+                self._launch(java_command("Kafka", str(self.config_path), jvm_opts=self.jvm_opts, log="server",
+                                          version=ZK_KAFKA_VERSION), started, timeout)
+                return self
+            except KafkaPeerError:
+                if attempt == 2 or not picked or not self.port_clash():
+                    raise
         return self
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -124,17 +124,24 @@ class KafkaZkCluster:
                         for i in range(1, brokers + 1)}
         self.proxies: dict[int, LinkProxy] = {}
         self.paused: set[int] = set()
+        self.ever_started: set[int] = set()
         if proxies:
-            for i, b in self.brokers.items():
-                internal = zk.free_port()
-                proxy = self.proxies[i] = LinkProxy(internal)
-                b.port = zk.free_port()  # kept across restarts, as the INTERNAL port
-                b.overrides.update({
-                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-                    "listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{internal}",
-                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{proxy.port}",
-                    "inter.broker.listener.name": "INTERNAL"})
+            for i in self.brokers:
+                self.proxies[i] = LinkProxy(0)
+                self._pick_ports(i)
         KafkaZkCluster.started.add(self)
+
+    def _pick_ports(self, i: int) -> None:
+        """Free client and INTERNAL ports for broker ``i`` behind its proxy (kept across restarts)."""
+        b, proxy = self.brokers[i], self.proxies[i]
+        internal = zk.free_port()
+        proxy.target = (proxy.target[0], internal)
+        b.port = zk.free_port()
+        b.overrides.update({
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{internal}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{proxy.port}",
+            "inter.broker.listener.name": "INTERNAL"})
 
     @property
     def chroot(self) -> str:
@@ -152,13 +159,21 @@ class KafkaZkCluster:
         """Start every broker not running, in parallel (JVM starts overlap); if one fails, stop all."""
         errors: list[BaseException] = []
 
-        def start(broker) -> None:
-            try:
-                broker.start(timeout)
-            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
-                errors.append(e)
+        def start(i: int) -> None:
+            broker = self.brokers[i]
+            for attempt in range(3):
+                try:
+                    broker.start(timeout)
+                    self.ever_started.add(i)
+                    return
+                except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
+                    # A first start whose proxied ports (picked here) were taken meanwhile picks again.
+                    if attempt == 2 or i not in self.proxies or i in self.ever_started or not broker.port_clash():
+                        errors.append(e)
+                        return
+                self._pick_ports(i)
 
-        threads = [threading.Thread(target=start, args=(b,)) for b in self.brokers.values() if not b.running()]
+        threads = [threading.Thread(target=start, args=(i,)) for i, b in self.brokers.items() if not b.running()]
         for t in threads:
             t.start()
         for t in threads:
