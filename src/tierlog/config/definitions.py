@@ -780,8 +780,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("remote.list.offsets.request.timeout.ms", "long", 30000, AtLeast(1), dynamic=True,
        doc="Longest wait for a ListOffsets that needs remote data, in ms (KIP-1075)."),
     _b("follower.fetch.last.tiered.offset.enable", "boolean", False, dynamic=True, since="Kafka 4.3",
-       doc="An empty follower starts fetching after the last tiered offset instead of the log start "
-           "(KIP-1023)."),
+       doc="An empty follower of a tiered partition starts after the leader's last tiered offset (its "
+           "state built from that remote segment) instead of copying the leader's local log (KIP-1023)."),
     _b("log.local.retention.ms", "long", -2, AtLeast(-2), dynamic=True,
        doc="Default local-tier retention time, in ms; -2 means use log.retention.ms."),
     _b("log.local.retention.bytes", "long", -2, AtLeast(-2), dynamic=True,
@@ -1105,9 +1105,8 @@ _CLIENT: tuple[ConfigDef, ...] = (
 # Settings Kafka users carry over that tierlog accepts (so a Kafka properties file or topic
 # configuration works unchanged) but that do nothing yet; the generated docs say so next to each.
 _NO_CLEANER = "the log cleaner is not built yet (cleanup.policy=compact keeps every record)."
-_NO_FOLLOWERS = "a single broker has no followers; replication comes with the cluster milestone."
-_CAPPED_MIN_ISR = ("one broker is one replica, and Kafka caps the requirement at the replica count, so acks=all "
-                   "succeeds.")
+_NO_FOLLOWERS = ("follower tasks read the uploaded offsets from the metadata manager's memory on the event loop; "
+                 "no thread pool runs them.")
 _KERNEL_BUFFERS = "the kernel sizes socket buffers, as with -1."
 _NO_PREALLOCATION = "segment files grow as they are written."
 _RETRY_EACH_INTERVAL = "a failed remote task runs again after remote.log.manager.task.interval.ms."
@@ -1131,13 +1130,8 @@ _INERT: Mapping[tuple[str, str], str] = {
         "idle producer ids are expired on the retention check (log.retention.check.interval.ms).",
     ("broker", "log.preallocate"): _NO_PREALLOCATION,
     ("topic", "preallocate"): _NO_PREALLOCATION,
-    ("broker", "min.insync.replicas"): _CAPPED_MIN_ISR,
-    ("topic", "min.insync.replicas"): _CAPPED_MIN_ISR,
-    ("broker", "unclean.leader.election.enable"): _NO_FOLLOWERS,
-    ("topic", "unclean.leader.election.enable"): _NO_FOLLOWERS,
     ("broker", "remote.log.manager.thread.pool.size"): _NO_FOLLOWERS,
     ("broker", "remote.log.manager.follower.thread.pool.size"): _NO_FOLLOWERS,
-    ("broker", "follower.fetch.last.tiered.offset.enable"): _NO_FOLLOWERS,
     ("broker", "transaction.state.log.num.partitions"): _NO_TRANSACTIONS,
     ("broker", "transaction.state.log.replication.factor"): _NO_TRANSACTIONS,
     ("broker", "transaction.state.log.min.isr"): _NO_TRANSACTIONS,

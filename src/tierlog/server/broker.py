@@ -228,6 +228,7 @@ class Broker:
         rm.fetchers = ReplicaFetcherManager(self.node_id, cfg.inter_broker_listener.name,
                                             lambda: controller.image.brokers, lambda: controller.effective_config,
                                             rm.follower_appended)
+        rm.fetchers.remote_log_manager = self.remote_log_manager  # KIP-405's follower path
         rm.alter_partition = AlterPartitionManager(
             self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,
             rm.isr_update_failed, cfg["controller.socket.timeout.ms"])

@@ -55,10 +55,16 @@ from tierlog.hashing import java_string_hash
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey
 from tierlog.server.partition import Partition
-from tierlog.storage import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from tierlog.storage import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+)
 
 if TYPE_CHECKING:
     from tierlog.server.replication_quota import ReplicationQuotaManager
+    from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +109,8 @@ class ReplicaFetcherManager:
         self.on_appended = on_appended
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.quota: ReplicationQuotaManager | None = None  # follower.replication.throttled.*
+        # Builds a follower's state from the remote tier (KIP-405); None when remote storage is off here.
+        self.remote_log_manager: RemoteLogManager | None = None
         self._stopped = False
 
     def add(self, partition: Partition) -> None:
@@ -236,6 +244,11 @@ class ReplicaFetcher:
         for st in states:
             lg = st.partition.log
             epoch = lg.leader_epoch_cache.latest_epoch()
+            if epoch < 0 and self._starts_from_last_tiered(st):
+                tiered, tiered_epoch = await self._leader_offset_and_epoch(conn, st, LATEST_TIERED_TIMESTAMP)
+                if tiered >= 0 and self.states.get(st.key) is st:
+                    await self._start_from_remote(conn, st, tiered, tiered_epoch, exact=True)
+                    continue  # fetching from after the tiered offset, or backed off to try again
             if epoch < 0 or st.rounds >= MAX_TRUNCATION_ROUNDS:
                 # No epochs to compare (an empty log, or data written without epochs): what the follower
                 # knows to be committed is its high watermark.
@@ -369,9 +382,11 @@ class ReplicaFetcher:
             if hw >= 0:
                 lg.update_high_watermark(min(hw, lg.log_end_offset))
             leader_start = int(p.log_start_offset)
-            if (0 <= leader_start > lg.log_start_offset and not partition.remote_storage_enabled
-                    and leader_start <= lg.high_watermark):
-                lg.maybe_increment_log_start_offset(leader_start)  # records deleted at the leader
+            if 0 <= leader_start > lg.log_start_offset and leader_start <= lg.high_watermark:
+                if partition.remote_storage_enabled:  # remote retention moved it at the leader
+                    lg.increment_log_start_offset_from_remote(leader_start)
+                else:  # records deleted at the leader (retention, DeleteRecords)
+                    lg.maybe_increment_log_start_offset(leader_start)
         except KafkaStorageError as e:
             self._local_failure(st, e)
             return
@@ -397,15 +412,19 @@ class ReplicaFetcher:
         self._delay(st)
 
     async def _leader_offset(self, conn: BrokerConnection, st: PartitionFetchState, timestamp: int) -> int:
+        return (await self._leader_offset_and_epoch(conn, st, timestamp))[0]
+
+    async def _leader_offset_and_epoch(self, conn: BrokerConnection, st: PartitionFetchState,
+                                       timestamp: int) -> tuple[int, int]:
         response = await conn.request(ApiKey.LIST_OFFSETS, {
             "replica_id": self.manager.node_id, "isolation_level": 0,
             "topics": [{"name": st.partition.topic, "partitions": [{
                 "partition_index": st.partition.index, "current_leader_epoch": st.leader_epoch,
-                "timestamp": timestamp, "max_num_offsets": 1}]}]}, min_version=1)
+                "timestamp": timestamp}]}]}, min_version=1)
         p = response.topics[0].partitions[0]
         if p.error_code.value:
             raise KafkaError(f"ListOffsets of {st.partition} at broker {self.leader_id}: {p.error_code.name}")
-        return int(p.offset)
+        return int(p.offset), int(getattr(p, "leader_epoch", -1))
 
     async def _out_of_range(self, conn: BrokerConnection, st: PartitionFetchState) -> None:
         """Kafka's handleOffsetOutOfRange: ahead of the leader's log end, truncate to it; behind its log
@@ -429,9 +448,14 @@ class ReplicaFetcher:
                 self._local_failure(st, e)
 
     async def _moved_to_tiered_storage(self, conn: BrokerConnection, st: PartitionFetchState) -> None:
-        """The offset is only in the remote tier: start at the leader's local log start, with the log start
-        at the leader's (the remote tier serves what lies between)."""
-        local_start = await self._leader_offset(conn, st, EARLIEST_LOCAL_TIMESTAMP)
+        """The offset is only in the remote tier (KIP-405's follower path): the follower builds its leader
+        epochs and producer state from the remote segment just below the leader's local log start and
+        fetches from that segment's end (:meth:`_start_from_remote`). Without a remote log manager here
+        (remote storage off on this broker) it starts empty at the leader's local log start."""
+        local_start, local_epoch = await self._leader_offset_and_epoch(conn, st, EARLIEST_LOCAL_TIMESTAMP)
+        if self._tiered(st):
+            await self._start_from_remote(conn, st, local_start - 1, local_epoch)
+            return
         leader_start = await self._leader_offset(conn, st, EARLIEST_TIMESTAMP)
         if self.states.get(st.key) is not st:
             return
@@ -443,6 +467,54 @@ class ReplicaFetcher:
             lg.log_start_offset = min(leader_start, local_start)
         except KafkaStorageError as e:
             self._local_failure(st, e)
+
+
+    def _tiered(self, st: PartitionFetchState) -> bool:
+        return self.manager.remote_log_manager is not None and st.partition.remote_storage_enabled
+
+    async def _start_from_remote(self, conn: BrokerConnection, st: PartitionFetchState, offset: int,
+                                 epoch: int, exact: bool = False) -> bool:
+        """Build the follower's state from the remote segment holding ``offset`` (Kafka's
+        buildRemoteLogAuxState) and fetch from its end; False when it must be tried again later (the
+        partition is then backed off). ``epoch`` is the leader's epoch at ``offset + 1`` (``exact``: at
+        ``offset``); when ``offset`` lies in the epoch before it, the segment is looked up in that one."""
+        target = epoch
+        if epoch > 0 and not exact:
+            response = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+                "replica_id": self.manager.node_id, "topics": [{"topic": st.partition.topic, "partitions": [{
+                    "partition": st.partition.index, "current_leader_epoch": st.leader_epoch,
+                    "leader_epoch": epoch - 1}]}]}, min_version=3)
+            p = response.topics[0].partitions[0]
+            if p.error_code.value:
+                raise KafkaError(f"OffsetsForLeaderEpoch of {st.partition} at broker {self.leader_id}: "
+                                 f"{p.error_code.name}")
+            if int(p.end_offset) > offset:
+                target = int(p.leader_epoch)
+        leader_start = await self._leader_offset(conn, st, EARLIEST_TIMESTAMP)
+        if self.states.get(st.key) is not st:
+            return False
+        try:
+            await self.manager.remote_log_manager.build_follower_state(st.partition, target, offset, leader_start)
+        except KafkaStorageError as e:
+            if st.partition.log.offline is not None:
+                self._local_failure(st, e)
+                return False
+            # The segment's metadata is not here yet (still loading, or the event not consumed): next round,
+            # logged at INFO as Kafka logs its RemoteStorageNotReadyException.
+            self._warnings.log(("remote", st.key), logging.INFO, "%s: cannot build %s from the remote tier yet: %s",
+                               self.client_id, st.partition, e)
+            self._delay(st)
+            return False
+        st.truncating = False
+        st.rounds = 0
+        return True
+
+    def _starts_from_last_tiered(self, st: PartitionFetchState) -> bool:
+        """KIP-1023 (``follower.fetch.last.tiered.offset.enable``): an empty follower of a tiered partition
+        starts after the leader's last tiered offset instead of copying the history the remote tier holds."""
+        lg = st.partition.log
+        return (self._tiered(st) and lg.log_end_offset == lg.log_start_offset
+                and self.manager.config()["follower.fetch.last.tiered.offset.enable"])
 
 
 __all__ = ["PartitionFetchState", "ReplicaFetcher", "ReplicaFetcherManager", "fetcher_id"]

@@ -135,11 +135,14 @@ class ReplicaManager:
         return partition.leader_id == self.node_id
 
     def _lead_tiered(self, partitions: Iterable[Partition]) -> None:
-        """Hand the partitions this broker leads whose logs have remote storage in effect to the remote log
-        manager."""
+        """Hand the partitions whose logs have remote storage in effect to the remote log manager: those this
+        broker leads get copy and expiration tasks, those it follows a follower task."""
         rlm = self.remote_log_manager
-        if rlm is not None:
-            rlm.on_leadership_change([p for p in partitions if p.remote_storage_enabled and self.leads(p)])
+        if rlm is None:
+            return
+        tiered = [p for p in partitions if p.remote_storage_enabled and p.log.offline is None]
+        rlm.on_leadership_change([p for p in tiered if self.leads(p)])
+        rlm.on_follow([p for p in tiered if not self.leads(p) and p.leader_id >= 0])
 
     def _add(self, topic: TopicImage, p: int, is_new: bool = False) -> None:
         """``is_new``: created since start-up (a metadata delta), so it cannot be in a log dir that failed."""
@@ -176,13 +179,15 @@ class ReplicaManager:
             return
         if partition.leader_id >= 0:
             self.fetchers.add(partition)
+            if self.remote_log_manager is not None and partition.remote_storage_enabled:
+                self.remote_log_manager.on_follow([partition])
         else:
             self.fetchers.remove([partition])
 
     def _leadership_changed(self, topic: TopicImage) -> None:
         """A pushed image moved leaders, epochs, ISRs or replica sets of ``topic`` (a cluster): follow it."""
         rlm = self.remote_log_manager
-        gained, lost = [], []
+        gained, lost, removed = [], [], []
         for p, meta in topic.partitions.items():
             partition = self.partitions.get((topic.name, p))
             if partition is None:
@@ -195,7 +200,7 @@ class ReplicaManager:
                 self.partitions.pop((topic.name, p))
                 if self.fetchers is not None:
                     self.fetchers.remove([partition])
-                lost.append(partition)
+                removed.append(partition)
                 self.log_manager.delete_log(topic.name, p)
                 self._wake((topic.name, p))
                 continue
@@ -231,7 +236,11 @@ class ReplicaManager:
             self._wake((topic.name, p))
         self._lead_tiered(gained)
         if rlm is not None and any(p.remote_storage_enabled for p in lost):
-            rlm.spawn(rlm.stop_tasks([p for p in lost if p.remote_storage_enabled]), f"resign-{topic.name}")
+            # Copy and expiration stop; the replica follows the new leader's uploads (on_follow above).
+            rlm.spawn(rlm.stop_tasks([p for p in lost if p.remote_storage_enabled], stop_following=False),
+                      f"resign-{topic.name}")
+        if rlm is not None and any(p.remote_storage_enabled for p in removed):
+            rlm.spawn(rlm.stop_tasks([p for p in removed if p.remote_storage_enabled]), f"unassign-{topic.name}")
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
         lm = self.log_manager

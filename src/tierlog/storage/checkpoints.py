@@ -62,7 +62,12 @@ def fsync_dir(path: str) -> None:
 
 def _read_lines(path: str, fields: int) -> list[list[str]]:
     with open(path, encoding="utf-8") as f:
-        lines = [ln.strip() for ln in f.read().splitlines()]
+        return _parse_lines(f.read(), fields, path)
+
+
+def _parse_lines(text: str, fields: int, path: str) -> list[list[str]]:
+    """The entries of a checkpoint's text (``path`` names it in errors)."""
+    lines = [ln.strip() for ln in text.splitlines()]
     try:
         version = int(lines[0])
         count = int(lines[1])
@@ -113,6 +118,14 @@ class LeaderEpochCheckpointFile:
 
     def write(self, entries: Iterable[tuple[int, int]], fsync: bool = True) -> None:
         _write_lines(self.path, [f"{e} {o}" for e, o in entries], fsync)
+
+
+def parse_leader_epoch_checkpoint(data: bytes, name: str) -> list[tuple[int, int]]:
+    """The entries of a leader-epoch checkpoint held in memory (one shipped with a remote segment)."""
+    try:
+        return [(int(e), int(o)) for e, o in _parse_lines(data.decode("utf-8"), 2, name)]
+    except (UnicodeDecodeError, ValueError) as e:
+        raise KafkaStorageError(f"malformed leader epoch checkpoint {name}: {e}") from None
 
 
 class PartitionMetadataFile:

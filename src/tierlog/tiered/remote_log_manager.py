@@ -16,8 +16,10 @@ Safety rules, as Kafka's:
 - retention deletes a contiguous oldest prefix, moves the log start offset first (readers stop
   asking for those offsets) and only then deletes the objects.
 
-Clean-up. A failed upload (and one a previous leadership left unfinished) is abandoned: the copy task
-marks it DELETE_SEGMENT_STARTED. Every run of the expiration task then deletes the objects of every
+Clean-up. A failed upload (and one this broker left unfinished in an earlier leadership or life) is
+abandoned: the copy task marks it DELETE_SEGMENT_STARTED. Another broker's unfinished upload (a previous
+leader's, which may still be writing it if it is only paused) is abandoned once retention passes it, as
+Kafka does. Every run of the expiration task then deletes the objects of every
 DELETE_SEGMENT_STARTED segment of the partition (failed uploads, deletions that failed half-way),
 whether retention has reached them or not, and marks them DELETE_SEGMENT_FINISHED; until that works
 they are tried again each run, and a failing clean-up never holds retention back. Only the expiration
@@ -44,7 +46,9 @@ from pathlib import Path
 from tierlog.kafka_uuid import uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage import Log, LogSegment
+from tierlog.storage.checkpoints import parse_leader_epoch_checkpoint, write_atomically
 from tierlog.storage.producer_state import snapshot_path
+from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 from tierlog.tiered.lineage import (
     epochs_in_range,
     filtered_epochs,
@@ -52,6 +56,7 @@ from tierlog.tiered.lineage import (
     segment_within_leader_epochs,
 )
 from tierlog.tiered.metadata import (
+    IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -200,6 +205,8 @@ class RemoteLogManager:
         self._current = current
         self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
         self.partitions: dict[TopicIdPartition, PartitionTasks] = {}
+        # Follower partitions: their partition and the task that follows the leader's uploads.
+        self.followers: dict[TopicIdPartition, tuple[TopicPartitionLog, asyncio.Task]] = {}
         self.disabling: dict[TopicIdPartition, dict] = {}  # remote data still to delete, per partition
         self._background: set[asyncio.Task] = set()
         self.reader = reader
@@ -239,6 +246,7 @@ class RemoteLogManager:
         fresh = []
         for partition in leaders:
             tp = self.topic_id_partition(partition)
+            self._stop_following(tp)
             st = self.partitions.get(tp)
             if st is not None and st.partition is partition:
                 continue
@@ -253,6 +261,96 @@ class RemoteLogManager:
             self._start_tasks(st)
         if fresh:
             self.rlmm.on_partition_leadership_changes(fresh, [])
+
+    # ------------------------------------------------------------------------------------ followers
+
+    def on_follow(self, followers: Iterable[TopicPartitionLog]) -> None:
+        """Follower partitions whose logs have remote storage in effect (Kafka's RLMFollowerTask): the
+        metadata manager follows their metadata partitions, and a task reads every task interval the highest
+        offset the leader has uploaded within this replica's leader-epoch lineage, so local retention deletes
+        here what the leader tiered, as it does on the leader. Leader tasks of a partition are stopped by
+        the caller (``stop_tasks``) when it loses the leadership."""
+        fresh = []
+        for partition in followers:
+            tp = self.topic_id_partition(partition)
+            held = self.followers.get(tp)
+            if held is not None and held[0] is partition and not held[1].done():
+                continue
+            self._stop_following(tp)
+            task = asyncio.get_running_loop().create_task(self._follow(tp, partition),
+                                                          name=f"rlm-follow-{tp.topic}-{tp.partition}")
+            self.followers[tp] = (partition, task)
+            fresh.append(tp)
+        if fresh:
+            self.rlmm.on_partition_leadership_changes([], fresh)
+
+    def _stop_following(self, tp: TopicIdPartition) -> None:
+        held = self.followers.pop(tp, None)
+        if held is not None:
+            held[1].cancel()
+
+    async def _follow(self, tp: TopicIdPartition, partition: TopicPartitionLog) -> None:
+        while True:
+            if partition.log.offline is not None:
+                return
+            if not self.rlmm.is_ready(tp):
+                await asyncio.sleep(min(self.task_interval_s, _NOT_READY_RECHECK_S))
+                continue
+            try:
+                self.follow_once(tp, partition)
+            except Exception as e:  # noqa: BLE001 - metadata read again next run
+                log.debug("Following the remote offsets of %s failed: %s", tp, e)
+            await asyncio.sleep(self.task_interval_s)
+
+    def follow_once(self, tp: TopicIdPartition, partition: TopicPartitionLog) -> None:
+        """Move the follower log's highest remote offset to what the leader uploaded in its lineage."""
+        lg = partition.log
+        offset, _ = find_highest_remote_offset(lg.leader_epoch_cache.entries, lg.log_end_offset,
+                                               lambda e: self.rlmm.highest_offset_for_epoch(tp, e))
+        if offset > lg.highest_offset_in_remote_storage:
+            lg.highest_offset_in_remote_storage = offset
+
+    async def build_follower_state(self, partition: TopicPartitionLog, target_epoch: int, offset: int,
+                                   leader_log_start: int) -> int:
+        """KIP-405's follower path (Kafka's TierStateMachine.buildRemoteLogAuxState): the follower needs
+        ``offset``'s successor, which the leader holds only in the remote tier. From the remote segment
+        holding ``offset`` in ``target_epoch`` it takes the leader-epoch checkpoint and the producer
+        snapshot shipped with it, starts the log empty after that segment with that state, its log start
+        at the leader's; returns the offset to fetch from (the segment's end + 1). Raises a retriable
+        storage error while the metadata is loading or the segment is not known yet."""
+        tp = self.topic_id_partition(partition)
+        if tp not in self.followers and tp not in self.partitions:
+            self.on_follow([partition])
+        if not self.rlmm.is_ready(tp):
+            raise RemoteResourceNotFoundError(f"the remote log metadata of {tp} is still loading")
+        md = self.rlmm.remote_log_segment_metadata(tp, target_epoch, offset)
+        if md is None:
+            raise RemoteResourceNotFoundError(f"no remote segment of {tp} holds offset {offset} in leader "
+                                              f"epoch {target_epoch}")
+        loop = asyncio.get_running_loop()
+        epochs_blob = await loop.run_in_executor(self.reader.pool, self.rsm.fetch_index, md, IndexType.LEADER_EPOCH)
+        try:
+            snapshot = await loop.run_in_executor(self.reader.pool, self.rsm.fetch_index, md,
+                                                  IndexType.PRODUCER_SNAPSHOT)
+        except RemoteResourceNotFoundError:
+            snapshot = None  # a segment uploaded without producer state (no idempotent producer yet)
+        epochs = parse_leader_epoch_checkpoint(epochs_blob, f"remote segment {md.segment_id.id} of {tp}")
+        next_offset = md.end_offset + 1
+        lg = partition.log
+        lg.truncate_fully_and_start_at(next_offset)
+        for epoch, start in epochs:
+            if start < next_offset:
+                lg.leader_epoch_cache.assign(epoch, start)
+        if snapshot:
+            write_atomically(snapshot_path(lg.dir, next_offset), snapshot, fsync=True)
+            lg.producer_state.load_snapshot(next_offset)
+        lg.log_start_offset = min(max(leader_log_start, 0), next_offset)
+        lg.leader_epoch_cache.truncate_from_start(lg.log_start_offset)
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, md.end_offset)
+        log.info("Built the state of follower %s from remote segment %s (offsets %d-%d, leader epochs %s): "
+                 "fetching from %d, log start %d", tp, md.segment_id.id, md.start_offset, md.end_offset,
+                 lg.leader_epoch_cache.entries, next_offset, lg.log_start_offset)
+        return next_offset
 
     def _start_tasks(self, st: PartitionTasks) -> None:
         name = f"{st.tp.topic}-{st.tp.partition}"
@@ -303,12 +401,16 @@ class RemoteLogManager:
                 task.cancel()
         st.copy_task = st.expiration_task = None
 
-    async def stop_tasks(self, partitions: Iterable[TopicPartitionLog]) -> list[TopicIdPartition]:
+    async def stop_tasks(self, partitions: Iterable[TopicPartitionLog],
+                         stop_following: bool = True) -> list[TopicIdPartition]:
         """Cancel the tasks of these partitions and wait for their storage calls still running in a
-        thread (an upload finishing after a deletion would leave an object behind)."""
+        thread (an upload finishing after a deletion would leave an object behind). ``stop_following``
+        False: a follower task stays (a leader that resigned and follows now)."""
         stopped = []
         for partition in partitions:
             tp = self.topic_id_partition(partition)
+            if stop_following:
+                self._stop_following(tp)
             st = self.partitions.pop(tp, None)
             if st is not None:
                 self._cancel(st)
@@ -473,14 +575,24 @@ class RemoteLogManager:
                                                lambda e: self.rlmm.highest_offset_for_epoch(st.tp, e))
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, offset)
 
+    def dangling_uploads(self, st: PartitionTasks, own: bool = True) -> list[RemoteLogSegmentMetadata]:
+        """Unfinished uploads (COPY_SEGMENT_STARTED, not of this leadership) that may be removed now: those
+        this broker started in an earlier leadership or an earlier life (its uploads of an earlier
+        leadership were awaited when it resigned), and, as Kafka does, any whose data retention has passed
+        (below the log start offset). Another broker's unfinished upload above the log start stays until
+        retention reaches it: that broker may be a paused old leader still writing it, and deleting its
+        objects now could leave what it writes on waking unreferenced. ``own`` False: only the latter
+        (while a copy task of this leadership runs)."""
+        log_start = st.log.log_start_offset
+        return [md for md in self.rlmm.list_remote_log_segments(st.tp)
+                if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.being_copied
+                and md.segment_id not in st.abandoned
+                and (own and md.broker_id == self.broker_id or md.end_offset < log_start)]
+
     async def _clean_dangling_uploads(self, st: PartitionTasks) -> None:
-        """Uploads a previous leadership (or a crashed broker) started and never finished are abandoned
-        now (and deleted by the next expiration run), rather than waiting for retention to reach them as
-        Kafka does: this broker is the only writer of the partition's remote data. Runs in the copy task
+        """Abandon the :meth:`dangling_uploads` (deleted by the next expiration run). Runs in the copy task
         before its first upload, so no upload of this leadership is in flight."""
-        dangling = [md for md in self.rlmm.list_remote_log_segments(st.tp)
-                    if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.being_copied
-                    and md.segment_id not in st.abandoned]
+        dangling = self.dangling_uploads(st)
         for md in dangling:
             log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
                      st.tp)
@@ -683,23 +795,22 @@ class RemoteLogManager:
                       key=lambda md: md.start_offset)
 
     def _expiration_candidates(self, st: PartitionTasks, find_dangling: bool):
-        dangling = [md for md in self.rlmm.list_remote_log_segments(st.tp)
-                    if md.state == S.COPY_SEGMENT_STARTED and md.segment_id not in st.abandoned] \
-            if find_dangling else []
+        dangling = self.dangling_uploads(st, own=find_dangling)
         return self.cleanup_candidates(st), dangling, *self.retention_candidates(st)
 
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
         failure = await self._mark_abandoned(st)
         # Without a copy task (copying disabled, or stopped for good), nothing abandons the uploads a
-        # previous leadership left unfinished: this task does, when no copy task started meanwhile.
+        # previous leadership left unfinished: this task does, when no copy task started meanwhile. With one,
+        # it abandons those retention passed (another broker's, which the copy task leaves alone).
         copy_tasks_started = st.copy_tasks_started
         find_dangling = st.copy_task is None
         # A scan over every remote segment of the partition (100,000s on a long-lived topic): on the
         # expiration pool, so the event loop keeps serving requests meanwhile.
         unclean, dangling, doomed, new_start = await asyncio.get_running_loop().run_in_executor(
             self.expiration_pool, self._expiration_candidates, st, find_dangling)
-        if dangling and st.copy_task is None and st.copy_tasks_started == copy_tasks_started:
+        if dangling and (not find_dangling or st.copy_task is None and st.copy_tasks_started == copy_tasks_started):
             for md in dangling:
                 log.info("Removing the unfinished upload %s of segment %d of %s", md.segment_id.id, md.start_offset,
                          tp)
@@ -773,6 +884,7 @@ class RemoteLogManager:
         loaded = self.loaded(st)
         status = {
             "topic": tp.topic, "partition": tp.partition, "state": "ready" if loaded else "loading",
+            "role": "leader", "leader": self.broker_id,  # the leader copies and expires
             "log_start_offset": lg.log_start_offset,
             "local_log_start_offset": lg.local_log_start_offset, "log_end_offset": lg.log_end_offset,
             "highest_offset_in_remote_storage": None,
@@ -805,9 +917,26 @@ class RemoteLogManager:
                           copy_lag_segments=len(lag), copy_lag_bytes=sum(s.size for s, _ in lag))
         return status
 
+    def follower_status(self, tp: TopicIdPartition, partition: TopicPartitionLog) -> dict:
+        """A follower partition's row: its own log and how far it knows the leader's uploads to go (what it
+        may delete locally); the copy and remote figures are the leader's to report."""
+        lg = partition.log
+        loaded = self.rlmm.is_ready(tp)
+        return {
+            "topic": tp.topic, "partition": tp.partition, "state": "ready" if loaded else "loading",
+            "role": "follower", "leader": getattr(partition, "leader_id", -1),
+            "log_start_offset": lg.log_start_offset, "local_log_start_offset": lg.local_log_start_offset,
+            "log_end_offset": lg.log_end_offset,
+            "highest_offset_in_remote_storage": lg.highest_offset_in_remote_storage if loaded else None,
+            "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes, "ready": loaded,
+            "copy_enabled": False, "last_error": lg.offline, "last_error_ms": -1,
+        }
+
     def status(self, topic: str | None = None, now_ms: int | None = None) -> list[dict]:
-        return [self.partition_status(st, now_ms) for tp, st in sorted(self.partitions.items(),
-                                                                key=lambda kv: (kv[0].topic, kv[0].partition))
+        """Every partition tiered here, led (copy and remote figures) or followed, by topic and partition."""
+        rows = [(tp, self.partition_status(st, now_ms)) for tp, st in self.partitions.items()]
+        rows += [(tp, self.follower_status(tp, partition)) for tp, (partition, _) in self.followers.items()]
+        return [row for tp, row in sorted(rows, key=lambda r: (r[0].topic, r[0].partition))
                 if topic is None or tp.topic == topic]
 
     def not_ready_reason(self) -> str | None:

@@ -23,7 +23,8 @@ TOKEN_ENV = "TIERLOG_ADMIN_TOKEN"
 
 #: (JSON key, header, kind): "bytes" cells are shown in KiB/MiB/GiB (raw bytes stay in --json).
 COLUMNS = (
-    ("topic", "TOPIC", None), ("partition", "PART", None), ("state", "STATE", None),
+    ("topic", "TOPIC", None), ("partition", "PART", None), ("state", "STATE", None), ("role", "ROLE", None),
+    ("leader", "LEADER", None),
     ("log_start_offset", "LOG-START", None), ("local_log_start_offset", "LOCAL-START", None),
     ("highest_offset_in_remote_storage", "REMOTE-END", None), ("log_end_offset", "LOG-END", None),
     ("local_segments", "LOCAL-SEGS", None), ("local_bytes", "LOCAL-SIZE", "bytes"),
