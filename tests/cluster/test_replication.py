@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
-from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_isr
 from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
@@ -43,44 +43,6 @@ def cluster(tmp_path_factory, zookeeper):
                                 "replica.selector.class": RACK_AWARE}, per_broker=racks)
     yield c
     c.stop()
-
-
-def partition(cluster, name: str, p: int = 0, via: int | None = None):
-    via = via or cluster.running_ids()[0]
-    t = cluster.metadata(via, [name]).topics[0]
-    assert t.error_code == 0, t
-    return next(x for x in t.partitions if x.partition_index == p)
-
-
-def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,
-           assignment: list[list[int]] | None = None) -> None:
-    raw = RawClient(rawclient.controller_address(cluster.bootstrap))
-    try:
-        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
-            "name": name, "num_partitions": -1 if assignment else partitions,
-            "replication_factor": -1 if assignment else 3,
-            "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignment or [])],
-            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
-            "timeout_ms": 30000, "validate_only": False})
-    finally:
-        raw.close()
-    assert resp.topics[0].error_code == 0, resp
-    for i in cluster.running_ids():
-        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, partitions, 30)
-
-
-def wait_isr(cluster, name: str, size: int, p: int = 0, timeout: float = 30):
-    def check():
-        got = partition(cluster, name, p)
-        return got if len(got.isr_nodes) == size else None
-    return cluster.wait_until(check, timeout, f"the ISR of {name}-{p} having {size} replicas")
-
-
-def replica_folder(cluster, broker_id: int, name: str, p: int = 0):
-    """The replica's folder, in whichever log dir of the broker holds it."""
-    home = cluster.brokers[broker_id].log_dir
-    found = [d / f"{name}-{p}" for d in (home, home.parent / "logs-b") if (d / f"{name}-{p}").is_dir()]
-    return found[0] if found else home / f"{name}-{p}"
 
 
 def log_bytes(cluster, broker_id: int, name: str, p: int = 0) -> bytes:

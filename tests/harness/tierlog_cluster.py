@@ -22,8 +22,10 @@ from pathlib import Path
 from tests.harness import rawclient
 from tests.harness.broker import BrokerProcess
 from tests.harness.link_proxy import LinkProxy
+from tests.harness.rawclient import RawClient
 from tests.harness.tcp_proxy import TcpProxy
 from tests.harness.zookeeper import connect_string, free_port, unique_chroot
+from tierlog.protocol import ApiKey
 
 #: Short enough that a killed broker is noticed within seconds, long enough for a busy 2-core machine's
 #: stalls (Kafka's ZooKeeper-mode peer in these tests uses the same).
@@ -208,3 +210,48 @@ def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | 
         cluster.stop()
         raise
     return cluster
+
+
+# ------------------------------------------------------------------------------ topics of a test
+
+
+def partition(cluster, name: str, p: int = 0, via: int | None = None):
+    """Partition ``p`` of topic ``name`` in the Metadata of broker ``via`` (the first running by default)."""
+    via = via or cluster.running_ids()[0]
+    t = cluster.metadata(via, [name]).topics[0]
+    assert t.error_code == 0, t
+    return next(x for x in t.partitions if x.partition_index == p)
+
+
+def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,
+           assignment: list[list[int]] | None = None) -> None:
+    """CreateTopics at the controller (replication factor 3, or ``assignment``: replicas per partition), then
+    wait until every running broker names a leader for every partition."""
+    raw = RawClient(rawclient.controller_address(cluster.bootstrap))
+    try:
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": name, "num_partitions": -1 if assignment else partitions,
+            "replication_factor": -1 if assignment else 3,
+            "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignment or [])],
+            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
+            "timeout_ms": 30000, "validate_only": False})
+    finally:
+        raw.close()
+    assert resp.topics[0].error_code == 0, resp
+    for i in cluster.running_ids():
+        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, partitions, 30)
+
+
+def wait_isr(cluster, name: str, size: int, p: int = 0, timeout: float = 30):
+    """Wait until the ISR of ``name``-``p`` has ``size`` replicas; returns the partition's metadata."""
+    def check():
+        got = partition(cluster, name, p)
+        return got if len(got.isr_nodes) == size else None
+    return cluster.wait_until(check, timeout, f"the ISR of {name}-{p} having {size} replicas")
+
+
+def replica_folder(cluster, broker_id: int, name: str, p: int = 0):
+    """The replica's folder, in whichever log dir of the broker holds it."""
+    home = cluster.brokers[broker_id].log_dir
+    found = [d / f"{name}-{p}" for d in (home, home.parent / "logs-b") if (d / f"{name}-{p}").is_dir()]
+    return found[0] if found else home / f"{name}-{p}"
