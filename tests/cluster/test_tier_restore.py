@@ -144,5 +144,13 @@ def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper):
         again = restore_cli(config, new.bootstrap)
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)[0]["status"] == "exists"
+
+        # A restart keeps the restored logs where they are: the restore point applies to new logs only.
+        new.brokers[leaders(new)[0]].restart()
+        new.wait_formed()
+        assert read_all(new.bootstrap, {0: tiered_end[0] + 1})[0] == before[0][:tiered_end[0]] + [
+            (meta.offset, fresh[0].timestamp, b"new", b"after the restore", [])]
+        for i in new.brokers:
+            assert " ERROR " not in new.output(i), new.output(i)
     finally:
         new.stop()

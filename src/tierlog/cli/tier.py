@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     restore.add_argument("-c", "--config", dest="topic_config", metavar="KEY=VALUE", action="append", default=[],
                          type=key_value, help="a setting of the restored topics, e.g. -c retention.ms=-1 "
                          "(repeatable; remote.storage.enable=true is always set)")
+    restore.add_argument("-p", "--partitions", type=positive_int, default=0,
+                         help="at least this many partitions (default: one past the highest partition found in "
+                              "the store; a partition that never tiered a segment comes back empty)")
     restore.add_argument("-r", "--replication-factor", type=positive_int, default=-1,
                          help="replicas of each partition (default: the broker's default.replication.factor)")
     restore.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[], type=key_value,
@@ -135,15 +138,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from tierlog.cli.run import connection, run
     from tierlog.tools import restore
 
-    if not args.config:
+    if not args.config and not args.override:
         print("tierlog: error: restore reads the remote store named by a broker configuration; pass "
-              "--broker-config FILE", file=sys.stderr)
+              "--broker-config FILE (or its settings with -o)", file=sys.stderr)
         return 1
     cfg = load_config(args)
     try:
         rsm = restore.open_store(cfg)
         try:
-            plans = restore.scan(rsm, None if args.all_topics else args.topics, args.source_cluster_id)
+            plans = restore.scan(rsm, None if args.all_topics else args.topics, args.source_cluster_id,
+                                 args.partitions)
         finally:
             rsm.close()
     except restore.RestoreError as e:

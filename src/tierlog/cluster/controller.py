@@ -299,8 +299,10 @@ class Controller:
                                initial_tiering(self.effective_config.topic_config(overrides)), restored)
             if not validate_only:
                 self._commit(self.image.with_topic(topic), MetadataDelta(created=(topic,)))
-                log.info("Created topic %s with %d partition(s), id %s", name, len(topic.partitions),
-                         topic.topic_id)
+                restored_from = "" if restore is None else \
+                    f", restored from the remote tier (leader epoch {restore.initial_leader_epoch})"
+                log.info("Created topic %s with %d partition(s), id %s%s", name, len(topic.partitions),
+                         topic.topic_id, restored_from)
             return topic
 
     def _check_restore(self, name: str, restore: TopicRestore, overrides: Mapping[str, str | None],

@@ -125,10 +125,11 @@ class TopicPlan:
     topic_id: uuid.UUID
     cluster_id: str | None  # the lost cluster's key folder (None: the older layout without one)
     partitions: dict[int, PartitionPlan]
+    min_partitions: int = 0  # asked for (--partitions): a high partition that never tiered still comes back
 
     @property
     def num_partitions(self) -> int:
-        return max(self.partitions) + 1
+        return max(max(self.partitions) + 1, self.min_partitions)
 
     def to_json(self) -> dict:
         return {"topic": self.topic, "topic_id": uuid_to_str(self.topic_id), "source_cluster_id": self.cluster_id,
@@ -160,10 +161,11 @@ def plan_partition(partition: int, found: Iterable[FoundSegment]) -> PartitionPl
 
 
 def scan(rsm: RemoteStorageManager, topics: Iterable[str] | None = None,
-         source_cluster_id: str | None = None) -> list[TopicPlan]:
+         source_cluster_id: str | None = None, min_partitions: int = 0) -> list[TopicPlan]:
     """A plan for each topic found in the store (only ``topics`` when given; only under the cluster folder
-    ``source_cluster_id`` when given). A topic name found under two topic ids or cluster folders is an
-    error naming them, unless ``source_cluster_id`` tells which."""
+    ``source_cluster_id`` when given), with at least ``min_partitions`` partitions. A topic name found
+    under two topic ids or cluster folders is an error naming them, unless ``source_cluster_id`` tells
+    which."""
     if not isinstance(rsm, LayoutRemoteStorageManager):
         raise RestoreError("restore reads the built-in storage layout's manifests: it needs the filesystem or "
                            "objectstore storage manager")
@@ -202,7 +204,8 @@ def scan(rsm: RemoteStorageManager, topics: Iterable[str] | None = None,
         topic_id, cluster_id = sources[0]
         partitions = groups[(name, topic_id, cluster_id)]
         plans.append(TopicPlan(name, topic_id, cluster_id,
-                               {p: plan_partition(p, found) for p, found in sorted(partitions.items())}))
+                               {p: plan_partition(p, found) for p, found in sorted(partitions.items())},
+                               min_partitions))
     missing = sorted((wanted or set()) - {p.topic for p in plans})
     if missing:
         raise RestoreError(f"no remote segment of topic {missing[0]} in the store"
