@@ -3,7 +3,9 @@ records carry keys, headers and timestamps over two leader epochs; the cluster i
 and ZooKeeper data (its chroot) are thrown away; a new cluster, under a new chroot and so a new cluster id,
 pointed at the same remote folder, gets the topic back with `tierlog tier restore`: the original topic id,
 every tiered record at its original offset, timestamp, key, value and headers (read with kafka-python from
-earliest), and a new record right after the last restored one. A second restore changes nothing."""
+earliest), and a new record right after the last restored one. Once the new cluster tiers the topic further
+(into its own key folder), the store holds one chain across both folders, and a second restore changes
+nothing."""
 
 from __future__ import annotations
 
@@ -117,7 +119,8 @@ def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper):
         assert all(len(p["leader_epochs"]) >= 2 for p in plan["restored_partitions"])
         assert TOPIC not in [t.name for t in new.metadata(1).topics]  # a dry run changes nothing
 
-        done = restore_cli(config, new.bootstrap)
+        # Topic settings are not in the store: the operator gives them again.
+        done = restore_cli(config, new.bootstrap, *[a for k, v in SMALL.items() for a in ("-c", f"{k}={v}")])
         assert done.returncode == 0, done.stderr + done.stdout
         result = json.loads(done.stdout)[0]
         assert result["status"] == "restored" and result["positioned"] is True, result
@@ -141,6 +144,15 @@ def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper):
         consumer.close()
         assert (fresh[0].offset, fresh[0].key, fresh[0].value) == (meta.offset, b"new", b"after the restore")
 
+        # The new cluster tiers the restored topic further, into its own key folder: the store now holds the
+        # topic id in two folders, one chain across both; restoring again leaves the topic as it is.
+        produce(new.bootstrap, 2 * RECORDS, RECORDS, base_ts)
+        new.wait_until(lambda: remote_end(new, leaders(new)[1], 1) >= tiered_end[1] + RECORDS // 4, 90,
+                       "partition 1 tiered by the new cluster")
+        spanning = json.loads(restore_cli(config, new.bootstrap, "--dry-run").stdout)[0]
+        assert len(spanning["source_cluster_ids"]) == 2 and spanning["topic_id"] == plan["topic_id"]
+        assert spanning["restored_partitions"][1]["log_start_offset"] == 0
+        assert spanning["restored_partitions"][1]["log_end_offset"] > tiered_end[1] + RECORDS // 4
         again = restore_cli(config, new.bootstrap)
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)[0]["status"] == "exists"

@@ -123,7 +123,9 @@ class PartitionPlan:
 class TopicPlan:
     topic: str
     topic_id: uuid.UUID
-    cluster_id: str | None  # the lost cluster's key folder (None: the older layout without one)
+    # The key folders holding its segments (None: the older layout without one): the lost cluster's, and
+    # after a restore also those of the clusters that held it since (its segments are in both).
+    cluster_ids: list[str | None]
     partitions: dict[int, PartitionPlan]
     min_partitions: int = 0  # asked for (--partitions): a high partition that never tiered still comes back
 
@@ -132,7 +134,7 @@ class TopicPlan:
         return max(max(self.partitions) + 1, self.min_partitions)
 
     def to_json(self) -> dict:
-        return {"topic": self.topic, "topic_id": uuid_to_str(self.topic_id), "source_cluster_id": self.cluster_id,
+        return {"topic": self.topic, "topic_id": uuid_to_str(self.topic_id), "source_cluster_ids": self.cluster_ids,
                 "partitions": self.num_partitions,
                 "restored_partitions": [p.to_json() for _, p in sorted(self.partitions.items())]}
 
@@ -163,16 +165,17 @@ def plan_partition(partition: int, found: Iterable[FoundSegment]) -> PartitionPl
 def scan(rsm: RemoteStorageManager, topics: Iterable[str] | None = None,
          source_cluster_id: str | None = None, min_partitions: int = 0) -> list[TopicPlan]:
     """A plan for each topic found in the store (only ``topics`` when given; only under the cluster folder
-    ``source_cluster_id`` when given), with at least ``min_partitions`` partitions. A topic name found
-    under two topic ids or cluster folders is an error naming them, unless ``source_cluster_id`` tells
+    ``source_cluster_id`` when given), with at least ``min_partitions`` partitions. Segments of one topic
+    id in several cluster folders are one topic (a topic restored before, then tiered by its new cluster);
+    a topic name found under two topic ids is an error naming them, unless ``source_cluster_id`` tells
     which."""
     if not isinstance(rsm, LayoutRemoteStorageManager):
         raise RestoreError("restore reads the built-in storage layout's manifests: it needs the filesystem or "
                            "objectstore storage manager")
     wanted = set(topics) if topics is not None else None
     prefix = rsm.key_prefix
-    groups: dict[tuple[str, uuid.UUID, str | None], dict[int, list[FoundSegment]]] = defaultdict(
-        lambda: defaultdict(list))
+    groups: dict[tuple[str, uuid.UUID], dict[int, list[FoundSegment]]] = defaultdict(lambda: defaultdict(list))
+    folders: dict[tuple[str, uuid.UUID], set[str | None]] = defaultdict(set)
     try:
         keys = rsm.list_objects(prefix)
     except RemoteStorageError as e:
@@ -190,21 +193,21 @@ def scan(rsm: RemoteStorageManager, topics: Iterable[str] | None = None,
         except RemoteStorageError as e:
             raise RestoreError(f"cannot read manifest {key}: {e}") from None
         folder = layout.cluster_prefix(prefix, parsed.cluster_id) if parsed.cluster_id else prefix
-        groups[(parsed.topic, parsed.topic_id, parsed.cluster_id)][parsed.partition].append(
-            FoundSegment(folder, manifest))
-    by_name: dict[str, list[tuple[uuid.UUID, str | None]]] = defaultdict(list)
-    for name, topic_id, cluster_id in groups:
-        by_name[name].append((topic_id, cluster_id))
+        groups[(parsed.topic, parsed.topic_id)][parsed.partition].append(FoundSegment(folder, manifest))
+        folders[(parsed.topic, parsed.topic_id)].add(parsed.cluster_id)
+    by_name: dict[str, list[uuid.UUID]] = defaultdict(list)
+    for name, topic_id in groups:
+        by_name[name].append(topic_id)
     plans = []
-    for name, sources in sorted(by_name.items()):
-        if len(sources) > 1:
-            listed = ", ".join(f"topic id {uuid_to_str(i)} in cluster folder {c or '(none)'}" for i, c in sources)
-            raise RestoreError(f"topic {name} is in the store more than once ({listed}); pick one with "
-                               "--source-cluster-id")
-        topic_id, cluster_id = sources[0]
-        partitions = groups[(name, topic_id, cluster_id)]
-        plans.append(TopicPlan(name, topic_id, cluster_id,
-                               {p: plan_partition(p, found) for p, found in sorted(partitions.items())},
+    for name, ids in sorted(by_name.items()):
+        if len(ids) > 1:
+            listed = "; ".join(f"topic id {uuid_to_str(i)} in cluster folder(s) "
+                               f"{', '.join(sorted(c or '(none)' for c in folders[(name, i)]))}" for i in ids)
+            raise RestoreError(f"topic {name} is in the store under {len(ids)} topic ids ({listed}); pick the "
+                               "cluster folder with --source-cluster-id")
+        key = (name, ids[0])
+        plans.append(TopicPlan(name, ids[0], sorted(folders[key], key=lambda c: c or ""),
+                               {p: plan_partition(p, found) for p, found in sorted(groups[key].items())},
                                min_partitions))
     missing = sorted((wanted or set()) - {p.topic for p in plans})
     if missing:
@@ -341,9 +344,14 @@ async def restore(bootstrap: str, plans: list[TopicPlan], *, replication_factor:
                 result["status"], result["error"] = "error", describe_error(e)
                 continue
             result["status"] = "restored"
+        created = await existing_topic_ids(admin, [p.topic for p, r in todo if r["status"] == "restored"])
         for plan, result in todo:
-            if result["status"] == "restored":
-                result["positioned"] = await wait_positioned(admin, plan, deadline)
+            if result["status"] != "restored":
+                continue
+            if created.get(plan.topic) != plan.topic_id:  # another creation won the name meanwhile
+                result["status"], result["error"] = "error", f"topic {plan.topic} was created meanwhile with another id"
+                continue
+            result["positioned"] = await wait_positioned(admin, plan, deadline)
     return results
 
 
@@ -355,8 +363,9 @@ def format_plan(results: list[dict[str, Any]]) -> str:
     lines = []
     for t in results:
         status = t.get("status", "planned")
-        head = (f"{t['topic']} (topic id {t['topic_id']}, cluster folder {t['source_cluster_id'] or '(none)'}, "
-                f"{t['partitions']} partition(s)): {status}")
+        folders = ", ".join(c or "(none)" for c in t["source_cluster_ids"])
+        head = (f"{t['topic']} (topic id {t['topic_id']}, cluster folder(s) {folders}, {t['partitions']} "
+                f"partition(s)): {status}")
         if "error" in t:
             head += f": {t['error']}"
         if t.get("positioned") is False:
