@@ -23,7 +23,6 @@ from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 RESTORE_TOPIC_ID = "tierlog.restore.topic.id"
 RESTORE_POINTS = "tierlog.restore.points"
-RESERVED = (RESTORE_TOPIC_ID, RESTORE_POINTS)
 
 
 @dataclass(frozen=True, slots=True)
