@@ -1,4 +1,5 @@
-"""``tierlog tier status|reconcile``: tiered storage of a running broker, through its HTTP endpoint."""
+"""``tierlog tier status|reconcile``: tiered storage of a running broker, through its HTTP endpoint;
+``tierlog tier restore``: topics re-created from the remote tier into a new cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import sys
 
 from tierlog.cli.common import load_config
 from tierlog.cli.output import emit_json
-from tierlog.cli.parser import EXIT_OK, add_config_args, add_debug, subcommands
+from tierlog.cli.parser import (
+    EXIT_OK,
+    add_client_args,
+    add_config_args,
+    add_debug,
+    add_json,
+    key_value,
+    positive_int,
+    subcommands,
+)
 
 #: The endpoint of the example configuration (config/server.properties: metrics.port=9464), asked when
 #: neither --url nor a configuration says where the broker serves it.
@@ -37,6 +47,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     reconcile.add_argument("--json", action="store_true", help="machine-readable output")
     add_debug(reconcile)
     reconcile.set_defaults(handler=cmd_reconcile)
+    restore = tsub.add_parser(
+        "restore", help="re-create topics from their remote segments (after their cluster was lost)",
+        description="Re-create topics from the remote tier into this cluster, with their original topic ids: "
+                    "every tiered record at its original offset, new records after the last one. Reads the "
+                    "store named by --broker-config (a broker configuration of the new cluster). Records never "
+                    "tiered are not in the store and are not restored. Example: tierlog tier restore "
+                    "--broker-config server.properties --topic orders --dry-run")
+    which = restore.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", dest="topics", metavar="TOPIC", action="append",
+                       help="a topic to restore (repeatable)")
+    which.add_argument("--all-topics", action="store_true", help="every topic found in the store")
+    restore.add_argument("--source-cluster-id", metavar="ID",
+                         help="only segments under the lost cluster's key folder ID (needed when the store holds "
+                              "the topic name for several clusters or topic ids)")
+    restore.add_argument("-c", "--config", dest="topic_config", metavar="KEY=VALUE", action="append", default=[],
+                         type=key_value, help="a setting of the restored topics, e.g. -c retention.ms=-1 "
+                         "(repeatable; remote.storage.enable=true is always set)")
+    restore.add_argument("-p", "--partitions", type=positive_int, default=0,
+                         help="at least this many partitions (default: one past the highest partition found in "
+                              "the store; a partition that never tiered a segment comes back empty)")
+    restore.add_argument("-r", "--replication-factor", type=positive_int, default=-1,
+                         help="replicas of each partition (default: the broker's default.replication.factor)")
+    restore.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[], type=key_value,
+                         help="set a broker configuration key, on top of --broker-config (repeatable)")
+    restore.add_argument("--dry-run", action="store_true", help="show what would be restored; change nothing "
+                         "(reads only the store)")
+    add_json(restore)
+    add_client_args(restore, config_short=False)
+    restore.set_defaults(handler=cmd_restore, override=[])
 
 
 def _url(args: argparse.Namespace, cfg=None) -> str:
@@ -88,3 +127,45 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     report = _answer(args, ask, tier.format_reconcile)
     return 1 if report is None or "error" in report else EXIT_OK
+
+
+#: A restore waits for the metadata topic and the leaders longer than the other commands wait for an answer.
+RESTORE_TIMEOUT_S = 30.0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from tierlog.cli import output
+    from tierlog.cli.run import connection, run
+    from tierlog.tools import restore
+
+    if not args.config and not args.override:
+        print("tierlog: error: restore reads the remote store named by a broker configuration; pass "
+              "--broker-config FILE (or its settings with -o)", file=sys.stderr)
+        return 1
+    cfg = load_config(args)
+    try:
+        rsm = restore.open_store(cfg)
+        try:
+            plans = restore.scan(rsm, None if args.all_topics else args.topics, args.source_cluster_id,
+                                 args.partitions)
+        finally:
+            rsm.close()
+    except restore.RestoreError as e:
+        print(f"tierlog: error: {e}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        results = [p.to_json() for p in plans]
+    else:
+        address, _ = connection(args)
+        try:
+            results = run(restore.restore(address, plans, replication_factor=args.replication_factor,
+                                          configs=dict(args.topic_config),
+                                          timeout_s=args.timeout or RESTORE_TIMEOUT_S))
+        except restore.RestoreError as e:
+            print(f"tierlog: error: {e}", file=sys.stderr)
+            return 1
+    if args.json:
+        emit_json(results)
+    else:
+        output.lines(restore.format_plan(results))
+    return 1 if any(r.get("status") == "error" for r in results) else EXIT_OK

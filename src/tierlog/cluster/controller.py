@@ -24,6 +24,7 @@ from tierlog.cluster.image import (
     TopicImage,
     TopicTiering,
 )
+from tierlog.cluster.restore import TopicRestore, split_restore
 from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
@@ -43,7 +44,7 @@ from tierlog.errors import (
     TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
 )
-from tierlog.kafka_uuid import new_kafka_uuid
+from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -263,6 +264,9 @@ class Controller:
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                      assignments: Mapping[int, Iterable[int]] | None = None,
                      configs: Mapping[str, str | None] | None = None, validate_only: bool = False) -> TopicImage:
+        """Create a topic; with the reserved restore configs of :mod:`tierlog.cluster.restore`, re-create one
+        rebuilt from the remote tier, with its original topic id and restore points."""
+        configs, restore = split_restore(configs)
         with self._lock:
             validate_topic_name(name)
             if name in self.image.topics:
@@ -284,15 +288,39 @@ class Controller:
                     raise InvalidRequestError("A manual partition assignment was specified, but numPartitions "
                                               "was not set to -1.")
             replicas = self._place(num_partitions, replication_factor, assignments)
-            topic = TopicImage(name, new_kafka_uuid(),
-                               {p: self._new_partition(p, reps) for p, reps in replicas.items()},
-                {k: str(v) for k, v in overrides.items()},
-                initial_tiering(self.effective_config.topic_config(overrides)))
+            partitions = {p: self._new_partition(p, reps) for p, reps in replicas.items()}
+            topic_id, restored = new_kafka_uuid(), {}
+            if restore is not None:
+                self._check_restore(name, restore, overrides, partitions)
+                topic_id, restored = restore.topic_id, restore.points
+                partitions = {p: replace(pi, leader_epoch=restore.initial_leader_epoch)
+                              for p, pi in partitions.items()}
+            topic = TopicImage(name, topic_id, partitions, {k: str(v) for k, v in overrides.items()},
+                               initial_tiering(self.effective_config.topic_config(overrides)), restored)
             if not validate_only:
                 self._commit(self.image.with_topic(topic), MetadataDelta(created=(topic,)))
-                log.info("Created topic %s with %d partition(s), id %s", name, len(topic.partitions),
-                         topic.topic_id)
+                restored_from = "" if restore is None else \
+                    f", restored from the remote tier (leader epoch {restore.initial_leader_epoch})"
+                log.info("Created topic %s with %d partition(s), id %s%s", name, len(topic.partitions),
+                         topic.topic_id, restored_from)
             return topic
+
+    def _check_restore(self, name: str, restore: TopicRestore, overrides: Mapping[str, str | None],
+                       partitions: Mapping[int, PartitionImage]) -> None:
+        """A restored topic's data lives in the remote tier: it must stay tiered, and its id must be one this
+        cluster never used (another topic's objects share the key folder of an id)."""
+        if not self.effective_config.topic_config(overrides)["remote.storage.enable"]:
+            raise InvalidConfigError(f"Topic '{name}' is restored from the remote tier and needs "
+                                     "remote.storage.enable=true")
+        known, deleted = self.image.known_topic_ids()
+        if restore.topic_id in known:
+            what = "a topic this cluster deleted" if restore.topic_id in deleted else "another topic"
+            raise InvalidRequestError(f"Topic id {uuid_to_str(restore.topic_id)} of the restored topic '{name}' "
+                                      f"is that of {what}")
+        outside = sorted(set(restore.points) - set(partitions))
+        if outside:
+            raise InvalidPartitionsError(f"Topic '{name}' would have {len(partitions)} partition(s) but the "
+                                         f"restore names partition {outside[0]}")
 
     def _place(self, num_partitions: int, replication_factor: int,
                assignments: Mapping[int, Iterable[int]] | None, start: int = 0,

@@ -103,12 +103,58 @@ class TopicTiering:
 
 
 @dataclass(frozen=True, slots=True)
+class RestorePoint:
+    """Where a partition rebuilt from the remote tier (``tierlog tier restore``) starts: its log starts
+    at ``log_start_offset`` (the oldest restored remote segment), its first local offset is
+    ``log_end_offset`` (one past the newest), and ``leader_epochs`` ((epoch, start offset), ascending)
+    are the epochs of the restored segments. A replica creating the partition's log positions it there,
+    so new records continue after the restored ones and the remote tier serves everything below."""
+
+    log_start_offset: int
+    log_end_offset: int
+    leader_epochs: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.log_start_offset < self.log_end_offset:
+            raise ValueError(f"restore point offsets {self.log_start_offset}..{self.log_end_offset} are invalid")
+        offsets = [o for _, o in self.leader_epochs]
+        epochs = [e for e, _ in self.leader_epochs]
+        if not self.leader_epochs or epochs != sorted(set(epochs)) or offsets != sorted(offsets) \
+                or offsets[-1] >= self.log_end_offset or epochs[0] < 0:
+            raise ValueError(f"restore point leader epochs {self.leader_epochs} are invalid")
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epochs[-1][0]
+
+    def to_json(self) -> dict:
+        return {"log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
+                "leader_epochs": [list(e) for e in self.leader_epochs]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> RestorePoint:
+        return cls(int(d["log_start_offset"]), int(d["log_end_offset"]),
+                   tuple((int(e), int(o)) for e, o in d["leader_epochs"]))
+
+
+def restore_points_to_json(points: dict[int, RestorePoint]) -> dict:
+    return {str(p): rp.to_json() for p, rp in sorted(points.items())}
+
+
+def restore_points_from_json(d: dict | None) -> dict[int, RestorePoint]:
+    return {int(p): RestorePoint.from_json(rp) for p, rp in (d or {}).items()}
+
+
+@dataclass(frozen=True, slots=True)
 class TopicImage:
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, PartitionImage]
     configs: dict[str, str] = field(default_factory=dict)  # overrides only, as strings
     tiering: TopicTiering | None = None  # None: tiering was never turned on
+    # A topic rebuilt from the remote tier: where each restored partition starts (kept for the topic's life,
+    # so a replica created later, by a reassignment say, starts there too and then follows its leader).
+    restored: dict[int, RestorePoint] = field(default_factory=dict)
 
     @property
     def is_internal(self) -> bool:
@@ -124,13 +170,16 @@ class TopicImage:
              "configs": dict(sorted(self.configs.items()))}
         if self.tiering is not None:
             d["tiering"] = self.tiering.to_json()
+        if self.restored:
+            d["restored"] = restore_points_to_json(self.restored)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> TopicImage:
         parts = {p["partition"]: PartitionImage.from_json(p) for p in d["partitions"]}
         tiering = TopicTiering.from_json(d["tiering"]) if d.get("tiering") else None
-        return cls(d["name"], uuid_from_str(d["topicId"]), parts, dict(d.get("configs", {})), tiering)
+        return cls(d["name"], uuid_from_str(d["topicId"]), parts, dict(d.get("configs", {})), tiering,
+                   restore_points_from_json(d.get("restored")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ Paths and JSON shapes are Kafka's, so a Kafka engineer finds everything where Zo
 ``/brokers/topics/<topic>``                 ``{"version":3,"topic_id":...,"partitions":{"0":[1,2,3]},...}`` with
                                             ``"adding_replicas"`` and ``"removing_replicas"`` of partitions being
                                             reassigned (KIP-455), plus ``"tiering"`` (the KIP-950 draft's state,
-                                            policy and epoch)
+                                            policy and epoch) and ``"restored"`` (tierlog's: where each partition
+                                            of a topic rebuilt from the remote tier starts)
 ``.../partitions/<p>/state``                ``{"version":1,"leader":...,"leader_epoch":...,"isr":[...],
                                             "controller_epoch":...}``; its znode version is the partition epoch
 ``/config/topics/<topic>``                  ``{"version":1,"config":{...}}`` (overrides only)
@@ -47,7 +48,14 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from tierlog.cluster.image import BrokerImage, PartitionImage, TopicImage, TopicTiering
+from tierlog.cluster.image import (
+    BrokerImage,
+    PartitionImage,
+    TopicImage,
+    TopicTiering,
+    restore_points_from_json,
+    restore_points_to_json,
+)
 from tierlog.errors import StartupError
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
@@ -128,6 +136,8 @@ def topic_assignment(topic: TopicImage) -> bytes:
          "removing_replicas": {str(p): list(pi.removing_replicas) for p, pi in parts if pi.removing_replicas}}
     if topic.tiering is not None:
         d["tiering"] = topic.tiering.to_json()
+    if topic.restored:
+        d["restored"] = restore_points_to_json(topic.restored)
     return _dump(d)
 
 
@@ -352,7 +362,8 @@ class ZkClient:
         except NoNodeError:
             configs = {}
         tiering = TopicTiering.from_json(d["tiering"]) if d.get("tiering") else None
-        return TopicImage(name, topic_id, parts, configs, tiering), versions
+        return TopicImage(name, topic_id, parts, configs, tiering, restore_points_from_json(d.get("restored"))), \
+            versions
 
     def topics_being_deleted(self, watch: Callable | None = None) -> list[str]:
         return sorted(self.kazoo.get_children(DELETE_TOPICS, watch=watch))

@@ -148,6 +148,12 @@ class ReplicaManager:
         """``is_new``: created since start-up (a metadata delta), so it cannot be in a log dir that failed."""
         lg = self.log_manager.get_or_create_log(topic.name, p, self.controller.log_config(topic.name),
                                                 topic.topic_id, is_new=is_new)
+        point = topic.restored.get(p)
+        if point is not None and lg.offline is None:  # a topic rebuilt from the remote tier
+            try:
+                lg.start_at_restore_point(point.log_start_offset, point.log_end_offset, point.leader_epochs)
+            except KafkaStorageError as e:
+                log.error("Cannot position %s-%d at its restore point: %s", topic.name, p, e)
         meta = topic.partitions[p]
         partition = Partition(topic.name, p, topic.topic_id, lg, meta.leader_epoch, meta.leader,
                               tuple(meta.replicas), tuple(meta.isr), meta.partition_epoch)

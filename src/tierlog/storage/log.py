@@ -861,6 +861,24 @@ class Log:
             self.producer_state.delete_snapshot(snap)
         self._unflushed_messages = 0
 
+    def start_at_restore_point(self, log_start_offset: int, log_end_offset: int,
+                               leader_epochs: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> bool:
+        """Position a new, empty log of a topic rebuilt from the remote tier (``tierlog tier restore``): the
+        local log starts empty at ``log_end_offset``, the log starts at ``log_start_offset`` (the remote
+        tier serves what lies between) and the leader-epoch cache holds the restored segments' epochs.
+        Only a log that never held a record is positioned; False (nothing changed) for any other, so a
+        restart or a second image push never moves a log that has data."""
+        if self.log_end_offset != 0 or self.log_start_offset != 0 or self.leader_epoch_cache.entries \
+                or self.active_segment.size:
+            return False
+        self.truncate_fully_and_start_at(log_end_offset)
+        self.log_start_offset = log_start_offset
+        for epoch, offset in leader_epochs:
+            self.leader_epoch_cache.assign(epoch, offset)
+        log.info("Positioned %s at the remote tier's restore point: log start %d, log end %d, leader epochs %s",
+                 self.name, log_start_offset, log_end_offset, list(leader_epochs))
+        return True
+
     # ------------------------------------------------------------------ flush and close
 
     @_io("flushing")

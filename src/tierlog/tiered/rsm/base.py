@@ -296,6 +296,21 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def list_objects(self, prefix: str = "") -> list[tuple[str, int]]:
         return sorted(self._list(prefix))
 
+    def read_manifest(self, key: str) -> layout.SegmentManifest:
+        """The ``.manifest`` object at ``key`` (a key of :meth:`list_objects`), for tools that rebuild
+        metadata from the store (``tierlog tier restore``). Raises RemoteStorageError when it is missing
+        or unreadable."""
+        try:
+            raw = self._get(key)
+        except FileNotFoundError:
+            raise RemoteStorageError(f"manifest {key} not found") from None
+        except OSError as e:
+            raise error_from_os(e, f"cannot read {key}") from None
+        try:
+            return layout.SegmentManifest.from_json(raw)
+        except layout.ManifestFormatError as e:
+            raise RemoteStorageError(f"{key}: {e}") from None
+
     # -- helpers --
 
     def _check_writable(self, what: str) -> None:
