@@ -104,8 +104,9 @@ def test_copy_local_retention_metrics_and_status(tiered_broker):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("broker 1: ready; next local retention check")
-    assert lines[1].split()[:4] == ["TOPIC", "PART", "STATE", "LOG-START"]
-    assert [ln.split()[:3] for ln in lines[2:4]] == [["tiered", "0", "ready"], ["tiered", "1", "ready"]]
+    assert lines[1].split()[:6] == ["TOPIC", "PART", "STATE", "ROLE", "LEADER", "LOG-START"]
+    assert [ln.split()[:5] for ln in lines[2:4]] == [["tiered", "0", "ready", "leader", "1"],
+                                                     ["tiered", "1", "ready", "leader", "1"]]
     js = tier_status(url, "--json")
     assert json.loads(js.stdout)["remote_storage_enabled"] is True
 
