@@ -37,12 +37,15 @@ import contextlib
 import threading
 import time
 
+import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import in_parallel, start_cluster
-from tierlog.client.admin import Admin, NewTopic
+from tests.harness.writer import BackgroundWriter
+from tierlog.client import admin as tierlog_admin
 from tierlog.client.consumer import Consumer
 from tierlog.client.errors import BrokersUnavailableError
 from tierlog.client.producer import Producer
@@ -95,7 +98,7 @@ class Fleet:
         c, old, new = self.cluster, self.current, self.next
         for i in old:
             c.client_proxy(i).cut()
-        c.add_brokers(new, timeout=timeout)
+        c.add_brokers(new, timeout=timeout, shared=True)  # the module's cluster
         via = c.brokers[new[0]].bootstrap  # forwarded to the controller, wherever it is
         targets = reassign_everything(via, new)
         c.wait_until(lambda: moved(c, new, targets), timeout, f"every partition on brokers {new} with a full ISR")
@@ -207,10 +210,10 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
                              "delivery.timeout.ms": 300000}) as producer, \
                 Consumer({**rebootstrap, "group.id": unique("g"), "auto.offset.reset": "earliest",
                           "enable.auto.commit": False}) as consumer, \
-                Admin(rebootstrap) as admin, \
+                tierlog_admin.Admin(rebootstrap) as admin, \
                 Producer({**none, "delivery.timeout.ms": 8000, "linger.ms": 0}) as producer_none, \
                 Consumer({**none, "default.api.timeout.ms": 8000}) as consumer_none, \
-                Admin({**none, "default.api.timeout.ms": 8000}) as admin_none:
+                tierlog_admin.Admin({**none, "default.api.timeout.ms": 8000}) as admin_none:
             # both sets of clients work with the old brokers
             tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
             for i in range(20):
@@ -247,7 +250,7 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
             committed = await consumer.committed(tps)
             assert sum(om.offset for om in committed.values()) == len(expected)
             name = unique("reb-admin")
-            await admin.create_topics([NewTopic(name, 1, 3)])
+            await admin.create_topics([tierlog_admin.NewTopic(name, 1, 3)])
             assert {topic, name} <= set(await admin.list_topics())
             assert {b.node_id for b in (await admin.describe_cluster()).brokers} == set(fleet.current)
             for client in (producer.client, consumer.client, admin._client):
@@ -280,4 +283,97 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
     run(scenario())
 
 
-_ = threading  # used by the other clients' tests below
+# ------------------------------------------------------------------------------------ confluent-kafka
+
+
+class ThreadConsumer:
+    """A librdkafka consumer in a group, polling on a thread of its own until stopped."""
+
+    def __init__(self, conf: dict, topic: str) -> None:
+        self.consumer = confluent_kafka.Consumer(conf)
+        self.consumer.subscribe([topic])
+        self.got: list[bytes] = []
+        self.errors: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name=f"consumer-{topic}")
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            for m in self.consumer.consume(100, 0.2):
+                (self.errors if m.error() else self.got).append(m.error() or m.value())
+
+    def wait_for(self, n: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.got) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(self.got) >= n, f"the group read {len(self.got)} of {n}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
+    topic = unique("reb-librdkafka")
+    fleet.create_topic(topic)
+    bootstrap = fleet.bootstrap()
+    old = list(fleet.current)
+    conf = {**BACKOFF, "bootstrap.servers": bootstrap, "metadata.recovery.strategy": "rebootstrap"}
+    none = {**BACKOFF, "bootstrap.servers": bootstrap, "metadata.recovery.strategy": "none"}
+    producer_none = confluent_kafka.Producer({**none, "message.timeout.ms": 5000})
+    admin_none = AdminClient(none)
+    admin = AdminClient(conf)
+    reports: list = []
+    for i in range(20):
+        producer_none.produce(topic, f"n{i}".encode(), on_delivery=lambda err, _m: reports.append(err))
+    assert producer_none.flush(30) == 0 and reports == [None] * 20
+    assert topic in admin_none.list_topics(timeout=10).topics
+
+    writer = BackgroundWriter(bootstrap, topic, b"w", PARTITIONS, settings={
+        **conf, "message.timeout.ms": 300000, "queue.buffering.max.messages": 20000}).start()
+    group = ThreadConsumer({**conf, "group.id": unique("g"), "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False}, topic)
+    try:
+        group.wait_for(40)
+        t0 = time.monotonic()
+        fleet.replace()
+        print(f"brokers {old} replaced by {fleet.current} in {time.monotonic() - t0:.1f} s")
+        acked_at_switch = len(writer.acked)
+        deadline = time.monotonic() + 120
+        while len(writer.acked) < acked_at_switch + 50 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the writer's records flow again
+        writer.stop()
+        assert writer.errors == [], writer.errors[:3]
+        expected = sorted([v for _, _, v in writer.acked] + [f"n{i}".encode() for i in range(20)])
+        group.wait_for(len(expected))
+    finally:
+        group.stop()
+    try:
+        assert sorted(group.got) == expected, f"read {len(group.got)} of {len(expected)} acknowledged"
+        group.consumer.commit(asynchronous=False)
+        committed = group.consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                             timeout=30)
+        assert sum(tp.offset for tp in committed) == len(expected)
+    finally:
+        group.consumer.close()
+    name = unique("reb-admin")
+    admin.create_topics([NewTopic(name, 1, 3)])[name].result(30)
+    md = admin.list_topics(timeout=30)
+    assert {topic, name} <= set(md.topics)
+    assert set(md.brokers) == set(fleet.current)
+    print(f"librdkafka: {len(writer.acked)} acknowledged while the brokers were replaced, "
+          f"{len(group.got)} consumed by the group")
+
+    # strategy none: the brokers it knows are gone, and it never looks anywhere else
+    reports.clear()
+    producer_none.produce(topic, b"lost", on_delivery=lambda err, _m: reports.append(err))
+    assert producer_none.flush(30) == 0
+    assert [e.code() for e in reports] == [confluent_kafka.KafkaError._MSG_TIMED_OUT]
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        admin_none.list_topics(timeout=5)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError._TRANSPORT
+
+    back = run(read_back(fleet.cluster.client_bootstrap(fleet.current), topic, len(expected)))
+    assert sorted(back) == expected
+    print(f"librdkafka: {len(expected)} acknowledged, {len(back)} read back")

@@ -138,14 +138,18 @@ class TierlogCluster:
         """The clients' addresses of brokers ``ids`` (``client_proxies``), comma-separated."""
         return ",".join(self.client_proxy(i).address for i in ids)
 
-    def add_brokers(self, ids: list[int], per_broker: dict[int, dict] | None = None,
-                    timeout: float = 60) -> TierlogCluster:
+    def add_brokers(self, ids: list[int], per_broker: dict[int, dict] | None = None, timeout: float = 60,
+                    shared: bool = False) -> TierlogCluster:
         """Start brokers with the new ids ``ids`` on this cluster's chroot with its settings (and their
         own ``per_broker`` ones), in parallel, and wait until every running broker sees them. They host
-        nothing until a reassignment or a new topic gives them replicas, as in Kafka."""
+        nothing until a reassignment or a new topic gives them replicas, as in Kafka. ``shared``: the
+        cluster is a module fixture's, so the brokers outlive the test that added them (the harness's
+        per-test sweep leaves them; the fixture's ``stop()`` ends them)."""
         assert not set(ids) & set(self.brokers), f"broker ids {sorted(set(ids) & set(self.brokers))} exist"
         for i in ids:
             self._add(i, (per_broker or {}).get(i, {}))
+            if shared:
+                BrokerProcess.shared.add(self.brokers[i])
         self.start(ids, timeout)
         self.wait_formed(timeout)
         return self
@@ -231,6 +235,7 @@ class TierlogCluster:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a paused broker cannot die of SIGKILL's wait otherwise
                 b.kill()
             BrokerProcess.running.discard(b)
+            BrokerProcess.shared.discard(b)
         for proxy in [*self.proxies.values(), *self.zookeeper_proxies.values(), *self.client_proxies.values()]:
             proxy.close()
 
