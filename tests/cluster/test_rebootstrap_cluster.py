@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 
@@ -42,6 +43,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness import rawclient
+from tests.harness.java_clients import JavaClients, rebootstrap_client_command
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import in_parallel, start_cluster
 from tests.harness.writer import BackgroundWriter
@@ -141,6 +143,18 @@ def moved(cluster, new: list[int], targets: dict) -> bool:
     return True
 
 
+def flowing_again(acked, more: int = 50, timeout: float = 120) -> float:
+    """Wait until ``acked()`` (a count of acknowledgements) grew by ``more`` after the replacement; the
+    seconds from the replacement's end (the new brokers reachable) to the first of them."""
+    start, at_start, first = time.monotonic(), acked(), None
+    while acked() < at_start + more:
+        assert time.monotonic() < start + timeout, f"{acked() - at_start} records acknowledged in {timeout} s"
+        if first is None and acked() > at_start:
+            first = time.monotonic() - start
+        time.sleep(0.02)
+    return first if first is not None else time.monotonic() - start
+
+
 def run(coro, timeout: float = 400):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
@@ -232,10 +246,8 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
             t0 = time.monotonic()
             await asyncio.to_thread(fleet.replace)  # the clients' tasks run on meanwhile
             print(f"brokers {old} replaced by {fleet.current} in {time.monotonic() - t0:.1f} s")
-            acked_at_switch = len(writer.acked)
-            deadline = time.monotonic() + 120
-            while len(writer.acked) < acked_at_switch + 50 and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)  # the writer's records flow again
+            resumed = await asyncio.to_thread(flowing_again, lambda: len(writer.acked))
+            print(f"tierlog: acknowledgements again {resumed:.1f} s after the new brokers became reachable")
             await writer.stop()
             assert writer.failed == [], writer.failed[:3]
             expected = sorted(writer.acked + [f"n{i}".encode() for i in range(20)])
@@ -339,12 +351,11 @@ def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
         t0 = time.monotonic()
         fleet.replace()
         print(f"brokers {old} replaced by {fleet.current} in {time.monotonic() - t0:.1f} s")
-        acked_at_switch = len(writer.acked)
-        deadline = time.monotonic() + 120
-        while len(writer.acked) < acked_at_switch + 50 and time.monotonic() < deadline:
-            time.sleep(0.1)  # the writer's records flow again
+        resumed = flowing_again(writer.acked.__len__)
+        print(f"librdkafka: acknowledgements again {resumed:.1f} s after the new brokers became reachable")
         writer.stop()
         assert writer.errors == [], writer.errors[:3]
+        acked = len(writer.acked)
         expected = sorted([v for _, _, v in writer.acked] + [f"n{i}".encode() for i in range(20)])
         group.wait_for(len(expected))
     finally:
@@ -362,7 +373,7 @@ def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
     md = admin.list_topics(timeout=30)
     assert {topic, name} <= set(md.topics)
     assert set(md.brokers) == set(fleet.current)
-    print(f"librdkafka: {len(writer.acked)} acknowledged while the brokers were replaced, "
+    print(f"librdkafka: {acked} acknowledged while the brokers were replaced, "
           f"{len(group.got)} consumed by the group")
 
     # strategy none: the brokers it knows are gone, and it never looks anywhere else
@@ -374,6 +385,75 @@ def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
         admin_none.list_topics(timeout=5)
     assert info.value.args[0].code() == confluent_kafka.KafkaError._TRANSPORT
 
+    del producer_none, admin_none, admin, writer  # librdkafka's handles go (they keep dialling otherwise)
+    gc.collect()
     back = run(read_back(fleet.cluster.client_bootstrap(fleet.current), topic, len(expected)))
     assert sorted(back) == expected
     print(f"librdkafka: {len(expected)} acknowledged, {len(back)} read back")
+
+
+# ------------------------------------------------------------------------------------ Kafka's Java client
+
+
+@pytest.fixture(scope="module")
+def java_client_command():
+    return rebootstrap_client_command()
+
+
+@pytest.fixture
+def java(java_client_command, tmp_path):
+    made: list[JavaClients] = []
+
+    def _make(settings: dict) -> JavaClients:
+        c = JavaClients(java_client_command, settings, tmp_path / f"java{len(made)}.log")
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.close()
+
+
+def test_java_client_rebootstraps_or_fails_clearly(fleet, java):
+    topic = unique("reb-java")
+    fleet.create_topic(topic)
+    bootstrap = fleet.bootstrap()
+    old = list(fleet.current)
+    settings = {**BACKOFF, "socket.connection.setup.timeout.max.ms": 5000, "bootstrap.servers": bootstrap}
+    clients = java({**settings, "metadata.recovery.strategy": "rebootstrap", "acks": "all",
+                    "delivery.timeout.ms": 300000})
+    clients_none = java({**settings, "metadata.recovery.strategy": "none", "delivery.timeout.ms": 5000,
+                         "request.timeout.ms": 2000, "default.api.timeout.ms": 5000, "linger.ms": 0})
+    clients_none.ok(f"produce {topic} n 20")
+    assert topic in clients_none.ok("list").split(",")
+    clients.ok(f"produce {topic} a 100")
+    clients.ok(f"subscribe {topic} {unique('g')}")
+    got = clients.ok("consume 120 60000").split(",")
+
+    replacing = threading.Thread(target=fleet.replace)
+    replacing.start()
+    try:
+        fleet.cluster.wait_until(lambda: all(fleet.cluster.client_proxy(i).is_cut for i in old), 30, "the cut")
+        t0 = time.monotonic()
+        clients.ok(f"produce {topic} w 100", timeout=400)  # sent while no broker is reachable
+        print(f"Java producer delivered {time.monotonic() - t0:.1f} s after the clients were cut off")
+    finally:
+        replacing.join()
+    got += clients.ok("consume 100 120000").split(",")
+    clients.ok(f"produce {topic} b 50")
+    got += clients.ok("consume 50 60000").split(",")
+    assert clients.ok("consume 1 2000") == ""  # nothing more: no duplicate
+    name = unique("reb-admin")
+    clients.ok(f"create {name} 1")
+    assert {topic, name} <= set(clients.ok("list").split(","))
+    expected = sorted(f"{p}{i}".encode() for p, n in (("n", 20), ("a", 100), ("w", 100), ("b", 50))
+                      for i in range(n))
+    assert sorted(v.encode() for v in got) == expected, f"read {len(got)} of {len(expected)} acknowledged"
+
+    # strategy none: the brokers it knows are gone, and it never looks anywhere else
+    assert clients_none(f"produce {topic} lost 1").startswith("ERR org.apache.kafka.common.errors.TimeoutException")
+    assert clients_none("list").startswith("ERR org.apache.kafka.common.errors.TimeoutException")
+
+    back = run(read_back(fleet.cluster.client_bootstrap(fleet.current), topic, len(expected)))
+    assert sorted(back) == expected
+    print(f"Java: {len(expected)} acknowledged, {len(back)} read back")
