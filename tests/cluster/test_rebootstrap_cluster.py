@@ -81,7 +81,7 @@ class Fleet:
     def next(self) -> list[int]:
         return [i + 3 for i in self.current]
 
-    def bootstrap(self) -> str:
+    def bootstrap_servers(self) -> str:
         """What the clients are given: the current brokers' addresses and the next ones'."""
         for i in self.next:
             self.cluster.client_proxy(i).cut()  # bound now, closed until the brokers behind serve
@@ -112,9 +112,11 @@ class Fleet:
 
 
 def reassign_everything(via: str, new: list[int]) -> dict[tuple[str, int], list[int]]:
-    """AlterPartitionReassignments of every partition of every topic onto ``new``, leaders spread."""
+    """AlterPartitionReassignments of every partition of every topic (the internal ones too) onto ``new``,
+    each keeping its replication factor, preferred leaders spread; the targets."""
     md = rawclient.metadata(via)
-    targets = {(t.name, p.partition_index): [new[(p.partition_index + k) % len(new)] for k in range(len(new))]
+    targets = {(t.name, p.partition_index): [new[(p.partition_index + k) % len(new)]
+                                             for k in range(len(p.replica_nodes))]
                for t in md.topics for p in t.partitions}
     by_topic: dict[str, list[dict]] = {}
     for (name, p), replicas in targets.items():
@@ -213,7 +215,7 @@ async def read_back(bootstrap: str, topic: str, expected: int, partitions: int =
 def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
     topic = unique("reb-tierlog")
     fleet.create_topic(topic)
-    bootstrap = fleet.bootstrap()
+    bootstrap = fleet.bootstrap_servers()
     old = list(fleet.current)
 
     async def scenario():
@@ -329,7 +331,7 @@ class ThreadConsumer:
 def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
     topic = unique("reb-librdkafka")
     fleet.create_topic(topic)
-    bootstrap = fleet.bootstrap()
+    bootstrap = fleet.bootstrap_servers()
     old = list(fleet.current)
     conf = {**BACKOFF, "bootstrap.servers": bootstrap, "metadata.recovery.strategy": "rebootstrap"}
     none = {**BACKOFF, "bootstrap.servers": bootstrap, "metadata.recovery.strategy": "none"}
@@ -417,7 +419,7 @@ def java(java_client_command, tmp_path):
 def test_java_client_rebootstraps_or_fails_clearly(fleet, java):
     topic = unique("reb-java")
     fleet.create_topic(topic)
-    bootstrap = fleet.bootstrap()
+    bootstrap = fleet.bootstrap_servers()
     old = list(fleet.current)
     settings = {**BACKOFF, "socket.connection.setup.timeout.max.ms": 5000, "bootstrap.servers": bootstrap}
     clients = java({**settings, "metadata.recovery.strategy": "rebootstrap", "acks": "all",
