@@ -4,7 +4,7 @@ The scenario, as an operator moves a Kafka cluster to new hosts: three brokers h
 (min.insync.replicas=2) and ``__consumer_offsets``; three brokers with new ids join the same ZooKeeper
 chroot, every partition (the internal ones too) is moved to them with AlterPartitionReassignments, so no
 record is left behind, and the old three are stopped. Each test replaces the current set once (1-3 by
-4-6, then 4-6 by 7-9...), so one cluster serves the module.
+4-6, then 4-6 by 7-9...; the test order does not matter), so one cluster serves the module.
 
 Two choices make the scenario KIP-899's and not an ordinary leader change:
 
@@ -15,7 +15,8 @@ Two choices make the scenario KIP-899's and not an ordinary leader change:
   broker that was down while it ran. So the clients reach every broker through a forwarder of their own
   (the cluster harness's ``client_proxies``, the address each broker advertises); the forwarders of
   the old brokers are cut before the new brokers start, and those of the new ones open only after the old
-  brokers are stopped. The clients keep running and sending throughout.
+  brokers are stopped. The clients keep running and sending throughout. The control test moves the
+  cluster without the cut and shows the other case: tierlog's clients with ``none`` carry on.
 - ``bootstrap.servers`` names the old brokers' and the new brokers' addresses, as a DNS name or a
   configuration listing the hosts to come would. Those of the new brokers are the forwarders' ports,
   bound when the test starts, so no other process can take them before the brokers exist (a port picked
@@ -94,13 +95,16 @@ class Fleet:
     def create_topic(self, name: str, partitions: int = PARTITIONS) -> None:
         rawclient.create_topic_in_cluster(self.direct(), name, partitions, 3, {"min.insync.replicas": "2"})
 
-    def replace(self, timeout: float = 180) -> None:
+    def replace(self, timeout: float = 180, cut: bool = True) -> None:
         """Cut the clients off the serving brokers, start the next set, move every partition to it, stop
-        the old brokers, then open the clients' paths to the new ones."""
+        the old brokers, then open the clients' paths to the new ones. ``cut=False``: the clients reach
+        every broker all along (the new ones as soon as they run), as in a move nobody is cut off from."""
         c, old, new = self.cluster, self.current, self.next
-        for i in old:
+        for i in old if cut else ():
             c.client_proxy(i).cut()
         c.add_brokers(new, timeout=timeout, shared=True)  # the module's cluster
+        for i in new if not cut else ():
+            c.client_proxy(i).heal()
         via = c.brokers[new[0]].bootstrap  # forwarded to the controller, wherever it is
         targets = reassign_everything(via, new)
         c.wait_until(lambda: moved(c, new, targets), timeout, f"every partition on brokers {new} with a full ISR")
@@ -297,6 +301,43 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
     run(scenario())
 
 
+def test_clients_that_see_the_move_need_no_rebootstrap(fleet):
+    """The control: clients never cut off learn the new brokers from Metadata while partitions move, so
+    even with ``none`` and only the old brokers in ``bootstrap.servers`` they carry on."""
+    topic = unique("reb-control")
+    fleet.create_topic(topic)
+    old = list(fleet.current)
+
+    async def scenario():
+        none = {"bootstrap.servers": fleet.cluster.client_bootstrap(old), "metadata.recovery.strategy": "none"}
+        async with Producer({**none, "acks": "all", "enable.idempotence": True,
+                             "delivery.timeout.ms": 300000}) as producer, \
+                Consumer({**none, "group.id": unique("g"), "auto.offset.reset": "earliest",
+                          "enable.auto.commit": False}) as consumer:
+            consumer.subscribe([topic])
+            writer = Writer(producer, topic, "w")
+            got: list[bytes] = []
+            reader = asyncio.get_running_loop().create_task(consume(consumer, got, lambda: False, 3600))
+            await asyncio.to_thread(fleet.replace, cut=False)
+            await asyncio.to_thread(flowing_again, lambda: len(writer.acked))
+            await writer.stop()
+            assert writer.failed == [], writer.failed[:3]
+            deadline = time.monotonic() + 120
+            while len(got) < len(writer.acked) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            assert sorted(got) == sorted(writer.acked)
+            # learned from Metadata (the stopped brokers go at the next refresh)
+            assert set(fleet.current) <= {n.node_id for n in producer.client.cluster.brokers.values()}
+            assert producer.client.rebootstraps == consumer.client.rebootstraps == 0
+            print(f"control: {len(writer.acked)} acknowledged and consumed without a rebootstrap")
+        assert sorted(await read_back(fleet.cluster.client_bootstrap(fleet.current), topic,
+                                      len(writer.acked))) == sorted(writer.acked)
+    run(scenario())
+
+
 # ------------------------------------------------------------------------------------ confluent-kafka
 
 
@@ -387,7 +428,8 @@ def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
         admin_none.list_topics(timeout=5)
     assert info.value.args[0].code() == confluent_kafka.KafkaError._TRANSPORT
 
-    del producer_none, admin_none, admin, writer  # librdkafka's handles go (they keep dialling otherwise)
+    # librdkafka's handles go (they keep dialling the old brokers otherwise); info's traceback holds the frame
+    del producer_none, admin_none, admin, writer, info
     gc.collect()
     back = run(read_back(fleet.cluster.client_bootstrap(fleet.current), topic, len(expected)))
     assert sorted(back) == expected
