@@ -3,7 +3,7 @@ brokers and record helpers both use are in rebootstraplib.py).
 
 - confluent-kafka (librdkafka) with ``metadata.recovery.strategy=rebootstrap`` and ``none``;
 - Kafka's Java clients (4.1, from the reference peer's jars) driven through
-  tests/client/java/RebootstrapClient.java, compiled like scripts/kafka/ToolRunner.java.
+  tests/harness/java/RebootstrapClient.java (tests/harness/java_clients.py).
 
 The same two broker "hosts" on fixed loopback ports share one data folder and swap, then swap back.
 Observed (and asserted): with ``rebootstrap`` all three clients carry on without a restart and
@@ -16,14 +16,7 @@ work again when it comes back. Without Java/Maven the Java part skips locally an
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
-from pathlib import Path
 
 import confluent_kafka
 import pytest
@@ -31,8 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.client import rebootstraplib
 from tests.client.rebootstraplib import SwapPair, expected_values, produce_values
-from tests.harness.apache_kafka import kafka_peer_module
-from tests.harness.prerequisites import unavailable
+from tests.harness.java_clients import JavaClients, rebootstrap_client_command
 from tierlog.client.producer import Producer
 
 # Kafka's RebootstrapTest settings, in librdkafka's names where they differ
@@ -127,74 +119,9 @@ def test_confluent_strategy_none_fails_until_the_known_host_returns(pair):
 
 # ------------------------------------------------------------------------------------ Kafka's Java client
 
-SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
-
-
 @pytest.fixture(scope="module")
 def java_client_command():
-    """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
-    peer = kafka_peer_module
-    missing = peer.missing_prerequisites() + ([] if shutil.which("javac") else ["javac (a JDK)"])
-    if missing:
-        unavailable("Kafka's Java client", "missing " + ", ".join(missing))
-    try:
-        classpath = peer.classpath()
-    except peer.KafkaPeerError as e:
-        unavailable("Kafka's Java client", str(e))
-    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    classes = peer.cache_dir() / f"rebootstrap-client-{digest}"
-    if not (classes / "RebootstrapClient.class").exists():
-        staging = Path(tempfile.mkdtemp(prefix="rebootstrap-client-", dir=peer.cache_dir()))
-        proc = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(SOURCE)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-        try:
-            staging.rename(classes)
-        except OSError:  # compiled meanwhile by another process
-            shutil.rmtree(staging, ignore_errors=True)
-    cmd = peer.java_command("RebootstrapClient")
-    cp = cmd.index("-cp") + 1
-    cmd[cp] = f"{classes}{os.pathsep}{cmd[cp]}"
-    return cmd
-
-
-class JavaClients:
-    """One JVM with a producer, a consumer and an admin client; a command per call."""
-
-    def __init__(self, command: list[str], settings: dict, log: Path):
-        self.log = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([*command, *(f"{k}={v}" for k, v in settings.items())], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
-        assert self._line(60) == "READY"
-
-    def _line(self, timeout: float) -> str:
-        box: list[str] = []
-        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout)
-        assert box and box[0], f"no answer from the Java client within {timeout} s (see {self.log.name})"
-        return box[0].rstrip("\n")
-
-    def __call__(self, command: str, timeout: float = 120) -> str:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self._line(timeout)
-
-    def ok(self, command: str, timeout: float = 120) -> str:
-        answer = self(command, timeout)
-        assert answer.startswith("OK"), f"{command}: {answer}"
-        return answer[3:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+    return rebootstrap_client_command()
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ Modules (import them by name; this package imports none of them):
   fail in CI).
 - ``apache_kafka``: the reference peer from ``scripts/kafka_peer.py`` (settings both peers share,
   starting a KRaft broker, resolving its jars).
+- ``java_clients``: Kafka's Java producer, consumer and admin client in one JVM driven line by line
+  (``java/RebootstrapClient.java``), for the rebootstrap tests.
 - ``s3``: a moto S3 server and the object-store settings that reach it.
 - ``zookeeper``: ZooKeeper for cluster tests through the product's launcher (short ticks, a free
   port, ``unique_chroot`` per test).

@@ -48,6 +48,9 @@ def log_lines(output: list[str], level: str | None = None, logger: str | None = 
 class BrokerProcess:
     #: Every broker process started and not yet reaped, so a failing test cannot leave one running.
     running: set[BrokerProcess] = set()
+    #: Brokers a test started for a module or session fixture that stops them itself (a shared cluster the
+    #: test grew): the sweep after each test leaves them; the one at the session's end does not.
+    shared: set[BrokerProcess] = set()
 
     def __init__(self, log_dir: Path, overrides: dict[str, str], *, nofile: int | None = None):
         """``nofile``: the process's open file limit (RLIMIT_NOFILE, soft and hard), else inherited."""
@@ -128,3 +131,4 @@ class BrokerProcess:
         for b in cls.running - keep:
             b.kill()
             cls.running.discard(b)
+            cls.shared.discard(b)

@@ -72,10 +72,11 @@ def broker(start_broker) -> BrokerProcess:
 @pytest.fixture(autouse=True)
 def _no_stray_brokers():
     """Kill the brokers a test started itself and left running (a failed assertion before its
-    ``stop()``); brokers of module or session fixtures were started before this runs."""
+    ``stop()``); brokers of module or session fixtures were started before this runs, or are marked
+    ``BrokerProcess.shared`` when a test added them to a fixture's cluster."""
     before = set(BrokerProcess.running)
     yield
-    BrokerProcess.kill_running(keep=before)
+    BrokerProcess.kill_running(keep=before | BrokerProcess.shared)
 
 
 # ------------------------------------------------------------------------------ Apache Kafka peer

@@ -7,8 +7,11 @@ and finds the controller. ``start_cluster(..., controller=1)`` starts broker 1 a
 it is the controller, so a test knows which broker controls (a differential test starts Kafka's cluster
 so too). ``proxies=True`` puts a ``LinkProxy`` in front of every broker's inter-broker listener (faults per
 link between brokers), ``zookeeper_proxies=True`` a ``TcpProxy`` between each broker and ZooKeeper (one
-broker cut from ZooKeeper while the others keep it). Every process is a ``BrokerProcess``, so the harness's
-end-of-session sweep stops what a test left running.
+broker cut from ZooKeeper while the others keep it), ``client_proxies=True`` a ``TcpProxy`` in front of every
+broker's client listener, which the broker advertises (the clients' own network path, cut without touching
+the brokers' links). ``add_brokers`` starts brokers with new ids on the running cluster's chroot (a cluster
+grown or replaced). Every process is a ``BrokerProcess``, so the harness's end-of-session sweep stops what a
+test left running.
 """
 
 from __future__ import annotations
@@ -74,39 +77,84 @@ def in_parallel(act, items) -> None:
 
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
-                 proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False):
+                 proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False,
+                 client_proxies: bool = False):
         """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
         (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
         ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``.
         ``zookeeper_proxies``: every broker reaches ZooKeeper through a ``TcpProxy`` of its own
-        (``self.zookeeper_proxies[i]``); ``zookeeper_connect`` stays the direct one, for the test's own use."""
+        (``self.zookeeper_proxies[i]``); ``zookeeper_connect`` stays the direct one, for the test's own use.
+        ``client_proxies``: every broker's client listener (PLAINTEXT) is advertised at a ``TcpProxy``
+        (``self.client_proxy(i)``) and the brokers talk over a listener of their own (INTERNAL), so cutting
+        the clients' path leaves replication and the controller alone. ``bootstrap`` stays the direct
+        addresses, for the test's own requests."""
+        self.work_dir = work_dir
+        self.zookeeper = zookeeper
         self.chroot = chroot or unique_chroot()
         self.zookeeper_connect = connect_string(zookeeper, self.chroot)
         self.settings = {**CLUSTER_SETTINGS, "offsets.topic.replication.factor": str(min(brokers, 3)),
                          **(settings or {})}
+        self.with_proxies, self.with_zookeeper_proxies, self.with_client_proxies = \
+            proxies, zookeeper_proxies, client_proxies
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, LinkProxy] = {}
         self.zookeeper_proxies: dict[int, TcpProxy] = {}
+        self.client_proxies: dict[int, TcpProxy] = {}
         self._internal_ports: dict[int, int] = {}
         self._started: set[int] = set()
         for i in range(1, brokers + 1):
-            folder = work_dir / f"broker-{i}"
-            folder.mkdir(parents=True, exist_ok=True)
-            extra = {}
-            if proxies:
+            self._add(i, (per_broker or {}).get(i, {}))
+
+    def _add(self, i: int, own: dict) -> None:
+        """Broker ``i``'s process (not started), its log dir under ``work_dir`` and its proxies."""
+        folder = self.work_dir / f"broker-{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        extra = {}
+        if self.with_proxies or self.with_client_proxies:
+            extra = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                     "inter.broker.listener.name": "INTERNAL"}
+            internal = "INTERNAL://127.0.0.1:0"  # the port it binds
+            if self.with_proxies:
                 port = self._internal_ports[i] = free_port()
                 proxy = self.proxies[i] = LinkProxy(port)
-                extra = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-                         "advertised.listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{proxy.port}",
-                         "inter.broker.listener.name": "INTERNAL"}
-            zk_connect = self.zookeeper_connect
-            if zookeeper_proxies:
-                zk_proxy = self.zookeeper_proxies[i] = TcpProxy(zookeeper.port, zookeeper.host)
-                zk_connect = f"{zk_proxy.address}{self.chroot}"
-            self.brokers[i] = BrokerProcess(folder / "logs", {
-                "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings,
-                **(per_broker or {}).get(i, {})})
-            self._set_listeners(i)
+                internal = f"INTERNAL://127.0.0.1:{proxy.port}"
+            client = f"127.0.0.1:{self.client_proxy(i).port}" if self.with_client_proxies else "127.0.0.1:0"
+            extra["advertised.listeners"] = f"PLAINTEXT://{client},{internal}"
+        zk_connect = self.zookeeper_connect
+        if self.with_zookeeper_proxies:
+            zk_proxy = self.zookeeper_proxies[i] = TcpProxy(self.zookeeper.port, self.zookeeper.host)
+            zk_connect = f"{zk_proxy.address}{self.chroot}"
+        self.brokers[i] = BrokerProcess(folder / "logs", {
+            "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings, **own})
+        self._set_listeners(i)
+
+    def client_proxy(self, i: int) -> TcpProxy:
+        """The clients' path to broker ``i`` (``client_proxies``), made on first use: also for an id not
+        started yet, so a test can name its address (in ``bootstrap.servers``) before the broker exists.
+        Until the broker runs it closes every connection it accepts."""
+        if i not in self.client_proxies:
+            self.client_proxies[i] = TcpProxy(0)
+        return self.client_proxies[i]
+
+    def client_bootstrap(self, ids) -> str:
+        """The clients' addresses of brokers ``ids`` (``client_proxies``), comma-separated."""
+        return ",".join(self.client_proxy(i).address for i in ids)
+
+    def add_brokers(self, ids: list[int], per_broker: dict[int, dict] | None = None, timeout: float = 60,
+                    shared: bool = False) -> TierlogCluster:
+        """Start brokers with the new ids ``ids`` on this cluster's chroot with its settings (and their
+        own ``per_broker`` ones), in parallel, and wait until every running broker sees them. They host
+        nothing until a reassignment or a new topic gives them replicas, as in Kafka. ``shared``: the
+        cluster is a module fixture's, so the brokers outlive the test that added them (the harness's
+        per-test sweep leaves them; the fixture's ``stop()`` ends them)."""
+        assert not set(ids) & set(self.brokers), f"broker ids {sorted(set(ids) & set(self.brokers))} exist"
+        for i in ids:
+            self._add(i, (per_broker or {}).get(i, {}))
+            if shared:
+                BrokerProcess.shared.add(self.brokers[i])
+        self.start(ids, timeout)
+        self.wait_formed(timeout)
+        return self
 
     def _set_listeners(self, i: int) -> None:
         """The client listener on its previous port (a free one at first), plus INTERNAL behind its proxy."""
@@ -114,6 +162,8 @@ class TierlogCluster:
         listeners = f"PLAINTEXT://127.0.0.1:{b.port or 0}"
         if i in self._internal_ports:
             listeners += f",INTERNAL://127.0.0.1:{self._internal_ports[i]}"
+        elif self.with_client_proxies:
+            listeners += ",INTERNAL://127.0.0.1:0"
         b.overrides["listeners"] = listeners
 
     def running_ids(self) -> list[int]:
@@ -141,6 +191,8 @@ class TierlogCluster:
             try:
                 b.start(timeout)
                 self._started.add(i)
+                if i in self.client_proxies:
+                    self.client_proxies[i].target = ("127.0.0.1", b.port)
                 return
             except RuntimeError:
                 clash = "address already in use" in "".join(b.output[seen:])
@@ -185,7 +237,8 @@ class TierlogCluster:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a paused broker cannot die of SIGKILL's wait otherwise
                 b.kill()
             BrokerProcess.running.discard(b)
-        for proxy in [*self.proxies.values(), *self.zookeeper_proxies.values()]:
+            BrokerProcess.shared.discard(b)
+        for proxy in [*self.proxies.values(), *self.zookeeper_proxies.values(), *self.client_proxies.values()]:
             proxy.close()
 
     def output(self, broker_id: int) -> str:
@@ -195,11 +248,13 @@ class TierlogCluster:
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
                   proxies: bool = False, per_broker: dict[int, dict] | None = None,
-                  zookeeper_proxies: bool = False) -> TierlogCluster:
+                  zookeeper_proxies: bool = False, client_proxies: bool = False) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
     controller election before the others start; with ``proxies``, the brokers talk through LinkProxies;
-    with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own."""
-    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies)
+    with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own; with
+    ``client_proxies``, clients reach each broker through a TcpProxy (``client_proxy(i)``)."""
+    cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies,
+                             client_proxies)
     try:
         if controller is not None:
             cluster.start([controller], timeout)

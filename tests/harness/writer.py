@@ -8,12 +8,14 @@ import threading
 
 
 class BackgroundWriter:
-    def __init__(self, bootstrap: str, topic: str, prefix: bytes, partitions: int = 1, linger_ms: int = 2):
-        """Values are ``prefix`` and a six-digit counter; the n-th goes to partition n % ``partitions``."""
+    def __init__(self, bootstrap: str, topic: str, prefix: bytes, partitions: int = 1, linger_ms: int = 2,
+                 settings: dict | None = None):
+        """Values are ``prefix`` and a six-digit counter; the n-th goes to partition n % ``partitions``.
+        ``settings``: more librdkafka settings, over the writer's own."""
         from confluent_kafka import Producer
         self.topic, self.prefix, self.partitions = topic, prefix, partitions
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": linger_ms, "message.timeout.ms": 120000})
+                                  "linger.ms": linger_ms, "message.timeout.ms": 120000, **(settings or {})})
         self.acked: list[tuple[int, int, bytes]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()

@@ -1,0 +1,89 @@
+"""Kafka's Java clients (4.1, the reference peer's jars) kept alive in one JVM while a test changes the
+brokers under them: ``java/RebootstrapClient.java`` (a producer, a consumer and an admin client, one
+command per stdin line, one answer line each), compiled once per source version into the peer's cache.
+
+``rebootstrap_client_command()`` is the argv prefix that runs it (skipped locally, failed in CI, without a
+JDK or the jars); ``JavaClients(command, settings, log)`` starts one JVM with the client settings given.
+Used by the single-node rebootstrap tests (tests/client) and the cluster ones (tests/cluster).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from tests.harness.apache_kafka import kafka_peer_module
+from tests.harness.prerequisites import unavailable
+
+SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
+
+
+def rebootstrap_client_command() -> list[str]:
+    """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
+    peer = kafka_peer_module
+    missing = peer.missing_prerequisites() + ([] if shutil.which("javac") else ["javac (a JDK)"])
+    if missing:
+        unavailable("Kafka's Java client", "missing " + ", ".join(missing))
+    try:
+        classpath = peer.classpath()
+    except peer.KafkaPeerError as e:
+        unavailable("Kafka's Java client", str(e))
+    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
+    classes = peer.cache_dir() / f"rebootstrap-client-{digest}"
+    if not (classes / "RebootstrapClient.class").exists():
+        staging = Path(tempfile.mkdtemp(prefix="rebootstrap-client-", dir=peer.cache_dir()))
+        proc = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(SOURCE)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
+        try:
+            staging.rename(classes)
+        except OSError:  # compiled meanwhile by another process
+            shutil.rmtree(staging, ignore_errors=True)
+    cmd = peer.java_command("RebootstrapClient")
+    cp = cmd.index("-cp") + 1
+    cmd[cp] = f"{classes}{os.pathsep}{cmd[cp]}"
+    return cmd
+
+
+class JavaClients:
+    """One JVM with a producer, a consumer and an admin client; a command per call."""
+
+    def __init__(self, command: list[str], settings: dict, log: Path):
+        self.log = open(log, "w")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([*command, *(f"{k}={v}" for k, v in settings.items())], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        assert self._line(60) == "READY"
+
+    def _line(self, timeout: float) -> str:
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        assert box and box[0], f"no answer from the Java client within {timeout} s (see {self.log.name})"
+        return box[0].rstrip("\n")
+
+    def __call__(self, command: str, timeout: float = 120) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._line(timeout)
+
+    def ok(self, command: str, timeout: float = 120) -> str:
+        answer = self(command, timeout)
+        assert answer.startswith("OK"), f"{command}: {answer}"
+        return answer[3:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
