@@ -626,6 +626,9 @@ class RemoteLogManager:
             return
         lg = st.log
         if st.first_copy_run:
+            # Every event of the previous leader first (a broker that followed may not have read its last
+            # uploads yet), then the highest offset already remote in this lineage.
+            await self.rlmm.catch_up(st.tp)
             self._init_remote_offsets(st)
             await self._clean_dangling_uploads(st)
             st.first_copy_run = False

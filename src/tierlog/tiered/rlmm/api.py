@@ -101,6 +101,11 @@ class RemoteLogMetadataManager(abc.ABC):
 
     # -- partitions followed --
 
+    async def catch_up(self, tp: TopicIdPartition) -> None:  # noqa: B027 - optional
+        """Return once every event written so far for ``tp`` is applied here: a new leader calls it before
+        its first copy, so the previous leader's last uploads count. Managers that apply writes at once
+        (in memory) have nothing to do."""
+
     @abc.abstractmethod
     def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
                                         followers: Iterable[TopicIdPartition]) -> None:

@@ -30,6 +30,7 @@ from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
 from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError
 from tierlog.client.producer import Producer
+from tierlog.client.types import TopicPartition
 from tierlog.config import plugin_setting
 from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.errors import (
@@ -363,6 +364,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def list_remote_log_segments(self, tp, leader_epoch=None):
         self._loading(tp)
         return self.store.list_remote_log_segments(tp, leader_epoch)
+
+    async def catch_up(self, tp: TopicIdPartition) -> None:
+        """Read ``tp``'s metadata partition up to its current end. Readiness only says the partition was
+        read up to where it ended when it was assigned; a broker that followed the partition and now leads
+        it may not have read the previous leader's last events yet, and would upload those segments again.
+        Bounded by ``remote.log.metadata.consume.wait.ms``, as a write's read-back is."""
+        task = self._check_writable(tp)
+        mp = task.metadata_partition(tp)
+        where = TopicPartition(METADATA_TOPIC, mp)
+        end = (await self.consumer.end_offsets([where], timeout_ms=self.consume_wait_s * 1000))[where]
+        if end > 0:
+            await task.wait_until_consumed(mp, end - 1, self.consume_wait_s)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
         """Loaded, and the reader still running: after a non-retriable consumer error nothing is ready, so
