@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = call(cluster.brokers[leader], "/v1/tier/reconcile")
             mine = [o for o in rec.get("orphans", []) + rec.get("missing", []) if o["topic"] == TOPIC]
             part = {"remote": check_remote(work, p), "reconcile_problems": len(mine),
+                    "reconcile_sample": [{k: o.get(k) for k in ("start_offset", "end_offset", "segment_id", "keys",
+                                                                "missing_keys", "deletable")} for o in mine[:3]],
                     "confluent-kafka": read_back(cluster, "confluent-kafka", p, expected[p]),
                     "kafka-python": read_back(cluster, "kafka-python", p, expected[p])}
             report["partitions"][p] = part

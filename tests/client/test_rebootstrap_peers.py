@@ -24,7 +24,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.client import rebootstraplib
 from tests.client.rebootstraplib import SwapPair, expected_values, produce_values
-from tests.harness.java_clients import JavaClients, rebootstrap_client_command
 from tierlog.client.producer import Producer
 
 # Kafka's RebootstrapTest settings, in librdkafka's names where they differ
@@ -118,25 +117,6 @@ def test_confluent_strategy_none_fails_until_the_known_host_returns(pair):
 
 
 # ------------------------------------------------------------------------------------ Kafka's Java client
-
-@pytest.fixture(scope="module")
-def java_client_command():
-    return rebootstrap_client_command()
-
-
-@pytest.fixture
-def java(java_client_command, tmp_path):
-    made: list[JavaClients] = []
-
-    def _make(settings: dict) -> JavaClients:
-        c = JavaClients(java_client_command, settings, tmp_path / f"java{len(made)}.log")
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        c.close()
-
 
 def test_java_rebootstrap_producer_consumer_admin(pair, java):
     clients = java({**JAVA, "bootstrap.servers": pair.bootstrap, "metadata.recovery.strategy": "rebootstrap"})

@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
-from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.tierlog_cluster import create, start_cluster
 from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
@@ -41,21 +41,6 @@ def cluster(tmp_path_factory, zookeeper):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def create(cluster, name: str, assignment: list[list[int]], configs: dict | None = None) -> None:
-    raw = RawClient(rawclient.controller_address(cluster.bootstrap))
-    try:
-        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
-            "name": name, "num_partitions": -1, "replication_factor": -1,
-            "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignment)],
-            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
-            "timeout_ms": 30000, "validate_only": False})
-    finally:
-        raw.close()
-    assert resp.topics[0].error_code == 0, resp
-    for i in cluster.running_ids():
-        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, len(assignment), 30)
 
 
 def partition(cluster, name: str, p: int = 0, via: int | None = None):
@@ -155,7 +140,7 @@ def dynamic_configs(kafka_zk_tool, cluster, entity_type: str, name: str) -> str:
 
 def test_errors_as_kafka_answers_them(cluster):
     name = unique("errors")
-    create(cluster, name, [[1, 2, 3]])
+    create(cluster, name, assignment=[[1, 2, 3]])
     via = not_controller(cluster)  # forwarded to the controller in an Envelope
     assert alter(via, name, 0, None) == (NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
     code, message = alter(via, name, 0, [1, 2, 9])
@@ -174,7 +159,7 @@ def test_errors_as_kafka_answers_them(cluster):
 
 def test_a_reassignment_held_in_progress_is_listed_and_cancelled(cluster, kafka_zk_tool, tmp_path):
     name = unique("cancel")
-    create(cluster, name, [[2, 1, 3]], {"min.insync.replicas": "2"})
+    create(cluster, name, assignment=[[2, 1, 3]], configs={"min.insync.replicas": "2"})
     assert cluster.controller_id() == 1  # the leader, 2, is not the controller: broker 4 still reaches that
     assert rawclient.produce(cluster.brokers[2].bootstrap, name, 0, [b"before-%d" % i for i in range(50)],
                              acks=-1).error_code == 0
@@ -215,7 +200,7 @@ def test_a_reassignment_held_in_progress_is_listed_and_cancelled(cluster, kafka_
 
 def test_a_replica_moves_to_the_fourth_broker_under_load_without_losing_a_record(cluster, kafka_zk_tool, tmp_path):
     name = unique("move")
-    create(cluster, name, [[1, 2, 3]], {"min.insync.replicas": "2"})
+    create(cluster, name, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"})
     writer = BackgroundWriter(cluster.bootstrap, name, b"m").start()
     acked, errors = writer.acked, writer.errors
     try:
@@ -253,7 +238,7 @@ def test_a_replica_moves_to_the_fourth_broker_under_load_without_losing_a_record
 
 def test_a_throttled_copy_keeps_to_its_rate_and_verify_removes_the_throttle(cluster, kafka_zk_tool, tmp_path):
     name = unique("throttle")
-    create(cluster, name, [[1, 2]])
+    create(cluster, name, assignment=[[1, 2]])
     chunk = [bytes([65 + i % 26]) * 1000 for i in range(100)]  # 100 records of 1000 bytes: ~100 KB a batch
     for _ in range(12):
         assert rawclient.produce(cluster.brokers[1].bootstrap, name, 0, chunk, acks=-1).error_code == 0
@@ -298,7 +283,7 @@ def test_a_new_controller_finishes_a_reassignment_in_progress(cluster, tmp_path)
     controller = cluster.controller_id()
     name = unique("failover")
     others = [i for i in (1, 2, 3) if i != controller]
-    create(cluster, name, [[others[0], others[1], controller]], {"min.insync.replicas": "2"})
+    create(cluster, name, assignment=[[others[0], others[1], controller]], configs={"min.insync.replicas": "2"})
     leader = partition(cluster, name).leader_id
     assert leader == others[0]
     assert rawclient.produce(cluster.brokers[leader].bootstrap, name, 0, [b"r%d" % i for i in range(100)],

@@ -44,7 +44,6 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness import rawclient
-from tests.harness.java_clients import JavaClients, rebootstrap_client_command
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import in_parallel, start_cluster
 from tests.harness.writer import BackgroundWriter
@@ -437,25 +436,6 @@ def test_confluent_kafka_rebootstraps_or_fails_clearly(fleet):
 
 
 # ------------------------------------------------------------------------------------ Kafka's Java client
-
-
-@pytest.fixture(scope="module")
-def java_client_command():
-    return rebootstrap_client_command()
-
-
-@pytest.fixture
-def java(java_client_command, tmp_path):
-    made: list[JavaClients] = []
-
-    def _make(settings: dict) -> JavaClients:
-        c = JavaClients(java_client_command, settings, tmp_path / f"java{len(made)}.log")
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        c.close()
 
 
 def test_java_client_rebootstraps_or_fails_clearly(fleet, java):

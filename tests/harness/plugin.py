@@ -307,3 +307,27 @@ def pytest_collection_finish(session):
 def pytest_unconfigure(config):
     if _GROUPS_DIR in config.stash:
         shutil.rmtree(config.stash[_GROUPS_DIR], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def java_client_command():
+    """The command running Kafka's Java clients through tests/harness/java/RebootstrapClient.java (compiled
+    once per session)."""
+    from tests.harness.java_clients import rebootstrap_client_command
+    return rebootstrap_client_command()
+
+
+@pytest.fixture
+def java(java_client_command, tmp_path):
+    """``java(settings)``: a JavaClients driver with those client settings, closed after the test."""
+    from tests.harness.java_clients import JavaClients
+    made: list = []
+
+    def _make(settings: dict):
+        c = JavaClients(java_client_command, settings, tmp_path / f"java{len(made)}.log")
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.close()

@@ -294,7 +294,8 @@ def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,
         raw.close()
     assert resp.topics[0].error_code == 0, resp
     for i in cluster.running_ids():
-        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, partitions, 30)
+        rawclient.wait_for_leaders_on(cluster.brokers[i].bootstrap, name, len(assignment) if assignment else partitions,
+                                      30)
 
 
 def wait_isr(cluster, name: str, size: int, p: int = 0, timeout: float = 30):

@@ -966,23 +966,28 @@ class RemoteLogManager:
 
         A store may be shared with other clusters. Objects in another cluster's folder (``cluster_id`` is
         this cluster's), and objects of topic ids this cluster never knew (not in ``known_topic_ids``:
-        its topics and the topics it deleted), are *foreign*: reported, never deleted. Orphans are
-        deleted only where this broker knows the whole picture: partitions it follows (their metadata
-        loaded) and topics this cluster deleted (``deleted_topic_ids``)."""
+        its topics and the topics it deleted), are *foreign*: reported, never deleted. Objects of the
+        partitions this broker leads or follows are checked against their metadata; orphans are deleted
+        only where this broker knows the whole picture: partitions it leads (their metadata loaded) and
+        topics this cluster deleted (``deleted_topic_ids``)."""
         loop = asyncio.get_running_loop()
         prefix = self.rsm.key_prefix
         # Objects first, metadata second: an upload always records COPY_SEGMENT_STARTED before it writes.
         objects = await loop.run_in_executor(self.expiration_pool, self.rsm.list_objects, prefix)
         busy = set(self.disabling)
-        not_ready = sorted(str(tp) for tp in self.partitions if not self.rlmm.is_ready(tp))
+        hosted = [*self.partitions, *self.followers]  # led or followed here: their metadata is read here
+        not_ready = sorted(str(tp) for tp in hosted if not self.rlmm.is_ready(tp))
         referenced: set = set()
         finished: list[RemoteLogSegmentMetadata] = []
         followed = set()
-        for tp in list(self.partitions):
+        for tp in hosted:
             if not self.rlmm.is_ready(tp):
                 busy.add(tp)
                 continue
-            followed.add(tp)
+            if tp in self.partitions:
+                # Deletable only where this broker leads: a follower may not have read an upload's
+                # COPY_SEGMENT_STARTED yet, and would take the upload's objects for orphans.
+                followed.add(tp)
             for md in self.rlmm.list_remote_log_segments(tp):
                 referenced.add(md.segment_id.id)
                 if md.state == S.COPY_SEGMENT_FINISHED:

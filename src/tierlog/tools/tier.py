@@ -142,7 +142,7 @@ def format_reconcile(report: dict) -> str:
     else:
         lines.append(f"{len(orphans)} orphaned segment(s) ({size}) not referenced by any metadata")
     for o in orphans:
-        kept = "" if o.get("deletable", True) else " (kept: partition not led by this broker)"
+        kept = "" if o.get("deletable", True) else " (kept: ask the partition's leader to delete it)"
         lines.append(f"  orphan {o['topic']}-{o['partition']} start {o['start_offset']} segment {o['segment_id']}"
                      f"{kept}: {', '.join(o['keys'])}")
     lines.append(f"{len(report['missing'])} segment(s) whose objects are missing")
