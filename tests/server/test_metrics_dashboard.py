@@ -136,7 +136,8 @@ def test_every_dashboard_metric_is_exported(tiered):
 
         def moved_to_remote():
             parts = tier_status(b, "dash")["partitions"]
-            return parts and parts[0]["remote_segments"] > 0 and parts[0]["local_log_start_offset"] > 0
+            # remote_segments is None while the partition's first copy run has not read the remote tier yet
+            return parts and (parts[0]["remote_segments"] or 0) > 0 and parts[0]["local_log_start_offset"] > 0
         wait_for(moved_to_remote, "segments uploaded and deleted locally", timeout=120)
 
         def read_from_remote():  # offset 0 is only in remote storage now

@@ -186,8 +186,8 @@ def test_reconcile_finds_orphans_and_missing_objects(tiered_broker, tmp_path):
     admin.close()
     produce(b.bootstrap, "tiered", 200)
     url = metrics_url(b)
-    wait_for(lambda: json.load(urllib.request.urlopen(url + "/v1/tier/status"))["partitions"][0]
-             ["remote_segments"] >= 3, what="a few remote segments")
+    wait_for(lambda: (json.load(urllib.request.urlopen(url + "/v1/tier/status"))["partitions"][0]
+                      ["remote_segments"] or 0) >= 3, what="a few remote segments")  # None while loading
     clean = json.loads(tier_cli(url, "reconcile", "--json").stdout)
     assert clean["objects"] > 0 and clean["orphans"] == [] and clean["missing"] == []
     root = tmp_path / "remote"
