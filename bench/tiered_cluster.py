@@ -20,13 +20,15 @@ ListOffsets -4 = -5 + 1 with at most one segment's records above (``remote_fract
 at or below LATEST_TIERED).
 
 The measure is Kafka 4.1's ConsumerPerformance (kafka-consumer-perf-test.sh's defaults) reading the whole
-topic from earliest with a new group: ``fetch.MB.sec``, the fetch phase without the group join. One unmeasured
-read per side first (the JIT of Kafka's JVMs and of the tools' JVM, the remote index caches); then
+topic from earliest with a new group: ``fetch.MB.sec``, the fetch phase without the group join.
+``--warmup-reads`` (2) unmeasured reads per side first (the JIT of Kafka's JVMs and of the tools' JVM, the
+remote index caches); then
 ``--runs`` runs, the first side alternating. The perf tools run in one long-lived JVM shared by both sides
 (bench/replication.py's ``PerfTools``). Both sides read their remote tier from the page cache: this compares
 the brokers' remote read paths, not disks. Prints ONE JSON line: both medians, the ratio tierlog / Kafka (of
-the medians, and the median of each run's own ratio), the target (>= 2, issue 21) and whether it is met, and
-the load average at the start and the end.
+the medians, and the median of each run's own ratio), the target (>= 2, issue 21) and whether it is met, the
+brokers' CPU per MB read (all three brokers of a side, from /proc) and Kafka's over tierlog's, and the load
+average at the start and the end.
 
     python bench/tiered_cluster.py [--runs 3] [--mb 150]
     python bench/tiered_cluster.py --runs 1 --mb 40      # a quick look
@@ -185,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--segment-bytes", type=int, default=4 * MIB, help="at least 1 MiB (Kafka 4.1's minimum)")
+    ap.add_argument("--warmup-reads", type=int, default=2, help="unmeasured reads of the topic per side first")
     ap.add_argument("--tier-timeout", type=float, default=600, help="seconds for the leaders to tier the topic")
     args = ap.parse_args(argv)
     missing = kp.missing_prerequisites()
@@ -208,9 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         clusters.append(KafkaTiered(work / "kafka"))
         for c in clusters:
             loaded[c.name] = load(c, tools, args)
-        for c in clusters:  # unmeasured: JIT, index caches, the tools' JVM
-            r = consume(c, tools, loaded[c.name])
-            log(f"warm-up  {c.name:8s} {r['mb_s']:7.1f} MB/s")
+        for _ in range(args.warmup_reads):  # unmeasured: JIT, index caches, the tools' JVM
+            for c in clusters:
+                r = consume(c, tools, loaded[c.name])
+                log(f"warm-up  {c.name:8s} {r['mb_s']:7.1f} MB/s")
         for i in range(args.runs):
             order = clusters if i % 2 == 0 else clusters[::-1]
             run = {}
@@ -233,11 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     ratio = rep._ratio(medians["tierlog"]["mb_s"], medians["kafka"]["mb_s"], "mb_s")
     paired = rep._median([rep._ratio(t, k, "mb_s") for t, k in zip(per_run["tierlog"]["mb_s"],
                                                                   per_run["kafka"]["mb_s"])])
+    # Beside the target: broker CPU per MB read, Kafka's over tierlog (all three brokers of each side), which
+    # says how much each side's brokers worked when the consumer, not the brokers, sets the pace.
+    cpu = rep._ratio(medians["kafka"]["brokers_cpu_ms_per_mb"], medians["tierlog"]["brokers_cpu_ms_per_mb"], "cpu")
     line = {"bench": "tiered_cluster", "date": time.strftime("%Y-%m-%d"), "ratio": ratio, "ratio_paired": paired,
+            "brokers_cpu_per_mb_kafka_over_tierlog": cpu,
             "target": f">= {TARGET:g}", "target_met": ratio is not None and ratio >= TARGET, "medians": medians,
             "per_run": per_run,
             "topic": {n: {k: v for k, v in loaded[n].items() if k != "topic"} for n in loaded},
-            "runs": args.runs, "mb": args.mb, "record_bytes": args.record_bytes, "partitions": args.partitions,
+            "runs": args.runs, "warmup_reads": args.warmup_reads,
+            "mb": args.mb, "record_bytes": args.record_bytes, "partitions": args.partitions,
             "segment_bytes": args.segment_bytes, "replication_factor": 3, "kafka_version": kp.KAFKA_VERSION,
             "consumer": f"Kafka {kp.KAFKA_VERSION} ConsumerPerformance, fetch.MB.sec",
             "tierlog_event_loop": vk.TierlogBroker.event_loop(),
