@@ -14,6 +14,11 @@ first and alone, so it wins the controller election) and returns a :class:`Kafka
 advertises its inter-broker listener (INTERNAL) at a ``LinkProxy`` (``cluster.proxies[i]``), as
 ``tierlog_cluster.start_cluster(..., proxies=True)`` does, so a test can stall one broker's replica fetchers
 on both systems alike; ``pause``/``resume`` SIGSTOP and SIGCONT a broker by its PID.
+
+A multi-node Kafka 4.1 in KRaft mode: ``start_kafka_kraft_cluster(work_dir, brokers=3, tiered=True)`` returns
+a :class:`KafkaKRaftCluster` of nodes 1..N, each broker and controller, the N static voters of one quorum,
+tiered (if asked) through LocalTieredStorage into one shared ``remote_dir``; ``kill(i)`` and ``start([i])``
+by PID, a restarted node keeping its ports and log dir.
 """
 
 from __future__ import annotations
