@@ -253,10 +253,11 @@ def delete_topics(cluster: Cluster, names: list[str], timeout: float = 60) -> No
 
 
 class PerfTools:
-    """Kafka 3.9.1's ProducerPerformance and ConsumerPerformance in one warm JVM shared by both clusters."""
+    """Kafka 3.9.1's ProducerPerformance and ConsumerPerformance (or another release's, ``version``) in one
+    warm JVM shared by both clusters."""
 
-    def __init__(self):
-        self.runner = kp.ToolRunner(jvm_opts=vk.PERF_JVM_OPTS, version=kp.ZK_KAFKA_VERSION)
+    def __init__(self, version: str = kp.ZK_KAFKA_VERSION):
+        self.runner = kp.ToolRunner(jvm_opts=vk.PERF_JVM_OPTS, version=version)
 
     def run(self, main_class: str, *args, timeout: float = 300) -> str:
         result = self.runner.run(f"org.apache.kafka.tools.{main_class}", *map(str, args), timeout=timeout,
@@ -266,10 +267,12 @@ class PerfTools:
                                f"stderr:\n{result.stderr[-3000:]}")
         return result.stdout
 
-    def produce(self, bootstrap: str, topic: str, records: int, record_bytes: int, throughput: int) -> dict:
+    def produce(self, bootstrap: str, topic: str, records: int, record_bytes: int, throughput: int,
+                props: tuple[str, ...] = ()) -> dict:
+        """``props``: more producer settings (``key=value``) after ``acks=all``."""
         out = self.run("ProducerPerformance", "--topic", topic, "--num-records", records, "--record-size",
                        record_bytes, "--throughput", throughput, "--producer-props",
-                       f"bootstrap.servers={bootstrap}", "acks=all")
+                       f"bootstrap.servers={bootstrap}", "acks=all", *props)
         summaries = list(vk.PRODUCER_SUMMARY.finditer(out))
         if not summaries:
             raise RuntimeError(f"no ProducerPerformance summary in:\n{out[-3000:]}")
@@ -281,9 +284,9 @@ class PerfTools:
                 "p50_ms": float(m["p50"]), "p99_ms": float(m["p99"]), "p999_ms": float(m["p999"]),
                 "max_ms": float(m["max"]), "summary": m[0]}
 
-    def consume(self, bootstrap: str, topic: str, records: int) -> dict:
+    def consume(self, bootstrap: str, topic: str, records: int, timeout_ms: int = 30000) -> dict:
         out = self.run("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic, "--messages",
-                       records, "--timeout", 30000, "--group", f"perf-{uuid.uuid4().hex[:8]}")
+                       records, "--timeout", timeout_ms, "--group", f"perf-{uuid.uuid4().hex[:8]}")
         lines = [ln for ln in out.splitlines() if ln.strip()]
         header_at = next((i for i, ln in enumerate(lines) if ln.startswith("start.time")), None)
         if header_at is None or header_at + 1 >= len(lines):

@@ -679,6 +679,57 @@ class KafkaServer(_KafkaProcess):
         return self
 
 
+class KafkaKRaftNode(KafkaServer):
+    """One node of a multi-node KRaft cluster of Kafka 4.1: broker and controller in one JVM (combined
+    roles), one of the static ``voters`` (``{node_id: controller_port}``), all formatted with one
+    ``cluster_id``. Its ports are fixed before any node starts, since every node names every controller; a
+    restart keeps them and its log dir. With ``tiered``, every node of the cluster tiers into the same
+    ``remote_dir`` (LocalTieredStorage on a shared folder, as Kafka's own multi-broker tiered tests do), and
+    the remote log metadata topic has ``min(3, len(voters))`` replicas.
+    """
+
+    def __init__(self, work_dir: str | os.PathLike, node_id: int, port: int, voters: dict[int, int],
+                 cluster_id: str, *, remote_dir: Path | None = None, tiered: bool = False,
+                 overrides: dict | None = None, jvm_opts: list[str] | None = None):
+        super().__init__(work_dir, tiered=tiered, overrides=overrides, jvm_opts=jvm_opts)
+        self.node_id, self.voters, self.cluster_id = node_id, voters, cluster_id
+        self.port, self.controller_port = port, voters[node_id]
+        self._remote_dir = Path(remote_dir) if remote_dir else self.work_dir / "remote"
+
+    @property
+    def remote_dir(self) -> Path:
+        return self._remote_dir
+
+    def properties(self) -> dict[str, str]:
+        props = super().properties()
+        rf = str(min(3, len(self.voters)))
+        props.update({
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(f"{i}@127.0.0.1:{p}" for i, p in sorted(self.voters.items())),
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "share.coordinator.state.topic.replication.factor": rf,
+        })
+        if self.tiered:
+            props["rlmm.config.remote.log.metadata.topic.replication.factor"] = rf
+        props.update(self.overrides)
+        return props
+
+    def start(self, timeout: float = 180) -> KafkaKRaftNode:
+        if self.running():
+            raise KafkaPeerError(f"node {self.node_id} already runs as pid {self.proc.pid}")
+        started = time.monotonic()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.tiered:
+            self.remote_dir.mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
+                 timeout=timeout)
+        self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started, timeout)
+        return self
+
+
 class KafkaZkBroker(_KafkaProcess):
     """One Apache Kafka 3.9 broker in ZooKeeper mode on 127.0.0.1 (PLAINTEXT, a free port kept across
     restarts). Brokers with distinct ``broker_id`` on the same ``zookeeper_connect`` (``host:port/chroot``;

@@ -14,6 +14,11 @@ first and alone, so it wins the controller election) and returns a :class:`Kafka
 advertises its inter-broker listener (INTERNAL) at a ``LinkProxy`` (``cluster.proxies[i]``), as
 ``tierlog_cluster.start_cluster(..., proxies=True)`` does, so a test can stall one broker's replica fetchers
 on both systems alike; ``pause``/``resume`` SIGSTOP and SIGCONT a broker by its PID.
+
+A multi-node Kafka 4.1 in KRaft mode: ``start_kafka_kraft_cluster(work_dir, brokers=3, tiered=True)`` returns
+a :class:`KafkaKRaftCluster` of nodes 1..N, each broker and controller, the N static voters of one quorum,
+tiered (if asked) through LocalTieredStorage into one shared ``remote_dir``; ``kill(i)`` and ``start([i])``
+by PID, a restarted node keeping its ports and log dir.
 """
 
 from __future__ import annotations
@@ -285,3 +290,115 @@ def start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, settings: dict, co
         raise box["error"]
     return kafka, box["cluster"], box["seconds"]
 
+
+
+# ------------------------------------------------------------------------------ Kafka 4.1, KRaft cluster
+
+#: Settings of every node of a multi-node KRaft cluster (on top of node.id, the voters and the listeners):
+#: the tiered ones match ``tests/harness/tiered.py``'s ``tiered_settings`` where both systems have them.
+KRAFT_CLUSTER_SETTINGS = {
+    "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.state.log.min.isr": "1",
+    "auto.leader.rebalance.enable": "false",
+}
+
+
+class KafkaKRaftCluster:
+    """Kafka 4.1 nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the N static
+    voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
+    (``bootstrap``, ``pid``, ``log_dir``, ``start()``, ``stop()``, ``kill()``); with ``tiered``, all tier
+    into ``remote_dir`` through Kafka's LocalTieredStorage. Every node is stopped by its PID;
+    ``KafkaKRaftCluster.started`` holds every cluster, so the plugin kills what a teardown did not reach.
+    A restarted node keeps its ports, its log dir and its place in the quorum."""
+
+    started: set[KafkaKRaftCluster] = set()
+
+    def __init__(self, work_dir: Path, brokers: int = 3, tiered: bool = False, settings: dict | None = None,
+                 jvm_opts: list[str] | None = None):
+        self.work_dir = Path(work_dir)
+        self.remote_dir = self.work_dir / "remote"
+        cluster_id = kafka_peer_module.random_cluster_id()
+        ports = _distinct_free_ports(2 * brokers)
+        voters = {i: ports[brokers + i - 1] for i in range(1, brokers + 1)}
+        merged = {**KRAFT_CLUSTER_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
+        self.brokers = {i: kafka_peer_module.KafkaKRaftNode(
+            self.work_dir / f"node-{i}", i, ports[i - 1], voters, cluster_id, remote_dir=self.remote_dir,
+            tiered=tiered, overrides=merged, jvm_opts=jvm_opts) for i in range(1, brokers + 1)}
+        KafkaKRaftCluster.started.add(self)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running())
+
+    def running_ids(self) -> list[int]:
+        return [i for i, b in self.brokers.items() if b.running()]
+
+    def start(self, ids: list[int] | None = None, timeout: float = 180) -> KafkaKRaftCluster:
+        """Start the given nodes (every one not running by default) in parallel: a node's start completes only
+        once a quorum of controllers runs. If one fails, stop those started here."""
+        ids = [i for i in (ids or list(self.brokers)) if not self.brokers[i].running()]
+        errors: list[BaseException] = []
+
+        def start(i: int) -> None:
+            try:
+                self.brokers[i].start(timeout)
+            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in ids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            for i in ids:
+                self.brokers[i].kill()
+            raise errors[0]
+        return self
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL one node by its PID (broker and controller die together)."""
+        self.brokers[broker_id].kill()
+
+    def stop(self) -> None:
+        """SIGKILL every running node by its PID (a teardown needs no clean logs)."""
+        for b in self.brokers.values():
+            b.kill()
+        KafkaKRaftCluster.started.discard(self)
+
+    @classmethod
+    def kill_running(cls) -> None:
+        for cluster in list(cls.started):
+            cluster.stop()
+
+
+def _distinct_free_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        p = kafka_peer_module.free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def start_kafka_kraft_cluster(work_dir: Path, brokers: int = 3, tiered: bool = False, settings: dict | None = None,
+                              timeout: float = 180, jvm_opts: list[str] | None = None) -> KafkaKRaftCluster:
+    """A started Kafka 4.1 KRaft cluster of ``brokers`` combined nodes (ids 1..N), tiered through
+    LocalTieredStorage if asked; ``settings`` override ``KRAFT_CLUSTER_SETTINGS``. A start whose ports
+    were taken meanwhile is tried once more with new ones."""
+    resolve_jars()
+    for attempt in range(2):
+        folder = Path(work_dir) / f"try-{attempt}"
+        cluster = KafkaKRaftCluster(folder, brokers, tiered, settings, jvm_opts)
+        try:
+            cluster.start(timeout=timeout)
+            break
+        except KafkaPeerError:
+            cluster.stop()
+            if attempt == 1 or not any(b.port_clash() for b in cluster.brokers.values()):
+                raise
+    slowest = max(b.start_seconds for b in cluster.brokers.values())
+    print(f"\nApache Kafka {kafka_peer_module.KAFKA_VERSION} (KRaft, {brokers} combined nodes"
+          f"{', tiered' if tiered else ''}) ready on {cluster.bootstrap} in {slowest:.1f}s")
+    return cluster

@@ -195,6 +195,7 @@ def zookeeper_connect(zookeeper) -> str:
 def pytest_sessionfinish(session, exitstatus):
     BrokerProcess.kill_running()  # whatever a fixture's teardown did not reach
     apache_kafka.KafkaZkCluster.kill_running()
+    apache_kafka.KafkaKRaftCluster.kill_running()
     zk.kill_running()
     # A run that collected nothing must fail loudly: exit code 5 would otherwise read as "no tests".
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

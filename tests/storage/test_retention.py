@@ -80,6 +80,30 @@ def test_local_retention_bytes_inherits_retention_bytes_when_minus_two(make_log)
     assert lg.size_in_bytes == one * 4
 
 
+def test_a_lone_active_segment_is_rolled_for_tiering_only_where_kafka_rolls_it(make_log):
+    """Kafka's retention pass rolls the active segment of a tiered log when the same test that deletes
+    older segments holds for it: for size, only with local.retention.bytes=0 (found against Kafka 4.1 with
+    local.retention.bytes=1, where the last records stay local); for time, once it is older than local
+    retention."""
+    one = len(batch(2, ts=0))
+    for local_bytes, rolled in ((1, False), (one, False), (0, True)):
+        lg = make_log(f"roll{local_bytes}-0", segment_bytes=one * 2, remote_storage_enable=True,
+                      local_retention_bytes=local_bytes, file_delete_delay_ms=0)
+        fill(lg, 5, ts0=10**12)  # segments at 0, 4 and the active one at 8 (one batch)
+        lg.highest_offset_in_remote_storage = 7  # the two rolled segments are in the remote tier
+        lg.delete_old_segments(10**12)
+        assert [s.base_offset for s in lg.segments] == ([8, 10] if rolled else [8]), local_bytes
+        assert lg.local_log_start_offset == 8
+    lg = make_log("rolltime-0", segment_bytes=one * 2, remote_storage_enable=True, retention_ms=-1,
+                  local_retention_ms=1000, file_delete_delay_ms=0)
+    fill(lg, 5, ts0=1000)
+    lg.highest_offset_in_remote_storage = 7
+    lg.delete_old_segments(1000 + 4 * 1000 + 500)  # the active segment is younger than local retention
+    assert [s.base_offset for s in lg.segments] == [8]
+    lg.delete_old_segments(10**13)
+    assert [s.base_offset for s in lg.segments] == [8, 10]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.integers(1, 400), min_size=1, max_size=40), segment_bytes=st.integers(150, 2000),
        retention_bytes=st.integers(0, 8000))

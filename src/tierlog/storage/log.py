@@ -700,14 +700,34 @@ class Log:
         return self.config.remote_storage_enable and not self.config.remote_log_copy_disable
 
     def _maybe_roll_for_tiering(self, now: int, retention_ms: int, retention_bytes: int) -> None:
-        """Roll an active segment that alone breaches local retention, so it can be uploaded and then
-        deleted locally (Kafka does the same for tiered logs)."""
+        """Roll an active segment that breaches local retention itself, so it can be uploaded and then
+        deleted locally, as Kafka's ``deletableSegments`` does for tiered logs: its retention pass reaches
+        the active segment only past older segments it may delete, and then applies the same test to it.
+        For size that test (the bytes over retention still cover the whole segment) holds only with
+        ``local.retention.bytes=0``: with 1, say, the last records stay local, as on Kafka."""
         seg = self.active_segment
         if seg.size == 0 or self.high_watermark < self.log_end_offset:
             return
-        if (retention_ms >= 0 and now - seg.largest_timestamp() > retention_ms) or \
-                (0 <= retention_bytes < seg.size):
-            self.roll(now)
+        older = len(self.segments) - 1
+
+        def by_time(s, nxt):
+            return now - s.largest_timestamp() > retention_ms
+
+        def by_size():
+            excess = self.size_in_bytes - retention_bytes
+
+            def over(s, nxt):
+                nonlocal excess
+                if excess - s.size >= 0:
+                    excess -= s.size
+                    return True
+                return False
+            return over
+
+        for predicate in ([by_time] if retention_ms >= 0 else []) + ([by_size()] if retention_bytes >= 0 else []):
+            if len(self._deletable(predicate)) == older and predicate(seg, None):
+                self.roll(now)
+                return
 
     @_io("moving the log start offset of")
     def increment_log_start_offset_from_remote(self, offset: int) -> None:

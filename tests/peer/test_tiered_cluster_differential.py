@@ -1,0 +1,464 @@
+"""Tiered storage across three brokers held against Apache Kafka 4.1: a tierlog cluster (three brokers in
+ZooKeeper mode) and a three-node KRaft cluster of Kafka 4.1 (broker and controller in each node, three voters)
+tiering through Kafka's LocalTieredStorage into one shared folder, go through the same scenario, driven alike.
+
+The scenario, on an RF=3 tiered topic with 1 MB segments (Kafka's smallest) and ``local.retention.bytes=1``
+(each replica keeps only its active segment once the leader tiered the rest), replicas ``[1, 2, 3]``:
+
+(a) Follower catch-up from the remote tier (KIP-405). Records are written and tiered; follower 3 loses its
+    replica (SIGKILL, its partition folder deleted, started again). Its fetch from offset 0 lies below the
+    leader's local log start, so it is answered OFFSET_MOVED_TO_TIERED_STORAGE and builds its state from the
+    remote segment below that start. Compared: it rejoins the ISR; its local log starts at the leader's
+    local log start, which is the end + 1 of a remote segment; it holds the producer snapshot at that offset
+    and the leader's leader-epoch lineage; it keeps fewer segments than the topic has; every record reads
+    back.
+(b) ListOffsets EARLIEST_LOCAL (-4) and LATEST_TIERED (-5) asked of the leader, before and after the leader
+    is killed (and, after, once the new leader tiered records of its own epoch): -5 is the highest offset in
+    the remote tier, -4 is the leader's first local offset and -5 + 1, each answer's leader epoch is the one
+    of the batch holding its offset, -2 is 0 and -1 the log end.
+
+The two systems legitimately differ in raw numbers (segment boundaries follow batch sizes, KRaft and
+ZooKeeper count leader epochs differently), so each side's observations are reduced to relations (booleans
+and small counts) and those are compared; the raw answers are printed. One module fixture starts both
+clusters at once (tierlog's on a thread); the tests run in file order and leave every broker running.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import apache_kafka, rawclient
+from tests.harness.rawclient import RawClient, unique
+from tests.harness.tiered import tiered_settings
+from tests.harness.tierlog_cluster import replica_folder, start_cluster
+from tests.interop.clients import CLIENTS
+from tierlog.protocol import ApiKey
+from tierlog.records import iter_batches
+from tierlog.tiered.rsm.layout import SegmentManifest
+
+SEGMENT_BYTES = 1_048_576  # Kafka 4.1's smallest segment.bytes
+RECORDS = 7000  # of 1000 bytes: about 7 segments
+MORE = 3000  # written after the leader change, so the new leader tiers under its own epoch
+VALUE_BYTES = 1000
+TOPIC = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "1",
+         "min.insync.replicas": "2"}
+#: Given to both clusters: the remote log manager's tasks and retention checks every half second (what the
+#: single-node Kafka peer uses), a lagging follower out of the ISR within 10 s.
+SHARED = {"remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "500",
+          "replica.lag.time.max.ms": "10000", "auto.leader.rebalance.enable": "false"}
+SETTLE_S = 120
+RESTART_S = 180
+
+EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
+
+
+class Side:
+    """One cluster as the scenario drives it: brokers by id, killed and started again by PID, a replica's
+    folder, the remote tier's segments of a topic."""
+
+    name = ""
+
+    def address(self, broker_id: int) -> str:
+        raise NotImplementedError
+
+    def running_ids(self) -> list[int]:
+        raise NotImplementedError
+
+    def kill(self, broker_id: int) -> None:
+        raise NotImplementedError
+
+    def start(self, broker_id: int) -> None:
+        raise NotImplementedError
+
+    def replica_dir(self, broker_id: int, topic: str) -> Path:
+        raise NotImplementedError
+
+    def remote_segments(self, topic: str) -> list[tuple[int, int]]:
+        """(base offset, last offset) of every segment in the remote tier, by base offset."""
+        raise NotImplementedError
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in self.running_ids())
+
+    def partition(self, topic: str, via: int | None = None):
+        via = via or self.running_ids()[0]
+        t = rawclient.metadata(self.address(via), [topic]).topics[0]
+        assert t.error_code == 0, t
+        return t.partitions[0]
+
+
+class TierlogSide(Side):
+    name = "tierlog"
+
+    def __init__(self, cluster, root: Path):
+        self.cluster, self.root = cluster, root
+
+    def address(self, broker_id: int) -> str:
+        return self.cluster.brokers[broker_id].bootstrap
+
+    def running_ids(self) -> list[int]:
+        return self.cluster.running_ids()
+
+    def kill(self, broker_id: int) -> None:
+        self.cluster.brokers[broker_id].kill()
+
+    def start(self, broker_id: int) -> None:
+        self.cluster.start([broker_id], timeout=RESTART_S)
+
+    def replica_dir(self, broker_id: int, topic: str) -> Path:
+        return replica_folder(self.cluster, broker_id, topic)
+
+    def remote_segments(self, topic: str) -> list[tuple[int, int]]:
+        found = [SegmentManifest.from_json(p.read_bytes()) for p in (self.root / "remote").rglob("*.manifest")]
+        return sorted((m.start_offset, m.end_offset) for m in found if m.topic == topic)
+
+
+class KafkaSide(Side):
+    name = "kafka"
+
+    def __init__(self, cluster: apache_kafka.KafkaKRaftCluster):
+        self.cluster = cluster
+
+    def address(self, broker_id: int) -> str:
+        return self.cluster.brokers[broker_id].bootstrap
+
+    def running_ids(self) -> list[int]:
+        return self.cluster.running_ids()
+
+    def kill(self, broker_id: int) -> None:
+        self.cluster.kill(broker_id)
+
+    def start(self, broker_id: int) -> None:
+        self.cluster.start([broker_id], timeout=RESTART_S)
+
+    def replica_dir(self, broker_id: int, topic: str) -> Path:
+        return self.cluster.brokers[broker_id].log_dir / f"{topic}-0"
+
+    def remote_segments(self, topic: str) -> list[tuple[int, int]]:
+        """LocalTieredStorage keeps each segment's .log as it was uploaded, named by its base offset."""
+        out = []
+        for path in (self.cluster.remote_dir / "kafka-tiered-storage").glob(f"{topic}-0-*/*.log"):
+            last = None
+            for _, h in iter_batches(path.read_bytes()):
+                last = h.last_offset
+            if last is not None:
+                out.append((int(path.name.split("-", 1)[0]), last))
+        return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def sides(kafka_jars, tmp_path_factory, zookeeper):
+    root = tmp_path_factory.mktemp("tiered-cluster-differential")
+    settings = tiered_settings(root / "tierlog", **{
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "3", **SHARED})
+    box: dict = {}
+
+    def start_tierlog() -> None:
+        try:
+            box["cluster"] = start_cluster(root / "tierlog", zookeeper, 3, settings, timeout=RESTART_S)
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
+    thread.start()
+    try:
+        kafka = apache_kafka.start_kafka_kraft_cluster(root / "kafka", 3, tiered=True, settings=SHARED)
+    except BaseException:
+        thread.join()
+        if "cluster" in box:
+            box["cluster"].stop()
+        raise
+    thread.join()
+    if "error" in box:
+        kafka.stop()
+        raise box["error"]
+    pair = {"tierlog": TierlogSide(box["cluster"], root / "tierlog"), "kafka": KafkaSide(kafka)}
+    yield pair
+    kafka.stop()
+    box["cluster"].stop()
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def wait_until(check, what: str, timeout: float = SETTLE_S):
+    """Poll ``check()`` (errors of a broker starting or just killed count as not yet) until it returns
+    something true; AssertionError naming ``what`` and the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 - a broker starting or just killed
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def create(side: Side, topic: str) -> None:
+    """CreateTopics with replicas [1, 2, 3] (broker 1 leads on both sides), then leaders everywhere."""
+    raw = RawClient(rawclient.controller_address(side.bootstrap))
+    try:
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": topic, "num_partitions": -1, "replication_factor": -1,
+            "assignments": [{"partition_index": 0, "broker_ids": [1, 2, 3]}],
+            "configs": [{"name": k, "value": v} for k, v in TOPIC.items()]}],
+            "timeout_ms": 30000, "validate_only": False})
+    finally:
+        raw.close()
+    assert resp.topics[0].error_code == 0, resp.topics[0]
+    for i in side.running_ids():
+        rawclient.wait_for_leaders_on(side.address(i), topic, 1, 60)
+
+
+def value(i: int) -> bytes:
+    return (b"%07d-" % i).ljust(VALUE_BYTES, b"v")
+
+
+def write(side: Side, topic: str, first: int, count: int) -> None:
+    """``count`` records of VALUE_BYTES with an idempotent acks=all producer; all must be acknowledged."""
+    from confluent_kafka import Producer
+    errors: list = []
+    producer = Producer({"bootstrap.servers": side.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "message.timeout.ms": 120000, "log_level": 3})
+    for i in range(first, first + count):
+        while True:
+            try:
+                producer.produce(topic, value(i), partition=0,
+                                 on_delivery=lambda err, _m: errors.append(err) if err else None)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(120) == 0, f"{side.name}: records not acknowledged"
+    assert not errors, f"{side.name}: {errors[:3]}"
+
+
+def list_offsets(side: Side, broker_id: int, topic: str) -> dict[int, tuple[int, int, int]]:
+    """ListOffsets v9 for -2, -1, -4 and -5 asked of ``broker_id``: {timestamp: (error, offset, leader epoch)}."""
+    raw = RawClient(side.address(broker_id))
+    try:
+        out = {}
+        for ts in (EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED):
+            r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                "timestamp": ts}]}]})
+            p = r.topics[0].partitions[0]
+            out[ts] = (int(p.error_code), int(p.offset), int(p.leader_epoch))
+        return out
+    finally:
+        raw.close()
+
+
+def batch_epoch(side: Side, broker_id: int, topic: str, offset: int) -> int:
+    """The partition leader epoch of the batch holding ``offset``, fetched from ``broker_id`` (from the
+    remote tier when it is no longer local)."""
+    raw = RawClient(side.address(broker_id), timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            r = raw.request(ApiKey.FETCH, 12, {
+                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                             "partition_max_bytes": 1 << 20}]}]})
+            p = r.responses[0].partitions[0]
+            assert p.error_code == 0, f"{side.name}: fetch at {offset}: error {p.error_code}"
+            for _, h in iter_batches(p.records):
+                if h.base_offset <= offset <= h.last_offset:
+                    return h.partition_leader_epoch
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{side.name}: no batch holding {offset}")
+    finally:
+        raw.close()
+
+
+def local_bases(side: Side, broker_id: int, topic: str) -> list[int]:
+    return sorted(int(p.stem) for p in side.replica_dir(broker_id, topic).glob("*.log"))
+
+
+def local_end(side: Side, broker_id: int, topic: str) -> int | None:
+    """The offset after the last batch in the replica's newest non-empty local segment (None without one)."""
+    for base in reversed(local_bases(side, broker_id, topic)):
+        last = None
+        for _, h in iter_batches((side.replica_dir(broker_id, topic) / f"{base:020d}.log").read_bytes()):
+            last = h.last_offset
+        if last is not None:
+            return last + 1
+    return None
+
+
+def epoch_lineage(side: Side, broker_id: int, topic: str) -> list[int]:
+    """The epochs of the replica's leader-epoch-checkpoint (version, count, then ``epoch start`` lines)."""
+    path = side.replica_dir(broker_id, topic) / "leader-epoch-checkpoint"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [int(line.split()[0]) for line in lines[2:] if line.strip()]
+
+
+def settled(side: Side, leader: int, topic: str, end: int, segments: int) -> dict:
+    """Wait until the leader tiered every rolled segment (at least ``segments``) and deleted it locally, so
+    it keeps its active segment alone: -5 + 1 == -4 == its first local offset, -1 == ``end``, -5 is the
+    remote tier's highest offset; returns the answers and the remote segments."""
+    seen: dict = {}
+
+    def check():
+        ans = list_offsets(side, leader, topic)
+        remote = side.remote_segments(topic)
+        bases = local_bases(side, leader, topic)
+        seen.update(answers=ans, remote=remote[-3:], local=bases)
+        if (all(e == 0 for e, _, _ in ans.values()) and len(remote) >= segments and ans[LATEST][1] == end
+                and ans[LATEST_TIERED][1] == remote[-1][1] and ans[EARLIEST_LOCAL][1] == ans[LATEST_TIERED][1] + 1
+                and bases == [ans[EARLIEST_LOCAL][1]]):
+            return {"answers": ans, "remote": remote}
+        return None
+    try:
+        return wait_until(check, f"{side.name}: {topic} tiered and deleted locally on broker {leader}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen {seen}") from None
+
+
+def offsets_relations(side: Side, leader: int, topic: str, state: dict) -> dict:
+    """What -2, -1, -4 and -5 of the leader say, as relations that hold on both systems."""
+    ans, remote = state["answers"], state["remote"]
+    tiered_off, tiered_epoch = ans[LATEST_TIERED][1:]
+    local_off, local_epoch = ans[EARLIEST_LOCAL][1:]
+    return {
+        "earliest is 0": ans[EARLIEST][1] == 0,
+        "-5 is the remote tier's highest offset": tiered_off == max(last for _, last in remote),
+        "-5's epoch is its batch's": tiered_epoch == batch_epoch(side, leader, topic, tiered_off),
+        "-4 is -5 + 1": local_off == tiered_off + 1,
+        "-4 is the leader's first local offset": local_bases(side, leader, topic)[0] == local_off,
+        "-4 is a remote segment's end + 1": local_off in {last + 1 for _, last in remote},
+        "the newest records stay local (-4 < -1)": local_off < ans[LATEST][1],
+        "-4's epoch is its batch's": local_epoch == batch_epoch(side, leader, topic, local_off),
+        "remote segments contiguous from 0": remote[0][0] == 0 and all(
+            b[0] == a[1] + 1 for a, b in zip(remote, remote[1:])),
+    }
+
+
+def read_all(side: Side, topic: str, count: int) -> list[bytes]:
+    c = CLIENTS["confluent-kafka"](side.bootstrap)
+    try:
+        return [m.value for m in c.consume(topic, 0, "earliest", count, timeout=120)]
+    finally:
+        c.close()
+
+
+def in_parallel(act, pair: dict) -> dict:
+    """``act(side)`` on both sides at once (one thread each); {name: result}; the first error raised."""
+    results, errors = {}, []
+
+    def run(name: str) -> None:
+        try:
+            results[name] = act(pair[name])
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(n,)) for n in pair]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def assert_same(got: dict) -> None:
+    """Both sides' relations alike; a failure names each one that differs."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}: ") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+    t, k = flat(got["tierlog"]), flat(got["kafka"])
+    differ = [f"{key}: tierlog {t.get(key)}, kafka {k.get(key)}" for key in sorted(set(t) | set(k))
+              if t.get(key) != k.get(key)]
+    assert not differ, "\n".join(differ)
+    # Each relation is one Kafka keeps: the comparison checks what Kafka does, not a shared mistake.
+    assert all(k.values()), [key for key, v in k.items() if not v]
+    print(f"\n{len(t)} relations alike on both sides: " + "; ".join(t))
+
+
+# -------------------------------------------------------------------------------------------------- tests
+
+
+TOPICS: dict[str, str] = {}
+
+
+def test_a_lost_follower_catches_up_from_the_remote_tier_as_on_kafka(sides):
+    def scenario(side: Side) -> dict:
+        topic = TOPICS[side.name] = unique("tiered-catchup")
+        create(side, topic)
+        write(side, topic, 0, RECORDS)
+        before = settled(side, 1, topic, RECORDS, 4)
+        leader_local = before["answers"][EARLIEST_LOCAL][1]
+        leader_lineage = epoch_lineage(side, 1, topic)
+        # Follower 3 loses its replica.
+        side.kill(3)
+        shutil.rmtree(side.replica_dir(3, topic), ignore_errors=True)
+        side.start(3)
+        # A restart quicker than the failure detection may leave the ISR whole throughout: what shows the
+        # catch-up is broker 3's own log reaching the log end, then the ISR.
+        wait_until(lambda: local_end(side, 3, topic) == RECORDS, f"{side.name}: broker 3 caught up", RESTART_S)
+        wait_until(lambda: sorted(side.partition(topic, via=1).isr_nodes) == [1, 2, 3],
+                   f"{side.name}: broker 3 back in the ISR", RESTART_S)
+        bases = local_bases(side, 3, topic)
+        first = bases[0]
+        remote = side.remote_segments(topic)
+        values = read_all(side, topic, RECORDS)
+        seen = {"leader local start": leader_local, "follower first local": first, "follower segments": bases,
+                "remote": remote, "lineage": (leader_lineage, epoch_lineage(side, 3, topic))}
+        print(f"\n{side.name}: {seen}")
+        return {
+            "back in the ISR": True,
+            "follower starts above 0": first > 0,
+            "follower starts at the leader's local log start": first == leader_local,
+            "follower starts at a remote segment's end + 1": first in {last + 1 for _, last in remote},
+            "follower keeps fewer segments than the topic has": len(bases) < len(remote) + 1,
+            "producer snapshot at its start": (side.replica_dir(3, topic) / f"{first:020d}.snapshot").exists(),
+            "follower has the leader's epoch lineage": epoch_lineage(side, 3, topic) == leader_lineage,
+            "every record reads back in order": values == [value(i) for i in range(RECORDS)],
+        }
+    assert_same(in_parallel(scenario, sides))
+
+
+def test_list_offsets_earliest_local_and_latest_tiered_before_and_after_a_leader_change_as_on_kafka(sides):
+    if set(TOPICS) != {"tierlog", "kafka"}:
+        pytest.skip("needs the previous test's topics")
+
+    def scenario(side: Side) -> dict:
+        topic = TOPICS[side.name]
+        out = {}
+        state = settled(side, 1, topic, RECORDS, 4)
+        out["before"] = offsets_relations(side, 1, topic, state)
+        old_epoch = side.partition(topic, via=1).leader_epoch
+        side.kill(1)
+        new = wait_until(lambda: side.partition(topic, via=2).leader_id in (2, 3) and side.partition(topic, via=2),
+                         f"{side.name}: a new leader", RESTART_S)
+        leader, new_epoch = new.leader_id, new.leader_epoch
+        # The new leader answers about what the old one tiered.
+        state = settled(side, leader, topic, RECORDS, 4)
+        out["after the change"] = offsets_relations(side, leader, topic, state)
+        out["after the change"]["-5's epoch is below the new leader's"] = state["answers"][LATEST_TIERED][2] < new_epoch
+        # The new leader tiers records of its own epoch.
+        write(side, topic, RECORDS, MORE)
+        state = settled(side, leader, topic, RECORDS + MORE, len(state["remote"]) + 2)
+        out["after new writes"] = offsets_relations(side, leader, topic, state)
+        out["after new writes"]["-5's epoch is the new leader's"] = state["answers"][LATEST_TIERED][2] == new_epoch
+        out["new epoch above old"] = new_epoch > old_epoch
+        side.start(1)
+        wait_until(lambda: sorted(side.partition(topic, via=leader).isr_nodes) == [1, 2, 3],
+                   f"{side.name}: broker 1 back in the ISR", RESTART_S)
+        values = read_all(side, topic, RECORDS + MORE)
+        out["every record reads back in order"] = values == [value(i) for i in range(RECORDS + MORE)]
+        print(f"\n{side.name}: leader 1 (epoch {old_epoch}) -> {leader} (epoch {new_epoch}); "
+              f"last answers {state['answers']}, remote {state['remote']}")
+        return out
+    assert_same(in_parallel(scenario, sides))
