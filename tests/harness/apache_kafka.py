@@ -33,6 +33,7 @@ from tests.harness import zookeeper as zk
 from tests.harness.link_proxy import LinkProxy
 from tests.harness.prerequisites import load_script
 from tests.harness.prerequisites import unavailable as _unavailable
+from tests.harness.threads import in_parallel, start_together
 
 kafka_peer_module = load_script("kafka_peer.py", "tierlog_kafka_peer")
 run_tool = kafka_peer_module.run_tool
@@ -265,30 +266,16 @@ def start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, settings: dict, co
 
     from tests.harness.tierlog_cluster import start_cluster
     started = time.monotonic()
-    box: dict = {}
 
-    def start_tierlog() -> None:
-        try:
-            box["cluster"] = start_cluster(tierlog_dir, zookeeper, 3, settings, controller=controller, proxies=proxies)
-            box["seconds"] = time.monotonic() - started
-        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
-    thread.start()
-    try:
-        kafka = start_kafka_zk_cluster(kafka_dir, zookeeper, 3, settings=settings, controller=controller,
-                                       proxies=proxies)
-    except BaseException:
-        thread.join()
-        if "cluster" in box:
-            box["cluster"].stop()
-        raise
-    thread.join()
-    if "error" in box:
-        kafka.stop()
-        raise box["error"]
-    return kafka, box["cluster"], box["seconds"]
+    def tierlog():
+        cluster = start_cluster(tierlog_dir, zookeeper, 3, settings, controller=controller, proxies=proxies)
+        return cluster, time.monotonic() - started
+    both = start_together(
+        {"tierlog": tierlog, "kafka": lambda: start_kafka_zk_cluster(kafka_dir, zookeeper, 3, settings=settings,
+                                                                     controller=controller, proxies=proxies)},
+        {"tierlog": lambda started_: started_[0].stop(), "kafka": lambda kafka: kafka.stop()})
+    (cluster, seconds), kafka = both["tierlog"], both["kafka"]
+    return kafka, cluster, seconds
 
 
 
@@ -338,23 +325,12 @@ class KafkaKRaftCluster:
         """Start the given nodes (every one not running by default) in parallel: a node's start completes only
         once a quorum of controllers runs. If one fails, stop those started here."""
         ids = [i for i in (ids or list(self.brokers)) if not self.brokers[i].running()]
-        errors: list[BaseException] = []
-
-        def start(i: int) -> None:
-            try:
-                self.brokers[i].start(timeout)
-            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
-                errors.append(e)
-
-        threads = [threading.Thread(target=start, args=(i,)) for i in ids]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
+        try:
+            in_parallel(lambda i: self.brokers[i].start(timeout), ids)
+        except BaseException:
             for i in ids:
                 self.brokers[i].kill()
-            raise errors[0]
+            raise
         return self
 
     def kill(self, broker_id: int) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.harness.broker import BrokerProcess
 from tests.harness.link_proxy import LinkProxy
 from tests.harness.rawclient import RawClient
 from tests.harness.tcp_proxy import TcpProxy
+from tests.harness.threads import in_parallel
 from tests.harness.zookeeper import connect_string, free_port, unique_chroot
 from tierlog.protocol import ApiKey
 
@@ -55,24 +55,6 @@ def wait_until(check, timeout: float = 30, what: str = "the cluster"):
             last = e
         time.sleep(0.1)
     raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
-
-
-def in_parallel(act, items) -> None:
-    """``act(item)`` for every item at once, each on a thread; the first error is raised here."""
-    errors: list[BaseException] = []
-
-    def run(item) -> None:
-        try:
-            act(item)
-        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(item,)) for item in items]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 class TierlogCluster:

@@ -26,7 +26,6 @@ clusters at once (tierlog's on a thread); the tests run in file order and leave 
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import pytest
 
 from tests.harness import apache_kafka, rawclient
 from tests.harness.rawclient import RawClient, unique
+from tests.harness.threads import in_parallel, start_together
 from tests.harness.tiered import tiered_settings
 from tests.harness.tierlog_cluster import replica_folder, start_cluster
 from tests.interop.clients import CLIENTS
@@ -157,31 +157,14 @@ def sides(kafka_jars, tmp_path_factory, zookeeper):
     root = tmp_path_factory.mktemp("tiered-cluster-differential")
     settings = tiered_settings(root / "tierlog", **{
         "rlmm.config.remote.log.metadata.topic.replication.factor": "3", **SHARED})
-    box: dict = {}
-
-    def start_tierlog() -> None:
-        try:
-            box["cluster"] = start_cluster(root / "tierlog", zookeeper, 3, settings, timeout=RESTART_S)
-        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=start_tierlog, name="start-tierlog-cluster")
-    thread.start()
-    try:
-        kafka = apache_kafka.start_kafka_kraft_cluster(root / "kafka", 3, tiered=True, settings=SHARED)
-    except BaseException:
-        thread.join()
-        if "cluster" in box:
-            box["cluster"].stop()
-        raise
-    thread.join()
-    if "error" in box:
-        kafka.stop()
-        raise box["error"]
-    pair = {"tierlog": TierlogSide(box["cluster"], root / "tierlog"), "kafka": KafkaSide(kafka)}
+    both = start_together(
+        {"tierlog": lambda: start_cluster(root / "tierlog", zookeeper, 3, settings, timeout=RESTART_S),
+         "kafka": lambda: apache_kafka.start_kafka_kraft_cluster(root / "kafka", 3, tiered=True, settings=SHARED)},
+        {"tierlog": lambda c: c.stop(), "kafka": lambda k: k.stop()})
+    pair = {"tierlog": TierlogSide(both["tierlog"], root / "tierlog"), "kafka": KafkaSide(both["kafka"])}
     yield pair
-    kafka.stop()
-    box["cluster"].stop()
+    both["kafka"].stop()
+    both["tierlog"].stop()
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -351,23 +334,9 @@ def read_all(side: Side, topic: str, count: int) -> list[bytes]:
         c.close()
 
 
-def in_parallel(act, pair: dict) -> dict:
+def on_both(act, pair: dict) -> dict:
     """``act(side)`` on both sides at once (one thread each); {name: result}; the first error raised."""
-    results, errors = {}, []
-
-    def run(name: str) -> None:
-        try:
-            results[name] = act(pair[name])
-        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(n,)) for n in pair]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
+    return in_parallel(lambda name: act(pair[name]), pair)
 
 
 def assert_same(got: dict) -> None:
@@ -426,7 +395,7 @@ def test_a_lost_follower_catches_up_from_the_remote_tier_as_on_kafka(sides):
             "follower has the leader's epoch lineage": epoch_lineage(side, 3, topic) == leader_lineage,
             "every record reads back in order": values == [value(i) for i in range(RECORDS)],
         }
-    assert_same(in_parallel(scenario, sides))
+    assert_same(on_both(scenario, sides))
 
 
 def test_list_offsets_earliest_local_and_latest_tiered_before_and_after_a_leader_change_as_on_kafka(sides):
@@ -461,4 +430,4 @@ def test_list_offsets_earliest_local_and_latest_tiered_before_and_after_a_leader
         print(f"\n{side.name}: leader 1 (epoch {old_epoch}) -> {leader} (epoch {new_epoch}); "
               f"last answers {state['answers']}, remote {state['remote']}")
         return out
-    assert_same(in_parallel(scenario, sides))
+    assert_same(on_both(scenario, sides))

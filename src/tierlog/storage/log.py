@@ -133,6 +133,23 @@ class TimestampAndOffset:
     leader_epoch: int
 
 
+def _older_than(now_ms: int, retention_ms: int):
+    """Time retention's test of a segment (and its successor): its newest record is past retention."""
+    return lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms
+
+
+def _over_size(excess: int):
+    """Size retention's test, oldest segment first: a segment goes while the bytes over retention still
+    cover it whole (stateful: each segment that goes takes its size off the excess)."""
+    def over(seg, nxt) -> bool:
+        nonlocal excess
+        if excess - seg.size >= 0:
+            excess -= seg.size
+            return True
+        return False
+    return over
+
+
 class Log:
     """One partition's log in its folder ``<log dir>/<topic>-<partition>``."""
 
@@ -679,17 +696,9 @@ class Log:
         if tiered:
             self._maybe_roll_for_tiering(now, retention_ms, retention_bytes)
         if retention_ms >= 0:
-            deleted += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp() > retention_ms, now)
+            deleted += self._delete_while(_older_than(now, retention_ms), now)
         if retention_bytes >= 0:
-            excess = self.size_in_bytes - retention_bytes
-
-            def over_size(seg, nxt):
-                nonlocal excess
-                if excess - seg.size >= 0:
-                    excess -= seg.size
-                    return True
-                return False
-            deleted += self._delete_while(over_size, now)
+            deleted += self._delete_while(_over_size(self.size_in_bytes - retention_bytes), now)
         return deleted
 
     @property
@@ -709,22 +718,9 @@ class Log:
         if seg.size == 0 or self.high_watermark < self.log_end_offset:
             return
         older = len(self.segments) - 1
-
-        def by_time(s, nxt):
-            return now - s.largest_timestamp() > retention_ms
-
-        def by_size():
-            excess = self.size_in_bytes - retention_bytes
-
-            def over(s, nxt):
-                nonlocal excess
-                if excess - s.size >= 0:
-                    excess -= s.size
-                    return True
-                return False
-            return over
-
-        for predicate in ([by_time] if retention_ms >= 0 else []) + ([by_size()] if retention_bytes >= 0 else []):
+        predicates = ([_older_than(now, retention_ms)] if retention_ms >= 0 else []) + (
+            [_over_size(self.size_in_bytes - retention_bytes)] if retention_bytes >= 0 else [])
+        for predicate in predicates:
             if len(self._deletable(predicate)) == older and predicate(seg, None):
                 self.roll(now)
                 return
