@@ -117,15 +117,17 @@ def log(msg: str) -> None:
 
 
 class Cluster:
-    """Three brokers, ids 1..3; what the benchmark does to them, the same on both sides."""
+    """Three brokers, ids 1..3; what the benchmark does to them, the same on both sides. ``self.cluster`` is
+    the harness's cluster (running_ids, brokers with their bootstrap, stop)."""
 
     name = ""
+    cluster = None
 
     def running_ids(self) -> list[int]:
-        raise NotImplementedError
+        return self.cluster.running_ids()
 
     def address(self, broker_id: int) -> str:
-        raise NotImplementedError
+        return self.cluster.brokers[broker_id].bootstrap
 
     def pid(self, broker_id: int) -> int:
         raise NotImplementedError
@@ -137,7 +139,7 @@ class Cluster:
         raise NotImplementedError
 
     def stop(self) -> None:
-        raise NotImplementedError
+        self.cluster.stop()
 
     @property
     def bootstrap(self) -> str:
@@ -155,14 +157,9 @@ class Cluster:
 class TierlogCluster(Cluster):
     name = "tierlog"
 
-    def __init__(self, work: Path, server):
-        self.cluster = start_cluster(work, server, brokers=3, settings=SETTINGS, chroot=zk.unique_chroot("tierlog"))
-
-    def running_ids(self) -> list[int]:
-        return self.cluster.running_ids()
-
-    def address(self, broker_id: int) -> str:
-        return self.cluster.brokers[broker_id].bootstrap
+    def __init__(self, work: Path, server, settings: dict | None = None, timeout: float = 60):
+        self.cluster = start_cluster(work, server, brokers=3, settings=settings or SETTINGS,
+                                     chroot=zk.unique_chroot("tierlog"), timeout=timeout)
 
     def pid(self, broker_id: int) -> int:
         return self.cluster.brokers[broker_id].proc.pid
@@ -172,9 +169,6 @@ class TierlogCluster(Cluster):
 
     def restart(self, broker_id: int) -> None:
         self.cluster.start([broker_id])  # on its previous port and log dir
-
-    def stop(self) -> None:
-        self.cluster.stop()
 
 
 class KafkaCluster(Cluster):
@@ -187,12 +181,6 @@ class KafkaCluster(Cluster):
             b.jvm_opts = vk.KAFKA_JVM_OPTS  # kafka-server-start.sh's heap, as bench/vs_kafka.py gives 4.1
         self.cluster.start()
 
-    def running_ids(self) -> list[int]:
-        return self.cluster.running_ids()
-
-    def address(self, broker_id: int) -> str:
-        return self.cluster.brokers[broker_id].bootstrap
-
     def pid(self, broker_id: int) -> int:
         return self.cluster.brokers[broker_id].pid
 
@@ -201,9 +189,6 @@ class KafkaCluster(Cluster):
 
     def restart(self, broker_id: int) -> None:
         self.cluster.brokers[broker_id].start()  # on its previous port and log dir
-
-    def stop(self) -> None:
-        self.cluster.stop()
 
 
 def wait_formed(cluster: Cluster, timeout: float = 120) -> int:

@@ -37,6 +37,7 @@ average at the start and the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -54,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from tests.harness import apache_kafka, rawclient  # noqa: E402
 from tests.harness import zookeeper as zk  # noqa: E402
 from tests.harness.tiered import tiered_settings  # noqa: E402
-from tests.harness.tierlog_cluster import start_cluster, wait_until  # noqa: E402
+from tests.harness.tierlog_cluster import wait_until  # noqa: E402
 
 from tierlog.protocol import ApiKey  # noqa: E402
 
@@ -79,46 +80,25 @@ def log(msg: str) -> None:
     print(f"[tiered_cluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-class TierlogTiered(rep.Cluster):
-    name = "tierlog"
+class TierlogTiered(rep.TierlogCluster):
+    """bench/replication.py's three tierlog brokers, tiering to one shared folder."""
 
     def __init__(self, work: Path, server):
         settings = {**tiered_settings(work, **{"rlmm.config.remote.log.metadata.topic.replication.factor": "3"}),
                     **SHARED, "offsets.topic.num.partitions": "6", "metrics.port": "0"}
-        self.cluster = start_cluster(work, server, brokers=3, settings=settings, chroot=zk.unique_chroot("tierlog"),
-                                     timeout=120)
-
-    def running_ids(self) -> list[int]:
-        return self.cluster.running_ids()
-
-    def address(self, broker_id: int) -> str:
-        return self.cluster.brokers[broker_id].bootstrap
-
-    def pid(self, broker_id: int) -> int:
-        return self.cluster.brokers[broker_id].proc.pid
-
-    def stop(self) -> None:
-        self.cluster.stop()
+        super().__init__(work, server, settings, timeout=120)
 
 
 class KafkaTiered(rep.Cluster):
     name = "kafka"
 
     def __init__(self, work: Path):
-        self.cluster = apache_kafka.start_kafka_kraft_cluster(work, 3, tiered=True, settings=SHARED,
-                                                              jvm_opts=vk.KAFKA_JVM_OPTS)
-
-    def running_ids(self) -> list[int]:
-        return self.cluster.running_ids()
-
-    def address(self, broker_id: int) -> str:
-        return self.cluster.brokers[broker_id].bootstrap
+        with contextlib.redirect_stdout(sys.stderr):  # the harness announces the cluster; stdout is the JSON line
+            self.cluster = apache_kafka.start_kafka_kraft_cluster(work, 3, tiered=True, settings=SHARED,
+                                                                  jvm_opts=vk.KAFKA_JVM_OPTS)
 
     def pid(self, broker_id: int) -> int:
         return self.cluster.brokers[broker_id].pid
-
-    def stop(self) -> None:
-        self.cluster.stop()
 
 
 def create_topic(cluster: rep.Cluster, name: str, args) -> None:

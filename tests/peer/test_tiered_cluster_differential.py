@@ -36,6 +36,7 @@ from tests.harness.rawclient import RawClient, unique
 from tests.harness.threads import in_parallel, start_together
 from tests.harness.tiered import tiered_settings
 from tests.harness.tierlog_cluster import replica_folder, start_cluster
+from tests.harness.tierlog_cluster import wait_until as cluster_wait_until
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
@@ -171,19 +172,8 @@ def sides(kafka_jars, tmp_path_factory, zookeeper):
 
 
 def wait_until(check, what: str, timeout: float = SETTLE_S):
-    """Poll ``check()`` (errors of a broker starting or just killed count as not yet) until it returns
-    something true; AssertionError naming ``what`` and the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - a broker starting or just killed
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    """The cluster harness's poll (errors of a broker starting or just killed count as not yet), what first."""
+    return cluster_wait_until(check, timeout, what)
 
 
 def create(side: Side, topic: str) -> None:
