@@ -66,7 +66,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> BrokerProcess:
+    def start(self, timeout: float = 60) -> BrokerProcess:  # a loaded 2-core CI machine starts Python slowly
         args = [sys.executable, "-m", "tierlog", "broker"]
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
