@@ -129,12 +129,12 @@ class ReplicaManager:
                 log.warning("Deleting log %s-%d: its partition is not in the cluster metadata (or no longer "
                             "assigned to this broker)", *tp)
                 self.log_manager.delete_log(*tp)
-        self._lead_tiered(self.partitions.values())
+        self._tier_partitions(self.partitions.values())
 
     def leads(self, partition: Partition) -> bool:
         return partition.leader_id == self.node_id
 
-    def _lead_tiered(self, partitions: Iterable[Partition]) -> None:
+    def _tier_partitions(self, partitions: Iterable[Partition]) -> None:
         """Hand the partitions whose logs have remote storage in effect to the remote log manager: those this
         broker leads get copy and expiration tasks, those it follows a follower task."""
         rlm = self.remote_log_manager
@@ -240,7 +240,7 @@ class ReplicaManager:
                 if new_term or was_leader:
                     self._make_follower(partition)
             self._wake((topic.name, p))
-        self._lead_tiered(gained)
+        self._tier_partitions(gained)
         if rlm is not None and any(p.remote_storage_enabled for p in lost):
             # Copy and expiration stop; the replica follows the new leader's uploads (on_follow above).
             rlm.spawn(rlm.stop_tasks([p for p in lost if p.remote_storage_enabled], stop_following=False),
@@ -255,12 +255,12 @@ class ReplicaManager:
             for p in topic.partitions:
                 if self._hosts(topic, p):
                     self._add(topic, p, is_new=True)
-            self._lead_tiered(self._topic_partitions(topic.name))
+            self._tier_partitions(self._topic_partitions(topic.name))
         for topic, added in delta.partitions_added:
             for p in added:
                 if self._hosts(topic, p):
                     self._add(topic, p, is_new=True)
-            self._lead_tiered(self._topic_partitions(topic.name))
+            self._tier_partitions(self._topic_partitions(topic.name))
         for topic in delta.partitions_changed:
             self._leadership_changed(topic)
         for topic in delta.deleted:
@@ -284,7 +284,7 @@ class ReplicaManager:
             if rlm is None:
                 continue
             if config.remote_storage_enable:
-                self._lead_tiered(partitions)  # newly tiered topics start copying from the log start
+                self._tier_partitions(partitions)  # newly tiered topics start copying from the log start
                 for p in partitions:
                     rlm.on_config_change(p)
             elif was_tiered:
