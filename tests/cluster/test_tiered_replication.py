@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from tests.harness.rawclient import unique
-from tests.harness.tiered import call, tier_status, tiered_settings
+from tests.harness.tiered import call, sample_value, scrape, tier_status, tiered_settings
 from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_isr
 from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
@@ -114,6 +114,15 @@ def test_followers_drop_what_the_leader_tiered_and_a_lost_replica_is_rebuilt_fro
     follower_rows = [p for p in tier_status(cluster.brokers[2], topic)["partitions"] if p["role"] == "follower"]
     assert follower_rows and follower_rows[0]["leader"] == 1
     assert follower_rows[0]["highest_offset_in_remote_storage"] >= st["highest_offset_in_remote_storage"] - 200
+    # The same in the metrics: every replica names broker 1 as the one that copies, only broker 1 copies, and
+    # each follower's tiering progress is the leader's uploads (up to one task interval behind).
+    for b in (1, 2, 3):
+        samples = scrape(cluster.brokers[b])
+        assert sample_value(samples, "tierlog_remote_copier", topic=topic, partition=0) == 1
+        assert sample_value(samples, "tierlog_remote_copying", topic=topic, partition=0) == (b == 1)
+        tiered = sample_value(samples, "tierlog_remote_highest_tiered_offset", topic=topic, partition=0)
+        assert tiered >= st["highest_offset_in_remote_storage"] - 200, (b, tiered)
+        assert sample_value(samples, "tierlog_remote_local_log_start_offset", topic=topic, partition=0) > 0
 
     # Broker 2 loses its replica: its fetch from offset 0 is answered OFFSET_MOVED_TO_TIERED_STORAGE and it
     # builds its state from the remote segment below the leader's local log start.

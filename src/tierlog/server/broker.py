@@ -62,6 +62,7 @@ from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC
 from tierlog.tiered.rsm import create_remote_storage_manager
+from tierlog.tiered.tiering_metrics import TieringStateCollector
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,8 @@ class Broker:
             return None if rlm is None else rlm.not_ready_reason() is None
 
         self.metrics.register(BrokerStateCollector(self.node_id, lambda: rm.partitions.values(), rlmm_ready))
+        if rlm is not None:
+            self.metrics.register(TieringStateCollector(rlm))
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self.metrics.registry)
 
