@@ -5,7 +5,7 @@ pointed at the same remote folder, gets the topic back with `tierlog tier restor
 every tiered record at its original offset, timestamp, key, value and headers (read with kafka-python from
 earliest), and a new record right after the last restored one. Once the new cluster tiers the topic further
 (into its own key folder), the store holds one chain across both folders, and a second restore changes
-nothing."""
+nothing. The same with the store in an S3 bucket (a moto server) instead of a folder."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from tests.harness.s3 import s3_configs
 from tests.harness.tiered import tier_status, tiered_settings
 from tests.harness.tierlog_cluster import start_cluster, wait_until
 
@@ -77,8 +80,20 @@ def restore_cli(config_file, bootstrap: str, *extra: str) -> subprocess.Complete
                           capture_output=True, text=True, timeout=180)
 
 
-def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper):
+def store_settings(backend: str, tmp_path, request) -> dict:
+    """Broker settings tiering to a folder, or to a bucket prefix of the module's moto S3 server."""
     settings = tiered_settings(tmp_path)
+    if backend == "s3":
+        del settings["rsm.config.dir"]
+        settings["remote.log.storage.manager.class.name"] = "objectstore"
+        s3 = s3_configs(request.getfixturevalue("moto_s3"), f"s3://tiered/{uuid.uuid4().hex}")
+        settings.update({f"rsm.config.{k}": v for k, v in s3.items()})
+    return settings
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "s3"])
+def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper, backend, request):
+    settings = store_settings(backend, tmp_path, request)
     old = start_cluster(tmp_path / "old", zookeeper, brokers=2, settings=settings)
     try:
         admin = KafkaAdminClient(bootstrap_servers=old.bootstrap)
@@ -96,8 +111,12 @@ def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper):
         per_partition = 2 * RECORDS // PARTITIONS
         # Most of each partition tiered (the active segment never is); uploads may go on until the cluster
         # stops, so what the store holds then (the restore plan) is the reference, at least this much.
-        copied = {p: old.wait_until(lambda p=p: (e := remote_end(old, leaders(old)[p], p)) >= per_partition * 3 // 4
-                                    and e, 90, f"partition {p} tiered") for p in range(PARTITIONS)}
+        try:
+            copied = {p: old.wait_until(lambda p=p: (e := remote_end(old, leaders(old)[p], p)) >= per_partition * 3 // 4
+                                        and e, 90, f"partition {p} tiered") for p in range(PARTITIONS)}
+        except AssertionError as e:  # say where the uploads stand
+            raise AssertionError(f"{e}; tier status: { {i: tier_status(old.brokers[i], TOPIC) for i in old.brokers} }"
+                                 ) from None
         before = read_all(old.bootstrap, {p: per_partition for p in range(PARTITIONS)})
         assert all(len(before[p]) == per_partition for p in before)
     finally:
