@@ -246,7 +246,7 @@ _TIME_KINDS = ("timedelta_i32", "timedelta_i64", "datetime_i64")
 
 
 class _Plan:
-    __slots__ = ("cls", "converters", "aliases", "required", "other_versions", "_zeros")
+    __slots__ = ("cls", "converters", "aliases", "required", "_other_versions", "_zeros")
 
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
@@ -261,8 +261,17 @@ class _Plan:
                 self.aliases[f.name + "_ms"] = f.name
             if f.default is _MISSING and f.default_factory is _MISSING:
                 self.required.append((f.name, hints[f.name]))
-        self.other_versions = _names_in_other_versions(cls)
+        self._other_versions: frozenset[str] | None = None
         self._zeros: dict[str, Any] | None = None
+
+    @property
+    def other_versions(self) -> frozenset[str]:
+        """Names of the other versions' fields, read only when a key is not this version's: finding them
+        imports every version of the message (hundreds of ms for Fetch), which a process whose requests all
+        fit their version never needs."""
+        if self._other_versions is None:
+            self._other_versions = _names_in_other_versions(self.cls)
+        return self._other_versions
 
     def zeros(self) -> dict[str, Any]:
         if self._zeros is None:  # lazily: nested zero structs build through their own plans
