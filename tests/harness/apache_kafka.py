@@ -297,8 +297,8 @@ KRAFT_CLUSTER_SETTINGS = {
 
 
 class KafkaKRaftCluster:
-    """Kafka 4.1 (or ``version``) nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the N static
-    voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
+    """Kafka 4.1 (or ``version``) nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the
+    N static voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
     (``bootstrap``, ``pid``, ``log_dir``, ``start()``, ``stop()``, ``kill()``); with ``tiered``, all tier
     into ``remote_dir`` through Kafka's LocalTieredStorage. Every node is stopped by its PID;
     ``KafkaKRaftCluster.started`` holds every cluster, so the plugin kills what a teardown did not reach.
