@@ -25,7 +25,7 @@ from tierlog.tiered.rsm.layout import SegmentManifest
 
 VALUE_BYTES = 1000
 SETTLE_S = 120
-EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
+EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -2, -1, -4, -5, -6
 
 
 class Side:
@@ -190,13 +190,15 @@ def write(side: Side, topic: str, first: int, count: int) -> None:
     assert not errors, f"{side.name}: {errors[:3]}"
 
 
-def list_offsets(side: Side, broker_id: int, topic: str) -> dict[int, tuple[int, int, int]]:
-    """ListOffsets v9 for -2, -1, -4 and -5 asked of ``broker_id``: {timestamp: (error, offset, leader epoch)}."""
+def list_offsets(side: Side, broker_id: int, topic: str, timestamps=(EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED),
+                 version: int = 9) -> dict[int, tuple[int, int, int]]:
+    """ListOffsets (v9: -2, -1, -4 and -5; v11 knows -6 too) asked of ``broker_id`` from a consumer:
+    {timestamp: (error, offset, leader epoch)}."""
     raw = RawClient(side.address(broker_id))
     try:
         out = {}
-        for ts in (EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED):
-            r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+        for ts in timestamps:
+            r = raw.request(ApiKey.LIST_OFFSETS, version, {"replica_id": -1, "isolation_level": 0, "topics": [
                 {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
                                                 "timestamp": ts}]}]})
             p = r.topics[0].partitions[0]

@@ -37,7 +37,9 @@ from tests.harness.rawclient import unique
 from tests.harness.threads import in_parallel, start_together
 from tests.harness.tiered import tiered_settings
 from tests.harness.tiered_sides import (
+    EARLIEST,
     EARLIEST_LOCAL,
+    EARLIEST_PENDING_UPLOAD,
     LATEST,
     LATEST_TIERED,
     KafkaSide,
@@ -101,8 +103,10 @@ def sides(kafka_kip1023_jars, tmp_path_factory, zookeeper):
 
 def tiered_tail(side: Side, topic: str, end: int, kept_locally: bool) -> dict:
     """Wait until leader 1 holds ``end`` records and tiered every rolled segment: -5 + 1 is the base of its
-    active segment; with ``kept_locally`` its local log still starts at 0, else local retention moved it up.
-    Returns the ListOffsets answers and the leader's local segment bases."""
+    active segment; with ``kept_locally`` its local log still starts at 0, else local retention moved it up
+    as far as Kafka's rule goes (a segment is deleted while the local log without it still reaches
+    ``local.retention.bytes``), so the leader's local log start stands still from here. Returns the
+    ListOffsets answers (-6 too, asked with v11) and the leader's local segment bases."""
     seen: dict = {}
 
     def check():
@@ -112,13 +116,21 @@ def tiered_tail(side: Side, topic: str, end: int, kept_locally: bool) -> dict:
         local_start, tiered = ans[EARLIEST_LOCAL][1], ans[LATEST_TIERED][1]
         if (all(e == 0 for e, _, _ in ans.values()) and ans[LATEST][1] == end and len(bases) >= 2
                 and tiered >= 0 and tiered + 1 == bases[-1] and local_start == bases[0]
-                and (local_start == 0) == kept_locally):
+                and (local_start == 0) == kept_locally
+                and (kept_locally or local_bytes(side, 1, topic) - first_bytes(side, 1, topic) < TAIL_BYTES)):
+            ans.update(list_offsets(side, 1, topic, (EARLIEST_PENDING_UPLOAD,), version=11))
             return {"answers": ans, "local": bases}
         return None
     try:
         return wait_until(check, f"{side.name}: {topic} tiered on broker 1")
     except AssertionError as e:
         raise AssertionError(f"{e}; last seen {seen}") from None
+
+
+def first_bytes(side: Side, broker_id: int, topic: str) -> int:
+    """The size of the replica's first local segment (.log)."""
+    first = local_bases(side, broker_id, topic)[0]
+    return (side.replica_dir(broker_id, topic) / f"{first:020d}.log").stat().st_size
 
 
 def reassign(side: Side, targets: dict[str, list[int]]) -> None:
@@ -171,7 +183,7 @@ def test_an_empty_follower_starts_after_the_last_tiered_offset_as_on_kafka_4_3(s
             wait_until(lambda t=names[kind], b=new, n=RECORDS[kind]: local_end(side, b, t) == n,
                        f"{side.name}: broker {new} holding all of {names[kind]}")
 
-        seen, out = {}, {}
+        seen, out, pending_relations = {}, {}, {}
         for kind, new in (("on", 3), ("off", 2), ("local", 3)):
             topic, ans = names[kind], before[kind]["answers"]
             tiered, leader_local = ans[LATEST_TIERED][1], ans[EARLIEST_LOCAL][1]
@@ -185,6 +197,14 @@ def test_an_empty_follower_starts_after_the_last_tiered_offset_as_on_kafka_4_3(s
                           "copied": share(copied, whole), "leader local": share(leader_bytes, whole)}
             out[kind] = {"copied": copied, "first": first, "tiered": tiered, "leader local": leader_local,
                          "leader bytes": leader_bytes, "whole": whole}
+            seen[kind]["-6"] = ans[EARLIEST_PENDING_UPLOAD]
+            pending_error, pending, pending_epoch = ans[EARLIEST_PENDING_UPLOAD]
+            pending_relations[kind] = {
+                "ListOffsets -6 (v11) answered": pending_error == 0,
+                "-6 is -5 + 1 (the earliest pending upload)": pending == tiered + 1,
+                "-6's leader epoch is -5's": pending_epoch == ans[LATEST_TIERED][2],
+                "-2 is 0": ans[EARLIEST][1] == 0,
+            }
 
         on, off, local = out["on"], out["off"], out["local"]
         snapshot = side.replica_dir(3, names["on"]) / f"{on['first']:020d}.snapshot"
@@ -210,6 +230,7 @@ def test_an_empty_follower_starts_after_the_last_tiered_offset_as_on_kafka_4_3(s
                 "the new follower copied the whole log from 0 (the leader answered its fetch at 0)":
                     local["first"] == 0 and local["copied"] >= local["whole"] * 0.9,
             },
+            "leader 1 before the reassignment": pending_relations,
         }
 
         # Broker 3 leads "on" (preferred, first of its replicas) and serves every record from the earliest:
