@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Apache Kafka as a reference peer: resolve it from Maven Central, run its tools, run a broker.
 
-Two releases: Kafka 4.1 (KRaft), the peer of the single-node broker, and Kafka 3.9, the last release
-with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing from Kafka lives in the
+Three releases: Kafka 4.1 (KRaft), the peer of the single-node broker and the default everywhere; Kafka
+4.3 (KRaft, ``KIP1023_KAFKA_VERSION``), the first release with KIP-1023
+(``follower.fetch.last.tiered.offset.enable``), asked for by name (``version=``); and Kafka 3.9, the last
+release with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing from Kafka lives in the
 repository. The jars are copied by Maven into a cache folder per release outside it
-(``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE`` and ``$TIERLOG_KAFKA_ZK_CACHE``) the
-first time they are needed, from a pom this script writes into that folder.
+(``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_43_CACHE`` and
+``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that folder.
 
 Command line::
 
-    scripts/kafka_peer.py resolve               # resolve both releases if needed (CI can do this up front)
+    scripts/kafka_peer.py resolve               # resolve the three releases if needed (CI can do this up front)
     scripts/kafka_peer.py classpath             # resolve 4.1 if needed, print the classpath
     scripts/kafka_peer.py tool TopicCommand --bootstrap-server 127.0.0.1:9092 --list
     scripts/kafka_peer.py zk-tool TopicCommand --bootstrap-server 127.0.0.1:9092 --describe   # 3.9's tools
-    scripts/kafka_peer.py server [--tiered]     # a single-node KRaft broker until Ctrl-C
+    scripts/kafka_peer.py server [--tiered] [--kafka-version 4.3.1]   # a single-node KRaft broker until Ctrl-C
 
 From Python (the tests load this file with importlib)::
 
@@ -22,6 +24,7 @@ From Python (the tests load this file with importlib)::
     with KafkaServer(tmp_dir, tiered=True) as kafka:
         kafka.bootstrap   # "127.0.0.1:<port>"
     KafkaZkBroker(tmp_dir, 1, "127.0.0.1:2181/kafka").start()    # one 3.9 broker in ZooKeeper mode
+    KafkaServer(tmp_dir, version=KIP1023_KAFKA_VERSION)         # a Kafka 4.3 broker
 
 Every server runs on 127.0.0.1 and is stopped by its PID (SIGTERM, then SIGKILL).
 """
@@ -47,13 +50,21 @@ import uuid
 from pathlib import Path
 
 KAFKA_VERSION = "4.1.0"
+#: The first release with KIP-1023 (an empty follower starts after the leader's last tiered offset).
+KIP1023_KAFKA_VERSION = "4.3.1"
+#: The KRaft releases, each with its own cache folder and the same code path.
+KRAFT_VERSIONS = (KAFKA_VERSION, KIP1023_KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 #: The last Kafka release with ZooKeeper mode (4.0 removed it): the reference for tierlog's ZooKeeper clusters.
 ZK_KAFKA_VERSION = "3.9.1"
 #: The logging Kafka 3.9 ships with (log4j 1.2's API on reload4j, through slf4j).
 ZK_SLF4J_VERSION = "1.7.36"
 ZK_RELOAD4J_VERSION = "1.2.25"
-LOG4J_VERSION = "2.24.3"  # the log4j2 that Kafka 4.1 itself depends on
+#: The log4j2 each KRaft release itself depends on (its backend is not among Kafka's runtime dependencies).
+LOG4J_VERSIONS = {KAFKA_VERSION: "2.24.3", KIP1023_KAFKA_VERSION: "2.25.4"}
+#: The variable that moves each release's cache folder.
+CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", KIP1023_KAFKA_VERSION: "TIERLOG_KAFKA_43_CACHE",
+             ZK_KAFKA_VERSION: "TIERLOG_KAFKA_ZK_CACHE"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Short names for Kafka's command-line classes (4.x moved most of them to kafka-tools).
@@ -156,14 +167,16 @@ class KafkaPeerError(RuntimeError):
 
 # --------------------------------------------------------------------------------------------- resolve
 
-def cache_dir() -> Path:
-    """The folder holding the generated pom and ``lib/``; never inside the repository."""
-    return _cache_dir("TIERLOG_KAFKA_CACHE", KAFKA_VERSION)
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    """The folder holding a KRaft release's generated pom and ``lib/``; never inside the repository."""
+    if _zk_mode(version):
+        raise KafkaPeerError(f"Kafka {version} is the ZooKeeper-mode release: zk_cache_dir()")
+    return _cache_dir(CACHE_ENV[version], version)
 
 
 def zk_cache_dir() -> Path:
     """The same for Kafka 3.9 (ZooKeeper mode), beside it: ``kafka-3.9.1`` or ``$TIERLOG_KAFKA_ZK_CACHE``."""
-    return _cache_dir("TIERLOG_KAFKA_ZK_CACHE", ZK_KAFKA_VERSION)
+    return _cache_dir(CACHE_ENV[ZK_KAFKA_VERSION], ZK_KAFKA_VERSION)
 
 
 def _cache_dir(env_name: str, version: str) -> Path:
@@ -175,8 +188,8 @@ def _cache_dir(env_name: str, version: str) -> Path:
     return path
 
 
-def lib_dir() -> Path:
-    return cache_dir() / "lib"
+def lib_dir(version: str = KAFKA_VERSION) -> Path:
+    return cache_dir(version) / "lib"
 
 
 def _dependency(group: str, artifact: str, version: str, classifier: str | None = None) -> str:
@@ -200,17 +213,21 @@ def _pom(artifact_id: str, description: str, deps: str) -> str:
 """
 
 
-def pom_xml() -> str:
+def pom_xml(version: str = KAFKA_VERSION) -> str:
+    """A KRaft release's broker, its tools, LocalTieredStorage and the log4j2 backend it was built with."""
+    cache_dir(version)  # a KRaft release, or KafkaPeerError
+    log4j = LOG4J_VERSIONS[version]
     deps = "".join([
-        _dependency("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
-        _dependency("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
+        _dependency("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
+        _dependency("org.apache.kafka", "kafka-tools", version),
         # LocalTieredStorage (the file-system RemoteStorageManager Kafka's own tests use) ships in
         # kafka-storage's test jar.
-        _dependency("org.apache.kafka", "kafka-storage", KAFKA_VERSION, classifier="test"),
-        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
-        _dependency("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+        _dependency("org.apache.kafka", "kafka-storage", version, classifier="test"),
+        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", log4j),
+        _dependency("org.apache.logging.log4j", "log4j-core", log4j),
     ])
-    return _pom("kafka-peer", f"Apache Kafka {KAFKA_VERSION} as a test peer", deps)
+    artifact = "kafka-peer" if version == KAFKA_VERSION else f"kafka-peer-{version}"
+    return _pom(artifact, f"Apache Kafka {version} as a test peer", deps)
 
 
 def zk_pom_xml() -> str:
@@ -225,8 +242,13 @@ def zk_pom_xml() -> str:
     return _pom("kafka-zk-peer", f"Apache Kafka {ZK_KAFKA_VERSION} in ZooKeeper mode as a test peer", deps)
 
 
-def _complete_marker() -> Path:
-    return lib_dir() / ".complete"
+def _complete_marker(version: str = KAFKA_VERSION) -> Path:
+    return lib_dir(version) / ".complete"
+
+
+def resolved(version: str = KAFKA_VERSION) -> bool:
+    """True when a KRaft release's jars are in their cache (no Maven needed)."""
+    return _complete_marker(version).exists()
 
 
 def zk_resolved() -> bool:
@@ -234,21 +256,21 @@ def zk_resolved() -> bool:
     return (zk_cache_dir() / "lib" / ".complete").exists()
 
 
-def missing_prerequisites(need_maven: bool | None = None) -> list[str]:
+def missing_prerequisites(need_maven: bool | None = None, version: str = KAFKA_VERSION) -> list[str]:
     """What this machine lacks to run the peer (empty when all is there)."""
     missing = []
     if shutil.which("java") is None:
         missing.append("java (a JDK 17+ on PATH)")
     if need_maven is None:
-        need_maven = not _complete_marker().exists()
+        need_maven = not (zk_resolved() if _zk_mode(version) else resolved(version))
     if need_maven and shutil.which("mvn") is None:
         missing.append("mvn (Apache Maven, to fetch Kafka from Maven Central)")
     return missing
 
 
-def resolve(verbose: bool = False) -> list[Path]:
-    """The Kafka jars, downloading them with Maven when the cache is empty."""
-    return _resolve(cache_dir(), pom_xml(), f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}", verbose)
+def resolve(verbose: bool = False, version: str = KAFKA_VERSION) -> list[Path]:
+    """A KRaft release's jars (4.1 by default), downloading them with Maven when its cache is empty."""
+    return _resolve(cache_dir(version), pom_xml(version), f"kafka_{SCALA_VERSION}-{version}", verbose)
 
 
 def resolve_zk(verbose: bool = False) -> list[Path]:
@@ -291,14 +313,14 @@ def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
 
 
 def classpath(version: str = KAFKA_VERSION) -> str:
-    jars = resolve_zk() if _zk_mode(version) else resolve()
+    jars = resolve_zk() if _zk_mode(version) else resolve(version=version)
     return os.pathsep.join(str(j) for j in jars)
 
 
 def _zk_mode(version: str) -> bool:
-    """True for Kafka 3.9 (ZooKeeper mode), False for 4.1; any other version is a mistake."""
-    if version not in (KAFKA_VERSION, ZK_KAFKA_VERSION):
-        raise KafkaPeerError(f"no Kafka {version} here: {KAFKA_VERSION} or {ZK_KAFKA_VERSION}")
+    """True for Kafka 3.9 (ZooKeeper mode), False for the KRaft releases; any other version is a mistake."""
+    if version not in (*KRAFT_VERSIONS, ZK_KAFKA_VERSION):
+        raise KafkaPeerError(f"no Kafka {version} here: {', '.join(KRAFT_VERSIONS)} or {ZK_KAFKA_VERSION}")
     return version == ZK_KAFKA_VERSION
 
 
@@ -307,7 +329,7 @@ def _log4j_config(kind: str, version: str = KAFKA_VERSION) -> Path:
         path = zk_cache_dir() / f"log4j-{kind}.properties"
         text = LOG4J_ZK_TOOLS if kind == "tools" else LOG4J_ZK_SERVER
     else:
-        path = cache_dir() / f"log4j2-{kind}.properties"
+        path = cache_dir(version) / f"log4j2-{kind}.properties"
         text = LOG4J2_TOOLS if kind == "tools" else LOG4J2_SERVER
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)  # a fresh machine: nothing resolved yet
@@ -367,7 +389,7 @@ class ToolRunner:
     def _compiled(self) -> Path:
         """The runner's classes, compiled once per version of its source (safe across processes)."""
         digest = hashlib.sha1(self.SOURCE.read_bytes()).hexdigest()[:12]
-        root = zk_cache_dir() if _zk_mode(self.version) else cache_dir()
+        root = zk_cache_dir() if _zk_mode(self.version) else cache_dir(self.version)
         classes = root / f"tool-runner-{digest}"
         if (classes / "ToolRunner.class").exists():
             return classes
@@ -589,7 +611,8 @@ class _KafkaProcess:
 
 
 class KafkaServer(_KafkaProcess):
-    """A single-node KRaft Apache Kafka (broker and controller in one JVM) on 127.0.0.1.
+    """A single-node KRaft Apache Kafka (broker and controller in one JVM) on 127.0.0.1, of ``version`` (one
+    of ``KRAFT_VERSIONS``, 4.1 by default).
 
     ``tiered=True`` turns on tiered storage with Kafka's LocalTieredStorage (remote segments in
     ``<work_dir>/remote``), a half-second remote log manager and retention interval, and no initial
@@ -600,8 +623,10 @@ class KafkaServer(_KafkaProcess):
     READY_LINE = "Kafka Server started"
 
     def __init__(self, work_dir: str | os.PathLike, *, tiered: bool = False, overrides: dict | None = None,
-                 jvm_opts: list[str] | None = None):
+                 jvm_opts: list[str] | None = None, version: str = KAFKA_VERSION):
         super().__init__(work_dir, jvm_opts)
+        cache_dir(version)  # a KRaft release, or KafkaPeerError
+        self.version = version
         self.tiered = tiered
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
         self.controller_port: int | None = None
@@ -668,10 +693,10 @@ class KafkaServer(_KafkaProcess):
             config = self.work_dir / "server.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
             run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
-                     timeout=timeout)
+                     timeout=timeout, version=self.version)
             try:
-                self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started,
-                             timeout)
+                self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server",
+                                          version=self.version), started, timeout)
                 return self
             except KafkaPeerError:
                 if attempt == 2 or not self.port_clash():
@@ -680,7 +705,7 @@ class KafkaServer(_KafkaProcess):
 
 
 class KafkaKRaftNode(KafkaServer):
-    """One node of a multi-node KRaft cluster of Kafka 4.1: broker and controller in one JVM (combined
+    """One node of a multi-node KRaft cluster of Kafka 4.1 (or ``version``): broker and controller in one JVM (combined
     roles), one of the static ``voters`` (``{node_id: controller_port}``), all formatted with one
     ``cluster_id``. Its ports are fixed before any node starts, since every node names every controller; a
     restart keeps them and its log dir. With ``tiered``, every node of the cluster tiers into the same
@@ -690,8 +715,8 @@ class KafkaKRaftNode(KafkaServer):
 
     def __init__(self, work_dir: str | os.PathLike, node_id: int, port: int, voters: dict[int, int],
                  cluster_id: str, *, remote_dir: Path | None = None, tiered: bool = False,
-                 overrides: dict | None = None, jvm_opts: list[str] | None = None):
-        super().__init__(work_dir, tiered=tiered, overrides=overrides, jvm_opts=jvm_opts)
+                 overrides: dict | None = None, jvm_opts: list[str] | None = None, version: str = KAFKA_VERSION):
+        super().__init__(work_dir, tiered=tiered, overrides=overrides, jvm_opts=jvm_opts, version=version)
         self.node_id, self.voters, self.cluster_id = node_id, voters, cluster_id
         self.port, self.controller_port = port, voters[node_id]
         self._remote_dir = Path(remote_dir) if remote_dir else self.work_dir / "remote"
@@ -725,8 +750,9 @@ class KafkaKRaftNode(KafkaServer):
         config = self.work_dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         run_tool("StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
-                 timeout=timeout)
-        self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server"), started, timeout)
+                 timeout=timeout, version=self.version)
+        self._launch(java_command("Kafka", str(config), jvm_opts=self.jvm_opts, log="server", version=self.version),
+                     started, timeout)
         return self
 
 
@@ -797,8 +823,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("classpath", help="resolve Kafka if needed and print its classpath")
-    sub.add_parser("resolve", help=f"resolve Kafka {KAFKA_VERSION} and {ZK_KAFKA_VERSION} (ZooKeeper mode) if "
-                                   f"needed (Maven output shown) and print their cache folders")
+    sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)} and {ZK_KAFKA_VERSION} (ZooKeeper "
+                                   f"mode) if needed (Maven output shown) and print their cache folders")
     tool = sub.add_parser("tool", help="run a Kafka command-line class", prefix_chars="\0")
     tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(TOOLS)) + ") or a full class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
@@ -810,13 +836,15 @@ def main(argv: list[str] | None = None) -> int:
     server.add_argument("--tiered", action="store_true", help="enable tiered storage (LocalTieredStorage)")
     server.add_argument("--dir", help="work folder (default: a new temporary folder)")
     server.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    server.add_argument("--kafka-version", default=KAFKA_VERSION, choices=KRAFT_VERSIONS)
     opts = parser.parse_args(argv)
     try:
         if opts.command == "classpath":
             print(classpath())
         elif opts.command == "resolve":
-            jars = resolve(verbose=True)
-            print(f"{len(jars)} jars in {lib_dir()}")
+            for version in KRAFT_VERSIONS:
+                jars = resolve(verbose=True, version=version)
+                print(f"{len(jars)} jars in {lib_dir(version)}")
             jars = resolve_zk(verbose=True)
             print(f"{len(jars)} jars in {zk_cache_dir() / 'lib'}")
         elif opts.command == "tool":
@@ -828,8 +856,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides = dict(o.split("=", 1) for o in opts.override)
             # SIGTERM (e.g. from `timeout`) stops Kafka too, like Ctrl-C does.
             signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-            kafka = KafkaServer(work, tiered=opts.tiered, overrides=overrides).start()
-            print(f"Apache Kafka {KAFKA_VERSION} ready on {kafka.bootstrap} (pid {kafka.proc.pid}, "
+            kafka = KafkaServer(work, tiered=opts.tiered, overrides=overrides, version=opts.kafka_version).start()
+            print(f"Apache Kafka {opts.kafka_version} ready on {kafka.bootstrap} (pid {kafka.proc.pid}, "
                   f"{kafka.start_seconds:.1f}s, logs in {kafka.output_path})", flush=True)
             try:
                 while kafka.proc.poll() is None:

@@ -18,7 +18,8 @@ on both systems alike; ``pause``/``resume`` SIGSTOP and SIGCONT a broker by its 
 A multi-node Kafka 4.1 in KRaft mode: ``start_kafka_kraft_cluster(work_dir, brokers=3, tiered=True)`` returns
 a :class:`KafkaKRaftCluster` of nodes 1..N, each broker and controller, the N static voters of one quorum,
 tiered (if asked) through LocalTieredStorage into one shared ``remote_dir``; ``kill(i)`` and ``start([i])``
-by PID, a restarted node keeping its ports and log dir.
+by PID, a restarted node keeping its ports and log dir. ``version=KIP1023_KAFKA_VERSION`` makes it a Kafka
+4.3 cluster (``resolve_jars(KIP1023_KAFKA_VERSION)`` first), ``per_broker`` gives nodes settings of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ kafka_peer_module = load_script("kafka_peer.py", "tierlog_kafka_peer")
 run_tool = kafka_peer_module.run_tool
 KafkaPeerError = kafka_peer_module.KafkaPeerError
 ZK_KAFKA_VERSION = kafka_peer_module.ZK_KAFKA_VERSION
+KAFKA_VERSION = kafka_peer_module.KAFKA_VERSION
+KIP1023_KAFKA_VERSION = kafka_peer_module.KIP1023_KAFKA_VERSION
 
 # Static settings both peers start with (what Kafka's own single-node test clusters set).
 SHARED_SETTINGS = {
@@ -55,12 +58,14 @@ def unavailable(reason: str):
     _unavailable("Apache Kafka peer", reason)
 
 
-def resolve_jars() -> list[Path]:
-    missing = kafka_peer_module.missing_prerequisites()
+def resolve_jars(version: str = KAFKA_VERSION) -> list[Path]:
+    """A KRaft release's jars, 4.1 by default (skips locally, fails in CI, when Java or Maven is missing or
+    Maven fails)."""
+    missing = kafka_peer_module.missing_prerequisites(version=version)
     if missing:
         unavailable("missing " + ", ".join(missing))
     try:
-        return kafka_peer_module.resolve()
+        return kafka_peer_module.resolve(version=version)
     except KafkaPeerError as e:
         unavailable(str(e))
 
@@ -279,7 +284,7 @@ def start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, settings: dict, co
 
 
 
-# ------------------------------------------------------------------------------ Kafka 4.1, KRaft cluster
+# ------------------------------------------------------------------------------ Kafka 4.1 (or 4.3), KRaft cluster
 
 #: Settings of every node of a multi-node KRaft cluster (on top of node.id, the voters and the listeners):
 #: the tiered ones match ``tests/harness/tiered.py``'s ``tiered_settings`` where both systems have them.
@@ -292,8 +297,8 @@ KRAFT_CLUSTER_SETTINGS = {
 
 
 class KafkaKRaftCluster:
-    """Kafka 4.1 nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the N static
-    voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
+    """Kafka 4.1 (or ``version``) nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the
+    N static voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
     (``bootstrap``, ``pid``, ``log_dir``, ``start()``, ``stop()``, ``kill()``); with ``tiered``, all tier
     into ``remote_dir`` through Kafka's LocalTieredStorage. Every node is stopped by its PID;
     ``KafkaKRaftCluster.started`` holds every cluster, so the plugin kills what a teardown did not reach.
@@ -302,16 +307,20 @@ class KafkaKRaftCluster:
     started: set[KafkaKRaftCluster] = set()
 
     def __init__(self, work_dir: Path, brokers: int = 3, tiered: bool = False, settings: dict | None = None,
-                 jvm_opts: list[str] | None = None):
+                 jvm_opts: list[str] | None = None, version: str = KAFKA_VERSION,
+                 per_broker: dict[int, dict] | None = None):
+        self.version = version
         self.work_dir = Path(work_dir)
         self.remote_dir = self.work_dir / "remote"
         cluster_id = kafka_peer_module.random_cluster_id()
         ports = _distinct_free_ports(2 * brokers)
         voters = {i: ports[brokers + i - 1] for i in range(1, brokers + 1)}
         merged = {**KRAFT_CLUSTER_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
+        own = {i: {k: str(v) for k, v in s.items()} for i, s in (per_broker or {}).items()}
         self.brokers = {i: kafka_peer_module.KafkaKRaftNode(
             self.work_dir / f"node-{i}", i, ports[i - 1], voters, cluster_id, remote_dir=self.remote_dir,
-            tiered=tiered, overrides=merged, jvm_opts=jvm_opts) for i in range(1, brokers + 1)}
+            tiered=tiered, overrides={**merged, **own.get(i, {})}, jvm_opts=jvm_opts, version=version)
+            for i in range(1, brokers + 1)}
         KafkaKRaftCluster.started.add(self)
 
     @property
@@ -359,14 +368,16 @@ def _distinct_free_ports(n: int) -> list[int]:
 
 
 def start_kafka_kraft_cluster(work_dir: Path, brokers: int = 3, tiered: bool = False, settings: dict | None = None,
-                              timeout: float = 180, jvm_opts: list[str] | None = None) -> KafkaKRaftCluster:
-    """A started Kafka 4.1 KRaft cluster of ``brokers`` combined nodes (ids 1..N), tiered through
-    LocalTieredStorage if asked; ``settings`` override ``KRAFT_CLUSTER_SETTINGS``. A start whose ports
-    were taken meanwhile is tried once more with new ones."""
-    resolve_jars()
+                              timeout: float = 180, jvm_opts: list[str] | None = None, version: str = KAFKA_VERSION,
+                              per_broker: dict[int, dict] | None = None) -> KafkaKRaftCluster:
+    """A started KRaft cluster of Kafka ``version`` (4.1 by default) of ``brokers`` combined nodes (ids 1..N),
+    tiered through LocalTieredStorage if asked; ``settings`` override ``KRAFT_CLUSTER_SETTINGS``, and
+    ``per_broker`` (``{id: settings}``) those of one node. A start whose ports were taken meanwhile is tried
+    once more with new ones."""
+    resolve_jars(version)
     for attempt in range(2):
         folder = Path(work_dir) / f"try-{attempt}"
-        cluster = KafkaKRaftCluster(folder, brokers, tiered, settings, jvm_opts)
+        cluster = KafkaKRaftCluster(folder, brokers, tiered, settings, jvm_opts, version, per_broker)
         try:
             cluster.start(timeout=timeout)
             break
@@ -375,6 +386,6 @@ def start_kafka_kraft_cluster(work_dir: Path, brokers: int = 3, tiered: bool = F
             if attempt == 1 or not any(b.port_clash() for b in cluster.brokers.values()):
                 raise
     slowest = max(b.start_seconds for b in cluster.brokers.values())
-    print(f"\nApache Kafka {kafka_peer_module.KAFKA_VERSION} (KRaft, {brokers} combined nodes"
+    print(f"\nApache Kafka {version} (KRaft, {brokers} combined nodes"
           f"{', tiered' if tiered else ''}) ready on {cluster.bootstrap} in {slowest:.1f}s")
     return cluster

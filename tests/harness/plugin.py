@@ -9,7 +9,8 @@ Fixtures:
   of Kafka keys, or keyword arguments with dots written as underscores) and returns its
   :class:`~tests.harness.broker.BrokerProcess`; every broker it started is killed at teardown.
   ``broker`` is a ready one with default settings.
-- ``kafka_jars``: Apache Kafka's jars (skips locally, fails in CI without Java/Maven).
+- ``kafka_jars``: Apache Kafka's jars (skips locally, fails in CI without Java/Maven); ``kafka_kip1023_jars``
+  those of Kafka 4.3, the first release with KIP-1023 (``start_kafka_kraft_cluster(..., version=...)``).
 - ``kafka_peer``: one single-node KRaft Apache Kafka for the session; ``kafka_peer_tiered`` the same
   with tiered storage through Kafka's LocalTieredStorage (started only when a test asks for it).
 - ``tierlog_peer``: one ``tierlog broker`` for the session with the same static settings as
@@ -85,6 +86,12 @@ def _no_stray_brokers():
 @pytest.fixture(scope="session")
 def kafka_jars():
     return apache_kafka.resolve_jars()
+
+
+@pytest.fixture(scope="session")
+def kafka_kip1023_jars():
+    """Kafka 4.3's jars, the first release with KIP-1023 (``apache_kafka.KIP1023_KAFKA_VERSION``)."""
+    return apache_kafka.resolve_jars(apache_kafka.KIP1023_KAFKA_VERSION)
 
 
 @pytest.fixture(scope="session")
@@ -206,7 +213,8 @@ def pytest_sessionfinish(session, exitstatus):
 #: every test needing Apache Kafka (a broker, the tool JVM, its jars) runs on one worker, and every
 #: test needing the Spark session (1.6 GB) on one worker, so each JVM starts once per run. Tests of
 #: Kafka 3.9 (ZooKeeper mode) share a worker too: its tool JVM, and one multi-broker cluster at a time.
-SHARED_JVMS = {"kafka_jars": "kafka", "peer": "kafka", "spark": "spark", "kafka_zk_jars": "kafka-zk"}
+SHARED_JVMS = {"kafka_jars": "kafka", "kafka_kip1023_jars": "kafka", "peer": "kafka", "spark": "spark",
+               "kafka_zk_jars": "kafka-zk"}
 
 
 def xdist_groups(items) -> dict:

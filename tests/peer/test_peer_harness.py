@@ -64,6 +64,28 @@ def test_zookeeper_mode_kafka_has_its_own_cache_and_pom(monkeypatch, tmp_path):
         kafka_peer_module.java_command("TopicCommand", version="3.8.0")
 
 
+def test_kafka_4_3_has_its_own_cache_and_pom(monkeypatch):
+    version = kafka_peer_module.KIP1023_KAFKA_VERSION
+    monkeypatch.setenv("TIERLOG_KAFKA_43_CACHE", str(ROOT / "kafka-cache"))
+    with pytest.raises(KafkaPeerError, match="inside the repository"):
+        kafka_peer_module.cache_dir(version)
+    monkeypatch.delenv("TIERLOG_KAFKA_43_CACHE")
+    assert kafka_peer_module.cache_dir(version).name == f"kafka-{version}"
+    assert kafka_peer_module.cache_dir(version) != kafka_peer_module.cache_dir()
+    pom = kafka_peer_module.pom_xml(version)
+    assert f"<version>{version}</version>" in pom and kafka_peer_module.KAFKA_VERSION not in pom
+    assert "<classifier>test</classifier>" in pom  # LocalTieredStorage
+    with pytest.raises(KafkaPeerError, match="ZooKeeper-mode"):
+        kafka_peer_module.cache_dir(kafka_peer_module.ZK_KAFKA_VERSION)
+
+
+def test_kafka_4_3_tools_run(kafka_kip1023_jars):
+    version = kafka_peer_module.KIP1023_KAFKA_VERSION
+    assert any(j.name == f"kafka-server-{version}.jar" for j in kafka_kip1023_jars)
+    proc = kafka_peer_module.run_tool("TopicCommand", "--version", version=version)
+    assert proc.stdout.strip() == version
+
+
 def test_zookeeper_mode_tools_run_in_their_own_jvm_and_the_command_line(kafka_zk_tool, kafka_zk_jars):
     assert any(j.name == "zookeeper-3.8.4.jar" for j in kafka_zk_jars)  # the broker's ZooKeeper client
     version = kafka_zk_tool("TopicCommand", "--version")

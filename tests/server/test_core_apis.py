@@ -156,6 +156,8 @@ def test_list_offsets_special_timestamps(start_broker):
     assert lo(-3) == (0, 1, 3000)
     assert lo(-4) == (0, 0, -1)
     assert lo(-5) == (0, -1, -1)  # nothing tiered
+    assert lo(-6, version=11) == (0, -1, -1)  # no remote storage: no pending upload (KIP-1023)
+    assert lo(-6, version=10)[0] == 35  # the earliest pending upload needs v11
     assert lo(1500) == (0, 1, 3000)
     assert lo(2500) == (0, 1, 3000)
     assert lo(3001)[1] == -1

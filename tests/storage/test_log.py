@@ -16,6 +16,7 @@ from tierlog.errors import (
 from tierlog.records import CompressionType, build_batch, decode_batch, iter_batches, iter_records, read_header
 from tierlog.storage import (
     EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -174,6 +175,30 @@ def test_list_offsets_special_values_and_by_timestamp(make_log):
         got = lg.fetch_offset_by_timestamp(target)
         assert got.offset == want, target
     assert lg.fetch_offset_by_timestamp(1901) is None
+
+
+def test_earliest_pending_upload_is_kafka_4_3s(make_log):
+    """ListOffsets -6 (KIP-1023): the next offset to upload, never below the log start; with nothing uploaded
+    the log start while nothing was deleted locally, else -1; -1 without remote storage."""
+    plain = make_log("plain-0")
+    plain.append_as_leader(batch(2))
+    assert plain.fetch_offset_by_timestamp(EARLIEST_PENDING_UPLOAD_TIMESTAMP).offset == -1
+    lg = make_log("tiered-0", remote_storage_enable=True, retention_ms=-1, local_retention_ms=0)
+    for _ in range(3):
+        lg.append_as_leader(batch(2))
+        lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+    pending = lambda: lg.fetch_offset_by_timestamp(EARLIEST_PENDING_UPLOAD_TIMESTAMP)  # noqa: E731
+    assert (pending().offset, pending().leader_epoch) == (0, lg.leader_epoch_cache.epoch_for_offset(0))
+    lg.highest_offset_in_remote_storage = 3  # two segments uploaded
+    assert pending().offset == 4
+    lg.delete_old_segments(now_ms=10**15)
+    assert lg.local_log_start_offset == 4 and lg.log_start_offset == 0 and pending().offset == 4
+    lg.highest_offset_in_remote_storage = -1  # uploads deleted locally but not known (yet)
+    assert pending().offset == -1
+    lg.highest_offset_in_remote_storage = 3
+    lg.maybe_increment_log_start_offset(5)
+    assert pending().offset == 5  # never below the log start
 
 
 def test_max_timestamp_points_at_exact_record(make_log):

@@ -244,11 +244,6 @@ class ReplicaFetcher:
         for st in states:
             lg = st.partition.log
             epoch = lg.leader_epoch_cache.latest_epoch()
-            if epoch < 0 and self._starts_from_last_tiered(st):
-                tiered, tiered_epoch = await self._leader_offset_and_epoch(conn, st, LATEST_TIERED_TIMESTAMP)
-                if tiered >= 0 and self.states.get(st.key) is st:
-                    await self._start_from_remote(conn, st, tiered, tiered_epoch, exact=True)
-                    continue  # fetching from after the tiered offset, or backed off to try again
             if epoch < 0 or st.rounds >= MAX_TRUNCATION_ROUNDS:
                 # No epochs to compare (an empty log, or data written without epochs): what the follower
                 # knows to be committed is its high watermark.
@@ -433,6 +428,8 @@ class ReplicaFetcher:
         leader_end = await self._leader_offset(conn, st, LATEST_TIMESTAMP)
         if self.states.get(st.key) is not st:
             return
+        if self._starts_from_last_tiered(st, leader_end) and await self._start_after_last_tiered(conn, st):
+            return
         if leader_end < lg.log_end_offset:
             self._cut(st, leader_end, f"the leader's log ends at {leader_end}")
             return
@@ -451,7 +448,13 @@ class ReplicaFetcher:
         """The offset is only in the remote tier (KIP-405's follower path): the follower builds its leader
         epochs and producer state from the remote segment just below the leader's local log start and
         fetches from that segment's end (:meth:`_start_from_remote`). Without a remote log manager here
-        (remote storage off on this broker) it starts empty at the leader's local log start."""
+        (remote storage off on this broker) it starts empty at the leader's local log start. With KIP-1023 on,
+        an empty follower starts after the leader's last tiered offset instead."""
+        if self._starts_from_last_tiered(st):
+            leader_end = await self._leader_offset(conn, st, LATEST_TIMESTAMP)
+            if (self.states.get(st.key) is st and self._starts_from_last_tiered(st, leader_end)
+                    and await self._start_after_last_tiered(conn, st)):
+                return
         local_start, local_epoch = await self._leader_offset_and_epoch(conn, st, EARLIEST_LOCAL_TIMESTAMP)
         if self._tiered(st):
             await self._start_from_remote(conn, st, local_start - 1, local_epoch)
@@ -509,12 +512,29 @@ class ReplicaFetcher:
         st.rounds = 0
         return True
 
-    def _starts_from_last_tiered(self, st: PartitionFetchState) -> bool:
-        """KIP-1023 (``follower.fetch.last.tiered.offset.enable``): an empty follower of a tiered partition
-        starts after the leader's last tiered offset instead of copying the history the remote tier holds."""
+    def _starts_from_last_tiered(self, st: PartitionFetchState, leader_end: int | None = None) -> bool:
+        """KIP-1023 (``follower.fetch.last.tiered.offset.enable``): a follower of a tiered, not compacted
+        partition whose log ends at 0 starts after the leader's last tiered offset instead of at the leader's
+        local log start. As in Kafka 4.3 it is decided only where the fetch at 0 was refused (offset moved to
+        tiered storage, or out of range), so a leader still holding its whole log locally is copied whole,
+        and only when the leader's log (``leader_end``, once asked) is not empty either."""
         lg = st.partition.log
-        return (self._tiered(st) and lg.log_end_offset == lg.log_start_offset
+        return (self._tiered(st) and lg.log_end_offset == 0 and leader_end != 0
+                and "compact" not in lg.config.cleanup_policy
                 and self.manager.config()["follower.fetch.last.tiered.offset.enable"])
+
+    async def _start_after_last_tiered(self, conn: BrokerConnection, st: PartitionFetchState) -> bool:
+        """Build the follower from the remote segment ending at the leader's last tiered offset (ListOffsets
+        -5, whose epoch is that offset's) and fetch from the next one. True when that is done, or must be
+        tried again later (the partition is then backed off); False when the leader knows of no tiered
+        offset (nothing uploaded yet), so the usual path applies."""
+        tiered, tiered_epoch = await self._leader_offset_and_epoch(conn, st, LATEST_TIERED_TIMESTAMP)
+        if self.states.get(st.key) is not st:
+            return True  # removed or re-added meanwhile: nothing more to do here
+        if tiered < 0:
+            return False
+        await self._start_from_remote(conn, st, tiered, tiered_epoch, exact=True)
+        return True
 
 
 __all__ = ["PartitionFetchState", "ReplicaFetcher", "ReplicaFetcherManager", "fetcher_id"]

@@ -3,6 +3,7 @@
 from tierlog.storage.failure import LogDirFailureChannel
 from tierlog.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -18,7 +19,8 @@ from tierlog.storage.manager import LogManager
 from tierlog.storage.segment import FileRegion, LogSegment
 
 __all__ = [
-    "EARLIEST_LOCAL_TIMESTAMP", "EARLIEST_TIMESTAMP", "LATEST_TIERED_TIMESTAMP", "LATEST_TIMESTAMP",
+    "EARLIEST_LOCAL_TIMESTAMP", "EARLIEST_PENDING_UPLOAD_TIMESTAMP", "EARLIEST_TIMESTAMP", "LATEST_TIERED_TIMESTAMP",
+    "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP", "FetchDataInfo", "FileRegion", "Log", "LogAppendInfo", "LogConfig", "LogDirFailureChannel",
     "LogManager",
     "LogSegment", "OffsetMovedToTieredStorageError", "TimestampAndOffset",

@@ -70,6 +70,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # KIP-1023, ListOffsets v11
 
 
 def _now_ms() -> int:
@@ -626,6 +627,8 @@ class Log:
         if timestamp == LATEST_TIERED_TIMESTAMP:
             off = self.highest_offset_in_remote_storage
             return TimestampAndOffset(-1, off, epoch_of(off) if off >= 0 else -1)
+        if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+            return self._earliest_pending_upload()
         if timestamp == MAX_TIMESTAMP:
             best = None
             for seg in self.segments:
@@ -653,6 +656,21 @@ class Log:
             ts = self._record_timestamp(seg, pos, h, off)
             return TimestampAndOffset(ts, off, epoch_of(off))
         return None
+
+    def _earliest_pending_upload(self) -> TimestampAndOffset:
+        """Kafka 4.3's earliest pending upload offset: the next offset to upload (never below the log start);
+        with nothing uploaded, the log start while nothing was deleted locally either, else -1 (the
+        uploads are not known yet). -1 without remote storage."""
+        if not self.config.remote_storage_enable:
+            return TimestampAndOffset(-1, -1, -1)
+        tiered = self.highest_offset_in_remote_storage
+        if tiered < 0:
+            if self.local_log_start_offset != self.log_start_offset:
+                return TimestampAndOffset(-1, -1, -1)
+            off = self.log_start_offset
+        else:
+            off = max(tiered + 1, self.log_start_offset)
+        return TimestampAndOffset(-1, off, self.leader_epoch_cache.epoch_for_offset(off))
 
     def _first_record_at_or_after(self, seg: LogSegment, pos: int, h: BatchHeader, ts: int,
                                   exact: bool = False) -> int:

@@ -10,10 +10,16 @@ from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.fetch_types import FetchIsolation, OffsetLookup, OffsetLookupResult
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.storage import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
+from tierlog.storage import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 
-# The ListOffsets version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005).
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
+# The ListOffsets version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005, KIP-1023).
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9,
+                EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
 READ_COMMITTED = 1
 
 
