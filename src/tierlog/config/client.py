@@ -79,7 +79,8 @@ def validate_client_config(role: str, props: Mapping[str, Any]) -> dict[str, Any
 
 
 def _producer_rules(out: dict[str, Any], given: Mapping[str, Any]) -> None:
-    explicit = "enable.idempotence" in given
+    # a transactional producer needs idempotence: conflicts are errors then, as in Java's ProducerConfig
+    explicit = "enable.idempotence" in given or out["transactional.id"] is not None
     if out["enable.idempotence"]:
         conflicts = []
         if out["retries"] == 0:
