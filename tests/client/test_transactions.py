@@ -1,289 +1,56 @@
-"""tierlog's transactional producer and read_committed consumer against Apache Kafka 4.1 (one
-single-node KRaft broker for the module: tierlog's broker has no transaction coordinator yet).
+"""tierlog's transactional producer and read_committed consumer against Apache Kafka 4.1 as it comes:
+transaction version 2 (KIP-890) finalized, so the producer takes its path (no AddPartitionsToTxn, a new
+epoch from every EndTxn). One single-node KRaft broker for the module: tierlog's broker has no
+transaction coordinator yet. The scenarios are in txnlib.py; test_transactions_v1.py runs them with the
+cluster's transaction.version at 1.
 
-- commit: a read_committed consumer gets exactly the committed records and its position ends past
-  the commit markers; abort: read_committed sees none of the aborted records, read_uncommitted all;
-- consume-transform-produce with ``send_offsets_to_transaction``: the group's offsets move only when
-  the transaction commits;
-- a second producer with the same ``transactional.id`` fences the first;
-- misuse raises IllegalStateError, as the Java producer's IllegalStateException;
-- with confluent-kafka (librdkafka) on the other side, in both directions.
-
-Every wait is a poll loop with a deadline; no sleeps.
+- commit: read_committed gets exactly the committed records, positions end past the markers;
+- abort: read_committed sees none of the aborted records, read_uncommitted all;
+- an abortable error (a batch the broker refuses): commit raises it, abort works, the next commits;
+- consume-transform-produce with send_offsets_to_transaction: offsets move only on commit;
+- a second producer with the same transactional.id fences the first;
+- misuse raises IllegalStateError;
+- confluent-kafka (librdkafka) on the other side, in both directions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-import confluent_kafka
 import pytest
 
+from tests.client import txnlib
 from tests.harness import apache_kafka
-from tierlog import errors
-from tierlog.client.admin import Admin, NewTopic
-from tierlog.client.consumer import Consumer
-from tierlog.client.errors import IllegalStateError, TransactionAbortedError
-from tierlog.client.producer import Producer
-from tierlog.client.types import TopicPartition
-
-WAIT = 60  # seconds any one wait may take on a slow machine
 
 
 @pytest.fixture(scope="module")
 def kafka(kafka_jars, tmp_path_factory):
-    k = apache_kafka.start_kafka(tmp_path_factory.mktemp("kafka-txn"), "kafka-txn", settings={
-        # small internal topics: they are created on the first transaction and the first group
-        "transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"})
+    k = apache_kafka.start_kafka(tmp_path_factory.mktemp("kafka-txn"), "kafka-txn", settings=txnlib.KAFKA_SETTINGS)
     yield k
     k.stop()
 
 
-async def _create(bootstrap: str, *topics: tuple[str, int]) -> None:
-    async with Admin(bootstrap_servers=bootstrap) as admin:
-        await admin.create_topics([NewTopic(name, n, 1) for name, n in topics])
-
-
-def _producer(bootstrap: str, txn_id: str, **kw) -> Producer:
-    return Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, linger_ms=5, **kw)
-
-
-async def _read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> tuple[list, dict]:
-    """Every record of ``topic`` a consumer with ``isolation`` returns, and its final positions (read
-    until each position reaches the end offset the same isolation level reports)."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    async with Consumer(bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
-        c.assign(tps)
-        ends = await c.end_offsets(tps)
-        records = []
-        deadline = time.monotonic() + WAIT
-        while any([await c.position(tp) < ends[tp] for tp in tps]):
-            assert time.monotonic() < deadline, f"positions {[await c.position(tp) for tp in tps]}, ends {ends}"
-            for got in (await c.poll(timeout_ms=500)).values():
-                records += got
-        return records, {tp: await c.position(tp) for tp in tps}
-
-
-def _values(records) -> list[bytes]:
-    return sorted(bytes(r.value) for r in records)
-
-
 def test_commit_is_seen_by_read_committed_and_positions_end_past_the_markers(kafka):
-    async def main():
-        await _create(kafka.bootstrap, ("txn-commit", 2))
-        async with _producer(kafka.bootstrap, "tx-commit") as p:
-            await p.init_transactions()
-            for round_ in range(2):
-                p.begin_transaction()
-                futures = [await p.send("txn-commit", b"r%d-%d" % (round_, i), key=b"k%d" % i) for i in range(10)]
-                await p.commit_transaction()
-                assert all(f.done() and f.exception() is None for f in futures)
-        committed, positions = await _read_all(kafka.bootstrap, "txn-commit", 2, "read_committed")
-        assert _values(committed) == sorted(b"r%d-%d" % (r, i) for r in range(2) for i in range(10))
-        # each partition's log: its records and one commit marker per transaction that wrote to it
-        async with Consumer(bootstrap_servers=kafka.bootstrap) as c:
-            high = await c.end_offsets(list(positions))
-        assert positions == high
-        assert sum(high.values()) == 20 + 4
-
-    asyncio.run(main())
+    txnlib.commit_scenario(kafka.bootstrap, transaction_v2=True)
 
 
 def test_abort_is_hidden_from_read_committed_and_seen_by_read_uncommitted(kafka):
-    async def main():
-        await _create(kafka.bootstrap, ("txn-abort", 1))
-        async with _producer(kafka.bootstrap, "tx-abort") as p:
-            await p.init_transactions()
-            p.begin_transaction()
-            for i in range(5):
-                await p.send("txn-abort", b"aborted-%d" % i)
-            await p.flush()  # written to the log before the abort
-            unsent = await p.send("txn-abort", b"never-sent")
-            await p.abort_transaction()
-            with pytest.raises(TransactionAbortedError):
-                await unsent
-            p.begin_transaction()
-            for i in range(3):
-                await p.send("txn-abort", b"kept-%d" % i)
-            await p.commit_transaction()
-        committed, positions = await _read_all(kafka.bootstrap, "txn-abort", 1, "read_committed")
-        assert _values(committed) == [b"kept-0", b"kept-1", b"kept-2"]
-        uncommitted, _ = await _read_all(kafka.bootstrap, "txn-abort", 1, "read_uncommitted")
-        assert _values(uncommitted) == sorted([b"aborted-%d" % i for i in range(5)] + [b"kept-0", b"kept-1",
-                                                                                       b"kept-2"])
-        assert positions == {TopicPartition("txn-abort", 0): 5 + 1 + 3 + 1}  # past both markers
+    txnlib.abort_scenario(kafka.bootstrap)
 
-    asyncio.run(main())
+
+def test_an_abortable_error_is_raised_by_commit_and_the_producer_goes_on_after_the_abort(kafka):
+    txnlib.abortable_error_scenario(kafka.bootstrap)
 
 
 def test_consume_transform_produce_commits_offsets_only_with_the_transaction(kafka):
-    tp_in = TopicPartition("ctp-in", 0)
-
-    async def poll_until(consumer: Consumer, n: int) -> list:
-        got = []
-        deadline = time.monotonic() + WAIT
-        while len(got) < n:
-            assert time.monotonic() < deadline, f"only {len(got)} of {n} records"
-            for records in (await consumer.poll(timeout_ms=500)).values():
-                got += records
-        return got
-
-    async def main():
-        await _create(kafka.bootstrap, ("ctp-in", 1), ("ctp-out", 1))
-        async with Producer(bootstrap_servers=kafka.bootstrap) as plain:
-            for i in range(6):
-                await plain.send("ctp-in", b"in-%d" % i)
-            await plain.flush()
-        async with Consumer(bootstrap_servers=kafka.bootstrap, group_id="ctp-group", enable_auto_commit=False,
-                            auto_offset_reset="earliest", isolation_level="read_committed") as consumer, \
-                _producer(kafka.bootstrap, "tx-ctp") as producer:
-            consumer.subscribe(["ctp-in"])
-            await producer.init_transactions()
-            records = await poll_until(consumer, 6)
-            group = consumer.group_metadata()
-            assert group.group_id == "ctp-group" and group.generation_id >= 1 and group.member_id
-            # the first attempt aborts: neither the output nor the offsets become visible
-            producer.begin_transaction()
-            for r in records:
-                await producer.send("ctp-out", bytes(r.value).replace(b"in", b"out"))
-            await producer.send_offsets_to_transaction({tp_in: records[-1].offset + 1}, group)
-            await producer.abort_transaction()
-            assert await consumer.committed(tp_in) is None
-            # the application rewinds to the committed offsets and processes again
-            consumer.seek_to_beginning(tp_in)
-            records = await poll_until(consumer, 6)
-            producer.begin_transaction()
-            for r in records:
-                await producer.send("ctp-out", bytes(r.value).replace(b"in", b"out"))
-            await producer.send_offsets_to_transaction({tp_in: records[-1].offset + 1}, consumer.group_metadata())
-            await producer.commit_transaction()
-            assert (await consumer.committed(tp_in)).offset == 6
-        out, _ = await _read_all(kafka.bootstrap, "ctp-out", 1, "read_committed")
-        assert _values(out) == [b"out-%d" % i for i in range(6)]
-
-    asyncio.run(main())
+    txnlib.consume_transform_produce_scenario(kafka.bootstrap)
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(kafka):
-    async def main():
-        await _create(kafka.bootstrap, ("txn-fence", 1))
-        async with _producer(kafka.bootstrap, "tx-fence") as first, _producer(kafka.bootstrap, "tx-fence") as second:
-            await first.init_transactions()
-            first.begin_transaction()
-            await first.send("txn-fence", b"from-first")
-            await first.flush()
-            # the coordinator aborts the first producer's open transaction and bumps the epoch
-            await second.init_transactions()
-            with pytest.raises(errors.ProducerFencedError, match="fenced"):
-                await first.commit_transaction()
-            # fatal: every later call says so too
-            with pytest.raises(errors.ProducerFencedError):
-                first.begin_transaction()
-            with pytest.raises(errors.ProducerFencedError):
-                await first.send("txn-fence", b"again")
-            second.begin_transaction()
-            await second.send("txn-fence", b"from-second")
-            await second.commit_transaction()
-        committed, _ = await _read_all(kafka.bootstrap, "txn-fence", 1, "read_committed")
-        assert _values(committed) == [b"from-second"]
-
-    asyncio.run(main())
+    txnlib.fencing_scenario(kafka.bootstrap)
 
 
 def test_misuse_raises_illegal_state_errors(kafka):
-    async def main():
-        await _create(kafka.bootstrap, ("txn-misuse", 1))
-        async with Producer(bootstrap_servers=kafka.bootstrap) as plain:
-            with pytest.raises(IllegalStateError, match="transactional.id"):
-                await plain.init_transactions()
-            with pytest.raises(IllegalStateError, match="transactional.id"):
-                plain.begin_transaction()
-        async with _producer(kafka.bootstrap, "tx-misuse") as p:
-            with pytest.raises(IllegalStateError, match="init_transactions"):
-                p.begin_transaction()
-            with pytest.raises(IllegalStateError, match="init_transactions"):
-                await p.send("txn-misuse", b"x")
-            await p.init_transactions()
-            with pytest.raises(IllegalStateError, match="already"):
-                await p.init_transactions()
-            with pytest.raises(IllegalStateError, match="send"):
-                await p.send("txn-misuse", b"outside a transaction")
-            with pytest.raises(IllegalStateError, match="no transaction in progress"):
-                await p.commit_transaction()
-            with pytest.raises(IllegalStateError, match="no transaction in progress"):
-                await p.abort_transaction()
-            p.begin_transaction()
-            with pytest.raises(IllegalStateError, match="already in progress"):
-                p.begin_transaction()
-            # an empty transaction commits without the coordinator (nothing was added)
-            await p.commit_transaction()
-            p.begin_transaction()
-            await p.abort_transaction()
-        with pytest.raises(errors.InvalidConfigError, match="idempotence"):
-            Producer(bootstrap_servers=kafka.bootstrap, transactional_id="t", acks="1")
-        with pytest.raises(errors.InvalidConfigError, match="idempotence"):
-            Producer(bootstrap_servers=kafka.bootstrap, transactional_id="t", enable_idempotence=False)
-
-    asyncio.run(main())
-
-
-def _confluent_poll(consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition) -> list[bytes]:
-    """Everything ``consumer`` (assigned ``tp`` from the beginning) returns until its position reaches the
-    high watermark."""
-    _low, high = consumer.get_watermark_offsets(tp, timeout=WAIT)
-    values: list[bytes] = []
-    deadline = time.monotonic() + WAIT
-    while True:
-        position = consumer.position([tp])[0].offset
-        if position >= high:
-            return values
-        assert time.monotonic() < deadline, f"position {position}, high watermark {high}"
-        msg = consumer.poll(0.5)
-        if msg is not None:
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
+    txnlib.misuse_scenario(kafka.bootstrap)
 
 
 def test_confluent_transactions_read_by_tierlog_and_tierlog_transactions_read_by_confluent(kafka):
-    async def tierlog_side():
-        await _create(kafka.bootstrap, ("txn-from-confluent", 1), ("txn-from-tierlog", 1))
-        # confluent-kafka writes: commit 5, abort 3, commit 2
-        p = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-confluent",
-                                      "linger.ms": 5})
-        p.init_transactions(WAIT)
-        for tag, n, commit in ((b"c1", 5, True), (b"a", 3, False), (b"c2", 2, True)):
-            p.begin_transaction()
-            for i in range(n):
-                p.produce("txn-from-confluent", b"%s-%d" % (tag, i))
-            p.flush(WAIT)
-            p.commit_transaction(WAIT) if commit else p.abort_transaction(WAIT)
-        committed, _ = await _read_all(kafka.bootstrap, "txn-from-confluent", 1, "read_committed")
-        assert _values(committed) == sorted([b"c1-%d" % i for i in range(5)] + [b"c2-0", b"c2-1"])
-        uncommitted, _ = await _read_all(kafka.bootstrap, "txn-from-confluent", 1, "read_uncommitted")
-        assert len(uncommitted) == 10
-        # tierlog writes the same way
-        async with _producer(kafka.bootstrap, "tx-tierlog") as tp:
-            await tp.init_transactions()
-            for tag, n, commit in ((b"c1", 4, True), (b"a", 3, False), (b"c2", 2, True)):
-                tp.begin_transaction()
-                for i in range(n):
-                    await tp.send("txn-from-tierlog", b"%s-%d" % (tag, i))
-                await tp.flush()
-                await (tp.commit_transaction() if commit else tp.abort_transaction())
-
-    asyncio.run(tierlog_side())
-    tp = confluent_kafka.TopicPartition("txn-from-tierlog", 0, confluent_kafka.OFFSET_BEGINNING)
-    for isolation, expected in (("read_committed", sorted([b"c1-%d" % i for i in range(4)] + [b"c2-0", b"c2-1"])),
-                                ("read_uncommitted", None)):
-        c = confluent_kafka.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"confluent-{isolation}",
-                                      "isolation.level": isolation, "enable.auto.commit": False})
-        try:
-            c.assign([tp])
-            got = sorted(_confluent_poll(c, confluent_kafka.TopicPartition("txn-from-tierlog", 0)))
-        finally:
-            c.close()
-        if expected is not None:
-            assert got == expected
-        else:
-            assert len(got) == 9
+    txnlib.confluent_scenario(kafka.bootstrap)

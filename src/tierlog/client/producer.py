@@ -38,7 +38,7 @@ from tierlog.client.errors import (
 )
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
 from tierlog.client.partitioner import DefaultPartitioner, partition_for_key
-from tierlog.client.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
+from tierlog.client.transactions import TransactionManager
 from tierlog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from tierlog.config.client import validate_client_config
 from tierlog.protocol import ApiKey
@@ -258,7 +258,8 @@ class Producer:
         deadline = self._deadline(timeout_ms)
         await self._wait_for_batches(deadline, "commit_transaction")
         txn.raise_if_error()
-        await txn.end(True, deadline)
+        if await txn.end(True, deadline):
+            self._adopt_producer_id()
 
     async def abort_transaction(self, timeout_ms: float | None = None) -> None:
         """Abort the transaction: records not sent yet fail with TransactionAbortedError, those sent
@@ -469,6 +470,8 @@ class Producer:
             for b in drained:
                 acc.batches[b.tp].popleft()
                 self._prepare(b)
+            if txn is not None:
+                txn.started = True  # with transaction version 2 the first Produce starts it
             self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
             task = asyncio.get_running_loop().create_task(self._produce(client.node(node_id), drained))
             task.batches = drained
@@ -546,7 +549,7 @@ class Producer:
         try:
             try:
                 response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0,
-                                                  max_version=PRODUCE_MAX_VERSION_TV1 if transactional else None)
+                                                  max_version=self._txn.produce_max_version if transactional else None)
             except errors.KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)

@@ -8,9 +8,13 @@
   (the new partitions of a drain go in one request; one such request at a time), offsets with
   AddOffsetsToTxn to the transaction coordinator and TxnOffsetCommit to the group coordinator.
   EndTxn commits or aborts once every batch has been answered.
-- The tierlog client takes the KIP-98 path of Kafka's transaction version 1 (explicit
-  AddPartitionsToTxn, Produce at most v11, EndTxn at most v4), which Kafka 4.x brokers keep serving;
-  KIP-890 part 2's implicit partition adds (Produce v12, EndTxn v5) are not used.
+- Transaction version 2 (KIP-890 part 2), used as Kafka 4.x's Java producer does when the cluster's
+  finalized ``transaction.version`` (ApiVersions) is 2 or more: no AddPartitionsToTxn and no
+  AddOffsetsToTxn (the partition leader adds a partition on the first Produce v12, the group
+  coordinator the offsets on TxnOffsetCommit v5), and EndTxn v5 ends every transaction with a new
+  epoch, which the producer takes (sequences start again from 0). Otherwise transaction version 1:
+  explicit adds, Produce at most v11, EndTxn at most v4. The mode is chosen at ``init_transactions``
+  and again after each transaction.
 - Errors are retriable (retried here: coordinator moved or loading, CONCURRENT_TRANSACTIONS),
   abortable (the application calls ``abort_transaction`` and goes on; a KIP-360 epoch bump with
   InitProducerId follows the abort when sequence numbers are in doubt) or fatal (fenced by a newer
@@ -43,6 +47,8 @@ _TRANSACTION = 1
 # The highest Produce version of Kafka's transaction version 1: v12 means the broker adds partitions
 # to the transaction itself (KIP-890 part 2), which this client does not rely on.
 PRODUCE_MAX_VERSION_TV1 = 11
+_END_TXN_V2 = 5
+_TXN_OFFSET_COMMIT_V2 = 5
 
 _COORDINATOR_MOVED = frozenset({errors.CoordinatorNotAvailableError.code, errors.NotCoordinatorError.code})
 _RETRY = frozenset({errors.CoordinatorLoadInProgressError.code, errors.ConcurrentTransactionsError.code})
@@ -101,6 +107,7 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()  # added to the current transaction
         self.new_partitions: set[TopicPartition] = set()  # to add before their first batch goes out
         self.started = False  # the coordinator knows this transaction (a partition or offsets added)
+        self.transaction_v2 = False  # KIP-890 part 2 (see the module doc)
         self._add_task: asyncio.Task | None = None
 
     # -- state ------------------------------------------------------------------------------------
@@ -186,12 +193,12 @@ class TransactionManager:
             self.coordinator = None
             raise
 
-    async def _group_request(self, group_id: str, api: int, values: Mapping[str, Any]) -> Any:
+    async def _group_request(self, group_id: str, api: int, values: Mapping[str, Any], **kwargs: Any) -> Any:
         node = self._group_coordinators.get(group_id)
         if node is None:
             node = self._group_coordinators[group_id] = await self._find_coordinator(_GROUP, group_id)
         try:
-            return await self.client.send(node, api, values)
+            return await self.client.send(node, api, values, **kwargs)
         except (KafkaConnectionError, KafkaTimeoutError):
             self._group_coordinators.pop(group_id, None)
             raise
@@ -216,7 +223,27 @@ class TransactionManager:
                                     f"called (state {self.state.value})")
         self._transition(S.INITIALIZING)
         await self._init_producer_id(deadline, bump=False)
+        await self._choose_transaction_version()
         self._transition(S.READY)
+
+    async def _choose_transaction_version(self) -> None:
+        """Transaction version 2 when the cluster has finalized it and the coordinator speaks its
+        request versions (Java's maybeUpdateTransactionV2Enabled); kept as it was if unknown now."""
+        node = self.coordinator
+        if node is None:
+            return
+        try:
+            conn = await self.client.connection(node)
+        except errors.KafkaError:
+            return
+        versions = conn.api_versions
+        v2 = (conn.finalized_features.get("transaction.version", 0) >= 2
+              and versions.get(ApiKey.PRODUCE, (0, 0))[1] >= PRODUCE_MAX_VERSION_TV1 + 1
+              and versions.get(ApiKey.END_TXN, (0, 0))[1] >= _END_TXN_V2
+              and versions.get(ApiKey.TXN_OFFSET_COMMIT, (0, 0))[1] >= _TXN_OFFSET_COMMIT_V2)
+        if v2 != self.transaction_v2:
+            log.info("TransactionalId %s: using transaction version %d", self.transactional_id, 2 if v2 else 1)
+        self.transaction_v2 = v2
 
     async def _init_producer_id(self, deadline: float, bump: bool) -> None:
         pid, epoch = (self.producer_id, self.producer_epoch) if bump else (-1, -1)
@@ -260,7 +287,14 @@ class TransactionManager:
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         if tp not in self.partitions:
-            self.new_partitions.add(tp)
+            if self.transaction_v2:
+                self.partitions.add(tp)  # the leader adds it with the first Produce
+            else:
+                self.new_partitions.add(tp)
+
+    @property
+    def produce_max_version(self) -> int | None:
+        return None if self.transaction_v2 else PRODUCE_MAX_VERSION_TV1
 
     def is_added(self, tp: TopicPartition) -> bool:
         return tp in self.partitions
@@ -368,7 +402,9 @@ class TransactionManager:
                 raise self.abortable(cls(f"AddOffsetsToTxn for group {group_id}: {cls.name}"), bump=code in _BUMP)
             raise self._unexpected(code, f"AddOffsetsToTxn for group {group_id}")
 
-        await retry_until(add_offsets, deadline, self.config, "AddOffsetsToTxn", self.client)
+        v2 = self.transaction_v2
+        if not v2:  # with transaction version 2 the group coordinator adds the offsets itself
+            await retry_until(add_offsets, deadline, self.config, "AddOffsetsToTxn", self.client)
         self.started = True
         remaining = dict(offsets)
 
@@ -384,7 +420,8 @@ class TransactionManager:
                 "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
                 "generation_id": group.generation_id, "member_id": group.member_id,
                 "group_instance_id": group.group_instance_id,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
+                **({"min_version": _TXN_OFFSET_COMMIT_V2} if v2 else {"max_version": _TXN_OFFSET_COMMIT_V2 - 1}))
             retry: errors.KafkaError | None = None
             for t in response.topics:
                 for p in t.partitions:
@@ -436,15 +473,21 @@ class TransactionManager:
 
     async def end(self, commit: bool, deadline: float) -> bool:
         """EndTxn (when the coordinator knows the transaction), then READY; after an abort that needs
-        it, InitProducerId bumps the epoch first. True when the producer id or epoch changed."""
+        it, InitProducerId bumps the epoch first (transaction version 2: EndTxn's answer carries the
+        new epoch). True when the producer id or epoch changed."""
         what = "EndTxn(commit)" if commit else "EndTxn(abort)"
+        v2 = self.transaction_v2
+        before = (self.producer_id, self.producer_epoch)
         if self.started:
             async def attempt() -> None:
                 response = await self._coordinator_request(ApiKey.END_TXN, {
                     "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                    "producer_epoch": self.producer_epoch, "committed": commit})
+                    "producer_epoch": self.producer_epoch, "committed": commit},
+                    **({"min_version": _END_TXN_V2} if v2 else {"max_version": _END_TXN_V2 - 1}))
                 code = response.error_code.value
                 if not code:
+                    if v2 and int(response.producer_id) >= 0:
+                        self.producer_id, self.producer_epoch = int(response.producer_id), int(response.producer_epoch)
                     return
                 retriable = self._retriable(code, what)
                 if retriable is not None:
@@ -458,14 +501,15 @@ class TransactionManager:
         self.partitions.clear()
         self.new_partitions.clear()
         self.started = False
-        bumped = False
+        if v2 and before != (self.producer_id, self.producer_epoch):
+            self.epoch_bump_required = False  # the coordinator's new epoch resolves every sequence
         if self.epoch_bump_required and not commit:
             self._transition(S.INITIALIZING)
             await self._init_producer_id(deadline, bump=True)
             self.epoch_bump_required = False
-            bumped = True
+        await self._choose_transaction_version()
         self._transition(S.READY)
-        return bumped
+        return before != (self.producer_id, self.producer_epoch)
 
     def close(self) -> None:
         if self._add_task is not None:
