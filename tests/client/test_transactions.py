@@ -54,3 +54,7 @@ def test_misuse_raises_illegal_state_errors(kafka):
 
 def test_confluent_transactions_read_by_tierlog_and_tierlog_transactions_read_by_confluent(kafka):
     txnlib.confluent_scenario(kafka.bootstrap)
+
+
+def test_the_synchronous_facade_runs_transactions(kafka):
+    txnlib.sync_facade_scenario(kafka.bootstrap)

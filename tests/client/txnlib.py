@@ -312,3 +312,21 @@ def abortable_error_scenario(bootstrap: str) -> None:
         assert values(committed) == [b"small-after"]
 
     asyncio.run(main())
+
+
+def sync_facade_scenario(bootstrap: str) -> None:
+    """The synchronous facade: the transactional methods become blocking calls."""
+    from tierlog.client import sync
+
+    asyncio.run(create(bootstrap, ("txn-sync", 1)))
+    with sync.Producer(bootstrap_servers=bootstrap, transactional_id="tx-sync") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("txn-sync", b"aborted").get(timeout=WAIT)
+        p.abort_transaction()
+        p.begin_transaction()
+        future = p.send("txn-sync", b"committed")
+        p.commit_transaction()
+        assert future.get(timeout=WAIT).offset >= 2  # after the aborted record and its marker
+    committed, _ = asyncio.run(read_all(bootstrap, "txn-sync", 1, "read_committed"))
+    assert values(committed) == [b"committed"]

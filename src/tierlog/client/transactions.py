@@ -463,8 +463,8 @@ class TransactionManager:
     def begin_abort(self) -> None:
         if self.state is S.FATAL_ERROR:
             raise self.last_error
-        if self.state is S.ABORTING_TRANSACTION:
-            return
+        if self.state is S.ABORTING_TRANSACTION or (self.state is S.INITIALIZING and self.epoch_bump_required):
+            return  # an abort (or the epoch bump after it) that ran out of time, called again
         if self.state not in (S.IN_TRANSACTION, S.ABORTABLE_ERROR):
             raise IllegalStateError(f"TransactionalId {self.transactional_id}: Cannot abort a transaction in state "
                                     f"{self.state.value}: no transaction in progress")
