@@ -15,7 +15,7 @@ import pytest
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
-from tierlog.client.errors import IllegalStateError, TransactionAbortedError
+from tierlog.client.errors import CommitFailedError, IllegalStateError, TransactionAbortedError
 from tierlog.client.producer import Producer
 from tierlog.client.types import TopicPartition
 
@@ -66,15 +66,26 @@ def commit_scenario(bootstrap: str, transaction_v2: bool) -> None:
                 futures = [await p.send("txn-commit", b"r%d-%d" % (round_, i), key=b"k%d" % i) for i in range(10)]
                 await p.commit_transaction()
                 assert all(f.done() and f.exception() is None for f in futures)
+            # an open transaction: written, not visible to read_committed (it stops at the last stable offset)
+            p.begin_transaction()
+            for i in range(3):
+                await p.send("txn-commit", b"open-%d" % i, partition=0)
+            await p.flush()
+            committed, _ = await read_all(bootstrap, "txn-commit", 2, "read_committed")
+            assert values(committed) == sorted(b"r%d-%d" % (r, i) for r in range(2) for i in range(10))
+            uncommitted, _ = await read_all(bootstrap, "txn-commit", 2, "read_uncommitted")
+            assert len(uncommitted) == 23
+            await p.commit_transaction()
             # transaction version 2 ends every transaction with a new epoch (EndTxn v5); 1 keeps it
-            assert p._producer_epoch == (epoch + 2 if transaction_v2 else epoch)
+            assert p._producer_epoch == (epoch + 3 if transaction_v2 else epoch)
         committed, positions = await read_all(bootstrap, "txn-commit", 2, "read_committed")
-        assert values(committed) == sorted(b"r%d-%d" % (r, i) for r in range(2) for i in range(10))
+        assert values(committed) == sorted([b"r%d-%d" % (r, i) for r in range(2) for i in range(10)]
+                                           + [b"open-0", b"open-1", b"open-2"])
         # each partition's log: its records and one commit marker per transaction that wrote to it
         async with Consumer(bootstrap_servers=bootstrap) as c:
             high = await c.end_offsets(list(positions))
         assert positions == high
-        assert sum(high.values()) == 20 + 4
+        assert sum(high.values()) == 23 + 5
 
     asyncio.run(main())
 
@@ -149,6 +160,16 @@ def consume_transform_produce_scenario(bootstrap: str) -> None:
                 await producer.send("ctp-out", bytes(r.value).replace(b"in", b"out"))
             await producer.send_offsets_to_transaction({tp_in: records[-1].offset + 1}, consumer.group_metadata())
             await producer.commit_transaction()
+            assert (await consumer.committed(tp_in)).offset == 6
+            # KIP-447: offsets from a member of an old generation are refused; the transaction must abort
+            stale = consumer.group_metadata()._replace(generation_id=group.generation_id + 10)
+            producer.begin_transaction()
+            await producer.send("ctp-out", b"stale")
+            with pytest.raises(CommitFailedError):
+                await producer.send_offsets_to_transaction({tp_in: 1}, stale)
+            with pytest.raises(CommitFailedError):
+                await producer.commit_transaction()
+            await producer.abort_transaction()
             assert (await consumer.committed(tp_in)).offset == 6
         out, _ = await read_all(bootstrap, "ctp-out", 1, "read_committed")
         assert values(out) == [b"out-%d" % i for i in range(6)]
