@@ -13,9 +13,9 @@ numbers batches per partition, so a retried batch the broker already wrote is no
 
 With ``transactional.id`` the producer is transactional (:mod:`tierlog.client.transactions`):
 ``init_transactions()`` once, then ``begin_transaction()``, ``send``, optionally
-``send_offsets_to_transaction``, and ``commit_transaction()`` or ``abort_transaction()``. A partition
-is added to the transaction before its first batch of the transaction is sent; the sender holds
-its batches until the coordinator has answered.
+``send_offsets_to_transaction``, and ``commit_transaction()`` or ``abort_transaction()``. With
+transaction version 1 a partition is added to the transaction (AddPartitionsToTxn) before its first
+batch of the transaction is sent: the sender holds its batches until the coordinator has answered.
 """
 
 from __future__ import annotations
