@@ -79,8 +79,7 @@ def validate_client_config(role: str, props: Mapping[str, Any]) -> dict[str, Any
 
 
 def _producer_rules(out: dict[str, Any], given: Mapping[str, Any]) -> None:
-    # a transactional producer needs idempotence: conflicts are errors then, as in Java's ProducerConfig
-    explicit = "enable.idempotence" in given or out["transactional.id"] is not None
+    explicit = "enable.idempotence" in given
     if out["enable.idempotence"]:
         conflicts = []
         if out["retries"] == 0:
