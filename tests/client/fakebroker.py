@@ -3,7 +3,8 @@ over a real socket from values the test sets, and records what it was asked.
 
 Only what the metadata layer needs: ``advertise`` (the broker list its Metadata answers carry),
 ``metadata_error`` (a top-level Metadata error code, e.g. 129 REBOOTSTRAP_REQUIRED, answered once
-per ``error_answers``). Anything else is answered as an empty response of the asked version.
+per ``error_answers``), ``answers`` (per API key, a list of answers taken in order; one list may be
+shared by several brokers). Anything else is answered as an empty response of the asked version.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import struct
 
 from tierlog.protocol import ApiKey, build_response, encode_response, parse_request
 
-_API_VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 13)}
+_API_VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 13), ApiKey.FIND_COORDINATOR: (0, 3),
+                 ApiKey.INIT_PRODUCER_ID: (0, 4), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3), ApiKey.END_TXN: (0, 4),
+                 ApiKey.TXN_OFFSET_COMMIT: (0, 3)}
 
 
 class FakeBroker:
@@ -25,6 +28,7 @@ class FakeBroker:
         self.metadata_error = 0
         self.error_answers = 0  # how many Metadata answers still carry metadata_error
         self.requests: list[int] = []  # api keys, in arrival order
+        self.answers: dict[int, list[dict]] = {}  # scripted answers per api key, taken in order
         self.connections = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -75,6 +79,9 @@ class FakeBroker:
                 writer.close()
 
     def _answer(self, ctx) -> dict:
+        scripted = self.answers.get(ctx.api_key)
+        if scripted:
+            return scripted.pop(0)
         if ctx.api_key == ApiKey.API_VERSIONS:
             return {"error_code": 0, "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                                                   for k, (lo, hi) in _API_VERSIONS.items()]}

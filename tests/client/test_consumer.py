@@ -114,6 +114,10 @@ def test_read_committed_skips_aborted_transactions_and_control_batches():
     assert committed.next_offset == 8
     uncommitted = CompletedFetch(TopicPartition("t", 0), 0, data, None, True)
     assert [r.offset for r in uncommitted.take(100, None, None)] == [0, 1, 2, 3, 4, 7]
+    # the undecoded path (poll_batches) keeps the same batches and still ends past the markers
+    kept = CompletedFetch(TopicPartition("t", 0), 0, data, [Aborted(7, 2)], True).committed_only()
+    assert [h.base_offset for _, h in kept.batches] == [0, 4, 7] and kept.end_offset == 8
+    assert [r.offset for r in kept.take(100, None, None)] == [0, 1, 4, 7]
 
 
 def test_settings_are_checked_at_construction():
@@ -281,12 +285,17 @@ def test_poll_batches_hands_over_whole_undecoded_batches_and_advances_positions(
                 assert [r.value for r in records] == values
             assert len(got[tps[0]]) > 1  # several fetches of 2 KiB: positions moved on between them
             assert await c.position(tps[0]) == 300 and await c.position(tps[1]) == 40
+        # read_committed hands over batches too (no transactions here: the same records)
         async with Consumer(bootstrap_servers=broker.bootstrap, isolation_level="read_committed") as c:
             c.assign(tps)
-            c.seek(tps[0], 0)
-            with pytest.raises(IllegalStateError, match="read_committed"):
-                for _ in range(20):
-                    await c.poll_batches(timeout_ms=200)
+            c.seek(tps[0], 290)
+            records = []
+            for _ in range(50):
+                for fetched in (await c.poll_batches(timeout_ms=200)).get(tps[0], []):
+                    records += fetched.take(10_000, None, None)
+                if len(records) >= 10:
+                    break
+            assert [r.offset for r in records] == list(range(290, 300))
 
     asyncio.run(main())
 

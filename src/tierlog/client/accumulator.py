@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from tierlog.client.types import RecordMetadata, TopicPartition
-from tierlog.records.batch import RECORD_BATCH_OVERHEAD
+from tierlog.records.batch import RECORD_BATCH_OVERHEAD, TRANSACTIONAL_FLAG_MASK
 from tierlog.records.compression import CompressionType, compress
 from tierlog.records.record import build_batch_header
 
@@ -141,10 +141,11 @@ class ProducerBatch:
         self.parts = []
         self.records = records if codec is CompressionType.NONE else compress(codec, records, level)
 
-    def encode(self, codec: CompressionType) -> bytes:
+    def encode(self, codec: CompressionType, transactional: bool = False) -> bytes:
         if self.frame is None:
+            attributes = int(codec) | (TRANSACTIONAL_FLAG_MASK if transactional else 0)
             self.frame = build_batch_header(
-                len(self.records), self.count, int(codec), self.base_timestamp, self.max_timestamp,
+                len(self.records), self.count, attributes, self.base_timestamp, self.max_timestamp,
                 self.producer_id, self.producer_epoch, self.base_sequence, self.records) + self.records
         return self.frame
 

@@ -64,6 +64,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ALTER_PARTITION: (2, 2),
+    # transactions: AddPartitionsToTxn v4+ is the brokers' batched form; EndTxn v5 and TxnOffsetCommit
+    # v5 are KIP-890's transaction version 2 (tierlog.client.transactions picks the versions per mode)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
 }
 
 SOFTWARE_NAME = "tierlog-python"
@@ -184,6 +190,8 @@ class BrokerConnection:
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # the cluster's finalized feature levels (ApiVersions v3+), e.g. "transaction.version"
+        self.finalized_features: dict[str, int] = {}
         self._transport: asyncio.Transport | None = None
         self._protocol: _FrameProtocol | None = None
         self._correlation_id = 0
@@ -248,6 +256,8 @@ class BrokerConnection:
             raise errors.error_for_code(response.error_code.value)(
                 f"ApiVersions refused by node {self.node_id}: {response.error_code.name}")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        self.finalized_features = {f.name: int(f.max_version_level)
+                                   for f in getattr(response, "finalized_features", None) or ()}
 
     def version(self, api_key: int, max_version: int | None = None) -> int:
         """The highest version of ``api_key`` both sides speak; UnsupportedVersionError if none."""

@@ -46,7 +46,13 @@ from tierlog.client.fetcher import (
 )
 from tierlog.client.group import ConsumerCoordinator, _call_listener
 from tierlog.client.network import KafkaClient, deadline_after
-from tierlog.client.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from tierlog.client.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from tierlog.config.client import validate_client_config
 from tierlog.config.definitions import CLIENT_CONFIGS
 
@@ -458,7 +464,8 @@ class Consumer:
                            ) -> dict[TopicPartition, list[CompletedFetch]]:
         """Like :meth:`poll`, but the fetched data undecoded (see ``Fetcher.collect_batches``): whole
         record batches as the broker sent them, about ``max_bytes`` in all, for readers that decode
-        them in bulk. ``isolation.level=read_committed`` is refused (aborted data is not filtered)."""
+        them in bulk. With ``isolation.level=read_committed`` the batches of aborted transactions and
+        control batches are left out, as ``poll`` leaves out their records."""
         return await self._poll(timeout_ms, lambda fetcher: fetcher.collect_batches(max_bytes))
 
     async def _poll(self, timeout_ms: float, collect: Callable[[Fetcher], dict]) -> dict:
@@ -536,6 +543,16 @@ class Consumer:
                 wanted[TopicPartition(*tp)] = om
         deadline = deadline_after(self.default_api_timeout_ms if timeout_ms is None else timeout_ms)
         await self._coordinator.commit_offsets(wanted, deadline)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, generation, member id and group instance id, for a transactional
+        producer's ``send_offsets_to_transaction`` (KIP-447). Without a group: InvalidGroupIdError."""
+        self._ensure_open()
+        self._require_group()
+        c = self._coordinator
+        if c is None:  # not started yet
+            return ConsumerGroupMetadata(self.group_id, -1, "", self.config.get("group.instance.id"))
+        return ConsumerGroupMetadata(self.group_id, c.generation, c.member_id, c.group_instance_id)
 
     async def committed(self, partitions: TopicPartition | Iterable[TopicPartition], timeout_ms: float | None = None
                         ) -> dict[TopicPartition, OffsetAndMetadata | None] | OffsetAndMetadata | None:

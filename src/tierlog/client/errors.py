@@ -39,6 +39,11 @@ class IllegalStateError(errors.KafkaError):
     """The client was used wrongly (closed, not assigned, no group); not retriable."""
 
 
+class TransactionAbortedError(errors.KafkaError):
+    """The record was not sent because its transaction is being aborted (Kafka's
+    ``TransactionAbortedException``)."""
+
+
 class RecordTooLargeError(errors.RecordListTooLargeError):
     """A record larger than ``max.request.size`` or ``buffer.memory``, refused before sending."""
 

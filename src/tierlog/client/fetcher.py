@@ -411,6 +411,39 @@ class CompletedFetch:
         else:
             self._aborted = None
 
+    def _skip(self, pos: int, hdr: BatchHeader) -> bool:
+        """Whether the batch at ``pos`` is not for the application: a control batch, or with
+        read_committed a batch of an aborted transaction (Kafka's CompletedFetch: the response's
+        aborted transactions that start at or before the batch's last offset make its producer
+        aborted, until that producer's abort marker). Called once per batch, in order."""
+        attrs = hdr.attributes
+        if self._aborted is not None and hdr.producer_id >= 0:
+            aborted = self._aborted
+            while aborted and aborted[0][0] <= hdr.last_offset:
+                self._aborted_pids.add(aborted.pop(0)[1])
+            if attrs & CONTROL_FLAG_MASK:
+                if hdr.producer_id in self._aborted_pids and self._abort_marker(pos, hdr):
+                    self._aborted_pids.discard(hdr.producer_id)
+            elif attrs & TRANSACTIONAL_FLAG_MASK and hdr.producer_id in self._aborted_pids:
+                return True
+        return bool(attrs & CONTROL_FLAG_MASK)
+
+    def committed_only(self) -> CompletedFetch:
+        """This fetch with only the batches ``take`` would return records of (read_committed's
+        undecoded path): the batches kept are copied into a new buffer; ``end_offset`` stays, so the
+        position still moves past aborted batches and markers."""
+        kept = []
+        for pos, hdr in self.batches:
+            if hdr.next_offset <= self.fetch_offset:
+                continue
+            if self._verify:
+                verify_crc(self.buf, pos, hdr)
+            if not self._skip(pos, hdr):
+                kept.append(memoryview(self.buf)[pos:pos + hdr.size])
+        out = CompletedFetch(self.tp, self.fetch_offset, b"".join(kept), None, False)
+        out.end_offset = self.end_offset
+        return out
+
     def _abort_marker(self, pos: int, hdr: BatchHeader) -> bool:
         recs = self._decode(pos, hdr, hdr.base_offset)
         return bool(recs) and recs[0].key is not None and len(recs[0].key) >= 4 \
@@ -466,19 +499,7 @@ class CompletedFetch:
                     continue
                 if self._verify:
                     verify_crc(self.buf, pos, hdr)
-                attrs = hdr.attributes
-                if self._aborted is not None and hdr.producer_id >= 0:
-                    aborted = self._aborted
-                    while aborted and aborted[0][0] <= hdr.last_offset:
-                        self._aborted_pids.add(aborted.pop(0)[1])
-                    if attrs & CONTROL_FLAG_MASK:
-                        if hdr.producer_id in self._aborted_pids and self._abort_marker(pos, hdr):
-                            self._aborted_pids.discard(hdr.producer_id)
-                    elif attrs & TRANSACTIONAL_FLAG_MASK and hdr.producer_id in self._aborted_pids:
-                        self._bi += 1
-                        self.next_offset = hdr.next_offset
-                        continue
-                if attrs & CONTROL_FLAG_MASK:
+                if self._skip(pos, hdr):
                     self._bi += 1
                     self.next_offset = hdr.next_offset
                     continue
@@ -844,9 +865,8 @@ class Fetcher:
         """Take buffered fetches undecoded, about ``max_bytes`` of them, advancing positions past them:
         for readers that decode whole batches themselves (the Spark reader's columnar decoder). Each
         holds whole batches from ``fetch_offset`` on (the first may start earlier) to ``end_offset``.
-        Nothing is filtered, so this is for ``read_uncommitted`` only."""
-        if self.read_committed:
-            raise IllegalStateError("undecoded batches cannot honour isolation.level=read_committed")
+        With ``read_committed`` the batches of aborted transactions and control batches are left out
+        (copied into a new buffer); with ``read_uncommitted`` nothing is filtered."""
         out: dict[TopicPartition, list[CompletedFetch]] = {}
         size = 0
         consumed: list[TopicPartition] = []
@@ -859,6 +879,8 @@ class Fetcher:
                 cf = st.pending.popleft()
                 if cf.next_offset != st.position or cf.end_offset <= st.position:
                     continue  # from before a seek or a reset, or nothing whole
+                if self.read_committed:
+                    cf = cf.committed_only()
                 out.setdefault(tp, []).append(cf)
                 size += len(cf.buf)
                 st.position = cf.end_offset

@@ -10,6 +10,12 @@ Retriable failures (leader moved, broker gone, timeout) put batches back at the 
 partition in sequence order and retry until ``delivery.timeout.ms`` after the batch was created.
 With ``enable.idempotence`` (the default) the producer gets a producer id with InitProducerId and
 numbers batches per partition, so a retried batch the broker already wrote is not written twice.
+
+With ``transactional.id`` the producer is transactional (:mod:`tierlog.client.transactions`):
+``init_transactions()`` once, then ``begin_transaction()``, ``send``, optionally
+``send_offsets_to_transaction``, and ``commit_transaction()`` or ``abort_transaction()``. With
+transaction version 1 a partition is added to the transaction (AddPartitionsToTxn) before its first
+batch of the transaction is sent: the sender holds its batches until the coordinator has answered.
 """
 
 from __future__ import annotations
@@ -24,16 +30,25 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
-from tierlog.client.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
+from tierlog.client.errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+    TransactionAbortedError,
+)
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
 from tierlog.client.partitioner import DefaultPartitioner, partition_for_key
-from tierlog.client.types import TopicPartition
+from tierlog.client.transactions import TransactionManager
+from tierlog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from tierlog.config.client import validate_client_config
 from tierlog.protocol import ApiKey
 
 log = logging.getLogger("tierlog.client.producer")
 
 _ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+# a failed batch with one of these makes a transactional producer unusable (Java's maybeTransitionToErrorState)
+_FATAL_BATCH_ERRORS = (errors.ProducerFencedError, errors.TransactionalIdAuthorizationFailedError,
+                       errors.ClusterAuthorizationFailedError, errors.UnsupportedVersionError)
 
 
 def settings(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,8 +75,8 @@ class Producer:
         self.config = validate_client_config("producer", settings(config, kwargs))
         self.acks = _ACKS[str(self.config["acks"]).lower()]
         self.idempotent = bool(self.config["enable.idempotence"])
-        if self.config.get("transactional.id"):
-            raise errors.InvalidConfigError("transactional.id: transactions are not supported by tierlog's client yet")
+        self.transactional_id: str | None = self.config.get("transactional.id")
+        self._txn: TransactionManager | None = None
         self.key_serializer = _serializer(self.config.get("key.serializer"))
         self.value_serializer = _serializer(self.config.get("value.serializer"))
         self.max_request_size = self.config["max.request.size"]
@@ -100,7 +115,10 @@ class Producer:
         self._client.start()
         self._accumulator = RecordAccumulator(self.config)
         self._max_record_size = min(self.max_request_size, self._accumulator.buffer_memory + 61)
-        if self.idempotent and self.acks != 0:
+        if self.transactional_id is not None:
+            # the producer id comes from init_transactions(), as in Java
+            self._txn = TransactionManager(self._client, self.config, self._accumulator.wakeup.set)
+        elif self.idempotent and self.acks != 0:
             await self._init_producer_id()
         self._sender = asyncio.get_running_loop().create_task(self._sender_loop(), name="tierlog-producer-sender")
 
@@ -161,6 +179,8 @@ class Producer:
                     await self._sender
             for t in list(self._request_tasks):
                 t.cancel()
+            if self._txn is not None:
+                self._txn.close()
             if self._accumulator is not None:
                 exc = IllegalStateError("producer closed before the record was sent")
                 for dq in self._accumulator.batches.values():
@@ -169,6 +189,113 @@ class Producer:
                 self._accumulator.batches.clear()
             if self._client is not None:
                 await self._client.close()
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    def _transactions(self, method: str) -> TransactionManager:
+        if self._closed:
+            raise IllegalStateError("Cannot perform operation after producer has been closed")
+        if self.transactional_id is None:
+            raise IllegalStateError(f"Cannot use {method}() without setting transactional.id on the producer")
+        if self._txn is None:
+            raise IllegalStateError("the producer is not started: call await producer.start()")
+        return self._txn
+
+    def _deadline(self, timeout_ms: float | None) -> float:
+        return deadline_after(self.config["max.block.ms"] if timeout_ms is None else timeout_ms)
+
+    def _adopt_producer_id(self) -> None:
+        """Take the transaction manager's producer id and epoch; sequences start from 0 again."""
+        txn = self._txn
+        if (txn.producer_id, txn.producer_epoch) != (self._producer_id, self._producer_epoch):
+            self._producer_id, self._producer_epoch = txn.producer_id, txn.producer_epoch
+            self._next_sequence.clear()
+            self._confirmed.clear()
+            self._first_in_flight.clear()
+
+    async def init_transactions(self, timeout_ms: float | None = None) -> None:
+        """Get the producer id and epoch of ``transactional.id`` from its transaction coordinator, which
+        fences older producers with the same id and completes their open transaction. Call once, before
+        any other transactional method; waits at most ``max.block.ms`` (or ``timeout_ms``) and may be
+        called again after a KafkaTimeoutError."""
+        txn = self._transactions("init_transactions")
+        await txn.initialize(self._deadline(timeout_ms))
+        self._adopt_producer_id()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (locally: the coordinator learns of it with the first partition or
+        offsets added). IllegalStateError when one is in progress or init_transactions() has not run."""
+        self._transactions("begin_transaction").begin()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+                                          group_metadata: ConsumerGroupMetadata | str,
+                                          timeout_ms: float | None = None) -> None:
+        """Commit ``offsets`` (the next offsets to consume) for the consumer's group as part of the
+        transaction: visible in the group only if the transaction commits. ``group_metadata`` is
+        ``consumer.group_metadata()`` (KIP-447: a member of an old generation is fenced); a bare group id
+        works too, without that fencing."""
+        txn = self._transactions("send_offsets_to_transaction")
+        group = ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
+        if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
+            raise errors.InvalidGroupIdError("send_offsets_to_transaction needs the consumer's group metadata")
+        wanted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, value in offsets.items():
+            om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+            if om.offset < 0:
+                raise ValueError(f"Invalid offset {om.offset} for partition {tp}")
+            wanted[TopicPartition(*tp)] = om
+        if not wanted:
+            return
+        await txn.send_offsets(wanted, group, self._deadline(timeout_ms))
+
+    async def commit_transaction(self, timeout_ms: float | None = None) -> None:
+        """Send every record of the transaction, wait for their answers, then commit (EndTxn). If a
+        record failed the transaction can only be aborted: its error is raised (fatal errors such as
+        ProducerFencedError mean the producer can only be closed). A KafkaTimeoutError (after
+        ``max.block.ms`` or ``timeout_ms``) leaves the commit pending: call commit_transaction again."""
+        txn = self._transactions("commit_transaction")
+        txn.begin_commit()
+        deadline = self._deadline(timeout_ms)
+        await self._wait_for_batches(deadline, "commit_transaction")
+        txn.raise_if_error()
+        if await txn.end(True, deadline):
+            self._adopt_producer_id()
+
+    async def abort_transaction(self, timeout_ms: float | None = None) -> None:
+        """Abort the transaction: records not sent yet fail with TransactionAbortedError, those sent
+        are answered first, then EndTxn(abort). Allowed after an abortable error; the producer is
+        then ready for begin_transaction() again."""
+        txn = self._transactions("abort_transaction")
+        txn.begin_abort()
+        deadline = self._deadline(timeout_ms)
+        self._abort_undrained(TransactionAbortedError("Failing batch since transaction was aborted"))
+        await txn.wait_add_partitions()
+        tasks = [t for t in self._request_tasks if not t.done()]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+            if pending:
+                raise KafkaTimeoutError("abort_transaction: produce requests still unanswered when the time ran out")
+        if await txn.end(False, deadline):
+            self._adopt_producer_id()
+
+    async def _wait_for_batches(self, deadline: float, what: str) -> None:
+        try:
+            await self.flush(max(0.0, deadline - time.monotonic()) * 1000)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{what}: records still unanswered when the time ran out") from None
+
+    def _abort_undrained(self, exc: BaseException) -> None:
+        """Fail every batch not in flight (Java's abortUndrainedBatches)."""
+        acc = self._accumulator
+        for dq in acc.batches.values():
+            while dq:
+                b = dq.popleft()
+                if b.base_sequence >= 0:
+                    # sent before and being retried: whether the broker wrote it is unknown
+                    self._txn.epoch_bump_required = True
+                acc.release(b)
+                self._metrics["record-error-total"] += b.count
+                b.fail(exc)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -187,6 +314,9 @@ class Producer:
         client = self._client
         if client is None:
             raise IllegalStateError("the producer is not started: call await producer.start()")
+        txn = self._txn
+        if txn is not None:
+            txn.check_send()
         if self.key_serializer is not None:
             key = self.key_serializer(key)
         if self.value_serializer is not None:
@@ -232,6 +362,8 @@ class Producer:
             if (not dq or dq[-1].closed) and part.on_append(topic, p, 0):
                 p = part.partition(topic, key, nparts, info.available_partitions)
         tp = tps[p]
+        if txn is not None:
+            txn.maybe_add_partition(tp)
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         # the accumulator's append, inlined: this runs for every record
         dq = batches.get(tp)
@@ -294,6 +426,11 @@ class Producer:
         acc = self._accumulator
         client = self._client
         self._expire(now)
+        txn = self._txn
+        if txn is not None and (txn.has_error or txn.is_aborting):
+            self._abort_undrained(txn.last_error if txn.has_error else
+                                  TransactionAbortedError("Failing batch since transaction was aborted"))
+            return None
         by_node: dict[int, list[ProducerBatch]] = {}
         unknown_leader = False
         retry_backoff = self.config["retry.backoff.ms"] / 1000
@@ -302,6 +439,9 @@ class Producer:
                 continue
             batch = dq[0]
             if batch.in_flight or not acc.ready(batch, now):
+                continue
+            if txn is not None and not txn.is_added(tp):
+                txn.maybe_add_partition(tp)  # AddPartitionsToTxn first; the batch waits for its answer
                 continue
             if batch.attempts and now - batch.last_attempt < retry_backoff:
                 continue
@@ -314,6 +454,8 @@ class Producer:
             by_node.setdefault(leader.node_id, []).append(batch)
         if unknown_leader:
             client.request_update()
+        if txn is not None:
+            txn.maybe_send_add_partitions()
         for node_id, batches in by_node.items():
             if self._in_flight.get(node_id, 0) >= self._max_in_flight:
                 continue
@@ -328,6 +470,8 @@ class Producer:
             for b in drained:
                 acc.batches[b.tp].popleft()
                 self._prepare(b)
+            if txn is not None:
+                txn.started = True  # with transaction version 2 the first Produce starts it
             self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
             task = asyncio.get_running_loop().create_task(self._produce(client.node(node_id), drained))
             task.batches = drained
@@ -393,15 +537,19 @@ class Producer:
 
     async def _produce(self, node, batches: list[ProducerBatch]) -> None:
         acc = self._accumulator
+        transactional = self._txn is not None
         topics: dict[str, list[dict]] = {}
         for b in batches:
-            topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition, "records": b.encode(acc.codec)})
-        request = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.config["request.timeout.ms"],
+            topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition,
+                                                      "records": b.encode(acc.codec, transactional)})
+        request = {"transactional_id": self.transactional_id, "acks": self.acks,
+                   "timeout_ms": self.config["request.timeout.ms"],
                    "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
         self._metrics["request-total"] += 1
         try:
             try:
-                response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0)
+                response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0,
+                                                  max_version=self._txn.produce_max_version if transactional else None)
             except errors.KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)
@@ -448,9 +596,12 @@ class Producer:
                 exc, (errors.OutOfOrderSequenceNumberError, errors.UnknownProducerIdError)):
             # The broker did not write the batch. Behind an earlier batch still unanswered it is just
             # early: resend. Otherwise the broker's sequence and ours parted (an earlier batch failed
-            # for good, or the producer state is gone): renumber under a new epoch, then resend.
-            retriable = True
-            if not self._earlier_pending(b):
+            # for good, or the producer state is gone): renumber under a new epoch, then resend. In a
+            # transaction the batch fails instead: the transaction aborts and the abort bumps the epoch.
+            if self._earlier_pending(b):
+                retriable = True
+            elif self._txn is None:
+                retriable = True
                 self._bump_epoch_needed = True
         if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.UnknownTopicOrPartitionError,
                             errors.FencedLeaderEpochError)) or not retriable:
@@ -469,7 +620,12 @@ class Producer:
         so later batches of its partition cannot follow that sequence: a new epoch is due."""
         self._accumulator.release(b)
         self._metrics["record-error-total"] += b.count
-        if self.idempotent and b.base_sequence >= 0:
+        if self._txn is not None:
+            if isinstance(exc, _FATAL_BATCH_ERRORS):
+                self._txn.fatal(exc)
+            else:
+                self._txn.abortable(exc, bump=b.base_sequence >= 0)
+        elif self.idempotent and b.base_sequence >= 0:
             self._bump_epoch_needed = True
             self._accumulator.wakeup.set()
         b.fail(exc)

@@ -45,3 +45,13 @@ class ConsumerRecord(NamedTuple):
     leader_epoch: int
     serialized_key_size: int = -1
     serialized_value_size: int = -1
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's place in its group, for ``Producer.send_offsets_to_transaction`` (KIP-447): the
+    group coordinator fences a transactional offset commit from a member of an old generation."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

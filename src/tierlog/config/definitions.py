@@ -1045,7 +1045,9 @@ _CLIENT: tuple[ConfigDef, ...] = (
     _c("partitioner.ignore.keys", "boolean", False, roles=_P,
        doc="Ignore keys when choosing a partition."),
     _c("transactional.id", "string", None, NonEmpty(), roles=_P,
-       doc="Id that enables transactions across producer restarts."),
+       doc="Id that makes the producer transactional (init_transactions, begin, commit, abort), kept "
+           "across producer restarts; tierlog's client needs an Apache Kafka cluster for it until "
+           "tierlog's broker has a transaction coordinator."),
     _c("transaction.timeout.ms", "int", 60000, roles=_P,
        doc="Time after which the coordinator aborts an open transaction, in ms."),
     _c("key.serializer", "class", None, roles=_P,
