@@ -161,6 +161,9 @@ class PartitionTasks:
     stop_copy: bool = False  # copying turned off: no new upload starts
     copy_stopped: str | None = None  # why copying stopped for good (KIP-917), until leadership changes
     being_copied: set = field(default_factory=set)  # segment ids with an upload in flight
+    # Uploads whose copy task was cancelled (leadership moved, the partition stopped) before it could
+    # publish COPY_SEGMENT_FINISHED; stop_tasks abandons them once their store calls have returned.
+    cut_short: list = field(default_factory=list)
     # Failed or unfinished uploads whose DELETE_SEGMENT_STARTED event could not be written yet, by
     # segment id; the expiration task writes it (then deletes them like any other).
     abandoned: dict = field(default_factory=dict)
@@ -413,12 +416,30 @@ class RemoteLogManager:
                 self._stop_following(tp)
             st = self.partitions.pop(tp, None)
             if st is not None:
+                tasks = [t for t in (st.copy_task, st.expiration_task) if t is not None]
                 self._cancel(st)
+                if tasks:  # each notes what it was uploading (cut_short)
+                    await asyncio.wait(tasks)
                 if st.in_flight:
                     await asyncio.wait(list(st.in_flight))
+                await self._abandon_cut_short(st)
             self.metrics.forget(tp)
             stopped.append(tp)
         return stopped
+
+    async def _abandon_cut_short(self, st: PartitionTasks) -> None:
+        """Uploads of a leadership that ended mid-copy (a leader paused past its ZooKeeper session, say,
+        woken while its upload still ran): their objects are complete now, but this broker no longer
+        leads that epoch, so it never publishes them COPY_SEGMENT_FINISHED. The new leader counted
+        nothing of them (it resumed after the highest *finished* offset) and uploads those offsets
+        itself; marked DELETE_SEGMENT_STARTED here, the leader's expiration task deletes their objects.
+        Left COPY_SEGMENT_STARTED, they would wait for remote retention (another broker's unfinished
+        upload above the log start is never taken for dangling)."""
+        for md in st.cut_short:
+            log.info("Abandoning the upload %s of segment %d of %s: its leadership ended before it finished",
+                     md.segment_id.id, md.start_offset, st.tp)
+            await self._abandon(st, md)
+        st.cut_short.clear()
 
     async def stop_partitions(self, partitions: Iterable[TopicPartitionLog], delete_remote: bool) -> None:
         """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
@@ -675,6 +696,8 @@ class RemoteLogManager:
             time_index=Path(seg.time_index.path), producer_snapshot_index=Path(snapshot) if snapshot else None,
             leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base))
         st.being_copied.add(md.segment_id)
+        epoch = st.partition.leader_epoch
+        finishing = False
         try:
             await self.rlmm.add_remote_log_segment_metadata(md)
             self.metrics.copy_requests.inc(topic=tp.topic)
@@ -695,7 +718,23 @@ class RemoteLogManager:
                 raise CustomMetadataSizeLimitExceededError(
                     f"custom metadata of {len(custom)} bytes for segment {seg.base_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
+            if st.partition.leader_epoch != epoch or self.partitions.get(tp) is not st:
+                # The leadership this upload belongs to ended while the store call ran (the replica
+                # manager moved the epoch; stop_tasks has not cancelled this task yet). Kafka checks
+                # isLeader() before each upload only; tierlog also checks after it: publishing
+                # FINISHED now would race the new leader, which resumes after the highest finished
+                # offset it read and may upload these offsets again (two live segments over the same
+                # offsets). Abandoned, the new leader's expiration deletes the objects.
+                log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
+                         md.segment_id.id, seg.base_offset, tp, epoch)
+                await self._abandon(st, md)
+                return
+            finishing = True
             await self._update(md, S.COPY_SEGMENT_FINISHED, custom)
+        except asyncio.CancelledError:
+            if not finishing:  # FINISHED maybe published: the new leader may count it, so it stays
+                st.cut_short.append(md)
+            raise
         finally:
             st.being_copied.discard(md.segment_id)
         self.metrics.copy_bytes.inc(size, topic=tp.topic)
