@@ -68,7 +68,7 @@ from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
 from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
-from tierlog.tiered.rsm import RemoteStorageManager, layout
+from tierlog.tiered.rsm import RemoteStorageError, RemoteStorageManager, layout
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ _QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least t
 #: A task whose partition's metadata is still loading looks again this often (at most every task interval):
 #: the first run after a restart reads the remote offsets, and until then status and readiness say "loading".
 _NOT_READY_RECHECK_S = 0.2
+#: How long a follower answering a delete disablement waits for its metadata to load (then the controller asks again).
+_DISABLE_LOAD_WAIT_S = 20
 
 
 def _now_ms() -> int:
@@ -454,12 +456,19 @@ class RemoteLogManager:
                               tp, e)
         self.rlmm.on_stop_partitions(stopped)
 
-    async def disable_remote_topic(self, partitions: list[TopicPartitionLog], policy: str) -> None:
-        """DisableRemoteTopic (KIP-950). ``retain``: no upload starts any more (one running completes);
-        remote data stays readable and expires by retention. ``delete``: the partitions' log start
-        offsets already moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in
-        flight are drained, then every remote segment is deleted with its events. Idempotent; raises when
-        something is left, and the controller asks again."""
+    async def disable_remote_topic(self, led: list[TopicPartitionLog], followed: list[TopicPartitionLog],
+                                   policy: str) -> None:
+        """DisableRemoteTopic (KIP-950) for the partitions of the topic hosted here, those this broker leads
+        and those it follows. ``retain``: no upload starts any more (one running completes); remote data
+        stays readable and expires by retention. ``delete``: the partitions' log start offsets already
+        moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in flight are drained,
+        then the leader deletes every remote segment with its events (as in Kafka, a partition's remote
+        data is its leader's to delete). A follower stops and answers once its metadata shows nothing of
+        the partition left: so when every hosting broker answered, the remote data is gone, also where the
+        leader died mid-disablement (the controller keeps asking; the broker elected in its place leads
+        now and deletes, without waiting for the dead one). Idempotent; raises when something is left, and
+        the controller asks again."""
+        partitions = [*led, *followed]
         if policy == "retain":
             for partition in partitions:
                 st = self.partitions.get(self.topic_id_partition(partition))
@@ -470,13 +479,29 @@ class RemoteLogManager:
         tps = await self.stop_tasks(partitions)
         for tp in tps:
             await self.reader.drain(tp)
+        leading = [self.topic_id_partition(p) for p in led]
         # The manager follows the partitions again for as long as the deletion takes (after a restart it
         # has to load their metadata first).
-        self.rlmm.on_partition_leadership_changes(tps, [])
-        for tp in tps:
+        self.rlmm.on_partition_leadership_changes(leading, [tp for tp in tps if tp not in leading])
+        for tp in leading:
             await self._delete_all_remote(tp)
+        for tp in tps:
+            if tp not in leading:
+                await self._check_remote_deleted(tp)
         self.rlmm.on_stop_partitions(tps)
         self.metrics.disablements.inc(policy=policy)
+
+    async def _check_remote_deleted(self, tp: TopicIdPartition) -> None:
+        """A followed partition's part of a delete disablement: raise while its leader has not deleted all
+        (not waiting for it: the controller asks again after a back-off)."""
+        deadline = time.monotonic() + _DISABLE_LOAD_WAIT_S
+        while not self.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
+            if time.monotonic() > deadline or self.closed:
+                raise RemoteResourceNotFoundError(f"the remote log metadata of {tp} is still loading")
+            await asyncio.sleep(0.1)
+        left = [md for md in self.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        if left:
+            raise RemoteStorageError(f"{len(left)} remote segment(s) of {tp} are still to be deleted by its leader")
 
     async def _delete_all_remote(self, tp: TopicIdPartition) -> None:
         deadline = time.monotonic() + 300
