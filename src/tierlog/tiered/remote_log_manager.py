@@ -956,7 +956,7 @@ class RemoteLogManager:
             "local_log_start_offset": lg.local_log_start_offset, "log_end_offset": lg.log_end_offset,
             "highest_offset_in_remote_storage": None,
             "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes,
-            "ready": loaded, "copy_enabled": st.copy_task is not None,
+            "ready": loaded, "copy_enabled": st.copy_task is not None and not st.stop_copy,
             "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
             # Known once the partition's remote metadata is loaded:
             "remote_segments": None, "remote_bytes": None, "remote_segments_in_progress": None,
