@@ -111,15 +111,31 @@ def test_disablement_waits_for_a_dead_broker_and_survives_controller_failover(cl
     assert outputs.count(f"Tiered storage of topic {TOPIC} is DISABLED") == 1  # completed once, by one controller
 
 
-def assert_local_reads(cluster, topic: str, values: dict) -> None:
-    """Each partition reads from its earliest offset, now its local log start (the remote part is gone), to
-    its end: every record there once, in order, as acknowledged."""
+def produce(cluster, topic: str, count: int, prefix: bytes) -> dict:
+    """``count`` records over partitions 0-2, acks=all; (partition, offset) -> the value acknowledged there."""
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=2, batch_size=2048, acks="all")
+    records = [prefix + b"%06d" % i + b"y" * 200 for i in range(count)]
+    sent = [(producer.send(topic, v, partition=i % 3), v) for i, v in enumerate(records)]
+    producer.flush()
+    values = {}
+    for future, value in sent:
+        md = future.get(timeout=30)
+        values[(md.partition, md.offset)] = value
+    producer.close()
+    return values
+
+
+def assert_reads(cluster, topic: str, values: dict, remote_kept: bool = False) -> None:
+    """Each partition reads from its earliest offset to its end: every record there once, in order, as
+    acknowledged. The earliest offset is 0 where the remote data is kept (``remote_kept``), else the local
+    log start (the remote part is gone)."""
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False)
     try:
         for p in range(3):
             tp = TopicPartition(topic, p)
             start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
-            assert 0 < start < end == max(o for q, o in values if q == p) + 1, (p, start, end)
+            assert end == max(o for q, o in values if q == p) + 1, (p, start, end)
+            assert start == 0 if remote_kept else 0 < start < end, (p, start, end)
             reader = CLIENTS["confluent-kafka"](cluster.bootstrap)
             try:
                 got = reader.consume(topic, p, "earliest", end - start, timeout=30)
@@ -143,15 +159,7 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     admin.create_topics([NewTopic(topic, replica_assignments={0: [victim, a, b], 1: [a, b, victim], 2: [b, victim, a]},
                                   topic_configs=SMALL)])
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=2, batch_size=2048, acks="all")
-    sent = [(producer.send(topic, b"%06d" % i + b"y" * 200, partition=i % 3), b"%06d" % i + b"y" * 200)
-            for i in range(900)]
-    producer.flush()
-    values = {}  # (partition, offset) -> the value acknowledged there
-    for future, value in sent:
-        md = future.get(timeout=30)
-        values[(md.partition, md.offset)] = value
-    producer.close()
+    values = produce(cluster, topic, 900, b"")
     leaders = {0: victim, 1: a, 2: b}
     for p, leader in leaders.items():
         cluster.wait_until(lambda p=p, leader=leader: offloaded(cluster, leader, p, topic), 60,
@@ -180,7 +188,7 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     assert state(cluster, a, topic) == ("DISABLING", "delete")
     assert state(cluster, b, topic) == ("DISABLING", "delete")
     assert not remote_files(cluster, topic, 0)
-    assert_local_reads(cluster, topic, values)
+    assert_reads(cluster, topic, values)
 
     cluster.start([victim])
     cluster.wait_formed()
@@ -189,4 +197,38 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     assert remote_files(cluster, topic) == []
     outputs = "".join(cluster.output(i) for i in (1, 2, 3))
     assert outputs.count(f"Tiered storage of topic {topic} is DISABLED") == 1
-    assert_local_reads(cluster, topic, values)
+    assert_reads(cluster, topic, values)
+
+
+def test_a_leader_dead_during_a_retain_disablement_is_succeeded_by_one_that_serves_and_does_not_copy(cluster):
+    """Retain: the broker elected in place of partition 0's dead leader keeps its remote data readable and
+    uploads nothing more, while the topic stays DISABLING for the dead broker; DISABLED once it returns."""
+    topic = "kip950-retain-successor"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    admin.create_topics([NewTopic(topic, replica_assignments={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]},
+                                  topic_configs=SMALL)])
+    values = produce(cluster, topic, 900, b"r")
+    for p in range(3):
+        cluster.wait_until(lambda p=p: offloaded(cluster, p + 1, p, topic), 60, f"partition {p} offloaded")
+    cluster.brokers[1].kill()  # partition 0's leader, dead before the disablement starts
+    cluster.wait_until(lambda: {2: 2, 3: 3}.get(partition(cluster, topic, 0, via=2).leader_id),
+                       SESSION_TIMEOUT_MS / 1000 * 3, "a new leader of partition 0")
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+        "remote.log.disable.policy": "retain", "remote.storage.enable": "false"})])
+    admin.close()
+    cluster.wait_until(lambda: state(cluster, 2, topic) == ("DISABLING", "retain"), 30, "DISABLING")
+    kept = remote_files(cluster, topic, 0)
+    values.update(produce(cluster, topic, 900, b"s"))  # rolls new segments, none uploaded
+    successor = partition(cluster, topic, 0, via=2).leader_id
+    row = next(r for r in tier_status(cluster.brokers[successor], topic)["partitions"] if r["partition"] == 0)
+    assert row["role"] == "leader" and not row["copy_enabled"] and row["remote_segments"] >= 2, row
+    assert remote_files(cluster, topic, 0) == kept
+    assert state(cluster, 2, topic) == state(cluster, 3, topic) == ("DISABLING", "retain")
+    assert_reads(cluster, topic, values, remote_kept=True)
+
+    cluster.start([1])
+    cluster.wait_formed()
+    cluster.wait_until(lambda: all(state(cluster, i, topic) == ("DISABLED", "retain") for i in (1, 2, 3)), 90,
+                       "DISABLED on every broker")
+    assert remote_files(cluster, topic, 0) == kept
+    assert_reads(cluster, topic, values, remote_kept=True)
