@@ -188,6 +188,9 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     assert state(cluster, a, topic) == ("DISABLING", "delete")
     assert state(cluster, b, topic) == ("DISABLING", "delete")
     assert not remote_files(cluster, topic, 0)
+    by_successor = [line for line in cluster.brokers[successor].output
+                    if "Deleted " in line and f":{topic}-0" in line and "Deleted 0 " not in line]
+    assert by_successor, f"broker {successor} did not delete partition 0's remote data"
     assert_reads(cluster, topic, values)
 
     cluster.start([victim])
