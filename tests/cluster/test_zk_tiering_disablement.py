@@ -223,7 +223,16 @@ def test_a_leader_dead_during_a_retain_disablement_is_succeeded_by_one_that_serv
     kept = remote_files(cluster, topic, 0)
     values.update(produce(cluster, topic, 900, b"s"))  # rolls new segments, none uploaded
     successor = partition(cluster, topic, 0, via=2).leader_id
-    row = next(r for r in tier_status(cluster.brokers[successor], topic)["partitions"] if r["partition"] == 0)
+    seen = {}
+
+    def successor_row():  # once its metadata is loaded (the metadata partitions broker 1 led move too)
+        row = seen["row"] = next(r for r in tier_status(cluster.brokers[successor], topic)["partitions"]
+                                 if r["partition"] == 0)
+        return row if row["state"] == "ready" else None
+    try:
+        row = cluster.wait_until(successor_row, 60, f"broker {successor}'s status of partition 0")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last row: {seen.get('row')}") from None
     assert row["role"] == "leader" and not row["copy_enabled"] and row["remote_segments"] >= 2, row
     assert remote_files(cluster, topic, 0) == kept
     assert state(cluster, 2, topic) == state(cluster, 3, topic) == ("DISABLING", "retain")

@@ -941,8 +941,11 @@ class RemoteLogManager:
 
     def loaded(self, st: PartitionTasks) -> bool:
         """Whether the partition's remote state is known: its metadata loaded and, with a copy task, that
-        task's first run done (it reads the highest remote offset; until then the log says -1)."""
-        return self.rlmm.is_ready(st.tp) and (st.copy_task is None or not st.first_copy_run)
+        task's first run done (it reads the highest remote offset; until then the log says -1). A copy
+        task that stopped before its first run (copying disabled right after this broker took the
+        leadership) will not do it: the partition counts as loaded, not "loading" for good."""
+        copying = st.copy_task is not None and not st.copy_task.done()
+        return self.rlmm.is_ready(st.tp) and (not copying or not st.first_copy_run)
 
     def partition_status(self, st: PartitionTasks, now_ms: int | None = None) -> dict:
         """What ``tierlog tier status`` shows for one partition. While its remote metadata loads after a
