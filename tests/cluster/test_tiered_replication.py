@@ -16,11 +16,19 @@ import shutil
 import pytest
 
 from tests.harness.rawclient import unique
-from tests.harness.tiered import call, sample_value, scrape, tier_status, tiered_settings
+from tests.harness.tiered import (
+    assert_read_back_once,
+    assert_uploaded_once,
+    call,
+    remote_manifests,
+    sample_value,
+    scrape,
+    tier_status,
+    tiered_settings,
+)
 from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_isr
 from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
-from tierlog.tiered.rsm.layout import SegmentManifest
 
 SEGMENT_BYTES = 6_000
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "min.insync.replicas": "2",
@@ -80,19 +88,6 @@ def read_all(cluster, topic: str, count: int, client: str = "confluent-kafka") -
         c.close()
 
 
-def assert_read_back_once(got: list, acked: list[bytes]) -> None:
-    values = [m.value for m in got]
-    assert [m.offset for m in got] == sorted(m.offset for m in got)
-    assert len(values) == len(set(values)), "a record read twice"
-    missing = set(acked) - set(values)
-    assert not missing, f"{len(missing)} acknowledged records not read back, e.g. {sorted(missing)[:3]}"
-
-
-def remote_manifests(cluster, topic: str) -> list[SegmentManifest]:
-    found = [SegmentManifest.from_json(p.read_bytes()) for p in (cluster.root / "remote").rglob("*.manifest")]
-    return sorted((m for m in found if m.topic == topic), key=lambda m: m.start_offset)
-
-
 def restart_empty(cluster, broker_id: int, topic: str) -> None:
     """Stop the broker, throw its replica of ``topic`` away, start it again."""
     cluster.brokers[broker_id].kill()
@@ -130,7 +125,7 @@ def test_followers_drop_what_the_leader_tiered_and_a_lost_replica_is_rebuilt_fro
     wait_isr(cluster, topic, 3, timeout=90)
     assert "Built the state of follower" in cluster.output(2)
     first = int(local_logs(cluster, 2, topic)[0].stem)
-    ends = {m.end_offset + 1 for m in remote_manifests(cluster, topic)}
+    ends = {m.end_offset + 1 for m in remote_manifests(cluster.root, topic)}
     assert first > 0 and first in ends, (first, sorted(ends)[-3:])
     assert (replica_folder(cluster, 2, topic) / f"{first:020d}.snapshot").exists()  # the producer state
     assert len(local_logs(cluster, 2, topic)) < total_logs
@@ -197,15 +192,8 @@ def test_a_leader_killed_while_copying_is_succeeded_without_a_duplicate_segment_
     report = call(cluster.brokers[leader], "/v1/tier/reconcile")
     mine = [o for o in report["orphans"] + report["missing"] if o["topic"] == topic]
     assert mine == [] and not report["not_ready"], report
-    # In upload order each segment starts at or below the end of what is remote + 1 and ends past it; a new
-    # leader's first may overlap the old leader's last (replicas roll at different offsets; whole segments).
-    manifests = remote_manifests(cluster, topic)
-    end = -1
-    for m in sorted(manifests, key=lambda m: m.written_ms):
-        assert m.start_offset <= end + 1, f"gap before {m.start_offset}: remote ended at {end}"
-        assert m.end_offset > end, f"{m.start_offset}-{m.end_offset} uploaded again (remote already to {end})"
-        end = m.end_offset
-    assert len({m.segment_id for m in manifests}) == len(manifests)
+    manifests = remote_manifests(cluster.root, topic)
+    assert_uploaded_once(manifests)
     assert_read_back_once(read_all(cluster, topic, len(acked)), acked)
     print(f"\nleader killed while copying: {len(acked)} acknowledged, all read back once; "
           f"{len(manifests)} remote segments, no gap, none uploaded twice, by brokers "

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.harness.broker import BrokerProcess
+from tierlog.tiered.rsm.layout import SegmentManifest
 
 
 def tiered_settings(root, **extra) -> dict:
@@ -63,3 +64,30 @@ def wait_for(predicate, what: str, timeout: float = 60, every: float = 0.1):
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def remote_manifests(root, topic: str) -> list[SegmentManifest]:
+    """The manifests of ``topic``'s segments in the filesystem store under ``root/remote``, by start offset."""
+    found = [SegmentManifest.from_json(p.read_bytes()) for p in (root / "remote").rglob("*.manifest")]
+    return sorted((m for m in found if m.topic == topic), key=lambda m: m.start_offset)
+
+
+def assert_read_back_once(got: list, acked: list[bytes]) -> None:
+    """Consumed records (``.offset``, ``.value``) in offset order, none twice, every acknowledged value there."""
+    values = [m.value for m in got]
+    assert [m.offset for m in got] == sorted(m.offset for m in got)
+    assert len(values) == len(set(values)), "a record read twice"
+    missing = set(acked) - set(values)
+    assert not missing, f"{len(missing)} acknowledged records not read back, e.g. {sorted(missing)[:3]}"
+
+
+def assert_uploaded_once(manifests: list[SegmentManifest]) -> None:
+    """In upload order each segment starts at or below the end of what is remote + 1 and ends past it (a
+    new leader's first may overlap the old leader's last: replicas roll at different offsets), and no
+    segment id appears twice: nothing uploaded twice, nothing skipped."""
+    end = -1
+    for m in sorted(manifests, key=lambda m: m.written_ms):
+        assert m.start_offset <= end + 1, f"gap before {m.start_offset}: remote ended at {end}"
+        assert m.end_offset > end, f"{m.start_offset}-{m.end_offset} uploaded again (remote already to {end})"
+        end = m.end_offset
+    assert len({m.segment_id for m in manifests}) == len(manifests)

@@ -564,3 +564,81 @@ def test_segment_within_leader_epochs():
     assert not segment_within_leader_epochs(_md(50, 120, {0: 50}), 300, entries)
     # Not below the log end offset.
     assert not segment_within_leader_epochs(_md(200, 310, {2: 200}), 300, entries)
+
+
+def _held_copies(e):
+    """Make the store's uploads wait for the returned event (set from the test's loop)."""
+    import threading
+    release = threading.Event()
+    copy = e.rsm.copy_log_segment_data
+
+    def held(md, data):
+        release.wait(30)
+        return copy(md, data)
+    e.rsm.copy_log_segment_data = held
+    return release
+
+
+async def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def test_an_upload_cut_short_by_the_end_of_its_leadership_is_abandoned_not_finished(env):
+    """The copy task is cancelled (the leadership moved) while the store call runs on: once the call returns,
+    stop_tasks marks the upload DELETE_SEGMENT_STARTED; COPY_SEGMENT_FINISHED is never published."""
+    e = env
+    produce(e.log, 20)
+    release = _held_copies(e)
+
+    async def go():
+        await start(e)
+        st = e.rlm.partitions[e.tp]
+        st.copy_task = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+        await _until(lambda: st.in_flight, "the upload running")
+        stopping = asyncio.get_running_loop().create_task(e.rlm.stop_tasks([e.partition], stop_following=False))
+        await _until(lambda: st.cut_short, "the copy task cancelled mid-upload")
+        release.set()
+        await stopping
+    run(go())
+    assert [s for _, s in states(e)] == [0, 2]  # STARTED, then abandoned: never FINISHED
+    assert e.log.highest_offset_in_remote_storage == -1
+
+
+def test_an_upload_whose_leader_epoch_ended_before_it_returned_is_abandoned(env):
+    """The replica manager moved the partition's leader epoch during the store call (the cancel not there yet):
+    the upload is abandoned instead of published."""
+    e = env
+    produce(e.log, 20)
+    release = _held_copies(e)
+
+    async def go():
+        await start(e)
+        st = e.rlm.partitions[e.tp]
+        copying = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+        await _until(lambda: st.in_flight, "the upload running")
+        e.partition.leader_epoch += 1
+        release.set()
+        await copying
+    run(go())
+    assert [s for _, s in states(e)] == [0, 2]
+    assert e.log.highest_offset_in_remote_storage == -1
+
+
+def test_a_copy_task_stopped_before_its_first_run_leaves_the_partition_loaded(env):
+    """Copying disabled right after this broker took the leadership: the task ends without its first run, and
+    the partition's status is not "loading" for good."""
+    e = env
+    produce(e.log, 20)
+
+    async def go():
+        e.rlm.on_leadership_change([e.partition])
+        st = e.rlm.partitions[e.tp]
+        st.stop_copy = True  # as on_config_change does, before the task's first run
+        await _until(lambda: st.copy_task.done(), "the copy task ending")
+        assert st.first_copy_run
+        return e.rlm.partition_status(st)
+    status = run(go())
+    assert status["state"] == "ready" and not status["copy_enabled"], status

@@ -162,17 +162,29 @@ class DisablementDriver:
         for p in topic.partitions.values():
             for b in p.replicas:
                 hosts.setdefault(b, []).append(p.partition)
+        # Every broker not done yet is asked in each round: one that is down (or failing) must not hold
+        # back the others, whose part may be to delete what a dead leader's successor now leads.
+        failures = []
         for broker_id, parts in sorted(hosts.items()):
             if broker_id in acked:
                 continue
             request = DisableRemoteTopicRequest(self.controller.node_id, topic.topic_id, topic.name,
                                                 tuple(sorted(parts)), tiering.policy, tiering.epoch,
                                                 self.controller.controller_epoch)
-            response = await self.channel.disable_remote_topic(broker_id, request)
+            try:
+                response = await self.channel.disable_remote_topic(broker_id, request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - that broker is asked again after the back-off
+                failures.append(f"broker {broker_id}: {e}")
+                continue
             if response.error_code != NO_ERROR:
-                raise RuntimeError(f"broker {broker_id} answered "
-                                   f"{describe_error(response.error_code, response.error_message)}")
+                failures.append(f"broker {broker_id} answered "
+                                f"{describe_error(response.error_code, response.error_message)}")
+                continue
             acked.add(broker_id)
+        if failures:
+            raise RuntimeError("; ".join(failures))
         if set(hosts) - acked:
             return False
         self._acked.pop(key, None)

@@ -881,7 +881,10 @@ class ReplicaManager:
         partitions = [p for p in self.partitions.values()
                       if p.topic == request.topic and p.index in request.partitions]
         try:
-            await rlm.disable_remote_topic(partitions, request.policy)
+            # Led now, not when the disablement began: a broker elected in place of a leader that died
+            # mid-disablement deletes that partition's remote data when the controller asks again.
+            await rlm.disable_remote_topic([p for p in partitions if self.leads(p)],
+                                           [p for p in partitions if not self.leads(p)], request.policy)
         except Exception as e:  # noqa: BLE001 - reported to the controller, which retries
             log.warning("DisableRemoteTopic for %s (policy %s) failed: %s", request.topic, request.policy, e)
             return DisableRemoteTopicResponse(KafkaStorageError.code, str(e))

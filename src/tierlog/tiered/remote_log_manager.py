@@ -68,7 +68,7 @@ from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
 from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
-from tierlog.tiered.rsm import RemoteStorageManager, layout
+from tierlog.tiered.rsm import RemoteStorageError, RemoteStorageManager, layout
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ _QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least t
 #: A task whose partition's metadata is still loading looks again this often (at most every task interval):
 #: the first run after a restart reads the remote offsets, and until then status and readiness say "loading".
 _NOT_READY_RECHECK_S = 0.2
+#: How long a follower answering a delete disablement waits for its metadata to load (then the controller asks again).
+_DISABLE_LOAD_WAIT_S = 20
 
 
 def _now_ms() -> int:
@@ -161,6 +163,9 @@ class PartitionTasks:
     stop_copy: bool = False  # copying turned off: no new upload starts
     copy_stopped: str | None = None  # why copying stopped for good (KIP-917), until leadership changes
     being_copied: set = field(default_factory=set)  # segment ids with an upload in flight
+    # Uploads whose copy task was cancelled (leadership moved, the partition stopped) before it could
+    # publish COPY_SEGMENT_FINISHED; stop_tasks abandons them once their store calls have returned.
+    cut_short: list = field(default_factory=list)
     # Failed or unfinished uploads whose DELETE_SEGMENT_STARTED event could not be written yet, by
     # segment id; the expiration task writes it (then deletes them like any other).
     abandoned: dict = field(default_factory=dict)
@@ -413,12 +418,30 @@ class RemoteLogManager:
                 self._stop_following(tp)
             st = self.partitions.pop(tp, None)
             if st is not None:
+                tasks = [t for t in (st.copy_task, st.expiration_task) if t is not None]
                 self._cancel(st)
+                if tasks:  # each notes what it was uploading (cut_short)
+                    await asyncio.wait(tasks)
                 if st.in_flight:
                     await asyncio.wait(list(st.in_flight))
+                await self._abandon_cut_short(st)
             self.metrics.forget(tp)
             stopped.append(tp)
         return stopped
+
+    async def _abandon_cut_short(self, st: PartitionTasks) -> None:
+        """Uploads of a leadership that ended mid-copy (a leader paused past its ZooKeeper session, say,
+        woken while its upload still ran): their objects are complete now, but this broker no longer
+        leads that epoch, so it never publishes them COPY_SEGMENT_FINISHED. The new leader counted
+        nothing of them (it resumed after the highest *finished* offset) and uploads those offsets
+        itself; marked DELETE_SEGMENT_STARTED here, the leader's expiration task deletes their objects.
+        Left COPY_SEGMENT_STARTED, they would wait for remote retention (another broker's unfinished
+        upload above the log start is never taken for dangling)."""
+        for md in st.cut_short:
+            log.info("Abandoning the upload %s of segment %d of %s: its leadership ended before it finished",
+                     md.segment_id.id, md.start_offset, st.tp)
+            await self._abandon(st, md)
+        st.cut_short.clear()
 
     async def stop_partitions(self, partitions: Iterable[TopicPartitionLog], delete_remote: bool) -> None:
         """Stop tiering these partitions; with ``delete_remote`` (topic deletion) delete all their remote
@@ -433,12 +456,19 @@ class RemoteLogManager:
                               tp, e)
         self.rlmm.on_stop_partitions(stopped)
 
-    async def disable_remote_topic(self, partitions: list[TopicPartitionLog], policy: str) -> None:
-        """DisableRemoteTopic (KIP-950). ``retain``: no upload starts any more (one running completes);
-        remote data stays readable and expires by retention. ``delete``: the partitions' log start
-        offsets already moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in
-        flight are drained, then every remote segment is deleted with its events. Idempotent; raises when
-        something is left, and the controller asks again."""
+    async def disable_remote_topic(self, led: list[TopicPartitionLog], followed: list[TopicPartitionLog],
+                                   policy: str) -> None:
+        """DisableRemoteTopic (KIP-950) for the partitions of the topic hosted here, those this broker leads
+        and those it follows. ``retain``: no upload starts any more (one running completes); remote data
+        stays readable and expires by retention. ``delete``: the partitions' log start offsets already
+        moved to their local log start (reads below get OFFSET_OUT_OF_RANGE); reads in flight are drained,
+        then the leader deletes every remote segment with its events (as in Kafka, a partition's remote
+        data is its leader's to delete). A follower stops and answers once its metadata shows nothing of
+        the partition left: so when every hosting broker answered, the remote data is gone, also where the
+        leader died mid-disablement (the controller keeps asking; the broker elected in its place leads
+        now and deletes, without waiting for the dead one). Idempotent; raises when something is left, and
+        the controller asks again."""
+        partitions = [*led, *followed]
         if policy == "retain":
             for partition in partitions:
                 st = self.partitions.get(self.topic_id_partition(partition))
@@ -449,13 +479,29 @@ class RemoteLogManager:
         tps = await self.stop_tasks(partitions)
         for tp in tps:
             await self.reader.drain(tp)
+        leading = [self.topic_id_partition(p) for p in led]
         # The manager follows the partitions again for as long as the deletion takes (after a restart it
         # has to load their metadata first).
-        self.rlmm.on_partition_leadership_changes(tps, [])
-        for tp in tps:
+        self.rlmm.on_partition_leadership_changes(leading, [tp for tp in tps if tp not in leading])
+        for tp in leading:
             await self._delete_all_remote(tp)
+        for tp in tps:
+            if tp not in leading:
+                await self._check_remote_deleted(tp)
         self.rlmm.on_stop_partitions(tps)
         self.metrics.disablements.inc(policy=policy)
+
+    async def _check_remote_deleted(self, tp: TopicIdPartition) -> None:
+        """A followed partition's part of a delete disablement: raise while its leader has not deleted all
+        (not waiting for it: the controller asks again after a back-off)."""
+        deadline = time.monotonic() + _DISABLE_LOAD_WAIT_S
+        while not self.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
+            if time.monotonic() > deadline or self.closed:
+                raise RemoteResourceNotFoundError(f"the remote log metadata of {tp} is still loading")
+            await asyncio.sleep(0.1)
+        left = [md for md in self.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        if left:
+            raise RemoteStorageError(f"{len(left)} remote segment(s) of {tp} are still to be deleted by its leader")
 
     async def _delete_all_remote(self, tp: TopicIdPartition) -> None:
         deadline = time.monotonic() + 300
@@ -675,6 +721,8 @@ class RemoteLogManager:
             time_index=Path(seg.time_index.path), producer_snapshot_index=Path(snapshot) if snapshot else None,
             leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base))
         st.being_copied.add(md.segment_id)
+        epoch = st.partition.leader_epoch
+        finishing = False
         try:
             await self.rlmm.add_remote_log_segment_metadata(md)
             self.metrics.copy_requests.inc(topic=tp.topic)
@@ -695,7 +743,23 @@ class RemoteLogManager:
                 raise CustomMetadataSizeLimitExceededError(
                     f"custom metadata of {len(custom)} bytes for segment {seg.base_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
+            if st.partition.leader_epoch != epoch or self.partitions.get(tp) is not st:
+                # The leadership this upload belongs to ended while the store call ran (the replica
+                # manager moved the epoch; stop_tasks has not cancelled this task yet). Kafka checks
+                # isLeader() before each upload only; tierlog also checks after it: publishing
+                # FINISHED now would race the new leader, which resumes after the highest finished
+                # offset it read and may upload these offsets again (two live segments over the same
+                # offsets). Abandoned, the new leader's expiration deletes the objects.
+                log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
+                         md.segment_id.id, seg.base_offset, tp, epoch)
+                await self._abandon(st, md)
+                return
+            finishing = True
             await self._update(md, S.COPY_SEGMENT_FINISHED, custom)
+        except asyncio.CancelledError:
+            if not finishing:  # FINISHED maybe published: the new leader may count it, so it stays
+                st.cut_short.append(md)
+            raise
         finally:
             st.being_copied.discard(md.segment_id)
         self.metrics.copy_bytes.inc(size, topic=tp.topic)
@@ -877,8 +941,11 @@ class RemoteLogManager:
 
     def loaded(self, st: PartitionTasks) -> bool:
         """Whether the partition's remote state is known: its metadata loaded and, with a copy task, that
-        task's first run done (it reads the highest remote offset; until then the log says -1)."""
-        return self.rlmm.is_ready(st.tp) and (st.copy_task is None or not st.first_copy_run)
+        task's first run done (it reads the highest remote offset; until then the log says -1). A copy
+        task that stopped before its first run (copying disabled right after this broker took the
+        leadership) will not do it: the partition counts as loaded, not "loading" for good."""
+        copying = st.copy_task is not None and not st.copy_task.done()
+        return self.rlmm.is_ready(st.tp) and (not copying or not st.first_copy_run)
 
     def partition_status(self, st: PartitionTasks, now_ms: int | None = None) -> dict:
         """What ``tierlog tier status`` shows for one partition. While its remote metadata loads after a
@@ -892,7 +959,7 @@ class RemoteLogManager:
             "local_log_start_offset": lg.local_log_start_offset, "log_end_offset": lg.log_end_offset,
             "highest_offset_in_remote_storage": None,
             "local_segments": len(lg.segments), "local_bytes": lg.size_in_bytes,
-            "ready": loaded, "copy_enabled": st.copy_task is not None,
+            "ready": loaded, "copy_enabled": st.copy_task is not None and not st.stop_copy,
             "last_error": st.copy_stopped or st.last_error, "last_error_ms": st.last_error_ms,
             # Known once the partition's remote metadata is loaded:
             "remote_segments": None, "remote_bytes": None, "remote_segments_in_progress": None,

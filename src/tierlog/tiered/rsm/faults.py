@@ -11,7 +11,10 @@ and heal the store of a running broker::
 
 - ``"error"``: the call raises a RemoteStorageError; ``"timeout"``: a RetriableRemoteStorageError
   after ``timeout_ms`` (default 1000); ``"hold"``: the call waits until the control file no longer
-  says ``"hold"`` for it, then goes on as that says (a store that hangs until the test lets it go);
+  says ``"hold"`` for it, then goes on as that says (a store that hangs until the test lets it go).
+  While a call is held, ``<control file>.held`` names it (``{"op": ..., "what": ...}``; a copy also
+  gives ``segment_id``, ``start_offset`` and ``end_offset``), so a test waits for the hold to be
+  reached instead of guessing;
 - ``copy_partial``: a failing copy first uploads the segment object only (no indexes, no manifest),
   as a crash mid-upload would leave it;
 - ``latency_ms``: every call sleeps that long first (slow store);
@@ -73,7 +76,20 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         except (OSError, ValueError):
             return {}
 
-    def _maybe_fail(self, op: str, ctl: dict[str, Any], what: str) -> None:
+    def _held(self, detail: dict[str, Any] | None) -> None:
+        """Write (``detail``) or remove (None) the marker naming the call held now."""
+        if not self.control_file:
+            return
+        marker = f"{self.control_file}.held"
+        if detail is None:
+            try:
+                os.remove(marker)
+            except FileNotFoundError:
+                pass
+        else:
+            write_control(marker, **detail)
+
+    def _maybe_fail(self, op: str, ctl: dict[str, Any], what: str, detail: dict[str, Any] | None = None) -> None:
         with self._lock:
             self.calls[op] = self.calls.get(op, 0) + 1
             if "seed" in ctl:
@@ -84,10 +100,13 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         if latency:
             time.sleep(latency)
         mode = ctl.get(op) or ("error" if unlucky else None)
-        while mode == "hold":
-            time.sleep(0.02)
-            ctl = self.control()
-            mode = ctl.get(op)
+        if mode == "hold":
+            self._held({"op": op, "what": what, **(detail or {})})
+            while mode == "hold":
+                time.sleep(0.02)
+                ctl = self.control()
+                mode = ctl.get(op)
+            self._held(None)
         if not mode:
             return
         with self._lock:
@@ -100,7 +119,9 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
     def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         ctl = self.control()
         try:
-            self._maybe_fail("copy", ctl, f"copy of segment {md.start_offset} of {md.topic_id_partition}")
+            self._maybe_fail("copy", ctl, f"copy of segment {md.start_offset} of {md.topic_id_partition}",
+                             {"segment_id": str(md.segment_id.id), "start_offset": md.start_offset,
+                              "end_offset": md.end_offset})
         except RemoteStorageError:
             if ctl.get("copy_partial") and hasattr(self.delegate, "_put_file"):
                 keys = self.delegate.write_keys(md) if hasattr(self.delegate, "write_keys") else \
