@@ -154,7 +154,7 @@ def test_clean_restart_keeps_the_open_transaction_and_the_index(make_log):
     assert committed(lg) == 7 and entries(lg)[-1] == (0, 8, 4, 6, 7)
 
 
-@pytest.mark.parametrize("damage", ["deleted", "truncated", "stale"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "stale", "torn after a clean shutdown"])
 def test_recovery_rebuilds_the_index_of_an_unflushed_tail(make_log, damage):
     lg = make_log(segment_bytes=300)
     for pid in range(7, 12):
@@ -166,18 +166,24 @@ def test_recovery_rebuilds_the_index_of_an_unflushed_tail(make_log, damage):
                 if os.path.exists(txnindex(lg, seg.base_offset))}
     assert sum(len(e) for e in expected.values()) == 3
     lso = committed(lg)
-    lg.flush()
-    crash(lg)
+    clean = damage.endswith("clean shutdown")
+    if clean:
+        lg.close()
+    else:
+        lg.flush()
+        crash(lg)
     for base in expected:
         path = txnindex(lg, base)
-        if damage == "deleted":
+        if clean:
+            os.truncate(path, os.path.getsize(path) - 1)  # the sanity check sends the segment to recovery
+        elif damage == "deleted":
             os.remove(path)
         elif damage == "truncated":
             os.truncate(path, 20)
         else:
             with open(path, "ab") as f:
                 f.write(ENTRY.pack(0, 99, 1, 2, 3))
-    lg = make_log(clean_shutdown=False, recovery_point=0, segment_bytes=300)
+    lg = make_log(clean_shutdown=clean, recovery_point=0, segment_bytes=300)
     got = {seg.base_offset: entries(lg, seg.base_offset) for seg in lg.segments
            if os.path.exists(txnindex(lg, seg.base_offset)) and os.path.getsize(txnindex(lg, seg.base_offset))}
     assert got == expected
@@ -202,3 +208,13 @@ def test_truncation_and_deletion_take_the_index_along(make_log):
     gone = [b for b in bases if b < lg.segments[0].base_offset]
     assert gone and not any(os.path.exists(txnindex(lg, b)) for b in gone)
     assert not [n for n in os.listdir(lg.dir) if n.endswith(".deleted")]
+
+
+def test_the_lso_never_falls_below_the_log_start_offset(make_log):
+    lg = make_log()
+    lg.append_as_leader(txn(7, 0))
+    lg.append_as_leader(batch(3))
+    assert committed(lg) == 0
+    lg.maybe_increment_log_start_offset(3)  # DeleteRecords past the open transaction's start
+    assert lg.last_stable_offset == 3
+    assert lg.read(3, 1 << 20, isolation="committed").size == 0

@@ -442,7 +442,9 @@ class Log:
         first_unstable = self.producer_state.first_unstable_offset(self.high_watermark)
         if first_unstable is None:
             return self.high_watermark
-        return min(first_unstable, self.high_watermark)
+        # Never below the log start offset (Kafka's maybeIncrementFirstUnstableOffset): retention or
+        # DeleteRecords may have removed the start of an open transaction.
+        return min(max(first_unstable, self.log_start_offset), self.high_watermark)
 
     @property
     def size_in_bytes(self) -> int:

@@ -336,6 +336,7 @@ class LogSegment:
         try:
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check()
+            self.txn_index.sanity_check()  # a bad one: the segment is recovered, which rebuilds it
             _, pos = self.offset_index.last_entry()
             for at, h in self.batches(pos, self.size):
                 pos = at + h.size

@@ -108,6 +108,12 @@ class TransactionIndex:
             os.truncate(self.path, 0)
 
     def sanity_check(self) -> None:
+        try:
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            return
+        if size % ENTRY.size:
+            raise CorruptIndexError(f"transaction index {self.path} has {size} bytes, not a multiple of {ENTRY.size}")
         for txn in self.entries:
             if txn.last_offset < self.base_offset:
                 raise CorruptIndexError(f"last offset of aborted transaction {txn} in index {self.path} is less "
