@@ -199,7 +199,7 @@ class ProducerStateManager:
             lso = min(self.ongoing.values(), default=marker_offset + 1)
             completed = CompletedTxn(producer_id, first, marker_offset, is_abort, lso)
             self.unreplicated[first] = marker_offset
-        if epoch != entry.producer_epoch:
+        if epoch > entry.producer_epoch:  # a bumped epoch (KIP-890) starts the producer's sequences over
             entry.batches.clear()
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = coordinator_epoch
