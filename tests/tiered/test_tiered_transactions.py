@@ -59,3 +59,32 @@ def test_read_committed_from_the_remote_tier_skips_aborted_transactions(tiered, 
     read = CONSUMERS[consumer]
     assert [v for _, v in read(b.bootstrap, topic, READ_COMMITTED, until=b"end")] == committed
     assert [v for _, v in read(b.bootstrap, topic, READ_UNCOMMITTED, until=b"end")] == everything
+
+
+def test_an_abort_whose_marker_is_still_only_local_hides_remote_records(tmp_path):
+    """A transaction spanning several segments, aborted by a marker in the active segment: its data is uploaded
+    (and deleted locally) but its .txnindex entry is still local, so the remote reader completes its search in
+    the local indexes (as Kafka's RemoteLogManager does)."""
+    from tests.harness.broker import BrokerProcess
+    b = BrokerProcess(tmp_path / "logs", tiered_settings(tmp_path)).start()
+    try:
+        topic = unique("local-marker")
+        create_topic(b.bootstrap, topic, configs=TOPIC)
+        raw = RawClient(b.bootstrap)
+        pid, epoch = init_producer_id(raw)
+        for i in range(8):
+            assert produce(raw, topic, [b"gone-%d-%d-" % (i, j) + b"x" * 200 for j in range(3)], producer_id=pid,
+                           epoch=epoch, sequence=3 * i, transactional=True).error_code == 0
+        assert write_markers(raw, marker(pid, epoch, False, topic)) == {(pid, topic, 0): 0}
+        assert produce(raw, topic, [b"end"]).error_code == 0
+        raw.close()
+        wait_for(lambda: (p := tier_status(b, topic)["partitions"][0])["copy_lag_segments"] == 0
+                 and p["local_log_start_offset"] > 0, "the transaction's first segments to leave", timeout=120)
+        folder = b.log_dir / f"{topic}-0"
+        local = sorted(folder.glob("*.txnindex"))
+        assert [p.stem for p in local] == [sorted(folder.glob("*.log"))[-1].stem]  # the entry is in the active one
+        for consumer in sorted(CONSUMERS):
+            got = CONSUMERS[consumer](b.bootstrap, topic, READ_COMMITTED, until=b"end")
+            assert [v for _, v in got] == [b"end"], consumer
+    finally:
+        b.stop()
