@@ -399,8 +399,10 @@ class ReplicaManager:
         """WriteTxnMarkers for one partition (Kafka's appendRecords with origin COORDINATOR and acks=-1):
         append the COMMIT or ABORT marker as leader; returns (its offset, the leader epoch) to wait for with
         :meth:`wait_for_acks`. A partition with no replica here is UNKNOWN_TOPIC_OR_PARTITION (Kafka's
-        handler asks for the local log first); one followed here NOT_LEADER_OR_FOLLOWER."""
-        if (topic, partition) not in self.partitions:
+        handler asks for an online local log first, so an offline one too); one followed here
+        NOT_LEADER_OR_FOLLOWER."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.log.offline is not None:
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
         p = self.get_partition(topic, partition)
         if p.effective_min_isr() > len(p.isr or (self.node_id,)):
