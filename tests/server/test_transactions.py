@@ -3,8 +3,9 @@ with WriteTxnMarkers as the transaction coordinator will, read by confluent-kafk
 in both isolation levels; the last stable offset; marker errors; a restart keeps the open transaction and the
 aborted-transaction index.
 
-Transactional produce is accepted without a coordinator, as Kafka's is with
-``transaction.partition.verification.enable=false`` (KIP-890's verification belongs to the coordinator)."""
+Transactional produce (with a transactional id, which Kafka requires) is accepted without a coordinator, as
+Kafka's is with ``transaction.partition.verification.enable=false`` (KIP-890's verification belongs to the
+coordinator)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.harness.transactions import (
 from tierlog.protocol import ApiKey
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, COORDINATOR_FENCED = 0, 3, 47, 48, 52
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,11 @@ def test_marker_errors(shared, raw):
     create_topic(shared.bootstrap, topic)
     pid, epoch = init_producer_id(raw)
     assert txn(raw, topic, [b"x"], pid, epoch, 0).error_code == 0
+    # Transactional records without a transactional id: Kafka refuses the whole request, and writes nothing.
+    refused = produce(raw, topic, [b"z"], producer_id=pid, epoch=epoch, sequence=1, transactional=True,
+                      transactional_id=None)
+    assert (refused.error_code, refused.base_offset) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    assert list_offset(raw, topic, 0) == 1
     # A plain batch of the producer while its transaction is open (Kafka's InvalidTxnStateException).
     assert produce(raw, topic, [b"y"], producer_id=pid, epoch=epoch, sequence=1).error_code == INVALID_TXN_STATE
     assert write_markers(raw, marker(pid, epoch, True, topic, coordinator_epoch=5)) == {(pid, topic, 0): NONE}
