@@ -7,6 +7,7 @@ broker fed by kafka-python (every codec) and by Kafka's own Java producer.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kafka import KafkaProducer
@@ -191,3 +192,39 @@ def test_dump_log_segments_reads_live_broker_log(start_broker, kafka_tool):
     snap = dumped[f"{log_end:020d}.snapshot"].producers
     assert {int(p["producerId"]): int(p["lastOffset"]) for p in snap} == last_by_pid
     assert len(last_by_pid) == len(CODECS) + 1
+
+
+def test_dump_log_segments_reads_markers_and_the_transaction_index(tmp_path, kafka_tool):
+    """Markers are control records Kafka decodes (type and coordinator epoch), and each ``.txnindex`` entry
+    reads back as tierlog wrote it (Kafka's AbortedTxn, version 0)."""
+    directory = tmp_path / "txn-0"
+    log = Log.open(str(directory), "txn", 0, LogConfig(segment_bytes=600))
+
+    def txn(pid, seq):
+        log.append_as_leader(build_batch([(b"k", b"v" * 40)] * 2, producer_id=pid, producer_epoch=1,
+                                         base_sequence=seq, is_transactional=True), leader_epoch=2)
+    expected = []
+    for i in range(6):
+        txn(100 + i, 0)
+        txn(200 + i, 0)  # two transactions open at once
+        first = log.log_end_offset - 4
+        log.append_txn_marker(100 + i, 1, coordinator_epoch=7, commit=i % 2 == 0, leader_epoch=2)
+        log.append_txn_marker(200 + i, 1, coordinator_epoch=7, commit=False, leader_epoch=2)
+        if i % 2:
+            expected.append((100 + i, first, log.log_end_offset - 2, first + 2))
+        expected.append((200 + i, first + 2, log.log_end_offset - 1, log.log_end_offset))
+    log.close()
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".log", ".txnindex"))
+    assert len([p for p in files if p.suffix == ".txnindex"]) > 1
+    out = kafka_tool("DumpLogSegments", "--deep-iteration", "--files", ",".join(map(str, files)))
+    assert "Exception" not in out.stdout + out.stderr
+    entries = [tuple(int(f[k]) for k in ("producerId", "firstOffset", "lastOffset", "lastStableOffset"))
+               for f in (dict(re.findall(r"(\w+): (\S+)", line)) for line in out.stdout.splitlines()
+                         if line.startswith("version: "))]
+    assert entries == expected
+    assert all(line.split("version: ")[1].startswith("0 ") for line in out.stdout.splitlines()
+               if line.startswith("version: "))
+    markers = [dict(re.findall(r"(\w+): (\S+)", line)) for line in out.stdout.splitlines() if "endTxnMarker" in line]
+    assert [m["endTxnMarker"] for m in markers] == [t for i in range(6)
+                                                  for t in ("COMMIT" if i % 2 == 0 else "ABORT", "ABORT")]
+    assert {m["coordinatorEpoch"] for m in markers} == {"7"}

@@ -32,13 +32,12 @@ from tierlog.tiered.index_cache import FOLDER, RemoteIndexCache, RemoteTransacti
 from tierlog.tiered.lineage import epochs_in_range
 from tierlog.tiered.metadata import (
     IndexType,
-    LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager, leader_epoch_checkpoint_bytes
+from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.remote_reader import RemoteLogReader
 from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
@@ -438,26 +437,11 @@ def test_read_committed_returns_aborted_transactions_from_remote_transaction_ind
         txn = [b for b in t.batches if b.transactional]
         first, marker = txn[0], txn[-1]
         assert marker.base < t.log.local_log_start_offset, "the whole transaction is remote"
-        # tierlog's log keeps no transaction index: a segment without one has no aborted transactions.
+        # The log wrote the abort in its segment's .txnindex, and the copy uploaded it with the segment.
         reader = t.reader()
         got = run(reader.read_result(t.partition, first.base, 1, True, isolation="committed"))
-        assert got.aborted_transactions == []
-        # A segment uploaded with a transaction index (as Kafka's logs have): the abort is reported.
-        md = next(m for m in t.remote if m.start_offset <= first.base <= m.end_offset)
-        txn_file = tmp_path / "txn"
-        txn_file.write_bytes(struct.pack(">hqqqq", 0, 4000, first.base, marker.base, first.base))
-        tp = t.tp
-        md2 = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tp), md.start_offset, md.end_offset,
-                                       md.max_timestamp_ms, 1, int(time.time() * 1000), md.segment_size_in_bytes,
-                                       md.segment_leader_epochs)
-        seg_file = tmp_path / "seg.log"
-        seg_file.write_bytes(t.segment_bytes[md.start_offset])
-        empty = tmp_path / "empty"
-        empty.write_bytes(b"")
-        t.rsm.copy_log_segment_data(md2, LogSegmentData(seg_file, empty, empty, None, leader_epoch_checkpoint_bytes(
-            sorted(md.segment_leader_epochs.items())), txn_file))
-        run(t.rlmm.add_remote_log_segment_metadata(md2))
-        run(t.rlmm.update_remote_log_segment_metadata(_update(md2, RemoteLogSegmentState.COPY_SEGMENT_FINISHED)))
+        assert got.aborted_transactions == [(4000, first.base)]
+        # A read of the whole transaction and its marker reports it once.
         got = run(reader.read_result(t.partition, first.base, 10**6, True, isolation="committed"))
         assert got.aborted_transactions == [(4000, first.base)]
         # read_uncommitted does not ask.

@@ -48,6 +48,7 @@ from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.reassignment import ReassignmentApis
+from tierlog.server.apis.transactions import TransactionMarkerApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
@@ -196,7 +197,7 @@ class Broker:
                        ConfigApis(controller, self.node_id),
                        GroupApis(coordinator, controller, self.node_id,
                                  rm.offsets_replicated if controller.clustered else None),
-                       LogDirApis(self.log_manager), ReassignmentApis(controller)):
+                       LogDirApis(self.log_manager), ReassignmentApis(controller), TransactionMarkerApis(rm)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)

@@ -25,7 +25,7 @@ from tierlog.errors import KafkaError, UnknownServerError
 from tierlog.records import iter_batches
 from tierlog.server.fetch_types import FetchIsolation, FetchPartitionData
 from tierlog.server.partition import Partition
-from tierlog.storage import FileRegion
+from tierlog.storage import FetchDataInfo, FileRegion
 from tierlog.tiered.remote_reader import RemoteLogReader
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class RemoteRead:
 
 async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], budget: int, min_one: bool,
                       isolation: FetchIsolation, wait_s: float,
-                      read_local: Callable[[Partition, int, int, bool], bytes | FileRegion]) -> None:
+                      read_local: Callable[[Partition, int, int, bool], FetchDataInfo]) -> None:
     """Fill ``reads`` from the remote tier within ``budget`` bytes, the part of ``max_bytes`` the local reads
     left, ``min_one`` when they read nothing (see the module doc). ``read_local`` reads the local log of a
     partition whose remote segments end before its local log start (a gap, as compaction leaves)."""
@@ -65,7 +65,10 @@ async def read_remote(reader: RemoteLogReader, reads: list[RemoteRead], budget: 
         if got.aborted_transactions:
             r.result.aborted_transactions = got.aborted_transactions
         if got.local_offset is not None:  # past the last remote segment the data continues locally
-            records = read_local(r.partition, got.local_offset, max(0, min(r.max_bytes, budget)), min_one)
+            info = read_local(r.partition, got.local_offset, max(0, min(r.max_bytes, budget)), min_one)
+            records = info.region if info.size else b""
+            if info.aborted_transactions:
+                r.result.aborted_transactions = info.aborted_transactions
         else:
             records = whole_batches_within(got.records, budget, min_one)
         if len(records):

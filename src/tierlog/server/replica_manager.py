@@ -69,7 +69,7 @@ from tierlog.server.fetch_types import (
 )
 from tierlog.server.partition import FollowerState, Partition
 from tierlog.server.remote_fetch import RemoteRead, read_remote
-from tierlog.storage import LATEST_TIMESTAMP, FileRegion, LogManager
+from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 if TYPE_CHECKING:
@@ -394,6 +394,31 @@ class ReplicaManager:
                 "log_start_offset": p.log.log_start_offset, "last_offset": info.last_offset,
                 "leader_epoch": p.leader_epoch}
 
+    def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, commit: bool) -> tuple[int, int]:
+        """WriteTxnMarkers for one partition (Kafka's appendRecords with origin COORDINATOR and acks=-1):
+        append the COMMIT or ABORT marker as leader; returns (its offset, the leader epoch) to wait for with
+        :meth:`wait_for_acks`. A partition with no replica here is UNKNOWN_TOPIC_OR_PARTITION (Kafka's
+        handler asks for an online local log first, so an offline one too); one followed here
+        NOT_LEADER_OR_FOLLOWER."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.log.offline is not None:
+            raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
+        p = self.get_partition(topic, partition)
+        if p.effective_min_isr() > len(p.isr or (self.node_id,)):
+            raise NotEnoughReplicasError(
+                f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
+                f"min.insync.replicas requires")
+        try:
+            info = p.log.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, p.leader_epoch)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot append to {p}: {e}") from e
+        p.maybe_increment_high_watermark()
+        self._wake((topic, partition))
+        if self.topic_metrics is not None:
+            self.topic_metrics.appended(topic, info.valid_bytes, 1)
+        return info.last_offset, p.leader_epoch
+
     async def wait_for_acks(self, waits: list[tuple[str, int, int, int]], timeout_s: float) -> list[int]:
         """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
         offset appended), wait until the high watermark has passed the offset, then answer NONE, or
@@ -630,6 +655,7 @@ class ReplicaManager:
                 info = lg.read(f.fetch_offset, limit, isolation=params.isolation.value, min_one_message=min_one)
                 if info.size:
                     result.records = info.region
+                    result.aborted_transactions = info.aborted_transactions
                     if quota is not None:
                         quota.record(partition, info.size)
             except OffsetMovedToTieredStorageError as e:
@@ -643,7 +669,7 @@ class ReplicaManager:
         result.high_watermark = lg.high_watermark
         result.last_stable_offset = lg.last_stable_offset
         result.log_start_offset = lg.log_start_offset
-        if params.isolation is FetchIsolation.TXN_COMMITTED:
+        if params.isolation is FetchIsolation.TXN_COMMITTED and result.aborted_transactions is None:
             result.aborted_transactions = []
         return remote
 
@@ -686,9 +712,8 @@ class ReplicaManager:
         rlm = self.remote_log_manager
         wait_s = self._config()["remote.fetch.max.wait.ms"] / 1000
 
-        def read_local(partition: Partition, offset: int, limit: int, first: bool) -> bytes | FileRegion:
-            info = partition.log.read(offset, limit, isolation=params.isolation.value, min_one_message=first)
-            return info.region if info.size else b""
+        def read_local(partition: Partition, offset: int, limit: int, first: bool) -> FetchDataInfo:
+            return partition.log.read(offset, limit, isolation=params.isolation.value, min_one_message=first)
 
         await read_remote(rlm.reader, remote, budget, min_one, params.isolation, wait_s, read_local)
 

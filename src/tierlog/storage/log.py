@@ -5,7 +5,8 @@ Offsets, in Kafka's terms:
 - local log start offset: first offset still on local disk;
 - log end offset (LEO): the offset the next appended record gets;
 - high watermark: last offset + 1 that is safe to serve consumers (set by the replica manager);
-- last stable offset: high watermark, or the first offset of the oldest ongoing transaction;
+- last stable offset: high watermark, or the first offset of the oldest ongoing transaction (or of one
+  whose marker the high watermark has not passed yet);
 - recovery point: everything below it was fsynced and needs no validation after a crash.
 
 Appends and reads work on whole batches as bytes; only ListOffsets by timestamp and the producer
@@ -43,10 +44,12 @@ from tierlog.records import (
     patch_base_offset,
     patch_log_append_time,
     patch_partition_leader_epoch,
+    read_header,
     recompress_batches,
     validate_batches,
     verify_crc,
 )
+from tierlog.records.control import ABORT, end_txn_marker_batch, parse_end_txn_marker
 from tierlog.records.validation import validate_batch_records
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -59,7 +62,16 @@ from tierlog.storage.epoch import LeaderEpochCache
 from tierlog.storage.failure import describe
 from tierlog.storage.log_config import LogConfig
 from tierlog.storage.producer_state import ProducerStateManager, list_snapshots
-from tierlog.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, FileRegion, LogSegment
+from tierlog.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    FileRegion,
+    LogSegment,
+)
+from tierlog.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +130,8 @@ class FetchDataInfo:
     fetch_offset: int
     region: FileRegion | None  # None or an empty region when there is nothing to return
     first_batch_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping the region
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     @property
     def size(self) -> int:
@@ -181,6 +195,8 @@ class Log:
             LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)), load=offline is None)
         self._epochs_lost = self.leader_epoch_cache.unreadable
         self.producer_state = ProducerStateManager(directory, self.name)
+        # Set by recovery: the transaction indexes from this offset on are rebuilt by the producer state replay.
+        self._txn_index_rebuild_from: int | None = None
         self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
         self.topic_id: uuid.UUID | None = None
 
@@ -300,7 +316,8 @@ class Log:
         base_set = set(bases)
         for name in os.listdir(self.dir):
             stem, ext = os.path.splitext(name)
-            if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set:
+            if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and stem.isdigit() \
+                    and int(stem) not in base_set:
                 os.remove(os.path.join(self.dir, name))  # an index without its log
         for b in bases:  # one by one: should one fail to open, the others are closed again
             self.segments.append(self._new_segment(b))
@@ -327,6 +344,9 @@ class Log:
         later segments stay, since their batches are intact; a segment left empty before the last one
         goes (it holds no offset)."""
         expected = self.segments[index - 1].next_offset() if index > 0 else None
+        # Each recovered segment's transaction index is emptied and rebuilt from its markers, which needs
+        # the producer state as of its start (Kafka's LogLoader.recoverSegment): see _load_producer_state.
+        self._txn_index_rebuild_from = self.segments[index].base_offset
         for i in range(index, len(self.segments)):
             seg = self.segments[i]
             if expected is not None and seg.size and seg.base_offset < expected:
@@ -357,7 +377,8 @@ class Log:
         for off in list_snapshots(self.dir):
             if off > self.log_end_offset:
                 ps.delete_snapshot(off)
-        snap = ps.latest_snapshot_at_or_below(self.log_end_offset)
+        rebuild_from = self._txn_index_rebuild_from
+        snap = ps.latest_snapshot_at_or_below(self.log_end_offset if rebuild_from is None else rebuild_from)
         loaded = False
         if snap is not None and snap >= self.log_start_offset:
             try:
@@ -367,29 +388,40 @@ class Log:
                 log.warning("Ignoring producer snapshot of %s: %s", self.name, e)
                 ps.delete_snapshot(snap)
         if not loaded:
-            ps.producers.clear()
+            ps.clear()
             ps.map_end_offset = self.local_log_start_offset
-        self._replay_producer_state(ps.map_end_offset)
+        self._replay_producer_state(ps.map_end_offset, index_txns_from=rebuild_from)
+        self._txn_index_rebuild_from = None
 
-    def _replay_producer_state(self, from_offset: int) -> None:
-        """Rebuild producer state from batch headers in [from_offset, LEO)."""
+    def _replay_producer_state(self, from_offset: int, index_txns_from: int | None = None) -> None:
+        """Rebuild producer state from batch headers in [from_offset, LEO); aborted transactions whose marker
+        is at or after ``index_txns_from`` also go to their segment's transaction index (recovery)."""
         if from_offset >= self.log_end_offset:
             return
         for seg, pos, h in self.batches(from_offset):
-            self._update_producer_state(h, pos, seg)
+            self._update_producer_state(h, pos, seg, index_txns_from is not None and h.base_offset >= index_txns_from)
 
-    def _update_producer_state(self, h: BatchHeader, pos: int, seg: LogSegment) -> None:
+    def _update_producer_state(self, h: BatchHeader, pos: int, seg: LogSegment, index_txns: bool = True) -> None:
+        """Producer state after batch ``h`` of ``seg``; an aborted transaction's marker also writes its entry
+        in ``seg``'s transaction index with ``index_txns`` (appends, recovery; not a replay of a log whose
+        indexes are intact)."""
         if h.producer_id < 0:
             return
         if h.is_control:
-            coordinator_epoch = -1
+            control_type, coordinator_epoch, timestamp = None, -1, -1
             try:
                 _, records = decode_batch(seg_region_bytes(seg, pos, h.size), 0)
-                if records and records[0].value is not None and len(records[0].value) >= 6:
-                    coordinator_epoch = int.from_bytes(records[0].value[2:6], "big", signed=True)
-            except Exception:  # noqa: BLE001 - a malformed marker still ends the transaction
-                pass
-            self.producer_state.complete_txn(h.producer_id, h.producer_epoch, h.last_offset, coordinator_epoch)
+                if not records:
+                    return  # Kafka: an empty control batch is a transaction the cleaner removed whole
+                control_type, coordinator_epoch = parse_end_txn_marker(records[0])
+                timestamp = records[0].timestamp
+            except Exception as e:  # noqa: BLE001 - a marker that cannot be read still ends the transaction
+                log.warning("Unreadable transaction marker at offset %d of %s: %s", h.base_offset, self.name, e)
+            completed = self.producer_state.complete_txn(h.producer_id, h.producer_epoch, h.last_offset,
+                                                         coordinator_epoch, timestamp, control_type == ABORT)
+            if completed is not None and completed.is_aborted and index_txns:
+                seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                completed.last_offset, completed.last_stable_offset))
         else:
             self.producer_state.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                        h.base_offset, h.last_offset, h.max_timestamp, h.is_transactional)
@@ -408,10 +440,12 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        first_unstable = self.producer_state.first_unstable_offset()
+        first_unstable = self.producer_state.first_unstable_offset(self.high_watermark)
         if first_unstable is None:
             return self.high_watermark
-        return min(first_unstable, self.high_watermark)
+        # Never below the log start offset (Kafka's maybeIncrementFirstUnstableOffset): retention or
+        # DeleteRecords may have removed the start of an open transaction.
+        return min(max(first_unstable, self.log_start_offset), self.high_watermark)
 
     @property
     def size_in_bytes(self) -> int:
@@ -469,7 +503,8 @@ class Log:
                             f"for producer {h.producer_id} in {self.name}")
                 else:
                     dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                                                    h.last_sequence, self.log_end_offset)
+                                                    h.last_sequence, self.log_end_offset,
+                                                    is_transactional=h.is_transactional)
                     if dup is not None:
                         # Kafka answers a duplicate with the original batch's timestamp as its
                         # log append time, whatever the topic's timestamp type.
@@ -519,6 +554,41 @@ class Log:
             self.flush()
         return LogAppendInfo(first_offset, next_offset - 1, now if cfg.log_append_time else max_ts,
                              now if cfg.log_append_time else -1, self.log_start_offset, total)
+
+    @_io("appending a transaction marker to")
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          leader_epoch: int = 0, now_ms: int | None = None) -> LogAppendInfo:
+        """Append a COMMIT or ABORT marker for the producer's transaction, as the leader (Kafka's appendAsLeader
+        with origin COORDINATOR, for WriteTxnMarkers). A stale producer epoch is INVALID_PRODUCER_EPOCH, a
+        marker of an older coordinator epoch TRANSACTION_COORDINATOR_FENCED; nothing is written then. An
+        aborted transaction gets its entry in the active segment's transaction index."""
+        now = _now_ms() if now_ms is None else now_ms
+        offset = self.log_end_offset
+        ps = self.producer_state
+        ps.check_end_txn(producer_id, producer_epoch, coordinator_epoch, offset)
+        batch = bytearray(end_txn_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now))
+        patch_base_offset(batch, 0, offset)
+        patch_partition_leader_epoch(batch, 0, leader_epoch)
+        if self.config.log_append_time:
+            patch_log_append_time(batch, 0, now)
+        h = read_header(batch)
+        seg = self.active_segment
+        if seg.should_roll(len(batch), h.max_timestamp, offset, now, self.config.segment_bytes,
+                           self.config.segment_ms):
+            seg = self.roll(now)
+        if leader_epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(leader_epoch, offset)
+        seg.append_batches([batch], len(batch), [(0, h)])
+        completed = ps.complete_txn(producer_id, producer_epoch, offset, coordinator_epoch, now, not commit)
+        if completed is not None and completed.is_aborted:
+            seg.txn_index.append(AbortedTxn(producer_id, completed.first_offset, offset,
+                                            completed.last_stable_offset))
+        self.log_end_offset = offset + 1
+        self._unflushed_messages += 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return LogAppendInfo(offset, offset, h.max_timestamp, now if self.config.log_append_time else -1,
+                             self.log_start_offset, len(batch))
 
     @_io("appending to")
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -606,11 +676,43 @@ class Log:
             got = seg.read(offset, max_bytes, max_position, min_one_message)
             if got is not None and got[0].length:
                 region, first = got
-                return FetchDataInfo(offset, region, first)
+                aborted = self._aborted_in_read(i, offset, region) if isolation == "committed" else None
+                return FetchDataInfo(offset, region, first, aborted)
             if max_position is not None:
                 break
             i += 1
         return FetchDataInfo(offset, None)
+
+    def _aborted_in_read(self, index: int, offset: int, region: FileRegion) -> list[tuple[int, int]]:
+        """The aborted transactions overlapping a read_committed read of segment ``index`` (Kafka's
+        addAbortedTransactions): up to the offset after the region, from that segment on."""
+        segments = self.segments
+        if not any(seg.txn_index.entries for seg in segments[index:]):
+            return []  # the usual case: no abort recorded from here on, no header read
+        seg = segments[index]
+        end = region.position + region.length
+        after = seg.read_header_at(end) if end < seg.size else None
+        if after is not None:
+            upper = after.base_offset
+        else:
+            upper = segments[index + 1].base_offset if index + 1 < len(segments) else self.log_end_offset
+        return self.collect_aborted_transactions(offset, upper, index)[0]
+
+    def collect_aborted_transactions(self, start: int, upper: int, from_index: int | None = None
+                                     ) -> tuple[list[tuple[int, int]], bool]:
+        """(producer id, first offset) of the aborted transactions overlapping ``[start, upper)`` in the local
+        transaction indexes, from segment ``from_index`` (default: the one holding ``start``) on, and whether
+        the search completed (Kafka's collectAbortedTransactions; the remote tier's reader continues here
+        when its indexes did not complete it)."""
+        found: list[tuple[int, int]] = []
+        if from_index is None:
+            from_index = self._segment_index_for(start)
+        for seg in self.segments[from_index:]:
+            got, complete = seg.txn_index.collect(start, upper)
+            found += got
+            if complete:
+                return found, True
+        return found, False
 
     # ------------------------------------------------------------------ ListOffsets
 

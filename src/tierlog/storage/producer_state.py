@@ -1,10 +1,16 @@
 """Idempotent-producer state per partition and Kafka's producer ``.snapshot`` files.
 
 For each producer id the log remembers its epoch, the metadata of its last five batches (so a
-retried batch is recognised and answered with its original offsets) and the first offset of an
-ongoing transaction (which bounds the last stable offset). Checks follow Kafka's
-ProducerAppendInfo: an older epoch is INVALID_PRODUCER_EPOCH; within an epoch the first sequence
-must follow the last one; a new epoch must start at sequence 0 unless the producer was unknown.
+retried batch is recognised and answered with its original offsets), the first offset of an
+ongoing transaction (which bounds the last stable offset) and the epoch of the transaction coordinator
+that wrote its last marker. Checks follow Kafka's ProducerAppendInfo: an older epoch is
+INVALID_PRODUCER_EPOCH; within an epoch the first sequence must follow the last one; a new epoch must
+start at sequence 0 unless the producer was unknown; a non-transactional batch while a transaction is
+open is INVALID_TXN_STATE; a marker of an older coordinator epoch is TRANSACTION_COORDINATOR_FENCED.
+
+Transactions (Kafka's ProducerStateManager): ``ongoing`` maps producer id to the first offset of its open
+transaction; a marker moves it to ``unreplicated`` until the high watermark passes the marker, so the last
+stable offset never passes a transaction whose outcome is not replicated yet.
 
 Snapshot file ``<20-digit offset>.snapshot`` (Kafka's ProducerSnapshot v1): int16 version (1),
 uint32 CRC32C of everything after it, int32 entry count, then per producer: producer id (int64),
@@ -23,8 +29,10 @@ import crc32c
 
 from tierlog.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaStorageError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
 )
 from tierlog.storage.checkpoints import write_atomically
 
@@ -75,6 +83,18 @@ class ProducerStateEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended (Kafka's CompletedTxn), with the last stable offset to record for it in
+    the transaction index when aborted."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+    last_stable_offset: int
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
@@ -97,11 +117,13 @@ class ProducerStateManager:
         self.topic_partition = topic_partition
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # state reflects every batch below this offset
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.unreplicated: dict[int, int] = {}  # first offset -> marker offset, until the HW passes the marker
 
     # -- checks and updates on the append path (once per batch, never per record) --
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int,
-              from_leader: bool = True) -> BatchMetadata | None:
+              from_leader: bool = True, is_transactional: bool = False) -> BatchMetadata | None:
         """Validate a producer batch; returns the original batch when it is a duplicate."""
         entry = self.producers.get(producer_id)
         if entry is None:
@@ -125,6 +147,9 @@ class ProducerStateManager:
                 f"out of order sequence number for producer {producer_id} at offset {offset} in "
                 f"{self.topic_partition}: {first_seq} (incoming seq. number), {entry.last_seq} "
                 f"(current end sequence number)")
+        if entry.current_txn_first_offset >= 0 and not is_transactional and from_leader:
+            raise InvalidTxnStateError(f"expected a transactional write from producer {producer_id} at offset "
+                                       f"{offset} in {self.topic_partition}")
         return None
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
@@ -141,21 +166,60 @@ class ProducerStateManager:
         entry.last_timestamp = timestamp
         if is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self.ongoing[producer_id] = first_offset
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
 
-    def complete_txn(self, producer_id: int, epoch: int, marker_offset: int, coordinator_epoch: int) -> None:
-        """A COMMIT or ABORT control batch ends the producer's ongoing transaction."""
+    def check_end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int) -> None:
+        """Kafka's checks of a marker the coordinator writes (appendEndTxnMarker): the producer epoch must
+        not be older than the partition's, nor the coordinator epoch older than the last marker's."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of producer {producer_id} at offset {offset} in {self.topic_partition} is {epoch}, "
+                f"which is smaller than the last seen epoch {entry.producer_epoch}")
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"invalid coordinator epoch for producer {producer_id} at offset {offset} in "
+                f"{self.topic_partition}: {coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)")
+
+    def complete_txn(self, producer_id: int, epoch: int, marker_offset: int, coordinator_epoch: int,
+                     timestamp: int = -1, is_abort: bool = False) -> CompletedTxn | None:
+        """A COMMIT or ABORT marker ends the producer's ongoing transaction; the completed transaction, or
+        None when none was open (a marker without data changes neither the LSO nor the index)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch=epoch)
+        completed = None
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            self.ongoing.pop(producer_id, None)
+            # Kafka's lastStableOffset(completedTxn): the oldest other open transaction, else past the marker.
+            lso = min(self.ongoing.values(), default=marker_offset + 1)
+            completed = CompletedTxn(producer_id, first, marker_offset, is_abort, lso)
+            self.unreplicated[first] = marker_offset
+        if epoch > entry.producer_epoch:  # a bumped epoch (KIP-890) starts the producer's sequences over
+            entry.batches.clear()
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = coordinator_epoch
         entry.producer_epoch = max(entry.producer_epoch, epoch)
+        if timestamp >= 0:
+            entry.last_timestamp = timestamp
         self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
+        return completed
 
-    def first_unstable_offset(self) -> int | None:
-        starts = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0]
-        return min(starts) if starts else None
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the oldest transaction that is open, or ended by a marker the high watermark
+        has not passed yet (Kafka's firstUnstableOffset after onHighWatermarkUpdated); None when there is
+        none. Cheap when no transaction is about: it is read on every fetch."""
+        unreplicated = self.unreplicated
+        if unreplicated and high_watermark is not None:
+            for first in [f for f, last in unreplicated.items() if last < high_watermark]:
+                del unreplicated[first]
+        if not unreplicated:
+            return min(self.ongoing.values()) if self.ongoing else None
+        return min(min(unreplicated), min(self.ongoing.values(), default=2**63))
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
         expired = [pid for pid, e in self.producers.items()
@@ -169,8 +233,13 @@ class ProducerStateManager:
         for offset in list_snapshots(self.directory):
             if offset > log_end_offset or offset < log_start_offset and offset != 0:
                 self.delete_snapshot(offset)
-        self.producers.clear()
+        self.clear()
         self.map_end_offset = log_start_offset
+
+    def clear(self) -> None:
+        self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
 
     # -- snapshots --
 
@@ -201,7 +270,7 @@ class ProducerStateManager:
             raise KafkaStorageError(f"producer snapshot {path} is corrupt (CRC mismatch)")
         if len(data) != _HEAD.size + count * _ENTRY.size:
             raise KafkaStorageError(f"producer snapshot {path} has {len(data)} bytes for {count} entries")
-        self.producers.clear()
+        self.clear()
         for i in range(count):
             pid, epoch, last_seq, last_offset, delta, ts, coord, txn = _ENTRY.unpack_from(
                 data, _HEAD.size + i * _ENTRY.size)
@@ -210,6 +279,8 @@ class ProducerStateManager:
             if last_seq >= 0:
                 entry.batches.append(BatchMetadata(last_seq - delta, last_seq, last_offset, delta, ts))
             self.producers[pid] = entry
+            if txn >= 0:  # an open transaction survives a restart (Kafka's loadFromSnapshot)
+                self.ongoing[pid] = txn
         self.map_end_offset = offset
 
     def latest_snapshot_at_or_below(self, offset: int) -> int | None:

@@ -1,4 +1,5 @@
-"""One log segment: ``<base offset>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base offset>.log`` plus its ``.index``, ``.timeindex`` and, once a transaction is
+aborted in it, ``.txnindex``.
 
 The .log file holds record batches exactly as they travel on the wire. Appends go to the end of
 the file through an O_APPEND descriptor; reads use pread on the same descriptor and hand out file
@@ -19,6 +20,8 @@ from tierlog.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header, ver
 from tierlog.records.batch import MIN_BATCH_LENGTH
 from tierlog.storage.checkpoints import fsync_dir
 from tierlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from tierlog.storage.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
+from tierlog.storage.transaction_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,9 @@ class LogSegment:
                                         base_offset, max_index_size)
         self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
                                     base_offset, max_index_size)
+        # Created on the first aborted transaction only (Kafka's lazy TransactionIndex).
+        self.txn_index = TransactionIndex(os.path.join(directory, segment_file_name(base_offset, TXN_INDEX_SUFFIX)),
+                                          base_offset)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
         # Kafka creates both indexes with the segment; its loader treats a missing .index as damage.
@@ -138,6 +144,7 @@ class LogSegment:
             self.unflushed = False
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
 
     def on_become_inactive(self) -> None:
         """Called on roll: record the segment's final max timestamp in the time index (as Kafka does)."""
@@ -147,12 +154,13 @@ class LogSegment:
         self.flush_indexes()
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename the three files by appending ``suffix`` (Kafka's async delete uses ``.deleted``)."""
+        """Rename the files by appending ``suffix`` (Kafka's async delete uses ``.deleted``)."""
         new_log = self.log_path + suffix
         os.replace(self.log_path, new_log)
         self.log_path = new_log
         self.offset_index.rename(self.offset_index.path + suffix)
         self.time_index.rename(self.time_index.path + suffix)
+        self.txn_index.rename(self.txn_index.path + suffix)
 
     def delete_files(self) -> None:
         self.close()
@@ -161,6 +169,7 @@ class LogSegment:
                 os.remove(path)
             except FileNotFoundError:
                 pass
+        self.txn_index.delete()
 
     # -- append --
 
@@ -327,6 +336,7 @@ class LogSegment:
         try:
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check()
+            self.txn_index.sanity_check()  # a bad one: the segment is recovered, which rebuilds it
             _, pos = self.offset_index.last_entry()
             for at, h in self.batches(pos, self.size):
                 pos = at + h.size
@@ -335,7 +345,8 @@ class LogSegment:
             return False
 
     def recover(self, on_batch=None) -> int:
-        """Validate every batch, rebuild both indexes, remove the bytes that are not a valid batch.
+        """Validate every batch, rebuild both indexes (and empty the transaction index: the log rebuilds it
+        as it replays producer state over the segment), remove the bytes that are not a valid batch.
 
         A batch is valid when its header parses, it lies wholly in the file and its CRC32C matches. Bytes
         that are not a valid batch are removed, and a valid batch never is: invalid bytes that run to the
@@ -350,6 +361,7 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()  # the log replays the producer state over the segment and rebuilds it
         self._read_hint = None
         self._max_ts = (-1, self.base_offset)
         keep: list[tuple[int, int]] = []  # byte ranges of the file that stay, in order
@@ -488,6 +500,7 @@ class LogSegment:
         self.flush_indexes()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - pos
         os.ftruncate(self._fd, pos)
         self.size = pos

@@ -716,10 +716,13 @@ class RemoteLogManager:
             log.warning("No producer snapshot at offset %d for %s; uploading segment %d without one", next_base,
                         tp, seg.base_offset)
             snapshot = None
+        # The transaction index exists only once a transaction was aborted in the segment (Kafka uploads it then).
+        txn_index = Path(seg.txn_index.path) if seg.txn_index.exists() else None
         data = LogSegmentData(
             log_segment=Path(seg.log_path), offset_index=Path(seg.offset_index.path),
             time_index=Path(seg.time_index.path), producer_snapshot_index=Path(snapshot) if snapshot else None,
-            leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base))
+            leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base),
+            transaction_index=txn_index)
         st.being_copied.add(md.segment_id)
         epoch = st.partition.leader_epoch
         finishing = False

@@ -217,8 +217,10 @@ class RemoteLogReader:
                     later = sorted((m for m in self.rlmm.list_remote_log_segments(tp)
                                     if m.state == FINISHED and m.start_offset > md.end_offset),
                                    key=lambda m: m.start_offset)
-                    aborted = await self._submit(tp, self._aborted_transactions, [md, *later], offset,
-                                                 got.next_offset)
+                    aborted, complete = await self._submit(tp, self._aborted_transactions, [md, *later], offset,
+                                                           got.next_offset)
+                    if not complete:  # aborts whose markers are still only local (Kafka searches there next)
+                        aborted += lg.collect_aborted_transactions(offset, got.next_offset)[0]
             self._count_answer(tp, len(got.records))
             return RemoteReadResult(got.records, got.next_offset, aborted)
         except OffsetOutOfRangeError:
@@ -462,9 +464,10 @@ class RemoteLogReader:
     # ------------------------------------------------------------------- read_committed (pool)
 
     def _aborted_transactions(self, segments: list[RemoteLogSegmentMetadata], start: int,
-                              upper: int) -> list[tuple[int, int]]:
+                              upper: int) -> tuple[list[tuple[int, int]], bool]:
         """Kafka's collection over remote transaction indexes: from the segment read on, until an entry's
-        last stable offset reaches ``upper`` (the local log keeps no transaction index)."""
+        last stable offset reaches ``upper``; and whether that happened (else the local log's indexes
+        follow)."""
         found: list[tuple[int, int]] = []
         for md in segments:
             try:
@@ -474,8 +477,8 @@ class RemoteLogReader:
                 raise
             found += got
             if complete:
-                break
-        return found
+                return found, True
+        return found, False
 
     # ------------------------------------------------------------------------------ timestamps
 

@@ -17,6 +17,7 @@ from tierlog.errors import (
     MessageTooLargeError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
 )
@@ -25,6 +26,7 @@ from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.protocol.hot_responses import encode_produce_response
 from tierlog.protocol.offload import EncodedResponse
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
+from tierlog.records.batch import TRANSACTIONAL_FLAG_MASK
 from tierlog.records.validation import record_errors_of
 from tierlog.server.broker_metrics import RequestMetrics
 from tierlog.server.replica_manager import ReplicaManager
@@ -72,6 +74,17 @@ def _validate_records(version: int, records: bytes) -> KafkaError | None:
     return None
 
 
+def _has_transactional_records(req) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition is transactional."""
+    for topic_data in req.topic_data:
+        for pd in topic_data.partition_data:
+            records = pd.records
+            if records is not None and len(records) >= RECORD_BATCH_OVERHEAD \
+                    and records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK:
+                return True
+    return False
+
+
 class ProduceApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
                  request_metrics: RequestMetrics | None = None):
@@ -88,6 +101,11 @@ class ProduceApis:
         req = ctx.request
         rm = self.replica_manager
         acks = req.acks
+        if req.transactional_id is None and _has_transactional_records(req):
+            # Kafka answers the whole request so (with no authorizer too): transactional records need the
+            # transactional id. (Whether the partition belongs to that transaction is the coordinator's
+            # check, KIP-890's verification; there is no coordinator yet, so it is not made.)
+            return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
         responses = []
         waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for
         for topic_data in req.topic_data:
@@ -142,6 +160,24 @@ class ProduceApis:
         if acks == 0:
             return None
         # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.
+        return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
+
+    def _refuse_all(self, ctx: RequestContext, code: int):
+        """Kafka's ProduceRequest.getErrorResponse: every partition with ``code``; no answer for acks=0."""
+        req = ctx.request
+        if req.acks == 0:
+            return None
+        responses = []
+        for topic_data in req.topic_data:
+            name = getattr(topic_data, "name", None)
+            if name is None:
+                name = self.replica_manager.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
+            responses.append({"name": name, "partition_responses": [
+                {"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
+                 "log_start_offset": -1} for pd in topic_data.partition_data]})
+            if self.request_metrics is not None:
+                for _ in topic_data.partition_data:
+                    self.request_metrics.error(ApiKey.PRODUCE, code)
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
 
     async def init_producer_id(self, ctx: RequestContext):
