@@ -124,10 +124,10 @@ def test_find_coordinator_single_key(client, shared_broker, version):
     assert (resp.error_code, resp.node_id, resp.host, resp.port) == (NONE, 1, "127.0.0.1", shared_broker.port)
     if version >= 1:
         assert resp.error_message == "NONE"  # Kafka's Errors.NONE.message()
-    if version >= 1 and PEER == "tierlog":
-        # No transaction coordinator yet: what Kafka answers until its own is available.
+    if version >= 1:
+        # The transaction coordinator of a single node is that node (__transaction_state made on first use).
         txn = client.request(ApiKey.FIND_COORDINATOR, version, {"key": "tx", "key_type": 1})
-        assert (txn.error_code, txn.node_id, txn.host, txn.port) == (COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+        assert (txn.error_code, txn.node_id, txn.host, txn.port) == (NONE, 1, "127.0.0.1", shared_broker.port)
 
 
 @pytest.mark.parametrize("version", [4, 5, 6])

@@ -701,6 +701,12 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Replication factor of __transaction_state; set 1 on a single broker."),
     _b("transaction.state.log.min.isr", "int", 2, AtLeast(1),
        doc="min.insync.replicas of __transaction_state; set 1 on a single broker."),
+    _b("transaction.state.log.segment.bytes", "int", 104857600, AtLeast(1),
+       doc="segment.bytes of __transaction_state, set when the topic is created."),
+    _b("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, AtLeast(1),
+       doc="How often the transaction coordinator aborts transactions open longer than their timeout, in ms."),
+    _b("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, AtLeast(1),
+       doc="How often the transaction coordinator removes expired transactional ids, in ms."),
     _b("transaction.max.timeout.ms", "int", 900000, AtLeast(1),
        doc="Largest transaction timeout a producer may ask for, in ms."),
     _b("transactional.id.expiration.ms", "int", 604800000, AtLeast(1),
@@ -1112,7 +1118,6 @@ _NO_FOLLOWERS = ("follower tasks read the uploaded offsets from the metadata man
 _KERNEL_BUFFERS = "the kernel sizes socket buffers, as with -1."
 _NO_PREALLOCATION = "segment files grow as they are written."
 _RETRY_EACH_INTERVAL = "a failed remote task runs again after remote.log.manager.task.interval.ms."
-_NO_TRANSACTIONS = "transactions are not implemented yet (transactional producers are refused)."
 _INERT: Mapping[tuple[str, str], str] = {
     ("broker", "socket.send.buffer.bytes"): _KERNEL_BUFFERS,
     ("broker", "socket.receive.buffer.bytes"): _KERNEL_BUFFERS,
@@ -1134,11 +1139,6 @@ _INERT: Mapping[tuple[str, str], str] = {
     ("topic", "preallocate"): _NO_PREALLOCATION,
     ("broker", "remote.log.manager.thread.pool.size"): _NO_FOLLOWERS,
     ("broker", "remote.log.manager.follower.thread.pool.size"): _NO_FOLLOWERS,
-    ("broker", "transaction.state.log.num.partitions"): _NO_TRANSACTIONS,
-    ("broker", "transaction.state.log.replication.factor"): _NO_TRANSACTIONS,
-    ("broker", "transaction.state.log.min.isr"): _NO_TRANSACTIONS,
-    ("broker", "transaction.max.timeout.ms"): _NO_TRANSACTIONS,
-    ("broker", "transactional.id.expiration.ms"): _NO_TRANSACTIONS,
     ("broker", "remote.log.manager.task.retry.backoff.ms"): _RETRY_EACH_INTERVAL,
     ("broker", "remote.log.manager.task.retry.backoff.max.ms"): _RETRY_EACH_INTERVAL,
     ("broker", "remote.log.manager.task.retry.jitter"): _RETRY_EACH_INTERVAL,

@@ -30,7 +30,13 @@ from tierlog.cluster.zookeeper import ZkClient, broker_registration
 from tierlog.config import BrokerConfig
 from tierlog.config.definitions import RLMM_PREFIX
 from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, OffsetsTopicStore
-from tierlog.errors import NotControllerError, StaleControllerEpochError, StartupError
+from tierlog.coordinator.transaction_coordinator import (
+    TransactionConfig,
+    TransactionCoordinator,
+    TransactionStateStore,
+)
+from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
+from tierlog.errors import NotControllerError, NotLeaderOrFollowerError, StaleControllerEpochError, StartupError
 from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
@@ -48,7 +54,7 @@ from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.reassignment import ReassignmentApis
-from tierlog.server.apis.transactions import TransactionMarkerApis
+from tierlog.server.apis.transactions import LocalMarkerWriter, TransactionCoordinatorApis, TransactionMarkerApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
@@ -112,6 +118,7 @@ class Broker:
         self.remote_log_manager: RemoteLogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
         self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
@@ -190,14 +197,21 @@ class Broker:
                                            and rm.leads(rm.partitions[OFFSETS_TOPIC, p]))
         controller.add_listener(self._metadata_changes_to(coordinator, rm))
         self._on_ready.append(coordinator.start)
-        for family in (MetadataApis(self.registry, controller, self.node_id),
-                       ProduceApis(rm, controller, request_metrics),
+        txn_apis = None
+        if not controller.clustered:
+            # The transaction coordinator runs on a single node only for now: its markers are written here.
+            txn_apis = self._build_transaction_coordinator(cfg, controller, rm, coordinator)
+        produce_apis = ProduceApis(rm, controller, request_metrics)
+        produce_apis.transactions = txn_apis
+        group_apis = GroupApis(coordinator, controller, self.node_id,
+                               rm.offsets_replicated if controller.clustered else None)
+        group_apis.transaction_coordinator = self.transaction_coordinator
+        for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id),
-                       GroupApis(coordinator, controller, self.node_id,
-                                 rm.offsets_replicated if controller.clustered else None),
-                       LogDirApis(self.log_manager), ReassignmentApis(controller), TransactionMarkerApis(rm)):
+                       group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
+                       TransactionMarkerApis(rm), *((txn_apis,) if txn_apis is not None else ())):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
@@ -222,6 +236,31 @@ class Broker:
                 await on_ready()
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
+
+    def _build_transaction_coordinator(self, cfg, controller: Controller, rm: ReplicaManager,
+                                       groups: GroupCoordinator) -> TransactionCoordinatorApis:
+        """The transaction coordinator on ``__transaction_state`` (this broker's log), its markers written
+        through the replica manager, its state writes waited for as acks=all; started once the broker is ready."""
+        store = TransactionStateStore(BrokerOffsetsTopicLog(controller, rm), TransactionConfig.from_broker_config(cfg))
+
+        async def replicated(partition: int, timeout_s: float) -> int:
+            p = rm.partitions.get((TXN_STATE_TOPIC, partition))
+            if p is None:
+                return NotLeaderOrFollowerError.code
+            codes = await rm.wait_for_acks([(TXN_STATE_TOPIC, partition, p.leader_epoch,
+                                             p.log.log_end_offset - 1)], timeout_s)
+            return codes[0]
+
+        def coordinator_epoch(partition: int) -> int:
+            p = rm.partitions.get((TXN_STATE_TOPIC, partition))
+            return max(p.leader_epoch, 0) if p is not None else 0
+
+        txn = self.transaction_coordinator = TransactionCoordinator(
+            store.config, store, allocate_producer_id=controller.next_producer_id,
+            write_markers=LocalMarkerWriter(rm, controller), replicated=replicated,
+            coordinator_epoch=coordinator_epoch)
+        self._on_ready.append(txn.start)
+        return TransactionCoordinatorApis(txn, controller, groups.partition_for)
 
     def _attach_replication(self, controller: ZkController, rm: ReplicaManager) -> None:
         """In a cluster, the replica manager follows the partitions it does not lead (replica fetchers on the
@@ -524,6 +563,8 @@ class Broker:
             await step("the ZooKeeper session to close", self.zk.call(self.zk.close))  # registration goes too
         if isinstance(self.channel, NetworkBrokerChannel):
             self.channel.close()
+        if self.transaction_coordinator is not None:
+            await step("the transaction coordinator to stop", self.transaction_coordinator.shutdown())
         if self.group_coordinator is not None:
             await step("the group coordinator to stop", self.group_coordinator.shutdown())
         if self.http_endpoint is not None:

@@ -10,10 +10,10 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
 
 - FindCoordinator v0-3 answers one key (``error_message`` is Kafka's ``Errors.message()``, "NONE" on
   success); v4+ answers each of ``coordinator_keys``. Key type 0 (group): this node, creating
-  ``__consumer_offsets`` on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE until the
-  broker has a transaction coordinator (not built yet), which is what Kafka
-  answers while its transaction coordinator is unavailable. Key type 2 (share) and unknown types:
-  INVALID_REQUEST, as Kafka without a share coordinator.
+  ``__consumer_offsets`` on first use. Key type 1 (transaction): this node on a single node, creating
+  ``__transaction_state`` on first use; COORDINATOR_NOT_AVAILABLE in a cluster, where brokers have no
+  transaction coordinator yet (what Kafka answers while its transaction coordinator is unavailable).
+  Key type 2 (share) and unknown types: INVALID_REQUEST, as Kafka without a share coordinator.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
   rebalance timeout.
 - SyncGroup v5+: protocol type and name are mandatory (INCONSISTENT_GROUP_PROTOCOL otherwise).
@@ -116,6 +116,8 @@ class GroupApis:
         self.node_id = node_id
         self.replicated = replicated
         self._warn = RepeatLimiter(log)
+        #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
+        self.transaction_coordinator = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -151,7 +153,16 @@ class GroupApis:
                 self._warn.warning(e.code, "Cannot create __consumer_offsets: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
         elif key_type == TRANSACTION_KEY_TYPE:
-            return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator yet
+            txn = self.transaction_coordinator
+            if txn is None or not txn.active or self.controller.clustered:
+                return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator on this broker
+            try:
+                txn.store.ensure_created()
+            except KafkaError as e:
+                self._warn.warning(e.code, "Cannot create __transaction_state: %s", describe_error(e))
+                return CoordinatorNotAvailableError.code, no_node
+            me = self.controller.image.brokers[self.node_id]
+            return NO_ERROR, (self.node_id, me.host, me.port)
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
             return InvalidRequestError.code, no_node
         image = self.controller.image

@@ -92,6 +92,8 @@ class ProduceApis:
         self.replica_manager = replica_manager
         self.controller = controller
         self.request_metrics = request_metrics
+        #: The transaction coordinator's APIs (TransactionCoordinatorApis), when this broker has one.
+        self.transactions = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -183,7 +185,9 @@ class ProduceApis:
     async def init_producer_id(self, ctx: RequestContext):
         req = ctx.request
         if req.transactional_id is not None:
-            # The transaction coordinator is not built yet: refuse clearly instead of pretending.
+            if self.transactions is not None:
+                return await self.transactions.init_producer_id(ctx)
+            # No transaction coordinator on this broker (a cluster member): refuse clearly instead of pretending.
             return build_response(ctx, {"error_code": InvalidRequestError.code, "producer_id": -1,
                                         "producer_epoch": -1})
         # Kafka's coordinator gives every idempotent (non-transactional) producer a fresh id.

@@ -1,5 +1,6 @@
-"""The partition side of transactions: WriteTxnMarkers, which the transaction coordinator sends to the leaders
-of a transaction's partitions to end it there with a COMMIT or ABORT marker.
+"""Transactions: the partition side, WriteTxnMarkers, which the transaction coordinator sends to the leaders
+of a transaction's partitions to end it there with a COMMIT or ABORT marker; and the coordinator's APIs
+(:class:`TransactionCoordinatorApis`) with the markers it writes on a single node (:class:`LocalMarkerWriter`).
 
 Each partition's marker is appended as the leader (``ReplicaManager.append_txn_marker``) and answered once the
 high watermark passed it, as Kafka's handler appends with RequiredAcks -1. Answers are grouped by producer id,
@@ -8,9 +9,12 @@ as Kafka's WriteTxnMarkersResponse is built from a map keyed by producer id.
 
 from __future__ import annotations
 
+import datetime
 import logging
 
-from tierlog.errors import NO_ERROR, KafkaError
+from tierlog.coordinator import OFFSETS_TOPIC
+from tierlog.coordinator.transaction_coordinator import TransactionCoordinator
+from tierlog.errors import NO_ERROR, KafkaError, OperationNotAttemptedError, UnknownTopicOrPartitionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.replica_manager import ReplicaManager
 
@@ -58,3 +62,112 @@ class TransactionMarkerApis:
         return build_response(ctx, {"markers": [
             {"producer_id": pid, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
             for pid, topics in by_producer.items()]})
+
+
+def _ms(value) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+class TransactionCoordinatorApis:
+    """The transaction coordinator's APIs: AddPartitionsToTxn (v0-3 one transaction, v4+ batched, with
+    KIP-890 part 1's verify-only form), AddOffsetsToTxn (the group's ``__consumer_offsets`` partition joins
+    the transaction) and EndTxn. InitProducerId with a transactional id goes to the coordinator from the
+    Produce family's handler (:meth:`init_producer_id`)."""
+
+    def __init__(self, coordinator: TransactionCoordinator, controller, offsets_partition_for):
+        """``offsets_partition_for(group_id)`` is the group's ``__consumer_offsets`` partition."""
+        self.coordinator = coordinator
+        self.controller = controller
+        self.offsets_partition_for = offsets_partition_for
+
+    def register(self, registry) -> None:
+        registry.register(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self.add_partitions_to_txn)
+        registry.register(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, self.add_offsets_to_txn)
+        registry.register(ApiKey.END_TXN, 0, 5, self.end_txn)
+
+    async def init_producer_id(self, ctx: RequestContext):
+        req = ctx.request
+        code, pid, epoch = await self.coordinator.init_producer_id(
+            req.transactional_id, _ms(req.transaction_timeout), getattr(req, "producer_id", -1),
+            getattr(req, "producer_epoch", -1))
+        return build_response(ctx, {"error_code": code, "producer_id": pid, "producer_epoch": epoch,
+                                    "throttle_time_ms": 0})
+
+    async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, topics,
+                   verify_only: bool = False) -> list[dict]:
+        """One transaction's topic results: partitions missing from the metadata UNKNOWN_TOPIC_OR_PARTITION
+        and the others OPERATION_NOT_ATTEMPTED (Kafka's handler), else the coordinator's answer for all."""
+        image = self.controller.image
+        wanted = [(t.name, list(t.partitions)) for t in topics]
+        unknown = {(name, p) for name, parts in wanted for p in parts
+                   if image.topics.get(name) is None or p not in image.topics[name].partitions}
+        if unknown:
+            codes = {tp: UnknownTopicOrPartitionError.code if tp in unknown else OperationNotAttemptedError.code
+                     for name, parts in wanted for tp in ((name, p) for p in parts)}
+        else:
+            code = await self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
+                                                         [(name, p) for name, parts in wanted for p in parts],
+                                                         verify_only)
+            codes = {(name, p): code for name, parts in wanted for p in parts}
+        return [{"name": name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": codes[name, p]} for p in parts]} for name, parts in wanted]
+
+    async def add_partitions_to_txn(self, ctx: RequestContext):
+        req = ctx.request
+        if ctx.api_version < 4:
+            results = await self._add(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                      req.v3_and_below_producer_epoch, req.v3_and_below_topics)
+            return build_response(ctx, {"results_by_topic_v3_and_below": results})
+        out = []
+        for txn in req.transactions:
+            out.append({"transactional_id": txn.transactional_id, "topic_results": await self._add(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)})
+        return build_response(ctx, {"error_code": NO_ERROR, "results_by_transaction": out})
+
+    async def add_offsets_to_txn(self, ctx: RequestContext):
+        req = ctx.request
+        partition = self.offsets_partition_for(req.group_id)
+        code = await self.coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                     [(OFFSETS_TOPIC, partition)])
+        return build_response(ctx, {"error_code": code})
+
+    async def end_txn(self, ctx: RequestContext):
+        req = ctx.request
+        code = await self.coordinator.end_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                      req.committed)
+        return build_response(ctx, {"error_code": code})
+
+
+class LocalMarkerWriter:
+    """WriteTxnMarkers as the coordinator of a single node sends them: every partition is led here, so the
+    markers are appended through the replica manager and acknowledged once replicated. A partition whose
+    topic was deleted counts as done, as Kafka's marker channel drops it."""
+
+    def __init__(self, replica_manager: ReplicaManager, controller, timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.timeout_s = timeout_s
+
+    async def __call__(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                       partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        rm = self.replica_manager
+        codes: dict[tuple[str, int], int] = {}
+        waits = []
+        for topic, index in partitions:
+            image = self.controller.image.topics.get(topic)
+            if image is None or index not in image.partitions:
+                codes[topic, index] = NO_ERROR
+                continue
+            try:
+                offset, epoch = rm.append_txn_marker(topic, index, producer_id, producer_epoch, coordinator_epoch,
+                                                     commit)
+            except KafkaError as e:
+                codes[topic, index] = e.code
+                continue
+            waits.append(((topic, index), (topic, index, epoch, offset)))
+        if waits:
+            for (tp, _), code in zip(waits, await rm.wait_for_acks([w for _, w in waits], self.timeout_s)):
+                codes[tp] = code
+        return codes

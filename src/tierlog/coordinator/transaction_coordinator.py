@@ -1,0 +1,581 @@
+"""The transaction coordinator (Kafka's ``TransactionCoordinator`` with its ``TransactionStateManager`` and
+``TransactionMarkerChannelManager``), transaction version 1 rules (KIP-98, KIP-360; no KIP-890 part 2).
+
+Every transactional id lives in one ``__transaction_state`` partition (:func:`partition_for`); this node
+coordinates the ids of the partitions it leads once they are loaded (their records replayed, last value per
+id wins, a null value deletes). Each state change is written to the id's partition and waits for its
+replication (``replicated``) before the metadata changes and the client is answered; while a write or the
+markers of a commit or abort are in flight the id has a pending state and other requests get
+CONCURRENT_TRANSACTIONS.
+
+EndTxn writes PREPARE_COMMIT or PREPARE_ABORT and answers; the markers then go to every partition of the
+transaction (``write_markers``, which reaches each partition's leader), retried until each one acknowledged,
+and COMPLETE_COMMIT or COMPLETE_ABORT is written. A partition loaded in a PREPARE state resumes its markers.
+
+Timers (:meth:`abort_timed_out_transactions`, :meth:`remove_expired_transactional_ids`): a transaction open
+longer than its timeout is aborted with the epoch bumped, so its producer is fenced; an id idle in EMPTY or
+COMPLETE_* for ``transactional.id.expiration.ms`` is removed with a tombstone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from tierlog.coordinator.storage import OffsetsTopicLog, Record
+from tierlog.coordinator.transaction_log import (
+    TXN_STATE_TOPIC,
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
+from tierlog.errors import (
+    NO_ERROR,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaError,
+    KafkaStorageError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    ProducerFencedError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    TransactionalIdNotFoundError,
+    TransactionCoordinatorFencedError,
+    UnknownTopicOrPartitionError,
+)
+from tierlog.records import build_batch, iter_batches, iter_records
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TransactionConfig", "TransactionCoordinator", "TransactionMetadata", "TransactionStateStore"]
+
+_MAX_EPOCH = 32767  # Short.MAX_VALUE; an epoch reaching MAX - 1 takes a new producer id
+_LOAD_READ_BYTES = 5 * 1024 * 1024
+_MARKER_RETRY_S = 0.1  # Kafka's marker sender retries on its next round; a short pause between rounds
+_WRITE_TIMEOUT_S = 5.0  # Kafka waits transaction.state.log... request.timeout for the state write
+
+
+@dataclass(frozen=True)
+class TransactionConfig:
+    """The broker's ``transaction.*`` settings the coordinator uses."""
+    num_partitions: int = 50
+    replication_factor: int = 3
+    min_isr: int = 2
+    segment_bytes: int = 104857600
+    max_timeout_ms: int = 900000
+    id_expiration_ms: int = 604800000
+    abort_interval_ms: int = 10000
+    remove_interval_ms: int = 3600000
+
+    @classmethod
+    def from_broker_config(cls, cfg) -> TransactionConfig:
+        return cls(num_partitions=cfg["transaction.state.log.num.partitions"],
+                   replication_factor=cfg["transaction.state.log.replication.factor"],
+                   min_isr=cfg["transaction.state.log.min.isr"],
+                   segment_bytes=cfg["transaction.state.log.segment.bytes"],
+                   max_timeout_ms=cfg["transaction.max.timeout.ms"],
+                   id_expiration_ms=cfg["transactional.id.expiration.ms"],
+                   abort_interval_ms=cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                   remove_interval_ms=cfg["transaction.remove.expired.transaction.cleanup.interval.ms"])
+
+
+class TransactionStateStore:
+    """``__transaction_state`` on the broker's log: created on first need with Kafka's settings, one batch per
+    write, a partition read back whole when it is loaded."""
+
+    def __init__(self, log_: OffsetsTopicLog, config: TransactionConfig):
+        self.log = log_
+        self.config = config
+
+    def num_partitions(self) -> int:
+        count = self.log.partition_count(TXN_STATE_TOPIC)
+        return count if count is not None else self.config.num_partitions
+
+    def exists(self) -> bool:
+        return self.log.partition_count(TXN_STATE_TOPIC) is not None
+
+    def ensure_created(self) -> None:
+        if self.exists():
+            return
+        rf = self.log.internal_topic_replication_factor(TXN_STATE_TOPIC, "transaction.state.log.replication.factor",
+                                                        self.config.replication_factor)
+        try:
+            self.log.create_topic(TXN_STATE_TOPIC, self.config.num_partitions, rf, {
+                "cleanup.policy": "compact",
+                "compression.type": "uncompressed",
+                "min.insync.replicas": str(min(self.config.min_isr, rf)),
+                "segment.bytes": str(self.config.segment_bytes),
+                "unclean.leader.election.enable": "false",
+            })
+            log.info("Created %s with %d partitions", TXN_STATE_TOPIC, self.config.num_partitions)
+        except TopicAlreadyExistsError:
+            pass
+
+    def append(self, partition: int, records: list[Record]) -> None:
+        now = int(time.time() * 1000)
+        batch = build_batch([(key, value, [], now) for key, value in records])
+        try:
+            self.log.append(TXN_STATE_TOPIC, partition, batch)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot append to {TXN_STATE_TOPIC}-{partition}: {e}") from e
+
+    def read_partition(self, partition: int) -> Iterator[Record]:
+        if not self.exists():
+            return
+        offset = self.log.log_start_offset(TXN_STATE_TOPIC, partition)
+        end = self.log.log_end_offset(TXN_STATE_TOPIC, partition)
+        while offset < end:
+            data = self.log.read(TXN_STATE_TOPIC, partition, offset, _LOAD_READ_BYTES)
+            if not data:
+                break
+            view = memoryview(data)
+            next_offset = offset
+            for _pos, header in iter_batches(view):
+                next_offset = header.last_offset + 1
+            for rec in iter_records(view, allow_partial_tail=True):
+                if rec.key is not None:
+                    yield rec.key, rec.value
+            if next_offset <= offset:
+                break
+            offset = next_offset
+
+
+@dataclass
+class TransactionMetadata:
+    """One transactional id's state (Kafka's ``TransactionMetadata``); ``pending`` is set while a write or
+    the markers of an ending transaction are in flight."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    start_ms: int = -1
+    last_update_ms: int = -1
+    pending: TxnState | None = None
+
+    def value(self, **changes) -> TxnLogValue:
+        v = TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                        frozenset(self.partitions), self.last_update_ms, self.start_ms)
+        return dataclasses.replace(v, **changes)
+
+
+#: write_markers(producer id, epoch, coordinator epoch, commit, partitions) -> error code per partition
+MarkerWriter = Callable[[int, int, int, bool, list[tuple[str, int]]], Awaitable[Mapping[tuple[str, int], int]]]
+
+_WRITE_ERRORS = {  # Kafka's TransactionStateManager.appendTransactionToLog mapping
+    UnknownTopicOrPartitionError.code: CoordinatorNotAvailableError.code,
+    NotEnoughReplicasError.code: CoordinatorNotAvailableError.code,
+    NotEnoughReplicasAfterAppendError.code: CoordinatorNotAvailableError.code,
+    RequestTimedOutError.code: CoordinatorNotAvailableError.code,
+    NotLeaderOrFollowerError.code: NotCoordinatorError.code,
+    KafkaStorageError.code: NotCoordinatorError.code,
+}
+_MARKER_GIVE_UP = {InvalidProducerEpochError.code, TransactionCoordinatorFencedError.code}
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TransactionConfig, store: TransactionStateStore, *,
+                 allocate_producer_id: Callable[[], Awaitable[int]], write_markers: MarkerWriter,
+                 replicated: Callable[[int, float], Awaitable[int]] | None = None,
+                 coordinator_epoch: Callable[[int], int] = lambda _p: 0,
+                 wall_clock: Callable[[], int] | None = None):
+        self.config = config
+        self.store = store
+        self.allocate_producer_id = allocate_producer_id
+        self.write_markers = write_markers
+        self.replicated = replicated
+        self.coordinator_epoch = coordinator_epoch
+        self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
+        #: partition -> {transactional id: metadata}, for the loaded partitions
+        self.partitions: dict[int, dict[str, TransactionMetadata]] = {}
+        self.loading: set[int] = set()
+        #: Whether this broker leads a __transaction_state partition (None: a single node leads all).
+        self.leads: Callable[[int], bool] | None = None
+        self.active = False
+        self._tasks: set[asyncio.Task] = set()
+        self._timers: list[asyncio.Task] = []
+
+    # ================================================================== lifecycle
+
+    async def start(self) -> None:
+        """Load every partition this broker leads, then run the two cleanup timers."""
+        self.active = True
+        if self.store.exists():
+            self.on_election(p for p in range(self.store.num_partitions()) if self.leads is None or self.leads(p))
+        loop = asyncio.get_running_loop()
+        self._timers = [
+            loop.create_task(self._every(self.config.abort_interval_ms, self.abort_timed_out_transactions),
+                             name="txn-abort-timed-out"),
+            loop.create_task(self._every(self.config.remove_interval_ms, self.remove_expired_transactional_ids),
+                             name="txn-remove-expired")]
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[int]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await fn()
+            except Exception:  # noqa: BLE001 - the timer keeps running
+                log.exception("Transaction coordinator timer failed")
+
+    async def shutdown(self) -> None:
+        self.active = False
+        for task in (*self._timers, *self._tasks):
+            task.cancel()
+        for task in (*self._timers, *self._tasks):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self._timers.clear()
+        self._tasks.clear()
+        self.partitions.clear()
+
+    def on_election(self, partitions: Iterable[int]) -> None:
+        """This node now leads ``partitions``: load them (Kafka's ``onElection``); ids there answer
+        COORDINATOR_LOAD_IN_PROGRESS until done. Transactions found in a PREPARE state get their markers."""
+        for partition in partitions:
+            if partition in self.partitions:
+                continue
+            self.loading.add(partition)
+            try:
+                state: dict[str, TransactionMetadata] = {}
+                for key, value in self.store.read_partition(partition):
+                    txn_id = decode_key(key)
+                    if txn_id is None:
+                        continue
+                    if value is None:
+                        state.pop(txn_id, None)
+                        continue
+                    v = decode_value(value)
+                    state[txn_id] = TransactionMetadata(txn_id, v.producer_id, v.producer_epoch, -1, v.timeout_ms,
+                                                        v.state, set(v.partitions), v.start_ms, v.last_update_ms)
+            except Exception:  # noqa: BLE001 - that partition stays unavailable, the broker keeps running
+                log.exception("Loading %s-%d failed; its transactional ids are not coordinated here",
+                              TXN_STATE_TOPIC, partition)
+                continue
+            finally:
+                self.loading.discard(partition)
+            self.partitions[partition] = state
+            if state:
+                log.info("Loaded %s-%d: %d transactional id(s)", TXN_STATE_TOPIC, partition, len(state))
+            for meta in state.values():
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    meta.pending = (TxnState.COMPLETE_COMMIT if meta.state == TxnState.PREPARE_COMMIT
+                                    else TxnState.COMPLETE_ABORT)
+                    self._spawn(self._complete(partition, meta))
+
+    def unload(self, partition: int) -> None:
+        """Stop coordinating ``partition``'s ids (Kafka's ``onResignation``)."""
+        if self.partitions.pop(partition, None) is not None:
+            log.info("Unloaded %s-%d", TXN_STATE_TOPIC, partition)
+
+    def loaded_partitions(self) -> list[int]:
+        return sorted(self.partitions)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ================================================================== routing
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.store.num_partitions())
+
+    def _route(self, transactional_id: str) -> tuple[int, dict[str, TransactionMetadata] | None]:
+        if not self.active:
+            return CoordinatorNotAvailableError.code, None
+        partition = self.partition_for(transactional_id)
+        if partition in self.loading:
+            return CoordinatorLoadInProgressError.code, None
+        state = self.partitions.get(partition)
+        if state is None:
+            return NotCoordinatorError.code, None
+        return NO_ERROR, state
+
+    async def _write(self, meta: TransactionMetadata, value: TxnLogValue | None) -> int:
+        """Append ``meta``'s new value (None: a tombstone) and wait for its replication; the error code a
+        client gets (Kafka's mapping of append errors)."""
+        partition = self.partition_for(meta.transactional_id)
+        try:
+            self.store.append(partition, [(encode_key(meta.transactional_id),
+                                           None if value is None else encode_value(value))])
+            code = NO_ERROR if self.replicated is None else await self.replicated(partition, _WRITE_TIMEOUT_S)
+        except KafkaError as e:
+            code = e.code
+        if code != NO_ERROR:
+            log.warning("Writing the state of transactional id %s to %s-%d failed: error %d", meta.transactional_id,
+                        TXN_STATE_TOPIC, partition, code)
+            return _WRITE_ERRORS.get(code, CoordinatorNotAvailableError.code)
+        if self.partitions.get(partition, {}).get(meta.transactional_id) is not meta and value is not None:
+            return NotCoordinatorError.code  # unloaded meanwhile
+        return NO_ERROR
+
+    def _apply(self, meta: TransactionMetadata, v: TxnLogValue) -> None:
+        meta.producer_id, meta.producer_epoch, meta.timeout_ms = v.producer_id, v.producer_epoch, v.timeout_ms
+        meta.state, meta.partitions = v.state, set(v.partitions)
+        meta.last_update_ms, meta.start_ms = v.last_update_ms, v.start_ms
+
+    # ================================================================== InitProducerId
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1) -> tuple[int, int, int]:
+        """(error code, producer id, epoch) for a transactional producer (Kafka's ``handleInitProducerId``)."""
+        fail = -1, -1
+        if not transactional_id:
+            return InvalidRequestError.code, *fail
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return InvalidTransactionTimeoutError.code, *fail
+        try:
+            self.store.ensure_created()
+        except KafkaError as e:
+            log.warning("Cannot create %s: %s", TXN_STATE_TOPIC, e)
+            return CoordinatorNotAvailableError.code, *fail
+        if self.store.exists():
+            missing = [p for p in range(self.store.num_partitions())
+                       if p not in self.partitions and p not in self.loading and (self.leads is None or self.leads(p))]
+            if missing and self.active:
+                self.on_election(missing)
+        code, state = self._route(transactional_id)
+        if state is None:
+            return code, *fail
+        now = self.wall_clock()
+        meta = state.get(transactional_id)
+        if meta is None:
+            pid = await self.allocate_producer_id()
+            meta = state.setdefault(transactional_id, TransactionMetadata(
+                transactional_id, pid, -1, -1, timeout_ms, TxnState.EMPTY, set(), -1, now))
+        if meta.pending is not None:
+            return ConcurrentTransactionsError.code, *fail
+        if producer_id != -1:  # KIP-360: the producer names the id and epoch it had
+            if producer_id != meta.producer_id:
+                return ProducerFencedError.code, *fail
+            if producer_epoch != meta.producer_epoch and producer_epoch != meta.last_producer_epoch:
+                return ProducerFencedError.code, *fail
+            if producer_epoch == meta.last_producer_epoch and meta.state in (TxnState.EMPTY,) and \
+                    producer_epoch != meta.producer_epoch:
+                return NO_ERROR, meta.producer_id, meta.producer_epoch  # a retry of a bump that went through
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE,
+                          TxnState.DEAD):
+            return ConcurrentTransactionsError.code, *fail
+        if meta.state == TxnState.ONGOING:
+            # Abort the open transaction with a bumped epoch (its producer is fenced); the client retries.
+            code = await self._abort_fencing(meta)
+            return (code if code != NO_ERROR else ConcurrentTransactionsError.code), *fail
+        # EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT: bump the epoch (a new producer id when exhausted).
+        if meta.producer_epoch + 1 >= _MAX_EPOCH - 1:
+            new_pid, new_epoch = await self.allocate_producer_id(), 0
+        else:
+            new_pid, new_epoch = meta.producer_id, meta.producer_epoch + 1
+        value = meta.value(producer_id=new_pid, producer_epoch=new_epoch, timeout_ms=timeout_ms,
+                           state=TxnState.EMPTY, partitions=frozenset(), start_ms=-1, last_update_ms=now)
+        meta.pending = TxnState.EMPTY
+        try:
+            code = await self._write(meta, value)
+        finally:
+            meta.pending = None
+        if code != NO_ERROR:
+            if meta.producer_epoch == -1:  # never written: forget it
+                state.pop(transactional_id, None)
+            return code, *fail
+        meta.last_producer_epoch = meta.producer_epoch if new_pid == meta.producer_id else -1
+        self._apply(meta, value)
+        return NO_ERROR, meta.producer_id, meta.producer_epoch
+
+    # ================================================================== AddPartitionsToTxn / AddOffsetsToTxn
+
+    def _check_producer(self, meta: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> int:
+        if meta is None or meta.producer_id != producer_id:
+            return InvalidProducerIdMappingError.code
+        if meta.producer_epoch != producer_epoch:
+            return ProducerFencedError.code
+        if meta.pending is not None:
+            return ConcurrentTransactionsError.code
+        return NO_ERROR
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[tuple[str, int]], verify_only: bool = False) -> int:
+        """The error for every partition (Kafka's ``handleAddPartitionsToTransaction``)."""
+        partitions = set(partitions)
+        code, state = self._route(transactional_id)
+        if state is None:
+            return code
+        meta = state.get(transactional_id)
+        code = self._check_producer(meta, producer_id, producer_epoch)
+        if code != NO_ERROR:
+            return code
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return ConcurrentTransactionsError.code
+        if verify_only:  # KIP-890 part 1: is every partition already in the open transaction?
+            ok = meta.state == TxnState.ONGOING and partitions <= meta.partitions
+            return NO_ERROR if ok else InvalidTxnStateError.code
+        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+            return NO_ERROR
+        now = self.wall_clock()
+        start = meta.start_ms if meta.state == TxnState.ONGOING else now
+        value = meta.value(state=TxnState.ONGOING, partitions=frozenset(meta.partitions | partitions),
+                           start_ms=start, last_update_ms=now)
+        meta.pending = TxnState.ONGOING
+        try:
+            code = await self._write(meta, value)
+        finally:
+            meta.pending = None
+        if code == NO_ERROR:
+            self._apply(meta, value)
+        return code
+
+    def partitions_of(self, transactional_id: str) -> set[tuple[str, int]] | None:
+        code, state = self._route(transactional_id)
+        meta = state.get(transactional_id) if state is not None else None
+        return None if meta is None else set(meta.partitions)
+
+    # ================================================================== EndTxn
+
+    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              commit: bool) -> int:
+        """Kafka's ``handleEndTransaction`` (transaction version 1): the prepare state is written and the
+        client answered; markers and the complete state follow."""
+        code, state = self._route(transactional_id)
+        if state is None:
+            return code
+        meta = state.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return InvalidProducerIdMappingError.code
+        if meta.producer_epoch != producer_epoch:
+            return ProducerFencedError.code
+        if meta.pending is not None:
+            return ConcurrentTransactionsError.code
+        return await self._end(meta, commit)
+
+    async def _end(self, meta: TransactionMetadata, commit: bool) -> int:
+        s = meta.state
+        if s == TxnState.ONGOING:
+            prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            value = meta.value(state=prepare, last_update_ms=self.wall_clock())
+            meta.pending = prepare
+            code = await self._write(meta, value)
+            if code != NO_ERROR:
+                meta.pending = None
+                return code
+            self._apply(meta, value)
+            meta.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            self._spawn(self._complete(self.partition_for(meta.transactional_id), meta))
+            return NO_ERROR
+        if s == TxnState.COMPLETE_COMMIT:
+            return NO_ERROR if commit else InvalidTxnStateError.code
+        if s == TxnState.COMPLETE_ABORT:
+            return InvalidTxnStateError.code if commit else NO_ERROR
+        if s == TxnState.PREPARE_COMMIT:
+            return ConcurrentTransactionsError.code if commit else InvalidTxnStateError.code
+        if s == TxnState.PREPARE_ABORT:
+            return InvalidTxnStateError.code if commit else ConcurrentTransactionsError.code
+        return InvalidTxnStateError.code  # EMPTY, DEAD, PREPARE_EPOCH_FENCE
+
+    async def _complete(self, partition: int, meta: TransactionMetadata) -> None:
+        """Send the markers until every partition acknowledged, then write the complete state (Kafka's
+        ``TransactionMarkerChannelManager``). Ends quietly when the partition is unloaded meanwhile."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        remaining = sorted(meta.partitions)
+        while remaining:
+            if self.partitions.get(partition, {}).get(meta.transactional_id) is not meta:
+                return
+            try:
+                codes = await self.write_markers(meta.producer_id, meta.producer_epoch,
+                                                 self.coordinator_epoch(partition), commit, remaining)
+            except Exception as e:  # noqa: BLE001 - the next round retries
+                log.debug("Markers for %s failed: %s", meta.transactional_id, e)
+                codes = {}
+            for tp in list(remaining):
+                code = codes.get(tp)
+                if code == NO_ERROR or code in _MARKER_GIVE_UP:
+                    if code in _MARKER_GIVE_UP:
+                        log.warning("Marker of transactional id %s refused by %s-%d: error %d",
+                                    meta.transactional_id, *tp, code)
+                    remaining.remove(tp)
+            if remaining:
+                await asyncio.sleep(_MARKER_RETRY_S)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        value = meta.value(state=done, partitions=frozenset(), last_update_ms=self.wall_clock())
+        while True:
+            if self.partitions.get(partition, {}).get(meta.transactional_id) is not meta:
+                return
+            code = await self._write(meta, value)
+            if code == NO_ERROR:
+                self._apply(meta, value)
+                meta.pending = None
+                return
+            await asyncio.sleep(_MARKER_RETRY_S)
+
+    async def _abort_fencing(self, meta: TransactionMetadata) -> int:
+        """Abort ``meta``'s open transaction with the epoch bumped (Kafka's ``prepareFenceProducerEpoch``
+        then an abort not from the client): the producer of the old epoch is fenced."""
+        if meta.producer_epoch + 1 < _MAX_EPOCH:
+            meta.last_producer_epoch = meta.producer_epoch
+            meta.producer_epoch += 1
+        return await self._end(meta, commit=False)
+
+    # ================================================================== timers
+
+    async def abort_timed_out_transactions(self) -> int:
+        """Abort every open transaction past its timeout (``transaction.abort.timed.out.transaction.cleanup
+        .interval.ms``); returns how many were aborted."""
+        now = self.wall_clock()
+        aborted = 0
+        for state in list(self.partitions.values()):
+            for meta in list(state.values()):
+                if meta.state == TxnState.ONGOING and meta.pending is None and meta.start_ms + meta.timeout_ms < now:
+                    log.info("Aborting the transaction of %s (producer id %d, epoch %d): open longer than its "
+                             "timeout of %d ms", meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                             meta.timeout_ms)
+                    if await self._abort_fencing(meta) == NO_ERROR:
+                        aborted += 1
+        return aborted
+
+    async def remove_expired_transactional_ids(self) -> int:
+        """Remove ids idle for ``transactional.id.expiration.ms`` in EMPTY or COMPLETE_* with a tombstone."""
+        now = self.wall_clock()
+        removed = 0
+        for state in list(self.partitions.values()):
+            for txn_id, meta in list(state.items()):
+                if (meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+                        and meta.pending is None and meta.last_update_ms + self.config.id_expiration_ms <= now):
+                    meta.pending = TxnState.DEAD
+                    code = await self._write(meta, None)
+                    meta.pending = None
+                    if code == NO_ERROR and state.get(txn_id) is meta:
+                        del state[txn_id]
+                        removed += 1
+        return removed
+
+    # ================================================================== admin
+
+    def transactions(self) -> list[TransactionMetadata]:
+        return [meta for state in self.partitions.values() for meta in state.values()]
+
+    def describe(self, transactional_id: str) -> tuple[int, TransactionMetadata | None]:
+        code, state = self._route(transactional_id)
+        if state is None:
+            return code, None
+        meta = state.get(transactional_id)
+        if meta is None:
+            return TransactionalIdNotFoundError.code, None
+        return NO_ERROR, meta

@@ -1,0 +1,188 @@
+"""The transaction coordinator of a single broker, over sockets: confluent-kafka transactional producers
+(commit, abort, fencing by a second producer with the same transactional id), read_committed consumers
+(confluent-kafka and kafka-python) seeing exactly the committed records, a transaction left open past its
+timeout aborted by the coordinator, a broker killed mid-transaction, and the coordinator's errors as a
+raw client sees them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.transactions import CONSUMERS, READ_COMMITTED, READ_UNCOMMITTED, consume_confluent
+from tierlog.coordinator.transaction_log import (
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from tierlog.protocol import ApiKey
+
+NONE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS = 0, 49, 50, 51
+INVALID_TXN_STATE, PRODUCER_FENCED = 48, 90
+
+OVERRIDES = {"num.partitions": "1", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+             "transaction.state.log.num.partitions": "3"}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    from tests.harness.broker import BrokerProcess
+    b = BrokerProcess(tmp_path_factory.mktemp("txncoord") / "logs", OVERRIDES)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def raw(shared):
+    c = RawClient(shared.bootstrap)
+    yield c
+    c.close()
+
+
+def producer(bootstrap: str, transactional_id: str, timeout_ms: int = 60000) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                  "transaction.timeout.ms": timeout_ms, "linger.ms": 0})
+    p.init_transactions(30)
+    return p
+
+
+def transaction(p: Producer, topic: str, values: list[bytes], commit: bool) -> None:
+    p.begin_transaction()
+    for v in values:
+        p.produce(topic, v, partition=0)
+    p.flush(30)  # sent before the end: an abort would purge records still queued
+    if commit:
+        p.commit_transaction(30)
+    else:
+        p.abort_transaction(30)
+
+
+def sentinel(bootstrap: str, topic: str) -> bytes:
+    end = b"end-" + unique("s").encode()
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic, end, partition=0)
+    p.flush(30)
+    return end
+
+
+def test_transaction_log_records_are_kafkas_format():
+    key = encode_key("app-1")
+    assert key == b"\x00\x00\x00\x05app-1" and decode_key(key) == "app-1"
+    v = TxnLogValue(7, 3, 60000, TxnState.ONGOING, frozenset({("t", 1), ("t", 0), ("u", 2)}), 11, 10)
+    data = encode_value(v)
+    # version, pid, epoch, timeout, status, 2 topics: "t" [0, 1], "u" [2], last update, start
+    assert data == (b"\x00\x00" + (7).to_bytes(8, "big") + b"\x00\x03" + (60000).to_bytes(4, "big") + b"\x01"
+                    + b"\x00\x00\x00\x02" + b"\x00\x01t\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x01"
+                    + b"\x00\x01u\x00\x00\x00\x01\x00\x00\x00\x02" + (11).to_bytes(8, "big") + (10).to_bytes(8, "big"))
+    assert decode_value(data) == v
+    empty = TxnLogValue(7, 4, 60000, TxnState.EMPTY, frozenset(), 12, -1)
+    assert encode_value(empty)[17:21] == b"\xff\xff\xff\xff"  # Empty writes null partitions, as Kafka
+    assert decode_value(encode_value(empty)) == empty
+
+
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+def test_read_committed_sees_exactly_the_committed_records(shared, consumer):
+    consume = CONSUMERS[consumer]
+    topic = unique("txc")
+    create_topic(shared.bootstrap, topic)
+    p = producer(shared.bootstrap, unique("tid"))
+    transaction(p, topic, [b"c1", b"c2"], commit=True)
+    transaction(p, topic, [b"a1", b"a2"], commit=False)
+    transaction(p, topic, [b"c3"], commit=True)
+    end = sentinel(shared.bootstrap, topic)
+    committed = [v for _, v in consume(shared.bootstrap, topic, READ_COMMITTED, end)]
+    assert committed == [b"c1", b"c2", b"c3", end]
+    everything = [v for _, v in consume(shared.bootstrap, topic, READ_UNCOMMITTED, end)]
+    assert everything == [b"c1", b"c2", b"a1", b"a2", b"c3", end]
+
+
+def test_second_producer_fences_the_first_and_aborts_its_transaction(shared):
+    topic, tid = unique("txf"), unique("tid")
+    create_topic(shared.bootstrap, topic)
+    first = producer(shared.bootstrap, tid)
+    first.begin_transaction()
+    first.produce(topic, b"zombie", partition=0)
+    first.flush(30)
+    second = producer(shared.bootstrap, tid)  # aborts the open transaction, bumping the epoch
+    transaction(second, topic, [b"live"], commit=True)
+    with pytest.raises(KafkaException) as failed:
+        first.commit_transaction(30)
+    assert failed.value.args[0].fatal() or "fenced" in str(failed.value).lower()
+    end = sentinel(shared.bootstrap, topic)
+    assert [v for _, v in consume_confluent(shared.bootstrap, topic, READ_COMMITTED, end)] == [b"live", end]
+
+
+def test_transaction_open_past_its_timeout_is_aborted(shared):
+    topic = unique("txt")
+    create_topic(shared.bootstrap, topic)
+    p = producer(shared.bootstrap, unique("tid"), timeout_ms=1000)
+    p.begin_transaction()
+    p.produce(topic, b"stale", partition=0)
+    p.flush(30)
+    end = sentinel(shared.bootstrap, topic)
+    # The abort marker releases the last stable offset: read_committed reaches the sentinel without "stale".
+    assert [v for _, v in consume_confluent(shared.bootstrap, topic, READ_COMMITTED, end, timeout=60)] == [end]
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
+def test_coordinator_errors(raw):
+    tid = unique("tid")
+    r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout": 10**9,
+                                                  "producer_id": -1, "producer_epoch": -1})
+    assert r.error_code == INVALID_TRANSACTION_TIMEOUT
+    r = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": 1, "producer_epoch": 0,
+                                         "committed": True})
+    assert r.error_code == INVALID_PRODUCER_ID_MAPPING
+    r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout": 60000,
+                                                  "producer_id": -1, "producer_epoch": -1})
+    assert r.error_code == NONE and r.producer_epoch == 0
+    pid = r.producer_id
+    r = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0,
+                                         "committed": True})
+    assert r.error_code == INVALID_TXN_STATE  # nothing open
+    again = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout": 60000,
+                                                      "producer_id": -1, "producer_epoch": -1})
+    assert (again.error_code, again.producer_id, again.producer_epoch) == (NONE, pid, 1)
+    r = raw.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": tid, "producer_id": pid,
+                                                    "producer_epoch": 0, "group_id": "g"})
+    assert r.error_code == PRODUCER_FENCED
+    r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]})
+    assert r.coordinators[0].error_code == NONE
+
+
+def test_broker_killed_mid_transaction_recovers_consistently(tmp_path):
+    from tests.harness.broker import BrokerProcess
+    b = BrokerProcess(tmp_path / "logs", {**OVERRIDES, "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                                          "200"})
+    b.start()
+    try:
+        topic, tid = unique("txk"), unique("tid")
+        create_topic(b.bootstrap, topic)
+        p = producer(b.bootstrap, tid, timeout_ms=2000)
+        transaction(p, topic, [b"before"], commit=True)
+        p.begin_transaction()
+        p.produce(topic, b"partial", partition=0)
+        p.flush(30)
+        del p
+        b.restart(clean=False)
+        # The loaded coordinator finds the transaction open and aborts it past its timeout.
+        end = sentinel(b.bootstrap, topic)
+        deadline = time.monotonic() + 60
+        got = consume_confluent(b.bootstrap, topic, READ_COMMITTED, end, timeout=60)
+        assert time.monotonic() < deadline
+        assert [v for _, v in got] == [b"before", end]
+        q = producer(b.bootstrap, tid)  # the id is still coordinated: a new epoch
+        transaction(q, topic, [b"after"], commit=True)
+        end2 = sentinel(b.bootstrap, topic)
+        assert [v for _, v in consume_confluent(b.bootstrap, topic, READ_COMMITTED, end2)] == [
+            b"before", end, b"after", end2]
+    finally:
+        b.stop()
