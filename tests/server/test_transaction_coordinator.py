@@ -135,6 +135,8 @@ def test_transaction_open_past_its_timeout_is_aborted(shared):
 
 def test_coordinator_errors(raw):
     tid = unique("tid")
+    r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]})
+    assert r.coordinators[0].error_code == NONE  # creates __transaction_state, as a client's first request
     r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout": 10**9,
                                                   "producer_id": -1, "producer_epoch": -1})
     assert r.error_code == INVALID_TRANSACTION_TIMEOUT
@@ -154,8 +156,6 @@ def test_coordinator_errors(raw):
     r = raw.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": tid, "producer_id": pid,
                                                     "producer_epoch": 0, "group_id": "g"})
     assert r.error_code == PRODUCER_FENCED
-    r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]})
-    assert r.coordinators[0].error_code == NONE
 
 
 def test_broker_killed_mid_transaction_recovers_consistently(tmp_path):
@@ -186,3 +186,24 @@ def test_broker_killed_mid_transaction_recovers_consistently(tmp_path):
             b"before", end, b"after", end2]
     finally:
         b.stop()
+
+
+def test_kafka_python_transactional_producer(shared):
+    from kafka import KafkaProducer
+    topic = unique("txp")
+    create_topic(shared.bootstrap, topic)
+    p = KafkaProducer(bootstrap_servers=shared.bootstrap, transactional_id=unique("tid"))
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"k1", partition=0)
+        p.flush(30)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(topic, b"k-aborted", partition=0)
+        p.flush(30)
+        p.abort_transaction()
+    finally:
+        p.close(timeout=10)
+    end = sentinel(shared.bootstrap, topic)
+    assert [v for _, v in CONSUMERS["kafka-python"](shared.bootstrap, topic, READ_COMMITTED, end)] == [b"k1", end]

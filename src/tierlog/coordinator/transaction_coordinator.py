@@ -305,6 +305,9 @@ class TransactionCoordinator:
         if not self.active:
             return CoordinatorNotAvailableError.code, None
         partition = self.partition_for(transactional_id)
+        if (partition not in self.partitions and partition not in self.loading and self.store.exists()
+                and (self.leads is None or self.leads(partition))):
+            self.on_election([partition])  # the topic was created after start: load on first use
         if partition in self.loading:
             return CoordinatorLoadInProgressError.code, None
         state = self.partitions.get(partition)
@@ -350,11 +353,6 @@ class TransactionCoordinator:
         except KafkaError as e:
             log.warning("Cannot create %s: %s", TXN_STATE_TOPIC, e)
             return CoordinatorNotAvailableError.code, *fail
-        if self.store.exists():
-            missing = [p for p in range(self.store.num_partitions())
-                       if p not in self.partitions and p not in self.loading and (self.leads is None or self.leads(p))]
-            if missing and self.active:
-                self.on_election(missing)
         code, state = self._route(transactional_id)
         if state is None:
             return code, *fail
