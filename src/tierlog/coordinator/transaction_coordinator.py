@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -64,8 +65,13 @@ from tierlog.records import build_batch, iter_batches, iter_records
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TransactionConfig", "TransactionCoordinator", "TransactionMetadata", "TransactionStateStore"]
+__all__ = ["STATE_NAMES", "TransactionConfig", "TransactionCoordinator", "TransactionMetadata", "TransactionStateStore"]
 
+#: Kafka's TransactionState.stateName, as DescribeTransactions and ListTransactions show them
+STATE_NAMES = {TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PREPARE_COMMIT: "PrepareCommit",
+               TxnState.PREPARE_ABORT: "PrepareAbort", TxnState.COMPLETE_COMMIT: "CompleteCommit",
+               TxnState.COMPLETE_ABORT: "CompleteAbort", TxnState.DEAD: "Dead",
+               TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence"}
 _MAX_EPOCH = 32767  # Short.MAX_VALUE; an epoch reaching MAX - 1 takes a new producer id
 _LOAD_READ_BYTES = 5 * 1024 * 1024
 _MARKER_RETRY_S = 0.1  # Kafka's marker sender retries on its next round; a short pause between rounds
@@ -566,8 +572,32 @@ class TransactionCoordinator:
 
     # ================================================================== admin
 
-    def transactions(self) -> list[TransactionMetadata]:
-        return [meta for state in self.partitions.values() for meta in state.values()]
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_ms: int = -1, pattern: str | None = None
+                          ) -> tuple[int, list[str], list[TransactionMetadata]]:
+        """ListTransactions (Kafka's ``listTransactionStates``): (error, unknown state filters, matches)."""
+        if not self.active:
+            return CoordinatorNotAvailableError.code, [], []
+        if self.loading:
+            return CoordinatorLoadInProgressError.code, [], []
+        wanted_states = set(states)
+        unknown = sorted(wanted_states - set(STATE_NAMES.values()))
+        pids = set(producer_ids)
+        regex = re.compile(pattern) if pattern else None
+        now = self.wall_clock()
+        out = []
+        for state in self.partitions.values():
+            for meta in state.values():
+                if wanted_states and STATE_NAMES[meta.state] not in wanted_states:
+                    continue
+                if pids and meta.producer_id not in pids:
+                    continue
+                if duration_ms >= 0 and (meta.state != TxnState.ONGOING or now - meta.start_ms < duration_ms):
+                    continue
+                if regex is not None and not regex.fullmatch(meta.transactional_id):
+                    continue
+                out.append(meta)
+        return NO_ERROR, unknown, sorted(out, key=lambda m: m.transactional_id)
 
     def describe(self, transactional_id: str) -> tuple[int, TransactionMetadata | None]:
         code, state = self._route(transactional_id)

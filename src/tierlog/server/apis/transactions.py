@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 
 from tierlog.coordinator import OFFSETS_TOPIC
-from tierlog.coordinator.transaction_coordinator import TransactionCoordinator
-from tierlog.errors import NO_ERROR, KafkaError, OperationNotAttemptedError, UnknownTopicOrPartitionError
+from tierlog.coordinator.transaction_coordinator import STATE_NAMES, TransactionCoordinator
+from tierlog.errors import (
+    NO_ERROR,
+    InvalidRequestError,
+    KafkaError,
+    OperationNotAttemptedError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.replica_manager import ReplicaManager
 
@@ -73,7 +80,8 @@ def _ms(value) -> int:
 class TransactionCoordinatorApis:
     """The transaction coordinator's APIs: AddPartitionsToTxn (v0-3 one transaction, v4+ batched, with
     KIP-890 part 1's verify-only form), AddOffsetsToTxn (the group's ``__consumer_offsets`` partition joins
-    the transaction) and EndTxn. InitProducerId with a transactional id goes to the coordinator from the
+    the transaction), EndTxn, DescribeTransactions and ListTransactions (v2: KIP-1152's id pattern).
+    InitProducerId with a transactional id goes to the coordinator from the
     Produce family's handler (:meth:`init_producer_id`)."""
 
     def __init__(self, coordinator: TransactionCoordinator, controller, offsets_partition_for):
@@ -86,6 +94,8 @@ class TransactionCoordinatorApis:
         registry.register(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self.add_partitions_to_txn)
         registry.register(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, self.add_offsets_to_txn)
         registry.register(ApiKey.END_TXN, 0, 5, self.end_txn)
+        registry.register(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, self.describe_transactions)
+        registry.register(ApiKey.LIST_TRANSACTIONS, 0, 2, self.list_transactions)
 
     async def init_producer_id(self, ctx: RequestContext):
         req = ctx.request
@@ -138,6 +148,38 @@ class TransactionCoordinatorApis:
         code = await self.coordinator.end_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
                                                       req.committed)
         return build_response(ctx, {"error_code": code})
+
+
+    async def describe_transactions(self, ctx: RequestContext):
+        out = []
+        for txn_id in ctx.request.transactional_ids:
+            code, meta = self.coordinator.describe(txn_id)
+            if meta is None:
+                out.append({"error_code": code, "transactional_id": txn_id, "transaction_state": "",
+                            "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                            "producer_epoch": -1})
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in sorted(meta.partitions):
+                by_topic.setdefault(topic, []).append(p)
+            out.append({"error_code": NO_ERROR, "transactional_id": txn_id,
+                        "transaction_state": STATE_NAMES[meta.state], "transaction_timeout": meta.timeout_ms,
+                        "transaction_start_time": meta.start_ms, "producer_id": meta.producer_id,
+                        "producer_epoch": meta.producer_epoch,
+                        "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return build_response(ctx, {"transaction_states": out})
+
+    async def list_transactions(self, ctx: RequestContext):
+        req = ctx.request
+        pattern = getattr(req, "transactional_id_pattern", None)
+        try:
+            code, unknown, found = self.coordinator.list_transactions(
+                req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1), pattern)
+        except re.error:
+            code, unknown, found = InvalidRequestError.code, [], []
+        return build_response(ctx, {"error_code": code, "unknown_state_filters": unknown, "transaction_states": [
+            {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+             "transaction_state": STATE_NAMES[m.state]} for m in found]})
 
 
 class LocalMarkerWriter:
