@@ -532,10 +532,14 @@ class TransactionCoordinator:
     async def _abort_fencing(self, meta: TransactionMetadata) -> int:
         """Abort ``meta``'s open transaction with the epoch bumped (Kafka's ``prepareFenceProducerEpoch``
         then an abort not from the client): the producer of the old epoch is fenced."""
+        before = meta.producer_epoch, meta.last_producer_epoch
         if meta.producer_epoch + 1 < _MAX_EPOCH:
             meta.last_producer_epoch = meta.producer_epoch
             meta.producer_epoch += 1
-        return await self._end(meta, commit=False)
+        code = await self._end(meta, commit=False)
+        if code != NO_ERROR:  # not written: the bump did not happen
+            meta.producer_epoch, meta.last_producer_epoch = before
+        return code
 
     # ================================================================== timers
 
