@@ -246,3 +246,35 @@ def test_kafka_transactions_tool_lists_and_describes(shared, kafka_jars):
     missing = apache_kafka.run_tool(tool, "--bootstrap-server", shared.bootstrap, "describe",
                                     "--transactional-id", unique("missing"), check=False)
     assert missing.returncode != 0 and "could not be found" in missing.stderr, missing
+
+
+def test_add_partitions_to_txn_one_transaction_and_batched(shared, raw):
+    topic, tid = unique("txa"), unique("tid")
+    create_topic(shared.bootstrap, topic)
+    init = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout": 60000,
+                                                     "producer_id": -1, "producer_epoch": -1})
+    pid, epoch = init.producer_id, init.producer_epoch
+    r = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}, {"name": unique("nope"), "partitions": [0]}]})
+    codes = {t.name == topic: t.results_by_partition[0].partition_error_code for t in r.results_by_topic_v3_and_below}
+    assert codes == {True: 55, False: 3}  # OPERATION_NOT_ATTEMPTED beside UNKNOWN_TOPIC_OR_PARTITION
+    r = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 5, {"transactions": [
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": True,
+         "topics": [{"name": topic, "partitions": [0]}]}]})
+    assert r.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code == \
+        INVALID_TXN_STATE  # verify-only: not in a transaction yet
+    r = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 5, {"transactions": [
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": False,
+         "topics": [{"name": topic, "partitions": [0]}]},
+        {"transactional_id": tid, "producer_id": pid + 1000, "producer_epoch": 0, "verify_only": False,
+         "topics": [{"name": topic, "partitions": [0]}]}]})
+    assert r.error_code == NONE
+    assert [t.topic_results[0].results_by_partition[0].partition_error_code for t in r.results_by_transaction] == \
+        [NONE, INVALID_PRODUCER_ID_MAPPING]
+    r = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                         "committed": False})
+    assert r.error_code == NONE
+    again = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                             "committed": True})
+    assert again.error_code in (CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE)  # aborting or aborted: not a commit
