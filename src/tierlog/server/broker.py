@@ -197,7 +197,8 @@ class Broker:
                        ConfigApis(controller, self.node_id),
                        GroupApis(coordinator, controller, self.node_id,
                                  rm.offsets_replicated if controller.clustered else None),
-                       LogDirApis(self.log_manager), ReassignmentApis(controller), TransactionMarkerApis(rm)):
+                       LogDirApis(self.log_manager), ReassignmentApis(controller),
+                       TransactionMarkerApis(rm, coordinator)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
