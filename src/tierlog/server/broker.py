@@ -47,6 +47,7 @@ from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
+from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.apis.transactions import TransactionMarkerApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
@@ -198,7 +199,7 @@ class Broker:
                        GroupApis(coordinator, controller, self.node_id,
                                  rm.offsets_replicated if controller.clustered else None),
                        LogDirApis(self.log_manager), ReassignmentApis(controller),
-                       TransactionMarkerApis(rm, coordinator)):
+                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
