@@ -54,6 +54,27 @@ def spark_rows(df) -> list[tuple]:
                   for r in df.select("offset", "key", "value").collect())
 
 
+def direct_rows(cluster, topic: str, isolation: str) -> list[tuple]:
+    """(offset, key, value) of a direct read planned and read in this process (no Spark)."""
+    from tierlog.spark import options, read
+    from tierlog.spark.plan import Planner
+    opts = options.parse({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                          "tierlog.rsm.dir": str(cluster.remote_dir), "kafka.isolation.level": isolation})
+    planner = Planner(opts)
+    try:
+        tps = planner.partitions()
+        bounds = planner.bounds(tps)
+        tasks = planner.plan({tp: bounds[tp] for tp in tps})
+    finally:
+        planner.close()
+    assert any(isinstance(t, read.RemoteSlice) for t in tasks)
+    out = []
+    for batch in read.read_tasks(tasks, opts):
+        out += zip(batch.column("offset").to_pylist(), batch.column("key").to_pylist(),
+                   batch.column("value").to_pylist(), strict=True)
+    return sorted(out)
+
+
 def _tiered(b, topic: str, local_start_above: int) -> None:
     wait_for(lambda: (p := tier_status(b, topic)["partitions"][0])["copy_lag_segments"] == 0
              and p["local_log_start_offset"] > local_start_above, f"{topic} to be tiered", timeout=120)
@@ -100,6 +121,34 @@ def test_direct_read_equals_confluent_kafka(tierlog_spark, cluster, interleaved,
                              **{"kafka.isolation.level": isolation})) == want
 
 
+def test_remote_slices_filter_from_the_remote_indexes_and_complete_through_the_broker(cluster, interleaved,
+                                                                                     monkeypatch):
+    """In-process: the read_committed rows equal confluent-kafka's; some remote slices are filtered with the
+    remote transaction indexes alone, and those after the last remote abort go through the broker."""
+    from tierlog.spark import read
+    want = confluent_rows(cluster.bootstrap, interleaved, READ_COMMITTED)
+    through_broker = []
+    real = read.read_broker
+
+    def counting(tasks, opts):
+        through_broker.extend(tasks)
+        return real(tasks, opts)
+
+    monkeypatch.setattr(read, "read_broker", counting)
+    searched = []
+    real_search = read.aborted_transactions
+
+    def search(rsm, task):
+        searched.append(task)
+        return real_search(rsm, task)
+
+    monkeypatch.setattr(read, "aborted_transactions", search)
+    assert direct_rows(cluster, interleaved, READ_COMMITTED) == want
+    local_start = tier_status(cluster, interleaved)["partitions"][0]["local_log_start_offset"]
+    fallbacks = [t for t in through_broker if t.start < local_start]
+    assert fallbacks and len(searched) > len(fallbacks)
+
+
 def test_an_abort_marker_only_in_the_local_log(tierlog_spark, cluster):
     """A transaction spanning several remote segments whose ABORT marker is in the active segment: the remote
     transaction indexes do not hold it, so the slices are completed through the broker."""
@@ -129,8 +178,7 @@ def test_an_abort_marker_only_in_the_local_log(tierlog_spark, cluster):
 def test_a_topic_without_transactions_reads_no_transaction_index(cluster, monkeypatch):
     """read_committed over a plain topic: the same rows as read_uncommitted, and no transaction index is
     asked for (the slices never see a transactional batch). In-process, without Spark."""
-    from tierlog.spark import options, read
-    from tierlog.spark.plan import Planner
+    from tierlog.spark import read
     from tierlog.tiered.metadata import IndexType
 
     topic = unique("spark-plain")
@@ -156,23 +204,6 @@ def test_a_topic_without_transactions_reads_no_transaction_index(cluster, monkey
     real = read.storage_manager
     monkeypatch.setattr(read, "storage_manager", lambda opts, cluster_id=None: Counting(real(opts, cluster_id)))
 
-    def rows(isolation: str) -> list[tuple]:
-        opts = options.parse({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
-                              "tierlog.rsm.dir": str(cluster.remote_dir), "kafka.isolation.level": isolation})
-        planner = Planner(opts)
-        try:
-            tps = planner.partitions()
-            bounds = planner.bounds(tps)
-            tasks = planner.plan({tp: bounds[tp] for tp in tps})
-        finally:
-            planner.close()
-        assert any(isinstance(t, read.RemoteSlice) for t in tasks)
-        out = []
-        for batch in read.read_tasks(tasks, opts):
-            out += zip(batch.column("offset").to_pylist(), batch.column("key").to_pylist(),
-                       batch.column("value").to_pylist(), strict=True)
-        return sorted(out)
-
-    committed = rows(READ_COMMITTED)
-    assert committed == rows(READ_UNCOMMITTED) and len(committed) == 120
+    committed = direct_rows(cluster, topic, READ_COMMITTED)
+    assert committed == direct_rows(cluster, topic, READ_UNCOMMITTED) and len(committed) == 120
     assert IndexType.TRANSACTION not in asked and IndexType.OFFSET in asked
