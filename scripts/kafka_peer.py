@@ -82,6 +82,7 @@ TOOLS = {
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
     "LeaderElectionCommand": "org.apache.kafka.tools.LeaderElectionCommand",
     "LogDirsCommand": "org.apache.kafka.tools.LogDirsCommand",
+    "TransactionsCommand": "org.apache.kafka.tools.TransactionsCommand",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }

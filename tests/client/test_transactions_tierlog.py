@@ -1,7 +1,7 @@
 """The transaction scenarios of txnlib.py against tierlog's own broker and its transaction coordinator.
 tierlog advertises no ``transaction.version`` feature, so the client takes its transaction version 1 path
-(AddPartitionsToTxn, KIP-360 epoch bumps with InitProducerId). One single broker for the module. The
-consume-transform-produce scenario needs TxnOffsetCommit, which the group coordinator does not have yet."""
+(AddPartitionsToTxn, AddOffsetsToTxn and TxnOffsetCommit, KIP-360 epoch bumps with InitProducerId). One
+single broker for the module."""
 
 from __future__ import annotations
 
@@ -45,3 +45,7 @@ def test_confluent_kafka_and_tierlog_read_each_others_transactions(broker):
 
 def test_the_sync_facade(broker):
     txnlib.sync_facade_scenario(broker.bootstrap)
+
+
+def test_consume_transform_produce_commits_offsets_only_with_the_transaction(broker):
+    txnlib.consume_transform_produce_scenario(broker.bootstrap)

@@ -30,11 +30,12 @@ def init_producer_id(raw: RawClient) -> tuple[int, int]:
 
 def produce(raw: RawClient, topic: str, values: list[bytes], *, partition: int = 0, producer_id: int = -1,
             epoch: int = -1, sequence: int = -1, transactional: bool = False,
-            transactional_id: str | None = "hand-made"):
-    """One Produce v9 (acks=all) of one batch; the partition's answer. A transactional batch goes with a
-    transactional id, which Kafka requires (``transactional_id=None`` to leave it out)."""
-    batch = build_batch([(None, v) for v in values], producer_id=producer_id, producer_epoch=epoch,
-                        base_sequence=sequence, is_transactional=transactional)
+            transactional_id: str | None = "hand-made", keys: list[bytes | None] | None = None):
+    """One Produce v9 (acks=all) of one batch (``keys``: one per value, else null keys); the partition's
+    answer. A transactional batch goes with a transactional id, which Kafka requires
+    (``transactional_id=None`` to leave it out)."""
+    batch = build_batch(list(zip(keys or [None] * len(values), values, strict=True)), producer_id=producer_id,
+                        producer_epoch=epoch, base_sequence=sequence, is_transactional=transactional)
     resp = raw.request(ApiKey.PRODUCE, 9, {
         "acks": -1, "timeout": 10000, "transactional_id": transactional_id if transactional else None,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})

@@ -9,6 +9,12 @@
   from the commit for simple and stable consumer groups, from when the group became empty
   otherwise) and removal of the offsets of deleted topics; the shard writes the tombstones.
 
+- TxnOffsetCommit (KIP-98, KIP-447): offsets written in a producer's transaction stay pending, by producer
+  id, until a COMMIT marker for that producer reaches this partition (:meth:`replay_end_transaction`) moves
+  them to the committed ones, unless a newer plain commit of the same partition was written after them, as
+  Kafka keeps the most recent record; an ABORT drops them. OffsetFetch never returns them; with
+  ``require_stable`` a partition with pending offsets answers UNSTABLE_OFFSET_COMMIT.
+
 Offsets change only by replaying records (:meth:`replay`), after they were written, as Kafka does;
 the groups they belong to are the partition's
 :class:`~tierlog.coordinator.group_metadata_manager.GroupMetadataManager`'s.
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tierlog.coordinator.config import CoordinatorConfig
@@ -36,6 +42,7 @@ from tierlog.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,8 @@ class OffsetAndMetadata:
     metadata: str = ""
     commit_timestamp: int = -1
     expire_timestamp: int = -1   # only from OffsetCommit v2-v4 with a retention time
+    # Where the record is in __consumer_offsets: a transaction's offsets, committed late, lose to newer ones.
+    record_offset: int = field(default=-1, compare=False)
 
 
 def _java_length(s: str) -> int:
@@ -71,28 +80,76 @@ class OffsetMetadataManager:
         self.write = write
         self.wall_clock = wall_clock
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        #: Offsets of open transactions: producer id -> group -> (topic, partition) -> offset.
+        self.pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+        #: The producers with pending offsets in each group.
+        self.open_transactions_by_group: dict[str, set[int]] = {}
 
     # ================================================================== records
 
-    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
-        """Apply an OffsetCommit record (or its tombstone), written now or read from the partition."""
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None, producer_id: int = -1,
+               record_offset: int = -1) -> None:
+        """Apply an OffsetCommit record (or its tombstone), written now or read from the partition; a record
+        of a transactional batch (``producer_id``) stays pending until its transaction's marker."""
         if value is not None:
             # Offsets without group metadata: a "simple" group (no membership), as Kafka does.
             self.groups.get_or_create_classic_group(key.group)
-            self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
-                value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp)
+            om = OffsetAndMetadata(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+                                   value.expire_timestamp, record_offset)
+            if producer_id < 0:
+                self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = om
+            else:
+                self.pending.setdefault(producer_id, {}).setdefault(key.group, {})[(key.topic, key.partition)] = om
+                self.open_transactions_by_group.setdefault(key.group, set()).add(producer_id)
         else:
             offsets = self.offsets.get(key.group)
             if offsets is not None:
                 offsets.pop((key.topic, key.partition), None)
                 if not offsets:
                     del self.offsets[key.group]
+            # A tombstone removes the partition's pending offsets too (Kafka's replay).
+            for pid in self.open_transactions_by_group.get(key.group, ()):
+                self.pending.get(pid, {}).get(key.group, {}).pop((key.topic, key.partition), None)
 
-    def _write_and_replay(self, records: list[tuple[OffsetCommitKey, OffsetCommitValue | None]]) -> None:
-        """Write the records, then apply them; raises KafkaError (nothing applied)."""
-        self.write(records)
-        for key, value in records:
-            self.replay(key, value)
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` in this partition (Kafka's ``replayEndTransactionMarker``):
+        the producer's pending offsets become committed (unless a newer record of the partition is), or go."""
+        by_group = self.pending.pop(producer_id, None)
+        if by_group is None:
+            return
+        for group_id, offsets in by_group.items():
+            open_txns = self.open_transactions_by_group.get(group_id)
+            if open_txns is not None:
+                open_txns.discard(producer_id)
+                if not open_txns:
+                    del self.open_transactions_by_group[group_id]
+            if not commit:
+                continue
+            committed = self.offsets.setdefault(group_id, {})
+            for tp, om in offsets.items():
+                existing = committed.get(tp)
+                if existing is None or om.record_offset > existing.record_offset:
+                    committed[tp] = om
+            if not committed:
+                del self.offsets[group_id]
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction wrote an offset of the group's partition (Kafka's
+        ``hasPendingTransactionalOffsets``)."""
+        return any((topic, partition) in self.pending.get(pid, {}).get(group_id, {})
+                   for pid in self.open_transactions_by_group.get(group_id, ()))
+
+    def _write_and_replay(self, records: list[tuple[OffsetCommitKey, OffsetCommitValue | None]],
+                          producer_id: int = -1, producer_epoch: int = -1) -> None:
+        """Write the records (one batch, transactional with ``producer_id``), then apply them; raises
+        KafkaError (nothing applied)."""
+        if producer_id >= 0:
+            base = self.write(records, producer_id=producer_id, producer_epoch=producer_epoch)
+        else:
+            base = self.write(records)
+        base = base if isinstance(base, int) else -1
+        for i, (key, value) in enumerate(records):
+            self.replay(key, value, producer_id, base + i if base >= 0 else -1)
 
     # ================================================================== OffsetCommit
 
@@ -140,9 +197,51 @@ class OffsetMetadataManager:
                 return all_(map_append_error(e).code)
         return results
 
+    def commit_transactional_offset(self, *, group_id: str, producer_id: int, producer_epoch: int,
+                                    generation_id: int, member_id: str, group_instance_id: str | None,
+                                    partitions: list[tuple[str, int, int, int, str | None]]
+                                    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: write (topic, partition, offset, leader epoch, metadata) items as one transactional
+        batch of the producer; they stay pending until the transaction's marker. An error code per item."""
+
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return {(t, p): code for t, p, *_ in partitions}
+
+        group = self.groups.group(group_id)
+        created = False
+        if group is None:
+            if generation_id < 0:
+                # Producers without group management (TxnOffsetCommit v0-v2 carry no generation) and tools.
+                group, created = self.groups.get_or_create_classic_group(group_id)
+            else:
+                return all_(IllegalGenerationError.code)
+        try:
+            self._validate_offset_commit(group, member_id, group_instance_id, generation_id, transactional=True)
+        except KafkaError as e:
+            return all_(e.code)
+        now = self.wall_clock()
+        results: dict[tuple[str, int], int] = {}
+        records = []
+        for topic, partition, offset, leader_epoch, metadata in partitions:
+            metadata = metadata or ""
+            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = OffsetMetadataTooLargeError.code
+                continue
+            results[(topic, partition)] = NO_ERROR
+            records.append((OffsetCommitKey(group_id, topic, partition),
+                            OffsetCommitValue(offset, metadata, now, leader_epoch, -1)))
+        if records:
+            try:
+                self._write_and_replay(records, producer_id, producer_epoch)
+            except KafkaError as e:
+                if created:
+                    self.groups.remove_group(group_id)
+                return all_(map_append_error(e).code)
+        return results
+
     @staticmethod
     def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,
-                                generation_id: int) -> None:
+                                generation_id: int, transactional: bool = False) -> None:
         """Kafka's ``ClassicGroup.validateOffsetCommit``; raises KafkaError."""
         if group.is_in(DEAD):
             raise CoordinatorNotAvailableError(f"group {group.group_id} is dead")
@@ -152,15 +251,16 @@ class OffsetMetadataManager:
             group.validate_member(member_id, group_instance_id)
             if generation_id != group.generation_id:
                 raise IllegalGenerationError(f"generation {generation_id} is not {group.generation_id}")
-        elif not group.is_in(EMPTY):
+        elif not transactional and not group.is_in(EMPTY):
+            # TxnOffsetCommit v0-v2 carry no member: Kafka accepts them whatever the group's state.
             raise UnknownMemberIdError(f"group {group.group_id} has members: commit as one of them")
-        if group.is_in(COMPLETING):
+        if not transactional and group.is_in(COMPLETING):
             raise RebalanceInProgressError(f"group {group.group_id} is rebalancing")
 
     # ================================================================== OffsetFetch / OffsetDelete
 
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
-                      entry: Callable[..., Any] = dict) -> list[tuple[str, list[Any]]]:
+                      entry: Callable[..., Any] = dict, require_stable: bool = False) -> list[tuple[str, list[Any]]]:
         """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None.
 
         Each partition's answer is ``entry(partition_index=, committed_offset=, committed_leader_epoch=,
@@ -175,11 +275,15 @@ class OffsetMetadataManager:
             for topic, partition in offsets:
                 by_topic.setdefault(topic, []).append(partition)
             topics = [(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
+        unstable = require_stable and known and group_id in self.open_transactions_by_group
         for topic, partitions in topics:
             answers = []
             for p in partitions:
                 om = offsets.get((topic, p))
-                if om is None:
+                if unstable and self.has_pending_offsets(group_id, topic, p):
+                    answers.append(entry(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                         metadata="", error_code=UnstableOffsetCommitError.code))
+                elif om is None:
                     answers.append(entry(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                          metadata="", error_code=NO_ERROR))
                 else:
@@ -220,8 +324,12 @@ class OffsetMetadataManager:
     def delete_all_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> int:
         """Add a tombstone for every committed offset of the group (DeleteGroups); returns how many."""
         offsets = self.offsets.get(group_id, {})
-        records += [(OffsetCommitKey(group_id, t, p), None) for t, p in offsets]
-        return len(offsets)
+        tps = dict.fromkeys(offsets)
+        # Pending transactional offsets get a tombstone too (Kafka's deleteAllOffsets).
+        for pid in self.open_transactions_by_group.get(group_id, ()):
+            tps.update(dict.fromkeys(self.pending.get(pid, {}).get(group_id, {})))
+        records += [(OffsetCommitKey(group_id, t, p), None) for t, p in tps]
+        return len(tps)
 
     # ================================================================== expiration
 
@@ -229,7 +337,7 @@ class OffsetMetadataManager:
         """Add tombstones for the group's expired offsets; True when none is left (the group may go)."""
         offsets = self.offsets.get(group_id)
         if not offsets:
-            return True
+            return group_id not in self.open_transactions_by_group
         group = self.groups.group(group_id)
         base = _expiration_base(group) if group is not None else None
         if base is None:
@@ -237,7 +345,7 @@ class OffsetMetadataManager:
         now = self.wall_clock()
         all_expired = True
         for (topic, partition), om in offsets.items():
-            if group.is_subscribed_to_topic(topic):
+            if group.is_subscribed_to_topic(topic) or self.has_pending_offsets(group_id, topic, partition):
                 all_expired = False
                 continue
             if om.expire_timestamp >= 0:
@@ -248,7 +356,7 @@ class OffsetMetadataManager:
                 records.append((OffsetCommitKey(group_id, topic, partition), None))
             else:
                 all_expired = False
-        return all_expired
+        return all_expired and group_id not in self.open_transactions_by_group
 
     def on_partitions_deleted(self, topics: set[str]) -> dict[str, list[CoordinatorRecord]]:
         """Tombstones for the offsets of deleted topics, by group (Kafka's ``onPartitionsDeleted``)."""

@@ -249,15 +249,41 @@ class GroupCoordinator:
             group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id,
             partitions=items, api_version=api_version, retention_time_ms=retention_time_ms)
 
+    def commit_transactional_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
+                                     generation_id: int, member_id: str, group_instance_id: str | None,
+                                     partitions: Iterable[tuple[str, int, int, int, str | None]]
+                                     ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: (topic, partition, offset, leader epoch, metadata) items written in the producer's
+        transaction, pending until its marker; an error code per item."""
+        items = list(partitions)
+        if not self.active:
+            return {(t, p): _NOT_AVAILABLE for t, p, *_ in items}
+        if not group_id:
+            return {(t, p): InvalidGroupIdError.code for t, p, *_ in items}
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return {(t, p): shard for t, p, *_ in items}
+        return shard.offset_metadata_manager.commit_transactional_offset(
+            group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, generation_id=generation_id,
+            member_id=member_id, group_instance_id=group_instance_id, partitions=items)
+
+    def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written to ``__consumer_offsets-partition``
+        (Kafka's ``onTransactionCompleted``): its pending offsets there are committed or dropped."""
+        shard = self.shards.get(partition)
+        if shard is not None:
+            shard.replay_end_transaction(producer_id, commit)
+
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
                       require_stable: bool = False, entry: Callable[..., Any] = dict
                       ) -> tuple[int, list[tuple[str, list[Any]]]]:
         """Committed offsets of ``topics`` ((name, partitions) pairs), or of everything when None; each
-        partition's answer made by ``entry`` (see ``OffsetMetadataManager.fetch_offsets``)."""
+        partition's answer made by ``entry`` (see ``OffsetMetadataManager.fetch_offsets``). With
+        ``require_stable`` a partition with offsets of an open transaction answers UNSTABLE_OFFSET_COMMIT."""
         shard = self._route(group_id)
         if isinstance(shard, int):
             return shard, []
-        return NO_ERROR, shard.offset_metadata_manager.fetch_offsets(group_id, topics, entry)
+        return NO_ERROR, shard.offset_metadata_manager.fetch_offsets(group_id, topics, entry, require_stable)
 
     def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
                        ) -> tuple[int, dict[tuple[str, int], int]]:

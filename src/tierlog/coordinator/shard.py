@@ -4,7 +4,8 @@ A shard holds the partition's :class:`~tierlog.coordinator.group_metadata_manage
 (membership) and :class:`~tierlog.coordinator.offset_metadata_manager.OffsetMetadataManager`
 (committed offsets), the partition's timers, and the writer both managers append through. It is
 built when the partition is loaded: :meth:`replay` applies each record read back (GroupMetadata
-records to the group manager, OffsetCommit records to the offset manager), then :meth:`on_loaded`
+records to the group manager, OffsetCommit records to the offset manager, those of a transactional batch
+held pending until the producer's COMMIT or ABORT marker read later), then :meth:`on_loaded`
 starts the timers. :meth:`on_unloaded` cancels them and answers parked requests; the shard is then
 dropped with its state.
 
@@ -34,7 +35,7 @@ from tierlog.coordinator.records import (
     encode_key,
     encode_value,
 )
-from tierlog.coordinator.storage import Record, RecordStore
+from tierlog.coordinator.storage import LoadedMarker, LoadedRecord, Record, RecordStore
 from tierlog.coordinator.timer import ScopedTimer
 from tierlog.errors import NO_ERROR, KafkaError
 
@@ -63,23 +64,40 @@ class GroupCoordinatorShard:
 
     # ================================================================== records
 
-    def append(self, records: list[CoordinatorRecord]) -> None:
-        """Write records to this partition as one batch; raises KafkaError."""
-        self.store.append(self.partition, [(encode_key(k), encode_value(v)) for k, v in records])
+    def append(self, records: list[CoordinatorRecord], producer_id: int = -1, producer_epoch: int = -1) -> int:
+        """Write records to this partition as one batch (of the producer's transaction when ``producer_id`` is
+        given); returns its base offset. Raises KafkaError."""
+        return self.store.append(self.partition, [(encode_key(k), encode_value(v)) for k, v in records],
+                                 producer_id, producer_epoch)
 
     def replay(self, key: OffsetCommitKey | GroupMetadataKey,
-               value: OffsetCommitValue | GroupMetadataValue | None) -> None:
+               value: OffsetCommitValue | GroupMetadataValue | None, producer_id: int = -1,
+               record_offset: int = -1) -> None:
         if isinstance(key, OffsetCommitKey):
-            self.offset_metadata_manager.replay(key, value)
+            self.offset_metadata_manager.replay(key, value, producer_id, record_offset)
         else:
             self.group_metadata_manager.replay(key, value)
 
-    def replay_all(self, records: Iterable[Record]) -> int:
-        """Decode and replay records read from the partition; returns how many were read. Records of
-        types tierlog does not use (KIP-848 and share groups) and malformed ones are skipped."""
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written to (or read from) this partition."""
+        self.offset_metadata_manager.replay_end_transaction(producer_id, commit)
+
+    def replay_all(self, records: Iterable[Record | LoadedRecord | LoadedMarker]) -> int:
+        """Decode and replay records (and transaction markers) read from the partition; returns how many
+        were read. Records of types tierlog does not use (KIP-848 and share groups) and malformed ones are
+        skipped."""
         count = 0
-        for key_bytes, value_bytes in records:
+        for entry in records:
             count += 1
+            producer_id = record_offset = -1
+            if isinstance(entry, LoadedMarker):
+                self.replay_end_transaction(entry.producer_id, entry.commit)
+                continue
+            if isinstance(entry, LoadedRecord):
+                key_bytes, value_bytes = entry.key, entry.value
+                producer_id, record_offset = entry.producer_id, entry.offset
+            else:
+                key_bytes, value_bytes = entry
             try:
                 key = decode_key(key_bytes)
                 if isinstance(key, UnknownKey):
@@ -88,18 +106,21 @@ class GroupCoordinatorShard:
             except RecordFormatError as e:
                 log.warning("Skipping a malformed __consumer_offsets-%d record: %s", self.partition, e)
                 continue
-            self.replay(key, value)
+            self.replay(key, value, producer_id, record_offset)
         return count
 
     def _write_and_replay(self, records: list[CoordinatorRecord], what: str) -> bool:
         try:
-            self.append(records)
+            base = self.append(records)
         except KafkaError as e:
             log.warning("Failed to write %d record(s) for %s: %s", len(records), what, e)
             return False
-        for key, value in records:
-            self.replay(key, value)
+        self._replay_written(records, base)
         return True
+
+    def _replay_written(self, records: list[CoordinatorRecord], base: int | None) -> None:
+        for i, (key, value) in enumerate(records):
+            self.replay(key, value, -1, base + i if isinstance(base, int) and base >= 0 else -1)
 
     # ================================================================== load / unload
 
@@ -130,13 +151,12 @@ class GroupCoordinatorShard:
         if not deleted:
             return results
         try:
-            self.append(records)
+            base = self.append(records)
         except KafkaError as e:
             code = map_append_error(e).code
             results.update((group_id, code) for group_id in deleted)
             return results
-        for key, value in records:
-            self.replay(key, value)
+        self._replay_written(records, base)
         results.update((group_id, NO_ERROR) for group_id in deleted)
         log.info("Deleted group(s) %s", ", ".join(deleted))
         return results

@@ -17,6 +17,11 @@ Two contracts, both defined here so the layers above only hand in what they own:
 one batch per coordinator write to the group's partition, and reads a partition from its log start
 to its log end when the partition is loaded (Kafka's ``CoordinatorLoaderImpl``, 5 MiB reads).
 
+A transactional offset commit (TxnOffsetCommit) is appended as a transactional batch of the producer's id
+and epoch, without sequence, as Kafka's coordinator runtime writes it; loading yields such records as
+:class:`LoadedRecord` with their producer id and the COMMIT and ABORT markers as :class:`LoadedMarker`, so the
+shard can hold them pending until their marker (Kafka's loader reads control batches too).
+
 tierlog has no log cleaner yet, so the compacted topic only grows; loading replays all of it (last
 record per key wins, tombstones delete).
 """
@@ -26,20 +31,40 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tierlog.config import BROKER_CONFIGS
 from tierlog.coordinator.records import OFFSETS_TOPIC
 from tierlog.errors import KafkaError, KafkaStorageError, TopicAlreadyExistsError
-from tierlog.records import build_batch, iter_batches, iter_records
+from tierlog.records import build_batch, decode_batch, iter_batches
+from tierlog.records.control import COMMIT, parse_end_txn_marker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemoryStore", "OffsetsTopicLog", "OffsetsTopicStore", "Record", "RecordStore"]
+__all__ = ["LoadedMarker", "LoadedRecord", "MemoryStore", "OffsetsTopicLog", "OffsetsTopicStore", "Record",
+           "RecordStore"]
 
 _LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka's offsets.load.buffer.size default
 
 Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRecord:
+    """A record read back: its offset in the partition and the producer id of its batch (-1: not transactional)."""
+    key: bytes
+    value: bytes | None
+    offset: int
+    producer_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedMarker:
+    """A COMMIT or ABORT marker read back: it completes the producer's pending transactional offsets."""
+    producer_id: int
+    commit: bool
+    offset: int
 
 
 class RecordStore(Protocol):
@@ -49,11 +74,13 @@ class RecordStore(Protocol):
     def ensure_created(self) -> None:
         """Create the topic if it does not exist yet."""
 
-    def append(self, partition: int, records: list[Record]) -> None:
-        """Append records atomically (one batch); raise KafkaError when the write fails."""
+    def append(self, partition: int, records: list[Record], producer_id: int = -1, producer_epoch: int = -1) -> int:
+        """Append records atomically (one batch, transactional when ``producer_id`` is given); the batch's
+        base offset. Raise KafkaError when the write fails."""
 
-    def read_partition(self, partition: int) -> Iterator[Record]:
-        """Every record of ``partition`` in offset order (nothing while the topic does not exist)."""
+    def read_partition(self, partition: int) -> Iterator[Record | LoadedRecord | LoadedMarker]:
+        """Every record (and transaction marker) of ``partition`` in offset order (nothing while the topic
+        does not exist)."""
 
 
 class OffsetsTopicLog(Protocol):
@@ -77,7 +104,7 @@ class OffsetsTopicLog(Protocol):
         """Create ``topic``; raises TopicAlreadyExistsError when it exists."""
 
     def append(self, topic: str, partition: int, records: bytes) -> Any:
-        """Append a record batch as the partition's leader."""
+        """Append a record batch as the partition's leader (origin COORDINATOR); a dict with its ``base_offset``."""
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         """The first offset of the partition's log."""
@@ -127,16 +154,18 @@ class OffsetsTopicStore:
         except TopicAlreadyExistsError:
             pass
 
-    def append(self, partition: int, records: list[Record]) -> None:
+    def append(self, partition: int, records: list[Record], producer_id: int = -1, producer_epoch: int = -1) -> int:
         self.ensure_created()
         now = int(time.time() * 1000)
-        batch = build_batch([(key, value, [], now) for key, value in records])
+        batch = build_batch([(key, value, [], now) for key, value in records], producer_id=producer_id,
+                            producer_epoch=producer_epoch, is_transactional=producer_id >= 0)
         try:
-            self.log.append(OFFSETS_TOPIC, partition, batch)
+            info = self.log.append(OFFSETS_TOPIC, partition, batch)
         except OSError as e:
             raise KafkaStorageError(f"cannot append to {OFFSETS_TOPIC}-{partition}: {e}") from e
+        return info["base_offset"] if isinstance(info, dict) else -1
 
-    def read_partition(self, partition: int) -> Iterator[Record]:
+    def read_partition(self, partition: int) -> Iterator[LoadedRecord | LoadedMarker]:
         if not self.exists():
             return
         offset = self.log.log_start_offset(OFFSETS_TOPIC, partition)
@@ -147,11 +176,21 @@ class OffsetsTopicStore:
                 break
             view = memoryview(data)
             next_offset = offset
-            for _pos, header in iter_batches(view):
+            for pos, header in iter_batches(view):
                 next_offset = header.last_offset + 1
-            for rec in iter_records(view, allow_partial_tail=True):
-                if rec.key is not None:
-                    yield rec.key, rec.value
+                _, batch_records = decode_batch(view, pos)
+                if header.is_control:
+                    for rec in batch_records:
+                        try:
+                            control_type, _ = parse_end_txn_marker(rec)
+                        except KafkaError:
+                            continue
+                        yield LoadedMarker(header.producer_id, control_type == COMMIT, rec.offset)
+                    continue
+                producer_id = header.producer_id if header.is_transactional else -1
+                for rec in batch_records:
+                    if rec.key is not None:
+                        yield LoadedRecord(rec.key, rec.value, rec.offset, producer_id)
             if next_offset <= offset:
                 break
             offset = next_offset
@@ -172,11 +211,14 @@ class MemoryStore:
     def ensure_created(self) -> None:
         self.created = True
 
-    def append(self, partition: int, records: list[Record]) -> None:
+    def append(self, partition: int, records: list[Record], producer_id: int = -1, producer_epoch: int = -1) -> int:
         if self.fail_with is not None:
             raise self.fail_with
         self.created = True
-        self.records.setdefault(partition, []).extend(records)
+        stored = self.records.setdefault(partition, [])
+        base = len(stored)
+        stored.extend(records)
+        return base
 
     def read_partition(self, partition: int) -> Iterator[Record]:
         yield from list(self.records.get(partition, ()))

@@ -302,7 +302,8 @@ def walk_batches(header_at: Callable[[int], BatchHeader | None], position: int =
 
 
 def validate_batches(
-    buf: Any, *, max_batch_bytes: int | None = None, allow_multiple_batches: bool = False
+    buf: Any, *, max_batch_bytes: int | None = None, allow_multiple_batches: bool = False,
+    from_coordinator: bool = False,
 ) -> list[BatchHeader]:
     """Validate the records of one partition in a Produce request, without looking at records.
 
@@ -323,7 +324,9 @@ def validate_batches(
       InvalidRecordError (LogValidator.validateBatch; this holds for every codec. Batches whose
       offsets have gaps only come from compaction, never from a producer);
     * not a control batch -> InvalidRecordError (validateBatch: clients may not write control records);
-    * a producer id implies a base sequence >= 0 -> InvalidRecordError (validateBatch);
+    * a producer id implies a base sequence >= 0 -> InvalidRecordError (validateBatch), except for a
+      coordinator's own write (``from_coordinator``, Kafka's origin COORDINATOR: a group coordinator's
+      transactional offset commit carries no sequence);
     * exactly one batch (ProduceRequest.validateRecords, v3+; LogValidator
       getFirstBatchAndMaybeValidateNoMoreBatches) -> InvalidRecordError, unless
       ``allow_multiple_batches``.
@@ -376,7 +379,7 @@ def validate_batches(
             raise InvalidRecordError(
                 f"{where} is a control batch; clients are not allowed to write control records"
             )
-        if header.producer_id > NO_PRODUCER_ID and header.base_sequence < 0:
+        if header.producer_id > NO_PRODUCER_ID and header.base_sequence < 0 and not from_coordinator:
             raise InvalidRecordError(
                 f"{where} has producer id {header.producer_id} "
                 f"but invalid base sequence {header.base_sequence}"

@@ -53,6 +53,7 @@ from tierlog.server.apis.log_dirs import LogDirApis
 from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
+from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.apis.transactions import LocalMarkerWriter, TransactionCoordinatorApis, TransactionMarkerApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
@@ -211,7 +212,8 @@ class Broker:
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
-                       TransactionMarkerApis(rm), *((txn_apis,) if txn_apis is not None else ())):
+                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm),
+                       *((txn_apis,) if txn_apis is not None else ())):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
@@ -257,7 +259,7 @@ class Broker:
 
         txn = self.transaction_coordinator = TransactionCoordinator(
             store.config, store, allocate_producer_id=controller.next_producer_id,
-            write_markers=LocalMarkerWriter(rm, controller), replicated=replicated,
+            write_markers=LocalMarkerWriter(rm, controller, groups), replicated=replicated,
             coordinator_epoch=coordinator_epoch)
         self._on_ready.append(txn.start)
         return TransactionCoordinatorApis(txn, controller, groups.partition_for)

@@ -37,8 +37,10 @@ class BrokerOffsetsTopicLog:
             configs.setdefault("min.insync.replicas", str(replication_factor))
         self.controller.create_internal_topic(topic, num_partitions, replication_factor, configs)
 
-    def append(self, topic: str, partition: int, records: bytes) -> None:
-        self.replica_manager.append_records(topic, partition, records, internal_topics_allowed=True)
+    def append(self, topic: str, partition: int, records: bytes) -> dict:
+        # Kafka's coordinators append with origin COORDINATOR (a transactional offset commit has no sequence).
+        return self.replica_manager.append_records(topic, partition, records, internal_topics_allowed=True,
+                                                   from_coordinator=True)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         return self.replica_manager.get_partition(topic, partition).log.log_start_offset

@@ -367,7 +367,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
 
     def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
-                       internal_topics_allowed: bool = False) -> dict:
+                       internal_topics_allowed: bool = False, from_coordinator: bool = False) -> dict:
         """Append a batch as leader; returns the fields of a produce partition response. Clients may not
         write the coordinators' topics (Kafka's appendToLocalLog); the coordinators pass
         ``internal_topics_allowed``."""
@@ -379,7 +379,7 @@ class ReplicaManager:
                 f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
                 f"min.insync.replicas requires")
         try:
-            info = p.log.append_as_leader(records, p.leader_epoch)
+            info = p.log.append_as_leader(records, p.leader_epoch, from_coordinator=from_coordinator)
         except OSError as e:
             raise KafkaStorageError(f"cannot append to {p}: {e}") from e
         p.maybe_increment_high_watermark()

@@ -6,12 +6,16 @@ of keys and values into Arrow's contiguous buffers run in two small kernels comp
 memory speed. The varint readers are the record validator's (:mod:`tierlog.records.validation`), so
 both compiled scans read a record's fields with the same bounds.
 
-Semantics match the consumer reading uncommitted data: control batches are skipped, LogAppendTime
-batches give every record the batch's max timestamp, CRCs are checked, and only offsets in
-``[first, end)`` are kept.
+Semantics match Kafka's consumer: control batches are skipped, LogAppendTime batches give every record
+the batch's max timestamp, CRCs are checked, and only offsets in ``[first, end)`` are kept; with an
+:class:`AbortedFilter` (read_committed) the batches of aborted transactions are skipped too, batch by
+batch, as Kafka's ``CompletedFetch`` does.
 """
 
 from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +23,16 @@ from numba import njit
 
 from tierlog.client import errors
 from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, iter_batches, verify_crc
-from tierlog.records.batch import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
+from tierlog.records.batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+)
 from tierlog.records.compression import decompress_bounded, decompression_limit
+from tierlog.records.control import ABORT
+from tierlog.records.record import decode_batch
 from tierlog.records.validation import read_varint, read_varlong
 
 # Arrow's binary type has 32-bit offsets: a batch of columns stays under this many bytes of values.
@@ -132,7 +144,60 @@ def _binary(buf: np.ndarray, pos: np.ndarray, lens: np.ndarray, typ: pa.DataType
     return pa.Array.from_buffers(typ, n, [validity, offsets_buf, data_buf], null_count)
 
 
-def _sections(view: memoryview, first: int, end: int) -> tuple[bytes | memoryview, list, int]:
+class AbortedFilter:
+    """read_committed over a run of batches read in offset order, Kafka's consumer rule
+    (``CompletedFetch``): a min-heap of the aborted transactions (first offset, producer id); a batch
+    with a producer id first moves every entry whose first offset is at or below the batch's last
+    offset into the set of aborted producers; a transactional batch of an aborted producer is skipped,
+    and that producer's ABORT marker takes it out of the set. Per batch, never per record.
+
+    ``aborted`` is the list of (producer id, first offset), or a function returning it, called once, at
+    the first batch with a producer id that is transactional or a control batch: a run without
+    transactions never collects it (no transaction index is read)."""
+
+    __slots__ = ("_heap", "_load", "_pids")
+
+    def __init__(self, aborted: Iterable[tuple[int, int]] | Callable[[], Iterable[tuple[int, int]]]) -> None:
+        self._load = aborted if callable(aborted) else None
+        self._heap: list[tuple[int, int]] | None = None if callable(aborted) else self._make(aborted)
+        self._pids: set[int] = set()
+
+    @staticmethod
+    def _make(aborted: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        heap = [(int(first), int(pid)) for pid, first in aborted]
+        heapq.heapify(heap)
+        return heap
+
+    def skip(self, view: memoryview, pos: int, hdr: BatchHeader) -> bool:
+        """Whether the batch at ``pos`` is (part of) an aborted transaction; called once per batch, in
+        order, for every batch (control batches included)."""
+        attrs = hdr.attributes
+        if hdr.producer_id < 0 or not attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK):
+            return False
+        heap = self._heap
+        if heap is None:
+            heap = self._heap = self._make(self._load())
+            self._load = None
+        last = hdr.last_offset
+        while heap and heap[0][0] <= last:
+            self._pids.add(heapq.heappop(heap)[1])
+        if attrs & CONTROL_FLAG_MASK:
+            if hdr.producer_id in self._pids and _is_abort_marker(view, pos):
+                self._pids.discard(hdr.producer_id)
+            return False
+        return hdr.producer_id in self._pids
+
+
+def _is_abort_marker(view: memoryview, pos: int) -> bool:
+    """Whether the control batch at ``pos`` is an ABORT marker (its first record's key, Kafka's
+    ``ControlRecordType``)."""
+    _, records = decode_batch(view, pos, verify=False)
+    key = records[0].key if records else None
+    return key is not None and len(key) >= 4 and int.from_bytes(key[2:4], "big", signed=True) == ABORT
+
+
+def _sections(view: memoryview, first: int, end: int, aborted: AbortedFilter | None = None
+              ) -> tuple[bytes | memoryview, list, int]:
     """The record sections of the batches in ``view`` that hold offsets in ``[first, end)``, as
     (buffer, [(start, stop, count, base offset, base timestamp, timestamp type, max timestamp)], next
     offset). Compressed batches are decompressed into a buffer of their own sections."""
@@ -146,9 +211,14 @@ def _sections(view: memoryview, first: int, end: int) -> tuple[bytes | memoryvie
         if hdr.next_offset <= first or hdr.base_offset >= end:
             continue
         attrs = hdr.attributes
+        if aborted is not None:
+            verify_crc(view, pos, hdr)  # before its producer id or a marker is trusted
+            if aborted.skip(view, pos, hdr):
+                continue
         if attrs & CONTROL_FLAG_MASK or hdr.records_count <= 0:
             continue
-        verify_crc(view, pos, hdr)
+        if aborted is None:
+            verify_crc(view, pos, hdr)
         section = view[pos + RECORD_BATCH_OVERHEAD:pos + hdr.size]
         codec = attrs & COMPRESSION_CODEC_MASK
         if codec:
@@ -170,11 +240,14 @@ def _sections(view: memoryview, first: int, end: int) -> tuple[bytes | memoryvie
 
 
 def decode(data: bytes | memoryview, topic: str, partition: int, first: int, end: int,
-           include_headers: bool, schema: pa.Schema) -> tuple[list[pa.RecordBatch], int]:
+           include_headers: bool, schema: pa.Schema, aborted: AbortedFilter | None = None
+           ) -> tuple[list[pa.RecordBatch], int]:
     """The records of the whole batches in ``data`` with offsets in ``[first, end)`` as Arrow record
-    batches of ``schema`` (the Kafka source's columns), and the offset after the last batch seen."""
+    batches of ``schema`` (the Kafka source's columns), and the offset after the last batch seen. With
+    ``aborted`` (read_committed; one filter for all the chunks of a run, in order) the batches of
+    aborted transactions are left out."""
     view = memoryview(data)
-    buf, found, next_offset = _sections(view, first, end)
+    buf, found, next_offset = _sections(view, first, end, aborted)
     if not found:
         return [], next_offset
     arr = np.frombuffer(buf, np.uint8)

@@ -113,6 +113,15 @@ class SourceOptions:
     def direct(self) -> bool:
         return self.read_mode == "direct"
 
+    @property
+    def isolation_level(self) -> str:
+        """``kafka.isolation.level``: read_uncommitted (the default) or read_committed."""
+        return self.client_config.get("isolation.level", "read_uncommitted").lower()
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
+
     def topics_matching(self, available: list[str]) -> list[str]:
         if self.assign is not None:
             return sorted(self.assign)

@@ -50,6 +50,10 @@ class RemoteSlice:
     end: int
     segment: RemoteLogSegmentMetadata
     cluster_id: str | None = None  # the segment's objects may be in this cluster's key folder
+    # read_committed only: the partition's remote segments from this one to the local log, in the
+    # lineage the plan reads (one tuple shared by the partition's slices, pickled once per Spark task),
+    # where the aborted transactions of the slice are searched (Kafka's collectAbortedTransactions)
+    lineage: tuple[RemoteLogSegmentMetadata, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,11 @@ class Planner:
     # ---------------------------------------------------------------------------------- offsets
 
     def list_offsets(self, specs: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """With ``kafka.isolation.level=read_committed`` "latest" is the last stable offset, as in Spark's
+        Kafka source."""
         if not specs:
             return {}
-        found = self.admin.list_offsets(specs)
+        found = self.admin.list_offsets(specs, isolation_level=self.opts.isolation_level)
         return {tp: r.offset for tp, r in found.items()}
 
     def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
@@ -248,11 +254,15 @@ class Planner:
         for tp, (start, end) in sorted(ranges.items()):
             cur = start
             if self.opts.direct:
-                edge = min(end, local_starts.get(tp, start))
+                local_start = local_starts.get(tp, start)
+                edge = min(end, local_start)
+                lineage: tuple[RemoteLogSegmentMetadata, ...] = ()
+                if self.opts.read_committed:
+                    lineage = tuple(md for md, _, _ in covering(remote.get(tp, []), cur, local_start))
                 for md, lo, hi in covering(remote.get(tp, []), cur, edge):
                     if lo > cur:
                         break  # a gap in remote storage: the broker reads on from here
-                    tasks.append(RemoteSlice(tp.topic, tp.partition, lo, hi, md, self.cluster_id))
+                    tasks.append(RemoteSlice(tp.topic, tp.partition, lo, hi, md, self.cluster_id, lineage))
                     cur = hi
             if cur < end:
                 tasks.append(BrokerSlice(tp.topic, tp.partition, cur, end))

@@ -3,7 +3,15 @@
 A remote slice is read straight from the remote store: the segment's offset index gives the byte
 position of its first offset, then the segment object is range-read in chunks; whole batches of every
 codec are decoded into Arrow columns (:mod:`tierlog.spark.columnar`) and only the planned offsets are
-kept. A broker slice is read with tierlog's consumer, assigned and sought.
+kept. A broker slice is read with tierlog's consumer, assigned and sought, its undecoded batches through
+the same decoder.
+
+With ``read_committed`` a remote slice leaves out aborted transactions as a read_committed consumer
+does. Its aborted transactions are collected, at its first transactional batch only, as Kafka's
+``RemoteLogManager.collectAbortedTransactions``: from the ``.txnindex`` of its segment and of the later
+remote segments of the plan's lineage, until an entry's last stable offset reaches the slice's end.
+When the remote indexes do not complete that search (the next markers may be only in the broker's
+local log), the rest of the slice is read through the broker, whose read_committed fetch completes it.
 
 Storage managers are opened read-only and cached per worker process (:func:`tierlog.spark.store.open_store`;
 Spark reuses its Python workers), so consecutive tasks do not open the store again. The driver has
@@ -22,7 +30,7 @@ import pyarrow as pa
 from tierlog.client.types import TopicPartition
 from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, iter_batches, read_header
 from tierlog.storage.index import OffsetEntries
-from tierlog.tiered.metadata import IndexType
+from tierlog.tiered.metadata import IndexType, RemoteLogSegmentMetadata
 
 from .options import SourceOptions
 from .plan import BrokerSlice, RemoteSlice
@@ -52,22 +60,6 @@ SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset l
 SPARK_SCHEMA_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
 
 
-def to_arrow(records: list, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
-    n = len(records)
-    columns = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array([partition] * n, pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        pa.array([r.timestamp * 1000 for r in records], pa.timestamp("us", tz="UTC")),
-        pa.array([r.timestamp_type for r in records], pa.int32()),
-    ]
-    if include_headers:
-        columns.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
-
-
 # ------------------------------------------------------------------------------------ remote slices
 
 def storage_manager(opts: SourceOptions, cluster_id: str | None = None):
@@ -84,12 +76,60 @@ def _columnar():
     return columnar
 
 
+class IncompleteSearchError(Exception):
+    """The remote transaction indexes do not complete a slice's search for aborted transactions."""
+
+
+_TXN_CACHE_SIZE = 4096
+_txn_entries: dict = {}  # segment id -> RemoteTransactionIndex, per worker process
+_txn_lock = threading.Lock()
+
+
+def _txn_index(rsm, md: RemoteLogSegmentMetadata):
+    """A remote segment's transaction index, empty when it has none (the manifest says so: no store read)."""
+    from tierlog.tiered.exceptions import RemoteResourceNotFoundError
+    from tierlog.tiered.index_cache import RemoteTransactionIndex
+    key = md.segment_id.id
+    with _txn_lock:
+        found = _txn_entries.get(key)
+    if found is None:
+        try:
+            data = rsm.fetch_index(md, IndexType.TRANSACTION)
+        except RemoteResourceNotFoundError:
+            # no transaction index (the usual case); or a later segment deleted since planning, which
+            # retention does only after this slice's older segment, whose read then reports the loss
+            data = b""
+        found = RemoteTransactionIndex(data, md)
+        with _txn_lock:
+            if len(_txn_entries) >= _TXN_CACHE_SIZE:
+                _txn_entries.clear()
+            _txn_entries[key] = found
+    return found
+
+
+def aborted_transactions(rsm, task: RemoteSlice) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the transactions aborted in ``[task.start, task.end)``: Kafka's
+    search over the remote transaction indexes from the slice's segment on, until an entry's last
+    stable offset reaches the end. IncompleteSearchError when they do not complete it."""
+    lineage = task.lineage or (task.segment,)
+    ids = [m.segment_id for m in lineage]
+    segments = lineage[ids.index(task.segment.segment_id):] if task.segment.segment_id in ids else (task.segment,)
+    found: list[tuple[int, int]] = []
+    for md in segments:
+        got, complete = _txn_index(rsm, md).collect(task.start, task.end)
+        found += got
+        if complete:
+            return found
+    raise IncompleteSearchError(f"{task.topic}-{task.partition} [{task.start}, {task.end})")
+
+
 def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 
     columnar = _columnar()
     rsm = storage_manager(opts, task.cluster_id)
     md = task.segment
+    aborted = columnar.AbortedFilter(lambda: aborted_transactions(rsm, task)) if opts.read_committed else None
     try:
         position = OffsetEntries(md.start_offset, rsm.fetch_index(md, IndexType.OFFSET)).lookup(task.start)[1]
         size = md.segment_size_in_bytes
@@ -111,8 +151,16 @@ def read_remote(task: RemoteSlice, opts: SourceOptions) -> Iterator[pa.RecordBat
             # copying every chunk onto the leftover of the last
             position += usable
             buf = chunk[:usable]
-            batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
-                                                   opts.include_headers, schema)
+            try:
+                batches, next_offset = columnar.decode(buf, task.topic, task.partition, offset, task.end,
+                                                       opts.include_headers, schema, aborted)
+            except IncompleteSearchError:
+                # the markers that decide may be only in the broker's local log: its read_committed
+                # fetch searches there (nothing of this chunk was returned yet)
+                log.info("aborted transactions of %s-%d [%d, %d) not all in the remote transaction indexes; "
+                         "reading it through the broker", task.topic, task.partition, offset, task.end)
+                yield from read_broker([BrokerSlice(task.topic, task.partition, offset, task.end)], opts)
+                return
             yield from batches
             offset = max(offset, min(next_offset, task.end))
     except RemoteResourceNotFoundError as e:
@@ -165,9 +213,9 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
                          "enable.auto.commit": "false", "auto.offset.reset": "none",
                          "max.poll.records": str(ROWS_PER_BATCH)})
     # Undecoded batches through the columnar decoder, as remote slices: no Python object per record.
-    # read_committed needs the consumer's filtering of aborted transactions.
-    columnar = _columnar() if opts.client_config.get("isolation.level", "read_uncommitted") != "read_committed" \
-        else None
+    # With read_committed the consumer leaves out aborted transactions and markers (from the fetch
+    # responses' aborted transactions) before handing the batches over.
+    columnar = _columnar()
     schema = arrow_schema(opts.include_headers)
     try:
         consumer.assign(list(positions))
@@ -176,7 +224,7 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
         idle = 0
         while positions:
             try:
-                polled = consumer.poll_batches(1000) if columnar else consumer.poll(1000)
+                polled = consumer.poll_batches(1000)
             except NoOffsetForPartitionError as e:
                 for tp in e.partitions if getattr(e, "partitions", None) else list(positions):
                     if tp not in positions:
@@ -202,20 +250,13 @@ def read_broker(tasks: list[BrokerSlice], opts: SourceOptions) -> Iterator[pa.Re
                 if tp not in positions:
                     continue
                 end = ends[tp]
-                if columnar:
-                    for fetched in got:
-                        batches, next_offset = columnar.decode(fetched.buf, tp.topic, tp.partition, positions[tp],
-                                                               end, opts.include_headers, schema)
-                        yield from batches
-                        positions[tp] = max(positions[tp], min(next_offset, end))
-                    done = positions[tp] >= end
-                else:
-                    records = [r for r in got if r.offset < end] if got[-1].offset >= end else got
-                    if records:
-                        positions[tp] = records[-1].offset + 1
-                        yield to_arrow(records, tp.topic, tp.partition, opts.include_headers)
-                    done = positions[tp] >= end or len(records) < len(got)
-                if done:
+                for fetched in got:
+                    batches, next_offset = columnar.decode(fetched.buf, tp.topic, tp.partition, positions[tp],
+                                                           end, opts.include_headers, schema)
+                    yield from batches
+                    # end_offset: past what read_committed left out too (aborted batches, markers)
+                    positions[tp] = max(positions[tp], min(max(next_offset, fetched.end_offset), end))
+                if positions[tp] >= end:
                     del positions[tp]
                     consumer.pause([tp])
     finally:

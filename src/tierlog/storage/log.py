@@ -462,8 +462,10 @@ class Log:
 
     @_io("appending to")
     def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int = 0,
-                         now_ms: int | None = None, allow_multiple_batches: bool = False) -> LogAppendInfo:
-        """Validate, assign offsets to and append a client's record batch (Produce).
+                         now_ms: int | None = None, allow_multiple_batches: bool = False,
+                         from_coordinator: bool = False) -> LogAppendInfo:
+        """Validate, assign offsets to and append a client's record batch (Produce), or a coordinator's
+        (``from_coordinator``: Kafka's origin COORDINATOR, whose producer batches carry no sequence).
 
         A produce request carries exactly one batch per partition (Kafka's rule since v3);
         internal writers may pass several with ``allow_multiple_batches``."""
@@ -471,7 +473,8 @@ class Log:
         view = memoryview(data)
         cfg = self.config
         headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
-                                   allow_multiple_batches=allow_multiple_batches)
+                                   allow_multiple_batches=allow_multiple_batches,
+                                   from_coordinator=from_coordinator)
         # Kafka's LogValidator: every record of every batch, before anything is written (compiled code).
         create_time = not cfg.log_append_time
         compacted = "compact" in cfg.cleanup_policy
@@ -488,7 +491,8 @@ class Log:
             # Kafka's LogValidator does), and the result must fit max.message.bytes too.
             view = memoryview(recompress_batches(view, headers, *recompression))
             headers = validate_batches(view, max_batch_bytes=cfg.max_message_bytes,
-                                       allow_multiple_batches=allow_multiple_batches)
+                                       allow_multiple_batches=allow_multiple_batches,
+                                       from_coordinator=from_coordinator)
         positions = []
         pos = 0
         pending_seq: dict[int, tuple[int, int]] = {}
@@ -504,7 +508,8 @@ class Log:
                 else:
                     dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence,
                                                     h.last_sequence, self.log_end_offset,
-                                                    is_transactional=h.is_transactional)
+                                                    is_transactional=h.is_transactional,
+                                                    check_sequence=not from_coordinator)
                     if dup is not None:
                         # Kafka answers a duplicate with the original batch's timestamp as its
                         # log append time, whatever the topic's timestamp type.

@@ -123,8 +123,10 @@ class ProducerStateManager:
     # -- checks and updates on the append path (once per batch, never per record) --
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int,
-              from_leader: bool = True, is_transactional: bool = False) -> BatchMetadata | None:
-        """Validate a producer batch; returns the original batch when it is a duplicate."""
+              from_leader: bool = True, is_transactional: bool = False,
+              check_sequence: bool = True) -> BatchMetadata | None:
+        """Validate a producer batch; returns the original batch when it is a duplicate. A coordinator's own
+        write (``check_sequence`` False, Kafka's origin COORDINATOR) has its epoch checked but no sequence."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return None
@@ -134,15 +136,15 @@ class ProducerStateManager:
                     f"epoch of producer {producer_id} at offset {offset} in {self.topic_partition} is {epoch}, "
                     f"which is smaller than the last seen epoch {entry.producer_epoch}")
             return None
-        dup = entry.find_duplicate(epoch, first_seq, last_seq)
+        dup = entry.find_duplicate(epoch, first_seq, last_seq) if check_sequence else None
         if dup is not None:
             return dup
         if epoch != entry.producer_epoch:
-            if first_seq != 0 and entry.producer_epoch != -1:
+            if check_sequence and first_seq != 0 and entry.producer_epoch != -1:
                 raise OutOfOrderSequenceNumberError(
                     f"invalid sequence number for new epoch {epoch} of producer {producer_id} at offset {offset} "
                     f"in {self.topic_partition}: {first_seq} (expected 0)")
-        elif entry.producer_epoch != -1 and not _in_sequence(entry.last_seq, first_seq):
+        elif check_sequence and entry.producer_epoch != -1 and not _in_sequence(entry.last_seq, first_seq):
             raise OutOfOrderSequenceNumberError(
                 f"out of order sequence number for producer {producer_id} at offset {offset} in "
                 f"{self.topic_partition}: {first_seq} (incoming seq. number), {entry.last_seq} "

@@ -127,6 +127,9 @@ class GroupApis:
         registry.register(ApiKey.LEAVE_GROUP, 0, 5, self.leave_group)
         registry.register(ApiKey.OFFSET_COMMIT, 2, 9, self.offset_commit)
         registry.register(ApiKey.OFFSET_FETCH, 1, 9, self.offset_fetch)
+        # Kafka 4.1 accepts 0-5; v3+ carry the member (KIP-447). The transaction coordinator's verification
+        # of the partition (KIP-890 part 1) is not made (transaction.partition.verification.enable=false).
+        registry.register(ApiKey.TXN_OFFSET_COMMIT, 0, 5, self.txn_offset_commit)
         registry.register(ApiKey.OFFSET_DELETE, 0, 0, self.offset_delete)
         registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
         registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, self.describe_groups)
@@ -289,6 +292,31 @@ class GroupApis:
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
         return await offload.respond(ctx, {"topics": topics}, items)
+
+    async def txn_offset_commit(self, ctx: RequestContext):
+        """TxnOffsetCommit: offsets written in the producer's transaction, visible once its COMMIT marker reaches
+        the group's ``__consumer_offsets`` partition (WriteTxnMarkers). Unknown partitions answer
+        UNKNOWN_TOPIC_OR_PARTITION, as Kafka's handler checks the metadata first."""
+        req = ctx.request
+        pacer = Pacer()
+        errors, known = await self._known_partitions(req.topics, pacer)
+        valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                  p.committed_metadata) for name, p in known]
+        if valid:
+            committed = self._ready().commit_transactional_offsets(
+                group_id=req.group_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+                generation_id=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", ""),
+                group_instance_id=getattr(req, "group_instance_id", None), partitions=valid)
+            committed = {tp: _COMMIT_ERRORS.get(c, c) for tp, c in committed.items()}
+            if self.replicated is not None and any(code == NO_ERROR for code in committed.values()):
+                code = await self.replicated(self.coordinator.partition_for(req.group_id),
+                                             self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
+                if code:
+                    code = _COMMIT_ERRORS.get(code, code)
+                    committed = {tp: code if c == NO_ERROR else c for tp, c in committed.items()}
+            errors.update(committed)
+        topics, _items = await _partition_errors(req.topics, errors, pacer)
+        return build_response(ctx, {"topics": topics})
 
     async def _known_partitions(self, topics, pacer: Pacer) -> tuple[dict[tuple[str, int], int], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""

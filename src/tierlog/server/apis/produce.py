@@ -106,7 +106,7 @@ class ProduceApis:
         if req.transactional_id is None and _has_transactional_records(req):
             # Kafka answers the whole request so (with no authorizer too): transactional records need the
             # transactional id. (Whether the partition belongs to that transaction is the coordinator's
-            # check, KIP-890's verification; there is no coordinator yet, so it is not made.)
+            # check, KIP-890's verification, which is not made: Kafka's verification.enable=false.)
             return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
         responses = []
         waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for

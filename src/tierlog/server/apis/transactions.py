@@ -4,7 +4,9 @@ of a transaction's partitions to end it there with a COMMIT or ABORT marker; and
 
 Each partition's marker is appended as the leader (``ReplicaManager.append_txn_marker``) and answered once the
 high watermark passed it, as Kafka's handler appends with RequiredAcks -1. Answers are grouped by producer id,
-as Kafka's WriteTxnMarkersResponse is built from a map keyed by producer id.
+as Kafka's WriteTxnMarkersResponse is built from a map keyed by producer id. A marker written to a
+``__consumer_offsets`` partition is then handed to the group coordinator (Kafka's ``onTransactionCompleted``),
+which commits or drops the producer's pending transactional offsets there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import datetime
 import logging
 import re
 
-from tierlog.coordinator import OFFSETS_TOPIC
+from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tierlog.coordinator.transaction_coordinator import STATE_NAMES, TransactionCoordinator
 from tierlog.errors import (
     NO_ERROR,
@@ -32,8 +34,10 @@ MARKER_REPLICATION_TIMEOUT_S = 30.0
 
 
 class TransactionMarkerApis:
-    def __init__(self, replica_manager: ReplicaManager, timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
+    def __init__(self, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator | None = None,
+                 timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
         self.replica_manager = replica_manager
+        self.group_coordinator = group_coordinator
         self.timeout_s = timeout_s
 
     def register(self, registry) -> None:
@@ -43,7 +47,7 @@ class TransactionMarkerApis:
     async def write_txn_markers(self, ctx: RequestContext):
         rm = self.replica_manager
         by_producer: dict[int, dict[str, list[dict]]] = {}
-        waits = []  # (partition result, (topic, partition, leader epoch, marker offset))
+        waits = []  # (partition result, (topic, partition, leader epoch, marker offset), producer id, commit)
         for marker in ctx.request.markers:
             topics = by_producer.setdefault(marker.producer_id, {})
             for topic in marker.topics:
@@ -61,11 +65,15 @@ class TransactionMarkerApis:
                                   "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
                                   topic.name, index, e)
                         continue
-                    waits.append((result, (topic.name, index, epoch, offset)))
+                    waits.append((result, (topic.name, index, epoch, offset), marker.producer_id,
+                                  marker.transaction_result))
         if waits:
-            codes = await rm.wait_for_acks([w for _, w in waits], self.timeout_s)
-            for (result, _), code in zip(waits, codes):
+            codes = await rm.wait_for_acks([w for _, w, _, _ in waits], self.timeout_s)
+            for (result, (topic, index, _, _), producer_id, commit), code in zip(waits, codes):
                 result["error_code"] = code
+                if code == NO_ERROR and topic == OFFSETS_TOPIC and self.group_coordinator is not None:
+                    # As Kafka, once the marker is written: materialize (or drop) the pending offsets.
+                    self.group_coordinator.on_transaction_completed(index, producer_id, commit)
         return build_response(ctx, {"markers": [
             {"producer_id": pid, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
             for pid, topics in by_producer.items()]})
@@ -184,12 +192,15 @@ class TransactionCoordinatorApis:
 
 class LocalMarkerWriter:
     """WriteTxnMarkers as the coordinator of a single node sends them: every partition is led here, so the
-    markers are appended through the replica manager and acknowledged once replicated. A partition whose
+    markers are appended through the replica manager and acknowledged once replicated (a marker on
+    ``__consumer_offsets`` then completes the group's transactional offsets, as WriteTxnMarkers does). A partition whose
     topic was deleted counts as done, as Kafka's marker channel drops it."""
 
-    def __init__(self, replica_manager: ReplicaManager, controller, timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
+    def __init__(self, replica_manager: ReplicaManager, controller, group_coordinator: GroupCoordinator | None = None,
+                 timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
         self.replica_manager = replica_manager
         self.controller = controller
+        self.group_coordinator = group_coordinator
         self.timeout_s = timeout_s
 
     async def __call__(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
@@ -212,4 +223,7 @@ class LocalMarkerWriter:
         if waits:
             for (tp, _), code in zip(waits, await rm.wait_for_acks([w for _, w in waits], self.timeout_s)):
                 codes[tp] = code
+                if code == NO_ERROR and tp[0] == OFFSETS_TOPIC and self.group_coordinator is not None:
+                    # As WriteTxnMarkers does: the group's pending transactional offsets are committed or dropped.
+                    self.group_coordinator.on_transaction_completed(tp[1], producer_id, commit)
         return codes
