@@ -157,6 +157,24 @@ class OffsetMetadataManager:
                       partitions: list[tuple[str, int, int, int, str | None]], api_version: int,
                       retention_time_ms: int = -1) -> dict[tuple[str, int], int]:
         """Commit (topic, partition, offset, leader epoch, metadata) items; returns an error code per item."""
+        missing = GroupIdNotFoundError.code if api_version >= 9 else IllegalGenerationError.code
+        return self._commit(group_id, generation_id, member_id, group_instance_id, partitions, missing,
+                            retention_time_ms=retention_time_ms)
+
+    def commit_transactional_offset(self, *, group_id: str, producer_id: int, producer_epoch: int,
+                                    generation_id: int, member_id: str, group_instance_id: str | None,
+                                    partitions: list[tuple[str, int, int, int, str | None]]
+                                    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: write (topic, partition, offset, leader epoch, metadata) items as one transactional
+        batch of the producer; they stay pending until the transaction's marker. An error code per item."""
+        return self._commit(group_id, generation_id, member_id, group_instance_id, partitions,
+                            IllegalGenerationError.code, producer=(producer_id, producer_epoch))
+
+    def _commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                partitions: list[tuple[str, int, int, int, str | None]], missing_group_code: int,
+                retention_time_ms: int = -1, producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+        """OffsetCommit, or with ``producer`` (id, epoch) TxnOffsetCommit: the group's checks, then one write."""
+        transactional = producer is not None
 
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {(t, p): code for t, p, *_ in partitions}
@@ -165,15 +183,16 @@ class OffsetMetadataManager:
         created = False
         if group is None:
             if generation_id < 0:
-                # Simple consumers (assign + commit) and admin tools: create an empty "simple" group.
+                # Simple consumers (assign + commit), producers without group management (TxnOffsetCommit
+                # v0-v2 carry no generation) and admin tools: an empty "simple" group.
                 group, created = self.groups.get_or_create_classic_group(group_id)
             else:
-                return all_(GroupIdNotFoundError.code if api_version >= 9 else IllegalGenerationError.code)
+                return all_(missing_group_code)
         try:
-            self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            self._validate_offset_commit(group, member_id, group_instance_id, generation_id, transactional)
         except KafkaError as e:
             return all_(e.code)
-        if group.is_in(STABLE, PREPARING):
+        if not transactional and group.is_in(STABLE, PREPARING):
             # Commits keep a classic member's session alive.
             self.groups.reschedule_heartbeat(group, group.member(member_id))
         now = self.wall_clock()
@@ -190,49 +209,7 @@ class OffsetMetadataManager:
                             OffsetCommitValue(offset, metadata, now, leader_epoch, expire)))
         if records:
             try:
-                self._write_and_replay(records)
-            except KafkaError as e:
-                if created:
-                    self.groups.remove_group(group_id)
-                return all_(map_append_error(e).code)
-        return results
-
-    def commit_transactional_offset(self, *, group_id: str, producer_id: int, producer_epoch: int,
-                                    generation_id: int, member_id: str, group_instance_id: str | None,
-                                    partitions: list[tuple[str, int, int, int, str | None]]
-                                    ) -> dict[tuple[str, int], int]:
-        """TxnOffsetCommit: write (topic, partition, offset, leader epoch, metadata) items as one transactional
-        batch of the producer; they stay pending until the transaction's marker. An error code per item."""
-
-        def all_(code: int) -> dict[tuple[str, int], int]:
-            return {(t, p): code for t, p, *_ in partitions}
-
-        group = self.groups.group(group_id)
-        created = False
-        if group is None:
-            if generation_id < 0:
-                # Producers without group management (TxnOffsetCommit v0-v2 carry no generation) and tools.
-                group, created = self.groups.get_or_create_classic_group(group_id)
-            else:
-                return all_(IllegalGenerationError.code)
-        try:
-            self._validate_offset_commit(group, member_id, group_instance_id, generation_id, transactional=True)
-        except KafkaError as e:
-            return all_(e.code)
-        now = self.wall_clock()
-        results: dict[tuple[str, int], int] = {}
-        records = []
-        for topic, partition, offset, leader_epoch, metadata in partitions:
-            metadata = metadata or ""
-            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                results[(topic, partition)] = OffsetMetadataTooLargeError.code
-                continue
-            results[(topic, partition)] = NO_ERROR
-            records.append((OffsetCommitKey(group_id, topic, partition),
-                            OffsetCommitValue(offset, metadata, now, leader_epoch, -1)))
-        if records:
-            try:
-                self._write_and_replay(records, producer_id, producer_epoch)
+                self._write_and_replay(records, *(producer or ()))
             except KafkaError as e:
                 if created:
                     self.groups.remove_group(group_id)

@@ -279,19 +279,23 @@ class GroupApis:
                 group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid,
                 api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1)))
-            if self.replicated is not None and any(code == NO_ERROR for code in committed.values()):
-                # Acknowledged only once the in-sync replicas have it, as Kafka appends commits with acks=all:
-                # a commit a new coordinator would not find is not answered as done.
-                code = await self.replicated(self.coordinator.partition_for(req.group_id),
-                                             self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
-                if code:
-                    code = _COMMIT_ERRORS.get(code, code)
-                    committed = {tp: code if c == NO_ERROR else c for tp, c in committed.items()}
-            errors.update(committed)
+            errors.update(await self._replicated_commit(req.group_id, committed))
         offload.free_later(known, valid)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
         return await offload.respond(ctx, {"topics": topics}, items)
+
+    async def _replicated_commit(self, group_id: str, committed: dict) -> dict:
+        """``committed`` (an error code per partition) once the in-sync replicas have the commit, as Kafka appends
+        commits with acks=all: a commit a new coordinator would not find is not answered as done."""
+        if self.replicated is None or all(code != NO_ERROR for code in committed.values()):
+            return committed
+        code = await self.replicated(self.coordinator.partition_for(group_id),
+                                     self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
+        if not code:
+            return committed
+        code = _COMMIT_ERRORS.get(code, code)
+        return {tp: code if c == NO_ERROR else c for tp, c in committed.items()}
 
     async def txn_offset_commit(self, ctx: RequestContext):
         """TxnOffsetCommit: offsets written in the producer's transaction, visible once its COMMIT marker reaches
@@ -308,13 +312,7 @@ class GroupApis:
                 generation_id=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", ""),
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid)
             committed = {tp: _COMMIT_ERRORS.get(c, c) for tp, c in committed.items()}
-            if self.replicated is not None and any(code == NO_ERROR for code in committed.values()):
-                code = await self.replicated(self.coordinator.partition_for(req.group_id),
-                                             self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
-                if code:
-                    code = _COMMIT_ERRORS.get(code, code)
-                    committed = {tp: code if c == NO_ERROR else c for tp, c in committed.items()}
-            errors.update(committed)
+            errors.update(await self._replicated_commit(req.group_id, committed))
         topics, _items = await _partition_errors(req.topics, errors, pacer)
         return build_response(ctx, {"topics": topics})
 
