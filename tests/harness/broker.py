@@ -13,6 +13,7 @@ those a test left behind, and all of them at the end of the session (in each pyt
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -132,3 +133,14 @@ class BrokerProcess:
             b.kill()
             cls.running.discard(b)
             cls.shared.discard(b)
+
+
+@contextlib.contextmanager
+def running_broker(folder: Path, overrides: dict[str, str]):
+    """A broker on ``folder``/logs for a ``with`` block (a module's shared broker), stopped after it."""
+    b = BrokerProcess(folder / "logs", overrides).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+

@@ -5,6 +5,7 @@ the controller)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -48,6 +49,16 @@ class RawClient:
         corr, resp = parse_response(self.read_frame(), load_response_schema(api_key, version))
         assert corr == self.correlation_id
         return resp
+
+
+@contextlib.contextmanager
+def raw_client(bootstrap: str):
+    """A RawClient for a ``with`` block, closed after it."""
+    c = RawClient(bootstrap)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def unique(prefix: str) -> str:

@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.rawclient import create_topic, raw_client, unique
 from tests.harness.transactions import CONSUMERS, READ_COMMITTED, READ_UNCOMMITTED, consume_confluent
 from tierlog.coordinator.transaction_log import (
     TxnLogValue,
@@ -32,18 +32,15 @@ OVERRIDES = {"num.partitions": "1", "transaction.abort.timed.out.transaction.cle
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    from tests.harness.broker import BrokerProcess
-    b = BrokerProcess(tmp_path_factory.mktemp("txncoord") / "logs", OVERRIDES)
-    b.start()
-    yield b
-    b.stop()
+    from tests.harness.broker import running_broker
+    with running_broker(tmp_path_factory.mktemp("txncoord"), OVERRIDES) as b:
+        yield b
 
 
 @pytest.fixture
 def raw(shared):
-    c = RawClient(shared.bootstrap)
-    yield c
-    c.close()
+    with raw_client(shared.bootstrap) as c:
+        yield c
 
 
 def producer(bootstrap: str, transactional_id: str, timeout_ms: int = 60000) -> Producer:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
 from tests.harness.transactions import (
     CONSUMERS,
     READ_COMMITTED,
@@ -33,18 +33,15 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    from tests.harness.broker import BrokerProcess
-    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "logs", {"num.partitions": "1"})
-    b.start()
-    yield b
-    b.stop()
+    from tests.harness.broker import running_broker
+    with running_broker(tmp_path_factory.mktemp("txn"), {"num.partitions": "1"}) as b:
+        yield b
 
 
 @pytest.fixture
 def raw(shared):
-    c = RawClient(shared.bootstrap)
-    yield c
-    c.close()
+    with raw_client(shared.bootstrap) as c:
+        yield c
 
 
 def txn(raw: RawClient, topic: str, values: list[bytes], pid: int, epoch: int, sequence: int):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
 from tests.harness.transactions import init_producer_id
 from tests.harness.txn_offsets import end_offsets_txn, offset_commit, offset_fetch, txn_offset_commit
 from tierlog.protocol import ApiKey
@@ -20,18 +20,15 @@ SETTINGS = {"num.partitions": "1", "offsets.topic.num.partitions": "1"}
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    from tests.harness.broker import BrokerProcess
-    b = BrokerProcess(tmp_path_factory.mktemp("txnoffsets") / "logs", SETTINGS)
-    b.start()
-    yield b
-    b.stop()
+    from tests.harness.broker import running_broker
+    with running_broker(tmp_path_factory.mktemp("txnoffsets"), SETTINGS) as b:
+        yield b
 
 
 @pytest.fixture
 def raw(shared):
-    c = RawClient(shared.bootstrap)
-    yield c
-    c.close()
+    with raw_client(shared.bootstrap) as c:
+        yield c
 
 
 def setup(raw: RawClient, shared) -> tuple[str, str, int, int]:
