@@ -700,6 +700,34 @@ def test_retriable_consumer_errors_keep_it_going_and_others_stop_it_loudly(share
     assert any(level == logging.ERROR and "stopped on a non-retriable error" in text for level, text in messages)
 
 
+def test_an_assignment_announced_while_the_first_ones_are_positioned_is_not_lost(shared_broker, topic, tmp_path):
+    """A broker restarting as a leader: its partitions are announced as followers, then again as leaders
+    while the reader is still listing where to start. The reader takes the new announcement first, then
+    positions everything: it must not go idle with the announcement pending (it did: the partitions stayed
+    loading until some later change woke it)."""
+    b = shared_broker
+    first, second = tp(0, topic), tp(1, topic)
+
+    async def main():
+        m = await ready_manager(b.bootstrap, tmp_path)
+        end_offsets, reached, gate = m.consumer.end_offsets, asyncio.Event(), asyncio.Event()
+
+        async def held_end_offsets(*args, **kwargs):
+            reached.set()
+            await gate.wait()
+            return await end_offsets(*args, **kwargs)
+
+        m.consumer.end_offsets = held_end_offsets
+        m.on_partition_leadership_changes([], [first, second])
+        await asyncio.wait_for(reached.wait(), 20)  # the reader is positioning them, nothing else followed
+        m.on_partition_leadership_changes([first, second], [])  # the same partitions, now led
+        gate.set()
+        await eventually(lambda: m.is_ready(first) and m.is_ready(second), "both partitions loaded")
+        await m.close()
+
+    asyncio.run(main())
+
+
 def test_a_write_not_read_back_in_time_is_a_retriable_timeout(shared_broker, topic, tmp_path):
     b = shared_broker
     user = tp(0, topic)

@@ -198,8 +198,11 @@ class ConsumerTask:
                 if self._unpositioned:
                     await self._position_new_partitions()
                 if not self.read_offsets:
+                    # Idle only with nothing announced: the positioning above returns early when an
+                    # announcement arrived meanwhile, and that one must be taken now, not at the next.
                     self._wakeup.clear()
-                    await self._wakeup.wait()
+                    if not self._changes and not self._unpositioned:
+                        await self._wakeup.wait()
                     continue
                 records = await self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
                 for tp, recs in records.items():
