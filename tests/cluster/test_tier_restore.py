@@ -52,7 +52,9 @@ def read_all(bootstrap: str, ends: dict[int, int], timeout: float = 90) -> dict[
     deadline = time.monotonic() + timeout
     try:
         while any((got[p][-1][0] + 1 if got[p] else -1) < ends[p] for p in ends):
-            assert time.monotonic() < deadline, f"records read by then: { {p: len(r) for p, r in got.items()} }"
+            last = {p: r[-1][0] if r else None for p, r in got.items()}
+            assert time.monotonic() < deadline, \
+                f"records read by then: { {p: len(r) for p, r in got.items()} }, last offsets: {last}"
             for tp, msgs in consumer.poll(500).items():
                 for m in msgs:
                     if m.offset < ends[tp.partition]:

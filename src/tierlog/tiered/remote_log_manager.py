@@ -685,7 +685,8 @@ class RemoteLogManager:
         for seg, next_base in candidates[:len(candidates) - delayed]:
             if st.stop_copy or not await self._within_copy_quota(st, seg.size):
                 return
-            await self._copy_segment(st, seg, next_base)
+            if not await self._copy_segment(st, seg, next_base):
+                return  # abandoned: the next round starts again from the highest finished offset
         self._update_copy_lag(st)
 
     async def _within_copy_quota(self, st: PartitionTasks, size: int) -> bool:
@@ -702,7 +703,9 @@ class RemoteLogManager:
         self.copy_quota.record(size)  # no await between the check and this: copy tasks cannot both pass
         return True
 
-    async def _copy_segment(self, st: PartitionTasks, seg, next_base: int) -> None:
+    async def _copy_segment(self, st: PartitionTasks, seg, next_base: int) -> bool:
+        """Upload one segment; True once it is COPY_SEGMENT_FINISHED, False when it was abandoned because
+        the leadership it belongs to ended meanwhile."""
         lg, tp = st.log, st.tp
         entries = lg.leader_epoch_cache.entries
         epochs = epochs_in_range(entries, seg.base_offset, next_base)
@@ -752,11 +755,14 @@ class RemoteLogManager:
                 # isLeader() before each upload only; tierlog also checks after it: publishing
                 # FINISHED now would race the new leader, which resumes after the highest finished
                 # offset it read and may upload these offsets again (two live segments over the same
-                # offsets). Abandoned, the new leader's expiration deletes the objects.
+                # offsets). Abandoned, the new leader's expiration deletes the objects. When this broker
+                # still leads (only the epoch moved: a follower left the ISR), the caller stops the round
+                # and the next one uploads these offsets again in the new epoch: going on with the next
+                # segment would leave a gap that local retention then makes permanent.
                 log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
                          md.segment_id.id, seg.base_offset, tp, epoch)
                 await self._abandon(st, md)
-                return
+                return False
             finishing = True
             await self._update(md, S.COPY_SEGMENT_FINISHED, custom)
         except asyncio.CancelledError:
@@ -768,6 +774,7 @@ class RemoteLogManager:
         self.metrics.copy_bytes.inc(size, topic=tp.topic)
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, next_base - 1)
         log.debug("Copied segment %d-%d of %s (%d bytes)", seg.base_offset, next_base - 1, tp, size)
+        return True
 
     async def _abandon(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
         """A failed, refused or unfinished upload: mark it DELETE_SEGMENT_STARTED; the expiration task
