@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from tierlog import logs
+from tierlog import logs, task_dump
 from tierlog.errors import InvalidConfigError, KafkaError, StartupError
 from tierlog.server.broker import Broker
 
@@ -36,6 +36,7 @@ async def _serve(cfg: Any, debug: bool) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, task_dump.dump_tasks)  # where each task waits (a hang's cause)
     try:
         await broker.start()
     except Exception as e:  # noqa: BLE001 - said once, with its reason; the exit status tells the rest

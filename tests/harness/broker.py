@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from tests.harness import ROOT
+from tierlog import task_dump
 
 #: One log line of a tierlog process (tierlog.logs.FORMAT): ISO-8601 UTC time with ms, level, logger, message.
 LOG_LINE = re.compile(r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) "
@@ -107,10 +108,24 @@ class BrokerProcess:
             # Where it hangs: every thread's Python stack (py-spy, when installed), and what it logged.
             dump = subprocess.run(["py-spy", "dump", "--pid", str(self.proc.pid)], capture_output=True, text=True,
                                   timeout=60) if shutil.which("py-spy") else None
+            tasks = self.dump_tasks()
             self.kill()
             raise AssertionError(f"the broker did not stop within {timeout} s of SIGTERM\n"
                                  f"{dump.stdout if dump else '(py-spy not installed)'}\n"
-                                 f"{''.join(self.output[-60:])}") from None
+                                 f"{''.join(self.output[-60:])}\n{tasks}") from None
+
+    def dump_tasks(self, timeout: float = 10) -> str:
+        """The broker's asyncio tasks and what each awaits (it writes them on SIGUSR1), or why there are none."""
+        seen = len(self.output)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = self.output[seen:]
+            if any(task_dump.END in line for line in lines):
+                start = next(i for i, line in enumerate(lines) if line.startswith("asyncio tasks:"))
+                return "".join(lines[start:])
+            time.sleep(0.05)
+        return f"(no asyncio task dump within {timeout} s of SIGUSR1: the event loop is blocked)"
 
     def kill(self) -> None:
         """Unclean stop (SIGKILL)."""
