@@ -8,7 +8,6 @@ producer arrives. Each failover checks what read_committed reads against what th
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -21,6 +20,7 @@ from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, partition_for
 from tierlog.protocol import ApiKey
 
 TXN_PARTITIONS = 12
+NOT_COORDINATOR = 16
 SETTINGS = {"num.partitions": "1", "replica.fetch.backoff.ms": "200",
             "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
@@ -31,8 +31,6 @@ def cluster(tmp_path_factory, zookeeper):
     """Shared by the tests that kill nothing."""
     c = start_cluster(tmp_path_factory.mktemp("txn-cluster"), zookeeper, brokers=3, settings=SETTINGS)
     yield c
-    for i in c.brokers:  # DEBUG
-        Path(f"/tmp/txn-cluster-b{i}.log").write_text(c.output(i))
     c.stop()
 
 
@@ -47,8 +45,6 @@ def failover(tmp_path_factory, zookeeper):
                                 "transaction.state.log.min.isr": "1"},
                       per_broker={3: {"zookeeper.session.timeout.ms": "60000"}})
     yield c
-    for i in c.brokers:  # DEBUG
-        Path(f"/tmp/txn-failover-b{i}.log").write_text(c.output(i))
     c.stop()
 
 
@@ -366,3 +362,33 @@ def test_fencing_across_coordinator_failover(failover):
         assert got == {i: [b"live-%d" % i, end] for i in range(3)}
     finally:
         restart(c, coordinator)
+
+
+def test_producer_ids_are_unique_across_coordinators_and_others_answer_not_coordinator(cluster):
+    """Every broker coordinates the ids of the partitions it leads, with producer ids from the cluster's
+    ZooKeeper blocks (as idempotent producers'); a broker asked about an id it does not coordinate answers
+    NOT_COORDINATOR."""
+    leaders = {}
+    for index, (leader, _) in txn_state_partitions(cluster).items():
+        leaders.setdefault(leader, index)
+    assert sorted(leaders) == [1, 2, 3]
+    pids = []
+    for broker_id, index in sorted(leaders.items()):
+        tid = transactional_id_in(index, "pid")
+        assert find_coordinator(cluster, tid) == broker_id
+        for other in (b for b in (1, 2, 3) if b != broker_id):
+            r = raw_request(cluster, other, ApiKey.INIT_PRODUCER_ID, 4, {
+                "transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+            assert r.error_code == NOT_COORDINATOR, r
+
+        def init(tid=tid, broker_id=broker_id):
+            r = raw_request(cluster, broker_id, ApiKey.INIT_PRODUCER_ID, 4, {
+                "transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+            return r if r.error_code == 0 else None
+        r = wait_until(init, 60, f"InitProducerId of {tid} on broker {broker_id}")
+        pids.append(r.producer_id)
+        r = raw_request(cluster, broker_id, ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+        assert r.error_code == 0, r
+        pids.append(r.producer_id)
+    assert len(set(pids)) == len(pids), pids
