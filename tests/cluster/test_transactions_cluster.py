@@ -392,3 +392,30 @@ def test_producer_ids_are_unique_across_coordinators_and_others_answer_not_coord
         assert r.error_code == 0, r
         pids.append(r.producer_id)
     assert len(set(pids)) == len(pids), pids
+
+
+def test_kafka_transactions_tool_lists_the_ids_of_every_coordinator(cluster, kafka_tool):
+    """Kafka's ``kafka-transactions list`` asks every broker (ListTransactions) and ``describe`` finds each
+    id's coordinator: ids coordinated by the three brokers all show."""
+    topic = unique("tool")
+    create(cluster, topic)
+    leaders = {}
+    for index, (leader, _) in txn_state_partitions(cluster).items():
+        leaders.setdefault(leader, index)
+    ids = {broker_id: transactional_id_in(index, "tool") for broker_id, index in leaders.items()}
+    for broker_id, tid in ids.items():
+        p = producer(cluster.bootstrap, tid)
+        assert find_coordinator(cluster, tid) == broker_id
+        p.begin_transaction()
+        send(p, topic, {0: [tid.encode()]})
+        p.commit_transaction(60)
+    assert sorted(ids) == [1, 2, 3]
+    listed = kafka_tool("TransactionsCommand", "--bootstrap-server", cluster.bootstrap, "list").stdout
+    for broker_id, tid in ids.items():
+        row = next((line.split() for line in listed.splitlines() if tid in line.split()), None)
+        assert row is not None and str(broker_id) in row, listed  # TransactionalId Coordinator ProducerId State
+    for broker_id, tid in ids.items():
+        described = kafka_tool("TransactionsCommand", "--bootstrap-server", cluster.bootstrap, "describe",
+                               "--transactional-id", tid).stdout
+        row = described.splitlines()[-1].split()  # CoordinatorId TransactionalId ProducerId ... State ...
+        assert row[0] == str(broker_id) and tid in row and "CompleteCommit" in row, described
