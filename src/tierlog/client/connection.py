@@ -64,6 +64,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ALTER_PARTITION: (2, 2),
+    # the transaction coordinator's markers to other brokers (v0 was removed in Kafka 4.0)
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
     # transactions: AddPartitionsToTxn v4+ is the brokers' batched form; EndTxn v5 and TxnOffsetCommit
     # v5 are KIP-890's transaction version 2 (tierlog.client.transactions picks the versions per mode)
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),

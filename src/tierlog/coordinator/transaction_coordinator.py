@@ -3,7 +3,9 @@
 
 Every transactional id lives in one ``__transaction_state`` partition (:func:`partition_for`); this node
 coordinates the ids of the partitions it leads once they are loaded (their records replayed, last value per
-id wins, a null value deletes). Each state change is written to the id's partition and waits for its
+id wins, a null value deletes). In a cluster the broker loads a partition when it becomes its leader and
+unloads it when it stops leading it (``leads``, :meth:`on_election`, :meth:`unload`), as the group
+coordinator does with ``__consumer_offsets``. Each state change is written to the id's partition and waits for its
 replication (``replicated``) before the metadata changes and the client is answered; while a write or the
 markers of a commit or abort are in flight the id has a pending state and other requests get
 CONCURRENT_TRANSACTIONS.
@@ -290,9 +292,14 @@ class TransactionCoordinator:
                     self._spawn(self._complete(partition, meta))
 
     def unload(self, partition: int) -> None:
-        """Stop coordinating ``partition``'s ids (Kafka's ``onResignation``)."""
-        if self.partitions.pop(partition, None) is not None:
-            log.info("Unloaded %s-%d", TXN_STATE_TOPIC, partition)
+        """Stop coordinating ``partition``'s ids (Kafka's ``onResignation``): requests for them get
+        NOT_COORDINATOR, a state write in flight answers NOT_COORDINATOR when it returns (its metadata is no
+        longer the loaded one), markers being sent stop after their round, and the timers no longer see
+        them. The new leader loads the partition and resumes what was in a PREPARE state."""
+        self.loading.discard(partition)
+        state = self.partitions.pop(partition, None)
+        if state is not None:
+            log.info("Unloaded %s-%d (%d transactional id(s))", TXN_STATE_TOPIC, partition, len(state))
 
     def loaded_partitions(self) -> list[int]:
         return sorted(self.partitions)

@@ -55,7 +55,12 @@ from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.reassignment import ReassignmentApis
-from tierlog.server.apis.transactions import LocalMarkerWriter, TransactionCoordinatorApis, TransactionMarkerApis
+from tierlog.server.apis.transactions import (
+    MARKER_REPLICATION_TIMEOUT_S,
+    LocalMarkerWriter,
+    TransactionCoordinatorApis,
+    TransactionMarkerApis,
+)
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
@@ -65,6 +70,7 @@ from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.tier_status import tier_routes
+from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -120,6 +126,7 @@ class Broker:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self.txn_marker_channel: TransactionMarkerChannel | None = None
         self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
@@ -196,12 +203,9 @@ class Broker:
         if controller.clustered:
             coordinator.leads = lambda p: ((OFFSETS_TOPIC, p) in rm.partitions
                                            and rm.leads(rm.partitions[OFFSETS_TOPIC, p]))
-        controller.add_listener(self._metadata_changes_to(coordinator, rm))
         self._on_ready.append(coordinator.start)
-        txn_apis = None
-        if not controller.clustered:
-            # The transaction coordinator runs on a single node only for now: its markers are written here.
-            txn_apis = self._build_transaction_coordinator(cfg, controller, rm, coordinator)
+        txn_apis = self._build_transaction_coordinator(cfg, controller, rm, coordinator)
+        controller.add_listener(self._metadata_changes_to(coordinator, self.transaction_coordinator, rm))
         produce_apis = ProduceApis(rm, controller, request_metrics)
         produce_apis.transactions = txn_apis
         group_apis = GroupApis(coordinator, controller, self.node_id,
@@ -241,8 +245,11 @@ class Broker:
 
     def _build_transaction_coordinator(self, cfg, controller: Controller, rm: ReplicaManager,
                                        groups: GroupCoordinator) -> TransactionCoordinatorApis:
-        """The transaction coordinator on ``__transaction_state`` (this broker's log), its markers written
-        through the replica manager, its state writes waited for as acks=all; started once the broker is ready."""
+        """The transaction coordinator on ``__transaction_state`` (this broker's log), its state writes waited
+        for as acks=all; started once the broker is ready. On a single node its markers are written through the
+        replica manager; in a cluster it coordinates the ids of the partitions it leads and its markers go to
+        each partition's leader (:class:`TransactionMarkerChannel`, WriteTxnMarkers on the inter-broker
+        listener), producer ids coming from the cluster's ZooKeeper blocks."""
         store = TransactionStateStore(BrokerOffsetsTopicLog(controller, rm), TransactionConfig.from_broker_config(cfg))
 
         async def replicated(partition: int, timeout_s: float) -> int:
@@ -257,10 +264,20 @@ class Broker:
             p = rm.partitions.get((TXN_STATE_TOPIC, partition))
             return max(p.leader_epoch, 0) if p is not None else 0
 
+        write_markers = LocalMarkerWriter(rm, controller, groups)
+        if controller.clustered:
+            # Connections of its own: a marker request waits for replication, controller pushes must not.
+            channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
+                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+            write_markers = self.txn_marker_channel = TransactionMarkerChannel(
+                self.node_id, lambda: controller.image, write_markers, channel,
+                int(MARKER_REPLICATION_TIMEOUT_S * 1000) + 10000)
         txn = self.transaction_coordinator = TransactionCoordinator(
             store.config, store, allocate_producer_id=controller.next_producer_id,
-            write_markers=LocalMarkerWriter(rm, controller, groups), replicated=replicated,
-            coordinator_epoch=coordinator_epoch)
+            write_markers=write_markers, replicated=replicated, coordinator_epoch=coordinator_epoch)
+        if controller.clustered:
+            txn.leads = lambda p: ((TXN_STATE_TOPIC, p) in rm.partitions
+                                   and rm.leads(rm.partitions[TXN_STATE_TOPIC, p]))
         self._on_ready.append(txn.start)
         return TransactionCoordinatorApis(txn, controller, groups.partition_for)
 
@@ -470,11 +487,12 @@ class Broker:
                 await asyncio.sleep(cfg["controlled.shutdown.retry.backoff.ms"] / 1000)
         log.warning("Controlled shutdown did not move every leadership; stopping anyway")
 
-    def _metadata_changes_to(self, coordinator: GroupCoordinator,
+    def _metadata_changes_to(self, coordinator: GroupCoordinator, txn: TransactionCoordinator | None,
                              rm: ReplicaManager) -> Callable[[MetadataDelta, MetadataImage], None]:
         """A metadata listener telling the group coordinator which topics were deleted (their committed
         offsets go) and which ``__consumer_offsets`` partitions this broker now leads (loaded) or no longer
-        leads (unloaded), on the event loop even when the change came from another thread."""
+        leads (unloaded), and the transaction coordinator the same of ``__transaction_state``, on the event
+        loop even when the change came from another thread."""
         loop = asyncio.get_running_loop()
 
         def on_loop(fn, arg) -> None:
@@ -495,6 +513,15 @@ class Broker:
             if led - loaded:
                 coordinator.on_election(sorted(led - loaded))
 
+        def follow_txn_leadership(_=None) -> None:
+            # Kafka's onElection / onResignation of the transaction coordinator.
+            led = {p for (t, p), partition in rm.partitions.items() if t == TXN_STATE_TOPIC and rm.leads(partition)}
+            loaded = set(txn.loaded_partitions()) | txn.loading
+            for p in sorted(loaded - led):
+                txn.unload(p)
+            if txn.active and led - loaded:
+                txn.on_election(sorted(led - loaded))
+
         def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
             deleted = [t.name for t in delta.deleted]
             if deleted:
@@ -503,6 +530,9 @@ class Broker:
                        if t.name == OFFSETS_TOPIC]
             if touched:
                 on_loop(follow_leadership, None)
+            if txn is not None and any(t.name == TXN_STATE_TOPIC for t in (
+                    *delta.created, *(t for t, _ in delta.partitions_added), *delta.partitions_changed)):
+                on_loop(follow_txn_leadership, None)
         return on_update
 
     def _advertise_bound(self) -> None:
@@ -567,6 +597,8 @@ class Broker:
             self.channel.close()
         if self.transaction_coordinator is not None:
             await step("the transaction coordinator to stop", self.transaction_coordinator.shutdown())
+        if self.txn_marker_channel is not None:
+            await step("the transaction marker channel to close", self.txn_marker_channel.close())
         if self.group_coordinator is not None:
             await step("the group coordinator to stop", self.group_coordinator.shutdown())
         if self.http_endpoint is not None:

@@ -10,9 +10,11 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
 
 - FindCoordinator v0-3 answers one key (``error_message`` is Kafka's ``Errors.message()``, "NONE" on
   success); v4+ answers each of ``coordinator_keys``. Key type 0 (group): this node, creating
-  ``__consumer_offsets`` on first use. Key type 1 (transaction): this node on a single node, creating
-  ``__transaction_state`` on first use; COORDINATOR_NOT_AVAILABLE in a cluster, where brokers have no
-  transaction coordinator yet (what Kafka answers while its transaction coordinator is unavailable).
+  ``__consumer_offsets`` on first use. Key type 1 (transaction): the same with ``__transaction_state``.
+  On a single node the answer is this node; in a cluster it is the leader of the key's partition
+  (``partition_for`` of the group id or transactional id), COORDINATOR_NOT_AVAILABLE while that partition
+  has no live leader or the topic is being created. The broker named answers NOT_COORDINATOR or
+  COORDINATOR_LOAD_IN_PROGRESS itself when leadership moved or its load is not done, and the client asks again.
   Key type 2 (share) and unknown types: INVALID_REQUEST, as Kafka without a share coordinator.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
   rebalance timeout.
@@ -40,6 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.cluster import Controller
 from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
     NO_ERROR,
     CoordinatorNotAvailableError,
@@ -155,26 +158,29 @@ class GroupApis:
                         if isinstance(e, InvalidReplicationFactorError) else "")
                 self._warn.warning(e.code, "Cannot create __consumer_offsets: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
+            topic_name, partition = OFFSETS_TOPIC, coordinator.partition_for(key)
         elif key_type == TRANSACTION_KEY_TYPE:
             txn = self.transaction_coordinator
-            if txn is None or not txn.active or self.controller.clustered:
-                return CoordinatorNotAvailableError.code, no_node  # no transaction coordinator on this broker
+            if txn is None or not txn.active:
+                return CoordinatorNotAvailableError.code, no_node  # not started yet
             try:
                 txn.store.ensure_created()
             except KafkaError as e:
-                self._warn.warning(e.code, "Cannot create __transaction_state: %s", describe_error(e))
+                hint = ("; set transaction.state.log.replication.factor to at most the brokers alive, or start more"
+                        if isinstance(e, InvalidReplicationFactorError) else "")
+                self._warn.warning(e.code, "Cannot create __transaction_state: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
-            me = self.controller.image.brokers[self.node_id]
-            return NO_ERROR, (self.node_id, me.host, me.port)
+            topic_name, partition = TXN_STATE_TOPIC, txn.partition_for(key)
         else:  # share groups (v6+ only, no share coordinator here) and unknown key types
             return InvalidRequestError.code, no_node
         image = self.controller.image
         if not self.controller.clustered:
             me = image.brokers[self.node_id]
             return NO_ERROR, (self.node_id, me.host, me.port)
-        # In a cluster the coordinator is the leader of the group's __consumer_offsets partition.
-        topic = image.topics.get(OFFSETS_TOPIC)
-        state = topic.partitions.get(coordinator.partition_for(key)) if topic is not None else None
+        # In a cluster the coordinator is the leader of the key's partition (__consumer_offsets for a group,
+        # __transaction_state for a transactional id).
+        topic = image.topics.get(topic_name)
+        state = topic.partitions.get(partition) if topic is not None else None
         leader = image.brokers.get(state.leader) if state is not None else None
         if leader is None:
             return CoordinatorNotAvailableError.code, no_node

@@ -187,7 +187,7 @@ class ProduceApis:
         if req.transactional_id is not None:
             if self.transactions is not None:
                 return await self.transactions.init_producer_id(ctx)
-            # No transaction coordinator on this broker (a cluster member): refuse clearly instead of pretending.
+            # No transaction coordinator wired in (the broker always builds one; an assembly without it refuses).
             return build_response(ctx, {"error_code": InvalidRequestError.code, "producer_id": -1,
                                         "producer_epoch": -1})
         # Kafka's coordinator gives every idempotent (non-transactional) producer a fresh id.

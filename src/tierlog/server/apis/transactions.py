@@ -1,6 +1,7 @@
 """Transactions: the partition side, WriteTxnMarkers, which the transaction coordinator sends to the leaders
 of a transaction's partitions to end it there with a COMMIT or ABORT marker; and the coordinator's APIs
-(:class:`TransactionCoordinatorApis`) with the markers it writes on a single node (:class:`LocalMarkerWriter`).
+(:class:`TransactionCoordinatorApis`) with the markers it writes to partitions led by this broker
+(:class:`LocalMarkerWriter`; in a cluster :mod:`tierlog.server.txn_marker_channel` sends the others).
 
 Each partition's marker is appended as the leader (``ReplicaManager.append_txn_marker``) and answered once the
 high watermark passed it, as Kafka's handler appends with RequiredAcks -1. Answers are grouped by producer id,
@@ -191,8 +192,8 @@ class TransactionCoordinatorApis:
 
 
 class LocalMarkerWriter:
-    """WriteTxnMarkers as the coordinator of a single node sends them: every partition is led here, so the
-    markers are appended through the replica manager and acknowledged once replicated (a marker on
+    """WriteTxnMarkers for partitions led by this broker (all of them on a single node), as the coordinator
+    sends them: the markers are appended through the replica manager and acknowledged once replicated (a marker on
     ``__consumer_offsets`` then completes the group's transactional offsets, as WriteTxnMarkers does). A partition whose
     topic was deleted counts as done, as Kafka's marker channel drops it."""
 

@@ -1,0 +1,421 @@
+"""The transaction coordinator on a three-broker ZooKeeper-mode cluster, with confluent-kafka transactional
+producers and read_committed consumers: transactions over partitions led by different brokers (markers sent
+over the inter-broker listener), consume-transform-produce with the group coordinator on another broker
+than the transaction coordinator, and the coordinator's broker SIGKILLed mid-transaction, after EndTxn was
+answered but before its markers were written (held by a paused partition leader), and before a fencing
+producer arrives. Each failover checks what read_committed reads against what the producers were told."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient, unique
+from tests.harness.tierlog_cluster import create, partition, start_cluster, wait_until
+from tests.harness.transactions import READ_COMMITTED, consume_confluent
+from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, partition_for
+from tierlog.protocol import ApiKey
+
+TXN_PARTITIONS = 12
+NOT_COORDINATOR = 16
+SETTINGS = {"num.partitions": "1", "replica.fetch.backoff.ms": "200",
+            "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    """Shared by the tests that kill nothing."""
+    c = start_cluster(tmp_path_factory.mktemp("txn-cluster"), zookeeper, brokers=3, settings=SETTINGS)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def failover(tmp_path_factory, zookeeper):
+    """For the tests that kill a coordinator (each restarts it after). Broker 1 is the controller and broker
+    3 has a long ZooKeeper session so that pausing it (SIGSTOP) keeps its leaderships; __transaction_state
+    has two replicas, so a partition on brokers 1 and 2 keeps its coordinator writes going while 3 is paused,
+    and one in-sync replica suffices once its leader was killed."""
+    c = start_cluster(tmp_path_factory.mktemp("txn-failover"), zookeeper, brokers=3, controller=1,
+                      settings={**SETTINGS, "transaction.state.log.replication.factor": "2",
+                                "transaction.state.log.min.isr": "1"},
+                      per_broker={3: {"zookeeper.session.timeout.ms": "60000"}})
+    yield c
+    c.stop()
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def raw_request(cluster, broker_id: int, api: int, version: int, values: dict):
+    raw = RawClient(cluster.brokers[broker_id].bootstrap)
+    try:
+        return raw.request(api, version, values)
+    finally:
+        raw.close()
+
+
+def find_coordinator(cluster, key: str, key_type: int = 1, via: int | None = None) -> int:
+    """The coordinator's node id as broker ``via`` names it (waits while COORDINATOR_NOT_AVAILABLE)."""
+    def ask():
+        via_id = via or cluster.running_ids()[0]
+        r = raw_request(cluster, via_id, ApiKey.FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]})
+        c = r.coordinators[0]
+        return c.node_id if c.error_code == 0 and c.node_id in cluster.running_ids() else None
+    return wait_until(ask, 60, f"a coordinator for {key!r}")
+
+
+def describe_state(cluster, broker_id: int, transactional_id: str) -> str | None:
+    """The transaction's state as its coordinator ``broker_id`` describes it (None: an error)."""
+    r = raw_request(cluster, broker_id, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]})
+    s = r.transaction_states[0]
+    return s.transaction_state if s.error_code == 0 else None
+
+
+def txn_state_partitions(cluster) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """{partition: (leader, replicas)} of __transaction_state (created by a first FindCoordinator)."""
+    find_coordinator(cluster, unique("warm-up"))
+    def read():
+        md = cluster.metadata(cluster.running_ids()[0], [TXN_STATE_TOPIC])
+        t = md.topics[0]
+        if t.error_code or len(t.partitions) != TXN_PARTITIONS or any(p.leader_id < 0 for p in t.partitions):
+            return None
+        return {p.partition_index: (p.leader_id, tuple(p.replica_nodes)) for p in t.partitions}
+    return wait_until(read, 60, f"{TXN_STATE_TOPIC} with a leader for every partition")
+
+
+def transactional_id_in(partition: int, prefix: str) -> str:
+    """A transactional id whose __transaction_state partition is ``partition``."""
+    base = unique(prefix)
+    return next(f"{base}-{i}" for i in range(100000) if partition_for(f"{base}-{i}", TXN_PARTITIONS) == partition)
+
+
+def producer(bootstrap: str, transactional_id: str, timeout_ms: int = 120000) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                  "transaction.timeout.ms": timeout_ms, "linger.ms": 0, "message.timeout.ms": 120000})
+    p.init_transactions(120)
+    return p
+
+
+def send(p: Producer, topic: str, values_by_partition: dict[int, list[bytes]]) -> None:
+    for index, values in values_by_partition.items():
+        for v in values:
+            p.produce(topic, v, partition=index)
+    assert p.flush(60) == 0  # every record acknowledged before the transaction ends
+
+
+def read_committed(cluster, topic: str, partitions: int, end: bytes) -> dict[int, list[bytes]]:
+    """Every partition read with read_committed from the start up to its ``end`` record (which proves the
+    last stable offset moved past everything before it)."""
+    return {i: [v for _, v in consume_confluent(cluster.bootstrap, topic, READ_COMMITTED, end, timeout=120,
+                                                partition=i)] for i in range(partitions)}
+
+
+def spread_topic(cluster, name: str) -> None:
+    """Three partitions led by brokers 1, 2 and 3."""
+    create(cluster, name, assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+
+
+def restart(cluster, broker_id: int) -> None:
+    """Start a killed broker of a module's cluster again (kept past the test's sweep), wait for it, and give
+    the __transaction_state partitions back to their preferred leaders (the next test picks one led by a
+    broker other than the controller)."""
+    cluster.start([broker_id], timeout=120)
+    BrokerProcess.shared.add(cluster.brokers[broker_id])
+    cluster.wait_formed(120)
+    controller = cluster.controller_id()
+
+    def preferred_leaders():
+        raw_request(cluster, controller, ApiKey.ELECT_LEADERS, 2, {
+            "election_type": 0, "topic_partitions": [{"topic": TXN_STATE_TOPIC,
+                                                      "partitions": list(range(TXN_PARTITIONS))}],
+            "timeout_ms": 30000})
+        return all(leader == replicas[0] for leader, replicas in txn_state_partitions(cluster).values())
+    wait_until(preferred_leaders, 120, f"the preferred leaders of {TXN_STATE_TOPIC}")
+
+
+# ------------------------------------------------------------------------------ one cluster, nothing killed
+
+
+def test_transactions_over_partitions_of_every_broker_commit_and_abort(cluster):
+    topic, tid = unique("span"), unique("tid")
+    spread_topic(cluster, topic)
+    leaders = {i: partition(cluster, topic, i).leader_id for i in range(3)}
+    assert sorted(leaders.values()) == [1, 2, 3]
+    p = producer(cluster.bootstrap, tid)
+    coordinator = find_coordinator(cluster, tid)
+    # The coordinator writes some markers itself and sends the others to two other brokers.
+    assert [b for b in leaders.values() if b != coordinator]
+    expected: dict[int, list[bytes]] = {i: [] for i in range(3)}
+    for n, commit in enumerate([True, False, True, False, True]):
+        values = {i: [b"t%d-p%d-%d" % (n, i, j) for j in range(3)] for i in range(3)}
+        p.begin_transaction()
+        send(p, topic, values)
+        if commit:
+            p.commit_transaction(60)
+            for i in range(3):
+                expected[i] += values[i]
+        else:
+            p.abort_transaction(60)
+    end = b"end-" + tid.encode()
+    p.begin_transaction()
+    send(p, topic, {i: [end] for i in range(3)})
+    p.commit_transaction(60)
+    got = read_committed(cluster, topic, 3, end)
+    assert got == {i: expected[i] + [end] for i in range(3)}
+    assert wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteCommit", 60,
+                      "the last transaction complete")
+
+
+def offsets_coordinator_other_than(cluster, node: int) -> str:
+    """A group id whose coordinator is not broker ``node``."""
+    for i in range(200):
+        group = f"{unique('grp')}-{i}"
+        if find_coordinator(cluster, group, key_type=0) != node:
+            return group
+    raise AssertionError(f"every group lands on broker {node}")
+
+
+def committed_offset(cluster, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout=60)[0].offset
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_with_the_group_on_another_broker(cluster):
+    source, sink, tid = unique("ctp-in"), unique("ctp-out"), unique("tid")
+    create(cluster, source)
+    create(cluster, sink)
+    seed = Producer({"bootstrap.servers": cluster.bootstrap})
+    for j in range(6):
+        seed.produce(source, b"in-%d" % j, partition=0)
+    assert seed.flush(60) == 0
+    p = producer(cluster.bootstrap, tid)
+    coordinator = find_coordinator(cluster, tid)
+    group = offsets_coordinator_other_than(cluster, coordinator)
+    assert find_coordinator(cluster, group, key_type=0) != coordinator
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": READ_COMMITTED})
+    try:
+        consumer.subscribe([source])  # a member of the group: TxnOffsetCommit carries its generation (KIP-447)
+        records = []
+        deadline = time.monotonic() + 60
+        while len(records) < 6 and time.monotonic() < deadline:
+            records += [m for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+        assert len(records) == 6
+
+        def transform(upto: int, commit: bool) -> None:
+            p.begin_transaction()
+            send(p, sink, {0: [m.value().upper() for m in records[:upto]]})
+            p.send_offsets_to_transaction([TopicPartition(source, 0, upto)], consumer.consumer_group_metadata(), 60)
+            if commit:
+                p.commit_transaction(60)
+            else:
+                p.abort_transaction(60)
+
+        transform(3, commit=False)
+        assert committed_offset(cluster, group, source) < 0  # the aborted offsets never became visible
+        transform(3, commit=True)
+        assert committed_offset(cluster, group, source) == 3
+        transform(6, commit=False)
+        assert committed_offset(cluster, group, source) == 3
+        transform(6, commit=True)
+        assert committed_offset(cluster, group, source) == 6
+    finally:
+        consumer.close()
+    end = b"end-" + tid.encode()
+    p.begin_transaction()
+    send(p, sink, {0: [end]})
+    p.commit_transaction(60)
+    got = read_committed(cluster, sink, 1, end)[0]
+    assert got == [b"IN-0", b"IN-1", b"IN-2", b"IN-0", b"IN-1", b"IN-2", b"IN-3", b"IN-4", b"IN-5", end]
+
+
+# ------------------------------------------------------------------------------ coordinator failover
+
+
+def coordinator_partition(cluster, avoid: int = 3) -> tuple[int, int, int]:
+    """(__transaction_state partition, its leader, its other replica): a partition whose replicas exclude
+    broker ``avoid`` and whose leader is not the controller, so killing the leader leaves the controller."""
+    controller = cluster.controller_id()
+    for index, (leader, replicas) in sorted(txn_state_partitions(cluster).items()):
+        if avoid not in replicas and leader != controller and leader in replicas and len(replicas) == 2:
+            return index, leader, next(r for r in replicas if r != leader)
+    raise AssertionError(f"no {TXN_STATE_TOPIC} partition on brokers other than {avoid} led by a non-controller")
+
+
+def test_coordinator_killed_after_end_txn_before_the_markers(failover):
+    """EndTxn(commit) answered, one marker held back by pausing that partition's leader, the coordinator
+    SIGKILLed: the partition's new leader loads PREPARE_COMMIT, resumes the markers and completes."""
+    c = failover
+    index, coordinator, successor = coordinator_partition(c, avoid=3)
+    tid = transactional_id_in(index, "held")
+    topic = unique("held")
+    create(c, topic, assignment=[[3], [successor]])
+    p = producer(c.bootstrap, tid)
+    assert find_coordinator(c, tid) == coordinator
+    values = {0: [b"h0-%d" % j for j in range(3)], 1: [b"h1-%d" % j for j in range(3)]}
+    p.begin_transaction()
+    send(p, topic, values)
+    c.pause(3)  # the leader of partition 0: its marker cannot be written
+    try:
+        p.commit_transaction(60)  # answered once PREPARE_COMMIT is written (on brokers 1 and 2)
+        assert describe_state(c, coordinator, tid) == "PrepareCommit"
+        c.brokers[coordinator].kill()
+        assert find_coordinator(c, tid, via=successor) == successor
+        # Loaded in PREPARE_COMMIT; it cannot complete while broker 3 is paused.
+        assert wait_until(lambda: describe_state(c, successor, tid), 60, "the new coordinator loaded") \
+            == "PrepareCommit"
+    finally:
+        c.resume(3)
+    try:
+        assert wait_until(lambda: describe_state(c, successor, tid) == "CompleteCommit", 120,
+                          "the new coordinator completing the commit")
+        end = b"end-" + tid.encode()
+        p2 = producer(c.bootstrap, tid)
+        p2.begin_transaction()
+        send(p2, topic, {0: [end], 1: [end]})
+        p2.commit_transaction(60)
+        assert read_committed(c, topic, 2, end) == {i: values[i] + [end] for i in range(2)}
+    finally:
+        restart(c, coordinator)
+
+
+def test_coordinator_killed_mid_transaction(failover):
+    """Records sent, the coordinator SIGKILLed before the commit: the producer's commit goes to the new
+    coordinator (or fails and the transaction is aborted); every committed record is read exactly once, no
+    aborted one, and read_committed reaches the end of every partition."""
+    c = failover
+    index, coordinator, successor = coordinator_partition(c, avoid=3)
+    tid = transactional_id_in(index, "mid")
+    topic = unique("mid")
+    spread_topic(c, topic)
+    p = producer(c.bootstrap, tid)
+    assert find_coordinator(c, tid) == coordinator
+    first = {i: [b"a-p%d-%d" % (i, j) for j in range(3)] for i in range(3)}
+    p.begin_transaction()
+    send(p, topic, first)
+    p.commit_transaction(60)
+    second = {i: [b"b-p%d-%d" % (i, j) for j in range(3)] for i in range(3)}
+    p.begin_transaction()
+    send(p, topic, second)
+    c.brokers[coordinator].kill()
+    try:
+        try:
+            p.commit_transaction(120)
+            outcome = "committed"
+        except KafkaException as e:
+            outcome = "unknown"
+            if e.args[0].txn_requires_abort():
+                p.abort_transaction(60)
+                outcome = "aborted"
+        assert find_coordinator(c, tid, via=successor) == successor
+        end = b"end-" + tid.encode()
+        p2 = producer(c.bootstrap, tid)  # fences the first producer; aborts its transaction if still open
+        p2.begin_transaction()
+        send(p2, topic, {i: [end] for i in range(3)})
+        p2.commit_transaction(60)
+        got = read_committed(c, topic, 3, end)
+        for i in range(3):
+            if outcome == "committed":
+                assert got[i] == first[i] + second[i] + [end]
+            elif outcome == "aborted":
+                assert got[i] == first[i] + [end]
+            else:  # the commit's answer was lost: all or nothing, never part, never twice
+                assert got[i] in (first[i] + second[i] + [end], first[i] + [end])
+        print(f"outcome of the transaction across the failover: {outcome}")
+    finally:
+        restart(c, coordinator)
+
+
+def test_fencing_across_coordinator_failover(failover):
+    """A second producer with the same transactional id, served by the new coordinator, fences the first,
+    whose open transaction is aborted; the first's commit fails as fenced."""
+    c = failover
+    index, coordinator, successor = coordinator_partition(c, avoid=3)
+    tid = transactional_id_in(index, "fence")
+    topic = unique("fence")
+    spread_topic(c, topic)
+    first = producer(c.bootstrap, tid)
+    assert find_coordinator(c, tid) == coordinator
+    first.begin_transaction()
+    send(first, topic, {i: [b"zombie-%d" % i] for i in range(3)})
+    c.brokers[coordinator].kill()
+    try:
+        second = producer(c.bootstrap, tid)  # on the new coordinator: aborts the open transaction, new epoch
+        assert find_coordinator(c, tid, via=successor) == successor
+        end = b"end-" + tid.encode()
+        second.begin_transaction()
+        send(second, topic, {i: [b"live-%d" % i, end] for i in range(3)})
+        second.commit_transaction(60)
+        with pytest.raises(KafkaException) as failed:
+            first.commit_transaction(60)
+        error = failed.value.args[0]
+        assert error.fatal() and error.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
+        got = read_committed(c, topic, 3, end)
+        assert got == {i: [b"live-%d" % i, end] for i in range(3)}
+    finally:
+        restart(c, coordinator)
+
+
+def test_producer_ids_are_unique_across_coordinators_and_others_answer_not_coordinator(cluster):
+    """Every broker coordinates the ids of the partitions it leads, with producer ids from the cluster's
+    ZooKeeper blocks (as idempotent producers'); a broker asked about an id it does not coordinate answers
+    NOT_COORDINATOR."""
+    leaders = {}
+    for index, (leader, _) in txn_state_partitions(cluster).items():
+        leaders.setdefault(leader, index)
+    assert sorted(leaders) == [1, 2, 3]
+    pids = []
+    for broker_id, index in sorted(leaders.items()):
+        tid = transactional_id_in(index, "pid")
+        assert find_coordinator(cluster, tid) == broker_id
+        for other in (b for b in (1, 2, 3) if b != broker_id):
+            r = raw_request(cluster, other, ApiKey.INIT_PRODUCER_ID, 4, {
+                "transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+            assert r.error_code == NOT_COORDINATOR, r
+
+        def init(tid=tid, broker_id=broker_id):
+            r = raw_request(cluster, broker_id, ApiKey.INIT_PRODUCER_ID, 4, {
+                "transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+            return r if r.error_code == 0 else None
+        r = wait_until(init, 60, f"InitProducerId of {tid} on broker {broker_id}")
+        pids.append(r.producer_id)
+        r = raw_request(cluster, broker_id, ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+        assert r.error_code == 0, r
+        pids.append(r.producer_id)
+    assert len(set(pids)) == len(pids), pids
+
+
+def test_kafka_transactions_tool_lists_the_ids_of_every_coordinator(cluster, kafka_tool):
+    """Kafka's ``kafka-transactions list`` asks every broker (ListTransactions) and ``describe`` finds each
+    id's coordinator: ids coordinated by the three brokers all show."""
+    topic = unique("tool")
+    create(cluster, topic)
+    leaders = {}
+    for index, (leader, _) in txn_state_partitions(cluster).items():
+        leaders.setdefault(leader, index)
+    ids = {broker_id: transactional_id_in(index, "tool") for broker_id, index in leaders.items()}
+    for broker_id, tid in ids.items():
+        p = producer(cluster.bootstrap, tid)
+        assert find_coordinator(cluster, tid) == broker_id
+        p.begin_transaction()
+        send(p, topic, {0: [tid.encode()]})
+        p.commit_transaction(60)
+    assert sorted(ids) == [1, 2, 3]
+    listed = kafka_tool("TransactionsCommand", "--bootstrap-server", cluster.bootstrap, "list").stdout
+    for broker_id, tid in ids.items():
+        row = next((line.split() for line in listed.splitlines() if tid in line.split()), None)
+        assert row is not None and str(broker_id) in row, listed  # TransactionalId Coordinator ProducerId State
+    for broker_id, tid in ids.items():
+        described = kafka_tool("TransactionsCommand", "--bootstrap-server", cluster.bootstrap, "describe",
+                               "--transactional-id", tid).stdout
+        row = described.splitlines()[-1].split()  # CoordinatorId TransactionalId ProducerId ... State ...
+        assert row[0] == str(broker_id) and tid in row and "CompleteCommit" in row, described
