@@ -711,6 +711,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Largest transaction timeout a producer may ask for, in ms."),
     _b("transactional.id.expiration.ms", "int", 604800000, AtLeast(1),
        doc="Idle time after which a transactional id expires, in ms."),
+    _b("request.timeout.ms", "int", 30000, AtLeast(0),
+       doc="Longest wait of the transaction coordinator for a state write to reach the in-sync replicas of "
+           "__transaction_state, in ms (then the client gets COORDINATOR_NOT_AVAILABLE and retries)."),
     _b("producer.id.expiration.ms", "int", 86400000, AtLeast(1), dynamic=True,
        doc="Idle time after which an idempotent producer's state is dropped, in ms."),
     _b("producer.id.expiration.check.interval.ms", "int", 600000, AtLeast(1),

@@ -77,7 +77,6 @@ STATE_NAMES = {TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PR
 _MAX_EPOCH = 32767  # Short.MAX_VALUE; an epoch reaching MAX - 1 takes a new producer id
 _LOAD_READ_BYTES = 5 * 1024 * 1024
 _MARKER_RETRY_S = 0.1  # Kafka's marker sender retries on its next round; a short pause between rounds
-_WRITE_TIMEOUT_S = 5.0  # Kafka waits transaction.state.log... request.timeout for the state write
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,7 @@ class TransactionConfig:
     id_expiration_ms: int = 604800000
     abort_interval_ms: int = 10000
     remove_interval_ms: int = 3600000
+    write_timeout_ms: int = 30000  # a state write waits this long for the ISR (Kafka: the broker's request.timeout.ms)
 
     @classmethod
     def from_broker_config(cls, cfg) -> TransactionConfig:
@@ -101,7 +101,8 @@ class TransactionConfig:
                    max_timeout_ms=cfg["transaction.max.timeout.ms"],
                    id_expiration_ms=cfg["transactional.id.expiration.ms"],
                    abort_interval_ms=cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
-                   remove_interval_ms=cfg["transaction.remove.expired.transaction.cleanup.interval.ms"])
+                   remove_interval_ms=cfg["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                   write_timeout_ms=cfg["request.timeout.ms"])
 
 
 class TransactionStateStore:
@@ -335,7 +336,8 @@ class TransactionCoordinator:
         try:
             self.store.append(partition, [(encode_key(meta.transactional_id),
                                            None if value is None else encode_value(value))])
-            code = NO_ERROR if self.replicated is None else await self.replicated(partition, _WRITE_TIMEOUT_S)
+            code = NO_ERROR if self.replicated is None else \
+                await self.replicated(partition, self.config.write_timeout_ms / 1000)
         except KafkaError as e:
             code = e.code
         if code != NO_ERROR:
