@@ -24,7 +24,7 @@ from tierlog.coordinator.transaction_log import (
 from tierlog.protocol import ApiKey
 
 NONE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS = 0, 49, 50, 51
-INVALID_TXN_STATE, PRODUCER_FENCED = 48, 90
+INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 48, 90, 120
 
 OVERRIDES = {"num.partitions": "1", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
              "transaction.state.log.num.partitions": "3"}
@@ -260,7 +260,7 @@ def test_add_partitions_to_txn_one_transaction_and_batched(shared, raw):
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": True,
          "topics": [{"name": topic, "partitions": [0]}]}]})
     assert r.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code == \
-        INVALID_TXN_STATE  # verify-only: not in a transaction yet
+        TRANSACTION_ABORTABLE  # verify-only: not in a transaction yet (Kafka 4.1's answer)
     r = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 5, {"transactions": [
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": False,
          "topics": [{"name": topic, "partitions": [0]}]},

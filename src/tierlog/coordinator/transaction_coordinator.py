@@ -57,6 +57,7 @@ from tierlog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
+    TransactionAbortableError,
     TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
@@ -446,6 +447,27 @@ class TransactionCoordinator:
         if code == NO_ERROR:
             self._apply(meta, value)
         return code
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 part 1 (Kafka's ``handleVerifyPartitionsInTransaction``): the error per partition,
+        TRANSACTION_ABORTABLE for one not in the open transaction. No await: a partition leader on this node
+        verifies and appends in one step, so nothing changes in between (Kafka's VerificationGuard)."""
+        partitions = list(partitions)
+        code, state = self._route(transactional_id)
+        if state is not None:
+            meta = state.get(transactional_id)
+            if meta is None or meta.producer_id != producer_id:
+                code = InvalidProducerIdMappingError.code
+            elif meta.producer_epoch != producer_epoch:
+                code = ProducerFencedError.code
+            elif meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                code = ConcurrentTransactionsError.code
+            else:
+                # Partitions join with AddPartitionsToTxn's write and leave with the complete state's.
+                return {tp: NO_ERROR if tp in meta.partitions else TransactionAbortableError.code
+                        for tp in partitions}
+        return {tp: code for tp in partitions}
 
     def partitions_of(self, transactional_id: str) -> set[tuple[str, int]] | None:
         code, state = self._route(transactional_id)
