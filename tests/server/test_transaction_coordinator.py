@@ -6,6 +6,7 @@ raw client sees them."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -275,3 +276,59 @@ def test_add_partitions_to_txn_one_transaction_and_batched(shared, raw):
     again = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                                              "committed": True})
     assert again.error_code in (CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE)  # aborting or aborted: not a commit
+
+
+# ------------------------------------------------------------------------ a hanging transaction, found and aborted
+
+@pytest.fixture(scope="module")
+def unverified(tmp_path_factory):
+    """A broker without KIP-890's verification: the only way a client alone can leave a hanging transaction (a
+    transactional batch its coordinator never heard of), as on a Kafka broker with verification off."""
+    from tests.harness.broker import running_broker
+    from tests.harness.transactions import UNVERIFIED
+    with running_broker(tmp_path_factory.mktemp("txnhang"), {**OVERRIDES, **UNVERIFIED}) as b:
+        yield b
+
+
+def _table(out: str) -> list[dict]:
+    lines = [re.split(r"\s+", line.strip()) for line in out.splitlines() if line.strip()]
+    return [dict(zip(lines[0], row, strict=True)) for row in lines[1:]]
+
+
+def test_kafka_transactions_tool_finds_and_aborts_a_hanging_transaction(unverified, kafka_jars):
+    from tests.harness import apache_kafka
+    from tests.harness.transactions import init_producer_id, list_offset
+    from tierlog.records import build_batch
+    tool = "org.apache.kafka.tools.TransactionsCommand"
+    bootstrap = unverified.bootstrap
+    topic = unique("txh")
+    create_topic(bootstrap, topic)
+    p = producer(bootstrap, unique("tid"))
+    transaction(p, topic, [b"before"], commit=True)  # a coordinator-managed producer beside the hanging one
+    with raw_client(bootstrap) as raw:
+        pid, epoch = init_producer_id(raw)
+        # Stamped an hour ago, so it is older than find-hanging's --max-transaction-timeout (in minutes).
+        old = int(time.time() * 1000) - 3600_000
+        batch = build_batch([(None, b"hanging", [], old)], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                            is_transactional=True)
+        r = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "transactional_id": unique("nobody"),
+                                            "topic_data": [{"name": topic, "partition_data": [
+                                                {"index": 0, "records": batch}]}]})
+        assert r.responses[0].partition_responses[0].error_code == NONE
+        start = r.responses[0].partition_responses[0].base_offset
+        assert list_offset(raw, topic, 1) == start  # the hanging transaction holds the last stable offset
+    described = _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "describe-producers",
+                                             "--topic", topic, "--partition", "0").stdout)
+    assert {(int(d["ProducerId"]), d["CurrentTransactionStartOffset"]) for d in described} >= {(pid, str(start))}
+    hanging = _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "find-hanging", "--topic", topic,
+                                           "--max-transaction-timeout", "1").stdout)
+    assert [(h["Topic"], h["Partition"], int(h["ProducerId"]), h["StartOffset"]) for h in hanging] == [
+        (topic, "0", pid, str(start))], hanging
+    apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "abort", "--topic", topic, "--partition", "0",
+                          "--start-offset", str(start))
+    with raw_client(bootstrap) as raw:
+        assert list_offset(raw, topic, 1) == list_offset(raw, topic, 0) == start + 2  # the ABORT marker after it
+    assert _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "find-hanging", "--topic", topic,
+                                        "--max-transaction-timeout", "1").stdout) == []
+    end = sentinel(bootstrap, topic)
+    assert [v for _, v in consume_confluent(bootstrap, topic, READ_COMMITTED, end)] == [b"before", end]
