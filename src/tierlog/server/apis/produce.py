@@ -8,6 +8,9 @@ import struct
 from tierlog.cluster import Controller
 from tierlog.errors import (
     NO_ERROR,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     CorruptMessageError,
     InvalidRecordError,
     InvalidRequestError,
@@ -16,6 +19,8 @@ from tierlog.errors import (
     KafkaError,
     KafkaStorageError,
     MessageTooLargeError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     TransactionalIdAuthorizationFailedError,
@@ -36,6 +41,8 @@ log = logging.getLogger(__name__)
 
 ZSTD = 4  # the compression codec in a batch's attributes
 _PRODUCER_ID_POS = 43  # a v2 batch header's producer id, its epoch right after
+_VERIFICATION_RETRIABLE = frozenset(e.code for e in (
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError, ConcurrentTransactionsError))
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
 NO_LOG_START_OFFSET_ERRORS = frozenset(e.code for e in (
@@ -180,8 +187,10 @@ class ProduceApis:
     def _verify(self, ctx: RequestContext, transactional_id: str, topic: str, index: int, records) -> int:
         producer_id, epoch = struct.unpack_from(">qh", records, _PRODUCER_ID_POS)
         # Produce v11 (KIP-890) is the first version whose client understands TRANSACTION_ABORTABLE.
-        return self.transactions.verify_on_leader(self.replica_manager, transactional_id, producer_id, epoch,
+        code = self.transactions.verify_on_leader(self.replica_manager, transactional_id, producer_id, epoch,
                                                   (topic, index), abortable_supported=ctx.api_version > 10)
+        # As Kafka's produce path: a coordinator that cannot answer yet becomes an error every producer retries.
+        return NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
 
     def _refuse_all(self, ctx: RequestContext, code: int):
         """Kafka's ProduceRequest.getErrorResponse: every partition with ``code``; no answer for acks=0."""
