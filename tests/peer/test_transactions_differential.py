@@ -5,7 +5,8 @@ what a client observes must be the same once producer ids and timestamps are nor
 Compared: the control batches the markers write (batch attributes, producer id and epoch, the marker key's
 version and type, the value's version and coordinator epoch), the last stable offset (ListOffsets with
 isolation_level=1 and a read_committed Fetch) while a transaction is open and after its commit and abort,
-the aborted transactions a read_committed Fetch returns, DescribeTransactions and ListTransactions, and the
+the aborted transactions a read_committed Fetch returns (locally, and from the remote tier against the tiered
+Kafka peer), DescribeTransactions and ListTransactions, and the
 error codes of the coordinator (EndTxn with no partition or retried after the end, InitProducerId with a
 transaction open, a fenced epoch per request version, a timeout above transaction.max.timeout.ms,
 AddOffsetsToTxn and TxnOffsetCommit) and of a partition leader verifying a transactional produce (KIP-890
@@ -446,3 +447,99 @@ def test_same_as_kafka(observed, name):
     for path in DELIBERATE:  # a deliberate difference that went away is stale here
         if path.startswith(name + "."):
             assert any(d.startswith(path + ":") for d in differences(kafka, tierlog, name)), path
+
+
+# ------------------------------------------------------------------------------------- from the remote tier
+
+TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": "1048576"}  # Kafka 4's smallest segment
+TIERED_TXNS = 24  # of 5 batches of 20 records of ~1 KB: two rolled segments and an active one
+
+
+
+@pytest.fixture(scope="module")
+def tierlog_tiered_txn(tmp_path_factory):
+    """A tiering tierlog broker as the session's ``tierlog_tiered``, with the transaction state log of one node
+    (the settings the tiered Kafka peer has)."""
+    from tests.harness.apache_kafka import SHARED_SETTINGS
+    from tests.harness.broker import BrokerProcess
+    root = tmp_path_factory.mktemp("tierlog-tiered-txn")
+    b = BrokerProcess(root / "logs", {
+        **SHARED_SETTINGS, "remote.log.storage.system.enable": "true", "rsm.config.dir": str(root / "remote"),
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "500"}).start()
+    yield b
+    b.stop()
+
+
+def _special_offsets(raw: RawClient, topic: str) -> dict:
+    """ListOffsets earliest (-2), earliest local (-4), latest tiered (-5) and latest (-1)."""
+    out = {}
+    for ts in (-2, -4, -5, -1):
+        r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts}]}]})
+        out[ts] = r.topics[0].partitions[0].offset
+    return out
+
+
+def tiered_transactions(bootstrap: str) -> dict:
+    """Committed and aborted transactions (every third aborted) tiered and deleted locally, then read with
+    read_committed from the remote tier: the aborted transactions a Fetch returns and what it returns."""
+    topic, tid = unique("dtx-r"), unique("dtx-tid")
+    create_topic(bootstrap, topic, configs=TIERED_TOPIC)
+    seen: dict = {}
+    pids: dict[int, str] = {}
+    aborted_starts = []
+    with raw_client(bootstrap) as raw:
+        _coordinator(raw, tid)
+        pid, epoch = _init_ok(raw, tid)
+        pids[pid] = "P0"
+        seq = 0
+        for t in range(TIERED_TXNS):
+            # CONCURRENT_TRANSACTIONS until the last transaction's complete state is written, after its marker.
+            assert _retry(lambda: _add_partitions(raw, tid, pid, epoch, topic)[0], while_codes=(51,)) == NONE
+            start = _offsets(raw, topic)["high_watermark"]
+            for b in range(5):
+                batch = build_batch([(b"k%d" % j, bytes([(t * 5 + b) % 256]) * 1000) for j in range(20)],
+                                    producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+                seq += 20
+                r = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "transactional_id": tid,
+                                                    "topic_data": [{"name": topic, "partition_data": [
+                                                        {"index": 0, "records": batch}]}]})
+                assert plain(r.responses[0].partition_responses[0].error_code) == NONE
+            commit = t % 3 != 1
+            assert _end(raw, tid, pid, epoch, commit) == NONE
+            _wait_stable(raw, topic, at_least=start + 101)  # the marker is written before the next transaction
+            if not commit:
+                aborted_starts.append(start)
+        r = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 2, "resource_name": topic, "configs": [
+                {"name": "local.retention.bytes", "config_operation": 0, "value": "1"}]}], "validate_only": False})
+        assert plain(r.responses[0].error_code) == NONE
+        deadline = time.monotonic() + 180
+        while True:  # the rolled segments tiered and deleted locally
+            special = _special_offsets(raw, topic)
+            if special[-5] > 0 and special[-4] == special[-5] + 1:
+                break
+            assert time.monotonic() < deadline, special
+            time.sleep(0.5)
+        seen["special offsets"] = special
+        remote_aborted = [s for s in aborted_starts if s < special[-4]]
+        assert len(remote_aborted) >= 2, (aborted_starts, special)  # the comparison reads aborts from remote
+        for at in (0, remote_aborted[0], remote_aborted[1] + 50):
+            f = _normalize_fetch(_fetch(raw, topic, 1, at), pids)
+            # Offsets only, per batch (the record bytes are the same by construction).
+            f["batches"] = [(b["base_offset"], b["last_offset"], b["is_control"], b.get("marker_key", {}).get("type"))
+                            for b in f["batches"]]
+            # Sorted: Kafka lists the remote tier's aborted transactions newest first, tierlog oldest first; the
+            # order carries nothing (clients index them by first offset), see docs/compatibility.md.
+            f["aborted_transactions"] = sorted(f["aborted_transactions"])
+            seen[f"read_committed fetch at {at}"] = f
+    return seen
+
+
+def test_read_committed_from_the_remote_tier_same_as_kafka(kafka_peer_tiered, tierlog_tiered_txn):
+    kafka, tierlog = tiered_transactions(kafka_peer_tiered.bootstrap), tiered_transactions(tierlog_tiered_txn.bootstrap)
+    print(f"\ntiered kafka:   {kafka}\ntiered tierlog: {tierlog}")
+    diffs = differences(kafka, tierlog, "tiered")
+    assert not diffs, "tiered differs from Apache Kafka:\n  " + "\n  ".join(diffs)
