@@ -405,9 +405,30 @@ def describe_and_list(bootstrap: str) -> dict:
     return seen
 
 
+def local_aborts(bootstrap: str) -> dict:
+    """Three transactions, aborted, committed, aborted: a read_committed Fetch from the local log lists both
+    aborted ones (in Kafka's order)."""
+    topic, tid = unique("dtx-l"), unique("dtx-tid")
+    create_topic(bootstrap, topic)
+    seen: dict = {}
+    pids: dict[int, str] = {}
+    with raw_client(bootstrap) as raw:
+        _coordinator(raw, tid)
+        pid, epoch = _init_ok(raw, tid)
+        pids[pid] = "P0"
+        for t, commit in enumerate((False, True, False)):
+            assert _retry(lambda: _add_partitions(raw, tid, pid, epoch, topic)[0], while_codes=(51,)) == NONE
+            assert _produce(raw, tid, topic, pid, epoch, 2 * t, [b"a", b"b"]) == NONE
+            assert _end(raw, tid, pid, epoch, commit) == NONE
+            _wait_stable(raw, topic, at_least=3 * (t + 1))
+        seen["fetch from 0"] = _normalize_fetch(_fetch(raw, topic, 1), pids)
+        seen["fetch from 4"] = _normalize_fetch(_fetch(raw, topic, 1, 4), pids)
+    return seen
+
+
 SCENARIOS = {"markers": markers_and_stable_offsets, "errors": coordinator_errors,
              "offsets": offsets_in_transactions, "describe": describe_and_list, "end retried": end_retried,
-             "verification": verification}
+             "verification": verification, "local aborts": local_aborts}
 
 
 @pytest.fixture(scope="module")
@@ -526,7 +547,7 @@ def tiered_transactions(bootstrap: str) -> dict:
         seen["special offsets"] = special
         remote_aborted = [s for s in aborted_starts if s < special[-4]]
         assert len(remote_aborted) >= 2, (aborted_starts, special)  # the comparison reads aborts from remote
-        for at in (0, remote_aborted[0], remote_aborted[1] + 50):
+        for at in (0, remote_aborted[0], remote_aborted[1] + 50, special[-4]):  # the last one reads locally
             f = _normalize_fetch(_fetch(raw, topic, 1, at), pids)
             # Offsets only, per batch (the record bytes are the same by construction).
             f["batches"] = [(b["base_offset"], b["last_offset"], b["is_control"], b.get("marker_key", {}).get("type"))
