@@ -362,10 +362,11 @@ def verification(bootstrap: str) -> dict:
 
 
 def _describe(raw: RawClient, tid: str, pids: dict[int, str]) -> dict:
+    """DescribeTransactions of ``tid``; partitions sorted (Kafka's come from a hash set, in no set order)."""
     (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}).transaction_states
     return {"error_code": plain(d.error_code), "state": d.transaction_state, "timeout_ms": plain(d.transaction_timeout),
             "started": plain(d.transaction_start_time) > 0, "producer_id": pids.get(d.producer_id, d.producer_id),
-            "producer_epoch": d.producer_epoch, "topics": sorted((t.topic == pids["topic"], list(t.partitions))
+            "producer_epoch": d.producer_epoch, "topics": sorted((t.topic == pids["topic"], sorted(t.partitions))
                                                                  for t in d.topics)}
 
 

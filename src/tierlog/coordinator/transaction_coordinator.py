@@ -488,8 +488,10 @@ class TransactionCoordinator:
             return InvalidProducerIdMappingError.code
         if meta.producer_epoch != producer_epoch:
             return ProducerFencedError.code
-        if meta.pending is not None:
+        if meta.pending is not None and meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ConcurrentTransactionsError.code
+        # While the markers are written (PREPARE_*, the complete state pending) Kafka answers from the state:
+        # the same end again CONCURRENT_TRANSACTIONS, the other INVALID_TXN_STATE. _end writes nothing there.
         return await self._end(meta, commit)
 
     async def _end(self, meta: TransactionMetadata, commit: bool) -> int:
