@@ -83,10 +83,11 @@ class TransactionMarkerApis:
             for pid, topics in by_producer.items()]})
 
 
-#: KIP-588: the first version of each request whose client understands PRODUCER_FENCED; older versions are
-#: answered INVALID_PRODUCER_EPOCH instead, as Kafka's handlers do.
+#: KIP-588: the first version of each coordinator request whose client understands PRODUCER_FENCED; older
+#: versions are answered INVALID_PRODUCER_EPOCH instead, as Kafka's handlers do. (TxnOffsetCommit gets
+#: INVALID_PRODUCER_EPOCH at every version: its fencing comes through the verification, verify_on_leader.)
 _PRODUCER_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
-                          ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
+                          ApiKey.END_TXN: 2}
 
 
 def fenced_for_version(ctx: RequestContext, code: int) -> int:
