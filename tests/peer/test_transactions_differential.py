@@ -354,6 +354,10 @@ def verification(bootstrap: str) -> dict:
                                                      version=11)
         seen["p1 offsets"] = _offsets(raw, topic, 1)
         seen["p2 offsets"] = _offsets(raw, topic, 2)
+        r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                                     "producer_id": -1, "producer_epoch": -1})
+        seen["produce v9 p2, a transactional id the coordinator does not know"] = _produce(
+            raw, unique("nobody"), topic, r.producer_id, r.producer_epoch, 0, [b"n"], partition=2)
         seen["produce v9 p0, other transactional id"] = _produce(raw, unique("other"), topic, pid, epoch, 1, [b"c"])
         seen["commit"] = _end(raw, tid, pid, epoch, True)
         seen["p0 offsets"] = _wait_stable(raw, topic, 0)

@@ -25,7 +25,7 @@ from tierlog.coordinator.transaction_log import (
 from tierlog.protocol import ApiKey
 
 NONE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS = 0, 49, 50, 51
-INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 48, 90, 120
+INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTION_ABORTABLE, NOT_ENOUGH_REPLICAS = 48, 90, 120, 19
 
 OVERRIDES = {"num.partitions": "1", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
              "transaction.state.log.num.partitions": "3"}
@@ -332,3 +332,47 @@ def test_kafka_transactions_tool_finds_and_aborts_a_hanging_transaction(unverifi
                                         "--max-transaction-timeout", "1").stdout) == []
     end = sentinel(bootstrap, topic)
     assert [v for _, v in consume_confluent(bootstrap, topic, READ_COMMITTED, end)] == [b"before", end]
+
+
+def _set_verification(raw, value: str | None) -> None:
+    """transaction.partition.verification.enable as a cluster-wide dynamic default (None deletes it)."""
+    r = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 4, "resource_name": "", "configs": [
+            {"name": "transaction.partition.verification.enable", "config_operation": 0 if value else 1,
+             "value": value}]}], "validate_only": False})
+    assert r.responses[0].error_code == NONE, r.responses[0]
+
+
+def test_partition_verification_is_dynamic(shared, raw):
+    """KIP-890 part 1 on by default: a batch of a transactional id the coordinator does not know is refused
+    (INVALID_PRODUCER_ID_MAPPING, as Kafka answers it); with verification turned off as a dynamic broker
+    default it is appended, and refused again once that default is deleted."""
+    from tests.harness.transactions import init_producer_id, produce
+    topic = unique("txv")
+    create_topic(shared.bootstrap, topic)
+    pid, epoch = init_producer_id(raw)
+    raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["hand-made"]})  # the state log
+    deadline = time.monotonic() + 30
+    # NOT_ENOUGH_REPLICAS (retriable) until the coordinator has loaded its partition, as Kafka's produce path answers
+    while (code := produce(raw, topic, [b"x"], producer_id=pid, epoch=epoch, sequence=0,
+                           transactional=True).error_code) == NOT_ENOUGH_REPLICAS:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert code == INVALID_PRODUCER_ID_MAPPING  # the coordinator has no such transactional id
+    _set_verification(raw, "false")
+    try:
+        deadline = time.monotonic() + 30
+        while (code := produce(raw, topic, [b"x"], producer_id=pid, epoch=epoch, sequence=0,
+                               transactional=True).error_code) != NONE:
+            assert code == INVALID_PRODUCER_ID_MAPPING and time.monotonic() < deadline, code
+            time.sleep(0.1)
+    finally:
+        _set_verification(raw, None)
+    other, other_epoch = init_producer_id(raw)
+    deadline = time.monotonic() + 30
+    while (code := produce(raw, topic, [b"y"], producer_id=other, epoch=other_epoch, sequence=0,
+                           transactional=True).error_code) == NONE:
+        assert time.monotonic() < deadline, "verification did not come back on"
+        other, other_epoch = init_producer_id(raw)
+        time.sleep(0.1)
+    assert code == INVALID_PRODUCER_ID_MAPPING

@@ -210,13 +210,15 @@ class Broker:
             txn_apis = self._build_transaction_coordinator(cfg, controller, rm, coordinator)
         produce_apis = ProduceApis(rm, controller, request_metrics)
         produce_apis.transactions = txn_apis
-        produce_apis.verification_enabled = lambda: cfg["transaction.partition.verification.enable"]
+        # Dynamic (a broker or cluster-wide default may change it): read from the effective config each time.
+        produce_apis.verification_enabled = \
+            lambda: controller.effective_config["transaction.partition.verification.enable"]
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
         if txn_apis is not None:
             def verify_transaction(tid, producer_id, epoch, partition, abortable_supported):
-                if not cfg["transaction.partition.verification.enable"]:
+                if not controller.effective_config["transaction.partition.verification.enable"]:
                     return NO_ERROR
                 return txn_apis.verify_on_leader(rm, tid, producer_id, epoch, partition, abortable_supported)
             group_apis.verify_transaction = verify_transaction
