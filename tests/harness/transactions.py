@@ -1,7 +1,8 @@
 """Transactions driven by hand, as a transaction coordinator would drive a partition: a producer id from
 InitProducerId, transactional batches by Produce, COMMIT and ABORT markers by WriteTxnMarkers (v1, the only
 version Kafka 4.1 accepts); and consumers (confluent-kafka, kafka-python) that return what an application
-sees, read until a sentinel value so that no wait is a guess."""
+sees, read until a sentinel value so that no wait is a guess. A broker taking such batches needs
+:data:`UNVERIFIED`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+
+#: Broker settings for transactions driven by hand: a transactional batch of a producer that no coordinator
+#: knows is appended only without KIP-890's partition verification (on by default, as in Kafka 4.x).
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 
 def init_producer_id(raw: RawClient) -> tuple[int, int]:

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, unique
-from tests.harness.transactions import init_producer_id, marker, produce, write_markers
+from tests.harness.transactions import UNVERIFIED, init_producer_id, marker, produce, write_markers
 from tierlog.protocol import ApiKey
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION = 0, 3
@@ -17,7 +17,7 @@ NONE, UNKNOWN_TOPIC_OR_PARTITION = 0, 3
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     from tests.harness.broker import BrokerProcess
-    b = BrokerProcess(tmp_path_factory.mktemp("producers") / "logs", {"num.partitions": "1"})
+    b = BrokerProcess(tmp_path_factory.mktemp("producers") / "logs", {"num.partitions": "1", **UNVERIFIED})
     b.start()
     yield b
     b.stop()

@@ -6,6 +6,7 @@ raw client sees them."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -24,7 +25,7 @@ from tierlog.coordinator.transaction_log import (
 from tierlog.protocol import ApiKey
 
 NONE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS = 0, 49, 50, 51
-INVALID_TXN_STATE, PRODUCER_FENCED = 48, 90
+INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTION_ABORTABLE, NOT_ENOUGH_REPLICAS = 48, 90, 120, 19
 
 OVERRIDES = {"num.partitions": "1", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
              "transaction.state.log.num.partitions": "3"}
@@ -260,7 +261,7 @@ def test_add_partitions_to_txn_one_transaction_and_batched(shared, raw):
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": True,
          "topics": [{"name": topic, "partitions": [0]}]}]})
     assert r.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code == \
-        INVALID_TXN_STATE  # verify-only: not in a transaction yet
+        TRANSACTION_ABORTABLE  # verify-only: not in a transaction yet (Kafka 4.1's answer)
     r = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 5, {"transactions": [
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": False,
          "topics": [{"name": topic, "partitions": [0]}]},
@@ -275,3 +276,103 @@ def test_add_partitions_to_txn_one_transaction_and_batched(shared, raw):
     again = raw.request(ApiKey.END_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                                              "committed": True})
     assert again.error_code in (CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE)  # aborting or aborted: not a commit
+
+
+# ------------------------------------------------------------------------ a hanging transaction, found and aborted
+
+@pytest.fixture(scope="module")
+def unverified(tmp_path_factory):
+    """A broker without KIP-890's verification: the only way a client alone can leave a hanging transaction (a
+    transactional batch its coordinator never heard of), as on a Kafka broker with verification off."""
+    from tests.harness.broker import running_broker
+    from tests.harness.transactions import UNVERIFIED
+    with running_broker(tmp_path_factory.mktemp("txnhang"), {**OVERRIDES, **UNVERIFIED}) as b:
+        yield b
+
+
+def _table(out: str) -> list[dict]:
+    lines = [re.split(r"\s+", line.strip()) for line in out.splitlines() if line.strip()]
+    return [dict(zip(lines[0], row, strict=True)) for row in lines[1:]]
+
+
+def test_kafka_transactions_tool_finds_and_aborts_a_hanging_transaction(unverified, kafka_jars):
+    from tests.harness import apache_kafka
+    from tests.harness.transactions import init_producer_id, list_offset
+    from tierlog.records import build_batch
+    tool = "org.apache.kafka.tools.TransactionsCommand"
+    bootstrap = unverified.bootstrap
+    topic = unique("txh")
+    create_topic(bootstrap, topic)
+    p = producer(bootstrap, unique("tid"))
+    transaction(p, topic, [b"before"], commit=True)  # a coordinator-managed producer beside the hanging one
+    with raw_client(bootstrap) as raw:
+        pid, epoch = init_producer_id(raw)
+        # Stamped an hour ago, so it is older than find-hanging's --max-transaction-timeout (in minutes).
+        old = int(time.time() * 1000) - 3600_000
+        batch = build_batch([(None, b"hanging", [], old)], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                            is_transactional=True)
+        r = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "transactional_id": unique("nobody"),
+                                            "topic_data": [{"name": topic, "partition_data": [
+                                                {"index": 0, "records": batch}]}]})
+        assert r.responses[0].partition_responses[0].error_code == NONE
+        start = r.responses[0].partition_responses[0].base_offset
+        assert list_offset(raw, topic, 1) == start  # the hanging transaction holds the last stable offset
+    described = _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "describe-producers",
+                                             "--topic", topic, "--partition", "0").stdout)
+    assert {(int(d["ProducerId"]), d["CurrentTransactionStartOffset"]) for d in described} >= {(pid, str(start))}
+    hanging = _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "find-hanging", "--topic", topic,
+                                           "--max-transaction-timeout", "1").stdout)
+    assert [(h["Topic"], h["Partition"], int(h["ProducerId"]), h["StartOffset"]) for h in hanging] == [
+        (topic, "0", pid, str(start))], hanging
+    apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "abort", "--topic", topic, "--partition", "0",
+                          "--start-offset", str(start))
+    with raw_client(bootstrap) as raw:
+        assert list_offset(raw, topic, 1) == list_offset(raw, topic, 0) == start + 2  # the ABORT marker after it
+    assert _table(apache_kafka.run_tool(tool, "--bootstrap-server", bootstrap, "find-hanging", "--topic", topic,
+                                        "--max-transaction-timeout", "1").stdout) == []
+    end = sentinel(bootstrap, topic)
+    assert [v for _, v in consume_confluent(bootstrap, topic, READ_COMMITTED, end)] == [b"before", end]
+
+
+def _set_verification(raw, value: str | None) -> None:
+    """transaction.partition.verification.enable as a cluster-wide dynamic default (None deletes it)."""
+    r = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 4, "resource_name": "", "configs": [
+            {"name": "transaction.partition.verification.enable", "config_operation": 0 if value else 1,
+             "value": value}]}], "validate_only": False})
+    assert r.responses[0].error_code == NONE, r.responses[0]
+
+
+def test_partition_verification_is_dynamic(shared, raw):
+    """KIP-890 part 1 on by default: a batch of a transactional id the coordinator does not know is refused
+    (INVALID_PRODUCER_ID_MAPPING, as Kafka answers it); with verification turned off as a dynamic broker
+    default it is appended, and refused again once that default is deleted."""
+    from tests.harness.transactions import init_producer_id, produce
+    topic = unique("txv")
+    create_topic(shared.bootstrap, topic)
+    pid, epoch = init_producer_id(raw)
+    raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["hand-made"]})  # the state log
+    deadline = time.monotonic() + 30
+    # NOT_ENOUGH_REPLICAS (retriable) until the coordinator has loaded its partition, as Kafka's produce path answers
+    while (code := produce(raw, topic, [b"x"], producer_id=pid, epoch=epoch, sequence=0,
+                           transactional=True).error_code) == NOT_ENOUGH_REPLICAS:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert code == INVALID_PRODUCER_ID_MAPPING  # the coordinator has no such transactional id
+    _set_verification(raw, "false")
+    try:
+        deadline = time.monotonic() + 30
+        while (code := produce(raw, topic, [b"x"], producer_id=pid, epoch=epoch, sequence=0,
+                               transactional=True).error_code) != NONE:
+            assert code == INVALID_PRODUCER_ID_MAPPING and time.monotonic() < deadline, code
+            time.sleep(0.1)
+    finally:
+        _set_verification(raw, None)
+    other, other_epoch = init_producer_id(raw)
+    deadline = time.monotonic() + 30
+    while (code := produce(raw, topic, [b"y"], producer_id=other, epoch=other_epoch, sequence=0,
+                           transactional=True).error_code) == NONE:
+        assert time.monotonic() < deadline, "verification did not come back on"
+        other, other_epoch = init_producer_id(raw)
+        time.sleep(0.1)
+    assert code == INVALID_PRODUCER_ID_MAPPING

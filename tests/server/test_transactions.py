@@ -3,9 +3,9 @@ with WriteTxnMarkers as the transaction coordinator will, read by confluent-kafk
 in both isolation levels; the last stable offset; marker errors; a restart keeps the open transaction and the
 aborted-transaction index.
 
-Transactional produce (with a transactional id, which Kafka requires) is accepted without a coordinator, as
-Kafka's is with ``transaction.partition.verification.enable=false`` (KIP-890's verification belongs to the
-coordinator)."""
+Transactional produce (with a transactional id, which Kafka requires) is accepted without a coordinator
+because these brokers run with ``transaction.partition.verification.enable=false`` (``UNVERIFIED``), as
+Kafka's would have to."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.harness.transactions import (
     CONSUMERS,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    UNVERIFIED,
     consume_confluent,
     init_producer_id,
     list_offset,
@@ -34,7 +35,7 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     from tests.harness.broker import running_broker
-    with running_broker(tmp_path_factory.mktemp("txn"), {"num.partitions": "1"}) as b:
+    with running_broker(tmp_path_factory.mktemp("txn"), {"num.partitions": "1", **UNVERIFIED}) as b:
         yield b
 
 
@@ -165,7 +166,7 @@ def test_marker_errors(shared, raw):
 
 
 def test_a_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
-    b = start_broker(num_partitions=1)
+    b = start_broker(UNVERIFIED, num_partitions=1)
     topic = unique("restart")
     create_topic(b.bootstrap, topic)
     raw = RawClient(b.bootstrap)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
-from tests.harness.transactions import init_producer_id
+from tests.harness.transactions import UNVERIFIED, init_producer_id
 from tests.harness.txn_offsets import end_offsets_txn, offset_commit, offset_fetch, txn_offset_commit
 from tierlog.protocol import ApiKey
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 3, 22, 25
 INVALID_PRODUCER_EPOCH, MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 47, 79, 82, 88
-SETTINGS = {"num.partitions": "1", "offsets.topic.num.partitions": "1"}
+SETTINGS = {"num.partitions": "1", "offsets.topic.num.partitions": "1", **UNVERIFIED}
 
 
 @pytest.fixture(scope="module")

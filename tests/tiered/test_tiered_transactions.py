@@ -13,6 +13,7 @@ from tests.harness.transactions import (
     CONSUMERS,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    UNVERIFIED,
     init_producer_id,
     marker,
     produce,
@@ -28,7 +29,7 @@ def tiered(tmp_path_factory):
     """One tiered broker and a topic whose transactions are all in the remote tier; the values by fate."""
     from tests.harness.broker import BrokerProcess
     root = tmp_path_factory.mktemp("tiered-txn")
-    b = BrokerProcess(root / "logs", tiered_settings(root)).start()
+    b = BrokerProcess(root / "logs", {**tiered_settings(root), **UNVERIFIED}).start()
     topic = unique("txn")
     create_topic(b.bootstrap, topic, configs=TOPIC)
     raw = RawClient(b.bootstrap)
@@ -66,7 +67,7 @@ def test_an_abort_whose_marker_is_still_only_local_hides_remote_records(tmp_path
     (and deleted locally) but its .txnindex entry is still local, so the remote reader completes its search in
     the local indexes (as Kafka's RemoteLogManager does)."""
     from tests.harness.broker import BrokerProcess
-    b = BrokerProcess(tmp_path / "logs", tiered_settings(tmp_path)).start()
+    b = BrokerProcess(tmp_path / "logs", {**tiered_settings(tmp_path), **UNVERIFIED}).start()
     try:
         topic = unique("local-marker")
         create_topic(b.bootstrap, topic, configs=TOPIC)

@@ -709,6 +709,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How often the transaction coordinator removes expired transactional ids, in ms."),
     _b("transaction.max.timeout.ms", "int", 900000, AtLeast(1),
        doc="Largest transaction timeout a producer may ask for, in ms."),
+    _b("transaction.partition.verification.enable", "boolean", True, dynamic=True,
+       doc="KIP-890 part 1: a partition leader appends the first transactional batch of a producer's "
+           "transaction only once the transaction coordinator confirms the partition is in it."),
     _b("transactional.id.expiration.ms", "int", 604800000, AtLeast(1),
        doc="Idle time after which a transactional id expires, in ms."),
     _b("request.timeout.ms", "int", 30000, AtLeast(0),

@@ -59,6 +59,7 @@ from tierlog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
+    TransactionAbortableError,
     TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
@@ -456,6 +457,32 @@ class TransactionCoordinator:
             self._apply(meta, value)
         return code
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 part 1 (Kafka's ``handleVerifyPartitionsInTransaction``): the error per partition,
+        TRANSACTION_ABORTABLE for one not in the open transaction. No await: a partition leader on this node
+        verifies and appends in one step, so nothing changes in between (Kafka's VerificationGuard)."""
+        partitions = list(partitions)
+        code, state = self._route(transactional_id)
+        if state is not None:
+            meta = state.get(transactional_id)
+            if meta is None or meta.producer_id != producer_id:
+                code = InvalidProducerIdMappingError.code
+            elif meta.producer_epoch != producer_epoch:
+                code = ProducerFencedError.code
+            elif meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                code = ConcurrentTransactionsError.code
+            else:
+                # Partitions join with AddPartitionsToTxn's write and leave with the complete state's.
+                return {tp: NO_ERROR if tp in meta.partitions else TransactionAbortableError.code
+                        for tp in partitions}
+        return {tp: code for tp in partitions}
+
+    def coordinates_here(self, transactional_id: str) -> bool:
+        """Whether this broker is (or is becoming) the coordinator of ``transactional_id``: always on a single
+        node; in a cluster when it leads the id's ``__transaction_state`` partition."""
+        return self.leads is None or self.leads(self.partition_for(transactional_id))
+
     def partitions_of(self, transactional_id: str) -> set[tuple[str, int]] | None:
         code, state = self._route(transactional_id)
         meta = state.get(transactional_id) if state is not None else None
@@ -475,8 +502,10 @@ class TransactionCoordinator:
             return InvalidProducerIdMappingError.code
         if meta.producer_epoch != producer_epoch:
             return ProducerFencedError.code
-        if meta.pending is not None:
+        if meta.pending is not None and meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ConcurrentTransactionsError.code
+        # While the markers are written (PREPARE_*, the complete state pending) Kafka answers from the state:
+        # the same end again CONCURRENT_TRANSACTIONS, the other INVALID_TXN_STATE. _end writes nothing there.
         return await self._end(meta, commit)
 
     async def _end(self, meta: TransactionMetadata, commit: bool) -> int:

@@ -36,7 +36,13 @@ from tierlog.coordinator.transaction_coordinator import (
     TransactionStateStore,
 )
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
-from tierlog.errors import NotControllerError, NotLeaderOrFollowerError, StaleControllerEpochError, StartupError
+from tierlog.errors import (
+    NO_ERROR,
+    NotControllerError,
+    NotLeaderOrFollowerError,
+    StaleControllerEpochError,
+    StartupError,
+)
 from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
@@ -208,9 +214,18 @@ class Broker:
         controller.add_listener(self._metadata_changes_to(coordinator, self.transaction_coordinator, rm))
         produce_apis = ProduceApis(rm, controller, request_metrics)
         produce_apis.transactions = txn_apis
+        # Dynamic (a broker or cluster-wide default may change it): read from the effective config each time.
+        produce_apis.verification_enabled = \
+            lambda: controller.effective_config["transaction.partition.verification.enable"]
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
+        if txn_apis is not None:
+            def verify_transaction(tid, producer_id, epoch, partition, abortable_supported):
+                if not controller.effective_config["transaction.partition.verification.enable"]:
+                    return NO_ERROR
+                return txn_apis.verify_on_leader(rm, tid, producer_id, epoch, partition, abortable_supported)
+            group_apis.verify_transaction = verify_transaction
         for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),

@@ -121,6 +121,9 @@ class GroupApis:
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
         self.transaction_coordinator = None
+        #: verify_transaction(transactional id, producer id, epoch, partition, abortable supported) -> error:
+        #: KIP-890 part 1's check of the group's __consumer_offsets partition, set when verification is on
+        self.verify_transaction = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -130,8 +133,8 @@ class GroupApis:
         registry.register(ApiKey.LEAVE_GROUP, 0, 5, self.leave_group)
         registry.register(ApiKey.OFFSET_COMMIT, 2, 9, self.offset_commit)
         registry.register(ApiKey.OFFSET_FETCH, 1, 9, self.offset_fetch)
-        # Kafka 4.1 accepts 0-5; v3+ carry the member (KIP-447). The transaction coordinator's verification
-        # of the partition (KIP-890 part 1) is not made (transaction.partition.verification.enable=false).
+        # Kafka 4.1 accepts 0-5; v3+ carry the member (KIP-447). The group's partition is verified with the
+        # transaction coordinator first (KIP-890 part 1, ``verify_transaction``) when this broker has one.
         registry.register(ApiKey.TXN_OFFSET_COMMIT, 0, 5, self.txn_offset_commit)
         registry.register(ApiKey.OFFSET_DELETE, 0, 0, self.offset_delete)
         registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
@@ -312,6 +315,14 @@ class GroupApis:
         errors, known = await self._known_partitions(req.topics, pacer)
         valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                   p.committed_metadata) for name, p in known]
+        if valid and self.verify_transaction is not None:
+            # TxnOffsetCommit v4 is the first version whose client understands TRANSACTION_ABORTABLE.
+            code = self.verify_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
+                                           (OFFSETS_TOPIC, self._ready().partition_for(req.group_id)),
+                                           ctx.api_version >= 4)
+            if code != NO_ERROR:
+                errors.update({(name, p.partition_index): code for name, p in known})
+                valid = []
         if valid:
             committed = self._ready().commit_transactional_offsets(
                 group_id=req.group_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import struct
 
 from tierlog.cluster import Controller
 from tierlog.errors import (
     NO_ERROR,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     CorruptMessageError,
     InvalidRecordError,
     InvalidRequestError,
@@ -15,6 +19,8 @@ from tierlog.errors import (
     KafkaError,
     KafkaStorageError,
     MessageTooLargeError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     TransactionalIdAuthorizationFailedError,
@@ -34,6 +40,9 @@ from tierlog.server.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 ZSTD = 4  # the compression codec in a batch's attributes
+_PRODUCER_ID_POS = 43  # a v2 batch header's producer id, its epoch right after
+_VERIFICATION_RETRIABLE = frozenset(e.code for e in (
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError, ConcurrentTransactionsError))
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
 NO_LOG_START_OFFSET_ERRORS = frozenset(e.code for e in (
@@ -94,6 +103,8 @@ class ProduceApis:
         self.request_metrics = request_metrics
         #: The transaction coordinator's APIs (TransactionCoordinatorApis), when this broker has one.
         self.transactions = None
+        #: transaction.partition.verification.enable (dynamic), read per request
+        self.verification_enabled = lambda: True
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -105,9 +116,10 @@ class ProduceApis:
         acks = req.acks
         if req.transactional_id is None and _has_transactional_records(req):
             # Kafka answers the whole request so (with no authorizer too): transactional records need the
-            # transactional id. (Whether the partition belongs to that transaction is the coordinator's
-            # check, KIP-890's verification, which is not made: Kafka's verification.enable=false.)
+            # transactional id.
             return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
+        verify = (req.transactional_id is not None and self.transactions is not None
+                  and self.verification_enabled())
         responses = []
         waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for
         for topic_data in req.topic_data:
@@ -130,6 +142,14 @@ class ProduceApis:
                         if self.request_metrics is not None:
                             self.request_metrics.error(ApiKey.PRODUCE, invalid.code)
                         continue
+                    if verify and records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK:
+                        code = self._verify(ctx, req.transactional_id, name, pd.index, records)
+                        if code != NO_ERROR:
+                            result["error_code"] = code
+                            parts.append(result)
+                            if self.request_metrics is not None:
+                                self.request_metrics.error(ApiKey.PRODUCE, code)
+                            continue
                     appended = rm.append_records(name, pd.index, records, acks)
                     last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
                     result.update(appended)
@@ -163,6 +183,14 @@ class ProduceApis:
             return None
         # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
+
+    def _verify(self, ctx: RequestContext, transactional_id: str, topic: str, index: int, records) -> int:
+        producer_id, epoch = struct.unpack_from(">qh", records, _PRODUCER_ID_POS)
+        # Produce v11 (KIP-890) is the first version whose client understands TRANSACTION_ABORTABLE.
+        code = self.transactions.verify_on_leader(self.replica_manager, transactional_id, producer_id, epoch,
+                                                  (topic, index), abortable_supported=ctx.api_version > 10)
+        # As Kafka's produce path: a coordinator that cannot answer yet becomes an error every producer retries.
+        return NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
 
     def _refuse_all(self, ctx: RequestContext, code: int):
         """Kafka's ProduceRequest.getErrorResponse: every partition with ``code``; no answer for acks=0."""

@@ -20,9 +20,13 @@ from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tierlog.coordinator.transaction_coordinator import STATE_NAMES, TransactionCoordinator
 from tierlog.errors import (
     NO_ERROR,
+    InvalidProducerEpochError,
     InvalidRequestError,
+    InvalidTxnStateError,
     KafkaError,
     OperationNotAttemptedError,
+    ProducerFencedError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response
@@ -80,6 +84,21 @@ class TransactionMarkerApis:
             for pid, topics in by_producer.items()]})
 
 
+#: KIP-588: the first version of each coordinator request whose client understands PRODUCER_FENCED; older
+#: versions are answered INVALID_PRODUCER_EPOCH instead, as Kafka's handlers do. (TxnOffsetCommit gets
+#: INVALID_PRODUCER_EPOCH at every version: its fencing comes through the verification, verify_on_leader.)
+_PRODUCER_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                          ApiKey.END_TXN: 2}
+
+
+def fenced_for_version(ctx: RequestContext, code: int) -> int:
+    """``code`` as the request's version understands it (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before
+    KIP-588)."""
+    if code == ProducerFencedError.code and ctx.api_version < _PRODUCER_FENCED_SINCE.get(ctx.api_key, 0):
+        return InvalidProducerEpochError.code
+    return code
+
+
 def _ms(value) -> int:
     if isinstance(value, datetime.timedelta):
         return value // datetime.timedelta(milliseconds=1)
@@ -111,7 +130,8 @@ class TransactionCoordinatorApis:
         code, pid, epoch = await self.coordinator.init_producer_id(
             req.transactional_id, _ms(req.transaction_timeout), getattr(req, "producer_id", -1),
             getattr(req, "producer_epoch", -1))
-        return build_response(ctx, {"error_code": code, "producer_id": pid, "producer_epoch": epoch,
+        return build_response(ctx, {"error_code": fenced_for_version(ctx, code), "producer_id": pid,
+                                    "producer_epoch": epoch,
                                     "throttle_time_ms": 0})
 
     async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, topics,
@@ -125,10 +145,12 @@ class TransactionCoordinatorApis:
         if unknown:
             codes = {tp: UnknownTopicOrPartitionError.code if tp in unknown else OperationNotAttemptedError.code
                      for name, parts in wanted for tp in ((name, p) for p in parts)}
+        elif verify_only:
+            codes = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                                       [(name, p) for name, parts in wanted for p in parts])
         else:
             code = await self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
-                                                         [(name, p) for name, parts in wanted for p in parts],
-                                                         verify_only)
+                                                         [(name, p) for name, parts in wanted for p in parts])
             codes = {(name, p): code for name, parts in wanted for p in parts}
         return [{"name": name, "results_by_partition": [
             {"partition_index": p, "partition_error_code": codes[name, p]} for p in parts]} for name, parts in wanted]
@@ -138,6 +160,9 @@ class TransactionCoordinatorApis:
         if ctx.api_version < 4:
             results = await self._add(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                       req.v3_and_below_producer_epoch, req.v3_and_below_topics)
+            for topic in results:
+                for p in topic["results_by_partition"]:
+                    p["partition_error_code"] = fenced_for_version(ctx, p["partition_error_code"])
             return build_response(ctx, {"results_by_topic_v3_and_below": results})
         out = []
         for txn in req.transactions:
@@ -145,18 +170,48 @@ class TransactionCoordinatorApis:
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)})
         return build_response(ctx, {"error_code": NO_ERROR, "results_by_transaction": out})
 
+    def verify_on_leader(self, rm: ReplicaManager, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partition: tuple[str, int], abortable_supported: bool) -> int:
+        """KIP-890 part 1, a partition leader's check before it appends a transactional batch (Produce, or the
+        group coordinator's TxnOffsetCommit): the first batch of a producer's transaction on the partition is
+        appended only if the coordinator has the partition in that open transaction (Kafka's
+        ``maybeStartTransactionVerificationForPartition``); later batches of the same transaction and epoch
+        need no check. The error as Kafka's AddPartitionsToTxnManager hands it on: PRODUCER_FENCED as
+        INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE as INVALID_TXN_STATE for a request version that predates
+        it (``abortable_supported`` false). A partition not led here is left to the append's own error.
+
+        In a cluster only a leader that is also the transaction's coordinator verifies: asking a coordinator on
+        another broker needs an inter-broker AddPartitionsToTxn (verify only) and Kafka's verification guard,
+        which keeps a marker written between the answer and the append from letting a late batch in; neither is
+        built yet, so such batches are appended unverified, as with the setting off."""
+        if not self.coordinator.coordinates_here(transactional_id):
+            return NO_ERROR
+        try:
+            state = rm.get_partition(*partition).log.producer_state
+        except KafkaError:
+            return NO_ERROR
+        entry = state.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch:
+            return NO_ERROR
+        code = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
+        if code == ProducerFencedError.code:
+            return InvalidProducerEpochError.code
+        if code == TransactionAbortableError.code and not abortable_supported:
+            return InvalidTxnStateError.code
+        return code
+
     async def add_offsets_to_txn(self, ctx: RequestContext):
         req = ctx.request
         partition = self.offsets_partition_for(req.group_id)
         code = await self.coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                      [(OFFSETS_TOPIC, partition)])
-        return build_response(ctx, {"error_code": code})
+        return build_response(ctx, {"error_code": fenced_for_version(ctx, code)})
 
     async def end_txn(self, ctx: RequestContext):
         req = ctx.request
         code = await self.coordinator.end_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
                                                       req.committed)
-        return build_response(ctx, {"error_code": code})
+        return build_response(ctx, {"error_code": fenced_for_version(ctx, code)})
 
 
     async def describe_transactions(self, ctx: RequestContext):
