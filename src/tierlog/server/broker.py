@@ -66,6 +66,7 @@ from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.tier_status import tier_routes
 from tierlog.storage import LogDirFailureChannel, LogManager
+from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC
@@ -153,7 +154,7 @@ class Broker:
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-            failure_channel=failures, metrics=self.metrics)
+            failure_channel=failures, metrics=self.metrics, cleaner_config=CleanerConfig.from_broker_config(cfg))
 
         self._enter(BrokerState.LOADING_METADATA)
         # Listeners are bound now (their ports known) but accept connections only once the broker is
@@ -175,6 +176,7 @@ class Broker:
             self.remote_log_manager = self._build_tiered_storage()
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
+        self.log_manager.start_cleaner()
         if not controller.clustered:
             controller.elect_leaders()
         topic_metrics = BrokerTopicMetrics(self.metrics)
@@ -549,6 +551,8 @@ class Broker:
             await step("the controlled shutdown", self._controlled_shutdown(controller))
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self.log_manager is not None:
+            await step("the log cleaner to stop", self.log_manager.stop_cleaner())
         if self.controller is not None and self.controller.disablements is not None:
             await step("the tiering disablements to stop", self.controller.disablements.stop())
         if self.remote_log_manager is not None:
