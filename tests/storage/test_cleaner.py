@@ -263,3 +263,36 @@ def test_the_active_segment_is_never_cleaned(make_log):
     assert len(lg.segments) == 1
     assert clean_log_now(lg, now_ms=NOW) is None
     assert len(records(lg)) == 100
+
+
+def test_aborted_records_go_even_when_the_marker_is_in_the_active_segment(make_log):
+    lg = make_log(**COMPACT)
+    produce(lg, b"a", b"committed-before")
+    lg.append_as_leader(build_batch([(b"a", b"aborted", [], NOW)], producer_id=9, producer_epoch=0,
+                                    base_sequence=0, is_transactional=True), now_ms=NOW)
+    lg.update_high_watermark(lg.log_end_offset)
+    lg.roll()
+    lg.append_txn_marker(9, 0, 0, commit=False, now_ms=NOW)  # the ABORT lands in the active segment
+    lg.update_high_watermark(lg.log_end_offset)
+    clean_log_now(lg, now_ms=NOW)
+    assert [v for _, k, v in records(lg)] == [b"committed-before"]
+    # the producer's last data batch stays, emptied, so its state survives a rebuild
+    data = [h for _, _, h in lg.batches() if h.producer_id == 9 and not h.is_control]
+    assert len(data) == 1 and data[0].records_count == 0 and data[0].base_sequence == 0
+
+
+def test_a_committed_transaction_marker_goes_after_its_records_and_the_horizon(make_log):
+    lg = make_log(**COMPACT, delete_retention_ms=1000)
+    lg.append_as_leader(build_batch([(b"a", b"txn-value", [], NOW)], producer_id=5, producer_epoch=0,
+                                    base_sequence=0, is_transactional=True), now_ms=NOW)
+    lg.append_txn_marker(5, 0, 0, commit=True, now_ms=NOW)
+    lg.update_high_watermark(lg.log_end_offset)
+    produce(lg, b"a", b"newer")  # supersedes the transaction's only record
+    produce(lg, b"b", b"other")
+    lg.roll()
+    first = clean_log_now(lg, now_ms=NOW)
+    markers = [h for _, _, h in lg.batches() if h.is_control]
+    assert len(markers) == 1 and markers[0].has_delete_horizon and markers[0].base_timestamp == NOW + 1000
+    clean_log_now(lg, first.end_offset, now_ms=NOW + 2000)
+    assert not [h for _, _, h in lg.batches() if h.is_control]
+    assert latest(records(lg)) == {b"a": (2, b"newer"), b"b": (3, b"other")}

@@ -379,7 +379,8 @@ class CleaningRound:
         # Kafka keeps the last batch of each producer still active (its state must survive a rebuild).
         self.active_producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items()
                                  if e.last_offset >= 0}
-        self.aborted = sorted(t for v in self.views for t in v.aborted)
+        # Every aborted transaction of the log: one whose data is cleanable may have its marker later on.
+        self.aborted = sorted(t for seg in lg.segments for t in seg.txn_index.entries)
         self.earliest_horizon: int | None = None
 
     def close(self) -> None:
@@ -510,7 +511,8 @@ class CleaningRound:
                         continue
                     written = read_header(piece) if piece is not data else h
                     _write_all(out, piece)
-                    if written.max_timestamp > max_ts[0]:
+                    # an empty batch holds no record whose timestamp a time index entry could point at
+                    if written.max_timestamp > max_ts[0] and written.records_count:
                         max_ts = (written.max_timestamp, written.last_offset)
                     if since_index > cfg.index_interval_bytes:
                         offset_index.append(written.last_offset, position)
