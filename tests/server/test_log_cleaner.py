@@ -4,8 +4,9 @@ threads, and kafka-python reads back one record per key (its latest) plus what t
 import time
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
 
 from tests.harness.broker import running_broker
 
@@ -17,14 +18,14 @@ RECORDS = 502
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     with running_broker(tmp_path_factory.mktemp("cleaner"), {
-            "log.cleaner.backoff.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01"}) as b:
+            "log.cleaner.backoff.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01",
+            "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048"}) as b:
         yield b
 
 
 def read_all(bootstrap: str, expected_end: int) -> list[tuple[int, bytes, bytes]]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
                              consumer_timeout_ms=2000)
-    from kafka import TopicPartition
     tp = TopicPartition(TOPIC, 0)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
@@ -75,3 +76,37 @@ def test_a_compacted_topic_is_cleaned_to_one_record_per_key(broker):
     assert seen == produced  # every key's latest value, at its offset
     assert len(rows) < RECORDS // 2
     assert any("Cleaned compacted-0 up to offset" in line for line in broker.output)
+
+
+def offsets_topic_records(bootstrap: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition("__consumer_offsets", 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    end = consumer.end_offsets([tp])[tp]
+    count = 0
+    deadline = time.monotonic() + 60
+    while consumer.position(tp) < end and time.monotonic() < deadline:
+        count += sum(len(b) for b in consumer.poll(timeout_ms=1000).values())
+    consumer.close()
+    return count
+
+
+def test_consumer_offsets_is_compacted_and_loads_the_live_offsets(broker):
+    commits = 300
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="compacted-group",
+                             enable_auto_commit=False)
+    tp = TopicPartition(TOPIC, 0)
+    consumer.assign([tp])
+    for i in range(commits):
+        consumer.commit({tp: OffsetAndMetadata(i, "", -1)})
+    consumer.close()
+    deadline = time.monotonic() + 120
+    while (count := offsets_topic_records(broker.bootstrap)) > commits // 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert count < commits // 2  # cleaned: the offset commits of one key collapse to the last ones
+    broker.restart()  # the coordinator loads the partition again, from what the cleaner kept
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="compacted-group",
+                             enable_auto_commit=False)
+    assert consumer.committed(tp) == commits - 1
+    consumer.close()

@@ -296,3 +296,18 @@ def test_a_committed_transaction_marker_goes_after_its_records_and_the_horizon(m
     clean_log_now(lg, first.end_offset, now_ms=NOW + 2000)
     assert not [h for _, _, h in lg.batches() if h.is_control]
     assert latest(records(lg)) == {b"a": (2, b"newer"), b"b": (3, b"other")}
+
+
+def test_a_truncation_below_the_checkpoint_moves_it_down(make_log):
+    from tierlog.storage.cleaner import CleanerConfig, LogCleaner
+
+    lg = make_log(**COMPACT)
+    fill(lg, 200)
+    tp = (lg.topic, lg.partition)
+    cleaner = LogCleaner(CleanerConfig(enable=False), lambda: {tp: lg}, lambda _tp: lg.parent_dir, [lg.parent_dir])
+    result = clean_log_now(lg, now_ms=NOW)
+    cleaner.checkpoints[lg.parent_dir] = {tp: result.end_offset}
+    assert cleaner.checkpoint_of(tp) == result.end_offset
+    lg.truncate_to(result.end_offset - 30)
+    assert cleaner.checkpoint_of(tp) == result.end_offset - 30
+    assert cleaner.checkpoints[lg.parent_dir][tp] == result.end_offset - 30

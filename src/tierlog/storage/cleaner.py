@@ -593,7 +593,10 @@ class CleaningRound:
         return _rebuild_batch(h, section if section is not None else b"", kept, new_horizon)
 
     def _note_horizon(self, horizon: int | None) -> None:
-        if horizon is not None and (self.earliest_horizon is None or horizon < self.earliest_horizon):
+        """Remember the earliest future horizon: when it passes the log is cleaned again (a past one left
+        behind, past the map's end, must not make the log due at once, round after round)."""
+        if horizon is not None and horizon > self.now_ms and (self.earliest_horizon is None
+                                                               or horizon < self.earliest_horizon):
             self.earliest_horizon = horizon
 
     # -- the whole round --
@@ -693,8 +696,16 @@ class LogCleaner:
             log.warning("Could not write the cleaner checkpoint of %s: %s", log_dir, e)
 
     def checkpoint_of(self, tp: tuple[str, int]) -> int | None:
+        """The first dirty offset of a log; a truncation below it (a follower) moves it down, as Kafka's
+        maybeTruncateCheckpoint: what is appended again there was never cleaned."""
         d = self._dir_of(tp)
-        return self.checkpoints.get(d, {}).get(tp) if d is not None else None
+        cp = self.checkpoints.get(d, {}).get(tp) if d is not None else None
+        lg = self._logs().get(tp)
+        if cp is not None and lg is not None and lg.truncated_below is not None and lg.truncated_below < cp:
+            cp = self.checkpoints[d][tp] = lg.truncated_below
+        if lg is not None:
+            lg.truncated_below = None
+        return cp
 
     # -- choice --
 

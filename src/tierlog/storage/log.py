@@ -203,6 +203,9 @@ class Log:
         self._txn_index_rebuild_from: int | None = None
         self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
         self.topic_id: uuid.UUID | None = None
+        # The lowest offset a truncation cut the log to since the log cleaner last looked (its checkpoint
+        # must not stay above it), or None.
+        self.truncated_below: int | None = None
 
     @property
     def name(self) -> str:
@@ -974,6 +977,7 @@ class Log:
             return
         if offset < self.local_log_start_offset:
             raise KafkaStorageError(f"cannot truncate {self.name} to {offset}, below the local log start offset")
+        self.truncated_below = offset if self.truncated_below is None else min(self.truncated_below, offset)
         i = self._segment_index_for(offset)
         for seg in self.segments[i + 1:]:
             seg.delete_files()
@@ -1000,6 +1004,7 @@ class Log:
             raise ValueError(f"cannot start {self.name} at negative offset {offset}")
         for seg in self.segments:
             seg.delete_files()
+        self.truncated_below = 0
         self.segments = [self._new_segment(offset)]
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.high_watermark = self.recovery_point = offset
