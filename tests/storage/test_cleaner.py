@@ -311,3 +311,54 @@ def test_a_truncation_below_the_checkpoint_moves_it_down(make_log):
     lg.truncate_to(result.end_offset - 30)
     assert cleaner.checkpoint_of(tp) == result.end_offset - 30
     assert cleaner.checkpoints[lg.parent_dir][tp] == result.end_offset - 30
+
+
+def test_the_cleaner_threads_clean_in_a_worker_and_swap_on_the_event_loop(make_log):
+    import asyncio
+    import dataclasses
+    import threading
+
+    from tierlog.metrics import MetricsRegistry
+    from tierlog.storage.cleaner import CleanerConfig, LogCleaner
+
+    lg = make_log(**COMPACT)
+    fill(lg)
+    expected = latest(records(lg))
+    tp = (lg.topic, lg.partition)
+    settings = [CleanerConfig(threads=1, backoff_ms=20)]
+    metrics = MetricsRegistry()
+    cleaner = LogCleaner(settings[0], lambda: {tp: lg}, lambda _tp: lg.parent_dir, [lg.parent_dir], metrics,
+                         config_source=lambda: settings[0])
+    cleaner.load_checkpoints([lg.parent_dir])
+    swapped_on = set()
+    real_replace = lg.replace_segments
+
+    def replace_segments(*args):
+        swapped_on.add(threading.current_thread() is threading.main_thread())
+        return real_replace(*args)
+
+    lg.replace_segments = replace_segments
+
+    async def until(condition):
+        for _ in range(3000):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached within 30 s")
+
+    async def main():
+        cleaner.start()
+        await until(lambda: tp in cleaner.last_clean)
+        assert cleaner.checkpoint_of(tp) == lg.active_segment.base_offset
+        settings[0] = dataclasses.replace(settings[0], threads=3)  # a dynamic change: more threads
+        await until(lambda: len([t for t in cleaner._tasks if not t.done()]) == 3)
+        await cleaner.stop()
+
+    asyncio.run(main())
+    assert swapped_on == {True}  # every swap ran on the event loop's thread
+    assert latest(records(lg)) == expected and len(records(lg)) < 100
+    with open(os.path.join(lg.parent_dir, "cleaner-offset-checkpoint")) as f:
+        assert f.read().split("\n")[2] == f"t 0 {lg.active_segment.base_offset}"
+    text = metrics.render()
+    assert "kafka_log_logcleanermanager_max_dirty_percent 0.0" in text
+    assert 'tierlog_log_cleaner_last_clean_duration_seconds{partition="0",topic="t"}' in text

@@ -154,7 +154,8 @@ class Broker:
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-            failure_channel=failures, metrics=self.metrics, cleaner_config=CleanerConfig.from_broker_config(cfg))
+            failure_channel=failures, metrics=self.metrics, cleaner_config=CleanerConfig.from_broker_config(cfg),
+            cleaner_config_source=lambda: CleanerConfig.from_broker_config(controller.effective_config))
 
         self._enter(BrokerState.LOADING_METADATA)
         # Listeners are bound now (their ports known) but accept connections only once the broker is

@@ -135,6 +135,7 @@ class OffsetMap:
 
     def __init__(self, memory: int, load_factor: float = 0.9):
         self.slots = max(0, memory // OFFSET_MAP_ENTRY_BYTES)
+        self.load_factor = load_factor
         self.max_entries = int(self.slots * load_factor)
         self._map: dict[bytes, int] = {}
         self.latest_offset = -1  # the last offset the round has looked at, keyed or not
@@ -352,7 +353,7 @@ class CleanResult:
 
 
 class CleaningRound:
-    """One log's cleaning: built on the event loop (:meth:`prepare`, a snapshot of the segments), run in a
+    """One log's cleaning: built on the event loop (the constructor takes a snapshot of the segments), run in a
     worker thread (:meth:`run`), each cleaned group swapped in through ``swap`` (called from the thread;
     it runs :meth:`Log.replace_segments` on the event loop)."""
 
@@ -380,7 +381,10 @@ class CleaningRound:
         self.active_producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items()
                                  if e.last_offset >= 0}
         # Every aborted transaction of the log: one whose data is cleanable may have its marker later on.
-        self.aborted = sorted(t for seg in lg.segments for t in seg.txn_index.entries)
+        self.aborted: dict[int, list[AbortedTxn]] = {}
+        for seg in lg.segments:
+            for t in seg.txn_index.entries:
+                self.aborted.setdefault(t.producer_id, []).append(t)
         self.earliest_horizon: int | None = None
 
     def close(self) -> None:
@@ -422,10 +426,7 @@ class CleaningRound:
     def _is_aborted(self, h: BatchHeader) -> bool:
         if not h.is_transactional or h.is_control:
             return False
-        for txn in self.aborted:
-            if txn.producer_id == h.producer_id and txn.first_offset <= h.base_offset <= txn.last_offset:
-                return True
-        return False
+        return any(txn.first_offset <= h.base_offset <= txn.last_offset for txn in self.aborted.get(h.producer_id, ()))
 
     # -- step 2: the offset map --
 
@@ -649,8 +650,11 @@ class LogCleaner:
     LogCleanerManager: which log is next, the checkpoints, the logs in progress and those that failed."""
 
     def __init__(self, config: CleanerConfig, logs: Callable[[], dict], dir_of: Callable[[tuple[str, int]], str | None],
-                 log_dirs: list[str], metrics: MetricsRegistry | None = None):
+                 log_dirs: list[str], metrics: MetricsRegistry | None = None,
+                 config_source: Callable[[], CleanerConfig] | None = None):
+        """``config_source``: the settings in effect now (dynamic broker configs), read before each round."""
         self.config = config
+        self._config_source = config_source
         self._logs = logs
         self._dir_of = dir_of
         self.log_dirs = log_dirs
@@ -665,6 +669,7 @@ class LogCleaner:
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
         self._stopping = False
+        self._started = False
         self._max_clean_secs = 0.0
         self._max_delay_secs = 0.0
         self._recopy = 0.0
@@ -741,10 +746,34 @@ class LogCleaner:
     # -- running --
 
     def start(self) -> None:
-        if not self.config.enable or self.config.threads <= 0:
+        if not self.config.enable:
             return
+        self._started = True
+        self._refresh_config()
+        self._start_threads()
+
+    def _start_threads(self) -> None:
+        self._tasks = [t for t in self._tasks if not t.done()]
+        running = {t.get_name() for t in self._tasks}
         for i in range(self.config.threads):
-            self._tasks.append(asyncio.create_task(self._thread(i), name=f"kafka-log-cleaner-thread-{i}"))
+            name = f"kafka-log-cleaner-thread-{i}"
+            if name not in running:
+                self._tasks.append(asyncio.create_task(self._thread(i), name=name))
+
+    def _refresh_config(self) -> CleanerConfig:
+        """Take up changed dynamic settings (Kafka reconfigures its cleaner likewise): the throttle at once,
+        the map sizes from each thread's next round, more threads started, surplus ones ending."""
+        if self._config_source is None:
+            return self.config
+        new = self._config_source()
+        if new != self.config:
+            log.info("Log cleaner settings changed: %s", new)
+            grew = new.threads > self.config.threads
+            self.config = new
+            self.throttler.rate = new.max_io_bytes_per_second
+            if grew and self._started and not self._stopping:
+                self._start_threads()
+        return self.config
 
     def wake(self) -> None:
         self._wake.set()
@@ -762,9 +791,15 @@ class LogCleaner:
         self._tasks.clear()
 
     async def _thread(self, n: int) -> None:
-        offset_map = OffsetMap(self.config.map_memory_per_thread, self.config.io_buffer_load_factor)
+        offset_map = None
         try:
             while not self._stopping:
+                cfg = self._refresh_config()
+                if n >= cfg.threads:
+                    return  # log.cleaner.threads was lowered
+                if offset_map is None or (offset_map.slots, offset_map.load_factor) != (
+                        cfg.map_memory_per_thread // OFFSET_MAP_ENTRY_BYTES, cfg.io_buffer_load_factor):
+                    offset_map = OffsetMap(cfg.map_memory_per_thread, cfg.io_buffer_load_factor)
                 cleaned = False
                 try:
                     cleaned = await self.clean_filthiest_log(offset_map)

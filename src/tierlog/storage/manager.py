@@ -83,7 +83,8 @@ class LogManager:
     def __init__(self, log_dirs: list[str], config_for: Callable[[str], LogConfig] | None = None, *,
                  retention_check_interval_ms: int = 300000, checkpoint_interval_ms: int = 60000,
                  producer_id_expiration_ms: int = 86400000, failure_channel: LogDirFailureChannel | None = None,
-                 metrics: MetricsRegistry | None = None, cleaner_config: CleanerConfig | None = None):
+                 metrics: MetricsRegistry | None = None, cleaner_config: CleanerConfig | None = None,
+                 cleaner_config_source: Callable[[], CleanerConfig] | None = None):
         if not log_dirs:
             raise KafkaStorageError("no log dirs configured (log.dirs)")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -105,7 +106,7 @@ class LogManager:
         self._unlisted_offline: set[str] = set()  # dirs that failed before their partitions were listed
         # The log cleaner (compacted topics); its threads start with start_cleaner(), on the event loop.
         self.cleaner = LogCleaner(cleaner_config or CleanerConfig(enable=False), lambda: self.logs,
-                                  self._dir_of.get, self.log_dirs, metrics)
+                                  self._dir_of.get, self.log_dirs, metrics, cleaner_config_source)
         self._gauges = None
         if metrics is not None:
             self._gauges = (
