@@ -15,6 +15,7 @@ TOPIC = "cleaned"
 KEYS = 10
 RECORDS = 502
 VALUE_BYTES = 10_000  # 502 of them fill five 1 MiB segments
+BATCHES = 40
 CLEANER = {"log.cleaner.backoff.ms": "200", "log.cleaner.min.cleanable.ratio": "0.01"}
 
 
@@ -77,6 +78,69 @@ def test_the_same_records_survive_cleaning(kafka, tierlog):
     ours = cleaned(tierlog.bootstrap)
     assert len(theirs) < RECORDS // 2, "Kafka did not clean the topic within 120 s"
     assert sorted((o, k) for o, k, _ in ours) == sorted((o, k) for o, k, _ in theirs)
+    assert ours == theirs
+
+
+def produce_batches(bootstrap: str, topic: str) -> None:
+    """Byte-identical batches on both peers (the raw client): gzip batches of 20 records over 10 keys,
+    every fifth batch ending in a tombstone, 5 KB values that do not compress, so that 1 MiB segments roll."""
+    import random
+
+    from tests.harness.rawclient import RawClient, create_topic
+    from tierlog.protocol import ApiKey
+    from tierlog.records import build_batch
+
+    create_topic(bootstrap, topic, configs={"cleanup.policy": "compact", "segment.bytes": "1048576",
+                                            "min.cleanable.dirty.ratio": "0.01"})
+    raw = RawClient(bootstrap)
+    now = int(time.time() * 1000)
+    noise = random.Random(534)
+    try:
+        for i in range(BATCHES):
+            recs = [(b"key-%d" % ((i * 20 + j) % KEYS), b"v-%d-%d-" % (i, j) + noise.randbytes(5000), [], now + j)
+                    for j in range(20)]
+            if i % 5 == 4:
+                recs[-1] = (b"key-%d" % (i % KEYS), None, [], now + 19)
+            resp = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": build_batch(recs, compression="gzip")}]}]})
+            assert resp.responses[0].partition_responses[0].error_code == 0
+    finally:
+        raw.close()
+
+
+def surviving_in(bootstrap: str, topic: str, end: int) -> set:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=50 << 20)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    rows = set()
+    deadline = time.monotonic() + 60
+    while consumer.position(tp) < end and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=1000).values():
+            rows |= {(r.offset, r.key, r.value) for r in batch}
+    consumer.close()
+    return rows
+
+
+def test_compressed_batches_and_tombstones_survive_alike(kafka, tierlog):
+    topic = "cleaned-gzip"
+    produce_batches(kafka.bootstrap, topic)
+    produce_batches(tierlog.bootstrap, topic)
+    end = BATCHES * 20
+
+    def cleaned_rows(bootstrap):
+        deadline = time.monotonic() + 120
+        while True:
+            rows = surviving_in(bootstrap, topic, end)
+            if len(rows) < end // 2 or time.monotonic() > deadline:
+                return rows
+            time.sleep(0.5)
+
+    theirs = cleaned_rows(kafka.bootstrap)
+    ours = cleaned_rows(tierlog.bootstrap)
+    assert len(theirs) < end // 2, "Kafka did not clean the topic within 120 s"
+    assert any(v is None for _, _, v in theirs)  # tombstones stay (delete.retention.ms is a day)
+    assert sorted((o, k, v is None) for o, k, v in ours) == sorted((o, k, v is None) for o, k, v in theirs)
     assert ours == theirs
 
 
