@@ -1,6 +1,10 @@
 """The log cleaner in a running broker: a compacted topic with small segments is cleaned by the cleaner
 threads, and kafka-python reads back one record per key (its latest) plus what the active segment holds."""
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -8,7 +12,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 
+from tests.harness import ROOT
 from tests.harness.broker import running_broker
+from tests.harness.tiered import metrics_url, scrape
 
 TOPIC = "compacted"
 KEYS = 10
@@ -19,7 +25,7 @@ RECORDS = 502
 def broker(tmp_path_factory):
     with running_broker(tmp_path_factory.mktemp("cleaner"), {
             "log.cleaner.backoff.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01",
-            "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048"}) as b:
+            "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048", "metrics.port": "0"}) as b:
         yield b
 
 
@@ -76,6 +82,24 @@ def test_a_compacted_topic_is_cleaned_to_one_record_per_key(broker):
     assert seen == produced  # every key's latest value, at its offset
     assert len(rows) < RECORDS // 2
     assert any("Cleaned compacted-0 up to offset" in line for line in broker.output)
+
+
+def test_describe_shows_the_cleaner_state_and_metrics_have_it(broker):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-m", "tierlog", "topic", "describe", TOPIC, "-b", broker.bootstrap,
+                          "--url", metrics_url(broker), "--json"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    [described] = json.loads(out.stdout)
+    [state] = described["cleaner"]
+    assert state["partition"] == 0 and state["uncleanable"] is None and state["last_clean_ms"] > 0
+    assert state["first_dirty_offset"] > 0
+    table = subprocess.run([sys.executable, "-m", "tierlog", "topic", "describe", TOPIC, "-b", broker.bootstrap,
+                            "--url", metrics_url(broker)], capture_output=True, text=True, env=env, timeout=120)
+    assert table.returncode == 0 and "FIRST-DIRTY" in table.stdout, table.stderr
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in scrape(broker)}
+    assert samples[("tierlog_log_cleaner_last_clean_timestamp_ms", (("partition", "0"), ("topic", TOPIC)))] > 0
+    assert ("kafka_log_logcleanermanager_max_dirty_percent", ()) in samples
 
 
 def offsets_topic_records(bootstrap: str) -> int:

@@ -57,6 +57,7 @@ from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.apis.transactions import LocalMarkerWriter, TransactionCoordinatorApis, TransactionMarkerApis
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
+from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
@@ -306,8 +307,11 @@ class Broker:
         ``metrics.host``:``metrics.port`` (read-only unless ``metrics.admin.enable``)."""
         cfg = self.config
         token = cfg["metrics.admin.token"]
-        routes = tier_routes(lambda: None if self.state is BrokerState.READY else self.state.value,
-                             self.controller, self.remote_log_manager, self.log_manager, self.node_id)
+        def serving() -> str | None:
+            return None if self.state is BrokerState.READY else self.state.value
+
+        routes = {**tier_routes(serving, self.controller, self.remote_log_manager, self.log_manager, self.node_id),
+                  **cleaner_routes(serving, self.log_manager, self.node_id)}
         self.http_endpoint = HttpEndpoint(self.metrics, routes, ready=self.not_ready_reason,
                                           admin_enabled=cfg["metrics.admin.enable"],
                                           admin_token=token.value if token is not None else None)
