@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = tsub.add_parser("describe", help="partitions (leader, replicas, ISR, offsets) and settings of topics")
     p.add_argument("topics", nargs="+", metavar="TOPIC")
+    p.add_argument("--url", help="also the log cleaner's state of compacted partitions, from this broker's "
+                                 "metrics endpoint http://host:port (it shows the partitions it hosts)")
     add_json(p)
     add_client_args(p)
     p.set_defaults(handler=cmd_describe)
@@ -100,6 +102,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from tierlog.tools import topics
 
     result = with_admin(args, lambda a: topics.describe(a, args.topics))
+    if args.url:
+        from tierlog.cli.failures import CliError
+        from tierlog.tools import tier
+
+        for t in result:
+            try:
+                t["cleaner"] = tier.fetch_cleaner_status(args.url, t["topic"])["partitions"]
+            except tier.StatusError as e:
+                raise CliError(str(e)) from None
     if args.json:
         output.emit_json(result)
         return EXIT_OK
@@ -120,6 +131,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
                           for c in t["configs"]])
         else:
             output.lines("every setting has Kafka's default")
+        if t.get("cleaner"):
+            output.lines("")
+            output.table(("PARTITION", "FIRST-DIRTY", "DIRTY-RATIO", "CLEANABLE-BYTES", "CLEANING", "LAST-CLEAN-MS",
+                          "LAST-CLEAN-S", "UNCLEANABLE"),
+                         [(c["partition"], c["first_dirty_offset"], c["dirty_ratio"], c["cleanable_bytes"],
+                           "yes" if c["in_progress"] else "no", c["last_clean_ms"], c["last_clean_seconds"],
+                           c["uncleanable"]) for c in t["cleaner"]],
+                         right=("PARTITION", "FIRST-DIRTY", "DIRTY-RATIO", "CLEANABLE-BYTES"))
     return EXIT_OK
 
 

@@ -633,6 +633,19 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Maximum time a record may stay uncompacted, in ms."),
     _b("log.cleaner.min.cleanable.ratio", "double", 0.5, Between(0, 1), dynamic=True,
        doc="Dirty fraction of a log that triggers compaction."),
+    _b("log.cleaner.threads", "int", 1, AtLeast(0), dynamic=True,
+       doc="Cleaner threads; each cleans one log at a time, the dirtiest first."),
+    _b("log.cleaner.dedupe.buffer.size", "long", 134217728, AtLeast(0), dynamic=True,
+       doc="Memory of the offset maps of all cleaner threads together, in bytes (24 bytes a key: an MD5 "
+           "hash and an offset)."),
+    _b("log.cleaner.io.buffer.load.factor", "double", 0.9, Between(0, 1), dynamic=True,
+       doc="How full an offset map may get before a cleaning round stops adding segments to it."),
+    _b("log.cleaner.io.buffer.size", "int", 524288, AtLeast(0), dynamic=True,
+       doc="Read and write buffer of each cleaner thread, in bytes."),
+    _b("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, dynamic=True,
+       doc="Throttle of the cleaners' reads and writes together, in bytes per second."),
+    _b("log.cleaner.backoff.ms", "long", 15000, AtLeast(0), dynamic=True,
+       doc="How long a cleaner thread sleeps when no log needs cleaning, in ms."),
     _b("log.index.size.max.bytes", "int", 10485760, AtLeast(4), dynamic=True,
        doc="Largest size of an offset or time index file."),
     _b("log.index.interval.bytes", "int", 4096, AtLeast(0), dynamic=True,
@@ -884,9 +897,8 @@ _BROKER: tuple[ConfigDef, ...] = (
 
 _TOPIC: tuple[ConfigDef, ...] = (
     _t("cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), "log.cleanup.policy",
-       doc="delete removes old segments, compact keeps the last record per key; both may be combined. tierlog "
-           "has no log cleaner yet: compact turns time and size deletion (and tiering) off but keeps every "
-           "record."),
+       doc="delete removes old segments, compact keeps the last record per key (the log cleaner); both may "
+           "be combined. A compacted topic is not tiered."),
     _t("compression.type", "string", "producer", InSet(_BROKER_COMPRESSION), "compression.type",
        doc="Compression of stored batches; producer keeps the producer's."),
     _t("compression.gzip.level", "int", -1, _GZIP_LEVEL, "compression.gzip.level",
@@ -1118,7 +1130,6 @@ _CLIENT: tuple[ConfigDef, ...] = (
 
 # Settings Kafka users carry over that tierlog accepts (so a Kafka properties file or topic
 # configuration works unchanged) but that do nothing yet; the generated docs say so next to each.
-_NO_CLEANER = "the log cleaner is not built yet (cleanup.policy=compact keeps every record)."
 _NO_FOLLOWERS = ("follower tasks read the uploaded offsets from the metadata manager's memory on the event loop; "
                  "no thread pool runs them.")
 _KERNEL_BUFFERS = "the kernel sizes socket buffers, as with -1."
@@ -1128,15 +1139,6 @@ _INERT: Mapping[tuple[str, str], str] = {
     ("broker", "socket.send.buffer.bytes"): _KERNEL_BUFFERS,
     ("broker", "socket.receive.buffer.bytes"): _KERNEL_BUFFERS,
     ("broker", "num.recovery.threads.per.data.dir"): "logs are recovered one after another.",
-    ("broker", "log.cleaner.enable"): _NO_CLEANER,
-    ("broker", "log.cleaner.delete.retention.ms"): _NO_CLEANER,
-    ("broker", "log.cleaner.min.compaction.lag.ms"): _NO_CLEANER,
-    ("broker", "log.cleaner.max.compaction.lag.ms"): _NO_CLEANER,
-    ("broker", "log.cleaner.min.cleanable.ratio"): _NO_CLEANER,
-    ("topic", "delete.retention.ms"): _NO_CLEANER,
-    ("topic", "min.compaction.lag.ms"): _NO_CLEANER,
-    ("topic", "max.compaction.lag.ms"): _NO_CLEANER,
-    ("topic", "min.cleanable.dirty.ratio"): _NO_CLEANER,
     ("broker", "log.flush.start.offset.checkpoint.interval.ms"):
         "log start offsets are checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms).",
     ("broker", "producer.id.expiration.check.interval.ms"):

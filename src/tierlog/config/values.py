@@ -9,6 +9,8 @@ list setting) are accepted as they are after the same range checks.
 
 from __future__ import annotations
 
+import decimal
+import math
 import re
 from typing import Any
 
@@ -179,8 +181,27 @@ def format_value(value: Any, type_: str | None = None) -> str | None:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     if isinstance(value, float):
-        return repr(value)
+        return java_double(value)
     return str(value)
+
+
+def java_double(x: float) -> str:
+    """Java's ``Double.toString``: plain below 10^7 and from 10^-3 on, else ``d.dddE<n>`` (Kafka prints
+    ``log.cleaner.io.max.bytes.per.second``'s default as 1.7976931348623157E308)."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    a = abs(x)
+    if a == 0 or 1e-3 <= a < 1e7:
+        return repr(x)
+    _, digits, exp = decimal.Decimal(repr(a)).as_tuple()
+    digits = list(digits)
+    while len(digits) > 1 and digits[-1] == 0:
+        digits.pop()
+        exp += 1
+    mantissa = f"{digits[0]}." + ("".join(map(str, digits[1:])) or "0")
+    return ("-" if x < 0 else "") + f"{mantissa}E{len(digits) + exp - 1}"
 
 
 __all__ = [
@@ -189,6 +210,7 @@ __all__ = [
     "check_value",
     "format_value",
     "invalid",
+    "java_double",
     "looks_sensitive",
     "parse_typed",
     "parse_value",

@@ -22,8 +22,8 @@ and epoch, without sequence, as Kafka's coordinator runtime writes it; loading y
 :class:`LoadedRecord` with their producer id and the COMMIT and ABORT markers as :class:`LoadedMarker`, so the
 shard can hold them pending until their marker (Kafka's loader reads control batches too).
 
-tierlog has no log cleaner yet, so the compacted topic only grows; loading replays all of it (last
-record per key wins, tombstones delete).
+The log cleaner compacts the topic (cleanup.policy=compact), so loading replays what it kept: mostly
+the live keys, plus what is not cleaned yet (last record per key wins, tombstones delete).
 """
 
 from __future__ import annotations

@@ -309,10 +309,14 @@ def build_batch(
 
 def build_batch_header(payload_size: int, count: int, attributes: int, base_timestamp: int, max_timestamp: int,
                        producer_id: int, producer_epoch: int, base_sequence: int, payload: Any, *,
-                       base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
-    """The 61-byte v2 header for ``payload`` (the records section, compressed or not), CRC included."""
+                       base_offset: int = 0, partition_leader_epoch: int = -1,
+                       last_offset_delta: int | None = None) -> bytes:
+    """The 61-byte v2 header for ``payload`` (the records section, compressed or not), CRC included.
+    ``last_offset_delta`` defaults to ``count - 1``; the log cleaner keeps a batch's original one when it
+    drops records (Kafka keeps the last offset, so the producer's last sequence stays)."""
     batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + payload_size
-    fields = [base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC, 0, attributes, count - 1,
+    delta = count - 1 if last_offset_delta is None else last_offset_delta
+    fields = [base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC, 0, attributes, delta,
               base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count]
     header = _HEADER.pack(*fields)
     fields[4] = _crc32c(payload, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))

@@ -68,6 +68,7 @@ from tierlog.server.apis.transactions import (
     TransactionMarkerApis,
 )
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
+from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
@@ -78,6 +79,7 @@ from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
+from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC
@@ -166,7 +168,8 @@ class Broker:
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-            failure_channel=failures, metrics=self.metrics)
+            failure_channel=failures, metrics=self.metrics, cleaner_config=CleanerConfig.from_broker_config(cfg),
+            cleaner_config_source=lambda: CleanerConfig.from_broker_config(controller.effective_config))
 
         self._enter(BrokerState.LOADING_METADATA)
         # Listeners are bound now (their ports known) but accept connections only once the broker is
@@ -188,6 +191,7 @@ class Broker:
             self.remote_log_manager = self._build_tiered_storage()
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
+        self.log_manager.start_cleaner()
         if not controller.clustered:
             controller.elect_leaders()
         topic_metrics = BrokerTopicMetrics(self.metrics)
@@ -335,8 +339,11 @@ class Broker:
         ``metrics.host``:``metrics.port`` (read-only unless ``metrics.admin.enable``)."""
         cfg = self.config
         token = cfg["metrics.admin.token"]
-        routes = tier_routes(lambda: None if self.state is BrokerState.READY else self.state.value,
-                             self.controller, self.remote_log_manager, self.log_manager, self.node_id)
+        def serving() -> str | None:
+            return None if self.state is BrokerState.READY else self.state.value
+
+        routes = {**tier_routes(serving, self.controller, self.remote_log_manager, self.log_manager, self.node_id),
+                  **cleaner_routes(serving, self.log_manager, self.node_id)}
         self.http_endpoint = HttpEndpoint(self.metrics, routes, ready=self.not_ready_reason,
                                           admin_enabled=cfg["metrics.admin.enable"],
                                           admin_token=token.value if token is not None else None)
@@ -594,6 +601,8 @@ class Broker:
             await step("the controlled shutdown", self._controlled_shutdown(controller))
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self.log_manager is not None:
+            await step("the log cleaner to stop", self.log_manager.stop_cleaner())
         if self.controller is not None and self.controller.disablements is not None:
             await step("the tiering disablements to stop", self.controller.disablements.stop())
         if self.remote_log_manager is not None:

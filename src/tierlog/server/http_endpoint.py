@@ -9,7 +9,8 @@ Routes:
   (a readiness probe);
 - ``GET /v1/tier/status[?topic=T]``: what ``tierlog tier status`` shows;
 - ``GET /v1/tier/reconcile``: the reconciler's report, nothing changed;
-- ``POST /v1/tier/reconcile?delete=true``: the report, and the orphaned objects deleted.
+- ``POST /v1/tier/reconcile?delete=true``: the report, and the orphaned objects deleted;
+- ``GET /v1/cleaner/status[?topic=T]``: the log cleaner's state of each compacted partition.
 
 Safety rules: it binds the loopback address unless ``metrics.host`` says otherwise; GET never changes
 anything (a GET asking for a change is 405); every POST is an admin operation, refused (403) unless

@@ -48,6 +48,7 @@ from tierlog.records import (
     recompress_batches,
     validate_batches,
     verify_crc,
+    walk_batches,
 )
 from tierlog.records.control import ABORT, end_txn_marker_batch, parse_end_txn_marker
 from tierlog.records.validation import validate_batch_records
@@ -63,13 +64,16 @@ from tierlog.storage.failure import describe
 from tierlog.storage.log_config import LogConfig
 from tierlog.storage.producer_state import ProducerStateManager, list_snapshots
 from tierlog.storage.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     FileRegion,
     LogSegment,
+    segment_file_name,
 )
 from tierlog.storage.transaction_index import AbortedTxn
 
@@ -199,6 +203,9 @@ class Log:
         self._txn_index_rebuild_from: int | None = None
         self._partition_metadata = PartitionMetadataFile(os.path.join(directory, PARTITION_METADATA_FILE))
         self.topic_id: uuid.UUID | None = None
+        # The lowest offset a truncation cut the log to since the log cleaner last looked (its checkpoint
+        # must not stay above it), or None.
+        self.truncated_below: int | None = None
 
     @property
     def name(self) -> str:
@@ -294,7 +301,7 @@ class Log:
     def _new_segment(self, base_offset: int) -> LogSegment:
         # Each segment draws its own jitter below segment.jitter.ms (and segment.ms), as Kafka does, so
         # that partitions created together do not all roll at the same moment.
-        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        bound = min(self.config.segment_jitter_ms, self.config.roll_ms)
         seg = LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                          max_index_size=self.config.segment_index_bytes,
                          roll_jitter_ms=random.randrange(bound) if bound > 0 else 0)
@@ -302,11 +309,12 @@ class Log:
         return seg
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
+        swapped = complete_swaps(self.dir)
         names = os.listdir(self.dir)
         bases = []
         for name in names:
             path = os.path.join(self.dir, name)
-            if name.endswith((DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")):
+            if name.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)):
                 os.remove(path)  # leftovers of an interrupted delete or write
                 continue
             stem, ext = os.path.splitext(name)
@@ -330,6 +338,8 @@ class Log:
         start = len(self.segments)
         if not clean_shutdown:
             start = max(0, bisect_right(self._bases, recovery_point) - 1)
+        if swapped:  # a cleaned segment swapped in at start-up has its indexes rebuilt by recovery
+            start = min(start, self._segment_index_for(min(swapped)))
         for i in range(min(start, len(self.segments))):
             if not self.segments[i].sanity_check_end():
                 log.warning("Log segment %s does not end on a batch boundary or has a bad index; recovering "
@@ -523,7 +533,7 @@ class Log:
         last_offset = first_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
         max_ts = max(h.max_timestamp for h in headers)
         seg = self.active_segment
-        if seg.should_roll(total, max_ts, last_offset, now, cfg.segment_bytes, cfg.segment_ms):
+        if seg.should_roll(total, max_ts, last_offset, now, cfg.segment_bytes, cfg.roll_ms):
             seg = self.roll(now)
 
         # Only the 61 header bytes of each batch are copied and patched; the records are written
@@ -579,7 +589,7 @@ class Log:
         h = read_header(batch)
         seg = self.active_segment
         if seg.should_roll(len(batch), h.max_timestamp, offset, now, self.config.segment_bytes,
-                           self.config.segment_ms):
+                           self.config.roll_ms):
             seg = self.roll(now)
         if leader_epoch > self.leader_epoch_cache.latest_epoch():
             self.leader_epoch_cache.assign(leader_epoch, offset)
@@ -605,7 +615,7 @@ class Log:
         seg = self.active_segment
         last = headers[-1].last_offset
         if seg.should_roll(len(data), max(h.max_timestamp for h in headers), last, _now_ms(),
-                           self.config.segment_bytes, self.config.segment_ms):
+                           self.config.segment_bytes, self.config.roll_ms):
             seg = self.roll(base_offset=headers[0].base_offset)
         placed = []
         pos = 0
@@ -967,6 +977,7 @@ class Log:
             return
         if offset < self.local_log_start_offset:
             raise KafkaStorageError(f"cannot truncate {self.name} to {offset}, below the local log start offset")
+        self.truncated_below = offset if self.truncated_below is None else min(self.truncated_below, offset)
         i = self._segment_index_for(offset)
         for seg in self.segments[i + 1:]:
             seg.delete_files()
@@ -993,6 +1004,7 @@ class Log:
             raise ValueError(f"cannot start {self.name} at negative offset {offset}")
         for seg in self.segments:
             seg.delete_files()
+        self.truncated_below = 0
         self.segments = [self._new_segment(offset)]
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.high_watermark = self.recovery_point = offset
@@ -1019,6 +1031,44 @@ class Log:
         log.info("Positioned %s at the remote tier's restore point: log start %d, log end %d, leader epochs %s",
                  self.name, log_start_offset, log_end_offset, list(leader_epochs))
         return True
+
+    # ------------------------------------------------------------------ the log cleaner
+
+    @_io("swapping cleaned segments into")
+    def replace_segments(self, base_offset: int, old: list[LogSegment], old_sizes: list[int]) -> LogSegment | None:
+        """Put the cleaned segment ``<base_offset>.*.cleaned`` (written and fsynced by the cleaner) in place of
+        ``old``, Kafka's crash-safe order: the cleaned files become ``.swap`` (indexes first, the ``.log``
+        last: a ``.log.swap`` means the segment is complete), the old segments become ``.deleted`` (removed
+        after file.delete.delay.ms, so a read in flight still has its file), then the ``.swap`` files take
+        their final names (``.log`` last). :func:`complete_swaps` finishes or undoes an interrupted swap at
+        the next start. Only renames: this runs on the event loop. None, and the cleaned files removed, when
+        the log changed meanwhile (retention, truncation, deletion took or cut one of ``old``)."""
+        n = len(old)
+        try:
+            i = self.segments.index(old[0])
+        except ValueError:
+            i = -1
+        if (i < 0 or self.segments[i:i + n] != old or i + n >= len(self.segments)
+                or any(seg.size != size for seg, size in zip(old, old_sizes))):
+            discard_cleaned(self.dir, base_offset)
+            return None
+        paths = _cleaned_paths(self.dir, base_offset)
+        present = [(suffix, path) for suffix, path in paths if os.path.exists(path + CLEANED_SUFFIX)]
+        for _, path in present:  # the .log is last in _cleaned_paths
+            os.replace(path + CLEANED_SUFFIX, path + SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        due = _now_ms() + self.config.file_delete_delay_ms
+        for seg in old:
+            self._schedule_delete(seg, due)
+        for _, path in present:
+            os.replace(path + SWAP_SUFFIX, path)
+        fsync_dir(self.dir)
+        cfg = self.config
+        seg = LogSegment(self.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
+                         max_index_size=cfg.segment_index_bytes)
+        self.segments[i:i + n] = [seg]
+        self._bases = [s.base_offset for s in self.segments]
+        return seg
 
     # ------------------------------------------------------------------ flush and close
 
@@ -1089,6 +1139,81 @@ class Log:
                 continue
             for pos, h in seg.batches(found[0]):
                 yield seg, pos, h
+
+
+def _cleaned_paths(directory: str, base_offset: int) -> list[tuple[str, str]]:
+    """(suffix, final path) of a segment's files, its ``.log`` last (the swap order)."""
+    return [(suffix, os.path.join(directory, segment_file_name(base_offset, suffix)))
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)]
+
+
+def discard_cleaned(directory: str, base_offset: int) -> None:
+    """Remove a cleaned segment's ``.cleaned`` files (a round that did not finish). Never its ``.swap``
+    files: once the ``.log.swap`` exists the old segments may be going, and only :func:`complete_swaps`
+    at the next start may settle it."""
+    for _, path in _cleaned_paths(directory, base_offset):
+        try:
+            os.remove(path + CLEANED_SUFFIX)
+        except FileNotFoundError:
+            pass
+
+
+def complete_swaps(directory: str) -> list[int]:
+    """Finish the cleaner's swaps a crash interrupted (Kafka's rule for ``.swap`` files at start-up): a
+    ``<base>.log.swap`` is a complete cleaned segment, so the segments whose base offsets lie in its offset
+    range (the ones it replaces) go and it takes the name ``<base>.log``; its index files are removed and
+    rebuilt by recovery. Any other ``.swap`` or ``.cleaned`` file is an unfinished cleaning and goes (the
+    caller removes it). Returns the base offsets of the segments swapped in."""
+    swapped = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        stem = name[:-len(LOG_SUFFIX + SWAP_SUFFIX)]
+        if not stem.isdigit():
+            continue
+        base = int(stem)
+        swap_path = os.path.join(directory, name)
+        end = _next_offset_of_file(swap_path, base)
+        for other in os.listdir(directory):
+            o_stem, ext = os.path.splitext(other)
+            if ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and o_stem.isdigit() \
+                    and base <= int(o_stem) < max(end, base + 1):
+                os.remove(os.path.join(directory, other))  # a replaced segment, or the swap's own indexes
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            try:
+                os.remove(os.path.join(directory, segment_file_name(base, suffix)) + SWAP_SUFFIX)
+            except FileNotFoundError:
+                pass
+        os.replace(swap_path, os.path.join(directory, segment_file_name(base, LOG_SUFFIX)))
+        log.warning("Completed the swap of cleaned segment %s interrupted by a stop; the segments it replaces "
+                    "(offsets %d to %d) are removed", swap_path, base, end - 1)
+        swapped.append(base)
+    if swapped:
+        fsync_dir(directory)
+    return swapped
+
+
+def _next_offset_of_file(path: str, base_offset: int) -> int:
+    """The offset after the last whole batch of a segment file (its base offset when it has none)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        nxt = base_offset
+
+        def header_at(pos: int):
+            if pos + RECORD_BATCH_OVERHEAD > size:
+                return None
+            return read_header(os.pread(fd, RECORD_BATCH_OVERHEAD, pos))
+        try:
+            for pos, h in walk_batches(header_at):
+                if pos + h.size > size:
+                    break
+                nxt = h.last_offset + 1
+        except (CorruptMessageError, InvalidRecordError):
+            pass
+        return nxt
+    finally:
+        os.close(fd)
 
 
 def _validate_replicated(data) -> list[BatchHeader]:

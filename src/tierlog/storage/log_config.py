@@ -44,6 +44,11 @@ class LogConfig:
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
     min_insync_replicas: int = 1
+    # The log cleaner (cleanup.policy=compact)
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def from_topic_config(cls, values: Mapping[str, Any]) -> LogConfig:
@@ -74,6 +79,16 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """Age at which the active segment rolls: a compacted log also rolls by max.compaction.lag.ms, so
+        that records never wait in the active segment, which the cleaner does not touch, longer than that."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @property
     def log_append_time(self) -> bool:

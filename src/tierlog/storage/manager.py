@@ -37,6 +37,7 @@ from tierlog.storage.checkpoints import (
     CleanShutdownFile,
     OffsetCheckpointFile,
 )
+from tierlog.storage.cleaner import CleanerConfig, LogCleaner
 from tierlog.storage.failure import LogDirFailureChannel
 from tierlog.storage.log import Log, parse_partition_dir
 from tierlog.storage.log_config import LogConfig
@@ -82,7 +83,8 @@ class LogManager:
     def __init__(self, log_dirs: list[str], config_for: Callable[[str], LogConfig] | None = None, *,
                  retention_check_interval_ms: int = 300000, checkpoint_interval_ms: int = 60000,
                  producer_id_expiration_ms: int = 86400000, failure_channel: LogDirFailureChannel | None = None,
-                 metrics: MetricsRegistry | None = None):
+                 metrics: MetricsRegistry | None = None, cleaner_config: CleanerConfig | None = None,
+                 cleaner_config_source: Callable[[], CleanerConfig] | None = None):
         if not log_dirs:
             raise KafkaStorageError("no log dirs configured (log.dirs)")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -102,6 +104,9 @@ class LogManager:
         self.failure_channel = failure_channel or LogDirFailureChannel()
         self.failure_channel.add_listener(self.handle_log_dir_failure)
         self._unlisted_offline: set[str] = set()  # dirs that failed before their partitions were listed
+        # The log cleaner (compacted topics); its threads start with start_cleaner(), on the event loop.
+        self.cleaner = LogCleaner(cleaner_config or CleanerConfig(enable=False), lambda: self.logs,
+                                  self._dir_of.get, self.log_dirs, metrics, cleaner_config_source)
         self._gauges = None
         if metrics is not None:
             self._gauges = (
@@ -201,7 +206,15 @@ class LogManager:
             causes = "; ".join(f"{d}: {cause}" for d, cause in self.failure_channel.offline_log_dirs.items())
             raise StartupError(f"no log dir can be used ({causes}); fix the folders' permissions or change "
                                f"log.dirs")
+        self.cleaner.load_checkpoints(self.live_log_dirs)
         self.started = True
+
+    def start_cleaner(self) -> None:
+        """Start the cleaner threads (Kafka's LogCleaner.startup), when log.cleaner.enable."""
+        self.cleaner.start()
+
+    async def stop_cleaner(self) -> None:
+        await self.cleaner.stop()
 
     def _load_dir(self, d: str) -> None:
         marker = CleanShutdownFile(d)
@@ -381,6 +394,7 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         tp = (topic, partition)
+        self.cleaner.forget(tp)
         lg = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
         if lg is None:

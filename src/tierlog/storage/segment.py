@@ -29,7 +29,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
-CLEANED_SUFFIX = ".cleaned"  # a segment being rewritten by recovery; removed at start-up if left behind
+CLEANED_SUFFIX = ".cleaned"  # a segment being rewritten (recovery, the cleaner); removed at start-up if left behind
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in (see Log.replace_segments)
 INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 8 << 20  # bytes read at a time when recovery looks for the next valid batch
 _MAGIC_POS = 16  # byte of the magic in a batch header
@@ -315,6 +316,10 @@ class LogSegment:
                 return True
         return (self.offset_index.is_full() or self.time_index.is_full()
                 or last_offset - self.base_offset > INT32_MAX)
+
+    def first_batch_timestamp(self) -> int | None:
+        """The max timestamp of the first batch (Kafka's getFirstBatchTimestamp), None when empty."""
+        return self._first_batch_timestamp()
 
     def _first_batch_timestamp(self) -> int | None:
         h = self.read_header_at(0)

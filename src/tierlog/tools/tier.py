@@ -118,6 +118,11 @@ def _call(base_url: str, path: str, params: dict, method: str = "GET", timeout: 
             from None
 
 
+def fetch_cleaner_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
+    """The log cleaner's state of the compacted partitions the broker hosts (``/v1/cleaner/status``)."""
+    return _call(base_url, "/v1/cleaner/status", {"topic": topic}, timeout=timeout)
+
+
 def fetch_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
     return _call(base_url, "/v1/tier/status", {"topic": topic}, timeout=timeout)
 
