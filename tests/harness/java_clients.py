@@ -9,45 +9,18 @@ Used by the single-node rebootstrap tests (tests/client) and the cluster ones (t
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
-from tests.harness.apache_kafka import kafka_peer_module
-from tests.harness.prerequisites import unavailable
+from tests.harness.java_programs import java_program_command
 
 SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
 
 
 def rebootstrap_client_command() -> list[str]:
     """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
-    peer = kafka_peer_module
-    missing = peer.missing_prerequisites() + ([] if shutil.which("javac") else ["javac (a JDK)"])
-    if missing:
-        unavailable("Kafka's Java client", "missing " + ", ".join(missing))
-    try:
-        classpath = peer.classpath()
-    except peer.KafkaPeerError as e:
-        unavailable("Kafka's Java client", str(e))
-    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    classes = peer.cache_dir() / f"rebootstrap-client-{digest}"
-    if not (classes / "RebootstrapClient.class").exists():
-        staging = Path(tempfile.mkdtemp(prefix="rebootstrap-client-", dir=peer.cache_dir()))
-        proc = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(SOURCE)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-        try:
-            staging.rename(classes)
-        except OSError:  # compiled meanwhile by another process
-            shutil.rmtree(staging, ignore_errors=True)
-    cmd = peer.java_command("RebootstrapClient")
-    cp = cmd.index("-cp") + 1
-    cmd[cp] = f"{classes}{os.pathsep}{cmd[cp]}"
-    return cmd
+    return java_program_command(SOURCE, "RebootstrapClient")
 
 
 class JavaClients:
