@@ -3,7 +3,12 @@ a shard gives its managers, and the parts a manager is built from."""
 
 from __future__ import annotations
 
-from tierlog.coordinator import CoordinatorConfig, KeyedTimer
+import os
+from collections.abc import Mapping
+
+from tierlog.coordinator import OFFSETS_TOPIC, CoordinatorConfig, KeyedTimer
+from tierlog.errors import TopicAlreadyExistsError
+from tierlog.storage import Log, LogConfig
 
 
 class Clock:
@@ -65,3 +70,50 @@ class ManagerParts:
     def advance(self, ms: int = 0) -> None:
         self.clock.now += ms
         self.timer.poll()
+
+
+class LocalTopicLog:
+    """An :class:`~tierlog.coordinator.OffsetsTopicLog` made of real logs in a folder: ``__consumer_offsets``, or
+    ``topic`` (``__transaction_state``); ``brokers`` > 1 keeps the configured replication factor."""
+
+    def __init__(self, root: str, brokers: int = 1, topic: str = OFFSETS_TOPIC) -> None:
+        self.root = root
+        self.topic = topic
+        self.brokers = brokers
+        self.logs: dict[int, Log] = {}
+        self.created: tuple | None = None
+        if os.path.isdir(root):
+            for name in sorted(os.listdir(root)):
+                p = int(name.rpartition("-")[2])
+                self.logs[p] = Log.open(os.path.join(root, name), topic, p, LogConfig())
+
+    def partition_count(self, topic: str) -> int | None:
+        assert topic == self.topic
+        return len(self.logs) if self.logs else None
+
+    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
+        return configured if self.brokers > 1 else 1
+
+    def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
+                     configs: Mapping[str, str]) -> None:
+        if self.logs:
+            raise TopicAlreadyExistsError(f"Topic '{topic}' already exists.")
+        self.created = (topic, num_partitions, replication_factor, dict(configs))
+        for p in range(num_partitions):
+            self.logs[p] = Log.open(os.path.join(self.root, f"{topic}-{p}"), topic, p, LogConfig())
+
+    def append(self, topic: str, partition: int, records: bytes) -> None:
+        self.logs[partition].append_as_leader(records)
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        return self.logs[partition].log_start_offset
+
+    def log_end_offset(self, topic: str, partition: int) -> int:
+        return self.logs[partition].log_end_offset
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
+        return self.logs[partition].read(offset, max_bytes, isolation="log_end").read()
+
+    def close(self) -> None:
+        for lg in self.logs.values():
+            lg.close()

@@ -8,8 +8,6 @@ made of :class:`tierlog.storage.Log` objects.
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Mapping
 
 import pytest
 
@@ -29,11 +27,9 @@ from tierlog.errors import (
     KafkaStorageError,
     NonEmptyGroupError,
     NotCoordinatorError,
-    TopicAlreadyExistsError,
 )
-from tierlog.storage import Log, LogConfig
 
-from .support import Answer, Clock
+from .support import Answer, Clock, LocalTopicLog
 
 PARTITIONS = 5
 NOT_COORDINATOR = NotCoordinatorError.code
@@ -222,53 +218,10 @@ def test_a_partition_that_fails_to_load_leaves_the_others_serving(env):
 
 # ------------------------------------------------------------------ over real logs
 
-class LocalOffsetsTopic:
-    """An :class:`~tierlog.coordinator.OffsetsTopicLog` made of real logs in a folder."""
-
-    def __init__(self, root: str, brokers: int = 1) -> None:
-        self.root = root
-        self.brokers = brokers
-        self.logs: dict[int, Log] = {}
-        self.created: tuple | None = None
-        if os.path.isdir(root):
-            for name in sorted(os.listdir(root)):
-                p = int(name.rpartition("-")[2])
-                self.logs[p] = Log.open(os.path.join(root, name), OFFSETS_TOPIC, p, LogConfig())
-
-    def partition_count(self, topic: str) -> int | None:
-        assert topic == OFFSETS_TOPIC
-        return len(self.logs) if self.logs else None
-
-    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
-        return configured if self.brokers > 1 else 1
-
-    def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
-                     configs: Mapping[str, str]) -> None:
-        if self.logs:
-            raise TopicAlreadyExistsError(f"Topic '{topic}' already exists.")
-        self.created = (topic, num_partitions, replication_factor, dict(configs))
-        for p in range(num_partitions):
-            self.logs[p] = Log.open(os.path.join(self.root, f"{topic}-{p}"), topic, p, LogConfig())
-
-    def append(self, topic: str, partition: int, records: bytes) -> None:
-        self.logs[partition].append_as_leader(records)
-
-    def log_start_offset(self, topic: str, partition: int) -> int:
-        return self.logs[partition].log_start_offset
-
-    def log_end_offset(self, topic: str, partition: int) -> int:
-        return self.logs[partition].log_end_offset
-
-    def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
-        return self.logs[partition].read(offset, max_bytes, isolation="log_end").read()
-
-    def close(self) -> None:
-        for lg in self.logs.values():
-            lg.close()
 
 
 def test_offsets_topic_store_creates_the_topic_as_kafka_does(tmp_path):
-    topic = LocalOffsetsTopic(str(tmp_path / "logs"), brokers=1)
+    topic = LocalTopicLog(str(tmp_path / "logs"), brokers=1)
     store = OffsetsTopicStore(topic, num_partitions=PARTITIONS, replication_factor=3, segment_bytes=1 << 20)
     assert not store.exists() and store.num_partitions() == PARTITIONS
     assert list(store.read_partition(0)) == []
@@ -284,7 +237,7 @@ def test_offsets_topic_store_creates_the_topic_as_kafka_does(tmp_path):
 def test_partitions_load_from_real_logs_and_survive_a_restart(tmp_path, monkeypatch):
     monkeypatch.setattr(storage_module, "_LOAD_READ_BYTES", 256)  # several reads per partition
     root = str(tmp_path / "logs")
-    topic = LocalOffsetsTopic(root)
+    topic = LocalTopicLog(root)
     env = Env(OffsetsTopicStore(topic, num_partitions=PARTITIONS, replication_factor=1))
     leader, ids, generation = populate(env)
     for i in range(20):
@@ -299,7 +252,7 @@ def test_partitions_load_from_real_logs_and_survive_a_restart(tmp_path, monkeypa
 
     # A new coordinator on the reopened logs holds the same state.
     topic.close()
-    restarted = Env(OffsetsTopicStore(LocalOffsetsTopic(root), num_partitions=PARTITIONS, replication_factor=1))
+    restarted = Env(OffsetsTopicStore(LocalTopicLog(root), num_partitions=PARTITIONS, replication_factor=1))
     restarted.clock.now = env.clock.now
     assert restarted.state(1) == before
     assert restarted.coord.committed(SIMPLE, "t", 3).offset == 119

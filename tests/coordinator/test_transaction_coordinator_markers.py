@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.coordinator.test_partition_load import LocalOffsetsTopic
 from tierlog.coordinator.transaction_coordinator import TransactionConfig, TransactionCoordinator, TransactionStateStore
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, TxnState
 
+from .support import LocalTopicLog
+
 NONE, INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS = 0, 48, 51
-
-
-class TxnStateTopic(LocalOffsetsTopic):
-    def partition_count(self, topic: str) -> int | None:
-        assert topic == TXN_STATE_TOPIC
-        return len(self.logs) if self.logs else None
 
 
 def test_requests_while_the_markers_are_in_flight(tmp_path):
@@ -37,7 +32,7 @@ def test_requests_while_the_markers_are_in_flight(tmp_path):
         async def allocate():
             return next(pids)
 
-        topic = TxnStateTopic(str(tmp_path / "logs"))
+        topic = LocalTopicLog(str(tmp_path / "logs"), topic=TXN_STATE_TOPIC)
         config = TransactionConfig(num_partitions=1, replication_factor=1, min_isr=1)
         coordinator = TransactionCoordinator(config, TransactionStateStore(topic, config),
                                              allocate_producer_id=allocate, write_markers=write_markers)

@@ -7,69 +7,28 @@ timeout timer sees only led partitions."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Mapping
 
 import pytest
 
 from tierlog.coordinator.transaction_coordinator import TransactionConfig, TransactionCoordinator, TransactionStateStore
-from tierlog.coordinator.transaction_log import TxnState, partition_for
+from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, TxnState, partition_for
 from tierlog.errors import (
     NO_ERROR,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
-    TopicAlreadyExistsError,
 )
-from tierlog.storage import Log, LogConfig
 
-from .support import Clock
+from .support import Clock, LocalTopicLog
 
 PARTITIONS = 4
 NOT_COORDINATOR = NotCoordinatorError.code
-
-
-class SharedLogs:
-    """``__transaction_state`` on real logs, the same ones for both coordinators."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self.logs: dict[int, Log] = {}
-
-    def partition_count(self, topic: str) -> int | None:
-        return len(self.logs) if self.logs else None
-
-    def internal_topic_replication_factor(self, topic: str, setting: str, configured: int) -> int:
-        return configured
-
-    def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
-                     configs: Mapping[str, str]) -> None:
-        if self.logs:
-            raise TopicAlreadyExistsError(topic)
-        for p in range(num_partitions):
-            self.logs[p] = Log.open(os.path.join(self.root, f"{topic}-{p}"), topic, p, LogConfig())
-
-    def append(self, topic: str, partition: int, records: bytes) -> None:
-        self.logs[partition].append_as_leader(records)
-
-    def log_start_offset(self, topic: str, partition: int) -> int:
-        return self.logs[partition].log_start_offset
-
-    def log_end_offset(self, topic: str, partition: int) -> int:
-        return self.logs[partition].log_end_offset
-
-    def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
-        return self.logs[partition].read(offset, max_bytes, isolation="log_end").read()
-
-    def close(self) -> None:
-        for lg in self.logs.values():
-            lg.close()
 
 
 class Broker:
     """One coordinator: what it leads, the epochs it marks with, the markers it was asked for (held until
     ``markers_released``) and state writes that can be held (``writes_held``) or refused (``write_error``)."""
 
-    def __init__(self, logs: SharedLogs, clock: Clock, led: set[int], epoch: int) -> None:
+    def __init__(self, logs: LocalTopicLog, clock: Clock, led: set[int], epoch: int) -> None:
         config = TransactionConfig(num_partitions=PARTITIONS, replication_factor=1, min_isr=1, abort_interval_ms=10**9,
                                    remove_interval_ms=10**9)
         self.led = led
@@ -102,7 +61,7 @@ class Broker:
 
 @pytest.fixture
 def logs(tmp_path):
-    shared = SharedLogs(str(tmp_path))
+    shared = LocalTopicLog(str(tmp_path), brokers=3, topic=TXN_STATE_TOPIC)
     yield shared
     shared.close()
 
