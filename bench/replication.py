@@ -258,16 +258,7 @@ class PerfTools:
         out = self.run("ProducerPerformance", "--topic", topic, "--num-records", records, "--record-size",
                        record_bytes, "--throughput", throughput, "--producer-props",
                        f"bootstrap.servers={bootstrap}", "acks=all", *props)
-        summaries = list(vk.PRODUCER_SUMMARY.finditer(out))
-        if not summaries:
-            raise RuntimeError(f"no ProducerPerformance summary in:\n{out[-3000:]}")
-        m = summaries[-1]
-        if int(m["records"]) != records:
-            raise RuntimeError(f"ProducerPerformance sent {m['records']} of {records} records:\n{out[-3000:]}")
-        rps = float(m["rps"])
-        return {"mb_s": rps * record_bytes / MIB, "records_s": rps, "mb": records * record_bytes / MIB,
-                "p50_ms": float(m["p50"]), "p99_ms": float(m["p99"]), "p999_ms": float(m["p999"]),
-                "max_ms": float(m["max"]), "summary": m[0]}
+        return vk.producer_summary(out, records, record_bytes)
 
     def consume(self, bootstrap: str, topic: str, records: int, timeout_ms: int = 30000) -> dict:
         out = self.run("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic, "--messages",

@@ -41,15 +41,7 @@ def transactional_produce(bootstrap: str, topic: str, records: int, record_bytes
                        record_bytes, "--throughput", -1, "--transactional-id", f"perf-{uuid.uuid4().hex[:8]}",
                        "--transaction-duration-ms", duration_ms,
                        "--producer-props", f"bootstrap.servers={bootstrap}", timeout=600)
-    summaries = list(vs.PRODUCER_SUMMARY.finditer(out))
-    if not summaries:
-        raise RuntimeError(f"no ProducerPerformance summary in:\n{out[-3000:]}")
-    m = summaries[-1]
-    if int(m["records"]) != records:
-        raise RuntimeError(f"ProducerPerformance sent {m['records']} of {records} records:\n{out[-3000:]}")
-    rps = float(m["rps"])
-    return {"records_s": rps, "mb_s": rps * record_bytes / vs.MIB, "mb": records * record_bytes / vs.MIB,
-            "p50_ms": float(m["p50"]), "p99_ms": float(m["p99"])}
+    return vs.producer_summary(out, records, record_bytes)
 
 
 def committed_offsets(bootstrap: str, topic: str) -> tuple[int, int]:

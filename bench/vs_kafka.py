@@ -232,7 +232,13 @@ def produce(bootstrap: str, topic: str, records: int, record_bytes: int, acks: s
     out = perf_tool("ProducerPerformance", "--topic", topic, "--num-records", records, "--record-size",
                     record_bytes, "--throughput", throughput, "--producer-props", f"bootstrap.servers={bootstrap}",
                     f"acks={acks}", timeout=300)
-    summaries = [m for m in PRODUCER_SUMMARY.finditer(out)]
+    return producer_summary(out, records, record_bytes)
+
+
+def producer_summary(out: str, records: int, record_bytes: int) -> dict:
+    """The figures of ProducerPerformance's final summary line in ``out``; raises when it is missing or
+    counts fewer records than were asked for."""
+    summaries = list(PRODUCER_SUMMARY.finditer(out))
     if not summaries:
         raise RuntimeError(f"no ProducerPerformance summary in:\n{out[-3000:]}")
     m = summaries[-1]
@@ -240,9 +246,8 @@ def produce(bootstrap: str, topic: str, records: int, record_bytes: int, acks: s
         raise RuntimeError(f"ProducerPerformance sent {m['records']} of {records} records:\n{out[-3000:]}")
     rps = float(m["rps"])
     return {"records_s": rps, "mb_s": rps * record_bytes / MIB, "mb": records * record_bytes / MIB,
-            "avg_ms": float(m["avg"]),
-            "p50_ms": float(m["p50"]), "p99_ms": float(m["p99"]), "p999_ms": float(m["p999"]),
-            "max_ms": float(m["max"])}
+            "avg_ms": float(m["avg"]), "p50_ms": float(m["p50"]), "p99_ms": float(m["p99"]),
+            "p999_ms": float(m["p999"]), "max_ms": float(m["max"]), "summary": m[0]}
 
 
 def consume(bootstrap: str, topic: str, records: int) -> dict:
