@@ -51,8 +51,11 @@ def rewind(consumer: Consumer) -> None:
 def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str, gate_dir: str) -> int:
     gate = Path(gate_dir)
     gated = set((gate / "values").read_text().split()) if (gate / "values").exists() else set()
+    # A static member (KIP-345): a processor started again after a crash takes its predecessor's place at once
+    # rather than after the predecessor's session times out.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "group.instance.id": transactional_id})
     debug = {"debug": os.environ["PROCESSOR_DEBUG"]} if os.environ.get("PROCESSOR_DEBUG") else {}
     # metadata.recovery.strategy=none: when its only broker goes away, librdkafka 2.16's re-bootstrap (KIP-899)
     # decommissions the broker a pending group-coordinator request waits on, and send_offsets_to_transaction

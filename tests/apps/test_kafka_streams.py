@@ -60,8 +60,10 @@ class WordCount:
     def __init__(self, classpath: str, bootstrap: str, app_id: str, source: str, sink: str, work: Path):
         self.gate = work / "gate"
         self.gate.mkdir(parents=True, exist_ok=True)
+        # A static member (KIP-345), so an instance started again after a crash takes its predecessor's place
+        # at once rather than after the predecessor's session times out.
         argv = java_argv(classpath, "WordCount", bootstrap, app_id, source, sink, str(work / "state"), "gate",
-                         str(self.gate))
+                         str(self.gate), f"main.consumer.group.instance.id={app_id}-instance")
         self.app = JavaApp(argv, work / "wordcount.log")
         self.app.wait_for_line("STATE RUNNING")
 
