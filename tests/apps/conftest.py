@@ -1,13 +1,16 @@
 """Fixtures of the application suite: a tierlog broker per module (the fault tests SIGKILL and restart it on
 its log dir, so later tests of the module find it running again), Kafka Streams' and Connect's classpath
 (compiled once per source hash), and the sweep of the application processes a failed test left behind.
-Apache Kafka 4.1 is the plugin's session ``kafka_peer``."""
+Every test runs on ``crashable``, by its ``target`` parameter: tierlog's broker, or the reference, a one-node
+Kafka 4.1 KRaft cluster for the session (whose node keeps its port and log dir across a SIGKILL)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from tests.harness.apache_kafka import SHARED_SETTINGS
+from tests.harness.apache_kafka import SHARED_SETTINGS, start_kafka_kraft_cluster
 from tests.harness.apps import JavaApp, apps_classpath
 from tests.harness.broker import BrokerProcess
 
@@ -30,3 +33,26 @@ def tierlog(tmp_path_factory):
 def _no_stray_apps():
     yield
     JavaApp.kill_running()
+
+
+@pytest.fixture(scope="session")
+def kafka_restartable(kafka_jars, tmp_path_factory):
+    cluster = start_kafka_kraft_cluster(tmp_path_factory.mktemp("apps-kafka"), brokers=1, settings=SHARED_SETTINGS)
+    yield cluster
+    cluster.stop()
+
+
+def _kill_and_start(cluster) -> None:
+    cluster.kill(1)
+    cluster.start([1])
+
+
+@pytest.fixture
+def crashable(request, target):
+    """The broker of a fault test: ``bootstrap``, and ``sigkill_restart()`` (SIGKILL, start on the same port and
+    log dir, return once it answers)."""
+    if target == "tierlog":
+        b = request.getfixturevalue("tierlog")
+        return SimpleNamespace(bootstrap=b.bootstrap, sigkill_restart=lambda: b.restart(clean=False))
+    cluster = request.getfixturevalue("kafka_restartable")
+    return SimpleNamespace(bootstrap=cluster.bootstrap, sigkill_restart=lambda: _kill_and_start(cluster))

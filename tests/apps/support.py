@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.harness.rawclient import raw_client
 from tierlog.protocol import ApiKey
@@ -14,11 +14,25 @@ from tierlog.protocol import ApiKey
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 
+class NotYet(Exception):
+    """A broker's answer that asks to come back later (a coordinator still loading after a restart)."""
+
+
+#: What a broker restarted a moment ago may answer: a refused connection, a partition without its leader yet.
+TRANSIENT = (KafkaException, OSError, NotYet)
+
+
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``predicate`` until it returns something true; that value (an AssertionError naming ``what``)."""
+    """Poll ``predicate`` until it returns something true; that value (an AssertionError naming ``what``).
+    A transient error counts as not yet, until the time is up."""
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except TRANSIENT:
+            if time.monotonic() > deadline:
+                raise
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -64,7 +78,8 @@ def open_transactions(bootstrap: str, pattern: str = "") -> list[tuple[str, str]
     (ListTransactions v0, which both brokers answer)."""
     with raw_client(bootstrap) as raw:
         r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": OPEN_STATES, "producer_id_filters": []})
-    assert r.error_code == 0, r
+    if r.error_code != 0:
+        raise NotYet(f"ListTransactions: error {r.error_code}")
     return [(t.transactional_id, t.transaction_state) for t in r.transaction_states
             if t.transactional_id.startswith(pattern)]
 

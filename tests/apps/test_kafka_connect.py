@@ -1,7 +1,7 @@
 """Kafka Connect 4.1's distributed worker with exactly.once.source.support=enabled against tierlog and Apache
 Kafka 4.1: a FileStreamSource connector with exactly.once.support=required copies the lines of a file to a
-topic in transactions; a read_committed consumer must see every line once, in order. On tierlog, the broker
-is SIGKILLed while a task's transaction is open (GateInterceptor.java holds the producer's network thread
+topic in transactions; a read_committed consumer must see every line once, in order. The broker is
+SIGKILLed while a task's transaction is open (GateInterceptor.java holds the producer's network thread
 once a chosen line is acknowledged) and restarted on its log dir; the rest of the file is appended and each
 line must still appear exactly once."""
 
@@ -110,8 +110,8 @@ def wait_for_lines(bootstrap: str, topic: str, expected: list[str], timeout: flo
 
 
 @pytest.mark.parametrize("target", ["tierlog", "kafka"])
-def test_file_source_exactly_once(request, target, app_classpath, tmp_path):
-    bootstrap = request.getfixturevalue("tierlog" if target == "tierlog" else "kafka_peer").bootstrap
+def test_file_source_exactly_once(crashable, app_classpath, tmp_path):
+    bootstrap = crashable.bootstrap
     worker = Worker(app_classpath, bootstrap, tmp_path)
     file, topic = tmp_path / "source.txt", unique("file-src")
     append(file, lines(0, 200))
@@ -124,8 +124,9 @@ def test_file_source_exactly_once(request, target, app_classpath, tmp_path):
     worker.app.stop()
 
 
-def test_file_source_across_broker_kill(tierlog, app_classpath, tmp_path):
-    bootstrap = tierlog.bootstrap
+@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+def test_file_source_across_broker_kill(crashable, app_classpath, tmp_path):
+    bootstrap = crashable.bootstrap
     file, topic = tmp_path / "source.txt", unique("file-src")
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -140,7 +141,7 @@ def test_file_source_across_broker_kill(tierlog, app_classpath, tmp_path):
     with raw_client(bootstrap) as raw:
         (p,) = partitions(bootstrap, topic)
         assert list_offset(raw, topic, 1, p) < list_offset(raw, topic, 0, p)
-    tierlog.restart(clean=False)
+    crashable.sigkill_restart()
     (gate / "release").write_text("")
     append(file, lines(200, 300))
     # A task whose transaction could not complete fails; an operator restarts it (the REST API), and it

@@ -1,7 +1,7 @@
 """A consume-transform-produce processor on confluent-kafka (tests/apps/processor.py), exactly once against
 tierlog and Apache Kafka 4.1: the processor SIGKILLed with a transaction open and started again (its
-successor fences it and the open transaction is aborted), and on tierlog the broker SIGKILLed with the
-processor's transaction open and restarted on its log dir. The committed output holds each input record
+successor fences it and the open transaction is aborted), and the broker SIGKILLed with the processor's
+transaction open and restarted on its log dir. The committed output holds each input record
 transformed exactly once, in order; read_uncommitted also shows the aborted attempt."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 120) -> N
 def check_output(bootstrap: str, source: str, sink: str, group: str, expected: dict[int, list[bytes]]) -> dict:
     """Wait until the group committed all input and no transaction is open, then the committed output must be
     exactly ``expected``; the read_uncommitted view returned."""
-    ends = end_offsets(bootstrap, source)
+    ends = wait_until(lambda: end_offsets(bootstrap, source), 60, f"the end offsets of {source}")
     wait_until(lambda: committed(bootstrap, group, source) == ends, 180, f"{group} committed {ends}")
     wait_until(lambda: not open_transactions(bootstrap, group), 120, "no open transaction")
     got = read_to_end(bootstrap, sink, READ_COMMITTED)
@@ -77,10 +77,10 @@ def names():
 
 
 @pytest.mark.parametrize("target", ["tierlog", "kafka"])
-def test_processor_killed_mid_transaction(request, target, tmp_path, processors):
+def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
     """SIGKILL the processor with a transaction open (its output of rec-00100 in the log), start another:
     the open transaction is aborted, the input after the committed offsets processed again, exactly once."""
-    bootstrap = request.getfixturevalue("tierlog" if target == "tierlog" else "kafka_peer").bootstrap
+    bootstrap = crashable.bootstrap
     source, sink, group, tid = names()
     for t in (source, sink):
         create_topic(bootstrap, t, PARTITIONS)
@@ -102,10 +102,11 @@ def test_processor_killed_mid_transaction(request, target, tmp_path, processors)
     assert [v for _, v in uncommitted[0]].count(b"REC-00100") == 2
 
 
-def test_processor_across_broker_kill(tierlog, tmp_path, processors):
-    """SIGKILL tierlog with the processor's transaction open (rec-00250's output in the log), restart it on
+@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+def test_processor_across_broker_kill(crashable, tmp_path, processors):
+    """SIGKILL the broker with the processor's transaction open (rec-00250's output in the log), restart it on
     its log dir, let the processor go on: still exactly once."""
-    bootstrap = tierlog.bootstrap
+    bootstrap = crashable.bootstrap
     source, sink, group, tid = names()
     for t in (source, sink):
         create_topic(bootstrap, t, PARTITIONS)
@@ -117,7 +118,7 @@ def test_processor_across_broker_kill(tierlog, tmp_path, processors):
     processors.append(proc)
     wait_for_file(gate / "held-rec-00250", proc.proc)
     assert open_transactions(bootstrap, tid) == [(tid, "Ongoing")]
-    tierlog.restart(clean=False)
+    crashable.sigkill_restart()
     (gate / "release-rec-00250").write_text("")
     check_output(bootstrap, source, sink, group, expected)
     assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
