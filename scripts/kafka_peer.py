@@ -8,6 +8,8 @@ release with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing f
 repository. The jars are copied by Maven into a cache folder per release outside it
 (``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_43_CACHE`` and
 ``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that folder.
+Kafka 4.1's applications (Kafka Streams, Connect's runtime and its file connectors), which tests/apps runs,
+are a third set resolved the same way into 4.1's folder (``apps/``: ``resolve_apps``, ``apps_classpath``).
 
 Command line::
 
@@ -855,8 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("classpath", help="resolve Kafka if needed and print its classpath")
-    sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)} and {ZK_KAFKA_VERSION} (ZooKeeper "
-                                   f"mode) if needed (Maven output shown) and print their cache folders")
+    sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)}, {ZK_KAFKA_VERSION} (ZooKeeper "
+                                   f"mode) and {KAFKA_VERSION}'s Streams and Connect if needed (Maven output "
+                                   f"shown) and print their cache folders")
     tool = sub.add_parser("tool", help="run a Kafka command-line class", prefix_chars="\0")
     tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(TOOLS)) + ") or a full class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
