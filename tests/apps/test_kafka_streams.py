@@ -100,9 +100,11 @@ def hold_transaction(bootstrap: str, wc: WordCount, app_id: str, sink: str) -> N
     def open_and_lagging() -> bool:
         if [state for _, state in open_transactions(bootstrap, app_id)] != ["Ongoing"]:
             return False
+        if "gate" not in sequences(read_to_end(bootstrap, sink, READ_UNCOMMITTED)):
+            return False
         with raw_client(bootstrap) as raw:
             return any(list_offset(raw, sink, 1, p) < list_offset(raw, sink, 0, p) for p in partitions(bootstrap, sink))
-    wait_until(open_and_lagging, 60, "an open transaction, its output past the last stable offset")
+    wait_until(open_and_lagging, 60, "an open transaction, the count of gate in the log past the last stable offset")
 
 
 @pytest.mark.parametrize("target", ["tierlog", "kafka"])
