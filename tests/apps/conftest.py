@@ -12,7 +12,7 @@ import pytest
 
 from tests.harness.apache_kafka import SHARED_SETTINGS, start_kafka_kraft_cluster
 from tests.harness.apps import JavaApp, apps_classpath
-from tests.harness.broker import BrokerProcess
+from tests.harness.broker import BrokerProcess, log_lines
 
 
 @pytest.fixture(scope="session")
@@ -22,11 +22,16 @@ def app_classpath() -> str:
 
 @pytest.fixture(scope="module")
 def tierlog(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("apps-tierlog") / "logs", dict(SHARED_SETTINGS)).start()
+    folder = tmp_path_factory.mktemp("apps-tierlog")
+    b = BrokerProcess(folder / "logs", dict(SHARED_SETTINGS)).start()
     BrokerProcess.shared.add(b)  # tests reach it through request.getfixturevalue, after the stray sweep began
     yield b
     BrokerProcess.shared.discard(b)
     b.stop()
+    (folder / "broker.log").write_text("".join(b.output))  # every start's output, SIGKILLs included
+    # Applications recovering from a crash are the broker's everyday work, not an error.
+    errors = [m.group(0) for m in log_lines(b.output, "ERROR") + log_lines(b.output, "CRITICAL")]
+    assert not errors, "\n".join(errors[:20])
 
 
 @pytest.fixture(autouse=True)
