@@ -24,9 +24,11 @@ from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, list_of
 class Worker:
     """One ConnectDistributed JVM with its REST API on a free 127.0.0.1 port."""
 
-    def __init__(self, classpath: str, bootstrap: str, work: Path, gate: dict | None = None):
+    def __init__(self, classpath: str, bootstrap: str, work: Path, gate: dict | None = None, group: str | None = None):
+        """``group``: the Connect cluster to join (its internal topics are named after it), else a new one."""
+        work.mkdir(parents=True, exist_ok=True)
         self.port = kafka_peer_module.free_port()
-        self.group = unique("connect")
+        self.group = group or unique("connect")
         settings = {
             "bootstrap.servers": bootstrap, "group.id": self.group,
             "key.converter": "org.apache.kafka.connect.storage.StringConverter",
@@ -158,3 +160,32 @@ def test_file_source_across_broker_kill(crashable, app_classpath, tmp_path):
     assert set(uncommitted) == set(lines(0, 300))
     print(f"task restarts: {len(restarted)}; read_uncommitted saw {len(uncommitted) - 300} aborted records")
     worker.app.stop()
+
+
+@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path):
+    """The worker and the broker both SIGKILLed with the task's transaction open; the broker restarted, then a
+    new worker of the same Connect cluster: the new task fences its predecessor's transactional id (the open
+    transaction aborted: read_uncommitted still shows its lines), resumes from the offsets committed with the
+    last transaction, and every line is committed once."""
+    bootstrap = crashable.bootstrap
+    file, topic = tmp_path / "source.txt", unique("file-src")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    held = {"gate.dir": gate, "gate.topic": topic, "gate.value": "line-00150"}
+    worker = Worker(app_classpath, bootstrap, tmp_path / "first", gate=held)
+    append(file, lines(0, 100))
+    worker.create_source("file-source", file, topic)
+    wait_for_lines(bootstrap, topic, lines(0, 100))
+    append(file, lines(100, 200))
+    wait_until(lambda: (gate / "held").exists(), 180, "line-00150 acknowledged and held")
+    assert [state for _, state in open_transactions(bootstrap, worker.group)] == ["Ongoing"]
+    worker.app.kill()
+    crashable.sigkill_restart()
+    (gate / "release").write_text("")
+    second = Worker(app_classpath, bootstrap, tmp_path / "second", gate=held, group=worker.group)
+    second.wait_task_running("file-source")
+    append(file, lines(200, 300))
+    wait_for_lines(bootstrap, topic, lines(0, 300))
+    assert committed_values(bootstrap, topic, READ_UNCOMMITTED).count("line-00150") == 2
+    second.app.stop()
