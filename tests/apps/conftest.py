@@ -14,6 +14,10 @@ from tests.harness.apache_kafka import SHARED_SETTINGS, start_kafka_kraft_cluste
 from tests.harness.apps import JavaApp, apps_classpath
 from tests.harness.broker import BrokerProcess, log_lines
 
+#: Both brokers: Kafka's single-node settings, and timed-out transactions looked for every second (rather than
+#: every 10 s), so a test whose held transaction must time out waits less.
+SETTINGS = {**SHARED_SETTINGS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+
 
 @pytest.fixture(scope="session")
 def app_classpath() -> str:
@@ -23,7 +27,7 @@ def app_classpath() -> str:
 @pytest.fixture(scope="module")
 def tierlog(tmp_path_factory):
     folder = tmp_path_factory.mktemp("apps-tierlog")
-    b = BrokerProcess(folder / "logs", dict(SHARED_SETTINGS)).start()
+    b = BrokerProcess(folder / "logs", dict(SETTINGS)).start()
     BrokerProcess.shared.add(b)  # tests reach it through request.getfixturevalue, after the stray sweep began
     yield b
     BrokerProcess.shared.discard(b)
@@ -42,7 +46,7 @@ def _no_stray_apps():
 
 @pytest.fixture(scope="session")
 def kafka_restartable(kafka_jars, tmp_path_factory):
-    cluster = start_kafka_kraft_cluster(tmp_path_factory.mktemp("apps-kafka"), brokers=1, settings=SHARED_SETTINGS)
+    cluster = start_kafka_kraft_cluster(tmp_path_factory.mktemp("apps-kafka"), brokers=1, settings=SETTINGS)
     yield cluster
     cluster.stop()
 

@@ -43,9 +43,12 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
 def partitions(bootstrap: str, topic: str) -> list[int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "apps-metadata"})
     try:
-        return sorted(c.list_topics(topic, timeout=30).topics[topic].partitions)
+        found = sorted(c.list_topics(topic, timeout=30).topics[topic].partitions)
     finally:
         c.close()
+    if not found:  # an application creates it a moment later
+        raise NotYet(f"no topic {topic} yet")
+    return found
 
 
 def read_to_end(bootstrap: str, topic: str, isolation: str, timeout: float = 90) -> dict[int, list[tuple]]:

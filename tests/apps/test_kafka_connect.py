@@ -24,12 +24,14 @@ from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, list_of
 class Worker:
     """One ConnectDistributed JVM with its REST API on a free 127.0.0.1 port."""
 
-    def __init__(self, classpath: str, bootstrap: str, work: Path, gate: dict | None = None, group: str | None = None):
-        """``group``: the Connect cluster to join (its internal topics are named after it), else a new one."""
+    def __init__(self, classpath: str, bootstrap: str, work: Path, gate: dict | None = None, group: str | None = None,
+                 settings: dict | None = None):
+        """``group``: the Connect cluster to join (its internal topics are named after it), else a new one;
+        ``settings``: more worker settings."""
         work.mkdir(parents=True, exist_ok=True)
         self.port = kafka_peer_module.free_port()
         self.group = group or unique("connect")
-        settings = {
+        extra, settings = settings or {}, {
             "bootstrap.servers": bootstrap, "group.id": self.group,
             "key.converter": "org.apache.kafka.connect.storage.StringConverter",
             "value.converter": "org.apache.kafka.connect.storage.StringConverter",
@@ -43,6 +45,7 @@ class Worker:
         }
         if gate is not None:
             settings["producer.interceptor.classes"] = "GateInterceptor"
+        settings.update(extra)
         config = work / "worker.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         argv = java_argv(classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(config),
@@ -173,7 +176,10 @@ def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path
     gate = tmp_path / "gate"
     gate.mkdir()
     held = {"gate.dir": gate, "gate.topic": topic, "gate.value": "line-00150"}
-    worker = Worker(app_classpath, bootstrap, tmp_path / "first", gate=held)
+    # A new worker reads the offsets topic read_committed before its task can fence the old one, so it waits
+    # for the held transaction to time out: 15 s rather than Connect's 60 s.
+    short = {"producer.transaction.timeout.ms": "15000"}
+    worker = Worker(app_classpath, bootstrap, tmp_path / "first", gate=held, settings=short)
     append(file, lines(0, 100))
     worker.create_source("file-source", file, topic)
     wait_for_lines(bootstrap, topic, lines(0, 100))
@@ -183,7 +189,7 @@ def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path
     worker.app.kill()
     crashable.sigkill_restart()
     (gate / "release").write_text("")
-    second = Worker(app_classpath, bootstrap, tmp_path / "second", gate=held, group=worker.group)
+    second = Worker(app_classpath, bootstrap, tmp_path / "second", gate=held, group=worker.group, settings=short)
     second.wait_task_running("file-source")
     append(file, lines(200, 300))
     wait_for_lines(bootstrap, topic, lines(0, 300))
