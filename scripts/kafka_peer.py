@@ -8,10 +8,12 @@ release with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing f
 repository. The jars are copied by Maven into a cache folder per release outside it
 (``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_43_CACHE`` and
 ``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that folder.
+Kafka 4.1's applications (Kafka Streams, Connect's runtime and its file connectors), which tests/apps runs,
+are a third set resolved the same way into 4.1's folder (``apps/``: ``resolve_apps``, ``apps_classpath``).
 
 Command line::
 
-    scripts/kafka_peer.py resolve               # resolve the three releases if needed (CI can do this up front)
+    scripts/kafka_peer.py resolve               # resolve the three releases (and 4.1's Streams and Connect)
     scripts/kafka_peer.py classpath             # resolve 4.1 if needed, print the classpath
     scripts/kafka_peer.py tool TopicCommand --bootstrap-server 127.0.0.1:9092 --list
     scripts/kafka_peer.py zk-tool TopicCommand --bootstrap-server 127.0.0.1:9092 --describe   # 3.9's tools
@@ -243,6 +245,37 @@ def zk_pom_xml() -> str:
     return _pom("kafka-zk-peer", f"Apache Kafka {ZK_KAFKA_VERSION} in ZooKeeper mode as a test peer", deps)
 
 
+def apps_cache_dir() -> Path:
+    """Kafka 4.1's applications (Kafka Streams with RocksDB, Connect's runtime and its file connectors), a
+    cache folder of their own inside 4.1's: ``~/.cache/tierlog/kafka-4.1.0/apps``."""
+    return cache_dir(KAFKA_VERSION) / "apps"
+
+
+def apps_pom_xml() -> str:
+    """Kafka Streams, Connect's distributed worker, FileStreamSourceConnector and the log4j2 backend, all 4.1."""
+    deps = "".join([
+        _dependency("org.apache.kafka", "kafka-streams", KAFKA_VERSION),
+        _dependency("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
+        _dependency("org.apache.kafka", "connect-file", KAFKA_VERSION),
+        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSIONS[KAFKA_VERSION]),
+        _dependency("org.apache.logging.log4j", "log4j-core", LOG4J_VERSIONS[KAFKA_VERSION]),
+    ])
+    return _pom("kafka-apps", f"Kafka Streams and Kafka Connect {KAFKA_VERSION} as test applications", deps)
+
+
+def resolve_apps(verbose: bool = False) -> list[Path]:
+    """Kafka 4.1's Streams and Connect jars, downloading them with Maven when their cache is empty."""
+    return _resolve(apps_cache_dir(), apps_pom_xml(), f"kafka-streams-{KAFKA_VERSION}", verbose)
+
+
+def apps_resolved() -> bool:
+    return (apps_cache_dir() / "lib" / ".complete").exists()
+
+
+def apps_classpath() -> str:
+    return os.pathsep.join(str(j) for j in resolve_apps())
+
+
 def _complete_marker(version: str = KAFKA_VERSION) -> Path:
     return lib_dir(version) / ".complete"
 
@@ -339,9 +372,9 @@ def _log4j_config(kind: str, version: str = KAFKA_VERSION) -> Path:
 
 
 def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None, log: str = "tools",
-                 version: str = KAFKA_VERSION) -> list[str]:
+                 version: str = KAFKA_VERSION, cp: str | None = None) -> list[str]:
     """The argv that runs a Kafka main class of ``version`` (short names from ``TOOLS``, or ``ZK_TOOLS``
-    for 3.9, accepted)."""
+    for 3.9, accepted); ``cp``: a classpath other than the release's (``apps_classpath()``)."""
     zk = _zk_mode(version)
     cls = (ZK_TOOLS if zk else TOOLS).get(main_class, main_class)
     if shutil.which("java") is None:
@@ -350,7 +383,7 @@ def java_command(main_class: str, *args: str, jvm_opts: list[str] | None = None,
     logging_opt = (f"-Dlog4j.configuration=file:{_log4j_config(log, version)}" if zk
                    else f"-Dlog4j2.configurationFile={_log4j_config(log, version)}")
     return ["java", *opts, "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dstdout.encoding=UTF-8",
-            "-Dstderr.encoding=UTF-8", logging_opt, "-cp", classpath(version), cls, *map(str, args)]
+            "-Dstderr.encoding=UTF-8", logging_opt, "-cp", cp or classpath(version), cls, *map(str, args)]
 
 
 def run_tool(main_class: str, *args: str, input: str | bytes | None = None, timeout: float = 120,
@@ -824,8 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("classpath", help="resolve Kafka if needed and print its classpath")
-    sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)} and {ZK_KAFKA_VERSION} (ZooKeeper "
-                                   f"mode) if needed (Maven output shown) and print their cache folders")
+    sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)}, {ZK_KAFKA_VERSION} (ZooKeeper "
+                                   f"mode) and {KAFKA_VERSION}'s Streams and Connect if needed (Maven output "
+                                   f"shown) and print their cache folders")
     tool = sub.add_parser("tool", help="run a Kafka command-line class", prefix_chars="\0")
     tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(TOOLS)) + ") or a full class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
@@ -848,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{len(jars)} jars in {lib_dir(version)}")
             jars = resolve_zk(verbose=True)
             print(f"{len(jars)} jars in {zk_cache_dir() / 'lib'}")
+            jars = resolve_apps(verbose=True)
+            print(f"{len(jars)} jars in {apps_cache_dir() / 'lib'}")
         elif opts.command == "tool":
             return subprocess.call(java_command(opts.main_class, *opts.args))
         elif opts.command == "zk-tool":
