@@ -63,13 +63,18 @@ def leader_status(cluster, topic: str) -> dict:
     return rows[0] if rows else {}
 
 
-def wait_tiered(cluster, topic: str, segments: int) -> dict:
-    """Wait until the leader has uploaded at least ``segments`` segments and every rolled one."""
+def wait_tiered(cluster, topic: str, segments: int, cleaned: bool = False) -> dict:
+    """Wait until the leader has uploaded at least ``segments`` segments and every rolled one; ``cleaned``:
+    and what an ended leadership left unfinished (abandoned uploads) is deleted, so the store holds only the
+    segments of the metadata."""
     seen = {}
 
     def done():
         st = seen["last"] = leader_status(cluster, topic)
-        return st if (st.get("remote_segments") or 0) >= segments and st.get("copy_lag_segments") == 0 else None
+        settled = not cleaned or (st.get("remote_segments_in_progress") == 0
+                                  and st.get("remote_segments_to_clean") == 0)
+        return st if (st.get("remote_segments") or 0) >= segments and st.get("copy_lag_segments") == 0 \
+            and settled else None
     try:
         return cluster.wait_until(done, 90, f"{topic} tiered by its leader")
     except AssertionError as e:
@@ -185,7 +190,7 @@ def test_a_leader_killed_while_copying_is_succeeded_without_a_duplicate_segment_
         writer.stop()
     assert not writer.errors, writer.errors[:3]
     acked = [v for _, _, v in writer.acked]
-    wait_tiered(cluster, topic, 4)
+    wait_tiered(cluster, topic, 4, cleaned=True)
     # Every object in the bucket belongs to a segment the metadata knows, and the live segments follow one
     # another: nothing uploaded twice, nothing skipped.
     leader = partition(cluster, topic).leader_id
