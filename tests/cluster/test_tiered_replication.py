@@ -65,14 +65,12 @@ def leader_status(cluster, topic: str) -> dict:
 
 def wait_tiered(cluster, topic: str, segments: int, cleaned: bool = False) -> dict:
     """Wait until the leader has uploaded at least ``segments`` segments and every rolled one; ``cleaned``:
-    and what an ended leadership left unfinished (abandoned uploads) is deleted, so the store holds only the
-    segments of the metadata."""
+    and the uploads abandoned by an ended leadership (DELETE_SEGMENT_STARTED) are deleted."""
     seen = {}
 
     def done():
         st = seen["last"] = leader_status(cluster, topic)
-        settled = not cleaned or (st.get("remote_segments_in_progress") == 0
-                                  and st.get("remote_segments_to_clean") == 0)
+        settled = not cleaned or st.get("remote_segments_to_clean") == 0
         return st if (st.get("remote_segments") or 0) >= segments and st.get("copy_lag_segments") == 0 \
             and settled else None
     try:
