@@ -104,8 +104,9 @@ def log(msg: str) -> None:
 class KafkaBroker:
     name = "kafka"
 
-    def __init__(self, work: Path):
-        self.server = kp.KafkaServer(work / "kafka", overrides=COMMON_BROKER_SETTINGS, jvm_opts=KAFKA_JVM_OPTS)
+    def __init__(self, work: Path, overrides: dict | None = None):
+        self.server = kp.KafkaServer(work / "kafka", overrides={**COMMON_BROKER_SETTINGS, **(overrides or {})},
+                                     jvm_opts=KAFKA_JVM_OPTS)
 
     def start(self) -> KafkaBroker:
         self.server.start()
@@ -127,8 +128,9 @@ class TierlogBroker:
     name = "tierlog"
     READY = "tierlog broker ready on "
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, overrides: dict | None = None):
         self.work = work / "tierlog"
+        self.overrides = {**COMMON_BROKER_SETTINGS, **(overrides or {})}
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
 
@@ -136,7 +138,7 @@ class TierlogBroker:
         self.work.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "tierlog", "broker", "-o", f"log.dirs={self.work / 'logs'}",
                 "-o", "listeners=PLAINTEXT://127.0.0.1:0"]
-        for k, v in COMMON_BROKER_SETTINGS.items():
+        for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         # src/ first; the caller's PYTHONPATH after it (e.g. a folder with uvloop, tierlog[fast]).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
