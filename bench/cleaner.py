@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import re
 import shutil
@@ -296,6 +297,77 @@ def summarize(path: Path) -> dict:
             "self": [[k, pct(c)] for k, c in self_n.most_common(12)]}
 
 
+# ------------------------------------------------------------------------------------------------ in process
+
+def in_process(args, seq: array, runs: int) -> dict:
+    """tierlog's cleaner without a broker: the same records written with ``Log.append_as_leader`` in
+    batches of about ``batch.size`` (64 KiB, as the producer above), one ``clean_log_now`` round timed;
+    beside it the per-record Python work alone, timed on the same batches in memory: the record walk
+    (varint decode and key copy, ``_walk_records``) twice, as the map and the copy pass do, and the walk
+    with the MD5 and the dict put/get."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from tierlog.records import RECORD_BATCH_OVERHEAD, build_batch, read_header
+    from tierlog.storage import Log, LogConfig
+    from tierlog.storage.cleaner import _walk_records, clean_log_now, key_hash
+
+    blob = random.Random(11).randbytes(MIB + args.value_bytes)
+    per_batch = 65536 // (args.value_bytes + 30)
+    batches = []
+    for start in range(0, len(seq), per_batch):
+        recs = [(b"key-%08d" % seq[i], blob[(i * 7919) % MIB:(i * 7919) % MIB + args.value_bytes])
+                for i in range(start, min(start + per_batch, len(seq)))]
+        batches.append(build_batch(recs))
+    out = {"round_s": [], "mb_s": [], "walk_twice_s": [], "walk_hash_map_s": []}
+    for _ in range(runs):
+        work = tempfile.mkdtemp(prefix="tierlog-cleaner-inproc-")
+        try:
+            lg = Log.open(str(Path(work) / "t-0"), "t", 0, LogConfig(cleanup_policy=("compact",),
+                                                                     segment_bytes=16 * MIB))
+            for b in batches:
+                lg.append_as_leader(b)
+            lg.update_high_watermark(lg.log_end_offset)
+            cleanable = sum(s.size for s in lg.segments[:-1]) / MIB
+            active = lg.segments[-1].base_offset  # the round cleans below it; so do the loops here
+            headers, base = [], 0
+            for b in batches:  # built at offset 0; the log gave them consecutive offsets
+                h = read_header(b)
+                if base + h.last_offset_delta < active:
+                    headers.append((h, memoryview(b)[RECORD_BATCH_OVERHEAD:]))
+                base += h.records_count
+            t0 = time.perf_counter()
+            for _pass in range(2):
+                for h, section in headers:
+                    for _rec in _walk_records(section, h.records_count):
+                        pass
+            out["walk_twice_s"].append(time.perf_counter() - t0)
+            m: dict = {}
+            t0 = time.perf_counter()
+            for h, section in headers:  # the map pass
+                for rec in _walk_records(section, h.records_count):
+                    m[key_hash(rec[6])] = h.base_offset + rec[5]
+            for h, section in headers:  # the copy pass's lookups
+                for rec in _walk_records(section, h.records_count):
+                    m.get(key_hash(rec[6]), -1)
+            out["walk_hash_map_s"].append(time.perf_counter() - t0)
+            os.sync()
+            t0 = time.perf_counter()
+            res = clean_log_now(lg)
+            dt = time.perf_counter() - t0
+            out["round_s"].append(dt)
+            out["mb_s"].append(cleanable / dt)
+            assert res is not None and res.stats.records_kept <= args.keys + per_batch * 300
+            lg.close()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in out.items()}
+    return {"in_process_mb_s": round(med["mb_s"], 2), "in_process_round_s": round(med["round_s"], 3),
+            "in_process_walk_twice_s": round(med["walk_twice_s"], 3),
+            "in_process_walk_hash_map_s": round(med["walk_hash_map_s"], 3),
+            "in_process_walk_share": round(med["walk_twice_s"] / med["round_s"], 3),
+            "in_process_per_record_share": round(med["walk_hash_map_s"] / med["round_s"], 3),
+            "in_process_runs": {k: [round(x, 3) for x in v] for k, v in out.items()}}
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 def main() -> int:
@@ -306,10 +378,15 @@ def main() -> int:
     ap.add_argument("--value-bytes", type=int, default=200)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--in-process", action="store_true", help="also time tierlog's cleaner without a broker")
+    ap.add_argument("--skip-brokers", action="store_true", help="only the in-process figures")
     args = ap.parse_args()
     n = args.mb * MIB // (args.value_bytes + 12)
     seq = key_sequence(n, args.keys)
     log(f"{n} records of {args.value_bytes}-byte values over {args.keys} keys")
+    if args.skip_brokers:
+        print(json.dumps({"bench": "cleaner", "records": n, **in_process(args, seq, args.runs)}))
+        return 0
     runs = []
     for run in range(args.runs):
         work = Path(tempfile.mkdtemp(prefix="tierlog-cleaner-bench-"))
@@ -336,6 +413,8 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
         result["profiled_tierlog_mb_s"] = pr["tierlog"]["mb_s"]
         result["profile"] = summarize(prof)
+    if args.in_process:
+        result.update(in_process(args, seq, args.runs))
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "cleaner.json").write_text(json.dumps({**result, "every_run": runs}, indent=1) + "\n")
