@@ -158,15 +158,16 @@ def _ts(match) -> float:
 def timed_start(b: BrokerProcess, profile: Path | None, name: str) -> dict:
     """Start ``b`` and time it (see the module's docstring); with ``profile``, py-spy records the broker."""
     spy: list[subprocess.Popen] = []
+    b.proc = None  # the stopped one's; attach() waits for the new one
+    b.output.clear()
     if profile is not None:
-        def attach() -> None:  # as soon as the process exists, before it loads anything
-            while b.proc is None:
+        def attach() -> None:  # once the interpreter is up (its first line), before the coordinator loads
+            while b.proc is None or not b.output:
                 time.sleep(0.001)
             spy.append(subprocess.Popen(["py-spy", "record", "--pid", str(b.proc.pid), "--rate", "200",
                                          "--format", "raw", "-o", str(profile / f"{name}.txt")],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         threading.Thread(target=attach, daemon=True).start()
-    b.output.clear()
     t0 = time.monotonic()
     b.start(timeout=600)
     ready_s = time.monotonic() - t0
