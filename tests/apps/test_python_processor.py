@@ -76,22 +76,29 @@ def names():
     return source, sink, group, group + "-txn"
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
-def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
-    """SIGKILL the processor with a transaction open (its output of rec-00100 in the log), start another:
-    the open transaction is aborted, the input after the committed offsets processed again, exactly once."""
-    bootstrap = crashable.bootstrap
+def start_held(bootstrap: str, tmp_path, processors: list, value: str):
+    """Topics and input, then a processor held (by its gate) with the transaction holding ``value``'s output
+    open; returns the names, the gate folder, the expected output and the processor."""
     source, sink, group, tid = names()
     for t in (source, sink):
         create_topic(bootstrap, t, PARTITIONS)
     gate = tmp_path / "gate"
     gate.mkdir()
-    (gate / "values").write_text("rec-00100\n")
+    (gate / "values").write_text(f"{value}\n")
     expected = produce_input(bootstrap, source)
-    first = Processor(bootstrap, (source, sink, group, tid), gate, tmp_path / "processor.log")
-    processors.append(first)
-    wait_for_file(gate / "held-rec-00100", first.proc)
+    proc = Processor(bootstrap, (source, sink, group, tid), gate, tmp_path / "processor.log")
+    processors.append(proc)
+    wait_for_file(gate / f"held-{value}", proc.proc)
     assert open_transactions(bootstrap, tid) == [(tid, "Ongoing")]
+    return (source, sink, group, tid), gate, expected, proc
+
+
+@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
+    """SIGKILL the processor with a transaction open (its output of rec-00100 in the log), start another:
+    the open transaction is aborted, the input after the committed offsets processed again, exactly once."""
+    bootstrap = crashable.bootstrap
+    (source, sink, group, tid), gate, expected, first = start_held(bootstrap, tmp_path, processors, "rec-00100")
     with raw_client(bootstrap) as raw:  # the held output is past the last stable offset
         assert list_offset(raw, sink, 1, 0) < list_offset(raw, sink, 0, 0)
     first.kill()
@@ -107,17 +114,7 @@ def test_processor_across_broker_kill(crashable, tmp_path, processors):
     """SIGKILL the broker with the processor's transaction open (rec-00250's output in the log), restart it on
     its log dir, let the processor go on: still exactly once."""
     bootstrap = crashable.bootstrap
-    source, sink, group, tid = names()
-    for t in (source, sink):
-        create_topic(bootstrap, t, PARTITIONS)
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "values").write_text("rec-00250\n")
-    expected = produce_input(bootstrap, source)
-    proc = Processor(bootstrap, (source, sink, group, tid), gate, tmp_path / "processor.log")
-    processors.append(proc)
-    wait_for_file(gate / "held-rec-00250", proc.proc)
-    assert open_transactions(bootstrap, tid) == [(tid, "Ongoing")]
+    (source, sink, group, tid), gate, expected, proc = start_held(bootstrap, tmp_path, processors, "rec-00250")
     crashable.sigkill_restart()
     (gate / "release-rec-00250").write_text("")
     check_output(bootstrap, source, sink, group, expected)
