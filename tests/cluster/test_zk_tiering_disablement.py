@@ -53,7 +53,10 @@ def remote_files(cluster, topic: str = TOPIC, partition: int | None = None) -> l
 def offloaded(cluster, broker_id: int, partition: int, topic: str = TOPIC) -> bool:
     parts = [p for p in tier_status(cluster.brokers[broker_id], topic)["partitions"]
              if p["partition"] == partition and p["role"] == "leader"]
-    return bool(parts) and parts[0]["remote_segments"] >= 2 and parts[0]["copy_lag_segments"] == 0
+    # Uploaded, and the local copies deleted by local retention (its own task, which may lag on a loaded
+    # machine): only then does a delete disablement move the log start past 0.
+    return (bool(parts) and parts[0]["remote_segments"] >= 2 and parts[0]["copy_lag_segments"] == 0
+            and parts[0]["local_log_start_offset"] > 0)
 
 
 def state(cluster, broker_id: int, topic: str = TOPIC) -> tuple[str, str]:

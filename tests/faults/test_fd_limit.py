@@ -46,8 +46,16 @@ def test_connections_at_the_fd_limit_are_closed_and_logged_a_few_times(tmp_path)
         finally:
             for s in flood:
                 s.close()
-        # Serving again: a new topic (new segment files) and requests on a new connection.
-        create_topic(b.bootstrap, "after")
+        # Serving again: a new topic (new segment files) and requests on a new connection, once the broker has
+        # seen the flood's connections close (on a loaded machine that may take a moment: until then a new
+        # connection is still one too many and is closed at once).
+        def created() -> bool:
+            try:
+                create_topic(b.bootstrap, "after")
+            except ConnectionError:
+                return False
+            return True
+        wait_for(created, "a new connection served after the flood closed", 30)
         client = RawClient(b.bootstrap)
         assert client.request(ApiKey.API_VERSIONS, 0, {}).error_code == 0
         meta = client.request(ApiKey.METADATA, 1, {"topics": [{"name": "before"}, {"name": "after"}]})
@@ -56,7 +64,7 @@ def test_connections_at_the_fd_limit_are_closed_and_logged_a_few_times(tmp_path)
         assert produce(b, "before", 10) == list(range(10))
         assert produce(b, "after", 10) == list(range(10))
         network = log_lines(b.output, logger="tierlog.server.network")
-        assert 2 <= len(network) <= 6, [m.string for m in network]
+        assert 2 <= len(network) <= 8, [m.string for m in network]
         assert not log_lines(b.output, "ERROR"), "".join(b.output)  # the log dir stayed online
         assert not [line for line in b.output if line.startswith("Traceback")], "".join(b.output)
     except BaseException:
