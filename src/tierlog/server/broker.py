@@ -218,25 +218,25 @@ class Broker:
         controller.add_listener(self._metadata_changes_to(coordinator, self.transaction_coordinator, rm))
         produce_apis = ProduceApis(rm, controller, request_metrics)
         produce_apis.transactions = txn_apis
-        # Dynamic (a broker or cluster-wide default may change it): read from the effective config each time.
-        produce_apis.verification_enabled = \
-            lambda: controller.effective_config["transaction.partition.verification.enable"]
+
+        def verification_enabled() -> bool:  # dynamic (a broker or cluster-wide default): read each time
+            return controller.effective_config["transaction.partition.verification.enable"]
+
+        def verify_transaction(tid, producer_id, epoch, partition, abortable_supported) -> int:
+            if not verification_enabled():
+                return NO_ERROR
+            return txn_apis.verify_on_leader(rm, tid, producer_id, epoch, partition, abortable_supported)
+        produce_apis.verification_enabled = verification_enabled
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
-        if txn_apis is not None:
-            def verify_transaction(tid, producer_id, epoch, partition, abortable_supported):
-                if not controller.effective_config["transaction.partition.verification.enable"]:
-                    return NO_ERROR
-                return txn_apis.verify_on_leader(rm, tid, producer_id, epoch, partition, abortable_supported)
-            group_apis.verify_transaction = verify_transaction
+        group_apis.verify_transaction = verify_transaction
         for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
-                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm),
-                       *((txn_apis,) if txn_apis is not None else ())):
+                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
