@@ -427,8 +427,9 @@ class TransactionCoordinator:
         return NO_ERROR
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[tuple[str, int]], verify_only: bool = False) -> int:
-        """The error for every partition (Kafka's ``handleAddPartitionsToTransaction``)."""
+                             partitions: Iterable[tuple[str, int]]) -> int:
+        """The error for every partition (Kafka's ``handleAddPartitionsToTransaction``); the verify-only form
+        is :meth:`verify_partitions`."""
         partitions = set(partitions)
         code, state = self._route(transactional_id)
         if state is None:
@@ -439,9 +440,6 @@ class TransactionCoordinator:
             return code
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ConcurrentTransactionsError.code
-        if verify_only:  # KIP-890 part 1: is every partition already in the open transaction?
-            ok = meta.state == TxnState.ONGOING and partitions <= meta.partitions
-            return NO_ERROR if ok else InvalidTxnStateError.code
         if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
             return NO_ERROR
         now = self.wall_clock()
