@@ -9,6 +9,7 @@ from tests.storage.storagelib import batch, crash
 from tierlog.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
 from tierlog.records import decode_batch
 from tierlog.records.control import ABORT, COMMIT, parse_end_txn_marker
+from tierlog.storage.producer_state import SENTINEL
 
 ENTRY = struct.Struct(">hqqqq")
 
@@ -218,3 +219,64 @@ def test_the_lso_never_falls_below_the_log_start_offset(make_log):
     lg.maybe_increment_log_start_offset(3)  # DeleteRecords past the open transaction's start
     assert lg.last_stable_offset == 3
     assert lg.read(3, 1 << 20, isolation="committed").size == 0
+
+
+# ---------------------------------------------------------------- KIP-890 part 1: the verification guard
+
+
+def test_a_verified_batch_is_appended_with_its_guard_and_needs_none_afterwards(make_log):
+    lg = make_log()
+    guard = lg.maybe_start_transaction_verification(7, 0, 0)
+    assert guard is not SENTINEL
+    # A second request of the same producer waiting on the same verification shares the guard.
+    assert lg.maybe_start_transaction_verification(7, 0, 0) is guard
+    lg.append_as_leader(txn(7, 0), verification_guard=guard)
+    assert 7 not in lg.producer_state.verification_states  # cleared by the transaction's first batch
+    # The transaction is open: no verification, the next batch goes in with the sentinel.
+    assert lg.maybe_start_transaction_verification(7, 2, 0) is SENTINEL
+    lg.append_as_leader(txn(7, 2), verification_guard=SENTINEL)
+    assert lg.log_end_offset == 4
+
+
+def test_a_verification_that_raced_with_an_abort_marker_cannot_open_a_transaction(make_log):
+    """The ABA case Kafka's VerificationGuard closes: verification starts, the transaction is aborted (its
+    marker clears the guard), a new verification starts for the producer's next transaction; the first
+    answer comes back and must not let its batch in, the second's still may."""
+    lg = make_log()
+    lg.append_as_leader(txn(7, 0))  # a transaction open here (appended unverified)
+    stale = lg.maybe_start_transaction_verification(7, 2, 1)  # a newer epoch's first batch, not yet verified
+    lg.append_txn_marker(7, 1, coordinator_epoch=0, commit=False)
+    with pytest.raises(InvalidTxnStateError):
+        lg.append_as_leader(txn(7, 0, epoch=1), verification_guard=stale)
+    fresh = lg.maybe_start_transaction_verification(7, 0, 1)
+    assert fresh is not stale
+    with pytest.raises(InvalidTxnStateError):
+        lg.append_as_leader(txn(7, 0, epoch=1), verification_guard=stale)
+    lg.append_as_leader(txn(7, 0, epoch=1), verification_guard=fresh)
+    assert lg.producer_state.has_ongoing_transaction(7, 1)
+
+
+def test_a_batch_of_a_closed_transaction_is_refused_without_a_guard(make_log):
+    """A request that found the transaction open (sentinel guard) and waited on other partitions' verification
+    meanwhile: its marker arrived, so the batch would open a transaction nobody verified."""
+    lg = make_log()
+    lg.append_as_leader(txn(7, 0))
+    assert lg.maybe_start_transaction_verification(7, 2, 0) is SENTINEL
+    lg.append_txn_marker(7, 0, coordinator_epoch=0, commit=True)
+    end = lg.log_end_offset
+    with pytest.raises(InvalidTxnStateError):
+        lg.append_as_leader(txn(7, 2), verification_guard=SENTINEL)
+    assert lg.log_end_offset == end
+    # Verification off (no guard passed): appended, as Kafka with transaction.partition.verification.enable=false.
+    lg.append_as_leader(txn(7, 2))
+    assert lg.log_end_offset == end + 2
+
+
+def test_an_unused_verification_expires_with_the_producer_ids(make_log):
+    lg = make_log()
+    lg.maybe_start_transaction_verification(9, 0, 0)
+    started = lg.producer_state.verification_states[9].timestamp_ms
+    lg.producer_state.remove_expired(started + 999, 1000)
+    assert 9 in lg.producer_state.verification_states
+    lg.producer_state.remove_expired(started + 1000, 1000)
+    assert 9 not in lg.producer_state.verification_states

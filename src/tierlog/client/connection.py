@@ -66,9 +66,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION: (2, 2),
     # the transaction coordinator's markers to other brokers (v0 was removed in Kafka 4.0)
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
-    # transactions: AddPartitionsToTxn v4+ is the brokers' batched form; EndTxn v5 and TxnOffsetCommit
-    # v5 are KIP-890's transaction version 2 (tierlog.client.transactions picks the versions per mode)
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    # transactions: AddPartitionsToTxn v4+ is the brokers' batched form (a partition leader's verification,
+    # KIP-890 part 1; the producer asks for v3 at most); EndTxn v5 and TxnOffsetCommit v5 are KIP-890's
+    # transaction version 2 (tierlog.client.transactions picks the versions per mode)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),

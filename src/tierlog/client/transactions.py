@@ -341,7 +341,8 @@ class TransactionManager:
             response = await self._coordinator_request(ApiKey.ADD_PARTITIONS_TO_TXN, {
                 "v3_and_below_transactional_id": self.transactional_id,
                 "v3_and_below_producer_id": self.producer_id, "v3_and_below_producer_epoch": self.producer_epoch,
-                "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+                "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
+                max_version=3)  # v4+ is the brokers' batched form
         except errors.KafkaError as exc:
             if exc.retriable:
                 log.debug("TransactionalId %s: AddPartitionsToTxn failed (%r); retrying", self.transactional_id, exc)

@@ -458,8 +458,10 @@ class TransactionCoordinator:
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """KIP-890 part 1 (Kafka's ``handleVerifyPartitionsInTransaction``): the error per partition,
-        TRANSACTION_ABORTABLE for one not in the open transaction. No await: a partition leader on this node
-        verifies and appends in one step, so nothing changes in between (Kafka's VerificationGuard)."""
+        TRANSACTION_ABORTABLE for one not in the open transaction. Partition leaders ask through
+        ``tierlog.server.add_partitions_to_txn_manager`` (in process when they coordinate the id); the
+        verification guard in their producer state keeps an answer that raced with a marker from letting a batch
+        in."""
         partitions = list(partitions)
         code, state = self._route(transactional_id)
         if state is not None:
@@ -475,11 +477,6 @@ class TransactionCoordinator:
                 return {tp: NO_ERROR if tp in meta.partitions else TransactionAbortableError.code
                         for tp in partitions}
         return {tp: code for tp in partitions}
-
-    def coordinates_here(self, transactional_id: str) -> bool:
-        """Whether this broker is (or is becoming) the coordinator of ``transactional_id``: always on a single
-        node; in a cluster when it leads the id's ``__transaction_state`` partition."""
-        return self.leads is None or self.leads(self.partition_for(transactional_id))
 
     def partitions_of(self, transactional_id: str) -> set[tuple[str, int]] | None:
         code, state = self._route(transactional_id)

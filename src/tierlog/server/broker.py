@@ -37,7 +37,6 @@ from tierlog.coordinator.transaction_coordinator import (
 )
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
-    NO_ERROR,
     NotControllerError,
     NotLeaderOrFollowerError,
     StaleControllerEpochError,
@@ -48,6 +47,7 @@ from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.records import validation as record_validation
+from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.configs import ConfigApis
@@ -135,6 +135,7 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.txn_marker_channel: TransactionMarkerChannel | None = None
+        self.txn_verification: AddPartitionsToTxnManager | None = None
         self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
@@ -222,15 +223,14 @@ class Broker:
         def verification_enabled() -> bool:  # dynamic (a broker or cluster-wide default): read each time
             return controller.effective_config["transaction.partition.verification.enable"]
 
-        def verify_transaction(tid, producer_id, epoch, partition, abortable_supported) -> int:
-            if not verification_enabled():
-                return NO_ERROR
-            return txn_apis.verify_on_leader(rm, tid, producer_id, epoch, partition, abortable_supported)
+        verification = self._build_transaction_verification(cfg, controller, rm)
+        produce_apis.verification = verification
         produce_apis.verification_enabled = verification_enabled
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
-        group_apis.verify_transaction = verify_transaction
+        group_apis.verification = verification
+        group_apis.verification_enabled = verification_enabled
         for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
                        FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
@@ -299,6 +299,21 @@ class Broker:
                                    and rm.leads(rm.partitions[TXN_STATE_TOPIC, p]))
         self._on_ready.append(txn.start)
         return TransactionCoordinatorApis(txn, controller, groups.partition_for)
+
+    def _build_transaction_verification(self, cfg, controller: Controller,
+                                        rm: ReplicaManager) -> AddPartitionsToTxnManager:
+        """KIP-890 part 1's questions from this broker's partitions to the transaction coordinators: in process
+        to its own, in a cluster as AddPartitionsToTxn (verify only) to the others, on connections of their
+        own."""
+        txn = self.transaction_coordinator
+        channel = None
+        if controller.clustered:
+            channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
+                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+        self.txn_verification = AddPartitionsToTxnManager(
+            self.node_id, rm, lambda: controller.image, txn.partition_for, txn.verify_partitions, channel,
+            cfg["request.timeout.ms"])
+        return self.txn_verification
 
     def _attach_replication(self, controller: ZkController, rm: ReplicaManager) -> None:
         """In a cluster, the replica manager follows the partitions it does not lead (replica fetchers on the
@@ -623,6 +638,8 @@ class Broker:
             await step("the transaction coordinator to stop", self.transaction_coordinator.shutdown())
         if self.txn_marker_channel is not None:
             await step("the transaction marker channel to close", self.txn_marker_channel.close())
+        if self.txn_verification is not None:
+            await step("the transaction verification to close", self.txn_verification.close())
         if self.group_coordinator is not None:
             await step("the group coordinator to stop", self.group_coordinator.shutdown())
         if self.http_endpoint is not None:

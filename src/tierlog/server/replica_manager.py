@@ -367,10 +367,11 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
 
     def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
-                       internal_topics_allowed: bool = False, from_coordinator: bool = False) -> dict:
+                       internal_topics_allowed: bool = False, from_coordinator: bool = False,
+                       verification_guard=None) -> dict:
         """Append a batch as leader; returns the fields of a produce partition response. Clients may not
         write the coordinators' topics (Kafka's appendToLocalLog); the coordinators pass
-        ``internal_topics_allowed``."""
+        ``internal_topics_allowed``. ``verification_guard``: KIP-890 part 1, see ``Log.append_as_leader``."""
         p = self.get_partition(topic, partition)  # an unknown partition first, as Kafka's produce handler
         if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
             raise InvalidTopicError(f"Cannot append to internal topic {topic}")
@@ -379,7 +380,8 @@ class ReplicaManager:
                 f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
                 f"min.insync.replicas requires")
         try:
-            info = p.log.append_as_leader(records, p.leader_epoch, from_coordinator=from_coordinator)
+            info = p.log.append_as_leader(records, p.leader_epoch, from_coordinator=from_coordinator,
+                                          verification_guard=verification_guard)
         except OSError as e:
             raise KafkaStorageError(f"cannot append to {p}: {e}") from e
         p.maybe_increment_high_watermark()
@@ -393,6 +395,14 @@ class ReplicaManager:
         return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
                 "log_start_offset": p.log.log_start_offset, "last_offset": info.last_offset,
                 "leader_epoch": p.leader_epoch}
+
+    def maybe_start_transaction_verification(self, topic: str, partition: int, producer_id: int, sequence: int,
+                                             epoch: int):
+        """KIP-890 part 1 on a led partition (Kafka's ``maybeStartTransactionVerificationForPartition``): the
+        ``SENTINEL`` guard when the producer's transaction is open here, else the guard to verify with; the
+        partition's error (not led here, unknown) raised."""
+        return self.get_partition(topic, partition).log.maybe_start_transaction_verification(
+            producer_id, sequence, epoch)
 
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                           coordinator_epoch: int, commit: bool) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from tierlog.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidRequestError,
+    InvalidTxnStateError,
     KafkaStorageError,
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
@@ -62,7 +63,7 @@ from tierlog.storage.checkpoints import (
 from tierlog.storage.epoch import LeaderEpochCache
 from tierlog.storage.failure import describe
 from tierlog.storage.log_config import LogConfig
-from tierlog.storage.producer_state import ProducerStateManager, list_snapshots
+from tierlog.storage.producer_state import SENTINEL, ProducerStateManager, VerificationGuard, list_snapshots
 from tierlog.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -473,9 +474,14 @@ class Log:
     @_io("appending to")
     def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int = 0,
                          now_ms: int | None = None, allow_multiple_batches: bool = False,
-                         from_coordinator: bool = False) -> LogAppendInfo:
+                         from_coordinator: bool = False, verification_guard: VerificationGuard | None = None,
+                         ) -> LogAppendInfo:
         """Validate, assign offsets to and append a client's record batch (Produce), or a coordinator's
         (``from_coordinator``: Kafka's origin COORDINATOR, whose producer batches carry no sequence).
+
+        ``verification_guard`` (KIP-890 part 1; None when verification is off): a transactional batch that
+        opens no transaction of its producer and epoch here is appended only with the guard its verification
+        took (:meth:`maybe_start_transaction_verification`), still the producer's; else INVALID_TXN_STATE.
 
         A produce request carries exactly one batch per partition (Kafka's rule since v3);
         internal writers may pass several with ``allow_multiple_batches``."""
@@ -525,6 +531,11 @@ class Log:
                         # log append time, whatever the topic's timestamp type.
                         return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
                                              self.log_start_offset, 0, duplicate=True)
+                    # After the duplicate check, as Kafka: a retried batch is answered with its offsets.
+                    if verification_guard is not None and h.is_transactional and not (
+                            self.producer_state.has_ongoing_transaction(h.producer_id, h.producer_epoch)
+                            or self.producer_state.verification_guard(h.producer_id).verify(verification_guard)):
+                        raise InvalidTxnStateError(f"Record was not part of an ongoing transaction ({self.name})")
                 pending_seq[h.producer_id] = (h.producer_epoch, h.last_sequence)
             pos += h.size
 
@@ -569,6 +580,15 @@ class Log:
             self.flush()
         return LogAppendInfo(first_offset, next_offset - 1, now if cfg.log_append_time else max_ts,
                              now if cfg.log_append_time else -1, self.log_start_offset, total)
+
+    def maybe_start_transaction_verification(self, producer_id: int, sequence: int,
+                                             epoch: int) -> VerificationGuard:
+        """KIP-890 part 1: ``SENTINEL`` when the producer's transaction at ``epoch`` is already open here (no
+        verification needed), else the guard its verification must bring back to the append."""
+        ps = self.producer_state
+        if ps.has_ongoing_transaction(producer_id, epoch):
+            return SENTINEL
+        return ps.maybe_create_verification_state_entry(producer_id, sequence, epoch, _now_ms()).guard
 
     @_io("appending a transaction marker to")
     def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,

@@ -12,6 +12,13 @@ Transactions (Kafka's ProducerStateManager): ``ongoing`` maps producer id to the
 transaction; a marker moves it to ``unreplicated`` until the high watermark passes the marker, so the last
 stable offset never passes a transaction whose outcome is not replicated yet.
 
+Verification (KIP-890 part 1, Kafka's VerificationStateEntry): before a leader asks the transaction coordinator
+whether a producer's first transactional batch may start a transaction here, it takes a
+:class:`VerificationGuard` (one per producer id, made on first need and reused by concurrent requests); the
+append then goes ahead only while that same guard is still the producer's. Any transactional batch or marker
+of the producer clears it, so an answer that raced with an abort marker finds a different guard (or none)
+and the batch is refused, never opening a transaction the coordinator does not know.
+
 Snapshot file ``<20-digit offset>.snapshot`` (Kafka's ProducerSnapshot v1): int16 version (1),
 uint32 CRC32C of everything after it, int32 entry count, then per producer: producer id (int64),
 epoch (int16), last sequence (int32), last offset (int64), offset delta (int32), timestamp (int64),
@@ -42,6 +49,33 @@ SNAPSHOT_VERSION = 1
 _HEAD = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
 INT32_MAX = 2**31 - 1
+
+
+class VerificationGuard:
+    """An identity: equal only to itself. ``SENTINEL`` is the guard of no verification and verifies nothing."""
+    __slots__ = ()
+
+    def verify(self, other: VerificationGuard | None) -> bool:
+        return other is not None and other is not SENTINEL and other is self
+
+
+SENTINEL = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationStateEntry:
+    """A producer's pending verification on this partition (Kafka's VerificationStateEntry): when it started,
+    its guard, and the lowest sequence and latest epoch of the batches waiting on it."""
+    timestamp_ms: int
+    lowest_sequence: int
+    epoch: int
+    guard: VerificationGuard = field(default_factory=VerificationGuard)
+
+    def update_lowest_sequence_and_epoch(self, sequence: int, epoch: int) -> None:
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
+        elif epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
 
 
 @dataclass(slots=True)
@@ -119,6 +153,26 @@ class ProducerStateManager:
         self.map_end_offset = 0  # state reflects every batch below this offset
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.unreplicated: dict[int, int] = {}  # first offset -> marker offset, until the HW passes the marker
+        self.verification_states: dict[int, VerificationStateEntry] = {}  # producer id -> pending verification
+
+    # -- KIP-890 part 1: verification guards --
+
+    def has_ongoing_transaction(self, producer_id: int, epoch: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch
+
+    def maybe_create_verification_state_entry(self, producer_id: int, sequence: int, epoch: int,
+                                              now_ms: int) -> VerificationStateEntry:
+        entry = self.verification_states.get(producer_id)
+        if entry is None:
+            entry = self.verification_states[producer_id] = VerificationStateEntry(now_ms, sequence, epoch)
+        else:
+            entry.update_lowest_sequence_and_epoch(sequence, epoch)
+        return entry
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        entry = self.verification_states.get(producer_id)
+        return SENTINEL if entry is None else entry.guard
 
     # -- checks and updates on the append path (once per batch, never per record) --
 
@@ -166,9 +220,12 @@ class ProducerStateManager:
             entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset, last_offset - first_offset,
                                                timestamp))
         entry.last_timestamp = timestamp
-        if is_transactional and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = first_offset
-            self.ongoing[producer_id] = first_offset
+        if is_transactional:
+            # The transaction is open in the log now: later batches need no guard (Kafka clears it here).
+            self.verification_states.pop(producer_id, None)
+            if entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = first_offset
+                self.ongoing[producer_id] = first_offset
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
 
     def check_end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int) -> None:
@@ -194,6 +251,8 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch=epoch)
         completed = None
+        # A marker ends whatever a pending verification was about: its answer must not let a batch in now.
+        self.verification_states.pop(producer_id, None)
         first = entry.current_txn_first_offset
         if first >= 0:
             self.ongoing.pop(producer_id, None)
@@ -229,6 +288,10 @@ class ProducerStateManager:
                    and now_ms - e.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        # A verification that never led to an append (Kafka expires them with the producer ids).
+        stale = [pid for pid, v in self.verification_states.items() if now_ms - v.timestamp_ms >= expiration_ms]
+        for pid in stale:
+            del self.verification_states[pid]
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> None:
         """Forget state at or above the log end; keep nothing that a later replay rebuilds."""
@@ -240,6 +303,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.verification_states.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
 

@@ -45,12 +45,15 @@ from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
     NO_ERROR,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InconsistentGroupProtocolError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
+    NetworkException,
     NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -107,6 +110,10 @@ _COMMIT_ERRORS = {
     NotLeaderOrFollowerError.code: NotCoordinatorError.code,
     KafkaStorageError.code: NotCoordinatorError.code,
 }
+#: How a failed KIP-890 verification is answered (Kafka 3.9's GroupMetadataManager.maybeConvertOffsetCommitError):
+#: a network failure becomes a retry without a coordinator lookup.
+_VERIFICATION_ERRORS = {**_COMMIT_ERRORS, NetworkException.code: CoordinatorLoadInProgressError.code,
+                        UnknownTopicOrPartitionError.code: CoordinatorNotAvailableError.code}
 
 
 class GroupApis:
@@ -121,9 +128,10 @@ class GroupApis:
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
         self.transaction_coordinator = None
-        #: verify_transaction(transactional id, producer id, epoch, partition, abortable supported) -> error:
-        #: KIP-890 part 1's check of the group's __consumer_offsets partition, set when verification is on
-        self.verify_transaction = None
+        #: KIP-890 part 1's check of the group's __consumer_offsets partition with the transaction's coordinator
+        #: (an AddPartitionsToTxnManager), and transaction.partition.verification.enable (dynamic)
+        self.verification = None
+        self.verification_enabled = lambda: True
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -134,7 +142,7 @@ class GroupApis:
         registry.register(ApiKey.OFFSET_COMMIT, 2, 9, self.offset_commit)
         registry.register(ApiKey.OFFSET_FETCH, 1, 9, self.offset_fetch)
         # Kafka 4.1 accepts 0-5; v3+ carry the member (KIP-447). The group's partition is verified with the
-        # transaction coordinator first (KIP-890 part 1, ``verify_transaction``) when this broker has one.
+        # transaction coordinator first (KIP-890 part 1, ``verification``).
         registry.register(ApiKey.TXN_OFFSET_COMMIT, 0, 5, self.txn_offset_commit)
         registry.register(ApiKey.OFFSET_DELETE, 0, 0, self.offset_delete)
         registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
@@ -315,12 +323,18 @@ class GroupApis:
         errors, known = await self._known_partitions(req.topics, pacer)
         valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                   p.committed_metadata) for name, p in known]
-        if valid and self.verify_transaction is not None:
+        if valid and self.verification is not None and self.verification_enabled():
+            tp = (OFFSETS_TOPIC, self._ready().partition_for(req.group_id))
             # TxnOffsetCommit v4 is the first version whose client understands TRANSACTION_ABORTABLE.
-            code = self.verify_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
-                                           (OFFSETS_TOPIC, self._ready().partition_for(req.group_id)),
-                                           ctx.api_version >= 4)
+            failed, guards = await self.verification.verify_for_append(
+                req.transactional_id, req.producer_id, req.producer_epoch, {tp: -1}, ctx.api_version >= 4)
+            code = failed.get(tp, NO_ERROR)
+            # The commit below appends without an await: the guard checked here is the one at the append.
+            if code == NO_ERROR and not self.verification.guard_holds(tp, req.producer_id, req.producer_epoch,
+                                                                      guards[tp]):
+                code = InvalidTxnStateError.code
             if code != NO_ERROR:
+                code = _VERIFICATION_ERRORS.get(code, code)
                 errors.update({(name, p.partition_index): code for name, p in known})
                 valid = []
         if valid:

@@ -12,13 +12,16 @@ from tierlog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     CorruptMessageError,
+    InvalidProducerIdMappingError,
     InvalidRecordError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     MessageTooLargeError,
+    NetworkException,
     NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -34,15 +37,21 @@ from tierlog.protocol.offload import EncodedResponse
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.batch import TRANSACTIONAL_FLAG_MASK
 from tierlog.records.validation import record_errors_of
+from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.broker_metrics import RequestMetrics
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.storage.producer_state import SENTINEL
 
 log = logging.getLogger(__name__)
 
 ZSTD = 4  # the compression codec in a batch's attributes
-_PRODUCER_ID_POS = 43  # a v2 batch header's producer id, its epoch right after
+_PRODUCER_ID_POS = 43  # a v2 batch header's producer id, its epoch and base sequence right after
+_PRODUCER = struct.Struct(">qhi")
+# KIP-890 part 1, as Kafka's produce path (transaction version 1): a coordinator that cannot answer yet becomes
+# an error every producer retries without a metadata refresh.
 _VERIFICATION_RETRIABLE = frozenset(e.code for e in (
-    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError, ConcurrentTransactionsError))
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError, ConcurrentTransactionsError,
+    NetworkException))
 # Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
 # every other append error carries the partition's log start offset.
 NO_LOG_START_OFFSET_ERRORS = frozenset(e.code for e in (
@@ -103,6 +112,8 @@ class ProduceApis:
         self.request_metrics = request_metrics
         #: The transaction coordinator's APIs (TransactionCoordinatorApis), when this broker has one.
         self.transactions = None
+        #: KIP-890 part 1's questions to the transaction coordinators, when this broker verifies
+        self.verification: AddPartitionsToTxnManager | None = None
         #: transaction.partition.verification.enable (dynamic), read per request
         self.verification_enabled = lambda: True
 
@@ -118,8 +129,15 @@ class ProduceApis:
             # Kafka answers the whole request so (with no authorizer too): transactional records need the
             # transactional id.
             return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
-        verify = (req.transactional_id is not None and self.transactions is not None
+        verify = (req.transactional_id is not None and self.verification is not None
                   and self.verification_enabled())
+        unverified: dict[tuple[str, int], int] = {}
+        guards = None
+        if verify:
+            verified = await self._verify(ctx)
+            if verified is None:
+                return self._refuse_all(ctx, InvalidProducerIdMappingError.code)
+            unverified, guards = verified
         responses = []
         waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for
         for topic_data in req.topic_data:
@@ -142,15 +160,22 @@ class ProduceApis:
                         if self.request_metrics is not None:
                             self.request_metrics.error(ApiKey.PRODUCE, invalid.code)
                         continue
-                    if verify and records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK:
-                        code = self._verify(ctx, req.transactional_id, name, pd.index, records)
+                    guard = None
+                    if guards is not None:
+                        code = unverified.get((name, pd.index), NO_ERROR)
                         if code != NO_ERROR:
                             result["error_code"] = code
+                            if code == NotEnoughReplicasError.code:
+                                result["error_message"] = ("Unable to verify the partition has been added to the "
+                                                           "transaction")
+                            elif code == InvalidTxnStateError.code:
+                                result["error_message"] = "Partition was not added to the transaction"
                             parts.append(result)
                             if self.request_metrics is not None:
                                 self.request_metrics.error(ApiKey.PRODUCE, code)
                             continue
-                    appended = rm.append_records(name, pd.index, records, acks)
+                        guard = guards.get((name, pd.index), SENTINEL)
+                    appended = rm.append_records(name, pd.index, records, acks, verification_guard=guard)
                     last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
                     result.update(appended)
                     if acks == -1:
@@ -184,13 +209,37 @@ class ProduceApis:
         # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
 
-    def _verify(self, ctx: RequestContext, transactional_id: str, topic: str, index: int, records) -> int:
-        producer_id, epoch = struct.unpack_from(">qh", records, _PRODUCER_ID_POS)
+    async def _verify(self, ctx: RequestContext):
+        """KIP-890 part 1 before anything is appended (Kafka's ``handleProduceAppend``): the partitions whose
+        transactional batch opens the producer's transaction here are verified with its coordinator, in one
+        question, while other requests go on. Returns (the errors of the partitions that fail, as Produce
+        answers them, the guards to append with), or None when the request carries transactional batches of
+        more than one producer (Kafka refuses the request with INVALID_PRODUCER_ID_MAPPING)."""
+        req = ctx.request
+        rm = self.replica_manager
+        producers = set()
+        sequences: dict[tuple[str, int], int] = {}
+        for topic_data in req.topic_data:
+            name = getattr(topic_data, "name", None)
+            if name is None:
+                name = rm.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
+            for pd in topic_data.partition_data:
+                records = pd.records
+                if (records is not None and len(records) >= RECORD_BATCH_OVERHEAD and records[MAGIC_POS] == 2
+                        and records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK):
+                    producer_id, epoch, sequence = _PRODUCER.unpack_from(records, _PRODUCER_ID_POS)
+                    producers.add((producer_id, epoch))
+                    sequences[name, pd.index] = sequence
+        if not producers:
+            return {}, {}
+        if len(producers) > 1:
+            return None
+        (producer_id, epoch), = producers
         # Produce v11 (KIP-890) is the first version whose client understands TRANSACTION_ABORTABLE.
-        code = self.transactions.verify_on_leader(self.replica_manager, transactional_id, producer_id, epoch,
-                                                  (topic, index), abortable_supported=ctx.api_version > 10)
-        # As Kafka's produce path: a coordinator that cannot answer yet becomes an error every producer retries.
-        return NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
+        errors, guards = await self.verification.verify_for_append(
+            req.transactional_id, producer_id, epoch, sequences, abortable_supported=ctx.api_version > 10)
+        return {tp: NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
+                for tp, code in errors.items()}, guards
 
     def _refuse_all(self, ctx: RequestContext, code: int):
         """Kafka's ProduceRequest.getErrorResponse: every partition with ``code``; no answer for acks=0."""

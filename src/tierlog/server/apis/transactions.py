@@ -22,11 +22,9 @@ from tierlog.errors import (
     NO_ERROR,
     InvalidProducerEpochError,
     InvalidRequestError,
-    InvalidTxnStateError,
     KafkaError,
     OperationNotAttemptedError,
     ProducerFencedError,
-    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response
@@ -86,7 +84,7 @@ class TransactionMarkerApis:
 
 #: KIP-588: the first version of each coordinator request whose client understands PRODUCER_FENCED; older
 #: versions are answered INVALID_PRODUCER_EPOCH instead, as Kafka's handlers do. (TxnOffsetCommit gets
-#: INVALID_PRODUCER_EPOCH at every version: its fencing comes through the verification, verify_on_leader.)
+#: INVALID_PRODUCER_EPOCH at every version: its fencing comes through KIP-890's verification.)
 _PRODUCER_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
                           ApiKey.END_TXN: 2}
 
@@ -169,36 +167,6 @@ class TransactionCoordinatorApis:
             out.append({"transactional_id": txn.transactional_id, "topic_results": await self._add(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)})
         return build_response(ctx, {"error_code": NO_ERROR, "results_by_transaction": out})
-
-    def verify_on_leader(self, rm: ReplicaManager, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partition: tuple[str, int], abortable_supported: bool) -> int:
-        """KIP-890 part 1, a partition leader's check before it appends a transactional batch (Produce, or the
-        group coordinator's TxnOffsetCommit): the first batch of a producer's transaction on the partition is
-        appended only if the coordinator has the partition in that open transaction (Kafka's
-        ``maybeStartTransactionVerificationForPartition``); later batches of the same transaction and epoch
-        need no check. The error as Kafka's AddPartitionsToTxnManager hands it on: PRODUCER_FENCED as
-        INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE as INVALID_TXN_STATE for a request version that predates
-        it (``abortable_supported`` false). A partition not led here is left to the append's own error.
-
-        In a cluster only a leader that is also the transaction's coordinator verifies: asking a coordinator on
-        another broker needs an inter-broker AddPartitionsToTxn (verify only) and Kafka's verification guard,
-        which keeps a marker written between the answer and the append from letting a late batch in; neither is
-        built yet, so such batches are appended unverified, as with the setting off."""
-        if not self.coordinator.coordinates_here(transactional_id):
-            return NO_ERROR
-        try:
-            state = rm.get_partition(*partition).log.producer_state
-        except KafkaError:
-            return NO_ERROR
-        entry = state.producers.get(producer_id)
-        if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch:
-            return NO_ERROR
-        code = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
-        if code == ProducerFencedError.code:
-            return InvalidProducerEpochError.code
-        if code == TransactionAbortableError.code and not abortable_supported:
-            return InvalidTxnStateError.code
-        return code
 
     async def add_offsets_to_txn(self, ctx: RequestContext):
         req = ctx.request
