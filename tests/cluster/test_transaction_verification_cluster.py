@@ -8,6 +8,9 @@ stable offset until an ABORT marker, which is the hole verification closes."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import pytest
 
 from tests.cluster.test_transactions_cluster import (
@@ -26,9 +29,12 @@ from tests.cluster.test_transactions_cluster import (
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import create, partition, start_cluster, wait_until
 from tests.harness.transactions import READ_COMMITTED, consume_confluent, list_offset, marker, write_markers
-from tierlog.coordinator.transaction_log import partition_for
+from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
+from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, partition_for
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
+from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 
 NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, TRANSACTION_ABORTABLE = 0, 47, 48, 120
 NOT_ENOUGH_REPLICAS = 19  # Produce's answer while the coordinator cannot answer yet (loading, moving)
@@ -208,6 +214,62 @@ def test_txn_offset_commit_outside_the_remote_coordinators_transaction_is_refuse
     wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteAbort", 60, "the abort complete")
     assert commit(3) == INVALID_TXN_STATE
     assert committed_offset(cluster, group, topic) < 0  # the one accepted was aborted
+
+
+def add_partition(raw: RawClient, tid: str, pid: int, epoch: int, topic: str) -> None:
+    r = coordinator_request(raw, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": topic, "partitions": [0]}]},
+        code_of=lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == NONE, r
+
+
+def test_questions_to_one_coordinator_share_a_request(cluster, raws):
+    """The leader side's manager, in this process, against the cluster's coordinator: questions asked together
+    for two transactional ids go in one AddPartitionsToTxn v4 and each gets its own answer, in the error its
+    caller's version understands; an older epoch queued beside a newer one of the same id is refused at once
+    (INVALID_PRODUCER_EPOCH, Kafka's rule)."""
+    tid_a, coordinator, _ = remote_coordinator(cluster, "batch-a")
+    tid_b = transactional_id_in(partition_for(tid_a, TXN_PARTITIONS), "batch-b")
+    topic = unique("batch")
+    create(cluster, topic)
+    pid_a, epoch_a = init_producer_id(raws[coordinator], tid_a)
+    pid_b, epoch_b = init_producer_id(raws[coordinator], tid_b)
+    add_partition(raws[coordinator], tid_a, pid_a, epoch_a, topic)
+    brokers = {b.node_id: BrokerImage(b.node_id, b.host, b.port) for b in cluster.metadata(coordinator).brokers}
+    index = partition_for(tid_a, TXN_PARTITIONS)
+    image = MetadataImage("", -1, brokers, {TXN_STATE_TOPIC: TopicImage(TXN_STATE_TOPIC, uuid.uuid4(), {
+        index: PartitionImage(index, coordinator, 0, (coordinator,), (coordinator,))})})
+    tp = (topic, 0)
+
+    async def ask():
+        channel = NetworkBrokerChannel(99, None, lambda: brokers, 30000)
+        sent = []
+        request = channel.request
+
+        async def counted(broker_id, api_key, values, **kw):
+            sent.append((broker_id, sorted(t["transactional_id"] for t in values["transactions"])))
+            return await request(broker_id, api_key, values, **kw)
+        channel.request = counted
+        manager = AddPartitionsToTxnManager(99, None, lambda: image, lambda t: partition_for(t, TXN_PARTITIONS),
+                                            None, channel, 30000)
+        try:
+            answers = await asyncio.gather(
+                manager.verify(tid_a, pid_a, epoch_a, [tp], abortable_supported=False),
+                manager.verify(tid_b, pid_b, epoch_b, [tp], abortable_supported=False),
+                manager.verify(tid_b, pid_b, epoch_b, [tp], abortable_supported=True))
+            stale = await asyncio.gather(
+                manager.verify(tid_a, pid_a, epoch_a + 1, [tp], abortable_supported=False),
+                manager.verify(tid_a, pid_a, epoch_a, [tp], abortable_supported=False))
+            return sent, answers, stale
+        finally:
+            await manager.close()
+
+    sent, answers, stale = asyncio.run(ask())
+    assert answers == [{tp: NONE}, {tp: INVALID_TXN_STATE}, {tp: TRANSACTION_ABORTABLE}]
+    # The newer epoch is fenced at the coordinator (PRODUCER_FENCED, handed on as INVALID_PRODUCER_EPOCH).
+    assert stale == [{tp: INVALID_PRODUCER_EPOCH}, {tp: INVALID_PRODUCER_EPOCH}]
+    assert sent == [(coordinator, [tid_a, tid_b]), (coordinator, [tid_a])]
 
 
 def _set_verification(raw: RawClient, value: str | None) -> None:
