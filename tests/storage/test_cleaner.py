@@ -353,6 +353,34 @@ def test_an_aborted_transaction_keeps_its_index_entry_while_a_batch_of_it_is_lef
     assert latest(records(lg)) == {b"b": (2, b"committed"), b"c": (4, b"dirty"), b"d": (5, b"dirty")}
 
 
+def test_the_markers_of_a_producer_without_data_stay_empty_for_its_epoch(make_log):
+    """Kafka's rule for a producer with only markers here (a transaction that added the partition and wrote
+    nothing to it): its marker is stamped, then emptied, never removed, so its epoch survives a rebuild of
+    the producer state; a marker of an older epoch than the producer's goes."""
+    lg = make_log(**COMPACT, delete_retention_ms=1000)
+    lg.append_txn_marker(7, 0, 0, commit=False, now_ms=NOW)
+    lg.append_txn_marker(8, 0, 0, commit=True, now_ms=NOW)
+    lg.append_txn_marker(8, 1, 0, commit=True, now_ms=NOW)  # producer 8's epoch is 1 now
+    produce(lg, b"a", b"value")
+    lg.roll()
+
+    def markers():
+        return [(h.producer_id, h.producer_epoch, h.records_count, h.has_delete_horizon)
+                for _, _, h in lg.batches() if h.is_control]
+
+    first = clean_log_now(lg, now_ms=NOW)
+    assert markers() == [(7, 0, 1, True), (8, 0, 1, True), (8, 1, 1, True)]
+    produce(lg, b"b", b"dirty")
+    lg.roll()
+    second = clean_log_now(lg, first.end_offset, now_ms=NOW + 2000)
+    assert markers() == [(7, 0, 0, False), (8, 1, 0, False)]
+    produce(lg, b"c", b"dirty")
+    lg.roll()
+    third = clean_log_now(lg, second.end_offset, now_ms=NOW + 4000)
+    assert markers() == [(7, 0, 0, False), (8, 1, 0, False)]
+    assert third.delete_horizon_ms is None  # an empty marker does not make the log due again
+
+
 def test_a_truncation_below_the_checkpoint_moves_it_down(make_log):
     from tierlog.storage.cleaner import CleanerConfig, LogCleaner
 

@@ -382,6 +382,10 @@ class CleaningRound:
         # Kafka keeps the last batch of each producer still active (its state must survive a rebuild).
         self.active_producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items()
                                  if e.last_offset >= 0}
+        # One with no data batch (only markers here, or its epoch bumped since) keeps its markers of its
+        # epoch, emptied once they may go, so the epoch survives too (Kafka's isBatchLastRecordOfProducer).
+        self.marker_only_producers = {pid: e.producer_epoch for pid, e in lg.producer_state.producers.items()
+                                      if e.last_offset < 0}
         # Every aborted transaction of the log: one whose data is cleanable may have its marker later on.
         self.aborted: dict[int, list[AbortedTxn]] = {}
         for seg in lg.segments:
@@ -552,8 +556,11 @@ class CleaningRound:
             # Kafka's rule: a marker whose transaction still had a batch in this pass (kept or not) is kept
             # without a horizon; once a pass finds none, it is stamped; once that horizon passed, it goes.
             had_data = txn_state.pop(h.producer_id, False)
-            if horizon is not None and now >= horizon and not had_data and not retain_empty:
-                return None
+            retain_empty = self.marker_only_producers.get(h.producer_id, -2) == h.producer_epoch
+            if h.records_count == 0:  # a marker emptied before: kept only for its producer's epoch
+                return data if retain_empty else None
+            if horizon is not None and now >= horizon and not had_data:
+                return self._rebuild(h, data, [], None) if retain_empty else None
             self.stats.records_kept += h.records_count
             if horizon is None and not had_data:
                 return self._rebuild(h, data, None, now + self.config.delete_retention_ms)
