@@ -24,7 +24,8 @@ A cleaning round of one log, as Kafka does it:
    as Kafka's CleanedTransactionMetadata). A batch that keeps every record is copied byte for byte;
    otherwise the kept records are written in a new batch with the original base and last offset, producer
    id, epoch, base sequence and codec (re-compressed at the codec's default level, as Kafka does); the last batch of an
-   active producer stays, empty if need be, so producer state survives.
+   active producer stays, empty if need be, so producer state survives (for a producer with only markers
+   here, its markers of its epoch).
 4. **Swap.** The cleaned files replace the group on the event loop (:meth:`Log.replace_segments`: renames
    only, Kafka's ``.cleaned`` -> ``.swap`` -> final order, recovered at start-up by
    :func:`tierlog.storage.log.complete_swaps`), and the checkpoint moves to the map's end.
