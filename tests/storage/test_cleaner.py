@@ -169,7 +169,11 @@ def test_aborted_transaction_records_are_removed(make_log):
     assert (0, b"a", b"committed-before") in rows
     assert all(v != b"aborted" for _, _, v in rows)
     markers = [h for _, _, h in lg.batches() if h.is_control]
-    assert len(markers) == 1 and markers[0].has_delete_horizon  # an emptied transaction's marker
+    # The aborted batch is producer 9's last: it stays, empty, so its transaction is not empty and its
+    # marker stays without a horizon, and so does its transaction index entry (Kafka's rule).
+    assert len(markers) == 1 and not markers[0].has_delete_horizon
+    assert [b for _, _, b in lg.batches() if b.producer_id == 9 and not b.is_control][0].records_count == 0
+    assert [(t.producer_id, t.first_offset) for seg in lg.segments for t in seg.txn_index.entries] == [(9, 1)]
     assert end_txn_marker_batch  # the helper the marker came from
 
 
@@ -282,20 +286,99 @@ def test_aborted_records_go_even_when_the_marker_is_in_the_active_segment(make_l
 
 
 def test_a_committed_transaction_marker_goes_after_its_records_and_the_horizon(make_log):
+    """Kafka's rule: the pass that removes a transaction's last record keeps its marker as it is; the next pass,
+    finding no batch of it, stamps the marker with a horizon; a pass after the horizon removes it."""
     lg = make_log(**COMPACT, delete_retention_ms=1000)
     lg.append_as_leader(build_batch([(b"a", b"txn-value", [], NOW)], producer_id=5, producer_epoch=0,
                                     base_sequence=0, is_transactional=True), now_ms=NOW)
     lg.append_txn_marker(5, 0, 0, commit=True, now_ms=NOW)
     lg.update_high_watermark(lg.log_end_offset)
     produce(lg, b"a", b"newer")  # supersedes the transaction's only record
-    produce(lg, b"b", b"other")
+    lg.append_as_leader(build_batch([(b"b", b"txn-2", [], NOW)], producer_id=5, producer_epoch=0,
+                                    base_sequence=1, is_transactional=True), now_ms=NOW)  # producer 5's last
+    lg.append_txn_marker(5, 0, 0, commit=True, now_ms=NOW)
+    lg.update_high_watermark(lg.log_end_offset)
     lg.roll()
+
+    def marker_at_1():
+        return [h for _, _, h in lg.batches() if h.is_control and h.base_offset == 1]
+
     first = clean_log_now(lg, now_ms=NOW)
-    markers = [h for _, _, h in lg.batches() if h.is_control]
-    assert len(markers) == 1 and markers[0].has_delete_horizon and markers[0].base_timestamp == NOW + 1000
-    clean_log_now(lg, first.end_offset, now_ms=NOW + 2000)
-    assert not [h for _, _, h in lg.batches() if h.is_control]
-    assert latest(records(lg)) == {b"a": (2, b"newer"), b"b": (3, b"other")}
+    assert [h.base_offset for _, _, h in lg.batches() if h.producer_id == 5] == [1, 3, 4]  # the batch at 0 went
+    assert len(marker_at_1()) == 1 and not marker_at_1()[0].has_delete_horizon
+    produce(lg, b"c", b"dirty")  # the next rounds need dirty data
+    lg.roll()
+    second = clean_log_now(lg, first.end_offset, now_ms=NOW + 10)
+    assert len(marker_at_1()) == 1 and marker_at_1()[0].has_delete_horizon
+    assert marker_at_1()[0].base_timestamp == NOW + 10 + 1000
+    produce(lg, b"d", b"dirty")
+    lg.roll()
+    clean_log_now(lg, second.end_offset, now_ms=NOW + 2000)
+    assert marker_at_1() == []
+    assert [h.base_offset for _, _, h in lg.batches() if h.is_control] == [4]  # the live transaction's
+    assert latest(records(lg)) == {b"a": (2, b"newer"), b"b": (3, b"txn-2"), b"c": (5, b"dirty"),
+                                   b"d": (6, b"dirty")}
+
+
+def test_an_aborted_transaction_keeps_its_index_entry_while_a_batch_of_it_is_left(make_log):
+    """Kafka's rule for an abort marker: the pass that removes the aborted data keeps the marker unstamped and
+    its transaction index entry; the next pass stamps the marker and drops the entry; then the marker goes."""
+    lg = make_log(**COMPACT, delete_retention_ms=1000)
+    lg.append_as_leader(build_batch([(b"a", b"aborted", [], NOW)], producer_id=9, producer_epoch=0,
+                                    base_sequence=0, is_transactional=True), now_ms=NOW)
+    lg.append_txn_marker(9, 0, 0, commit=False, now_ms=NOW)
+    lg.append_as_leader(build_batch([(b"b", b"committed", [], NOW)], producer_id=9, producer_epoch=0,
+                                    base_sequence=1, is_transactional=True), now_ms=NOW)  # producer 9's last
+    lg.append_txn_marker(9, 0, 0, commit=True, now_ms=NOW)
+    lg.update_high_watermark(lg.log_end_offset)
+    lg.roll()
+
+    def abort_marker():
+        return [(h.has_delete_horizon, h.base_timestamp) for _, _, h in lg.batches() if h.base_offset == 1]
+
+    def index_entries():
+        return [(t.producer_id, t.first_offset, t.last_offset) for seg in lg.segments for t in seg.txn_index.entries]
+
+    first = clean_log_now(lg, now_ms=NOW)
+    assert all(v != b"aborted" for _, _, v in records(lg))
+    assert abort_marker() == [(False, NOW)] and index_entries() == [(9, 0, 1)]
+    produce(lg, b"c", b"dirty")
+    lg.roll()
+    second = clean_log_now(lg, first.end_offset, now_ms=NOW + 10)
+    assert abort_marker() == [(True, NOW + 10 + 1000)] and index_entries() == []
+    produce(lg, b"d", b"dirty")
+    lg.roll()
+    clean_log_now(lg, second.end_offset, now_ms=NOW + 2000)
+    assert abort_marker() == []
+    assert latest(records(lg)) == {b"b": (2, b"committed"), b"c": (4, b"dirty"), b"d": (5, b"dirty")}
+
+
+def test_the_markers_of_a_producer_without_data_stay_empty_for_its_epoch(make_log):
+    """Kafka's rule for a producer with only markers here (a transaction that added the partition and wrote
+    nothing to it): its marker is stamped, then emptied, never removed, so its epoch survives a rebuild of
+    the producer state; a marker of an older epoch than the producer's goes."""
+    lg = make_log(**COMPACT, delete_retention_ms=1000)
+    lg.append_txn_marker(7, 0, 0, commit=False, now_ms=NOW)
+    lg.append_txn_marker(8, 0, 0, commit=True, now_ms=NOW)
+    lg.append_txn_marker(8, 1, 0, commit=True, now_ms=NOW)  # producer 8's epoch is 1 now
+    produce(lg, b"a", b"value")
+    lg.roll()
+
+    def markers():
+        return [(h.producer_id, h.producer_epoch, h.records_count, h.has_delete_horizon)
+                for _, _, h in lg.batches() if h.is_control]
+
+    first = clean_log_now(lg, now_ms=NOW)
+    assert markers() == [(7, 0, 1, True), (8, 0, 1, True), (8, 1, 1, True)]
+    produce(lg, b"b", b"dirty")
+    lg.roll()
+    second = clean_log_now(lg, first.end_offset, now_ms=NOW + 2000)
+    assert markers() == [(7, 0, 0, False), (8, 1, 0, False)]
+    produce(lg, b"c", b"dirty")
+    lg.roll()
+    third = clean_log_now(lg, second.end_offset, now_ms=NOW + 4000)
+    assert markers() == [(7, 0, 0, False), (8, 1, 0, False)]
+    assert third.delete_horizon_ms is None  # an empty marker does not make the log due again
 
 
 def test_a_truncation_below_the_checkpoint_moves_it_down(make_log):

@@ -18,11 +18,14 @@ A cleaning round of one log, as Kafka does it:
    (``segment.bytes``, ``segment.index.bytes``), is copied to ``<base>.log.cleaned`` keeping a record only
    when it is the last of its key (or past the map's end), dropping aborted transactions' records,
    tombstones and transaction markers whose delete horizon passed (KIP-534: a batch that keeps a
-   tombstone or the marker of an emptied transaction is stamped with ``now + delete.retention.ms`` when it
-   is first cleaned). A batch that keeps every record is copied byte for byte; otherwise the kept
-   records are written in a new batch with the original base and last offset, producer id, epoch, base
-   sequence and codec (re-compressed at the codec's default level, as Kafka does); the last batch of an
-   active producer stays, empty if need be, so producer state survives.
+   tombstone is stamped with ``now + delete.retention.ms`` when it is first cleaned; a marker when a round
+   finds no batch of its transaction left, so the round that removes a transaction's last records leaves
+   its marker as it is, and an aborted transaction's index entry stays as long as a batch of it does,
+   as Kafka's CleanedTransactionMetadata). A batch that keeps every record is copied byte for byte;
+   otherwise the kept records are written in a new batch with the original base and last offset, producer
+   id, epoch, base sequence and codec (re-compressed at the codec's default level, as Kafka does); the last batch of an
+   active producer stays, empty if need be, so producer state survives (for a producer with only markers
+   here, its markers of its epoch).
 4. **Swap.** The cleaned files replace the group on the event loop (:meth:`Log.replace_segments`: renames
    only, Kafka's ``.cleaned`` -> ``.swap`` -> final order, recovered at start-up by
    :func:`tierlog.storage.log.complete_swaps`), and the checkpoint moves to the map's end.
@@ -380,6 +383,10 @@ class CleaningRound:
         # Kafka keeps the last batch of each producer still active (its state must survive a rebuild).
         self.active_producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items()
                                  if e.last_offset >= 0}
+        # One with no data batch (only markers here, or its epoch bumped since) keeps its markers of its
+        # epoch, emptied once they may go, so the epoch survives too (Kafka's isBatchLastRecordOfProducer).
+        self.marker_only_producers = {pid: e.producer_epoch for pid, e in lg.producer_state.producers.items()
+                                      if e.last_offset < 0}
         # Every aborted transaction of the log: one whose data is cleanable may have its marker later on.
         self.aborted: dict[int, list[AbortedTxn]] = {}
         for seg in lg.segments:
@@ -507,6 +514,8 @@ class CleaningRound:
         try:
             for v in group:
                 for h, data in self._batches(v):
+                    # Kafka keeps an aborted transaction's index entry only while a batch of it is left
+                    had_data = h.is_control and txn_state.get(h.producer_id, False)
                     piece = self._clean_batch(h, data, txn_state)
                     if piece is None:
                         continue
@@ -521,7 +530,7 @@ class CleaningRound:
                         since_index = 0
                     since_index += len(piece)
                     position += len(piece)
-                    if h.is_control and h.base_offset in markers:
+                    if had_data and h.base_offset in markers:
                         txn_index.append(markers[h.base_offset])
                     self.stats.bytes_written += len(piece)
                     self.throttler.maybe_throttle(len(piece))
@@ -545,15 +554,21 @@ class CleaningRound:
         retain_empty = h.producer_id >= 0 and self.active_producers.get(h.producer_id) == h.last_offset
         self.stats.records_read += h.records_count
         if h.is_control:
-            # A marker goes once its horizon passed and no record of its transaction is left.
+            # Kafka's rule: a marker whose transaction still had a batch in this pass (kept or not) is kept
+            # without a horizon; once a pass finds none, it is stamped; once that horizon passed, it goes.
             had_data = txn_state.pop(h.producer_id, False)
-            if horizon is not None and now >= horizon and not had_data and not retain_empty:
-                return None
+            retain_empty = self.marker_only_producers.get(h.producer_id, -2) == h.producer_epoch
+            if h.records_count == 0:  # a marker emptied before: kept only for its producer's epoch
+                return data if retain_empty else None
+            if horizon is not None and now >= horizon and not had_data:
+                return self._rebuild(h, data, [], None) if retain_empty else None
             self.stats.records_kept += h.records_count
             if horizon is None and not had_data:
                 return self._rebuild(h, data, None, now + self.config.delete_retention_ms)
             self._note_horizon(horizon)
             return data
+        if h.is_transactional:
+            txn_state[h.producer_id] = True  # read in this pass, whether its records stay or not
         if self._is_aborted(h):
             return self._rebuild(h, data, [], None) if retain_empty else None
         section = _records_section(data, h, self.config.max_message_bytes)
@@ -574,8 +589,6 @@ class CleaningRound:
                 kept.append(rec)
                 tombstones = tombstones or not rec[7]
         self.stats.records_kept += len(kept)
-        if kept and h.is_transactional:
-            txn_state[h.producer_id] = True
         if not kept:
             return self._rebuild(h, data, [], None, section) if retain_empty else None
         stamp = now + self.config.delete_retention_ms if tombstones and horizon is None else None
