@@ -712,6 +712,21 @@ class LogCleaner:
             lg.truncated_below = None
         return cp
 
+    def cleaned_up_to(self, tp: tuple[str, int]) -> int | None:
+        """The offset below which the log was cleaned (its checkpoint, never above a truncation not yet
+        applied to it), None when it never was or the cleaner is off. The copy to the remote tier uploads
+        only segments below it (docs/tiered-storage.md, "Compacted topics"); this reads, never moves it."""
+        if not self.config.enable:
+            return None
+        d = self._dir_of(tp)
+        cp = self.checkpoints.get(d, {}).get(tp) if d is not None else None
+        lg = self._logs().get(tp)
+        if cp is None or lg is None:
+            return None
+        if lg.truncated_below is not None:
+            cp = min(cp, lg.truncated_below)
+        return cp if lg.local_log_start_offset <= cp <= lg.log_end_offset else None
+
     # -- choice --
 
     def compacted_logs(self) -> list[Log]:
