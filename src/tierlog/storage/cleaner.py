@@ -1,5 +1,6 @@
 """The log cleaner: compaction of the logs whose cleanup.policy has ``compact`` (Kafka's LogCleaner, Cleaner,
-LogCleanerManager and SkimpyOffsetMap, for local logs; compacted topics are never tiered).
+LogCleanerManager and SkimpyOffsetMap, for local logs; a tiered compacted log uploads what is below the
+cleaner's checkpoint, :meth:`LogCleaner.cleaned_up_to`).
 
 A cleaning round of one log, as Kafka does it:
 
