@@ -151,6 +151,15 @@ class RemoteStorageMetrics:
             gauge.remove(topic=tp.topic, partition=tp.partition)
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedRanges:
+    """A partition's COPY_SEGMENT_FINISHED segments by start offset, with the longest one's span (offsets)."""
+
+    segments: list[RemoteLogSegmentMetadata]
+    starts: list[int]
+    span: int
+
+
 @dataclass(eq=False)
 class PartitionTasks:
     """The remote log manager's state for one leader partition."""
@@ -712,14 +721,20 @@ class RemoteLogManager:
         return sorted((md for md in self.rlmm.list_remote_log_segments(tp) if md.state == S.COPY_SEGMENT_FINISHED),
                       key=lambda md: md.start_offset)
 
-    def remote_copy_state(self, finished: list[RemoteLogSegmentMetadata], base: int, end: int,
-                          size: int) -> str:
-        """How the remote tier holds the local segment ``[base, end)`` of ``size`` bytes, ``finished`` being
-        the partition's finished segments by start offset: ``current`` (the newest upload of each of its
-        offsets lies within it and the sizes add up), ``stale`` (the cleaner changed it after its upload,
-        or part of it is missing), ``unaligned`` (a remote segment reaches outside it: never replaced)."""
-        starts = [md.start_offset for md in finished]
-        overlapping = [md for md in finished[:bisect_left(starts, end)] if md.end_offset >= base]
+    def _finished_ranges(self, tp: TopicIdPartition) -> FinishedRanges:
+        finished = self._finished_by_start(tp)
+        return FinishedRanges(finished, [md.start_offset for md in finished],
+                              max((md.end_offset - md.start_offset for md in finished), default=0))
+
+    def remote_copy_state(self, ranges: FinishedRanges, base: int, end: int, size: int) -> str:
+        """How the remote tier holds the local segment ``[base, end)`` of ``size`` bytes (``ranges``: the
+        partition's finished segments): ``current`` (the newest upload of each of its offsets lies within it
+        and the sizes add up), ``stale`` (the cleaner changed it after its upload, or part of it is
+        missing), ``unaligned`` (a remote segment reaches outside it: never replaced)."""
+        # Only segments starting within the longest span before ``base`` can reach it: a slice, not a scan of
+        # every remote segment for every local one.
+        lo, hi = bisect_left(ranges.starts, base - ranges.span), bisect_left(ranges.starts, end)
+        overlapping = [md for md in ranges.segments[lo:hi] if md.end_offset >= base]
         cur, total = base, 0
         while cur < end:
             holding = [md for md in overlapping if md.start_offset <= cur <= md.end_offset]
@@ -750,7 +765,7 @@ class RemoteLogManager:
             if end <= lg.log_start_offset or not seg.is_intact():
                 continue
             if finished is None:
-                finished = self._finished_by_start(st.tp)
+                finished = self._finished_ranges(st.tp)
             if self.remote_copy_state(finished, seg.base_offset, end, seg.size) == "stale":
                 out.append((seg, end))
         return out
@@ -764,7 +779,7 @@ class RemoteLogManager:
         if not self.rlmm.is_ready(st.tp):
             return False
         try:
-            finished = self._finished_by_start(st.tp)
+            finished = self._finished_ranges(st.tp)
         except Exception:  # noqa: BLE001 - metadata unavailable: keep the segment, ask again next check
             return False
         return self.remote_copy_state(finished, seg.base_offset, end, seg.size) != "stale"
