@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -149,15 +148,6 @@ class RemoteStorageMetrics:
         for gauge in (self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes, self.delete_lag_segments,
                       self.log_size_bytes, self.log_metadata_count):
             gauge.remove(topic=tp.topic, partition=tp.partition)
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedRanges:
-    """A partition's COPY_SEGMENT_FINISHED segments by start offset, with the longest one's span (offsets)."""
-
-    segments: list[RemoteLogSegmentMetadata]
-    starts: list[int]
-    span: int
 
 
 @dataclass(eq=False)
@@ -717,30 +707,22 @@ class RemoteLogManager:
 
     # ------------------------------------------------------------------------- compacted topics
 
-    def _finished_by_start(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        return sorted((md for md in self.rlmm.list_remote_log_segments(tp) if md.state == S.COPY_SEGMENT_FINISHED),
-                      key=lambda md: md.start_offset)
+    def _serving(self, st: PartitionTasks, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The finished segment a remote read of ``offset`` gets (the metadata cache's answer for the
+        offset's leader epoch): the newest upload holding it, in the order uploads finished."""
+        epoch = st.log.leader_epoch_cache.epoch_for_offset(offset)
+        return None if epoch < 0 else self.rlmm.remote_log_segment_metadata(st.tp, epoch, offset)
 
-    def _finished_ranges(self, tp: TopicIdPartition) -> FinishedRanges:
-        finished = self._finished_by_start(tp)
-        return FinishedRanges(finished, [md.start_offset for md in finished],
-                              max((md.end_offset - md.start_offset for md in finished), default=0))
-
-    def remote_copy_state(self, ranges: FinishedRanges, base: int, end: int, size: int) -> str:
-        """How the remote tier holds the local segment ``[base, end)`` of ``size`` bytes (``ranges``: the
-        partition's finished segments): ``current`` (the newest upload of each of its offsets lies within it
-        and the sizes add up), ``stale`` (the cleaner changed it after its upload, or part of it is
-        missing), ``unaligned`` (a remote segment reaches outside it: never replaced)."""
-        # Only segments starting within the longest span before ``base`` can reach it: a slice, not a scan of
-        # every remote segment for every local one.
-        lo, hi = bisect_left(ranges.starts, base - ranges.span), bisect_left(ranges.starts, end)
-        overlapping = [md for md in ranges.segments[lo:hi] if md.end_offset >= base]
+    def remote_copy_state(self, st: PartitionTasks, base: int, end: int, size: int) -> str:
+        """How the remote tier holds the local segment ``[base, end)`` of ``size`` bytes: ``current`` (the
+        segments reads get for its offsets lie within it and their sizes add up), ``stale`` (the cleaner
+        changed it after its upload, or part of it is missing), ``unaligned`` (a remote segment reaches
+        outside it: never replaced)."""
         cur, total = base, 0
         while cur < end:
-            holding = [md for md in overlapping if md.start_offset <= cur <= md.end_offset]
-            if not holding:
+            md = self._serving(st, cur)
+            if md is None:
                 return "stale"
-            md = max(holding, key=lambda m: (m.event_timestamp_ms, m.end_offset))
             if md.start_offset < base or md.end_offset >= end:
                 return "unaligned"
             total += md.segment_size_in_bytes
@@ -756,7 +738,6 @@ class RemoteLogManager:
         if lg.offline is not None or highest < 0:
             return []
         segments = list(lg.segments)
-        finished = None
         out = []
         for seg, nxt in zip(segments, segments[1:]):
             end = nxt.base_offset
@@ -764,9 +745,7 @@ class RemoteLogManager:
                 break
             if end <= lg.log_start_offset or not seg.is_intact():
                 continue
-            if finished is None:
-                finished = self._finished_ranges(st.tp)
-            if self.remote_copy_state(finished, seg.base_offset, end, seg.size) == "stale":
+            if self.remote_copy_state(st, seg.base_offset, end, seg.size) == "stale":
                 out.append((seg, end))
         return out
 
@@ -776,31 +755,23 @@ class RemoteLogManager:
         lg = st.log
         if not lg.config.compact or self.partitions.get(st.tp) is not st:
             return True
-        if not self.rlmm.is_ready(st.tp):
-            return False
         try:
-            finished = self._finished_ranges(st.tp)
-        except Exception:  # noqa: BLE001 - metadata unavailable: keep the segment, ask again next check
+            return self.remote_copy_state(st, seg.base_offset, end, seg.size) != "stale"
+        except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next check
             return False
-        return self.remote_copy_state(finished, seg.base_offset, end, seg.size) != "stale"
 
     def replaced_segments(self, st: PartitionTasks) -> list[RemoteLogSegmentMetadata]:
-        """Finished segments lying within the range of a newer finished one (a compacted segment's
-        replacement): nothing reads them any more."""
+        """Finished segments that reads no longer get because a segment finished after them contains them (a
+        compacted segment's replacement): the metadata cache's order decides, as for readers, never clocks."""
         out = []
-        reaching: list[RemoteLogSegmentMetadata] = []  # segments seen so far that reach the current start
-        for md in self._finished_by_start(st.tp):
-            reaching = [o for o in reaching if o.end_offset >= md.start_offset]
-            # a later one starting at the same offset may contain this one too
-            if any(o.end_offset >= md.end_offset and o.event_timestamp_ms > md.event_timestamp_ms
-                   for o in reaching):
+        for md in self.rlmm.list_remote_log_segments(st.tp):
+            if md.state != S.COPY_SEGMENT_FINISHED:
+                continue
+            epoch, start = next(iter(md.segment_leader_epochs.items()))
+            serving = self.rlmm.remote_log_segment_metadata(st.tp, epoch, start)
+            if serving is not None and serving.segment_id != md.segment_id \
+                    and serving.start_offset <= md.start_offset and serving.end_offset >= md.end_offset:
                 out.append(md)
-            else:
-                for o in reaching:
-                    if o.start_offset == md.start_offset and md.end_offset >= o.end_offset \
-                            and md.event_timestamp_ms > o.event_timestamp_ms and o not in out:
-                        out.append(o)
-            reaching.append(md)
         return out
 
     async def _retire_replaced(self, st: PartitionTasks) -> None:
