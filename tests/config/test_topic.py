@@ -139,19 +139,14 @@ def test_remote_storage_needs_the_broker_switch():
     }
 
 
-def test_remote_storage_refuses_compaction():
-    refused(
-        tiered(),
-        {"remote.storage.enable": "true", "cleanup.policy": "compact"},
-        "configuration cleanup.policy",
-        "only cleanup.policy=delete",
-    )
-    refused(
-        tiered(**{"log.cleanup.policy": "compact,delete"}),
-        {"remote.storage.enable": "true"},
-        "cleanup.policy",
-    )
+def test_remote_storage_accepts_compaction():
+    # Unlike Kafka (INVALID_CONFIG), compacted topics are tiered: docs/tiered-storage.md, "Compacted topics".
+    assert tiered().validate_topic_overrides({"remote.storage.enable": "true", "cleanup.policy": "compact"}) == {
+        "remote.storage.enable": True, "cleanup.policy": ["compact"]}
+    assert tiered(**{"log.cleanup.policy": "compact,delete"}).validate_topic_overrides(
+        {"remote.storage.enable": "true"}) == {"remote.storage.enable": True}
     assert tiered().validate_topic_overrides({"remote.storage.enable": "true", "cleanup.policy": ""})
+    assert tiered().topic_config({"remote.storage.enable": "true", "cleanup.policy": "compact"}).remote_log_enabled("t")
 
 
 @pytest.mark.parametrize(

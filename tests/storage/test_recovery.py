@@ -192,3 +192,25 @@ def test_unreadable_checkpoints_fall_back_to_the_segments(tmp_path):
     assert lg2.log_end_offset == 6
     assert lg2.leader_epoch_cache.entries == [(0, 0), (1, 2), (2, 4)]
     m2.shutdown()
+
+
+def test_unclean_recovery_keeps_a_segment_the_cleaner_emptied(make_log):
+    # The first segments hold only keys written again later: the cleaner empties them. Their offset range is
+    # still the log's (a tiered compacted log's remote copy of it is replaced from them), so recovery after a
+    # kill keeps them; it removes only segments it empties itself.
+    from tierlog.storage.cleaner import clean_log_now
+
+    lg = make_log("t-0", segment_bytes=400, cleanup_policy=("compact",))
+    for i in range(12):
+        lg.append_as_leader(batch(1, key=b"k%d" % (i % 3), size=60), leader_epoch=0)
+    for i in range(12):
+        lg.append_as_leader(batch(1, key=b"k%d" % (i % 3), size=60), leader_epoch=0)
+    lg.update_high_watermark(lg.log_end_offset)
+    assert clean_log_now(lg) is not None
+    emptied = [s.base_offset for s in lg.segments[:-1] if s.size == 0]
+    assert emptied, [(s.base_offset, s.size) for s in lg.segments]
+    bases = [s.base_offset for s in lg.segments]
+    crash(lg)
+    lg2 = make_log("t-0", clean_shutdown=False, recovery_point=0, segment_bytes=400, cleanup_policy=("compact",))
+    assert [s.base_offset for s in lg2.segments] == bases
+    assert lg2.local_log_start_offset == bases[0] == 0

@@ -60,3 +60,33 @@ class HeldTopicBasedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager)
         if hold_file:
             task.consumer = _HeldConsumer(task.consumer, hold_file)
         return task
+
+
+DELETE_HELD_RLMM = "tests.tiered.holds:DeleteHeldTopicBasedRemoteLogMetadataManager"
+
+
+def delete_held_rlmm_settings(hold_file: os.PathLike | str, reached_file: os.PathLike | str) -> dict[str, str]:
+    """Broker settings that load the manager whose DELETE_SEGMENT_STARTED writes wait while ``hold_file``
+    exists; the first one held writes its segment's offsets to ``reached_file``."""
+    return {"remote.log.metadata.manager.class.name": DELETE_HELD_RLMM,
+            "remote.log.metadata.manager.class.path": str(ROOT),
+            "rlmm.config.test.delete.hold.file": str(hold_file),
+            "rlmm.config.test.delete.reached.file": str(reached_file)}
+
+
+class DeleteHeldTopicBasedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
+    """The topic-based manager holding every DELETE_SEGMENT_STARTED event while the hold file exists: a
+    compacted segment's replacement is COPY_SEGMENT_FINISHED and the segment it replaces not yet marked, for
+    as long as the test needs (it kills the broker there, say)."""
+
+    async def update_remote_log_segment_metadata(self, update) -> None:
+        from tierlog.tiered.metadata import RemoteLogSegmentState
+
+        hold = self.configs.get("test.delete.hold.file")
+        if hold and update.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED and os.path.exists(hold):
+            reached = self.configs.get("test.delete.reached.file")
+            if reached and not os.path.exists(reached):
+                Path(reached).write_text(str(update.segment_id))
+            while os.path.exists(hold):
+                await asyncio.sleep(0.05)
+        await super().update_remote_log_segment_metadata(update)

@@ -331,6 +331,40 @@ def test_time_retention_deletes_expired_remote_segments(env):
     assert e.log.log_start_offset == max(md.end_offset for md in expired) + 1
 
 
+def test_compact_only_remote_data_never_expires_by_time_compact_delete_does(env):
+    e = env
+    old = int(time.time() * 1000) - 10 * 86_400_000
+    produce(e.log, 30, ts=old)
+    e.log.roll()
+    produce(e.log, 30)
+    _copy_all(e)
+    uploaded = len(e.rlmm.list_remote_log_segments(e.tp))
+    st = e.rlm.partitions[e.tp]
+    e.log.config = LogConfig(**{**_fields(e.log.config), "retention_ms": 86_400_000, "cleanup_policy": ("compact",)})
+    run(e.rlm._expire_once(st))
+    assert len(e.rlmm.list_remote_log_segments(e.tp)) == uploaded and e.log.log_start_offset == 0
+    e.log.config = LogConfig(**{**_fields(e.log.config), "cleanup_policy": ("compact", "delete")})
+    run(e.rlm._expire_once(st))
+    assert all(md.max_timestamp_ms > old + 1000 for md in e.rlmm.list_remote_log_segments(e.tp))
+    assert e.log.log_start_offset > 0
+
+
+def test_a_compacted_log_uploads_only_below_the_cleaners_checkpoint(env):
+    e = env
+    produce(e.log, 60)  # keyless: written before the policy turns compact
+    e.log.config = LogConfig(**{**_fields(e.log.config), "cleanup_policy": ("compact",)})
+    segments = list(e.log.segments)
+    assert len(segments) >= 4
+    cleaned = {"offset": None}
+    e.rlm.cleaned_up_to = lambda topic, partition: cleaned["offset"]
+    _copy_all(e)
+    assert e.rlmm.list_remote_log_segments(e.tp) == []  # never cleaned: nothing uploads
+    cleaned["offset"] = segments[2].base_offset  # the cleaner's checkpoint: the first two segments are clean
+    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    assert sorted((md.start_offset, md.end_offset) for md in e.rlmm.list_remote_log_segments(e.tp)) == [
+        (segments[0].base_offset, segments[1].base_offset - 1), (segments[1].base_offset, segments[2].base_offset - 1)]
+
+
 def test_delete_records_below_remote_segments_deletes_them(env):
     e = env
     produce(e.log, 60)

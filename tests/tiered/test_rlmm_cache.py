@@ -648,3 +648,27 @@ def test_snapshot_restore_is_exact_without_deletions(history):
     fresh = restored(store)
     fresh.mark_initialized(TP)
     assert state_of(fresh, [0, 1, 2, 3]) == state_of(store, [0, 1, 2, 3])
+
+
+def test_a_compacted_replacement_takes_over_the_segments_it_contains_also_in_the_middle():
+    # A compacted topic's replacement (docs/tiered-storage.md, "Compacted topics"): [0, 19] replaces [0, 9] and
+    # [10, 19], which are not the epoch's last segments; reads of their offsets go to it at once.
+    cache = RemoteLogMetadataCache()
+    cache.mark_initialized()
+    olds = [segment(0, 9, {0: 0}), segment(10, 19, {0: 10}), segment(20, 29, {0: 20})]
+    for md in olds:
+        cache.add_copy_in_progress_segment(md)
+        cache.update_remote_log_segment_metadata(update_of(md, FINISHED))
+    replacement = segment(0, 19, {0: 0})
+    cache.add_copy_in_progress_segment(replacement)
+    assert cache.remote_log_segment_metadata(0, 15).segment_id == olds[1].segment_id  # not finished yet
+    cache.update_remote_log_segment_metadata(update_of(replacement, FINISHED))
+    assert cache.remote_log_segment_metadata(0, 5).segment_id == replacement.segment_id
+    assert cache.remote_log_segment_metadata(0, 15).segment_id == replacement.segment_id
+    assert cache.remote_log_segment_metadata(0, 25).segment_id == olds[2].segment_id
+    assert cache.highest_offset_for_epoch(0) == 29
+    for md in olds[:2]:  # the replaced ones are still listed (so they can be deleted), and deleting them
+        cache.update_remote_log_segment_metadata(update_of(md, DELETE_STARTED))  # changes no read
+        cache.update_remote_log_segment_metadata(update_of(md, DELETE_FINISHED))
+    assert cache.remote_log_segment_metadata(0, 15).segment_id == replacement.segment_id
+    assert {md.segment_id for md in cache.list_remote_log_segments(0)} == {replacement.segment_id, olds[2].segment_id}

@@ -196,7 +196,7 @@ class DisablementDriver:
 
 def topic_log_config(topic_config, topic: TopicImage | None, name: str) -> LogConfig:
     """The log settings of topic ``name`` from its resolved configuration: remote storage in effect as
-    Kafka decides it (broker switch, topic switch, not compacted, not internal) and as its tiering
+    Kafka decides it (broker switch, topic switch, not internal; compacted topics too, unlike Kafka) and as its tiering
     lifecycle requires: data retained by a disablement stays readable and expires, nothing more is
     uploaded; after a delete disablement the log is a plain local log."""
     remote = topic_config.remote_log_enabled(name)
@@ -205,8 +205,7 @@ def topic_log_config(topic_config, topic: TopicImage | None, name: str) -> LogCo
     if tiering is not None and tiering.state != TieringState.ENABLED:
         copy_disable = True
         if tiering.policy == "retain":
-            remote = remote or (topic_config.remote_storage_system_enabled and not topic_config.compact
-                                and not topic.is_internal)
+            remote = remote or (topic_config.remote_storage_system_enabled and not topic.is_internal)
         else:
             remote = False
     return replace(LogConfig.from_topic_config(topic_config), remote_storage_enable=remote,

@@ -262,11 +262,11 @@ class TopicConfig(Mapping[str, Any]):
 
     def remote_log_enabled(self, topic: str) -> bool:
         """Whether tiering takes effect for ``topic`` (Kafka's ``UnifiedLog.isRemoteLogEnabled``): the broker
-        switch and the topic switch are on, the topic is not compacted and not an internal topic."""
+        switch and the topic switch are on and the topic is not an internal topic. Unlike Kafka, compacted
+        topics are tiered too (docs/tiered-storage.md, "Compacted topics")."""
         return (
             self.remote_storage_system_enabled
             and bool(self._values["remote.storage.enable"])
-            and not self.compact
             and topic not in INTERNAL_TOPICS
         )
 
@@ -664,9 +664,6 @@ class BrokerConfig(Mapping[str, Any]):
                     )
                 )
                 raise invalid("remote.storage.enable", True, reason)
-            policy = merged["cleanup.policy"]
-            if "compact" in policy:
-                raise invalid("cleanup.policy", policy, "Remote storage supports only cleanup.policy=delete")
             _check_local_retention(merged)
             _check_copy_lag(merged)
             if merged["remote.log.copy.disable"]:

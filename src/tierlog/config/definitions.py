@@ -898,7 +898,7 @@ _BROKER: tuple[ConfigDef, ...] = (
 _TOPIC: tuple[ConfigDef, ...] = (
     _t("cleanup.policy", "list", ["delete"], ListIn(("compact", "delete")), "log.cleanup.policy",
        doc="delete removes old segments, compact keeps the last record per key (the log cleaner); both may "
-           "be combined. A compacted topic is not tiered."),
+           "be combined. A compacted topic may be tiered (uploads only cleaned segments)."),
     _t("compression.type", "string", "producer", InSet(_BROKER_COMPRESSION), "compression.type",
        doc="Compression of stored batches; producer keeps the producer's."),
     _t("compression.gzip.level", "int", -1, _GZIP_LEVEL, "compression.gzip.level",

@@ -412,8 +412,10 @@ class Broker:
         self._on_ready.append(rlmm.on_broker_ready)
         log.info("Tiered storage on: %s remote storage, %s metadata manager", type(rsm).__name__,
                  type(rlmm).__name__)
+        cleaner = self.log_manager.cleaner
         return build_remote_log_manager(cfg, self.node_id, rsm, rlmm, cfg.log_dirs[0], self.metrics,
-                                        lambda: controller.effective_config)
+                                        lambda: controller.effective_config,
+                                        lambda topic, partition: cleaner.cleaned_up_to((topic, partition)))
 
     # ------------------------------------------------------------------ ZooKeeper mode (a cluster)
 

@@ -1,5 +1,6 @@
 """The log cleaner: compaction of the logs whose cleanup.policy has ``compact`` (Kafka's LogCleaner, Cleaner,
-LogCleanerManager and SkimpyOffsetMap, for local logs; compacted topics are never tiered).
+LogCleanerManager and SkimpyOffsetMap, for local logs; a tiered compacted log uploads what is below the
+cleaner's checkpoint, :meth:`LogCleaner.cleaned_up_to`).
 
 A cleaning round of one log, as Kafka does it:
 
@@ -724,6 +725,21 @@ class LogCleaner:
         if lg is not None:
             lg.truncated_below = None
         return cp
+
+    def cleaned_up_to(self, tp: tuple[str, int]) -> int | None:
+        """The offset below which the log was cleaned (its checkpoint, never above a truncation not yet
+        applied to it), None when it never was or the cleaner is off. The copy to the remote tier uploads
+        only segments below it (docs/tiered-storage.md, "Compacted topics"); this reads, never moves it."""
+        if not self.config.enable:
+            return None
+        d = self._dir_of(tp)
+        cp = self.checkpoints.get(d, {}).get(tp) if d is not None else None
+        lg = self._logs().get(tp)
+        if cp is None or lg is None:
+            return None
+        if lg.truncated_below is not None:
+            cp = min(cp, lg.truncated_below)
+        return cp if lg.local_log_start_offset <= cp <= lg.log_end_offset else None
 
     # -- choice --
 

@@ -187,6 +187,11 @@ class Log:
         self.recovery_point = 0
         # Set by the remote log manager (tiered storage): last offset known to be copied.
         self.highest_offset_in_remote_storage = -1
+        # A compacted tiered log's leader: whether the remote copy of a local segment (segment, its end
+        # offset exclusive) is current; local retention keeps one the cleaner changed after its upload
+        # until the replacement is uploaded (docs/tiered-storage.md, "Compacted topics"). Set by the
+        # remote log manager; None: any copied segment may go.
+        self.remote_copy_current = None
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -352,12 +357,15 @@ class Log:
 
     def _recover_from(self, index: int) -> None:
         """Validate segments[index:]: each segment loses only its invalid bytes (see LogSegment.recover), and
-        later segments stay, since their batches are intact; a segment left empty before the last one
-        goes (it holds no offset)."""
+        later segments stay, since their batches are intact; a segment recovery left empty before the last
+        one goes (it holds no offset). One that was empty already stays: the log cleaner empties segments
+        whose records were all superseded, and their offset range still belongs to the log (a tiered
+        compacted log replaces its remote copy of that range from it)."""
         expected = self.segments[index - 1].next_offset() if index > 0 else None
         # Each recovered segment's transaction index is emptied and rebuilt from its markers, which needs
         # the producer state as of its start (Kafka's LogLoader.recoverSegment): see _load_producer_state.
         self._txn_index_rebuild_from = self.segments[index].base_offset
+        emptied = set()
         for i in range(index, len(self.segments)):
             seg = self.segments[i]
             if expected is not None and seg.size and seg.base_offset < expected:
@@ -365,12 +373,14 @@ class Log:
                             seg.log_path, seg.base_offset, expected)
             removed = seg.recover(self._on_recovered_batch)
             expected = seg.next_offset()
+            if removed and seg.size == 0:
+                emptied.add(seg)
             if removed:
                 later = len(self.segments) - i - 1
                 log.warning("Recovery of %s removed %d invalid bytes (the segment now ends at offset %d)%s",
                             seg.log_path, removed, expected,
                             f"; the {later} later segment(s) are kept: their batches are intact" if later else "")
-        empty = [seg for seg in self.segments[index:-1] if seg.size == 0]
+        empty = [seg for seg in self.segments[index:-1] if seg in emptied]
         for seg in empty:
             log.warning("Removing log segment %s: recovery left it empty", seg.log_path)
             seg.delete_files()
@@ -843,9 +853,9 @@ class Log:
         cfg = self.config
         deleted = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
                                      now)
-        if not cfg.delete_enabled:
-            return deleted
         tiered = self._tiered_copy
+        if not cfg.delete_enabled and not tiered:  # a tiered compacted log still has local retention
+            return deleted
         retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
         retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
         if tiered:
@@ -898,9 +908,9 @@ class Log:
         now = _now_ms() if now_ms is None else now_ms
         cfg = self.config
         due = self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
-        if not cfg.delete_enabled:
-            return due
         tiered = self._tiered_copy
+        if not cfg.delete_enabled and not tiered:
+            return due
         retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
         retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
         if retention_ms >= 0:
@@ -938,6 +948,9 @@ class Log:
                 break  # never delete what consumers cannot have read yet
             if tiered and end - 1 > self.highest_offset_in_remote_storage and end > self.log_start_offset:
                 break  # not yet in the remote tier (and still readable)
+            if tiered and self.remote_copy_current is not None and end > self.log_start_offset \
+                    and not self.remote_copy_current(seg, end):
+                break  # cleaned again after its upload: its replacement is not uploaded yet
             if not predicate(seg, nxt):
                 break
             doomed.append(seg)

@@ -38,7 +38,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,22 +181,26 @@ class PartitionTasks:
 
 def build_remote_log_manager(config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
                              log_dir: str, registry: MetricsRegistry | None = None,
-                             effective_config=None) -> RemoteLogManager:
+                             effective_config=None, cleaned_up_to=None) -> RemoteLogManager:
     """The remote log manager with its metrics and its reader (remote reads of ``log_dir``'s index cache)
-    wired together. ``effective_config`` returns the current configuration, dynamic changes included."""
+    wired together. ``effective_config`` returns the current configuration, dynamic changes included;
+    ``cleaned_up_to(topic, partition)`` the log cleaner's checkpoint of a log (compacted topics)."""
     current = effective_config or (lambda: config)
     metrics = RemoteStorageMetrics(registry or MetricsRegistry())
     reader = RemoteLogReader(current, rsm, rlmm, metrics, log_dir)
-    return RemoteLogManager(config, broker_id, rsm, rlmm, reader, metrics, current)
+    return RemoteLogManager(config, broker_id, rsm, rlmm, reader, metrics, current, cleaned_up_to)
 
 
 class RemoteLogManager:
     def __init__(self, config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
-                 reader: RemoteLogReader, metrics: RemoteStorageMetrics, effective_config=None) -> None:
+                 reader: RemoteLogReader, metrics: RemoteStorageMetrics, effective_config=None,
+                 cleaned_up_to: Callable[[str, int], int | None] | None = None) -> None:
         """``reader`` serves reads below the local log start (it shares ``metrics``); ``effective_config``:
         a function returning the current configuration, dynamic changes included (the copy quota follows
-        it); ``config`` by default."""
+        it); ``config`` by default. ``cleaned_up_to(topic, partition)``: the offset below which the log
+        cleaner cleaned a log, None if it did not (a compacted topic uploads only what is below it)."""
         self.config = config
+        self.cleaned_up_to = cleaned_up_to or (lambda topic, partition: None)
         current = effective_config or (lambda: config)
         self.copy_quota = RateQuota(lambda: current()["remote.log.manager.copy.max.bytes.per.second"],
                                     config["remote.log.manager.copy.quota.window.num"],
@@ -359,6 +363,7 @@ class RemoteLogManager:
 
     def _start_tasks(self, st: PartitionTasks) -> None:
         name = f"{st.tp.topic}-{st.tp.partition}"
+        st.log.remote_copy_current = lambda seg, end: self.remote_copy_current(st, seg, end)
         if st.copy_task is None and not st.log.config.remote_log_copy_disable:
             st.copy_tasks_started += 1
             st.copy_task = asyncio.get_running_loop().create_task(
@@ -418,6 +423,7 @@ class RemoteLogManager:
                 self._stop_following(tp)
             st = self.partitions.pop(tp, None)
             if st is not None:
+                st.log.remote_copy_current = None
                 tasks = [t for t in (st.copy_task, st.expiration_task) if t is not None]
                 self._cancel(st)
                 if tasks:  # each notes what it was uploading (cut_short)
@@ -649,6 +655,8 @@ class RemoteLogManager:
         all below the last stable offset, oldest first. Nothing of an offline log, and nothing from a
         segment whose file holds more than its batches (a torn write) on: a torn segment is never uploaded."""
         lso = lg.last_stable_offset
+        if lg.config.compact:  # only cleaned segments (docs/tiered-storage.md, "Compacted topics")
+            lso = min(lso, self.cleaned_up_to(lg.topic, lg.partition) or 0)
         if lso <= 0 or lg.offline is not None:
             return []
         start = max(lg.highest_offset_in_remote_storage + 1, lg.log_start_offset)
@@ -682,12 +690,100 @@ class RemoteLogManager:
         # metadata cache then serves each offset from the newest upload.
         candidates = self.copy_candidates(lg)
         delayed = copy_delayed(lg, [seg for seg, _ in candidates], time.time() * 1000)
+        if lg.config.compact:
+            # Replacements first (they are older offsets), then the new segments; before both, the
+            # segments a finished replacement superseded (a crash may have come between the two).
+            await self._retire_replaced(st)
+            candidates = self.replacement_candidates(st) + candidates[:len(candidates) - delayed]
+            delayed = 0
         for seg, next_base in candidates[:len(candidates) - delayed]:
             if st.stop_copy or not await self._within_copy_quota(st, seg.size):
                 return
             if not await self._copy_segment(st, seg, next_base):
                 return  # abandoned: the next round starts again from the highest finished offset
+            if lg.config.compact:
+                await self._retire_replaced(st)
         self._update_copy_lag(st)
+
+    # ------------------------------------------------------------------------- compacted topics
+
+    def _serving(self, st: PartitionTasks, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The finished segment a remote read of ``offset`` gets (the metadata cache's answer for the
+        offset's leader epoch): the newest upload holding it, in the order uploads finished."""
+        epoch = st.log.leader_epoch_cache.epoch_for_offset(offset)
+        return None if epoch < 0 else self.rlmm.remote_log_segment_metadata(st.tp, epoch, offset)
+
+    def remote_copy_state(self, st: PartitionTasks, base: int, end: int, size: int) -> str:
+        """How the remote tier holds the local segment ``[base, end)`` of ``size`` bytes: ``current`` (the
+        segments reads get for its offsets lie within it and their sizes add up), ``stale`` (the cleaner
+        changed it after its upload, or part of it is missing), ``unaligned`` (a remote segment reaches
+        outside it: never replaced)."""
+        cur, total = base, 0
+        while cur < end:
+            md = self._serving(st, cur)
+            if md is None:
+                return "stale"
+            if md.start_offset < base or md.end_offset >= end:
+                return "unaligned"
+            total += md.segment_size_in_bytes
+            cur = md.end_offset + 1
+        return "current" if total == size else "stale"
+
+    def replacement_candidates(self, st: PartitionTasks) -> list[tuple[LogSegment, int]]:
+        """(segment, next base) of each cleaned local segment already uploaded whose remote copy is stale:
+        the log cleaner rewrote it after its upload (docs/tiered-storage.md, "Compacted topics")."""
+        lg = st.log
+        cleaned = self.cleaned_up_to(lg.topic, lg.partition) or 0
+        highest = lg.highest_offset_in_remote_storage
+        if lg.offline is not None or highest < 0:
+            return []
+        segments = list(lg.segments)
+        out = []
+        for seg, nxt in zip(segments, segments[1:]):
+            end = nxt.base_offset
+            if end - 1 > highest or end > cleaned:
+                break
+            if end <= lg.log_start_offset or not seg.is_intact():
+                continue
+            if self.remote_copy_state(st, seg.base_offset, end, seg.size) == "stale":
+                out.append((seg, end))
+        return out
+
+    def remote_copy_current(self, st: PartitionTasks, seg: LogSegment, end: int) -> bool:
+        """Local retention's question for a copied segment of a led compacted log: may it go? Not while the
+        cleaner's latest version of it still waits for its upload."""
+        lg = st.log
+        if not lg.config.compact or self.partitions.get(st.tp) is not st:
+            return True
+        try:
+            return self.remote_copy_state(st, seg.base_offset, end, seg.size) != "stale"
+        except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next check
+            return False
+
+    def replaced_segments(self, st: PartitionTasks) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments that reads no longer get because a segment finished after them contains them (a
+        compacted segment's replacement): the metadata cache's order decides, as for readers, never clocks."""
+        out = []
+        for md in self.rlmm.list_remote_log_segments(st.tp):
+            if md.state != S.COPY_SEGMENT_FINISHED:
+                continue
+            epoch, start = next(iter(md.segment_leader_epochs.items()))
+            serving = self.rlmm.remote_log_segment_metadata(st.tp, epoch, start)
+            if serving is not None and serving.segment_id != md.segment_id \
+                    and serving.start_offset <= md.start_offset and serving.end_offset >= md.end_offset:
+                out.append(md)
+        return out
+
+    async def _retire_replaced(self, st: PartitionTasks) -> None:
+        """Mark replaced segments DELETE_SEGMENT_STARTED (the expiration task deletes their objects). Only
+        ever after their replacement is COPY_SEGMENT_FINISHED, so a crash between the two leaves both
+        readable and the next run (of whichever broker leads) comes back here."""
+        for md in self.replaced_segments(st):
+            if md.segment_id in st.being_copied:
+                continue
+            log.info("Remote segment %s (offsets %d-%d) of %s was replaced by a newer compacted upload",
+                     md.segment_id.id, md.start_offset, md.end_offset, st.tp)
+            await self._update(md, S.DELETE_SEGMENT_STARTED)
 
     async def _within_copy_quota(self, st: PartitionTasks, size: int) -> bool:
         """Wait until the broker-wide copy quota allows another upload, then count the segment against it
@@ -806,7 +902,8 @@ class RemoteLogManager:
         if not everything:
             return [], None
         remaining = None
-        if cfg.retention_bytes > -1:
+        delete_policy = cfg.delete_enabled  # compact-only: no time or size retention (as a local compacted log)
+        if cfg.retention_bytes > -1 and delete_policy:
             seen = set()
             remote_size = 0
             for md in everything:
@@ -818,7 +915,7 @@ class RemoteLogManager:
             total = remote_size + only_local
             if total > cfg.retention_bytes:
                 remaining = total - cfg.retention_bytes
-        cleanup_until = now - cfg.retention_ms if cfg.retention_ms > -1 else None
+        cleanup_until = now - cfg.retention_ms if cfg.retention_ms > -1 and delete_policy else None
         first_epoch = entries[0][0] if entries else None
         doomed: list[RemoteLogSegmentMetadata] = []
         doomed_ids: set = set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 
 from tierlog.errors import ReplicaNotAvailableError
@@ -70,10 +70,18 @@ class RemoteLogLeaderEpochState:
     def handle_copy_started(self, segment_id: RemoteLogSegmentId) -> None:
         self._unreferenced[segment_id] = None
 
-    def handle_copy_finished(self, start_offset: int, segment_id: RemoteLogSegmentId, epoch_end_offset: int) -> None:
+    def handle_copy_finished(self, start_offset: int, segment_id: RemoteLogSegmentId, epoch_end_offset: int,
+                             end_of: Callable[[RemoteLogSegmentId], int] | None = None) -> None:
         # A new leader may re-upload a superset of, or a range overlapping, what the previous leader
         # uploaded: the newer upload wins, the older ones become unreferenced (cleaned up by retention).
         offsets, ids = self._offsets, self._ids
+        if end_of is not None:
+            # A compacted topic's replacement (docs/tiered-storage.md, "Compacted topics") may contain
+            # segments that are not the epoch's last: reads of their offsets go to it from now on.
+            j = bisect_right(offsets, start_offset)
+            while j < len(offsets) and offsets[j] <= epoch_end_offset and end_of(ids[j]) <= epoch_end_offset:
+                offsets.pop(j)
+                self._unreferenced[ids.pop(j)] = None
         while offsets and offsets[-1] >= start_offset and self.highest_log_offset <= epoch_end_offset:
             offsets.pop()
             self._unreferenced[ids.pop()] = None
@@ -281,8 +289,10 @@ class RemoteLogMetadataCache:
         return state
 
     def _apply_copy_finished(self, md: RemoteLogSegmentMetadata) -> None:
+        segments = self._segments
         for epoch, start, end in _epoch_ranges(md):
-            self._epoch(epoch).handle_copy_finished(start, md.segment_id, end)
+            self._epoch(epoch).handle_copy_finished(
+                start, md.segment_id, end, lambda sid, e=epoch: segments[sid].epoch_end_offset(e))
         self._segments.pop(md.segment_id, None)  # re-insert at the end: see snapshot()
         self._segments[md.segment_id] = md
 

@@ -1,0 +1,125 @@
+"""Helpers of the tests of tiered compacted topics (tests/tiered/test_compacted_tiering.py and Spark's
+tests/spark/test_compacted_tiered_source.py): produce keys with overwrites and tombstones, roll past them
+with unique keys, wait until the cleaner and the copy are past them, and the compacted view a reader must
+see (the last record of every key, in offset order)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from tests.harness.broker import BrokerProcess
+from tests.harness.tiered import call, tier_status
+
+#: Small segments, every rolled segment cleanable at once; tombstones stay (delete.retention.ms one day) so the
+#: compacted view is exact: the last record of each key, a tombstone included.
+COMPACTED_TOPIC = {"cleanup.policy": "compact", "remote.storage.enable": "true", "segment.bytes": "4000",
+                   "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0",
+                   "delete.retention.ms": "86400000", "file.delete.delay.ms": "0"}
+#: What the brokers of these tests set besides tiering: the cleaner looks for work every 0.1 s.
+CLEANER_SETTINGS = {"log.cleaner.backoff.ms": "100"}
+
+Record = tuple[int, bytes, bytes | None]  # offset, key, value (None: a tombstone)
+
+
+def create(b: BrokerProcess, topic: str, configs: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config=configs or COMPACTED_TOPIC)]).values():
+        f.result(60)
+
+
+def alter(b: BrokerProcess, topic: str, **configs: str) -> None:
+    """Incremental AlterConfigs (SET) of topic settings."""
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(60)
+
+
+def produce(b: BrokerProcess, topic: str, records: list[tuple[bytes, bytes | None]]) -> list[Record]:
+    """Produce in order (one partition, idempotent); returns (offset, key, value) of each."""
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                  "batch.size": 600})
+    acked: list[Record] = []
+
+    def done(err, msg):
+        assert err is None, err
+        acked.append((msg.offset(), msg.key(), msg.value()))
+    for key, value in records:
+        p.produce(topic, value, key, on_delivery=done)
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert len(acked) == len(records)
+    return sorted(acked)
+
+
+def fill(b: BrokerProcess, topic: str, tag: str) -> list[Record]:
+    """Records of unique keys, more bytes than a segment: what was produced before lies in rolled segments,
+    and the active segment holds only keys written once (the compacted view is exact over the whole log)."""
+    return produce(b, topic, [(b"fill-%s-%03d" % (tag.encode(), i), b"f" * 100) for i in range(60)])
+
+
+def compacted_view(records: list[Record]) -> list[Record]:
+    """The last record of every key, in offset order."""
+    last: dict[bytes, Record] = {}
+    for rec in sorted(records):
+        last[rec[1]] = rec
+    return sorted(last.values())
+
+
+def read_earliest(b: BrokerProcess, topic: str, last_offset: int, timeout: float = 120) -> list[Record]:
+    """Every record from the earliest offset up to ``last_offset`` (the last record, never compacted away),
+    with confluent-kafka."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"compacted-{time.monotonic()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([CKTopicPartition(topic, 0, 0)])
+    got: list[Record] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not got or got[-1][0] < last_offset:
+            assert time.monotonic() < deadline, f"read up to offset {got[-1][0] if got else None} of {last_offset}"
+            for m in c.consume(500, timeout=1):
+                assert m.error() is None, m.error()
+                got.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    return got
+
+
+def partition_status(b: BrokerProcess, topic: str) -> dict:
+    return tier_status(b, topic)["partitions"][0]
+
+
+def first_dirty_offset(b: BrokerProcess, topic: str) -> int:
+    return call(b, f"/v1/cleaner/status?topic={topic}")["partitions"][0]["first_dirty_offset"]
+
+
+def wait_until(predicate, what: str, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception as e:  # noqa: BLE001 - a broker still starting answers 503
+            value, last = None, e
+        else:
+            last = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what} (last error: {last})"
+        time.sleep(0.2)
+
+
+def cleaned_and_tiered(b: BrokerProcess, topic: str, past: int) -> dict | None:
+    """The partition's status once the cleaner's checkpoint and the remote tier are past offset ``past``,
+    nothing is left to copy and no replaced segment waits for deletion."""
+    if first_dirty_offset(b, topic) <= past:
+        return None
+    s = partition_status(b, topic)
+    if not s["ready"] or s["highest_offset_in_remote_storage"] < past or s["copy_lag_segments"] != 0 \
+            or s["remote_segments_in_progress"] != 0 or s["remote_segments_to_clean"] != 0:
+        return None
+    return s
