@@ -1,14 +1,21 @@
-"""What the application tests read back, the same against tierlog and Apache Kafka: a topic to its end
-(read_committed stops at the last stable offset), the open transactions (ListTransactions), a consumer
-group's committed offsets, and a patient wait."""
+"""What the application tests stand on and read back, the same against tierlog's broker, tierlog's cluster and
+Apache Kafka: the ``Target`` (its bootstrap, topics, the applications' settings, a broker SIGKILLed and
+restarted), a topic to its end (read_committed stops at the last stable offset), the open transactions
+(ListTransactions, asked of every broker: each lists those it coordinates), the last stable offset against
+the high watermark (ListOffsets at each partition's leader), a consumer group's committed offsets, and a
+patient wait."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from tests.harness import rawclient
 from tests.harness.rawclient import raw_client
+from tests.harness.transactions import list_offset
 from tierlog.protocol import ApiKey
 
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
@@ -76,15 +83,114 @@ def read_to_end(bootstrap: str, topic: str, isolation: str, timeout: float = 90)
     return got
 
 
+def brokers(bootstrap: str) -> dict[int, str]:
+    """{node id: host:port} of the brokers, from the first address of ``bootstrap`` that answers."""
+    for address in bootstrap.split(","):
+        try:
+            md = rawclient.metadata(address, [])
+        except OSError:  # that broker is down: ask the next
+            continue
+        return {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+    raise NotYet(f"no broker of {bootstrap} answers")
+
+
+def open_transactions_by_broker(bootstrap: str, pattern: str = "") -> dict[int, list[tuple[str, str]]]:
+    """{coordinator's node id: [(transactional id, state)]} of the transactions not complete whose id starts
+    with ``pattern`` (ListTransactions v0, which both brokers answer), from every broker."""
+    found = {}
+    for node, address in brokers(bootstrap).items():
+        with raw_client(address) as raw:
+            r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": OPEN_STATES, "producer_id_filters": []})
+        if r.error_code != 0:
+            raise NotYet(f"ListTransactions at {node}: error {r.error_code}")
+        found[node] = [(t.transactional_id, t.transaction_state) for t in r.transaction_states
+                       if t.transactional_id.startswith(pattern)]
+    return found
+
+
 def open_transactions(bootstrap: str, pattern: str = "") -> list[tuple[str, str]]:
-    """(transactional id, state) of the transactions not complete whose id starts with ``pattern``
-    (ListTransactions v0, which both brokers answer)."""
-    with raw_client(bootstrap) as raw:
-        r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": OPEN_STATES, "producer_id_filters": []})
-    if r.error_code != 0:
-        raise NotYet(f"ListTransactions: error {r.error_code}")
-    return [(t.transactional_id, t.transaction_state) for t in r.transaction_states
-            if t.transactional_id.startswith(pattern)]
+    """(transactional id, state) of the open transactions whose id starts with ``pattern``, all brokers'."""
+    return [t for listed in open_transactions_by_broker(bootstrap, pattern).values() for t in listed]
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """{partition: leader's node id} of ``topic``."""
+    md = rawclient.metadata(next(iter(brokers(bootstrap).values())), [topic])
+    t = md.topics[0]
+    if t.error_code or not t.partitions or any(p.leader_id < 0 for p in t.partitions):
+        raise NotYet(f"{topic}: no leader for every partition yet")
+    return {p.partition_index: p.leader_id for p in t.partitions}
+
+
+def stable_and_end(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """{partition: (last stable offset, high watermark)} of ``topic``, each asked of the partition's leader."""
+    addresses = brokers(bootstrap)
+    got = {}
+    for p, leader in leaders(bootstrap, topic).items():
+        with raw_client(addresses[leader]) as raw:
+            got[p] = (list_offset(raw, topic, 1, p), list_offset(raw, topic, 0, p))
+    return got
+
+
+def held_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The partitions of ``topic`` whose last stable offset lags their high watermark (an open transaction)."""
+    return [p for p, (stable, end) in stable_and_end(bootstrap, topic).items() if stable < end]
+
+
+@dataclass
+class Target:
+    """The brokers a test runs against. ``streams``/``connect``: Kafka Streams' and Connect's settings for them
+    (their internal topics' replication). ``restart(coordinator_of=, leader_of=)``: SIGKILL a broker and start
+    it again on its port and log dir; on a cluster ``coordinator_of`` names the broker coordinating the open
+    transaction whose transactional id starts so, ``leader_of`` the one leading the partition of that topic
+    that holds an open transaction's records (the one given first wins)."""
+    bootstrap: str
+    streams: dict
+    connect: dict
+    restart: Callable = field(repr=False)
+    cluster: object = field(default=None, repr=False)
+    killed: list = field(default_factory=list)  # (node id, why) of each SIGKILL on a cluster
+
+    @classmethod
+    def of_cluster(cls, cluster, streams: dict, connect: dict) -> Target:
+        target = cls(cluster.bootstrap, streams, connect, restart=None, cluster=cluster)
+        target.restart = target._restart_cluster_broker
+        return target
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        if self.cluster is None:
+            rawclient.create_topic(self.bootstrap, name, partitions)
+        else:  # the cluster's default replication factor (3)
+            rawclient.create_topic_in_cluster(self.bootstrap, name, partitions, replication_factor=-1)
+
+    def sigkill_restart(self, coordinator_of: str | None = None, leader_of: str | None = None) -> None:
+        self.restart(coordinator_of=coordinator_of, leader_of=leader_of)
+
+    def victim(self, coordinator_of: str | None, leader_of: str | None) -> tuple[int, str]:
+        if coordinator_of is not None:
+            (node,) = [n for n, listed in open_transactions_by_broker(self.bootstrap, coordinator_of).items()
+                       if listed]
+            return node, f"the transaction coordinator of {coordinator_of}*"
+        held = held_partitions(self.bootstrap, leader_of)
+        assert held, f"no partition of {leader_of} holds an open transaction"
+        return leaders(self.bootstrap, leader_of)[held[0]], f"the leader of {leader_of}-{held[0]}"
+
+    def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None) -> None:
+        cluster = self.cluster
+        node, why = self.victim(coordinator_of, leader_of)
+        self.killed.append((node, why))
+        print(f"SIGKILL broker {node}: {why}")
+        cluster.brokers[node].kill()
+        cluster.start([node], timeout=120)
+        cluster.wait_formed(120)
+        wait_until(lambda: in_sync(self.bootstrap), 240, "every partition's replicas all in sync again", interval=1)
+
+
+def in_sync(bootstrap: str) -> bool:
+    """Every partition of every topic with all its replicas in sync and a leader."""
+    md = rawclient.metadata(next(iter(brokers(bootstrap).values())))
+    return all(t.error_code == 0 and all(p.leader_id >= 0 and sorted(p.isr_nodes) == sorted(p.replica_nodes)
+                                         for p in t.partitions) for t in md.topics)
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
