@@ -141,9 +141,9 @@ def held_partitions(bootstrap: str, topic: str) -> list[int]:
 class Target:
     """The brokers a test runs against. ``streams``/``connect``: Kafka Streams' and Connect's settings for them
     (their internal topics' replication). ``restart(coordinator_of=, leader_of=)``: SIGKILL a broker and start
-    it again on its port and log dir; on a cluster ``coordinator_of`` names the broker coordinating the open
-    transaction whose transactional id starts so, ``leader_of`` the one leading the partition of that topic
-    that holds an open transaction's records (the one given first wins)."""
+    it again on its port and log dir; on a cluster, one after the other, the broker coordinating the open
+    transaction whose transactional id starts with ``coordinator_of`` and the one leading the partition of
+    topic ``leader_of`` that holds an open transaction's records."""
     bootstrap: str
     streams: dict
     connect: dict
@@ -166,18 +166,30 @@ class Target:
     def sigkill_restart(self, coordinator_of: str | None = None, leader_of: str | None = None) -> None:
         self.restart(coordinator_of=coordinator_of, leader_of=leader_of)
 
-    def victim(self, coordinator_of: str | None, leader_of: str | None) -> tuple[int, str]:
+    def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None) -> None:
+        """SIGKILL the coordinator of the open transaction, start it again and wait until every replica is in
+        sync; then the same for the leader of the partition holding the transaction's records (both found
+        while the transaction is open, before the first kill; one broker killed once when it is both)."""
+        victims: dict[int, list[str]] = {}
         if coordinator_of is not None:
             (node,) = [n for n, listed in open_transactions_by_broker(self.bootstrap, coordinator_of).items()
                        if listed]
-            return node, f"the transaction coordinator of {coordinator_of}*"
-        held = held_partitions(self.bootstrap, leader_of)
-        assert held, f"no partition of {leader_of} holds an open transaction"
-        return leaders(self.bootstrap, leader_of)[held[0]], f"the leader of {leader_of}-{held[0]}"
+            victims.setdefault(node, []).append(f"the transaction coordinator of {coordinator_of}*")
+        if leader_of is not None:
+            held = wait_until(lambda: held_partitions(self.bootstrap, leader_of), 60,
+                              f"a partition of {leader_of} holding an open transaction")
+            node = leaders(self.bootstrap, leader_of)[held[0]]
+            victims.setdefault(node, []).append(f"the leader of {leader_of}-{held[0]}")
+        for node, why in victims.items():
+            self._sigkill_restart(node, " and ".join(why))
 
-    def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None) -> None:
+    def _sigkill_restart(self, node: int, why: str) -> None:
         cluster = self.cluster
-        node, why = self.victim(coordinator_of, leader_of)
+        # Every topic, the internal ones and the applications' own, on all three brokers: the broker killed
+        # holds no record that only it has.
+        md = rawclient.metadata(cluster.brokers[node].bootstrap)
+        thin = [f"{t.name}-{p.partition_index}" for t in md.topics for p in t.partitions if len(p.replica_nodes) < 3]
+        assert not thin, f"partitions on fewer than 3 brokers: {thin}"
         self.killed.append((node, why))
         print(f"SIGKILL broker {node}: {why}")
         cluster.brokers[node].kill()

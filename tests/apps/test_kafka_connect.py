@@ -147,7 +147,7 @@ def test_file_source_across_broker_kill(crashable, app_classpath, tmp_path):
     wait_until(lambda: (gate / "held").exists(), 180, "line-00150 acknowledged and held")
     assert [state for _, state in open_transactions(bootstrap, worker.group)] == ["Ongoing"]
     assert held_partitions(bootstrap, topic) == [0]
-    crashable.sigkill_restart(coordinator_of=worker.group)
+    crashable.sigkill_restart(coordinator_of=worker.group, leader_of=topic)
     (gate / "release").write_text("")
     append(file, lines(200, 300))
     # A task whose transaction could not complete fails; an operator restarts it (the REST API), and it
@@ -188,7 +188,7 @@ def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path
     wait_until(lambda: (gate / "held").exists(), 180, "line-00150 acknowledged and held")
     assert [state for _, state in open_transactions(bootstrap, worker.group)] == ["Ongoing"]
     worker.app.kill()
-    crashable.sigkill_restart(leader_of=topic)
+    crashable.sigkill_restart(coordinator_of=worker.group, leader_of=topic)
     (gate / "release").write_text("")
     second = Worker(app_classpath, crashable, tmp_path / "second", gate=held, group=worker.group, settings=short)
     second.wait_task_running("file-source")

@@ -125,7 +125,7 @@ def test_processor_across_broker_kill(crashable, tmp_path, processors):
     let the processor go on: still exactly once."""
     bootstrap = crashable.bootstrap
     (source, sink, group, tid), gate, expected, proc = start_held(crashable, tmp_path, processors, "rec-00250")
-    crashable.sigkill_restart(leader_of=sink)
+    crashable.sigkill_restart(coordinator_of=tid, leader_of=sink)
     (gate / "release-rec-00250").write_text("")
     check_output(bootstrap, source, sink, group, expected)
     assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
