@@ -137,13 +137,40 @@ def held_partitions(bootstrap: str, topic: str) -> list[int]:
     return [p for p, (stable, end) in stable_and_end(bootstrap, topic).items() if stable < end]
 
 
+UNSTABLE_OFFSET_COMMIT = 88
+
+
+def group_coordinator(bootstrap: str, group: str) -> int:
+    """The node id of ``group``'s coordinator (FindCoordinator v4)."""
+    with raw_client(next(iter(brokers(bootstrap).values()))) as raw:
+        r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+    c = r.coordinators[0]
+    if c.error_code != 0:
+        raise NotYet(f"FindCoordinator {group}: error {c.error_code}")
+    return c.node_id
+
+
+def pending_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
+    """The partitions of ``topic`` whose offsets in ``group`` wait for a transaction to end: OffsetFetch v8 with
+    require_stable answers UNSTABLE_OFFSET_COMMIT for them."""
+    parts = partitions(bootstrap, topic)
+    with raw_client(brokers(bootstrap)[group_coordinator(bootstrap, group)]) as raw:
+        r = raw.request(ApiKey.OFFSET_FETCH, 8, {"require_stable": True, "groups": [
+            {"group_id": group, "topics": [{"name": topic, "partition_indexes": parts}]}]})
+    g = r.groups[0]
+    if g.error_code != 0:  # a coordinator loading or moved
+        raise NotYet(f"OffsetFetch {group}: error {g.error_code}")
+    return [p.partition_index for t in g.topics for p in t.partitions if p.error_code == UNSTABLE_OFFSET_COMMIT]
+
+
 @dataclass
 class Target:
     """The brokers a test runs against. ``streams``/``connect``: Kafka Streams' and Connect's settings for them
     (their internal topics' replication). ``restart(coordinator_of=, leader_of=)``: SIGKILL a broker and start
     it again on its port and log dir; on a cluster, one after the other, the broker coordinating the open
-    transaction whose transactional id starts with ``coordinator_of`` and the one leading the partition of
-    topic ``leader_of`` that holds an open transaction's records."""
+    transaction whose transactional id starts with ``coordinator_of``, the one leading the partition of
+    topic ``leader_of`` that holds an open transaction's records, and the coordinator of the consumer group
+    ``group_coordinator_of``."""
     bootstrap: str
     streams: dict
     connect: dict
@@ -163,13 +190,33 @@ class Target:
         else:  # the cluster's default replication factor (3)
             rawclient.create_topic_in_cluster(self.bootstrap, name, partitions, replication_factor=-1)
 
-    def sigkill_restart(self, coordinator_of: str | None = None, leader_of: str | None = None) -> None:
-        self.restart(coordinator_of=coordinator_of, leader_of=leader_of)
+    def sigkill_restart(self, coordinator_of: str | None = None, leader_of: str | None = None,
+                        group_coordinator_of: str | None = None) -> None:
+        self.restart(coordinator_of=coordinator_of, leader_of=leader_of, group_coordinator_of=group_coordinator_of)
 
-    def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None) -> None:
+    def elect_preferred_leaders(self) -> bool:
+        """On a cluster, give every partition back to its preferred replica (ElectLeaders at the controller):
+        a broker SIGKILLed and restarted, which caught up as a follower, leads its partitions again, so what
+        is read next comes from the log, producer state and aborted-transaction index it replicated. False
+        on a single broker (nothing moves)."""
+        if self.cluster is None:
+            return False
+
+        def elected():
+            with raw_client(rawclient.controller_address(self.bootstrap)) as raw:
+                raw.request(ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "topic_partitions": None,
+                                                      "timeout_ms": 30000})
+            return preferred_leaders(self.bootstrap)
+        wait_until(elected, 120, "every partition led by its preferred replica", interval=1)
+        wait_until(lambda: in_sync(self.bootstrap), 120, "every partition's replicas all in sync", interval=1)
+        return True
+
+    def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None,
+                                group_coordinator_of: str | None) -> None:
         """SIGKILL the coordinator of the open transaction, start it again and wait until every replica is in
-        sync; then the same for the leader of the partition holding the transaction's records (both found
-        while the transaction is open, before the first kill; one broker killed once when it is both)."""
+        sync; then the same for the leader of the partition holding the transaction's records, and for the
+        group's coordinator (all found while the transaction is open, before the first kill; a broker with
+        several of these roles is killed once)."""
         victims: dict[int, list[str]] = {}
         if coordinator_of is not None:
             (node,) = [n for n, listed in open_transactions_by_broker(self.bootstrap, coordinator_of).items()
@@ -180,6 +227,9 @@ class Target:
                               f"a partition of {leader_of} holding an open transaction")
             node = leaders(self.bootstrap, leader_of)[held[0]]
             victims.setdefault(node, []).append(f"the leader of {leader_of}-{held[0]}")
+        if group_coordinator_of is not None:
+            node = group_coordinator(self.bootstrap, group_coordinator_of)
+            victims.setdefault(node, []).append(f"the group coordinator of {group_coordinator_of}")
         for node, why in victims.items():
             self._sigkill_restart(node, " and ".join(why))
 
@@ -196,6 +246,12 @@ class Target:
         cluster.start([node], timeout=120)
         cluster.wait_formed(120)
         wait_until(lambda: in_sync(self.bootstrap), 240, "every partition's replicas all in sync again", interval=1)
+
+
+def preferred_leaders(bootstrap: str) -> bool:
+    """Every partition led by its preferred replica (the first of its replicas)."""
+    md = rawclient.metadata(next(iter(brokers(bootstrap).values())))
+    return all(t.error_code == 0 and all(p.leader_id == p.replica_nodes[0] for p in t.partitions) for t in md.topics)
 
 
 def in_sync(bootstrap: str) -> bool:

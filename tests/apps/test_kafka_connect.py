@@ -164,6 +164,8 @@ def test_file_source_across_broker_kill(crashable, app_classpath, tmp_path):
     assert set(uncommitted) == set(lines(0, 300))
     print(f"task restarts: {len(restarted)}; read_uncommitted saw {len(uncommitted) - 300} aborted records")
     worker.app.stop()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        assert committed_values(bootstrap, topic) == lines(0, 300)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -196,3 +198,5 @@ def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path
     wait_for_lines(bootstrap, topic, lines(0, 300))
     assert committed_values(bootstrap, topic, READ_UNCOMMITTED).count("line-00150") == 2
     second.app.stop()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        assert committed_values(bootstrap, topic) == lines(0, 300)

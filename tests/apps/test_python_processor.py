@@ -19,6 +19,7 @@ from tests.apps.support import (
     end_offsets,
     held_partitions,
     open_transactions,
+    pending_offsets,
     read_to_end,
     wait_until,
 )
@@ -129,3 +130,26 @@ def test_processor_across_broker_kill(crashable, tmp_path, processors):
     (gate / "release-rec-00250").write_text("")
     check_output(bootstrap, source, sink, group, expected)
     assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_output(bootstrap, source, sink, group, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_processor_offsets_pending_across_coordinator_kills(crashable, tmp_path, processors):
+    """Hold the transaction after its offsets reached the group coordinator (TxnOffsetCommit answered), just
+    before the commit: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT. SIGKILL the broker (on
+    the cluster: the transaction's coordinator and the group's coordinator) and restart it: the coordinator
+    that loads the group's offsets must know them pending still, and the commit must then make them the
+    group's, exactly once."""
+    bootstrap = crashable.bootstrap
+    value = "committing-rec-00250"
+    (source, sink, group, tid), gate, expected, proc = start_held(crashable, tmp_path, processors, value)
+    assert pending_offsets(bootstrap, group, source)
+    crashable.sigkill_restart(coordinator_of=tid, group_coordinator_of=group)
+    assert wait_until(lambda: pending_offsets(bootstrap, group, source), 120, "the group's offsets still pending")
+    (gate / f"release-{value}").write_text("")
+    uncommitted = check_output(bootstrap, source, sink, group, expected)
+    assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
+    print(f"read_uncommitted: {sum(map(len, uncommitted.values())) - RECORDS} aborted records")
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_output(bootstrap, source, sink, group, expected)
