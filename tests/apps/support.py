@@ -94,13 +94,15 @@ def brokers(bootstrap: str) -> dict[int, str]:
     raise NotYet(f"no broker of {bootstrap} answers")
 
 
-def open_transactions_by_broker(bootstrap: str, pattern: str = "") -> dict[int, list[tuple[str, str]]]:
-    """{coordinator's node id: [(transactional id, state)]} of the transactions not complete whose id starts
-    with ``pattern`` (ListTransactions v0, which both brokers answer), from every broker."""
+def open_transactions_by_broker(bootstrap: str, pattern: str = "", states: list[str] = OPEN_STATES
+                                ) -> dict[int, list[tuple[str, str]]]:
+    """{coordinator's node id: [(transactional id, state)]} of the transactions in ``states`` (not complete by
+    default; [] for all) whose id starts with ``pattern`` (ListTransactions v0, which both brokers answer),
+    from every broker."""
     found = {}
     for node, address in brokers(bootstrap).items():
         with raw_client(address) as raw:
-            r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": OPEN_STATES, "producer_id_filters": []})
+            r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": states, "producer_id_filters": []})
         if r.error_code != 0:
             raise NotYet(f"ListTransactions at {node}: error {r.error_code}")
         found[node] = [(t.transactional_id, t.transaction_state) for t in r.transaction_states
@@ -170,7 +172,7 @@ class Target:
     it again on its port and log dir; on a cluster, one after the other, the broker coordinating the open
     transaction whose transactional id starts with ``coordinator_of``, the one leading the partition of
     topic ``leader_of`` that holds an open transaction's records, and the coordinator of the consumer group
-    ``group_coordinator_of``."""
+    ``group_coordinator_of``; with ``all_brokers`` every other broker after them."""
     bootstrap: str
     streams: dict
     connect: dict
@@ -191,8 +193,9 @@ class Target:
             rawclient.create_topic_in_cluster(self.bootstrap, name, partitions, replication_factor=-1)
 
     def sigkill_restart(self, coordinator_of: str | None = None, leader_of: str | None = None,
-                        group_coordinator_of: str | None = None) -> None:
-        self.restart(coordinator_of=coordinator_of, leader_of=leader_of, group_coordinator_of=group_coordinator_of)
+                        group_coordinator_of: str | None = None, all_brokers: bool = False) -> None:
+        self.restart(coordinator_of=coordinator_of, leader_of=leader_of, group_coordinator_of=group_coordinator_of,
+                     all_brokers=all_brokers)
 
     def elect_preferred_leaders(self) -> bool:
         """On a cluster, give every partition back to its preferred replica (ElectLeaders at the controller):
@@ -212,24 +215,26 @@ class Target:
         return True
 
     def _restart_cluster_broker(self, coordinator_of: str | None, leader_of: str | None,
-                                group_coordinator_of: str | None) -> None:
+                                group_coordinator_of: str | None, all_brokers: bool) -> None:
         """SIGKILL the coordinator of the open transaction, start it again and wait until every replica is in
-        sync; then the same for the leader of the partition holding the transaction's records, and for the
+        sync; then the same for the leader of the partition holding the open transaction's records, and for the
         group's coordinator (all found while the transaction is open, before the first kill; a broker with
-        several of these roles is killed once)."""
+        several of these roles is killed once); with ``all_brokers``, then every other broker in turn."""
         victims: dict[int, list[str]] = {}
-        if coordinator_of is not None:
-            (node,) = [n for n, listed in open_transactions_by_broker(self.bootstrap, coordinator_of).items()
-                       if listed]
+        if coordinator_of is not None:  # the open transaction's; else the transactional id's, whatever its state
+            node = next(n for states in (OPEN_STATES, []) for n, listed in
+                        open_transactions_by_broker(self.bootstrap, coordinator_of, states).items() if listed)
             victims.setdefault(node, []).append(f"the transaction coordinator of {coordinator_of}*")
-        if leader_of is not None:
-            held = wait_until(lambda: held_partitions(self.bootstrap, leader_of), 60,
-                              f"a partition of {leader_of} holding an open transaction")
+        if leader_of is not None:  # partition 0 when none holds an open transaction at this moment
+            held = held_partitions(self.bootstrap, leader_of) or [0]
             node = leaders(self.bootstrap, leader_of)[held[0]]
             victims.setdefault(node, []).append(f"the leader of {leader_of}-{held[0]}")
         if group_coordinator_of is not None:
             node = group_coordinator(self.bootstrap, group_coordinator_of)
             victims.setdefault(node, []).append(f"the group coordinator of {group_coordinator_of}")
+        if all_brokers:
+            for node in sorted(self.cluster.brokers):
+                victims.setdefault(node, ["the next broker"])
         for node, why in victims.items():
             self._sigkill_restart(node, " and ".join(why))
 
