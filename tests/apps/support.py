@@ -168,8 +168,8 @@ def pending_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
 @dataclass
 class Target:
     """The brokers a test runs against. ``streams``/``connect``: Kafka Streams' and Connect's settings for them
-    (their internal topics' replication). ``restart(coordinator_of=, leader_of=)``: SIGKILL a broker and start
-    it again on its port and log dir; on a cluster, one after the other, the broker coordinating the open
+    (their internal topics' replication). ``sigkill_restart(...)``: SIGKILL the broker and start it again on
+    its port and log dir; on a cluster, one after the other, the broker coordinating the open
     transaction whose transactional id starts with ``coordinator_of``, the one leading the partition of
     topic ``leader_of`` that holds an open transaction's records, and the coordinator of the consumer group
     ``group_coordinator_of``; with ``all_brokers`` every other broker after them."""
@@ -178,7 +178,6 @@ class Target:
     connect: dict
     restart: Callable = field(repr=False)
     cluster: object = field(default=None, repr=False)
-    killed: list = field(default_factory=list)  # (node id, why) of each SIGKILL on a cluster
 
     @classmethod
     def of_cluster(cls, cluster, streams: dict, connect: dict) -> Target:
@@ -245,7 +244,6 @@ class Target:
         md = rawclient.metadata(cluster.brokers[node].bootstrap)
         thin = [f"{t.name}-{p.partition_index}" for t in md.topics for p in t.partitions if len(p.replica_nodes) < 3]
         assert not thin, f"partitions on fewer than 3 brokers: {thin}"
-        self.killed.append((node, why))
         print(f"SIGKILL broker {node}: {why}")
         cluster.brokers[node].kill()
         cluster.start([node], timeout=120)
