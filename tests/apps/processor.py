@@ -7,7 +7,9 @@ becomes ``v.upper()`` on the same partition of the output topic. Run by tests/ap
 
 Prints ``READY`` once its first assignment arrives. The gate holds a transaction open for a fault test: after
 the output of an input value listed (one per line) in GATE_DIR/values is in the broker's log, and while
-GATE_DIR/release-<value> does not exist, it writes GATE_DIR/held-<value> and waits for the release file.
+GATE_DIR/release-<value> does not exist, it writes GATE_DIR/held-<value> and waits for the release file; a
+line ``committing-<value>`` holds so once the transaction's offsets were sent (TxnOffsetCommit answered), just
+before the commit, with the gate files named after ``committing-<value>``.
 An abortable error aborts the transaction and rewinds to the committed offsets; a fatal one exits 1.
 """
 
@@ -85,6 +87,9 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
             positions = consumer.position(consumer.assignment())
             group = consumer.consumer_group_metadata()
             retried(lambda: producer.send_offsets_to_transaction(positions, group, 60))  # noqa: B023 - called here
+            for m in records:  # the consumed offsets pending at the group coordinator, the transaction open
+                if f"committing-{m.value().decode()}" in gated:
+                    hold(gate, f"committing-{m.value().decode()}")
             retried(lambda: producer.commit_transaction(60))
         except KafkaException as e:
             error = e.args[0]

@@ -1,28 +1,33 @@
 """Kafka Streams 4.1 with processing.guarantee=exactly_once_v2 (tests/apps/java/WordCount.java) against
-tierlog and Apache Kafka 4.1: a text corpus in, the counts out, read back read_committed. The record cache is
-off, so a word seen n times must have exactly the committed values 1..n, in order: a lost, repeated or
-double-counted update shows. The fault tests hold a Streams transaction open (WordCount's gate: the count of
-the word "gate" sent, the stream thread waiting for a file), SIGKILL the broker, restart it on its log dir, and
-either let the same Streams instance go on or SIGKILL it too and start another on the same state dir."""
+tierlog (one broker, and a cluster of three) and Apache Kafka 4.1: a text corpus in, the counts out, read back
+read_committed. The record cache is off, so a word seen n times must have exactly the committed values 1..n,
+in order: a lost, repeated or double-counted update shows. The fault tests hold a Streams transaction open
+(WordCount's gate: the count of the word "gate" sent, the stream thread waiting for a file), SIGKILL the
+broker, restart it on its log dir, and either let the same Streams instance go on or SIGKILL it too and start
+another on the same state dir. On the three-broker tierlog cluster (every topic, Streams' changelogs and the
+transaction state included, on three replicas with two in sync) the broker SIGKILLed is the transaction's
+coordinator, or the output partition's leader."""
 
 from __future__ import annotations
 
 import random
 import re
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from tests.apps.support import open_transactions, partitions, read_to_end, wait_until
+from tests.apps.support import Target, held_partitions, open_transactions, read_to_end, wait_until
 from tests.harness.apps import JavaApp, java_argv
-from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, list_offset
+from tests.harness.rawclient import unique
+from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima",
          "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey"]
 PARTITIONS = 2
+TARGETS = ["tierlog", "cluster", "kafka"]
 
 
 def corpus(seed: int, lines: int, gate: bool = False) -> list[str]:
@@ -45,6 +50,33 @@ def produce(bootstrap: str, topic: str, lines: list[str]) -> None:
     assert p.flush(60) == 0
 
 
+class Feeder:
+    """Lines of a corpus produced one by one on a thread until ``stop()``, which returns those sent (all
+    acknowledged: idempotent, acks=all, retried across a broker's restart)."""
+
+    def __init__(self, bootstrap: str, topic: str, lines: list[str]):
+        self.lines, self.sent, self.errors = lines, 0, []
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                                  "message.timeout.ms": 300000})
+        self.topic, self.done = topic, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set() and self.sent < len(self.lines):
+            self.producer.produce(self.topic, self.lines[self.sent].encode(), key=f"fed-{self.sent}".encode(),
+                                  on_delivery=lambda err, _: err and self.errors.append(err))
+            self.sent += 1
+            self.producer.poll(0)
+            self.done.wait(0.01)  # a steady trickle: Streams keeps committing while the brokers are killed
+
+    def stop(self) -> list[str]:
+        self.done.set()
+        self.thread.join(30)
+        assert self.producer.flush(300) == 0 and not self.errors, self.errors[:5]
+        return self.lines[:self.sent]
+
+
 def sequences(records: dict[int, list[tuple]]) -> dict[str, list[int]]:
     """Each word's values in the order of its partition (a word always lands on one partition)."""
     seen: dict[str, list[int]] = {}
@@ -57,21 +89,22 @@ def sequences(records: dict[int, list[tuple]]) -> dict[str, list[int]]:
 class WordCount:
     """One WordCount JVM; ``gate``: the folder of its gate files."""
 
-    def __init__(self, classpath: str, bootstrap: str, app_id: str, source: str, sink: str, work: Path):
+    def __init__(self, classpath: str, target: Target, app_id: str, source: str, sink: str, work: Path):
         self.gate = work / "gate"
         self.gate.mkdir(parents=True, exist_ok=True)
         # A static member (KIP-345), so an instance started again after a crash takes its predecessor's place
         # at once rather than after the predecessor's session times out.
-        argv = java_argv(classpath, "WordCount", bootstrap, app_id, source, sink, str(work / "state"), "gate",
-                         str(self.gate), f"main.consumer.group.instance.id={app_id}-instance")
+        argv = java_argv(classpath, "WordCount", target.bootstrap, app_id, source, sink, str(work / "state"), "gate",
+                         str(self.gate), f"main.consumer.group.instance.id={app_id}-instance",
+                         *(f"{k}={v}" for k, v in target.streams.items()))
         self.app = JavaApp(argv, work / "wordcount.log")
         self.app.wait_for_line("STATE RUNNING")
 
 
-def app_topics(bootstrap: str):
+def app_topics(target: Target):
     app_id, source, sink = unique("wc"), unique("wc-in"), unique("wc-out")
     for t in (source, sink):
-        create_topic(bootstrap, t, PARTITIONS)
+        target.create_topic(t, PARTITIONS)
     return app_id, source, sink
 
 
@@ -102,57 +135,87 @@ def hold_transaction(bootstrap: str, wc: WordCount, app_id: str, sink: str) -> N
             return False
         if "gate" not in sequences(read_to_end(bootstrap, sink, READ_UNCOMMITTED)):
             return False
-        with raw_client(bootstrap) as raw:
-            return any(list_offset(raw, sink, 1, p) < list_offset(raw, sink, 0, p) for p in partitions(bootstrap, sink))
+        return bool(held_partitions(bootstrap, sink))
     wait_until(open_and_lagging, 60, "an open transaction, the count of gate in the log past the last stable offset")
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_wordcount_exactly_once(crashable, app_classpath, tmp_path):
     bootstrap = crashable.bootstrap
-    app_id, source, sink = app_topics(bootstrap)
+    app_id, source, sink = app_topics(crashable)
     text = corpus(1, 300)
     produce(bootstrap, source, text)
-    wc = WordCount(app_classpath, bootstrap, app_id, source, sink, tmp_path)
+    wc = WordCount(app_classpath, crashable, app_id, source, sink, tmp_path)
     check_counts(bootstrap, app_id, sink, count(text))
     wc.app.stop()
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_wordcount_across_broker_kill(crashable, app_classpath, tmp_path):
-    """The broker SIGKILLed with a Streams transaction open and restarted; the same Streams instance goes on."""
+    """The broker SIGKILLed with a Streams transaction open and restarted (on the cluster: the transaction's
+    coordinator); the same Streams instance goes on."""
     bootstrap = crashable.bootstrap
-    app_id, source, sink = app_topics(bootstrap)
+    app_id, source, sink = app_topics(crashable)
     first, second = corpus(2, 200), corpus(3, 200, gate=True)
     produce(bootstrap, source, first)
-    wc = WordCount(app_classpath, bootstrap, app_id, source, sink, tmp_path)
+    wc = WordCount(app_classpath, crashable, app_id, source, sink, tmp_path)
     check_counts(bootstrap, app_id, sink, count(first))
     produce(bootstrap, source, second)
     hold_transaction(bootstrap, wc, app_id, sink)
-    crashable.sigkill_restart()
+    crashable.sigkill_restart(coordinator_of=app_id, leader_of=sink)
     (wc.gate / "release").write_text("")
     check_counts(bootstrap, app_id, sink, count(first + second))
     assert wc.app.proc.poll() is None, wc.app.tail()
     wc.app.stop()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_counts(bootstrap, app_id, sink, count(first + second))
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_wordcount_and_broker_killed(crashable, app_classpath, tmp_path):
-    """The broker and the Streams JVM both SIGKILLed with a transaction open; the broker restarted, then a new
+    """The broker (on the cluster: the leader of the output partition holding the open transaction's count) and
+    the Streams JVM both SIGKILLed with a transaction open; the broker restarted, then a new
     Streams instance on the same state dir: the open transaction is aborted (read_uncommitted still shows its
     count of "gate"), the input after the committed offsets counted once."""
     bootstrap = crashable.bootstrap
-    app_id, source, sink = app_topics(bootstrap)
+    app_id, source, sink = app_topics(crashable)
     first, second = corpus(4, 200), corpus(5, 200, gate=True)
     produce(bootstrap, source, first)
-    wc = WordCount(app_classpath, bootstrap, app_id, source, sink, tmp_path)
+    wc = WordCount(app_classpath, crashable, app_id, source, sink, tmp_path)
     check_counts(bootstrap, app_id, sink, count(first))
     produce(bootstrap, source, second)
     hold_transaction(bootstrap, wc, app_id, sink)
     wc.app.kill()
-    crashable.sigkill_restart()
+    crashable.sigkill_restart(coordinator_of=app_id, leader_of=sink)
     (wc.gate / "release").write_text("")
-    again = WordCount(app_classpath, bootstrap, app_id, source, sink, tmp_path)
+    again = WordCount(app_classpath, crashable, app_id, source, sink, tmp_path)
     uncommitted = check_counts(bootstrap, app_id, sink, count(first + second))
     assert uncommitted["gate"].count(1) == 2, uncommitted["gate"]  # the aborted count, and the committed one
     again.app.stop()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_counts(bootstrap, app_id, sink, count(first + second))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wordcount_broker_kills_while_processing(crashable, app_classpath, tmp_path):
+    """Input keeps arriving and Streams keeps committing (every 100 ms under exactly_once_v2) while the broker
+    is SIGKILLed and restarted (on the cluster: the coordinator of Streams' transactional id, the leader of an
+    output partition, then every other broker, one after the other), at whatever point of a transaction each
+    kill lands; every count still exact."""
+    bootstrap = crashable.bootstrap
+    app_id, source, sink = app_topics(crashable)
+    first = corpus(6, 100)
+    produce(bootstrap, source, first)
+    wc = WordCount(app_classpath, crashable, app_id, source, sink, tmp_path)
+    check_counts(bootstrap, app_id, sink, count(first))
+    feeder = Feeder(bootstrap, source, corpus(7, 100000))
+    wait_until(lambda: feeder.sent >= 300, 60, "300 lines fed")
+    crashable.sigkill_restart(coordinator_of=app_id, leader_of=sink, all_brokers=True)
+    fed = feeder.sent
+    wait_until(lambda: feeder.sent >= fed + 300, 120, "300 more lines fed")
+    fed = feeder.stop()
+    check_counts(bootstrap, app_id, sink, count(first + fed), timeout=300)
+    assert wc.app.proc.poll() is None, wc.app.tail()
+    wc.app.stop()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_counts(bootstrap, app_id, sink, count(first + fed))

@@ -1,7 +1,7 @@
 """A consume-transform-produce processor on confluent-kafka (tests/apps/processor.py), exactly once against
-tierlog and Apache Kafka 4.1: the processor SIGKILLed with a transaction open and started again (its
-successor fences it and the open transaction is aborted), and the broker SIGKILLed with the processor's
-transaction open and restarted on its log dir. The committed output holds each input record
+tierlog (one broker, and a cluster of three) and Apache Kafka 4.1: the processor SIGKILLed with a transaction
+open and started again (its successor fences it and the open transaction is aborted), and the broker SIGKILLed
+with the processor's transaction open and restarted on its log dir. The committed output holds each input record
 transformed exactly once, in order; read_uncommitted also shows the aborted attempt."""
 
 from __future__ import annotations
@@ -13,12 +13,22 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.apps.support import committed, end_offsets, open_transactions, read_to_end, wait_until
-from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, list_offset
+from tests.apps.support import (
+    Target,
+    committed,
+    end_offsets,
+    held_partitions,
+    open_transactions,
+    pending_offsets,
+    read_to_end,
+    wait_until,
+)
+from tests.harness.rawclient import unique
+from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
 PROCESSOR = Path(__file__).resolve().parent / "processor.py"
 RECORDS, PARTITIONS = 400, 2
+TARGETS = ["tierlog", "cluster", "kafka"]
 
 
 class Processor:
@@ -76,12 +86,13 @@ def names():
     return source, sink, group, group + "-txn"
 
 
-def start_held(bootstrap: str, tmp_path, processors: list, value: str):
+def start_held(target: Target, tmp_path, processors: list, value: str):
     """Topics and input, then a processor held (by its gate) with the transaction holding ``value``'s output
     open; returns the names, the gate folder, the expected output and the processor."""
+    bootstrap = target.bootstrap
     source, sink, group, tid = names()
     for t in (source, sink):
-        create_topic(bootstrap, t, PARTITIONS)
+        target.create_topic(t, PARTITIONS)
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "values").write_text(f"{value}\n")
@@ -93,14 +104,13 @@ def start_held(bootstrap: str, tmp_path, processors: list, value: str):
     return (source, sink, group, tid), gate, expected, proc
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
     """SIGKILL the processor with a transaction open (its output of rec-00100 in the log), start another:
     the open transaction is aborted, the input after the committed offsets processed again, exactly once."""
     bootstrap = crashable.bootstrap
-    (source, sink, group, tid), gate, expected, first = start_held(bootstrap, tmp_path, processors, "rec-00100")
-    with raw_client(bootstrap) as raw:  # the held output is past the last stable offset
-        assert list_offset(raw, sink, 1, 0) < list_offset(raw, sink, 0, 0)
+    (source, sink, group, tid), gate, expected, first = start_held(crashable, tmp_path, processors, "rec-00100")
+    assert held_partitions(bootstrap, sink) == [0]  # the held output is past the last stable offset
     first.kill()
     (gate / "release-rec-00100").write_text("")
     processors.append(Processor(bootstrap, (source, sink, group, tid), gate, tmp_path / "processor.log"))
@@ -109,13 +119,37 @@ def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
     assert [v for _, v in uncommitted[0]].count(b"REC-00100") == 2
 
 
-@pytest.mark.parametrize("target", ["tierlog", "kafka"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_processor_across_broker_kill(crashable, tmp_path, processors):
-    """SIGKILL the broker with the processor's transaction open (rec-00250's output in the log), restart it on
-    its log dir, let the processor go on: still exactly once."""
+    """SIGKILL the broker (on the cluster: the leader of the output partition holding the open transaction's
+    records) with the processor's transaction open (rec-00250's output in the log), restart it on its log dir,
+    let the processor go on: still exactly once."""
     bootstrap = crashable.bootstrap
-    (source, sink, group, tid), gate, expected, proc = start_held(bootstrap, tmp_path, processors, "rec-00250")
-    crashable.sigkill_restart()
+    (source, sink, group, tid), gate, expected, proc = start_held(crashable, tmp_path, processors, "rec-00250")
+    crashable.sigkill_restart(coordinator_of=tid, leader_of=sink)
     (gate / "release-rec-00250").write_text("")
     check_output(bootstrap, source, sink, group, expected)
     assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_output(bootstrap, source, sink, group, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_processor_offsets_pending_across_coordinator_kills(crashable, tmp_path, processors):
+    """Hold the transaction after its offsets reached the group coordinator (TxnOffsetCommit answered), just
+    before the commit: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT. SIGKILL the broker (on
+    the cluster: the transaction's coordinator and the group's coordinator) and restart it: the coordinator
+    that loads the group's offsets must know them pending still, and the commit must then make them the
+    group's, exactly once."""
+    bootstrap = crashable.bootstrap
+    value = "committing-rec-00250"
+    (source, sink, group, tid), gate, expected, proc = start_held(crashable, tmp_path, processors, value)
+    assert pending_offsets(bootstrap, group, source)
+    crashable.sigkill_restart(coordinator_of=tid, group_coordinator_of=group)
+    assert wait_until(lambda: pending_offsets(bootstrap, group, source), 120, "the group's offsets still pending")
+    (gate / f"release-{value}").write_text("")
+    uncommitted = check_output(bootstrap, source, sink, group, expected)
+    assert proc.proc.poll() is None, (tmp_path / "processor.log").read_text()
+    print(f"read_uncommitted: {sum(map(len, uncommitted.values())) - RECORDS} aborted records")
+    if crashable.elect_preferred_leaders():  # read again from the restarted brokers
+        check_output(bootstrap, source, sink, group, expected)

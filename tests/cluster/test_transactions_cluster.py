@@ -7,6 +7,7 @@ producer arrives. Each failover checks what read_committed reads against what th
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -14,10 +15,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient, unique
-from tests.harness.tierlog_cluster import create, partition, start_cluster, wait_until
+from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_until
 from tests.harness.transactions import READ_COMMITTED, consume_confluent
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, partition_for
 from tierlog.protocol import ApiKey
+from tierlog.records import build_batch
 
 TXN_PARTITIONS = 12
 NOT_COORDINATOR = 16
@@ -419,3 +421,45 @@ def test_kafka_transactions_tool_lists_the_ids_of_every_coordinator(cluster, kaf
                                "--transactional-id", tid).stdout
         row = described.splitlines()[-1].split()  # CoordinatorId TransactionalId ProducerId ... State ...
         assert row[0] == str(broker_id) and tid in row and "CompleteCommit" in row, described
+
+
+# ------------------------------------------------------------------------------ acks=all across an epoch bump
+
+
+def test_acks_all_waits_through_a_leader_epoch_bump_of_the_same_leader(failover):
+    """A write waiting for acks=all (a Produce here; the coordinators' state writes wait the same way) at a
+    leader that stays leader while the controller bumps the partition's leader epoch (a follower of its ISR
+    died: ZooKeeper mode removes it with a new epoch, as Kafka does) is acknowledged once the remaining ISR has
+    it, as Kafka's DelayedProduce is: the record was never at risk. Answering NOT_LEADER_OR_FOLLOWER instead
+    failed the transaction coordinator's writes (its EndTxn, its timed-out aborts) whenever any broker died."""
+    c = failover
+    topic = unique("epoch-bump")
+    create(c, topic, assignment=[[1, 3, 2]], configs={"min.insync.replicas": "2"})
+    before = partition(c, topic)
+    assert before.leader_id == 1 and sorted(before.isr_nodes) == [1, 2, 3]
+    answer: list = []
+    c.pause(3)  # a follower in the ISR that does not fetch: the high watermark stands still
+    try:
+        raw = RawClient(c.brokers[1].bootstrap, timeout=120)
+        waiting = threading.Thread(target=lambda: answer.append(raw.request(ApiKey.PRODUCE, 9, {
+            "acks": -1, "timeout": 90000, "topic_data": [{"name": topic, "partition_data": [
+                {"index": 0, "records": build_batch([(None, b"waits", [], int(time.time() * 1000))])}]}]})))
+        waiting.start()
+        # Appended at the leader: broker 2, the follower still fetching, has copied it.
+        wait_until(lambda: any(f.stat().st_size for f in replica_folder(c, 2, topic).glob("*.log")), 60,
+                   "the record in broker 2's replica")
+        c.brokers[2].kill()  # the controller (broker 1) drops 2 from the ISR with a new leader epoch
+        bumped = wait_until(lambda: (s := partition(c, topic, via=1)).leader_epoch > before.leader_epoch and s, 60,
+                            "a new leader epoch for the same leader")
+        assert bumped.leader_id == 1 and sorted(bumped.isr_nodes) == [1, 3]
+        assert not answer, answer[0].responses[0].partition_responses[0]  # still waiting for broker 3
+    finally:
+        c.resume(3)
+    try:
+        waiting.join(120)
+        raw.close()
+        (resp,) = answer
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == 0 and part.base_offset == 0, part
+    finally:
+        restart(c, 2)

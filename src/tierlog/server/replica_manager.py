@@ -433,8 +433,10 @@ class ReplicaManager:
         """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
         offset appended), wait until the high watermark has passed the offset, then answer NONE, or
         NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile. A
-        partition whose leadership changed answers NOT_LEADER_OR_FOLLOWER (its record may be truncated by
-        the new leader, so it is not acknowledged); one still waiting after ``timeout_s`` REQUEST_TIMED_OUT.
+        partition no longer led here, or whose log no longer holds the record in the epoch it was appended in
+        (led elsewhere meanwhile and truncated), answers NOT_LEADER_OR_FOLLOWER; a new epoch of the same
+        leader (ZooKeeper mode's controller removing a dead follower from the ISR) keeps the wait, as Kafka's
+        DelayedProduce does. One still waiting after ``timeout_s`` answers REQUEST_TIMED_OUT.
         Returns the error codes in the order of ``waits``."""
         codes: list[int | None] = [None] * len(waits)
         deadline = time.monotonic() + max(timeout_s, 0)
@@ -464,8 +466,10 @@ class ReplicaManager:
 
     def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int) -> int | None:
         p = self.partitions.get((topic, index))
-        if p is None or not self.leads(p) or p.leader_epoch != epoch:
+        if p is None or not self.leads(p):
             return NotLeaderOrFollowerError.code
+        if p.leader_epoch != epoch and p.log.leader_epoch_cache.epoch_for_offset(last_offset) != epoch:
+            return NotLeaderOrFollowerError.code  # replaced by another leader's records
         if p.log.offline is not None:
             return KafkaStorageError.code
         if p.log.high_watermark <= last_offset:
