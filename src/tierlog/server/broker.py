@@ -47,6 +47,7 @@ from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
+from tierlog.records import scan as record_scan
 from tierlog.records import validation as record_validation
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.admin import AdminApis
@@ -662,11 +663,18 @@ class _ShutdownStep:
 
 def _compile_record_validator_in_background() -> None:
     """Compile the produce path's record validator (or load it from numba's cache) on a thread, so neither
-    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin."""
+    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin.
+    The record scanner first (loading __consumer_offsets and the cleaner use it, and wait for it)."""
     if record_validation.is_compiled():
         return
 
     def run() -> None:
+        try:
+            seconds = record_scan.warm_up()
+        except Exception:  # noqa: BLE001 - its users compile it on their first call
+            log.exception("Record scanner failed to compile")
+        else:
+            log.info("Record scanner compiled in %.2f s", seconds)
         try:
             seconds = record_validation.warm_up()
         except Exception:  # noqa: BLE001 - produce keeps validating with the Python twin
