@@ -9,8 +9,8 @@ one into Python objects, then decode only the ones they keep.
 * per batch (:class:`ScannedBatches` ``b_*``): its position, base and last offset, attributes, producer id,
   and the index of its first record in the record table with its record count; the records of a compressed
   batch are not scanned (count -1): :func:`scan_batch_records` scans them once decompressed;
-* per record (``r_*``): its offset, the start and length of its key and value in the buffer (length -1 for
-  null) and a 64-bit FNV-1a hash of the key bytes (of no key: the hash of nothing).
+* per record (``r_*``): its offset, where it starts, the start and length of its key and value in the buffer
+  (length -1 for null) and two 64-bit hashes of the key bytes (of no key: the hashes of nothing).
 
 The walk checks every length against the bytes left (a malformed record stops it with an error status
 rather than reading past the buffer) but not CRCs: callers that need them check the batches the table lists.
@@ -38,6 +38,9 @@ __all__ = ["ScannedRecords", "ScannedBatches", "scan_batches", "scan_batch_recor
 _U8 = np.dtype(np.uint8)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
+_MIX_START = np.uint64(0x9E3779B97F4A7C15)
+_MIX_PRIME = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_PRIME = np.uint64(0xC4CEB9FE1A85EC53)
 
 # Statuses of the walk.
 _OK = 0
@@ -67,10 +70,27 @@ def _fnv(buf, start, length):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _records(buf, pos, end, count, base_offset, r_off, r_ks, r_kl, r_vs, r_vl, r_hash, n):
+def _mix(buf, start, length):
+    """A second 64-bit hash of the key, of another construction than FNV-1a (a multiply-xorshift per byte and
+    MurmurHash3's finalizer): the log cleaner's offset map keys on both, 128 bits like Kafka's MD5."""
+    h = _MIX_START ^ np.uint64(length)
+    for i in range(start, start + length):
+        h = (h ^ np.uint64(buf[i])) * _MIX_PRIME
+        h ^= h >> np.uint64(29)
+    h ^= h >> np.uint64(33)
+    h *= _MIX_PRIME
+    h ^= h >> np.uint64(33)
+    h *= _FMIX_PRIME
+    h ^= h >> np.uint64(33)
+    return h
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _records(buf, pos, end, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2, n):
     """Scan ``count`` records of ``buf[pos:end]`` into the record table from row ``n``; the next row, or -1
     for a malformed record."""
     for _ in range(count):
+        start = pos
         size, pos = read_varint(buf, pos, end)
         if pos < 0 or size < _MIN_RECORD - 1 or size > end - pos:
             return -1
@@ -94,11 +114,14 @@ def _records(buf, pos, end, count, base_offset, r_off, r_ks, r_kl, r_vs, r_vl, r
         if pos < 0 or value_len > rec_end - pos or value_len < -1:
             return -1
         r_off[n] = base_offset + delta
+        r_start[n] = start
         r_ks[n] = key_start
         r_kl[n] = key_len
         r_vs[n] = pos
         r_vl[n] = value_len
-        r_hash[n] = _fnv(buf, key_start, key_len) if key_len > 0 else _FNV_OFFSET
+        klen = max(key_len, 0)
+        r_hash[n] = _fnv(buf, key_start, klen)
+        r_hash2[n] = _mix(buf, key_start, klen)
         n += 1
         pos = rec_end  # headers: not needed by the readers of this table
     return n
@@ -106,7 +129,7 @@ def _records(buf, pos, end, count, base_offset, r_off, r_ks, r_kl, r_vs, r_vl, r
 
 @njit(cache=True, nogil=True)
 def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, b_count,
-                  r_off, r_ks, r_kl, r_vs, r_vl, r_hash):
+                  r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2):
     """Walk the whole batches of ``buf[pos:end]``: (status, batches, records, position after the last whole
     batch or of the failing one)."""
     nb = 0
@@ -131,8 +154,8 @@ def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, 
         else:
             if count < 0:
                 return _BAD_RECORD, nb, nr, pos
-            got = _records(buf, pos + RECORD_BATCH_OVERHEAD, pos + size, count, base, r_off, r_ks, r_kl, r_vs,
-                           r_vl, r_hash, nr)
+            got = _records(buf, pos + RECORD_BATCH_OVERHEAD, pos + size, count, base, r_off, r_start, r_ks, r_kl,
+                           r_vs, r_vl, r_hash, r_hash2, nr)
             if got < 0:
                 return _BAD_RECORD, nb, nr, pos
             b_count[nb] = count
@@ -143,9 +166,10 @@ def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, 
 
 
 @njit(cache=True, nogil=True)
-def _scan_records(buf, count, base_offset, r_off, r_ks, r_kl, r_vs, r_vl, r_hash):
+def _scan_records(buf, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2):
     """Scan ``count`` records filling ``buf`` (decompressed records): the rows written, -1 if malformed."""
-    n = _records(buf, 0, buf.shape[0], count, base_offset, r_off, r_ks, r_kl, r_vs, r_vl, r_hash, 0)
+    n = _records(buf, 0, buf.shape[0], count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2,
+                 0)
     if n >= 0 and n != count:
         return -1
     return n
@@ -190,13 +214,16 @@ def _last_by_key(buf, r_ks, r_kl, r_hash, eligible, keep):
 
 
 class ScannedRecords(NamedTuple):
-    """The record table: offset, key start and length, value start and length (-1: null), key hash."""
+    """The record table: offset, where the record starts (its length varint), key start and length, value
+    start and length (-1: null), and two 64-bit hashes of the key (FNV-1a, and a second construction)."""
     offset: np.ndarray
+    start: np.ndarray
     key_start: np.ndarray
     key_length: np.ndarray
     value_start: np.ndarray
     value_length: np.ndarray
     key_hash: np.ndarray
+    key_hash2: np.ndarray
 
 
 class ScannedBatches(NamedTuple):
@@ -215,8 +242,7 @@ class ScannedBatches(NamedTuple):
 
 def _record_table(rows: int) -> tuple[np.ndarray, ...]:
     i64 = np.int64
-    return (np.empty(rows, i64), np.empty(rows, i64), np.empty(rows, i64), np.empty(rows, i64),
-            np.empty(rows, i64), np.empty(rows, np.uint64))
+    return (*(np.empty(rows, i64) for _ in range(6)), np.empty(rows, np.uint64), np.empty(rows, np.uint64))
 
 
 def as_array(buf: Any) -> np.ndarray:
