@@ -226,7 +226,7 @@ class PartitionRecords:
     def add_read(self, data: bytes) -> int:
         """Add the whole batches of one read; the offset after the last one (-1: no whole batch)."""
         view = memoryview(data)
-        scanned = scan_batches(data)
+        scanned = scan_batches(data, key_hash2=False)
         nb = scanned.position.shape[0]
         if nb == 0:
             return -1
@@ -337,7 +337,7 @@ def _decompressed(view: memoryview, scanned, b: int) -> tuple[memoryview, Scanne
     payload = view[pos + RECORD_BATCH_OVERHEAD:pos + header.size]
     data = decompress_bounded(CompressionType(header.attributes & COMPRESSION_CODEC_MASK), payload,
                               decompression_limit(header.records_count))
-    return memoryview(data), scan_batch_records(data, header.records_count, header.base_offset)
+    return memoryview(data), scan_batch_records(data, header.records_count, header.base_offset, False)
 
 
 class MemoryStore:

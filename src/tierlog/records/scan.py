@@ -86,7 +86,7 @@ def _mix(buf, start, length):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _records(buf, pos, end, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2, n):
+def _records(buf, pos, end, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2, hash2, n):
     """Scan ``count`` records of ``buf[pos:end]`` into the record table from row ``n``; the next row, or -1
     for a malformed record."""
     for _ in range(count):
@@ -121,14 +121,14 @@ def _records(buf, pos, end, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs
         r_vl[n] = value_len
         klen = max(key_len, 0)
         r_hash[n] = _fnv(buf, key_start, klen)
-        r_hash2[n] = _mix(buf, key_start, klen)
+        r_hash2[n] = _mix(buf, key_start, klen) if hash2 else np.uint64(0)
         n += 1
         pos = rec_end  # headers: not needed by the readers of this table
     return n
 
 
 @njit(cache=True, nogil=True)
-def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, b_count,
+def _scan_batches(buf, pos, end, hash2, b_pos, b_base, b_last, b_attr, b_pid, b_first, b_count,
                   r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2):
     """Walk the whole batches of ``buf[pos:end]``: (status, batches, records, position after the last whole
     batch or of the failing one)."""
@@ -155,7 +155,7 @@ def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, 
             if count < 0:
                 return _BAD_RECORD, nb, nr, pos
             got = _records(buf, pos + RECORD_BATCH_OVERHEAD, pos + size, count, base, r_off, r_start, r_ks, r_kl,
-                           r_vs, r_vl, r_hash, r_hash2, nr)
+                           r_vs, r_vl, r_hash, r_hash2, hash2, nr)
             if got < 0:
                 return _BAD_RECORD, nb, nr, pos
             b_count[nb] = count
@@ -166,10 +166,10 @@ def _scan_batches(buf, pos, end, b_pos, b_base, b_last, b_attr, b_pid, b_first, 
 
 
 @njit(cache=True, nogil=True)
-def _scan_records(buf, count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2):
+def _scan_records(buf, count, base_offset, hash2, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2):
     """Scan ``count`` records filling ``buf`` (decompressed records): the rows written, -1 if malformed."""
     n = _records(buf, 0, buf.shape[0], count, base_offset, r_off, r_start, r_ks, r_kl, r_vs, r_vl, r_hash, r_hash2,
-                 0)
+                 hash2, 0)
     if n >= 0 and n != count:
         return -1
     return n
@@ -250,9 +250,10 @@ def as_array(buf: Any) -> np.ndarray:
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=_U8)
 
 
-def scan_batches(buf: Any, pos: int = 0, end: int | None = None) -> ScannedBatches:
+def scan_batches(buf: Any, pos: int = 0, end: int | None = None, key_hash2: bool = True) -> ScannedBatches:
     """Scan the whole batches of ``buf[pos:end]`` (a trailing partial batch is left out: ``end`` of the result
-    tells where the whole ones stop). CorruptMessageError for a malformed batch or record."""
+    tells where the whole ones stop). CorruptMessageError for a malformed batch or record. Without
+    ``key_hash2`` the second key hash is left 0 (readers that compare key bytes need only the first)."""
     arr = as_array(buf)
     stop = arr.shape[0] if end is None else min(end, arr.shape[0])
     span = max(stop - pos, 0)
@@ -262,17 +263,17 @@ def scan_batches(buf: Any, pos: int = 0, end: int | None = None) -> ScannedBatch
     i64 = np.int64
     batches = tuple(np.empty(nb_cap, i64) for _ in range(7))
     records = _record_table(nr_cap)
-    status, nb, nr, at = _scan_batches(arr, pos, stop, *batches, *records)
+    status, nb, nr, at = _scan_batches(arr, pos, stop, key_hash2, *batches, *records)
     if status != _OK:
         raise CorruptMessageError(f"record batch at position {at}: {_STATUS_TEXT[status]}")
     return ScannedBatches(*(a[:nb] for a in batches), ScannedRecords(*(a[:nr] for a in records)), at)
 
 
-def scan_batch_records(data: Any, count: int, base_offset: int) -> ScannedRecords:
+def scan_batch_records(data: Any, count: int, base_offset: int, key_hash2: bool = True) -> ScannedRecords:
     """Scan the ``count`` records that fill ``data`` (a compressed batch's records, decompressed)."""
     arr = as_array(data)
     table = _record_table(count)
-    n = _scan_records(arr, count, base_offset, *table)
+    n = _scan_records(arr, count, base_offset, key_hash2, *table)
     if n < 0:
         raise CorruptMessageError(f"decompressed records of the batch at offset {base_offset}: "
                                   f"{_STATUS_TEXT[_BAD_RECORD]} or do not number {count}")

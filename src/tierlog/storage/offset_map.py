@@ -193,3 +193,21 @@ def retain_batches(offset_map: OffsetMap, first_records, counts, decide, keep_de
                     records.value_length, records.key_hash, records.key_hash2, offset_map.h1, offset_map.h2,
                     offset_map.offsets, latest, keep, n_kept, tombstones)
     return keep, n_kept, tombstones
+
+
+def warm_up() -> float:
+    """Compile the map's kernels (or load them from numba's cache) on a one-record batch, so a cleaner round
+    does not; the seconds it took."""
+    import time
+
+    from tierlog.records.record import build_batch
+    from tierlog.records.scan import scan_batches
+
+    started = time.perf_counter()
+    sc = scan_batches(build_batch([(b"k", b"v", [], 0)]))
+    m = OffsetMap(24 * 16)
+    one = np.ones(1, dtype=np.bool_)
+    m.put_batches(0, sc.last_offset, sc.first_record, sc.count, one, sc.records, 0)
+    retain_batches(m, sc.first_record, sc.count, one, one, sc.records, m.latest_offset)
+    m.reserve(2000)  # the rehash
+    return time.perf_counter() - started
