@@ -264,15 +264,18 @@ def one_run(run: int, args, seq: array, work: Path, profile: Path | None = None)
 
 # The cleaner's steps, by the frames of a sample (the first match wins).
 STEPS = [
-    ("walk records: per-record varint decode + key copy (_walk_records, decode_varint/varlong)",
-     ("_walk_records", "decode_var")),
-    ("key hashing: MD5 per record (key_hash)", ("key_hash",)),
+    ("decode kept records of rebuilt batches (_kept_records, decode_varint/varlong)",
+     ("_kept_records", "_walk_records", "decode_var")),
     ("rebuild batches: per-record re-encode + CRC (_rebuild_batch)", ("_rebuild_batch",)),
-    ("offset map put/get (OffsetMap)", ("OffsetMap.",)),
-    ("read segments (_batches: pread, header parse)", ("_batches",)),
+    ("record scanner: batch and record tables, key hashes (scan_batches, compiled)", ("scan_batches",
+                                                                                       "scan_batch_records")),
+    ("offset map puts, compiled (OffsetMap.put_batches)", ("OffsetMap.",)),
+    ("retain decision, compiled (retain_batches)", ("retain_batches",)),
+    ("read segments (_chunks: pread)", ("_chunks",)),
     ("write cleaned files + indexes, fsync (clean_group)", ("clean_group",)),
-    ("offset map pass, the rest (build_offset_map)", ("build_offset_map",)),
-    ("copy pass, the rest (_clean_batch)", ("_clean_batch",)),
+    ("offset map pass, the rest (build_offset_map, _map_read)", ("build_offset_map",)),
+    ("copy pass, the rest (_clean_batch, _retained_batches: per-batch headers)", ("_clean_batch",
+                                                                                  "_retained_batches")),
 ]
 
 

@@ -398,6 +398,8 @@ class CleaningRound:
                 if len(chunk) < h.size:
                     raise KafkaStorageError(f"short read of segment {v.base_offset} of {self.log.name} at {pos}")
             scanned = scan_batches(chunk, 0, min(len(chunk), v.size - pos))
+            if scanned.end == 0:  # cannot be (the first batch is whole), but never loop on it
+                raise KafkaStorageError(f"no whole batch in segment {v.base_offset} of {self.log.name} at {pos}")
             yield memoryview(chunk), scanned
             self.stats.bytes_read += scanned.end
             self.throttler.maybe_throttle(scanned.end)
