@@ -303,16 +303,13 @@ def _plain_keep(buf, records: ScannedRecords, plain: np.ndarray) -> np.ndarray:
 
 
 def _check_crcs(view: memoryview, scanned) -> None:
-    for pos, crc_end in zip(scanned.position.tolist(), _batch_ends(view, scanned)):
+    """Each batch's CRC-32C (from its attributes to its end; the batches of a read are contiguous)."""
+    positions = scanned.position.tolist()
+    for pos, end in zip(positions, positions[1:] + [scanned.end]):
         stored = int.from_bytes(view[pos + 17:pos + 21], "big")
-        if crc32c(view[pos + 21:crc_end]) != stored:
+        if crc32c(view[pos + 21:end]) != stored:
             raise CorruptMessageError(f"record batch at position {pos} of a {OFFSETS_TOPIC} read is corrupt: "
                                       f"stored CRC {stored:#010x}")
-
-
-def _batch_ends(view: memoryview, scanned) -> list[int]:
-    positions = scanned.position.tolist()
-    return positions[1:] + [scanned.end]
 
 
 def _key_value(view, records: ScannedRecords, i: int) -> tuple[bytes, bytes | None]:
