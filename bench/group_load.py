@@ -16,7 +16,8 @@ Then:
 Each timed start reports: launch to the ``ready on`` line (the broker prints it after its ready callbacks,
 among them the group coordinator loading every partition), and the coordinator's load alone (the broker's
 ``Broker N ready`` log line to its last ``Loaded __consumer_offsets-N`` line, from their timestamps), plus
-the records replayed (summed from those lines). After each start, OffsetFetch of ``--verify`` groups must
+the records read and replayed (summed from those lines; the loader drops records a later one of the same key
+supersedes before decoding). After each start, OffsetFetch of ``--verify`` groups must
 return the last offsets committed. ``__consumer_offsets`` bytes on disk are measured before and after
 compaction. Prints one JSON line.
 
@@ -175,12 +176,15 @@ def timed_start(b: BrokerProcess, profile: Path | None, name: str) -> dict:
     broker_ready = [m for m in lines if m["message"].startswith("Broker ") and " ready in " in m["message"]]
     loaded = [m for m in lines if m["message"].startswith(f"Loaded {OFFSETS}-")]
     records = sum(int(m["message"].rsplit("from ", 1)[1].split()[0]) for m in loaded)
+    # "..., N replayed": the records left once those superseded by a later one of their key are dropped.
+    replayed = sum(int(m["message"].rsplit(", ", 1)[1].split()[0]) for m in loaded
+                   if m["message"].endswith(" replayed"))
     load_s = (_ts(loaded[-1]) - _ts(broker_ready[0])) if loaded and broker_ready else None
     if spy:
         spy[0].send_signal(2)  # SIGINT: py-spy writes its file and exits
         spy[0].wait(60)
     return {"start_to_ready_s": round(ready_s, 3), "coordinator_load_s": None if load_s is None else round(load_s, 3),
-            "records_replayed": records, "partitions_loaded": len(loaded)}
+            "records_read": records, "records_replayed": replayed, "partitions_loaded": len(loaded)}
 
 
 def note(what: str) -> None:

@@ -636,8 +636,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("log.cleaner.threads", "int", 1, AtLeast(0), dynamic=True,
        doc="Cleaner threads; each cleans one log at a time, the dirtiest first."),
     _b("log.cleaner.dedupe.buffer.size", "long", 134217728, AtLeast(0), dynamic=True,
-       doc="Memory of the offset maps of all cleaner threads together, in bytes (24 bytes a key: an MD5 "
-           "hash and an offset)."),
+       doc="Memory of the offset maps of all cleaner threads together, in bytes (24 bytes a key: two 64-bit "
+           "key hashes and an offset, as Kafka's MD5 and offset)."),
     _b("log.cleaner.io.buffer.load.factor", "double", 0.9, Between(0, 1), dynamic=True,
        doc="How full an offset map may get before a cleaning round stops adding segments to it."),
     _b("log.cleaner.io.buffer.size", "int", 524288, AtLeast(0), dynamic=True,

@@ -284,7 +284,62 @@ def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
     return bytes(w.buf)
 
 
+# Fast paths for what loading decodes most (an OffsetCommit key and a non-flexible OffsetCommit value): a
+# struct unpack per fixed run of fields instead of one call per field. Anything unusual (short data, a null
+# or bad string, another version) returns None and goes through _Reader, which names the problem.
+_HH = struct.Struct(">hh")
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_QQ = struct.Struct(">qq")
+_HQ = struct.Struct(">hq")
+_HQIH = struct.Struct(">hqih")
+
+
+def _fast_offset_commit_key(data) -> OffsetCommitKey | None:
+    try:
+        record_type, n = _HH.unpack_from(data)
+        if record_type not in (0, 1) or n < 0:
+            return None
+        p = 4 + n
+        (m,) = _H.unpack_from(data, p)
+        q = p + 2 + m
+        if m < 0 or q + 4 > len(data):
+            return None
+        return OffsetCommitKey(str(data[4:p], "utf-8"), str(data[p + 2:q], "utf-8"), _I.unpack_from(data, q)[0])
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _fast_offset_commit_value(data) -> OffsetCommitValue | None:
+    try:
+        (version,) = _H.unpack_from(data)
+        if version == 3:
+            _, offset, leader_epoch, n = _HQIH.unpack_from(data)
+            p = 16
+        elif 0 <= version <= 2:
+            _, offset = _HQ.unpack_from(data)
+            (n,) = _H.unpack_from(data, 10)
+            leader_epoch, p = -1, 12
+        else:
+            return None
+        if n < 0:
+            return None
+        metadata = str(data[p:p + n], "utf-8")
+        p += n
+        if version == 1:
+            commit_timestamp, expire_timestamp = _QQ.unpack_from(data, p)
+        else:
+            (commit_timestamp,), expire_timestamp = _Q.unpack_from(data, p), -1
+        return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
 def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
+    key = _fast_offset_commit_key(data)
+    if key is not None:
+        return key
     r = _Reader(data)
     record_type = r.int16()
     if record_type in (0, 1):
@@ -317,7 +372,7 @@ def decode_value(key: OffsetCommitKey | GroupMetadataKey, data: bytes | memoryvi
     if data is None:
         return None
     if isinstance(key, OffsetCommitKey):
-        return _decode_offset_commit_value(data)
+        return _fast_offset_commit_value(data) or _decode_offset_commit_value(data)
     if isinstance(key, GroupMetadataKey):
         return _decode_group_metadata_value(data)
     raise TypeError(f"no value schema for {key!r}")

@@ -97,13 +97,15 @@ class GroupCoordinator:
             return shard
         shard = GroupCoordinatorShard(partition, self.config, self.store, ScopedTimer(self.timer, partition),
                                       self.wall_clock)
-        count = shard.replay_all(self.store.read_partition(partition))
+        records = self.store.read_partition(partition)
+        count = shard.replay_all(records)
+        read = getattr(records, "records_read", count)  # the store may leave superseded records out
         shard.on_loaded()
         self.shards[partition] = shard
-        if count:
-            log.info("Loaded %s-%d: %d group(s), the offsets of %d group(s), from %d record(s)", OFFSETS_TOPIC,
-                     partition, len(shard.group_metadata_manager.groups),
-                     len(shard.offset_metadata_manager.offsets), count)
+        if read:
+            log.info("Loaded %s-%d: %d group(s), the offsets of %d group(s), from %d record(s), %d replayed",
+                     OFFSETS_TOPIC, partition, len(shard.group_metadata_manager.groups),
+                     len(shard.offset_metadata_manager.offsets), read, count)
         return shard
 
     def unload(self, partition: int) -> None:

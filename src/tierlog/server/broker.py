@@ -46,6 +46,7 @@ from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
+from tierlog.records import scan as record_scan
 from tierlog.records import validation as record_validation
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.alter_partition import AlterPartitionManager
@@ -78,7 +79,7 @@ from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
-from tierlog.storage import LogDirFailureChannel, LogManager
+from tierlog.storage import LogDirFailureChannel, LogManager, offset_map
 from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -681,11 +682,19 @@ class _ShutdownStep:
 
 def _compile_record_validator_in_background() -> None:
     """Compile the produce path's record validator (or load it from numba's cache) on a thread, so neither
-    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin."""
+    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin.
+    The record scanner and the cleaner's offset map first (loading __consumer_offsets and the cleaner use them,
+    and wait for them)."""
     if record_validation.is_compiled():
         return
 
     def run() -> None:
+        try:
+            seconds = record_scan.warm_up() + offset_map.warm_up()
+        except Exception:  # noqa: BLE001 - its users compile it on their first call
+            log.exception("Record scanner or the cleaner's offset map failed to compile")
+        else:
+            log.info("Record scanner and the cleaner's offset map compiled in %.2f s", seconds)
         try:
             seconds = record_validation.warm_up()
         except Exception:  # noqa: BLE001 - produce keeps validating with the Python twin

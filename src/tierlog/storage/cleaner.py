@@ -11,7 +11,7 @@ A cleaning round of one log, as Kafka does it:
    boundary). The dirty ratio is dirty bytes / (clean + dirty bytes); a log with a ratio above
    ``min.cleanable.dirty.ratio``, or whose oldest dirty batch waited longer than ``max.compaction.lag.ms``,
    or whose tombstones' delete horizon passed, is cleanable; the dirtiest goes first.
-2. **Map.** The dirty segments' keys go into an :class:`OffsetMap` (MD5 of the key -> its last offset),
+2. **Map.** The dirty segments' keys go into an :class:`OffsetMap` (128 bits of key hash -> its last offset),
    bounded by ``log.cleaner.dedupe.buffer.size`` over the threads times
    ``log.cleaner.io.buffer.load.factor``; when it fills, the round ends where the map ends. Control
    batches and the records of aborted transactions are not mapped.
@@ -34,14 +34,15 @@ A cleaning round of one log, as Kafka does it:
 Steps 2 and 3 run in a worker thread on duplicated file descriptors, so produce and fetch of the
 partition go on; the swap checks that the group is still the log's (retention, truncation or deletion
 in between make the round's work void). Reads and writes of all threads together are throttled to
-``log.cleaner.io.max.bytes.per.second``. The per-record work here is Python: the cleaner is a
-background task, not a request path.
+``log.cleaner.io.max.bytes.per.second``. No Python runs per record: both passes read a buffer of batches at a
+time, the record scanner (:mod:`tierlog.records.scan`) tables its records, and the map's puts and the retain
+decision run over those tables in compiled code (:mod:`tierlog.storage.offset_map`); Python runs per batch
+(its header, the copy) and per record only of the batches rebuilt with fewer records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import threading
@@ -49,6 +50,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tierlog.errors import KafkaError, KafkaStorageError
 from tierlog.records import (
@@ -58,7 +61,12 @@ from tierlog.records import (
     compress,
     read_header,
 )
-from tierlog.records.batch import COMPRESSION_CODEC_MASK, DELETE_HORIZON_FLAG_MASK
+from tierlog.records.batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+)
 from tierlog.records.compression import decompress_bounded, decompression_limit
 from tierlog.records.record import (
     build_batch_header,
@@ -67,9 +75,11 @@ from tierlog.records.record import (
     write_varint,
     write_varlong,
 )
+from tierlog.records.scan import ScannedBatches, scan_batch_records, scan_batches
 from tierlog.storage.checkpoints import OffsetCheckpointFile, fsync_dir
 from tierlog.storage.index import OffsetIndex, TimeIndex
 from tierlog.storage.log import discard_cleaned
+from tierlog.storage.offset_map import MAP_COMPRESSED, MAP_FULL, OFFSET_MAP_ENTRY_BYTES, OffsetMap, retain_batches
 from tierlog.storage.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -89,8 +99,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-# Kafka's SkimpyOffsetMap entry: a 16-byte MD5 hash and an 8-byte offset.
-OFFSET_MAP_ENTRY_BYTES = 24
 
 # Kafka's LogCleaner and LogCleanerManager gauges, named as Prometheus' JMX exporter spells them.
 MAX_DIRTY_PERCENT = "kafka_log_logcleanermanager_max_dirty_percent"
@@ -131,41 +139,6 @@ class CleanerConfig:
     @property
     def map_memory_per_thread(self) -> int:
         return self.dedupe_buffer_size // max(1, self.threads)
-
-
-class OffsetMap:
-    """Key hash -> last offset of the key, with Kafka's SkimpyOffsetMap's capacity: ``memory`` bytes of
-    24-byte entries, filled up to ``load_factor``."""
-
-    def __init__(self, memory: int, load_factor: float = 0.9):
-        self.slots = max(0, memory // OFFSET_MAP_ENTRY_BYTES)
-        self.load_factor = load_factor
-        self.max_entries = int(self.slots * load_factor)
-        self._map: dict[bytes, int] = {}
-        self.latest_offset = -1  # the last offset the round has looked at, keyed or not
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def clear(self) -> None:
-        self._map.clear()
-        self.latest_offset = -1
-
-    def put(self, key_hash: bytes, offset: int) -> None:
-        self._map[key_hash] = offset
-        if offset > self.latest_offset:
-            self.latest_offset = offset
-
-    def get(self, key_hash: bytes) -> int:
-        return self._map.get(key_hash, -1)
-
-    @property
-    def utilization(self) -> float:
-        return len(self._map) / self.slots if self.slots else 0.0
-
-
-def key_hash(key) -> bytes:
-    return hashlib.md5(key, usedforsecurity=False).digest()
 
 
 class Throttler:
@@ -287,6 +260,18 @@ def _walk_records(section, count: int):
         pos = end
 
 
+def _kept_records(buf, starts: list[int]) -> list[tuple]:
+    """The :func:`_walk_records` tuples of the records starting at ``starts`` of ``buf`` (only the kept ones of
+    a batch being rebuilt are decoded here; the scanner found them)."""
+    out = []
+    for pos in starts:
+        length, p = decode_varint(buf, pos)
+        ts_delta, q = decode_varlong(buf, p + 1)
+        off_delta, q = decode_varint(buf, q)
+        out.append((pos, p + length, p, q, ts_delta, off_delta, None, True))
+    return out
+
+
 def _rebuild_batch(h: BatchHeader, section, kept: list, delete_horizon: int | None) -> bytes:
     """A batch of the ``kept`` records of ``h`` (tuples from :func:`_walk_records`), with the original base
     and last offset, producer fields, codec and leader epoch; timestamps keep their values."""
@@ -405,8 +390,9 @@ class CleaningRound:
 
     # -- reading --
 
-    def _batches(self, v: _SegmentView):
-        """(header, bytes) of each batch of a segment, read a buffer at a time."""
+    def _chunks(self, v: _SegmentView):
+        """(buffer, its scanned batches) of a segment, read a buffer at a time (a batch larger than the buffer is
+        read whole)."""
         pos = 0
         while pos < v.size:
             if self.aborting.is_set():
@@ -419,17 +405,18 @@ class CleaningRound:
                 chunk = os.pread(v.fd, h.size, pos)
                 if len(chunk) < h.size:
                     raise KafkaStorageError(f"short read of segment {v.base_offset} of {self.log.name} at {pos}")
-            view = memoryview(chunk)
-            off = 0
-            while off + RECORD_BATCH_OVERHEAD <= len(chunk):
-                h = read_header(view, off)
-                if off + h.size > len(chunk) or pos + off >= v.size:
-                    break
-                yield h, view[off:off + h.size]
-                off += h.size
-            self.stats.bytes_read += off
-            self.throttler.maybe_throttle(off)
-            pos += off
+            scanned = scan_batches(chunk, 0, min(len(chunk), v.size - pos))
+            if scanned.end == 0:  # cannot be (the first batch is whole), but never loop on it
+                raise KafkaStorageError(f"no whole batch in segment {v.base_offset} of {self.log.name} at {pos}")
+            yield memoryview(chunk), scanned
+            self.stats.bytes_read += scanned.end
+            self.throttler.maybe_throttle(scanned.end)
+            pos += scanned.end
+
+    def _decompressed(self, view: memoryview, h: BatchHeader, pos: int):
+        """(records section, scanned records) of the compressed batch ``h`` at ``pos`` of ``view``."""
+        section = _records_section(view[pos:pos + h.size], h, self.config.max_message_bytes)
+        return section, scan_batch_records(section, h.records_count, h.base_offset)
 
     def _is_aborted(self, h: BatchHeader) -> bool:
         if not h.is_transactional or h.is_control:
@@ -444,32 +431,49 @@ class CleaningRound:
         m.clear()
         # Below the first dirty offset the log is clean: a key not in the map is at its last offset there.
         m.latest_offset = self.first_dirty - 1
-        max_bytes = self.config.max_message_bytes
         full = False
         for v in self.views:
             if v.next_base <= self.first_dirty:
                 continue
-            for h, data in self._batches(v):
-                if h.last_offset < self.first_dirty:
-                    continue
-                if not (h.is_control or self._is_aborted(h)):
-                    if len(m) + h.records_count > m.max_entries:
-                        if m.latest_offset < self.first_dirty:
-                            raise KafkaStorageError(
-                                f"the cleaner's offset map ({m.max_entries} entries) cannot hold one batch of "
-                                f"{self.log.name}; raise log.cleaner.dedupe.buffer.size")
-                        full = True
-                        break
-                    section = _records_section(data, h, max_bytes)
-                    for rec in _walk_records(section, h.records_count):
-                        offset = h.base_offset + rec[5]
-                        if rec[6] is not None and offset >= self.first_dirty:
-                            m.put(key_hash(rec[6]), offset)
-                    self.stats.map_records += h.records_count
-                m.latest_offset = max(m.latest_offset, h.last_offset)
+            for view, sc in self._chunks(v):
+                full = self._map_read(view, sc)
+                if full:
+                    break
             if full:
                 break
+        self.stats.map_records = m.records_mapped
         return m.latest_offset + 1
+
+    def _map_read(self, view: memoryview, sc: ScannedBatches) -> bool:
+        """Map one read's batches (control batches and aborted transactions' data are not mapped); True when
+        the map is full (it ends before the batch that did not fit)."""
+        m = self.map
+        eligible = (sc.attributes & CONTROL_FLAG_MASK) == 0
+        for b in np.flatnonzero((sc.attributes & TRANSACTIONAL_FLAG_MASK) != 0).tolist():
+            if eligible[b] and self._is_aborted(read_header(view, int(sc.position[b]))):
+                eligible[b] = False
+        b = 0
+        while True:
+            status, b = m.put_batches(b, sc.last_offset, sc.first_record, sc.count, eligible, sc.records,
+                                      self.first_dirty)
+            if status == MAP_COMPRESSED:
+                pos = int(sc.position[b])
+                h = read_header(view, pos)
+                status = MAP_FULL if len(m) + h.records_count > m.max_entries else status
+                if status == MAP_COMPRESSED:
+                    _, recs = self._decompressed(view, h, pos)
+                    one = np.ones(1, dtype=np.int64)
+                    m.put_batches(0, sc.last_offset[b:b + 1], one * 0, one * h.records_count, eligible[b:b + 1],
+                                  recs, self.first_dirty)
+                    b += 1
+                    continue
+            if status == MAP_FULL:
+                if m.latest_offset < self.first_dirty:
+                    raise KafkaStorageError(
+                        f"the cleaner's offset map ({m.max_entries} entries) cannot hold one batch of "
+                        f"{self.log.name}; raise log.cleaner.dedupe.buffer.size")
+                return True
+            return False
 
     # -- step 3: groups and copies --
 
@@ -514,10 +518,10 @@ class CleaningRound:
         max_ts = (-1, base)
         try:
             for v in group:
-                for h, data in self._batches(v):
+                for h, data, retained in self._retained_batches(v):
                     # Kafka keeps an aborted transaction's index entry only while a batch of it is left
                     had_data = h.is_control and txn_state.get(h.producer_id, False)
-                    piece = self._clean_batch(h, data, txn_state)
+                    piece = self._clean_batch(h, data, txn_state, retained)
                     if piece is None:
                         continue
                     written = read_header(piece) if piece is not data else h
@@ -548,8 +552,42 @@ class CleaningRound:
         self.stats.groups += 1
         return position
 
-    def _clean_batch(self, h: BatchHeader, data: memoryview, txn_state: dict[int, bool]):
-        """The batch as it stays (``data`` itself when unchanged, new bytes when rebuilt) or None."""
+    def _retained_batches(self, v: _SegmentView):
+        """(header, bytes, what it retains) of each batch of a segment; what a batch retains is decided for a
+        whole read at once in compiled code (:func:`retain_batches`), None for a compressed batch (decided when
+        it is cleaned) and for batches the records do not decide (markers, aborted data)."""
+        now = self.now_ms
+        latest = self.map.latest_offset
+        for view, sc in self._chunks(v):
+            headers = [read_header(view, p) for p in sc.position.tolist()]
+            decide = np.array([not (h.is_control or self._is_aborted(h)) for h in headers], dtype=np.bool_)
+            keep_deletes = np.array([not h.has_delete_horizon or now < h.base_timestamp for h in headers],
+                                    dtype=np.bool_)
+            keep, n_kept, tombstones = retain_batches(self.map, sc.first_record, sc.count, decide, keep_deletes,
+                                                      sc.records, latest)
+            records = sc.records
+            for b, (pos, first, count, h) in enumerate(zip(sc.position.tolist(), sc.first_record.tolist(),
+                                                            sc.count.tolist(), headers)):
+                retained = None
+                if decide[b] and count >= 0:
+                    retained = (view, records, first + np.flatnonzero(keep[first:first + count]),
+                                int(n_kept[b]), bool(tombstones[b]))
+                yield h, view[pos:pos + h.size], retained
+
+    def _retain_one(self, h: BatchHeader, data):
+        """What a compressed batch retains: its records decompressed, scanned and decided."""
+        section, recs = self._decompressed(memoryview(data), h, 0)
+        one = np.ones(1, dtype=np.bool_)
+        keep_deletes = one if not h.has_delete_horizon or self.now_ms < h.base_timestamp else ~one
+        keep, n_kept, tombstones = retain_batches(self.map, np.zeros(1, np.int64),
+                                                  np.full(1, h.records_count, np.int64), one, keep_deletes, recs,
+                                                  self.map.latest_offset)
+        return section, recs, np.flatnonzero(keep), int(n_kept[0]), bool(tombstones[0])
+
+    def _clean_batch(self, h: BatchHeader, data: memoryview, txn_state: dict[int, bool], retained=None):
+        """The batch as it stays (``data`` itself when unchanged, new bytes when rebuilt) or None. ``retained``:
+        (buffer, scanned records, rows kept, how many, whether a tombstone among them), as
+        :meth:`_retained_batches` gives it; computed here when None."""
         now = self.now_ms
         horizon = h.base_timestamp if h.has_delete_horizon else None
         retain_empty = h.producer_id >= 0 and self.active_producers.get(h.producer_id) == h.last_offset
@@ -572,33 +610,17 @@ class CleaningRound:
             txn_state[h.producer_id] = True  # read in this pass, whether its records stay or not
         if self._is_aborted(h):
             return self._rebuild(h, data, [], None) if retain_empty else None
-        section = _records_section(data, h, self.config.max_message_bytes)
-        records = list(_walk_records(section, h.records_count))
-        latest = self.map.latest_offset
-        keep_deletes = horizon is None or now < horizon
-        kept = []
-        tombstones = False
-        for rec in records:
-            offset = h.base_offset + rec[5]
-            if offset > latest:
-                kept.append(rec)
-                tombstones = tombstones or not rec[7]
-                continue
-            if rec[6] is None:
-                continue  # a record without a key has no place in a compacted log
-            if offset >= self.map.get(key_hash(rec[6])) and (rec[7] or keep_deletes):
-                kept.append(rec)
-                tombstones = tombstones or not rec[7]
-        self.stats.records_kept += len(kept)
-        if not kept:
-            return self._rebuild(h, data, [], None, section) if retain_empty else None
+        buf, records, rows, n_kept, tombstones = retained if retained is not None else self._retain_one(h, data)
+        self.stats.records_kept += n_kept
+        if not n_kept:
+            return self._rebuild(h, data, [], None, b"") if retain_empty else None
         stamp = now + self.config.delete_retention_ms if tombstones and horizon is None else None
-        if len(kept) == len(records) and stamp is None:
+        if n_kept == h.records_count and stamp is None:
             self._note_horizon(horizon if tombstones else None)
             return data
         new_horizon = stamp if stamp is not None else (horizon if tombstones else None)
         self._note_horizon(new_horizon)
-        return _rebuild_batch(h, section, kept, new_horizon)
+        return _rebuild_batch(h, buf, _kept_records(buf, records.start[rows].tolist()), new_horizon)
 
     def _rebuild(self, h: BatchHeader, data, kept, new_horizon, section=None):
         if kept is None:  # every record (a control batch getting its delete horizon)
