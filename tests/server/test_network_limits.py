@@ -176,6 +176,22 @@ def test_an_idle_half_sent_frame_is_released_by_connections_max_idle_ms(start_br
         holder.close()
 
 
+def test_a_connection_that_keeps_asking_outlives_connections_max_idle_ms(start_broker):
+    # The idle clock runs only while the broker waits to read: requests every 0.1 s for well over the
+    # timeout keep the connection; once they stop, the broker closes it and says so.
+    b = start_broker({"connections.max.idle.ms": "5000"})
+    c = RawClient(b.bootstrap, timeout=30)
+    try:
+        for _ in range(120):  # about 12 s, more than twice the timeout
+            assert api_versions(c) == 0
+            threading.Event().wait(0.1)
+        assert closed_by_broker(c.sock, timeout=60)
+        assert wait_for(lambda: [m for m in log_lines(b.output, "INFO", "tierlog.server.network")
+                                 if m["message"].startswith("Closing idle connection")], "the idle close's log line")
+    finally:
+        c.close()
+
+
 def _api_versions_request():
     return build(load_request_schema(ApiKey.API_VERSIONS, 0), {})
 

@@ -320,6 +320,48 @@ def bind_failure(host: str, port: int, e: OSError, *, setting: str = "listeners"
     return f"cannot listen on {where}: {why}; {todo}"
 
 
+class _IdleWatch:
+    """``connections.max.idle.ms`` for one connection's reads, with one timer per idle period instead of one
+    per read (``asyncio.wait_for`` made a task and a timer for every read: about 20 us, a fifth of a small
+    Produce's cost). The timer checks when the current read began; a read waiting for the whole timeout gets
+    its task cancelled, which :meth:`expired` tells apart from any other cancellation."""
+
+    __slots__ = ("_loop", "_timeout", "_task", "_since", "_handle", "_expired")
+
+    def __init__(self, timeout_s: float):
+        self._loop = asyncio.get_running_loop()
+        self._timeout = timeout_s
+        self._task = asyncio.current_task()
+        self._since: float | None = None  # when the read under way began; None between reads
+        self._expired = False
+        self._handle = self._loop.call_at(self._loop.time() + timeout_s, self._check)
+
+    def reading(self) -> None:
+        self._since = self._loop.time()
+
+    def read(self) -> None:
+        self._since = None
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self._since
+        if since is not None and now - since >= self._timeout:
+            self._expired = True
+            self._task.cancel()
+            return
+        self._handle = self._loop.call_at((now if since is None else since) + self._timeout, self._check)
+
+    def expired(self) -> bool:
+        """Whether the cancellation just caught is this watch's (then the task is no longer cancelling)."""
+        if not self._expired:
+            return False
+        self._task.uncancel()
+        return True
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
 class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
                  error_response: Callable[[RequestContext, KafkaError], object | None],
@@ -501,6 +543,7 @@ class SocketServer:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
+        idle = _IdleWatch(self.idle_timeout_s) if self.idle_timeout_s is not None else None
         try:
             while not self._stopping:
                 if pool is not None:
@@ -512,14 +555,18 @@ class SocketServer:
                         held = pending
                     elif pending is None and pool.used >= pool.limit:
                         await pool.reserve(0)
-                try:
-                    if self.idle_timeout_s is None:
+                if idle is None:
+                    data = await reader.read(READ_CHUNK)
+                else:
+                    idle.reading()
+                    try:
                         data = await reader.read(READ_CHUNK)
-                    else:
-                        data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
-                except TimeoutError:
-                    log.info("Closing idle connection from %s (connections.max.idle.ms)", peer)
-                    return
+                    except asyncio.CancelledError:
+                        if not idle.expired():
+                            raise
+                        log.info("Closing idle connection from %s (connections.max.idle.ms)", peer)
+                        return
+                    idle.read()
                 if not data:
                     return
                 try:
@@ -563,6 +610,8 @@ class SocketServer:
                         pool.release(held - keep)
                         held = keep
         finally:
+            if idle is not None:
+                idle.stop()
             if pool is not None:
                 pool.release(held)
             if decoder.buffered >= TRIM_FRAME_BYTES:  # a half-received frame, dropped with the connection
