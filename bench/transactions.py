@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def main() -> int:
         for b in brokers:
             b.stop()
         vs.TOOLS.close()
+        shutil.rmtree(work, ignore_errors=True)  # gigabytes of logs per invocation
     medians = {name: {k: round(statistics.median(r[name][k] for r in runs), 2)
                       for k in ("records_s", "mb_s", "p99_ms", "broker_cpu_ms_per_mb", "broker_cpu_busy",
                                 "transactions", "plain_records_s")}
