@@ -28,6 +28,8 @@ from tierlog.cluster.restore import TopicRestore, split_restore
 from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
+from tierlog.config.broker import listener_override_setting
+from tierlog.config.definitions import LISTENER_PREFIX
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
     ElectionNotNeededError,
@@ -45,6 +47,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
+from tierlog.security import server_context
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -484,11 +487,15 @@ class Controller:
             else:
                 new = {k: v for k, v in configs.items() if v is not None}
             for key, value in new.items():
-                d = BROKER_CONFIGS.get(key)
+                d = BROKER_CONFIGS.get(listener_override_setting(key) or key)
                 if d is None:
                     raise InvalidConfigError(f"Unknown broker config {key}")
                 if not d.dynamic:
                     raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
+                if resource == "" and d.name.startswith("ssl.") and current.get(key) != value:
+                    # Kafka's per-broker configs: each broker has its own keystore and truststore files.
+                    raise InvalidConfigError(f"Cannot update these configs at default cluster level, broker id "
+                                             f"must be specified: [{key}]")
                 check_value(d, parse_typed(d, value, key), key)  # the value alone: type and range
             configs_all = {k: v for k, v in self.image.broker_configs.items() if k != resource}
             if new:
@@ -502,11 +509,29 @@ class Controller:
             effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
             for t in self.image.topics.values():
                 effective.topic_config(t.configs)
+            if resource == str(self.node_id):  # this broker's own files: a new keystore must be usable
+                _check_dynamic_ssl(effective, set(new) | (set(current) - set(new)))
             if not validate_only:
                 # Topics without their own value follow the broker defaults: hand them the change.
                 self._commit(replace(self.image, broker_configs=configs_all),
                              MetadataDelta(configs_changed=tuple(self.image.topics.values()),
                                            broker_configs_changed=True))
+
+
+def _check_dynamic_ssl(effective: BrokerConfig, changed: set[str]) -> None:
+    """A dynamic change of ssl settings is refused (INVALID_CONFIG) when a TLS listener it touches cannot
+    build its context with the new values, as Kafka checks a new keystore before using it. Even an
+    unchanged value is checked: setting the same path again is how a replaced file is reloaded."""
+    touched_all = any(k.startswith("ssl.") for k in changed)
+    prefixed = {k[len(LISTENER_PREFIX):].partition(".")[0].upper() for k in changed
+                if listener_override_setting(k) is not None}
+    for listener in effective.listeners:
+        if listener.security_protocol != "SSL" or not (touched_all or listener.name in prefixed):
+            continue
+        try:
+            server_context(effective.listener_ssl_settings(listener.name), where=f"listener {listener.name}")
+        except InvalidConfigError as e:
+            raise InvalidConfigError(e.message) from None
 
 
 def _topic_list_default(key: str) -> str | None:
