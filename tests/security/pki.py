@@ -70,7 +70,7 @@ class _Ca:
     def __init__(self, name: str):
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.name = _name(O="tierlog tests", CN=name)
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (x509.CertificateBuilder().subject_name(self.name).issuer_name(self.name)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(days=1))
@@ -84,7 +84,7 @@ class _Ca:
 
     def issue(self, folder: Path, stem: str, subject: x509.Name, server: bool) -> Identity:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(self.name)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(days=1))
