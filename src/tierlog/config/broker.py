@@ -794,6 +794,14 @@ class BrokerConfig(Mapping[str, Any]):
         for key in self._originals:
             if key in described:
                 continue
+            setting = listener_override_setting(key)
+            if setting is not None:  # listener.name.<name>.ssl.*: described as the setting it overrides
+                defn = BROKER_CONFIGS[setting]
+                value = None if defn.sensitive else _as_text(self._originals[key])
+                chain = (ConfigSynonym(key, value, ConfigSource.STATIC_BROKER_CONFIG),)
+                entries.append(ConfigEntry(key, value, ConfigSource.STATIC_BROKER_CONFIG, defn.sensitive,
+                                           not defn.dynamic, defn.type, chain, defn.doc))
+                continue
             chain = (ConfigSynonym(key, None, ConfigSource.STATIC_BROKER_CONFIG),)
             entries.append(
                 ConfigEntry(key, None, ConfigSource.STATIC_BROKER_CONFIG, True, True, "unknown", chain, None)
