@@ -91,9 +91,7 @@ def _python_replacement(java: str, groups: int) -> str:
 def parse_rules(text: str) -> list[_Rule]:
     """The rules of an ``ssl.principal.mapping.rules`` value; ValueError naming the bad rule."""
     rules: list[_Rule] = []
-    text = (text or "").strip()
-    if not text:
-        return [_Rule(None)]
+    text = (text or "").strip()  # empty: no rule at all, so no certificate maps (as in Kafka)
     pos = 0
     pieces = []
     while pos < len(text):
