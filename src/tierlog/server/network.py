@@ -30,6 +30,12 @@ Warnings that a peer can make repeat (rejected connections, bad frames, accept e
 
 Reading is the StreamReader's; responses go out through the StreamWriter, and a Fetch response's record
 regions with ``loop.sendfile``: the limits wrap these paths without changing them.
+
+On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
+handshake first, with the listener's current context; a failed handshake is logged (limited) and the
+connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
+cannot encrypt). A PLAINTEXT connection takes the path it always took. Each connection's session (listener,
+principal) is set once in its task's context (``CURRENT_SESSION``).
 """
 
 from __future__ import annotations
