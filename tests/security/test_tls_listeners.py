@@ -355,3 +355,12 @@ def test_garbage_and_a_plaintext_client_on_the_tls_port_never_disturb_the_broker
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         tls_raw(addresses["PLAINTEXT"], client_context(pki), timeout=20).close()
     _serving(broker, addresses, pki)
+
+
+def test_the_broker_logged_no_error_and_no_traceback(tls):
+    """Everything this module threw at the TLS listeners was handled as a refused connection: warnings, never
+    an error or a traceback (the last test of the module, over everything before it)."""
+    broker, _addresses = tls
+    assert broker.proc.poll() is None
+    assert not log_lines(broker.output, "ERROR"), [m["message"] for m in log_lines(broker.output, "ERROR")]
+    assert not any("Traceback" in line for line in broker.output), "".join(broker.output)
