@@ -278,9 +278,7 @@ def openssl_cipher_name(name: str) -> str:
         parts.remove("CBC")
     if parts[0].startswith("CHACHA20"):
         parts = parts[:2]  # the MAC is implied
-    if parts[-1] == "SHA" and parts[0].startswith("AES") and kx in ("", "DHE-RSA", "ECDHE-RSA", "ECDHE-ECDSA"):
-        pass  # OpenSSL keeps the bare SHA: ECDHE-RSA-AES128-SHA
-    text = "-".join(parts)
+    text = "-".join(parts)  # a CBC suite keeps its MAC: ECDHE-RSA-AES128-SHA, ECDHE-RSA-AES128-SHA256
     return f"{kx}-{text}" if kx else text
 
 
