@@ -185,6 +185,33 @@ def test_confluent_kafka_over_tls_and_mutual_tls(tls, pki):
         assert got == [f"c{i}".encode() for i in range(10)]
 
 
+def test_megabytes_of_records_fetched_over_tls(tls, pki):
+    """Fetch answers carry record regions of segment files: through TLS they are read and encrypted in process
+    (never sendfile'd), big answers included."""
+    _broker, addresses = tls
+    topic = _topic(addresses)
+    conf = {"bootstrap.servers": addresses["SSL"], "security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+    producer = confluent_kafka.Producer({**conf, "linger.ms": 20, "batch.size": 1_000_000})
+    values = [(b"%08d" % i) * 2048 for i in range(600)]  # 16 KiB each, about 10 MB
+    for v in values:
+        producer.produce(topic, v)
+    assert producer.flush(120) == 0
+    consumer = confluent_kafka.Consumer({**conf, "group.id": unique("g"), "enable.auto.commit": False,
+                                         "fetch.max.bytes": 8_000_000, "max.partition.fetch.bytes": 8_000_000})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        got = []
+        while len(got) < len(values):
+            batch = consumer.consume(500, timeout=30)
+            assert batch, f"only {len(got)} of {len(values)} records"
+            for m in batch:
+                assert m.error() is None, m.error()
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert got == values
+
+
 def test_kafka_python_over_mutual_tls(tls, pki):
     kafka = pytest.importorskip("kafka")
     _broker, addresses = tls
