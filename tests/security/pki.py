@@ -57,7 +57,8 @@ class Pki:
     ca_p12: Path  # the CA certificate in a PKCS12 truststore, STORE_PASSWORD
     other_ca: Path  # a CA that signed nothing the brokers use
     broker: Identity
-    broker_renewed: Identity  # the broker's next certificate (reload)
+    broker_next: Identity  # the broker's next certificate: a new key, the same subject and names (reload)
+    broker_renamed: Identity  # a certificate with another subject (a reload Kafka refuses by default)
     client: Identity
     stranger: Identity  # a client certificate signed by other_ca
     outsider: Identity  # signed by the CA, but with a subject the tests' mapping rules do not name
@@ -118,8 +119,10 @@ def make_pki(folder: Path) -> Pki:
     return Pki(
         folder, folder / "ca.pem", folder / "ca.p12", folder / "other-ca.pem",
         broker=ca.issue(folder, "broker", _name(C="US", O="tierlog", OU="brokers", CN="broker"), server=True),
-        broker_renewed=ca.issue(folder, "broker-renewed", _name(C="US", O="tierlog", OU="brokers",
-                                                                 CN="broker-renewed"), server=True),
+        broker_next=ca.issue(folder, "broker-next", _name(C="US", O="tierlog", OU="brokers", CN="broker"),
+                             server=True),
+        broker_renamed=ca.issue(folder, "broker-renamed", _name(C="US", O="tierlog", OU="brokers",
+                                                                 CN="broker-renamed"), server=True),
         client=ca.issue(folder, "client", _name(C="US", O="tierlog", OU="eng", CN="client"), server=False),
         stranger=other.issue(folder, "stranger", _name(C="US", O="elsewhere", CN="stranger"), server=False),
         outsider=ca.issue(folder, "outsider", _name(C="US", O="tierlog", OU="sales", CN="outsider"), server=False),

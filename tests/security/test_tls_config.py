@@ -137,3 +137,20 @@ def test_a_broker_whose_tls_listener_cannot_be_built_does_not_start(tmp_path, pk
                                      "ssl.keystore.type": "PEM",
                                      "ssl.keystore.location": str(pki.broker.encrypted_pem)})
     assert_failed_start(result, "listener SSL", "ssl.key.password")
+
+
+def test_a_new_certificate_must_keep_the_identity_unless_allowed(pki):
+    from cryptography import x509
+
+    from tierlog.security.ssl_factory import identity_change
+
+    def cert(identity):
+        return x509.load_pem_x509_certificate(identity.cert.read_bytes())
+
+    assert identity_change(cert(pki.broker), cert(pki.broker_next), False, False) is None
+    assert "DistinguishedName does not match" in identity_change(cert(pki.broker), cert(pki.broker_renamed), False,
+                                                                 False)
+    assert identity_change(cert(pki.broker), cert(pki.broker_renamed), True, False) is None
+    # a client certificate has no subject alternative names where the broker's had two
+    assert "SubjectAltNames do not match" in identity_change(cert(pki.broker), cert(pki.client), True, False)
+    assert identity_change(cert(pki.broker), cert(pki.client), True, True) is None

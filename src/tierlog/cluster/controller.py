@@ -29,7 +29,6 @@ from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.config.broker import listener_override_setting
-from tierlog.config.definitions import LISTENER_PREFIX
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
     ElectionNotNeededError,
@@ -47,7 +46,6 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
-from tierlog.security import server_context
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -113,6 +111,9 @@ class Controller:
         self._effective: tuple[object, BrokerConfig] | None = None
         self.disablements: DisablementDriver | None = None
         self._capped_internal_topics: set[str] = set()  # internal topics warned about (once each)
+        #: Set by the broker: raises InvalidConfigError when its listeners cannot take a dynamic change of its
+        #: own configuration (a TLS keystore that cannot be read, or changes the certificate's identity).
+        self.dynamic_config_check: Callable[[BrokerConfig], None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -509,29 +510,17 @@ class Controller:
             effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
             for t in self.image.topics.values():
                 effective.topic_config(t.configs)
-            if resource == str(self.node_id):  # this broker's own files: a new keystore must be usable
-                _check_dynamic_ssl(effective, set(new) | (set(current) - set(new)))
+            if resource == str(self.node_id) and self.dynamic_config_check is not None:
+                # this broker's own files: its TLS listeners must be able to take the change (a new keystore)
+                try:
+                    self.dynamic_config_check(effective)
+                except InvalidConfigError as e:
+                    raise InvalidConfigError(e.message) from None
             if not validate_only:
                 # Topics without their own value follow the broker defaults: hand them the change.
                 self._commit(replace(self.image, broker_configs=configs_all),
                              MetadataDelta(configs_changed=tuple(self.image.topics.values()),
                                            broker_configs_changed=True))
-
-
-def _check_dynamic_ssl(effective: BrokerConfig, changed: set[str]) -> None:
-    """A dynamic change of ssl settings is refused (INVALID_CONFIG) when a TLS listener it touches cannot
-    build its context with the new values, as Kafka checks a new keystore before using it. Even an
-    unchanged value is checked: setting the same path again is how a replaced file is reloaded."""
-    touched_all = any(k.startswith("ssl.") for k in changed)
-    prefixed = {k[len(LISTENER_PREFIX):].partition(".")[0].upper() for k in changed
-                if listener_override_setting(k) is not None}
-    for listener in effective.listeners:
-        if listener.security_protocol != "SSL" or not (touched_all or listener.name in prefixed):
-            continue
-        try:
-            server_context(effective.listener_ssl_settings(listener.name), where=f"listener {listener.name}")
-        except InvalidConfigError as e:
-            raise InvalidConfigError(e.message) from None
 
 
 def _topic_list_default(key: str) -> str | None:

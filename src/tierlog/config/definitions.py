@@ -624,6 +624,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("ssl.endpoint.identification.algorithm", "string", "https", dynamic=True,
        doc="https: a broker connecting to another broker checks that its certificate names the host it "
            "connects to; empty: no check."),
+    _b("ssl.allow.dn.changes", "boolean", False,
+       doc="Whether a dynamic keystore update may change the certificate's subject (refused by default)."),
+    _b("ssl.allow.san.changes", "boolean", False,
+       doc="Whether a dynamic keystore update may change the certificate's subject alternative names (refused "
+           "by default)."),
     _b("ssl.principal.mapping.rules", "string", "DEFAULT",
        Custom("DEFAULT or RULE:pattern/replacement/[LU],...", _check_principal_rules),
        doc="How the subject of a client certificate becomes the principal's name: rules "

@@ -130,8 +130,9 @@ def _store_type(settings: Mapping[str, Any], kind: str, data: bytes | None) -> s
     return declared
 
 
-def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, Any]) -> bool:
-    """Load this side's key and certificate chain into ``ctx``; False when no keystore is configured."""
+def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, Any]):
+    """Load this side's key and certificate chain into ``ctx``; its certificate (an x509 object), or None
+    when no keystore is configured."""
     location = _text(settings.get("ssl.keystore.location"))
     inline_key = _text(settings.get("ssl.keystore.key"))
     inline_chain = _text(settings.get("ssl.keystore.certificate.chain"))
@@ -145,19 +146,17 @@ def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, Any]) -> bool:
             raise SslConfigError("ssl.keystore.key and ssl.keystore.certificate.chain must be set together")
         if (_text(settings.get("ssl.keystore.type")) or "PEM").upper() != "PEM":
             raise SslConfigError("ssl.keystore.key and ssl.keystore.certificate.chain need ssl.keystore.type=PEM")
-        _load_pem_key_and_chain(ctx, inline_key.encode(), inline_chain.encode(), key_password,
-                                "ssl.keystore.key")
-        return True
+        return _load_pem_key_and_chain(ctx, inline_key.encode(), inline_chain.encode(), key_password,
+                                       "ssl.keystore.key")
     if not location:
-        return False
+        return None
     data = _read(location, "ssl.keystore.location")
     kind = _store_type(settings, "keystore", data)
     if kind == "PEM":
         if store_password:
             raise SslConfigError("ssl.keystore.password is not used with ssl.keystore.type=PEM (an encrypted key "
                                  "takes ssl.key.password)")
-        _load_pem_key_and_chain(ctx, data, data, key_password, "ssl.keystore.location")
-        return True
+        return _load_pem_key_and_chain(ctx, data, data, key_password, "ssl.keystore.location")
     if not store_password:
         raise SslConfigError(f"ssl.keystore.password is required to read the PKCS12 keystore {location}")
     store = _pkcs12(data, [store_password, key_password] if key_password else [store_password],
@@ -165,8 +164,7 @@ def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, Any]) -> bool:
     if store.key is None or store.cert is None:
         raise SslConfigError(f"ssl.keystore.location={location} holds no private key with its certificate")
     chain = [store.cert.certificate] + [c.certificate for c in store.additional_certs]
-    _load_objects(ctx, store.key, chain)
-    return True
+    return _load_objects(ctx, store.key, chain)
 
 
 def _load_pem_key_and_chain(ctx: ssl.SSLContext, key_pem: bytes, chain_pem: bytes, password: str | None,
@@ -187,7 +185,7 @@ def _load_pem_key_and_chain(ctx: ssl.SSLContext, key_pem: bytes, chain_pem: byte
         chain = x509.load_pem_x509_certificates(chain_pem)
     except ValueError as e:
         raise SslConfigError(f"{setting} holds no readable PEM certificate chain: {e}") from None
-    _load_objects(ctx, key, chain)
+    return _load_objects(ctx, key, chain)
 
 
 def _pem_blocks(data: bytes, labels: tuple[str, ...]) -> list[bytes]:
@@ -204,7 +202,7 @@ def _pem_blocks(data: bytes, labels: tuple[str, ...]) -> list[bytes]:
     return out
 
 
-def _load_objects(ctx: ssl.SSLContext, key, chain: list) -> None:
+def _load_objects(ctx: ssl.SSLContext, key, chain: list):
     """Hand a key and its chain to OpenSSL (which reads files only) through a private file, the key
     encrypted with a one-time password; the file is gone before this returns."""
     from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, Encoding, PrivateFormat
@@ -221,6 +219,7 @@ def _load_objects(ctx: ssl.SSLContext, key, chain: list) -> None:
         raise SslConfigError(f"The keystore's key does not match its certificate or cannot be used: {e}") from None
     finally:
         os.unlink(path)
+    return chain[0]
 
 
 def _load_truststore(ctx: ssl.SSLContext, settings: Mapping[str, Any]) -> bool:
@@ -326,10 +325,16 @@ def _configure_versions_and_ciphers(ctx: ssl.SSLContext, settings: Mapping[str, 
 def server_context(settings: Mapping[str, Any], where: str = "") -> ssl.SSLContext:
     """The context a TLS listener accepts connections with; SslConfigError (naming ``where``, e.g. the
     listener) when the settings are incomplete or unreadable."""
+    return server_context_with_certificate(settings, where)[0]
+
+
+def server_context_with_certificate(settings: Mapping[str, Any], where: str = ""):
+    """:func:`server_context` and the certificate it serves (a ``cryptography`` x509 object)."""
     try:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         _configure_versions_and_ciphers(ctx, settings)
-        if not _load_keystore(ctx, settings):
+        certificate = _load_keystore(ctx, settings)
+        if certificate is None:
             raise SslConfigError("A TLS listener needs a keystore: set ssl.keystore.location (PEM or PKCS12) or "
                                  "ssl.keystore.key and ssl.keystore.certificate.chain")
         client_auth = (_text(settings.get("ssl.client.auth")) or "none").lower()
@@ -345,7 +350,30 @@ def server_context(settings: Mapping[str, Any], where: str = "") -> ssl.SSLConte
         if where:
             raise SslConfigError(f"{where}: {e.message}") from None
         raise
-    return ctx
+    return ctx, certificate
+
+
+def identity_change(old, new, allow_dn_changes: bool, allow_san_changes: bool) -> str | None:
+    """Why a listener may not switch from certificate ``old`` to ``new`` (Kafka's rule for a dynamic keystore
+    update: same subject and same subject alternative names unless ``ssl.allow.dn.changes`` /
+    ``ssl.allow.san.changes``), or None."""
+    from cryptography import x509
+
+    if not allow_dn_changes and old.subject != new.subject:
+        return (f"Keystore DistinguishedName does not match: existing={old.subject.rfc4514_string()}, "
+                f"new={new.subject.rfc4514_string()} (set ssl.allow.dn.changes=true to allow it)")
+
+    def sans(cert) -> set[str]:
+        try:
+            names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return set()
+        return {f"{type(n).__name__}:{n.value}" for n in names}
+
+    if not allow_san_changes and sans(old) != sans(new):
+        return (f"Keystore SubjectAltNames do not match: existing={sorted(sans(old))}, new={sorted(sans(new))} "
+                "(set ssl.allow.san.changes=true to allow it)")
+    return None
 
 
 def client_context(settings: Mapping[str, Any], where: str = "") -> ssl.SSLContext:

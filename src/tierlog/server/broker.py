@@ -74,7 +74,7 @@ from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetri
 from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
-from tierlog.server.listener_security import inter_broker_client_context, listener_security
+from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
@@ -187,6 +187,7 @@ class Broker:
         self.listeners = await self.socket_server.bind(cfg.listeners)
         try:  # SSL listeners: their keystores are read now, so a broken one fails the start with its reason
             self.socket_server.tls = listener_security(cfg.listeners, lambda: controller.effective_config)
+            controller.dynamic_config_check = dynamic_config_check(self.socket_server.tls)
             self.inter_broker_ssl = inter_broker_client_context(cfg) if controller.clustered else None
         except InvalidConfigError as e:
             raise StartupError(e.message) from None

@@ -15,7 +15,9 @@ kafka-configs --alter --entity-type brokers --entity-name <id> --add-config
 listener.name.ssl.ssl.keystore.location=...); when the listener's settings differ, or a keystore or
 truststore file they name was replaced, a new context is built and the next connections get it. Connections
 already open keep theirs. A new context that cannot be built is logged and the previous one kept (the
-alteration itself was already checked by building it, in the controller).
+alteration itself was already checked by building it: the controller asks every TLS listener of the broker
+first, see :func:`dynamic_config_check`). As in Kafka, the new certificate must keep the subject and the
+subject alternative names of the one in use unless ``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ from dataclasses import dataclass
 
 from tierlog.config import BrokerConfig
 from tierlog.errors import InvalidConfigError
-from tierlog.security import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, server_context
+from tierlog.security import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from tierlog.security.principal import NoMatchingRule, ssl_principal
-from tierlog.security.ssl_factory import client_context, file_stamps
+from tierlog.security.ssl_factory import (
+    client_context,
+    file_stamps,
+    identity_change,
+    server_context_with_certificate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ def endpoint_for_client(broker) -> tuple[str, int]:
 
 
 class TlsListener:
-    """The TLS side of one SSL listener: its current server context and its principal mapper."""
+    """The TLS side of one SSL listener: its current server context and certificate, its principal mapper."""
 
     def __init__(self, name: str, config: Callable[[], BrokerConfig]):
         self.name = name
@@ -75,9 +82,28 @@ class TlsListener:
         self._seen = cfg
         self._settings = cfg.listener_ssl_settings(name)
         self._stamps = file_stamps(self._settings)
-        self.context = server_context(self._settings, where=f"listener {name}")
+        self.context, self.certificate = server_context_with_certificate(self._settings, where=f"listener {name}")
         self.mapper = SslPrincipalMapper(cfg.listener_setting(name, "ssl.principal.mapping.rules"))
         self.reloads = 0
+
+    def _candidate(self, cfg: BrokerConfig):
+        """(context, certificate, settings, stamps) ``cfg`` gives this listener, None when nothing changed;
+        InvalidConfigError when they cannot be used, or change the certificate's identity where Kafka's
+        ssl.allow.dn.changes / ssl.allow.san.changes do not allow it."""
+        settings = cfg.listener_ssl_settings(self.name)
+        stamps = file_stamps(settings)
+        if settings == self._settings and stamps == self._stamps:
+            return None
+        context, certificate = server_context_with_certificate(settings, where=f"listener {self.name}")
+        why = identity_change(self.certificate, certificate, settings["ssl.allow.dn.changes"],
+                              settings["ssl.allow.san.changes"])
+        if why is not None:
+            raise InvalidConfigError(f"listener {self.name}: {why}")
+        return context, certificate, settings, stamps
+
+    def check(self, cfg: BrokerConfig) -> None:
+        """Refuse (InvalidConfigError) a dynamic change this listener could not take."""
+        self._candidate(cfg)
 
     def current_context(self) -> ssl.SSLContext:
         """The context for a new connection: rebuilt once the listener's settings or files changed."""
@@ -85,26 +111,35 @@ class TlsListener:
         if cfg is self._seen:
             return self.context
         self._seen = cfg
-        settings = cfg.listener_ssl_settings(self.name)
-        stamps = file_stamps(settings)
-        if settings == self._settings and stamps == self._stamps:
-            return self.context
         try:
-            context = server_context(settings, where=f"listener {self.name}")
+            candidate = self._candidate(cfg)
         except InvalidConfigError as e:
             log.error("Listener %s keeps its TLS certificate: the new ssl settings cannot be used: %s", self.name,
                       e.message)
             return self.context
-        self.context, self._settings, self._stamps = context, settings, stamps
+        if candidate is None:
+            return self.context
+        self.context, self.certificate, self._settings, self._stamps = candidate
         self.reloads += 1
-        log.info("Listener %s: TLS keystore reloaded; new connections use it", self.name)
-        return context
+        log.info("Listener %s: TLS keystore reloaded (%s); new connections use it", self.name,
+                 self.certificate.subject.rfc4514_string())
+        return self.context
 
     def principal(self, ssl_object: ssl.SSLObject | None) -> KafkaPrincipal:
         """The principal of a connection that completed its handshake; NoMatchingRule refuses it."""
         if ssl_object is None:
             return ANONYMOUS
         return ssl_principal(ssl_object.getpeercert(binary_form=True), self.mapper)
+
+
+def dynamic_config_check(listeners: dict[str, TlsListener]) -> Callable[[BrokerConfig], None]:
+    """What the controller calls before accepting a dynamic change of this broker's configuration: every TLS
+    listener must be able to take it (a new keystore is read and its identity compared, as Kafka validates a
+    dynamic keystore update), else INVALID_CONFIG and nothing changes."""
+    def check(effective: BrokerConfig) -> None:
+        for tls in listeners.values():
+            tls.check(effective)
+    return check
 
 
 def listener_security(listeners, config: Callable[[], BrokerConfig]) -> dict[str, TlsListener]:
@@ -133,5 +168,5 @@ def inter_broker_client_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
     return client_context(cfg.listener_ssl_settings(listener.name), where=f"inter-broker listener {listener.name}")
 
 
-__all__ = ["CURRENT_SESSION", "NoMatchingRule", "Session", "TlsListener", "current_session", "endpoint_for_client",
-           "inter_broker_client_context", "listener_security"]
+__all__ = ["CURRENT_SESSION", "NoMatchingRule", "Session", "TlsListener", "current_session", "dynamic_config_check",
+           "endpoint_for_client", "inter_broker_client_context", "listener_security"]
