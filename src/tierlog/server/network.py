@@ -461,7 +461,7 @@ class SocketServer:
             open_.inc()
             created.inc()
 
-    async def _connection(self, conn: socket.socket, peer, ip: str, listener: str) -> None:
+    async def _connection(self, conn: socket.socket | None, peer, ip: str, listener: str) -> None:
         task = asyncio.current_task()
         writer = None
         tls = self.tls.get(listener) if self.tls else None
@@ -470,7 +470,11 @@ class SocketServer:
                 reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
                 session = Session(listener, "PLAINTEXT", ANONYMOUS, str(peer))
             else:
-                opened = await self._tls_handshake(conn, peer, ip, listener, tls)
+                # From here the TLS transport owns the socket, also when the handshake fails: it closes it
+                # once its alert is sent. Closing it here too would free the descriptor number while the
+                # transport still watches it, and the next connection given that number would never be read.
+                sock, conn = conn, None
+                opened = await self._tls_handshake(sock, peer, ip, listener, tls)
                 if opened is None:
                     return
                 reader, writer, session = opened
@@ -494,7 +498,7 @@ class SocketServer:
                 closed.inc()
             if writer is not None:
                 writer.close()
-            else:
+            elif conn is not None:
                 conn.close()
 
     async def _tls_handshake(self, conn: socket.socket, peer, ip: str, listener: str,
@@ -512,8 +516,7 @@ class SocketServer:
             why = getattr(e, "reason", None) or type(e).__name__
             self._warn.warning(("tls", listener, str(why)), "TLS handshake with %s on listener %s failed: %s",
                                ip, listener, e)
-            conn.close()
-            return None
+            return None  # the transport closes the socket (see _connection)
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         try:
             principal = tls.principal(transport.get_extra_info("ssl_object"))
