@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tierlog"
 #: Lowest first; the table in docs/architecture.md. "(root)" is ``tierlog/__init__.py``.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"(root)", "errors", "kafka_uuid", "hashing", "metrics", "logs", "task_dump"}),  # shared by every layer
+    frozenset({"security"}),  # TLS contexts and principals from ssl.* settings (the config table checks with it)
     frozenset({"config", "protocol", "records"}),  # sans-IO: settings, wire messages, record batches
     frozenset({"client", "storage"}),  # the Kafka client; the local log
     frozenset({"tiered"}),  # remote storage (its metadata manager uses the client)

@@ -69,8 +69,10 @@ def test_values_are_parsed_and_checked():
         ("admin", {"bootstrap.servers": "localhost"}, ["bootstrap.servers", "host:port"]),
         ("admin", {"bootstrap.servers": ""}, ["bootstrap.servers", "At least one"]),
         ("producer", {"metadata.recovery.rebootstrap.trigger.ms": "-5"}, ["at least 0"]),
-        ("consumer", {"security.protocol": "SSL"}, ["configuration security.protocol", "PLAINTEXT only"]),
-        ("admin", {"security.protocol": "sasl_plaintext"}, ["configuration security.protocol", "PLAINTEXT only"]),
+        ("consumer", {"security.protocol": "SASL_SSL"}, ["configuration security.protocol", "SASL is not supported"]),
+        ("admin", {"security.protocol": "sasl_plaintext"}, ["security.protocol", "SASL is not supported"]),
+        ("producer", {"security.protocol": "SSL", "ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/nope.p12"},
+         ["Cannot read ssl.keystore.location=/nope.p12"]),
     ],
 )
 def test_invalid_values(role, props, fragments):

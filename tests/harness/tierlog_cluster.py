@@ -60,8 +60,10 @@ def wait_until(check, timeout: float = 30, what: str = "the cluster"):
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
                  proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False,
-                 client_proxies: bool = False):
-        """``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
+                 client_proxies: bool = False, extra_listeners: str = ""):
+        """``extra_listeners``: listeners every broker binds besides PLAINTEXT (",SSL://127.0.0.1:0"); the
+        settings name their protocols (and ``inter.broker.listener.name`` when the brokers use one).
+        ``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
         (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
         ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``.
         ``zookeeper_proxies``: every broker reaches ZooKeeper through a ``TcpProxy`` of its own
@@ -78,6 +80,7 @@ class TierlogCluster:
                          **(settings or {})}
         self.with_proxies, self.with_zookeeper_proxies, self.with_client_proxies = \
             proxies, zookeeper_proxies, client_proxies
+        self.extra_listeners = extra_listeners
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, LinkProxy] = {}
         self.zookeeper_proxies: dict[int, TcpProxy] = {}
@@ -146,7 +149,7 @@ class TierlogCluster:
             listeners += f",INTERNAL://127.0.0.1:{self._internal_ports[i]}"
         elif self.with_client_proxies:
             listeners += ",INTERNAL://127.0.0.1:0"
-        b.overrides["listeners"] = listeners
+        b.overrides["listeners"] = listeners + self.extra_listeners
 
     def running_ids(self) -> list[int]:
         return [i for i, b in self.brokers.items() if b.proc is not None and b.proc.poll() is None]
@@ -230,13 +233,14 @@ class TierlogCluster:
 def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | None = None,
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
                   proxies: bool = False, per_broker: dict[int, dict] | None = None,
-                  zookeeper_proxies: bool = False, client_proxies: bool = False) -> TierlogCluster:
+                  zookeeper_proxies: bool = False, client_proxies: bool = False,
+                  extra_listeners: str = "") -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
     controller election before the others start; with ``proxies``, the brokers talk through LinkProxies;
     with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own; with
     ``client_proxies``, clients reach each broker through a TcpProxy (``client_proxy(i)``)."""
     cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies,
-                             client_proxies)
+                             client_proxies, extra_listeners)
     try:
         if controller is not None:
             cluster.start([controller], timeout)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -221,16 +222,23 @@ class BrokerConnection:
 
     @classmethod
     async def open(cls, host: str, port: int, *, node_id: int, client_id: str | None,
-                   request_timeout_ms: int, setup_timeout_ms: int) -> BrokerConnection:
-        """Connect and negotiate versions; raises KafkaConnectionError or KafkaTimeoutError."""
+                   request_timeout_ms: int, setup_timeout_ms: int,
+                   ssl_context: ssl.SSLContext | None = None) -> BrokerConnection:
+        """Connect (through TLS with ``ssl_context``: security.protocol=SSL) and negotiate versions; raises
+        KafkaConnectionError or KafkaTimeoutError."""
         conn = cls(host, port, node_id, client_id, request_timeout_ms)
         loop = asyncio.get_running_loop()
         try:
             conn._transport, conn._protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(conn), host, port), setup_timeout_ms / 1000)
+                loop.create_connection(lambda: _FrameProtocol(conn), host, port, ssl=ssl_context,
+                                       server_hostname=host if ssl_context is not None else None,
+                                       ssl_handshake_timeout=setup_timeout_ms / 1000 if ssl_context else None),
+                setup_timeout_ms / 1000)
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"connection to node {node_id} ({host}:{port}) not set up within {setup_timeout_ms} ms") from None
+        except ssl.SSLError as exc:  # also a certificate that does not verify
+            raise KafkaConnectionError(f"TLS handshake with node {node_id} ({host}:{port}) failed: {exc}") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to node {node_id} ({host}:{port}): {exc}") from None
         sock = conn._transport.get_extra_info("socket")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -80,9 +81,11 @@ class NetworkBrokerChannel:
     use and again after a failure. ``brokers`` gives the live brokers and their endpoints."""
 
     def __init__(self, node_id: int, listener: str, brokers: Callable[[], Mapping[int, BrokerImage]],
-                 request_timeout_ms: int) -> None:
+                 request_timeout_ms: int, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: the inter-broker listener speaks TLS (security protocol SSL)."""
         self.node_id = node_id
         self.listener = listener
+        self.ssl_context = ssl_context
         self._brokers = brokers
         self.request_timeout_ms = request_timeout_ms
         self._conns: dict[int, BrokerConnection] = {}
@@ -99,7 +102,8 @@ class NetworkBrokerChannel:
             host, port = broker.endpoint(self.listener)
             conn = await BrokerConnection.open(host, port, node_id=broker_id, client_id=f"broker-{self.node_id}",
                                                request_timeout_ms=self.request_timeout_ms,
-                                               setup_timeout_ms=min(self.request_timeout_ms, 10000))
+                                               setup_timeout_ms=min(self.request_timeout_ms, 10000),
+                                               ssl_context=self.ssl_context)
             self._conns[broker_id] = conn
             return conn
 

@@ -28,6 +28,7 @@ from tierlog.cluster.restore import TopicRestore, split_restore
 from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
+from tierlog.config.broker import listener_override_setting
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
     ElectionNotNeededError,
@@ -110,6 +111,9 @@ class Controller:
         self._effective: tuple[object, BrokerConfig] | None = None
         self.disablements: DisablementDriver | None = None
         self._capped_internal_topics: set[str] = set()  # internal topics warned about (once each)
+        #: Set by the broker: raises InvalidConfigError when its listeners cannot take a dynamic change of its
+        #: own configuration (a TLS keystore that cannot be read, or changes the certificate's identity).
+        self.dynamic_config_check: Callable[[BrokerConfig], None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -484,11 +488,15 @@ class Controller:
             else:
                 new = {k: v for k, v in configs.items() if v is not None}
             for key, value in new.items():
-                d = BROKER_CONFIGS.get(key)
+                d = BROKER_CONFIGS.get(listener_override_setting(key) or key)
                 if d is None:
                     raise InvalidConfigError(f"Unknown broker config {key}")
                 if not d.dynamic:
                     raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
+                if resource == "" and d.name.startswith("ssl.") and current.get(key) != value:
+                    # Kafka's per-broker configs: each broker has its own keystore and truststore files.
+                    raise InvalidConfigError(f"Cannot update these configs at default cluster level, broker id "
+                                             f"must be specified: [{key}]")
                 check_value(d, parse_typed(d, value, key), key)  # the value alone: type and range
             configs_all = {k: v for k, v in self.image.broker_configs.items() if k != resource}
             if new:
@@ -502,6 +510,12 @@ class Controller:
             effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
             for t in self.image.topics.values():
                 effective.topic_config(t.configs)
+            if resource == str(self.node_id) and self.dynamic_config_check is not None:
+                # this broker's own files: its TLS listeners must be able to take the change (a new keystore)
+                try:
+                    self.dynamic_config_check(effective)
+                except InvalidConfigError as e:
+                    raise InvalidConfigError(e.message) from None
             if not validate_only:
                 # Topics without their own value follow the broker defaults: hand them the change.
                 self._commit(replace(self.image, broker_configs=configs_all),

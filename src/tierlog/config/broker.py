@@ -24,7 +24,14 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import Any
 
-from tierlog.config.definitions import BROKER_CONFIGS, RLMM_PREFIX, RSM_PREFIX, TOPIC_CONFIGS, ConfigDef
+from tierlog.config.definitions import (
+    BROKER_CONFIGS,
+    LISTENER_PREFIX,
+    RLMM_PREFIX,
+    RSM_PREFIX,
+    TOPIC_CONFIGS,
+    ConfigDef,
+)
 from tierlog.config.properties import PropertiesSyntaxError, load_properties
 from tierlog.config.values import HIDDEN, check_value, format_value, invalid, looks_sensitive, parse_typed
 from tierlog.errors import InvalidConfigError
@@ -108,6 +115,22 @@ class Listener:
 
 
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_-]+)://(?:\[([^\]]*)\]|([^:\[\]/,\s]*)):(\d+)$")
+
+
+#: The security protocols a listener can be served with (SASL_PLAINTEXT and SASL_SSL: not yet).
+SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL"})
+
+#: The ssl.* settings a TLS listener reads (each may be overridden per listener).
+SSL_SETTING_NAMES: tuple[str, ...] = tuple(n for n in BROKER_CONFIGS if n.startswith("ssl."))
+
+
+def listener_override_setting(key: str) -> str | None:
+    """The setting a ``listener.name.<name>.<setting>`` key overrides, or None for any other key (only the
+    ssl.* settings have per-listener values in tierlog)."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    _name, sep, setting = key[len(LISTENER_PREFIX):].partition(".")
+    return setting if sep and setting in SSL_SETTING_NAMES else None
 
 
 def _parse_protocol_map(text: str) -> dict[str, str]:
@@ -324,7 +347,7 @@ class BrokerConfig(Mapping[str, Any]):
         return cls(props)
 
     def _is_plugin_key(self, key: str) -> bool:
-        return key.startswith((self.rsm_prefix, self.rlmm_prefix))
+        return key.startswith((self.rsm_prefix, self.rlmm_prefix)) or listener_override_setting(key) is not None
 
     def _plugin_active(self, defn: ConfigDef) -> bool:
         impls = defn.plugin_impl if isinstance(defn.plugin_impl, tuple) else (defn.plugin_impl,)
@@ -449,12 +472,13 @@ class BrokerConfig(Mapping[str, Any]):
         listeners = parse_listeners(v["listeners"], protocol_map, "listeners")
         if not listeners:
             raise invalid("listeners", v["listeners"], "At least one listener is required")
-        secured = [f"{lst.name} ({lst.security_protocol})" for lst in listeners if lst.security_protocol != "PLAINTEXT"]
-        if secured:
-            # Serving such a listener in plaintext would mislead its clients: refuse until TLS/SASL exist.
+        sasl = [f"{lst.name} ({lst.security_protocol})" for lst in listeners
+                if lst.security_protocol not in SERVED_PROTOCOLS]
+        if sasl:
+            # Serving such a listener without authentication would mislead its clients: refuse until SASL exists.
             raise invalid("listeners", v["listeners"],
-                          f"Listeners {', '.join(secured)} need TLS or SASL, which tierlog does not support yet "
-                          "(next milestone); only PLAINTEXT listeners can be served")
+                          f"Listeners {', '.join(sasl)} need SASL, which tierlog does not support yet; "
+                          "PLAINTEXT and SSL listeners can be served")
         names = [lst.name for lst in listeners]
         if v["advertised.listeners"]:
             advertised = parse_listeners(v["advertised.listeners"], protocol_map, "advertised.listeners")
@@ -478,6 +502,16 @@ class BrokerConfig(Mapping[str, Any]):
         self._listeners = listeners
         self._advertised = advertised
         ib = v["inter.broker.listener.name"]
+        if ib is not None and self.configured("security.inter.broker.protocol"):
+            raise invalid("security.inter.broker.protocol", v["security.inter.broker.protocol"],
+                          "Only one of inter.broker.listener.name and security.inter.broker.protocol may be set")
+        if ib is None and self.configured("security.inter.broker.protocol"):
+            wanted = v["security.inter.broker.protocol"].upper()
+            if wanted not in [a.name for a in advertised]:
+                raise invalid("security.inter.broker.protocol", wanted,
+                              f"No advertised listener is named {wanted} (the inter-broker listener when "
+                              "inter.broker.listener.name is unset)")
+        self._check_listener_overrides()
         adv_names = [a.name for a in advertised]
         if ib is not None and ib.upper() not in adv_names:
             raise invalid(
@@ -492,6 +526,28 @@ class BrokerConfig(Mapping[str, Any]):
                 rl,
                 f"Must be one of the listener names ({', '.join(names)})",
             )
+
+    def _check_listener_overrides(self) -> None:
+        """``listener.name.<name>.<setting>`` values are checked as the setting itself is."""
+        for key, value in self._originals.items():
+            setting = listener_override_setting(key)
+            if setting is not None:
+                defn = BROKER_CONFIGS[setting]
+                check_value(defn, parse_typed(defn, value, key), key)
+
+    def listener_setting(self, listener: str, name: str) -> Any:
+        """Setting ``name`` as listener ``listener`` sees it: ``listener.name.<listener>.<name>`` when set
+        (the listener name in any case), else the broker-wide value, as Kafka's listener prefix works."""
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        for key, value in self._originals.items():
+            if key.lower().startswith(prefix) and key[len(prefix):] == name:
+                defn = BROKER_CONFIGS[name]
+                return check_value(defn, parse_typed(defn, value, key), key)
+        return self[name]
+
+    def listener_ssl_settings(self, listener: str) -> dict[str, Any]:
+        """Every ssl.* setting of ``listener`` (its overrides on top of the broker-wide values)."""
+        return {name: self.listener_setting(listener, name) for name in SSL_SETTING_NAMES}
 
     # --- lookups -----------------------------------------------------------------------------------
 
@@ -564,9 +620,9 @@ class BrokerConfig(Mapping[str, Any]):
 
     @property
     def inter_broker_listener(self) -> Listener:
-        """The advertised listener named by ``inter.broker.listener.name``; when unset, the one named
-        PLAINTEXT if any, else the first."""
-        name = self._values["inter.broker.listener.name"]
+        """The advertised listener named by ``inter.broker.listener.name``; when unset, the one named after
+        ``security.inter.broker.protocol`` (PLAINTEXT by default) if any, else the first."""
+        name = self._values["inter.broker.listener.name"] or self._values["security.inter.broker.protocol"]
         wanted = name.upper() if name else "PLAINTEXT"
         for lst in self._advertised:
             if lst.name == wanted:
@@ -734,6 +790,14 @@ class BrokerConfig(Mapping[str, Any]):
             )
         for key in self._originals:
             if key in described:
+                continue
+            setting = listener_override_setting(key)
+            if setting is not None:  # listener.name.<name>.ssl.*: described as the setting it overrides
+                defn = BROKER_CONFIGS[setting]
+                value = None if defn.sensitive else _as_text(self._originals[key])
+                chain = (ConfigSynonym(key, value, ConfigSource.STATIC_BROKER_CONFIG),)
+                entries.append(ConfigEntry(key, value, ConfigSource.STATIC_BROKER_CONFIG, defn.sensitive,
+                                           not defn.dynamic, defn.type, chain, defn.doc))
                 continue
             chain = (ConfigSynonym(key, None, ConfigSource.STATIC_BROKER_CONFIG),)
             entries.append(

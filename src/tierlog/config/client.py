@@ -23,6 +23,7 @@ from typing import Any
 
 from tierlog.config.definitions import CLIENT_CONFIGS, CLIENT_ROLES
 from tierlog.config.values import invalid, parse_value
+from tierlog.security import client_context
 
 log = logging.getLogger("tierlog.config")
 
@@ -64,11 +65,12 @@ def validate_client_config(role: str, props: Mapping[str, Any]) -> dict[str, Any
             else:
                 log.warning("Unknown configuration '%s' for a %s: ignored", key, role)
 
-    if out["security.protocol"].upper() != "PLAINTEXT":
-        # Connecting in plaintext when TLS or SASL was asked for would be worse than refusing.
+    if out["security.protocol"].upper() not in ("PLAINTEXT", "SSL"):
+        # Connecting without authentication when SASL was asked for would be worse than refusing.
         raise invalid("security.protocol", out["security.protocol"],
-                      "tierlog's client speaks PLAINTEXT only for now (TLS and SASL come with the security "
-                      "milestone)")
+                      "tierlog's client speaks PLAINTEXT and SSL; SASL is not supported yet")
+    if out["security.protocol"].upper() == "SSL":
+        client_context(out)  # unreadable stores, a wrong password...: refused here, before any I/O
     if "reconnect.backoff.ms" in given and "reconnect.backoff.max.ms" not in given:
         out["reconnect.backoff.max.ms"] = out["reconnect.backoff.ms"]
     if role == "producer":

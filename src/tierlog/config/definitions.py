@@ -40,6 +40,8 @@ LONG_MAX = 2**63 - 1
 RSM_PREFIX = "rsm.config."
 _BUILTIN_RSM = ("filesystem", "objectstore")  # settings both built-in storage plugins read
 RLMM_PREFIX = "rlmm.config."
+#: Prefix of per-listener settings (Kafka's ``listener.name.<name>.``).
+LISTENER_PREFIX = "listener.name."
 
 #: Kafka's class name of the topic-based remote log metadata manager; tierlog accepts it as an alias
 #: of its own ``topic`` implementation.
@@ -260,6 +262,16 @@ def _plugin_name(short_names: tuple[str, ...],
 _HOST_PORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.%a-z]+\]|[^:\[\]\s,]+):(\d+)$")
 
 
+def _check_principal_rules(value: Any) -> str | None:
+    from tierlog.security.principal import parse_rules
+
+    try:
+        parse_rules(str(value))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _check_bootstrap(value: Any) -> str | None:
     items = [str(v).strip() for v in value if str(v).strip()]
     if not items:
@@ -442,6 +454,50 @@ _TIMESTAMP_TYPES = InSet(("CreateTime", "LogAppendTime"))
 MIN_SEGMENT_BYTES = 14
 
 
+# --- TLS (Kafka's ssl.* settings, shared by brokers and clients) -------------------------------------
+
+_TLS_VERSIONS = ("TLSv1.2", "TLSv1.3", "TLSv1.1", "TLSv1")
+_STORE_TYPES = InSet(("JKS", "PKCS12", "PEM"), case_insensitive=True)
+
+
+def _ssl_common(make: Callable[..., ConfigDef], **kw: Any) -> tuple[ConfigDef, ...]:
+    """The ssl.* settings both sides read (``make`` is _b or _c; ``kw`` e.g. dynamic=True on a broker)."""
+    return (
+        make("ssl.keystore.type", "string", "JKS", _STORE_TYPES, **kw,
+             doc="Format of the keystore: PEM, or PKCS12 (JKS is accepted for files keytool wrote as PKCS12, "
+                 "its default since Java 9; a real Java KeyStore file is refused with the command that converts "
+                 "it)."),
+        make("ssl.keystore.location", "string", None, **kw,
+             doc="The keystore file: with PEM, the private key and the certificate chain in one file."),
+        make("ssl.keystore.password", "password", None, **kw,
+             doc="Password of a PKCS12 keystore (not used with PEM)."),
+        make("ssl.key.password", "password", None, **kw,
+             doc="Password of the private key: decrypts an encrypted PEM key (PKCS#8)."),
+        make("ssl.keystore.key", "password", None, **kw,
+             doc="The private key in PEM, inline (with ssl.keystore.type=PEM and "
+                 "ssl.keystore.certificate.chain, instead of a keystore file)."),
+        make("ssl.keystore.certificate.chain", "password", None, **kw,
+             doc="The certificate chain in PEM, inline (with ssl.keystore.key)."),
+        make("ssl.truststore.type", "string", "JKS", _STORE_TYPES, **kw,
+             doc="Format of the truststore: PEM or PKCS12 (JKS as for ssl.keystore.type)."),
+        make("ssl.truststore.location", "string", None, **kw,
+             doc="The truststore file: the certificates of the authorities trusted to sign the peer's "
+                 "certificate; unset, the system's authorities."),
+        make("ssl.truststore.password", "password", None, **kw,
+             doc="Password of a PKCS12 truststore (optional)."),
+        make("ssl.truststore.certificates", "password", None, **kw,
+             doc="Trusted certificates in PEM, inline (with ssl.truststore.type=PEM, instead of a file)."),
+        make("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], ListIn(_TLS_VERSIONS), **kw,
+             doc="TLS versions allowed on the connection."),
+        make("ssl.protocol", "string", "TLSv1.3", InSet(("TLS", "TLSv1.1", "TLSv1.2", "TLSv1.3", "SSL")), **kw,
+             doc="The TLS protocol of the context; TLSv1.2 caps the version at 1.2, TLS and TLSv1.3 leave "
+                 "ssl.enabled.protocols alone."),
+        make("ssl.cipher.suites", "list", [], **kw,
+             doc="Cipher suites allowed, by their IANA (Java) or OpenSSL names; empty: the defaults. TLS 1.3 "
+                 "suites cannot be narrowed: a list without any disables TLS 1.3."),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------
 # Broker settings
 # ---------------------------------------------------------------------------------------------------
@@ -556,6 +612,28 @@ _BROKER: tuple[ConfigDef, ...] = (
        Custom("host:count,...", _check_connection_overrides), dynamic=True,
        doc="Per-IP or per-hostname limits that replace max.connections.per.ip, as host:count pairs, e.g. "
            "hostName:100,127.0.0.1:200; host names are resolved when the limits are applied."),
+    _b("security.inter.broker.protocol", "string", "PLAINTEXT", InSet(_SECURITY_PROTOCOLS, case_insensitive=True),
+       doc="Security protocol between brokers, when inter.broker.listener.name is unset: the listener of that "
+           "name carries the brokers' traffic. Set at most one of the two."),
+    # --- TLS (per listener: listener.name.<name>.ssl.*) ---
+    *_ssl_common(_b, dynamic=True),
+    _b("ssl.client.auth", "string", "none", InSet(("required", "requested", "none"), case_insensitive=True),
+       dynamic=True,
+       doc="Client certificates on TLS listeners: required (mutual TLS: a client without a trusted "
+           "certificate is refused), requested (checked when presented), none."),
+    _b("ssl.endpoint.identification.algorithm", "string", "https", dynamic=True,
+       doc="https: a broker connecting to another broker checks that its certificate names the host it "
+           "connects to; empty: no check."),
+    _b("ssl.allow.dn.changes", "boolean", False,
+       doc="Whether a dynamic keystore update may change the certificate's subject (refused by default)."),
+    _b("ssl.allow.san.changes", "boolean", False,
+       doc="Whether a dynamic keystore update may change the certificate's subject alternative names (refused "
+           "by default)."),
+    _b("ssl.principal.mapping.rules", "string", "DEFAULT",
+       Custom("DEFAULT or RULE:pattern/replacement/[LU],...", _check_principal_rules),
+       doc="How the subject of a client certificate becomes the principal's name: rules "
+           "RULE:pattern/replacement/ (L or U after the last slash lowercases or uppercases), tried in order, "
+           "DEFAULT keeping the subject as it is (RFC 2253, e.g. CN=client,OU=eng,O=acme)."),
     _b("queued.max.request.bytes", "long", -1,
        doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
            "connections stop reading until memory is freed. -1 (or 0) is unbounded."),
@@ -569,6 +647,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("metrics.host", "string", "127.0.0.1", since="tierlog",
        doc="Address the metrics endpoint binds to; the loopback address by default, so only this machine "
            "reaches it."),
+    _b("metrics.ssl.enable", "boolean", False, since="tierlog",
+       doc="Serve the HTTP endpoint (metrics.port) over HTTPS with the broker's keystore (ssl.keystore.*)."),
     _b("metrics.admin.enable", "boolean", False, since="tierlog",
        doc="Whether the metrics endpoint accepts admin operations (POST /v1/tier/reconcile?delete=true, which "
            "deletes remote objects); each needs the bearer token metrics.admin.token. Off, the endpoint is "
@@ -1009,6 +1089,10 @@ _CLIENT: tuple[ConfigDef, ...] = (
        doc="Try every address a host name resolves to, or resolve bootstrap names to canonical names first."),
     _c("security.protocol", "string", "PLAINTEXT", InSet(_SECURITY_PROTOCOLS, case_insensitive=True),
        doc="Protocol used to talk to brokers."),
+    *_ssl_common(_c),
+    _c("ssl.endpoint.identification.algorithm", "string", "https",
+       doc="https: check that the broker's certificate names the host connected to (its SAN); empty: no "
+           "check."),
     _c("metadata.recovery.strategy", "string", "rebootstrap",
        InSet(("none", "rebootstrap"), case_insensitive=True),
        doc="What to do when no known broker is reachable: none fails, rebootstrap starts again from "
@@ -1189,6 +1273,8 @@ ALL_CONFIGS: tuple[ConfigDef, ...] = _BROKER + _TOPIC + _CLIENT
 
 #: Prefix families passed through to plugins without a definition of their own.
 PREFIX_FAMILIES: tuple[tuple[str, str], ...] = (
+    (LISTENER_PREFIX, "listener.name.<listener name>.ssl.* overrides an ssl.* setting for one listener "
+                      "(the name in lowercase, e.g. listener.name.internal.ssl.keystore.location)."),
     (RSM_PREFIX, "Everything under the remote storage prefix goes to the storage plugin, prefix stripped "
                  "(for objectstore: obstore options such as rsm.config.aws_region)."),
     (RLMM_PREFIX, "Everything under the metadata manager prefix goes to the metadata manager, prefix "
@@ -1310,7 +1396,8 @@ DELIBERATE_DIFFERENCES: tuple[Difference, ...] = (
 __all__ = [
     "ALL_CONFIGS", "BROKER_CONFIGS", "CLIENT_CONFIGS", "CLIENT_ROLES", "CONFIG_TYPES",
     "DELIBERATE_DIFFERENCES",
-    "INT_MAX", "KAFKA_TBRLMM_CLASS", "LONG_MAX", "MIN_SEGMENT_BYTES", "PREFIX_FAMILIES", "RLMM_PREFIX",
+    "INT_MAX", "KAFKA_TBRLMM_CLASS", "LISTENER_PREFIX", "LONG_MAX", "MIN_SEGMENT_BYTES", "PREFIX_FAMILIES",
+    "RLMM_PREFIX",
     "RSM_PREFIX", "SCOPES", "TOPIC_CONFIGS", "AtLeast", "Between", "ClientRole", "ConfigDef", "ConfigType",
     "Custom", "Difference", "InSet", "ListIn", "NonEmpty", "Scope", "Synonym", "Validator",
 ]

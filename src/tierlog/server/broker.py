@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,7 @@ from tierlog.coordinator.transaction_coordinator import (
 )
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
+    InvalidConfigError,
     NotControllerError,
     NotLeaderOrFollowerError,
     StaleControllerEpochError,
@@ -48,6 +50,7 @@ from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.records import scan as record_scan
 from tierlog.records import validation as record_validation
+from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.admin import AdminApis
@@ -72,6 +75,7 @@ from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetri
 from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
+from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
@@ -138,6 +142,7 @@ class Broker:
         self.txn_marker_channel: TransactionMarkerChannel | None = None
         self.txn_verification: AddPartitionsToTxnManager | None = None
         self.http_endpoint: HttpEndpoint | None = None
+        self.inter_broker_ssl: ssl.SSLContext | None = None  # a cluster whose inter-broker listener speaks TLS
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
@@ -182,12 +187,18 @@ class Broker:
             config=lambda: controller.effective_config, queued_max_request_bytes=cfg["queued.max.request.bytes"],
             metrics=self.metrics)
         self.listeners = await self.socket_server.bind(cfg.listeners)
-        if any(listener.port == 0 for listener in advertised) or not cfg.advertised_listeners:
-            self._advertise_bound()  # listeners with port 0 picked a free one
+        try:  # SSL listeners: their keystores are read now, so a broken one fails the start with its reason
+            self.socket_server.tls = listener_security(cfg.listeners, lambda: controller.effective_config)
+            controller.dynamic_config_check = dynamic_config_check(self.socket_server.tls)
+            self.inter_broker_ssl = inter_broker_client_context(cfg) if controller.clustered else None
+        except InvalidConfigError as e:
+            raise StartupError(e.message) from None
+        self._advertise_bound()  # listeners with port 0 picked a free one; every listener's endpoint
         if isinstance(controller, ZkController):
             controller.me = self._zk_broker_image(controller.me)
             self.channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
-                                                lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+                                                lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
+                                                self.inter_broker_ssl)
             await controller.start(self.channel)  # the cluster as ZooKeeper has it
         if cfg["remote.log.storage.system.enable"]:
             self.remote_log_manager = self._build_tiered_storage()
@@ -288,7 +299,8 @@ class Broker:
         if controller.clustered:
             # Connections of its own: a marker request waits for replication, controller pushes must not.
             channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
-                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
+                                           self.inter_broker_ssl)
             write_markers = self.txn_marker_channel = TransactionMarkerChannel(
                 self.node_id, lambda: controller.image, write_markers, channel,
                 int(MARKER_REPLICATION_TIMEOUT_S * 1000) + 10000)
@@ -310,7 +322,8 @@ class Broker:
         channel = None
         if controller.clustered:
             channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
-                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"])
+                                           lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
+                                           self.inter_broker_ssl)
         self.txn_verification = AddPartitionsToTxnManager(
             self.node_id, rm, lambda: controller.image, txn.partition_for, txn.verify_partitions, channel,
             cfg["request.timeout.ms"])
@@ -323,6 +336,7 @@ class Broker:
         rm.fetchers = ReplicaFetcherManager(self.node_id, cfg.inter_broker_listener.name,
                                             lambda: controller.image.brokers, lambda: controller.effective_config,
                                             rm.follower_appended)
+        rm.fetchers.ssl_context = self.inter_broker_ssl
         rm.fetchers.remote_log_manager = self.remote_log_manager  # KIP-405's follower path
         rm.alter_partition = AlterPartitionManager(
             self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,
@@ -364,12 +378,19 @@ class Broker:
                                           admin_enabled=cfg["metrics.admin.enable"],
                                           admin_token=token.value if token is not None else None)
         host = cfg["metrics.host"]
+        tls = None
+        if cfg["metrics.ssl.enable"]:  # HTTPS with the broker-wide keystore; no client certificates
+            try:
+                tls = server_context({**{n: cfg[n] for n in SSL_SETTINGS}, "ssl.client.auth": "none"},
+                                     where="metrics.ssl.enable")
+            except InvalidConfigError as e:
+                raise StartupError(e.message) from None
         try:
-            port = await self.http_endpoint.start(host, cfg["metrics.port"])
+            port = await self.http_endpoint.start(host, cfg["metrics.port"], ssl_context=tls)
         except OSError as e:
             raise StartupError(bind_failure(host, cfg["metrics.port"], e, setting="metrics.port")) from e
-        log.info("Metrics on http://%s:%d/metrics", host, port)
-        if cfg["metrics.admin.enable"] and host not in ("127.0.0.1", "::1", "localhost"):
+        log.info("Metrics on %s://%s:%d/metrics", "https" if tls else "http", host, port)
+        if cfg["metrics.admin.enable"] and not tls and host not in ("127.0.0.1", "::1", "localhost"):
             log.warning("metrics.admin.enable=true on %s, which is not a loopback address: the admin token "
                         "travels in clear text (plain HTTP); keep the port on a trusted network", host)
 
@@ -399,6 +420,7 @@ class Broker:
         rlmm_configs = {
             "remote.log.metadata.common.client.bootstrap.servers": f"{host}:{bound.port}",
             "remote.log.metadata.common.client.security.protocol": bound.security_protocol,
+            **_client_ssl_settings(cfg, bound),
             **cfg.rlmm_config(),
             "broker.id": str(self.node_id), "log.dir": cfg.log_dirs[0], "cluster.id": self.cluster_id or "",
         }
@@ -576,10 +598,12 @@ class Broker:
         return on_update
 
     def _advertise_bound(self) -> None:
-        b = self.listeners[0]
-        host = b.host if b.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+        """This broker in the image with every advertised listener's endpoint (bound ports filled in), so a
+        client is answered with the addresses of the listener it came in on."""
         image = self.controller.image
-        broker = replace(image.brokers[self.node_id], host=host, port=b.port)
+        if self.node_id not in image.brokers:
+            return
+        broker = self._zk_broker_image(image.brokers[self.node_id])
         self.controller.image = replace(image, brokers={**image.brokers, self.node_id: broker})
 
     # ------------------------------------------------------------------ running
@@ -678,6 +702,24 @@ class _ShutdownStep:
                 task.result()
                 return
             log.warning("Shutdown still waiting for %s after %.0f s", what, time.monotonic() - started)
+
+
+#: The ssl.* settings a client reads (a listener's values handed to the metadata manager's clients).
+_CLIENT_SSL_SETTINGS = tuple(n for n in SSL_SETTINGS if n != "ssl.client.auth")
+
+
+def _client_ssl_settings(cfg: BrokerConfig, bound: BoundListener) -> dict[str, str]:
+    """The metadata manager's clients talk to an SSL listener with that listener's ssl settings (this
+    broker's certificate, its truststore), as text under the common client prefix."""
+    if bound.security_protocol != "SSL":
+        return {}
+    out = {}
+    for name, value in cfg.listener_ssl_settings(bound.name).items():
+        if name in _CLIENT_SSL_SETTINGS and value is not None:
+            value = getattr(value, "value", value)
+            text = ",".join(value) if isinstance(value, list) else str(value)
+            out[f"remote.log.metadata.common.client.{name}"] = text
+    return out
 
 
 def _compile_record_validator_in_background() -> None:

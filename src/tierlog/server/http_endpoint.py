@@ -28,6 +28,7 @@ import hmac
 import json
 import logging
 import re
+import ssl
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -129,9 +130,10 @@ class HttpEndpoint:
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Serve on ``host``:``port`` (HTTPS with ``ssl_context``, metrics.ssl.enable); the bound port."""
         self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True,
-                                                  limit=MAX_HEAD_BYTES)
+                                                  limit=MAX_HEAD_BYTES, ssl=ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

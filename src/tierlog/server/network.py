@@ -30,6 +30,12 @@ Warnings that a peer can make repeat (rejected connections, bad frames, accept e
 
 Reading is the StreamReader's; responses go out through the StreamWriter, and a Fetch response's record
 regions with ``loop.sendfile``: the limits wrap these paths without changing them.
+
+On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
+handshake first, with the listener's current context; a failed handshake is logged (limited) and the
+connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
+cannot encrypt). A PLAINTEXT connection takes the path it always took. Each connection's session (listener,
+principal) is set once in its task's context (``CURRENT_SESSION``).
 """
 
 from __future__ import annotations
@@ -63,7 +69,9 @@ from tierlog.protocol import (
     internal,
     offload,
 )
+from tierlog.security import ANONYMOUS
 from tierlog.server.broker_metrics import RequestMetrics
+from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, Session, TlsListener
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +400,8 @@ class SocketServer:
         self._stopping = False
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
+        #: The TLS side of each SSL listener by name (set by the broker; PLAINTEXT listeners have none).
+        self.tls: dict[str, TlsListener] = {}
 
     async def bind(self, listeners) -> list[BoundListener]:
         """Bind every listener (``Listener`` objects with name/host/port/security_protocol) without
@@ -493,13 +503,27 @@ class SocketServer:
             open_.inc()
             created.inc()
 
-    async def _connection(self, conn: socket.socket, peer, ip: str, listener: str) -> None:
+    async def _connection(self, conn: socket.socket | None, peer, ip: str, listener: str) -> None:
         task = asyncio.current_task()
         writer = None
+        tls = self.tls.get(listener) if self.tls else None
         try:
-            reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
+            if tls is None:
+                reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
+                session = Session(listener, "PLAINTEXT", ANONYMOUS, str(peer))
+            else:
+                # From here the TLS transport owns the socket, also when the handshake fails: it closes it
+                # once its alert is sent. Closing it here too would free the descriptor number while the
+                # transport still watches it, and the next connection given that number would never be read.
+                sock, conn = conn, None
+                opened = await self._tls_handshake(sock, peer, ip, listener, tls)
+                if opened is None:
+                    return
+                reader, writer, session = opened
+            # Who is on this connection, for its handlers (they run on this task): listener and principal.
+            CURRENT_SESSION.set(session)
             self._writers[task] = writer
-            await self._serve(reader, writer, peer, listener)
+            await self._serve(reader, writer, peer, listener, tls is not None)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -516,8 +540,34 @@ class SocketServer:
                 closed.inc()
             if writer is not None:
                 writer.close()
-            else:
+            elif conn is not None:
                 conn.close()
+
+    async def _tls_handshake(self, conn: socket.socket, peer, ip: str, listener: str,
+                             tls: TlsListener) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Session] | None:
+        """The TLS handshake of a new connection on an SSL listener, with its listener's current context (a
+        reloaded keystore applies from the next connection on); None when it failed: the client is told by
+        TLS, the failure is logged (once per kind and interval, with the address) and the broker serves on."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, conn, ssl=tls.current_context(), ssl_handshake_timeout=self.idle_timeout_s or 60.0)
+        except (OSError, EOFError) as e:  # ssl.SSLError is an OSError; so is a timed-out or cut handshake
+            why = getattr(e, "reason", None) or type(e).__name__
+            self._warn.warning(("tls", listener, str(why)), "TLS handshake with %s on listener %s failed: %s",
+                               ip, listener, e)
+            return None  # the transport closes the socket (see _connection)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        try:
+            principal = tls.principal(transport.get_extra_info("ssl_object"))
+        except (NoMatchingRule, ValueError) as e:
+            self._warn.warning(("tls", listener, "principal"), "Closing TLS connection from %s on listener %s: %s",
+                               ip, listener, e)
+            writer.close()
+            return None
+        return reader, writer, Session(listener, "SSL", principal, str(peer))
 
     def _freed_memory(self, size: int) -> None:
         """``size`` bytes of request memory were freed: once enough has been, give free pages back to the
@@ -539,7 +589,7 @@ class SocketServer:
     # ------------------------------------------------------------------ one connection
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer,
-                     listener: str = "") -> None:
+                     listener: str = "", tls: bool = False) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
@@ -590,7 +640,7 @@ class SocketServer:
                         if isinstance(out, bytes):
                             writer.write(out)
                         else:
-                            await self._send_parts(writer, out)
+                            await self._send_parts(writer, out, tls)
                         await writer.drain()
                     if timers:
                         total_ms = (time.monotonic() - received) * 1000
@@ -617,8 +667,9 @@ class SocketServer:
             if decoder.buffered >= TRIM_FRAME_BYTES:  # a half-received frame, dropped with the connection
                 self._freed_memory(decoder.buffered)
 
-    async def _send_parts(self, writer: asyncio.StreamWriter, parts: list) -> None:
-        """Write a response whose records are file regions: sendfile where the loop can, else pread.
+    async def _send_parts(self, writer: asyncio.StreamWriter, parts: list, tls: bool = False) -> None:
+        """Write a response whose records are file regions: sendfile where the loop can (never through TLS,
+        whose bytes are encrypted in process), else pread.
 
         Region descriptors are duplicated before the first await, so a segment deleted meanwhile
         (its descriptor closed and the number reused) can never make us send another file's bytes."""
@@ -639,7 +690,7 @@ class SocketServer:
                 if fd is None:
                     writer.write(part)
                     continue
-                if self._sendfile:
+                if self._sendfile and not tls:
                     await writer.drain()
                     with open(fd, "rb", closefd=False) as f:
                         try:

@@ -104,6 +104,7 @@ class ReplicaFetcherManager:
         name; ``on_appended`` is told of every append (the replica manager wakes what waits on the log)."""
         self.node_id = node_id
         self.listener = listener
+        self.ssl_context = None  # the inter-broker listener's client context when it speaks TLS
         self.brokers = brokers
         self.config = config
         self.on_appended = on_appended
@@ -224,7 +225,8 @@ class ReplicaFetcher:
         host, port = broker.endpoint(self.manager.listener)
         timeout_ms = max(cfg["replica.socket.timeout.ms"], cfg["replica.fetch.wait.max.ms"] + 1000)
         conn = await BrokerConnection.open(host, port, node_id=self.leader_id, client_id=self.client_id,
-                                           request_timeout_ms=timeout_ms, setup_timeout_ms=min(timeout_ms, 10000))
+                                           request_timeout_ms=timeout_ms, setup_timeout_ms=min(timeout_ms, 10000),
+                                           ssl_context=self.manager.ssl_context)
         rcvbuf = cfg["replica.socket.receive.buffer.bytes"]
         sock = conn.socket
         if rcvbuf > 0 and sock is not None:

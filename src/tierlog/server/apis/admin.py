@@ -29,6 +29,7 @@ from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.apis.configs import describe_topic
+from tierlog.server.listener_security import endpoint_for_client
 from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -261,8 +262,9 @@ class AdminApis:
                 "error_message": f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
                                  f"of type {ENDPOINT_TYPES[wanted]}"})
         image = self.controller.image
-        brokers = [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
-                   for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+        brokers = [{"broker_id": b.node_id, "host": host, "port": port, "rack": b.rack, "is_fenced": False}
+                   for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+                   for host, port in (endpoint_for_client(b),)]
         controller_id = image.controller_id if image.controller_id in image.brokers else -1
         operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {

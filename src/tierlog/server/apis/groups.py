@@ -65,6 +65,7 @@ from tierlog.errors import (
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
+from tierlog.server.listener_security import endpoint_for_client
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ class GroupApis:
         image = self.controller.image
         if not self.controller.clustered:
             me = image.brokers[self.node_id]
-            return NO_ERROR, (self.node_id, me.host, me.port)
+            return NO_ERROR, (self.node_id, *endpoint_for_client(me))
         # In a cluster the coordinator is the leader of the key's partition (__consumer_offsets for a group,
         # __transaction_state for a transactional id).
         topic = image.topics.get(topic_name)
@@ -195,7 +196,7 @@ class GroupApis:
         leader = image.brokers.get(state.leader) if state is not None else None
         if leader is None:
             return CoordinatorNotAvailableError.code, no_node
-        return NO_ERROR, (leader.node_id, leader.host, leader.port)
+        return NO_ERROR, (leader.node_id, *endpoint_for_client(leader))
 
     async def find_coordinator(self, ctx: RequestContext):
         req = ctx.request

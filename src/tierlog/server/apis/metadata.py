@@ -18,6 +18,7 @@ from tierlog.errors import (
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, offload
 from tierlog.protocol.offload import paced
+from tierlog.server.listener_security import endpoint_for_client
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,9 @@ class MetadataApis:
                     partitions += len(answer.get("partitions", ()))
         items = len(topics_out) + partitions
         return await offload.respond(ctx, {
-            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                        for b in sorted(image.brokers.values(), key=lambda b: b.node_id)],
+            "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": b.rack}
+                        for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+                        for host, port in (endpoint_for_client(b),)],
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id if self.controller.clustered else self.node_id,
             "topics": topics_out,
