@@ -89,3 +89,35 @@ def test_clients_reach_every_broker_on_its_tls_listener(tls_cluster, pki):
     finally:
         consumer.close()
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(30))
+
+
+def test_transactions_verify_partitions_across_the_tls_inter_broker_listener(tls_cluster, pki):
+    """KIP-890's verification questions from partition leaders to the transaction's coordinator travel on the
+    inter-broker listener too: over TLS here (a plaintext connection to it would never be answered, and the
+    producer would retry NOT_ENOUGH_REPLICAS until its commit timed out)."""
+    cluster = tls_cluster
+    name = rawclient.unique("tls-txn")
+    create(cluster, name, 3)
+    leaders = {partition(cluster, name, p).leader_id for p in range(3)}
+    assert len(leaders) >= 2  # at least one partition's leader is not the coordinator, wherever that is
+    conf = {"bootstrap.servers": listener_addresses(cluster.brokers[1])["SSL"], "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(pki.client.cert),
+            "ssl.key.location": str(pki.client.key)}
+    producer = confluent_kafka.Producer({**conf, "transactional.id": rawclient.unique("tls-tx")})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce(name, f"t{i}".encode(), partition=i % 3)
+    producer.commit_transaction(60)
+    consumer = confluent_kafka.Consumer({**conf, "group.id": rawclient.unique("g"), "auto.offset.reset": "earliest",
+                                         "isolation.level": "read_committed"})
+    try:
+        consumer.subscribe([name])
+        got = []
+        for _ in range(40):
+            if len(got) >= 9:
+                break
+            got += [m.value() for m in consumer.consume(9, timeout=3) if m.error() is None]
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"t{i}".encode() for i in range(9))
