@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import logging
 import os
@@ -64,6 +65,7 @@ from tierlog.protocol import (
     offload,
 )
 from tierlog.server.broker_metrics import RequestMetrics
+from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotas, quota_user
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +337,8 @@ class SocketServer:
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
         #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
+        #: the broker's client quotas (request_percentage, and the mute of throttled connections), or None
+        self.client_quotas: ClientQuotas | None = None
         # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
         self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
         self.inter_broker_listener = ""  # the listener they are accepted on
@@ -536,7 +540,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out, timers = await self._handle(frame, peer, received, listener)
+                        out, timers, mute_ms = await self._handle(frame, peer, received, listener)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -545,6 +549,10 @@ class SocketServer:
                         else:
                             await self._send_parts(writer, out)
                         await writer.drain()
+                    if mute_ms:
+                        # KIP-219: a throttled client got its answer at once; nothing more of its requests is
+                        # read or handled until the throttle time has passed (Kafka mutes the channel).
+                        await asyncio.sleep(mute_ms / 1000)
                     if timers:
                         total_ms = (time.monotonic() - received) * 1000
                         for m in timers:
@@ -630,8 +638,9 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "") -> tuple[bytes | list | None, tuple]:
-        """The answer to one frame (None: no answer) and the request metrics to time it with."""
+                      listener: str = "") -> tuple[bytes | list | None, tuple, int]:
+        """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
+        the connection after answering (a client quota's throttle time, ms)."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
@@ -640,7 +649,7 @@ class SocketServer:
             if listener != self.inter_broker_listener:  # brokers only: never from a client's listener
                 log.warning("Closing connection from %s: inter-broker request on listener %s", peer, listener)
                 raise _CloseConnection
-            return await self._handle_internal(frame, peer), ()
+            return await self._handle_internal(frame, peer), (), 0
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)
@@ -648,7 +657,7 @@ class SocketServer:
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
                 if fallback is not None:
-                    return fallback, ()
+                    return fallback, (), 0
                 log.warning("Closing connection from %s: %s", peer, e)
                 raise _CloseConnection from e
             started = time.monotonic()
@@ -684,14 +693,31 @@ class SocketServer:
                                                                    response)
                     else:
                         metrics.count_response_errors(ctx, response)
+            mute = ctx.throttle_ms
+            quotas = self.client_quotas
+            if quotas is not None and quotas.request.enabled:  # no request quota configured: this one check
+                response, mute = self._request_quota(quotas, ctx, started, response, mute)
             if response is None:
-                return None, timers  # acks=0 produce: no response
+                return None, timers, mute  # acks=0 produce: no response
             elapsed = time.monotonic() - started
             if elapsed > 5:
                 log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
             if ctx.api_key == ApiKey.FETCH and not isinstance(response, offload.EncodedResponse):
-                return encode_response_parts(ctx, response), timers
+                return encode_response_parts(ctx, response), timers, mute
             out = await offload.encode(ctx, response, big)
             if big:  # the request's big arrays are freed in slices, off the loop
                 asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
-            return await offload.sendable(out), timers  # a big frame: FrameFile parts for the sendfile path
+            return await offload.sendable(out), timers, mute  # a big frame: FrameFile parts for sendfile
+
+    @staticmethod
+    def _request_quota(quotas: ClientQuotas, ctx, started: float, response, mute: int):
+        """Kafka's request quota: the time the request took, as a percentage of a second, against the client's
+        ``request_percentage``; the answer carries the larger throttle (answers already bytes keep theirs)."""
+        spent_ns = (time.monotonic() - started) * 1e9
+        throttle = quotas.request.record_and_get_throttle_time_ms(
+            quota_user(ctx), ctx.client_id or "", spent_ns * NANOS_TO_PERCENTAGE_PER_SECOND)
+        if throttle > mute:
+            mute = throttle
+            if response is not None and dataclasses.is_dataclass(response) and hasattr(response, "throttle_time_ms"):
+                response = dataclasses.replace(response, throttle_time_ms=throttle)
+        return response, mute
