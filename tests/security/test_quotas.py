@@ -259,3 +259,42 @@ def test_greedy_consumer_held_to_its_byte_rate(tierlog_peer, kafka_tool):
     assert rate >= QUOTA * 0.5
     assert throttles and max(throttles) > 0
 
+
+
+def test_request_percentage_and_quota_metrics(start_broker):
+    """request_percentage throttles any API (the answer's throttle_time_ms, at most one window), and the
+    quota metrics count bytes and throttle per (user, client id)."""
+    from tests.harness.tiered import sample_value, scrape
+    from tierlog.records import build_batch
+
+    b = start_broker({"metrics.port": "0", "num.partitions": "1"})
+    raw = RawClient(b.bootstrap)  # client id "rawclient"
+    try:
+        answers = _alter(raw, [
+            {"entity": _entity(client_id="rawclient"),
+             "ops": [{"key": "producer_byte_rate", "value": 100.0, "remove": False}]},
+            {"entity": _entity(user="ANONYMOUS"),
+             "ops": [{"key": "request_percentage", "value": 0.0001, "remove": False}]}])
+        assert set(answers.values()) == {(0, None)}
+        # 2 KB against 100 B/s: (2000 / 10 s - 100) / 100 * 10 s, about 10 s of throttle
+        resp = raw.request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 5000, "topic_data": [{
+            "name": unique("quota-metrics"), "partition_data": [{"index": 0, "records": build_batch(
+                [(None, b"x" * 2000, [], 0)])}]}]})
+        produce_throttle = resp.throttle_time.total_seconds() * 1000
+        assert produce_throttle > 5000
+    finally:
+        raw.close()
+    raw = RawClient(b.bootstrap)  # a new connection: the throttled one is muted for ~10 s
+    try:
+        # any request's handling time is far above 0.0001 % of a second per second: throttled for one window
+        resp = raw.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+        assert resp.throttle_time.total_seconds() * 1000 == 1000
+    finally:
+        raw.close()
+    samples = scrape(b)
+    assert sample_value(samples, "kafka_server_produce_bytes_total", user="", client_id="rawclient") > 2000
+    assert sample_value(samples, "kafka_server_produce_throttle_time_ms_total", user="",
+                        client_id="rawclient") == produce_throttle
+    assert sample_value(samples, "kafka_server_request_throttle_time_ms_total", user="ANONYMOUS",
+                        client_id="") >= 1000

@@ -38,6 +38,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import dataclasses
+import datetime
 import errno
 import logging
 import os
@@ -718,6 +719,6 @@ class SocketServer:
             quota_user(ctx), ctx.client_id or "", spent_ns * NANOS_TO_PERCENTAGE_PER_SECOND)
         if throttle > mute:
             mute = throttle
-            if response is not None and dataclasses.is_dataclass(response) and hasattr(response, "throttle_time_ms"):
-                response = dataclasses.replace(response, throttle_time_ms=throttle)
+            if response is not None and dataclasses.is_dataclass(response) and hasattr(response, "throttle_time"):
+                response = dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle))
         return response, mute
