@@ -298,3 +298,11 @@ def test_request_percentage_and_quota_metrics(start_broker):
                         client_id="rawclient") == produce_throttle
     assert sample_value(samples, "kafka_server_request_throttle_time_ms_total", user="ANONYMOUS",
                         client_id="") >= 1000
+    # kept with the broker's metadata: a restarted broker has them
+    b.restart()
+    raw = RawClient(b.bootstrap)
+    try:
+        code, _, entries = _describe(raw, [{"entity_type": "client-id", "match_type": 0, "match": "rawclient"}])
+        assert (code, entries) == (0, [((("client-id", "rawclient"),), (("producer_byte_rate", 100.0),))])
+    finally:
+        raw.close()

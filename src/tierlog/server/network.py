@@ -65,7 +65,7 @@ from tierlog.protocol import (
     internal,
     offload,
 )
-from tierlog.server.broker_metrics import RequestMetrics
+from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotas, quota_user
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,10 @@ READ_CHUNK = 256 * 1024
 LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
+#: Requests brokers send each other, which Kafka exempts from the request quota (cluster actions).
+REQUEST_QUOTA_EXEMPT = frozenset(k for k in (
+    getattr(ApiKey, name, None) for name in ("LEADER_AND_ISR", "STOP_REPLICA", "UPDATE_METADATA", "CONTROLLED_SHUTDOWN",
+                                             "WRITE_TXN_MARKERS", "ENVELOPE", "ALTER_PARTITION")) if k is not None)
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Freed request memory (half-sent frames of closed connections, big requests answered) after which the C
@@ -714,6 +718,8 @@ class SocketServer:
     def _request_quota(quotas: ClientQuotas, ctx, started: float, response, mute: int):
         """Kafka's request quota: the time the request took, as a percentage of a second, against the client's
         ``request_percentage``; the answer carries the larger throttle (answers already bytes keep theirs)."""
+        if ctx.api_key in REQUEST_QUOTA_EXEMPT or (ctx.api_key == ApiKey.FETCH and fetch_replica_id(ctx.request) >= 0):
+            return response, mute  # brokers' own requests are never throttled (Kafka's cluster actions)
         spent_ns = (time.monotonic() - started) * 1e9
         throttle = quotas.request.record_and_get_throttle_time_ms(
             quota_user(ctx), ctx.client_id or "", spent_ns * NANOS_TO_PERCENTAGE_PER_SECOND)
