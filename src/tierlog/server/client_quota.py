@@ -35,6 +35,7 @@ CONTROLLER_MUTATION = "controller_mutation_rate"
 QUOTA_KEYS = (PRODUCE, FETCH, REQUEST, CONTROLLER_MUTATION)
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
+MAX_INT32 = 2**31 - 1
 
 
 def quota_user(ctx) -> str:
@@ -138,7 +139,7 @@ def throttle_time_ms(observed: float, bound: float, window_ms: float) -> int:
     """Kafka's QuotaUtils.throttleTime: how long until ``observed`` falls back to ``bound``."""
     if observed <= bound:
         return 0
-    return round((observed - bound) / bound * window_ms)
+    return min(round((observed - bound) / bound * window_ms), MAX_INT32)  # the answers' field is an int32
 
 
 class ClientQuotaManager:
