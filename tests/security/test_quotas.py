@@ -272,19 +272,23 @@ def test_request_percentage_and_quota_metrics(start_broker):
     try:
         answers = _alter(raw, [
             {"entity": _entity(client_id="rawclient"),
-             "ops": [{"key": "producer_byte_rate", "value": 100.0, "remove": False}]},
+             "ops": [{"key": "producer_byte_rate", "value": 1000.0, "remove": False}]},
             {"entity": _entity(user="ANONYMOUS"),
              "ops": [{"key": "request_percentage", "value": 0.0001, "remove": False}]}])
         assert set(answers.values()) == {(0, None)}
-        # 2 KB against 100 B/s: (2000 / 10 s - 100) / 100 * 10 s, about 10 s of throttle
+        # 12 KB against 1000 B/s: (12000 / 10 s - 1000) / 1000 * 10 s, about 2 s of throttle
         resp = raw.request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 5000, "topic_data": [{
             "name": unique("quota-metrics"), "partition_data": [{"index": 0, "records": build_batch(
-                [(None, b"x" * 2000, [], 0)])}]}]})
+                [(None, b"x" * 12000, [], 0)])}]}]})
+        answered = time.monotonic()
         produce_throttle = resp.throttle_time.total_seconds() * 1000
-        assert produce_throttle > 5000
+        assert produce_throttle > 1000
+        # KIP-219: the connection is muted, its next request is not handled before the throttle time is over
+        raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert time.monotonic() - answered >= produce_throttle / 1000 - 0.05
     finally:
         raw.close()
-    raw = RawClient(b.bootstrap)  # a new connection: the throttled one is muted for ~10 s
+    raw = RawClient(b.bootstrap)
     try:
         # any request's handling time is far above 0.0001 % of a second per second: throttled for one window
         resp = raw.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
@@ -293,7 +297,7 @@ def test_request_percentage_and_quota_metrics(start_broker):
     finally:
         raw.close()
     samples = scrape(b)
-    assert sample_value(samples, "kafka_server_produce_bytes_total", user="", client_id="rawclient") > 2000
+    assert sample_value(samples, "kafka_server_produce_bytes_total", user="", client_id="rawclient") > 12000
     assert sample_value(samples, "kafka_server_produce_throttle_time_ms_total", user="",
                         client_id="rawclient") == produce_throttle
     assert sample_value(samples, "kafka_server_request_throttle_time_ms_total", user="ANONYMOUS",
@@ -303,6 +307,6 @@ def test_request_percentage_and_quota_metrics(start_broker):
     raw = RawClient(b.bootstrap)
     try:
         code, _, entries = _describe(raw, [{"entity_type": "client-id", "match_type": 0, "match": "rawclient"}])
-        assert (code, entries) == (0, [((("client-id", "rawclient"),), (("producer_byte_rate", 100.0),))])
+        assert (code, entries) == (0, [((("client-id", "rawclient"),), (("producer_byte_rate", 1000.0),))])
     finally:
         raw.close()
