@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 
 DEFAULT = "<default>"  # the default entity's name in a path
 
@@ -36,6 +37,11 @@ QUOTA_KEYS = (PRODUCE, FETCH, REQUEST, CONTROLLER_MUTATION)
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
 MAX_INT32 = 2**31 - 1
+
+#: While a request quota applies to the request being handled (on its connection's task): a one-item list the
+#: replica manager's waits (long-polling fetches, acks=all) add their seconds to, which the request time leaves
+#: out, as Kafka counts only its request handler thread's time and not a request's time in purgatory.
+PURGATORY_WAIT: ContextVar[list[float] | None] = ContextVar("purgatory_wait", default=None)
 
 
 def quota_user(ctx) -> str:
@@ -278,5 +284,5 @@ class ClientQuotas:
             m.update(quotas)
 
 
-__all__ = ["ClientQuotaManager", "ClientQuotaMetrics", "ClientQuotas", "Rate", "entity_path", "parse_entity_path",
-           "quota_user", "resolution_order", "sanitize", "throttle_time_ms"]
+__all__ = ["PURGATORY_WAIT", "ClientQuotaManager", "ClientQuotaMetrics", "ClientQuotas", "Rate", "entity_path",
+           "parse_entity_path", "quota_user", "resolution_order", "sanitize", "throttle_time_ms"]

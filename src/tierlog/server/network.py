@@ -66,7 +66,7 @@ from tierlog.protocol import (
     offload,
 )
 from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
-from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotas, quota_user
+from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 
 log = logging.getLogger(__name__)
 
@@ -673,6 +673,11 @@ class SocketServer:
                 for m in timers:
                     m.requests.inc()
                     m.queue_time.observe(queue_ms)
+            quotas = self.client_quotas
+            waited = None
+            if quotas is not None and quotas.request.enabled:  # the handler's waits are not its request time
+                waited = [0.0]
+                PURGATORY_WAIT.set(waited)
             try:
                 response = await spec.handler(ctx)
             except KafkaError as e:
@@ -699,9 +704,8 @@ class SocketServer:
                     else:
                         metrics.count_response_errors(ctx, response)
             mute = ctx.throttle_ms
-            quotas = self.client_quotas
-            if quotas is not None and quotas.request.enabled:  # no request quota configured: this one check
-                response, mute = self._request_quota(quotas, ctx, started, response, mute)
+            if waited is not None and quotas.request.enabled:  # no request quota configured: this one check
+                response, mute = self._request_quota(quotas, ctx, started + waited[0], response, mute)
             if response is None:
                 return None, timers, mute  # acks=0 produce: no response
             elapsed = time.monotonic() - started
