@@ -554,10 +554,6 @@ class SocketServer:
                         else:
                             await self._send_parts(writer, out)
                         await writer.drain()
-                    if mute_ms:
-                        # KIP-219: a throttled client got its answer at once; nothing more of its requests is
-                        # read or handled until the throttle time has passed (Kafka mutes the channel).
-                        await asyncio.sleep(mute_ms / 1000)
                     if timers:
                         total_ms = (time.monotonic() - received) * 1000
                         for m in timers:
@@ -569,6 +565,11 @@ class SocketServer:
                     if size >= TRIM_FRAME_BYTES:
                         frame = out = None
                         self._freed_memory(size)
+                    if mute_ms:
+                        # KIP-219: a throttled client got its answer at once; nothing more of its requests is
+                        # read or handled until the throttle time has passed (Kafka mutes the channel). The
+                        # request's total time and its memory were counted and released before.
+                        await asyncio.sleep(mute_ms / 1000)
                 if pool is not None:
                     pending = decoder.pending_frame_size
                     keep = min(held, pending if pending is not None else decoder.buffered)
