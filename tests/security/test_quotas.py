@@ -149,6 +149,23 @@ def test_alter_and_describe_client_quotas_answers(peer):
         answers = _alter(raw, [{"entity": _entity(user=user), "ops": [
             {"key": "no_such_quota", "value": 1.0, "remove": False}]}])
         assert answers == {(("user", user),): (42, "Invalid configuration key no_such_quota")}
+        answers = _alter(raw, [
+            {"entity": _entity(client_id="zero-" + client), "ops": [
+                {"key": "request_percentage", "value": 0.0, "remove": False}]},
+            {"entity": _entity(client_id="huge-" + client), "ops": [
+                {"key": "producer_byte_rate", "value": 1e30, "remove": False}]},
+            # a type named twice is one map entry, the last
+            {"entity": [{"entity_type": "client-id", "entity_name": "x-" + client},
+                        {"entity_type": "client-id", "entity_name": "y-" + client}], "ops": op},
+            {"entity": _entity(ip="10.1.2.3"), "ops": [
+                {"key": "connection_creation_rate", "value": 5.0, "remove": False}]},
+        ], validate_only=True)
+        assert answers == {
+            (("client-id", "zero-" + client),): (42, "Quota request_percentage must be greater than 0"),
+            (("client-id", "huge-" + client),): (42, "Proposed value for producer_byte_rate is too large for a LONG."),
+            (("client-id", "y-" + client),): (0, None),
+            (("ip", "10.1.2.3"),): (0, None),
+        }
 
         # validate_only changes nothing
         other = unique("raw-validate")

@@ -104,18 +104,14 @@ def test_paths_and_names():
     assert quota_user(NS(principal="User:alice")) == "alice"
 
 
-def _c(t, n):
-    return NS(entity_type=t, entity_name=n)
-
-
 def test_entity_validation():
-    assert validate_entity([_c("user", "u"), _c("client-id", None)]) == {"user": "u", "client-id": None}
-    for bad, message in [([], "Invalid empty client quota entity"),
-                         ([_c("user", "a"), _c("user", "b")], "duplicate entity entry user"),
-                         ([_c("group", "g")], "Unhandled client quota entity type: group"),
-                         ([_c("user", "")], "Empty user not supported"),
-                         ([_c("ip", "1.2.3.4"), _c("user", "u")], "Invalid entity combination"),
-                         ([_c("ip", "not-an-ip")], "Illegal IP address")]:
+    assert validate_entity({"user": "u", "client-id": None}) == {"user": "u", "client-id": None}
+    assert validate_entity({"ip": "::1"}) == {"ip": "::1"}
+    for bad, message in [({}, "Invalid empty client quota entity"),
+                         ({"group": "g"}, "Unhandled client quota entity type: group"),
+                         ({"user": ""}, "Empty user not supported"),
+                         ({"ip": "1.2.3.4", "user": "u"}, "Invalid entity combination"),
+                         ({"ip": "not-an-ip"}, "Illegal IP address")]:
         with pytest.raises(InvalidRequestError, match=message):
             validate_entity(bad)
 
@@ -128,6 +124,21 @@ def test_value_validation():
         validate_value(types, "x", 1)
     with pytest.raises(InvalidRequestError, match="cannot be a fractional value"):
         validate_value(types, "producer_byte_rate", 1.5)
+    for value in (0.0, -5.0):
+        with pytest.raises(InvalidRequestError, match="Quota request_percentage must be greater than 0"):
+            validate_value(types, "request_percentage", value)
+    with pytest.raises(InvalidRequestError, match="is too large for a LONG"):
+        validate_value(types, "producer_byte_rate", float("inf"))
+    validate_value(types, "request_percentage", float("nan"))  # Kafka accepts it too
+
+
+def test_nan_quota_never_throttles():
+    # Kafka accepts a NaN quota; its throttle time rounds to 0 (Math.round(NaN))
+    assert throttle_time_ms(100.0, float("nan"), 10_000) == 0
+    m = ClientQuotaManager("consumer_byte_rate", 11, 1)
+    m.update({"clients/c": {"consumer_byte_rate": "nan"}})
+    assert m.record_and_get_throttle_time_ms("ANONYMOUS", "c", 1e9) == 0
+    assert m.max_value_in_window("ANONYMOUS", "c") is None
 
 
 def test_describe_filter():

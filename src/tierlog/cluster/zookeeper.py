@@ -71,6 +71,7 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
+CONFIG_IPS = "/config/ips"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 DELETED_TOPIC_IDS = "/tierlog/deleted_topics"
@@ -417,6 +418,8 @@ class ZkClient:
                 read(f"users/{user}/clients/{client}")
         for client in children(CONFIG_CLIENTS):
             read(f"clients/{client}")
+        for ip in children(CONFIG_IPS):
+            read(f"ips/{ip}")
         return out
 
     # -------------------------------------------------------------- producer ids

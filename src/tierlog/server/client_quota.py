@@ -24,6 +24,7 @@ everything else (one attribute read).
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -74,12 +75,15 @@ def entity_path(user: str | None, client_id: str | None, default_user: bool = Fa
     return "/".join(parts)
 
 
+_PATH_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
+
+
 def parse_entity_path(path: str) -> dict[str, str | None]:
-    """{"user"/"client-id": name, None for the default}: the entity of a stored path."""
+    """{"user"/"client-id"/"ip": name, None for the default}: the entity of a stored path."""
     items = path.split("/")
     out: dict[str, str | None] = {}
     for kind, name in zip(items[::2], items[1::2]):
-        out[USER if kind == "users" else CLIENT_ID] = None if name == DEFAULT else desanitize(name)
+        out[_PATH_TYPES.get(kind, kind)] = None if name == DEFAULT else desanitize(name)
     return out
 
 
@@ -145,7 +149,10 @@ def throttle_time_ms(observed: float, bound: float, window_ms: float) -> int:
     """Kafka's QuotaUtils.throttleTime: how long until ``observed`` falls back to ``bound``."""
     if observed <= bound:
         return 0
-    return min(round((observed - bound) / bound * window_ms), MAX_INT32)  # the answers' field is an int32
+    throttle = (observed - bound) / bound * window_ms
+    if throttle != throttle:  # a NaN bound (Kafka stores one): Java's Math.round makes it 0
+        return 0
+    return min(round(throttle), MAX_INT32) if throttle < MAX_INT32 else MAX_INT32  # the answers' field is an int32
 
 
 class ClientQuotaManager:
@@ -226,7 +233,7 @@ class ClientQuotaManager:
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most a client may take within the quota's window (Kafka bounds a fetch's size with it)."""
         q = self.quota(user, client_id)
-        if q is None:
+        if q is None or not math.isfinite(q[0]):
             return None
         return q[0] * (self.samples - 1) * self.window_ms / 1000
 

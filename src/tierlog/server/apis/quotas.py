@@ -20,6 +20,7 @@ from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.server.client_quota import (
     CLIENT_ID,
     CONTROLLER_MUTATION,
+    DEFAULT,
     FETCH,
     IP,
     PRODUCE,
@@ -27,6 +28,7 @@ from tierlog.server.client_quota import (
     USER,
     entity_path,
     parse_entity_path,
+    sanitize,
 )
 
 log = logging.getLogger(__name__)
@@ -86,15 +88,13 @@ def parse_filter(components, strict: bool) -> tuple[dict[str, str | None], set[s
     return exact, specified
 
 
-def validate_entity(components) -> dict[str, str | None]:
-    """ClientQuotaControlManager.validateEntity and the entity types' combinations."""
-    if not components:
+def validate_entity(named: dict[str, str | None]) -> dict[str, str | None]:
+    """ClientQuotaControlManager.validateEntity and the entity types' combinations, on the entity's map (a type
+    named twice in a request is one entry, the last, as Kafka's broker builds the map)."""
+    if not named:
         raise InvalidRequestError("Invalid empty client quota entity")
     entity: dict[str, str | None] = {}
-    for c in components:
-        kind, name = c.entity_type, c.entity_name
-        if kind in entity:
-            raise InvalidRequestError(f"Invalid empty client quota entity, duplicate entity entry {kind}")
+    for kind, name in named.items():
         if kind == IP:
             if name is not None:
                 try:
@@ -115,6 +115,8 @@ def validate_value(types: dict[str, str], key: str, value: float) -> None:
     kind = types.get(key)
     if kind is None:
         raise InvalidRequestError(f"Invalid configuration key {key}")
+    if value <= 0.0:
+        raise InvalidRequestError(f"Quota {key} must be greater than 0")
     if kind in _LIMITS:
         if value > _LIMITS[kind]:
             raise InvalidRequestError(f"Proposed value for {key} is too large for a {kind}.")
@@ -167,15 +169,17 @@ class ClientQuotaApis:
                 results[key] = _failed(named, f"Ignoring duplicate entity {_entity_text(named)}")
                 continue
             try:
-                entity = validate_entity(e.entity)
-                if IP in entity:
-                    raise InvalidRequestError("IP quotas (connection_creation_rate) are not supported")
+                entity = validate_entity(named)
+                types = _IP_TYPES if IP in entity else _QUOTA_TYPES
                 for k, value in ops.items():
                     if value is not None:
-                        validate_value(_QUOTA_TYPES, k, value)
-                user, client = entity.get(USER), entity.get(CLIENT_ID)
-                path = entity_path(user, client, default_user=USER in entity and user is None,
-                                   default_client=CLIENT_ID in entity and client is None)
+                        validate_value(types, k, value)
+                if IP in entity:  # stored and described (ips/<ip>), not enforced
+                    path = "ips/" + (DEFAULT if entity[IP] is None else sanitize(entity[IP]))
+                else:
+                    user, client = entity.get(USER), entity.get(CLIENT_ID)
+                    path = entity_path(user, client, default_user=USER in entity and user is None,
+                                       default_client=CLIENT_ID in entity and client is None)
                 changes[path] = ops
                 results[key] = {"error_code": NO_ERROR, "error_message": None, "entity": _components(named)}
             except KafkaError as err:
