@@ -523,6 +523,29 @@ class Controller:
                                            broker_configs_changed=True))
 
 
+    def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float | None]],
+                            validate_only: bool = False) -> None:
+        """Client quotas: entity path -> {key: value, or None to remove}; validated by the caller."""
+        with self._lock:
+            quotas = {k: dict(v) for k, v in self.image.client_quotas.items()}
+            for path, ops in changes.items():
+                entry = quotas.setdefault(path, {})
+                for key, value in ops.items():
+                    if value is None:
+                        entry.pop(key, None)
+                    else:
+                        entry[key] = _quota_text(value)
+                if not entry:
+                    del quotas[path]
+            if not validate_only and quotas != self.image.client_quotas:
+                self._commit(replace(self.image, client_quotas=quotas), MetadataDelta(client_quotas_changed=True))
+
+
+def _quota_text(value: float) -> str:
+    """A quota as Kafka writes it to ZooKeeper: a double's text (1024.0)."""
+    return repr(float(value))
+
+
 def _topic_list_default(key: str) -> str | None:
     return _list_default(TOPIC_CONFIGS.get(key))
 

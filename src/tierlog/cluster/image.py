@@ -209,6 +209,8 @@ class MetadataImage:
     # Every topic this cluster deleted, topic id (text form) -> name: the remote store reconciler deletes
     # leftover objects of these and of current topics only, never of topic ids the cluster never had.
     deleted_topics: dict[str, str] = field(default_factory=dict)
+    # Client quotas by Kafka's entity path under /config ("users/<u>/clients/<c>", "clients/<default>", ...)
+    client_quotas: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -235,6 +237,8 @@ class MetadataImage:
              "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
         if self.deleted_topics:
             d["deletedTopics"] = [{"topicId": i, "name": n} for i, n in sorted(self.deleted_topics.items())]
+        if self.client_quotas:
+            d["clientQuotas"] = self.client_quotas
         return d
 
     @classmethod
@@ -244,7 +248,7 @@ class MetadataImage:
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
         deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
-                   d.get("nextProducerIdBlock", 0), deleted)
+                   d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +264,7 @@ class MetadataDelta:
     # Topics (existing before and after) with a partition whose leader, leader epoch, ISR or replicas moved.
     partitions_changed: tuple[TopicImage, ...] = ()
     brokers_changed: bool = False
+    client_quotas_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -286,4 +291,5 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
         if any(p in o.partitions and o.partitions[p] != pi for p, pi in t.partitions.items()):
             moved.append(t)
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
-                         tuple(tiering), tuple(moved), old.brokers != new.brokers)
+                         tuple(tiering), tuple(moved), old.brokers != new.brokers,
+                         old.client_quotas != new.client_quotas)

@@ -310,7 +310,7 @@ class ZkController(Controller):
             topics[name], versions[name] = got
         self._state_versions = versions
         return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
-                             zk.broker_configs(), 0, zk.deleted_topic_ids())
+                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas())
 
     # ================================================================== election
 
@@ -627,6 +627,8 @@ class ZkController(Controller):
                 self._state_versions.setdefault(t.name, {}).update({p: 0 for p in added})
             changed_topics = {t.name: t for t in delta.configs_changed if t.name not in
                               {c.name for c in delta.created}}
+            if delta.client_quotas_changed:
+                self._write_client_quotas(image, fence)
             if delta.broker_configs_changed:
                 self._write_broker_configs(image, fence)
             elif changed_topics:
@@ -706,6 +708,26 @@ class ZkController(Controller):
                     tx.create(path, data)
                 tx.create(f"{CONFIG_CHANGES}/config_change_",
                           b'{"version":2,"entity_path":"brokers/' + node.encode() + b'"}', sequence=True)
+        commit_fenced(self.zk, fence, build)
+
+    def _write_client_quotas(self, image: MetadataImage, fence: ControllerFence) -> None:
+        """Kafka's layout: ``/config/<entity path>`` holds the entity's quotas (an emptied entity keeps its
+        znode with no config), and a ``/config/changes`` notification names the entity."""
+        changed = [p for p in set(image.client_quotas) | set(self.image.client_quotas)
+                   if image.client_quotas.get(p) != self.image.client_quotas.get(p)]
+        for path in changed:  # parents outside the transaction (a transaction cannot make them)
+            self.zk.kazoo.ensure_path("/config/" + path.rpartition("/")[0])
+
+        def build(tx) -> None:
+            for path in changed:
+                node = f"/config/{path}"
+                data = config_entity(image.client_quotas.get(path, {}))
+                if self.zk.kazoo.exists(node):
+                    tx.set_data(node, data)
+                else:
+                    tx.create(node, data)
+                tx.create(f"{CONFIG_CHANGES}/config_change_",
+                          b'{"version":2,"entity_path":"' + path.encode() + b'"}', sequence=True)
         commit_fenced(self.zk, fence, build)
 
     def complete_disablement(self, name: str, epoch: int) -> None:

@@ -69,6 +69,9 @@ BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
+CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_IPS = "/config/ips"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 DELETED_TOPIC_IDS = "/tierlog/deleted_topics"
@@ -76,7 +79,7 @@ LOG_DIR_EVENTS = "/log_dir_event_notification"
 #: What a broker creates at first start (Kafka's KafkaZkClient.createTopLevelPaths, plus tierlog's own).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/config/brokers",
                     "/config/changes", "/admin/delete_topics", "/isr_change_notification", LOG_DIR_EVENTS,
-                    DELETED_TOPIC_IDS)
+                    DELETED_TOPIC_IDS, CONFIG_USERS, CONFIG_CLIENTS)
 DEFAULT_BROKER_CONFIG = "<default>"
 
 #: What a ZooKeeper call raises when this broker's session is gone or suspended (a SIGSTOP, a long pause):
@@ -388,6 +391,35 @@ class ZkClient:
             configs = {k: str(v) for k, v in _load(data).get("config", {}).items()}
             if configs:
                 out["" if child == DEFAULT_BROKER_CONFIG else child] = configs
+        return out
+
+    def client_quotas(self) -> dict[str, dict[str, str]]:
+        """Client quotas by entity path (``users/<u>``, ``users/<u>/clients/<c>``, ``clients/<c>``, names as
+        stored: sanitized, ``<default>``), read from Kafka's ``/config/users`` and ``/config/clients``."""
+        out: dict[str, dict[str, str]] = {}
+
+        def read(path: str) -> None:
+            try:
+                data, _ = self.kazoo.get(f"/config/{path}")
+            except NoNodeError:
+                return
+            configs = {k: str(v) for k, v in _load(data).get("config", {}).items()} if data else {}
+            if configs:
+                out[path] = configs
+
+        def children(path: str) -> list[str]:
+            try:
+                return self.kazoo.get_children(path)
+            except NoNodeError:
+                return []
+        for user in children(CONFIG_USERS):
+            read(f"users/{user}")
+            for client in children(f"{CONFIG_USERS}/{user}/clients"):
+                read(f"users/{user}/clients/{client}")
+        for client in children(CONFIG_CLIENTS):
+            read(f"clients/{client}")
+        for ip in children(CONFIG_IPS):
+            read(f"ips/{ip}")
         return out
 
     # -------------------------------------------------------------- producer ids

@@ -580,6 +580,10 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Samples kept for the replication throttles."),
     _b("replication.quota.window.size.seconds", "int", 1, AtLeast(1),
        doc="Length of one replication throttle sample, in seconds."),
+    _b("quota.window.num", "int", 11, AtLeast(1),
+       doc="Samples kept for the client quotas (produce and fetch byte rates, request percentage)."),
+    _b("quota.window.size.seconds", "int", 1, AtLeast(1),
+       doc="Length of one client quota sample, in seconds."),
     # --- network ---
     _b("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
        Custom("NAME://host:port,...", _check_listener_list), dynamic=True,

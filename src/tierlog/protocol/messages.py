@@ -205,11 +205,12 @@ class RequestContext:
 
     ``request`` is the kio dataclass for the request's version; ``response_type`` is the kio
     response class of the same version. ``trailing_bytes`` counts bytes after the body that were
-    ignored. Instances are treated as immutable.
+    ignored. Instances are treated as immutable, but for ``throttle_ms``: the client quota throttle a handler
+    gave the request, for which the socket server mutes the connection once it answered (KIP-219).
     """
 
     __slots__ = ("api_key", "api_version", "correlation_id", "header", "request", "frame_size",
-                 "trailing_bytes", "_schema")
+                 "trailing_bytes", "_schema", "throttle_ms")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, header: Any, request: Any,
                  frame_size: int, trailing_bytes: int = 0, schema: _Schema | None = None) -> None:
@@ -221,6 +222,7 @@ class RequestContext:
         self.frame_size = frame_size
         self.trailing_bytes = trailing_bytes
         self._schema = schema if schema is not None else _schema(api_key, api_version)
+        self.throttle_ms = 0
 
     @property
     def client_id(self) -> str | None:

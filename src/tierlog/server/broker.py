@@ -64,6 +64,7 @@ from tierlog.server.apis.metadata import MetadataApis
 from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.producers import ProducerApis
+from tierlog.server.apis.quotas import ClientQuotaApis
 from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.apis.transactions import (
     MARKER_REPLICATION_TIMEOUT_S,
@@ -73,6 +74,7 @@ from tierlog.server.apis.transactions import (
 )
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.cleaner_status import cleaner_routes
+from tierlog.server.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
@@ -229,8 +231,16 @@ class Broker:
         self._on_ready.append(coordinator.start)
         txn_apis = self._build_transaction_coordinator(cfg, controller, rm, coordinator)
         controller.add_listener(self._metadata_changes_to(coordinator, self.transaction_coordinator, rm))
+        quotas = self.client_quotas = ClientQuotas(cfg["quota.window.num"], cfg["quota.window.size.seconds"],
+                                                   metrics=ClientQuotaMetrics(self.metrics))
+        quotas.update(controller.image.client_quotas)
+        controller.add_listener(lambda _delta, image: quotas.update(image.client_quotas))
+        self.socket_server.client_quotas = quotas
         produce_apis = ProduceApis(rm, controller, request_metrics)
         produce_apis.transactions = txn_apis
+        produce_apis.client_quotas = quotas
+        fetch_apis = FetchApis(rm, controller, request_metrics, topic_metrics)
+        fetch_apis.client_quotas = quotas
 
         def verification_enabled() -> bool:  # dynamic (a broker or cluster-wide default): read each time
             return controller.effective_config["transaction.partition.verification.enable"]
@@ -244,9 +254,9 @@ class Broker:
         group_apis.verification = verification
         group_apis.verification_enabled = verification_enabled
         for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
-                       FetchApis(rm, controller, request_metrics, topic_metrics), OffsetApis(rm, controller),
+                       fetch_apis, OffsetApis(rm, controller),
                        AdminApis(controller, rm), LeadershipApis(controller),
-                       ConfigApis(controller, self.node_id),
+                       ConfigApis(controller, self.node_id), ClientQuotaApis(controller),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
                        TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis):
             family.register(self.registry)

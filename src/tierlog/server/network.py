@@ -43,6 +43,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import dataclasses
+import datetime
 import errno
 import logging
 import os
@@ -70,7 +72,8 @@ from tierlog.protocol import (
     offload,
 )
 from tierlog.security import ANONYMOUS
-from tierlog.server.broker_metrics import RequestMetrics
+from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
+from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, Session, TlsListener
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,10 @@ READ_CHUNK = 256 * 1024
 LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
+#: Requests brokers send each other, which Kafka exempts from the request quota (cluster actions).
+REQUEST_QUOTA_EXEMPT = frozenset(k for k in (
+    getattr(ApiKey, name, None) for name in ("LEADER_AND_ISR", "STOP_REPLICA", "UPDATE_METADATA", "CONTROLLED_SHUTDOWN",
+                                             "WRITE_TXN_MARKERS", "ENVELOPE", "ALTER_PARTITION")) if k is not None)
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Freed request memory (half-sent frames of closed connections, big requests answered) after which the C
@@ -385,6 +392,8 @@ class SocketServer:
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
         #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
+        #: the broker's client quotas (request_percentage, and the mute of throttled connections), or None
+        self.client_quotas: ClientQuotas | None = None
         # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
         self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
         self.inter_broker_listener = ""  # the listener they are accepted on
@@ -633,7 +642,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out, timers = await self._handle(frame, peer, received, listener)
+                        out, timers, mute_ms = await self._handle(frame, peer, received, listener)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -653,6 +662,11 @@ class SocketServer:
                     if size >= TRIM_FRAME_BYTES:
                         frame = out = None
                         self._freed_memory(size)
+                    if mute_ms:
+                        # KIP-219: a throttled client got its answer at once; nothing more of its requests is
+                        # read or handled until the throttle time has passed (Kafka mutes the channel). The
+                        # request's total time and its memory were counted and released before.
+                        await asyncio.sleep(mute_ms / 1000)
                 if pool is not None:
                     pending = decoder.pending_frame_size
                     keep = min(held, pending if pending is not None else decoder.buffered)
@@ -730,8 +744,9 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "") -> tuple[bytes | list | None, tuple]:
-        """The answer to one frame (None: no answer) and the request metrics to time it with."""
+                      listener: str = "") -> tuple[bytes | list | None, tuple, int]:
+        """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
+        the connection after answering (a client quota's throttle time, ms)."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
@@ -740,7 +755,7 @@ class SocketServer:
             if listener != self.inter_broker_listener:  # brokers only: never from a client's listener
                 log.warning("Closing connection from %s: inter-broker request on listener %s", peer, listener)
                 raise _CloseConnection
-            return await self._handle_internal(frame, peer), ()
+            return await self._handle_internal(frame, peer), (), 0
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)
@@ -748,7 +763,7 @@ class SocketServer:
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
                 if fallback is not None:
-                    return fallback, ()
+                    return fallback, (), 0
                 log.warning("Closing connection from %s: %s", peer, e)
                 raise _CloseConnection from e
             started = time.monotonic()
@@ -759,6 +774,11 @@ class SocketServer:
                 for m in timers:
                     m.requests.inc()
                     m.queue_time.observe(queue_ms)
+            quotas = self.client_quotas
+            waited = None
+            if quotas is not None and quotas.request.enabled:  # the handler's waits are not its request time
+                waited = [0.0]
+                PURGATORY_WAIT.set(waited)
             try:
                 response = await spec.handler(ctx)
             except KafkaError as e:
@@ -784,14 +804,32 @@ class SocketServer:
                                                                    response)
                     else:
                         metrics.count_response_errors(ctx, response)
+            mute = ctx.throttle_ms
+            if waited is not None and quotas.request.enabled:  # no request quota configured: this one check
+                response, mute = self._request_quota(quotas, ctx, started + waited[0], response, mute)
             if response is None:
-                return None, timers  # acks=0 produce: no response
+                return None, timers, mute  # acks=0 produce: no response
             elapsed = time.monotonic() - started
             if elapsed > 5:
                 log.debug("%s v%d took %.1f s", ctx.api_name, ctx.api_version, elapsed)
             if ctx.api_key == ApiKey.FETCH and not isinstance(response, offload.EncodedResponse):
-                return encode_response_parts(ctx, response), timers
+                return encode_response_parts(ctx, response), timers, mute
             out = await offload.encode(ctx, response, big)
             if big:  # the request's big arrays are freed in slices, off the loop
                 asyncio.get_running_loop().run_in_executor(None, offload.dismantle, ctx.request)
-            return await offload.sendable(out), timers  # a big frame: FrameFile parts for the sendfile path
+            return await offload.sendable(out), timers, mute  # a big frame: FrameFile parts for sendfile
+
+    @staticmethod
+    def _request_quota(quotas: ClientQuotas, ctx, started: float, response, mute: int):
+        """Kafka's request quota: the time the request took, as a percentage of a second, against the client's
+        ``request_percentage``; the answer carries the larger throttle (answers already bytes keep theirs)."""
+        if ctx.api_key in REQUEST_QUOTA_EXEMPT or (ctx.api_key == ApiKey.FETCH and fetch_replica_id(ctx.request) >= 0):
+            return response, mute  # brokers' own requests are never throttled (Kafka's cluster actions)
+        spent_ns = (time.monotonic() - started) * 1e9
+        throttle = quotas.request.record_and_get_throttle_time_ms(
+            quota_user(ctx), ctx.client_id or "", spent_ns * NANOS_TO_PERCENTAGE_PER_SECOND)
+        if throttle > mute:
+            mute = throttle
+            if response is not None and dataclasses.is_dataclass(response) and hasattr(response, "throttle_time"):
+                response = dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle))
+        return response, mute

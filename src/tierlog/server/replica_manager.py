@@ -58,6 +58,7 @@ from tierlog.errors import (
 )
 from tierlog.protocol.offload import Pacer, free_later
 from tierlog.server.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
+from tierlog.server.client_quota import PURGATORY_WAIT
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -740,8 +741,11 @@ class ReplicaManager:
         """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
         if timeout_s <= 0:
             return
+        waited, began = PURGATORY_WAIT.get(), time.monotonic()  # a request quota's time leaves waits out
         if not tps:  # nothing can wake us: wait out the time rather than let a caller spin
             await asyncio.sleep(timeout_s)
+            if waited is not None:
+                waited[0] += time.monotonic() - began
             return
         fut = asyncio.get_running_loop().create_future()
         for tp in tps:
@@ -751,6 +755,8 @@ class ReplicaManager:
         except TimeoutError:
             pass
         finally:
+            if waited is not None:
+                waited[0] += time.monotonic() - began
             for tp in tps:
                 waiters = self._waiters.get(tp)
                 if waiters is not None:

@@ -13,6 +13,8 @@ records still file regions for sendfile. Smaller requests, the consume path, tak
 
 from __future__ import annotations
 
+import asyncio
+
 from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, UnknownTopicIdError, UnknownTopicOrPartitionError
 from tierlog.kafka_uuid import ZERO_UUID
@@ -20,6 +22,7 @@ from tierlog.protocol import ApiKey, RequestContext, offload
 from tierlog.protocol.hot_responses import encode_fetch_response
 from tierlog.protocol.offload import Pacer
 from tierlog.server.broker_metrics import BrokerTopicMetrics, RequestMetrics, fetch_replica_id
+from tierlog.server.client_quota import ClientQuotas, quota_user
 from tierlog.server.fetch_types import BIG_FETCH, FetchIsolation, FetchParams, FetchPartitionData, PartitionFetch
 from tierlog.server.replica_manager import ReplicaManager
 
@@ -27,6 +30,7 @@ READ_COMMITTED = 1  # the request's isolation_level for read_committed
 #: The smallest partition entry of a Fetch request (v4: partition, fetch offset, partition max bytes): a
 #: frame smaller than BIG_FETCH of them cannot name BIG_FETCH partitions.
 MIN_PARTITION_BYTES = 16
+KIP_219_FETCH_VERSION = 8  # from this version a throttled client is answered at once and waits itself
 
 
 class FetchApis:
@@ -38,6 +42,8 @@ class FetchApis:
         self.controller = controller
         self.request_metrics = request_metrics
         self.topic_metrics = topic_metrics
+        #: the broker's client quotas (consumer_byte_rate), or None
+        self.client_quotas: ClientQuotas | None = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FETCH, 4, 17, self.fetch)
@@ -54,8 +60,17 @@ class FetchApis:
         else:
             isolation = FetchIsolation.HIGH_WATERMARK
         max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
+        quota = None
         if replica_id < 0:  # a consumer's request is capped by the broker's fetch.max.bytes, as in Kafka
             max_bytes = min(max_bytes, self.controller.effective_config["fetch.max.bytes"])
+            quotas = self.client_quotas
+            if quotas is not None and quotas.fetch.enabled:  # no quota configured: this one check
+                quota = quotas.fetch
+                user, client_id = quota_user(ctx), ctx.client_id or ""
+                # Kafka's bound: never more than the quota lets through within its window
+                window_max = quota.max_value_in_window(user, client_id)
+                if window_max is not None:
+                    max_bytes = max(1, min(max_bytes, int(window_max)))
         rack = getattr(req, "rack_id", None) if replica_id < 0 else None  # Fetch v11+ (KIP-392)
         params = FetchParams(replica_id, int(max(req.max_wait.total_seconds(), 0) * 1000), req.min_bytes, max_bytes,
                              isolation, rack)
@@ -80,8 +95,21 @@ class FetchApis:
         # Written straight to bytes and file regions (protocol/hot_responses.py): through kio the answer cost a
         # tenth of the consume path's CPU.
         answer = _answer(keys, fetches, results, by_id)
+        responses = answer["responses"]
+        throttle = 0
+        if quota is not None:
+            size = sum(len(r.records) for r in results)
+            throttle = quota.record_and_get_throttle_time_ms(user, client_id, size)
+            if throttle:
+                # Kafka's throttled fetch: an answer naming no partition (its bytes taken back), then the wait
+                quota.unrecord(user, client_id, size)
+                responses = []
+                if ctx.api_version < KIP_219_FETCH_VERSION:
+                    await asyncio.sleep(throttle / 1000)
+                else:
+                    ctx.throttle_ms = throttle
         return offload.EncodedResponse(encode_fetch_response(ctx.api_version, ctx.correlation_id,
-                                                             answer["responses"]))
+                                                             responses, throttle))
 
     async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool,
                           follower: bool) -> offload.EncodedResponse:
