@@ -8,6 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from tierlog.errors import InvalidRequestError, UnsupportedVersionError
+from tierlog.security.principal import KafkaPrincipal
 from tierlog.server.apis.quotas import matches, parse_filter, validate_entity, validate_value
 from tierlog.server.client_quota import (
     ClientQuotaManager,
@@ -20,6 +21,7 @@ from tierlog.server.client_quota import (
     sanitize,
     throttle_time_ms,
 )
+from tierlog.server.listener_security import CURRENT_SESSION, Session
 
 
 class Clock:
@@ -100,8 +102,12 @@ def test_paths_and_names():
     assert entity_path(None, "c", default_user=True) == "users/<default>/clients/c"
     assert entity_path(None, None, default_client=True) == "clients/<default>"
     assert parse_entity_path("users/a%2Fb/clients/<default>") == {"user": "a/b", "client-id": None}
-    assert quota_user(NS()) == "ANONYMOUS"
-    assert quota_user(NS(principal="User:alice")) == "alice"
+    assert quota_user(NS()) == "ANONYMOUS"  # no session: a connection without authentication
+    token = CURRENT_SESSION.set(Session("SSL", "SSL", KafkaPrincipal("User", "alice"), "127.0.0.1:5000"))
+    try:
+        assert quota_user(NS()) == "alice"  # the connection's principal, whatever the request carries
+    finally:
+        CURRENT_SESSION.reset(token)
 
 
 def test_entity_validation():
