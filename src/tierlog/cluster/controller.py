@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from tierlog.cluster.acls import AclBinding, AclBindingFilter, add_bindings
 from tierlog.cluster.image import (
     INTERNAL_TOPICS,
     BrokerImage,
@@ -507,6 +508,27 @@ class Controller:
                 self._commit(replace(self.image, broker_configs=configs_all),
                              MetadataDelta(configs_changed=tuple(self.image.topics.values()),
                                            broker_configs_changed=True))
+
+
+    # ------------------------------------------------------------------ ACLs
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add ACL bindings (already validated); adding one that exists changes nothing."""
+        with self._lock:
+            new = add_bindings(self.image.acls, bindings)
+            if new != self.image.acls:
+                self._commit(replace(self.image, acls=new), MetadataDelta(acls_changed=True))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings each filter matches; for each filter, the bindings it removed."""
+        with self._lock:
+            filters = list(filters)
+            matched = [[b for b in self.image.acls if f.matches(b)] for f in filters]
+            gone = {b for m in matched for b in m}
+            if gone:
+                kept = tuple(b for b in self.image.acls if b not in gone)
+                self._commit(replace(self.image, acls=kept), MetadataDelta(acls_changed=True))
+            return matched
 
 
 def _topic_list_default(key: str) -> str | None:

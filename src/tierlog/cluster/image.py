@@ -12,6 +12,7 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
+from tierlog.cluster.acls import AclBinding
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
@@ -209,6 +210,8 @@ class MetadataImage:
     # Every topic this cluster deleted, topic id (text form) -> name: the remote store reconciler deletes
     # leftover objects of these and of current topics only, never of topic ids the cluster never had.
     deleted_topics: dict[str, str] = field(default_factory=dict)
+    # The ACL bindings (cluster/acls.py), sorted: every broker's authorizer reads them from its image.
+    acls: tuple[AclBinding, ...] = ()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -235,6 +238,8 @@ class MetadataImage:
              "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
         if self.deleted_topics:
             d["deletedTopics"] = [{"topicId": i, "name": n} for i, n in sorted(self.deleted_topics.items())]
+        if self.acls:
+            d["acls"] = [b.to_json() for b in self.acls]
         return d
 
     @classmethod
@@ -244,7 +249,7 @@ class MetadataImage:
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
         deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
-                   d.get("nextProducerIdBlock", 0), deleted)
+                   d.get("nextProducerIdBlock", 0), deleted, tuple(AclBinding.from_json(a) for a in d.get("acls", ())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +265,7 @@ class MetadataDelta:
     # Topics (existing before and after) with a partition whose leader, leader epoch, ISR or replicas moved.
     partitions_changed: tuple[TopicImage, ...] = ()
     brokers_changed: bool = False
+    acls_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -286,4 +292,4 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
         if any(p in o.partitions and o.partitions[p] != pi for p, pi in t.partitions.items()):
             moved.append(t)
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
-                         tuple(tiering), tuple(moved), old.brokers != new.brokers)
+                         tuple(tiering), tuple(moved), old.brokers != new.brokers, old.acls != new.acls)

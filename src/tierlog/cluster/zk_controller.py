@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.controller import Controller
 from tierlog.cluster.image import (
@@ -310,7 +311,7 @@ class ZkController(Controller):
             topics[name], versions[name] = got
         self._state_versions = versions
         return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
-                             zk.broker_configs(), 0, zk.deleted_topic_ids())
+                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.read_acls())
 
     # ================================================================== election
 
@@ -627,6 +628,8 @@ class ZkController(Controller):
                 self._state_versions.setdefault(t.name, {}).update({p: 0 for p in added})
             changed_topics = {t.name: t for t in delta.configs_changed if t.name not in
                               {c.name for c in delta.created}}
+            if delta.acls_changed:
+                self._write_acls(image, fence)
             if delta.broker_configs_changed:
                 self._write_broker_configs(image, fence)
             elif changed_topics:
@@ -693,6 +696,33 @@ class ZkController(Controller):
             tx.delete(f"{DELETE_TOPICS}/{name}")
         commit_fenced(zk, fence, build)
         self._state_versions.pop(name, None)
+
+    def _write_acls(self, image: MetadataImage, fence: ControllerFence) -> None:
+        """Kafka's layout: one znode per resource pattern holding its entries, and a change notification per
+        changed pattern (what a Kafka broker's AclAuthorizer watching the same ZooKeeper reloads)."""
+        def patterns(acls) -> dict:
+            out: dict = {}
+            for b in acls:
+                out.setdefault((b.resource_type, b.pattern_type, b.resource_name), []).append(b)
+            return out
+        old, new = patterns(self.image.acls), patterns(image.acls)
+        changed = [k for k in set(old) | set(new) if old.get(k) != new.get(k)]
+        if not changed:
+            return
+        self.zk.ensure_acl_paths()
+
+        def build(tx) -> None:
+            for key in sorted(changed):
+                path = acls.znode_path(*key)
+                if key not in new:
+                    tx.delete(path)
+                elif key in old:
+                    tx.set_data(path, acls.resource_entry_json(new[key]))
+                else:
+                    tx.create(path, acls.resource_entry_json(new[key]))
+                parent, data = acls.change_notification(*key)
+                tx.create(f"{parent}/{acls.ACL_CHANGE_PREFIX}", data, sequence=True)
+        commit_fenced(self.zk, fence, build)
 
     def _write_broker_configs(self, image: MetadataImage, fence: ControllerFence) -> None:
         def build(tx) -> None:

@@ -209,7 +209,7 @@ class RequestContext:
     """
 
     __slots__ = ("api_key", "api_version", "correlation_id", "header", "request", "frame_size",
-                 "trailing_bytes", "_schema")
+                 "trailing_bytes", "_schema", "session")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, header: Any, request: Any,
                  frame_size: int, trailing_bytes: int = 0, schema: _Schema | None = None) -> None:
@@ -221,6 +221,7 @@ class RequestContext:
         self.frame_size = frame_size
         self.trailing_bytes = trailing_bytes
         self._schema = schema if schema is not None else _schema(api_key, api_version)
+        self.session = None  # who sent it (server.authorizer.Session), set by the socket server
 
     @property
     def client_id(self) -> str | None:

@@ -63,6 +63,7 @@ from tierlog.protocol import (
     internal,
     offload,
 )
+from tierlog.server.authorizer import ANONYMOUS, Session
 from tierlog.server.broker_metrics import RequestMetrics
 
 log = logging.getLogger(__name__)
@@ -500,6 +501,9 @@ class SocketServer:
                      listener: str = "") -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
+        # The connection's principal: the one place an authenticated identity (TLS client certificate, SASL)
+        # replaces Kafka's PLAINTEXT principal, User:ANONYMOUS. The authorizer matches ACL hosts to the address.
+        session = Session(ANONYMOUS, peer[0] if isinstance(peer, tuple) else str(peer), listener)
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
         try:
             while not self._stopping:
@@ -536,7 +540,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out, timers = await self._handle(frame, peer, received, listener)
+                        out, timers = await self._handle(frame, peer, received, listener, session)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -630,7 +634,7 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "") -> tuple[bytes | list | None, tuple]:
+                      listener: str = "", session: Session | None = None) -> tuple[bytes | list | None, tuple]:
         """The answer to one frame (None: no answer) and the request metrics to time it with."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
@@ -644,6 +648,7 @@ class SocketServer:
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)
+                ctx.session = session
                 spec = self.registry.for_request(ctx)
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
