@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from kio.schema.errors import ErrorCode
+
 from tierlog.cluster.acls import AclOperation as Op
 from tierlog.cluster.acls import ResourceType as Rt
 from tierlog.errors import (
@@ -262,7 +264,7 @@ class AuthorizingApis:
                     out.append(t)
                 else:
                     out.append(dataclasses.replace(t, partitions=tuple(
-                        dataclasses.replace(p, committed_offset=-1, error_code=TOPIC_DENIED)
+                        dataclasses.replace(p, committed_offset=-1, error_code=ErrorCode(TOPIC_DENIED))
                         for p in t.partitions)))
             return tuple(out)
         if hasattr(response, "groups"):
