@@ -1,0 +1,86 @@
+"""ACLs in a ZooKeeper-mode cluster: created through one broker, kept under Kafka's znodes with change
+notifications, applied by every broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.harness.rawclient import raw_client
+from tests.harness.tierlog_cluster import create, start_cluster, wait_until
+from tierlog.protocol import ApiKey
+
+AUTHZ = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+         "allow.everyone.if.no.acl.found": "true"}
+TOPIC, LITERAL, PREFIXED, ALLOW, READ = 2, 3, 4, 3, 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    c = start_cluster(tmp_path_factory.mktemp("acl-zk"), zookeeper, brokers=2, settings=AUTHZ, controller=1)
+    yield c
+    c.stop()
+
+
+def _describe(bootstrap: str, name: str):
+    with raw_client(bootstrap) as raw:
+        resp = raw.request(ApiKey.DESCRIBE_ACLS, 3, {
+            "resource_type_filter": TOPIC, "resource_name_filter": name, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1})
+    assert resp.error_code == 0, resp
+    return [(r.resource_name, r.pattern_type, a.principal, a.host) for r in resp.resources for a in r.acls]
+
+
+def _metadata_code(bootstrap: str, name: str) -> int:
+    with raw_client(bootstrap) as raw:
+        md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
+    return md.topics[0].error_code
+
+
+def test_an_acl_created_on_one_broker_applies_on_the_other(cluster, zookeeper):
+    create(cluster, "zk-acl", assignment=[[1, 2]])
+    follower = 2  # broker 1 is the controller: broker 2 forwards the change to it
+    assert _metadata_code(cluster.brokers[1].bootstrap, "zk-acl") == 0
+    with raw_client(cluster.brokers[follower].bootstrap) as raw:
+        resp = raw.request(ApiKey.CREATE_ACLS, 3, {"creations": [
+            {"resource_type": TOPIC, "resource_name": "zk-acl", "resource_pattern_type": LITERAL,
+             "principal": "User:ANONYMOUS", "host": "10.9.9.9", "operation": READ, "permission_type": ALLOW},
+            {"resource_type": TOPIC, "resource_name": "zk-pre-", "resource_pattern_type": PREFIXED,
+             "principal": "User:carol", "host": "*", "operation": READ, "permission_type": ALLOW}]})
+    assert [r.error_code for r in resp.results] == [0, 0], resp
+    expected = [("zk-acl", LITERAL, "User:ANONYMOUS", "10.9.9.9")]
+    for i in (1, 2):
+        wait_until(lambda i=i: _describe(cluster.brokers[i].bootstrap, "zk-acl") == expected,
+                   what=f"the ACL on broker {i}")
+        # The topic has an ACL now and none for 127.0.0.1: DESCRIBE (implied by READ) is refused everywhere.
+        wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-acl") == 29,
+                   what=f"broker {i} refusing the topic")
+
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=30)
+    try:
+        data, _ = zk.get("/kafka-acl/Topic/zk-acl")
+        assert json.loads(data) == {"version": 1, "acls": [
+            {"principal": "User:ANONYMOUS", "permissionType": "Allow", "operation": "Read", "host": "10.9.9.9"}]}
+        data, _ = zk.get("/kafka-acl-extended/prefixed/Topic/zk-pre-")
+        assert json.loads(data)["acls"][0]["principal"] == "User:carol"
+        literal_changes = [zk.get(f"/kafka-acl-changes/{c}")[0] for c in zk.get_children("/kafka-acl-changes")]
+        assert b"Topic:zk-acl" in literal_changes
+        extended = [json.loads(zk.get(f"/kafka-acl-extended-changes/{c}")[0])
+                    for c in zk.get_children("/kafka-acl-extended-changes")]
+        assert {"version": 1, "resourceType": "Topic", "name": "zk-pre-", "patternType": "PREFIXED"} in extended
+    finally:
+        zk.stop()
+        zk.close()
+
+    # Removed through the controller this time: gone everywhere, the topic open again.
+    with raw_client(cluster.brokers[1].bootstrap) as raw:
+        resp = raw.request(ApiKey.DELETE_ACLS, 3, {"filters": [
+            {"resource_type_filter": TOPIC, "resource_name_filter": None, "pattern_type_filter": 1,
+             "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]})
+    assert len(resp.filter_results[0].matching_acls) == 2
+    for i in (1, 2):
+        wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-acl") == 0,
+                   what=f"broker {i} serving the topic again")
