@@ -89,6 +89,9 @@ class AuthorizingApis:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._cluster(Op.DESCRIBE),
             ApiKey.DESCRIBE_LOG_DIRS: self._cluster(Op.DESCRIBE),
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
+            ApiKey.OFFSET_DELETE: self._offset_delete,
+            ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self._list_transactions,
         }
         for key, check in checks.items():
             if key in registry:
@@ -272,6 +275,14 @@ class AuthorizingApis:
                                                               for g in response.groups))
         return dataclasses.replace(response, topics=topics(response.topics))
 
+    async def _offset_delete(self, ctx, handler):
+        if not self._allowed(ctx, Op.DELETE, Rt.GROUP, ctx.request.group_id):
+            return error_response(ctx, GroupAuthorizationFailedError())
+        return await self._filtered(
+            ctx, handler, "topics", lambda t: self._allowed(ctx, Op.READ, Rt.TOPIC, t.name), "topics",
+            lambda t: {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                                       "error_code": TOPIC_DENIED} for p in t.partitions]})
+
     async def _describe_groups(self, ctx, handler):
         return await self._filtered(
             ctx, handler, "groups", lambda g: self._allowed(ctx, Op.DESCRIBE, Rt.GROUP, g), "groups",
@@ -368,6 +379,21 @@ class AuthorizingApis:
         return build_response(ctx, {"topics": [
             {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
                                             for p in t.partitions]} for t in req.topics]})
+
+    async def _describe_transactions(self, ctx, handler):
+        return await self._filtered(
+            ctx, handler, "transactional_ids", lambda t: self._allowed(ctx, Op.DESCRIBE, Rt.TRANSACTIONAL_ID, t),
+            "transaction_states",
+            lambda t: {"error_code": TXN_DENIED, "transactional_id": t, "transaction_state": "",
+                       "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                       "producer_epoch": -1, "topics": []})
+
+    async def _list_transactions(self, ctx, handler):
+        """Only the transactional ids the principal may DESCRIBE are listed."""
+        response = _decoded(ctx, await handler(ctx))
+        return dataclasses.replace(response, transaction_states=tuple(
+            t for t in response.transaction_states
+            if self._allowed(ctx, Op.DESCRIBE, Rt.TRANSACTIONAL_ID, t.transactional_id)))
 
     # ------------------------------------------------------------------ cluster
 

@@ -98,9 +98,10 @@ class FetchApis:
             if authz.authorize(ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
                 return set()
             return set(range(len(topics)))
-        names = [(rm.topic_name(t.topic_id) if by_id else t.topic) or "" for t in topics]
-        return {i for i, name in enumerate(names)
-                if not authz.authorize(ctx.session, AclOperation.READ, ResourceType.TOPIC, name)}
+        names = [rm.topic_name(t.topic_id) if by_id else t.topic for t in topics]
+        # an unknown topic id stays UNKNOWN_TOPIC_ID, as in Kafka (its name cannot be authorized)
+        return {i for i, name in enumerate(names) if name is not None
+                and not authz.authorize(ctx.session, AclOperation.READ, ResourceType.TOPIC, name)}
 
     async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool,
                           follower: bool, denied: set[int] | None = None) -> offload.EncodedResponse:

@@ -72,6 +72,12 @@ class MetadataApis:
                     topic_id = getattr(t, "topic_id", None)
                     if name is None and topic_id not in (None, ZERO_UUID):
                         topic = image.topic_by_id(topic_id)
+                        if topic is not None and self.authorizer is not None and not self._may(
+                                ctx, AclOperation.DESCRIBE, topic.name):
+                            # topic ids are not secret: Kafka answers the id with the error
+                            topics_out.append({"error_code": TopicAuthorizationFailedError.code, "name": None,
+                                               "topic_id": topic_id, "is_internal": False})
+                            continue
                         partitions += len(topic.partitions) if topic else 0
                         topics_out.append(self._topic(topic) if topic else
                                           {"error_code": UnknownTopicIdError.code, "name": None,
