@@ -147,3 +147,46 @@ def test_no_authorizer_answers_security_disabled(tmp_path):
         assert "No Authorizer is configured." in e.value.args[0].str()
     finally:
         b.stop()
+
+
+def test_confluent_kafka_clients_are_refused_by_a_deny(acl_broker):
+    """Real clients against DENY ACLs: a producer gets TOPIC_AUTHORIZATION_FAILED for the denied topic only,
+    a consumer GROUP_AUTHORIZATION_FAILED for the denied group (every other resource has no ACL and stays
+    open: allow.everyone.if.no.acl.found)."""
+    from confluent_kafka import Consumer, Producer
+    admin = _admin(acl_broker.bootstrap)
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in ("deny-w", "open-w")]).values():
+        f.result(timeout=30)
+    deny_write = AclBinding(ResourceType.TOPIC, "deny-w", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                            AclOperation.WRITE, AclPermissionType.DENY)
+    deny_group = AclBinding(ResourceType.GROUP, "deny-g", ResourcePatternType.LITERAL, "User:*", "127.0.0.1",
+                            AclOperation.READ, AclPermissionType.DENY)
+    for f in admin.create_acls([deny_write, deny_group]).values():
+        f.result(timeout=30)
+    try:
+        results = {}
+        producer = Producer({"bootstrap.servers": acl_broker.bootstrap, "message.timeout.ms": 20000})
+        for topic in ("deny-w", "open-w"):
+            producer.produce(topic, b"v", on_delivery=lambda err, msg: results.__setitem__(msg.topic(), err))
+        assert producer.flush(60) == 0
+        assert results["open-w"] is None
+        assert results["deny-w"].name() == "TOPIC_AUTHORIZATION_FAILED"
+
+        consumer = Consumer({"bootstrap.servers": acl_broker.bootstrap, "group.id": "deny-g",
+                             "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe(["open-w"])
+            deadline = 60
+            error = None
+            while deadline > 0 and error is None:
+                msg = consumer.poll(1)
+                deadline -= 1
+                if msg is not None and msg.error() is not None:
+                    error = msg.error()
+            assert error is not None and error.name() == "GROUP_AUTHORIZATION_FAILED"
+        finally:
+            consumer.close()
+    finally:
+        flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                               AclPermissionType.DENY)
+        next(iter(admin.delete_acls([flt]).values())).result(timeout=30)
