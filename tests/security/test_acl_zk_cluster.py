@@ -84,3 +84,24 @@ def test_an_acl_created_on_one_broker_applies_on_the_other(cluster, zookeeper):
     for i in (1, 2):
         wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-acl") == 0,
                    what=f"broker {i} serving the topic again")
+
+
+def test_acls_written_straight_to_zookeeper_apply(cluster):
+    """As Kafka's ``kafka-acls --authorizer-properties zookeeper.connect=...`` writes them: the resource znode,
+    then a change notification; the controller reads them and every broker applies them."""
+    create(cluster, "zk-direct", assignment=[[1, 2]])
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=30)
+    try:
+        zk.create("/kafka-acl/Topic/zk-direct", json.dumps({"version": 1, "acls": [
+            {"principal": "User:dave", "permissionType": "Allow", "operation": "Write", "host": "*"}]}).encode(),
+            makepath=True)
+        zk.create("/kafka-acl-changes/acl_changes_", b"Topic:zk-direct", sequence=True, makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+    for i in (1, 2):
+        wait_until(lambda i=i: _describe(cluster.brokers[i].bootstrap, "zk-direct") == [
+            ("zk-direct", LITERAL, "User:dave", "*")], what=f"the ACL on broker {i}")
+        wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-direct") == 29,
+                   what=f"broker {i} refusing the topic")

@@ -357,6 +357,8 @@ class ZkController(Controller):
                 self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
         self._offline_replicas.clear()  # brokers report theirs again in the answers to this controller's pushes
         self.zk.take_log_dir_events(watch=self._on_log_dir_event)
+        if self.config["authorizer.class.name"]:
+            self.zk.watch_acl_changes(self._on_acl_change)
         # Replicas on brokers that are not alive leave their ISRs, as Kafka's new controller puts them offline.
         hosted = {r for t in self.image.topics.values() for pi in t.partitions.values() for r in pi.replicas}
         self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
@@ -399,6 +401,24 @@ class ZkController(Controller):
         """Callbacks (on the loop) when this broker becomes and stops being the controller."""
         self._on_activate.append(start)
         self._on_resign.append(stop)
+
+    # ================================================================== ACLs written to ZooKeeper by others
+
+    def _on_acl_change(self, event) -> None:
+        self._submit(self._acl_changes)
+
+    def _acl_changes(self) -> None:
+        """A change notification: ACLs another tool wrote (Kafka's ``kafka-acls`` straight to ZooKeeper) enter
+        the image and reach every broker; this controller's own writes read back unchanged."""
+        if not self.is_active:
+            return
+        self.zk.watch_acl_changes(self._on_acl_change)
+        acls = self.zk.read_acls()
+        if acls != self.image.acls:
+            log.info("ACLs changed in ZooKeeper: %d binding(s)", len(acls))
+            self.image = replace(self.image, acls=acls)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
 
     # ================================================================== log dir failures
 

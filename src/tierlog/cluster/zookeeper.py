@@ -422,6 +422,13 @@ class ZkClient:
                     out.extend(parse_resource_entry(type_name, pattern, name, data))
         return add_bindings((), out)
 
+    def watch_acl_changes(self, watch: Callable) -> None:
+        """Arm one-shot watches on Kafka's two ACL change notification folders (written by every ACL change,
+        also Kafka's ``kafka-acls --authorizer-properties zookeeper.connect=...``)."""
+        self.ensure_acl_paths()
+        for parent in (ACL_CHANGES, ACL_EXTENDED_CHANGES):
+            self.kazoo.get_children(parent, watch=watch)
+
     def ensure_acl_paths(self) -> None:
         """Kafka's AclAuthorizer creates these at start; tierlog before its first ACL write."""
         for root in (ACL_ROOT, ACL_EXTENDED_ROOT):
