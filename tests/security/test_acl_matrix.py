@@ -28,7 +28,7 @@ TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5  # resource types
 LITERAL = 3
 ALLOW = 3
 ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 2, 3, 4, 5, 6, 7, 8
-DESCRIBE_CONFIGS, IDEMPOTENT_WRITE = 10, 12
+DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
 ADMIN_HOST, CLIENT_HOST = "127.0.0.1", "127.0.0.2"
 # REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR (Kafka loads the
 # coordinator partitions in the background), CONCURRENT_TRANSACTIONS: clients retry them
@@ -316,6 +316,26 @@ def describe_log_dirs(c, p):
     return c.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None}).error_code
 
 
+def describe_cluster_operations(c, p):
+    """The cluster's authorized-operations bit field (or the request's error)."""
+    resp = c.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True,
+                                                  "endpoint_type": 1})
+    return resp.error_code or resp.cluster_authorized_operations
+
+
+def metadata_topic_operations(c, p):
+    md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": p.topic}], "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": True})
+    t = md.topics[0]
+    return t.error_code or t.topic_authorized_operations
+
+
+def describe_groups_operations(c, p):
+    g = c.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["acl-g9"], "include_authorized_operations": True}
+                  ).groups[0]
+    return g.error_code or g.authorized_operations
+
+
 #: (name, request, the ACLs it needs as (resource type, name, operation) in the order they are granted)
 MATRIX = [
     ("Metadata", metadata, [(TOPIC, "acl-mx", DESCRIBE)]),
@@ -348,6 +368,10 @@ MATRIX = [
                                             (TOPIC, "acl-mx", READ)]),
     ("OffsetDelete", offset_delete, [(GROUP, "acl-g8", DELETE), (TOPIC, "acl-mx", READ)]),
     ("DescribeLogDirs", describe_log_dirs, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
+    ("DescribeCluster operations", describe_cluster_operations, [(CLUSTER, "kafka-cluster", DESCRIBE),
+                                                                 (CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
+    ("Metadata topic operations", metadata_topic_operations, [(TOPIC, "acl-mx", READ), (TOPIC, "acl-mx", ALTER)]),
+    ("DescribeGroups operations", describe_groups_operations, [(GROUP, "acl-g9", READ), (GROUP, "acl-g9", DELETE)]),
 ]
 
 
@@ -380,6 +404,10 @@ EXPECTED = {  # what Kafka answers, by request: refused, then after each ACL
     "InitProducerId transactional": [53, 0], "InitProducerId idempotent": [31, 0], "DescribeAcls": [31, 0],
     "CreateAcls": [31, 0], "Metadata all topics": [-1, 0], "Metadata auto-creation": [29, 29, 0],
     "DescribeGroups": [30, 0], "DeleteRecords": [29, 0], "OffsetDelete": [30, 69, 69],
+    # authorized-operations bit fields (bit = operation code): DESCRIBE, then ALTER_CONFIGS + DESCRIBE_CONFIGS
+    "DescribeCluster operations": [0, 1 << 8, 1 << 8 | 1 << 10 | 1 << 11],
+    "Metadata topic operations": [29, 1 << 3 | 1 << 8, 1 << 3 | 1 << 7 | 1 << 8],
+    "DescribeGroups operations": [30, 1 << 3 | 1 << 8, 1 << 3 | 1 << 6 | 1 << 8],
 }
 
 

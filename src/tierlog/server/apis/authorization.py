@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.cluster.acls import AclOperation as Op
 from tierlog.cluster.acls import ResourceType as Rt
+from tierlog.cluster.acls import operations_bitfield
 from tierlog.errors import (
     NO_ERROR,
     ClusterAuthorizationFailedError,
@@ -35,6 +36,7 @@ GROUP_DENIED = GroupAuthorizationFailedError.code
 CLUSTER_DENIED = ClusterAuthorizationFailedError.code
 TXN_DENIED = TransactionalIdAuthorizationFailedError.code
 AUTHORIZATION_FAILED = "Authorization failed."
+OPERATIONS_OMITTED = -2147483648  # an authorized-operations field not asked for
 
 # Config resource types of DescribeConfigs / AlterConfigs
 CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
@@ -92,6 +94,8 @@ class AuthorizingApis:
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.METADATA: self._metadata_operations,
         }
         for key, check in checks.items():
             if key in registry:
@@ -284,10 +288,44 @@ class AuthorizingApis:
                                                        "error_code": TOPIC_DENIED} for p in t.partitions]})
 
     async def _describe_groups(self, ctx, handler):
-        return await self._filtered(
+        response = await self._filtered(
             ctx, handler, "groups", lambda g: self._allowed(ctx, Op.DESCRIBE, Rt.GROUP, g), "groups",
             lambda g: {"error_code": GROUP_DENIED, "group_id": g, "group_state": "", "protocol_type": "",
-                       "protocol_data": "", "members": [], "authorized_operations": -2147483648})
+                       "protocol_data": "", "members": [], "authorized_operations": OPERATIONS_OMITTED})
+        if not getattr(ctx.request, "include_authorized_operations", False):
+            return response
+        response = _decoded(ctx, response)
+        return dataclasses.replace(response, groups=tuple(
+            dataclasses.replace(g, authorized_operations=self._operations(ctx, Rt.GROUP, g.group_id))
+            if g.error_code == 0 else g for g in response.groups))
+
+    def _operations(self, ctx, rt: Rt, name: str | None = None) -> int:
+        """Kafka's authorized-operations bit field of a resource, from the ACLs."""
+        return operations_bitfield(rt, lambda op: self._allowed(ctx, op, rt, name))
+
+    async def _describe_cluster(self, ctx, handler):
+        response = await handler(ctx)
+        if not ctx.request.include_cluster_authorized_operations:
+            return response
+        return dataclasses.replace(_decoded(ctx, response),
+                                   cluster_authorized_operations=self._operations(ctx, Rt.CLUSTER))
+
+    async def _metadata_operations(self, ctx, handler):
+        """The handler checks the topics itself; the operation bit fields asked for (v8+) come from the ACLs."""
+        response = await handler(ctx)
+        req = ctx.request
+        topics_ops = getattr(req, "include_topic_authorized_operations", False)
+        cluster_ops = getattr(req, "include_cluster_authorized_operations", False)
+        if not topics_ops and not cluster_ops:
+            return response
+        response = _decoded(ctx, response)
+        if cluster_ops and hasattr(response, "cluster_authorized_operations"):
+            response = dataclasses.replace(response, cluster_authorized_operations=self._operations(ctx, Rt.CLUSTER))
+        if topics_ops:
+            response = dataclasses.replace(response, topics=tuple(
+                dataclasses.replace(t, topic_authorized_operations=self._operations(ctx, Rt.TOPIC, t.name))
+                if t.error_code == 0 and t.name else t for t in response.topics))
+        return response
 
     async def _delete_groups(self, ctx, handler):
         return await self._filtered(
