@@ -105,3 +105,26 @@ def test_acls_written_straight_to_zookeeper_apply(cluster):
             ("zk-direct", LITERAL, "User:dave", "*")], what=f"the ACL on broker {i}")
         wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-direct") == 29,
                    what=f"broker {i} refusing the topic")
+
+
+def test_kafka_39_acl_command_on_zookeeper_reads_and_writes_the_same_znodes(cluster, kafka_zk_tool):
+    """Kafka 3.9's kafka-acls with --authorizer-properties works on ZooKeeper directly: it lists an ACL tierlog
+    wrote, and one it adds reaches tierlog's brokers."""
+    props = f"zookeeper.connect={cluster.zookeeper_connect}"
+    with raw_client(cluster.brokers[2].bootstrap) as raw:
+        resp = raw.request(ApiKey.CREATE_ACLS, 3, {"creations": [
+            {"resource_type": TOPIC, "resource_name": "zk-tool-", "resource_pattern_type": PREFIXED,
+             "principal": "User:frank", "host": "10.0.0.7", "operation": READ, "permission_type": ALLOW}]})
+    assert resp.results[0].error_code == 0, resp
+    out = kafka_zk_tool("AclCommand", "--authorizer-properties", props, "--list", "--topic", "zk-tool-",
+                        "--resource-pattern-type", "prefixed").stdout
+    assert "(principal=User:frank, host=10.0.0.7, operation=READ, permissionType=ALLOW)" in out, out
+
+    create(cluster, "zk-kafka-tool", assignment=[[1, 2]])
+    kafka_zk_tool("AclCommand", "--authorizer-properties", props, "--add", "--allow-principal", "User:erin",
+                  "--operation", "Write", "--topic", "zk-kafka-tool")
+    for i in (1, 2):
+        wait_until(lambda i=i: _describe(cluster.brokers[i].bootstrap, "zk-kafka-tool") == [
+            ("zk-kafka-tool", LITERAL, "User:erin", "*")], what=f"Kafka's ACL on broker {i}")
+        wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-kafka-tool") == 29,
+                   what=f"broker {i} refusing the topic")
