@@ -336,6 +336,29 @@ def describe_groups_operations(c, p):
     return g.error_code or g.authorized_operations
 
 
+def offsets_for_leader_epoch(c, p):
+    resp = c.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [
+        {"topic": p.topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+    return resp.topics[0].partitions[0].error_code
+
+
+def follower_offsets_for_leader_epoch(c, p):
+    resp = c.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": 7, "topics": [
+        {"topic": p.topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+    return resp.topics[0].partitions[0].error_code
+
+
+def follower_fetch(c, p):
+    resp = c.request(ApiKey.FETCH, 12, {"replica_id": 7, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                                            {"topic": p.topic, "partitions": [
+                                                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                                 "current_leader_epoch": -1, "log_start_offset": -1,
+                                                 "last_fetched_epoch": -1}]}],
+                                        "forgotten_topics_data": [], "rack_id": ""})
+    return resp.error_code or resp.responses[0].partitions[0].error_code
+
+
 #: (name, request, the ACLs it needs as (resource type, name, operation) in the order they are granted)
 MATRIX = [
     ("Metadata", metadata, [(TOPIC, "acl-mx", DESCRIBE)]),
@@ -368,6 +391,11 @@ MATRIX = [
                                             (TOPIC, "acl-mx", READ)]),
     ("OffsetDelete", offset_delete, [(GROUP, "acl-g8", DELETE), (TOPIC, "acl-mx", READ)]),
     ("DescribeLogDirs", describe_log_dirs, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
+    ("OffsetForLeaderEpoch", offsets_for_leader_epoch, [(TOPIC, "acl-mx", DESCRIBE)]),
+    # refused only: allowed, Kafka answers a fetch from a broker that hosts no replica NOT_LEADER_OR_FOLLOWER,
+    # which tierlog serves (a difference outside authorization)
+    ("Fetch follower", follower_fetch, []),
+    ("OffsetForLeaderEpoch follower", follower_offsets_for_leader_epoch, [(CLUSTER, "kafka-cluster", 9)]),
     ("DescribeCluster operations", describe_cluster_operations, [(CLUSTER, "kafka-cluster", DESCRIBE),
                                                                  (CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
     ("Metadata topic operations", metadata_topic_operations, [(TOPIC, "acl-mx", READ), (TOPIC, "acl-mx", ALTER)]),

@@ -95,6 +95,8 @@ class AuthorizingApis:
             ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self._list_transactions,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.ALTER_PARTITION: self._cluster_action,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offsets_for_leader_epoch,
             ApiKey.METADATA: self._metadata_operations,
         }
         for key, check in checks.items():
@@ -184,6 +186,21 @@ class AuthorizingApis:
             lambda t: {"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                                        "error_code": TOPIC_DENIED, "timestamp": -1, "offset": -1,
                                                        "leader_epoch": -1} for p in t.partitions]})
+
+    async def _offsets_for_leader_epoch(self, ctx, handler):
+        """A follower (replica_id >= 0) needs CLUSTER_ACTION, a client DESCRIBE on each topic; either way Kafka
+        answers a refused partition TOPIC_AUTHORIZATION_FAILED."""
+        if getattr(ctx.request, "replica_id", -1) >= 0:
+            if self._allowed(ctx, Op.CLUSTER_ACTION, Rt.CLUSTER):
+                return await handler(ctx)
+            allowed = lambda t: False  # noqa: E731
+        else:
+            allowed = lambda t: self._allowed(ctx, Op.DESCRIBE, Rt.TOPIC, t.topic)  # noqa: E731
+        return await self._filtered(
+            ctx, handler, "topics", allowed, "topics",
+            lambda t: {"topic": t.topic, "partitions": [{"error_code": TOPIC_DENIED, "partition": p.partition,
+                                                         "leader_epoch": -1, "end_offset": -1}
+                                                        for p in t.partitions]})
 
     async def _describe_producers(self, ctx, handler):
         return await self._filtered(
