@@ -50,7 +50,8 @@ def binding(rt: int, name: str, op: int, host: str) -> dict:
 
 def _filter(b: dict) -> dict:
     return {"resource_type_filter": b["resource_type"], "resource_name_filter": b["resource_name"],
-            "pattern_type_filter": LITERAL, "principal_filter": b["principal"], "host_filter": b["host"],
+            "pattern_type_filter": b["resource_pattern_type"], "principal_filter": b["principal"],
+            "host_filter": b["host"],
             "operation": b["operation"], "permission_type": b["permission_type"]}
 
 

@@ -128,3 +128,47 @@ def test_kafka_39_acl_command_on_zookeeper_reads_and_writes_the_same_znodes(clus
             ("zk-kafka-tool", LITERAL, "User:erin", "*")], what=f"Kafka's ACL on broker {i}")
         wait_until(lambda i=i: _metadata_code(cluster.brokers[i].bootstrap, "zk-kafka-tool") == 29,
                    what=f"broker {i} refusing the topic")
+
+
+def _client_from(bootstrap: str, source: str):
+    from tests.security.test_acl_matrix import client_from
+    return client_from(bootstrap, source)
+
+
+def _create_topic_code(raw, name: str) -> int:
+    resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": name, "num_partitions": 1,
+                                                              "replication_factor": 1, "assignments": [],
+                                                              "configs": []}],
+                                                 "timeout_ms": 10000, "validate_only": True})
+    return resp.topics[0].error_code
+
+
+def test_forwarded_requests_are_authorized_as_their_client_and_envelopes_need_cluster_action(cluster):
+    from tests.security.test_acl_matrix import binding, grant, revoke
+    admin = _client_from(cluster.brokers[1].bootstrap, "127.0.0.1")
+    cluster_all = binding(4, "kafka-cluster", 2, "127.0.0.1")  # ALL on the cluster for the brokers and admin
+    nobody = {**binding(TOPIC, "zk-fw-", READ, "*"), "resource_pattern_type": PREFIXED, "principal": "User:nobody"}
+    grant(admin, cluster_all, nobody)
+    try:
+        for i in (1, 2):
+            wait_until(lambda i=i: len(_describe(cluster.brokers[i].bootstrap, "zk-fw-")) == 1, what=f"broker {i}")
+        # CreateTopics through broker 2 is forwarded to the controller (broker 1) in an Envelope carrying the
+        # client's principal and address: 127.0.0.1 may create (CREATE on the cluster), 127.0.0.2 may not.
+        here, there = (_client_from(cluster.brokers[2].bootstrap, h) for h in ("127.0.0.1", "127.0.0.2"))
+        try:
+            assert _create_topic_code(here, "zk-fw-a") == 0
+            assert _create_topic_code(there, "zk-fw-a") == 29
+        finally:
+            here.close()
+            there.close()
+        # an Envelope sent by a client without CLUSTER_ACTION is refused
+        outsider = _client_from(cluster.brokers[1].bootstrap, "127.0.0.2")
+        try:
+            resp = outsider.request(ApiKey.ENVELOPE, 0, {"request_data": b"\x00", "request_principal": b"",
+                                                         "client_host_address": b"\x7f\x00\x00\x01"})
+            assert resp.error_code == 31
+        finally:
+            outsider.close()
+    finally:
+        revoke(admin, cluster_all, nobody)
+        admin.close()

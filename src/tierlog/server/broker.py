@@ -249,7 +249,8 @@ class Broker:
         if authorizer is not None:  # wraps the handlers, so before forwarding wraps them again
             AuthorizingApis(authorizer, rm.topic_name).register(self.registry)
         if isinstance(controller, ZkController):
-            ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
+            ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"],
+                           authorizer).register(self.registry)
             self.socket_server.internal_handlers = self._inter_broker_handlers(controller, rm)
             self.socket_server.inter_broker_listener = cfg.inter_broker_listener.name
 

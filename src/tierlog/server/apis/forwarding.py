@@ -17,12 +17,19 @@ import logging
 import struct
 import time
 
+from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.zk_controller import ZkController
-from tierlog.errors import InvalidRequestError, KafkaError, NotControllerError, error_for_code
+from tierlog.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    KafkaError,
+    NotControllerError,
+    error_for_code,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response, encode_request, encode_response, offload
 from tierlog.protocol.registry import Handler, HandlerRegistry
-from tierlog.server.authorizer import ANONYMOUS, Session
+from tierlog.server.authorizer import ANONYMOUS, Authorizer, Session
 from tierlog.server.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -104,10 +111,12 @@ class ForwardingApis:
     """Wraps the controller APIs' handlers so a broker that is not the controller forwards them, and
     handles the Envelope a forwarding broker sends."""
 
-    def __init__(self, controller: ZkController, channel: NetworkBrokerChannel, request_timeout_ms: int):
+    def __init__(self, controller: ZkController, channel: NetworkBrokerChannel, request_timeout_ms: int,
+                 authorizer: Authorizer | None = None):
         self.controller = controller
         self.channel = channel
         self.request_timeout_ms = request_timeout_ms
+        self.authorizer = authorizer  # an Envelope needs CLUSTER_ACTION (only brokers forward)
         self._local: dict[int, Handler] = {}
 
     def register(self, registry: HandlerRegistry) -> None:
@@ -150,6 +159,9 @@ class ForwardingApis:
 
     async def envelope(self, ctx: RequestContext):
         """A request forwarded by another broker: run the local handler, answer its encoded response."""
+        if self.authorizer is not None and not self.authorizer.authorize(
+                ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return build_response(ctx, {"response_data": None, "error_code": ClusterAuthorizationFailedError.code})
         if not self.controller.is_active:
             return build_response(ctx, {"response_data": None, "error_code": NotControllerError.code})
         try:
