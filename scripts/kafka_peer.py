@@ -85,6 +85,7 @@ TOOLS = {
     "LeaderElectionCommand": "org.apache.kafka.tools.LeaderElectionCommand",
     "LogDirsCommand": "org.apache.kafka.tools.LogDirsCommand",
     "TransactionsCommand": "org.apache.kafka.tools.TransactionsCommand",
+    "AclCommand": "org.apache.kafka.tools.AclCommand",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }
@@ -101,6 +102,7 @@ ZK_TOOLS = {
     "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
     "DumpLogSegments": "kafka.tools.DumpLogSegments",
+    "AclCommand": "kafka.admin.AclCommand",
     "Kafka": "kafka.Kafka",
     "ToolRunner": "ToolRunner",
 }

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from tierlog.cluster.acls import AclBinding, AclBindingFilter, add_bindings
 from tierlog.cluster.image import (
     INTERNAL_TOPICS,
     BrokerImage,
@@ -539,6 +540,26 @@ class Controller:
                     del quotas[path]
             if not validate_only and quotas != self.image.client_quotas:
                 self._commit(replace(self.image, client_quotas=quotas), MetadataDelta(client_quotas_changed=True))
+
+    # ------------------------------------------------------------------ ACLs
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add ACL bindings (already validated); adding one that exists changes nothing."""
+        with self._lock:
+            new = add_bindings(self.image.acls, bindings)
+            if new != self.image.acls:
+                self._commit(replace(self.image, acls=new), MetadataDelta(acls_changed=True))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings each filter matches; for each filter, the bindings it removed."""
+        with self._lock:
+            filters = list(filters)
+            matched = [[b for b in self.image.acls if f.matches(b)] for f in filters]
+            gone = {b for m in matched for b in m}
+            if gone:
+                kept = tuple(b for b in self.image.acls if b not in gone)
+                self._commit(replace(self.image, acls=kept), MetadataDelta(acls_changed=True))
+            return matched
 
 
 def _quota_text(value: float) -> str:

@@ -12,6 +12,7 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
+from tierlog.cluster.acls import AclBinding
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
@@ -211,6 +212,8 @@ class MetadataImage:
     deleted_topics: dict[str, str] = field(default_factory=dict)
     # Client quotas by Kafka's entity path under /config ("users/<u>/clients/<c>", "clients/<default>", ...)
     client_quotas: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The ACL bindings (cluster/acls.py), sorted: every broker's authorizer reads them from its image.
+    acls: tuple[AclBinding, ...] = ()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -239,6 +242,8 @@ class MetadataImage:
             d["deletedTopics"] = [{"topicId": i, "name": n} for i, n in sorted(self.deleted_topics.items())]
         if self.client_quotas:
             d["clientQuotas"] = self.client_quotas
+        if self.acls:
+            d["acls"] = [b.to_json() for b in self.acls]
         return d
 
     @classmethod
@@ -248,7 +253,8 @@ class MetadataImage:
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
         deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
-                   d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})))
+                   d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})),
+                   tuple(AclBinding.from_json(a) for a in d.get("acls", ())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +271,7 @@ class MetadataDelta:
     partitions_changed: tuple[TopicImage, ...] = ()
     brokers_changed: bool = False
     client_quotas_changed: bool = False
+    acls_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -292,4 +299,4 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             moved.append(t)
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
                          tuple(tiering), tuple(moved), old.brokers != new.brokers,
-                         old.client_quotas != new.client_quotas)
+                         old.client_quotas != new.client_quotas, old.acls != new.acls)

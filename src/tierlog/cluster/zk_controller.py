@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.controller import Controller
 from tierlog.cluster.image import (
@@ -310,7 +311,7 @@ class ZkController(Controller):
             topics[name], versions[name] = got
         self._state_versions = versions
         return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
-                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas())
+                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas(), zk.read_acls())
 
     # ================================================================== election
 
@@ -356,6 +357,8 @@ class ZkController(Controller):
                 self._commit(self.image.without_topic(name), MetadataDelta(deleted=(t,)))
         self._offline_replicas.clear()  # brokers report theirs again in the answers to this controller's pushes
         self.zk.take_log_dir_events(watch=self._on_log_dir_event)
+        if self.config["authorizer.class.name"]:
+            self.zk.watch_acl_changes(self._on_acl_change)
         # Replicas on brokers that are not alive leave their ISRs, as Kafka's new controller puts them offline.
         hosted = {r for t in self.image.topics.values() for pi in t.partitions.values() for r in pi.replicas}
         self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
@@ -398,6 +401,24 @@ class ZkController(Controller):
         """Callbacks (on the loop) when this broker becomes and stops being the controller."""
         self._on_activate.append(start)
         self._on_resign.append(stop)
+
+    # ================================================================== ACLs written to ZooKeeper by others
+
+    def _on_acl_change(self, event) -> None:
+        self._submit(self._acl_changes)
+
+    def _acl_changes(self) -> None:
+        """A change notification: ACLs another tool wrote (Kafka's ``kafka-acls`` straight to ZooKeeper) enter
+        the image and reach every broker; this controller's own writes read back unchanged."""
+        if not self.is_active:
+            return
+        self.zk.watch_acl_changes(self._on_acl_change)
+        acls = self.zk.read_acls()
+        if acls != self.image.acls:
+            log.info("ACLs changed in ZooKeeper: %d binding(s)", len(acls))
+            self.image = replace(self.image, acls=acls)
+            self._version += 1
+            self._on_loop(self._wake_pushers)
 
     # ================================================================== log dir failures
 
@@ -629,6 +650,8 @@ class ZkController(Controller):
                               {c.name for c in delta.created}}
             if delta.client_quotas_changed:
                 self._write_client_quotas(image, fence)
+            if delta.acls_changed:
+                self._write_acls(image, fence)
             if delta.broker_configs_changed:
                 self._write_broker_configs(image, fence)
             elif changed_topics:
@@ -695,6 +718,33 @@ class ZkController(Controller):
             tx.delete(f"{DELETE_TOPICS}/{name}")
         commit_fenced(zk, fence, build)
         self._state_versions.pop(name, None)
+
+    def _write_acls(self, image: MetadataImage, fence: ControllerFence) -> None:
+        """Kafka's layout: one znode per resource pattern holding its entries, and a change notification per
+        changed pattern (what a Kafka broker's AclAuthorizer watching the same ZooKeeper reloads)."""
+        def patterns(acls) -> dict:
+            out: dict = {}
+            for b in acls:
+                out.setdefault((b.resource_type, b.pattern_type, b.resource_name), []).append(b)
+            return out
+        old, new = patterns(self.image.acls), patterns(image.acls)
+        changed = [k for k in set(old) | set(new) if old.get(k) != new.get(k)]
+        if not changed:
+            return
+        self.zk.ensure_acl_paths()
+
+        def build(tx) -> None:
+            for key in sorted(changed):
+                path = acls.znode_path(*key)
+                if key not in new:
+                    tx.delete(path)
+                elif key in old:
+                    tx.set_data(path, acls.resource_entry_json(new[key]))
+                else:
+                    tx.create(path, acls.resource_entry_json(new[key]))
+                parent, data = acls.change_notification(*key)
+                tx.create(f"{parent}/{acls.ACL_CHANGE_PREFIX}", data, sequence=True)
+        commit_fenced(self.zk, fence, build)
 
     def _write_broker_configs(self, image: MetadataImage, fence: ControllerFence) -> None:
         def build(tx) -> None:

@@ -48,6 +48,17 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
+from tierlog.cluster.acls import (
+    ACL_CHANGES,
+    ACL_EXTENDED_CHANGES,
+    ACL_EXTENDED_ROOT,
+    ACL_ROOT,
+    AclBinding,
+    PatternType,
+    add_bindings,
+    parse_resource_entry,
+    resource_type_names,
+)
 from tierlog.cluster.image import (
     BrokerImage,
     PartitionImage,
@@ -421,6 +432,41 @@ class ZkClient:
         for ip in children(CONFIG_IPS):
             read(f"ips/{ip}")
         return out
+    # -------------------------------------------------------------- ACLs
+
+    def read_acls(self) -> tuple[AclBinding, ...]:
+        """Every ACL binding under Kafka's znodes (literal under /kafka-acl, prefixed under
+        /kafka-acl-extended/prefixed), as Kafka's AclAuthorizer or tierlog wrote them."""
+        out = []
+        for root, pattern in ((ACL_ROOT, PatternType.LITERAL), (ACL_EXTENDED_ROOT, PatternType.PREFIXED)):
+            for type_name in resource_type_names():
+                parent = f"{root}/{type_name}"
+                try:
+                    names = self.kazoo.get_children(parent)
+                except NoNodeError:
+                    continue
+                for name in names:
+                    try:
+                        data, _ = self.kazoo.get(f"{parent}/{name}")
+                    except NoNodeError:
+                        continue
+                    out.extend(parse_resource_entry(type_name, pattern, name, data))
+        return add_bindings((), out)
+
+    def watch_acl_changes(self, watch: Callable) -> None:
+        """Arm one-shot watches on Kafka's two ACL change notification folders (written by every ACL change,
+        also Kafka's ``kafka-acls --authorizer-properties zookeeper.connect=...``)."""
+        self.ensure_acl_paths()
+        for parent in (ACL_CHANGES, ACL_EXTENDED_CHANGES):
+            self.kazoo.get_children(parent, watch=watch)
+
+    def ensure_acl_paths(self) -> None:
+        """Kafka's AclAuthorizer creates these at start; tierlog before its first ACL write."""
+        for root in (ACL_ROOT, ACL_EXTENDED_ROOT):
+            for type_name in resource_type_names():
+                self.kazoo.ensure_path(f"{root}/{type_name}")
+        self.kazoo.ensure_path(ACL_CHANGES)
+        self.kazoo.ensure_path(ACL_EXTENDED_CHANGES)
 
     # -------------------------------------------------------------- producer ids
 

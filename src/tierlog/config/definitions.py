@@ -259,6 +259,17 @@ def _plugin_name(short_names: tuple[str, ...],
     return check
 
 
+#: Kafka's authorizers, both served by tierlog's own (cluster/acls.py, server/authorizer.py).
+AUTHORIZER_CLASSES = ("kafka.security.authorizer.AclAuthorizer",
+                      "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+
+
+def _check_authorizer(value: Any) -> str | None:
+    if value in (None, "") or str(value).strip() in AUTHORIZER_CLASSES:
+        return None
+    return f"Unknown authorizer {value!r} (empty, or one of {', '.join(AUTHORIZER_CLASSES)})"
+
+
 _HOST_PORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.%a-z]+\]|[^:\[\]\s,]+):(\d+)$")
 
 
@@ -676,6 +687,18 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Replication factor of auto-created topics."),
     _b("auto.create.topics.enable", "boolean", True,
        doc="Create a topic when a client asks for metadata of an unknown one."),
+    _b("authorizer.class.name", "string", "",
+       Custom("empty, kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer", _check_authorizer),
+       doc="The authorizer (docs/security.md, Authorization): Kafka's kafka.security.authorizer.AclAuthorizer or "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer enable ACLs (kept with the cluster metadata); "
+           "empty, no authorization (every request is allowed and the ACL APIs answer SECURITY_DISABLED)."),
+    _b("super.users", "string", "",
+       doc="Principals allowed everything whatever the ACLs say, separated by semicolons "
+           "(User:admin;User:ANONYMOUS)."),
+    _b("allow.everyone.if.no.acl.found", "boolean", False,
+       doc="With an authorizer: a resource no ACL matches is open to every principal (true) or to super "
+           "users only (false, Kafka's default)."),
     _b("delete.topic.enable", "boolean", True,
        doc="Allow DeleteTopics; when false deletion requests are refused."),
     _b("message.max.bytes", "int", 1048588, AtLeast(0), dynamic=True,

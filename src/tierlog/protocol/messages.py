@@ -210,7 +210,7 @@ class RequestContext:
     """
 
     __slots__ = ("api_key", "api_version", "correlation_id", "header", "request", "frame_size",
-                 "trailing_bytes", "_schema", "throttle_ms")
+                 "trailing_bytes", "_schema", "throttle_ms", "session")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, header: Any, request: Any,
                  frame_size: int, trailing_bytes: int = 0, schema: _Schema | None = None) -> None:
@@ -223,6 +223,7 @@ class RequestContext:
         self.trailing_bytes = trailing_bytes
         self._schema = schema if schema is not None else _schema(api_key, api_version)
         self.throttle_ms = 0
+        self.session = None  # who sent it (server.authorizer.Session), set by the socket server
 
     @property
     def client_id(self) -> str | None:

@@ -53,7 +53,9 @@ from tierlog.records import validation as record_validation
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.alter_partition import AlterPartitionManager
+from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
+from tierlog.server.apis.authorization import AuthorizingApis
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
@@ -72,6 +74,7 @@ from tierlog.server.apis.transactions import (
     TransactionCoordinatorApis,
     TransactionMarkerApis,
 )
+from tierlog.server.authorizer import Authorizer
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.client_quota import ClientQuotaMetrics, ClientQuotas
@@ -253,15 +256,22 @@ class Broker:
         group_apis.transaction_coordinator = self.transaction_coordinator
         group_apis.verification = verification
         group_apis.verification_enabled = verification_enabled
-        for family in (MetadataApis(self.registry, controller, self.node_id), produce_apis,
-                       fetch_apis, OffsetApis(rm, controller),
+        authorizer = self._build_authorizer(cfg, controller)
+        metadata_apis = MetadataApis(self.registry, controller, self.node_id)
+        for checked in (metadata_apis, produce_apis, fetch_apis):  # their checks are inline (hot paths)
+            checked.authorizer = authorizer
+        for family in (metadata_apis, produce_apis, fetch_apis, OffsetApis(rm, controller),
+                       AclApis(controller, authorizer),
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id), ClientQuotaApis(controller),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
                        TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis):
             family.register(self.registry)
+        if authorizer is not None:  # wraps the handlers, so before forwarding wraps them again
+            AuthorizingApis(authorizer, rm.topic_name).register(self.registry)
         if isinstance(controller, ZkController):
-            ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
+            ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"],
+                           authorizer).register(self.registry)
             self.socket_server.internal_handlers = self._inter_broker_handlers(controller, rm)
             self.socket_server.inter_broker_listener = cfg.inter_broker_listener.name
 
@@ -359,6 +369,14 @@ class Broker:
         quota_args = (lambda: controller.effective_config, lambda: controller.image.topics)
         rm.leader_quota = ReplicationQuotaManager(self.node_id, "leader", *quota_args)
         rm.fetchers.quota = ReplicationQuotaManager(self.node_id, "follower", *quota_args)
+
+    @staticmethod
+    def _build_authorizer(cfg, controller) -> Authorizer | None:
+        """Kafka's ACL authorizer when authorizer.class.name names it; None: no authorization at all."""
+        if not cfg["authorizer.class.name"]:
+            return None
+        log.info("Authorization on (%s), super users: %s", cfg["authorizer.class.name"], cfg["super.users"] or "none")
+        return Authorizer(lambda: controller.image.acls, cfg["super.users"], cfg["allow.everyone.if.no.acl.found"])
 
     def _register_state_metrics(self, rm: ReplicaManager) -> None:
         """The figures computed when scraped: partitions and logs, the metadata manager's readiness, and the

@@ -48,10 +48,14 @@ PURGATORY_WAIT: ContextVar[list[float] | None] = ContextVar("purgatory_wait", de
 
 
 def quota_user(ctx) -> str:
-    """The user name of the request's principal: the session of its connection (the TLS client certificate's
-    mapped principal, later SASL's), ``ANONYMOUS`` without one. The only place quotas read the principal."""
-    session = CURRENT_SESSION.get()
-    return session.principal.name if session is not None else "ANONYMOUS"
+    """The user name of the request's principal (``ctx.session``, set per connection by the socket server: the
+    TLS client certificate's mapped principal, later SASL's), ``ANONYMOUS`` without authentication. The only
+    place quotas read the principal."""
+    session = getattr(ctx, "session", None)
+    if session is not None:
+        return str(session.principal).partition(":")[2] or "ANONYMOUS"
+    connection = CURRENT_SESSION.get()
+    return connection.principal.name if connection is not None else "ANONYMOUS"
 
 
 def sanitize(name: str) -> str:

@@ -72,6 +72,7 @@ from tierlog.protocol import (
     offload,
 )
 from tierlog.security import ANONYMOUS
+from tierlog.server import authorizer
 from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, Session, TlsListener
@@ -601,6 +602,11 @@ class SocketServer:
                      listener: str = "", tls: bool = False) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
+        # Who sends this connection's requests, for the authorizer and quotas: the connection's principal (its
+        # TLS client certificate's, later SASL's; Kafka's PLAINTEXT principal User:ANONYMOUS) and address.
+        connection = CURRENT_SESSION.get()
+        session = authorizer.Session(str(connection.principal if connection is not None else ANONYMOUS),
+                                     peer[0] if isinstance(peer, tuple) else str(peer), listener)
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
         idle = _IdleWatch(self.idle_timeout_s) if self.idle_timeout_s is not None else None
         try:
@@ -642,7 +648,7 @@ class SocketServer:
                         held = in_memory
                 for frame in frames:
                     try:
-                        out, timers, mute_ms = await self._handle(frame, peer, received, listener)
+                        out, timers, mute_ms = await self._handle(frame, peer, received, listener, session)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -744,7 +750,8 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "") -> tuple[bytes | list | None, tuple, int]:
+                      listener: str = "", session: authorizer.Session | None = None
+                      ) -> tuple[bytes | list | None, tuple, int]:
         """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
         the connection after answering (a client quota's throttle time, ms)."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
@@ -759,6 +766,7 @@ class SocketServer:
         with offload.gc_paused(big):
             try:
                 ctx = await offload.parse(frame)
+                ctx.session = session
                 spec = self.registry.for_request(ctx)
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 
 from tierlog.cluster import Controller
-from tierlog.errors import NO_ERROR, UnknownTopicIdError, UnknownTopicOrPartitionError
+from tierlog.cluster.acls import AclOperation, ResourceType
+from tierlog.errors import NO_ERROR, TopicAuthorizationFailedError, UnknownTopicIdError, UnknownTopicOrPartitionError
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, offload
 from tierlog.protocol.hot_responses import encode_fetch_response
@@ -44,6 +45,8 @@ class FetchApis:
         self.topic_metrics = topic_metrics
         #: the broker's client quotas (consumer_byte_rate), or None
         self.client_quotas: ClientQuotas | None = None
+        #: The authorizer when authorizer.class.name is set, else None (nothing checked)
+        self.authorizer = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FETCH, 4, 17, self.fetch)
@@ -76,16 +79,19 @@ class FetchApis:
                              isolation, rack)
         # A frame too small for BIG_FETCH partitions costs one comparison here; a frame of 1 MiB or more (parsed
         # off the loop already) is answered off the loop whatever it names (thousands of long topic names).
+        denied = self._denied_topics(ctx, replica_id, by_id) if self.authorizer is not None else None
         if ctx.frame_size >= MIN_PARTITION_BYTES * BIG_FETCH and (
                 ctx.frame_size >= offload.BIG_FRAME_BYTES or len(req.topics) >= BIG_FETCH
                 or sum(len(t.partitions) for t in req.topics) >= BIG_FETCH):
-            return await self._fetch_many(ctx, params, by_id, replica_id >= 0)
+            return await self._fetch_many(ctx, params, by_id, replica_id >= 0, denied)
         keys = []  # each partition's topic key in the response (name, or id from v13)
         fetches = []
-        for t in req.topics:
+        for i, t in enumerate(req.topics):
             key = t.topic_id if by_id else t.topic
             name = rm.topic_name(t.topic_id) if by_id else t.topic
             unknown = UnknownTopicIdError.code if by_id and key != ZERO_UUID else UnknownTopicOrPartitionError.code
+            if denied and i in denied:
+                name, unknown = None, TopicAuthorizationFailedError.code
             for p in t.partitions:
                 keys.append(key)
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
@@ -111,8 +117,22 @@ class FetchApis:
         return offload.EncodedResponse(encode_fetch_response(ctx.api_version, ctx.correlation_id,
                                                              responses, throttle))
 
+    def _denied_topics(self, ctx: RequestContext, replica_id: int, by_id: bool) -> set[int]:
+        """Kafka's checks: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic; the
+        indexes of the request's topics refused (answered TOPIC_AUTHORIZATION_FAILED in their places)."""
+        authz, rm = self.authorizer, self.replica_manager
+        topics = ctx.request.topics
+        if replica_id >= 0:
+            if authz.authorize(ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+                return set()
+            return set(range(len(topics)))
+        names = [rm.topic_name(t.topic_id) if by_id else t.topic for t in topics]
+        # an unknown topic id stays UNKNOWN_TOPIC_ID, as in Kafka (its name cannot be authorized)
+        return {i for i, name in enumerate(names) if name is not None
+                and not authz.authorize(ctx.session, AclOperation.READ, ResourceType.TOPIC, name)}
+
     async def _fetch_many(self, ctx: RequestContext, params: FetchParams, by_id: bool,
-                          follower: bool) -> offload.EncodedResponse:
+                          follower: bool, denied: set[int] | None = None) -> offload.EncodedResponse:
         """:meth:`fetch` for a request naming many partitions: the same steps, each yielding to the loop
         every few ms, and the answer built and encoded in a worker thread."""
         rm = self.replica_manager
@@ -121,13 +141,15 @@ class FetchApis:
         keys: list = []
         fetches: list[PartitionFetch] = []
         walked = 0  # topics and partitions: the clock is read every 512 (a topic may have no partition)
-        for t in ctx.request.topics:
+        for i, t in enumerate(ctx.request.topics):
             walked += 1
             if not walked & 511:
                 await pacer()
             key = t.topic_id if by_id else t.topic
             name = names.get(t.topic_id) if by_id else t.topic
             unknown = UnknownTopicIdError.code if by_id and key != ZERO_UUID else UnknownTopicOrPartitionError.code
+            if denied and i in denied:
+                name, unknown = None, TopicAuthorizationFailedError.code
             for p in t.partitions:
                 keys.append(key)
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,

@@ -13,22 +13,32 @@ meanwhile, every item of the answer carries NOT_CONTROLLER, which clients retry.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import struct
 import time
 
+from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.zk_controller import ZkController
-from tierlog.errors import InvalidRequestError, KafkaError, NotControllerError, error_for_code
+from tierlog.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    KafkaError,
+    NotControllerError,
+    error_for_code,
+)
 from tierlog.protocol import ApiKey, RequestContext, build_response, encode_request, encode_response, offload
 from tierlog.protocol.registry import Handler, HandlerRegistry
+from tierlog.server.authorizer import ANONYMOUS, Authorizer, Session
 from tierlog.server.errors import error_response
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                   ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS)
+                   ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.CREATE_ACLS,
+                   ApiKey.DELETE_ACLS)
 #: How long a broker waits for a controller to be known before answering NOT_CONTROLLER.
 CONTROLLER_WAIT_S = 5.0
 _SIZE = struct.Struct(">i")
@@ -59,17 +69,61 @@ def not_controller_response(ctx: RequestContext, message: str):
             {"error_code": code, "error_message": message,
              "entity": [{"entity_type": c.entity_type, "entity_name": c.entity_name} for c in e.entity]}
             for e in req.entries]})
+    if ctx.api_key == ApiKey.CREATE_ACLS:
+        return build_response(ctx, {"results": [{"error_code": code, "error_message": message}
+                                                for _ in req.creations]})
+    if ctx.api_key == ApiKey.DELETE_ACLS:
+        return build_response(ctx, {"filter_results": [{"error_code": code, "error_message": message,
+                                                        "matching_acls": []} for _ in req.filters]})
     return error_response(ctx, NotControllerError(message))
+
+
+def encode_principal(principal: str) -> bytes:
+    """Kafka's DefaultPrincipalData v0 (the Envelope's request_principal): type, name, token flag."""
+    kind, _, name = principal.partition(":")
+    out = bytearray(b"\x00\x00")
+    for text in (kind, name):
+        raw = text.encode()
+        n = len(raw) + 1  # compact string: unsigned varint of length + 1
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        out += raw
+    return bytes(out + b"\x00\x00")  # not token-authenticated, no tagged fields
+
+
+def decode_principal(data: bytes | None) -> str:
+    if not data or len(data) < 3:
+        return ANONYMOUS
+    pos, parts = 2, []
+    try:
+        for _ in range(2):
+            n = shift = 0
+            while True:
+                b = data[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            parts.append(data[pos:pos + n - 1].decode())
+            pos += n - 1
+    except (IndexError, UnicodeDecodeError):
+        return ANONYMOUS
+    return f"{parts[0]}:{parts[1]}"
 
 
 class ForwardingApis:
     """Wraps the controller APIs' handlers so a broker that is not the controller forwards them, and
     handles the Envelope a forwarding broker sends."""
 
-    def __init__(self, controller: ZkController, channel: NetworkBrokerChannel, request_timeout_ms: int):
+    def __init__(self, controller: ZkController, channel: NetworkBrokerChannel, request_timeout_ms: int,
+                 authorizer: Authorizer | None = None):
         self.controller = controller
         self.channel = channel
         self.request_timeout_ms = request_timeout_ms
+        self.authorizer = authorizer  # an Envelope needs CLUSTER_ACTION (only brokers forward)
         self._local: dict[int, Handler] = {}
 
     def register(self, registry: HandlerRegistry) -> None:
@@ -99,8 +153,10 @@ class ForwardingApis:
 
     async def _forward(self, ctx: RequestContext, controller_id: int):
         inner = encode_request(ctx.request, ctx.correlation_id, ctx.client_id)[4:]
+        session = ctx.session or Session()
         response = await self.channel.request(controller_id, ApiKey.ENVELOPE, {
-            "request_data": inner, "request_principal": b"", "client_host_address": b"\x7f\x00\x00\x01"},
+            "request_data": inner, "request_principal": encode_principal(session.principal),
+            "client_host_address": _address_bytes(session.client_host)},
             timeout_ms=self.request_timeout_ms)
         code = int(response.error_code)
         if code:
@@ -110,6 +166,9 @@ class ForwardingApis:
 
     async def envelope(self, ctx: RequestContext):
         """A request forwarded by another broker: run the local handler, answer its encoded response."""
+        if self.authorizer is not None and not self.authorizer.authorize(
+                ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return build_response(ctx, {"response_data": None, "error_code": ClusterAuthorizationFailedError.code})
         if not self.controller.is_active:
             return build_response(ctx, {"response_data": None, "error_code": NotControllerError.code})
         try:
@@ -117,6 +176,8 @@ class ForwardingApis:
         except Exception as e:  # noqa: BLE001 - a malformed inner request
             log.warning("Envelope with an unreadable request: %s", e)
             return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})
+        inner.session = Session(decode_principal(ctx.request.request_principal),
+                                _address_text(ctx.request.client_host_address), getattr(ctx.session, "listener", ""))
         local = self._local.get(inner.api_key)
         if local is None:
             return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})
@@ -126,6 +187,20 @@ class ForwardingApis:
             response = error_response(inner, e) or not_controller_response(inner, str(e))
         frame = response.frame if isinstance(response, offload.EncodedResponse) else encode_response(inner, response)
         return build_response(ctx, {"response_data": bytes(frame[4:]), "error_code": 0})
+
+
+def _address_bytes(host: str) -> bytes:
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return b"\x7f\x00\x00\x01"
+
+
+def _address_text(data: bytes | None) -> str:
+    try:
+        return str(ipaddress.ip_address(bytes(data or b"")))
+    except ValueError:
+        return ""
 
 
 __all__ = ["CONTROLLER_APIS", "ForwardingApis", "not_controller_response"]

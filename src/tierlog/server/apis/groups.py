@@ -367,16 +367,16 @@ class GroupApis:
         req = ctx.request
         pacer = Pacer()
         errors, known = await self._known_partitions(req.topics, pacer)
-        error = NO_ERROR
-        if known:
-            items = []
-            async for chunk in paced(known, 512, pacer):
-                items += [(t, p.partition_index) for t, p in chunk]
-            error, results = self._ready().delete_offsets(req.group_id, items)
-            offload.free_later(known, items)
-            if error != NO_ERROR:
-                return build_response(ctx, {"error_code": error})
-            errors.update(results)
+        # The coordinator checks the group even with no known partition left, as Kafka's (GROUP_ID_NOT_FOUND,
+        # NON_EMPTY_GROUP): also when the authorizer took every topic out.
+        items = []
+        async for chunk in paced(known, 512, pacer):
+            items += [(t, p.partition_index) for t, p in chunk]
+        error, results = self._ready().delete_offsets(req.group_id, items)
+        offload.free_later(known, items)
+        if error != NO_ERROR:
+            return build_response(ctx, {"error_code": error})
+        errors.update(results)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
         return await offload.respond(ctx, {"error_code": error, "topics": topics}, items)

@@ -6,10 +6,12 @@ import dataclasses
 import logging
 
 from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
+from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.errors import (
     NO_ERROR,
     KafkaError,
     LeaderNotAvailableError,
+    TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     describe_error,
@@ -36,6 +38,8 @@ class MetadataApis:
         self.registry = registry  # ApiVersions answers what is registered
         self.controller = controller
         self.node_id = node_id
+        #: The authorizer when authorizer.class.name is set, else None (nothing checked)
+        self.authorizer = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
@@ -56,7 +60,10 @@ class MetadataApis:
         topics_out = []
         partitions = 0  # the answer's size, counted as it is made (a million topics take a while to count)
         if requested is None or (ctx.api_version == 0 and not requested):
-            async for names in paced(sorted(image.topics), 256):
+            listed = sorted(image.topics)
+            if self.authorizer is not None:  # Kafka lists only the topics the principal may DESCRIBE
+                listed = [n for n in listed if self._may(ctx, AclOperation.DESCRIBE, n)]
+            async for names in paced(listed, 256):
                 topics_out += [self._topic(image.topics[n]) for n in names]
                 partitions += sum(len(image.topics[n].partitions) for n in names)
         else:
@@ -66,10 +73,25 @@ class MetadataApis:
                     topic_id = getattr(t, "topic_id", None)
                     if name is None and topic_id not in (None, ZERO_UUID):
                         topic = image.topic_by_id(topic_id)
+                        if topic is not None and self.authorizer is not None and not self._may(
+                                ctx, AclOperation.DESCRIBE, topic.name):
+                            # topic ids are not secret: Kafka answers the id with the error
+                            topics_out.append({"error_code": TopicAuthorizationFailedError.code, "name": None,
+                                               "topic_id": topic_id, "is_internal": False})
+                            continue
                         partitions += len(topic.partitions) if topic else 0
                         topics_out.append(self._topic(topic) if topic else
                                           {"error_code": UnknownTopicIdError.code, "name": None,
                                            "topic_id": topic_id})
+                        continue
+                    if self.authorizer is not None and not self._may(ctx, AclOperation.DESCRIBE, name or ""):
+                        topics_out.append({"error_code": TopicAuthorizationFailedError.code, "name": name,
+                                           "is_internal": False})
+                        continue
+                    if (self.authorizer is not None and allow_create and name not in image.topics
+                            and not self._may_create(ctx, name or "")):  # Kafka: no CREATE, no auto-creation
+                        topics_out.append({"error_code": TopicAuthorizationFailedError.code, "name": name,
+                                           "is_internal": False})
                         continue
                     topics_out.append(answer := await self._named_topic(name, allow_create))
                     partitions += len(answer.get("partitions", ()))
@@ -84,6 +106,14 @@ class MetadataApis:
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": NO_ERROR,
         }, items)
+
+    def _may(self, ctx: RequestContext, op: AclOperation, name: str) -> bool:
+        return self.authorizer.authorize(ctx.session, op, ResourceType.TOPIC, name)
+
+    def _may_create(self, ctx: RequestContext, name: str) -> bool:
+        """Auto-creation needs CREATE on the cluster or on the topic (Kafka's Metadata handler)."""
+        return (self.authorizer.authorize(ctx.session, AclOperation.CREATE, ResourceType.CLUSTER)
+                or self._may(ctx, AclOperation.CREATE, name))
 
     async def _named_topic(self, name: str, allow_create: bool) -> dict:
         image = self.controller.image

@@ -7,6 +7,7 @@ import logging
 import struct
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.errors import (
     NO_ERROR,
     ConcurrentTransactionsError,
@@ -27,6 +28,7 @@ from tierlog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
+    TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
@@ -122,6 +124,8 @@ class ProduceApis:
         self.verification_enabled = lambda: True
         #: the broker's client quotas (producer_byte_rate), or None
         self.client_quotas: ClientQuotas | None = None
+        #: The authorizer (server/authorizer.py) when authorizer.class.name is set, else None: nothing checked
+        self.authorizer = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -131,6 +135,20 @@ class ProduceApis:
         req = ctx.request
         rm = self.replica_manager
         acks = req.acks
+        authz = self.authorizer
+        denied_topics = None
+        if authz is not None:
+            # Kafka: WRITE on the transactional id for the whole request, then WRITE on each topic.
+            if req.transactional_id is not None and not authz.authorize(
+                    ctx.session, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+                return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
+            denied_topics = set()
+            for topic_data in req.topic_data:
+                name = getattr(topic_data, "name", None)
+                if name is None:
+                    name = rm.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
+                if not authz.authorize(ctx.session, AclOperation.WRITE, ResourceType.TOPIC, name):
+                    denied_topics.add(name)
         if req.transactional_id is None and _has_transactional_records(req):
             # Kafka answers the whole request so (with no authorizer too): transactional records need the
             # transactional id.
@@ -155,6 +173,10 @@ class ProduceApis:
             for pd in topic_data.partition_data:
                 result = {"index": pd.index, "error_code": NO_ERROR, "base_offset": -1, "log_append_time_ms": -1,
                           "log_start_offset": -1}
+                if denied_topics and name in denied_topics:
+                    result["error_code"] = TopicAuthorizationFailedError.code
+                    parts.append(result)
+                    continue
                 try:
                     if acks not in (-1, 0, 1):
                         raise InvalidRequiredAcksError(f"invalid required acks {acks}")
