@@ -317,6 +317,18 @@ def describe_log_dirs(c, p):
     return c.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None}).error_code
 
 
+def describe_client_quotas(c, p):
+    resp = c.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
+    return resp.error_code
+
+
+def alter_client_quotas(c, p):
+    resp = c.request(ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [
+        {"entity": [{"entity_type": "client-id", "entity_name": "acl-quota"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1048576.0, "remove": False}]}], "validate_only": True})
+    return resp.entries[0].error_code
+
+
 def describe_cluster_operations(c, p):
     """The cluster's authorized-operations bit field (or the request's error)."""
     resp = c.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True,
@@ -392,6 +404,8 @@ MATRIX = [
                                             (TOPIC, "acl-mx", READ)]),
     ("OffsetDelete", offset_delete, [(GROUP, "acl-g8", DELETE), (TOPIC, "acl-mx", READ)]),
     ("DescribeLogDirs", describe_log_dirs, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
+    ("DescribeClientQuotas", describe_client_quotas, [(CLUSTER, "kafka-cluster", DESCRIBE_CONFIGS)]),
+    ("AlterClientQuotas", alter_client_quotas, [(CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
     ("OffsetForLeaderEpoch", offsets_for_leader_epoch, [(TOPIC, "acl-mx", DESCRIBE)]),
     # refused only: allowed, Kafka answers a fetch from a broker that hosts no replica NOT_LEADER_OR_FOLLOWER,
     # which tierlog serves (a difference outside authorization)
