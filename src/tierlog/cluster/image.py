@@ -209,6 +209,9 @@ class MetadataImage:
     # Every topic this cluster deleted, topic id (text form) -> name: the remote store reconciler deletes
     # leftover objects of these and of current topics only, never of topic ids the cluster never had.
     deleted_topics: dict[str, str] = field(default_factory=dict)
+    # SCRAM credentials, user -> mechanism -> Kafka's text form (salt, stored_key, server_key, iterations):
+    # ZooKeeper's /config/users/<user> in a cluster.
+    user_scram: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -235,6 +238,8 @@ class MetadataImage:
              "brokerConfigs": self.broker_configs, "nextProducerIdBlock": self.next_producer_id_block}
         if self.deleted_topics:
             d["deletedTopics"] = [{"topicId": i, "name": n} for i, n in sorted(self.deleted_topics.items())]
+        if self.user_scram:
+            d["userScramCredentials"] = self.user_scram
         return d
 
     @classmethod
@@ -244,7 +249,7 @@ class MetadataImage:
         topics = {t["name"]: TopicImage.from_json(t) for t in d.get("topics", [])}
         deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
-                   d.get("nextProducerIdBlock", 0), deleted)
+                   d.get("nextProducerIdBlock", 0), deleted, dict(d.get("userScramCredentials", {})))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +265,7 @@ class MetadataDelta:
     # Topics (existing before and after) with a partition whose leader, leader epoch, ISR or replicas moved.
     partitions_changed: tuple[TopicImage, ...] = ()
     brokers_changed: bool = False
+    user_scram_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:

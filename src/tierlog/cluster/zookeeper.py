@@ -37,6 +37,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -68,6 +69,7 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"  # SCRAM credentials (and, in Kafka, user quotas) per user
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -388,6 +390,22 @@ class ZkClient:
             configs = {k: str(v) for k, v in _load(data).get("config", {}).items()}
             if configs:
                 out["" if child == DEFAULT_BROKER_CONFIG else child] = configs
+        return out
+
+    def user_scram_credentials(self) -> dict[str, dict[str, str]]:
+        """user -> SCRAM mechanism -> credential text, from /config/users/<user> as Kafka stores them
+        (other keys of a user's config, quotas, are not SCRAM credentials)."""
+        out: dict[str, dict[str, str]] = {}
+        if not self.kazoo.exists(CONFIG_USERS):
+            return out
+        for child in self.kazoo.get_children(CONFIG_USERS):
+            try:
+                data, _ = self.kazoo.get(f"{CONFIG_USERS}/{child}")
+            except NoNodeError:
+                continue
+            creds = {k: str(v) for k, v in _load(data).get("config", {}).items() if k.startswith("SCRAM-")}
+            if creds:
+                out[unquote(child)] = creds
         return out
 
     # -------------------------------------------------------------- producer ids

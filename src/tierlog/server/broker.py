@@ -51,6 +51,7 @@ from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.records import validation as record_validation
 from tierlog.security import SSL_SETTINGS, server_context
+from tierlog.security.scram import ScramCredential
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.configs import ConfigApis
@@ -64,6 +65,7 @@ from tierlog.server.apis.offsets import OffsetApis
 from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.reassignment import ReassignmentApis
+from tierlog.server.apis.scram import ScramApis
 from tierlog.server.apis.transactions import (
     MARKER_REPLICATION_TIMEOUT_S,
     LocalMarkerWriter,
@@ -80,6 +82,7 @@ from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
+from tierlog.server.sasl_authenticator import SaslApis, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
@@ -187,6 +190,8 @@ class Broker:
         self.listeners = await self.socket_server.bind(cfg.listeners)
         try:  # SSL listeners: their keystores are read now, so a broken one fails the start with its reason
             self.socket_server.tls = listener_security(cfg.listeners, lambda: controller.effective_config)
+            self.socket_server.sasl = sasl_listeners(cfg.listeners, lambda: controller.effective_config,
+                                                     self._scram_credential)
             self.inter_broker_ssl = inter_broker_client_context(cfg) if controller.clustered else None
         except InvalidConfigError as e:
             raise StartupError(e.message) from None
@@ -246,7 +251,8 @@ class Broker:
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
-                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis):
+                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis,
+                       SaslApis(), ScramApis(controller)):
             family.register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"]).register(self.registry)
@@ -271,6 +277,11 @@ class Broker:
                 await on_ready()
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential as the cluster metadata has it now (AlterUserScramCredentials)."""
+        text = self.controller.image.user_scram.get(user, {}).get(mechanism) if self.controller else None
+        return ScramCredential.from_text(text) if text else None
 
     def _build_transaction_coordinator(self, cfg, controller: Controller, rm: ReplicaManager,
                                        groups: GroupCoordinator) -> TransactionCoordinatorApis:
