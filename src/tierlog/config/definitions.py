@@ -1118,6 +1118,17 @@ _CLIENT: tuple[ConfigDef, ...] = (
     _c("ssl.endpoint.identification.algorithm", "string", "https",
        doc="https: check that the broker's certificate names the host connected to (its SAN); empty: no "
            "check."),
+    _c("sasl.mechanism", "string", "GSSAPI",
+       doc="SASL mechanism with security.protocol SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+           "or OAUTHBEARER (GSSAPI, Kafka's default, is not supported)."),
+    _c("sasl.jaas.config", "password", None,
+       doc="Java clients' login: PlainLoginModule or ScramLoginModule with username and password; "
+           "OAuthBearerLoginModule with unsecuredLoginStringClaim_sub (an unsecured token, for development)."),
+    _c("sasl.username", "string", None, doc="confluent-kafka's name for the SASL user (PLAIN, SCRAM)."),
+    _c("sasl.password", "password", None, doc="confluent-kafka's name for the SASL password (PLAIN, SCRAM)."),
+    _c("sasl.oauthbearer.config", "string", None,
+       doc="confluent-kafka's unsecured OAUTHBEARER token settings: principal=<name> [lifeSeconds=<s>] "
+           "[scope=<a,b>]."),
     _c("metadata.recovery.strategy", "string", "rebootstrap",
        InSet(("none", "rebootstrap"), case_insensitive=True),
        doc="What to do when no known broker is reachable: none fails, rebootstrap starts again from "

@@ -82,7 +82,7 @@ from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
-from tierlog.server.sasl_authenticator import SaslApis, sasl_listeners
+from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
@@ -144,6 +144,7 @@ class Broker:
         self.txn_marker_channel: TransactionMarkerChannel | None = None
         self.http_endpoint: HttpEndpoint | None = None
         self.inter_broker_ssl: ssl.SSLContext | None = None  # a cluster whose inter-broker listener speaks TLS
+        self.inter_broker_sasl = None  # ... or authenticates with SASL (SaslCredentials)
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
@@ -193,6 +194,7 @@ class Broker:
             self.socket_server.sasl = sasl_listeners(cfg.listeners, lambda: controller.effective_config,
                                                      self._scram_credential)
             self.inter_broker_ssl = inter_broker_client_context(cfg) if controller.clustered else None
+            self.inter_broker_sasl = inter_broker_credentials(cfg) if controller.clustered else None
         except InvalidConfigError as e:
             raise StartupError(e.message) from None
         self._advertise_bound()  # listeners with port 0 picked a free one; every listener's endpoint
@@ -200,7 +202,7 @@ class Broker:
             controller.me = self._zk_broker_image(controller.me)
             self.channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
                                                 lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
-                                                self.inter_broker_ssl)
+                                                self.inter_broker_ssl, self.inter_broker_sasl)
             await controller.start(self.channel)  # the cluster as ZooKeeper has it
         if cfg["remote.log.storage.system.enable"]:
             self.remote_log_manager = self._build_tiered_storage()
@@ -309,7 +311,7 @@ class Broker:
             # Connections of its own: a marker request waits for replication, controller pushes must not.
             channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
                                            lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
-                                           self.inter_broker_ssl)
+                                           self.inter_broker_ssl, self.inter_broker_sasl)
             write_markers = self.txn_marker_channel = TransactionMarkerChannel(
                 self.node_id, lambda: controller.image, write_markers, channel,
                 int(MARKER_REPLICATION_TIMEOUT_S * 1000) + 10000)
@@ -330,6 +332,7 @@ class Broker:
                                             lambda: controller.image.brokers, lambda: controller.effective_config,
                                             rm.follower_appended)
         rm.fetchers.ssl_context = self.inter_broker_ssl
+        rm.fetchers.sasl = self.inter_broker_sasl
         rm.fetchers.remote_log_manager = self.remote_log_manager  # KIP-405's follower path
         rm.alter_partition = AlterPartitionManager(
             self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,

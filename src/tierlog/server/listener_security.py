@@ -118,15 +118,13 @@ def listener_security(listeners, config: Callable[[], BrokerConfig]) -> dict[str
 
 
 def inter_broker_client_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
-    """The context this broker connects to other brokers with: None for a PLAINTEXT inter-broker listener;
-    for SSL, the listener's ssl settings used as a client's (its keystore is this broker's certificate, its
-    truststore verifies the others', ssl.endpoint.identification.algorithm checks their host names)."""
+    """The context this broker connects to other brokers with: None for a PLAINTEXT or SASL_PLAINTEXT
+    inter-broker listener; for SSL and SASL_SSL, the listener's ssl settings used as a client's (its keystore is
+    this broker's certificate, its truststore verifies the others', ssl.endpoint.identification.algorithm
+    checks their host names)."""
     listener = cfg.inter_broker_listener
-    if listener.security_protocol == "PLAINTEXT":
+    if listener.security_protocol not in ("SSL", "SASL_SSL"):
         return None
-    if listener.security_protocol != "SSL":
-        raise InvalidConfigError(f"Inter-broker listener {listener.name}: {listener.security_protocol} is not "
-                                 "supported yet (SASL)")
     return client_context(cfg.listener_ssl_settings(listener.name), where=f"inter-broker listener {listener.name}")
 
 

@@ -38,6 +38,7 @@ from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.security import KafkaPrincipal
 from tierlog.security.jaas import JaasConfigError, login_options
 from tierlog.security.principal import USER_TYPE
+from tierlog.security.sasl_client import SaslClientError, SaslCredentials
 from tierlog.security.sasl_server import (
     SUPPORTED_MECHANISMS,
     OAuthBearerServer,
@@ -83,6 +84,22 @@ def plain_users(cfg: BrokerConfig, listener: str) -> dict[str, str]:
     except JaasConfigError as e:
         raise InvalidConfigError(f"Listener {listener}: sasl.jaas.config for PLAIN: {e}") from None
     return {k[5:]: v for k, v in options.items() if k.startswith("user_")}
+
+
+def inter_broker_credentials(cfg: BrokerConfig) -> SaslCredentials | None:
+    """What this broker authenticates with to the others when the inter-broker listener is SASL_PLAINTEXT or
+    SASL_SSL: ``sasl.mechanism.inter.broker.protocol``, with the username and password of that listener's JAAS
+    configuration for the mechanism (OAUTHBEARER: its unsecuredLoginStringClaim_sub), as Kafka's brokers do."""
+    listener = cfg.inter_broker_listener
+    if not listener.security_protocol.startswith("SASL_"):
+        return None
+    mechanism = str(cfg["sasl.mechanism.inter.broker.protocol"]).upper()
+    try:
+        return SaslCredentials.from_config({"sasl.mechanism": mechanism},
+                                           jaas=jaas_config(cfg, listener.name, mechanism) or "")
+    except SaslClientError as e:
+        raise InvalidConfigError(f"Inter-broker listener {listener.name}: sasl.mechanism.inter.broker.protocol="
+                                 f"{mechanism}: {e}") from None
 
 
 class SaslListener:
@@ -165,8 +182,7 @@ class SaslConnection:
         """The error code of the handshake's answer (0: go on)."""
         if self.state == COMPLETE:
             # KIP-368: a re-authentication starts with a handshake; only with SaslAuthenticate (v1 handshake).
-            if version < 1 or self.expires_at is None and self.listener.reauth_ms == 0 \
-                    and self.mechanism != "OAUTHBEARER":
+            if version < 1:
                 return IllegalSaslStateError.code
             self.reauthenticating = True
         elif self.state != HANDSHAKE:
@@ -205,6 +221,9 @@ class SaslConnection:
             self._fail(reason, self.server.username)
             raise SaslFailure(f"Cannot change principals during re-authentication from {self.principal}: "
                               f"{principal}", reason)
+        if self.reauthenticating:
+            log.info("Connection from %s re-authenticated as %s with %s on listener %s", self.peer, principal,
+                     self.mechanism, self.listener.name)
         self.principal = principal
         self.state = COMPLETE
         self.reauthenticating = False
