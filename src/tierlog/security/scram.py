@@ -123,7 +123,8 @@ class ScramServer:
         self.credential = self._lookup(self.username, self.mechanism)
         if self.credential is None:
             raise ScramError("unknown user")
-        self._nonce = attrs["r"] + base64.b64encode(os.urandom(18)).decode()
+        # alphanumeric, as Kafka makes it: older librdkafka clients mishandle "=" and "/" in the nonce
+        self._nonce = attrs["r"] + os.urandom(16).hex()
         self._server_first = (f"r={self._nonce},s={base64.b64encode(self.credential.salt).decode()},"
                               f"i={self.credential.iterations}")
         self._state = 1
@@ -134,7 +135,8 @@ class ScramServer:
         if not sep:
             raise ScramError("SCRAM client-final message without proof")
         attrs = _attrs(without_proof)
-        if attrs.get("r") != self._nonce:
+        # Kafka checks that the nonce ends with the server's: librdkafka 1.x repeats the client's part in front.
+        if not attrs.get("r", "").endswith(self._nonce):
             raise ScramError("SCRAM nonce mismatch")
         if attrs.get("c") != base64.b64encode(self._gs2.encode()).decode():
             raise ScramError("SCRAM channel binding mismatch")
@@ -162,7 +164,7 @@ class ScramClient:
     def __init__(self, mechanism: str, username: str, password: str):
         self.mechanism = mechanism
         self._password = password.encode()
-        self._nonce = base64.b64encode(os.urandom(18)).decode()
+        self._nonce = os.urandom(16).hex()
         self._bare = f"n={_escape_name(username)},r={self._nonce}"
 
     def first(self) -> bytes:
