@@ -64,6 +64,7 @@ from tierlog.protocol import (
     InvalidFrameError,
     RequestContext,
     RequestParseError,
+    build_response,
     encode_response,
     encode_response_parts,
     fallback_response_frame,
@@ -719,8 +720,11 @@ class SocketServer:
             ctx = parse_request(frame)
         except RequestParseError:
             return
-        response = self._error_response(ctx, IllegalSaslStateError(
-            f"Unexpected Kafka request of type {ctx.api_name} during SASL authentication."))
+        error = IllegalSaslStateError(f"Unexpected Kafka request of type {ctx.api_name} during SASL authentication.")
+        if ctx.api_key == ApiKey.API_VERSIONS:  # Kafka's error answer at the request's version, no API listed
+            response = build_response(ctx, {"error_code": error.code, "api_keys": []})
+        else:
+            response = self._error_response(ctx, error)
         if response is not None:
             writer.write(encode_response(ctx, response))
             await writer.drain()
