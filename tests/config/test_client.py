@@ -74,7 +74,7 @@ def test_values_are_parsed_and_checked():
         ("admin", {"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN"},
          ["sasl.mechanism", "PLAIN needs a user and a password"]),
         ("producer", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-                      "sasl.jaas.config": "ScramLoginModule required username=\"u\""}, ["needs a user and a password"]),
+                      "sasl.jaas.config": "ScramLoginModule required username=\"u\";"}, ["needs a user and a password"]),
         ("producer", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.jaas.config": "x y z"},
          ["sasl.jaas.config", "control flag"]),
         ("producer", {"security.protocol": "SSL", "ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/nope.p12"},
