@@ -19,6 +19,8 @@ from tierlog.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from tierlog.security.scram import ScramClient, ScramError
 
 CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# Kafka's API keys of the exchange (the protocol package is a layer above this one)
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 class SaslClientError(Exception):
@@ -90,16 +92,14 @@ Send = Callable[[int, Mapping, int], Awaitable[object]]
 async def authenticate(send: Send, creds: SaslCredentials) -> int:
     """SaslHandshake v1 then SaslAuthenticate until the mechanism completes; returns the session lifetime
     in ms the broker granted (0: none). SaslClientError on refusal."""
-    from tierlog.protocol import ApiKey  # the protocol package is below security in the layers' order
-
-    handshake = await send(ApiKey.SASL_HANDSHAKE, {"mechanism": creds.mechanism}, 1)
+    handshake = await send(SASL_HANDSHAKE, {"mechanism": creds.mechanism}, 1)
     code = int(handshake.error_code.value)
     if code:
         raise SaslClientError(f"the broker refused mechanism {creds.mechanism} (error {code}); it offers "
                               f"{', '.join(handshake.mechanisms) or 'none'}", code)
 
     async def step(token: bytes):
-        response = await send(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, 2)
+        response = await send(SASL_AUTHENTICATE, {"auth_bytes": token}, 2)
         code = int(response.error_code.value)
         if code:
             raise SaslClientError(f"SASL authentication failed: {response.error_message}", code)
