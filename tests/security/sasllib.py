@@ -102,3 +102,13 @@ def closed_by_broker(raw: RawClient, timeout: float = 30) -> bool:
 
 def send_size(raw: RawClient, size: int, body: bytes = b"") -> None:
     raw.sock.sendall(struct.pack(">i", size) + body)
+
+
+def eventually(check, timeout: float = 30.0) -> bool:
+    """``check()`` turns true within ``timeout`` (a broker's log lines reach its output through a pipe)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -104,3 +104,32 @@ def test_plain_users_come_from_the_listener_and_mechanism_jaas_first():
     assert plain_users(cfg, "A") == {"admin": "y", "amy": "a"}
     assert plain_users(cfg, "B") == {"admin": "x", "bob": "b"}
     assert not cfg.unknown_keys
+
+
+def test_scram_credentials_outlive_a_restart_of_a_single_node(tmp_path):
+    """On a single node the credentials are kept with the broker's metadata (like topic configs)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from tests.harness.broker import running_broker
+    from tests.harness.rawclient import RawClient
+    from tests.security.sasllib import authenticate, handshake
+    from tests.security.tlslib import listener_addresses
+
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+    with running_broker(tmp_path, settings) as broker:
+        admin = AdminClient({"bootstrap.servers": listener_addresses(broker)["PLAINTEXT"]})
+        up = UserScramCredentialUpsertion("kim", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"kim-pw")
+        admin.alter_user_scram_credentials([up])["kim"].result(timeout=30)
+    with running_broker(tmp_path, settings) as broker:
+        raw = RawClient(listener_addresses(broker)["SASL_PLAINTEXT"])
+        try:
+            client = ScramClient("SCRAM-SHA-512", "kim", "kim-pw")
+            assert handshake(raw, "SCRAM-SHA-512").error_code == 0
+            first = authenticate(raw, client.first())
+            assert first.error_code == 0
+            final = authenticate(raw, client.final(bytes(first.auth_bytes)))
+            assert final.error_code == 0
+            client.verify(bytes(final.auth_bytes))
+        finally:
+            raw.close()

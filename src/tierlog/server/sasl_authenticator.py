@@ -271,10 +271,13 @@ class SaslApis:
     async def sasl_authenticate(self, ctx: RequestContext):
         sasl = CURRENT_SASL.get()
         if sasl is None or sasl.state != AUTHENTICATE:
-            if sasl is not None:
+            # Kafka's KafkaApis answer: on a non-SASL listener, or after the exchange completed (the connection
+            # goes on); in the middle of an exchange the connection is closed after the answer
+            done = sasl is None or sasl.state == COMPLETE
+            message = ("SaslAuthenticate request received after successful authentication" if done
+                       else f"Unexpected SASL_AUTHENTICATE in state {sasl.state}")
+            if not done:
                 sasl._fail(f"SaslAuthenticate in state {sasl.state}")
-            message = ("Unexpected SASL_AUTHENTICATE request" if sasl is None or sasl.state != COMPLETE
-                       else "SaslAuthenticate request received after successful authentication")
             return build_response(ctx, {"error_code": IllegalSaslStateError.code, "error_message": message})
         try:
             out = sasl.evaluate(bytes(ctx.request.auth_bytes))
