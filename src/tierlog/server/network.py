@@ -34,8 +34,10 @@ regions with ``loop.sendfile``: the limits wrap these paths without changing the
 On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
-cannot encrypt). A PLAINTEXT connection takes the path it always took. Each connection's session (listener,
-principal) is set once in its task's context (``CURRENT_SESSION``).
+cannot encrypt). A PLAINTEXT connection takes the path it always took. On a SASL_PLAINTEXT or SASL_SSL
+listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
+frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
+request. Each connection's session (listener, principal) is set in its task's context (``CURRENT_SESSION``).
 """
 
 from __future__ import annotations
