@@ -249,12 +249,6 @@ def test_listeners_parsing():
         ({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, ["configuration listeners", "different name"]),
         ({"listeners": "PLAINTEXT://h:70000"}, ["configuration listeners", "70000"]),
         ({"inter.broker.listener.name": "SSL"}, ["configuration inter.broker.listener.name", "PLAINTEXT"]),
-        # served in plaintext they would mislead their clients: refused until TLS/SASL exist
-        ({"listeners": "PLAINTEXT://h:1,SASL_SSL://h:2"}, ["configuration listeners", "SASL_SSL (SASL_SSL) need SASL"]),
-        (
-            {"listeners": "EXTERNAL://h:1", "listener.security.protocol.map": "EXTERNAL:SASL_PLAINTEXT"},
-            ["configuration listeners", "EXTERNAL (SASL_PLAINTEXT)"],
-        ),
         (
             {"remote.log.metadata.manager.listener.name": "NOPE"},
             ["configuration remote.log.metadata.manager.listener.name"],

@@ -329,6 +329,18 @@ def alter_client_quotas(c, p):
     return resp.entries[0].error_code
 
 
+def describe_user_scram(c, p):
+    resp = c.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": "acl-scram"}]})
+    return resp.error_code or resp.results[0].error_code
+
+
+def alter_user_scram(c, p):
+    resp = c.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [
+        {"name": "acl-scram", "mechanism": 1, "iterations": 8192, "salt": b"0123456789abcdef",
+         "salted_password": bytes(32)}]})
+    return resp.results[0].error_code
+
+
 def describe_cluster_operations(c, p):
     """The cluster's authorized-operations bit field (or the request's error)."""
     resp = c.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True,
@@ -406,6 +418,8 @@ MATRIX = [
     ("DescribeLogDirs", describe_log_dirs, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
     ("DescribeClientQuotas", describe_client_quotas, [(CLUSTER, "kafka-cluster", DESCRIBE_CONFIGS)]),
     ("AlterClientQuotas", alter_client_quotas, [(CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
+    ("DescribeUserScramCredentials", describe_user_scram, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
+    ("AlterUserScramCredentials", alter_user_scram, [(CLUSTER, "kafka-cluster", ALTER)]),
     ("OffsetForLeaderEpoch", offsets_for_leader_epoch, [(TOPIC, "acl-mx", DESCRIBE)]),
     # refused only: allowed, Kafka answers a fetch from a broker that hosts no replica NOT_LEADER_OR_FOLLOWER,
     # which tierlog serves (a difference outside authorization)

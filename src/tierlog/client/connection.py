@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import ssl
 import struct
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from tierlog import errors
 from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
 from tierlog.protocol import ApiKey, build, encode_request, parse_response
 from tierlog.protocol.internal import InternalApi, encode_internal_request, parse_internal_response
+from tierlog.security.sasl_client import SaslClientError, SaslCredentials
+from tierlog.security.sasl_client import authenticate as sasl_authenticate
 
 log = logging.getLogger("tierlog.client")
 
@@ -74,7 +77,13 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+    # SASL: the handshake naming the mechanism, then its tokens in SaslAuthenticate (v1+: session lifetime)
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
+
+#: KIP-368: a client re-authenticates when 85-95% of the session lifetime has passed (Kafka's window).
+REAUTH_WINDOW = (0.85, 0.95)
 
 SOFTWARE_NAME = "tierlog-python"
 SOFTWARE_VERSION = "0.1.0"
@@ -203,6 +212,10 @@ class BrokerConnection:
         self._pending: dict[int, tuple[type, asyncio.Future]] = {}
         self._closed = False
         self.close_reason: BaseException | None = None
+        self._sasl: SaslCredentials | None = None
+        self.reauthentications = 0  # SASL exchanges completed on this connection (the first one included)
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConnection(node {self.node_id} at {self.host}:{self.port})"
@@ -223,9 +236,11 @@ class BrokerConnection:
     @classmethod
     async def open(cls, host: str, port: int, *, node_id: int, client_id: str | None,
                    request_timeout_ms: int, setup_timeout_ms: int,
-                   ssl_context: ssl.SSLContext | None = None) -> BrokerConnection:
-        """Connect (through TLS with ``ssl_context``: security.protocol=SSL) and negotiate versions; raises
-        KafkaConnectionError or KafkaTimeoutError."""
+                   ssl_context: ssl.SSLContext | None = None,
+                   sasl: SaslCredentials | None = None) -> BrokerConnection:
+        """Connect (through TLS with ``ssl_context``: security.protocol=SSL or SASL_SSL), negotiate versions and,
+        with ``sasl``, authenticate; raises KafkaConnectionError, KafkaTimeoutError, or
+        SaslAuthenticationFailedError (UnsupportedSaslMechanismError) when the broker refuses the credentials."""
         conn = cls(host, port, node_id, client_id, request_timeout_ms)
         loop = asyncio.get_running_loop()
         try:
@@ -248,12 +263,39 @@ class BrokerConnection:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await asyncio.wait_for(conn._negotiate(), setup_timeout_ms / 1000)
+            if sasl is not None:
+                conn._sasl = sasl
+                await asyncio.wait_for(conn._authenticate(), setup_timeout_ms / 1000)
         except BaseException as exc:
             conn.close(exc if isinstance(exc, Exception) else None)
             if isinstance(exc, TimeoutError):
-                raise KafkaTimeoutError(f"ApiVersions with node {node_id} ({host}:{port}) timed out") from None
+                raise KafkaTimeoutError(f"ApiVersions or SASL with node {node_id} ({host}:{port}) timed out") from None
             raise
         return conn
+
+    async def _authenticate(self) -> None:
+        async def send(api_key, values, max_version):
+            return await self.request(api_key, values, max_version=max_version)
+        try:
+            lifetime_ms = await sasl_authenticate(send, self._sasl)
+        except SaslClientError as e:
+            cls = errors.error_for_code(e.code) if e.code else errors.SaslAuthenticationFailedError
+            raise cls(f"node {self.node_id} ({self.host}:{self.port}): {e}") from None
+        self.reauthentications += 1
+        if lifetime_ms > 0:  # KIP-368: authenticate again on this connection before the session ends
+            delay = lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
+            self._reauth_timer = asyncio.get_running_loop().call_later(delay, self._start_reauthentication)
+
+    def _start_reauthentication(self) -> None:
+        if not self._closed:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate()
+        except Exception as exc:  # noqa: BLE001 - the connection cannot go on: its users see why
+            self.close(exc if isinstance(exc, errors.KafkaError) else KafkaConnectionError(
+                f"re-authentication with node {self.node_id} failed: {exc}"))
 
     async def _negotiate(self) -> None:
         response = await self._send(ApiKey.API_VERSIONS, 3, {
@@ -376,6 +418,8 @@ class BrokerConnection:
         if self._closed:
             return
         self._closed = True
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
         self.close_reason = reason or KafkaConnectionError(f"connection to node {self.node_id} closed")
         for _, fut in self._pending.values():
             if not fut.done():

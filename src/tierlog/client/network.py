@@ -34,6 +34,7 @@ from tierlog.client.connection import BrokerConnection
 from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError, KafkaTimeoutError
 from tierlog.protocol import ApiKey
 from tierlog.security import client_context
+from tierlog.security.sasl_client import SaslCredentials
 
 log = logging.getLogger("tierlog.client")
 
@@ -69,7 +70,10 @@ class KafkaClient:
         self.cluster = ClusterMetadata(parse_bootstrap(config["bootstrap.servers"]))
         # security.protocol=SSL: every connection speaks TLS with the ssl.* settings (checked here, at once)
         protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
-        self.ssl_context = client_context(config, where="security.protocol=SSL") if protocol == "SSL" else None
+        self.ssl_context = (client_context(config, where=f"security.protocol={protocol}")
+                            if protocol in ("SSL", "SASL_SSL") else None)
+        # SASL_PLAINTEXT, SASL_SSL: every connection authenticates (and re-authenticates, KIP-368) with these
+        self.sasl = SaslCredentials.from_config(config) if protocol.startswith("SASL_") else None
         self.rebootstrap_enabled = str(config.get("metadata.recovery.strategy", "rebootstrap")).lower() == "rebootstrap"
         self.rebootstrap_trigger = config.get("metadata.recovery.rebootstrap.trigger.ms", 300000) / 1000
         self.rebootstraps = 0  # how many times the client went back to bootstrap.servers
@@ -168,7 +172,8 @@ class KafkaClient:
             conn = await BrokerConnection.open(
                 node.host, node.port, node_id=node.node_id, client_id=self.client_id,
                 request_timeout_ms=self.config["request.timeout.ms"],
-                setup_timeout_ms=self.config["socket.connection.setup.timeout.ms"], ssl_context=self.ssl_context)
+                setup_timeout_ms=self.config["socket.connection.setup.timeout.ms"], ssl_context=self.ssl_context,
+                sasl=self.sasl)
         except (errors.KafkaError, OSError) as exc:
             st.failures += 1
             st.next_attempt = _now() + self._backoff_seconds(st.failures)

@@ -81,11 +81,13 @@ class NetworkBrokerChannel:
     use and again after a failure. ``brokers`` gives the live brokers and their endpoints."""
 
     def __init__(self, node_id: int, listener: str, brokers: Callable[[], Mapping[int, BrokerImage]],
-                 request_timeout_ms: int, ssl_context: ssl.SSLContext | None = None) -> None:
-        """``ssl_context``: the inter-broker listener speaks TLS (security protocol SSL)."""
+                 request_timeout_ms: int, ssl_context: ssl.SSLContext | None = None, sasl=None) -> None:
+        """``ssl_context``: the inter-broker listener speaks TLS (SSL, SASL_SSL); ``sasl``: the credentials
+        this broker authenticates with on a SASL inter-broker listener (sasl.mechanism.inter.broker.protocol)."""
         self.node_id = node_id
         self.listener = listener
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self._brokers = brokers
         self.request_timeout_ms = request_timeout_ms
         self._conns: dict[int, BrokerConnection] = {}
@@ -103,7 +105,7 @@ class NetworkBrokerChannel:
             conn = await BrokerConnection.open(host, port, node_id=broker_id, client_id=f"broker-{self.node_id}",
                                                request_timeout_ms=self.request_timeout_ms,
                                                setup_timeout_ms=min(self.request_timeout_ms, 10000),
-                                               ssl_context=self.ssl_context)
+                                               ssl_context=self.ssl_context, sasl=self.sasl)
             self._conns[broker_id] = conn
             return conn
 

@@ -523,6 +523,20 @@ class Controller:
                              MetadataDelta(configs_changed=tuple(self.image.topics.values()),
                                            broker_configs_changed=True))
 
+    def alter_user_scram(self, credentials: Mapping[tuple[str, str], str | None]) -> None:
+        """SCRAM credentials: (user, mechanism) -> Kafka's credential text, None deletes (AlterUserScramCredentials;
+        checked by the handler). Kept in the metadata like topic configs; ZooKeeper's /config/users in a
+        cluster."""
+        with self._lock:
+            users = {u: dict(m) for u, m in self.image.user_scram.items()}
+            for (user, mechanism), text in credentials.items():
+                if text is None:
+                    users.get(user, {}).pop(mechanism, None)
+                else:
+                    users.setdefault(user, {})[mechanism] = text
+            users = {u: m for u, m in users.items() if m}
+            self._commit(replace(self.image, user_scram=users), MetadataDelta(user_scram_changed=True))
+
 
     def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float | None]],
                             validate_only: bool = False) -> None:

@@ -214,6 +214,9 @@ class MetadataImage:
     client_quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     # The ACL bindings (cluster/acls.py), sorted: every broker's authorizer reads them from its image.
     acls: tuple[AclBinding, ...] = ()
+    # SCRAM credentials, user -> mechanism -> Kafka's text form (salt, stored_key, server_key, iterations):
+    # ZooKeeper's /config/users/<user> in a cluster.
+    user_scram: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -244,6 +247,8 @@ class MetadataImage:
             d["clientQuotas"] = self.client_quotas
         if self.acls:
             d["acls"] = [b.to_json() for b in self.acls]
+        if self.user_scram:
+            d["userScramCredentials"] = self.user_scram
         return d
 
     @classmethod
@@ -254,7 +259,8 @@ class MetadataImage:
         deleted = {t["topicId"]: t["name"] for t in d.get("deletedTopics", [])}
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
                    d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})),
-                   tuple(AclBinding.from_json(a) for a in d.get("acls", ())))
+                   tuple(AclBinding.from_json(a) for a in d.get("acls", ())),
+                   dict(d.get("userScramCredentials", {})))
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +278,7 @@ class MetadataDelta:
     brokers_changed: bool = False
     client_quotas_changed: bool = False
     acls_changed: bool = False
+    user_scram_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -299,4 +306,5 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             moved.append(t)
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
                          tuple(tiering), tuple(moved), old.brokers != new.brokers,
-                         old.client_quotas != new.client_quotas, old.acls != new.acls)
+                         old.client_quotas != new.client_quotas, old.acls != new.acls,
+                         old.user_scram != new.user_scram)

@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from urllib.parse import quote
+
+from kazoo.exceptions import NoNodeError
 
 from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
@@ -51,6 +55,7 @@ from tierlog.cluster.zookeeper import (
     CONFIG_BROKERS,
     CONFIG_CHANGES,
     CONFIG_TOPICS,
+    CONFIG_USERS,
     DEFAULT_BROKER_CONFIG,
     DELETE_TOPICS,
     DELETED_TOPIC_IDS,
@@ -311,7 +316,8 @@ class ZkController(Controller):
             topics[name], versions[name] = got
         self._state_versions = versions
         return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
-                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas(), zk.read_acls())
+                             zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas(), zk.read_acls(),
+                             zk.user_scram_credentials())
 
     # ================================================================== election
 
@@ -652,6 +658,8 @@ class ZkController(Controller):
                 self._write_client_quotas(image, fence)
             if delta.acls_changed:
                 self._write_acls(image, fence)
+            if delta.user_scram_changed:
+                self._write_user_scram(image, fence)
             if delta.broker_configs_changed:
                 self._write_broker_configs(image, fence)
             elif changed_topics:
@@ -771,14 +779,50 @@ class ZkController(Controller):
         def build(tx) -> None:
             for path in changed:
                 node = f"/config/{path}"
-                data = config_entity(image.client_quotas.get(path, {}))
-                if self.zk.kazoo.exists(node):
+                try:  # a user's SCRAM credentials share the znode (written by _write_user_scram): kept
+                    data, _ = self.zk.kazoo.get(node)
+                    scram = {k: v for k, v in json.loads(data or b"{}").get("config", {}).items()
+                             if k.startswith("SCRAM-")}
+                    exists = True
+                except NoNodeError:
+                    scram, exists = {}, False
+                data = config_entity({**scram, **image.client_quotas.get(path, {})})
+                if exists:
                     tx.set_data(node, data)
                 else:
                     tx.create(node, data)
                 tx.create(f"{CONFIG_CHANGES}/config_change_",
                           b'{"version":2,"entity_path":"' + path.encode() + b'"}', sequence=True)
         commit_fenced(self.zk, fence, build)
+    def _write_user_scram(self, image: MetadataImage, fence: ControllerFence) -> None:
+        """/config/users/<user> as Kafka's ZooKeeper mode keeps it: {"version":1,"config":{"SCRAM-SHA-256":
+        "salt=...,stored_key=...,server_key=...,iterations=..."}}, keys other than SCRAM ones kept, and a
+        config change notification per user."""
+        zk = self.zk
+        if not zk.kazoo.exists(CONFIG_USERS):
+            zk.kazoo.ensure_path(CONFIG_USERS)
+        users = {u for u in set(image.user_scram) | set(self.image.user_scram)
+                 if image.user_scram.get(u) != self.image.user_scram.get(u)}
+
+        def build(tx) -> None:
+            for user in sorted(users):
+                path = f"{CONFIG_USERS}/{quote(user, safe='')}"
+                try:
+                    data, _ = zk.kazoo.get(path)
+                    others = {k: v for k, v in json.loads(data or b"{}").get("config", {}).items()
+                              if not k.startswith("SCRAM-")}
+                    exists = True
+                except NoNodeError:
+                    others, exists = {}, False
+                entity = config_entity({**others, **image.user_scram.get(user, {})})
+                if exists:
+                    tx.set_data(path, entity)
+                else:
+                    tx.create(path, entity)
+                tx.create(f"{CONFIG_CHANGES}/config_change_",
+                          b'{"version":2,"entity_path":"users/' + quote(user, safe='').encode() + b'"}',
+                          sequence=True)
+        commit_fenced(zk, fence, build)
 
     def complete_disablement(self, name: str, epoch: int) -> None:
         if self.is_active:

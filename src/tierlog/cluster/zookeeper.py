@@ -37,6 +37,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -79,6 +80,7 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"  # SCRAM credentials (and, in Kafka, user quotas) per user
 CONFIG_CHANGES = "/config/changes"
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
@@ -414,7 +416,9 @@ class ZkClient:
                 data, _ = self.kazoo.get(f"/config/{path}")
             except NoNodeError:
                 return
-            configs = {k: str(v) for k, v in _load(data).get("config", {}).items()} if data else {}
+            # a user's SCRAM credentials share its znode (user_scram_credentials): they are no quota
+            configs = {k: str(v) for k, v in _load(data).get("config", {}).items()
+                       if not k.startswith("SCRAM-")} if data else {}
             if configs:
                 out[path] = configs
 
@@ -432,6 +436,7 @@ class ZkClient:
         for ip in children(CONFIG_IPS):
             read(f"ips/{ip}")
         return out
+
     # -------------------------------------------------------------- ACLs
 
     def read_acls(self) -> tuple[AclBinding, ...]:
@@ -467,6 +472,21 @@ class ZkClient:
                 self.kazoo.ensure_path(f"{root}/{type_name}")
         self.kazoo.ensure_path(ACL_CHANGES)
         self.kazoo.ensure_path(ACL_EXTENDED_CHANGES)
+    def user_scram_credentials(self) -> dict[str, dict[str, str]]:
+        """user -> SCRAM mechanism -> credential text, from /config/users/<user> as Kafka stores them
+        (other keys of a user's config, quotas, are not SCRAM credentials)."""
+        out: dict[str, dict[str, str]] = {}
+        if not self.kazoo.exists(CONFIG_USERS):
+            return out
+        for child in self.kazoo.get_children(CONFIG_USERS):
+            try:
+                data, _ = self.kazoo.get(f"{CONFIG_USERS}/{child}")
+            except NoNodeError:
+                continue
+            creds = {k: str(v) for k, v in _load(data).get("config", {}).items() if k.startswith("SCRAM-")}
+            if creds:
+                out[unquote(child)] = creds
+        return out
 
     # -------------------------------------------------------------- producer ids
 

@@ -117,20 +117,27 @@ class Listener:
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_-]+)://(?:\[([^\]]*)\]|([^:\[\]/,\s]*)):(\d+)$")
 
 
-#: The security protocols a listener can be served with (SASL_PLAINTEXT and SASL_SSL: not yet).
-SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL"})
+#: The security protocols a listener can be served with.
+SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 #: The ssl.* settings a TLS listener reads (each may be overridden per listener).
 SSL_SETTING_NAMES: tuple[str, ...] = tuple(n for n in BROKER_CONFIGS if n.startswith("ssl."))
 
+#: The SASL settings a listener may override (``listener.name.<name>.<setting>``); sasl.jaas.config is also
+#: given per mechanism, ``listener.name.<name>.<mechanism>.sasl.jaas.config`` as in Kafka.
+SASL_SETTING_NAMES: tuple[str, ...] = tuple(n for n in BROKER_CONFIGS if n.startswith("sasl.")
+                                            or n == "connections.max.reauth.ms")
+
 
 def listener_override_setting(key: str) -> str | None:
     """The setting a ``listener.name.<name>.<setting>`` key overrides, or None for any other key (only the
-    ssl.* settings have per-listener values in tierlog)."""
+    ssl.* and sasl.* settings have per-listener values in tierlog)."""
     if not key.startswith(LISTENER_PREFIX):
         return None
     _name, sep, setting = key[len(LISTENER_PREFIX):].partition(".")
-    return setting if sep and setting in SSL_SETTING_NAMES else None
+    if sep and setting.endswith(".sasl.jaas.config"):  # <mechanism>.sasl.jaas.config
+        return "sasl.jaas.config"
+    return setting if sep and (setting in SSL_SETTING_NAMES or setting in SASL_SETTING_NAMES) else None
 
 
 def _parse_protocol_map(text: str) -> dict[str, str]:
@@ -472,13 +479,10 @@ class BrokerConfig(Mapping[str, Any]):
         listeners = parse_listeners(v["listeners"], protocol_map, "listeners")
         if not listeners:
             raise invalid("listeners", v["listeners"], "At least one listener is required")
-        sasl = [f"{lst.name} ({lst.security_protocol})" for lst in listeners
-                if lst.security_protocol not in SERVED_PROTOCOLS]
-        if sasl:
-            # Serving such a listener without authentication would mislead its clients: refuse until SASL exists.
-            raise invalid("listeners", v["listeners"],
-                          f"Listeners {', '.join(sasl)} need SASL, which tierlog does not support yet; "
-                          "PLAINTEXT and SSL listeners can be served")
+        unserved = [f"{lst.name} ({lst.security_protocol})" for lst in listeners
+                    if lst.security_protocol not in SERVED_PROTOCOLS]
+        if unserved:
+            raise invalid("listeners", v["listeners"], f"Listeners {', '.join(unserved)}: unknown security protocol")
         names = [lst.name for lst in listeners]
         if v["advertised.listeners"]:
             advertised = parse_listeners(v["advertised.listeners"], protocol_map, "advertised.listeners")

@@ -65,11 +65,14 @@ def validate_client_config(role: str, props: Mapping[str, Any]) -> dict[str, Any
             else:
                 log.warning("Unknown configuration '%s' for a %s: ignored", key, role)
 
-    if out["security.protocol"].upper() not in ("PLAINTEXT", "SSL"):
-        # Connecting without authentication when SASL was asked for would be worse than refusing.
-        raise invalid("security.protocol", out["security.protocol"],
-                      "tierlog's client speaks PLAINTEXT and SSL; SASL is not supported yet")
-    if out["security.protocol"].upper() == "SSL":
+    protocol = out["security.protocol"].upper()
+    if protocol.startswith("SASL_"):
+        from tierlog.security.sasl_client import SaslClientError, SaslCredentials
+        try:  # incomplete credentials are refused here, before any I/O
+            SaslCredentials.from_config(out)
+        except SaslClientError as e:
+            raise invalid("sasl.mechanism", out.get("sasl.mechanism"), str(e)) from None
+    if protocol in ("SSL", "SASL_SSL"):
         client_context(out)  # unreadable stores, a wrong password...: refused here, before any I/O
     if "reconnect.backoff.ms" in given and "reconnect.backoff.max.ms" not in given:
         out["reconnect.backoff.max.ms"] = out["reconnect.backoff.ms"]

@@ -649,6 +649,36 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How the subject of a client certificate becomes the principal's name: rules "
            "RULE:pattern/replacement/ (L or U after the last slash lowercases or uppercases), tried in order, "
            "DEFAULT keeping the subject as it is (RFC 2253, e.g. CN=client,OU=eng,O=acme)."),
+    # --- SASL (Kafka's names; PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER are served) ---
+    _b("sasl.enabled.mechanisms", "list", ["GSSAPI"],
+       doc="SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener accepts (per listener: "
+           "listener.name.<listener>.sasl.enabled.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER. "
+           "GSSAPI (Kerberos), Kafka's default, is not served: a SASL listener must name its mechanisms."),
+    _b("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI",
+       doc="The SASL mechanism brokers authenticate to each other with, when the inter-broker listener is "
+           "SASL_PLAINTEXT or SASL_SSL."),
+    _b("sasl.jaas.config", "password", None,
+       doc="JAAS login configuration, Kafka's syntax (per listener and mechanism: "
+           "listener.name.<listener>.<mechanism>.sasl.jaas.config). PLAIN: PlainLoginModule's user_<name>=\"password\" "
+           "options are the users; username/password are what this broker sends to the others."),
+    _b("sasl.server.max.receive.size", "int", 524288, AtLeast(1),
+       doc="Largest SASL frame a client may send before it is authenticated; a bigger one closes the connection."),
+    _b("connections.max.reauth.ms", "long", 0, AtLeast(0),
+       doc="KIP-368: lifetime of an authenticated SASL session (0: unlimited). Clients are told it in "
+           "SaslAuthenticate v1+ and re-authenticate before it ends; a connection past it is closed."),
+    _b("sasl.oauthbearer.jwks.endpoint.url", "string", None,
+       doc="OAUTHBEARER: where the signing keys of tokens are read (file:// or http(s)://); unset, unsecured "
+           "tokens (alg none) are accepted, as Kafka's default validator does."),
+    _b("sasl.oauthbearer.expected.audience", "list", [],
+       doc="OAUTHBEARER: a token's aud must name one of these (empty: not checked)."),
+    _b("sasl.oauthbearer.expected.issuer", "string", None,
+       doc="OAUTHBEARER: a token's iss must be this (unset: not checked)."),
+    _b("sasl.oauthbearer.sub.claim.name", "string", "sub",
+       doc="OAUTHBEARER: the claim naming the principal."),
+    _b("sasl.oauthbearer.scope.claim.name", "string", "scope",
+       doc="OAUTHBEARER: the claim holding the token's scopes."),
+    _b("sasl.oauthbearer.clock.skew.seconds", "int", 30, AtLeast(0),
+       doc="OAUTHBEARER: how far the broker's and the issuer's clocks may differ when exp, iat and nbf are checked."),
     _b("queued.max.request.bytes", "long", -1,
        doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
            "connections stop reading until memory is freed. -1 (or 0) is unbounded."),
@@ -1120,6 +1150,17 @@ _CLIENT: tuple[ConfigDef, ...] = (
     _c("ssl.endpoint.identification.algorithm", "string", "https",
        doc="https: check that the broker's certificate names the host connected to (its SAN); empty: no "
            "check."),
+    _c("sasl.mechanism", "string", "GSSAPI",
+       doc="SASL mechanism with security.protocol SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+           "or OAUTHBEARER (GSSAPI, Kafka's default, is not supported)."),
+    _c("sasl.jaas.config", "password", None,
+       doc="Java clients' login: PlainLoginModule or ScramLoginModule with username and password; "
+           "OAuthBearerLoginModule with unsecuredLoginStringClaim_sub (an unsecured token, for development)."),
+    _c("sasl.username", "string", None, doc="confluent-kafka's name for the SASL user (PLAIN, SCRAM)."),
+    _c("sasl.password", "password", None, doc="confluent-kafka's name for the SASL password (PLAIN, SCRAM)."),
+    _c("sasl.oauthbearer.config", "string", None,
+       doc="confluent-kafka's unsecured OAUTHBEARER token settings: principal=<name> [lifeSeconds=<s>] "
+           "[scope=<a,b>]."),
     _c("metadata.recovery.strategy", "string", "rebootstrap",
        InSet(("none", "rebootstrap"), case_insensitive=True),
        doc="What to do when no known broker is reachable: none fails, rebootstrap starts again from "

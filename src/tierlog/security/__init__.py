@@ -4,7 +4,8 @@ principal a connection authenticates as (:mod:`tierlog.security.principal`: ``Ka
 ``ssl.principal.mapping.rules``).
 
 The package is sans-configuration-table: it reads plain mappings of setting name to value, so the
-client (layer 2) and the broker (layer 5) share it. SASL will plug in next to TLS here.
+client (layer 2) and the broker (layer 5) share it. SASL, sans-IO, is in ``jaas``, ``scram``, ``oauthbearer``,
+``sasl_server`` (the broker's mechanisms) and ``sasl_client`` (a client's settings and exchange).
 """
 
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper

@@ -51,6 +51,7 @@ from tierlog.protocol.internal import InternalApi
 from tierlog.records import scan as record_scan
 from tierlog.records import validation as record_validation
 from tierlog.security import SSL_SETTINGS, server_context
+from tierlog.security.scram import ScramCredential
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.acls import AclApis
@@ -68,6 +69,7 @@ from tierlog.server.apis.produce import ProduceApis
 from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.quotas import ClientQuotaApis
 from tierlog.server.apis.reassignment import ReassignmentApis
+from tierlog.server.apis.scram import ScramApis
 from tierlog.server.apis.transactions import (
     MARKER_REPLICATION_TIMEOUT_S,
     LocalMarkerWriter,
@@ -86,6 +88,7 @@ from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
+from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager, offset_map
@@ -148,6 +151,7 @@ class Broker:
         self.txn_verification: AddPartitionsToTxnManager | None = None
         self.http_endpoint: HttpEndpoint | None = None
         self.inter_broker_ssl: ssl.SSLContext | None = None  # a cluster whose inter-broker listener speaks TLS
+        self.inter_broker_sasl = None  # ... or authenticates with SASL (SaslCredentials)
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
         self._stopped = asyncio.Event()
@@ -195,7 +199,10 @@ class Broker:
         try:  # SSL listeners: their keystores are read now, so a broken one fails the start with its reason
             self.socket_server.tls = listener_security(cfg.listeners, lambda: controller.effective_config)
             controller.dynamic_config_check = dynamic_config_check(self.socket_server.tls)
+            self.socket_server.sasl = sasl_listeners(cfg.listeners, lambda: controller.effective_config,
+                                                     self._scram_credential)
             self.inter_broker_ssl = inter_broker_client_context(cfg) if controller.clustered else None
+            self.inter_broker_sasl = inter_broker_credentials(cfg) if controller.clustered else None
         except InvalidConfigError as e:
             raise StartupError(e.message) from None
         self._advertise_bound()  # listeners with port 0 picked a free one; every listener's endpoint
@@ -203,7 +210,7 @@ class Broker:
             controller.me = self._zk_broker_image(controller.me)
             self.channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
                                                 lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
-                                                self.inter_broker_ssl)
+                                                self.inter_broker_ssl, self.inter_broker_sasl)
             await controller.start(self.channel)  # the cluster as ZooKeeper has it
         if cfg["remote.log.storage.system.enable"]:
             self.remote_log_manager = self._build_tiered_storage()
@@ -265,7 +272,8 @@ class Broker:
                        AdminApis(controller, rm), LeadershipApis(controller),
                        ConfigApis(controller, self.node_id), ClientQuotaApis(controller),
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
-                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis):
+                       TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis,
+                       SaslApis(), ScramApis(controller)):
             family.register(self.registry)
         if authorizer is not None:  # wraps the handlers, so before forwarding wraps them again
             AuthorizingApis(authorizer, rm.topic_name).register(self.registry)
@@ -294,6 +302,11 @@ class Broker:
             except Exception:  # noqa: BLE001 - KIP-1197: a failing callback does not fail start-up
                 log.exception("Start-up of %s once the broker is ready failed", getattr(on_ready, "__qualname__", ""))
 
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential as the cluster metadata has it now (AlterUserScramCredentials)."""
+        text = self.controller.image.user_scram.get(user, {}).get(mechanism) if self.controller else None
+        return ScramCredential.from_text(text) if text else None
+
     def _build_transaction_coordinator(self, cfg, controller: Controller, rm: ReplicaManager,
                                        groups: GroupCoordinator) -> TransactionCoordinatorApis:
         """The transaction coordinator on ``__transaction_state`` (this broker's log), its state writes waited
@@ -320,7 +333,7 @@ class Broker:
             # Connections of its own: a marker request waits for replication, controller pushes must not.
             channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
                                            lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
-                                           self.inter_broker_ssl)
+                                           self.inter_broker_ssl, self.inter_broker_sasl)
             write_markers = self.txn_marker_channel = TransactionMarkerChannel(
                 self.node_id, lambda: controller.image, write_markers, channel,
                 int(MARKER_REPLICATION_TIMEOUT_S * 1000) + 10000)
@@ -357,6 +370,7 @@ class Broker:
                                             lambda: controller.image.brokers, lambda: controller.effective_config,
                                             rm.follower_appended)
         rm.fetchers.ssl_context = self.inter_broker_ssl
+        rm.fetchers.sasl = self.inter_broker_sasl
         rm.fetchers.remote_log_manager = self.remote_log_manager  # KIP-405's follower path
         rm.alter_partition = AlterPartitionManager(
             self.node_id, self.channel, lambda: controller.image.controller_id, lambda: -1, rm.isr_updated,

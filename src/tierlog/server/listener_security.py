@@ -6,8 +6,8 @@
   (``listener.name.<name>.ssl.*`` over the broker-wide ones). The TLS handshake runs when a connection is
   accepted; the principal comes from the client certificate's subject through
   ``ssl.principal.mapping.rules``.
-- SASL_PLAINTEXT, SASL_SSL: refused when the configuration is checked; a SASL authenticator will plug in
-  here, next to :class:`TlsListener`.
+- SASL_PLAINTEXT, SASL_SSL: the connection authenticates with SASL first
+  (:mod:`tierlog.server.sasl_authenticator`); SASL_SSL runs its TLS handshake (a :class:`TlsListener`) before.
 
 Certificate reload, as Kafka's dynamic ``ssl.keystore.*`` updates: the context is looked at again whenever
 the broker's effective configuration changes (a dynamic broker config was altered, e.g. with
@@ -143,28 +143,23 @@ def dynamic_config_check(listeners: dict[str, TlsListener]) -> Callable[[BrokerC
 
 
 def listener_security(listeners, config: Callable[[], BrokerConfig]) -> dict[str, TlsListener]:
-    """The TLS side of every SSL listener by name (PLAINTEXT listeners have none); SslConfigError (an
+    """The TLS side of every SSL and SASL_SSL listener by name (PLAINTEXT listeners have none); SslConfigError (an
     InvalidConfigError naming the listener) when one cannot be built."""
     out: dict[str, TlsListener] = {}
     for listener in listeners:
-        if listener.security_protocol == "SSL" and listener.name not in out:
+        if listener.security_protocol in ("SSL", "SASL_SSL") and listener.name not in out:
             out[listener.name] = TlsListener(listener.name, config)
-        elif listener.security_protocol not in ("PLAINTEXT", "SSL"):
-            raise InvalidConfigError(f"Listener {listener.name}: security protocol {listener.security_protocol} "
-                                     "is not supported yet (SASL)")
     return out
 
 
 def inter_broker_client_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
-    """The context this broker connects to other brokers with: None for a PLAINTEXT inter-broker listener;
-    for SSL, the listener's ssl settings used as a client's (its keystore is this broker's certificate, its
-    truststore verifies the others', ssl.endpoint.identification.algorithm checks their host names)."""
+    """The context this broker connects to other brokers with: None for a PLAINTEXT or SASL_PLAINTEXT
+    inter-broker listener; for SSL and SASL_SSL, the listener's ssl settings used as a client's (its keystore is
+    this broker's certificate, its truststore verifies the others', ssl.endpoint.identification.algorithm
+    checks their host names)."""
     listener = cfg.inter_broker_listener
-    if listener.security_protocol == "PLAINTEXT":
+    if listener.security_protocol not in ("SSL", "SASL_SSL"):
         return None
-    if listener.security_protocol != "SSL":
-        raise InvalidConfigError(f"Inter-broker listener {listener.name}: {listener.security_protocol} is not "
-                                 "supported yet (SASL)")
     return client_context(cfg.listener_ssl_settings(listener.name), where=f"inter-broker listener {listener.name}")
 
 

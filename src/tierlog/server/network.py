@@ -34,8 +34,10 @@ regions with ``loop.sendfile``: the limits wrap these paths without changing the
 On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
-cannot encrypt). A PLAINTEXT connection takes the path it always took. Each connection's session (listener,
-principal) is set once in its task's context (``CURRENT_SESSION``).
+cannot encrypt). A PLAINTEXT connection takes the path it always took. On a SASL_PLAINTEXT or SASL_SSL
+listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
+frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
+request. Each connection's session (listener, principal) is set in its task's context (``CURRENT_SESSION``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from tierlog.config.definitions import parse_connection_overrides
-from tierlog.errors import InvalidConfigError, KafkaError, StartupError
+from tierlog.errors import IllegalSaslStateError, InvalidConfigError, KafkaError, StartupError
 from tierlog.logs import RepeatLimiter
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import (
@@ -66,16 +68,29 @@ from tierlog.protocol import (
     InvalidFrameError,
     RequestContext,
     RequestParseError,
+    build_response,
+    encode_response,
     encode_response_parts,
     fallback_response_frame,
     internal,
     offload,
+    parse_request,
 )
 from tierlog.security import ANONYMOUS
+from tierlog.security.sasl_server import SaslFailure
 from tierlog.server import authorizer
 from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, Session, TlsListener
+from tierlog.server.sasl_authenticator import (
+    AUTHENTICATE,
+    COMPLETE,
+    CURRENT_SASL,
+    FAILED,
+    RAW_TOKENS,
+    SaslConnection,
+    SaslListener,
+)
 
 log = logging.getLogger(__name__)
 
@@ -412,6 +427,8 @@ class SocketServer:
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
         #: The TLS side of each SSL listener by name (set by the broker; PLAINTEXT listeners have none).
         self.tls: dict[str, TlsListener] = {}
+        #: The SASL side of each SASL_PLAINTEXT and SASL_SSL listener by name (set by the broker).
+        self.sasl: dict[str, SaslListener] = {}
 
     async def bind(self, listeners) -> list[BoundListener]:
         """Bind every listener (``Listener`` objects with name/host/port/security_protocol) without
@@ -517,6 +534,8 @@ class SocketServer:
         task = asyncio.current_task()
         writer = None
         tls = self.tls.get(listener) if self.tls else None
+        sasl_listener = self.sasl.get(listener) if self.sasl else None
+        sasl = None
         try:
             if tls is None:
                 reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
@@ -530,10 +549,18 @@ class SocketServer:
                 if opened is None:
                     return
                 reader, writer, session = opened
+            self._writers[task] = writer
+            if sasl_listener is not None:
+                # Nothing but ApiVersions and the SASL exchange until the client is authenticated.
+                sasl = SaslConnection(sasl_listener, peer, ip, tls is not None, self._warn)
+                CURRENT_SASL.set(sasl)
+                CURRENT_SESSION.set(Session(listener, sasl.protocol, ANONYMOUS, str(peer)))
+                if not await self._authenticate(reader, writer, peer, ip, listener, sasl):
+                    return
+                session = sasl.session()
             # Who is on this connection, for its handlers (they run on this task): listener and principal.
             CURRENT_SESSION.set(session)
-            self._writers[task] = writer
-            await self._serve(reader, writer, peer, listener, tls is not None)
+            await self._serve(reader, writer, peer, listener, tls is not None, sasl)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -599,7 +626,7 @@ class SocketServer:
     # ------------------------------------------------------------------ one connection
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer,
-                     listener: str = "", tls: bool = False) -> None:
+                     listener: str = "", tls: bool = False, sasl: SaslConnection | None = None) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
         # Who sends this connection's requests, for the authorizer and quotas: the connection's principal (its
@@ -647,6 +674,8 @@ class SocketServer:
                         pool.force(in_memory - held)
                         held = in_memory
                 for frame in frames:
+                    if sasl is not None and sasl.expires_at is not None and not self._session_alive(sasl, frame):
+                        return
                     try:
                         out, timers, mute_ms = await self._handle(frame, peer, received, listener, session)
                     except _CloseConnection:
@@ -657,6 +686,8 @@ class SocketServer:
                         else:
                             await self._send_parts(writer, out, tls)
                         await writer.drain()
+                    if sasl is not None and sasl.state == FAILED:  # a failed re-authentication: answered, closed
+                        return
                     if timers:
                         total_ms = (time.monotonic() - received) * 1000
                         for m in timers:
@@ -686,6 +717,91 @@ class SocketServer:
                 pool.release(held)
             if decoder.buffered >= TRIM_FRAME_BYTES:  # a half-received frame, dropped with the connection
                 self._freed_memory(decoder.buffered)
+
+    def _session_alive(self, sasl: SaslConnection, frame: bytes) -> bool:
+        """KIP-368: a connection whose session ended without re-authenticating is closed at its next request
+        (a SaslHandshake starting the re-authentication goes through)."""
+        if not sasl.expired(time.monotonic()) or int.from_bytes(frame[:2], "big") == ApiKey.SASL_HANDSHAKE:
+            return True
+        log.info("Closing connection from %s (%s) on listener %s: its SASL session expired without "
+                 "re-authentication (connections.max.reauth.ms)", sasl.peer, sasl.principal, sasl.listener.name)
+        return False
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer, ip: str,
+                            listener: str, sasl: SaslConnection) -> bool:
+        """Serve a new SASL connection until it is authenticated (True) or must be closed (False). Frames are
+        read here, each checked against sasl.server.max.receive.size before its body is read, as Kafka's
+        SaslServerAuthenticator bounds what an unauthenticated client can make the broker hold."""
+        limit = sasl.listener.max_receive
+        while True:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            except TimeoutError:
+                log.info("Closing idle connection from %s during SASL authentication (connections.max.idle.ms)",
+                         peer)
+                return False
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    self._warn.warning(("sasl", listener, "truncated"), "Closing connection from %s on listener "
+                                       "%s: truncated SASL frame", ip, listener)
+                return False
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 0 or size > limit:
+                self._warn.warning(("sasl", listener, "size"), "Closing connection from %s on listener %s: a frame "
+                                   "of %d bytes before authentication (sasl.server.max.receive.size is %d)", ip,
+                                   listener, size, limit)
+                return False
+            try:
+                frame = await asyncio.wait_for(reader.readexactly(size), self.idle_timeout_s)
+            except (TimeoutError, asyncio.IncompleteReadError):
+                self._warn.warning(("sasl", listener, "truncated"), "Closing connection from %s on listener %s: "
+                                   "truncated SASL frame", ip, listener)
+                return False
+            if sasl.state == RAW_TOKENS:  # SaslHandshake v0: the tokens themselves, length-prefixed
+                try:
+                    out = sasl.evaluate(frame)
+                except SaslFailure:
+                    return False  # Kafka closes without an answer: v0 has no way to carry one
+                writer.write(len(out).to_bytes(4, "big") + out)
+                await writer.drain()
+                if sasl.state == COMPLETE:
+                    return True
+                continue
+            api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+            allowed = (ApiKey.SASL_AUTHENTICATE,) if sasl.state == AUTHENTICATE else (ApiKey.API_VERSIONS,
+                                                                                        ApiKey.SASL_HANDSHAKE)
+            if api_key not in allowed:
+                if sasl.state == AUTHENTICATE:  # Kafka answers ILLEGAL_SASL_STATE here, then closes
+                    await self._illegal_state(frame, writer, peer)
+                name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else str(api_key)
+                self._warn.warning(("sasl", listener, "state"), "Closing connection from %s on listener %s: "
+                                   "request %s before SASL authentication completed", ip, listener, name)
+                return False
+            try:
+                out, _ = await self._handle(frame, peer, time.monotonic(), listener)
+            except _CloseConnection:
+                return False
+            if out is not None:
+                writer.write(out) if isinstance(out, bytes) else await self._send_parts(writer, out, False)
+                await writer.drain()
+            if sasl.state == FAILED:
+                return False  # answered (UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED), then closed
+            if sasl.state == COMPLETE:
+                return True
+
+    async def _illegal_state(self, frame: bytes, writer: asyncio.StreamWriter, peer) -> None:
+        try:
+            ctx = parse_request(frame)
+        except RequestParseError:
+            return
+        error = IllegalSaslStateError(f"Unexpected Kafka request of type {ctx.api_name} during SASL authentication.")
+        if ctx.api_key == ApiKey.API_VERSIONS:  # Kafka's error answer at the request's version, no API listed
+            response = build_response(ctx, {"error_code": error.code, "api_keys": []})
+        else:
+            response = self._error_response(ctx, error)
+        if response is not None:
+            writer.write(encode_response(ctx, response))
+            await writer.drain()
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list, tls: bool = False) -> None:
         """Write a response whose records are file regions: sendfile where the loop can (never through TLS,

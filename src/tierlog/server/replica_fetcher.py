@@ -105,6 +105,7 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.listener = listener
         self.ssl_context = None  # the inter-broker listener's client context when it speaks TLS
+        self.sasl = None  # the inter-broker credentials when that listener is SASL_PLAINTEXT or SASL_SSL
         self.brokers = brokers
         self.config = config
         self.on_appended = on_appended
@@ -226,7 +227,7 @@ class ReplicaFetcher:
         timeout_ms = max(cfg["replica.socket.timeout.ms"], cfg["replica.fetch.wait.max.ms"] + 1000)
         conn = await BrokerConnection.open(host, port, node_id=self.leader_id, client_id=self.client_id,
                                            request_timeout_ms=timeout_ms, setup_timeout_ms=min(timeout_ms, 10000),
-                                           ssl_context=self.manager.ssl_context)
+                                           ssl_context=self.manager.ssl_context, sasl=self.manager.sasl)
         rcvbuf = cfg["replica.socket.receive.buffer.bytes"]
         sock = conn.socket
         if rcvbuf > 0 and sock is not None:

@@ -92,6 +92,8 @@ class AuthorizingApis:
             ApiKey.DESCRIBE_LOG_DIRS: self._cluster(Op.DESCRIBE),
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self._cluster(Op.DESCRIBE_CONFIGS),
             ApiKey.ALTER_CLIENT_QUOTAS: self._cluster(Op.ALTER_CONFIGS),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._cluster(Op.DESCRIBE),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._cluster(Op.ALTER),
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
@@ -476,8 +478,8 @@ class AuthorizingApis:
 
 
 def _all_items_error(ctx: RequestContext, code: int):
-    """DescribeLogDirs before v3, ElectLeaders v0 and AlterClientQuotas have no top-level error: every item
-    carries it."""
+    """DescribeLogDirs before v3, ElectLeaders v0, AlterClientQuotas and AlterUserScramCredentials have no
+    top-level error: every item carries it."""
     req = ctx.request
     if ctx.api_key == ApiKey.DESCRIBE_LOG_DIRS:
         return build_response(ctx, {"error_code": code, "results": []})
@@ -486,6 +488,10 @@ def _all_items_error(ctx: RequestContext, code: int):
             {"error_code": code, "error_message": AUTHORIZATION_FAILED,
              "entity": [{"entity_type": c.entity_type, "entity_name": c.entity_name} for c in e.entity]}
             for e in req.entries]})
+    if ctx.api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        names = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+        return build_response(ctx, {"results": [{"user": n, "error_code": code, "error_message": AUTHORIZATION_FAILED}
+                                                for n in names]})
     if ctx.api_key == ApiKey.ELECT_LEADERS:
         return build_response(ctx, {"replica_election_results": [
             {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
