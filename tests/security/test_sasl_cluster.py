@@ -77,3 +77,48 @@ def test_scram_credentials_live_in_zookeeper_and_serve_every_broker(sasl_cluster
         for p in range(3):
             producer.produce(name, f"b{i}p{p}".encode(), partition=p)
         assert producer.flush(60) == 0
+
+
+def test_a_users_quota_and_scram_credential_share_its_znode(sasl_cluster):
+    """Kafka keeps a user's SCRAM credentials and its quotas in one znode, /config/users/<user>: changing either
+    keeps the other, the quota is no credential and the credential no quota."""
+    cluster = sasl_cluster
+    first = cluster.brokers[cluster.running_ids()[0]]
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    up = UserScramCredentialUpsertion("quinn", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"q-secret")
+    admin.alter_user_scram_credentials([up])["quinn"].result(timeout=60)
+    quota = {"entries": [{"entity": [{"entity_type": "user", "entity_name": "quinn"}],
+                          "ops": [{"key": "producer_byte_rate", "value": 2048.0, "remove": False}]}],
+             "validate_only": False}
+    raw = rawclient.RawClient(first.bootstrap)
+    try:
+        assert raw.request(rawclient.ApiKey.ALTER_CLIENT_QUOTAS, 1, quota).entries[0].error_code == 0
+        up2 = UserScramCredentialUpsertion("quinn", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                           b"q-secret-2")
+        admin.alter_user_scram_credentials([up2])["quinn"].result(timeout=60)
+
+        def described():
+            resp = raw.request(rawclient.ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [
+                {"entity_type": "user", "match_type": 0, "match": "quinn"}], "strict": True})
+            return {v.key: v.value for e in resp.entries for v in e.values} or None
+        assert cluster.wait_until(described, 30, "quinn's quota") == {"producer_byte_rate": 2048.0}
+    finally:
+        raw.close()
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=30)
+    try:
+        config = json.loads(zk.get("/config/users/quinn")[0])["config"]
+    finally:
+        zk.stop()
+    assert config["producer_byte_rate"] == "2048.0"
+    assert config["SCRAM-SHA-256"].endswith(",iterations=8192")
+    creds = admin.describe_user_scram_credentials(["quinn"])["quinn"].result(timeout=60)
+    assert [(c.mechanism, c.iterations) for c in creds.scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    address = listener_addresses(cluster.brokers[cluster.running_ids()[-1]])["SASL_PLAINTEXT"]
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": address, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "quinn", "sasl.password": "q-secret-2", "acks": "all"})
+    name = rawclient.unique("sasl-quota")
+    create(cluster, name, 1)
+    producer.produce(name, b"ok", partition=0)
+    assert producer.flush(60) == 0

@@ -778,7 +778,7 @@ class SocketServer:
                                    "request %s before SASL authentication completed", ip, listener, name)
                 return False
             try:
-                out, _ = await self._handle(frame, peer, time.monotonic(), listener)
+                out, _, _ = await self._handle(frame, peer, time.monotonic(), listener)
             except _CloseConnection:
                 return False
             if out is not None:
