@@ -114,7 +114,7 @@ class ProduceApis:
         self.transactions = None
         #: KIP-890 part 1's questions to the transaction coordinators, when this broker verifies
         self.verification: AddPartitionsToTxnManager | None = None
-        #: transaction.partition.verification.enable (dynamic), read per request
+        #: transaction.partition.verification.enable (dynamic; the broker caches it until the dynamic configs change)
         self.verification_enabled = lambda: True
 
     def register(self, registry) -> None:
