@@ -67,9 +67,16 @@ def main() -> int:
     ap.add_argument("--transaction-duration-ms", type=int, default=100)
     ap.add_argument("--warmups", type=int, default=3, help="unmeasured full-size steps per broker first")
     ap.add_argument("--json", type=Path, help="also write every run's figures there")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=SRC",
+                    help="also run a tierlog broker named NAME from another src folder (e.g. `git archive BASE src "
+                    "| tar -x -C DIR`, then DIR/src): an A/B of tierlog versions in the same runs; the output adds "
+                    "NAME's medians and vs_NAME, tierlog / NAME paired (records/s, broker CPU ms per MB)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-txn-"))
     brokers = [vs.KafkaBroker(work), vs.TierlogBroker(work)]
+    for spec in args.variant:
+        name, _, src = spec.partition("=")
+        brokers.append(vs.TierlogBroker(work, src=Path(src).resolve(), name=name))
     vs.TOOLS = vs.PerfTools()
     runs: list[dict] = []
     started = time.time()
@@ -117,7 +124,7 @@ def main() -> int:
     medians = {name: {k: round(statistics.median(r[name][k] for r in runs), 2)
                       for k in ("records_s", "mb_s", "p99_ms", "broker_cpu_ms_per_mb", "broker_cpu_busy",
                                 "transactions", "plain_records_s")}
-               for name in ("kafka", "tierlog")}
+               for name in [b.name for b in brokers]}
     result = {"bench": "transactions", "records": args.records, "record_bytes": args.record_bytes,
               "transaction_duration_ms": args.transaction_duration_ms, "runs": args.runs, "warmups": args.warmups,
               "kafka_records_s": medians["kafka"]["records_s"], "tierlog_records_s": medians["tierlog"]["records_s"],
@@ -127,6 +134,9 @@ def main() -> int:
               "plain_ratio_records_s": round(medians["tierlog"]["plain_records_s"]
                                              / medians["kafka"]["plain_records_s"], 2),
               "medians": medians, "minutes": round((time.time() - started) / 60, 1)}
+    for b in brokers[2:]:
+        result[f"vs_{b.name}"] = {k: round(statistics.median(r["tierlog"][k] / r[b.name][k] for r in runs), 3)
+                                  for k in ("records_s", "broker_cpu_ms_per_mb")}
     if args.json:
         args.json.write_text(json.dumps({**result, "per_run": runs}, indent=1))
     print(json.dumps(result))

@@ -128,8 +128,12 @@ class TierlogBroker:
     name = "tierlog"
     READY = "tierlog broker ready on "
 
-    def __init__(self, work: Path, overrides: dict | None = None):
-        self.work = work / "tierlog"
+    def __init__(self, work: Path, overrides: dict | None = None, src: Path | None = None, name: str | None = None):
+        """``src``: another checkout's ``src`` folder to run (an A/B of two tierlog versions), else this one's."""
+        if name:
+            self.name = name
+        self.src = src or ROOT / "src"
+        self.work = work / self.name
         self.overrides = {**COMMON_BROKER_SETTINGS, **(overrides or {})}
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
@@ -141,7 +145,7 @@ class TierlogBroker:
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         # src/ first; the caller's PYTHONPATH after it (e.g. a folder with uvloop, tierlog[fast]).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(self.src),
                                                                        os.environ.get("PYTHONPATH")]))}
         self.output = self.work / "broker.out"
         with open(self.output, "wb") as out:

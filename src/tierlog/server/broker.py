@@ -252,8 +252,16 @@ class Broker:
         fetch_apis = FetchApis(rm, controller, request_metrics, topic_metrics)
         fetch_apis.client_quotas = quotas
 
-        def verification_enabled() -> bool:  # dynamic (a broker or cluster-wide default): read each time
-            return controller.effective_config["transaction.partition.verification.enable"]
+        # Dynamic (a broker or cluster-wide default), asked on every transactional Produce: read again only
+        # when the dynamic broker configs change (a new mapping in the image, as effective_config's own cache).
+        verification_read: list = [None, True]
+
+        def verification_enabled() -> bool:
+            dynamic = controller.image.broker_configs
+            if verification_read[0] is not dynamic:
+                verification_read[1] = bool(controller.effective_config["transaction.partition.verification.enable"])
+                verification_read[0] = dynamic
+            return verification_read[1]
 
         verification = self._build_transaction_verification(cfg, controller, rm)
         produce_apis.verification = verification

@@ -120,7 +120,8 @@ class Partition:
         if len(self.isr or (self.leader_id,)) < self.effective_min_isr():
             return False
         low = self.log.log_end_offset
-        for r in self.maximal_isr():
+        # Every acks=all Produce comes here: the ISR as it is unless a change is in flight (no sets built).
+        for r in (self.maximal_isr() if self.pending_isr else self.isr):
             if r == self.leader_id:
                 continue
             st = self.followers.get(r)

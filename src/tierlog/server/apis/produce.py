@@ -120,7 +120,7 @@ class ProduceApis:
         self.transactions = None
         #: KIP-890 part 1's questions to the transaction coordinators, when this broker verifies
         self.verification: AddPartitionsToTxnManager | None = None
-        #: transaction.partition.verification.enable (dynamic), read per request
+        #: transaction.partition.verification.enable (dynamic; the broker caches it until the dynamic configs change)
         self.verification_enabled = lambda: True
         #: the broker's client quotas (producer_byte_rate), or None
         self.client_quotas: ClientQuotas | None = None
