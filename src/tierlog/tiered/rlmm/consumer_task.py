@@ -84,6 +84,7 @@ class ConsumerTask:
     async def close(self) -> None:
         self.closed = True
         self._progress.set()
+        self._wakeup.set()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -191,7 +192,9 @@ class ConsumerTask:
     # ---------------------------------------------------------------------------------------- loop
 
     async def _run(self) -> None:
-        while True:
+        # Not only the cancel ends the loop: Python 3.11's asyncio.wait_for (under the consumer's poll) drops a
+        # cancellation that lands together with the awaited result, and close() would then wait forever.
+        while not self.closed:
             try:
                 if self._changes:
                     self._apply_assignment_changes()
