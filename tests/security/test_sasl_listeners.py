@@ -33,10 +33,8 @@ from tests.security.sasllib import (
     plain_server_jaas,
     send_size,
 )
-from tests.security.tlslib import listener_addresses
-from tierlog.client.consumer import Consumer
+from tests.security.tlslib import listener_addresses, tierlog_roundtrip
 from tierlog.client.producer import Producer
-from tierlog.client.types import TopicPartition
 from tierlog.errors import SaslAuthenticationFailedError
 from tierlog.protocol import ApiKey, build, encode_request
 
@@ -269,20 +267,6 @@ def test_kcat_scram_sha_256_and_plain_over_sasl_ssl(sasl, pki):
     assert out.stdout.split() == [b"one", b"two", b"three"]
 
 
-async def _tierlog_roundtrip(settings: dict, topic: str, count: int = 10) -> list[bytes]:
-    async with Producer({**settings, "linger.ms": 1}) as producer:
-        for i in range(count):
-            await asyncio.wait_for(producer.send_and_wait(topic, f"v{i}".encode()), 30)
-    got: list[bytes] = []
-    async with Consumer({**settings, "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(got) < count and asyncio.get_running_loop().time() < deadline:
-            for records in (await consumer.poll(1000)).values():
-                got += [r.value for r in records]
-    return got
-
-
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
 def test_tierlog_client_over_sasl_ssl(sasl, pki, mechanism):
     _broker, addresses, _ = sasl
@@ -294,7 +278,7 @@ def test_tierlog_client_over_sasl_ssl(sasl, pki, mechanism):
     settings = {"bootstrap.servers": addresses["SASL_SSL"], "security.protocol": "SASL_SSL",
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
                 "sasl.mechanism": mechanism, "sasl.jaas.config": login}
-    assert asyncio.run(_tierlog_roundtrip(settings, topic)) == [f"v{i}".encode() for i in range(10)]
+    assert asyncio.run(tierlog_roundtrip(settings, topic, 10)) == [f"v{i}".encode() for i in range(10)]
 
 
 def test_tierlog_client_confluent_names_and_a_wrong_password(sasl):
@@ -302,7 +286,7 @@ def test_tierlog_client_confluent_names_and_a_wrong_password(sasl):
     topic = _topic(addresses)
     settings = {"bootstrap.servers": addresses["SASL_PLAINTEXT"], "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "bob-secret"}
-    assert asyncio.run(_tierlog_roundtrip(settings, topic, 3)) == [b"v0", b"v1", b"v2"]
+    assert asyncio.run(tierlog_roundtrip(settings, topic, 3)) == [b"v0", b"v1", b"v2"]
 
     async def wrong():
         async with Producer({**settings, "sasl.password": "nope-not-it", "delivery.timeout.ms": 10000,

@@ -19,11 +19,9 @@ from tests.harness.broker import log_lines, running_broker
 from tests.harness.rawclient import RawClient, create_topic, unique
 from tests.harness.tiered import wait_for
 from tests.security.pki import KEY_PASSWORD, STORE_PASSWORD
-from tests.security.tlslib import client_context, listener_addresses, tierlog_settings, tls_raw
-from tierlog.client.consumer import Consumer
+from tests.security.tlslib import client_context, listener_addresses, tierlog_roundtrip, tierlog_settings, tls_raw
 from tierlog.client.errors import KafkaConnectionError, KafkaTimeoutError
 from tierlog.client.producer import Producer
-from tierlog.client.types import TopicPartition
 from tierlog.errors import InvalidConfigError
 from tierlog.protocol import ApiKey
 
@@ -69,20 +67,6 @@ def _topic(addresses) -> str:
     return name
 
 
-async def _tierlog_roundtrip(settings: dict, topic: str, count: int = 20) -> list[bytes]:
-    async with Producer({**settings, "linger.ms": 1}) as producer:
-        for i in range(count):
-            await asyncio.wait_for(producer.send_and_wait(topic, f"v{i}".encode()), 30)
-    got: list[bytes] = []
-    async with Consumer({**settings, "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(got) < count and asyncio.get_running_loop().time() < deadline:
-            for records in (await consumer.poll(1000)).values():
-                got += [r.value for r in records]
-    return got
-
-
 # ---------------------------------------------------------------------------------------------- clients
 
 
@@ -110,7 +94,7 @@ def test_metadata_over_tls_names_the_tls_listener(tls, pki):
 def test_tierlog_client_over_tls_with_a_pem_truststore(tls, pki):
     _broker, addresses = tls
     topic = _topic(addresses)
-    got = asyncio.run(_tierlog_roundtrip(tierlog_settings(pki, addresses["SSL"]), topic))
+    got = asyncio.run(tierlog_roundtrip(tierlog_settings(pki, addresses["SSL"]), topic))
     assert got == [f"v{i}".encode() for i in range(20)]
 
 
@@ -122,7 +106,7 @@ def test_tierlog_client_mutual_tls_with_pkcs12_stores(tls, pki):
                 "ssl.truststore.password": STORE_PASSWORD,
                 "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.client.p12),
                 "ssl.keystore.password": STORE_PASSWORD}
-    assert asyncio.run(_tierlog_roundtrip(settings, topic, 5)) == [f"v{i}".encode() for i in range(5)]
+    assert asyncio.run(tierlog_roundtrip(settings, topic, 5)) == [f"v{i}".encode() for i in range(5)]
 
 
 def test_tierlog_client_mutual_tls_with_inline_pem_and_an_encrypted_key(tls, pki):
@@ -131,11 +115,11 @@ def test_tierlog_client_mutual_tls_with_inline_pem_and_an_encrypted_key(tls, pki
     inline = {"bootstrap.servers": addresses["MTLS"], "security.protocol": "SSL", "ssl.truststore.type": "PEM",
               "ssl.truststore.certificates": pki.ca_text(), "ssl.keystore.type": "PEM",
               "ssl.keystore.key": pki.client.key_text, "ssl.keystore.certificate.chain": pki.client.chain_text}
-    assert asyncio.run(_tierlog_roundtrip(inline, topic, 3)) == [b"v0", b"v1", b"v2"]
+    assert asyncio.run(tierlog_roundtrip(inline, topic, 3)) == [b"v0", b"v1", b"v2"]
     encrypted = tierlog_settings(pki, addresses["MTLS"], **{
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.client.encrypted_pem),
         "ssl.key.password": KEY_PASSWORD})
-    assert len(asyncio.run(_tierlog_roundtrip(encrypted, topic, 3))) == 6
+    assert len(asyncio.run(tierlog_roundtrip(encrypted, topic, 3))) == 6
 
 
 def test_tierlog_client_checks_the_broker_host_name(tls, pki):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.security.pki import Identity, Pki
+from tierlog.client.consumer import Consumer
+from tierlog.client.producer import Producer
+from tierlog.client.types import TopicPartition
 
 _READY = re.compile(r"Broker \d+ ready in \d+ ms on (?P<listeners>.*)$")
 
@@ -44,3 +48,19 @@ def tierlog_settings(pki: Pki, address: str, **extra: str) -> dict:
     """tierlog's client over TLS with a PEM truststore (Kafka's setting names)."""
     return {"bootstrap.servers": address, "security.protocol": "SSL", "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(pki.ca), **extra}
+
+
+async def tierlog_roundtrip(settings: dict, topic: str, count: int = 20) -> list[bytes]:
+    """``count`` records produced with tierlog's client under ``settings`` (a secured listener), then read
+    back from partition 0 (at most 60 s)."""
+    async with Producer({**settings, "linger.ms": 1}) as producer:
+        for i in range(count):
+            await asyncio.wait_for(producer.send_and_wait(topic, f"v{i}".encode()), 30)
+    got: list[bytes] = []
+    async with Consumer({**settings, "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(got) < count and asyncio.get_running_loop().time() < deadline:
+            for records in (await consumer.poll(1000)).values():
+                got += [r.value for r in records]
+    return got
