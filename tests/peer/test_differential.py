@@ -80,6 +80,10 @@ DELIBERATE = {
     "configs.broker.entries.remote.log.metadata.manager.class.name.synonyms[0][1]": (
         "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", "topic",
         "the same default, in its synonym"),
+    **{f"configs.broker.entries.{name}.read_only": (
+        False, True, "docs/compatibility.md: a SASL listener's mechanisms and JAAS users are read at start (static); "
+        "Kafka may change them per broker while it runs")
+       for name in ("sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol")},
     "configs.broker.entries.remote.log.storage.manager.class.name.synonyms": (
         [], [("remote.log.storage.manager.class.name", "filesystem", 5)], "the default tierlog has and Kafka has not"),
 }

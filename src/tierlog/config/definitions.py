@@ -669,8 +669,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("sasl.oauthbearer.jwks.endpoint.url", "string", None,
        doc="OAUTHBEARER: where the signing keys of tokens are read (file:// or http(s)://); unset, unsecured "
            "tokens (alg none) are accepted, as Kafka's default validator does."),
-    _b("sasl.oauthbearer.expected.audience", "list", [],
-       doc="OAUTHBEARER: a token's aud must name one of these (empty: not checked)."),
+    _b("sasl.oauthbearer.expected.audience", "list", None,
+       doc="OAUTHBEARER: a token's aud must name one of these (unset: not checked)."),
     _b("sasl.oauthbearer.expected.issuer", "string", None,
        doc="OAUTHBEARER: a token's iss must be this (unset: not checked)."),
     _b("sasl.oauthbearer.sub.claim.name", "string", "sub",
