@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.cluster.test_transactions_cluster import (
+from tests.cluster.txn_cluster import (
     SETTINGS,
     TXN_PARTITIONS,
     committed_offset,

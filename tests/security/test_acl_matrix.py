@@ -11,77 +11,26 @@ between the peers.
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from tests.harness import apache_kafka
 from tests.harness.broker import BrokerProcess
-from tests.harness.rawclient import RawClient, create_topic
+from tests.harness.rawclient import create_topic
+from tests.security.acllib import binding, client_from, grant, revoke
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 
 AUTHZ = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
          "allow.everyone.if.no.acl.found": "true"}
 TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5  # resource types
-LITERAL = 3
-ALLOW = 3
 ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 2, 3, 4, 5, 6, 7, 8
 DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
 ADMIN_HOST, CLIENT_HOST = "127.0.0.1", "127.0.0.2"
 # REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR (Kafka loads the
 # coordinator partitions in the background), CONCURRENT_TRANSACTIONS: clients retry them
 RETRIABLE = {7, 14, 15, 16, 51}
-
-
-def client_from(bootstrap: str, source: str) -> RawClient:
-    host, port = bootstrap.rsplit(":", 1)
-    c = RawClient.__new__(RawClient)
-    c.sock = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
-    c.correlation_id = 0
-    return c
-
-
-def binding(rt: int, name: str, op: int, host: str) -> dict:
-    return {"resource_type": rt, "resource_name": name, "resource_pattern_type": LITERAL,
-            "principal": "User:ANONYMOUS", "host": host, "operation": op, "permission_type": ALLOW}
-
-
-def _filter(b: dict) -> dict:
-    return {"resource_type_filter": b["resource_type"], "resource_name_filter": b["resource_name"],
-            "pattern_type_filter": b["resource_pattern_type"], "principal_filter": b["principal"],
-            "host_filter": b["host"],
-            "operation": b["operation"], "permission_type": b["permission_type"]}
-
-
-def _described(admin: RawClient, b: dict) -> bool:
-    resp = admin.request(ApiKey.DESCRIBE_ACLS, 3, _filter(b))
-    assert resp.error_code == 0, resp
-    return any(r.acls for r in resp.resources)
-
-
-def _wait_acl(admin: RawClient, b: dict, present: bool) -> None:
-    """Until the broker's authorizer has (or no longer has) the binding: Kafka applies ACLs through its
-    metadata log, after CreateAcls answered."""
-    deadline = time.monotonic() + 30
-    while _described(admin, b) != present:
-        assert time.monotonic() < deadline, f"ACL {b} still {'missing' if present else 'present'}"
-        time.sleep(0.1)
-
-
-def grant(admin: RawClient, *bindings: dict) -> None:
-    resp = admin.request(ApiKey.CREATE_ACLS, 3, {"creations": list(bindings)})
-    assert [r.error_code for r in resp.results] == [0] * len(bindings), resp
-    for b in bindings:
-        _wait_acl(admin, b, True)
-
-
-def revoke(admin: RawClient, *bindings: dict) -> None:
-    resp = admin.request(ApiKey.DELETE_ACLS, 3, {"filters": [_filter(b) for b in bindings]})
-    assert all(r.error_code == 0 for r in resp.filter_results), resp
-    for b in bindings:
-        _wait_acl(admin, b, False)
 
 
 class Peer:

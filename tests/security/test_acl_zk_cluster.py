@@ -131,7 +131,7 @@ def test_kafka_39_acl_command_on_zookeeper_reads_and_writes_the_same_znodes(clus
 
 
 def _client_from(bootstrap: str, source: str):
-    from tests.security.test_acl_matrix import client_from
+    from tests.security.acllib import client_from
     return client_from(bootstrap, source)
 
 
@@ -144,7 +144,7 @@ def _create_topic_code(raw, name: str) -> int:
 
 
 def test_forwarded_requests_are_authorized_as_their_client_and_envelopes_need_cluster_action(cluster):
-    from tests.security.test_acl_matrix import binding, grant, revoke
+    from tests.security.acllib import binding, grant, revoke
     admin = _client_from(cluster.brokers[1].bootstrap, "127.0.0.1")
     cluster_all = binding(4, "kafka-cluster", 2, "127.0.0.1")  # ALL on the cluster for the brokers and admin
     nobody = {**binding(TOPIC, "zk-fw-", READ, "*"), "resource_pattern_type": PREFIXED, "principal": "User:nobody"}

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from tests.harness.start_failures import assert_failed_start, run_broker
 from tests.security.sasllib import Issuer, plain_server_jaas
-from tests.server.test_start_failures import assert_failed_start, run_broker
 from tierlog.security.jaas import JaasConfigError, login_options, parse_jaas_config
 from tierlog.security.oauthbearer import JwksValidator, TokenError, unsecured_token, validate_unsecured
 from tierlog.security.scram import ScramClient, ScramError, ScramServer, new_credential

@@ -9,8 +9,8 @@ import ssl
 
 import pytest
 
+from tests.harness.start_failures import assert_failed_start, run_broker
 from tests.security.pki import KEY_PASSWORD, STORE_PASSWORD
-from tests.server.test_start_failures import assert_failed_start, run_broker
 from tierlog.config import BrokerConfig, validate_client_config
 from tierlog.errors import InvalidConfigError
 from tierlog.security import SslConfigError, client_context, server_context
