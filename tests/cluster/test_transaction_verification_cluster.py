@@ -16,13 +16,12 @@ import pytest
 from tests.cluster.txn_cluster import (
     SETTINGS,
     TXN_PARTITIONS,
+    commit_and_abort,
     committed_offset,
     describe_state,
     find_coordinator,
     offsets_coordinator_other_than,
     producer,
-    read_committed,
-    send,
     transactional_id_in,
     txn_state_partitions,
 )
@@ -118,22 +117,7 @@ def test_producer_with_its_coordinator_on_another_broker_commits_and_aborts(clus
     create(cluster, topic, assignment=[[others[0], coordinator], [others[1], coordinator]])
     assert [partition(cluster, topic, i).leader_id for i in range(2)] == others
     p = producer(cluster.bootstrap, tid)
-    expected: dict[int, list[bytes]] = {0: [], 1: []}
-    for n, commit in enumerate([True, False, False, True, False, True]):
-        values = {i: [b"r%d-p%d-%d" % (n, i, j) for j in range(3)] for i in range(2)}
-        p.begin_transaction()
-        send(p, topic, values)
-        if commit:
-            p.commit_transaction(60)
-            for i in range(2):
-                expected[i] += values[i]
-        else:
-            p.abort_transaction(60)
-    end = b"end-" + tid.encode()
-    p.begin_transaction()
-    send(p, topic, {0: [end], 1: [end]})
-    p.commit_transaction(60)
-    assert read_committed(cluster, topic, 2, end) == {i: expected[i] + [end] for i in range(2)}
+    commit_and_abort(cluster, p, topic, tid, [True, False, False, True, False, True], 2, b"r")
     assert wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteCommit", 60,
                       "the last transaction complete")
 

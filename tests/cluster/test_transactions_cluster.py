@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from tests.cluster.txn_cluster import (
     SETTINGS,
     TXN_PARTITIONS,
+    commit_and_abort,
     committed_offset,
     describe_state,
     find_coordinator,
@@ -98,23 +99,7 @@ def test_transactions_over_partitions_of_every_broker_commit_and_abort(cluster):
     coordinator = find_coordinator(cluster, tid)
     # The coordinator writes some markers itself and sends the others to two other brokers.
     assert [b for b in leaders.values() if b != coordinator]
-    expected: dict[int, list[bytes]] = {i: [] for i in range(3)}
-    for n, commit in enumerate([True, False, True, False, True]):
-        values = {i: [b"t%d-p%d-%d" % (n, i, j) for j in range(3)] for i in range(3)}
-        p.begin_transaction()
-        send(p, topic, values)
-        if commit:
-            p.commit_transaction(60)
-            for i in range(3):
-                expected[i] += values[i]
-        else:
-            p.abort_transaction(60)
-    end = b"end-" + tid.encode()
-    p.begin_transaction()
-    send(p, topic, {i: [end] for i in range(3)})
-    p.commit_transaction(60)
-    got = read_committed(cluster, topic, 3, end)
-    assert got == {i: expected[i] + [end] for i in range(3)}
+    commit_and_abort(cluster, p, topic, tid, [True, False, True, False, True], 3, b"t")
     assert wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteCommit", 60,
                       "the last transaction complete")
 

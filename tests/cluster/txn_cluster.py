@@ -75,6 +75,28 @@ def send(p: Producer, topic: str, values_by_partition: dict[int, list[bytes]]) -
     assert p.flush(60) == 0  # every record acknowledged before the transaction ends
 
 
+def commit_and_abort(cluster, p: Producer, topic: str, tid: str, outcomes: list[bool], partitions: int,
+                     tag: bytes) -> None:
+    """One transaction per outcome (True: commit, False: abort) writing three records to each partition, then a
+    committed ``end-<tid>`` record on each; read_committed must see exactly the committed records, in order."""
+    expected: dict[int, list[bytes]] = {i: [] for i in range(partitions)}
+    for n, commit in enumerate(outcomes):
+        values = {i: [b"%s%d-p%d-%d" % (tag, n, i, j) for j in range(3)] for i in range(partitions)}
+        p.begin_transaction()
+        send(p, topic, values)
+        if commit:
+            p.commit_transaction(60)
+            for i in range(partitions):
+                expected[i] += values[i]
+        else:
+            p.abort_transaction(60)
+    end = b"end-" + tid.encode()
+    p.begin_transaction()
+    send(p, topic, {i: [end] for i in range(partitions)})
+    p.commit_transaction(60)
+    assert read_committed(cluster, topic, partitions, end) == {i: expected[i] + [end] for i in range(partitions)}
+
+
 def read_committed(cluster, topic: str, partitions: int, end: bytes) -> dict[int, list[bytes]]:
     """Every partition read with read_committed from the start up to its ``end`` record (which proves the
     last stable offset moved past everything before it)."""
