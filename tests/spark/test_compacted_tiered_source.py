@@ -14,13 +14,11 @@ from tests.harness.tiered import tiered_settings
 from tests.spark.sparklib import source
 from tests.tiered.compactlib import (
     CLEANER_SETTINGS,
-    alter,
     cleaned_and_tiered,
-    compacted_view,
     create,
     fill,
-    partition_status,
     produce,
+    rewrite_with_replacement_held,
     wait_until,
 )
 from tests.tiered.holds import delete_held_rlmm_settings
@@ -51,17 +49,7 @@ def test_direct_read_is_the_compacted_view(tierlog_spark, compacting_broker):
     records += fill(b, topic, "a")
     wait_until(lambda: cleaned_and_tiered(b, topic, last1), "phase 1 cleaned and tiered")
 
-    alter(b, topic, **{"min.compaction.lag.ms": "3600000"})  # one cleaning round for all of phase 2
-    b.hold.touch()
-    records += produce(b, topic, [(b"k%03d" % i, b"v2-%03d-" % i + b"y" * 80) for i in range(100)]
-                       + [(b"k%03d" % i, None) for i in range(100, 150)])
-    last2 = records[-1][0]
-    records += fill(b, topic, "b")
-    expected = compacted_view(records)
-    alter(b, topic, **{"min.compaction.lag.ms": "0"})
-    wait_until(lambda: b.reached.exists(), "a replaced segment's DELETE_SEGMENT_STARTED (held)")
-    alter(b, topic, **{"local.retention.bytes": "1"})
-    wait_until(lambda: partition_status(b, topic)["local_log_start_offset"] > 0, "local segments deleted")
+    last2, expected = rewrite_with_replacement_held(b, topic, records)
     # The first range is remote only, held by its replacement and the replaced segment alike.
     assert spark_records(source(spark, b, topic)) == expected
 

@@ -123,3 +123,24 @@ def cleaned_and_tiered(b: BrokerProcess, topic: str, past: int) -> dict | None:
             or s["remote_segments_in_progress"] != 0 or s["remote_segments_to_clean"] != 0:
         return None
     return s
+
+
+def rewrite_with_replacement_held(b: BrokerProcess, topic: str, records: list[Record]) -> tuple[int, list[Record]]:
+    """Phase 2 of the tiered compaction tests, with the metadata manager holding DELETE_SEGMENT_STARTED
+    (``b.hold``/``b.reached``, tests/tiered/holds.py): half the keys written again and a quarter deleted, all in
+    one cleaning round (min.compaction.lag.ms keeps the cleaner off until all is written), which shrinks uploaded
+    segments; their replacements upload and the first replaced segment's mark waits; then local retention
+    deletes what is uploaded and current. ``records`` grows by what was written; returns the last offset of the
+    rewrite and the compacted view readers must see."""
+    alter(b, topic, **{"min.compaction.lag.ms": "3600000"})
+    b.hold.touch()
+    records += produce(b, topic, [(b"k%03d" % i, b"v2-%03d-" % i + b"y" * 80) for i in range(100)]
+                       + [(b"k%03d" % i, None) for i in range(100, 150)])
+    last = records[-1][0]
+    records += fill(b, topic, "b")
+    expected = compacted_view(records)
+    alter(b, topic, **{"min.compaction.lag.ms": "0"})
+    wait_until(lambda: b.reached.exists(), "a replaced segment's DELETE_SEGMENT_STARTED (held)")
+    alter(b, topic, **{"local.retention.bytes": "1"})
+    wait_until(lambda: partition_status(b, topic)["local_log_start_offset"] > 0, "local segments deleted")
+    return last, expected

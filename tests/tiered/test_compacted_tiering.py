@@ -19,14 +19,13 @@ from tests.harness.s3 import s3_configs
 from tests.harness.tiered import call, metrics_url, remote_manifests, tiered_settings
 from tests.tiered.compactlib import (
     CLEANER_SETTINGS,
-    alter,
     cleaned_and_tiered,
-    compacted_view,
     create,
     fill,
     partition_status,
     produce,
     read_earliest,
+    rewrite_with_replacement_held,
     wait_until,
 )
 from tests.tiered.holds import delete_held_rlmm_settings
@@ -69,18 +68,7 @@ def test_consumer_reads_the_compacted_view_from_the_remote_tier(held_broker):
     # Phase 2, with DELETE_SEGMENT_STARTED held: half the keys written again, a quarter deleted. The cleaner
     # waits (min.compaction.lag.ms) until all of it is written, so one round cleans it: it shrinks uploaded
     # segments, whose replacements upload; the first replaced segment's mark waits.
-    alter(b, topic, **{"min.compaction.lag.ms": "3600000"})
-    b.hold.touch()
-    records += produce(b, topic, [(b"k%03d" % i, b"v2-%03d-" % i + b"y" * 80) for i in range(100)]
-                       + [(b"k%03d" % i, None) for i in range(100, 150)])
-    last2 = records[-1][0]
-    records += fill(b, topic, "b")
-    expected = compacted_view(records)
-    alter(b, topic, **{"min.compaction.lag.ms": "0"})
-    wait_until(lambda: b.reached.exists(), "a replaced segment's DELETE_SEGMENT_STARTED (held)")
-    # Local retention now deletes what is uploaded and current: the replacement's range at least.
-    alter(b, topic, **{"local.retention.bytes": "1"})
-    wait_until(lambda: partition_status(b, topic)["local_log_start_offset"] > 0, "local segments deleted")
+    last2, expected = rewrite_with_replacement_held(b, topic, records)
     got = read_earliest(b, topic, expected[-1][0])
     assert got == expected, "while the replaced segment is still finished, readers see the replacement"
 
