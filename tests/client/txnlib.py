@@ -33,10 +33,31 @@ def txn_producer(bootstrap: str, txn_id: str, **kw) -> Producer:
     return Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, linger_ms=5, **kw)
 
 
-async def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> tuple[list, dict]:
+async def settled_ends(bootstrap: str, tps: list) -> dict:
+    """The end offsets of ``tps`` once no transaction is open on them (the last stable offset equals the
+    high watermark). A commit or abort returns once the coordinator has logged its decision; the markers
+    reach the partitions after that (Kafka writes them asynchronously), so a read right after it must
+    wait for them."""
+    async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as stable, \
+            Consumer(bootstrap_servers=bootstrap) as high:
+        deadline = time.monotonic() + WAIT
+        while True:
+            lso, hw = await stable.end_offsets(tps), await high.end_offsets(tps)
+            if lso == hw:
+                return lso
+            assert time.monotonic() < deadline, f"a transaction stays open: last stable {lso}, high {hw}"
+            await asyncio.sleep(0.05)  # poll interval, not a wait for an outcome
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int, isolation: str,
+                   settled: bool = True) -> tuple[list, dict]:
     """Every record of ``topic`` a consumer with ``isolation`` returns, and its final positions (read
-    until each position reaches the end offset the same isolation level reports)."""
+    until each position reaches the end offset the same isolation level reports). With ``settled``,
+    read_committed first waits until no transaction is open (the markers of the last commit or abort
+    are written); without it, it reads up to the last stable offset as it is."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
+    if settled and isolation == "read_committed":
+        await settled_ends(bootstrap, tps)
     async with Consumer(bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
         c.assign(tps)
         ends = await c.end_offsets(tps)
@@ -71,7 +92,7 @@ def commit_scenario(bootstrap: str, transaction_v2: bool) -> None:
             for i in range(3):
                 await p.send("txn-commit", b"open-%d" % i, partition=0)
             await p.flush()
-            committed, _ = await read_all(bootstrap, "txn-commit", 2, "read_committed")
+            committed, _ = await read_all(bootstrap, "txn-commit", 2, "read_committed", settled=False)
             assert values(committed) == sorted(b"r%d-%d" % (r, i) for r in range(2) for i in range(10))
             uncommitted, _ = await read_all(bootstrap, "txn-commit", 2, "read_uncommitted")
             assert len(uncommitted) == 23

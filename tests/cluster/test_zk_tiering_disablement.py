@@ -59,6 +59,14 @@ def offloaded(cluster, broker_id: int, partition: int, topic: str = TOPIC) -> bo
             and parts[0]["local_log_start_offset"] > 0)
 
 
+def trimmed_as_follower(cluster, broker_id: int, partition: int, topic: str) -> bool:
+    """Broker ``broker_id`` follows ``partition`` and has deleted locally what the leader tiered (its follower
+    task moved its local log start past 0; it may lag the leader's uploads on a loaded machine)."""
+    parts = [p for p in tier_status(cluster.brokers[broker_id], topic)["partitions"]
+             if p["partition"] == partition and p["role"] == "follower"]
+    return bool(parts) and parts[0]["local_log_start_offset"] > 0
+
+
 def state(cluster, broker_id: int, topic: str = TOPIC) -> tuple[str, str]:
     t = tier_status(cluster.brokers[broker_id], topic)["topics"][0]
     return t["state"], t["policy"]
@@ -167,6 +175,11 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     for p, leader in leaders.items():
         cluster.wait_until(lambda p=p, leader=leader: offloaded(cluster, leader, p, topic), 60,
                            f"partition {p} offloaded by broker {leader}")
+    # Either follower may succeed the victim: each must already have deleted its local copies of what the
+    # victim tiered, or the successor's log would still start at 0 once the remote part is gone.
+    for follower in (a, b):
+        cluster.wait_until(lambda f=follower: trimmed_as_follower(cluster, f, 0, topic), 60,
+                           f"broker {follower}'s copy of partition 0 trimmed to what stays local")
     assert remote_files(cluster, topic, 0)
 
     write_control(cluster.controls[victim], delete="hold")
