@@ -15,7 +15,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tierlog"
 
 #: Lowest first; the table in docs/architecture.md. "(root)" is ``tierlog/__init__.py``.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"(root)", "errors", "kafka_uuid", "hashing", "metrics", "logs", "task_dump"}),  # shared by every layer
+    # shared by every layer
+    frozenset({"(root)", "errors", "kafka_uuid", "hashing", "metrics", "logs", "task_dump", "tasks"}),
     frozenset({"security"}),  # TLS contexts and principals from ssl.* settings (the config table checks with it)
     frozenset({"config", "protocol", "records"}),  # sans-IO: settings, wire messages, record batches
     frozenset({"client", "storage"}),  # the Kafka client; the local log

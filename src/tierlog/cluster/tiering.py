@@ -26,6 +26,7 @@ from tierlog.cluster.channel import DisableRemoteTopicRequest
 from tierlog.cluster.image import TieringState, TopicImage, TopicTiering, check_tiering_transition
 from tierlog.errors import NO_ERROR, InvalidConfigError, describe_error
 from tierlog.storage import LogConfig
+from tierlog.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +118,8 @@ class DisablementDriver:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_tasks(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         backoff = RETRY_BACKOFF_S

@@ -41,6 +41,7 @@ from tierlog.errors import (
     InvalidSessionTimeoutError,
     NotCoordinatorError,
 )
+from tierlog.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +145,8 @@ class GroupCoordinator:
     async def shutdown(self) -> None:
         """Unload every partition (parked requests get NOT_COORDINATOR) and stop."""
         self.active = False
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            try:
-                await self._timer_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
-            self._timer_task = None
+        await stop_tasks(self._timer_task)
+        self._timer_task = None
         for partition in list(self.shards):
             self.unload(partition)
         self.timer.clear()

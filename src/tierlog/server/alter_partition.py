@@ -19,6 +19,7 @@ from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.errors import FencedLeaderEpochError, NotControllerError, describe_error, error_for_code
 from tierlog.protocol import ApiKey
 from tierlog.server.partition import Partition
+from tierlog.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,7 @@ class AlterPartitionManager:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_tasks(self._task)
 
     def submit(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Propose ``isr`` for ``partition`` as of its current leader and partition epochs."""

@@ -91,6 +91,7 @@ from tierlog.server.sasl_authenticator import (
     SaslConnection,
     SaslListener,
 )
+from tierlog.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -460,10 +461,7 @@ class SocketServer:
         return bound
 
     async def stop(self) -> None:
-        for task in self._acceptors:
-            task.cancel()
-        if self._acceptors:
-            await asyncio.gather(*self._acceptors, return_exceptions=True)
+        await stop_tasks(*self._acceptors)
         self._acceptors.clear()
         for sock, _ in self._listening:
             sock.close()

@@ -61,6 +61,7 @@ from tierlog.storage import (
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
+from tierlog.tasks import stop_tasks
 
 if TYPE_CHECKING:
     from tierlog.server.replication_quota import ReplicationQuotaManager
@@ -165,9 +166,7 @@ class ReplicaFetcher:
             self._run(), name=f"replica-fetcher-{self.leader_id}-{self.index}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_tasks(self._task)
         self._close()
 
     def add(self, partition: Partition) -> None:

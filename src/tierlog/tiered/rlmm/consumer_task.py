@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from tierlog.client.errors import KafkaTimeoutError
 from tierlog.client.types import TopicPartition
 from tierlog.errors import KafkaError
+from tierlog.tasks import stop_tasks
 from tierlog.tiered.metadata import RemoteLogMetadata, TopicIdPartition
 from tierlog.tiered.rlmm import snapshot as rlmm_snapshot
 from tierlog.tiered.rlmm.cache import PartitionNotLoadedError, RemotePartitionMetadataStore
@@ -85,13 +86,8 @@ class ConsumerTask:
         self.closed = True
         self._progress.set()
         self._wakeup.set()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing
-                pass
-            self._task = None
+        await stop_tasks(self._task)
+        self._task = None
         if self.failure is None:
             self.write_snapshots()
 

@@ -43,6 +43,7 @@ from tierlog.errors import (
     describe_error,
 )
 from tierlog.logs import RepeatLimiter
+from tierlog.tasks import stop_tasks
 from tierlog.tiered.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -420,12 +421,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if self.closing:
             return
         self.closing = True
-        if self._init_task is not None and not self._init_task.done():
-            self._init_task.cancel()
-            try:
-                await self._init_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing
-                pass
+        await stop_tasks(self._init_task)
         if self.consumer_task is not None:
             await self.consumer_task.close()
         await self._close_clients()
