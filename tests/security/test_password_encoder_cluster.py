@@ -36,7 +36,8 @@ def cluster(pki, zookeeper, tmp_path_factory):
     settings = {"password.encoder.secret": SECRET,
                 "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.broker.p12),
                 "ssl.keystore.password": STORE_PASSWORD,
-                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca)}
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+                "ssl.allow.dn.changes": "true"}
     c = start_cluster(root, zookeeper, 2, settings, controller=1, extra_listeners=",SSL://127.0.0.1:0")
     c.root = root
     try:
@@ -143,11 +144,14 @@ def test_the_password_survives_a_restart(cluster, pki):
 
 
 def test_a_password_kafka_configs_encoded_in_zookeeper_is_read(cluster, pki, kafka_zk_tool_runner):
-    """Kafka's way while a broker is down: kafka-configs --zookeeper --entity-type brokers with the secret in
-    --add-config (used to encode, not stored)."""
+    """Kafka's way while the brokers are down: kafka-configs --zookeeper --entity-type brokers with the secret in
+    --add-config (used to encode, not stored). The keystore holds another certificate (pki.broker_renamed; the
+    cluster allows ssl.allow.dn.changes), so serving it proves Kafka's value was decoded and used. Both brokers
+    stop: tierlog's controller does not watch /config/changes for broker configs (it would push its own copy)."""
     b2 = cluster.brokers[2]
-    keystore = _keystore(pki, cluster.root, pki.broker_next, "kafka-store-secret", "kafka.p12")
+    keystore = _keystore(pki, cluster.root, pki.broker_renamed, "kafka-store-secret", "kafka.p12")
     b2.stop()
+    cluster.brokers[1].stop()
     kafka_zk_tool_runner.run(
         "ConfigCommand", "--zookeeper", cluster.zookeeper_connect, "--entity-type", "brokers", "--entity-name", "2",
         "--alter", "--add-config",
@@ -155,9 +159,9 @@ def test_a_password_kafka_configs_encoded_in_zookeeper_is_read(cluster, pki, kaf
     stored = _stored(cluster, 2)
     assert stored[LOCATION_KEY] == str(keystore) and "kafka-store-secret" not in stored[PASSWORD_KEY]
     assert "password.encoder.secret" not in stored
-    cluster.start([2])
+    cluster.start([1, 2])
     cluster.wait_formed()
-    wait_until(lambda: _serves(b2, pki, pki.broker_next), 60, "broker 2 serving Kafka's keystore")
+    wait_until(lambda: _serves(b2, pki, pki.broker_renamed), 60, "broker 2 serving Kafka's keystore")
     assert not [m for m in log_lines(b2.output, "ERROR") if "could not be decoded" in m["message"]]
 
 
