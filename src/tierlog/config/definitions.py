@@ -665,8 +665,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("password.encoder.secret", "password", None,
        doc="ZooKeeper mode: the secret dynamic broker configs of type password (ssl.keystore.password, "
            "listener.name.<listener>.ssl.key.password, ...) are encrypted with in /config/brokers/<id>. Without it "
-           "altering such a config is refused (INVALID_CONFIG). The controller encodes and every broker decodes "
-           "its own: give every broker the same secret."),
+           "altering such a config is refused (\"Password encoder secret not configured\"). The controller "
+           "encodes and every broker decodes its own: give every broker the same secret."),
     _b("password.encoder.old.secret", "password", None,
        doc="ZooKeeper mode: the previous password.encoder.secret, while the secret changes: stored passwords the "
            "secret cannot decode are decoded with this one."),
