@@ -1,7 +1,8 @@
 """Dynamic password configs on a ZooKeeper cluster (Kafka's password.encoder.secret): a keystore password set
 through IncrementalAlterConfigs is stored encrypted in /config/brokers/<id>, never described, applied by the
 broker (its TLS listener serves the new keystore) and again after a restart; one that Kafka 3.9's kafka-configs
---zookeeper encoded while the broker was down is read too. At the cluster-wide default such a config is refused.
+--zookeeper encoded while the brokers were down is read too. At the cluster-wide default such a config is refused.
+A broker whose secret is not the one the value was encoded with leaves it out and logs why.
 
 One cluster of two brokers serves the module (broker 1 controls; both have the same password.encoder.secret);
 broker 2's SSL listener starts with ``pki.broker``'s PKCS12 keystore."""
@@ -183,3 +184,21 @@ def _stored_default(cluster) -> dict:
         return json.loads(zk.get("/config/brokers/<default>")[0])["config"]
     finally:
         zk.stop()
+
+
+def test_a_broker_with_another_secret_ignores_its_password_and_says_why(cluster, pki):
+    """Its stored keystore password cannot be decoded: left out with an error naming the key (Kafka ignores it
+    too); the listener keeps the static keystore and the broker serves on."""
+    b2 = cluster.brokers[2]
+    b2.stop()
+    b2.overrides["password.encoder.secret"] = "not-the-cluster-secret"
+    cluster.start([2])
+    cluster.wait_formed()
+
+    def ignored():
+        return [m["message"] for m in log_lines(b2.output, "ERROR")
+                if f"Dynamic password config {PASSWORD_KEY} could not be decoded" in m["message"]]
+    wait_until(ignored, 60, "broker 2 reporting the password it cannot decode")
+    assert "not-the-cluster-secret" not in "".join(b2.output) and "kafka-store-secret" not in "".join(b2.output)
+    assert _serves(b2, pki, pki.broker)  # the static keystore: the dynamic one cannot be opened without it
+    assert b2.proc.poll() is None
