@@ -47,6 +47,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
+from tierlog.security.password_encoder import PasswordEncoder, PasswordEncoderError, password_encoder
 from tierlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,10 @@ class Controller:
         #: Set by the broker: raises InvalidConfigError when its listeners cannot take a dynamic change of its
         #: own configuration (a TLS keystore that cannot be read, or changes the certificate's identity).
         self.dynamic_config_check: Callable[[BrokerConfig], None] | None = None
+        #: ZooKeeper mode keeps dynamic PASSWORD configs encoded with password.encoder.secret (Kafka's
+        #: DynamicBrokerConfig); the embedded controller keeps them as given, as KRaft's metadata does.
+        self.encode_passwords = False
+        self.password_encoders: tuple[PasswordEncoder, ...] = ()  # the secret's, then the old secret's
 
     # ------------------------------------------------------------------ plumbing
 
@@ -183,7 +188,7 @@ class Controller:
         return config
 
     def _config_with(self, dynamic: Mapping[str, Mapping[str, str]]) -> BrokerConfig:
-        layers = {**dynamic.get("", {}), **dynamic.get(str(self.node_id), {})}
+        layers = {**dynamic.get("", {}), **self._decoded(dynamic.get(str(self.node_id), {}))}
         if not layers:
             return self.config
         try:
@@ -191,6 +196,50 @@ class Controller:
         except InvalidConfigError as e:  # e.g. the static file changed under a stored dynamic value
             log.warning("Ignoring the dynamic broker configs %s: %s", layers, e)
             return self.config
+
+    def _decoded(self, configs: Mapping[str, str]) -> Mapping[str, str]:
+        """A broker's dynamic configs with its PASSWORD ones decoded (ZooKeeper mode). One that this broker's
+        password.encoder.secret (or password.encoder.old.secret) cannot decode is left out, with an error, as
+        Kafka ignores it."""
+        if not self.encode_passwords or not any(is_password_config(k) for k in configs):
+            return configs
+        out = {}
+        for key, value in configs.items():
+            if not is_password_config(key):
+                out[key] = value
+                continue
+            reason = "password.encoder.secret is not set"
+            for encoder in self.password_encoders:
+                try:
+                    out[key] = encoder.decode(value)
+                    break
+                except PasswordEncoderError as e:
+                    reason = str(e)
+            else:
+                log.error("Dynamic password config %s could not be decoded, ignoring it: %s", key, reason)
+        return out
+
+    def _encoded(self, resource: str, new: Mapping[str, str], incoming: set[str]) -> tuple[dict, dict]:
+        """(stored, plain) of a broker's new dynamic configs: the PASSWORD values this request sets encoded
+        for ZooKeeper, those kept from before decoded for the checks; InvalidConfigError as Kafka's ZooKeeper
+        mode refuses them (at the cluster-wide default, or without password.encoder.secret)."""
+        stored, plain = dict(new), dict(new)
+        if not self.encode_passwords:
+            return stored, plain
+        for key, value in new.items():
+            if not is_password_config(key):
+                continue
+            if key not in incoming:
+                del plain[key]
+                plain.update(self._decoded({key: value}))
+            elif resource == "":
+                raise InvalidConfigError(f"Password config can be defined only at broker level: [{key}]")
+            elif not self.password_encoders:
+                raise InvalidConfigError(f"Password encoder secret not configured: cannot store {key} (set "
+                                         "password.encoder.secret, the same on every broker)")
+            else:
+                stored[key] = self.password_encoders[0].encode(str(value))
+        return stored, plain
 
     # ------------------------------------------------------------------ internal topics
 
@@ -499,15 +548,20 @@ class Controller:
                     raise InvalidConfigError(f"Cannot update these configs at default cluster level, broker id "
                                              f"must be specified: [{key}]")
                 check_value(d, parse_typed(d, value, key), key)  # the value alone: type and range
+            incoming = set(new) if incremental_ops is None else {op.name for op in incremental_ops if op.op != 1}
+            stored, new = self._encoded(resource, new, incoming)
             configs_all = {k: v for k, v in self.image.broker_configs.items() if k != resource}
+            if stored:
+                configs_all[resource] = {k: str(v) for k, v in stored.items()}
+            plain_all = {**configs_all, str(self.node_id): self._decoded(configs_all.get(str(self.node_id), {}))}
             if new:
-                configs_all[resource] = {k: str(v) for k, v in new.items()}
+                plain_all[resource] = {k: str(v) for k, v in new.items()}
             # The rules between settings (log.local.retention.ms <= log.retention.ms, ...) hold for the
             # values in effect once the whole request is applied, as Kafka's DynamicBrokerConfig checks
             # them: static file, then the cluster-wide dynamic defaults, then this node's dynamic configs,
             # with every change of the request in place (never one key at a time against the static file).
             # The new defaults must also keep every topic's configuration valid.
-            layers = {**configs_all.get("", {}), **configs_all.get(str(self.node_id), {})}
+            layers = {**plain_all.get("", {}), **plain_all.get(str(self.node_id), {})}
             effective = BrokerConfig({**self.config.originals, **layers}) if layers else self.config
             for t in self.image.topics.values():
                 effective.topic_config(t.configs)
@@ -595,6 +649,32 @@ def _list_default(d) -> str | None:
     return ",".join(d.default) if isinstance(d.default, (list, tuple)) else (d.default or "")
 
 
+def password_encoders(cfg: BrokerConfig) -> tuple[PasswordEncoder, ...]:
+    """The encoder of ``password.encoder.secret`` (encodes and decodes), then the one of
+    ``password.encoder.old.secret`` (decodes what was stored before the secret changed); InvalidConfigError
+    for settings no encoder can use."""
+    out = []
+    for key in ("password.encoder.secret", "password.encoder.old.secret"):
+        secret = cfg[key]
+        secret = getattr(secret, "value", secret)
+        try:
+            encoder = password_encoder(secret, cfg["password.encoder.keyfactory.algorithm"],
+                                       cfg["password.encoder.cipher.algorithm"], cfg["password.encoder.key.length"],
+                                       cfg["password.encoder.iterations"])
+        except PasswordEncoderError as e:
+            raise InvalidConfigError(str(e)) from None
+        if encoder is not None:
+            out.append(encoder)
+    return tuple(out)
+
+
+def is_password_config(key: str) -> bool:
+    """A broker setting of type PASSWORD, also as a listener's override (listener.name.<l>.ssl.key.password,
+    listener.name.<l>.<mechanism>.sasl.jaas.config)."""
+    d = BROKER_CONFIGS.get(listener_override_setting(key) or key)
+    return d is not None and d.type == "password"
+
+
 def apply_config_ops(current: Mapping[str, str], ops: Iterable[ConfigOp],
                      list_default: Callable[[str], str | None]) -> dict[str, str]:
     """IncrementalAlterConfigs semantics: SET, DELETE, and APPEND / SUBTRACT for list settings.
@@ -625,4 +705,5 @@ def apply_config_ops(current: Mapping[str, str], ops: Iterable[ConfigOp],
     return out
 
 
-__all__ = ["INTERNAL_TOPICS", "ConfigOp", "Controller", "apply_config_ops", "validate_topic_name"]
+__all__ = ["INTERNAL_TOPICS", "ConfigOp", "Controller", "apply_config_ops", "is_password_config", "password_encoders",
+           "validate_topic_name"]

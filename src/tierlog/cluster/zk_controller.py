@@ -39,7 +39,7 @@ from kazoo.exceptions import NoNodeError
 
 from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
-from tierlog.cluster.controller import Controller
+from tierlog.cluster.controller import Controller, password_encoders
 from tierlog.cluster.image import (
     BrokerImage,
     MetadataDelta,
@@ -123,6 +123,8 @@ class ZkController(Controller):
 
     def __init__(self, broker_config: BrokerConfig, zk: ZkClient, broker: BrokerImage, cluster_id: str):
         self._init_common(broker_config, broker.node_id)
+        self.encode_passwords = True  # Kafka's ZooKeeper mode: /config/brokers/<id> holds them encoded
+        self.password_encoders = password_encoders(broker_config)
         self.zk = zk
         self.me = broker
         self.cluster_id = cluster_id

@@ -661,6 +661,27 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="JAAS login configuration, Kafka's syntax (per listener and mechanism: "
            "listener.name.<listener>.<mechanism>.sasl.jaas.config). PLAIN: PlainLoginModule's user_<name>=\"password\" "
            "options are the users; username/password are what this broker sends to the others."),
+    # --- dynamic password configs in ZooKeeper (Kafka's password encoder) ---
+    _b("password.encoder.secret", "password", None,
+       doc="ZooKeeper mode: the secret dynamic broker configs of type password (ssl.keystore.password, "
+           "listener.name.<listener>.ssl.key.password, ...) are encrypted with in /config/brokers/<id>. Without it "
+           "altering such a config is refused (\"Password encoder secret not configured\"). The controller "
+           "encodes and every broker decodes its own: give every broker the same secret."),
+    _b("password.encoder.old.secret", "password", None,
+       doc="ZooKeeper mode: the previous password.encoder.secret, while the secret changes: stored passwords the "
+           "secret cannot decode are decoded with this one."),
+    _b("password.encoder.keyfactory.algorithm", "string", None,
+       InSet(("PBKDF2WithHmacSHA512", "PBKDF2WithHmacSHA256", "PBKDF2WithHmacSHA1")),
+       doc="How the encryption key is derived from password.encoder.secret (PBKDF2WithHmacSHA512 when unset, as "
+           "Kafka on a JVM that has it)."),
+    _b("password.encoder.cipher.algorithm", "string", "AES/CBC/PKCS5Padding",
+       InSet(("AES/CBC/PKCS5Padding", "AES/GCM/NoPadding")),
+       doc="The cipher encrypting dynamic password configs."),
+    _b("password.encoder.key.length", "int", 128,
+       Custom("128, 192 or 256", lambda v: None if v in (128, 192, 256) else "AES keys are 128, 192 or 256 bits"),
+       doc="Length in bits of the AES key derived from password.encoder.secret."),
+    _b("password.encoder.iterations", "int", 4096, AtLeast(1024),
+       doc="PBKDF2 iterations deriving the key of each encoded password."),
     _b("sasl.server.max.receive.size", "int", 524288, AtLeast(1),
        doc="Largest SASL frame a client may send before it is authenticated; a bigger one closes the connection."),
     _b("connections.max.reauth.ms", "long", 0, AtLeast(0),

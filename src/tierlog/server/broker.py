@@ -88,7 +88,7 @@ from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication_quota import ReplicationQuotaManager
-from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, sasl_listeners
+from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager, offset_map
@@ -364,7 +364,7 @@ class Broker:
         if controller.clustered:
             channel = NetworkBrokerChannel(self.node_id, cfg.inter_broker_listener.name,
                                            lambda: controller.image.brokers, cfg["controller.socket.timeout.ms"],
-                                           self.inter_broker_ssl)
+                                           self.inter_broker_ssl, self.inter_broker_sasl)
         self.txn_verification = AddPartitionsToTxnManager(
             self.node_id, rm, lambda: controller.image, txn.partition_for, txn.verify_partitions, channel,
             cfg["request.timeout.ms"])
@@ -471,6 +471,7 @@ class Broker:
             "remote.log.metadata.common.client.bootstrap.servers": f"{host}:{bound.port}",
             "remote.log.metadata.common.client.security.protocol": bound.security_protocol,
             **_client_ssl_settings(cfg, bound),
+            **_client_sasl_settings(cfg, bound),
             **cfg.rlmm_config(),
             "broker.id": str(self.node_id), "log.dir": cfg.log_dirs[0], "cluster.id": self.cluster_id or "",
         }
@@ -759,9 +760,9 @@ _CLIENT_SSL_SETTINGS = tuple(n for n in SSL_SETTINGS if n != "ssl.client.auth")
 
 
 def _client_ssl_settings(cfg: BrokerConfig, bound: BoundListener) -> dict[str, str]:
-    """The metadata manager's clients talk to an SSL listener with that listener's ssl settings (this
-    broker's certificate, its truststore), as text under the common client prefix."""
-    if bound.security_protocol != "SSL":
+    """The metadata manager's clients talk to an SSL or SASL_SSL listener with that listener's ssl settings
+    (this broker's certificate, its truststore), as text under the common client prefix."""
+    if bound.security_protocol not in ("SSL", "SASL_SSL"):
         return {}
     out = {}
     for name, value in cfg.listener_ssl_settings(bound.name).items():
@@ -769,6 +770,21 @@ def _client_ssl_settings(cfg: BrokerConfig, bound: BoundListener) -> dict[str, s
             value = getattr(value, "value", value)
             text = ",".join(value) if isinstance(value, list) else str(value)
             out[f"remote.log.metadata.common.client.{name}"] = text
+    return out
+
+
+def _client_sasl_settings(cfg: BrokerConfig, bound: BoundListener) -> dict[str, str]:
+    """On a SASL_PLAINTEXT or SASL_SSL listener the metadata manager's clients authenticate as the broker does
+    to the others: ``sasl.mechanism.inter.broker.protocol`` with the listener's JAAS configuration for it (the
+    broker's own user). ``remote.log.metadata.common.client.sasl.*`` set under the manager's prefix win, as
+    Kafka's operators set them there."""
+    if not bound.security_protocol.startswith("SASL_"):
+        return {}
+    mechanism = str(cfg["sasl.mechanism.inter.broker.protocol"]).upper()
+    out = {"remote.log.metadata.common.client.sasl.mechanism": mechanism}
+    text = jaas_config(cfg, bound.name, mechanism)
+    if text:
+        out["remote.log.metadata.common.client.sasl.jaas.config"] = text
     return out
 
 
