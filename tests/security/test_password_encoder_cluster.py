@@ -20,15 +20,14 @@ from kazoo.client import KazooClient
 from tests.harness.broker import log_lines
 from tests.harness.rawclient import RawClient
 from tests.harness.tierlog_cluster import start_cluster, wait_until
+from tests.security.passwordlib import BROKER, LOCATION_KEY, PASSWORD_KEY
+from tests.security.passwordlib import alter_broker_configs as _alter
 from tests.security.pki import STORE_PASSWORD
 from tests.security.tlslib import client_context, tls_raw
 from tierlog.errors import InvalidRequestError
 from tierlog.protocol import ApiKey
 
 SECRET = "cluster-encoder-secret"
-BROKER = 4  # ConfigResource type
-PASSWORD_KEY = "listener.name.ssl.ssl.keystore.password"
-LOCATION_KEY = "listener.name.ssl.ssl.keystore.location"
 
 
 @pytest.fixture(scope="module")
@@ -73,22 +72,6 @@ def _serves(broker, pki, identity) -> bool:
     finally:
         raw.close()
     return der == x509.load_pem_x509_certificate(identity.cert.read_bytes()).public_bytes(Encoding.DER)
-
-
-def _alter(broker, resource: str, configs: dict, incremental: bool = True):
-    raw = RawClient(broker.bootstrap)
-    try:
-        if incremental:
-            entries = [{"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]
-            r = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
-                {"resource_type": BROKER, "resource_name": resource, "configs": entries}], "validate_only": False})
-        else:
-            r = raw.request(ApiKey.ALTER_CONFIGS, 2, {"resources": [
-                {"resource_type": BROKER, "resource_name": resource,
-                 "configs": [{"name": k, "value": v} for k, v in configs.items()]}], "validate_only": False})
-    finally:
-        raw.close()
-    return r.responses[0].error_code, r.responses[0].error_message
 
 
 def _described(broker, resource: str) -> dict:

@@ -10,8 +10,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.harness.tierlog_cluster import start_cluster
+from tests.security.passwordlib import PASSWORD_KEY
+from tests.security.passwordlib import alter_broker_configs as _alter
 from tests.security.pki import STORE_PASSWORD
-from tests.security.test_password_encoder_cluster import PASSWORD_KEY, _alter
 from tierlog.errors import InvalidRequestError
 
 
