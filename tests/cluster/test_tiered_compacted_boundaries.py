@@ -15,10 +15,15 @@ reaches across one of broker 2's boundaries before going on. Broker 1 is then ki
 assignment) leads, the ``d`` keys are written again, and its cleaner removes a quarter of every segment broker
 1 uploaded (never enough for the cleaner to merge two, which would line the boundaries up again). Without the
 rebuild those segments are never replaced, local retention deletes the local copies, and a consumer from the
-earliest reads the superseded ``d`` records."""
+earliest reads the superseded ``d`` records. Broker 2's store (the fault-injecting plugin) makes its first
+rebuild fail with half its objects written: abandoned, deleted and done again like any failed upload, it
+leaves no object behind."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -37,6 +42,8 @@ from tests.tiered.compactlib import (
     read_earliest,
     wait_until,
 )
+from tierlog.kafka_uuid import uuid_to_str
+from tierlog.tiered.rsm.faults import write_control
 
 VALUE = b"x" * 200
 
@@ -47,8 +54,11 @@ def cluster(tmp_path_factory, zookeeper):
     settings = tiered_settings(root, **CLEANER_SETTINGS, **{
         "rlmm.config.remote.log.metadata.topic.replication.factor": "3", "replica.lag.time.max.ms": "5000",
         "replica.fetch.backoff.ms": "200"})
-    c = start_cluster(root, zookeeper, brokers=3, settings=settings, per_broker={2: {"replica.fetch.max.bytes": "1"}})
-    c.root = root
+    faults = {"replica.fetch.max.bytes": "1",
+              "remote.log.storage.manager.class.name": "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager",
+              "rsm.config.fault.delegate": "filesystem", "rsm.config.fault.control.file": str(root / "faults-2.json")}
+    c = start_cluster(root, zookeeper, brokers=3, settings=settings, per_broker={2: faults})
+    c.root, c.faults = root, root / "faults-2.json"
     yield c
     c.stop()
     for i, b in c.brokers.items():  # the brokers' logs, for reading after a failure
@@ -69,6 +79,28 @@ def produce_each(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | 
         assert p.flush(60) == 0
     assert len(acked) == len(records)
     return sorted(acked)
+
+
+def fail_first_rebuild(control, broker, highest: int, bases: list[int]) -> str:
+    """With broker 2's store holding every upload: let each held one go until a rebuild is held (offsets the
+    old leader had uploaded, across one of broker 2's segment boundaries ``bases``: never a local segment's
+    own upload), make that one fail, then heal the store. Returns the failed upload's segment id as it appears
+    in object names."""
+    held = Path(f"{control}.held")
+    while True:
+        detail = wait_until(lambda: held.exists() and json.loads(held.read_text()), "an upload held by the store")
+        start, end = detail["start_offset"], detail["end_offset"]
+        if end <= highest and any(start < base <= end for base in bases):
+            break
+        write_control(control, copy_partial=True)  # this one goes on; the next is held again
+        wait_until(lambda d=detail: not held.exists() or json.loads(held.read_text()) != d, "the upload let go")
+        write_control(control, copy="hold", copy_partial=True)
+    wait_until(lambda: any(f"Rebuilding remote offsets {start}-{end} " in line for line in broker.output),
+               "the broker's line about the rebuild")
+    write_control(control, copy="error", copy_partial=True)
+    wait_until(lambda: not held.exists(), "the rebuild failed")
+    write_control(control)
+    return uuid_to_str(uuid.UUID(detail["segment_id"]))
 
 
 def local_bases(broker, topic: str) -> list[int]:
@@ -106,7 +138,8 @@ def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(clu
                             + keys("fill-a", "f", 0, 20))
     last1 = records[-21][0]
     alter(b1, topic, **{"min.compaction.lag.ms": "0"})
-    wait_until(lambda: cleaned_and_tiered(b1, topic, last1), "broker 1 cleaned and uploaded past the mixed keys")
+    highest1 = wait_until(lambda: cleaned_and_tiered(b1, topic, last1),
+                          "broker 1 cleaned and uploaded past the mixed keys")["highest_offset_in_remote_storage"]
 
     cluster.start([2])
     wait_isr(cluster, topic, 3, timeout=120)
@@ -117,6 +150,9 @@ def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(clu
     assert crossing, (f"precondition: broker 2's segments {bases} line up with the uploads "
                       f"{[(m.start_offset, m.end_offset) for m in uploaded]}")
 
+    # Broker 2's store holds every upload; the first rebuild it holds fails (its segment file half written,
+    # as a crash mid-upload leaves it): abandoned and deleted like any failed upload, then done again.
+    write_control(cluster.faults, copy="hold", copy_partial=True)
     b1.kill()
     leader = cluster.wait_until(lambda: (p := partition(cluster, topic, via=2).leader_id) != 1 and p, 60,
                                 "a new leader")
@@ -124,6 +160,7 @@ def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(clu
     client = SimpleNamespace(bootstrap=b2.bootstrap)
     records += produce_each(b2.bootstrap, topic, keys("d", "v3", 0, 20) + keys("fill-b", "f", 0, 40))
     last2 = records[-41][0]
+    failed = fail_first_rebuild(cluster.faults, b2, highest1, bases)
     alter(client, topic, **{"local.retention.bytes": "1"})
     wait_until(lambda: (s := cleaned_and_tiered(b2, topic, last2)) and s["role"] == "leader"
                and s["local_log_start_offset"] > last2 and s, "cleaned, tiered and deleted locally by broker 2",
@@ -141,6 +178,7 @@ def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(clu
 
     report = call(b2, "/v1/tier/reconcile")
     assert report["orphans"] == [] and report["missing"] == [], report
+    assert not [p for p in (cluster.root / "remote").rglob("*") if failed in p.name], "the failed rebuild's objects"
     ranges = [(m.start_offset, m.end_offset) for m in remote_manifests(cluster.root, topic)]
     assert ranges[0][0] == 0, ranges
     for (_, end), (start, _) in zip(ranges, ranges[1:]):
