@@ -34,6 +34,7 @@ DEBUG, the recovery at INFO.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from tierlog.metrics import MetricsRegistry
 from tierlog.storage import Log, LogSegment
 from tierlog.storage.checkpoints import parse_leader_epoch_checkpoint, write_atomically
 from tierlog.storage.producer_state import snapshot_path
+from tierlog.tiered import remote_rebuild
 from tierlog.tiered.exceptions import RemoteResourceNotFoundError
 from tierlog.tiered.lineage import (
     epochs_in_range,
@@ -67,6 +69,14 @@ from tierlog.tiered.metadata import (
 from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
 from tierlog.tiered.remote_reader import RemoteLogReader
+from tierlog.tiered.remote_rebuild import (
+    Run,
+    checkpoint_through,
+    local_pieces,
+    overlap_runs,
+    run_epochs,
+    within_lineage,
+)
 from tierlog.tiered.rlmm import RemoteLogMetadataManager
 from tierlog.tiered.rsm import RemoteStorageError, RemoteStorageManager, layout
 
@@ -692,9 +702,20 @@ class RemoteLogManager:
         delayed = copy_delayed(lg, [seg for seg, _ in candidates], time.time() * 1000)
         if lg.config.compact:
             # Replacements first (they are older offsets), then the new segments; before both, the
-            # segments a finished replacement superseded (a crash may have come between the two).
+            # segments a finished replacement superseded (a crash may have come between the two). Runs
+            # that cross this leader's segment boundaries are rebuilt from the local data; the local
+            # segments they touch are not replaced whole.
             await self._retire_replaced(st)
-            candidates = self.replacement_candidates(st) + candidates[:len(candidates) - delayed]
+            runs = [r for r in self.rebuild_runs(st) if r.replaceable]
+            for run in runs:
+                if st.stop_copy or not await self._within_copy_quota(st, run.local_bytes):
+                    return
+                if not await self._rebuild_run(st, run):
+                    return
+                await self._retire_replaced(st)
+            aligned = [(seg, end) for seg, end in self.replacement_candidates(st)
+                       if not any(r.overlaps(seg.base_offset, end) for r in runs)]
+            candidates = aligned + candidates[:len(candidates) - delayed]
             delayed = 0
         for seg, next_base in candidates[:len(candidates) - delayed]:
             if st.stop_copy or not await self._within_copy_quota(st, seg.size):
@@ -756,9 +777,112 @@ class RemoteLogManager:
         if not lg.config.compact or self.partitions.get(st.tp) is not st:
             return True
         try:
-            return self.remote_copy_state(st, seg.base_offset, end, seg.size) != "stale"
+            if self.remote_copy_state(st, seg.base_offset, end, seg.size) == "stale":
+                return False
+            # A stale run of remote segments touching it waits for its rebuild from the local data.
+            return not any(r.stale and r.overlaps(seg.base_offset, end) for r in self.rebuild_runs(st))
         except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next check
             return False
+
+    def rebuild_runs(self, st: PartitionTasks) -> list[Run]:
+        """The runs of finished remote segments (overlapping ranges chained, docs/tiered-storage.md, "When the
+        boundaries differ") that touch a local segment whose remote offsets are not served by segments lying
+        within it: this leader's boundaries differ from the uploader's. Each says whether it is stale
+        (overlapping segments, or fewer local bytes than remote) and replaceable (the local log holds its
+        whole range between batches, cleaned, below the last stable offset and the highest remote offset)."""
+        lg = st.log
+        highest = lg.highest_offset_in_remote_storage
+        if lg.offline is not None or highest < 0:
+            return []
+        segments = list(lg.segments)
+        unaligned = [(seg.base_offset, nxt.base_offset) for seg, nxt in zip(segments, segments[1:])
+                     if seg.base_offset <= highest
+                     and self.remote_copy_state(st, seg.base_offset, nxt.base_offset, seg.size) == "unaligned"]
+        entries = filtered_epochs(lg.leader_epoch_cache.entries)
+        leo = lg.log_end_offset
+        finished = [md for md in self.rlmm.list_remote_log_segments(st.tp)
+                    if md.state == S.COPY_SEGMENT_FINISHED and md.segment_id not in st.being_copied
+                    and within_lineage(md, leo, entries)]
+        limit = min(self.cleaned_up_to(lg.topic, lg.partition) or 0, lg.last_stable_offset, highest + 1)
+        out = []
+        for run in overlap_runs(finished):
+            if len(run.members) == 1 and not any(run.overlaps(base, end) for base, end in unaligned) \
+                    or run.start < lg.log_start_offset:
+                continue
+            run.pieces = local_pieces(segments, run.start, run.end + 1)
+            if run.pieces is None:
+                continue  # the local log does not hold the range (or not between batches): stays as it is
+            # A member covering the whole run is an earlier rebuild whose replaced segments wait for their
+            # retirement: the run is stale only if the cleaner shrank the range since.
+            whole = [m for m in run.members if m.start_offset == run.start and m.end_offset == run.end]
+            newest = max(whole or run.members, key=lambda m: m.event_timestamp_ms)
+            run.stale = (len(run.members) > 1 and not whole) or run.local_bytes < newest.segment_size_in_bytes
+            run.replaceable = run.stale and run.end + 1 <= limit and all(seg.is_intact() for seg, _, _ in run.pieces)
+            out.append(run)
+        return out
+
+    async def _rebuild_run(self, st: PartitionTasks, run: Run) -> bool:
+        """Upload one segment covering exactly ``run``'s range, written from the cleaned local batches of that
+        range; the run's segments are retired after it finished (:meth:`_retire_replaced`). False when the
+        upload was abandoned because the leadership ended meanwhile."""
+        lg, tp = st.log, st.tp
+        entries = lg.leader_epoch_cache.entries
+        epochs = run_epochs(epochs_in_range(entries, run.start, run.end + 1), run)
+        if not epochs:
+            raise RuntimeError(f"no leader epoch covers offsets {run.start}..{run.end} of {tp}")
+        root = os.path.join(os.path.dirname(lg.dir), remote_rebuild.FOLDER)
+        prefix = f"{os.path.basename(lg.dir)}."
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.copier_pool, remote_rebuild.clear_leftovers, root, prefix)
+        local = [seg for seg, _, _ in run.pieces]
+        snapshot = None
+        local_snapshot = snapshot_path(lg.dir, run.end + 1)
+        try:
+            snapshot = await self._in_pool(st, self.copier_pool, Path(local_snapshot).read_bytes)
+        except FileNotFoundError:
+            last = max((md for md in run.members if md.end_offset == run.end), key=lambda md: md.event_timestamp_ms)
+            try:
+                snapshot = await self._in_pool(st, self.copier_pool, self.rsm.fetch_index, last,
+                                               IndexType.PRODUCER_SNAPSHOT)
+            except RemoteResourceNotFoundError:
+                snapshot = None  # uploaded without one (no idempotent producer yet)
+        aborted = await self._in_pool(st, self.copier_pool, remote_rebuild.aborted_in, local, run.start, run.end)
+        directory = os.path.join(root, prefix + uuid_to_str(RemoteLogSegmentId.generate(tp).id))
+        cfg = lg.config
+        built = await self._in_pool(st, self.copier_pool, functools.partial(
+            remote_rebuild.build, directory, run.start, run.pieces, index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes, aborted=aborted, snapshot=snapshot))
+        built.segment.close()
+        cancelled = False
+        try:
+            current = list(lg.segments)
+            if any(not any(seg is c for c in current) for seg in local):
+                log.debug("Local segments of %s changed while rebuilding offsets %d-%d; trying again next round",
+                          tp, run.start, run.end)
+                return True
+            max_ts = built.max_timestamp if built.max_timestamp >= 0 else max(
+                md.max_timestamp_ms for md in run.members)
+            md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tp), run.start, run.end, max_ts,
+                                          self.broker_id, _now_ms(), built.size, epochs)
+            seg = built.segment
+            data = LogSegmentData(
+                log_segment=Path(seg.log_path), offset_index=Path(seg.offset_index.path),
+                time_index=Path(seg.time_index.path),
+                producer_snapshot_index=Path(built.snapshot) if built.snapshot else None,
+                leader_epoch_index=leader_epoch_checkpoint_bytes(checkpoint_through(entries, epochs, run.start)),
+                transaction_index=Path(built.txn_index) if built.txn_index else None)
+            log.info("Rebuilding remote offsets %d-%d of %s (%d segment(s), %d bytes) from the cleaned local log "
+                     "as one segment of %d bytes", run.start, run.end, tp, len(run.members),
+                     sum(m.segment_size_in_bytes for m in run.members), built.size)
+            return await self._upload(st, md, data)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            # Left in place when cancelled mid-upload (the store call may still read them): the next rebuild
+            # of the partition removes them.
+            if not cancelled:
+                remote_rebuild.remove(directory)
 
     def replaced_segments(self, st: PartitionTasks) -> list[RemoteLogSegmentMetadata]:
         """Finished segments that reads no longer get because a segment finished after them contains them (a
@@ -822,19 +946,29 @@ class RemoteLogManager:
             time_index=Path(seg.time_index.path), producer_snapshot_index=Path(snapshot) if snapshot else None,
             leader_epoch_index=leader_epoch_checkpoint_bytes((e, o) for e, o in entries if o < next_base),
             transaction_index=txn_index)
+        return await self._upload(st, md, data, seg.flush_indexes)
+
+    async def _upload(self, st: PartitionTasks, md: RemoteLogSegmentMetadata, data: LogSegmentData,
+                      before=None) -> bool:
+        """COPY_SEGMENT_STARTED, the store call, COPY_SEGMENT_FINISHED; True once finished, False when it was
+        abandoned because the leadership it belongs to ended meanwhile. ``before`` runs once the upload is
+        announced, before the store reads the files."""
+        lg, tp = st.log, st.tp
+        size = md.segment_size_in_bytes
         st.being_copied.add(md.segment_id)
         epoch = st.partition.leader_epoch
         finishing = False
         try:
             await self.rlmm.add_remote_log_segment_metadata(md)
             self.metrics.copy_requests.inc(topic=tp.topic)
-            seg.flush_indexes()
+            if before is not None:
+                before()
             try:
                 custom = await self._in_pool(st, self.copier_pool, self.rsm.copy_log_segment_data, md, data)
             except Exception as e:
                 self.metrics.copy_errors.inc(topic=tp.topic)
                 log.debug("Copy of segment %d of %s (%s) failed: %s; what was uploaded is removed",
-                          seg.base_offset, tp, md.segment_id.id, e)
+                          md.start_offset, tp, md.segment_id.id, e)
                 await self._abandon(st, md)
                 raise
             if custom is not None and len(custom) > self.custom_metadata_max_bytes:
@@ -843,7 +977,7 @@ class RemoteLogManager:
                     md.segment_id, _now_ms(), custom, S.COPY_SEGMENT_FINISHED, self.broker_id))
                 await self._abandon(st, finished)
                 raise CustomMetadataSizeLimitExceededError(
-                    f"custom metadata of {len(custom)} bytes for segment {seg.base_offset} of {tp} exceeds "
+                    f"custom metadata of {len(custom)} bytes for segment {md.start_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
             if st.partition.leader_epoch != epoch or self.partitions.get(tp) is not st:
                 # The leadership this upload belongs to ended while the store call ran (the replica
@@ -856,7 +990,7 @@ class RemoteLogManager:
                 # and the next one uploads these offsets again in the new epoch: going on with the next
                 # segment would leave a gap that local retention then makes permanent.
                 log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
-                         md.segment_id.id, seg.base_offset, tp, epoch)
+                         md.segment_id.id, md.start_offset, tp, epoch)
                 await self._abandon(st, md)
                 return False
             finishing = True
@@ -868,8 +1002,8 @@ class RemoteLogManager:
         finally:
             st.being_copied.discard(md.segment_id)
         self.metrics.copy_bytes.inc(size, topic=tp.topic)
-        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, next_base - 1)
-        log.debug("Copied segment %d-%d of %s (%d bytes)", seg.base_offset, next_base - 1, tp, size)
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, md.end_offset)
+        log.debug("Copied segment %d-%d of %s (%d bytes)", md.start_offset, md.end_offset, tp, size)
         return True
 
     async def _abandon(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
