@@ -102,7 +102,7 @@ def test_an_untrusted_certificate_is_one_line(secured, pki):
     _broker, addresses, _ = secured
     result = tierlog("topic", "list", "-b", addresses["SSL"], "--timeout", "20",
                      "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.other_ca}")
-    one_error_line(result, "certificate", "ssl.truststore.location")
+    one_error_line(result, "TLS handshake failed", "not signed by a trusted CA", "ssl.truststore.location")
 
 
 def test_a_plaintext_client_on_a_tls_listener_is_one_line(secured):
