@@ -8,7 +8,9 @@ failures are logged and reported, and finally searches every captured byte for t
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 import urllib.error
 import urllib.request
 
@@ -211,3 +213,53 @@ def test_a_refused_configuration_names_no_secret(world, tmp_path, bad):
     _assert_clean("config describe", described.stdout + described.stderr)
     described = tierlog("config", "describe", "--json", *args)
     _assert_clean("config describe --json", described.stdout + described.stderr)
+
+
+class _RefusingS3(http.server.BaseHTTPRequestHandler):
+    """Answers every request as S3 answers an unknown access key: 403 InvalidAccessKeyId, the body quoting the
+    key id the request was signed with (on one line, as some S3-compatible stores write it)."""
+
+    def _refuse(self) -> None:
+        auth = self.headers.get("Authorization", "")
+        key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
+        body = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The AWS '
+                'Access Key Id you provided does not exist in our records.</Message>'
+                f'<AWSAccessKeyId>{key}</AWSAccessKeyId><RequestId>4442587FB7D0A2F9</RequestId></Error>').encode()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.send_response(403)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _refuse
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_store_error_quoting_the_access_key_is_reported_without_it(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingS3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    broker = BrokerProcess(tmp_path / "logs", _settings(endpoint)).start()
+    try:
+        topic = unique("secrets-403")
+        create_topic(broker.bootstrap, topic, configs=TOPIC_CONFIGS)
+        _produce(broker, topic, 200)
+
+        def errors() -> list[str]:
+            return [p["last_error"] for p in tier_status(broker, topic)["partitions"] if p.get("last_error")]
+        reported = wait_for(errors, "the refused upload in the tier status", 120)
+        # the store's answer is passed on (what went wrong), the key id it quoted is not
+        assert any("InvalidAccessKeyId" in e for e in reported), reported
+        out = tierlog("tier", "status", "--url", metrics_url(broker), "--topic", topic)
+        wait_for(lambda: any("InvalidAccessKeyId" in line for line in broker.output), "the refusal in the log", 60)
+        for text in (json.dumps(reported), out.stdout + out.stderr):
+            _assert_clean("an answer", text)
+    finally:
+        broker.stop()
+        server.shutdown()
+    _assert_clean("the broker's log", "".join(broker.output))
