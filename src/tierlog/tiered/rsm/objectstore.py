@@ -53,6 +53,11 @@ _OWN_KEYS = frozenset({"url", "request.timeout.ms", "connect.timeout.ms", "retry
                        "retry.backoff.ms", "retry.backoff.max.ms", "upload.part.size"})
 _MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
 _STATUS_RE = re.compile(r"status code: (\d{3})")
+# what a request URL may carry that is a credential: a password before the host, a SAS signature, a
+# presigned request's signature, credential scope or session token
+_URL_PASSWORD = re.compile(r"(\w+://[^/\s:@]+:)[^/\s@]+@")
+_URL_SECRET_PARAM = re.compile(r"(?i)([?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|"
+                               r"token|access_token)=)[^&\s#]+")
 
 
 class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
@@ -61,6 +66,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     def __init__(self) -> None:
         super().__init__()
         self.url = ""
+        self.shown_url = ""
         self.part_size = 8 * 1024 * 1024
         self._store: Any = None
         self._secrets: tuple[str, ...] = ()  # credential values, cut out of every error text
@@ -68,6 +74,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
         self.url = str(configs.get("url") or "").strip()
+        self.shown_url = redact(self.url)  # what messages name
         if not self.url:
             raise InvalidConfigError("Missing required configuration rsm.config.url of the objectstore remote "
                                      "storage manager")
@@ -110,7 +117,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # obstore reports some bad options as a Rust panic (a BaseException)
-            raise InvalidConfigError(f"Cannot open object store {self.url}: {type(e).__name__}: "
+            raise InvalidConfigError(f"Cannot open object store {self.shown_url}: {type(e).__name__}: "
                                      f"{_first_line(e, self._secrets)}") from None
 
     def close(self) -> None:
@@ -171,11 +178,11 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             raise FileNotFoundError(_first_line(e, self._secrets)) from None
         except (obs_errors.PermissionDeniedError, obs_errors.UnauthenticatedError, obs_errors.InvalidPathError,
                 obs_errors.NotSupportedError, obs_errors.UnknownConfigurationKeyError) as e:
-            raise RemoteStorageError(f"cannot {what} in {self.url}: {_first_line(e, self._secrets)}") from None
+            raise RemoteStorageError(f"cannot {what} in {self.shown_url}: {_first_line(e, self._secrets)}") from None
         except obs_errors.BaseError as e:
-            raise _classify(f"cannot {what} in {self.url}", e, self._secrets) from None
+            raise _classify(f"cannot {what} in {self.shown_url}", e, self._secrets) from None
         except OSError as e:
-            raise error_from_os(e, f"cannot {what} in {self.url}") from None
+            raise error_from_os(e, f"cannot {what} in {self.shown_url}") from None
 
 
 def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
@@ -211,7 +218,12 @@ def _classify(what: str, e: Exception, secrets: tuple[str, ...] = ()) -> RemoteS
 
 def _first_line(e: BaseException, secrets: tuple[str, ...] = ()) -> str:
     # obstore appends a multi-line Rust debug dump; the first line says what happened.
-    line = str(e).strip().split("\n", 1)[0]
+    return redact(str(e).strip().split("\n", 1)[0], secrets)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without the credential values ``secrets`` and without the credentials a URL in it carries."""
     for secret in secrets:  # longest first, so a secret containing another is cut whole
-        line = line.replace(secret, HIDDEN)
-    return line
+        text = text.replace(secret, HIDDEN)
+    text = _URL_PASSWORD.sub(r"\1" + HIDDEN + "@", text)
+    return _URL_SECRET_PARAM.sub(r"\1" + HIDDEN, text)
