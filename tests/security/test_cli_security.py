@@ -21,10 +21,14 @@ USER, PASSWORD = "erin", "erin-cli-secret"
 def secured(pki, tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli-secured")
     settings = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,"
+                     "MTLS://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                                          "MTLS:SSL",
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.broker.pem),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+        "listener.name.mtls.ssl.client.auth": "required",
         "num.partitions": "1",
     }
     with running_broker(folder, settings) as broker:
@@ -66,6 +70,19 @@ def test_ssl_with_a_pem_ca_in_a_command_config(secured, pki):
 def test_ssl_with_x_settings_only(secured, pki):
     _broker, addresses, _ = secured
     _roundtrip(addresses["SSL"], ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca}"])
+
+
+def test_mutual_tls_with_kcats_certificate_and_key_names(secured, pki):
+    """-X ssl.certificate.location / ssl.key.location (kcat's names) present the client certificate a listener
+    with ssl.client.auth=required asks for; without them the handshake is refused, in one line."""
+    _broker, addresses, _ = secured
+    tls = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca}"]
+    _roundtrip(addresses["MTLS"], [*tls, "-X", f"ssl.certificate.location={pki.client.cert}",
+                                   "-X", f"ssl.key.location={pki.client.key}"])
+    refused = tierlog("topic", "list", "-b", addresses["MTLS"], "--timeout", "10", *tls)
+    one_error_line(refused, "closed the TLS connection", "ssl.client.auth=required", "ssl.certificate.location")
+    one_error_line(tierlog("topic", "list", "-b", addresses["MTLS"], *tls,
+                           "-X", f"ssl.certificate.location={pki.client.cert}"), "ssl.key.location", "give both")
 
 
 def test_scram_sha_512_over_sasl_ssl_with_a_jaas_config(secured, pki):

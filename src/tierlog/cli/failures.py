@@ -87,9 +87,18 @@ def describe(exc: BaseException, args: argparse.Namespace) -> str:
     bootstrap = getattr(args, "resolved_bootstrap", None)
     timeout = getattr(args, "resolved_timeout", None)
     if isinstance(exc, (KafkaTimeoutError, KafkaConnectionError)) and bootstrap:
-        tls = _tls_failure(_chain_text(exc))
+        text = _chain_text(exc)
+        tls = _tls_failure(text)
         if tls:
             return f"cannot connect to the broker at {bootstrap}: {tls}"
+        client = getattr(args, "resolved_client_config", None) or {}
+        protocol = str(client.get("security.protocol", "PLAINTEXT")).upper()
+        has_certificate = any(k in client for k in ("ssl.keystore.location", "ssl.keystore.key"))
+        if protocol in ("SSL", "SASL_SSL") and "closed the connection" in text and not has_certificate:
+            # TLS 1.3: a listener that requires a client certificate closes the connection after the handshake
+            return (f"the broker at {bootstrap} closed the TLS connection; if its listener requires client "
+                    "certificates (ssl.client.auth=required), give one with ssl.keystore.location, or "
+                    "ssl.certificate.location and ssl.key.location (--command-config or -X)")
         return (f"cannot reach the broker at {bootstrap} within {timeout:g} s ({_cause(exc)}); check that it "
                 f"is running and that --bootstrap-server (or -c) names its listener, or raise --timeout")
     if isinstance(exc, errors.KafkaError):
