@@ -140,6 +140,13 @@ def test_tiering_status_pages_and_describe_configs_show_no_secret(world):
     assert "orphan" in reconciled, reconciled
     status = _cli(seen, "tier", "status", "--url", url)
     assert topic in status, status
+    props = _root / "server.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in _settings(_moto.endpoint).items()))
+    described = _cli(seen, "config", "describe", "-c", str(props))
+    shown = {line.split()[0]: line.split()[1] for line in described.splitlines() if line.startswith("rsm.config.")}
+    assert shown["rsm.config.aws_secret_access_key"] == "[hidden]", described
+    assert shown["rsm.config.url"] == "s3://tiered/secrets", described
+    _cli(seen, "config", "describe", "-c", str(props), "--json")
     _cli(seen, "tier", "status", "--url", url, "--json")
     _cli(seen, "tier", "reconcile", "--url", url)
 
