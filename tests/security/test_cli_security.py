@@ -139,6 +139,9 @@ def test_unknown_keys_and_bad_values_are_one_line(secured, tmp_path):
                    "unknown client setting 'sasl.mechanizm'", str(path))
     one_error_line(tierlog("consume", "t", "-b", address, "-X", "security.protocol=TLS"),
                    "security.protocol", "(-X)")
+    # a producer's own setting is checked too, before anything is sent
+    one_error_line(tierlog("produce", "t", "-b", address, "-X", "acks=7", input="x\n"),
+                   "Invalid value 7 for configuration acks", "(-X)")
     one_error_line(tierlog("topic", "list", "-b", address, "-X", "security.protocol=SSL",
                            "-X", f"ssl.truststore.location={tmp_path / 'missing.pem'}"), "ssl.truststore")
     one_error_line(tierlog("group", "list", "-b", address, "--command-config", tmp_path / "absent.properties"),

@@ -67,12 +67,9 @@ def client_config(args: argparse.Namespace) -> dict[str, str]:
     return config
 
 
-#: librdkafka's (kcat's, confluent-kafka's) names of PEM files, accepted as -X users of kcat write them.
-LIBRDKAFKA_PEM = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
-
-
 def _translate_librdkafka_names(given: dict[str, tuple[str, str]]) -> None:
-    """``ssl.ca.location`` becomes a PEM truststore; ``ssl.certificate.location`` with ``ssl.key.location``
+    """librdkafka's (kcat's, confluent-kafka's) names of PEM files, as users of kcat write them with -X:
+    ``ssl.ca.location`` becomes a PEM truststore; ``ssl.certificate.location`` with ``ssl.key.location``
     a PEM keystore given inline (Kafka's ssl.keystore.certificate.chain and ssl.keystore.key), the files
     read here. A setting in Kafka's own name wins over its librdkafka spelling."""
     from tierlog.cli.failures import CliError
@@ -104,8 +101,12 @@ def _check_client_config(config: dict[str, str], where: dict[str, str]) -> None:
     without credentials) now, as one line, instead of inside the first connection."""
     from tierlog.cli.failures import CliError
     from tierlog.config.client import validate_client_config
+    from tierlog.config.definitions import CLIENT_CONFIGS
+    from tierlog.config.values import parse_value
 
     try:
+        for key, value in config.items():  # every value, also the producer's and consumer's own settings
+            parse_value(CLIENT_CONFIGS[key], value)
         validate_client_config("admin", {"bootstrap.servers": "127.0.0.1:9092", **for_role("admin", config)})
     except InvalidConfigError as e:
         name = getattr(e, "config_name", None)
