@@ -130,7 +130,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     try:
         run(records.consume(address, seconds, args.topic, write, start=start, partition=args.partition,
-                            count=args.count, group=args.group, idle_s=args.timeout))
+                            count=args.count, group=args.group, idle_s=args.timeout,
+                            client_config=args.resolved_client_config))
     except BrokenPipeError:
         # the reader went away (| head): stop quietly, and keep Python from complaining at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -31,6 +31,11 @@ ADVICE = {
     "UNSUPPORTED_VERSION": "the broker is too old for this request",
     "TOPIC_AUTHORIZATION_FAILED": "the broker refuses this client: check its ACLs",
     "GROUP_AUTHORIZATION_FAILED": "the broker refuses this client: check its ACLs",
+    "CLUSTER_AUTHORIZATION_FAILED": "the broker refuses this client: check its ACLs",
+    "SASL_AUTHENTICATION_FAILED": "check sasl.mechanism and the credentials (sasl.username and sasl.password, or "
+                                  "sasl.jaas.config) given with --command-config or -X",
+    "UNSUPPORTED_SASL_MECHANISM": "give a sasl.mechanism the listener enables (--command-config or -X)",
+    "ILLEGAL_SASL_STATE": "the listener does not speak SASL this way: check security.protocol (--command-config or -X)",
 }
 
 
@@ -42,15 +47,30 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _cause(exc: BaseException | None) -> str:
-    """Why a connection failed, in a few words, from the client's message."""
-    first = exc
+def _chain_text(exc: BaseException | None) -> str:
     seen, parts = set(), []
     while exc is not None and id(exc) not in seen:  # the last attempt's error may sit in the chain
         seen.add(id(exc))
         parts.append(str(exc))
         exc = exc.__cause__ or exc.__context__
-    text = " ".join(parts)
+    return " ".join(parts)
+
+
+def _tls_failure(text: str) -> str | None:
+    """The line for a TLS handshake that failed because of the broker's certificate, else None."""
+    if "CERTIFICATE_VERIFY_FAILED" not in text and "certificate verify failed" not in text:
+        return None
+    why = "its certificate does not match the host name" if "Hostname mismatch" in text or "IP address mismatch" \
+        in text else "its certificate is not signed by a trusted CA"
+    return (f"TLS handshake failed: {why} (certificate verify failed); check ssl.truststore.location (or "
+            "ssl.ca.location) names the CA that signed the broker's certificate, and "
+            "ssl.endpoint.identification.algorithm")
+
+
+def _cause(exc: BaseException | None) -> str:
+    """Why a connection failed, in a few words, from the client's message."""
+    first = exc
+    text = _chain_text(exc)
     if "Connect call failed" in text or "Connection refused" in text or "Errno 111" in text:
         return "connection refused"
     if "Name or service not known" in text or "nodename nor servname" in text or "Errno -2" in text:
@@ -67,6 +87,18 @@ def describe(exc: BaseException, args: argparse.Namespace) -> str:
     bootstrap = getattr(args, "resolved_bootstrap", None)
     timeout = getattr(args, "resolved_timeout", None)
     if isinstance(exc, (KafkaTimeoutError, KafkaConnectionError)) and bootstrap:
+        text = _chain_text(exc)
+        tls = _tls_failure(text)
+        if tls:
+            return f"cannot connect to the broker at {bootstrap}: {tls}"
+        client = getattr(args, "resolved_client_config", None) or {}
+        protocol = str(client.get("security.protocol", "PLAINTEXT")).upper()
+        has_certificate = any(k in client for k in ("ssl.keystore.location", "ssl.keystore.key"))
+        if protocol in ("SSL", "SASL_SSL") and "closed the connection" in text and not has_certificate:
+            # TLS 1.3: a listener that requires a client certificate closes the connection after the handshake
+            return (f"the broker at {bootstrap} closed the TLS connection; if its listener requires client "
+                    "certificates (ssl.client.auth=required), give one with ssl.keystore.location, or "
+                    "ssl.certificate.location and ssl.key.location (--command-config or -X)")
         return (f"cannot reach the broker at {bootstrap} within {timeout:g} s ({_cause(exc)}); check that it "
                 f"is running and that --bootstrap-server (or -c) names its listener, or raise --timeout")
     if isinstance(exc, errors.KafkaError):

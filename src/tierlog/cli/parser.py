@@ -131,6 +131,12 @@ def add_client_args(p: argparse.ArgumentParser, *, config_short: bool = True, id
                    help=f"broker to connect to (default: the listener of --broker-config, else {DEFAULT_BOOTSTRAP})")
     p.add_argument(*names, dest="config", metavar="FILE",
                    help="take the broker address from this broker configuration file (server.properties)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client settings (.properties, as Kafka's tools take them): security.protocol, ssl.*, "
+                        "sasl.*, ...; see docs/cli.md")
+    p.add_argument("-X", dest="client_override", metavar="KEY=VALUE", action="append", default=[],
+                   type=key_value, help="a client setting, on top of --command-config (repeatable), e.g. "
+                                        "-X security.protocol=SSL")
     if idle:
         p.add_argument("--timeout", type=seconds, metavar="SECONDS",
                        help="exit when no record arrived for SECONDS; also how long to wait for the broker "

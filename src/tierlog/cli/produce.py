@@ -46,7 +46,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             print("reading records from standard input, one per line; end with Ctrl-D", file=sys.stderr)
         result = run(records.produce(address, seconds, args.topic, records.read_records(stream, sep, args.whole),
                                      partition=args.partition, headers=headers, acks=args.acks,
-                                     compression=args.compression))
+                                     compression=args.compression, client_config=args.resolved_client_config))
     finally:
         if args.file:
             stream.close()

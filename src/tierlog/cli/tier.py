@@ -160,7 +160,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         try:
             results = run(restore.restore(address, plans, replication_factor=args.replication_factor,
                                           configs=dict(args.topic_config),
-                                          timeout_s=args.timeout or RESTORE_TIMEOUT_S))
+                                          timeout_s=args.timeout or RESTORE_TIMEOUT_S,
+                                          client_config=args.resolved_client_config))
         except restore.RestoreError as e:
             print(f"tierlog: error: {e}", file=sys.stderr)
             return 1

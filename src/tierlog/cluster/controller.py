@@ -194,7 +194,8 @@ class Controller:
         try:
             return BrokerConfig({**self.config.originals, **layers})
         except InvalidConfigError as e:  # e.g. the static file changed under a stored dynamic value
-            log.warning("Ignoring the dynamic broker configs %s: %s", layers, e)
+            # the names only: a dynamic value may be a password (ssl.keystore.password of a listener)
+            log.warning("Ignoring the dynamic broker configs %s: %s", ", ".join(sorted(layers)), e)
             return self.config
 
     def _decoded(self, configs: Mapping[str, str]) -> Mapping[str, str]:

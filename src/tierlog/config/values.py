@@ -14,7 +14,7 @@ import math
 import re
 from typing import Any
 
-from tierlog.config.definitions import ConfigDef, InSet
+from tierlog.config.definitions import ALL_CONFIGS, ConfigDef, InSet
 from tierlog.errors import InvalidConfigError, KafkaError
 
 _INT_RANGES = {
@@ -29,7 +29,8 @@ _LIST_SPLIT = re.compile(r"\s*,\s*")
 HIDDEN = "[hidden]"
 
 #: Words that make the value of a key without a definition (plugin settings, unknown keys) sensitive.
-_SENSITIVE_WORDS = ("password", "secret", "token", "credential", "jaas", "private", "sas_key", "access_key")
+_SENSITIVE_WORDS = ("password", "secret", "token", "credential", "jaas", "private", "sas_key", "access_key",
+                    "account_key", "master_key")
 
 
 class Password:
@@ -59,11 +60,28 @@ def looks_sensitive(name: str) -> bool:
     return any(word in lowered for word in _SENSITIVE_WORDS)
 
 
+#: Names of the password-type settings; a key ending in ``.<name>`` (a listener's override,
+#: ``listener.name.ssl.ssl.keystore.key``) is one of them too.
+_SENSITIVE_NAMES = frozenset(d.name for d in ALL_CONFIGS if d.sensitive)
+
+
+def is_sensitive_key(name: str) -> bool:
+    """True for a password-type setting (also under a listener or plugin prefix) and for a key whose
+    name suggests a secret: its value is never shown, logged or put in an error message."""
+    if name in _SENSITIVE_NAMES or looks_sensitive(name):
+        return True
+    return any(name.endswith("." + s) for s in _SENSITIVE_NAMES)
+
+
 def invalid(name: str, value: Any, reason: str) -> KafkaError:
     """The error for a refused setting, in Kafka's wording: "Invalid value V for configuration K: reason".
+    The value of a sensitive setting (:func:`is_sensitive_key`) is shown as ``[hidden]``: error messages
+    reach logs and clients.
 
     The returned :class:`~tierlog.errors.InvalidConfigError` carries ``config_name``, ``config_value``
     and ``reason`` attributes as well."""
+    if value is not None and is_sensitive_key(name):
+        value = HIDDEN
     shown = value if isinstance(value, str) else (format_value(value) if value is not None else "null")
     if shown == "":
         shown = '""'
@@ -211,6 +229,7 @@ __all__ = [
     "format_value",
     "invalid",
     "java_double",
+    "is_sensitive_key",
     "looks_sensitive",
     "parse_typed",
     "parse_value",

@@ -10,7 +10,7 @@ the broker answers, so a typo or a stopped broker is one clear error instead of 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
@@ -71,15 +71,18 @@ def _check_partition(topic: str, partition: int | None, count: int) -> None:
 
 async def produce(bootstrap: str, timeout_s: float, topic: str, records: Iterable[Record], *,
                   partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
-                  acks: str = "all", compression: str = "none") -> dict:
+                  acks: str = "all", compression: str = "none",
+                  client_config: Mapping[str, Any] | None = None) -> dict:
     """Send every record and wait for all answers; returns counts, bytes (keys and values) and, per
-    partition, the first and last offset written. The first failed record's error is raised."""
-    base = settings(bootstrap, timeout_s)
+    partition, the first and last offset written. The first failed record's error is raised.
+    ``client_config``: the user's client settings (security.protocol, ssl.*, sasl.*...)."""
+    base = settings(bootstrap, timeout_s, client_config)
     async with Admin({**base, "default.api.timeout.ms": base["request.timeout.ms"]}) as admin:
         count = await partitions_of(admin, topic)
     _check_partition(topic, partition, count)
     request_ms = max(30000, base["request.timeout.ms"])
-    producer = Producer({**base, "request.timeout.ms": request_ms, "delivery.timeout.ms": request_ms + 5000,
+    producer = Producer({**settings(bootstrap, timeout_s, client_config, "producer"), "request.timeout.ms": request_ms,
+                         "delivery.timeout.ms": request_ms + 5000,
                          "max.block.ms": base["request.timeout.ms"], "acks": acks, "linger.ms": 5,
                          "enable.idempotence": acks in ("all", "-1"), "compression.type": compression})
     futures = []
@@ -144,15 +147,17 @@ def parse_time(text: str) -> int:
 
 async def consume(bootstrap: str, timeout_s: float, topic: str, on_records: Callable[[list[ConsumerRecord]], Any],
                   *, start: Start | None = None, partition: int | None = None, count: int | None = None,
-                  group: str | None = None, idle_s: float | None = None, commit_every_s: float = 5.0) -> dict:
+                  group: str | None = None, idle_s: float | None = None, commit_every_s: float = 5.0,
+                  client_config: Mapping[str, Any] | None = None) -> dict:
     """Read ``topic`` and call ``on_records`` with the records of each poll, in offset order per partition.
 
     Without a group: the topic's partitions (or ``partition``) from ``start`` (earliest by default; an
     offset outside a partition's records starts at its nearest end). With a group: its committed offsets,
     else ``start`` ("earliest" or "latest"), and the offsets of the records handed over are committed
     (every ``commit_every_s`` and at the end), so the next consumer of the group goes on right after them.
-    Stops after ``count`` records or ``idle_s`` seconds without one; returns the count and end positions."""
-    base = settings(bootstrap, timeout_s)
+    Stops after ``count`` records or ``idle_s`` seconds without one; returns the count and end positions.
+    ``client_config``: the user's client settings (security.protocol, ssl.*, sasl.*...)."""
+    base = settings(bootstrap, timeout_s, client_config)
     api_ms = base["request.timeout.ms"]
     async with Admin({**base, "default.api.timeout.ms": api_ms}) as admin:
         nparts = await partitions_of(admin, topic)
@@ -161,7 +166,8 @@ async def consume(bootstrap: str, timeout_s: float, topic: str, on_records: Call
     if group is not None and start.kind not in ("earliest", "latest"):
         raise ValueError("with a group, --from takes earliest or latest (where the group has no committed "
                          "offset); move a group with tierlog group reset-offsets")
-    config = {**base, "default.api.timeout.ms": api_ms, "request.timeout.ms": max(30000, api_ms),
+    config = {**settings(bootstrap, timeout_s, client_config, "consumer"), "default.api.timeout.ms": api_ms,
+              "request.timeout.ms": max(30000, api_ms),
               "enable.auto.commit": False, "auto.offset.reset": start.kind if start.kind == "latest" else "earliest"}
     if group is not None:
         config["group.id"] = group

@@ -303,13 +303,14 @@ async def wait_positioned(admin: Admin, plan: TopicPlan, deadline: float) -> boo
 
 
 async def restore(bootstrap: str, plans: list[TopicPlan], *, replication_factor: int = -1,
-                  configs: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+                  configs: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+                  client_config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Restore every planned topic into the cluster at ``bootstrap``; one result per topic, ``status``
     ``restored``, ``exists`` (already restored, with the same topic id) or ``error``."""
     configs = dict(configs or {})
     deadline = time.monotonic() + timeout_s
     results = []
-    async with clients.admin(bootstrap, timeout_s) as admin:
+    async with clients.admin(bootstrap, timeout_s, client_config) as admin:
         existing = await existing_topic_ids(admin, [p.topic for p in plans])
         todo = []
         for plan in plans:
@@ -327,7 +328,8 @@ async def restore(bootstrap: str, plans: list[TopicPlan], *, replication_factor:
         if not todo:
             return results
         n = await metadata_partitions(admin, deadline)
-        producer = Producer({**clients.settings(bootstrap, timeout_s), "acks": "all", "enable.idempotence": "true",
+        producer = Producer({**clients.settings(bootstrap, timeout_s, client_config, "producer"), "acks": "all",
+                             "enable.idempotence": "true",
                              "linger.ms": "0"})
         await producer.start()
         try:

@@ -32,6 +32,7 @@ import obstore
 from obstore import exceptions as obs_errors
 from obstore.store import from_url
 
+from tierlog.config.values import HIDDEN, is_sensitive_key
 from tierlog.errors import InvalidConfigError
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
 from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
@@ -52,6 +53,11 @@ _OWN_KEYS = frozenset({"url", "request.timeout.ms", "connect.timeout.ms", "retry
                        "retry.backoff.ms", "retry.backoff.max.ms", "upload.part.size"})
 _MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
 _STATUS_RE = re.compile(r"status code: (\d{3})")
+# what a request URL may carry that is a credential: a password before the host, a SAS signature, a
+# presigned request's signature, credential scope or session token
+_URL_PASSWORD = re.compile(r"(\w+://[^/\s:@]+:)[^/\s@]+@")
+_URL_SECRET_PARAM = re.compile(r"(?i)([?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|"
+                               r"token|access_token)=)[^&\s#]+")
 
 
 class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
@@ -60,16 +66,24 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     def __init__(self) -> None:
         super().__init__()
         self.url = ""
+        self.shown_url = ""
         self.part_size = 8 * 1024 * 1024
         self._store: Any = None
+        self._secrets: tuple[str, ...] = ()  # credential values, cut out of every error text
 
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
         self.url = str(configs.get("url") or "").strip()
+        self.shown_url = redact(self.url)  # what messages name
         if not self.url:
             raise InvalidConfigError("Missing required configuration rsm.config.url of the objectstore remote "
                                      "storage manager")
         self.part_size = rsm_setting(configs, "upload.part.size")
+        # a store's error may quote what it was given (an S3 403 names the access key id): errors reach the
+        # broker's log, the tier status and clients, so the credentials are cut out of them. Real keys are
+        # 16 characters and more; a short test value ("test") would cut words out of every message.
+        self._secrets = tuple(sorted({str(v) for k, v in configs.items() if is_sensitive_key(k) and len(str(v)) >= 8},
+                                     key=len, reverse=True))
         store_config: dict[str, str] = {}
         client: dict[str, Any] = {}
         ignored = []
@@ -103,8 +117,8 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # obstore reports some bad options as a Rust panic (a BaseException)
-            raise InvalidConfigError(f"Cannot open object store {self.url}: {type(e).__name__}: "
-                                     f"{_first_line(e)}") from None
+            raise InvalidConfigError(f"Cannot open object store {self.shown_url}: {type(e).__name__}: "
+                                     f"{_first_line(e, self._secrets)}") from None
 
     def close(self) -> None:
         self._store = None
@@ -161,14 +175,14 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         except FileNotFoundError:
             raise
         except obs_errors.NotFoundError as e:
-            raise FileNotFoundError(_first_line(e)) from None
+            raise FileNotFoundError(_first_line(e, self._secrets)) from None
         except (obs_errors.PermissionDeniedError, obs_errors.UnauthenticatedError, obs_errors.InvalidPathError,
                 obs_errors.NotSupportedError, obs_errors.UnknownConfigurationKeyError) as e:
-            raise RemoteStorageError(f"cannot {what} in {self.url}: {_first_line(e)}") from None
+            raise RemoteStorageError(f"cannot {what} in {self.shown_url}: {_first_line(e, self._secrets)}") from None
         except obs_errors.BaseError as e:
-            raise _classify(f"cannot {what} in {self.url}", e) from None
+            raise _classify(f"cannot {what} in {self.shown_url}", e, self._secrets) from None
         except OSError as e:
-            raise error_from_os(e, f"cannot {what} in {self.url}") from None
+            raise error_from_os(e, f"cannot {what} in {self.shown_url}") from None
 
 
 def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
@@ -192,16 +206,24 @@ def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
     return retry or None
 
 
-def _classify(what: str, e: Exception) -> RemoteStorageError:
+def _classify(what: str, e: Exception, secrets: tuple[str, ...] = ()) -> RemoteStorageError:
     """A client error (4xx other than timeout/throttling) will fail again; connection errors, timeouts
     and 5xx answers may not."""
     m = _STATUS_RE.search(str(e))
     status = int(m.group(1)) if m else None
     permanent = status is not None and 400 <= status < 500 and status not in (408, 429)
     cls = RemoteStorageError if permanent else RetriableRemoteStorageError
-    return cls(f"{what}: {_first_line(e)}")
+    return cls(f"{what}: {_first_line(e, secrets)}")
 
 
-def _first_line(e: BaseException) -> str:
+def _first_line(e: BaseException, secrets: tuple[str, ...] = ()) -> str:
     # obstore appends a multi-line Rust debug dump; the first line says what happened.
-    return str(e).strip().split("\n", 1)[0]
+    return redact(str(e).strip().split("\n", 1)[0], secrets)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without the credential values ``secrets`` and without the credentials a URL in it carries."""
+    for secret in secrets:  # longest first, so a secret containing another is cut whole
+        text = text.replace(secret, HIDDEN)
+    text = _URL_PASSWORD.sub(r"\1" + HIDDEN + "@", text)
+    return _URL_SECRET_PARAM.sub(r"\1" + HIDDEN, text)
