@@ -95,6 +95,8 @@ from tierlog.server.sasl_authenticator import (
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+#: Through TLS, the most bytes of one response's parts gathered into one write (one send() of their encryption).
+TLS_WRITE_BYTES = 1024 * 1024
 LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
@@ -391,6 +393,32 @@ class _IdleWatch:
 
     def stop(self) -> None:
         self._handle.cancel()
+
+
+def _write_gathered(writer: asyncio.StreamWriter, dups: list) -> None:
+    """A response's parts (``(None, bytes)`` or ``(descriptor, region)``) written through TLS in groups of up to
+    :data:`TLS_WRITE_BYTES`, each group with one ``writelines``: asyncio's TLS transport then encrypts the group's
+    pieces and sends the result with one send(), where a write per part cost a pass through the TLS protocol
+    and a send() each (a Fetch answer has a small header before and after each partition's records)."""
+    group: list = []
+    size = 0
+    for fd, part in dups:
+        if fd is None:
+            data = part
+        else:
+            data = os.pread(fd, part.length, part.position)
+            if len(data) != part.length:
+                raise ConnectionError(f"short read of {part.path}; closing the connection")
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if not n:
+            continue  # nothing to encrypt (the transport's write skips empty data too)
+        if group and size + n > TLS_WRITE_BYTES:
+            writer.writelines(group)
+            group, size = [], 0
+        group.append(data)
+        size += n
+    if group:
+        writer.writelines(group)
 
 
 class SocketServer:
@@ -804,8 +832,8 @@ class SocketServer:
             await writer.drain()
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list, tls: bool = False) -> None:
-        """Write a response whose records are file regions: sendfile where the loop can (never through TLS,
-        whose bytes are encrypted in process), else pread.
+        """Write a response whose records are file regions: sendfile where the loop can, else pread; through TLS,
+        whose bytes are encrypted in process, the parts are read and written in groups (:func:`_write_gathered`).
 
         Region descriptors are duplicated before the first await, so a segment deleted meanwhile
         (its descriptor closed and the number reused) can never make us send another file's bytes."""
@@ -822,11 +850,14 @@ class SocketServer:
                     self._warn.log(("open", e.errno), logging.ERROR, "Cannot open %s to answer %s: %s; closing "
                                    "the connection", p.path, writer.get_extra_info("peername"), e)
                     raise ConnectionError(p.path) from None
+            if tls:
+                _write_gathered(writer, dups)
+                return
             for fd, part in dups:
                 if fd is None:
                     writer.write(part)
                     continue
-                if self._sendfile and not tls:
+                if self._sendfile:
                     await writer.drain()
                     with open(fd, "rb", closefd=False) as f:
                         try:
