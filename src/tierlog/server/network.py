@@ -34,7 +34,8 @@ regions with ``loop.sendfile``: the limits wrap these paths without changing the
 On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
-cannot encrypt). A PLAINTEXT connection takes the path it always took. On a SASL_PLAINTEXT or SASL_SSL
+cannot encrypt) and a response's parts written in groups of up to a megabyte. A PLAINTEXT connection takes the
+path it always took. On a SASL_PLAINTEXT or SASL_SSL
 listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's session (listener, principal) is set in its task's context (``CURRENT_SESSION``).
@@ -52,6 +53,7 @@ import logging
 import os
 import resource
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -395,6 +397,24 @@ class _IdleWatch:
         self._handle.cancel()
 
 
+_tls_scratch = threading.local()
+
+
+class _TlsStreamProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """The stream protocol of a TLS connection, as a BufferedProtocol: asyncio's TLS layer then decrypts straight
+    into a buffer (one per thread, that is per event loop: it is handed over within one call) instead of making a
+    bytes object of up to 256 KiB per TLS record and joining them; the reader gets the same bytes."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = getattr(_tls_scratch, "view", None)
+        if view is None:
+            view = _tls_scratch.view = memoryview(bytearray(READ_CHUNK))
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_tls_scratch.view[:nbytes])  # StreamReader.feed_data copies it into its buffer
+
+
 def _write_gathered(writer: asyncio.StreamWriter, dups: list) -> None:
     """A response's parts (``(None, bytes)`` or ``(descriptor, region)``) written through TLS in groups of up to
     :data:`TLS_WRITE_BYTES`, each group with one ``writelines``: asyncio's TLS transport then encrypts the group's
@@ -615,7 +635,7 @@ class SocketServer:
         TLS, the failure is logged (once per kind and interval, with the address) and the broker serves on."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        protocol = _TlsStreamProtocol(reader, loop=loop)
         try:
             transport, _ = await loop.connect_accepted_socket(
                 lambda: protocol, conn, ssl=tls.current_context(), ssl_handshake_timeout=self.idle_timeout_s or 60.0)
