@@ -259,6 +259,12 @@ def producer_summary(out: str, records: int, record_bytes: int) -> dict:
 def consume(bootstrap: str, topic: str, records: int) -> dict:
     out = perf_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic, "--messages", records,
                     "--timeout", 30000, "--group", f"perf-{uuid.uuid4().hex[:8]}", timeout=300)
+    return consumer_summary(out, records)
+
+
+def consumer_summary(out: str, records: int) -> dict:
+    """The figures of ConsumerPerformance's result row in ``out``; raises when it is missing or counts fewer
+    records than were asked for."""
     lines = [ln for ln in out.splitlines() if ln.strip()]
     header_at = next((i for i, ln in enumerate(lines) if ln.startswith("start.time")), None)
     if header_at is None or header_at + 1 >= len(lines):

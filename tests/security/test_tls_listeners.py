@@ -197,6 +197,39 @@ def test_megabytes_of_records_fetched_over_tls(tls, pki):
     assert got == values
 
 
+def test_fetch_answers_of_several_partitions_over_tls(tls, pki):
+    """A Fetch answer over TLS holding several partitions' record regions, with the headers between them, is
+    written in groups of up to a megabyte (network.TLS_WRITE_BYTES): every partition's records arrive whole and
+    in order whatever group boundary falls between or after its region."""
+    _broker, addresses = tls
+    topic = unique("tls-parts")
+    create_topic(addresses["PLAINTEXT"], topic, partitions=4)
+    conf = {"bootstrap.servers": addresses["SSL"], "security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+    producer = confluent_kafka.Producer({**conf, "linger.ms": 20, "batch.size": 1_000_000})
+    # 4 partitions of 45 records of 12 KiB (about 540 KB each): an answer of all four crosses a group boundary
+    # inside a region and between regions.
+    values = {p: [(b"%d-%06d|" % (p, i)) * 1400 for i in range(45)] for p in range(4)}
+    for p, vs in values.items():
+        for v in vs:
+            producer.produce(topic, v, partition=p)
+    assert producer.flush(120) == 0
+    consumer = confluent_kafka.Consumer({**conf, "group.id": unique("g"), "enable.auto.commit": False,
+                                         "fetch.max.bytes": 8_000_000, "max.partition.fetch.bytes": 4_000_000,
+                                         "fetch.wait.max.ms": 500, "fetch.min.bytes": 2_000_000})
+    got: dict[int, list[bytes]] = {p: [] for p in values}
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in values])
+        while sum(map(len, got.values())) < sum(map(len, values.values())):
+            batch = consumer.consume(500, timeout=30)
+            assert batch, f"only {[len(v) for v in got.values()]} records"
+            for m in batch:
+                assert m.error() is None, m.error()
+                got[m.partition()].append(m.value())
+    finally:
+        consumer.close()
+    assert got == values
+
+
 def test_kafka_python_over_mutual_tls(tls, pki):
     kafka = pytest.importorskip("kafka")
     _broker, addresses = tls

@@ -34,7 +34,8 @@ regions with ``loop.sendfile``: the limits wrap these paths without changing the
 On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
-cannot encrypt). A PLAINTEXT connection takes the path it always took. On a SASL_PLAINTEXT or SASL_SSL
+cannot encrypt) and a response's parts written in groups of up to a megabyte. A PLAINTEXT connection takes the
+path it always took. On a SASL_PLAINTEXT or SASL_SSL
 listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's session (listener, principal) is set in its task's context (``CURRENT_SESSION``).
@@ -52,6 +53,7 @@ import logging
 import os
 import resource
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -96,6 +98,8 @@ from tierlog.tasks import stop_tasks
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+#: Through TLS, the most bytes of one response's parts gathered into one write (one send() of their encryption).
+TLS_WRITE_BYTES = 1024 * 1024
 LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
@@ -394,6 +398,50 @@ class _IdleWatch:
         self._handle.cancel()
 
 
+_tls_scratch = threading.local()
+
+
+class _TlsStreamProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """The stream protocol of a TLS connection, as a BufferedProtocol: asyncio's TLS layer then decrypts straight
+    into a buffer (one per thread, that is per event loop: it is handed over within one call) instead of making a
+    bytes object of up to 256 KiB per TLS record and joining them; the reader gets the same bytes."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = getattr(_tls_scratch, "view", None)
+        if view is None:
+            view = _tls_scratch.view = memoryview(bytearray(READ_CHUNK))
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_tls_scratch.view[:nbytes])  # StreamReader.feed_data copies it into its buffer
+
+
+def _write_gathered(writer: asyncio.StreamWriter, dups: list) -> None:
+    """A response's parts (``(None, bytes)`` or ``(descriptor, region)``) written through TLS in groups of up to
+    :data:`TLS_WRITE_BYTES`, each group with one ``writelines``: asyncio's TLS transport then encrypts the group's
+    pieces and sends the result with one send(), where a write per part cost a pass through the TLS protocol
+    and a send() each (a Fetch answer has a small header before and after each partition's records)."""
+    group: list = []
+    size = 0
+    for fd, part in dups:
+        if fd is None:
+            data = part
+        else:
+            data = os.pread(fd, part.length, part.position)
+            if len(data) != part.length:
+                raise ConnectionError(f"short read of {part.path}; closing the connection")
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if not n:
+            continue  # nothing to encrypt (the transport's write skips empty data too)
+        if group and size + n > TLS_WRITE_BYTES:
+            writer.writelines(group)
+            group, size = [], 0
+        group.append(data)
+        size += n
+    if group:
+        writer.writelines(group)
+
+
 class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
                  error_response: Callable[[RequestContext, KafkaError], object | None],
@@ -585,7 +633,7 @@ class SocketServer:
         TLS, the failure is logged (once per kind and interval, with the address) and the broker serves on."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        protocol = _TlsStreamProtocol(reader, loop=loop)
         try:
             transport, _ = await loop.connect_accepted_socket(
                 lambda: protocol, conn, ssl=tls.current_context(), ssl_handshake_timeout=self.idle_timeout_s or 60.0)
@@ -802,8 +850,8 @@ class SocketServer:
             await writer.drain()
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list, tls: bool = False) -> None:
-        """Write a response whose records are file regions: sendfile where the loop can (never through TLS,
-        whose bytes are encrypted in process), else pread.
+        """Write a response whose records are file regions: sendfile where the loop can, else pread; through TLS,
+        whose bytes are encrypted in process, the parts are read and written in groups (:func:`_write_gathered`).
 
         Region descriptors are duplicated before the first await, so a segment deleted meanwhile
         (its descriptor closed and the number reused) can never make us send another file's bytes."""
@@ -820,11 +868,14 @@ class SocketServer:
                     self._warn.log(("open", e.errno), logging.ERROR, "Cannot open %s to answer %s: %s; closing "
                                    "the connection", p.path, writer.get_extra_info("peername"), e)
                     raise ConnectionError(p.path) from None
+            if tls:
+                _write_gathered(writer, dups)
+                return
             for fd, part in dups:
                 if fd is None:
                     writer.write(part)
                     continue
-                if self._sendfile and not tls:
+                if self._sendfile:
                     await writer.drain()
                     with open(fd, "rb", closefd=False) as f:
                         try:
