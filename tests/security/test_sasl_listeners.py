@@ -47,12 +47,15 @@ def sasl(pki, tmp_path_factory):
     issuer = Issuer(folder)
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,"
-                     "JWT://127.0.0.1:0",
+                     "JWT://127.0.0.1:0,PREAUTH://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
-                                          "JWT:SASL_PLAINTEXT",
+                                          "JWT:SASL_PLAINTEXT,PREAUTH:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_server_jaas(),
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_server_jaas(),
+        # only test_requests_before_authentication_close_the_connection uses it: its refusal's first line is
+        # that test's, whatever a client did on the other listeners earlier in the module
+        "listener.name.preauth.plain.sasl.jaas.config": plain_server_jaas(),
         "listener.name.jwt.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.jwt.sasl.oauthbearer.jwks.endpoint.url": issuer.jwks.as_uri(),
         "listener.name.jwt.sasl.oauthbearer.expected.audience": issuer.audience,
@@ -413,14 +416,14 @@ def test_handshake_v0_then_raw_tokens(sasl):
 def test_requests_before_authentication_close_the_connection(sasl):
     broker, addresses, _ = sasl
     seen = len(broker.output)
-    raw = RawClient(addresses["SASL_PLAINTEXT"])
+    raw = RawClient(addresses["PREAUTH"])
     try:
         with pytest.raises(ConnectionError):
             raw.request(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                               "include_topic_authorized_operations": False})
     finally:
         raw.close()
-    raw = RawClient(addresses["SASL_PLAINTEXT"])  # after SaslHandshake v1, only SaslAuthenticate
+    raw = RawClient(addresses["PREAUTH"])  # after SaslHandshake v1, only SaslAuthenticate
     try:
         assert handshake(raw, "PLAIN").error_code == 0
         raw.send_frame(encode_request(build(load_request_schema(ApiKey.API_VERSIONS, 3), {}), 7, "raw"))
