@@ -480,7 +480,8 @@ def transaction_version_2(bootstrap: str) -> dict:
     return seen
 
 
-SCENARIOS = {"transaction version 2": transaction_version_2, "markers": markers_and_stable_offsets, "errors": coordinator_errors,
+SCENARIOS = {"transaction version 2": transaction_version_2, "markers": markers_and_stable_offsets,
+             "errors": coordinator_errors,
              "offsets": offsets_in_transactions, "describe": describe_and_list, "end retried": end_retried,
              "verification": verification, "local aborts": local_aborts}
 
