@@ -450,11 +450,14 @@ def transaction_version_2(bootstrap: str) -> dict:
     seen: dict = {}
     pids: dict[int, str] = {}
     with raw_client(bootstrap) as raw:
-        r = raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
-        seen["finalized transaction.version"] = [(f.name, f.max_version_level) for f in r.finalized_features
-                                                 if f.name == "transaction.version"]
-        seen["supported transaction.version"] = [(f.name, f.min_version, f.max_version) for f in r.supported_features
-                                                 if f.name == "transaction.version"]
+        for version in (3, 4):  # KIP-1022: a supported feature with min version 0 is listed from v4 on
+            r = raw.request(ApiKey.API_VERSIONS, version, {"client_software_name": "t", "client_software_version": "1"})
+            seen[f"ApiVersions v{version}: finalized transaction.version"] = [
+                (f.name, f.max_version_level, f.min_version_level) for f in r.finalized_features
+                if f.name == "transaction.version"]
+            seen[f"ApiVersions v{version}: supported transaction.version"] = [
+                (f.name, f.min_version, f.max_version) for f in r.supported_features if f.name == "transaction.version"]
+            seen[f"ApiVersions v{version}: finalized features epoch above -1"] = r.finalized_features_epoch > -1
         _coordinator(raw, tid)
         pid, epoch = _init_ok(raw, tid)
         pids[pid] = "P0"
@@ -477,6 +480,9 @@ def transaction_version_2(bootstrap: str) -> dict:
         pid2, epoch2 = _init_ok(raw, tid2)
         seen["abort v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, False, (pid2, epoch2))
         seen["commit v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, True, (pid2, epoch2))
+        seen["abort v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, False, base)
+        seen["commit v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, True, base)
+        seen["state at the end"] = _describe(raw, tid, {**pids, "topic": topic})
     return seen
 
 

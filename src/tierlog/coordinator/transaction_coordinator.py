@@ -553,6 +553,7 @@ class TransactionCoordinator:
         if meta is None:
             return InvalidProducerIdMappingError.code, *fail
         s = meta.state
+        retry = True  # an end of the transaction in the state (TV1 always: its epoch does not move)
         if meta.client_transaction_version >= 2:
             # Under TV2 the same epoch names the next transaction; a retry of an end that went through comes
             # with the epoch before its bump (or, after a rotation, the old producer id at the last epoch).
@@ -562,7 +563,9 @@ class TransactionCoordinator:
             if s in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 valid = retry_on_bump
             elif s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-                valid = retry_on_bump or retry_on_overflow
+                # the current epoch: the end of a next transaction no partition joined (Kafka 4.1)
+                retry = retry_on_bump or retry_on_overflow
+                valid = retry or producer_epoch == meta.producer_epoch
             else:
                 valid = producer_epoch == meta.producer_epoch
         else:
@@ -576,14 +579,21 @@ class TransactionCoordinator:
             return ConcurrentTransactionsError.code, *fail
         # While the markers are written (PREPARE_*, the complete state pending) Kafka answers from the state:
         # the same end again CONCURRENT_TRANSACTIONS, the other INVALID_TXN_STATE. _end writes nothing there.
-        return await self._end(meta, commit, transaction_version)
+        return await self._end(meta, commit, transaction_version, retry=retry)
 
     async def _end(self, meta: TransactionMetadata, commit: bool, transaction_version: int,
-                   fencing: bool = False) -> tuple[int, int, int]:
+                   fencing: bool = False, retry: bool = True) -> tuple[int, int, int]:
+        """``retry`` False: a TV2 end at the current epoch of a completed transaction (a next one that no
+        partition joined)."""
         s = meta.state
         fail = -1, -1
-        # TV2: an abort of a transaction no partition joined yet still bumps the epoch (no markers to write).
-        empty_abort = s == TxnState.EMPTY and not commit and transaction_version >= 2 and not fencing
+        complete = s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        # TV2: an abort of a transaction no partition joined yet still bumps the epoch (no markers to write);
+        # its commit is INVALID_TXN_STATE (as Kafka 4.1)
+        empty_abort = (not commit and transaction_version >= 2 and not fencing
+                       and (s == TxnState.EMPTY or (complete and not retry)))
+        if commit and complete and not retry:
+            return InvalidTxnStateError.code, *fail
         if s == TxnState.ONGOING or empty_abort:
             prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             epoch, last_epoch, next_pid = meta.producer_epoch, meta.last_producer_epoch, -1

@@ -58,10 +58,10 @@ class MetadataApis:
                      if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
         response = dataclasses.replace(response, api_keys=keys)
         if ctx.api_version >= FEATURES_VERSION:
-            response = self._with_features(response)
+            response = self._with_features(response, ctx.api_version)
         return response
 
-    def _with_features(self, response):
+    def _with_features(self, response, ctx_version: int):
         """KIP-584's features (ApiVersions v3+): ``transaction.version`` supported 0-2 and finalized at the
         broker's ``transaction.version`` (a level of 0 is not listed, as Kafka lists none). Clients use
         transaction version 2 when it is finalized at 2 (Java's producer also needs an epoch above -1)."""
@@ -69,10 +69,11 @@ class MetadataApis:
         supported = typing.get_args(typing.get_type_hints(schema)["supported_features"])[0]
         finalized = typing.get_args(typing.get_type_hints(schema)["finalized_features"])[0]
         level = int(self.controller.effective_config["transaction.version"])
+        # KIP-1022: before v4 a supported feature could not have min version 0; Kafka leaves such ones out
         return dataclasses.replace(
             response,
             supported_features=(supported(name=TRANSACTION_VERSION_FEATURE, min_version=0,
-                                          max_version=MAX_TRANSACTION_VERSION),),
+                                          max_version=MAX_TRANSACTION_VERSION),) if ctx_version >= 4 else (),
             finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
             finalized_features=(finalized(name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
                                           min_version_level=level),) if level > 0 else ())
