@@ -190,8 +190,8 @@ class AddPartitionsToTxnManager:
                 return dict.fromkeys(partitions, InvalidProducerEpochError.code)
             # A newer epoch (or another producer id) replaces the queued one, whose callers are answered now.
             del queue[transactional_id]
-            old = dict.fromkeys(txn.partitions, InvalidProducerEpochError.code if producer_id == txn.producer_id
-                                else NetworkException.code)
+            fenced = producer_id == txn.producer_id and producer_epoch > txn.producer_epoch
+            old = dict.fromkeys(txn.partitions, InvalidProducerEpochError.code if fenced else NetworkException.code)
             for waiter in txn.waiters:
                 if not waiter.done():
                     waiter.set_result(old)
