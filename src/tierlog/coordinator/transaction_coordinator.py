@@ -414,9 +414,11 @@ class TransactionCoordinator:
                 return ProducerFencedError.code, *fail
             if producer_epoch != meta.producer_epoch and producer_epoch != meta.last_producer_epoch:
                 return ProducerFencedError.code, *fail
-            if producer_epoch == meta.last_producer_epoch and meta.state in (TxnState.EMPTY,) and \
-                    producer_epoch != meta.producer_epoch:
-                return NO_ERROR, meta.producer_id, meta.producer_epoch  # a retry of a bump that went through
+            if producer_epoch == meta.last_producer_epoch and producer_epoch != meta.producer_epoch and \
+                    meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                # a retry of a bump that went through (Kafka's prepareIncrementProducerEpoch keeps the epoch),
+                # also after a timed-out transaction was aborted with the epoch bumped
+                return NO_ERROR, meta.producer_id, meta.producer_epoch
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE,
                           TxnState.DEAD):
             return ConcurrentTransactionsError.code, *fail
