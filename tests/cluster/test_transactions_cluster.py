@@ -7,6 +7,7 @@ producer arrives. Each failover checks what read_committed reads against what th
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -29,6 +30,7 @@ from tests.cluster.txn_cluster import (
     txn_state_partitions,
 )
 from tests.harness.broker import BrokerProcess
+from tests.harness.java_transactions import java_consume, java_produce
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_until
 from tests.harness.transactions import READ_COMMITTED
@@ -102,6 +104,67 @@ def test_transactions_over_partitions_of_every_broker_commit_and_abort(cluster):
     commit_and_abort(cluster, p, topic, tid, [True, False, True, False, True], 3, b"t")
     assert wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteCommit", 60,
                       "the last transaction complete")
+
+
+def test_transaction_version_2_java_producer_with_its_partition_on_another_broker(cluster):
+    """Kafka 4.1's Java producer runs transaction version 2 (tierlog finalizes it): its partition's leader is not
+    the coordinator, so the leader adds the partition with AddPartitionsToTxn v5 over the inter-broker listener;
+    every EndTxn v5 bumps the epoch (five transactions: epoch 5); read_committed reads exactly the committed
+    records."""
+    tid = unique("java-tv2")
+    coordinator = find_coordinator(cluster, tid)
+    leader = next(b for b in (1, 2, 3) if b != coordinator)
+    topic = unique("java-tv2")
+    create(cluster, topic, assignment=[[leader] + [b for b in (1, 2, 3) if b != leader]])
+    assert partition(cluster, topic, 0).leader_id == leader
+    committed, aborted = java_produce(cluster.bootstrap, topic, tid, "c3,a2,c2,a3,c1")
+    assert wait_until(lambda: describe_state(cluster, coordinator, tid) == "CompleteCommit", 60,
+                      "the last transaction complete")
+    d = raw_request(cluster, coordinator, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                    {"transactional_ids": [tid]}).transaction_states[0]
+    assert d.producer_epoch == 5
+    got = java_consume(cluster.bootstrap, topic, READ_COMMITTED, committed[-1])
+    assert [v for _, v in got] == committed
+
+
+def test_transaction_version_2_tierlog_client_over_partitions_of_every_broker(cluster):
+    """tierlog's client runs transaction version 2 against the cluster: partitions led by the three brokers join
+    through their leaders (in process on the coordinator's broker, AddPartitionsToTxn v5 on the others), offsets
+    through TxnOffsetCommit v5 to the group's coordinator; commits and aborts end with bumped epochs, and
+    read_committed sees exactly the committed records."""
+    from tierlog.client.producer import Producer as TierlogProducer
+
+    topic, tid = unique("tv2-span"), unique("tid")
+    spread_topic(cluster, topic)
+    end = b"end-" + tid.encode()
+    expected: dict[int, list[bytes]] = {i: [] for i in range(3)}
+
+    async def run() -> None:
+        async with TierlogProducer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, linger_ms=5) as p:
+            await p.init_transactions()
+            assert p._txn.transaction_v2
+            epoch = p._producer_epoch
+            for n, commit in enumerate([True, False, True, False, True]):
+                p.begin_transaction()
+                values = {i: [b"v%d-p%d-%d" % (n, i, j) for j in range(3)] for i in range(3)}
+                for i, vs in values.items():
+                    for v in vs:
+                        await p.send(topic, v, partition=i)
+                await p.flush()  # written before the end: every transaction reaches the coordinator
+                if commit:
+                    await p.commit_transaction()
+                    for i in range(3):
+                        expected[i] += values[i]
+                else:
+                    await p.abort_transaction()
+            p.begin_transaction()
+            for i in range(3):
+                await p.send(topic, end, partition=i)
+            await p.commit_transaction()
+            assert p._producer_epoch == epoch + 6  # one bump per EndTxn
+
+    asyncio.run(run())
+    assert read_committed(cluster, topic, 3, end) == {i: expected[i] + [end] for i in range(3)}
 
 
 def test_consume_transform_produce_with_the_group_on_another_broker(cluster):

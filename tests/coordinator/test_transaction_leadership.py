@@ -114,7 +114,7 @@ def test_a_state_write_in_flight_fails_with_not_coordinator(logs, how):
             if how == "leadership lost":
                 a.write_error = NotLeaderOrFollowerError.code
             a.writes_held.set()
-            assert await end == NOT_COORDINATOR
+            assert (await end)[0] == NOT_COORDINATOR
             assert a.marker_calls == []  # no markers for a prepare that was not acknowledged here
             assert (await a.coordinator.init_producer_id(tid, 60000))[0] == NOT_COORDINATOR
         finally:
@@ -131,7 +131,7 @@ def test_the_new_leader_resumes_the_markers_of_a_prepared_commit(logs):
         try:
             tid = txn_id_in(2)
             pid, epoch = await open_transaction(old, tid)
-            assert await old.coordinator.end_transaction(tid, pid, epoch, commit=True) == NO_ERROR
+            assert (await old.coordinator.end_transaction(tid, pid, epoch, commit=True))[0] == NO_ERROR
             await asyncio.sleep(0)
             assert old.marker_calls == [(pid, epoch, 5, True, [("orders", 0), ("orders", 1)])]
             # Leadership of partition 2 moves: the old coordinator unloads it, the new one loads it.

@@ -1,17 +1,21 @@
 """Kafka's Java transactional producer (4.1's client) against tierlog's transaction coordinator: transactions
 committed and aborted by plan, read back by Kafka's Java consumer and confluent-kafka with read_committed
 (never an aborted record) and read_uncommitted (every record), from local segments and, on a tiered topic
-with small segments and local.retention.bytes=1, from the remote tier."""
+with small segments and local.retention.bytes=1, from the remote tier; and the transaction version the producer
+runs, 2 as tierlog finalizes it by default (KIP-890 part 2), 1 on a broker set to it."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from confluent_kafka import Producer
 
 from tests.harness.java_transactions import java_consume, java_produce
-from tests.harness.rawclient import create_topic, unique
+from tests.harness.rawclient import create_topic, raw_client, unique
 from tests.harness.tiered import tier_status, tiered_settings, wait_for
 from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, consume_confluent
+from tierlog.protocol import ApiKey
 
 LOCAL_PLAN = "c3,a2,c2,a3,c1"
 TIERED_PLAN = "c5,a5,c5,a5,c5,a5,c5"  # ~260 bytes a record: several 2000-byte segments
@@ -80,3 +84,44 @@ def test_java_read_uncommitted_sees_every_record(broker, where, request):
     topic, committed, aborted, end = request.getfixturevalue(where)
     got = _values(java_consume(broker.bootstrap, topic, READ_UNCOMMITTED, end))
     assert sorted(got) == sorted(committed + aborted + [end]) and got[-1] == end
+
+
+# ------------------------------------------------------------------------------ transaction versions
+
+def _described(bootstrap: str, transactional_id: str):
+    """DescribeTransactions of ``transactional_id`` once its last transaction is complete."""
+    deadline = time.monotonic() + 60
+    with raw_client(bootstrap) as raw:
+        while True:
+            (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}
+                               ).transaction_states
+            if d.transaction_state.startswith("Complete"):
+                return d
+            assert time.monotonic() < deadline, d
+            time.sleep(0.05)  # poll interval: the markers follow EndTxn's answer
+
+
+@pytest.fixture(scope="module")
+def broker_tv1(tmp_path_factory):
+    from tests.harness.broker import BrokerProcess
+    b = BrokerProcess(tmp_path_factory.mktemp("java-txn-tv1") / "logs", {"transaction.version": "1"}).start()
+    yield b
+    b.stop()
+
+
+@pytest.mark.parametrize("version", [2, 1])
+def test_java_producer_runs_the_finalized_transaction_version(broker, broker_tv1, version):
+    """Kafka 4.1's Java producer follows the transaction.version tierlog finalizes: at 2 (the default) it sends
+    no AddPartitionsToTxn, the leader adds the partition of its Produce v12 and every EndTxn v5 bumps the epoch
+    (five transactions: epoch 5); at 1 it adds partitions itself and keeps its epoch. read_committed reads
+    exactly the committed records either way."""
+    b = broker if version == 2 else broker_tv1
+    topic, tid = unique(f"java-tv{version}"), unique("java-tid")
+    create_topic(b.bootstrap, topic)
+    committed, aborted = java_produce(b.bootstrap, topic, tid, LOCAL_PLAN)
+    d = _described(b.bootstrap, tid)
+    assert (d.transaction_state, d.producer_epoch) == ("CompleteCommit", 5 if version == 2 else 0)
+    end = sentinel(b.bootstrap, topic)
+    assert _values(java_consume(b.bootstrap, topic, READ_COMMITTED, end)) == committed + [end]
+    assert sorted(_values(java_consume(b.bootstrap, topic, READ_UNCOMMITTED, end))) == sorted(
+        committed + aborted + [end])

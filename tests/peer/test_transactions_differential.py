@@ -431,7 +431,81 @@ def local_aborts(bootstrap: str) -> dict:
     return seen
 
 
-SCENARIOS = {"markers": markers_and_stable_offsets, "errors": coordinator_errors,
+def _end_v5(raw: RawClient, tid: str, pid: int, epoch: int, commit: bool, base: tuple[int, int]) -> tuple:
+    """EndTxn v5: its error, and the producer id (same as ``base``'s or not) and epoch (relative to ``base``'s)
+    it answers (-1 with an error)."""
+    r = raw.request(ApiKey.END_TXN, 5, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                        "committed": commit})
+    if r.producer_id < 0:
+        return plain(r.error_code), r.producer_id, r.producer_epoch
+    return plain(r.error_code), r.producer_id == base[0], r.producer_epoch - base[1]
+
+
+def _init_kip360(raw: RawClient, tid: str, pid: int, epoch: int) -> tuple:
+    """InitProducerId v5 naming the producer's id and epoch: its error, whether the id stayed, the epoch change."""
+    r = raw.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid, "transaction_timeout": 60000,
+                                                 "producer_id": pid, "producer_epoch": epoch})
+    if r.producer_id < 0:
+        return plain(r.error_code), -1, -1
+    return plain(r.error_code), r.producer_id == pid, r.producer_epoch - epoch
+
+
+def transaction_version_2(bootstrap: str) -> dict:
+    """KIP-890 part 2 (both finalize transaction.version 2): Produce v12 with no AddPartitionsToTxn, EndTxn v5's
+    bumped epochs, its retries once complete, the markers' epochs, the next transaction at the new epoch, and
+    an abort of a transaction that never began."""
+    topic, tid, tid2 = unique("dtx-v2"), unique("dtx-tid"), unique("dtx-tid")
+    create_topic(bootstrap, topic)
+    seen: dict = {}
+    pids: dict[int, str] = {}
+    with raw_client(bootstrap) as raw:
+        for version in (3, 4):  # KIP-1022: a supported feature with min version 0 is listed from v4 on
+            r = raw.request(ApiKey.API_VERSIONS, version, {"client_software_name": "t", "client_software_version": "1"})
+            seen[f"ApiVersions v{version}: finalized transaction.version"] = [
+                (f.name, f.max_version_level, f.min_version_level) for f in r.finalized_features
+                if f.name == "transaction.version"]
+            seen[f"ApiVersions v{version}: supported transaction.version"] = [
+                (f.name, f.min_version, f.max_version) for f in r.supported_features if f.name == "transaction.version"]
+            seen[f"ApiVersions v{version}: finalized features epoch above -1"] = r.finalized_features_epoch > -1
+        _coordinator(raw, tid)
+        pid, epoch = _init_ok(raw, tid)
+        pids[pid] = "P0"
+        base = (pid, epoch)
+        seen["produce v12, no AddPartitions"] = _retry(
+            lambda: _produce(raw, tid, topic, pid, epoch, 0, [b"c1", b"c2"], version=12), while_codes=(19, 51))
+        seen["open"] = _describe(raw, tid, {**pids, "topic": topic})
+        seen["commit v5"] = _end_v5(raw, tid, pid, epoch, True, base)
+        seen["committed: offsets"] = _wait_stable(raw, topic, at_least=3)
+        seen["commit v5 again, the old epoch"] = _end_v5(raw, tid, pid, epoch, True, base)
+        seen["abort v5, the old epoch"] = _end_v5(raw, tid, pid, epoch, False, base)
+        seen["commit v5, the new epoch, nothing produced"] = _end_v5(raw, tid, pid, epoch + 1, True, base)
+        seen["produce v12, the new epoch"] = _retry(
+            lambda: _produce(raw, tid, topic, pid, epoch + 1, 0, [b"a1"], version=12), while_codes=(19, 51))
+        seen["produce v12, the old epoch"] = _produce(raw, tid, topic, pid, epoch, 2, [b"z"], version=12)
+        seen["abort v5"] = _end_v5(raw, tid, pid, epoch + 1, False, base)
+        seen["aborted: offsets"] = _wait_stable(raw, topic, at_least=5)
+        seen["fetch read_uncommitted"] = _normalize_fetch(_fetch(raw, topic, 0), pids)
+        seen["fetch read_committed"] = _normalize_fetch(_fetch(raw, topic, 1), pids)
+        pid2, epoch2 = _init_ok(raw, tid2)
+        seen["abort v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, False, (pid2, epoch2))
+        seen["commit v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, True, (pid2, epoch2))
+        seen["abort v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, False, base)
+        seen["commit v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, True, base)
+        seen["state at the end"] = _describe(raw, tid, {**pids, "topic": topic})
+        seen["InitProducerId with the epoch before the empty abort"] = _init_kip360(raw, tid2, pid2, epoch2)
+        tid3 = unique("dtx-tid")
+        pid3, epoch3 = _init_ok(raw, tid3)
+        assert _retry(lambda: _produce(raw, tid3, topic, pid3, epoch3, 0, [b"k"], version=12),
+                      while_codes=(19, 51)) == NONE
+        seen["commit v5, a third id"] = _end_v5(raw, tid3, pid3, epoch3, True, (pid3, epoch3))
+        _wait_stable(raw, topic, at_least=7)
+        seen["InitProducerId with the epoch before the commit"] = _retry(
+            lambda: _init_kip360(raw, tid3, pid3, epoch3), while_codes=((51, -1, -1),))
+    return seen
+
+
+SCENARIOS = {"transaction version 2": transaction_version_2, "markers": markers_and_stable_offsets,
+             "errors": coordinator_errors,
              "offsets": offsets_in_transactions, "describe": describe_and_list, "end retried": end_retried,
              "verification": verification, "local aborts": local_aborts}
 
@@ -448,13 +522,7 @@ def observed(kafka_peer, tierlog_peer):
 
 
 # Deliberate differences (docs/compatibility.md): path -> (Kafka's value, tierlog's value, reason).
-DELIBERATE = {
-    "verification.produce v12 p2, not added": (
-        0, 120, "transaction version 2 (KIP-890 part 2) is not built: Kafka 4.1 finalizes transaction.version 2 and "
-        "its leader adds the partition of a Produce v12 to the transaction itself; tierlog advertises no "
-        "transaction.version, so the partition is verified as for v11 (TRANSACTION_ABORTABLE)"),
-    "verification.p2 offsets.high_watermark": (1, 0, "as above: Kafka appended the batch, tierlog refused it"),
-}
+DELIBERATE: dict = {}
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -569,3 +637,59 @@ def test_read_committed_from_the_remote_tier_same_as_kafka(kafka_peer_tiered, ti
     print(f"\ntiered kafka:   {kafka}\ntiered tierlog: {tierlog}")
     diffs = differences(kafka, tierlog, "tiered")
     assert not diffs, "tiered differs from Apache Kafka:\n  " + "\n  ".join(diffs)
+
+
+# ------------------------------------------------------------------------------------------ timeouts under TV2
+
+QUICK_ABORTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def quick_abort_peers(kafka_jars, tmp_path_factory):
+    """Kafka 4.1 and tierlog aborting timed-out transactions every 500 ms (a module's own pair)."""
+    from tests.harness import apache_kafka
+    from tests.harness.broker import BrokerProcess
+    kafka = apache_kafka.start_kafka(tmp_path_factory.mktemp("kafka-quick-abort"), "kafka-quick-abort",
+                                     settings=QUICK_ABORTS)
+    tierlog = BrokerProcess(tmp_path_factory.mktemp("tierlog-quick-abort") / "logs",
+                            {**apache_kafka.SHARED_SETTINGS, **QUICK_ABORTS}).start()
+    yield kafka, tierlog
+    tierlog.stop()
+    kafka.stop()
+
+
+def timed_out_under_tv2(bootstrap: str) -> dict:
+    """A TV2 transaction (Produce v12, no AddPartitionsToTxn) left open past its 1 s timeout: the coordinator
+    aborts it with the epoch bumped; what the abort marker carries, and what the timed-out producer then gets."""
+    topic, tid = unique("dtx-to"), unique("dtx-tid")
+    create_topic(bootstrap, topic)
+    seen: dict = {}
+    pids: dict[int, str] = {}
+    with raw_client(bootstrap) as raw:
+        _coordinator(raw, tid)
+        pid, epoch = _init_ok(raw, tid, timeout_ms=1000)
+        pids[pid] = "P0"
+        seen["produce v12"] = _retry(lambda: _produce(raw, tid, topic, pid, epoch, 0, [b"t1"], version=12),
+                                     while_codes=(19, 51))
+        seen["aborted: offsets"] = _wait_stable(raw, topic, at_least=2)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}).transaction_states
+            if d.transaction_state == "CompleteAbort":
+                break
+            assert time.monotonic() < deadline, d
+            time.sleep(0.05)
+        seen["state, epoch after the timeout"] = (d.transaction_state, d.producer_epoch - epoch)
+        seen["fetch read_uncommitted"] = _normalize_fetch(_fetch(raw, topic, 0), pids)
+        seen["EndTxn v5 commit, the producer's epoch"] = _end_v5(raw, tid, pid, epoch, True, (pid, epoch))
+        seen["EndTxn v5 abort, the producer's epoch"] = _end_v5(raw, tid, pid, epoch, False, (pid, epoch))
+        seen["produce v12, the producer's epoch"] = _produce(raw, tid, topic, pid, epoch, 1, [b"t2"], version=12)
+        seen["InitProducerId with the producer's id and epoch"] = _init_kip360(raw, tid, pid, epoch)
+    return seen
+
+
+def test_a_timed_out_transaction_under_tv2_same_as_kafka(quick_abort_peers):
+    kafka, tierlog = quick_abort_peers
+    expected, got = timed_out_under_tv2(kafka.bootstrap), timed_out_under_tv2(tierlog.bootstrap)
+    unexplained = differences(expected, got, "timeout")
+    assert not unexplained, "differs from Apache Kafka:\n  " + "\n  ".join(unexplained)

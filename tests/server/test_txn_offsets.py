@@ -6,6 +6,8 @@ log; the member checks of v3+. One ``__consumer_offsets`` partition, so every gr
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
@@ -44,7 +46,7 @@ def test_api_versions_advertise_txn_offset_commit(raw):
     assert ranges[ApiKey.TXN_OFFSET_COMMIT] == (0, 5)
 
 
-@pytest.mark.parametrize("version", [0, 2, 3, 5])
+@pytest.mark.parametrize("version", [0, 2, 3, 4])  # v5 (TV2) adds the partition to a real transaction: below
 def test_pending_offsets_are_visible_only_after_the_commit_marker(raw, shared, version):
     topic, group, pid, epoch = setup(raw, shared)
     assert txn_offset_commit(raw, group, pid, epoch, {(topic, 0): 7}, version=version) == {(topic, 0): NONE}
@@ -53,6 +55,30 @@ def test_pending_offsets_are_visible_only_after_the_commit_marker(raw, shared, v
     assert end_offsets_txn(raw, pid, epoch, commit=True) == NONE
     assert offset_fetch(raw, group, topic) == {0: (7, NONE)}
     assert offset_fetch(raw, group, topic, require_stable=True) == {0: (7, NONE)}
+
+
+def test_v5_adds_the_group_partition_to_the_transaction_and_end_txn_v5_commits_it(raw, shared):
+    """Transaction version 2: TxnOffsetCommit v5 with no AddOffsetsToTxn; the broker adds the group's
+    __consumer_offsets partition to the transaction (whatever transaction.partition.verification.enable says),
+    EndTxn v5 answers the bumped epoch and its markers make the offsets visible."""
+    topic, group = unique("txo5"), unique("txo5-group")
+    create_topic(shared.bootstrap, topic)
+    r = raw.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": "hand-made", "transaction_timeout": 60000,
+                                                  "producer_id": -1, "producer_epoch": -1})
+    assert r.error_code == 0, r
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert txn_offset_commit(raw, group, pid, epoch, {(topic, 0): 11}, version=5) == {(topic, 0): NONE}
+    assert offset_fetch(raw, group, topic) == {0: (-1, NONE)}
+    d = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["hand-made"]}).transaction_states[0]
+    assert (d.transaction_state, [(t.topic, list(t.partitions)) for t in d.topics]) == (
+        "Ongoing", [("__consumer_offsets", [0])])
+    end = raw.request(ApiKey.END_TXN, 5, {"transactional_id": "hand-made", "producer_id": pid,
+                                          "producer_epoch": epoch, "committed": True})
+    assert (end.error_code, end.producer_id, end.producer_epoch) == (0, pid, epoch + 1)
+    deadline = time.monotonic() + 60  # the markers follow EndTxn's answer
+    while offset_fetch(raw, group, topic) != {0: (11, NONE)}:
+        assert time.monotonic() < deadline, offset_fetch(raw, group, topic)
+        time.sleep(0.05)  # poll interval
 
 
 def test_an_abort_drops_the_pending_offsets(raw, shared):

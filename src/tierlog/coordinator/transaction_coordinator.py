@@ -1,5 +1,6 @@
 """The transaction coordinator (Kafka's ``TransactionCoordinator`` with its ``TransactionStateManager`` and
-``TransactionMarkerChannelManager``), transaction version 1 rules (KIP-98, KIP-360; no KIP-890 part 2).
+``TransactionMarkerChannelManager``): KIP-98 and KIP-360, and KIP-890 part 2 (transaction version 2) for the
+transactions its clients run with it.
 
 Every transactional id lives in one ``__transaction_state`` partition (:func:`partition_for`); this node
 coordinates the ids of the partitions it leads once they are loaded (their records replayed, last value per
@@ -13,6 +14,14 @@ CONCURRENT_TRANSACTIONS.
 EndTxn writes PREPARE_COMMIT or PREPARE_ABORT and answers; the markers then go to every partition of the
 transaction (``write_markers``, which reaches each partition's leader), retried until each one acknowledged,
 and COMPLETE_COMMIT or COMPLETE_ABORT is written. A partition loaded in a PREPARE state resumes its markers.
+
+Transaction version 2 (``client_transaction_version`` of a transaction, 2 when its partitions were added by
+partition leaders with AddPartitionsToTxn v5 and ended with EndTxn v5): every commit or abort bumps the producer
+epoch in its PREPARE state, the markers carry the bumped epoch, and EndTxn answers the producer id and epoch
+the producer goes on with; an exhausted epoch takes a new producer id (``next_producer_id`` in PREPARE, the
+producer id once complete, the old one kept as ``previous_producer_id`` to recognize a retry). A partition
+leader adding a partition while the previous transaction's markers are in flight waits for them
+(:meth:`wait_for_completion`), as Kafka's leaders retry CONCURRENT_TRANSACTIONS.
 
 Timers (:meth:`abort_timed_out_transactions`, :meth:`remove_expired_transactional_ids`): a transaction open
 longer than its timeout is aborted with the epoch bumped, so its producer is fenced; an id idle in EMPTY or
@@ -78,6 +87,9 @@ STATE_NAMES = {TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PR
 _MAX_EPOCH = 32767  # Short.MAX_VALUE; an epoch reaching MAX - 1 takes a new producer id
 _LOAD_READ_BYTES = 5 * 1024 * 1024
 _MARKER_RETRY_S = 0.1  # Kafka's marker sender retries on its next round; a short pause between rounds
+# A leader's TV2 add waits this long for the previous transaction's markers (Kafka's leaders retry for up to
+# add.partitions.to.txn.retry.backoff.max.ms, then the producer retries)
+_TV2_COMPLETION_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -181,10 +193,16 @@ class TransactionMetadata:
     start_ms: int = -1
     last_update_ms: int = -1
     pending: TxnState | None = None
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
+    #: set while the markers of an ending transaction are in flight; released when it is complete
+    completion: asyncio.Event | None = None
 
     def value(self, **changes) -> TxnLogValue:
         v = TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                        frozenset(self.partitions), self.last_update_ms, self.start_ms)
+                        frozenset(self.partitions), self.last_update_ms, self.start_ms, self.previous_producer_id,
+                        self.next_producer_id, self.client_transaction_version)
         return dataclasses.replace(v, **changes)
 
 
@@ -207,7 +225,10 @@ class TransactionCoordinator:
                  allocate_producer_id: Callable[[], Awaitable[int]], write_markers: MarkerWriter,
                  replicated: Callable[[int, float], Awaitable[int]] | None = None,
                  coordinator_epoch: Callable[[int], int] = lambda _p: 0,
-                 wall_clock: Callable[[], int] | None = None):
+                 wall_clock: Callable[[], int] | None = None,
+                 transaction_version: Callable[[], int] = lambda: 0):
+        """``transaction_version()`` is the finalized ``transaction.version`` (it picks the log value version
+        and the rules of the transactions the coordinator itself ends: timeouts, fencing)."""
         self.config = config
         self.store = store
         self.allocate_producer_id = allocate_producer_id
@@ -215,6 +236,7 @@ class TransactionCoordinator:
         self.replicated = replicated
         self.coordinator_epoch = coordinator_epoch
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
+        self.transaction_version = transaction_version
         #: partition -> {transactional id: metadata}, for the loaded partitions
         self.partitions: dict[int, dict[str, TransactionMetadata]] = {}
         self.loading: set[int] = set()
@@ -276,8 +298,10 @@ class TransactionCoordinator:
                         state.pop(txn_id, None)
                         continue
                     v = decode_value(value)
-                    state[txn_id] = TransactionMetadata(txn_id, v.producer_id, v.producer_epoch, -1, v.timeout_ms,
-                                                        v.state, set(v.partitions), v.start_ms, v.last_update_ms)
+                    state[txn_id] = TransactionMetadata(
+                        txn_id, v.producer_id, v.producer_epoch, -1, v.timeout_ms, v.state, set(v.partitions),
+                        v.start_ms, v.last_update_ms, previous_producer_id=v.previous_producer_id,
+                        next_producer_id=v.next_producer_id, client_transaction_version=v.client_transaction_version)
             except Exception:  # noqa: BLE001 - that partition stays unavailable, the broker keeps running
                 log.exception("Loading %s-%d failed; its transactional ids are not coordinated here",
                               TXN_STATE_TOPIC, partition)
@@ -291,6 +315,7 @@ class TransactionCoordinator:
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     meta.pending = (TxnState.COMPLETE_COMMIT if meta.state == TxnState.PREPARE_COMMIT
                                     else TxnState.COMPLETE_ABORT)
+                    meta.completion = asyncio.Event()
                     self._spawn(self._complete(partition, meta))
 
     def unload(self, partition: int) -> None:
@@ -335,8 +360,10 @@ class TransactionCoordinator:
         client gets (Kafka's mapping of append errors)."""
         partition = self.partition_for(meta.transactional_id)
         try:
+            # Kafka writes value version 1 once transaction.version is at least 1
+            version = 1 if self.transaction_version() >= 1 else 0
             self.store.append(partition, [(encode_key(meta.transactional_id),
-                                           None if value is None else encode_value(value))])
+                                           None if value is None else encode_value(value, version))])
             code = NO_ERROR if self.replicated is None else \
                 await self.replicated(partition, self.config.write_timeout_ms / 1000)
         except KafkaError as e:
@@ -353,6 +380,8 @@ class TransactionCoordinator:
         meta.producer_id, meta.producer_epoch, meta.timeout_ms = v.producer_id, v.producer_epoch, v.timeout_ms
         meta.state, meta.partitions = v.state, set(v.partitions)
         meta.last_update_ms, meta.start_ms = v.last_update_ms, v.start_ms
+        meta.previous_producer_id, meta.next_producer_id = v.previous_producer_id, v.next_producer_id
+        meta.client_transaction_version = v.client_transaction_version
 
     # ================================================================== InitProducerId
 
@@ -385,9 +414,11 @@ class TransactionCoordinator:
                 return ProducerFencedError.code, *fail
             if producer_epoch != meta.producer_epoch and producer_epoch != meta.last_producer_epoch:
                 return ProducerFencedError.code, *fail
-            if producer_epoch == meta.last_producer_epoch and meta.state in (TxnState.EMPTY,) and \
-                    producer_epoch != meta.producer_epoch:
-                return NO_ERROR, meta.producer_id, meta.producer_epoch  # a retry of a bump that went through
+            if producer_epoch == meta.last_producer_epoch and producer_epoch != meta.producer_epoch and \
+                    meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                # a retry of a bump that went through (Kafka's prepareIncrementProducerEpoch keeps the epoch),
+                # also after a timed-out transaction was aborted with the epoch bumped
+                return NO_ERROR, meta.producer_id, meta.producer_epoch
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE,
                           TxnState.DEAD):
             return ConcurrentTransactionsError.code, *fail
@@ -426,10 +457,36 @@ class TransactionCoordinator:
             return ConcurrentTransactionsError.code
         return NO_ERROR
 
+    async def wait_for_completion(self, transactional_id: str, producer_id: int, timeout_s: float) -> bool:
+        """Wait (up to ``timeout_s``) until the markers of ``transactional_id``'s ending transaction are written
+        and its complete state logged, when its producer (``producer_id``, or the one it rotates to) goes on
+        with transaction version 2; whether there was something to wait for."""
+        code, state = self._route(transactional_id)
+        meta = state.get(transactional_id) if state is not None else None
+        if (meta is None or meta.completion is None or meta.client_transaction_version < 2
+                or producer_id not in (meta.producer_id, meta.next_producer_id)):
+            return False
+        try:
+            await asyncio.wait_for(meta.completion.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        return True
+
+    async def add_partitions_for_leader(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                        partitions: Iterable[tuple[str, int]]) -> int:
+        """A partition leader's add under TV2 (AddPartitionsToTxn v5, or in process). While the previous
+        transaction's markers are in flight it first waits for them and answers CONCURRENT_TRANSACTIONS: the
+        leader asks again at once with a fresh verification guard (a marker drops the one it took before
+        asking), where Kafka's leaders retry after a backoff."""
+        if await self.wait_for_completion(transactional_id, producer_id, _TV2_COMPLETION_WAIT_S):
+            return ConcurrentTransactionsError.code
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions, 2)
+
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[tuple[str, int]]) -> int:
+                             partitions: Iterable[tuple[str, int]], transaction_version: int = 0) -> int:
         """The error for every partition (Kafka's ``handleAddPartitionsToTransaction``); the verify-only form
-        is :meth:`verify_partitions`."""
+        is :meth:`verify_partitions`. ``transaction_version`` 2: a partition leader adds the partition of a
+        producer's batch (Produce v12, TxnOffsetCommit v5), and the transaction it opens ends with TV2 rules."""
         partitions = set(partitions)
         code, state = self._route(transactional_id)
         if state is None:
@@ -445,7 +502,7 @@ class TransactionCoordinator:
         now = self.wall_clock()
         start = meta.start_ms if meta.state == TxnState.ONGOING else now
         value = meta.value(state=TxnState.ONGOING, partitions=frozenset(meta.partitions | partitions),
-                           start_ms=start, last_update_ms=now)
+                           start_ms=start, last_update_ms=now, client_transaction_version=transaction_version)
         meta.pending = TxnState.ONGOING
         try:
             code = await self._write(meta, value)
@@ -486,56 +543,116 @@ class TransactionCoordinator:
     # ================================================================== EndTxn
 
     async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              commit: bool) -> int:
-        """Kafka's ``handleEndTransaction`` (transaction version 1): the prepare state is written and the
-        client answered; markers and the complete state follow."""
+                              commit: bool, transaction_version: int = 0) -> tuple[int, int, int]:
+        """Kafka's ``handleEndTransaction``: (error, producer id, epoch the producer goes on with; -1, -1 with
+        an error). The prepare state is written and the client answered; markers and the complete state
+        follow. ``transaction_version`` 2 (EndTxn v5) bumps the epoch (a new producer id when exhausted)."""
+        fail = -1, -1
         code, state = self._route(transactional_id)
         if state is None:
-            return code
+            return code, *fail
         meta = state.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return InvalidProducerIdMappingError.code
-        if meta.producer_epoch != producer_epoch:
-            return ProducerFencedError.code
-        if meta.pending is not None and meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return ConcurrentTransactionsError.code
+        if meta is None:
+            return InvalidProducerIdMappingError.code, *fail
+        s = meta.state
+        retry = True  # an end of the transaction in the state (TV1 always: its epoch does not move)
+        if meta.client_transaction_version >= 2:
+            # Under TV2 the same epoch names the next transaction; a retry of an end that went through comes
+            # with the epoch before its bump (or, after a rotation, the old producer id at the last epoch).
+            retry_on_bump = meta.producer_epoch == producer_epoch + 1
+            retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == _MAX_EPOCH - 1
+                                 and meta.producer_epoch == 0)
+            if s in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                valid = retry_on_bump
+            elif s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                # the current epoch: the end of a next transaction no partition joined (Kafka 4.1)
+                retry = retry_on_bump or retry_on_overflow
+                valid = retry or producer_epoch == meta.producer_epoch
+            else:
+                valid = producer_epoch == meta.producer_epoch
+        else:
+            retry_on_overflow = False
+            valid = producer_epoch == meta.producer_epoch
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return InvalidProducerIdMappingError.code, *fail
+        if not valid:
+            return ProducerFencedError.code, *fail
+        if meta.pending is not None and s not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return ConcurrentTransactionsError.code, *fail
         # While the markers are written (PREPARE_*, the complete state pending) Kafka answers from the state:
         # the same end again CONCURRENT_TRANSACTIONS, the other INVALID_TXN_STATE. _end writes nothing there.
-        return await self._end(meta, commit)
+        return await self._end(meta, commit, transaction_version, retry=retry)
 
-    async def _end(self, meta: TransactionMetadata, commit: bool) -> int:
+    async def _end(self, meta: TransactionMetadata, commit: bool, transaction_version: int,
+                   fencing: bool = False, retry: bool = True) -> tuple[int, int, int]:
+        """``retry`` False: a TV2 end at the current epoch of a completed transaction (a next one that no
+        partition joined)."""
         s = meta.state
-        if s == TxnState.ONGOING:
+        fail = -1, -1
+        complete = s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        # TV2: an abort of a transaction no partition joined yet still bumps the epoch (no markers to write);
+        # its commit is INVALID_TXN_STATE (as Kafka 4.1)
+        empty_abort = (not commit and transaction_version >= 2 and not fencing
+                       and (s == TxnState.EMPTY or (complete and not retry)))
+        if commit and complete and not retry:
+            return InvalidTxnStateError.code, *fail
+        if s == TxnState.ONGOING or empty_abort:
             prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            value = meta.value(state=prepare, last_update_ms=self.wall_clock())
+            epoch, last_epoch, next_pid = meta.producer_epoch, meta.last_producer_epoch, -1
             meta.pending = prepare
+            if transaction_version >= 2 and not fencing:  # a fence bumped the epoch already
+                if meta.producer_epoch >= _MAX_EPOCH - 1:
+                    try:
+                        next_pid = await self.allocate_producer_id()  # exhausted: the next producer id
+                    except KafkaError as e:
+                        meta.pending = None
+                        return e.code, *fail
+                epoch, last_epoch = min(meta.producer_epoch + 1, _MAX_EPOCH), meta.producer_epoch
+            value = meta.value(state=prepare, producer_epoch=epoch, next_producer_id=next_pid,
+                               client_transaction_version=transaction_version, last_update_ms=self.wall_clock())
             code = await self._write(meta, value)
             if code != NO_ERROR:
                 meta.pending = None
-                return code
+                return code, *fail
             self._apply(meta, value)
+            meta.last_producer_epoch = last_epoch
             meta.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            meta.completion = asyncio.Event()
             self._spawn(self._complete(self.partition_for(meta.transactional_id), meta))
-            return NO_ERROR
+            if next_pid != -1:
+                return NO_ERROR, next_pid, 0
+            return NO_ERROR, meta.producer_id, meta.producer_epoch
+        current = NO_ERROR, meta.producer_id, meta.producer_epoch
+        invalid = InvalidTxnStateError.code, *fail
+        concurrent = ConcurrentTransactionsError.code, *fail
         if s == TxnState.COMPLETE_COMMIT:
-            return NO_ERROR if commit else InvalidTxnStateError.code
+            return current if commit else invalid
         if s == TxnState.COMPLETE_ABORT:
-            return InvalidTxnStateError.code if commit else NO_ERROR
+            return invalid if commit else current
         if s == TxnState.PREPARE_COMMIT:
-            return ConcurrentTransactionsError.code if commit else InvalidTxnStateError.code
+            return concurrent if commit else invalid
         if s == TxnState.PREPARE_ABORT:
-            return InvalidTxnStateError.code if commit else ConcurrentTransactionsError.code
-        return InvalidTxnStateError.code  # EMPTY, DEAD, PREPARE_EPOCH_FENCE
+            return invalid if commit else concurrent
+        return invalid  # EMPTY, DEAD, PREPARE_EPOCH_FENCE
 
     async def _complete(self, partition: int, meta: TransactionMetadata) -> None:
         """Send the markers until every partition acknowledged, then write the complete state (Kafka's
         ``TransactionMarkerChannelManager``). Ends quietly when the partition is unloaded meanwhile."""
+        try:
+            await self._send_markers_and_complete(partition, meta)
+        finally:
+            if meta.completion is not None:
+                meta.completion.set()
+                meta.completion = None
+
+    async def _send_markers_and_complete(self, partition: int, meta: TransactionMetadata) -> None:
         commit = meta.state == TxnState.PREPARE_COMMIT
         remaining = sorted(meta.partitions)
         while remaining:
             if self.partitions.get(partition, {}).get(meta.transactional_id) is not meta:
                 return
             try:
+                # The markers carry the PREPARE state's producer id and epoch (under TV2 the bumped one).
                 codes = await self.write_markers(meta.producer_id, meta.producer_epoch,
                                                  self.coordinator_epoch(partition), commit, remaining)
             except Exception as e:  # noqa: BLE001 - the next round retries
@@ -551,7 +668,13 @@ class TransactionCoordinator:
             if remaining:
                 await asyncio.sleep(_MARKER_RETRY_S)
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        value = meta.value(state=done, partitions=frozenset(), last_update_ms=self.wall_clock())
+        changes = {}
+        if meta.client_transaction_version >= 2 and meta.next_producer_id != -1:
+            # The epoch was exhausted: the producer goes on with the next producer id, epoch 0.
+            changes = {"producer_id": meta.next_producer_id, "producer_epoch": 0,
+                       "previous_producer_id": meta.producer_id}
+        value = meta.value(state=done, partitions=frozenset(), last_update_ms=self.wall_clock(),
+                           next_producer_id=-1, **changes)
         while True:
             if self.partitions.get(partition, {}).get(meta.transactional_id) is not meta:
                 return
@@ -564,12 +687,14 @@ class TransactionCoordinator:
 
     async def _abort_fencing(self, meta: TransactionMetadata) -> int:
         """Abort ``meta``'s open transaction with the epoch bumped (Kafka's ``prepareFenceProducerEpoch``
-        then an abort not from the client): the producer of the old epoch is fenced."""
+        then an abort not from the client, with the finalized transaction version's rules): the producer of
+        the old epoch is fenced."""
         before = meta.producer_epoch, meta.last_producer_epoch
         if meta.producer_epoch + 1 < _MAX_EPOCH:
             meta.last_producer_epoch = meta.producer_epoch
             meta.producer_epoch += 1
-        code = await self._end(meta, commit=False)
+        tv = 2 if meta.client_transaction_version >= 2 and self.transaction_version() >= 2 else 0
+        code, _, _ = await self._end(meta, False, tv, fencing=True)
         if code != NO_ERROR:  # not written: the bump did not happen
             meta.producer_epoch, meta.last_producer_epoch = before
         return code

@@ -18,6 +18,12 @@ AddPartitionsToTxn v4 means no verification (every partition passes); a failed r
 timeout) is NETWORK_EXCEPTION; no live coordinator COORDINATOR_NOT_AVAILABLE. Each caller maps what remains
 to its own API's errors (Produce and TxnOffsetCommit differ).
 
+Under transaction version 2 (KIP-890 part 2: Produce v12, TxnOffsetCommit v5) the question becomes an add
+(``add``): the coordinator adds the partition to the producer's transaction, in process or with
+AddPartitionsToTxn v5 and ``verify_only`` false. While the previous transaction's markers are in flight the
+coordinator waits for them and answers CONCURRENT_TRANSACTIONS; the leader then asks again with a fresh guard
+(the markers dropped the one it had), a few times, as Kafka's leaders retry that error.
+
 The manager has connections of its own (the controller's pushes and the markers' long waits are elsewhere).
 """
 
@@ -33,6 +39,7 @@ from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.errors import (
     NO_ERROR,
     ClusterAuthorizationFailedError,
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -55,6 +62,10 @@ TopicPartition = tuple[str, int]
 TXN_STATE_TOPIC = "__transaction_state"
 #: AddPartitionsToTxn's first batched version (KIP-890), the one with ``verify_only``.
 FIRST_BATCHED_VERSION = 4
+#: The version whose adds open transactions with transaction version 2's rules.
+TV2_ADD_VERSION = 5
+#: How many times a TV2 add answered CONCURRENT_TRANSACTIONS is asked again before the producer is answered.
+_ADD_ATTEMPTS = 4
 
 
 @dataclass
@@ -62,6 +73,7 @@ class _Transaction:
     """One transactional id's entry in the next request to a coordinator, and the callers waiting on it."""
     producer_id: int
     producer_epoch: int
+    add: bool = False  # TV2: add the partitions rather than verify them
     partitions: dict[TopicPartition, None] = field(default_factory=dict)  # an ordered set
     waiters: list[asyncio.Future] = field(default_factory=list)
 
@@ -79,15 +91,17 @@ class AddPartitionsToTxnManager:
 
     def __init__(self, node_id: int, replica_manager: ReplicaManager, image: Callable,
                  partition_for: Callable[[str], int], local_verify: Callable, channel: NetworkBrokerChannel | None,
-                 request_timeout_ms: int):
+                 request_timeout_ms: int, local_add: Callable | None = None):
         """``image()`` is the broker's metadata image; ``partition_for(transactional_id)`` the id's
         ``__transaction_state`` partition; ``local_verify`` the coordinator of this broker
-        (``TransactionCoordinator.verify_partitions``); ``channel`` None on a single node."""
+        (``TransactionCoordinator.verify_partitions``), ``local_add`` its TV2 add
+        (``TransactionCoordinator.add_partitions_for_leader``); ``channel`` None on a single node."""
         self.node_id = node_id
         self.replica_manager = replica_manager
         self.image = image
         self.partition_for = partition_for
         self.local_verify = local_verify
+        self.local_add = local_add
         self.channel = channel
         self.request_timeout_ms = request_timeout_ms
         self._queues: dict[int, dict[str, _Transaction]] = {}
@@ -96,25 +110,31 @@ class AddPartitionsToTxnManager:
         self._closed = False
 
     async def verify_for_append(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                sequences: dict[TopicPartition, int], abortable_supported: bool,
+                                sequences: dict[TopicPartition, int], abortable_supported: bool, add: bool = False,
                                 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, VerificationGuard]]:
         """Kafka's ``maybeStartTransactionVerificationForPartitions``: for each led partition (with the base
         sequence of the producer's batch) the guard to append with, taken before the coordinator is asked;
         ``SENTINEL`` where the producer's transaction is already open there (no question; the append still
         refuses the batch if a marker closed it meanwhile). Returns the errors (a partition not led here, or
-        the coordinator's answer, as :meth:`verify` gives it) and the guards."""
-        errors: dict[TopicPartition, int] = {}
-        guards: dict[TopicPartition, VerificationGuard] = {}
-        for tp, sequence in sequences.items():
-            try:
-                guards[tp] = self.replica_manager.maybe_start_transaction_verification(
-                    *tp, producer_id, sequence, producer_epoch)
-            except KafkaError as e:
-                errors[tp] = e.code
-        asked = [tp for tp, guard in guards.items() if guard is not SENTINEL]
-        if asked:
-            codes = await self.verify(transactional_id, producer_id, producer_epoch, asked, abortable_supported)
-            errors.update((tp, code) for tp, code in codes.items() if code != NO_ERROR)
+        the coordinator's answer, as :meth:`verify` gives it) and the guards. With ``add`` (TV2) the
+        partitions are added to the transaction, asked again with new guards while the coordinator answers
+        CONCURRENT_TRANSACTIONS (it waited for the previous transaction's markers)."""
+        for _attempt in range(_ADD_ATTEMPTS if add else 1):
+            errors: dict[TopicPartition, int] = {}
+            guards: dict[TopicPartition, VerificationGuard] = {}
+            for tp, sequence in sequences.items():
+                try:
+                    guards[tp] = self.replica_manager.maybe_start_transaction_verification(
+                        *tp, producer_id, sequence, producer_epoch)
+                except KafkaError as e:
+                    errors[tp] = e.code
+            asked = [tp for tp, guard in guards.items() if guard is not SENTINEL]
+            if asked:
+                codes = await self.verify(transactional_id, producer_id, producer_epoch, asked, abortable_supported,
+                                          add)
+                errors.update((tp, code) for tp, code in codes.items() if code != NO_ERROR)
+            if ConcurrentTransactionsError.code not in errors.values():
+                break
         return errors, guards
 
     def guard_holds(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
@@ -141,37 +161,43 @@ class AddPartitionsToTxnManager:
         return state.leader
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: Iterable[TopicPartition], abortable_supported: bool) -> dict[TopicPartition, int]:
-        """The error of each partition (NONE: it is in the producer's open transaction)."""
+                     partitions: Iterable[TopicPartition], abortable_supported: bool,
+                     add: bool = False) -> dict[TopicPartition, int]:
+        """The error of each partition (NONE: it is in the producer's open transaction; with ``add``, it was
+        added to it)."""
         partitions = list(partitions)
         coordinator = self.coordinator_of(transactional_id)
         if coordinator is None:
             return dict.fromkeys(partitions, CoordinatorNotAvailableError.code)
         if coordinator == self.node_id:
-            codes = self.local_verify(transactional_id, producer_id, producer_epoch, partitions)
+            if add:
+                codes = dict.fromkeys(partitions, await self.local_add(transactional_id, producer_id, producer_epoch,
+                                                                       partitions))
+            else:
+                codes = self.local_verify(transactional_id, producer_id, producer_epoch, partitions)
         else:
-            codes = await self._enqueue(coordinator, transactional_id, producer_id, producer_epoch, partitions)
+            codes = await self._enqueue(coordinator, transactional_id, producer_id, producer_epoch, partitions, add)
         return {tp: _for_caller(codes.get(tp, NetworkException.code), abortable_supported) for tp in partitions}
 
     async def _enqueue(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+                       partitions: list[TopicPartition], add: bool = False) -> dict[TopicPartition, int]:
         if self._closed:
             return dict.fromkeys(partitions, NetworkException.code)
         queue = self._queues.setdefault(node, {})
         txn = queue.get(transactional_id)
-        if txn is not None and (txn.producer_id, txn.producer_epoch) != (producer_id, producer_epoch):
-            if producer_epoch < txn.producer_epoch:
+        if txn is not None and (txn.producer_id, txn.producer_epoch, txn.add) != (producer_id, producer_epoch, add):
+            if producer_epoch < txn.producer_epoch and producer_id == txn.producer_id:
                 return dict.fromkeys(partitions, InvalidProducerEpochError.code)
             # A newer epoch (or another producer id) replaces the queued one, whose callers are answered now.
             del queue[transactional_id]
-            old = dict.fromkeys(txn.partitions, InvalidProducerEpochError.code if producer_id == txn.producer_id
-                                else NetworkException.code)
+            fenced = producer_id == txn.producer_id and producer_epoch > txn.producer_epoch
+            old = dict.fromkeys(txn.partitions, InvalidProducerEpochError.code if fenced else NetworkException.code)
             for waiter in txn.waiters:
                 if not waiter.done():
                     waiter.set_result(old)
             txn = None
         if txn is None:
-            txn = queue[transactional_id] = _Transaction(producer_id, producer_epoch)
+            txn = queue[transactional_id] = _Transaction(producer_id, producer_epoch, add)
         txn.partitions.update(dict.fromkeys(partitions))
         done = asyncio.get_running_loop().create_future()
         txn.waiters.append(done)
@@ -184,36 +210,45 @@ class AddPartitionsToTxnManager:
     async def _send_to(self, node: int) -> None:
         """Drain ``node``'s queue, one AddPartitionsToTxn at a time, each with everything queued so far."""
         while self._queues.get(node) and not self._closed:
-            batch = self._queues.pop(node)
-            codes: dict[tuple[str, str, int], int] = {}
-            try:
-                response = await self.channel.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, {"transactions": [
-                    {"transactional_id": tid, "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
-                     "verify_only": True,
-                     "topics": [{"name": topic, "partitions": [i for n, i in t.partitions if n == topic]}
-                                for topic in dict.fromkeys(n for n, _ in t.partitions)]}
-                    for tid, t in batch.items()]}, min_version=FIRST_BATCHED_VERSION,
-                    timeout_ms=self.request_timeout_ms)
-                if response.error_code != NO_ERROR:
-                    # Kafka hides an authorization failure of the brokers' own request from the client.
-                    code = (InvalidTxnStateError.code if response.error_code == ClusterAuthorizationFailedError.code
-                            else int(response.error_code))
-                    codes = {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
-                else:
-                    codes = {(r.transactional_id, topic.name, p.partition_index): int(p.partition_error_code)
-                             for r in response.results_by_transaction for topic in r.topic_results
-                             for p in topic.results_by_partition}
-            except asyncio.CancelledError:
-                self._answer(batch, {})
-                raise
-            except UnsupportedVersionError:
-                # A coordinator that cannot verify: Kafka goes on with the append unverified.
-                codes = {(tid, *tp): NO_ERROR for tid, t in batch.items() for tp in t.partitions}
-            except Exception as e:  # noqa: BLE001 - the producer retries; a new connection next time
-                self._warn.warning(("send", node, type(e).__name__),
-                                   "Transaction verification with broker %d failed: %s", node, e)
-                self.channel.forget(node)
-            self._answer(batch, codes)
+            queued = self._queues.pop(node)
+            # verify-only questions (v4) and TV2 adds (v5) go in requests of their own versions
+            for add in (False, True):
+                batch = {tid: t for tid, t in queued.items() if t.add is add}
+                if batch:
+                    await self._send_batch(node, batch, add)
+
+    async def _send_batch(self, node: int, batch: dict[str, _Transaction], add: bool) -> None:
+        codes: dict[tuple[str, str, int], int] = {}
+        try:
+            response = await self.channel.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, {"transactions": [
+                {"transactional_id": tid, "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
+                 "verify_only": not add,
+                 "topics": [{"name": topic, "partitions": [i for n, i in t.partitions if n == topic]}
+                            for topic in dict.fromkeys(n for n, _ in t.partitions)]}
+                for tid, t in batch.items()]}, min_version=TV2_ADD_VERSION if add else FIRST_BATCHED_VERSION,
+                timeout_ms=self.request_timeout_ms)
+            if response.error_code != NO_ERROR:
+                # Kafka hides an authorization failure of the brokers' own request from the client.
+                code = (InvalidTxnStateError.code if response.error_code == ClusterAuthorizationFailedError.code
+                        else int(response.error_code))
+                codes = {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
+            else:
+                codes = {(r.transactional_id, topic.name, p.partition_index): int(p.partition_error_code)
+                         for r in response.results_by_transaction for topic in r.topic_results
+                         for p in topic.results_by_partition}
+        except asyncio.CancelledError:
+            self._answer(batch, {})
+            raise
+        except UnsupportedVersionError:
+            # A coordinator that cannot verify: Kafka goes on with the append unverified. One that cannot add
+            # could never end the transaction on this partition: refused.
+            code = InvalidTxnStateError.code if add else NO_ERROR
+            codes = {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
+        except Exception as e:  # noqa: BLE001 - the producer retries; a new connection next time
+            self._warn.warning(("send", node, type(e).__name__),
+                               "Transaction verification with broker %d failed: %s", node, e)
+            self.channel.forget(node)
+        self._answer(batch, codes)
 
     @staticmethod
     def _answer(batch: dict[str, _Transaction], codes: dict[tuple[str, str, int], int]) -> None:

@@ -347,7 +347,8 @@ class Broker:
                 int(MARKER_REPLICATION_TIMEOUT_S * 1000) + 10000)
         txn = self.transaction_coordinator = TransactionCoordinator(
             store.config, store, allocate_producer_id=controller.next_producer_id,
-            write_markers=write_markers, replicated=replicated, coordinator_epoch=coordinator_epoch)
+            write_markers=write_markers, replicated=replicated, coordinator_epoch=coordinator_epoch,
+            transaction_version=lambda: cfg["transaction.version"])
         if controller.clustered:
             txn.leads = lambda p: ((TXN_STATE_TOPIC, p) in rm.partitions
                                    and rm.leads(rm.partitions[TXN_STATE_TOPIC, p]))
@@ -367,7 +368,7 @@ class Broker:
                                            self.inter_broker_ssl, self.inter_broker_sasl)
         self.txn_verification = AddPartitionsToTxnManager(
             self.node_id, rm, lambda: controller.image, txn.partition_for, txn.verify_partitions, channel,
-            cfg["request.timeout.ms"])
+            cfg["request.timeout.ms"], local_add=txn.add_partitions_for_leader)
         return self.txn_verification
 
     def _attach_replication(self, controller: ZkController, rm: ReplicaManager) -> None:

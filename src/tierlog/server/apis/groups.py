@@ -324,11 +324,14 @@ class GroupApis:
         errors, known = await self._known_partitions(req.topics, pacer)
         valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                   p.committed_metadata) for name, p in known]
-        if valid and self.verification is not None and self.verification_enabled():
+        # TxnOffsetCommit v5 is transaction version 2's: the group's partition is added to the transaction
+        # (no AddOffsetsToTxn), whatever transaction.partition.verification.enable says.
+        add = ctx.api_version >= 5
+        if valid and self.verification is not None and (add or self.verification_enabled()):
             tp = (OFFSETS_TOPIC, self._ready().partition_for(req.group_id))
             # TxnOffsetCommit v4 is the first version whose client understands TRANSACTION_ABORTABLE.
             failed, guards = await self.verification.verify_for_append(
-                req.transactional_id, req.producer_id, req.producer_epoch, {tp: -1}, ctx.api_version >= 4)
+                req.transactional_id, req.producer_id, req.producer_epoch, {tp: -1}, ctx.api_version >= 4, add)
             code = failed.get(tp, NO_ERROR)
             # The commit below appends without an await: the guard checked here is the one at the append.
             if code == NO_ERROR and not self.verification.guard_holds(tp, req.producer_id, req.producer_epoch,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
 
 from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
 from tierlog.cluster.acls import AclOperation, ResourceType
@@ -31,6 +32,12 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
 # Produce from v0 for that reason while refusing v0-v2 on use; so does tierlog (a Produce below the
 # registered range closes the connection, as any unsupported version does).
 ADVERTISED_PRODUCE_MIN_VERSION = 0
+FEATURES_VERSION = 3  # ApiVersions' first version with KIP-584's features
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+# The finalized features never change while a broker runs (a static setting, no UpdateFeatures), so their
+# epoch is a constant; Java's client only takes finalized features with an epoch above -1.
+FINALIZED_FEATURES_EPOCH = 0
 
 
 class MetadataApis:
@@ -49,7 +56,27 @@ class MetadataApis:
         response = build_api_versions_response(ctx.api_version, self.registry)
         keys = tuple(dataclasses.replace(k, min_version=min(k.min_version, ADVERTISED_PRODUCE_MIN_VERSION))
                      if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
-        return dataclasses.replace(response, api_keys=keys)
+        response = dataclasses.replace(response, api_keys=keys)
+        if ctx.api_version >= FEATURES_VERSION:
+            response = self._with_features(response, ctx.api_version)
+        return response
+
+    def _with_features(self, response, ctx_version: int):
+        """KIP-584's features (ApiVersions v3+): ``transaction.version`` supported 0-2 and finalized at the
+        broker's ``transaction.version`` (a level of 0 is not listed, as Kafka lists none). Clients use
+        transaction version 2 when it is finalized at 2 (Java's producer also needs an epoch above -1)."""
+        schema = type(response)
+        supported = typing.get_args(typing.get_type_hints(schema)["supported_features"])[0]
+        finalized = typing.get_args(typing.get_type_hints(schema)["finalized_features"])[0]
+        level = int(self.controller.effective_config["transaction.version"])
+        # KIP-1022: before v4 a supported feature could not have min version 0; Kafka leaves such ones out
+        return dataclasses.replace(
+            response,
+            supported_features=(supported(name=TRANSACTION_VERSION_FEATURE, min_version=0,
+                                          max_version=MAX_TRANSACTION_VERSION),) if ctx_version >= 4 else (),
+            finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+            finalized_features=(finalized(name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
+                                          min_version_level=level),) if level > 0 else ())
 
     async def metadata(self, ctx: RequestContext):
         req = ctx.request

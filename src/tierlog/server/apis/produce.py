@@ -48,6 +48,7 @@ from tierlog.storage.producer_state import SENTINEL
 
 log = logging.getLogger(__name__)
 
+TV2_PRODUCE_VERSION = 12  # a transactional batch's partition is added to the transaction by its leader
 KIP_219_PRODUCE_VERSION = 6  # from this version a throttled client is answered at once and waits itself
 
 ZSTD = 4  # the compression codec in a batch's attributes
@@ -153,8 +154,10 @@ class ProduceApis:
             # Kafka answers the whole request so (with no authorizer too): transactional records need the
             # transactional id.
             return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
+        # Produce v12 is transaction version 2's (KIP-890 part 2): the leader adds the partition to the
+        # transaction, whatever transaction.partition.verification.enable says (as Kafka).
         verify = (req.transactional_id is not None and self.verification is not None
-                  and self.verification_enabled())
+                  and (ctx.api_version >= TV2_PRODUCE_VERSION or self.verification_enabled()))
         unverified: dict[tuple[str, int], int] = {}
         guards = None
         if verify:
@@ -275,7 +278,8 @@ class ProduceApis:
         (producer_id, epoch), = producers
         # Produce v11 (KIP-890) is the first version whose client understands TRANSACTION_ABORTABLE.
         errors, guards = await self.verification.verify_for_append(
-            req.transactional_id, producer_id, epoch, sequences, abortable_supported=ctx.api_version > 10)
+            req.transactional_id, producer_id, epoch, sequences, abortable_supported=ctx.api_version > 10,
+            add=ctx.api_version >= TV2_PRODUCE_VERSION)
         return {tp: NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
                 for tp, code in errors.items()}, guards
 

@@ -133,7 +133,7 @@ class TransactionCoordinatorApis:
                                     "throttle_time_ms": 0})
 
     async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, topics,
-                   verify_only: bool = False) -> list[dict]:
+                   verify_only: bool = False, transaction_version: int = 0) -> list[dict]:
         """One transaction's topic results: partitions missing from the metadata UNKNOWN_TOPIC_OR_PARTITION
         and the others OPERATION_NOT_ATTEMPTED (Kafka's handler), else the coordinator's answer for all."""
         image = self.controller.image
@@ -147,8 +147,12 @@ class TransactionCoordinatorApis:
             codes = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                        [(name, p) for name, parts in wanted for p in parts])
         else:
-            code = await self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
-                                                         [(name, p) for name, parts in wanted for p in parts])
+            tps = [(name, p) for name, parts in wanted for p in parts]
+            if transaction_version >= 2:
+                code = await self.coordinator.add_partitions_for_leader(transactional_id, producer_id,
+                                                                        producer_epoch, tps)
+            else:
+                code = await self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, tps)
             codes = {(name, p): code for name, parts in wanted for p in parts}
         return [{"name": name, "results_by_partition": [
             {"partition_index": p, "partition_error_code": codes[name, p]} for p in parts]} for name, parts in wanted]
@@ -164,8 +168,11 @@ class TransactionCoordinatorApis:
             return build_response(ctx, {"results_by_topic_v3_and_below": results})
         out = []
         for txn in req.transactions:
+            # v5 is what partition leaders send for TV2 (Produce v12, TxnOffsetCommit v5): the add opens a
+            # transaction with version 2's rules (Kafka's handler passes TV_2 for v5 and above).
             out.append({"transactional_id": txn.transactional_id, "topic_results": await self._add(
-                txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)})
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only,
+                2 if ctx.api_version >= 5 else 0)})
         return build_response(ctx, {"error_code": NO_ERROR, "results_by_transaction": out})
 
     async def add_offsets_to_txn(self, ctx: RequestContext):
@@ -177,9 +184,14 @@ class TransactionCoordinatorApis:
 
     async def end_txn(self, ctx: RequestContext):
         req = ctx.request
-        code = await self.coordinator.end_transaction(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                      req.committed)
-        return build_response(ctx, {"error_code": fenced_for_version(ctx, code)})
+        # EndTxn v5 is transaction version 2's (KIP-890): the epoch is bumped and answered with the producer id.
+        tv = 2 if ctx.api_version >= 5 else 0
+        code, pid, epoch = await self.coordinator.end_transaction(req.transactional_id, req.producer_id,
+                                                                  req.producer_epoch, req.committed, tv)
+        body = {"error_code": fenced_for_version(ctx, code)}
+        if ctx.api_version >= 5:
+            body.update(producer_id=pid, producer_epoch=epoch)
+        return build_response(ctx, body)
 
 
     async def describe_transactions(self, ctx: RequestContext):
