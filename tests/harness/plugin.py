@@ -112,7 +112,11 @@ def kafka_peer_tiered(kafka_jars, tmp_path_factory):
 def tierlog_peer(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("tierlog") / "logs", dict(apache_kafka.SHARED_SETTINGS))
     b.start()
+    # ``peer`` reaches it through request.getfixturevalue, after the stray-broker sweep of the test began: without
+    # this, the first test to start it would kill it at its end, and the session's next tests find it gone
+    BrokerProcess.shared.add(b)
     yield b
+    BrokerProcess.shared.discard(b)
     b.stop()
 
 
