@@ -33,7 +33,7 @@ from tests.harness.rawclient import unique
 from tests.harness.tiered import call, remote_manifests, tiered_settings
 from tests.harness.tierlog_cluster import create, partition, start_cluster, wait_isr
 from tests.tiered.compactlib import (
-    CLEANER_SETTINGS,
+    CLUSTER_SETTINGS,
     COMPACTED_TOPIC,
     Record,
     alter,
@@ -51,9 +51,7 @@ VALUE = b"x" * 200
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
     root = tmp_path_factory.mktemp("tiered-compacted-boundaries")
-    settings = tiered_settings(root, **CLEANER_SETTINGS, **{
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "3", "replica.lag.time.max.ms": "5000",
-        "replica.fetch.backoff.ms": "200"})
+    settings = tiered_settings(root, **CLUSTER_SETTINGS)
     faults = {"replica.fetch.max.bytes": "1",
               "remote.log.storage.manager.class.name": "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager",
               "rsm.config.fault.delegate": "filesystem", "rsm.config.fault.control.file": str(root / "faults-2.json")}

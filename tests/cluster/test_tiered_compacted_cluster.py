@@ -14,7 +14,7 @@ from tests.harness.rawclient import unique
 from tests.harness.tiered import call, tiered_settings
 from tests.harness.tierlog_cluster import create, partition, start_cluster, wait_isr
 from tests.tiered.compactlib import (
-    CLEANER_SETTINGS,
+    CLUSTER_SETTINGS,
     COMPACTED_TOPIC,
     alter,
     cleaned_and_tiered,
@@ -30,9 +30,7 @@ from tests.tiered.compactlib import (
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
     root = tmp_path_factory.mktemp("tiered-compacted")
-    settings = tiered_settings(root, **CLEANER_SETTINGS, **{
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "3", "replica.lag.time.max.ms": "5000",
-        "replica.fetch.backoff.ms": "200"})
+    settings = tiered_settings(root, **CLUSTER_SETTINGS)
     c = start_cluster(root, zookeeper, brokers=3, settings=settings)
     yield c
     c.stop()

@@ -21,6 +21,10 @@ COMPACTED_TOPIC = {"cleanup.policy": "compact", "remote.storage.enable": "true",
                    "delete.retention.ms": "86400000", "file.delete.delay.ms": "0"}
 #: What the brokers of these tests set besides tiering: the cleaner looks for work every 0.1 s.
 CLEANER_SETTINGS = {"log.cleaner.backoff.ms": "100"}
+#: A 3-broker cluster's tiered compacted topics: the metadata topic on every broker (a new leader reads it while
+#: the old one is dead), and a follower out of the ISR within seconds when a test stops it.
+CLUSTER_SETTINGS = {**CLEANER_SETTINGS, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+                    "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200"}
 
 Record = tuple[int, bytes, bytes | None]  # offset, key, value (None: a tombstone)
 

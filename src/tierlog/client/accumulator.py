@@ -18,18 +18,12 @@ from tierlog.client.types import RecordMetadata, TopicPartition
 from tierlog.records.batch import RECORD_BATCH_OVERHEAD, TRANSACTIONAL_FLAG_MASK
 from tierlog.records.compression import CompressionType, compress
 from tierlog.records.record import build_batch_header
+from tierlog.records.record import encode_uvarint as _uvarint
 
 # Zig-zag varints of small non-negative ints, precomputed: offset deltas and lengths are mostly small.
 _VARINT = [b""] * 16384
 
 
-def _uvarint(raw: int) -> bytes:
-    out = bytearray()
-    while raw > 0x7F:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
 
 
 for _i in range(16384):

@@ -24,6 +24,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tierlog.records.record import encode_uvarint as _uvarint
+
 __all__ = [
     "CoordinatorRecord",
     "RecordWriter",
@@ -140,16 +142,6 @@ RecordWriter = Callable[[list[CoordinatorRecord]], None]
 
 # -- primitive writers/readers ------------------------------------------------------------------
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 class _Writer:

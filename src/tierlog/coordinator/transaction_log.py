@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from tierlog.coordinator.records import partition_for
+from tierlog.records.record import encode_uvarint as _uvarint
 
 __all__ = ["TXN_STATE_TOPIC", "TxnLogValue", "TxnState", "decode_key", "decode_value", "encode_key",
            "encode_value", "partition_for"]
@@ -65,13 +66,6 @@ def decode_key(data: bytes) -> str | None:
     return bytes(data[4:4 + length]).decode()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def encode_value(v: TxnLogValue, version: int = 0) -> bytes:

@@ -118,6 +118,13 @@ def write_varlong(out: bytearray, value: int) -> None:
     _write_unsigned(out, (value << 1) ^ (value >> 63))
 
 
+def encode_uvarint(raw: int) -> bytes:
+    """``raw`` (not negative) as an unsigned varint: the compact lengths and tags of flexible protocol versions."""
+    out = bytearray()
+    _write_unsigned(out, raw)
+    return bytes(out)
+
+
 def encode_varint(value: int) -> bytes:
     out = bytearray()
     write_varint(out, value)
