@@ -140,6 +140,22 @@ def _wait_stable(raw: RawClient, topic: str, partition: int = 0, at_least: int =
         time.sleep(0.05)
 
 
+def _wait_complete(raw: RawClient, tid: str) -> None:
+    """Until ``tid``'s transaction is complete at its coordinator (ListTransactions: CompleteCommit, CompleteAbort
+    or Empty; DescribeTransactions would carry a start time of -1 the test's decoder refuses). EndTxn is answered
+    once the decision is logged; the markers and then the complete state follow, and until then the coordinator
+    answers CONCURRENT_TRANSACTIONS (Kafka on a loaded machine did, where the next step came right after the
+    markers showed in the partition)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": [], "producer_id_filters": []})
+        (state,) = [t.transaction_state for t in r.transaction_states if t.transactional_id == tid]
+        if state in ("CompleteCommit", "CompleteAbort", "Empty"):
+            return
+        assert time.monotonic() < deadline, state
+        time.sleep(0.05)
+
+
 def _fetch(raw: RawClient, topic: str, isolation: int, offset: int = 0) -> dict:
     r = raw.request(ApiKey.FETCH, 12, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": isolation,
@@ -205,6 +221,7 @@ def markers_and_stable_offsets(bootstrap: str) -> dict:
         seen["open: fetch read_committed"] = _normalize_fetch(_fetch(raw, topic, 1), pids)
         seen["commit"] = _end(raw, tid, pid, epoch, True)
         seen["committed: offsets"] = _wait_stable(raw, topic)
+        _wait_complete(raw, tid)
         seen["add 2"] = _add_partitions(raw, tid, pid, epoch, topic)
         seen["produce aborted"] = _produce(raw, tid, topic, pid, epoch, 2, [b"a1", b"a2", b"a3"])
         seen["open 2: offsets"] = _offsets(raw, topic)
@@ -476,6 +493,7 @@ def transaction_version_2(bootstrap: str) -> dict:
         seen["open"] = _describe(raw, tid, {**pids, "topic": topic})
         seen["commit v5"] = _end_v5(raw, tid, pid, epoch, True, base)
         seen["committed: offsets"] = _wait_stable(raw, topic, at_least=3)
+        _wait_complete(raw, tid)
         seen["commit v5 again, the old epoch"] = _end_v5(raw, tid, pid, epoch, True, base)
         seen["abort v5, the old epoch"] = _end_v5(raw, tid, pid, epoch, False, base)
         seen["commit v5, the new epoch, nothing produced"] = _end_v5(raw, tid, pid, epoch + 1, True, base)
@@ -488,8 +506,11 @@ def transaction_version_2(bootstrap: str) -> dict:
         seen["fetch read_committed"] = _normalize_fetch(_fetch(raw, topic, 1), pids)
         pid2, epoch2 = _init_ok(raw, tid2)
         seen["abort v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, False, (pid2, epoch2))
+        _wait_complete(raw, tid2)
         seen["commit v5 of a transaction that never began"] = _end_v5(raw, tid2, pid2, epoch2, True, (pid2, epoch2))
+        _wait_complete(raw, tid)
         seen["abort v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, False, base)
+        _wait_complete(raw, tid)
         seen["commit v5, the current epoch of a completed abort"] = _end_v5(raw, tid, pid, epoch + 2, True, base)
         seen["state at the end"] = _describe(raw, tid, {**pids, "topic": topic})
         seen["InitProducerId with the epoch before the empty abort"] = _init_kip360(raw, tid2, pid2, epoch2)
