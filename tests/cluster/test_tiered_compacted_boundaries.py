@@ -38,7 +38,8 @@ from tests.tiered.compactlib import (
     Record,
     alter,
     cleaned_and_tiered,
-    compacted_view,
+    led_cleaned_and_trimmed,
+    read_as_produced,
     read_earliest,
     wait_until,
 )
@@ -160,16 +161,9 @@ def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(clu
     last2 = records[-41][0]
     failed = fail_first_rebuild(cluster.faults, b2, highest1, bases)
     alter(client, topic, **{"local.retention.bytes": "1"})
-    wait_until(lambda: (s := cleaned_and_tiered(b2, topic, last2)) and s["role"] == "leader"
-               and s["local_log_start_offset"] > last2 and s, "cleaned, tiered and deleted locally by broker 2",
-               timeout=240)
+    led_cleaned_and_trimmed(b2, topic, last2, "cleaned, tiered and deleted locally by broker 2", timeout=240)
 
-    expected = compacted_view(records)
-    got = read_earliest(client, topic, expected[-1][0])
-    offsets = [o for o, _, _ in got]
-    assert offsets == sorted(set(offsets)), "offsets ascending, none twice"
-    produced = {o: (k, v) for o, k, v in records}
-    assert all(produced[o] == (k, v) for o, k, v in got), "every record read is the one produced at its offset"
+    got, expected = read_as_produced(client, topic, records)
     stale = [(o, k, v[:6]) for o, k, v in got if (o, k, v) not in expected]
     assert not stale, f"{len(stale)} superseded records left in the remote tier: {stale[:5]}"
     assert got == expected

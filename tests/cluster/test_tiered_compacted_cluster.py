@@ -18,10 +18,11 @@ from tests.tiered.compactlib import (
     COMPACTED_TOPIC,
     alter,
     cleaned_and_tiered,
-    compacted_view,
     fill,
+    led_cleaned_and_trimmed,
     partition_status,
     produce,
+    read_as_produced,
     read_earliest,
     wait_until,
 )
@@ -56,15 +57,9 @@ def test_the_copy_of_a_compacted_topic_moves_with_the_leadership(cluster):
     records += fill(client, topic, "b")
     alter(client, topic, **{"local.retention.bytes": "1"})
     b = cluster.brokers[leader]
-    st = wait_until(lambda: (s := cleaned_and_tiered(b, topic, last2)) and s["role"] == "leader"
-                    and s["local_log_start_offset"] > last2 and s, "phase 2 cleaned and tiered by the new leader")
+    st = led_cleaned_and_trimmed(b, topic, last2, "phase 2 cleaned and tiered by the new leader")
     assert st["log_start_offset"] == 0 and partition_status(b, topic)["leader"] == leader
-    expected = compacted_view(records)
-    got = read_earliest(client, topic, expected[-1][0])
-    offsets = [o for o, _, _ in got]
-    assert offsets == sorted(set(offsets)), "offsets ascending, none twice"
-    produced = {o: (k, v) for o, k, v in records}
-    assert all(produced[o] == (k, v) for o, k, v in got), "every record read is the one produced at its offset"
+    got, expected = read_as_produced(client, topic, records)
     assert set(expected) <= set(got), "every key's last record is there"
     assert got == expected, f"{len(got) - len(expected)} superseded records left in the remote tier"
     report = call(b, "/v1/tier/reconcile")

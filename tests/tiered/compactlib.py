@@ -129,6 +129,25 @@ def cleaned_and_tiered(b: BrokerProcess, topic: str, past: int) -> dict | None:
     return s
 
 
+def led_cleaned_and_trimmed(b: BrokerProcess, topic: str, past: int, what: str, timeout: float = 180) -> dict:
+    """Until ``b`` leads ``topic``, has cleaned and tiered it past ``past`` and deleted locally what lies there;
+    its status row then."""
+    return wait_until(lambda: (s := cleaned_and_tiered(b, topic, past)) and s["role"] == "leader"
+                      and s["local_log_start_offset"] > past and s, what, timeout=timeout)
+
+
+def read_as_produced(b: BrokerProcess, topic: str, records: list[Record]) -> tuple[list[Record], list[Record]]:
+    """What a consumer from earliest reads of ``topic`` up to the compacted view's last offset, checked to come
+    in ascending offsets, none twice, each record the one produced at its offset; and that view."""
+    expected = compacted_view(records)
+    got = read_earliest(b, topic, expected[-1][0])
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets)), "offsets ascending, none twice"
+    produced = {o: (k, v) for o, k, v in records}
+    assert all(produced[o] == (k, v) for o, k, v in got), "every record read is the one produced at its offset"
+    return got, expected
+
+
 def rewrite_with_replacement_held(b: BrokerProcess, topic: str, records: list[Record]) -> tuple[int, list[Record]]:
     """Phase 2 of the tiered compaction tests, with the metadata manager holding DELETE_SEGMENT_STARTED
     (``b.hold``/``b.reached``, tests/tiered/holds.py): half the keys written again and a quarter deleted, all in
