@@ -356,6 +356,38 @@ def bind_failure(host: str, port: int, e: OSError, *, setting: str = "listeners"
     return f"cannot listen on {where}: {why}; {todo}"
 
 
+class _AnswerQueue:
+    """A connection's answers to the requests of one read, written together: one send (one wake-up of the
+    client, one trip through the loopback stack) for the several requests a pipelining producer sends at once.
+    An answer never waits for a later request's handler: the first answer queued schedules a flush for the
+    loop's next turn, which comes as soon as a handler waits for anything (acks, a long poll, a disk thread);
+    the serve loop flushes after the last request of the read."""
+
+    __slots__ = ("_writer", "_parts", "_scheduled")
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self._writer = writer
+        self._parts: list[bytes] = []
+        self._scheduled: asyncio.Handle | None = None
+
+    def add(self, answer: bytes) -> None:
+        self._parts.append(answer)
+        if self._scheduled is None:
+            self._scheduled = asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> bool:
+        """Write what is queued; whether there was anything."""
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+        parts = self._parts
+        if not parts:
+            return False
+        self._writer.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        parts.clear()
+        return True
+
+
 class _IdleWatch:
     """``connections.max.idle.ms`` for one connection's reads, with one timer per idle period instead of one
     per read (``asyncio.wait_for`` made a task and a timer for every read: about 20 us, a fifth of a small
@@ -682,6 +714,7 @@ class SocketServer:
                                      peer[0] if isinstance(peer, tuple) else str(peer), listener)
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
         idle = _IdleWatch(self.idle_timeout_s) if self.idle_timeout_s is not None else None
+        answers = _AnswerQueue(writer)
         try:
             while not self._stopping:
                 if pool is not None:
@@ -728,10 +761,11 @@ class SocketServer:
                         return
                     if out is not None:
                         if isinstance(out, bytes):
-                            writer.write(out)
+                            answers.add(out)
                         else:
+                            answers.flush()
                             await self._send_parts(writer, out, tls)
-                        await writer.drain()
+                            await writer.drain()
                     if sasl is not None and sasl.state == FAILED:  # a failed re-authentication: answered, closed
                         return
                     if timers:
@@ -749,7 +783,11 @@ class SocketServer:
                         # KIP-219: a throttled client got its answer at once; nothing more of its requests is
                         # read or handled until the throttle time has passed (Kafka mutes the channel). The
                         # request's total time and its memory were counted and released before.
+                        answers.flush()
                         await asyncio.sleep(mute_ms / 1000)
+                if frames:
+                    answers.flush()
+                    await writer.drain()  # a client that does not read its answers stops being read
                 if pool is not None:
                     pending = decoder.pending_frame_size
                     keep = min(held, pending if pending is not None else decoder.buffered)
@@ -757,6 +795,7 @@ class SocketServer:
                         pool.release(held - keep)
                         held = keep
         finally:
+            answers.flush()  # what was answered before a close goes out first
             if idle is not None:
                 idle.stop()
             if pool is not None:
