@@ -4,9 +4,10 @@ import time
 import uuid
 
 import pytest
+from kio.index import load_request_schema, load_response_schema
 
-from tests.harness.rawclient import RawClient
-from tierlog.protocol import ApiKey
+from tests.harness.rawclient import RawClient, raw_client
+from tierlog.protocol import ApiKey, build, encode_request, parse_response
 from tierlog.records import build_batch, iter_records
 
 
@@ -249,3 +250,37 @@ def test_the_broker_fetch_max_bytes_caps_a_consumer_fetch(start_broker):
         assert len(list(iter_records(fetch(1000)))) == 1  # the request's own smaller limit still applies
     finally:
         c.close()
+
+
+def test_pipelined_requests_are_answered_in_order_and_none_waits_for_a_later_ones_handler(client, broker):
+    """A producer pipelines requests and the broker writes the answers to one read together: the answers keep
+    the requests' order, and an answer already made never waits for a later request that waits (here a Fetch
+    long poll, released by the test's own produce on another connection; max_wait is a minute, the raw
+    client gives up after 10 s, so an answer held behind the poll fails the test on any machine)."""
+    create(client, "pipelined")
+    fetch = {"replica_id": -1, "max_wait": 60_000, "min_bytes": 1, "max_bytes": 1 << 20, "topics": [
+        {"topic": "pipelined", "partitions": [{"partition": 0, "fetch_offset": 2, "partition_max_bytes": 1 << 20,
+                                               "current_leader_epoch": -1, "log_start_offset": -1}]}]}
+    produce_one = {"acks": -1, "timeout": 5000, "topic_data": [{"name": "pipelined", "partition_data": [
+        {"index": 0, "records": build_batch([(None, b"first")])}]}]}
+    requests = [(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}),
+                (ApiKey.PRODUCE, 9, produce_one), (ApiKey.PRODUCE, 9, produce_one),
+                (ApiKey.FETCH, 12, fetch), (ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                                     "client_software_version": "1"})]
+    client.send_frame(b"".join(encode_request(build(load_request_schema(k, v), values), corr, "pipeline")
+                               for corr, (k, v, values) in enumerate(requests, start=100)))
+
+    def answer(corr):
+        k, v, _ = requests[corr - 100]
+        got, resp = parse_response(client.read_frame(), load_response_schema(k, v))
+        assert got == corr
+        return resp
+
+    assert answer(100).error_code == 0
+    assert [answer(c).responses[0].partition_responses[0].base_offset for c in (101, 102)] == [0, 1]
+    # The fetch at offset 2 is still waiting: the answers before it came without it.
+    with raw_client(broker.bootstrap) as other:
+        assert produce(other, "pipelined", build_batch([(None, b"release")])).base_offset == 2
+    fetched = answer(103).responses[0].partitions[0]
+    assert [r.value for r in iter_records(fetched.records)] == [b"release"]
+    assert answer(104).error_code == 0
