@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.broker import log_lines
+from tierlog.errors import InvalidConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -222,3 +225,24 @@ def test_topic_overrides_parsing():
 def test_invalid_config_with_unknown_key_prints_only_the_error():
     result = tierlog("broker", "-o", "num.io.threads=8", "-o", "num.partitions=0")
     assert_one_line_error(result, "num.partitions")
+
+
+def test_the_broker_runs_on_uvloop_unless_asked_for_asyncios_loop(monkeypatch):
+    import asyncio
+
+    import uvloop
+
+    from tierlog import broker_main
+    monkeypatch.delenv(broker_main.EVENT_LOOP_ENV, raising=False)
+    assert broker_main.event_loop_runner() is uvloop.run
+    monkeypatch.setenv(broker_main.EVENT_LOOP_ENV, "asyncio")
+    assert broker_main.event_loop_runner() is asyncio.run
+    monkeypatch.setenv(broker_main.EVENT_LOOP_ENV, "libev")
+    with pytest.raises(InvalidConfigError, match="TIERLOG_EVENT_LOOP must be uvloop or asyncio"):
+        broker_main.event_loop_runner()
+
+
+def test_a_broker_says_which_event_loop_it_runs_on(broker):
+    import uvloop
+    lines = [m["message"] for m in log_lines(broker.output, "INFO", "tierlog.broker_main")]
+    assert f"Event loop: uvloop {uvloop.__version__}" in lines, lines

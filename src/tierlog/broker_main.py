@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tierlog import logs, task_dump
@@ -14,6 +16,8 @@ from tierlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
+#: The environment variable that picks the broker's event loop (see :func:`event_loop_runner`).
+EVENT_LOOP_ENV = "TIERLOG_EVENT_LOOP"
 EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot work (tierlog.cli.EXIT_INVALID)
 
 
@@ -22,17 +26,39 @@ def run(cfg: Any, debug: bool = False) -> int:
     ``debug``: a start that fails logs its traceback too (else one line says why)."""
     # The broker reports start-up and recovery; repeating warnings are counted per interval.
     logs.configure(logging.INFO, repeat_interval_s=cfg["internal.log.repeat.interval.ms"] / 1000)
-    try:
-        import uvloop  # noqa: F401 - optional speed-up (tierlog[fast])
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    return runner(_serve(cfg, debug))
+    return event_loop_runner()(_serve(cfg, debug))
+
+
+def event_loop_runner() -> Callable:
+    """The loop the broker runs on: uvloop (a dependency where it exists) unless ``TIERLOG_EVENT_LOOP=asyncio``
+    asks for asyncio's own loop (to compare the two, or to rule the loop out when chasing a fault); asyncio's
+    where uvloop is not installed."""
+    choice = os.environ.get(EVENT_LOOP_ENV, "uvloop").strip().lower()
+    if choice not in ("uvloop", "asyncio"):
+        raise InvalidConfigError(f"{EVENT_LOOP_ENV} must be uvloop or asyncio, not {choice!r}")
+    if choice == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.info("uvloop is not installed: the broker runs on asyncio's event loop")
+        else:
+            return uvloop.run
+    return asyncio.run
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """``uvloop 0.23.0`` or ``asyncio``: what the broker logs at its start."""
+    module = type(loop).__module__.split(".")[0]
+    if module == "uvloop":
+        import uvloop
+        return f"uvloop {uvloop.__version__}"
+    return "asyncio"
 
 
 async def _serve(cfg: Any, debug: bool) -> int:
     broker = Broker(cfg)
     loop = asyncio.get_running_loop()
+    log.info("Event loop: %s", loop_name(loop))
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
