@@ -13,6 +13,7 @@ per MB, transactions committed) and the ratio tierlog/Kafka of records/s; ``--js
 run there. Each run also times the same records without transactions (``plain_records_s``, acks=all), so
 the cost of transactions on each broker shows beside the ratio. After each step the topic's last stable
 offset must equal its end offset (every transaction committed, one marker each), else the run fails.
+``--asyncio`` adds a third broker, this tierlog on asyncio's own event loop instead of uvloop.
 
     python bench/transactions.py [--runs 5] [--records 200000] [--transaction-duration-ms 100]
 """
@@ -67,6 +68,9 @@ def main() -> int:
     ap.add_argument("--transaction-duration-ms", type=int, default=100)
     ap.add_argument("--warmups", type=int, default=3, help="unmeasured full-size steps per broker first")
     ap.add_argument("--json", type=Path, help="also write every run's figures there")
+    ap.add_argument("--asyncio", action="store_true",
+                    help="also run this tierlog on asyncio's own event loop (TIERLOG_EVENT_LOOP=asyncio), named "
+                    "asyncio: uvloop against asyncio in the same runs (vs_asyncio)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=SRC",
                     help="also run a tierlog broker named NAME from another src folder (e.g. `git archive BASE src "
                     "| tar -x -C DIR`, then DIR/src): an A/B of tierlog versions in the same runs; the output adds "
@@ -74,6 +78,8 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-txn-"))
     brokers = [vs.KafkaBroker(work), vs.TierlogBroker(work)]
+    if args.asyncio:
+        brokers.append(vs.TierlogBroker(work, name="asyncio", env={"TIERLOG_EVENT_LOOP": "asyncio"}))
     for spec in args.variant:
         name, _, src = spec.partition("=")
         brokers.append(vs.TierlogBroker(work, src=Path(src).resolve(), name=name))
@@ -133,7 +139,8 @@ def main() -> int:
                                                       for r in runs), 2),
               "plain_ratio_records_s": round(medians["tierlog"]["plain_records_s"]
                                              / medians["kafka"]["plain_records_s"], 2),
-              "medians": medians, "minutes": round((time.time() - started) / 60, 1)}
+              "medians": medians, "tierlog_event_loop": vs.TierlogBroker.event_loop(),
+              "minutes": round((time.time() - started) / 60, 1)}
     for b in brokers[2:]:
         result[f"vs_{b.name}"] = {k: round(statistics.median(r["tierlog"][k] / r[b.name][k] for r in runs), 3)
                                   for k in ("records_s", "broker_cpu_ms_per_mb")}

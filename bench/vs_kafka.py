@@ -128,11 +128,14 @@ class TierlogBroker:
     name = "tierlog"
     READY = "tierlog broker ready on "
 
-    def __init__(self, work: Path, overrides: dict | None = None, src: Path | None = None, name: str | None = None):
-        """``src``: another checkout's ``src`` folder to run (an A/B of two tierlog versions), else this one's."""
+    def __init__(self, work: Path, overrides: dict | None = None, src: Path | None = None, name: str | None = None,
+                 env: dict | None = None):
+        """``src``: another checkout's ``src`` folder to run (an A/B of two tierlog versions), else this one's;
+        ``env``: more environment for the broker (``TIERLOG_EVENT_LOOP=asyncio``: asyncio's loop)."""
         if name:
             self.name = name
         self.src = src or ROOT / "src"
+        self.env = env or {}
         self.work = work / self.name
         self.overrides = {**COMMON_BROKER_SETTINGS, **(overrides or {})}
         self.proc: subprocess.Popen | None = None
@@ -144,9 +147,9 @@ class TierlogBroker:
                 "-o", "listeners=PLAINTEXT://127.0.0.1:0"]
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
-        # src/ first; the caller's PYTHONPATH after it (e.g. a folder with uvloop, tierlog[fast]).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(self.src),
-                                                                       os.environ.get("PYTHONPATH")]))}
+        # src/ first; the caller's PYTHONPATH after it.
+        env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(self.src),
+                                                                                   os.environ.get("PYTHONPATH")]))}
         self.output = self.work / "broker.out"
         with open(self.output, "wb") as out:
             self.proc = subprocess.Popen(args, cwd=self.work, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -170,7 +173,10 @@ class TierlogBroker:
 
     @staticmethod
     def event_loop() -> str:
-        """The loop ``tierlog broker`` runs on here: uvloop when importable (tierlog[fast]), else asyncio."""
+        """The loop ``tierlog broker`` runs on here: uvloop (a dependency) unless TIERLOG_EVENT_LOOP=asyncio or it
+        is not installed, then asyncio."""
+        if os.environ.get("TIERLOG_EVENT_LOOP", "").strip().lower() == "asyncio":
+            return "asyncio"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                                        os.environ.get("PYTHONPATH")]))}
         proc = subprocess.run([sys.executable, "-c", "import uvloop; print(uvloop.__version__)"], env=env,
