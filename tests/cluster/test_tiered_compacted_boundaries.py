@@ -86,14 +86,16 @@ def fail_first_rebuild(control, broker, highest: int, bases: list[int]) -> str:
     own upload), make that one fail, then heal the store. Returns the failed upload's segment id as it appears
     in object names."""
     held = Path(f"{control}.held")
+    released: list[str] = []
     while True:
         detail = wait_until(lambda: held.exists() and json.loads(held.read_text()), "an upload held by the store")
         start, end = detail["start_offset"], detail["end_offset"]
         if end <= highest and any(start < base <= end for base in bases):
             break
-        write_control(control, copy_partial=True)  # this one goes on; the next is held again
+        # Only this one goes on: the store keeps holding, so the next upload is held too, with no window
+        released.append(detail["segment_id"])
+        write_control(control, copy="hold", copy_partial=True, copy_release=released)
         wait_until(lambda d=detail: not held.exists() or json.loads(held.read_text()) != d, "the upload let go")
-        write_control(control, copy="hold", copy_partial=True)
     wait_until(lambda: any(f"Rebuilding remote offsets {start}-{end} " in line for line in broker.output),
                "the broker's line about the rebuild")
     write_control(control, copy="error", copy_partial=True)

@@ -14,7 +14,8 @@ and heal the store of a running broker::
   says ``"hold"`` for it, then goes on as that says (a store that hangs until the test lets it go).
   While a call is held, ``<control file>.held`` names it (``{"op": ..., "what": ...}``; a copy also
   gives ``segment_id``, ``start_offset`` and ``end_offset``), so a test waits for the hold to be
-  reached instead of guessing;
+  reached instead of guessing. ``<op>_release``, a list of segment ids, lets exactly those held calls go
+  on while the mode stays ``"hold"``, so the next call is held with no window between the two;
 - ``copy_partial``: a failing copy first uploads the segment object only (no indexes, no manifest),
   as a crash mid-upload would leave it;
 - ``latency_ms``: every call sleeps that long first (slow store);
@@ -102,10 +103,13 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         mode = ctl.get(op) or ("error" if unlucky else None)
         if mode == "hold":
             self._held({"op": op, "what": what, **(detail or {})})
+            key = (detail or {}).get("segment_id")
             while mode == "hold":
                 time.sleep(0.02)
                 ctl = self.control()
                 mode = ctl.get(op)
+                if mode == "hold" and key is not None and key in ctl.get(f"{op}_release", ()):
+                    mode = None  # this one was let go; the others stay held
             self._held(None)
         if not mode:
             return
