@@ -187,10 +187,10 @@ class Log:
         self.recovery_point = 0
         # Set by the remote log manager (tiered storage): last offset known to be copied.
         self.highest_offset_in_remote_storage = -1
-        # A compacted tiered log's leader: whether the remote copy of a local segment (segment, its end
-        # offset exclusive) is current; local retention keeps one the cleaner changed after its upload
-        # until the replacement is uploaded (docs/tiered-storage.md, "Compacted topics"). Set by the
-        # remote log manager; None: any copied segment may go.
+        # A compacted tiered log's leader: gives, for one retention pass, whether the remote copy of a local
+        # segment (segment, its end offset exclusive) is current; local retention keeps one the cleaner
+        # changed after its upload until the replacement is uploaded (docs/tiered-storage.md, "Compacted
+        # topics"). Set by the remote log manager; None: any copied segment may go.
         self.remote_copy_current = None
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
@@ -937,6 +937,8 @@ class Log:
         """The segments from index ``start`` on that retention may delete, oldest first, while
         ``predicate(segment, next segment)`` holds."""
         tiered = self._tiered_copy
+        # one check per pass: it walks the partition's remote segments once, not once per local segment
+        current = self.remote_copy_current() if tiered and self.remote_copy_current is not None else None
         doomed = []
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
@@ -948,8 +950,7 @@ class Log:
                 break  # never delete what consumers cannot have read yet
             if tiered and end - 1 > self.highest_offset_in_remote_storage and end > self.log_start_offset:
                 break  # not yet in the remote tier (and still readable)
-            if tiered and self.remote_copy_current is not None and end > self.log_start_offset \
-                    and not self.remote_copy_current(seg, end):
+            if current is not None and end > self.log_start_offset and not current(seg, end):
                 break  # cleaned again after its upload: its replacement is not uploaded yet
             if not predicate(seg, nxt):
                 break

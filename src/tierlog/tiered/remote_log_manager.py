@@ -373,7 +373,7 @@ class RemoteLogManager:
 
     def _start_tasks(self, st: PartitionTasks) -> None:
         name = f"{st.tp.topic}-{st.tp.partition}"
-        st.log.remote_copy_current = lambda seg, end: self.remote_copy_current(st, seg, end)
+        st.log.remote_copy_current = lambda: self.remote_copy_check(st)
         if st.copy_task is None and not st.log.config.remote_log_copy_disable:
             st.copy_tasks_started += 1
             st.copy_task = asyncio.get_running_loop().create_task(
@@ -770,19 +770,27 @@ class RemoteLogManager:
                 out.append((seg, end))
         return out
 
-    def remote_copy_current(self, st: PartitionTasks, seg: LogSegment, end: int) -> bool:
-        """Local retention's question for a copied segment of a led compacted log: may it go? Not while the
-        cleaner's latest version of it still waits for its upload."""
+    def remote_copy_check(self, st: PartitionTasks) -> Callable[[LogSegment, int], bool]:
+        """Local retention's question, for one pass, for each copied segment of a led compacted log: may it go?
+        Not while the cleaner's latest version of it still waits for its upload. The rebuild runs are worked
+        out once per pass, at the first segment that needs them."""
         lg = st.log
         if not lg.config.compact or self.partitions.get(st.tp) is not st:
-            return True
-        try:
-            if self.remote_copy_state(st, seg.base_offset, end, seg.size) == "stale":
+            return lambda seg, end: True
+        runs: list[Run] | None = None
+
+        def current(seg: LogSegment, end: int) -> bool:
+            nonlocal runs
+            try:
+                if self.remote_copy_state(st, seg.base_offset, end, seg.size) == "stale":
+                    return False
+                if runs is None:
+                    runs = [r for r in self.rebuild_runs(st) if r.stale]
+                # A stale run of remote segments touching it waits for its rebuild from the local data.
+                return not any(r.overlaps(seg.base_offset, end) for r in runs)
+            except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next pass
                 return False
-            # A stale run of remote segments touching it waits for its rebuild from the local data.
-            return not any(r.stale and r.overlaps(seg.base_offset, end) for r in self.rebuild_runs(st))
-        except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next check
-            return False
+        return current
 
     def rebuild_runs(self, st: PartitionTasks) -> list[Run]:
         """The runs of finished remote segments (overlapping ranges chained, docs/tiered-storage.md, "When the
