@@ -58,7 +58,6 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
 async def _serve(cfg: Any, debug: bool) -> int:
     broker = Broker(cfg)
     loop = asyncio.get_running_loop()
-    log.info("Event loop: %s", loop_name(loop))
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -67,6 +66,7 @@ async def _serve(cfg: Any, debug: bool) -> int:
         await broker.start()
     except Exception as e:  # noqa: BLE001 - said once, with its reason; the exit status tells the rest
         return await _failed_start(broker, e, debug)
+    log.info("Event loop: %s", loop_name(loop))
     try:
         for listener in broker.listeners:
             # One write with its newline: scripts parse this line, and a log line from another thread
