@@ -4,8 +4,9 @@ which both ``AddPartitionsToTxnManager`` and ``TransactionMarkerChannelManager``
 A subclass owns what its queue holds and how entries for the same key merge; this class starts a broker's
 sender when something is queued for it and no sender runs, and the sender drains the queue one request at a
 time, each request carrying what the subclass takes from the queue then. A failed request (connection,
-timeout) answers its entries with nothing and drops the connection (the broker may have moved); a stopped
-sender (``close``) answers what it was sending and what is still queued.
+timeout) is warned about, its connection dropped (the broker may have moved) and its entries given empty
+answers, which the subclass maps to its error; a stop (``close``) answers what was being sent and what is
+still queued, so no caller waits on a stopped sender.
 """
 
 from __future__ import annotations
