@@ -54,6 +54,12 @@ class Endpoint:
         await reader.read()  # until either side closes
 
 
+async def turns_until(condition) -> None:
+    """Let the loop run other tasks until ``condition()`` holds (a caller's request reached the queue)."""
+    while not condition():
+        await asyncio.sleep(0)
+
+
 def image(port: int) -> MetadataImage:
     def led_by_other(name: str, partitions: int) -> TopicImage:
         return TopicImage(name, uuid.uuid4(), {
@@ -89,8 +95,8 @@ def test_closing_the_verification_answers_every_waiting_question():
             await asyncio.wait_for(endpoint.requested.wait(), WAIT_S)
             assert not manager._queues.get(OTHER)  # both taken by the sender, whose first request hangs
             behind = asyncio.create_task(manager.verify("c", 8, 0, [tp], abortable_supported=True))
-            await asyncio.sleep(0)  # one loop turn: the question is queued (the sender is still in flight)
-            assert list(manager._queues[OTHER]) == ["c"]
+            await asyncio.wait_for(turns_until(lambda: manager._queues.get(OTHER)), WAIT_S)
+            assert list(manager._queues[OTHER]) == ["c"]  # queued behind the request in flight
             await asyncio.wait_for(manager.close(), WAIT_S)
             answers = await asyncio.wait_for(asyncio.gather(verify, add, behind), WAIT_S)
             after = await asyncio.wait_for(manager.verify("d", 9, 0, [tp], abortable_supported=True), WAIT_S)
@@ -132,8 +138,8 @@ def test_closing_the_marker_channel_leaves_every_waiting_marker_unanswered():
             await asyncio.wait_for(endpoint.requested.wait(), WAIT_S)
             assert not channel._queues[OTHER]  # both taken into the hung request
             same_producer = asyncio.create_task(channel(5, 1, 0, False, [(TOPIC, 1)]))
-            await asyncio.sleep(0)  # one loop turn: the marker is queued (the sender is still in flight)
-            assert [p.producer_id for p in channel._queues[OTHER]] == [5]
+            await asyncio.wait_for(turns_until(lambda: channel._queues[OTHER]), WAIT_S)
+            assert [p.producer_id for p in channel._queues[OTHER]] == [5]  # queued behind the request in flight
             await asyncio.wait_for(channel.close(), WAIT_S)
             answers = await asyncio.wait_for(asyncio.gather(first, other, same_producer), WAIT_S)
             after = await asyncio.wait_for(channel(7, 0, 0, True, [(TOPIC, 0)]), WAIT_S)
