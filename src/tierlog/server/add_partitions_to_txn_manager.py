@@ -6,7 +6,8 @@ The coordinator is the leader of the transactional id's ``__transaction_state`` 
 metadata image. When that is this broker the coordinator is asked in process; otherwise the question goes as
 AddPartitionsToTxn v4+ (the batched form, ``verify_only`` true) over the inter-broker listener. Questions
 for one coordinator are queued and each request carries everything queued (several transactional ids), one
-request in flight per coordinator, as Kafka's manager drains a node's queue. Two questions for the same
+request in flight per coordinator, as Kafka's manager drains a node's queue (the queues and their senders are
+:class:`~tierlog.cluster.inter_broker_sender.InterBrokerSender`'s). Two questions for the same
 transactional id share a request entry: with the same producer id and epoch their partitions are merged (Kafka
 instead fails the older one with a retriable error); with another epoch Kafka's rule applies, the older epoch
 gets INVALID_PRODUCER_EPOCH.
@@ -30,12 +31,12 @@ The manager has connections of its own (the controller's pushes and the markers'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.inter_broker_sender import InterBrokerSender
 from tierlog.errors import (
     NO_ERROR,
     ClusterAuthorizationFailedError,
@@ -49,7 +50,6 @@ from tierlog.errors import (
     TransactionAbortableError,
     UnsupportedVersionError,
 )
-from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage.producer_state import SENTINEL, VerificationGuard
@@ -86,7 +86,7 @@ def _for_caller(code: int, abortable_supported: bool) -> int:
     return code
 
 
-class AddPartitionsToTxnManager:
+class AddPartitionsToTxnManager(InterBrokerSender[dict[str, _Transaction]]):
     """``verify`` (see the module docstring)."""
 
     def __init__(self, node_id: int, replica_manager: ReplicaManager, image: Callable,
@@ -96,18 +96,14 @@ class AddPartitionsToTxnManager:
         ``__transaction_state`` partition; ``local_verify`` the coordinator of this broker
         (``TransactionCoordinator.verify_partitions``), ``local_add`` its TV2 add
         (``TransactionCoordinator.add_partitions_for_leader``); ``channel`` None on a single node."""
+        super().__init__(channel, log, "txn-verification-to", "Transaction verification with broker %d failed: %s")
         self.node_id = node_id
         self.replica_manager = replica_manager
         self.image = image
         self.partition_for = partition_for
         self.local_verify = local_verify
         self.local_add = local_add
-        self.channel = channel
         self.request_timeout_ms = request_timeout_ms
-        self._queues: dict[int, dict[str, _Transaction]] = {}
-        self._senders: dict[int, asyncio.Task] = {}
-        self._warn = RepeatLimiter(log)
-        self._closed = False
 
     async def verify_for_append(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                 sequences: dict[TopicPartition, int], abortable_supported: bool, add: bool = False,
@@ -201,24 +197,19 @@ class AddPartitionsToTxnManager:
         txn.partitions.update(dict.fromkeys(partitions))
         done = asyncio.get_running_loop().create_future()
         txn.waiters.append(done)
-        sender = self._senders.get(node)
-        if sender is None or sender.done():
-            self._senders[node] = asyncio.get_running_loop().create_task(
-                self._send_to(node), name=f"txn-verification-to-{node}")
+        self._wake(node)
         return await done
 
-    async def _send_to(self, node: int) -> None:
-        """Drain ``node``'s queue, one AddPartitionsToTxn at a time, each with everything queued so far."""
-        while self._queues.get(node) and not self._closed:
-            queued = self._queues.pop(node)
-            # verify-only questions (v4) and TV2 adds (v5) go in requests of their own versions
-            for add in (False, True):
-                batch = {tid: t for tid, t in queued.items() if t.add is add}
-                if batch:
-                    await self._send_batch(node, batch, add)
+    def _next_batches(self, node: int) -> list[dict[str, _Transaction]]:
+        """Everything queued: verify-only questions (v4) and TV2 adds (v5) in requests of their own versions."""
+        queued = self._queues.pop(node, None)
+        if not queued:
+            return []
+        batches = ({tid: t for tid, t in queued.items() if t.add is add} for add in (False, True))
+        return [batch for batch in batches if batch]
 
-    async def _send_batch(self, node: int, batch: dict[str, _Transaction], add: bool) -> None:
-        codes: dict[tuple[str, str, int], int] = {}
+    async def _send(self, node: int, batch: dict[str, _Transaction]) -> dict[tuple[str, str, int], int]:
+        add = next(iter(batch.values())).add
         try:
             response = await self.channel.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, {"transactions": [
                 {"transactional_id": tid, "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
@@ -227,47 +218,25 @@ class AddPartitionsToTxnManager:
                             for topic in dict.fromkeys(n for n, _ in t.partitions)]}
                 for tid, t in batch.items()]}, min_version=TV2_ADD_VERSION if add else FIRST_BATCHED_VERSION,
                 timeout_ms=self.request_timeout_ms)
-            if response.error_code != NO_ERROR:
-                # Kafka hides an authorization failure of the brokers' own request from the client.
-                code = (InvalidTxnStateError.code if response.error_code == ClusterAuthorizationFailedError.code
-                        else int(response.error_code))
-                codes = {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
-            else:
-                codes = {(r.transactional_id, topic.name, p.partition_index): int(p.partition_error_code)
-                         for r in response.results_by_transaction for topic in r.topic_results
-                         for p in topic.results_by_partition}
-        except asyncio.CancelledError:
-            self._answer(batch, {})
-            raise
         except UnsupportedVersionError:
             # A coordinator that cannot verify: Kafka goes on with the append unverified. One that cannot add
             # could never end the transaction on this partition: refused.
             code = InvalidTxnStateError.code if add else NO_ERROR
-            codes = {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
-        except Exception as e:  # noqa: BLE001 - the producer retries; a new connection next time
-            self._warn.warning(("send", node, type(e).__name__),
-                               "Transaction verification with broker %d failed: %s", node, e)
-            self.channel.forget(node)
-        self._answer(batch, codes)
+            return {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
+        if response.error_code != NO_ERROR:
+            # Kafka hides an authorization failure of the brokers' own request from the client.
+            code = (InvalidTxnStateError.code if response.error_code == ClusterAuthorizationFailedError.code
+                    else int(response.error_code))
+            return {(tid, *tp): code for tid, t in batch.items() for tp in t.partitions}
+        return {(r.transactional_id, topic.name, p.partition_index): int(p.partition_error_code)
+                for r in response.results_by_transaction for topic in r.topic_results
+                for p in topic.results_by_partition}
 
-    @staticmethod
-    def _answer(batch: dict[str, _Transaction], codes: dict[tuple[str, str, int], int]) -> None:
+    def _answer(self, batch: dict[str, _Transaction], answers: dict[tuple[str, str, int], int] | None) -> None:
+        """Each partition not answered (a failed request, a stopped sender) gets NETWORK_EXCEPTION."""
+        answers = answers or {}
         for tid, t in batch.items():
-            answer = {tp: codes.get((tid, *tp), NetworkException.code) for tp in t.partitions}
+            answer = {tp: answers.get((tid, *tp), NetworkException.code) for tp in t.partitions}
             for waiter in t.waiters:
                 if not waiter.done():
                     waiter.set_result(answer)
-
-    async def close(self) -> None:
-        self._closed = True
-        for task in self._senders.values():
-            task.cancel()
-        for task in self._senders.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for queue in self._queues.values():
-            self._answer(queue, {})
-        self._senders.clear()
-        self._queues.clear()
-        if self.channel is not None:
-            self.channel.close()

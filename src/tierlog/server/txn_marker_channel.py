@@ -4,7 +4,8 @@ partition of an ending transaction gets its COMMIT or ABORT marker from its lead
 A partition led here is written through :class:`~tierlog.server.apis.transactions.LocalMarkerWriter`; the
 others go as WriteTxnMarkers (v1) over the inter-broker listener to their leader. Markers are queued per
 destination broker and each broker's sender puts everything queued for it (several transactions) into one
-request, as Kafka's channel drains a broker's queue into one request; one request is in flight per broker.
+request, as Kafka's channel drains a broker's queue into one request; one request is in flight per broker
+(:class:`~tierlog.cluster.inter_broker_sender.InterBrokerSender` keeps the queues and runs the senders).
 A marker whose partition is gone from the metadata counts as written (a deleted topic, which Kafka's channel
 skips); one without a live leader, or whose request failed (broker down, timeout), gets an error code the
 coordinator retries on its next round, when the leader is looked up again.
@@ -16,14 +17,13 @@ replication, and the controller's pushes must not queue behind it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.inter_broker_sender import InterBrokerSender
 from tierlog.errors import NO_ERROR, LeaderNotAvailableError, NetworkException
-from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey
 
 log = logging.getLogger(__name__)
@@ -44,21 +44,17 @@ class _Pending:
     done: asyncio.Future = field(repr=False)
 
 
-class TransactionMarkerChannel:
+class TransactionMarkerChannel(InterBrokerSender[list[_Pending]]):
     """``write_markers`` of the transaction coordinator in a cluster (see the module docstring)."""
 
     def __init__(self, node_id: int, image: Callable, local, channel: NetworkBrokerChannel,
                  request_timeout_ms: int):
         """``image()`` is the broker's metadata image; ``local`` writes the markers of partitions led here."""
+        super().__init__(channel, log, "txn-markers-to", "Transaction markers to broker %d failed: %s")
         self.node_id = node_id
         self.image = image
         self.local = local
-        self.channel = channel
         self.request_timeout_ms = request_timeout_ms
-        self._queues: dict[int, list[_Pending]] = {}
-        self._senders: dict[int, asyncio.Task] = {}
-        self._warn = RepeatLimiter(log)
-        self._closed = False
 
     async def __call__(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                        partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -95,59 +91,36 @@ class TransactionMarkerChannel:
         if self._closed:
             return {}
         self._queues.setdefault(broker_id, []).append(pending)
-        sender = self._senders.get(broker_id)
-        if sender is None or sender.done():
-            self._senders[broker_id] = asyncio.get_running_loop().create_task(
-                self._send_to(broker_id), name=f"txn-markers-to-{broker_id}")
+        self._wake(broker_id)
         return await pending.done
 
-    async def _send_to(self, broker_id: int) -> None:
-        """Drain ``broker_id``'s queue, one WriteTxnMarkers at a time."""
-        queue = self._queues.setdefault(broker_id, [])
-        while queue and not self._closed:
-            # One marker per producer id in a request: the answer is keyed by producer id.
-            batch: list[_Pending] = []
-            seen: set[int] = set()
-            for pending in list(queue):
-                if pending.producer_id not in seen:
-                    seen.add(pending.producer_id)
-                    batch.append(pending)
-                    queue.remove(pending)
-            answers: dict[tuple[int, str, int], int] = {}
-            try:
-                response = await self.channel.request(broker_id, ApiKey.WRITE_TXN_MARKERS, {"markers": [
-                    {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
-                     "transaction_result": p.commit, "coordinator_epoch": p.coordinator_epoch,
-                     "topics": [{"name": topic, "partition_indexes": [i for t, i in p.partitions if t == topic]}
-                                for topic in dict.fromkeys(t for t, _ in p.partitions)]}
-                    for p in batch]}, min_version=1, max_version=1, timeout_ms=self.request_timeout_ms)
-                answers = {(m.producer_id, t.name, r.partition_index): int(r.error_code)
-                           for m in response.markers for t in m.topics for r in t.partitions}
-            except asyncio.CancelledError:
-                for p in batch:
-                    if not p.done.done():
-                        p.done.set_result({})
-                raise
-            except Exception as e:  # noqa: BLE001 - the coordinator's next round sends them again
-                self._warn.warning(("send", broker_id, type(e).__name__),
-                                   "Transaction markers to broker %d failed: %s", broker_id, e)
-                self.channel.forget(broker_id)  # a new connection next time (the broker may have moved)
-            for p in batch:
-                if not p.done.done():
-                    p.done.set_result({tp: answers.get((p.producer_id, *tp), NetworkException.code)
-                                       for tp in p.partitions})
+    def _next_batches(self, broker_id: int) -> list[list[_Pending]]:
+        """One marker per producer id in a request (the answer is keyed by producer id); the others wait for
+        the next one."""
+        queue = self._queues.get(broker_id)
+        batch: list[_Pending] = []
+        seen: set[int] = set()
+        for pending in list(queue or ()):
+            if pending.producer_id not in seen:
+                seen.add(pending.producer_id)
+                batch.append(pending)
+                queue.remove(pending)
+        return [batch] if batch else []
 
-    async def close(self) -> None:
-        self._closed = True
-        for task in self._senders.values():
-            task.cancel()
-        for task in self._senders.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for queue in self._queues.values():
-            for p in queue:
-                if not p.done.done():
-                    p.done.set_result({})
-        self._senders.clear()
-        self._queues.clear()
-        self.channel.close()
+    async def _send(self, broker_id: int, batch: list[_Pending]) -> dict[tuple[int, str, int], int]:
+        response = await self.channel.request(broker_id, ApiKey.WRITE_TXN_MARKERS, {"markers": [
+            {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
+             "transaction_result": p.commit, "coordinator_epoch": p.coordinator_epoch,
+             "topics": [{"name": topic, "partition_indexes": [i for t, i in p.partitions if t == topic]}
+                        for topic in dict.fromkeys(t for t, _ in p.partitions)]}
+            for p in batch]}, min_version=1, max_version=1, timeout_ms=self.request_timeout_ms)
+        return {(m.producer_id, t.name, r.partition_index): int(r.error_code)
+                for m in response.markers for t in m.topics for r in t.partitions}
+
+    def _answer(self, batch: list[_Pending], answers: dict[tuple[int, str, int], int] | None) -> None:
+        """A marker not answered gets NETWORK_EXCEPTION (the coordinator's next round sends it again); with the
+        channel stopped its caller gets no codes at all."""
+        for p in batch:
+            if not p.done.done():
+                p.done.set_result({} if answers is None else
+                                  {tp: answers.get((p.producer_id, *tp), NetworkException.code) for tp in p.partitions})
