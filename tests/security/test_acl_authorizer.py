@@ -10,10 +10,17 @@ from tierlog.cluster.acls import AclOperation as Op
 from tierlog.cluster.acls import PatternType as Pt
 from tierlog.cluster.acls import PermissionType as Perm
 from tierlog.cluster.acls import ResourceType as Rt
-from tierlog.server.authorizer import Authorizer, Session
+from tierlog.security.principal import KafkaPrincipal
+from tierlog.security.session import Session
+from tierlog.server.authorizer import Authorizer
 
-ALICE = Session("User:alice", "10.0.0.1")
-BOB = Session("User:bob", "10.0.0.2")
+
+def user(name: str, host: str = "") -> Session:
+    return Session(principal=KafkaPrincipal("User", name), client_host=host)
+
+
+ALICE = user("alice", "10.0.0.1")
+BOB = user("bob", "10.0.0.2")
 
 
 def acl(rt, name, op, perm=Perm.ALLOW, principal="User:alice", host="*", pattern=Pt.LITERAL) -> AclBinding:
@@ -81,7 +88,7 @@ def test_describe_configs_implied_by_alter_configs_only():
 def test_host_matching():
     a, _ = authorizer(acl(Rt.TOPIC, "t", Op.READ, host="10.0.0.1"))
     assert a.authorize(ALICE, Op.READ, Rt.TOPIC, "t")
-    assert not a.authorize(Session("User:alice", "10.0.0.9"), Op.READ, Rt.TOPIC, "t")
+    assert not a.authorize(user("alice", "10.0.0.9"), Op.READ, Rt.TOPIC, "t")
 
 
 def test_wildcard_principal():
@@ -91,7 +98,7 @@ def test_wildcard_principal():
 
 def test_super_users_and_no_acl_found():
     a, _ = authorizer(acl(Rt.TOPIC, "t", Op.READ, Perm.DENY, principal="User:admin"), super_users="User:admin;User:x")
-    assert a.authorize(Session("User:admin"), Op.READ, Rt.TOPIC, "t")  # a super user ignores even a DENY
+    assert a.authorize(user("admin"), Op.READ, Rt.TOPIC, "t")  # a super user ignores even a DENY
     assert not a.authorize(ALICE, Op.READ, Rt.TOPIC, "other")  # no ACL: refused (Kafka's default)
     open_, _ = authorizer(acl(Rt.TOPIC, "t", Op.READ), allow_if_none=True)
     assert open_.authorize(BOB, Op.WRITE, Rt.TOPIC, "nothing-here")

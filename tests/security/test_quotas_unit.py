@@ -9,6 +9,7 @@ import pytest
 
 from tierlog.errors import InvalidRequestError, UnsupportedVersionError
 from tierlog.security.principal import KafkaPrincipal
+from tierlog.security.session import Session
 from tierlog.server.apis.quotas import matches, parse_filter, validate_entity, validate_value
 from tierlog.server.client_quota import (
     ClientQuotaManager,
@@ -21,7 +22,7 @@ from tierlog.server.client_quota import (
     sanitize,
     throttle_time_ms,
 )
-from tierlog.server.listener_security import CURRENT_SESSION, Session
+from tierlog.server.listener_security import CURRENT_SESSION
 
 
 class Clock:
@@ -103,9 +104,13 @@ def test_paths_and_names():
     assert entity_path(None, None, default_client=True) == "clients/<default>"
     assert parse_entity_path("users/a%2Fb/clients/<default>") == {"user": "a/b", "client-id": None}
     assert quota_user(NS()) == "ANONYMOUS"  # no session: a connection without authentication
-    token = CURRENT_SESSION.set(Session("SSL", "SSL", KafkaPrincipal("User", "alice"), "127.0.0.1:5000"))
+    token = CURRENT_SESSION.set(Session(principal=KafkaPrincipal("User", "alice"), client_host="127.0.0.1",
+                                        listener="SSL", security_protocol="SSL", peer="127.0.0.1:5000"))
     try:
         assert quota_user(NS()) == "alice"  # the connection's principal, whatever the request carries
+        # a request's own session (e.g. one forwarded in an Envelope) comes first
+        assert quota_user(NS(session=Session(principal=KafkaPrincipal("User", "bob")))) == "bob"
+        assert quota_user(NS(session=Session())) == "ANONYMOUS"
     finally:
         CURRENT_SESSION.reset(token)
 

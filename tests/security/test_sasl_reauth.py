@@ -1,7 +1,8 @@
 """KIP-368 re-authentication: a broker with connections.max.reauth.ms=2000 tells clients the session lifetime in
 SaslAuthenticate v1+, clients that keep producing re-authenticate on their connections before it ends
 (confluent-kafka, tierlog's client), and a connection that does not is closed at its
-next request once its session is over."""
+next request once its session is over. ACLs judge a connection's requests by the principal it authenticated
+as, before and after re-authenticating (the broker has an authorizer that allows everything no ACL names)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechani
 
 from tests.harness.broker import log_lines, running_broker
 from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.security.acllib import binding, grant, revoke
 from tests.security.sasllib import (
     closed_by_broker,
     eventually,
@@ -36,6 +38,8 @@ def reauth(tmp_path_factory):
         "sasl.jaas.config": plain_server_jaas(),
         "connections.max.reauth.ms": str(LIFETIME_MS),
         "num.partitions": "1",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
     }
     with running_broker(tmp_path_factory.mktemp("reauth-broker"), settings) as broker:
         addresses = listener_addresses(broker)
@@ -135,3 +139,36 @@ def test_tierlog_client_keeps_producing_across_re_authentications(reauth):
     assert asyncio.run(run()) > 0
     assert _reauths(broker, seen, "bob") >= 3
     assert not _expired(broker, seen)
+
+
+TOPIC, DESCRIBE, TOPIC_AUTHORIZATION_FAILED = 2, 8, 29
+
+
+def _describe_code(raw: RawClient, topic: str) -> int:
+    md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    return md.topics[0].error_code
+
+
+def test_acls_judge_the_authenticated_principal_also_after_re_authentication(reauth):
+    """One principal on a connection, from its authentication on: what the authorizer sees does not change
+    when the connection re-authenticates (as Kafka requires, as the same principal)."""
+    broker, addresses = reauth
+    topic = unique("reauth-acl")
+    create_topic(addresses["PLAINTEXT"], topic)
+    admin = RawClient(addresses["PLAINTEXT"])
+    only_alice = {**binding(TOPIC, topic, DESCRIBE, "*"), "principal": "User:alice"}
+    grant(admin, only_alice)  # the topic has an ACL now: only alice may describe it
+    alice, other = RawClient(addresses["SASL_PLAINTEXT"]), RawClient(addresses["SASL_PLAINTEXT"])
+    try:
+        assert _describe_code(admin, topic) == TOPIC_AUTHORIZATION_FAILED  # PLAINTEXT: User:ANONYMOUS
+        assert plain_login(alice, "alice", "alice-secret").error_code == 0
+        assert _describe_code(alice, topic) == 0
+        assert plain_login(alice, "alice", "alice-secret").error_code == 0  # re-authenticated
+        assert _describe_code(alice, topic) == 0
+        assert plain_login(other, "admin", "admin-secret").error_code == 0  # not a super user here
+        assert _describe_code(other, topic) == TOPIC_AUTHORIZATION_FAILED
+    finally:
+        alice.close()
+        other.close()
+        revoke(admin, only_alice)  # the module's other tests need no ACL at all
+        admin.close()

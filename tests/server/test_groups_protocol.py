@@ -302,6 +302,7 @@ def test_list_describe_delete(client):
     busy, nothing = sorted(d.groups, key=lambda g: g.group_id)  # Kafka answers per coordinator partition
     assert (busy.group_state, busy.protocol_type, busy.protocol_data) == ("Stable", "consumer", "range")
     assert busy.members[0].member_id == j.member_id and busy.members[0].client_id == "rawclient"
+    assert busy.members[0].client_host == "/127.0.0.1"  # the member's address, as Kafka writes it
     assert busy.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
     assert (nothing.error_code, nothing.group_state) == (NONE, "Dead")
     dg = client.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["busy", "idle", "nothing"]})

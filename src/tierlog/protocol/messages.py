@@ -223,7 +223,7 @@ class RequestContext:
         self.trailing_bytes = trailing_bytes
         self._schema = schema if schema is not None else _schema(api_key, api_version)
         self.throttle_ms = 0
-        self.session = None  # who sent it (server.authorizer.Session), set by the socket server
+        self.session = None  # who sent it (tierlog.security.session.Session), set by the socket server
 
     @property
     def client_id(self) -> str | None:

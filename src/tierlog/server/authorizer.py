@@ -11,8 +11,9 @@ operation on a resource:
 4. else an ALLOW so matching allows, where READ, WRITE, DELETE and ALTER imply DESCRIBE and ALTER_CONFIGS
    implies DESCRIBE_CONFIGS (an allowed operation implies the lesser one; a denied one does not deny it).
 
-Decisions are cached per (principal, host, operation, resource type, name); the cache is dropped whenever
-the image's ACL tuple changes (a new ACL, on any broker of a cluster, arrives as a new image).
+The principal and host are the request's :class:`~tierlog.security.session.Session`'s (``acl_principal``,
+``client_host``). Decisions are cached per (principal, host, operation, resource type, name); the cache is
+dropped whenever the image's ACL tuple changes (a new ACL, on any broker of a cluster, arrives as a new image).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from tierlog.cluster.acls import (
     PermissionType,
     ResourceType,
 )
+from tierlog.security.session import ANONYMOUS_SESSION, Session
 
-ANONYMOUS = "User:ANONYMOUS"
 CACHE_LIMIT = 100_000  # decisions kept before the cache starts over
 
 _IMPLIED_BY = {  # operation asked -> the allowed operations that grant it
@@ -39,24 +40,6 @@ _IMPLIED_BY = {  # operation asked -> the allowed operations that grant it
     AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
                                               AclOperation.ALL}),
 }
-
-
-class Session:
-    """Who sent a request: the connection's principal and the client's address. The socket server makes
-    one per connection (``User:ANONYMOUS`` on PLAINTEXT; TLS and SASL set the authenticated principal)."""
-
-    __slots__ = ("client_host", "listener", "principal")
-
-    def __init__(self, principal: str = ANONYMOUS, client_host: str = "", listener: str = ""):
-        self.principal = principal
-        self.client_host = client_host
-        self.listener = listener
-
-    def __repr__(self) -> str:
-        return f"Session({self.principal}, {self.client_host})"
-
-
-ANONYMOUS_SESSION = Session()
 
 
 def parse_super_users(value: str | None) -> frozenset[str]:
@@ -89,11 +72,11 @@ class Authorizer:
                   name: str = CLUSTER_NAME) -> bool:
         s = session if session is not None else ANONYMOUS_SESSION
         by_type = self._current()
-        key = (s.principal, s.client_host, op, resource_type, name)
+        key = (s.acl_principal, s.client_host, op, resource_type, name)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        decision = self._decide(s.principal, s.client_host, op, by_type.get(resource_type, ()), name)
+        decision = self._decide(s.acl_principal, s.client_host, op, by_type.get(resource_type, ()), name)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache = {}
         self._cache[key] = decision
@@ -116,12 +99,12 @@ class Authorizer:
         of any pattern, not undone by a DENY of the whole type)? Used for IDEMPOTENT_WRITE's "WRITE on any
         topic" rule."""
         s = session if session is not None else ANONYMOUS_SESSION
-        if s.principal in self.super_users:
+        if s.acl_principal in self.super_users:
             return True
         acls = self._current().get(resource_type, ())
         if not acls:
             return self.allow_if_no_acl
-        applies = [b for b in acls if _entry_applies(b, s.principal, s.client_host)
+        applies = [b for b in acls if _entry_applies(b, s.acl_principal, s.client_host)
                    and b.operation in (op, AclOperation.ALL)]
         if any(b.permission_type == PermissionType.DENY and b.pattern_type == PatternType.LITERAL
                and b.resource_name == WILDCARD for b in applies):
@@ -139,4 +122,4 @@ def _entry_applies(b: AclBinding, principal: str, host: str) -> bool:
     return (b.principal == principal or b.principal == WILDCARD_PRINCIPAL) and (b.host == WILDCARD or b.host == host)
 
 
-__all__ = ["ANONYMOUS", "Authorizer", "Session", "parse_super_users"]
+__all__ = ["Authorizer", "parse_super_users"]

@@ -52,10 +52,9 @@ def quota_user(ctx) -> str:
     TLS client certificate's mapped principal, later SASL's), ``ANONYMOUS`` without authentication. The only
     place quotas read the principal."""
     session = getattr(ctx, "session", None)
-    if session is not None:
-        return str(session.principal).partition(":")[2] or "ANONYMOUS"
-    connection = CURRENT_SESSION.get()
-    return connection.principal.name if connection is not None else "ANONYMOUS"
+    if session is None:
+        session = CURRENT_SESSION.get()
+    return (session.principal.name or "ANONYMOUS") if session is not None else "ANONYMOUS"
 
 
 def sanitize(name: str) -> str:

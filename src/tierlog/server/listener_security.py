@@ -26,12 +26,12 @@ import contextvars
 import logging
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tierlog.config import BrokerConfig
 from tierlog.errors import InvalidConfigError
 from tierlog.security import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from tierlog.security.principal import NoMatchingRule, ssl_principal
+from tierlog.security.session import Session
 from tierlog.security.ssl_factory import (
     client_context,
     file_stamps,
@@ -42,19 +42,9 @@ from tierlog.security.ssl_factory import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    """Who is on a connection (Kafka's ``RequestContext`` principal and listener): kept by the socket server
-    per connection for authorization."""
-
-    listener: str
-    security_protocol: str
-    principal: KafkaPrincipal
-    peer: str
-
-
-#: The session of the connection whose task runs: set once per connection by the socket server, read by the
-#: handlers (they run on their connection's task) without any per-request work.
+#: The session of the connection whose task runs (:class:`~tierlog.security.session.Session`, the same object
+#: its requests carry as ``ctx.session``): set once per connection by the socket server, read by the handlers
+#: (they run on their connection's task) without any per-request work.
 CURRENT_SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar("tierlog_session", default=None)
 
 
@@ -163,5 +153,5 @@ def inter_broker_client_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
     return client_context(cfg.listener_ssl_settings(listener.name), where=f"inter-broker listener {listener.name}")
 
 
-__all__ = ["CURRENT_SESSION", "NoMatchingRule", "Session", "TlsListener", "current_session", "dynamic_config_check",
+__all__ = ["CURRENT_SESSION", "NoMatchingRule", "TlsListener", "current_session", "dynamic_config_check",
            "endpoint_for_client", "inter_broker_client_context", "listener_security"]

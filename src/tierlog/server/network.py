@@ -38,7 +38,8 @@ cannot encrypt) and a response's parts written in groups of up to a megabyte. A 
 path it always took. On a SASL_PLAINTEXT or SASL_SSL
 listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
-request. Each connection's session (listener, principal) is set in its task's context (``CURRENT_SESSION``).
+request. Each connection's :class:`~tierlog.security.session.Session` (principal, client address, listener) is
+made once, set in its task's context (``CURRENT_SESSION``) and carried by each of its requests (``ctx.session``).
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ from tierlog.protocol import (
 )
 from tierlog.security import ANONYMOUS
 from tierlog.security.sasl_server import SaslFailure
-from tierlog.server import authorizer
+from tierlog.security.session import Session, peer_text
 from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
-from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, Session, TlsListener
+from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
 from tierlog.server.sasl_authenticator import (
     AUTHENTICATE,
     COMPLETE,
@@ -650,7 +651,7 @@ class SocketServer:
         try:
             if tls is None:
                 reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
-                session = Session(listener, "PLAINTEXT", ANONYMOUS, str(peer))
+                session = Session(principal=ANONYMOUS, client_host=ip, listener=listener, peer=peer_text(peer))
             else:
                 # From here the TLS transport owns the socket, also when the handshake fails: it closes it
                 # once its alert is sent. Closing it here too would free the descriptor number while the
@@ -665,13 +666,14 @@ class SocketServer:
                 # Nothing but ApiVersions and the SASL exchange until the client is authenticated.
                 sasl = SaslConnection(sasl_listener, peer, ip, tls is not None, self._warn)
                 CURRENT_SASL.set(sasl)
-                CURRENT_SESSION.set(Session(listener, sasl.protocol, ANONYMOUS, str(peer)))
+                CURRENT_SESSION.set(Session(principal=ANONYMOUS, client_host=ip, listener=listener,
+                                            security_protocol=sasl.protocol, peer=sasl.peer))
                 if not await self._authenticate(reader, writer, peer, ip, listener, sasl):
                     return
                 session = sasl.session()
-            # Who is on this connection, for its handlers (they run on this task): listener and principal.
+            # Who is on this connection, for its handlers (they run on this task) and on each of its requests.
             CURRENT_SESSION.set(session)
-            await self._serve(reader, writer, peer, listener, tls is not None, sasl)
+            await self._serve(reader, writer, peer, session, tls is not None, sasl)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -715,7 +717,8 @@ class SocketServer:
                                ip, listener, e)
             writer.close()
             return None
-        return reader, writer, Session(listener, "SSL", principal, str(peer))
+        return reader, writer, Session(principal=principal, client_host=ip, listener=listener, security_protocol="SSL",
+                                       peer=peer_text(peer))
 
     def _freed_memory(self, size: int) -> None:
         """``size`` bytes of request memory were freed: once enough has been, give free pages back to the
@@ -736,15 +739,14 @@ class SocketServer:
 
     # ------------------------------------------------------------------ one connection
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer,
-                     listener: str = "", tls: bool = False, sasl: SaslConnection | None = None) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer, session: Session,
+                     tls: bool = False, sasl: SaslConnection | None = None) -> None:
+        """Serve an accepted (and authenticated) connection. ``session`` is who sends its requests: each carries
+        it as ``ctx.session`` for the authorizer, quotas and the handlers (a KIP-368 re-authentication keeps it:
+        the principal cannot change)."""
         decoder = FrameDecoder(self.max_frame_bytes)
         pool = self.pool
-        # Who sends this connection's requests, for the authorizer and quotas: the connection's principal (its
-        # TLS client certificate's, later SASL's; Kafka's PLAINTEXT principal User:ANONYMOUS) and address.
-        connection = CURRENT_SESSION.get()
-        session = authorizer.Session(str(connection.principal if connection is not None else ANONYMOUS),
-                                     peer[0] if isinstance(peer, tuple) else str(peer), listener)
+        listener = session.listener
         held = 0  # bytes this connection holds in the pool: requests read and not answered, the frame being read
         idle = _IdleWatch(self.idle_timeout_s) if self.idle_timeout_s is not None else None
         answers = _AnswerQueue(writer)
@@ -984,7 +986,7 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "", session: authorizer.Session | None = None
+                      listener: str = "", session: Session | None = None
                       ) -> tuple[bytes | list | None, tuple, int]:
         """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
         the connection after answering (a client quota's throttle time, ms)."""

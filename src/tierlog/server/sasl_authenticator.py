@@ -13,7 +13,7 @@ SASL_AUTHENTICATION_FAILED with Kafka's message; either closes the connection on
 is logged once with the address and the user (never a password). Any other request before authentication
 closes the connection (during SaslHandshake v1's exchange, after an ILLEGAL_SASL_STATE answer).
 
-Once authenticated, the connection's :class:`~tierlog.server.listener_security.Session` has the principal
+Once authenticated, the connection's :class:`~tierlog.security.session.Session` has the principal
 ``User:<name>``. KIP-368: with ``connections.max.reauth.ms`` > 0 (or an OAUTHBEARER token that expires) the
 session lifetime is told in SaslAuthenticate v1+; the client re-authenticates (SaslHandshake and
 SaslAuthenticate again, on the same connection, as the same principal) before it ends, and a connection
@@ -49,7 +49,7 @@ from tierlog.security.sasl_server import (
 )
 from tierlog.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from tierlog.security.scram import ScramCredential
-from tierlog.server.listener_security import CURRENT_SESSION, Session
+from tierlog.security.session import Session, peer_text
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class SaslConnection:
     def __init__(self, listener: SaslListener, peer, ip: str, tls: bool, warn):
         listener.refresh()
         self.listener = listener
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        self.peer = peer_text(peer)
         self.ip, self.tls = ip, tls
         self.state = HANDSHAKE
         self._warn = warn
@@ -247,7 +247,9 @@ class SaslConnection:
                            self.mechanism or "-", self.listener.name, reason)
 
     def session(self) -> Session:
-        return Session(self.listener.name, self.protocol, self.principal, self.peer)
+        """Who is on the connection once it authenticated (made once: a re-authentication keeps the principal)."""
+        return Session(principal=self.principal, client_host=self.ip, listener=self.listener.name,
+                       security_protocol=self.protocol, peer=self.peer)
 
 
 #: The authentication of the connection whose task runs (None on PLAINTEXT and SSL listeners).
@@ -284,9 +286,9 @@ class SaslApis:
         except SaslFailure as e:
             return build_response(ctx, {"error_code": SaslAuthenticationFailedError.code,
                                         "error_message": e.client_message})
+        # Complete: the socket server makes the connection's session (a re-authentication keeps it, as the
+        # principal it proved is the one the session has).
         lifetime = sasl.session_lifetime_ms if sasl.state == COMPLETE else 0
-        if sasl.state == COMPLETE:
-            CURRENT_SESSION.set(sasl.session())  # the handlers of the next requests see the principal
         return build_response(ctx, {"auth_bytes": out, "session_lifetime": lifetime})
 
 

@@ -30,7 +30,9 @@ from tierlog.errors import (
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response, encode_request, encode_response, offload
 from tierlog.protocol.registry import Handler, HandlerRegistry
-from tierlog.server.authorizer import ANONYMOUS, Authorizer, Session
+from tierlog.security import ANONYMOUS, KafkaPrincipal
+from tierlog.security.session import ANONYMOUS_SESSION, Session
+from tierlog.server.authorizer import Authorizer
 from tierlog.server.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -82,11 +84,10 @@ def not_controller_response(ctx: RequestContext, message: str):
     return error_response(ctx, NotControllerError(message))
 
 
-def encode_principal(principal: str) -> bytes:
+def encode_principal(principal: KafkaPrincipal) -> bytes:
     """Kafka's DefaultPrincipalData v0 (the Envelope's request_principal): type, name, token flag."""
-    kind, _, name = principal.partition(":")
     out = bytearray(b"\x00\x00")
-    for text in (kind, name):
+    for text in (principal.principal_type, principal.name):
         raw = text.encode()
         n = len(raw) + 1  # compact string: unsigned varint of length + 1
         while n >= 0x80:
@@ -97,7 +98,7 @@ def encode_principal(principal: str) -> bytes:
     return bytes(out + b"\x00\x00")  # not token-authenticated, no tagged fields
 
 
-def decode_principal(data: bytes | None) -> str:
+def decode_principal(data: bytes | None) -> KafkaPrincipal:
     if not data or len(data) < 3:
         return ANONYMOUS
     pos, parts = 2, []
@@ -115,7 +116,7 @@ def decode_principal(data: bytes | None) -> str:
             pos += n - 1
     except (IndexError, UnicodeDecodeError):
         return ANONYMOUS
-    return f"{parts[0]}:{parts[1]}"
+    return KafkaPrincipal(parts[0], parts[1])
 
 
 class ForwardingApis:
@@ -157,7 +158,7 @@ class ForwardingApis:
 
     async def _forward(self, ctx: RequestContext, controller_id: int):
         inner = encode_request(ctx.request, ctx.correlation_id, ctx.client_id)[4:]
-        session = ctx.session or Session()
+        session = ctx.session or ANONYMOUS_SESSION
         response = await self.channel.request(controller_id, ApiKey.ENVELOPE, {
             "request_data": inner, "request_principal": encode_principal(session.principal),
             "client_host_address": _address_bytes(session.client_host)},
@@ -180,8 +181,12 @@ class ForwardingApis:
         except Exception as e:  # noqa: BLE001 - a malformed inner request
             log.warning("Envelope with an unreadable request: %s", e)
             return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})
-        inner.session = Session(decode_principal(ctx.request.request_principal),
-                                _address_text(ctx.request.client_host_address), getattr(ctx.session, "listener", ""))
+        # The client's principal and address as the forwarding broker saw them, on the listener (and its security
+        # protocol) the Envelope came in on, as Kafka's forwarded RequestContext has them.
+        envelope = ctx.session or ANONYMOUS_SESSION
+        inner.session = Session(principal=decode_principal(ctx.request.request_principal),
+                                client_host=_address_text(ctx.request.client_host_address),
+                                listener=envelope.listener, security_protocol=envelope.security_protocol)
         local = self._local.get(inner.api_key)
         if local is None:
             return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})

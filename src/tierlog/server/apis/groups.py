@@ -93,14 +93,10 @@ def _ms(value: Any) -> int:
 
 
 def _client_host(ctx: RequestContext) -> str:
-    """The client's address as Kafka shows it ("/127.0.0.1"), when the server layer provides one."""
-    for name in ("client_host", "client_address", "peer"):
-        value = getattr(ctx, name, None)
-        if isinstance(value, tuple | list) and value:
-            value = value[0]
-        if isinstance(value, str) and value:
-            return value if value.startswith("/") else "/" + value
-    return ""
+    """The member's client host as Kafka's JoinGroup keeps it: the address of the request's session, written as
+    Java writes an InetAddress without a host name ("/127.0.0.1")."""
+    session = ctx.session
+    return "/" + session.client_host if session is not None and session.client_host else ""
 
 
 #: How a commit's replication failure is answered (Kafka's GroupMetadataManager.storeOffsets mapping).

@@ -1,0 +1,47 @@
+"""Who is on a connection (Kafka's ``RequestContext`` principal, listener and client address): one
+:class:`Session` per connection, made by the broker's socket server once the connection is accepted (PLAINTEXT:
+``User:ANONYMOUS``), its TLS handshake done (the client certificate's mapped principal) or its SASL
+authentication complete (``User:<name>``).
+
+Every reader takes it from here: the request's ``ctx.session`` (the authorizer, client quotas, a JoinGroup's
+member host, the Envelope a forwarded request travels in) and the socket server's per-connection context variable
+(the listener a client is answered for). Everything a request path reads is computed when the
+session is made, never per request: ``acl_principal`` is the principal as ACLs, ``super.users`` and the
+Envelope write it (``User:alice``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    principal: KafkaPrincipal = ANONYMOUS
+    client_host: str = ""  # the client's address as text ("10.0.0.1", "::1"), as ACLs' hosts match it
+    listener: str = ""  # the listener's name ("" for a request forwarded without one)
+    security_protocol: str = "PLAINTEXT"
+    peer: str = ""  # address and port ("10.0.0.1:51234"), for logs
+    acl_principal: str = field(init=False)  # str(principal), made once per session
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acl_principal", str(self.principal))
+
+    def __repr__(self) -> str:
+        return f"Session({self.acl_principal}, {self.client_host}, {self.listener or '-'})"
+
+
+#: The session of a request that carries none (a request made inside the broker).
+ANONYMOUS_SESSION = Session()
+
+
+def peer_text(addr) -> str:
+    """An accepted socket's address as the session's ``peer``: "host:port" of an (host, port, ...) tuple."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr)
+
+
+__all__ = ["ANONYMOUS_SESSION", "Session", "peer_text"]
