@@ -439,6 +439,21 @@ def test_requests_before_authentication_close_the_connection(sasl):
     _serving(broker, addresses)
 
 
+def test_no_re_authentication_on_a_session_that_does_not_end(sasl):
+    """Without connections.max.reauth.ms (and a token that expires) Kafka does not re-authenticate: a second
+    SaslHandshake is answered ILLEGAL_SASL_STATE with no mechanism listed, and the connection goes on as
+    the principal it authenticated as."""
+    _broker, addresses, _ = sasl
+    raw = RawClient(addresses["SASL_PLAINTEXT"])
+    try:
+        assert plain_login(raw, "alice", "alice-secret").error_code == 0
+        refused = handshake(raw, "PLAIN")
+        assert (refused.error_code, refused.mechanisms) == (34, ())
+        assert raw.request(ApiKey.API_VERSIONS, 3, {}).error_code == 0
+    finally:
+        raw.close()
+
+
 def test_sasl_handshake_on_a_plaintext_listener_is_illegal(sasl):
     _broker, addresses, _ = sasl
     raw = RawClient(addresses["PLAINTEXT"])

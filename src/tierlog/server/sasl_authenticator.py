@@ -17,7 +17,9 @@ Once authenticated, the connection's :class:`~tierlog.security.session.Session` 
 ``User:<name>``. KIP-368: with ``connections.max.reauth.ms`` > 0 (or an OAUTHBEARER token that expires) the
 session lifetime is told in SaslAuthenticate v1+; the client re-authenticates (SaslHandshake and
 SaslAuthenticate again, on the same connection, as the same principal) before it ends, and a connection
-whose session has ended is closed at its next request.
+whose session has ended is closed at its next request. As in Kafka, a connection whose session does not end
+cannot re-authenticate, nor can one more than once a second: such a SaslHandshake is answered
+ILLEGAL_SASL_STATE and the connection goes on.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ from tierlog.security.scram import ScramCredential
 from tierlog.security.session import Session, peer_text
 
 log = logging.getLogger(__name__)
+
+#: KIP-368: a connection starts a re-authentication at most this often (Kafka's KafkaChannel, one second).
+MIN_REAUTH_INTERVAL_S = 1.0
 
 _OAUTH_SETTINGS = ("sasl.oauthbearer.jwks.endpoint.url", "sasl.oauthbearer.expected.audience",
                    "sasl.oauthbearer.expected.issuer", "sasl.oauthbearer.sub.claim.name",
@@ -167,6 +172,7 @@ class SaslConnection:
         self.principal: KafkaPrincipal | None = None
         self.expires_at: float | None = None  # time.monotonic() when the session ends
         self.reauthenticating = False
+        self.reauth_started: float | None = None  # time.monotonic() of the last re-authentication's start
         self.failure: str | None = None
 
     @property
@@ -181,9 +187,14 @@ class SaslConnection:
     def handshake(self, mechanism: str, version: int) -> int:
         """The error code of the handshake's answer (0: go on)."""
         if self.state == COMPLETE:
-            # KIP-368: a re-authentication starts with a handshake; only with SaslAuthenticate (v1 handshake).
-            if version < 1:
+            # KIP-368: a re-authentication starts with a handshake; only with SaslAuthenticate (v1 handshake),
+            # only for a session that ends (connections.max.reauth.ms or an expiring token), and at most once a
+            # second (Kafka's KafkaChannel rule). Else the handshake is refused and the connection goes on.
+            now = time.monotonic()
+            if version < 1 or self.expires_at is None or (
+                    self.reauth_started is not None and now - self.reauth_started < MIN_REAUTH_INTERVAL_S):
                 return IllegalSaslStateError.code
+            self.reauth_started = now
             self.reauthenticating = True
         elif self.state != HANDSHAKE:
             self._fail(f"unexpected SaslHandshake in state {self.state}")
@@ -267,7 +278,10 @@ class SaslApis:
         sasl = CURRENT_SASL.get()
         if sasl is None:  # a PLAINTEXT or SSL listener: there is nothing to authenticate
             return build_response(ctx, {"error_code": IllegalSaslStateError.code, "mechanisms": []})
+        refused_reauth = sasl.state == COMPLETE
         code = sasl.handshake(ctx.request.mechanism, ctx.api_version)
+        if refused_reauth and code == IllegalSaslStateError.code:  # Kafka's answer lists no mechanism then
+            return build_response(ctx, {"error_code": code, "mechanisms": []})
         return build_response(ctx, {"error_code": code, "mechanisms": list(sasl.listener.mechanisms)})
 
     async def sasl_authenticate(self, ctx: RequestContext):
