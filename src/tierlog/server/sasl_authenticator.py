@@ -278,9 +278,9 @@ class SaslApis:
         sasl = CURRENT_SASL.get()
         if sasl is None:  # a PLAINTEXT or SSL listener: there is nothing to authenticate
             return build_response(ctx, {"error_code": IllegalSaslStateError.code, "mechanisms": []})
-        refused_reauth = sasl.state == COMPLETE
+        authenticated = sasl.state == COMPLETE
         code = sasl.handshake(ctx.request.mechanism, ctx.api_version)
-        if refused_reauth and code == IllegalSaslStateError.code:  # Kafka's answer lists no mechanism then
+        if authenticated and code == IllegalSaslStateError.code:  # a refused re-authentication lists no mechanism
             return build_response(ctx, {"error_code": code, "mechanisms": []})
         return build_response(ctx, {"error_code": code, "mechanisms": list(sasl.listener.mechanisms)})
 
