@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.harness import logcapture
 from tierlog.cluster import BrokerImage, ConfigOp, Controller, FileMetadataStore, ensure_meta_properties
 from tierlog.config import BrokerConfig
 from tierlog.errors import (
@@ -201,14 +202,14 @@ def test_internal_topics_on_one_node_get_the_factor_one_node_allows_with_one_war
         assert c.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1
         assert c.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1  # said once
         assert c.internal_topic_replication_factor("__remote_log_metadata", "rlmm.x", 1) == 1  # nothing to say
-    assert [r.getMessage() for r in caplog.records] == [
+    assert logcapture.messages(caplog) == [
         "offsets.topic.replication.factor=3 but this is a single-node cluster; creating __consumer_offsets with "
         "replication factor 1"]
     c.create_topic("__consumer_offsets", 1, 1)
     caplog.clear()
     other = make_controller()  # a restart: the topic exists, nothing is created, nothing to warn about
     assert other.internal_topic_replication_factor("__consumer_offsets", setting, 3) == 1
-    assert not caplog.records
+    assert not logcapture.records(caplog)
 
 
 def test_internal_topics_with_more_brokers_follow_kafkas_rule(make_controller):

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from kazoo.exceptions import SessionExpiredError
 
+from tests.harness import logcapture
 from tierlog.cluster.image import PartitionImage
 from tierlog.cluster.zk_controller import NO_LEADER, ZkController
 
@@ -55,6 +56,6 @@ def test_an_event_cut_short_by_the_end_of_the_session_is_a_warning(caplog):
     with caplog.at_level(logging.INFO, logger="tierlog.cluster.zk_controller"):
         ZkController._submit(controller, _brokers_changed)
         executor.shutdown(wait=True)
-    [record] = caplog.records
+    [record] = logcapture.records(caplog)
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert "_brokers_changed skipped: the ZooKeeper session ended (SessionExpiredError)" in record.getMessage()

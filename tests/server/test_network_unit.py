@@ -13,6 +13,7 @@ import socket
 
 import pytest
 
+from tests.harness import logcapture
 from tierlog import logs
 from tierlog.config import BrokerConfig
 from tierlog.config.definitions import parse_connection_overrides
@@ -68,10 +69,10 @@ def test_repeat_limiter_logs_once_then_counts(caplog):
             limiter.warning("k", "Cannot accept: %s", f"attempt {i}")
             clock.now += 0.01
         limiter.warning("other", "another key")  # keys are limited separately
-        assert [r.getMessage() for r in caplog.records] == ["Cannot accept: attempt 0", "another key"]
+        assert logcapture.messages(caplog) == ["Cannot accept: attempt 0", "another key"]
         clock.now += 10
         limiter.warning("k", "Cannot accept: %s", "later")  # no event loop: reported with the next one
-    messages = [r.getMessage() for r in caplog.records]
+    messages = logcapture.messages(caplog)
     assert messages[2] == "Cannot accept: attempt 512 (repeated 512 times in the last 15 s)"
     assert messages[3] == "Cannot accept: later"
 
@@ -87,7 +88,7 @@ def test_repeat_limiter_remembers_at_most_max_keys(caplog):
         limiter.warning("d", "d")  # a 4th key: the pending repeats are reported and every window forgotten
         assert list(limiter._windows) == ["d"]
         limiter.warning("a", "a once more")  # forgotten: logged at once
-    assert [r.getMessage() for r in caplog.records] == [
+    assert logcapture.messages(caplog) == [
         "a", "b", "c", "a again (repeated 1 times in the last 0.0 s)", "d", "a once more"]
 
 
@@ -97,14 +98,14 @@ def test_repeat_limiter_reports_the_count_when_the_interval_ends_on_a_loop(caplo
         for _ in range(5):
             limiter.warning("k", "refused")
         deadline = asyncio.get_running_loop().time() + 30  # a loaded machine runs the 50 ms timer late
-        while len(caplog.records) < 2 and asyncio.get_running_loop().time() < deadline:
+        while len(logcapture.records(caplog)) < 2 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # the report comes from a timer, without another call
         limiter.warning("k", "refused")  # repeats going on are counted into the next window
         limiter.flush()
 
     with caplog.at_level(logging.WARNING, logger="tierlog.test.repeat"):
         asyncio.run(main())
-    messages = [r.getMessage() for r in caplog.records]
+    messages = logcapture.messages(caplog)
     assert messages[0] == "refused"
     assert re.fullmatch(r"refused \(repeated 4 times in the last \d+\.\d s\)", messages[1]), messages
     assert re.fullmatch(r"refused \(repeated 1 times in the last \d+\.\d s\)", messages[2]), messages
@@ -215,11 +216,11 @@ def test_accept_errors_back_off_and_are_logged_once_with_a_count(caplog, monkeyp
 
     with caplog.at_level(logging.WARNING, logger="tierlog.server.network"):
         asyncio.run(main())
-    messages = [r.getMessage() for r in caplog.records]
+    messages = logcapture.messages(caplog)
     assert len(messages) == 2, messages
     assert "Too many open files" in messages[0] and "accepting again in 10 ms" in messages[0]
     assert "(repeated 19 times in the last" in messages[1]
-    assert not any(r.exc_info for r in caplog.records)
+    assert not any(r.exc_info for r in logcapture.records(caplog))
 
 
 def test_a_segment_that_cannot_be_opened_at_the_fd_limit_is_logged_as_an_error(caplog):
@@ -245,7 +246,7 @@ def test_a_segment_that_cannot_be_opened_at_the_fd_limit_is_logged_as_an_error(c
 
     with caplog.at_level(logging.ERROR, logger="tierlog.server.network"):
         asyncio.run(main())
-    [record] = caplog.records
+    [record] = logcapture.records(caplog)
     assert record.levelno == logging.ERROR
     assert "Cannot open /logs/t-0/00000000000000000000.log" in record.getMessage()
     assert "Too many open files" in record.getMessage()

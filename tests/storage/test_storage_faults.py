@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.harness import logcapture
 from tierlog.errors import KafkaStorageError
 from tierlog.metrics import MetricsRegistry
 from tierlog.records import iter_batches
@@ -119,7 +120,7 @@ def test_a_partial_append_is_cut_off_and_takes_its_log_dir_offline(two_dirs, mon
     b.update_high_watermark(b.log_end_offset)
     assert b.read(0, 1 << 20).size > 0
     monkeypatch.undo()
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = [r for r in logcapture.records(caplog) if r.levelno >= logging.ERROR]
     assert len(errors) == 1
     assert a.parent_dir in errors[0].getMessage() and "No space left on device" in errors[0].getMessage()
     assert metrics.get(OFFLINE_LOG_DIRECTORY_COUNT).value() == 1
@@ -199,7 +200,7 @@ def test_a_checkpoint_write_failure_takes_only_that_dir_offline(two_dirs, monkey
     with caplog.at_level(logging.ERROR):
         m.checkpoint()
         m.checkpoint()
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+    assert [r.getMessage() for r in logcapture.records(caplog) if r.levelno >= logging.ERROR] == [
         f"Log dir {a.parent_dir} is offline: error while writing the checkpoints of log dir {a.parent_dir}: "
         f"[Errno 28] No space left on device; its partitions answer KAFKA_STORAGE_ERROR until the broker restarts"]
     assert a.offline and b.offline is None
@@ -345,7 +346,7 @@ def test_a_crc_valid_batch_whose_offsets_go_backwards_leaves_its_log_offline_and
     m2 = LogManager([d])
     with caplog.at_level(logging.ERROR):
         m2.startup()
-    assert any("t-0" in r.getMessage() and "cannot follow" in r.getMessage() for r in caplog.records)
+    assert any("t-0" in r.getMessage() and "cannot follow" in r.getMessage() for r in logcapture.records(caplog))
     t = m2.get_or_create_log("t", 0)  # hosted, offline: never created again
     assert t.offline and m2.get_log("u", 0).offline is None
     with pytest.raises(KafkaStorageError):
