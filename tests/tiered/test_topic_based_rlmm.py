@@ -19,6 +19,7 @@ import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
+from tests.harness import logcapture
 from tests.harness.broker import BrokerProcess
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
@@ -353,6 +354,41 @@ def test_a_metadata_topic_of_another_size_fails_for_good(start_broker, tmp_path)
         await m.close()
 
     asyncio.run(main())
+
+
+
+def test_the_deadline_cutting_an_attempt_short_does_not_hide_why_it_failed(start_broker, tmp_path, monkeypatch,
+                                                                          caplog):
+    """The first attempt fails for a reason; the next one meets a broker too slow to answer before the
+    budget runs out. The timeout that ends it is the deadline, not a reason: the broker stops with the
+    first error, said once (on a loaded machine CI saw the stop reason become REQUEST_TIMED_OUT)."""
+    b = start_broker()
+    caplog.set_level(logging.WARNING, logger="tierlog.tiered.rlmm.topic_based")
+    calls = []
+
+    async def failing_then_slow(self, names, *, timeout_ms, **kwargs):
+        calls.append(timeout_ms)
+        if len(calls) == 1:
+            raise errors.InvalidTopicError("Topic '__remote_log_metadata' collides with an existing topic")
+        await asyncio.sleep(timeout_ms / 1000)  # the broker does not answer within the operation's timeout
+        raise KafkaTimeoutError("the operation's timeout expired")
+
+    monkeypatch.setattr(Admin, "describe_topics", failing_then_slow)
+
+    async def main():
+        m = manager(b.bootstrap, tmp_path, **{"remote.log.metadata.initialization.retry.max.timeout.ms": "1000",
+                                              "remote.log.metadata.initialization.retry.interval.ms": "50"})
+        await m.on_broker_ready()
+        await asyncio.wait_for(m.fatal.called.wait(), 15)
+        [(_, reason)] = m.fatal.calls
+        await m.close()
+        return reason
+
+    reason = asyncio.run(main())
+    assert len(calls) >= 2, calls
+    assert "last error: INVALID_TOPIC_EXCEPTION (17): Topic '__remote_log_metadata' collides" in reason, reason
+    said = logcapture.messages(caplog, "tierlog.tiered.rlmm")
+    assert len(said) == 1 and "INVALID_TOPIC_EXCEPTION" in said[0], said
 
 
 # -------------------------------------------------------------------------------- writes and lookups

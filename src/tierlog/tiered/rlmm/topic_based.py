@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
-from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError
+from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError, KafkaTimeoutError
 from tierlog.client.producer import Producer
 from tierlog.client.types import TopicPartition
 from tierlog.config import plugin_setting
@@ -232,11 +232,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - retried until the deadline
-                    last_error = e
-                    retries.warning(type(e), "Cannot initialize the topic-based remote log metadata manager yet: %s; "
-                                    "retrying every %.0f ms for up to %.0f ms after broker ready (%s), then the broker "
-                                    "stops", init_failure(e), self.init_interval_s * 1000, self.init_timeout_s * 1000,
-                                    f"{RLMM_PREFIX}remote.log.metadata.initialization.retry.max.timeout.ms")
+                    # A timeout when the budget ran out during the attempt is the deadline, not a new
+                    # reason: the earlier error stays the one said and the one the broker stops with.
+                    cut_short = (last_error is not None and isinstance(e, (KafkaTimeoutError, asyncio.TimeoutError))
+                                 and deadline - time.monotonic() < self.init_interval_s)
+                    if not cut_short:
+                        last_error = e
+                        retries.warning(
+                            type(e), "Cannot initialize the topic-based remote log metadata manager yet: %s; "
+                            "retrying every %.0f ms for up to %.0f ms after broker ready (%s), then the broker "
+                            "stops", init_failure(e), self.init_interval_s * 1000, self.init_timeout_s * 1000,
+                            f"{RLMM_PREFIX}remote.log.metadata.initialization.retry.max.timeout.ms")
                     await self._close_clients()
                 await asyncio.sleep(min(self.init_interval_s, max(0.0, deadline - time.monotonic())))
             return None
