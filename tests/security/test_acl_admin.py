@@ -4,6 +4,8 @@ refused admin request through confluent-kafka."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -190,3 +192,42 @@ def test_confluent_kafka_clients_are_refused_by_a_deny(acl_broker):
         flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                                AclPermissionType.DENY)
         next(iter(admin.delete_acls([flt]).values())).result(timeout=30)
+
+
+def _free_ipv6_loopback_port() -> int:
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_ipv6_client_is_matched_by_its_address_as_java_writes_it(tmp_path):
+    """Kafka compares an ACL's host with ``InetAddress.getHostAddress()`` of the client, which writes IPv6
+    uncompressed: an ACL for ``0:0:0:0:0:0:0:1`` admits a client on ::1, one written ``::1`` does not."""
+    v6 = _free_ipv6_loopback_port()
+    b = BrokerProcess(tmp_path / "logs", {
+        **AUTHZ, "listeners": f"PLAINTEXT://127.0.0.1:0,V6://[::1]:{v6}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT"}).start()
+    try:
+        admin = _admin(b.bootstrap)
+        admin.create_topics([NewTopic("v6-acl", 1, 1)])["v6-acl"].result(timeout=30)
+
+        def grant(host: str) -> None:
+            acl = AclBinding(ResourceType.TOPIC, "v6-acl", ResourcePatternType.LITERAL, "User:ANONYMOUS", host,
+                             AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+            assert admin.create_acls([acl])[acl].result(timeout=30) is None
+
+        def describe_from_ipv6() -> int:
+            with raw_client(f"::1:{v6}") as c:
+                md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": "v6-acl"}],
+                                                     "allow_auto_topic_creation": False})
+            return md.topics[0].error_code
+
+        assert describe_from_ipv6() == 0  # no ACL on the topic: allow.everyone.if.no.acl.found
+        grant("127.0.0.1")
+        assert describe_from_ipv6() == 29  # TOPIC_AUTHORIZATION_FAILED: the topic has ACLs, none for ::1
+        grant("::1")
+        assert describe_from_ipv6() == 29  # not the text Java compares
+        grant("0:0:0:0:0:0:0:1")
+        assert describe_from_ipv6() == 0
+    finally:
+        b.stop()

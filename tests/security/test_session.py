@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tierlog.security import ANONYMOUS, KafkaPrincipal
-from tierlog.security.session import ANONYMOUS_SESSION, Session, peer_text
+from tierlog.security.session import ANONYMOUS_SESSION, Session, java_host_address, peer_text
 from tierlog.server.apis.forwarding import decode_principal, encode_principal
 
 
@@ -49,3 +49,16 @@ def test_an_unreadable_envelope_principal_is_anonymous():
     assert decode_principal(None) == ANONYMOUS
     assert decode_principal(b"") == ANONYMOUS
     assert decode_principal(b"\x00\x00\x05Us") == ANONYMOUS  # truncated
+
+
+@pytest.mark.parametrize("ip, java", [
+    ("127.0.0.1", "127.0.0.1"),
+    ("::1", "0:0:0:0:0:0:0:1"),
+    ("::", "0:0:0:0:0:0:0:0"),
+    ("2001:db8::ff00:42:8329", "2001:db8:0:0:0:ff00:42:8329"),
+    ("::ffff:10.1.2.3", "10.1.2.3"),  # IPv4-mapped: Java hands Kafka an Inet4Address
+    ("fe80::1%eth0", "fe80:0:0:0:0:0:0:1%eth0"),
+    ("not-an-address", "not-an-address"),
+])
+def test_java_host_address(ip, java):
+    assert java_host_address(ip) == java

@@ -12,6 +12,7 @@ Envelope write it (``User:alice``).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
@@ -20,7 +21,7 @@ from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Session:
     principal: KafkaPrincipal = ANONYMOUS
-    client_host: str = ""  # the client's address as text ("10.0.0.1", "::1"), as ACLs' hosts match it
+    client_host: str = ""  # the client's address as Java writes it ("10.0.0.1", "0:0:0:0:0:0:0:1"): ACL hosts match it
     listener: str = ""  # the listener's name ("" for a request forwarded without one)
     security_protocol: str = "PLAINTEXT"
     peer: str = ""  # address and port ("10.0.0.1:51234"), for logs
@@ -45,3 +46,20 @@ def peer_text(addr) -> str:
 
 
 __all__ = ["ANONYMOUS_SESSION", "Session", "peer_text"]
+
+
+def java_host_address(ip: str) -> str:
+    """``ip`` as Java's ``InetAddress.getHostAddress`` writes it, the text Kafka compares ACL hosts with: an IPv6
+    address in eight hexadecimal groups without compression (``0:0:0:0:0:0:0:1``, not ``::1``) and its scope
+    after ``%``; an IPv4-mapped one as its IPv4 address (Java hands those to Kafka as Inet4Address)."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(addr, ipaddress.IPv4Address):
+        return str(addr)
+    if addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    packed = addr.packed
+    groups = ":".join(f"{(packed[i] << 8) | packed[i + 1]:x}" for i in range(0, 16, 2))
+    return f"{groups}%{addr.scope_id}" if addr.scope_id else groups
