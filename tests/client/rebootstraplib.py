@@ -5,26 +5,22 @@ with a fresh consumer. Used by test_rebootstrap.py (tierlog's client) and test_r
 
 from __future__ import annotations
 
-import socket
 import time
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.ports import PortReservation
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
 from tierlog.client.types import TopicPartition
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SwapPair:
     """Two broker "hosts" on fixed ports sharing one data folder; one serves at a time."""
 
     def __init__(self, data_dir) -> None:
-        self.ports = [free_port(), free_port()]
+        # Kept from other tests while no broker listens (between a host's stop and its return).
+        self._reservations = [PortReservation(), PortReservation()]
+        self.ports = [r.port for r in self._reservations]
         self.data_dir = data_dir
         self.current: BrokerProcess | None = None
         self.serving = -1
@@ -57,6 +53,8 @@ class SwapPair:
     def close(self) -> None:
         for proc in self.started:
             proc.kill()
+        for r in self._reservations:
+            r.close()
 
 
 async def produce_values(producer: Producer, topic: str, prefix: str, n: int) -> list[int]:

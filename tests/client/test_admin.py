@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 
 import pytest
@@ -18,6 +17,7 @@ from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
 from kafka.structs import TopicPartition as KpTopicPartition
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.ports import PortReservation
 from tierlog import errors
 from tierlog.client.admin import (
     Admin,
@@ -63,12 +63,6 @@ def produce(bootstrap: str, topic: str, timestamps: list[int], partition: int = 
         p.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---------------------------------------------------------------------------------------------------
 # Settings and lifecycle (no broker needed)
 # ---------------------------------------------------------------------------------------------------
@@ -87,7 +81,8 @@ def test_settings_are_checked_at_construction():
 
 
 def test_timeouts_retries_and_closed_admin():
-    port = free_port()  # nobody listens there
+    nobody = PortReservation()  # nobody listens there, and no other test's broker can come to
+    port = nobody.port
 
     async def scenario():
         async with Admin(bootstrap_servers=f"127.0.0.1:{port}", default_api_timeout_ms=1500, **{
@@ -116,7 +111,10 @@ def test_timeouts_retries_and_closed_admin():
                 await admin.list_topics()
             assert time.monotonic() - t0 < 5
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        nobody.close()
 
 
 # ---------------------------------------------------------------------------------------------------
