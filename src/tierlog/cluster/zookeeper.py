@@ -247,12 +247,17 @@ class ZkClient:
         """The ephemeral ``/brokers/ids/<id>``; a registration left by this broker's previous session (a fast
         restart within the session timeout) is replaced, another live broker with the id is refused."""
         path = f"{BROKER_IDS}/{broker_id}"
-        try:
-            self.kazoo.create(path, data, ephemeral=True, makepath=True)
-            return
-        except NodeExistsError:
-            pass
-        _, stat = self.kazoo.get(path)
+        while True:
+            try:
+                self.kazoo.create(path, data, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = self.kazoo.get(path)
+                break
+            except NoNodeError:
+                continue  # the old session expired between the two calls: the id is free now
         if stat.ephemeralOwner == self.session_id:
             return
         raise StartupError(f"broker id {broker_id} is already registered in ZooKeeper by another live broker "
