@@ -356,6 +356,36 @@ def test_describe_cluster(shared):
     assert d.brokers == [Node(1, "127.0.0.1", shared.port, None)] and d.controller == d.brokers[0]
 
 
+def test_calls_wait_for_the_metadata_that_names_the_brokers(shared):
+    """As Kafka's AdminClient: while only bootstrap addresses are known, a call first learns the brokers and
+    then goes to one the metadata names, never to a bootstrap address (with metadata.recovery.strategy=none,
+    one the cluster left: the rebootstrap test met that as a flake). The client's background metadata loop is
+    held until the call is done, so the call cannot be saved by it."""
+    async def main():
+        admin = Admin({**FAST, "bootstrap.servers": shared.bootstrap})
+        client = admin._client
+        release_loop = asyncio.Event()
+        sent_while_bootstrapped: list[bool] = []
+        real_loop, real_send_any = client._metadata_loop, client.send_any
+
+        async def held_loop():
+            await release_loop.wait()
+            await real_loop()
+
+        async def recording_send_any(api_key, values, **kwargs):
+            sent_while_bootstrapped.append(client.cluster.bootstrapped)
+            return await real_send_any(api_key, values, **kwargs)
+
+        client._metadata_loop, client.send_any = held_loop, recording_send_any
+        async with admin:
+            topics = await admin.list_topics()
+            release_loop.set()
+        return topics, sent_while_bootstrapped
+
+    topics, sent_while_bootstrapped = asyncio.run(asyncio.wait_for(main(), 60))
+    assert isinstance(topics, dict) and sent_while_bootstrapped == [False]
+
+
 def test_describe_log_dirs(shared):
     """Every partition the broker hosts, in its one log dir, sized as its segment files on disk; the
     volume's bytes as statvfs gives them; a broker that is not in the cluster times out."""

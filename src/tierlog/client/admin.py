@@ -404,7 +404,16 @@ class Admin:
     async def _send(self, node: Node, api: int, values: Mapping[str, Any], deadline: float, **kw: Any) -> Any:
         return await self._client.send(node, api, values, timeout_ms=self._request_timeout(deadline), **kw)
 
+    async def _brokers_known(self, deadline: float) -> None:
+        """Wait for the metadata that names the brokers while only bootstrap addresses are known. As in Kafka's
+        AdminClient (its metadata manager is not ready on bootstrap addresses), no call goes to a bootstrap
+        address: it could be a host the cluster no longer lists (with metadata.recovery.strategy=none, one
+        another broker took over)."""
+        if self._client.cluster.bootstrapped:
+            await self._client.update_metadata(self._request_timeout(deadline))
+
     async def _send_any(self, api: int, values: Mapping[str, Any], deadline: float, **kw: Any) -> Any:
+        await self._brokers_known(deadline)
         return await self._client.send_any(api, values, timeout_ms=self._request_timeout(deadline), **kw)
 
     async def _send_controller(self, api: int, values: Mapping[str, Any], deadline: float) -> Any:
@@ -425,8 +434,7 @@ class Admin:
         return node
 
     async def _all_brokers(self, deadline: float) -> list[Node]:
-        if self._client.cluster.bootstrapped:  # only bootstrap addresses known: ask for the real list
-            await self._client.wait_for_update(self._request_timeout(deadline) / 1000)
+        await self._brokers_known(deadline)
         return sorted(self._client.cluster.brokers.values(), key=lambda n: n.node_id)
 
     async def _metadata(self, topics: Iterable[str] | None, deadline: float) -> Any:

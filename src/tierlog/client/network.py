@@ -331,7 +331,12 @@ class KafkaClient:
                 self._update_needed.set()
                 await asyncio.sleep(retry_backoff)
 
-    async def _update_once(self) -> None:
+    async def update_metadata(self, timeout_ms: int | None = None) -> None:
+        """One metadata update now, on the caller's task: its failure is the caller's error (an admin call
+        learning the brokers from its bootstrap addresses)."""
+        await self._update_once(timeout_ms)
+
+    async def _update_once(self, timeout_ms: int | None = None) -> None:
         if (self.rebootstrap_enabled and self._failing_since is not None
                 and _now() - self._failing_since >= self.rebootstrap_trigger):
             self.rebootstrap(f"no metadata for {self.rebootstrap_trigger * 1000:.0f} ms "
@@ -351,7 +356,7 @@ class KafkaClient:
         topics = None if all_topics else [{"name": t} for t in sorted(self.topics_of_interest)]
         response = await self.send(node, ApiKey.METADATA, {
             "topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation,
-            "include_topic_authorized_operations": False})
+            "include_topic_authorized_operations": False}, **({} if timeout_ms is None else {"timeout_ms": timeout_ms}))
         code = getattr(response, "error_code", None)
         if code is not None and code.value:
             if code.value == errors.RebootstrapRequiredError.code and self.rebootstrap_enabled:
