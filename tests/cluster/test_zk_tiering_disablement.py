@@ -185,6 +185,7 @@ def test_a_leader_dead_mid_delete_disablement_is_stood_in_for_by_its_successor(c
     write_control(cluster.controls[victim], delete="hold")
     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={
         "remote.log.disable.policy": "delete", "remote.storage.enable": "false"})])
+    admin.close()  # its IO thread would go on asking the brokers this test kills
     cluster.wait_until(lambda: held(cluster, victim), 60, f"broker {victim} deleting partition 0's remote data")
     cluster.brokers[victim].kill()  # mid-deletion, before it acknowledged
     write_control(cluster.controls[victim])

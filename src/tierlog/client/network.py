@@ -334,6 +334,8 @@ class KafkaClient:
     async def update_metadata(self, timeout_ms: int | None = None) -> None:
         """One metadata update now, on the caller's task: its failure is the caller's error (an admin call
         learning the brokers from its bootstrap addresses)."""
+        if self.least_loaded_node() is None:  # as send_any: wait for a usable node (its errors are the ones said)
+            await self._recover_node(self.config["request.timeout.ms"] / 1000)
         await self._update_once(timeout_ms)
 
     async def _update_once(self, timeout_ms: int | None = None) -> None:
