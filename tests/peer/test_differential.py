@@ -24,6 +24,11 @@ T0 = 1_700_000_000_000
 # Records stamped T0 are older than the default retention.ms: a retention check that happens to run
 # on one peer during a scenario would delete them there only. Topics holding them keep data forever.
 KEEP = {"retention.ms": "-1"}
+# A producer whose last batch is older than producer.id.expiration.ms (a day) is forgotten by the expiration
+# check that runs every 10 minutes on either peer, on its own clock: batches stamped T0 would lose their
+# producer state there only, mid-scenario (CI saw tierlog append the duplicates so). The idempotence scenario
+# stamps its batches from this recent time, the same for both peers.
+RECENT = int(time.time()) * 1000
 
 
 def _produce(raw, topic, partition, batch, version=9, acks=-1):
@@ -206,7 +211,7 @@ def _idempotent_scenario(bootstrap):
 
     def send(seq, n, producer_epoch=None, producer_id=None, name=None):
         # Fixed timestamps: answers that echo them (a duplicate's log_append_time) compare exactly.
-        batch = build_batch([(None, b"i%d" % (seq + i), [], T0 + seq + i) for i in range(n)],
+        batch = build_batch([(None, b"i%d" % (seq + i), [], RECENT + seq + i) for i in range(n)],
                             producer_id=pid if producer_id is None else producer_id,
                             producer_epoch=epoch if producer_epoch is None else producer_epoch, base_sequence=seq)
         seen[name or f"seq {seq}+{n}"] = _produce(raw, topic, 0, batch)
