@@ -45,9 +45,6 @@ def peer_text(addr) -> str:
     return str(addr)
 
 
-__all__ = ["ANONYMOUS_SESSION", "Session", "peer_text"]
-
-
 def java_host_address(ip: str) -> str:
     """``ip`` as Java's ``InetAddress.getHostAddress`` writes it, the text Kafka compares ACL hosts with: an IPv6
     address in eight hexadecimal groups without compression (``0:0:0:0:0:0:0:1``, not ``::1``) and its scope
@@ -63,3 +60,7 @@ def java_host_address(ip: str) -> str:
     packed = addr.packed
     groups = ":".join(f"{(packed[i] << 8) | packed[i + 1]:x}" for i in range(0, 16, 2))
     return f"{groups}%{addr.scope_id}" if addr.scope_id else groups
+
+
+__all__ = ["ANONYMOUS_SESSION", "Session", "java_host_address", "peer_text"]
+
