@@ -18,33 +18,6 @@ from dataclasses import dataclass, field
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Session:
-    principal: KafkaPrincipal = ANONYMOUS
-    client_host: str = ""  # the client's address as Java writes it ("10.0.0.1", "0:0:0:0:0:0:0:1"): ACL hosts match it
-    listener: str = ""  # the listener's name ("" for a request forwarded without one)
-    security_protocol: str = "PLAINTEXT"
-    peer: str = ""  # address and port ("10.0.0.1:51234"), for logs
-    acl_principal: str = field(init=False)  # str(principal), made once per session
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "acl_principal", str(self.principal))
-
-    def __repr__(self) -> str:
-        return f"Session({self.acl_principal}, {self.client_host}, {self.listener or '-'})"
-
-
-#: The session of a request that carries none (a request made inside the broker).
-ANONYMOUS_SESSION = Session()
-
-
-def peer_text(addr) -> str:
-    """An accepted socket's address as the session's ``peer``: "host:port" of an (host, port, ...) tuple."""
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        return f"{addr[0]}:{addr[1]}"
-    return str(addr)
-
-
 def java_host_address(ip: str) -> str:
     """``ip`` as Java's ``InetAddress.getHostAddress`` writes it, the text Kafka compares ACL hosts with: an IPv6
     address in eight hexadecimal groups without compression (``0:0:0:0:0:0:0:1``, not ``::1``) and its scope
@@ -60,6 +33,35 @@ def java_host_address(ip: str) -> str:
     packed = addr.packed
     groups = ":".join(f"{(packed[i] << 8) | packed[i + 1]:x}" for i in range(0, 16, 2))
     return f"{groups}%{addr.scope_id}" if addr.scope_id else groups
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    principal: KafkaPrincipal = ANONYMOUS
+    client_host: str = ""  # the client's address, kept as Java writes it (::1 is "0:0:0:0:0:0:0:1"): ACLs match it
+    listener: str = ""  # the listener's name ("" for a request forwarded without one)
+    security_protocol: str = "PLAINTEXT"
+    peer: str = ""  # address and port ("10.0.0.1:51234"), for logs
+    acl_principal: str = field(init=False)  # str(principal), made once per session
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acl_principal", str(self.principal))
+        object.__setattr__(self, "client_host", java_host_address(self.client_host))
+
+    def __repr__(self) -> str:
+        return f"Session({self.acl_principal}, {self.client_host}, {self.listener or '-'})"
+
+
+#: The session of a request that carries none (a request made inside the broker).
+ANONYMOUS_SESSION = Session()
+
+
+def peer_text(addr) -> str:
+    """An accepted socket's address as the session's ``peer``: "host:port" of an (host, port, ...) tuple."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr)
+
 
 
 __all__ = ["ANONYMOUS_SESSION", "Session", "java_host_address", "peer_text"]

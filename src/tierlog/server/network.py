@@ -81,7 +81,7 @@ from tierlog.protocol import (
 )
 from tierlog.security import ANONYMOUS
 from tierlog.security.sasl_server import SaslFailure
-from tierlog.security.session import Session, java_host_address, peer_text
+from tierlog.security.session import Session, peer_text
 from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
@@ -648,28 +648,27 @@ class SocketServer:
         tls = self.tls.get(listener) if self.tls else None
         sasl_listener = self.sasl.get(listener) if self.sasl else None
         sasl = None
-        host = java_host_address(ip)  # as ACLs name it; the quotas count by ``ip``
         try:
             if tls is None:
                 reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
-                session = Session(principal=ANONYMOUS, client_host=host, listener=listener, peer=peer_text(peer))
+                session = Session(principal=ANONYMOUS, client_host=ip, listener=listener, peer=peer_text(peer))
             else:
                 # From here the TLS transport owns the socket, also when the handshake fails: it closes it
                 # once its alert is sent. Closing it here too would free the descriptor number while the
                 # transport still watches it, and the next connection given that number would never be read.
                 sock, conn = conn, None
-                opened = await self._tls_handshake(sock, peer, host, listener, tls)
+                opened = await self._tls_handshake(sock, peer, ip, listener, tls)
                 if opened is None:
                     return
                 reader, writer, session = opened
             self._writers[task] = writer
             if sasl_listener is not None:
                 # Nothing but ApiVersions and the SASL exchange until the client is authenticated.
-                sasl = SaslConnection(sasl_listener, peer, host, tls is not None, self._warn)
+                sasl = SaslConnection(sasl_listener, peer, ip, tls is not None, self._warn)
                 CURRENT_SASL.set(sasl)
-                CURRENT_SESSION.set(Session(principal=ANONYMOUS, client_host=host, listener=listener,
+                CURRENT_SESSION.set(Session(principal=ANONYMOUS, client_host=ip, listener=listener,
                                             security_protocol=sasl.protocol, peer=sasl.peer))
-                if not await self._authenticate(reader, writer, peer, host, listener, sasl):
+                if not await self._authenticate(reader, writer, peer, ip, listener, sasl):
                     return
                 session = sasl.session()
             # Who is on this connection, for its handlers (they run on this task) and on each of its requests.

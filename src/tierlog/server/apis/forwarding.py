@@ -31,7 +31,7 @@ from tierlog.errors import (
 from tierlog.protocol import ApiKey, RequestContext, build_response, encode_request, encode_response, offload
 from tierlog.protocol.registry import Handler, HandlerRegistry
 from tierlog.security import ANONYMOUS, KafkaPrincipal
-from tierlog.security.session import ANONYMOUS_SESSION, Session, java_host_address
+from tierlog.security.session import ANONYMOUS_SESSION, Session
 from tierlog.server.authorizer import Authorizer
 from tierlog.server.errors import error_response
 
@@ -207,7 +207,7 @@ def _address_bytes(host: str) -> bytes:
 
 def _address_text(data: bytes | None) -> str:
     try:
-        return java_host_address(str(ipaddress.ip_address(bytes(data or b""))))
+        return str(ipaddress.ip_address(bytes(data or b"")))
     except ValueError:
         return ""
 
