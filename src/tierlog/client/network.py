@@ -358,7 +358,7 @@ class KafkaClient:
         topics = None if all_topics else [{"name": t} for t in sorted(self.topics_of_interest)]
         response = await self.send(node, ApiKey.METADATA, {
             "topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation,
-            "include_topic_authorized_operations": False}, **({} if timeout_ms is None else {"timeout_ms": timeout_ms}))
+            "include_topic_authorized_operations": False}, timeout_ms=timeout_ms)
         code = getattr(response, "error_code", None)
         if code is not None and code.value:
             if code.value == errors.RebootstrapRequiredError.code and self.rebootstrap_enabled:
