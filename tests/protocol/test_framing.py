@@ -5,8 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tierlog.protocol import framing
 from tierlog.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
+    LARGE_BODY_BYTES,
     FrameDecoder,
     FrameTooLargeError,
     InvalidFrameError,
@@ -95,6 +97,70 @@ def test_large_frames_in_64k_chunks():
     for i in range(0, len(stream), 65536):
         out += dec.feed(stream[i:i + 65536])
     assert out == payloads
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
+    kind=st.sampled_from(["bytes", "bytearray"]),
+)
+def test_random_chunking_reassembles_large_bodies_collected_in_a_mapping(payloads, cuts, kind):
+    """The same reassembly with every body of 20 bytes and up taken as "large" (collected in a mapping)."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(framing, "LARGE_BODY_BYTES", 20)
+        dec = FrameDecoder(max_frame_bytes=1000)
+        out = []
+        for chunk in _split(stream, cuts):
+            buf = bytearray(chunk) if kind == "bytearray" else chunk
+            out += dec.feed(buf)
+            if kind == "bytearray":
+                buf[:] = b"\xee" * len(buf)
+    assert out == payloads
+    assert all(type(f) is bytes for f in out)
+    assert dec.buffered == 0
+
+
+def test_large_frames_over_many_reads_come_back_whole():
+    """Bodies above LARGE_BODY_BYTES in 256 KiB reads, one read ending exactly after a size prefix."""
+    rnd = random.Random(11)
+    payloads = [rnd.randbytes(LARGE_BODY_BYTES + 12345), b"small", rnd.randbytes(LARGE_BODY_BYTES)]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    second = 4 + len(payloads[0])
+    cuts = sorted({*range(0, len(stream), 262144), second + 4, second + 4 + 5 + 4})
+    dec = FrameDecoder()
+    out = []
+    for a, b in zip(cuts, cuts[1:] + [len(stream)]):
+        out += dec.feed(stream[a:b])
+        if b == second + 4:
+            assert dec.pending_frame_size == 5 and dec.buffered == 0
+    assert [len(f) for f in out] == [len(p) for p in payloads]
+    assert out == payloads
+    assert all(type(f) is bytes for f in out)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_half_received_large_frame_holds_what_arrived_and_is_given_back_when_dropped():
+    """A 100 MiB frame of which 40 MiB arrived holds about 40 MiB (not the announced size), and dropping the
+    decoder (the connection closed) gives it back to the system at once."""
+    dec = FrameDecoder()
+    before = _rss_mib()
+    dec.feed(size_prefix(100 * 1024 * 1024))
+    for i in range(160):
+        dec.feed(bytes([i % 256]) * 262144)  # a new object per read, as the socket delivers them
+    assert dec.buffered == 40 * 1024 * 1024
+    held = _rss_mib() - before
+    assert 35 <= held <= 48, held
+    del dec
+    assert _rss_mib() - before <= 8
 
 
 def test_too_large_rejected_as_soon_as_size_is_known():
