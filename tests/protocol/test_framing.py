@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.harness.memory import rss_mib
 from tierlog.protocol import framing
 from tierlog.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -140,27 +141,19 @@ def test_large_frames_over_many_reads_come_back_whole():
     assert all(type(f) is bytes for f in out)
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_a_half_received_large_frame_holds_what_arrived_and_is_given_back_when_dropped():
     """A 100 MiB frame of which 40 MiB arrived holds about 40 MiB (not the announced size), and dropping the
     decoder (the connection closed) gives it back to the system at once."""
     dec = FrameDecoder()
-    before = _rss_mib()
+    before = rss_mib()
     dec.feed(size_prefix(100 * 1024 * 1024))
     for i in range(160):
         dec.feed(bytes([i % 256]) * 262144)  # a new object per read, as the socket delivers them
     assert dec.buffered == 40 * 1024 * 1024
-    held = _rss_mib() - before
+    held = rss_mib() - before
     assert 35 <= held <= 48, held
     del dec
-    assert _rss_mib() - before <= 8
+    assert rss_mib() - before <= 8
 
 
 def test_too_large_rejected_as_soon_as_size_is_known():

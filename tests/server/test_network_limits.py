@@ -15,6 +15,7 @@ import pytest
 from kio.index import load_request_schema
 
 from tests.harness.broker import log_lines
+from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient, create_topic
 from tests.harness.tiered import metrics_url, wait_for
 from tierlog.protocol import ApiKey, build, encode_request
@@ -194,14 +195,6 @@ def test_a_connection_that_keeps_asking_outlives_connections_max_idle_ms(start_b
 
 def _api_versions_request():
     return build(load_request_schema(ApiKey.API_VERSIONS, 0), {})
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def _warm_up(b) -> float:
