@@ -19,8 +19,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.harness import apache_kafka
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import raw_client
+from tests.harness.tiered import wait_for
 from tierlog.protocol import ApiKey
 
 AUTHZ = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
@@ -200,34 +202,65 @@ def _free_ipv6_loopback_port() -> int:
         return s.getsockname()[1]
 
 
-def test_an_ipv6_client_is_matched_by_its_address_as_java_writes_it(tmp_path):
-    """Kafka compares an ACL's host with ``InetAddress.getHostAddress()`` of the client, which writes IPv6
-    uncompressed: an ACL for ``0:0:0:0:0:0:0:1`` admits a client on ::1, one written ``::1`` does not."""
+class _KafkaWithIpv6Listener(apache_kafka.kafka_peer_module.KafkaServer):
+    """Kafka 4.1 with a second PLAINTEXT listener, V6, on [::1]."""
+
+    def __init__(self, work_dir, v6_port: int, overrides: dict):
+        super().__init__(work_dir, overrides=overrides)
+        self.v6_port = v6_port
+
+    def properties(self) -> dict[str, str]:
+        props = super().properties()
+        props["listeners"] += f",V6://[::1]:{self.v6_port}"
+        props["advertised.listeners"] += f",V6://[::1]:{self.v6_port}"
+        props["listener.security.protocol.map"] += ",V6:PLAINTEXT"
+        return props
+
+
+@pytest.fixture
+def ipv6_acl_peer(request, tmp_path):
+    """A broker of each system with an authorizer and a second listener on [::1]: (bootstrap, v6 port)."""
     v6 = _free_ipv6_loopback_port()
-    b = BrokerProcess(tmp_path / "logs", {
-        **AUTHZ, "listeners": f"PLAINTEXT://127.0.0.1:0,V6://[::1]:{v6}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT"}).start()
-    try:
-        admin = _admin(b.bootstrap)
-        admin.create_topics([NewTopic("v6-acl", 1, 1)])["v6-acl"].result(timeout=30)
+    if request.param == "tierlog":
+        b = BrokerProcess(tmp_path / "logs", {
+            **AUTHZ, "listeners": f"PLAINTEXT://127.0.0.1:0,V6://[::1]:{v6}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT"}).start()
+    else:
+        request.getfixturevalue("kafka_jars")
+        b = _KafkaWithIpv6Listener(tmp_path / "kafka", v6, {
+            **apache_kafka.SHARED_SETTINGS, "allow.everyone.if.no.acl.found": "true",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}).start()
+    yield b.bootstrap, v6
+    b.stop()
 
-        def grant(host: str) -> None:
-            acl = AclBinding(ResourceType.TOPIC, "v6-acl", ResourcePatternType.LITERAL, "User:ANONYMOUS", host,
-                             AclOperation.DESCRIBE, AclPermissionType.ALLOW)
-            assert admin.create_acls([acl])[acl].result(timeout=30) is None
 
-        def describe_from_ipv6() -> int:
-            with raw_client(f"::1:{v6}") as c:
-                md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": "v6-acl"}],
-                                                     "allow_auto_topic_creation": False})
-            return md.topics[0].error_code
+@pytest.mark.parametrize("ipv6_acl_peer", ["tierlog", "kafka"], indirect=True)
+def test_an_ipv6_client_is_matched_by_its_address_as_java_writes_it(ipv6_acl_peer):
+    """Kafka compares an ACL's host with ``InetAddress.getHostAddress()`` of the client, which writes IPv6
+    uncompressed: an ACL for ``0:0:0:0:0:0:0:1`` admits a client on ::1, one written ``::1`` does not. Run
+    against Kafka 4.1 too, which answers the same."""
+    bootstrap, v6 = ipv6_acl_peer
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("v6-acl", 1, 1)])["v6-acl"].result(timeout=30)
 
-        assert describe_from_ipv6() == 0  # no ACL on the topic: allow.everyone.if.no.acl.found
-        grant("127.0.0.1")
-        assert describe_from_ipv6() == 29  # TOPIC_AUTHORIZATION_FAILED: the topic has ACLs, none for ::1
-        grant("::1")
-        assert describe_from_ipv6() == 29  # not the text Java compares
-        grant("0:0:0:0:0:0:0:1")
-        assert describe_from_ipv6() == 0
-    finally:
-        b.stop()
+    def grant(host: str) -> None:
+        acl = AclBinding(ResourceType.TOPIC, "v6-acl", ResourcePatternType.LITERAL, "User:ANONYMOUS", host,
+                         AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+        assert admin.create_acls([acl])[acl].result(timeout=30) is None
+        # Kafka's brokers learn an ACL from the metadata log a moment after CreateAcls is answered; they
+        # answer DescribeAcls from the same authorizer, so once it lists the ACL, it is enforced
+        wait_for(lambda: any(a[4] == host for a in _acls(admin)), f"the ACL for {host} in effect")
+
+    def describe_from_ipv6() -> int:
+        with raw_client(f"::1:{v6}") as c:
+            md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": "v6-acl"}],
+                                                 "allow_auto_topic_creation": False})
+        return md.topics[0].error_code
+
+    assert describe_from_ipv6() == 0  # no ACL on the topic: allow.everyone.if.no.acl.found
+    grant("127.0.0.1")
+    assert describe_from_ipv6() == 29  # TOPIC_AUTHORIZATION_FAILED: the topic has ACLs, none for ::1
+    grant("::1")
+    assert describe_from_ipv6() == 29  # not the text Java compares
+    grant("0:0:0:0:0:0:0:1")
+    assert describe_from_ipv6() == 0

@@ -85,7 +85,7 @@ class FrameDecoder:
         self._head = b""            # 0-3 bytes of a size prefix split across chunks
         self._parts: list = []      # pieces of the body being collected (bytes or read-only views)
         self._body: mmap.mmap | None = None  # or the whole body of a large frame, filled as it arrives
-        self._have = 0              # bytes collected in _parts
+        self._have = 0              # bytes of the body collected so far
         self._need = -1             # body size of the frame in progress, -1 while reading a prefix
         self._error: InvalidFrameError | None = None
 
