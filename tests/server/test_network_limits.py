@@ -6,12 +6,15 @@ lines (ISO-8601 form, repeated warnings counted)."""
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import threading
+import time
 import urllib.request
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from kio.index import load_request_schema
 
 from tests.harness.broker import log_lines
@@ -19,6 +22,7 @@ from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient, create_topic
 from tests.harness.tiered import metrics_url, wait_for
 from tierlog.protocol import ApiKey, build, encode_request
+from tierlog.protocol.framing import LARGE_BODY_BYTES
 
 MIB = 1024 * 1024
 
@@ -279,3 +283,34 @@ def test_half_sent_big_frames_without_a_pool_are_released_when_they_close(start_
     finally:
         senders.close()
     wait_for(lambda: rss_mib(b.proc.pid) <= baseline + 30, "the memory released after the connections closed")
+
+
+def test_a_produce_request_above_the_large_body_size_is_stored_and_read_back_whole(start_broker):
+    """A 12 MiB record (its Produce request above LARGE_BODY_BYTES, so its body is collected in a mapping as it
+    arrives over many reads) sent by confluent-kafka with the pool on, is acknowledged at offset 0 and read
+    back byte for byte, twice (the mapping of the first frame is not reused by the second)."""
+    b = start_broker({"message.max.bytes": str(20 * MIB), "queued.max.request.bytes": str(100 * MIB)})
+    create_topic(b.bootstrap, "big-records")
+    rnd = random.Random(3)
+    values = [rnd.randbytes(12 * MIB), rnd.randbytes(LARGE_BODY_BYTES + 1)]
+    producer = Producer({"bootstrap.servers": b.bootstrap, "message.max.bytes": 20 * MIB,
+                         "compression.type": "none", "linger.ms": 0})
+    acked = []
+    for v in values:
+        producer.produce("big-records", v, on_delivery=lambda err, msg: acked.append((err, msg.offset())))
+        producer.flush(60)
+    assert acked == [(None, 0), (None, 1)]
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "big-records", "auto.offset.reset": "earliest",
+                         "fetch.max.bytes": 40 * MIB, "max.partition.fetch.bytes": 40 * MIB,
+                         "receive.message.max.bytes": 50 * MIB, "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["big-records"])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        assert got == values
+    finally:
+        consumer.close()
