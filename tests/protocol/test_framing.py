@@ -106,8 +106,9 @@ def test_large_frames_in_64k_chunks():
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
     kind=st.sampled_from(["bytes", "bytearray"]),
 )
-def test_random_chunking_reassembles_large_bodies_collected_in_a_mapping(payloads, cuts, kind):
-    """The same reassembly with every body of 20 bytes and up taken as "large" (collected in a mapping)."""
+def test_random_chunking_reassembles_large_bodies_written_in_place(payloads, cuts, kind):
+    """The same reassembly with every body of 20 bytes and up taken as "large" (written into its result as it
+    arrives)."""
     stream = b"".join(encode_frame(p) for p in payloads)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(framing, "LARGE_BODY_BYTES", 20)

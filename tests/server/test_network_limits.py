@@ -286,9 +286,9 @@ def test_half_sent_big_frames_without_a_pool_are_released_when_they_close(start_
 
 
 def test_a_produce_request_above_the_large_body_size_is_stored_and_read_back_whole(start_broker):
-    """A 12 MiB record (its Produce request above LARGE_BODY_BYTES, so its body is collected in a mapping as it
-    arrives over many reads) sent by confluent-kafka with the pool on, is acknowledged at offset 0 and read
-    back byte for byte, twice (the mapping of the first frame is not reused by the second)."""
+    """A 12 MiB record and one just above LARGE_BODY_BYTES (their Produce requests written into their buffers
+    as they arrive over many reads), sent by confluent-kafka with the pool on, are acknowledged at offsets 0
+    and 1 and read back byte for byte."""
     b = start_broker({"message.max.bytes": str(20 * MIB), "queued.max.request.bytes": str(100 * MIB)})
     create_topic(b.bootstrap, "big-records")
     rnd = random.Random(3)

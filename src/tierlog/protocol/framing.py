@@ -14,17 +14,19 @@ frame spread over many chunks is collected as a list of views and joined once wh
 a 1 MiB frame in 64 KiB chunks costs one copy of 1 MiB (two when the caller passes mutable
 buffers, which must be copied on arrival because the caller may reuse them).
 
-Memory: the body of a large frame (:data:`LARGE_BODY_BYTES` and up) is collected in an anonymous
-mapping of its announced size instead, at the price of one more copy. Its pages are touched only as
-bytes arrive, so a half-sent frame holds what was sent and no more; the chunks the socket delivered
-are freed as they are copied, so thousands of them are not left scattered over the allocator's heap
-(kept, they fragmented it: under load a half-received 90 MiB frame held up to 130 MiB); and a frame
-dropped with its connection goes back to the system at once.
+Memory: the body of a large frame (:data:`LARGE_BODY_BYTES` and up) is written, as its bytes arrive,
+straight into the ``bytes`` object that will be returned, allocated at its announced size but not filled
+(as CPython's own C code builds a bytes object before handing it out). The copies are the same as a join's,
+but the socket's chunks are freed as they are copied instead of being kept: thousands of kept chunks among
+the reader's transient buffers fragmented the allocator's heap (under load a half-received 90 MiB frame
+held up to 130 MiB). A body above the allocator's mmap threshold (32 MiB at most, with glibc) is a mapping
+of its own whose pages are touched only as bytes arrive, so a half-sent frame holds what was sent, not its
+announced size, and goes back to the system at once when its connection is dropped.
 """
 
 from __future__ import annotations
 
-import mmap
+import ctypes
 import struct
 from collections.abc import Iterable
 
@@ -41,9 +43,9 @@ __all__ = [
 DEFAULT_MAX_FRAME_BYTES = 104857600
 """Kafka's default ``socket.request.max.bytes`` (100 MiB)."""
 
-LARGE_BODY_BYTES = 8 * 1024 * 1024
-"""Bodies this size and up are collected in an anonymous mapping (see the module's notes on memory);
-Kafka clients' requests (max.request.size, 1 MiB by default) stay below it."""
+LARGE_BODY_BYTES = 1024 * 1024
+"""Bodies this size and up are written into their result as they arrive (see the module's notes on memory);
+smaller ones are collected as pieces and joined."""
 
 _SIZE = struct.Struct(">i")
 _unpack_size = _SIZE.unpack_from
@@ -76,7 +78,7 @@ class FrameDecoder:
     failed and every later ``feed`` raises the same error.
     """
 
-    __slots__ = ("max_frame_bytes", "_head", "_parts", "_body", "_have", "_need", "_error")
+    __slots__ = ("max_frame_bytes", "_head", "_parts", "_body", "_body_view", "_have", "_need", "_error")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         if max_frame_bytes < 0:
@@ -84,7 +86,8 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._head = b""            # 0-3 bytes of a size prefix split across chunks
         self._parts: list = []      # pieces of the body being collected (bytes or read-only views)
-        self._body: mmap.mmap | None = None  # or the whole body of a large frame, filled as it arrives
+        self._body: bytes | None = None  # or the large frame being filled in place,
+        self._body_view: memoryview | None = None  # through a writable view of its storage
         self._have = 0              # bytes of the body collected so far
         self._need = -1             # body size of the frame in progress, -1 while reading a prefix
         self._error: InvalidFrameError | None = None
@@ -154,18 +157,18 @@ class FrameDecoder:
             take = missing if available >= missing else available
             piece = view[pos:pos + take]
             if not self._have and need >= LARGE_BODY_BYTES:
-                self._body = _anonymous_mapping(need)
-            if self._body is not None:
-                self._body[self._have:self._have + take] = piece
+                self._body, self._body_view = _unfilled_bytes(need)
+            if self._body_view is not None:
+                self._body_view[self._have:self._have + take] = piece
             else:
                 self._parts.append(piece if keep_views else bytes(piece))
             self._have += take
             pos += take
             if self._have == need:
-                if self._body is not None:
-                    frames.append(bytes(self._body))
-                    self._body.close()
-                    self._body = None
+                if self._body_view is not None:
+                    self._body_view.release()
+                    frames.append(self._body)
+                    self._body = self._body_view = None
                 else:
                     frames.append(b"".join(self._parts))
                     self._parts = []
@@ -174,13 +177,17 @@ class FrameDecoder:
         return frames
 
 
-def _anonymous_mapping(size: int) -> mmap.mmap | None:
-    """Private anonymous memory of ``size`` bytes, or None if the system refuses it (strict overcommit):
-    the body is then collected in pieces as a small one is."""
-    try:
-        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except OSError:
-        return None
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_BYTES_DATA = bytes.__basicsize__ - 1  # offset of a bytes object's storage (ob_sval; basicsize counts its NUL)
+
+
+def _unfilled_bytes(size: int) -> tuple[bytes, memoryview]:
+    """A new ``bytes`` of ``size`` (> 1) bytes whose content is not written yet, and a writable view of its
+    storage. Nothing else may see the object until the view has filled it and been released."""
+    body = _new_bytes(None, size)  # MemoryError if it cannot be had, as a join would raise
+    return body, memoryview((ctypes.c_char * size).from_address(id(body) + _BYTES_DATA)).cast("B")
 
 
 def size_prefix(size: int) -> bytes:
