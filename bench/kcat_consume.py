@@ -28,12 +28,15 @@ MIB = 1024 * 1024
 
 
 class Broker:
-    def __init__(self, tree: Path, work: Path):
+    def __init__(self, tree: Path, work: Path, settings: tuple[str, ...] = ()):
+        """``settings``: more ``key=value`` broker settings."""
         self.tree = tree
         self.work = work
         log_dir = work / "logs"
         args = [sys.executable, "-m", "tierlog", "broker", "-o", f"log.dirs={log_dir}",
                 "-o", "listeners=PLAINTEXT://127.0.0.1:0", "-o", "num.partitions=1"]
+        for setting in settings:
+            args += ["-o", setting]
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
         self.proc = subprocess.Popen(args, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
@@ -62,13 +65,13 @@ class Broker:
 
 
 @contextlib.contextmanager
-def started(trees: list[Path], prefix: str):
+def started(trees: list[Path], prefix: str, settings: tuple[str, ...] = ()):
     """One broker per source tree, each in a temporary folder of its own; all stopped and removed at the end."""
     works = [Path(tempfile.mkdtemp(prefix=prefix)) for _ in trees]
     brokers: list[Broker] = []
     try:
         for tree, work in zip(trees, works):
-            brokers.append(Broker(tree, work))
+            brokers.append(Broker(tree, work, settings))
         yield brokers
     finally:
         for b in brokers:

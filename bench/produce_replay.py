@@ -15,6 +15,7 @@ run (the usual use: a commit before a change against one after it). Prints one J
 run's broker CPU ms per MB and MB/s, and the medians.
 
     python bench/produce_replay.py --tree /path/to/before --tree . --runs 5
+    python bench/produce_replay.py --batch-records 2000 --requests 300 --set message.max.bytes=20000000
 """
 
 from __future__ import annotations
@@ -111,13 +112,15 @@ def main(argv=None) -> int:
     ap.add_argument("--inflight", type=int, default=5)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--version", type=int, default=11, help="Produce version (the Java producer of Kafka 4.1 sends 11)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting, e.g. message.max.bytes=20000000 for batches above 1 MiB (repeatable)")
     args = ap.parse_args(argv)
     if shutil.which("kcat") is None:
         ap.error("kcat is not installed (apt-get install kcat); it creates the topic")
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     frame, batch_bytes = produce_frame("bench", args.batch_records, args.record_bytes, args.version)
     mb = args.requests * batch_bytes / MIB
-    with started(trees, "tierlog-replay-") as brokers:
+    with started(trees, "tierlog-replay-", tuple(args.set)) as brokers:
         for b in brokers:
             subprocess.run(["kcat", "-P", "-b", b.bootstrap, "-t", "bench"], input=b"x\n", check=True, timeout=60)
             replay(b.bootstrap, b.proc.pid, frame, 1000, args.inflight)  # warm-up (and the validator compiled)
