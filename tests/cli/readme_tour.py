@@ -1,11 +1,16 @@
 """Runs the README's five-minute tour as written, inside a network namespace of its own so that the tour's
 fixed addresses (127.0.0.1:9092 and :9464 of ``config/server.properties``) cannot meet another test's.
 
-``python tests/cli/readme_tour.py WORKDIR`` (started by tests/cli/test_readme_tour.py under ``unshare -n``)
-brings the namespace's loopback up, starts the README's broker command in WORKDIR (a copy of ``config/``),
-runs each command of the tour's block with bash and prints one JSON line: every command, its exit status,
-its output and how long it took. The tour asks the reader to run ``tierlog tier status`` again until the
-closed segments are remote; the driver does the same, asking the status endpoint (``--json``) when to stop.
+``python tests/cli/readme_tour.py WORKDIR [--spark]`` (started by tests/cli/test_readme_tour.py, and by
+scripts/fresh_install.py in a new virtual environment, under ``unshare -n``) brings the namespace's loopback up,
+starts the README's broker command in WORKDIR (a copy of ``config/``), runs each command of the tour's block
+with bash and prints one JSON line: every command, its exit status, its output and how long it took. The tour
+asks the reader to run ``tierlog tier status`` again until the closed segments are remote; the driver does the
+same, asking the status endpoint (``--json``) when to stop. With ``--spark`` it then runs docs/spark.md's
+quickstart (the python block after ``<!-- spark-quickstart -->``), which continues the tour on topic ``demo``,
+with the ``python`` found on PATH.
+
+Only the standard library is used here: the driver runs in a bare install's environment too.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ def readme_commands() -> tuple[str, list[str]]:
     return broker[1], [line for line in tour[1].splitlines() if line.strip()]
 
 
+def spark_quickstart() -> str:
+    """docs/spark.md's quickstart: the python block after its ``<!-- spark-quickstart -->`` marker."""
+    text = (ROOT / "docs" / "spark.md").read_text()
+    block = re.search(r"<!-- spark-quickstart -->\n```python\n(.*?)```", text, re.S)
+    assert block, "docs/spark.md lost its <!-- spark-quickstart --> block"
+    return block[1]
+
+
 def _copied(workdir: Path, command: str) -> bool:
     """Whether the status command's partitions have every closed segment in the remote tier."""
     out = subprocess.run(f"{command} --json", shell=True, cwd=workdir, capture_output=True, text=True,
@@ -43,9 +56,12 @@ def _copied(workdir: Path, command: str) -> bool:
                               for r in rows)
 
 
-def main(workdir: Path) -> None:
+def main(workdir: Path, spark: bool = False) -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     broker_command, commands = readme_commands()
+    if spark:
+        (workdir / "spark_quickstart.py").write_text(spark_quickstart())
+        commands = [*commands, "python spark_quickstart.py"]
     t0 = time.monotonic()
     broker = subprocess.Popen(broker_command, shell=True, cwd=workdir, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, executable="/bin/bash")
@@ -69,7 +85,7 @@ def main(workdir: Path) -> None:
             runs = 0
             while True:
                 result = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
-                                        executable="/bin/bash", timeout=300)
+                                        executable="/bin/bash", timeout=600)
                 runs += 1
                 if not command.startswith("tierlog tier status") or result.returncode != 0 \
                         or _copied(workdir, command) or time.monotonic() - start > STATUS_DEADLINE_S:
@@ -90,4 +106,4 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), spark="--spark" in sys.argv[2:])
