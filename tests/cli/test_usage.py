@@ -99,3 +99,13 @@ def test_format_fields():
     assert compile_format("%K %V [%k][%v]")(null) == b"-1 -1 [][]"
     with pytest.raises(argparse.ArgumentTypeError):
         compile_format("%q")
+
+
+def test_a_command_writes_nothing_into_its_working_directory(tmp_path):
+    """kio registers its types with hypothesis when the test extra is installed, and hypothesis then caches
+    Unicode tables in .hypothesis/ under the working directory; a command (a broker's too) must not."""
+    import hypothesis  # noqa: F401 - the case only exists where hypothesis is installed
+
+    result = tierlog("topic", "list", "--bootstrap-server", "127.0.0.1:1", cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    assert list(tmp_path.iterdir()) == []
