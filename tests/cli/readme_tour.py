@@ -6,6 +6,8 @@ brings the namespace's loopback up, starts the README's broker command in WORKDI
 runs each command of the tour's block with bash and prints one JSON line: every command, its exit status,
 its output and how long it took. The tour asks the reader to run ``tierlog tier status`` again until the
 closed segments are remote; the driver does the same, asking the status endpoint (``--json``) when to stop.
+With ``--spark`` it then runs docs/spark.md's quickstart (the ``<!-- spark-quickstart -->`` block) with
+this interpreter in WORKDIR, against the same broker, as the tour's last step.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ def readme_commands() -> tuple[str, list[str]]:
     return broker[1], [line for line in tour[1].splitlines() if line.strip()]
 
 
+def spark_quickstart() -> str:
+    """The Python of docs/spark.md's quickstart, which continues the tour."""
+    block = re.search(r"<!-- spark-quickstart -->\n```python\n(.*?)```", (ROOT / "docs/spark.md").read_text(), re.S)
+    assert block, "docs/spark.md lost its <!-- spark-quickstart --> block"
+    return block[1]
+
+
 def _copied(workdir: Path, command: str) -> bool:
     """Whether the status command's partitions have every closed segment in the remote tier."""
     out = subprocess.run(f"{command} --json", shell=True, cwd=workdir, capture_output=True, text=True,
@@ -43,7 +52,7 @@ def _copied(workdir: Path, command: str) -> bool:
                               for r in rows)
 
 
-def main(workdir: Path) -> None:
+def main(workdir: Path, spark: bool = False) -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     broker_command, commands = readme_commands()
     t0 = time.monotonic()
@@ -80,6 +89,15 @@ def main(workdir: Path) -> None:
                           "stdout": result.stdout[-3000:], "stderr": result.stderr[-3000:]})
             if result.returncode != 0:
                 break
+        else:
+            if spark:
+                (workdir / "quickstart.py").write_text(spark_quickstart())
+                start = time.monotonic()
+                result = subprocess.run([sys.executable, "quickstart.py"], cwd=workdir, capture_output=True,
+                                        text=True, timeout=600)
+                steps.append({"command": "python quickstart.py", "exit": result.returncode,
+                              "seconds": round(time.monotonic() - start, 2),
+                              "stdout": result.stdout[-3000:], "stderr": result.stderr[-3000:]})
     finally:
         broker.send_signal(signal.SIGTERM)
         try:
@@ -90,4 +108,4 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), spark="--spark" in sys.argv[2:])
