@@ -8,9 +8,11 @@ What counts as a reference:
   commented out) and every dotted name in a comment. It must be in the config table (src/tierlog/config), be
   the tail of one (`compression.enable` for `rsm.config.compression.enable`), or end in ``*``/``<...>`` after
   the start of one (`ssl.*`). A name of another product that a doc mentions on purpose is in :data:`ELSEWHERE`.
-* a command: a backticked `tierlog ...`, a line of a fenced code block starting with ``tierlog`` or
-  ``$ tierlog``, and a ``# tierlog ...`` line of a .properties file. Its subcommands and flags must be in the
-  argparse parser (src/tierlog/cli); a command shown followed by its ``tierlog: error`` is a mistake on purpose.
+* a command: a backticked `tierlog ...` (or `tier status`: two words or more, the first a command), a line
+  of a fenced code block starting with ``tierlog`` or ``$ tierlog``, and an indented ``#   tierlog ...`` line
+  of a .properties file. Its subcommands, flags and ``key=value`` settings must be in the argparse parser
+  (src/tierlog/cli) and the config table; a command shown followed by its ``tierlog: error`` is a mistake on
+  purpose.
 * a column: an uppercase word with a hyphen (LOG-END), uppercase words before "column(s)", an uppercase phrase
   starting like a column (REMOTE SEGMENTS), and each word of a header line in a code block. It must be one of
   the headers the CLI's tables print (``output.table(...)`` calls and the ``COLUMNS`` of src/tierlog/tools).
@@ -195,6 +197,9 @@ def doc_references(text: str):
         if span.startswith("tierlog ") or span == "tierlog":
             yield "command", span
             continue
+        if len(span.split()) > 1 and span.split()[0] in _subparsers(PARSER):  # `tier status`, `topic create`
+            yield "command", "tierlog " + span
+            continue
         name = span.split("=", 1)[0].strip()
         if DOTTED.fullmatch(name) and is_setting_like(name):
             yield "setting", name
@@ -298,26 +303,32 @@ def test_the_readme_tour_uses_only_commands_and_settings_that_exist():
 
 def test_the_check_finds_unknown_settings_commands_flags_and_columns():
     doc = ("Set `remote.storage.enabled=true`, run `tierlog topic craete demo` and `tierlog tier status --topik x`,\n"
+           "`tier stats` or `consume --form earliest`,\n"
            "then wait until REMOTE SEGMENTS and REMOTE-SEGMENTS count them.\n\n"
            "```\ntierlog produce t --partitionz 1 -X segment.byte=1\nTOPIC  PART  LOCAL-SEGMENTS\n```\n")
     assert problems_in(doc, doc_references(doc)) == [
         "column LOCAL-SEGMENTS: no table prints it",
         "column REMOTE SEGMENTS: no table prints it",
         "column REMOTE-SEGMENTS: no table prints it",
+        "command `tierlog consume --form earliest`: tierlog consume has no option --form",
         "command `tierlog produce t --partitionz 1 -X segment.byte=1`: tierlog produce has no option --partitionz",
         "command `tierlog produce t --partitionz 1 -X segment.byte=1`: tierlog produce: segment.byte is not a setting",
+        "command `tierlog tier stats`: tierlog tier has no subcommand stats",
         "command `tierlog tier status --topik x`: tierlog tier status has no option --topik",
         "command `tierlog topic craete demo`: tierlog topic has no subcommand craete",
         "setting remote.storage.enabled: not a setting",
     ]
-    config = "# Until remote.storage.enable=true and log.dirz are set\n#remote.log.storage.sytem.enable=true\n"
+    config = ("# Until remote.storage.enable=true and log.dirz are set\n#remote.log.storage.sytem.enable=true\n"
+              "#   tierlog brokr -c config/server.properties\n")
     assert problems_in(config, config_references(config)) == [
+        "command `tierlog brokr -c config/server.properties`: tierlog has no subcommand brokr",
         "setting log.dirz: not a setting", "setting remote.log.storage.sytem.enable: not a setting"]
 
 
 def test_the_check_accepts_what_exists():
     doc = ("`remote.storage.enable=true`, `compression.enable` (rsm.config.), `ssl.*`, `rsm.config.<key>`,\n"
            "`tierlog topic create demo -c segment.bytes=1048576`, `tierlog tier status --topic demo`,\n"
-           "REMOTE-SEGS and the ROLE and LEADER columns, `docs/cli.md`, `tierlog.client`.\n\n"
+           "REMOTE-SEGS and the ROLE and LEADER columns, `docs/cli.md`, `tierlog.client`, `tier status`,\n"
+           "`broker -c FILE`.\n\n"
            "```\n$ tierlog topic craete demo\ntierlog: error: invalid choice\nPARTITION  LEADER  LOG-END\n```\n")
     assert problems_in(doc, doc_references(doc)) == []
