@@ -50,7 +50,7 @@ def _default(defn: ConfigDef) -> str:
 
 def _doc(defn: ConfigDef) -> str:
     text = defn.doc + (f" *({defn.since})*" if defn.since else "")
-    return text + (f" **No effect in tierlog yet:** {defn.inert}" if defn.inert else "")
+    return text + (f" **No effect in tierlog:** {defn.inert}" if defn.inert else "")
 
 
 def _yes(flag: bool) -> str:
