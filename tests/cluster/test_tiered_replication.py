@@ -15,6 +15,7 @@ import shutil
 
 import pytest
 
+from tests.harness.broker import log_lines
 from tests.harness.rawclient import unique
 from tests.harness.tiered import (
     assert_read_back_once,
@@ -92,11 +93,18 @@ def read_all(cluster, topic: str, count: int, client: str = "confluent-kafka") -
 
 
 def restart_empty(cluster, broker_id: int, topic: str) -> None:
-    """Stop the broker, throw its replica of ``topic`` away, start it again."""
-    cluster.brokers[broker_id].kill()
+    """Stop the broker, throw its replica of ``topic`` away, start it again. Started while its killed
+    process's ZooKeeper session lasts, it waits that out and says so once, not at every retry."""
+    broker = cluster.brokers[broker_id]
+    broker.kill()
     shutil.rmtree(replica_folder(cluster, broker_id, topic))
+    seen = len(broker.output)
     cluster.start([broker_id])
     cluster.wait_formed()
+    messages = [m["message"] for m in log_lines(broker.output[seen:], logger="tierlog")]
+    waits = [m for m in messages if "still registered by a previous session" in m]
+    registered = [m for m in messages if m.startswith(f"Registered broker {broker_id} in ZooKeeper")]
+    assert len(registered) == 1 and len(waits) == (1 if "after waiting" in registered[0] else 0), waits
 
 
 def test_followers_drop_what_the_leader_tiered_and_a_lost_replica_is_rebuilt_from_the_remote_tier(cluster):
