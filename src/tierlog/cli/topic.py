@@ -120,10 +120,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
         output.lines(f"topic {t['topic']}  id {t['topic_id']}  partitions {len(t['partitions'])}  "
                      f"replication factor {t['replication_factor']}" + ("  internal" if t["internal"] else ""), "")
         output.table(("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "LOG-END"),
-                     [(p["partition"], p["leader"], _ids(p["replicas"]), _ids(p["isr"]),
-                       _ids(p["offline_replicas"]) or None, p["log_start_offset"], p["log_end_offset"])
-                      for p in t["partitions"]],
+                     [(p["partition"], "none" if p["leader"] is None else p["leader"], _ids(p["replicas"]),
+                       _ids(p["isr"]), _ids(p["offline_replicas"]) or None, p["log_start_offset"],
+                       p["log_end_offset"]) for p in t["partitions"]],
                      right=("PARTITION", "LEADER", "LOG-START", "LOG-END"))
+        _unknown_offsets(t["partitions"])
         output.lines("")
         if t["configs"]:
             output.table(("CONFIG", "VALUE", "SOURCE"),
@@ -140,6 +141,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
                            c["uncleanable"]) for c in t["cleaner"]],
                          right=("PARTITION", "FIRST-DIRTY", "DIRTY-RATIO", "CLEANABLE-BYTES"))
     return EXIT_OK
+
+
+def _unknown_offsets(partitions: list[dict]) -> None:
+    """Say why a row has no offsets: only a partition's leader answers for them."""
+    for why, text in (("no leader", "without a leader (offsets unknown until one is elected)"),
+                      ("leader not answering", "whose leader did not answer in time (offsets unknown)")):
+        which = [str(p["partition"]) for p in partitions if p["offsets"] == why]
+        if which:
+            output.lines(f"partition(s) {','.join(which)}: {text}")
 
 
 def _ids(ids: list[int]) -> str:
