@@ -122,4 +122,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID if isinstance(e, (CliError, ValueError)) else EXIT_FAILED
 
 
-__all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "build_parser", "closed_pipe", "main", "parse_topic_overrides", "version"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "build_parser", "closed_pipe", "main",
+           "parse_topic_overrides", "version"]
