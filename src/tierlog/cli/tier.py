@@ -26,7 +26,7 @@ DEFAULT_URL = "http://127.0.0.1:9464"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    tier = sub.add_parser("tier", help="tiered storage of a running broker")
+    tier = sub.add_parser("tier", help="tiered storage of a running cluster")
     tsub = subcommands(tier, "tier_command")
     status = tsub.add_parser(
         "status", help="per-partition offsets, local and remote segments, copy lag, errors, of every broker",
@@ -125,7 +125,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return await tier.cluster_endpoints(admin)
 
     found = with_admin(args, endpoints)
-    merged = _answer(args, lambda: tier.cluster_status(found, args.topic, timeout=args.resolved_timeout),
+    # --timeout bounds each endpoint's answer too; without it the endpoints get the wait --url gives one
+    merged = _answer(args, lambda: tier.cluster_status(found, args.topic, timeout=args.timeout or tier.HTTP_TIMEOUT_S),
                      lambda merged: tier.format_cluster(merged, args.topic))
     # a broker that could not be asked leaves the table incomplete: say so in the exit status too
     return 1 if merged is None or any(b["error"] for b in merged["brokers"]) else EXIT_OK

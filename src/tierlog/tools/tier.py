@@ -18,6 +18,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+#: How long an endpoint may take to answer (the status of a broker with many partitions is not instant).
+HTTP_TIMEOUT_S = 10.0
+
 #: The admin token of ``tierlog tier reconcile --delete`` when --token is not given.
 TOKEN_ENV = "TIERLOG_ADMIN_TOKEN"
 
@@ -125,7 +128,7 @@ def fetch_cleaner_status(base_url: str, topic: str | None = None, timeout: float
     return _call(base_url, "/v1/cleaner/status", {"topic": topic}, timeout=timeout)
 
 
-def fetch_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
+def fetch_status(base_url: str, topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
     return _call(base_url, "/v1/tier/status", {"topic": topic}, timeout=timeout)
 
 
@@ -171,7 +174,7 @@ async def cluster_endpoints(admin: Any) -> list[dict]:
     return out
 
 
-def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = 10) -> dict:
+def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
     """Every broker's status asked at once and merged: ``brokers`` (each broker's own lines: state, log dirs,
     retention check, or why it could not be asked), ``topics`` (the tiering state of each topic, the same
     cluster metadata on every broker: taken once) and ``partitions`` (every broker's rows, each with
