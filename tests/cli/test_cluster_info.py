@@ -1,5 +1,7 @@
-"""``tierlog cluster info`` against three brokers in ZooKeeper mode: every broker, one controller, the
-partitions each leads and hosts, and once a broker is killed, its partitions listed offline."""
+"""``tierlog cluster info`` and ``topic describe`` against three brokers in ZooKeeper mode: every broker, one
+controller, the partitions each leads and hosts; once a broker is killed, the partitions it alone held listed
+offline (described without offsets, marked as such, the other partitions' offsets still shown) and those
+that lost a follower counted under-replicated."""
 
 from __future__ import annotations
 
@@ -12,15 +14,22 @@ def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, 
     try:
         b = ["-b", cluster.bootstrap]
         ok("topic", "create", "spread", "-p", "6", "-r", "1", *b)
+        ok("topic", "create", "mirrored", "-p", "2", "-r", "3", *b)
+        for p in range(6):
+            ok("produce", "spread", "-p", str(p), *b, input="".join(f"{p}-{i}\n" for i in range(p + 1)))
         info = as_json("cluster", "info", *b)
         controller = info["controller_id"]
         assert [(x["id"], x["alive"], x["port"], x["controller"]) for x in info["brokers"]] == [
             (i, True, cluster.brokers[i].port, i == controller) for i in (1, 2, 3)]
-        # Kafka's placement of 6 single-replica partitions on 3 brokers: two each
-        assert [(x["leaders"], x["partitions"]) for x in info["brokers"]] == [(2, 2)] * 3
-        assert info["partitions"] == 6 and info["offline_partitions"] == []
+        # Kafka's placement of 6 single-replica partitions on 3 brokers: two each; every broker a replica of both
+        # mirrored partitions, one leader each on two of them
+        assert [x["partitions"] for x in info["brokers"]] == [4] * 3
+        assert sorted(x["leaders"] for x in info["brokers"]) == [2, 3, 3]
+        assert info["partitions"] == 8 and info["offline_partitions"] == [] == info["under_replicated_partitions"]
 
         [spread] = as_json("topic", "describe", "spread", *b)
+        assert [(p["log_start_offset"], p["log_end_offset"]) for p in spread["partitions"]] == [
+            (0, p + 1) for p in range(6)]
         victim = next(i for i in (1, 2, 3) if i != controller)
         lost = sorted(p["partition"] for p in spread["partitions"] if p["leader"] == victim)
         cluster.brokers[victim].kill()
@@ -28,15 +37,29 @@ def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, 
 
         def victim_gone():
             info = as_json("cluster", "info", *b)
-            return info if not next(x for x in info["brokers"] if x["id"] == victim)["alive"] else None
-        info = wait_for(victim_gone, f"broker {victim} declared dead", timeout=60)
+            settled = not next(x for x in info["brokers"] if x["id"] == victim)["alive"] \
+                and len(info["under_replicated_partitions"]) == 2
+            return info if settled else None
+        info = wait_for(victim_gone, f"broker {victim} declared dead, out of the ISRs", timeout=60)
         assert [(p["topic"], p["partition"], p["replicas"], p["offline_replicas"])
                 for p in info["offline_partitions"]] == [("spread", p, [victim], [victim]) for p in lost]
+        assert [(p["topic"], p["partition"], victim in p["isr"], len(p["isr"]), p["offline_replicas"])
+                for p in info["under_replicated_partitions"]] == [("mirrored", p, False, 2, [victim]) for p in (0, 1)]
         assert next(x for x in info["brokers"] if x["id"] == victim) == {
             "id": victim, "host": None, "port": None, "rack": None, "alive": False, "controller": False,
-            "leaders": 0, "partitions": 2}
+            "leaders": 0, "partitions": 4}
         text = ok("cluster", "info", *b).stdout
         assert "brokers      2 alive, 1 not alive (named as replicas)" in text
-        assert "partitions   6, 2 offline (without a leader)" in text and "Offline partitions:" in text
+        assert "partitions   8, 2 offline (without a leader), 2 under-replicated (ISR smaller than the replicas)" \
+            in text and "Offline partitions:" in text and "Under-replicated partitions:" in text
+
+        # The partitions with a live leader keep their offsets; those the victim alone held have none to show.
+        [spread] = as_json("topic", "describe", "spread", *b)
+        assert [(p["partition"], p["leader"] is None, p["log_start_offset"], p["log_end_offset"], p["offsets"])
+                for p in spread["partitions"]] == [
+            (p, True, None, None, "no leader") if p in lost else (p, False, 0, p + 1, "known") for p in range(6)]
+        text = ok("topic", "describe", "spread", *b).stdout
+        assert f"partition(s) {','.join(map(str, lost))}: without a leader (offsets unknown until one is elected)" \
+            in text
     finally:
         cluster.stop()

@@ -3,6 +3,7 @@ every failure a user can cause."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from tests.cli.clilib import as_json, env, ok, one_error_line, tierlog, wait_for
+from tests.harness.tiered import metrics_url
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +21,8 @@ def b(cli_broker):
 
 
 def test_topic_lifecycle(b):
-    created = as_json("topic", "create", "orders", "-p", "2", "-c", "retention.ms=3600000", "-c",
-                      "cleanup.policy=delete", *b)
+    created = as_json("topic", "create", "orders", "-p", "2", "--config", "retention.ms=3600000",
+                      "--config", "cleanup.policy=delete", *b)
     assert created == [{"topic": "orders", "created": True, "topic_id": created[0]["topic_id"], "partitions": 2,
                         "replication_factor": 1}]
     assert ok("topic", "create", "orders", "--if-not-exists", *b).stdout == "topic orders exists already\n"
@@ -108,12 +110,27 @@ def test_cluster_info(b, cli_broker):
     assert info["internal_topics"] >= 1 and info["topics"] >= 1 and info["offline_partitions"] == []
     lines = ok("cluster", "info", *b).stdout.splitlines()
     assert f"cluster id   {info['cluster_id']}" in lines and "controller   1" in lines
-    assert f"partitions   {total}, 0 offline (without a leader)" in lines
+    assert f"partitions   {total}, 0 offline (without a leader), 0 under-replicated (ISR smaller than the replicas)" \
+        in lines
     header = [line.split() for line in lines].index(
         ["BROKER", "ADDRESS", "RACK", "STATE", "CONTROLLER", "LEADERS", "PARTITIONS"])
     assert lines[header + 1].split() == ["1", f"127.0.0.1:{cli_broker.port}", "-", "alive", "yes", str(total),
                                          str(total)]
     assert "Offline partitions:" not in lines
+
+
+def test_tier_status_finds_each_brokers_endpoint_through_the_cluster(b, cli_broker):
+    """Without --url, tier status learns the brokers from the cluster's metadata and each one's endpoint from
+    its metrics.host and metrics.port (DescribeConfigs): here the one broker, at the port the fixture gave it."""
+    ok("topic", "create", "shown", "--config", "remote.storage.enable=true", *b)
+    merged = as_json("tier", "status", "--topic", "shown", *b)
+    assert [(x["node_id"], x["url"], x["error"], x["state"]) for x in merged["brokers"]] == [
+        (1, metrics_url(cli_broker), None, "ready")]
+    assert [(r["topic"], r["partition"], r["broker"], r["role"]) for r in merged["partitions"]] == [
+        ("shown", 0, 1, "leader")]
+    lines = ok("tier", "status", "--topic", "shown", *b).stdout.splitlines()
+    assert lines[0].startswith("broker 1: ready") and lines[1].split()[:3] == ["TOPIC", "PART", "BROKER"]
+    assert lines[2].split()[:5] == ["shown", "0", "1", "ready", "leader"]
 
 
 def test_group_list_describe_lag_and_delete(b):
@@ -135,18 +152,42 @@ def test_group_list_describe_lag_and_delete(b):
 # ------------------------------------------------------------------------------------------ errors
 
 
-def test_unknown_topic(b):
+def test_unknown_topic(b, cli_broker):
+    """Every command that takes a topic fails on one that does not exist, with Kafka's error and the same advice."""
     for args in (("topic", "describe", "nope"), ("produce", "nope"), ("consume", "nope"), ("topic", "delete", "nope"),
-                 ("topic", "alter-config", "nope", "-s", "retention.ms=1")):
-        one_error_line(tierlog(*args, *b, input=""), "UNKNOWN_TOPIC_OR_PARTITION", "tierlog topic list")
+                 ("topic", "alter-config", "nope", "-s", "retention.ms=1"),
+                 ("topic", "add-partitions", "nope", "-p", "2"),
+                 ("group", "reset-offsets", "g", "--topic", "nope", "--to-earliest"),
+                 ("tier", "status", "--topic", "nope"),
+                 ("tier", "status", "--topic", "nope", "--url", metrics_url(cli_broker))):
+        result = tierlog(*args, *b, input="")
+        assert result.returncode == 1, (args, result)
+        one_error_line(result, "UNKNOWN_TOPIC_OR_PARTITION", "tierlog topic list")
+
+
+@pytest.mark.parametrize("args", [("topic", "describe", "piped"), ("topic", "list"), ("cluster", "info", "--json"),
+                                  ("consume", "piped", "--from", "earliest", "-n", "3"), ("tier", "status")])
+def test_a_reader_that_went_away_ends_the_command_quietly(b, args):
+    """``tierlog ... | head``: once the reader is gone the command stops, prints nothing and exits 141 (as a Unix
+    tool ended by SIGPIPE); the pipe's reading end is closed before the command writes, so it always meets it."""
+    ok("topic", "create", "piped", "--if-not-exists", *b)
+    ok("produce", "piped", *b, input="a\nb\nc\n")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "tierlog", *args, *b], stdout=write, stderr=subprocess.PIPE,
+                                env=env(), text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, "")
 
 
 def test_topic_exists_invalid_config_invalid_partitions(b):
     ok("topic", "create", "taken", *b)
     one_error_line(tierlog("topic", "create", "taken", *b), "TOPIC_ALREADY_EXISTS", "--if-not-exists")
-    line = one_error_line(tierlog("topic", "create", "bad", "-c", "retention.ms=soon", *b), "INVALID_CONFIG")
+    line = one_error_line(tierlog("topic", "create", "bad", "--config", "retention.ms=soon", *b), "INVALID_CONFIG")
     assert "retention.ms" in line
-    one_error_line(tierlog("topic", "create", "bad", "-c", "no.such.setting=1", *b), "INVALID_CONFIG",
+    one_error_line(tierlog("topic", "create", "bad", "--config", "no.such.setting=1", *b), "INVALID_CONFIG",
                    "no.such.setting")
     one_error_line(tierlog("topic", "create", "bad", "-r", "3", *b), "INVALID_REPLICATION_FACTOR",
                    "--replication-factor 1")

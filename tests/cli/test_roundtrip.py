@@ -31,8 +31,8 @@ def _lines(total: int) -> bytes:
 
 
 def test_tiered_round_trip_and_group_reset(b, cli_broker, tmp_path):
-    ok("topic", "create", "tiered", "-p", "1", "-c", "remote.storage.enable=true", "-c", f"segment.bytes={MB}",
-       "-c", "local.retention.ms=1000", *b)
+    ok("topic", "create", "tiered", "-p", "1", "--config", "remote.storage.enable=true",
+       "--config", f"segment.bytes={MB}", "--config", "local.retention.ms=1000", *b)
     data = _lines(10 * MB)
     (tmp_path / "input").write_bytes(data)
     count = data.count(b"\n")

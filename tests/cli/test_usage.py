@@ -47,7 +47,15 @@ def test_misspelled_flag_gets_that_subcommands_usage_and_a_suggestion():
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("topic", "create", "demo", "-c", "retention.ms"), "expected key=value, got 'retention.ms'"),
+    (("topic", "create", "demo", "--config", "retention.ms"), "expected key=value, got 'retention.ms'"),
+    # -c names a properties file in every command; a setting given to it says where settings go
+    (("topic", "create", "demo", "-c", "retention.ms=1"), "-c takes a .properties file (the broker's configuration), "
+                                                          "not a setting like 'retention.ms=1'; a topic setting is "
+                                                          "--config KEY=VALUE"),
+    (("broker", "-c", "log.dirs=/tmp/x"), "a broker setting is -o KEY=VALUE"),
+    (("topic", "list", "-b", "127.0.0.1"), "bad broker address '127.0.0.1' (--bootstrap-server); give HOST:PORT, "
+                                           "e.g. 127.0.0.1:9092"),
+    (("produce", "t", "-X", "bootstrap.servers=127.0.0.1"), "127.0.0.1 (expected host:port) (-X)"),
     (("produce", "demo", "-H", "nokey"), "expected key=value"),
     (("consume", "demo", "--from", "yesterday"), "invalid start 'yesterday'"),
     (("consume", "demo", "--from", "@not-a-time"), "invalid time 'not-a-time'"),

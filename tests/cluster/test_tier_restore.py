@@ -141,7 +141,7 @@ def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper, back
         assert TOPIC not in [t.name for t in new.metadata(1).topics]  # a dry run changes nothing
 
         # Topic settings are not in the store: the operator gives them again.
-        done = restore_cli(config, new.bootstrap, *[a for k, v in SMALL.items() for a in ("-c", f"{k}={v}")])
+        done = restore_cli(config, new.bootstrap, *[a for k, v in SMALL.items() for a in ("--config", f"{k}={v}")])
         assert done.returncode == 0, done.stderr + done.stdout
         result = json.loads(done.stdout)[0]
         assert result["status"] == "restored" and result["positioned"] is True, result

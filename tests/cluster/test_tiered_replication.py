@@ -15,11 +15,15 @@ import shutil
 
 import pytest
 
+from tests.cli.clilib import as_json, ok, one_error_line, tierlog
+from tests.harness.broker import log_lines
+from tests.harness.ports import PortReservation
 from tests.harness.rawclient import unique
 from tests.harness.tiered import (
     assert_read_back_once,
     assert_uploaded_once,
     call,
+    metrics_url,
     remote_manifests,
     sample_value,
     scrape,
@@ -40,11 +44,17 @@ def cluster(tmp_path_factory, zookeeper):
     root = tmp_path_factory.mktemp("tiered-replication")
     settings = tiered_settings(root, **{"rlmm.config.remote.log.metadata.topic.replication.factor": "3",
                                         "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200"})
-    c = start_cluster(root, zookeeper, brokers=3, settings=settings,
-                      per_broker={3: {"follower.fetch.last.tiered.offset.enable": "true"}})
+    # each broker's endpoint on a port its metrics.port names (held for the module, restarts included), so
+    # `tierlog tier status` finds every broker's through the cluster
+    ports = {i: PortReservation() for i in (1, 2, 3)}
+    per_broker = {i: {"metrics.port": str(ports[i].port)} for i in ports}
+    per_broker[3]["follower.fetch.last.tiered.offset.enable"] = "true"
+    c = start_cluster(root, zookeeper, brokers=3, settings=settings, per_broker=per_broker)
     c.root = root
     yield c
     c.stop()
+    for port in ports.values():
+        port.close()
 
 
 def write(cluster, topic: str, count: int, prefix: bytes) -> list[bytes]:
@@ -92,11 +102,18 @@ def read_all(cluster, topic: str, count: int, client: str = "confluent-kafka") -
 
 
 def restart_empty(cluster, broker_id: int, topic: str) -> None:
-    """Stop the broker, throw its replica of ``topic`` away, start it again."""
-    cluster.brokers[broker_id].kill()
+    """Stop the broker, throw its replica of ``topic`` away, start it again. Started while its killed
+    process's ZooKeeper session lasts, it waits that out and says so once, not at every retry."""
+    broker = cluster.brokers[broker_id]
+    broker.kill()
     shutil.rmtree(replica_folder(cluster, broker_id, topic))
+    seen = len(broker.output)
     cluster.start([broker_id])
     cluster.wait_formed()
+    messages = [m["message"] for m in log_lines(broker.output[seen:], logger="tierlog")]
+    waits = [m for m in messages if "still registered by a previous session" in m]
+    registered = [m for m in messages if m.startswith(f"Registered broker {broker_id} in ZooKeeper")]
+    assert len(registered) == 1 and len(waits) == (1 if "after waiting" in registered[0] else 0), waits
 
 
 def test_followers_drop_what_the_leader_tiered_and_a_lost_replica_is_rebuilt_from_the_remote_tier(cluster):
@@ -208,8 +225,21 @@ def test_every_broker_subscribes_to_the_metadata_of_what_it_hosts(cluster):
     md = cluster.metadata(1, ["__remote_log_metadata"]).topics[0]
     assert md.error_code == 0 and all(len(p.replica_nodes) == 3 for p in md.partitions)
     roles = set()
+    replicas = set()
     for i in cluster.brokers:
         rows = tier_status(cluster.brokers[i])["partitions"]
         assert rows and all(r["state"] == "ready" for r in rows), rows
         roles |= {r["role"] for r in rows}
+        replicas |= {(i, r["topic"], r["partition"]) for r in rows}
     assert roles == {"leader", "follower"}
+    # `tierlog tier status` shows the same replicas, every broker's, in one table: the brokers found through
+    # the cluster's metadata, their endpoints through their own metrics.port
+    merged = as_json("tier", "status", "-b", cluster.bootstrap)
+    assert [(x["node_id"], x["url"], x["error"]) for x in merged["brokers"]] == [
+        (i, metrics_url(cluster.brokers[i]), None) for i in (1, 2, 3)]
+    assert {(r["broker"], r["topic"], r["partition"]) for r in merged["partitions"]} == replicas
+    table = ok("tier", "status", "-b", cluster.bootstrap).stdout.splitlines()
+    assert [line.split(":")[0] for line in table[:3]] == ["broker 1", "broker 2", "broker 3"]
+    assert table[3].split()[:5] == ["TOPIC", "PART", "BROKER", "STATE", "ROLE"]
+    one_error_line(tierlog("tier", "status", "-b", cluster.bootstrap, "--topic", "nosuch"),
+                   "UNKNOWN_TOPIC_OR_PARTITION", "tierlog topic list")

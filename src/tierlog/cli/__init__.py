@@ -16,12 +16,17 @@ lives in :mod:`tierlog.tools`. docs/cli.md describes every command.
 A failure a user can cause (an invalid configuration, an unreachable broker, an unknown topic, a bad
 value) prints one line on standard error, ``tierlog: error: <what>; <what to do>``, and exits non-zero
 (2 for invalid input and configuration, 1 for the rest); the traceback only with ``--debug``.
+
+A reader that stops reading (``tierlog topic describe t | head``) ends the command quietly with status 141,
+what a shell reports for a Unix tool ended by SIGPIPE (128 + 13), so ``set -o pipefail`` sees the same as
+with ``cat``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -33,6 +38,8 @@ from tierlog.cli.parser import EXIT_INVALID, EXIT_OK, Parser, add_debug
 from tierlog.errors import InvalidConfigError
 
 EXIT_FAILED = 1
+#: The reader of standard output went away: 128 + SIGPIPE, as the shell reports it for ``cat file | head``.
+EXIT_CLOSED_PIPE = 141
 
 #: Command families in the order ``tierlog --help`` lists them.
 FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, tier, config, spark, completion)
@@ -62,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def closed_pipe() -> int:
+    """Standard output's reader is gone: point stdout at /dev/null so the interpreter's last flush does not
+    complain, and exit as a Unix tool does (no message)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tierlog`` console command; returns the exit status."""
     parser = build_parser()
@@ -72,7 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the client logs what it retries; the command reports the outcome in one line
         logging.getLogger("tierlog.client").setLevel(logging.CRITICAL)
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # what is still buffered fails here, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        return closed_pipe()
     except ConfigFailure:
         return EXIT_INVALID
     except InvalidConfigError as e:  # e.g. invalid --topic-overrides: one line, no traceback
@@ -102,4 +122,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID if isinstance(e, (CliError, ValueError)) else EXIT_FAILED
 
 
-__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "build_parser", "main", "parse_topic_overrides", "version"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "build_parser", "closed_pipe", "main",
+           "parse_topic_overrides", "version"]

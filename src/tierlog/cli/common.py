@@ -124,15 +124,28 @@ def for_role(role: str, config: dict[str, str]) -> dict[str, str]:
 
 def bootstrap(args: argparse.Namespace) -> str:
     """--bootstrap-server, else bootstrap.servers of the client settings, else the listener of the broker
-    configuration file, else 127.0.0.1:9092."""
+    configuration file, else 127.0.0.1:9092. A malformed address (no port) raises CliError naming where it
+    was given."""
     if args.bootstrap_server:
-        return args.bootstrap_server
+        return _checked_addresses(args.bootstrap_server, "--bootstrap-server")
     given = getattr(args, "resolved_client_config", None) or {}
     if given.get("bootstrap.servers"):
-        return given["bootstrap.servers"]
+        return _checked_addresses(given["bootstrap.servers"], "bootstrap.servers of the client settings")
     if args.config:
         return listener_address(load_config(args))
     return DEFAULT_BOOTSTRAP
+
+
+def _checked_addresses(addresses: str, where: str) -> str:
+    from tierlog.cli.failures import CliError
+    from tierlog.client.cluster import parse_bootstrap
+
+    try:
+        parse_bootstrap(addresses)
+    except InvalidConfigError:
+        raise CliError(f"bad broker address {addresses!r} ({where}); give HOST:PORT, e.g. {DEFAULT_BOOTSTRAP} "
+                       "(several separated by commas)") from None
+    return addresses
 
 
 def timeout_s(args: argparse.Namespace) -> float:

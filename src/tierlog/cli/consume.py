@@ -13,7 +13,6 @@ The default is ``%v\\n``: values only, one per line. Keys and values are written
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -128,11 +127,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
         out.write(b"".join(render(r) for r in batch))
         out.flush()
 
-    try:
-        run(records.consume(address, seconds, args.topic, write, start=start, partition=args.partition,
-                            count=args.count, group=args.group, idle_s=args.timeout,
-                            client_config=args.resolved_client_config))
-    except BrokenPipeError:
-        # the reader went away (| head): stop quietly, and keep Python from complaining at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    # a reader that went away (| head) ends the command quietly: tierlog.cli.main turns BrokenPipeError into 141
+    run(records.consume(address, seconds, args.topic, write, start=start, partition=args.partition,
+                        count=args.count, group=args.group, idle_s=args.timeout,
+                        client_config=args.resolved_client_config))
     return EXIT_OK

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 
@@ -111,25 +112,43 @@ def add_debug(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -
                    help="show the traceback of a failure and log at debug level")
 
 
+def properties_file(hint: str):
+    """The type of ``-c FILE``: a path. ``-c`` names a properties file in every command; a ``key=value``
+    that is no file gets one line saying where a setting goes instead (``hint``)."""
+    def check(text: str) -> str:
+        if "=" in text and not os.path.exists(text):
+            raise argparse.ArgumentTypeError(f"-c takes a .properties file (the broker's configuration), not "
+                                             f"a setting like {text!r}; {hint}")
+        return text
+    return check
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``-c FILE`` and ``-o key=value`` of the commands that read the broker's configuration."""
-    p.add_argument("-c", "--config", metavar="FILE", help="broker configuration file (.properties)")
+    p.add_argument("-c", "--config", metavar="FILE", type=properties_file("a broker setting is -o KEY=VALUE"),
+                   help="broker configuration file (.properties)")
     p.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[], type=key_value,
                    help="set a configuration key, on top of the file (repeatable)")
+
+
+def add_topic_config(p: argparse.ArgumentParser, what: str, *names: str, dest: str = "topic_config") -> None:
+    """``--config KEY=VALUE`` (repeatable): a topic setting, under kafka-topics' name for it."""
+    p.add_argument(*names, "--config", dest=dest, metavar="KEY=VALUE", action="append", default=[], type=key_value,
+                   help=f"{what}, e.g. --config retention.ms=86400000 (repeatable)")
 
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT = 5.0
 
 
-def add_client_args(p: argparse.ArgumentParser, *, config_short: bool = True, idle: bool = False) -> None:
-    """The options of every command that talks to a broker as a Kafka client. ``config_short``: ``-c`` is
-    the broker configuration file (the topic commands that take topic configs use ``-c`` for those, as
-    kafka-topics and rpk do, and keep ``--broker-config``)."""
-    names = ("-c", "--config", "--broker-config") if config_short else ("--broker-config",)
+def add_client_args(p: argparse.ArgumentParser, *, idle: bool = False) -> None:
+    """The options of every command that talks to a broker as a Kafka client. ``-c FILE`` (long name
+    ``--broker-config``) is the broker configuration file, as in every command; ``--config`` is left to the
+    commands that take topic settings (kafka-topics' ``--config KEY=VALUE``)."""
     p.add_argument("-b", "--bootstrap-server", metavar="HOST:PORT",
                    help=f"broker to connect to (default: the listener of --broker-config, else {DEFAULT_BOOTSTRAP})")
-    p.add_argument(*names, dest="config", metavar="FILE",
+    p.add_argument("-c", "--broker-config", dest="config", metavar="FILE",
+                   type=properties_file("a topic setting is --config KEY=VALUE, where the command takes one"),
                    help="take the broker address from this broker configuration file (server.properties)")
     p.add_argument("--command-config", metavar="FILE",
                    help="client settings (.properties, as Kafka's tools take them): security.protocol, ssl.*, "

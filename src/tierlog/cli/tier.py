@@ -14,6 +14,7 @@ from tierlog.cli.parser import (
     add_config_args,
     add_debug,
     add_json,
+    add_topic_config,
     key_value,
     positive_int,
     subcommands,
@@ -25,15 +26,17 @@ DEFAULT_URL = "http://127.0.0.1:9464"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    tier = sub.add_parser("tier", help="tiered storage of a running broker")
+    tier = sub.add_parser("tier", help="tiered storage of a running cluster")
     tsub = subcommands(tier, "tier_command")
-    status = tsub.add_parser("status", help="per-partition offsets, local and remote segments, copy lag, errors")
-    add_config_args(status)
-    status.add_argument("--url", help=f"the broker's metrics endpoint, http://host:port (default: from -c, "
-                                      f"else {DEFAULT_URL})")
-    status.add_argument("--topic", help="only this topic")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    add_debug(status)
+    status = tsub.add_parser(
+        "status", help="per-partition offsets, local and remote segments, copy lag, errors, of every broker",
+        description="Every broker's tiering status in one table: the brokers come from the cluster's metadata "
+                    "(-b, or the listener of -c), each broker's HTTP endpoint from its own metrics.host and "
+                    "metrics.port (DescribeConfigs). --url asks one broker's endpoint only.")
+    status.add_argument("--url", help="ask only this broker's metrics endpoint, http://host:port")
+    status.add_argument("--topic", help="only this topic (UNKNOWN_TOPIC_OR_PARTITION when the cluster has none)")
+    add_json(status)
+    add_client_args(status)
     status.set_defaults(handler=cmd_status)
     reconcile = tsub.add_parser("reconcile", help="find remote objects no metadata references, and segments "
                                                   "whose objects are missing")
@@ -61,9 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     restore.add_argument("--source-cluster-id", metavar="ID",
                          help="only segments under the lost cluster's key folder ID (needed when the store holds "
                               "the topic name for several clusters or topic ids)")
-    restore.add_argument("-c", "--config", dest="topic_config", metavar="KEY=VALUE", action="append", default=[],
-                         type=key_value, help="a setting of the restored topics, e.g. -c retention.ms=-1 "
-                         "(repeatable; remote.storage.enable=true is always set)")
+    add_topic_config(restore, "a setting of the restored topics (remote.storage.enable=true is always set)")
     restore.add_argument("-p", "--partitions", type=positive_int, default=0,
                          help="at least this many partitions (default: one past the highest partition found in "
                               "the store; a partition that never tiered a segment comes back empty)")
@@ -74,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     restore.add_argument("--dry-run", action="store_true", help="show what would be restored; change nothing "
                          "(reads only the store)")
     add_json(restore)
-    add_client_args(restore, config_short=False)
+    add_client_args(restore)
     restore.set_defaults(handler=cmd_restore, override=[])
 
 
@@ -110,11 +111,25 @@ def _answer(args: argparse.Namespace, ask, text) -> dict | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from tierlog.cli.run import with_admin
     from tierlog.tools import tier
 
-    status = _answer(args, lambda: tier.fetch_status(_url(args, _config(args)), args.topic),
-                     lambda status: tier.format_table(status, args.topic))
-    return 1 if status is None else EXIT_OK
+    if args.url:
+        status = _answer(args, lambda: tier.fetch_status(args.url, args.topic),
+                         lambda status: tier.format_table(status, args.topic))
+        return 1 if status is None else EXIT_OK
+
+    async def endpoints(admin) -> list[dict]:
+        if args.topic:
+            await admin.describe_topics([args.topic])  # UNKNOWN_TOPIC_OR_PARTITION as every command says it
+        return await tier.cluster_endpoints(admin)
+
+    found = with_admin(args, endpoints)
+    # --timeout bounds each endpoint's answer too; without it the endpoints get the wait --url gives one
+    merged = _answer(args, lambda: tier.cluster_status(found, args.topic, timeout=args.timeout or tier.HTTP_TIMEOUT_S),
+                     lambda merged: tier.format_cluster(merged, args.topic))
+    # a broker that could not be asked leaves the table incomplete: say so in the exit status too
+    return 1 if merged is None or any(b["error"] for b in merged["brokers"]) else EXIT_OK
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tierlog.cli import output
-from tierlog.cli.parser import EXIT_OK, add_client_args, add_json, key_value, positive_int, subcommands
+from tierlog.cli.parser import EXIT_OK, add_client_args, add_json, add_topic_config, positive_int, subcommands
 from tierlog.cli.run import with_admin
 
 
@@ -14,17 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub = subcommands(topic, "topic_command")
 
     p = tsub.add_parser("create", help="create topics", description="Create topics. Example: tierlog topic create "
-                        "demo -p 3 -c remote.storage.enable=true -c segment.bytes=1048576")
+                        "demo -p 3 --config remote.storage.enable=true --config segment.bytes=1048576")
     p.add_argument("topics", nargs="+", metavar="TOPIC")
     p.add_argument("-p", "--partitions", type=positive_int, default=-1,
                    help="number of partitions (default: the broker's num.partitions)")
     p.add_argument("-r", "--replication-factor", type=positive_int, default=-1,
                    help="replicas of each partition (default: the broker's default.replication.factor)")
-    p.add_argument("-c", "--config", dest="topic_config", metavar="KEY=VALUE", action="append", default=[],
-                   type=key_value, help="a topic setting, e.g. -c remote.storage.enable=true (repeatable)")
+    add_topic_config(p, "a topic setting")
     p.add_argument("--if-not-exists", action="store_true", help="no error when the topic exists already")
     add_json(p)
-    add_client_args(p, config_short=False)
+    add_client_args(p)
     p.set_defaults(handler=cmd_create)
 
     p = tsub.add_parser("list", help="list topics", aliases=["ls"])
@@ -42,15 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_describe)
 
     p = tsub.add_parser("alter-config", help="set or remove topic settings",
-                        description="Set (-s/-c key=value) or remove (-d key) topic settings; a removed setting "
-                                    "falls back to the broker's.")
+                        description="Set (-s/--set or --config key=value) or remove (-d key) topic settings; a "
+                                    "removed setting falls back to the broker's.")
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("-s", "--set", "-c", "--config", dest="set", metavar="KEY=VALUE", action="append", default=[],
-                   type=key_value, help="set a topic setting (repeatable)")
+    add_topic_config(p, "set a topic setting", "-s", "--set", dest="set")
     p.add_argument("-d", "--delete", metavar="KEY", action="append", default=[],
                    help="remove a topic setting (repeatable)")
     add_json(p)
-    add_client_args(p, config_short=False)
+    add_client_args(p)
     p.set_defaults(handler=cmd_alter_config)
 
     p = tsub.add_parser("add-partitions", help="grow a topic to more partitions")
@@ -120,10 +118,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
         output.lines(f"topic {t['topic']}  id {t['topic_id']}  partitions {len(t['partitions'])}  "
                      f"replication factor {t['replication_factor']}" + ("  internal" if t["internal"] else ""), "")
         output.table(("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "LOG-END"),
-                     [(p["partition"], p["leader"], _ids(p["replicas"]), _ids(p["isr"]),
-                       _ids(p["offline_replicas"]) or None, p["log_start_offset"], p["log_end_offset"])
-                      for p in t["partitions"]],
+                     [(p["partition"], "none" if p["leader"] is None else p["leader"], _ids(p["replicas"]),
+                       _ids(p["isr"]), _ids(p["offline_replicas"]) or None, p["log_start_offset"],
+                       p["log_end_offset"]) for p in t["partitions"]],
                      right=("PARTITION", "LEADER", "LOG-START", "LOG-END"))
+        _unknown_offsets(t["partitions"])
         output.lines("")
         if t["configs"]:
             output.table(("CONFIG", "VALUE", "SOURCE"),
@@ -140,6 +139,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
                            c["uncleanable"]) for c in t["cleaner"]],
                          right=("PARTITION", "FIRST-DIRTY", "DIRTY-RATIO", "CLEANABLE-BYTES"))
     return EXIT_OK
+
+
+def _unknown_offsets(partitions: list[dict]) -> None:
+    """Say why a row has no offsets: only a partition's leader answers for them."""
+    for why, text in (("no leader", "without a leader (offsets unknown until one is elected)"),
+                      ("leader not answering", "whose leader did not answer in time (offsets unknown)")):
+        which = [str(p["partition"]) for p in partitions if p["offsets"] == why]
+        if which:
+            output.lines(f"partition(s) {','.join(which)}: {text}")
 
 
 def _ids(ids: list[int]) -> str:

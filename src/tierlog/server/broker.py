@@ -547,7 +547,9 @@ class Broker:
         data = broker_registration(controller.me, [(n, h, p, protocols.get(n, "PLAINTEXT"))
                                                    for n, h, p in controller.me.endpoints])
         controller.registration = data
-        deadline = time.monotonic() + cfg["zookeeper.session.timeout.ms"] / 1000 * 1.5
+        started = time.monotonic()
+        deadline = started + cfg["zookeeper.session.timeout.ms"] / 1000 * 1.5
+        waited = False
         while True:
             try:
                 await self.zk.call(self.zk.register_broker, self.node_id, data)
@@ -555,11 +557,14 @@ class Broker:
             except StartupError:
                 if time.monotonic() >= deadline:
                     raise
-                log.info("Broker id %d is still registered by a previous session; waiting for it to expire",
-                         self.node_id)
+                if not waited:  # said once: the retries every 0.5 s are no news
+                    log.info("Broker id %d is still registered by a previous session; waiting for it to expire "
+                             "(up to %.0f s)", self.node_id, deadline - started)
+                    waited = True
                 await asyncio.sleep(0.5)
-        log.info("Registered broker %d in ZooKeeper (%s)", self.node_id,
-                 ", ".join(f"{n}://{h}:{p}" for n, h, p in controller.me.endpoints))
+        log.info("Registered broker %d in ZooKeeper (%s)%s", self.node_id,
+                 ", ".join(f"{n}://{h}:{p}" for n, h, p in controller.me.endpoints),
+                 f" after waiting {time.monotonic() - started:.1f} s for the previous session" if waited else "")
 
         def start_driving() -> None:
             controller.start_disablements(self.channel)

@@ -63,6 +63,8 @@ def tier_routes(serving: Callable[[], str | None], controller: Controller, rlm: 
 
     def status(topic: str | None = None) -> dict:
         _check_serving(serving)
+        if topic is not None and topic not in controller.image.topics:  # as a Kafka request names it
+            raise HttpError(404, f"Topic {topic} not found (UNKNOWN_TOPIC_OR_PARTITION)")
         return tier_status(controller, rlm, log_manager, node_id, topic)
 
     async def reconcile(delete: bool = False) -> dict:

@@ -25,23 +25,27 @@ async def _describe_all(admin: Admin) -> dict[str, TopicDescription]:
 
 
 async def info(admin: Admin) -> dict:
-    """Cluster id, controller, brokers (endpoint, rack, partitions led and hosted), topic counts and the
-    partitions without a leader (offline)."""
+    """Cluster id, controller, brokers (endpoint, rack, partitions led and hosted), topic counts, the
+    partitions without a leader (offline) and those with a leader whose ISR is smaller than their replica set
+    (under-replicated, as kafka-topics --under-replicated-partitions counts them)."""
     cluster = await admin.describe_cluster()
     topics = await _describe_all(admin)
     live = {b.node_id: b for b in cluster.brokers}
     leaders = dict.fromkeys(live, 0)
     hosted = dict.fromkeys(live, 0)
-    offline = []
+    offline, under = [], []
     for name, t in sorted(topics.items()):
         for p in t.partitions:
             for r in p.replicas:
                 hosted[r] = hosted.get(r, 0) + 1
-            if p.leader is not None:
-                leaders[p.leader] = leaders.get(p.leader, 0) + 1
-            else:
-                offline.append({"topic": name, "partition": p.partition, "replicas": list(p.replicas),
-                                "isr": list(p.isr), "offline_replicas": list(p.offline_replicas)})
+            row = {"topic": name, "partition": p.partition, "leader": p.leader, "replicas": list(p.replicas),
+                   "isr": list(p.isr), "offline_replicas": list(p.offline_replicas)}
+            if p.leader is None:
+                offline.append(row)
+                continue
+            leaders[p.leader] = leaders.get(p.leader, 0) + 1
+            if len(p.isr) < len(p.replicas):  # Kafka's UnderReplicatedPartitions: led, ISR short of the replicas
+                under.append(row)
     brokers = []
     for broker_id in sorted(set(live) | set(hosted)):
         b = live.get(broker_id)
@@ -52,4 +56,5 @@ async def info(admin: Admin) -> dict:
     internal = sum(1 for t in topics.values() if t.internal)
     return {"cluster_id": cluster.cluster_id, "controller_id": cluster.controller_id, "brokers": brokers,
             "topics": len(topics) - internal, "internal_topics": internal,
-            "partitions": sum(len(t.partitions) for t in topics.values()), "offline_partitions": offline}
+            "partitions": sum(len(t.partitions) for t in topics.values()), "offline_partitions": offline,
+            "under_replicated_partitions": under}

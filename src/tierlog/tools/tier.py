@@ -18,6 +18,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+#: How long an endpoint may take to answer (the status of a broker with many partitions is not instant).
+HTTP_TIMEOUT_S = 10.0
+
 #: The admin token of ``tierlog tier reconcile --delete`` when --token is not given.
 TOKEN_ENV = "TIERLOG_ADMIN_TOKEN"
 
@@ -94,6 +97,8 @@ def _refusal(e: urllib.error.HTTPError, url: str) -> str:
                 f"-c with the broker's metrics.admin.token")
     if e.code == 403:
         return f"the broker does not allow this (403): {message}"
+    if e.code == 404 and "UNKNOWN_TOPIC_OR_PARTITION" in str(message):
+        return f"{message}; check the name with `tierlog topic list`"
     return f"the broker answered {e.code} to {url}: {message}"
 
 
@@ -123,8 +128,77 @@ def fetch_cleaner_status(base_url: str, topic: str | None = None, timeout: float
     return _call(base_url, "/v1/cleaner/status", {"topic": topic}, timeout=timeout)
 
 
-def fetch_status(base_url: str, topic: str | None = None, timeout: float = 10) -> dict:
+def fetch_status(base_url: str, topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
     return _call(base_url, "/v1/tier/status", {"topic": topic}, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------------ the whole cluster
+
+
+#: The broker settings that say where a broker serves its HTTP endpoint (read with DescribeConfigs).
+ENDPOINT_SETTINGS = ("metrics.host", "metrics.port", "metrics.ssl.enable")
+
+
+async def cluster_endpoints(admin: Any) -> list[dict]:
+    """Every live broker (DescribeCluster) with the URL of its HTTP endpoint, from its own ``metrics.host``,
+    ``metrics.port`` and ``metrics.ssl.enable`` (DescribeConfigs of the broker, answered by that broker):
+    ``{"node_id", "url"}``, or ``{"node_id", "url": None, "error"}`` when it serves none the command can
+    find (metrics.port unset, or 0: a port picked at start-up that no setting names)."""
+    from tierlog import errors
+
+    cluster = await admin.describe_cluster()
+    resources = [("broker", str(b.node_id)) for b in cluster.brokers]
+    try:
+        configs = await admin.describe_configs(resources, config_names=ENDPOINT_SETTINGS)
+        failed: dict = {}
+    except errors.KafkaError as e:  # a broker that died since DescribeCluster: the others are still asked
+        configs, failed = getattr(e, "results", {}), getattr(e, "errors", {})
+    out = []
+    for b, resource in zip(cluster.brokers, resources, strict=True):
+        entry = {"node_id": b.node_id, "url": None}
+        if resource not in configs:
+            entry["error"] = f"cannot read its settings: {failed.get(resource, 'no answer')}"
+        else:
+            values = {name: e.value for name, e in configs[resource].items()}
+            port = values.get("metrics.port")
+            if not port or port == "0":
+                entry["error"] = ("serves no HTTP endpoint (metrics.port is not set)" if not port else
+                                  "its HTTP endpoint has a port picked at start-up (metrics.port=0): ask it with "
+                                  "--url http://host:port")
+            else:
+                host = values.get("metrics.host") or b.host
+                host = b.host if host in ("0.0.0.0", "::", "") else host  # a wildcard: the broker's own address
+                scheme = "https" if str(values.get("metrics.ssl.enable")).lower() == "true" else "http"
+                entry["url"] = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+        out.append(entry)
+    return out
+
+
+def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
+    """Every broker's status asked at once and merged: ``brokers`` (each broker's own lines: state, log dirs,
+    retention check, or why it could not be asked), ``topics`` (the tiering state of each topic, the same
+    cluster metadata on every broker: taken once) and ``partitions`` (every broker's rows, each with
+    ``broker``: leaders and followers of a partition side by side)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(endpoint: dict) -> dict:
+        if endpoint["url"] is None:
+            return {"node_id": endpoint["node_id"], "url": None, "error": endpoint["error"]}
+        try:
+            return {**fetch_status(endpoint["url"], topic, timeout), "url": endpoint["url"], "error": None}
+        except StatusError as e:
+            return {"node_id": endpoint["node_id"], "url": endpoint["url"], "error": str(e)}
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(endpoints)))) as pool:
+        answers = list(pool.map(ask, endpoints))
+    topics: dict[str, dict] = {}
+    partitions = []
+    for a in answers:
+        for t in a.pop("topics", None) or []:
+            topics.setdefault(t["topic"], t)
+        partitions += [{**row, "broker": a["node_id"]} for row in a.pop("partitions", None) or []]
+    partitions.sort(key=lambda r: (r["topic"], r["partition"], r["role"] != "leader", r["broker"]))
+    return {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
 
 
 def reconcile(base_url: str, delete: bool = False, timeout: float = 300, token: str | None = None) -> dict:
@@ -214,6 +288,7 @@ def format_log_dirs(status: dict) -> list[str]:
 
 
 def format_table(status: dict, topic: str | None = None) -> str:
+    """One broker's status (``--url``): its offline log dirs, then its tiered partitions."""
     dirs = format_log_dirs(status)
     table = _format_tiering(status, topic)
     return "\n".join([*dirs, *([""] if dirs else []), table]) if dirs else table
@@ -229,36 +304,74 @@ def _format_tiering(status: dict, topic: str | None) -> str:
         return "\n".join(lines)
     lines += _render([[_cell(r, k, kind) for k, _, kind in COLUMNS] for r in rows], [h for _, h, _ in COLUMNS])
     topics = [t for t in status.get("topics", []) if topic is None or t["topic"] == topic]
-    if topics:
-        lines.append("")
-        for t in topics:
-            line = f"topic {t['topic']}: tiering {t['state']} (policy {t['policy']}, epoch {t['epoch']})"
-            if t["state"] == "DISABLING":
-                line += (f", {t['remote_segments_to_delete']} remote segment(s) / "
-                         f"{human_bytes(t['remote_bytes_to_delete'])} left to delete")
-            if t.get("last_error"):
-                line += f"; last error: {t['last_error']}"
-            lines.append(line)
-    failing = [r for r in rows if r.get("last_error") and r.get("last_error_ms", -1) > 0]
-    for r in failing:
-        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r["last_error_ms"] / 1000))
-        lines.append(f"{r['topic']}-{r['partition']}: failing since {since} (first error shown; clears once "
-                     f"every task works again)")
-    unclean = [f"{r['topic']}-{r['partition']} ({r['remote_segments_to_clean']})" for r in rows
-               if r.get("remote_segments_to_clean")]
+    lines += _notes(topics, rows, lambda r: f"{r['topic']}-{r['partition']}", lambda r: status)
+    return "\n".join(lines)
+
+
+def format_cluster(merged: dict, topic: str | None = None) -> str:
+    """The merged status of every broker (:func:`cluster_status`): a line per broker (its state, or why it
+    could not be asked, and its offline log dirs), then every broker's partitions in one table (BROKER and
+    ROLE tell a partition's leader and followers apart)."""
+    lines = []
+    by_id = {b["node_id"]: b for b in merged["brokers"]}
+    for b in merged["brokers"]:
+        if b["error"]:
+            lines.append(f"broker {b['node_id']}: {b['error']}")
+        elif not b.get("remote_storage_enabled"):
+            lines.append(f"broker {b['node_id']}: tiered storage is off (remote.log.storage.system.enable=false)")
+        else:
+            lines.append(_broker_line(b))
+        lines += [f"broker {b['node_id']}: {line}" for line in format_log_dirs(b)]
+    rows = merged["partitions"]
+    if not rows and not merged["topics"]:
+        lines.append("no tiered partitions" + (f" for topic {topic}" if topic else ""))
+        return "\n".join(lines)
+    columns = [*COLUMNS[:2], ("broker", "BROKER", None), *COLUMNS[2:]]
+    lines += _render([[_cell(r, k, kind) for k, _, kind in columns] for r in rows], [h for _, h, _ in columns])
+    lines += _notes(merged["topics"], rows, lambda r: f"{r['topic']}-{r['partition']} on broker {r['broker']}",
+                    lambda r: by_id[r["broker"]])
+    return "\n".join(lines)
+
+
+def _notes(topics: list[dict], rows: list[dict], where, status_of) -> list[str]:
+    """The lines under the table: each topic's tiering state, then what the rows need explained (failing
+    tasks, uploads to clean up, metadata still loading, segments waiting for local retention). ``where(row)``
+    names a row's partition, ``status_of(row)`` is the status of the broker it came from."""
+    lines = [""] if topics else []
+    for t in topics:
+        line = f"topic {t['topic']}: tiering {t['state']} (policy {t['policy']}, epoch {t['epoch']})"
+        if t["state"] == "DISABLING":
+            line += (f", {t['remote_segments_to_delete']} remote segment(s) / "
+                     f"{human_bytes(t['remote_bytes_to_delete'])} left to delete")
+        if t.get("last_error"):
+            line += f"; last error: {t['last_error']}"
+        lines.append(line)
+    for r in rows:
+        if r.get("last_error") and r.get("last_error_ms", -1) > 0:
+            since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r["last_error_ms"] / 1000))
+            lines.append(f"{where(r)}: failing since {since} (first error shown; clears once every task works "
+                         f"again)")
+    unclean = [f"{where(r)} ({r['remote_segments_to_clean']})" for r in rows if r.get("remote_segments_to_clean")]
     if unclean:
         lines.append(f"failed uploads or deletions whose remote objects are still to delete (retried every run): "
                      f"{', '.join(unclean)}")
-    waiting = [f"{r['topic']}-{r['partition']}" for r in rows if not r.get("ready", True)]
+    waiting = [where(r) for r in rows if not r.get("ready", True)]
     if waiting:
         lines.append(f"remote metadata still loading for: {', '.join(waiting)} (remote figures shown once loaded)")
-    pending = [r for r in rows if r.get("pending_local_deletion_segments")]
-    if pending and "next_retention_check_ms" in status:
-        count = sum(r["pending_local_deletion_segments"] for r in pending)
-        size = human_bytes(sum(r.get("pending_local_deletion_bytes") or 0 for r in pending))
-        lines.append(f"{count} local segment(s) ({size}) copied and past local retention, deleted by the next "
+    pending: dict[int, list[dict]] = {}  # by the broker (its status) that holds the segments
+    for r in rows:
+        if r.get("pending_local_deletion_segments"):
+            pending.setdefault(id(status_of(r)), []).append(r)
+    for group in pending.values():
+        status = status_of(group[0])
+        if "next_retention_check_ms" not in status:
+            continue
+        count = sum(r["pending_local_deletion_segments"] for r in group)
+        size = human_bytes(sum(r.get("pending_local_deletion_bytes") or 0 for r in group))
+        on = f" on broker {group[0]['broker']}" if "broker" in group[0] else ""
+        lines.append(f"{count} local segment(s) ({size}){on} copied and past local retention, deleted by the next "
                      f"retention check{_next_check(status)}")
-    return "\n".join(lines)
+    return lines
 
 
 def _next_check(status: dict) -> str:

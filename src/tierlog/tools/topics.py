@@ -8,6 +8,7 @@ UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_PARTITIONS, ...) with the br
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -50,16 +51,18 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
     names = list(dict.fromkeys(names))
     topics = await admin.describe_topics(names)
     configs = await admin.describe_configs([("topic", n) for n in names])
-    tps = [TopicPartition(n, p.partition) for n in names for p in topics[n].partitions]
-    starts: dict = {}
-    ends: dict = {}
-    if tps:
-        try:
-            starts = await admin.list_offsets(dict.fromkeys(tps, "earliest"))
-            ends = await admin.list_offsets(dict.fromkeys(tps, "latest"))
-        except errors.KafkaError as exc:  # offline partitions: describe the rest
-            starts = getattr(exc, "results", {})
-            ends = {}
+    # Only a leader knows a partition's offsets: each leader is asked for its own partitions on its own, so a
+    # leader that is down (or died after the metadata named it) leaves the other rows whole; a leaderless
+    # partition is shown without offsets.
+    by_leader: dict[int, list[TopicPartition]] = {}
+    for n in names:
+        for p in topics[n].partitions:
+            if p.leader is not None:
+                by_leader.setdefault(p.leader, []).append(TopicPartition(n, p.partition))
+    answers = await asyncio.gather(*(_offsets(admin, tps, spec) for tps in by_leader.values()
+                                     for spec in ("earliest", "latest")))
+    starts = {tp: o for a in answers[0::2] for tp, o in a.items()}
+    ends = {tp: o for a in answers[1::2] for tp, o in a.items()}
     out = []
     for n in names:
         t = topics[n]
@@ -71,7 +74,9 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
                           "replicas": list(p.replicas), "isr": list(p.isr),
                           "offline_replicas": list(p.offline_replicas),
                           "log_start_offset": starts[tp].offset if tp in starts else None,
-                          "log_end_offset": ends[tp].offset if tp in ends else None})
+                          "log_end_offset": ends[tp].offset if tp in ends else None,
+                          "offsets": "known" if tp in starts and tp in ends else
+                          "no leader" if p.leader is None else "leader not answering"})
         non_default = [{"name": e.name, "value": None if e.sensitive else e.value, "source": e.source.name,
                         "sensitive": e.sensitive}
                        for e in sorted(entries.values(), key=lambda e: e.name)
@@ -80,6 +85,17 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
                     "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
                     "configs": non_default})
     return out
+
+
+async def _offsets(admin: Admin, tps: list[TopicPartition], spec: str) -> dict:
+    """The ``spec`` offsets of one leader's partitions, those it answered for (none when it does not answer
+    within the timeout); an error that waiting does not cure (an ACL's refusal) is raised."""
+    try:
+        return await admin.list_offsets(dict.fromkeys(tps, spec))
+    except errors.KafkaError as exc:
+        if not exc.retriable:
+            raise
+        return getattr(exc, "results", {})
 
 
 async def alter_config(admin: Admin, name: str, set_: Mapping[str, str], delete: Iterable[str]) -> dict:

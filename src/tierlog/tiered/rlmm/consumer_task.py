@@ -73,6 +73,8 @@ class ConsumerTask:
         self._progress = asyncio.Event()  # set after every poll: writers waiting for their event look
         self._task: asyncio.Task | None = None
         self._last_snapshot = time.monotonic()
+        #: The name of the retriable read error last logged, until a read works again: logged once, not every retry.
+        self._retrying: str | None = None
         self.failure: BaseException | None = None
         self.closed = False
         self.events_applied = 0
@@ -209,6 +211,9 @@ class ConsumerTask:
                 for mp in self.read_offsets:
                     self.read_offsets[mp] = max(self.read_offsets[mp],
                                                 await self.consumer.position(TopicPartition(METADATA_TOPIC, mp)))
+                if self._retrying is not None:
+                    log.info("Reading %s again (after: %s)", METADATA_TOPIC, self._retrying)
+                    self._retrying = None
                 self._mark_ready()
                 self._progress.set()
                 if time.monotonic() - self._last_snapshot >= self.snapshot_interval_s:
@@ -217,7 +222,10 @@ class ConsumerTask:
                 raise
             except KafkaError as e:
                 if e.retriable:
-                    log.warning("Error reading %s (retrying): %s", METADATA_TOPIC, e)
+                    if e.name != self._retrying:  # once per kind of error, not every retry
+                        log.warning("Error reading %s (retrying every %.1f s until it works): %s", METADATA_TOPIC,
+                                    RETRY_BACKOFF_S, e)
+                        self._retrying = e.name
                     await asyncio.sleep(RETRY_BACKOFF_S)
                     continue
                 self._fail(e)
