@@ -327,7 +327,7 @@ def test_the_check_finds_unknown_settings_commands_flags_and_columns():
 
 def test_the_check_accepts_what_exists():
     doc = ("`remote.storage.enable=true`, `compression.enable` (rsm.config.), `ssl.*`, `rsm.config.<key>`,\n"
-           "`tierlog topic create demo -c segment.bytes=1048576`, `tierlog tier status --topic demo`,\n"
+           "`tierlog topic create demo --config segment.bytes=1048576`, `tierlog tier status --topic demo`,\n"
            "REMOTE-SEGS and the ROLE and LEADER columns, `docs/cli.md`, `tierlog.client`, `tier status`,\n"
            "`broker -c FILE`.\n\n"
            "```\n$ tierlog topic craete demo\ntierlog: error: invalid choice\nPARTITION  LEADER  LOG-END\n```\n")
