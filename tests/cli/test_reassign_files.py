@@ -1,11 +1,12 @@
-"""Kafka's files of kafka-reassign-partitions and kafka-leader-election as tierlog reads and writes them, and
-the throttled replicas it derives from a move, without a broker (the commands against a cluster are
-tests/cluster/test_reassign_commands.py's)."""
+"""Kafka's files of kafka-reassign-partitions and kafka-leader-election as tierlog reads and writes them, the
+throttled replicas it derives from a move, and the commands refusing a bad file, without a broker (the
+commands against a cluster are tests/cluster/test_reassign_commands.py's)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.cli.clilib import one_error_line, tierlog
 from tierlog.client.admin import PartitionReassignment
 from tierlog.client.types import TopicPartition as TP
 from tierlog.tools import elections, reassign
@@ -87,3 +88,30 @@ def test_the_election_file():
         with pytest.raises(ValueError, match="; ") as e:
             elections.parse_partitions(text)
         assert fragment in str(e.value)
+
+
+def test_the_commands_refuse_a_bad_file_before_connecting(tmp_path):
+    """One line on standard error and exit 2, without a broker: the address given listens nowhere."""
+    nowhere = ["-b", "127.0.0.1:1", "--timeout", "1"]
+
+    def plan(doc: str) -> str:
+        path = tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(doc)
+        return str(path)
+
+    for doc, extra, fragment in [
+        ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[1,2]', (),
+         "the reassignment file is not valid JSON"),
+        ('{"partitions":[{"topic":"a","partition":0,"replicas":[1,1]}]}', (), "a-0 contains multiple entries for 1"),
+        ('{"partitions":[{"topic":"a","partition":0,"replicas":[1],"log_dirs":["/d"]}]}', (), "no AlterReplicaLogDirs"),
+        ('{"partitions":[{"topic":"a","partition":0,"replicas":[1]}]}', ("--replica-alter-log-dirs-throttle", "1000"),
+         "no AlterReplicaLogDirs"),
+    ]:
+        r = tierlog("reassign", "execute", "--reassignment-json-file", plan(doc), *extra, *nowhere)
+        one_error_line(r, fragment)
+        assert r.returncode == 2
+    r = tierlog("leader-election", "--election-type", "preferred", "--path-to-json-file",
+                plan('{"partitions":[{"topic":"a","partition":0},{"topic":"a","partition":0}]}'), *nowhere)
+    one_error_line(r, "Replica election data contains duplicate partitions: a-0")
+    r = tierlog("leader-election", "--election-type", "sideways", "--all-topic-partitions", *nowhere)
+    assert r.returncode == 2 and "invalid choice: 'sideways'" in r.stderr, r
