@@ -3,10 +3,10 @@
 Every operation runs within ``default.api.timeout.ms`` (or the call's ``timeout_ms``), retrying
 retriable errors with Kafka's ``retry.backoff.ms`` .. ``retry.backoff.max.ms`` back-off at most
 ``retries`` times, and raises :class:`~tierlog.client.errors.KafkaTimeoutError` when the time is up.
-Requests go where Kafka's ``KafkaAdminClient`` sends them: topic creation, deletion, new partitions
-and config changes, leader elections and partition reassignments to the controller the metadata names
-(any broker otherwise: KRaft brokers forward), BROKER resources to that broker, ListOffsets and DeleteRecords to each partition's leader,
-group requests to the group's coordinator.
+Requests go where Kafka's ``KafkaAdminClient`` sends them: topic creation, deletion, new partitions,
+config changes, leader elections and partition reassignments to the controller the metadata names (any
+broker otherwise: KRaft brokers forward), BROKER resources to that broker, ListOffsets and DeleteRecords
+to each partition's leader, group requests to the group's coordinator.
 
 Operations on several items (topics, partitions, resources, groups) return a dict keyed by the item
 as the caller gave it. When items fail, the typed Kafka exception of the first failed item (in the
