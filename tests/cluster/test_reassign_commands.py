@@ -136,6 +136,11 @@ def test_generate_execute_throttled_verify_then_a_preferred_election_after_a_res
     stays = 1 - back
     assert [partition(cluster, topic, p).leader_id for p in (0, 1)] == [3, 3]
     election = write(tmp_path, "election.json", {"partitions": [{"topic": topic, "partition": p} for p in (0, 1)]})
+    # an unclean election is for partitions without a leader: nothing changes (a preferred one would move `back`)
+    out = ok("leader-election", "--election-type", "unclean", "--path-to-json-file", election,
+             *b(cluster)).stdout.splitlines()
+    assert out == [f"Valid replica already elected for partitions {topic}-0, {topic}-1"]
+    assert [partition(cluster, topic, p).leader_id for p in (0, 1)] == [3, 3]
     out = ok("leader-election", "--election-type", "PREFERRED", "--path-to-json-file", election,
              *b(cluster)).stdout.splitlines()
     assert out == [f"Successfully completed leader election (PREFERRED) for partitions {topic}-{back}",
