@@ -79,8 +79,9 @@ def test_generate_execute_throttled_verify_then_a_preferred_election_after_a_res
     fill(cluster, topic, 2, 300)
 
     topics = write(tmp_path, "topics.json", {"version": 1, "topics": [{"topic": topic}]})
-    out = ok("reassign", "generate", "--topics-to-move-json-file", topics, "--broker-list", "2,3",
-             *b(cluster)).stdout.splitlines()
+    saved = tmp_path / "proposed.json"
+    out = ok("reassign", "generate", "--topics-to-move-json-file", topics, "--broker-list", "2,3", "--output",
+             saved, *b(cluster)).stdout.splitlines()
     assert out[0] == "Current partition replica assignment"
     assert out[1] == ('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[1,2],'
                       '"log_dirs":["any","any"]},{"topic":"moving","partition":1,"replicas":[1,2],'
@@ -91,7 +92,8 @@ def test_generate_execute_throttled_verify_then_a_preferred_election_after_a_res
     assert sorted(targets) == [0, 1] and all(sorted(r) == [2, 3] for r in targets.values())
     # Kafka's placement: the two partitions start on different brokers
     assert {r[0] for r in targets.values()} == {2, 3}
-    plan = write(tmp_path, "plan.json", out[4])
+    assert saved.read_text() == out[4] + "\n"
+    plan = str(saved)
 
     rate = 1_000_000
     out = ok("reassign", "execute", "--reassignment-json-file", plan, "--throttle", str(rate), *b(cluster)).stdout
