@@ -7,6 +7,7 @@
     tierlog produce TOPIC [--file F] ...          tierlog consume TOPIC [--from earliest] ...
     tierlog group list|describe|reset-offsets|delete ...
     tierlog cluster info
+    tierlog reassign generate|execute|verify|cancel|list ...   tierlog leader-election --election-type ...
     tierlog tier status|reconcile ...             tierlog spark export|storage-report|audit ...
     tierlog completion bash|zsh                   tierlog --version
 
@@ -31,7 +32,21 @@ import sys
 from collections.abc import Sequence
 
 from tierlog import logs
-from tierlog.cli import broker, cluster, completion, config, consume, group, produce, spark, tier, topic, zookeeper
+from tierlog.cli import (
+    broker,
+    cluster,
+    completion,
+    config,
+    consume,
+    election,
+    group,
+    produce,
+    reassign,
+    spark,
+    tier,
+    topic,
+    zookeeper,
+)
 from tierlog.cli.common import ConfigFailure
 from tierlog.cli.config import parse_topic_overrides
 from tierlog.cli.parser import EXIT_INVALID, EXIT_OK, Parser, add_debug
@@ -42,7 +57,8 @@ EXIT_FAILED = 1
 EXIT_CLOSED_PIPE = 141
 
 #: Command families in the order ``tierlog --help`` lists them.
-FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, tier, config, spark, completion)
+FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, reassign, election, tier, config, spark,
+            completion)
 
 #: Modules whose absence means an optional extra is not installed, and the pip command that adds it.
 EXTRAS = {"pyspark": "spark", "pyarrow": "spark", "pandas": "spark", "matplotlib": "spark", "obstore": "objectstore"}

@@ -3,10 +3,10 @@
 Every operation runs within ``default.api.timeout.ms`` (or the call's ``timeout_ms``), retrying
 retriable errors with Kafka's ``retry.backoff.ms`` .. ``retry.backoff.max.ms`` back-off at most
 ``retries`` times, and raises :class:`~tierlog.client.errors.KafkaTimeoutError` when the time is up.
-Requests go where Kafka's ``KafkaAdminClient`` sends them: topic creation, deletion, new partitions
-and config changes to the controller the metadata names (any broker otherwise: KRaft brokers
-forward), BROKER resources to that broker, ListOffsets and DeleteRecords to each partition's leader,
-group requests to the group's coordinator.
+Requests go where Kafka's ``KafkaAdminClient`` sends them: topic creation, deletion, new partitions,
+config changes, leader elections and partition reassignments to the controller the metadata names (any
+broker otherwise: KRaft brokers forward), BROKER resources to that broker, ListOffsets and DeleteRecords
+to each partition's leader, group requests to the group's coordinator.
 
 Operations on several items (topics, partitions, resources, groups) return a dict keyed by the item
 as the caller gave it. When items fail, the typed Kafka exception of the first failed item (in the
@@ -42,8 +42,8 @@ __all__ = [
     "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP",
     "Admin", "AlterConfigOp", "ClusterDescription", "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym",
     "ConsumerGroupDescription", "CreateTopicResult", "GroupListing", "ListOffsetsResult", "LogDirDescription",
-    "MemberDescription", "NewPartitions", "NewTopic", "PartitionDescription", "ReplicaInfo", "TopicDescription",
-    "TopicListing", "TopicPartition",
+    "MemberDescription", "NewPartitions", "NewTopic", "PartitionDescription", "PartitionReassignment", "ReplicaInfo",
+    "TopicDescription", "TopicListing", "TopicPartition",
 ]
 
 # ListOffsets special timestamps (OffsetSpec in Kafka's admin) and the version that introduced each
@@ -59,6 +59,7 @@ _RESOURCE_NAMES = {v: k for k, v in _RESOURCE_TYPES.items()}
 _BROKER, _BROKER_LOGGER = 4, 8
 _CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 _CONFIG_TYPE_NAMES = {v: k for k, v in CONFIG_TYPE_IDS.items()}
+_ELECTION_TYPES = {"preferred": 0, "unclean": 1}  # Kafka's ElectionType
 
 # error codes the admin treats specially
 _UNKNOWN_TOPIC = errors.UnknownTopicOrPartitionError.code
@@ -207,6 +208,15 @@ class LogDirDescription:
     replica_infos: dict[TopicPartition, ReplicaInfo]
     total_bytes: int | None = None
     usable_bytes: int | None = None
+
+
+class PartitionReassignment(NamedTuple):
+    """A partition being moved (ListPartitionReassignments): its replica set while moving (the target
+    followed by the original replicas it drops), and the replicas being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -900,6 +910,119 @@ class Admin:
 
         await self._call("delete_records", timeout_ms, attempt)
         return _finish(wanted, results, failures)
+
+    # -- leaders and reassignments ----------------------------------------------------------------------
+
+    async def _controller_call(self, api: int, body: Mapping[str, Any], deadline: float, what: str) -> Any:
+        """A request the controller answers, with its top-level error raised (NOT_CONTROLLER after a fresh
+        metadata update, so the retry finds the new controller)."""
+        r = await self._send_controller(api, body, deadline)
+        code = getattr(r, "error_code", None)  # ElectLeaders v0 has none
+        code = code.value if code is not None else errors.NO_ERROR
+        if code:
+            if code == _NOT_CONTROLLER:
+                self._client.request_update()
+            raise _error(code, getattr(r, "error_message", None) or None, what)
+        return r
+
+    async def elect_leaders(self, election_type: str | int, partitions: Iterable[Any] | None = None, *,
+                            timeout_ms: int | None = None) -> dict[TopicPartition, errors.KafkaError | None]:
+        """ElectLeaders, ``election_type`` "preferred" or "unclean" (Kafka's ElectionType, 0 or 1), for
+        ``partitions`` (None: every partition). As Kafka's ``electLeaders``, answers {partition: None when a
+        leader was elected, else its error} (ELECTION_NOT_NEEDED for one already led as asked); only a
+        failure of the whole request is raised."""
+        if isinstance(election_type, str):
+            try:
+                election = _ELECTION_TYPES[election_type.lower()]
+            except KeyError:
+                raise ValueError(f"unknown election type {election_type!r}; use preferred or unclean") from None
+        else:
+            election = int(election_type)
+        order = None if partitions is None else list(dict.fromkeys(_tp(p) for p in partitions))
+        if order == []:
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for tp in order or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        async def attempt(deadline: float) -> dict[TopicPartition, errors.KafkaError | None]:
+            r = await self._controller_call(ApiKey.ELECT_LEADERS, {
+                "election_type": election, "timeout": self._request_timeout(deadline),
+                "topic_partitions": None if order is None else [{"topic": t, "partitions": ps}
+                                                                for t, ps in by_topic.items()]},
+                deadline, "ElectLeaders")
+            out: dict[TopicPartition, errors.KafkaError | None] = {}
+            for t in r.replica_election_results:
+                for p in t.partition_result:
+                    code = p.error_code.value
+                    out[TopicPartition(t.topic, int(p.partition_id))] = None if code == errors.NO_ERROR else \
+                        _error(code, p.error_message, f"Partition {t.topic}-{p.partition_id}")
+            return out
+
+        results = await self._call("elect_leaders", timeout_ms, attempt)
+        if order is None:
+            return dict(sorted(results.items()))
+        return {tp: results.get(tp, errors.UnknownServerError(f"The response did not contain a result for {tp}"))
+                for tp in order}
+
+    async def alter_partition_reassignments(self, reassignments: Mapping[Any, Sequence[int] | None], *,
+                                            timeout_ms: int | None = None) -> None:
+        """AlterPartitionReassignments: move each partition ({TopicPartition: target replicas}) to its target
+        replicas, or cancel its reassignment (None), as Kafka's ``alterPartitionReassignments``. Failed
+        partitions raise as the other operations do (INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION,
+        NO_REASSIGNMENT_IN_PROGRESS, ... with the controller's message; ``errors`` has them all)."""
+        wanted = {_tp(tp): None if r is None else [int(b) for b in r] for tp, r in reassignments.items()}
+        pending = dict(wanted)
+        results: dict[TopicPartition, None] = {}
+        failures: dict[TopicPartition, errors.KafkaError] = {}
+
+        async def attempt(deadline: float) -> None:
+            r = await self._controller_call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+                "timeout": self._request_timeout(deadline),
+                "topics": self._by_topic(pending, lambda tp: {"partition_index": tp.partition,
+                                                              "replicas": wanted[tp]})},
+                deadline, "AlterPartitionReassignments")
+            for t in r.responses:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if tp not in pending:
+                        continue
+                    code = p.error_code.value
+                    if code == errors.NO_ERROR:
+                        results[tp] = None
+                    else:
+                        failures[tp] = _error(code, p.error_message, f"Partition {tp.topic}-{tp.partition}")
+                    del pending[tp]
+            self._missing(pending, failures, None, "partition")
+
+        if wanted:
+            await self._call("alter_partition_reassignments", timeout_ms, attempt)
+        _finish(wanted, results, failures)
+
+    async def list_partition_reassignments(self, partitions: Iterable[Any] | None = None, *,
+                                           timeout_ms: int | None = None
+                                           ) -> dict[TopicPartition, PartitionReassignment]:
+        """ListPartitionReassignments: the partitions being moved among ``partitions`` (None: all of the
+        cluster), sorted; a partition that is not moving (or does not exist) is left out, as in Kafka."""
+        tps = None if partitions is None else list(dict.fromkeys(_tp(p) for p in partitions))
+        if tps == []:
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        async def attempt(deadline: float) -> Any:
+            return await self._controller_call(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+                "timeout": self._request_timeout(deadline),
+                "topics": None if tps is None else [{"name": t, "partition_indexes": ps}
+                                                    for t, ps in by_topic.items()]},
+                deadline, "ListPartitionReassignments")
+
+        r = await self._call("list_partition_reassignments", timeout_ms, attempt)
+        found = {TopicPartition(t.name, int(p.partition_index)): PartitionReassignment(
+            tuple(map(int, p.replicas)), tuple(map(int, p.adding_replicas)), tuple(map(int, p.removing_replicas)))
+            for t in r.topics for p in t.partitions}
+        return dict(sorted(found.items()))
 
     # -- cluster ------------------------------------------------------------------------------------------
 
