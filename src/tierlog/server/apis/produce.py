@@ -208,9 +208,10 @@ class ProduceApis:
                         guard = guards.get((name, pd.index), SENTINEL)
                     appended = rm.append_records(name, pd.index, records, acks, verification_guard=guard)
                     last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
+                    duplicate = appended.pop("duplicate")
                     result.update(appended)
                     if acks == -1:
-                        waits.append((result, (name, pd.index, epoch, last_offset)))
+                        waits.append((result, (name, pd.index, epoch, last_offset, duplicate)))
                 except KafkaError as e:
                     result["error_code"] = e.code
                     if self.request_metrics is not None:
