@@ -210,22 +210,64 @@ def test_offsets_for_leader_epoch_answers_from_the_leaders_epoch_cache(cluster):
         refused.close()
 
 
+def produce_batch(cluster, broker_id: int, name: str, batch: bytes):
+    """One Produce (acks=all) of ``batch`` to partition 0 of ``name``; the partition's answer."""
+    raw = RawClient(cluster.brokers[broker_id].bootstrap)
+    try:
+        resp = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "topic_data": [
+            {"name": name, "partition_data": [{"index": 0, "records": batch}]}]})
+        return resp.responses[0].partition_responses[0]
+    finally:
+        raw.close()
+
+
+def test_an_idempotent_retry_while_the_isr_is_too_small_gets_its_original_offset(cluster):
+    """A retry of a batch already in the log is answered as the duplicate it is even while the ISR is below
+    min.insync.replicas, where Kafka answers NOT_ENOUGH_REPLICAS ("not written"): librdkafka then renumbered the
+    batch under a bumped epoch once a later batch of its met OUT_OF_ORDER_SEQUENCE_NUMBER, and it was written
+    twice (the Jepsen run's duplicates). A batch not in the log is still refused."""
+    name = unique("dedup-isr")
+    create(cluster, name, configs={"min.insync.replicas": "3"})
+    state = partition(cluster, name)
+    leader, controller = state.leader_id, cluster.controller_id()
+    follower = next(r for r in state.replica_nodes if r not in (leader, controller))
+    now = int(time.time() * 1000)
+    first, second = (build_batch([(None, v, [], now)], producer_id=4343, producer_epoch=0, base_sequence=seq)
+                     for seq, v in enumerate([b"once", b"next"]))
+    answer = produce_batch(cluster, leader, name, first)
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+    cluster.proxies[leader].cut(source=follower)
+    try:
+        # A follower behind the leader's log end leaves the ISR (one at the end stays in it, however silent).
+        assert produce(cluster, leader, name, [b"plain"], acks=1).error_code == 0
+        cluster.wait_until(lambda: follower not in partition(cluster, name, via=leader).isr_nodes, 30,
+                           f"the leader dropping {follower} from the ISR of {name}-0")
+        retry = produce_batch(cluster, leader, name, first)  # its answer was lost: the producer sends it again
+        assert (retry.error_code, retry.base_offset) == (0, 0), retry
+        refused = produce_batch(cluster, leader, name, second)
+        assert refused.error_code == NOT_ENOUGH_REPLICAS, refused
+    finally:
+        cluster.proxies[leader].heal(source=follower)
+    wait_isr(cluster, name, 3, timeout=60)
+    answer = produce_batch(cluster, leader, name, second)
+    assert (answer.error_code, answer.base_offset) == (0, 2), answer
+    assert produce_batch(cluster, leader, name, first).base_offset == 0  # still the duplicate it was
+    client = CLIENTS["confluent-kafka"](cluster.brokers[leader].bootstrap)
+    try:
+        assert client.watermarks(name, 0) == (0, 3)
+    finally:
+        client.close()
+
+
 def test_an_idempotent_retry_after_a_failover_is_a_duplicate(cluster):
     name = unique("dedup")
     create(cluster, name, assignment=[[3, 1, 2]], configs={"min.insync.replicas": "2"})
     cluster.wait_until(lambda: partition(cluster, name).leader_id == 3, 30, "broker 3 leading")
-    pid = 4242
-    batch = build_batch([(None, b"once", [], int(time.time() * 1000))], producer_id=pid, producer_epoch=0,
+    batch = build_batch([(None, b"once", [], int(time.time() * 1000))], producer_id=4242, producer_epoch=0,
                         base_sequence=0)
 
     def send(broker_id):
-        raw = RawClient(cluster.brokers[broker_id].bootstrap)
-        try:
-            resp = raw.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 10000, "topic_data": [
-                {"name": name, "partition_data": [{"index": 0, "records": batch}]}]})
-            return resp.responses[0].partition_responses[0]
-        finally:
-            raw.close()
+        return produce_batch(cluster, broker_id, name, batch)
     first = send(3)
     assert (first.error_code, first.base_offset) == (0, 0)
     wait_same_logs(cluster, name)

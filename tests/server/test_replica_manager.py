@@ -231,3 +231,50 @@ def test_a_follower_checks_the_current_leader_epoch_first(tmp_path):
         finally:
             await node.close()
     asyncio.run(scenario())
+
+
+def test_a_duplicate_batch_is_answered_as_such_whatever_the_isr(tmp_path):
+    """acks=all and an ISR below min.insync.replicas: a retried idempotent batch already in the log gets its
+    original offset (Kafka refuses it NOT_ENOUGH_REPLICAS, "not written", which let librdkafka renumber and write
+    it again), a new one is refused; a duplicate's wait ends NONE once the high watermark passed it, where an
+    append's ends NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank after the high watermark moved)."""
+    from tierlog.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError, RequestTimedOutError
+    from tierlog.records import build_batch
+    from tierlog.server.partition import FollowerState
+
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("dup", 1, 1, configs={"min.insync.replicas": "2"})
+            rm = node.rm
+            p = rm.get_partition("dup", 0)
+            p.replicas, p.isr = (1, 2), (1, 2)  # a follower, broker 2, that has nothing yet
+            p.followers = {2: FollowerState(log_end_offset=0)}
+
+            def batch(seq: int) -> bytes:
+                return build_batch([(None, b"v%d" % seq, [], TS0)], producer_id=7, producer_epoch=0,
+                                   base_sequence=seq)
+
+            def wait(appended: dict) -> tuple:  # what the Produce handler waits on for acks=all
+                return "dup", 0, appended["leader_epoch"], appended["last_offset"], appended["duplicate"]
+
+            first = rm.append_records("dup", 0, batch(0), acks=-1)
+            assert (first["base_offset"], first["duplicate"]) == (0, False)
+            p.isr = (1,)  # the follower left the ISR
+            retry = rm.append_records("dup", 0, batch(0), acks=-1)
+            assert (retry["base_offset"], retry["duplicate"]) == (0, True)
+            with pytest.raises(NotEnoughReplicasError):
+                rm.append_records("dup", 0, batch(1), acks=-1)
+            # The high watermark stands still below min.insync.replicas: the duplicate waits, as an append does.
+            p.followers[2].log_end_offset = 1
+            assert not p.maybe_increment_high_watermark()
+            assert await rm.wait_for_acks([wait(retry)], 0.05) == [RequestTimedOutError.code]
+            p.isr = (1, 2)
+            assert p.maybe_increment_high_watermark() and p.log.high_watermark == 1
+            p.isr = (1,)
+            assert await rm.wait_for_acks([wait(first), wait(retry)], 5) == [
+                NotEnoughReplicasAfterAppendError.code, 0]
+            assert p.log.log_end_offset == 1  # one record, not two
+        finally:
+            await node.close()
+    asyncio.run(scenario())

@@ -376,13 +376,20 @@ class ReplicaManager:
         p = self.get_partition(topic, partition)  # an unknown partition first, as Kafka's produce handler
         if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
             raise InvalidTopicError(f"Cannot append to internal topic {topic}")
+        info = None
         if acks == -1 and p.effective_min_isr() > len(p.isr or (self.node_id,)):
-            raise NotEnoughReplicasError(
-                f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
-                f"min.insync.replicas requires")
+            # Kafka refuses before it looks for a duplicate, telling a producer whose retry is already in the
+            # log that it was not written; librdkafka then renumbers it under a bumped epoch as soon as a later
+            # batch of its meets OUT_OF_ORDER_SEQUENCE_NUMBER, and writes it twice. A duplicate is answered.
+            info = p.log.find_duplicate(records) if not from_coordinator else None
+            if info is None:
+                raise NotEnoughReplicasError(
+                    f"the in-sync replicas of {p} ({len(p.isr)}) are fewer than the {p.effective_min_isr()} that "
+                    f"min.insync.replicas requires")
         try:
-            info = p.log.append_as_leader(records, p.leader_epoch, from_coordinator=from_coordinator,
-                                          verification_guard=verification_guard)
+            if info is None:
+                info = p.log.append_as_leader(records, p.leader_epoch, from_coordinator=from_coordinator,
+                                              verification_guard=verification_guard)
         except OSError as e:
             raise KafkaStorageError(f"cannot append to {p}: {e}") from e
         p.maybe_increment_high_watermark()
@@ -392,10 +399,11 @@ class ReplicaManager:
             # The offsets taken are the batches' record counts (validation holds them equal): no record is read.
             count = 0 if info.duplicate else info.last_offset - info.first_offset + 1
             self.topic_metrics.appended(topic, len(records), count)
-        # last_offset and leader_epoch are for an acks=all wait (wait_for_acks); the encoder ignores them.
+        # last_offset, leader_epoch and duplicate are for an acks=all wait (wait_for_acks); the encoder ignores
+        # them.
         return {"base_offset": info.first_offset, "log_append_time_ms": info.log_append_time,
                 "log_start_offset": p.log.log_start_offset, "last_offset": info.last_offset,
-                "leader_epoch": p.leader_epoch}
+                "leader_epoch": p.leader_epoch, "duplicate": info.duplicate}
 
     def maybe_start_transaction_verification(self, topic: str, partition: int, producer_id: int, sequence: int,
                                              epoch: int):
@@ -430,22 +438,24 @@ class ReplicaManager:
             self.topic_metrics.appended(topic, info.valid_bytes, 1)
         return info.last_offset, p.leader_epoch
 
-    async def wait_for_acks(self, waits: list[tuple[str, int, int, int]], timeout_s: float) -> list[int]:
+    async def wait_for_acks(self, waits: list[tuple], timeout_s: float) -> list[int]:
         """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
         offset appended), wait until the high watermark has passed the offset, then answer NONE, or
         NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile. A
         partition no longer led here, or whose log no longer holds the record in the epoch it was appended in
         (led elsewhere meanwhile and truncated), answers NOT_LEADER_OR_FOLLOWER; a new epoch of the same
         leader (ZooKeeper mode's controller removing a dead follower from the ISR) keeps the wait, as Kafka's
-        DelayedProduce does. One still waiting after ``timeout_s`` answers REQUEST_TIMED_OUT.
+        DelayedProduce does. One still waiting after ``timeout_s`` answers REQUEST_TIMED_OUT. A fifth item True
+        marks a duplicate batch (written by an earlier request): once the high watermark passed it, it is
+        committed whatever the ISR is now (the high watermark only moves with ``min.insync.replicas`` replicas).
         Returns the error codes in the order of ``waits``."""
         codes: list[int | None] = [None] * len(waits)
         deadline = time.monotonic() + max(timeout_s, 0)
         while True:
             pending = []
-            for i, (topic, index, epoch, last_offset) in enumerate(waits):
+            for i, (topic, index, epoch, last_offset, *duplicate) in enumerate(waits):
                 if codes[i] is None:
-                    codes[i] = self._ack_state(topic, index, epoch, last_offset)
+                    codes[i] = self._ack_state(topic, index, epoch, last_offset, bool(duplicate and duplicate[0]))
                     if codes[i] is None:
                         pending.append((topic, index))
             if not pending:
@@ -465,7 +475,8 @@ class ReplicaManager:
                                          timeout_s)
         return codes[0]
 
-    def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int) -> int | None:
+    def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int, duplicate: bool = False
+                   ) -> int | None:
         p = self.partitions.get((topic, index))
         if p is None or not self.leads(p):
             return NotLeaderOrFollowerError.code
@@ -475,6 +486,8 @@ class ReplicaManager:
             return KafkaStorageError.code
         if p.log.high_watermark <= last_offset:
             return None
+        if duplicate:
+            return 0
         return NotEnoughReplicasAfterAppendError.code if len(p.isr) < p.effective_min_isr() else 0
 
     # ------------------------------------------------------------------ replication, the leader's side

@@ -31,6 +31,7 @@ from tierlog.errors import (
     InvalidRecordError,
     InvalidRequestError,
     InvalidTxnStateError,
+    KafkaError,
     KafkaStorageError,
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
@@ -590,6 +591,21 @@ class Log:
             self.flush()
         return LogAppendInfo(first_offset, next_offset - 1, now if cfg.log_append_time else max_ts,
                              now if cfg.log_append_time else -1, self.log_start_offset, total)
+
+    def find_duplicate(self, data: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """The answer to a produce batch that repeats one of its producer's last five batches here (what
+        :meth:`append_as_leader` answers it), or None: nothing is validated or written. For a retry that comes
+        while the ISR is below ``min.insync.replicas``: its records are already in the log."""
+        try:
+            h = read_header(data)
+        except KafkaError:
+            return None
+        entry = self.producer_state.producers.get(h.producer_id) if h.producer_id >= 0 else None
+        dup = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence) if entry else None
+        if dup is None:
+            return None
+        return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp, self.log_start_offset,
+                             0, duplicate=True)
 
     def maybe_start_transaction_verification(self, producer_id: int, sequence: int,
                                              epoch: int) -> VerificationGuard:

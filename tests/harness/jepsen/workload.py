@@ -119,8 +119,12 @@ class ProducerWorker(threading.Thread):
         librdkafka bumps the producer epoch and sends the rest of its queue again from sequence 0, those whose
         earlier request timed out too (possibly written): such a re-send is a duplicate the broker cannot see.
         Faults here last well under this, so a duplicate is the broker's doing (the report names the producer
-        epochs of every copy). ``debug_log``: a file for librdkafka's idempotence log (``debug=eos``: producer
-        ids, epoch bumps and why, sequence resets), to explain what a report shows."""
+        epochs of every copy). ``debug_log``: a file for librdkafka's idempotence log (``debug=eos,msg``: producer
+        ids, epoch bumps and why, sequence resets, and each batch sent with its answer and the action taken),
+        to explain what a report shows. A gap is one thing that bumps the epoch: a later batch answered
+        OUT_OF_ORDER_SEQUENCE_NUMBER after an earlier one was refused, and every unacknowledged batch is sent
+        again from sequence 0, one that had been written too (the reason a retry already in the log must be
+        answered as a duplicate, never as "not written")."""
         super().__init__(daemon=True, name=f"producer-{name}")
         self.base, self.bootstrap, self.topic, self.partitions = name, bootstrap, topic, partitions
         self.history, self.stop, self.interval = history, stop, interval
@@ -143,7 +147,7 @@ class ProducerWorker(threading.Thread):
 
     def _producer(self):
         from confluent_kafka import Producer
-        extra = {"debug": "eos", "logger": self._logger()} if self.debug_log else {}
+        extra = {"debug": "eos,msg", "logger": self._logger()} if self.debug_log else {}
         return Producer({**extra,
             "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 30000,

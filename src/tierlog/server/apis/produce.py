@@ -34,9 +34,9 @@ from tierlog.errors import (
     UnsupportedCompressionTypeError,
 )
 from tierlog.kafka_uuid import ZERO_UUID
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.hot_responses import encode_produce_response
-from tierlog.protocol.offload import EncodedResponse
+from tierlog.protocol.offload import EncodedResponse, Pacer
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.batch import TRANSACTIONAL_FLAG_MASK
 from tierlog.records.validation import record_errors_of
@@ -166,7 +166,11 @@ class ProduceApis:
                 return self._refuse_all(ctx, InvalidProducerIdMappingError.code)
             unverified, guards = verified
         responses = []
-        waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset)) to wait for
+        waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset, duplicate)) to wait for
+        # A request may name 100,000s of partitions (Kafka bounds it by socket.request.max.bytes only): the walk
+        # yields to the loop every few ms, so that other connections are answered meanwhile.
+        pacer = Pacer()
+        walked = 0
         for topic_data in req.topic_data:
             name = getattr(topic_data, "name", None)
             if name is None:
@@ -174,6 +178,9 @@ class ProduceApis:
                 name = rm.topic_name(topic_id) or ""
             parts = []
             for pd in topic_data.partition_data:
+                walked += 1
+                if not walked & 255:
+                    await pacer()
                 result = {"index": pd.index, "error_code": NO_ERROR, "base_offset": -1, "log_append_time_ms": -1,
                           "log_start_offset": -1}
                 if denied_topics and name in denied_topics:
@@ -208,9 +215,10 @@ class ProduceApis:
                         guard = guards.get((name, pd.index), SENTINEL)
                     appended = rm.append_records(name, pd.index, records, acks, verification_guard=guard)
                     last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
+                    duplicate = appended.pop("duplicate")
                     result.update(appended)
                     if acks == -1:
-                        waits.append((result, (name, pd.index, epoch, last_offset)))
+                        waits.append((result, (name, pd.index, epoch, last_offset, duplicate)))
                 except KafkaError as e:
                     result["error_code"] = e.code
                     if self.request_metrics is not None:
@@ -247,6 +255,15 @@ class ProduceApis:
                     ctx.throttle_ms = throttle  # answered at once, the connection muted meanwhile
         if acks == 0:
             return None
+        if walked >= offload.BIG_ITEMS:  # a big answer is encoded in a worker thread, the request freed there
+            def encode_and_free() -> EncodedResponse:
+                frame = encode_produce_response(ctx.api_version, ctx.correlation_id, responses, throttle)
+                offload.dismantle(responses)
+                offload.dismantle(waits)
+                offload.dismantle(ctx.request)
+                return EncodedResponse(frame)
+            with offload.gc_paused():
+                return await asyncio.to_thread(encode_and_free)
         # Written straight to bytes: through kio this small answer cost a sixth of the broker's produce CPU.
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses, throttle))
 
