@@ -5,12 +5,19 @@ listings and deletes (the figures behind /metrics, tier status and bench/cost.py
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
 
+from tests.harness import ROOT
 from tests.harness.s3 import s3_configs
 from tests.harness.s3_requests import counting_moto_server, operation
+from tests.harness.tiered import metrics_url, sample_value, scrape, tier_status, wait_for
+from tests.tiered.test_tiered_broker import SMALL, TIERED, produce
 from tierlog.tiered.metadata import IndexType
 from tierlog.tiered.rsm import create_remote_storage_manager
 
@@ -68,3 +75,41 @@ def test_server_side_classification():
     assert operation("POST", "/b", "delete=", {}) == "DELETE"
     assert operation("GET", "/b", "list-type=2&prefix=a/", {}) == "LIST"
     assert operation("GET", "/b/k", "", {"range": "bytes=0-9"}) == "GET_RANGE"
+
+
+def test_broker_reports_the_requests_its_store_served(counted, start_broker):
+    """/metrics, /v1/tier/status and ``tierlog tier status`` give the counts the server served, after uploads and
+    a read of the whole topic from the remote tier."""
+    endpoint, served = counted
+    store = {f"rsm.config.{k}": v for k, v in s3_configs(endpoint, "s3://tiered/broker").items()}
+    served.reset()
+    b = start_broker({**TIERED, "remote.log.storage.manager.class.name": "objectstore", **store})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("costed", 1, 1, topic_configs=SMALL)])
+    admin.close()
+    produce(b.bootstrap, "costed", 300)
+    url = metrics_url(b)
+    wait_for(lambda: all(p["ready"] and p["copy_lag_segments"] == 0 and p["remote_segments"] > 0
+                         and p["local_log_start_offset"] > 0 for p in tier_status(b, "costed")["partitions"]),
+             what="copied and past local retention")
+    c = KafkaConsumer(bootstrap_servers=b.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=20_000)
+    c.assign([TopicPartition("costed", 0)])
+    got = sum(1 for _, m in zip(range(300), c, strict=False) if m)
+    c.close()
+    assert got == 300
+
+    def agreed():  # the broker is idle once read: what it counted and what was served settle equal
+        before = served.snapshot()
+        status = tier_status(b)["store_requests"]
+        samples = scrape(url)
+        return (status, samples) if _nonzero(status) == before == served.snapshot() else None
+    status, samples = wait_for(agreed, what="the broker's counts equal the server's")
+    assert status["GET_RANGE"]["requests"] > 0 and status["PUT"]["requests"] > 0
+    for op, c in status.items():
+        assert sample_value(samples, "kafka_server_remotestoragemetrics_requests_total", operation=op) == c["requests"]
+        assert sample_value(samples, "kafka_server_remotestoragemetrics_bytes_total", operation=op) == c["bytes"]
+    out = subprocess.run([sys.executable, "-m", "tierlog", "tier", "status", "--url", url], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("remote store requests since start: ")]
+    assert line and f"GET_RANGE {status['GET_RANGE']['requests']} (" in line[0], out.stdout

@@ -226,7 +226,7 @@ def _format_tiering(status: dict, topic: str | None) -> str:
     lines = [_broker_line(status)]
     if not rows and not status.get("topics"):
         lines.append("no tiered partitions" + (f" for topic {topic}" if topic else ""))
-        return "\n".join(lines)
+        return "\n".join(lines + _store_requests_line(status))
     lines += _render([[_cell(r, k, kind) for k, _, kind in COLUMNS] for r in rows], [h for _, h, _ in COLUMNS])
     topics = [t for t in status.get("topics", []) if topic is None or t["topic"] == topic]
     if topics:
@@ -258,7 +258,17 @@ def _format_tiering(status: dict, topic: str | None) -> str:
         size = human_bytes(sum(r.get("pending_local_deletion_bytes") or 0 for r in pending))
         lines.append(f"{count} local segment(s) ({size}) copied and past local retention, deleted by the next "
                      f"retention check{_next_check(status)}")
-    return "\n".join(lines)
+    return "\n".join(lines + _store_requests_line(status))
+
+
+def _store_requests_line(status: dict) -> list[str]:
+    """What this broker asked the remote store since it started, by operation (what the store bills)."""
+    counts = status.get("store_requests")
+    if not counts:
+        return []
+    used = [f"{op} {c['requests']}" + (f" ({human_bytes(c['bytes'])})" if c["bytes"] else "")
+            for op, c in counts.items() if c["requests"]]
+    return [f"remote store requests since start: {', '.join(used) if used else 'none'}"]
 
 
 def _next_check(status: dict) -> str:
