@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,53 @@ def test_broker_reports_the_requests_its_store_served(counted, start_broker):
     assert out.returncode == 0, out.stderr
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("remote store requests since start: ")]
     assert line and f"GET_RANGE {status['GET_RANGE']['requests']} (" in line[0], out.stdout
+
+
+class _SeenLock:
+    """A lock that says when a second thread has to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self):
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def test_two_readers_of_a_cold_segment_read_its_manifest_once(make_rsm, segment):
+    """A read and the read-ahead reaching a new segment together: one GET of its manifest, not one each."""
+    rsm = make_rsm("filesystem")
+    md = segment.metadata()
+    rsm.copy_log_segment_data(md, segment.data)
+    rsm._forget(md)
+    locks: list[_SeenLock] = []
+
+    class Loading(dict):
+        def setdefault(self, key, default=None):
+            if key not in self:
+                locks.append(_SeenLock())
+                self[key] = locks[-1]
+            return self[key]
+    rsm._loading = Loading()
+    gets: list[str] = []
+    plain_get = rsm._get
+
+    def get(key: str) -> bytes:
+        gets.append(key)
+        if len(gets) == 1:  # the first reader holds its GET until the second waits for it (10 s: it never does)
+            second.start()
+            locks[0].contended.wait(10)
+        return plain_get(key)
+    rsm._get = get
+    out: list[bytes] = []
+    second = threading.Thread(target=lambda: out.append(rsm.fetch_log_segment(md, 0, 9)))
+    assert rsm.fetch_log_segment(md, 0, 9) == segment.files["log"][:10]
+    second.join()
+    assert out == [segment.files["log"][:10]]
+    assert gets == [rsm.segment_keys(md).manifest]
