@@ -11,18 +11,22 @@ import threading
 from dataclasses import replace
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from tests.harness import ROOT
 from tests.harness.s3 import s3_configs
 from tests.harness.s3_requests import counting_moto_server, operation
 from tests.harness.tiered import metrics_url, sample_value, scrape, tier_status, wait_for
-from tests.tiered.test_tiered_broker import SMALL, TIERED, produce
 from tierlog.tiered.metadata import IndexType
 from tierlog.tiered.rsm import create_remote_storage_manager
 
 PART = 5 << 20
+TIERED = {"remote.log.storage.system.enable": "true", "remote.log.metadata.manager.class.name": "memory",
+          "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "100",
+          "metrics.port": "0"}
+SMALL = {"remote.storage.enable": "true", "segment.bytes": "20000", "local.retention.bytes": "1",
+         "file.delete.delay.ms": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +92,11 @@ def test_broker_reports_the_requests_its_store_served(counted, start_broker):
     admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
     admin.create_topics([NewTopic("costed", 1, 1, topic_configs=SMALL)])
     admin.close()
-    produce(b.bootstrap, "costed", 300)
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, linger_ms=5)
+    for i in range(300):
+        p.send("costed", (b"%08d" % i) * 125)
+    p.flush()
+    p.close()
     url = metrics_url(b)
     wait_for(lambda: all(p["ready"] and p["copy_lag_segments"] == 0 and p["remote_segments"] > 0
                          and p["local_log_start_offset"] > 0 for p in tier_status(b, "costed")["partitions"]),
