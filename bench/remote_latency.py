@@ -24,7 +24,7 @@ and then remote only (``local.retention.bytes=1``) but the active segment. For e
 Prints ONE JSON line: per round trip the medians over ``--runs`` runs and ``ratio_1``/``ratio_4`` (catch-up
 over ceiling; target >= 0.8).
 
-    python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 32] [--segment-mib 8]
+    python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 48] [--segment-mib 8]
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--rtt-ms", default="0,20,50")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--mb", type=int, default=32, help="MiB per partition")
+    ap.add_argument("--mb", type=int, default=48, help="MiB per partition (less: client start-up weighs)")
     ap.add_argument("--segment-mib", type=int, default=8)
     args = ap.parse_args()
     print(json.dumps({"bench": "remote_latency", **run(args)}, separators=(",", ":")))
