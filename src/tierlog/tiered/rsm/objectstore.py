@@ -36,7 +36,7 @@ from tierlog.config.values import HIDDEN, is_sensitive_key
 from tierlog.errors import InvalidConfigError
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
 from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
-from tierlog.tiered.rsm.requests import CountedChunks, StoreRequests
+from tierlog.tiered.rsm.requests import StoreRequests
 
 log = logging.getLogger(__name__)
 
@@ -131,18 +131,13 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     # -- primitives --
 
     def _put_file(self, key: str, path: str) -> None:
-        size = Path(path).stat().st_size
         self._call(f"upload {key}", obstore.put, self._store, key, Path(path), chunk_size=self.part_size)
-        self.requests.upload(size, self.part_size, multipart=size > self.part_size)  # obstore's rule for a file
 
     def _put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
-        counted = CountedChunks(chunks)  # obstore uploads an iterable in parts, whatever its size
-        self._call(f"upload {key}", obstore.put, self._store, key, counted, chunk_size=self.part_size)
-        self.requests.upload(counted.total, self.part_size, multipart=True)
+        self._call(f"upload {key}", obstore.put, self._store, key, chunks, chunk_size=self.part_size)
 
     def _put_bytes(self, key: str, data: bytes) -> None:
         # One plain PUT: small objects need no multipart upload.
-        self.requests.add("PUT", 1, len(data))
         self._call(f"upload {key}", obstore.put, self._store, key, data, use_multipart=False)
 
     def _get(self, key: str) -> bytes:
@@ -162,13 +157,11 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             self.requests.add("GET_RANGE", 1, len(data))
 
     def _delete(self, keys: list[str]) -> None:
-        self.requests.deleted(len(keys))
         try:
             self._call("delete objects", obstore.delete, self._store, keys)
         except FileNotFoundError:
             # Stores without bulk delete (local) stop at the first missing key: go one by one.
             for key in keys:
-                self.requests.add("DELETE")
                 try:
                     self._call(f"delete {key}", obstore.delete, self._store, key)
                 except FileNotFoundError:
@@ -199,7 +192,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         if self._store is None:
             raise RemoteStorageError(f"cannot {what}: the object store is not configured or closed")
         try:
-            return fn(*args, **kwargs)
+            return self.requests.call(fn, *args, **kwargs)  # uploads, deletes and HEADs counted there
         except FileNotFoundError:
             raise
         except obs_errors.NotFoundError as e:

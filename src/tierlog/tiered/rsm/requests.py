@@ -13,13 +13,20 @@ transient failures inside one call); bench/cost.py checks them against a server'
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import obstore
 
 OPERATIONS = ("PUT", "CREATE_MULTIPART", "UPLOAD_PART", "COMPLETE_MULTIPART", "GET", "GET_RANGE", "HEAD", "LIST",
               "DELETE")
 #: Keys per page of an S3 ListObjectsV2 answer, and per DeleteObjects request.
 LIST_PAGE_KEYS = 1000
 DELETE_BATCH_KEYS = 1000
+OBSTORE_CHUNK_SIZE = 5 * 1024 * 1024  # obstore.put's default part size
+
+_T = TypeVar("_T")
 
 
 class StoreRequests:
@@ -52,6 +59,39 @@ class StoreRequests:
     def deleted(self, keys: int) -> None:
         """A bulk delete of ``keys`` keys."""
         self.add("DELETE", max(1, -(-keys // DELETE_BATCH_KEYS)))
+
+    def call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``fn(*args, **kwargs)``, counting the requests of uploads (``obstore.put``, by obstore's rule for
+        when it goes multipart), deletes (``obstore.delete``) and ``obstore.head``; other calls are counted by
+        their callers. A failed upload counts its first request only: what it sent before failing is unknown."""
+        if fn is obstore.put:
+            return self._put(fn, *args, **kwargs)
+        if fn is obstore.delete:
+            self.deleted(len(args[1])) if isinstance(args[1], list) else self.add("DELETE")
+        elif fn is obstore.head:
+            self.add("HEAD")
+        return fn(*args, **kwargs)
+
+    def _put(self, fn: Callable[..., _T], store: Any, key: str, data: Any, *rest: Any, **kwargs: Any) -> _T:
+        part = kwargs.get("chunk_size", OBSTORE_CHUNK_SIZE)
+        multipart = kwargs.get("use_multipart")
+        counted = None
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            size = len(data)
+        elif isinstance(data, Path):
+            size = data.stat().st_size
+        else:  # a stream: its size is known once obstore has read it
+            data = counted = CountedChunks(data)
+            size = 0
+        if multipart is None:
+            multipart = counted is not None or size > part
+        try:
+            result = fn(store, key, data, *rest, **kwargs)
+        except BaseException:
+            self.add("CREATE_MULTIPART" if multipart else "PUT")
+            raise
+        self.upload(counted.total if counted is not None else size, part, multipart)
+        return result
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """``{operation: {"requests": n, "bytes": n}}`` for every operation, zeros included."""
