@@ -13,8 +13,10 @@ a client that does not.
 ``require()`` checks that Java and ZooKeeper's jars are there: without them the test is skipped
 locally and fails in CI (tests/harness/prerequisites.py), where .ci/run installs Debian's package.
 ``restart_zookeeper`` starts a stopped server again on the same port and data (a ZooKeeper restart under
-a running cluster). Every server started here is stopped by its PID; ``kill_running()`` (the plugin, at the end of the
-session) kills what a teardown did not reach.
+a running cluster). ``start_ensemble(root)`` runs three servers as one quorum (an :class:`Ensemble`, whose
+``connect`` names all three), so a test can kill and restart one of them while the quorum keeps serving.
+Every server started here is stopped by its PID; ``kill_running()`` (the plugin, at the end of the session)
+kills what a teardown did not reach.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.prerequisites import unavailable
-from tierlog.tools.zookeeper import ZooKeeperError, ZooKeeperServer, find_classpath, find_java
+from tierlog.tools.zookeeper import ZooKeeperError, ZooKeeperServer, find_classpath, find_java, four_letter_word
 
 TICK_TIME_MS = 200
 #: Two ticks, ZooKeeper's floor: the shortest session a test can ask for.
@@ -130,3 +133,87 @@ def wait_until_ok(server: ZooKeeperServer, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"ZooKeeper on {server.connect} did not answer imok within {timeout}s")
         time.sleep(0.05)
+
+
+# -------------------------------------------------------------------------------------------- ensemble
+
+#: Ticks a follower has to connect and sync to the leader, and to stay in step: 4 s and 2 s at a 200 ms tick,
+#: generous for a loaded machine.
+ENSEMBLE_CONFIG = {**TEST_CONFIG, "initLimit": "20", "syncLimit": "10"}
+
+
+class QuorumServer(ZooKeeperServer):
+    """A server of an ensemble: ZooKeeper's quorum peer instead of the product's standalone main class."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        return [*cmd[:-2], "org.apache.zookeeper.server.quorum.QuorumPeerMain", cmd[-1]]
+
+
+@dataclass
+class Ensemble:
+    """ZooKeeper servers forming one quorum on 127.0.0.1; ``connect`` lists every one of them."""
+
+    servers: list[ZooKeeperServer]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(s.connect for s in self.servers)
+
+    @property
+    def host(self) -> str:  # what a TcpProxy in front of "the" ZooKeeper would dial: the first server
+        return self.servers[0].host
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    def mode(self, server: ZooKeeperServer) -> str:
+        """"leader", "follower", or "" while the server is down or not in the quorum (``srvr``)."""
+        for line in four_letter_word(server.host, server.port, "srvr", timeout=0.5).splitlines():
+            if line.startswith("Mode: "):
+                return line.split(": ", 1)[1].strip()
+        return ""
+
+    def leader(self) -> ZooKeeperServer | None:
+        return next((s for s in self.servers if self.mode(s) == "leader"), None)
+
+    def wait_quorum(self, timeout: float = 60) -> None:
+        """Until one running server leads and every other running one follows it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            modes = [self.mode(s) for s in self.servers if s.proc is not None and s.proc.poll() is None]
+            if modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no ZooKeeper quorum within {timeout}s: modes {modes}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            stop_zookeeper(s)
+
+
+def start_ensemble(root: Path, size: int = 3, timeout: float = 60) -> Ensemble:
+    """``size`` servers (data in ``root``/zk<id>) on free ports, started and formed into a quorum."""
+    require()
+    ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, quorum, election
+    peers = {f"server.{i}": f"127.0.0.1:{q}:{e}" for i, (_, q, e) in enumerate(ports, 1)}
+    servers = []
+    for i, (client, _, _) in enumerate(ports, 1):
+        data = root / f"zk{i}"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "myid").write_text(f"{i}\n")
+        servers.append(QuorumServer(data, "127.0.0.1", client, tick_time_ms=TICK_TIME_MS,
+                                    min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
+                                    max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra={**ENSEMBLE_CONFIG, **peers}))
+    ensemble = Ensemble(servers)
+    try:
+        for server in servers:  # a server answers ruok before it has a quorum: start each, then wait for it
+            running.add(server)
+            server.start(timeout)
+        ensemble.wait_quorum(timeout)
+    except BaseException:
+        ensemble.stop()
+        raise
+    return ensemble

@@ -97,6 +97,7 @@ from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
 from tierlog.tiered.rlmm.consumer_task import METADATA_TOPIC
 from tierlog.tiered.rsm import create_remote_storage_manager
+from tierlog.tiered.store_request_metrics import StoreRequestsCollector
 from tierlog.tiered.tiering_metrics import TieringStateCollector
 
 log = logging.getLogger(__name__)
@@ -412,6 +413,7 @@ class Broker:
         self.metrics.register(BrokerStateCollector(self.node_id, lambda: rm.partitions.values(), rlmm_ready))
         if rlm is not None:
             self.metrics.register(TieringStateCollector(rlm))
+            self.metrics.register(StoreRequestsCollector(rlm.rsm))
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self.metrics.registry)
 

@@ -16,7 +16,8 @@ def tier_status(controller: Controller, rlm: RemoteLogManager | None, log_manage
                 topic: str | None = None) -> dict:
     """Each tiered partition (``state`` "loading" while its remote metadata loads after a restart, its
     remote figures None until then), each topic's tiering state with what a disablement still has to
-    delete, each log dir's state (an offline one with its cause), and when local retention runs next."""
+    delete, each log dir's state (an offline one with its cause), when local retention runs next, and the
+    requests this broker sent the remote store by operation (None from a manager that does not count)."""
     driver = controller.disablements
     now_ms = int(time.time() * 1000)
     topics = []
@@ -35,6 +36,7 @@ def tier_status(controller: Controller, rlm: RemoteLogManager | None, log_manage
             "now_ms": now_ms, "retention_check_interval_ms": log_manager.retention_check_interval_ms,
             "next_retention_check_ms": log_manager.next_retention_check_ms(),
             "topics": topics, "partitions": rlm.status(topic, now_ms) if rlm is not None else [],
+            "store_requests": rlm.rsm.store_requests() if rlm is not None else None,
             "log_dirs": log_manager.log_dir_status()}
 
 

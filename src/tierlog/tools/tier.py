@@ -301,11 +301,11 @@ def _format_tiering(status: dict, topic: str | None) -> str:
     lines = [_broker_line(status)]
     if not rows and not status.get("topics"):
         lines.append("no tiered partitions" + (f" for topic {topic}" if topic else ""))
-        return "\n".join(lines)
+        return "\n".join(lines + _store_requests_line(status))
     lines += _render([[_cell(r, k, kind) for k, _, kind in COLUMNS] for r in rows], [h for _, h, _ in COLUMNS])
     topics = [t for t in status.get("topics", []) if topic is None or t["topic"] == topic]
     lines += _notes(topics, rows, lambda r: f"{r['topic']}-{r['partition']}", lambda r: status)
-    return "\n".join(lines)
+    return "\n".join(lines + _store_requests_line(status))
 
 
 def format_cluster(merged: dict, topic: str | None = None) -> str:
@@ -330,6 +330,8 @@ def format_cluster(merged: dict, topic: str | None = None) -> str:
     lines += _render([[_cell(r, k, kind) for k, _, kind in columns] for r in rows], [h for _, h, _ in columns])
     lines += _notes(merged["topics"], rows, lambda r: f"{r['topic']}-{r['partition']} on broker {r['broker']}",
                     lambda r: by_id[r["broker"]])
+    for b in merged["brokers"]:
+        lines += [f"broker {b['node_id']}: {line}" for line in _store_requests_line(b)]
     return "\n".join(lines)
 
 
@@ -372,6 +374,16 @@ def _notes(topics: list[dict], rows: list[dict], where, status_of) -> list[str]:
         lines.append(f"{count} local segment(s) ({size}){on} copied and past local retention, deleted by the next "
                      f"retention check{_next_check(status)}")
     return lines
+
+
+def _store_requests_line(status: dict) -> list[str]:
+    """What this broker asked the remote store since it started, by operation (what the store bills)."""
+    counts = status.get("store_requests")
+    if not counts:
+        return []
+    used = [f"{op} {c['requests']}" + (f" ({human_bytes(c['bytes'])})" if c["bytes"] else "")
+            for op, c in counts.items() if c["requests"]]
+    return [f"remote store requests since start: {', '.join(used) if used else 'none'}"]
 
 
 def _next_check(status: dict) -> str:

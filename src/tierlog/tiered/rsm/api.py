@@ -152,6 +152,11 @@ class RemoteStorageManager(abc.ABC):
         """(key, size) of every stored object whose key starts with ``prefix``, sorted by key; for the
         reconciler and audits. Keys are relative to the storage root (``dir`` or ``url``)."""
 
+    def store_requests(self) -> dict[str, dict[str, int]] | None:
+        """The requests sent to the store so far, ``{operation: {"requests": n, "bytes": n}}`` (see
+        :mod:`tierlog.tiered.rsm.requests`), for the cost figures; None from a manager that does not count."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to release
         """Release resources; the instance is not used afterwards."""
 

@@ -89,6 +89,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         self.chunk_size = self.compression_level = 0
         self._manifests: OrderedDict[tuple[str, str], tuple[layout.SegmentKeys, layout.SegmentManifest]] = \
             OrderedDict()
+        self._loading: dict[tuple[str, str], threading.Lock] = {}  # manifests being read, one reader each
         self._lock = threading.Lock()
 
     # -- primitives --
@@ -359,6 +360,20 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             if cached is not None:
                 self._manifests.move_to_end(cache_key)
                 return cached
+            loading = self._loading.setdefault(cache_key, threading.Lock())
+        # One GET per manifest: a read and the read-ahead reaching a new segment together would each send one.
+        with loading:
+            try:
+                with self._lock:
+                    cached = self._manifests.get(cache_key)
+                return cached if cached is not None else self._load_manifest(md, candidates, cache_key)
+            finally:
+                with self._lock:
+                    if self._loading.get(cache_key) is loading:
+                        del self._loading[cache_key]
+
+    def _load_manifest(self, md: RemoteLogSegmentMetadata, candidates: list[layout.SegmentKeys],
+                       cache_key: tuple[str, str]) -> tuple[layout.SegmentKeys, layout.SegmentManifest]:
         raw = None
         for keys in candidates:  # the layouts in turn; the first that holds the manifest has the segment
             try:

@@ -151,6 +151,9 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         self._maybe_fail("list", self.control(), f"listing of {prefix or 'everything'}")
         return self.delegate.list_objects(prefix)
 
+    def store_requests(self) -> dict[str, dict[str, int]] | None:
+        return self.delegate.store_requests() if self.delegate is not None else None
+
     def close(self) -> None:
         if self.delegate is not None:
             self.delegate.close()

@@ -36,6 +36,7 @@ from tierlog.config.values import HIDDEN, is_sensitive_key
 from tierlog.errors import InvalidConfigError
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
 from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
+from tierlog.tiered.rsm.requests import StoreRequests
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         self.part_size = 8 * 1024 * 1024
         self._store: Any = None
         self._secrets: tuple[str, ...] = ()  # credential values, cut out of every error text
+        self.requests = StoreRequests()
 
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
@@ -123,6 +125,9 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     def close(self) -> None:
         self._store = None
 
+    def store_requests(self) -> dict[str, dict[str, int]]:
+        return self.requests.snapshot()
+
     # -- primitives --
 
     def _put_file(self, key: str, path: str) -> None:
@@ -136,10 +141,20 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         self._call(f"upload {key}", obstore.put, self._store, key, data, use_multipart=False)
 
     def _get(self, key: str) -> bytes:
-        return self._call(f"read {key}", lambda: bytes(obstore.get(self._store, key).bytes()))
+        data = b""
+        try:
+            data = self._call(f"read {key}", lambda: bytes(obstore.get(self._store, key).bytes()))
+            return data
+        finally:  # a missing object is a request too
+            self.requests.add("GET", 1, len(data))
 
     def _get_range(self, key: str, start: int, length: int) -> bytes:
-        return bytes(self._call(f"read {key}", obstore.get_range, self._store, key, start=start, length=length))
+        data = b""
+        try:
+            data = bytes(self._call(f"read {key}", obstore.get_range, self._store, key, start=start, length=length))
+            return data
+        finally:
+            self.requests.add("GET_RANGE", 1, len(data))
 
     def _delete(self, keys: list[str]) -> None:
         try:
@@ -156,9 +171,13 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         # obstore lists by whole path segments; list the prefix's folder and filter the rest.
         folder = prefix.rpartition("/")[0] or None
 
+        listed = 0
+
         def run() -> list[tuple[str, int]]:
+            nonlocal listed
             out = []
             for batch in obstore.list(self._store, prefix=folder):
+                listed += len(batch)
                 out.extend((m["path"], m["size"]) for m in batch if m["path"].startswith(prefix))
             return out
 
@@ -166,12 +185,14 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             return self._call(f"list {prefix!r}", run)
         except FileNotFoundError:
             return []
+        finally:  # the store pages the whole folder, filtered or not
+            self.requests.listed(listed)
 
     def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         if self._store is None:
             raise RemoteStorageError(f"cannot {what}: the object store is not configured or closed")
         try:
-            return fn(*args, **kwargs)
+            return self.requests.call(fn, *args, **kwargs)  # uploads, deletes and HEADs counted there
         except FileNotFoundError:
             raise
         except obs_errors.NotFoundError as e:

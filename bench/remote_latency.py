@@ -1,0 +1,318 @@
+"""Remote catch-up reads when the object store is a network round trip away: MB/s for one consumer and for
+four, against the ceiling of plain ranged GETs with the same concurrency from the same place, and the time
+to the first record of a cold remote read, at ``--rtt-ms`` round trips (default 0, 20 and 50 ms).
+
+Set-up: a moto S3 server (subprocess) behind a delay line (tests/harness/delay_line.py, subprocess): every
+byte reaches the other side half the round trip later in each direction, pipelined, and a new connection pays
+one round trip first. ``tc netem`` on a veth pair would be the natural tool; the kernel here has no sch_netem
+("Specified qdisc kind is unknown"), and a delay line charges the same round trips to requests (not TCP's
+window growth, which netem would also slow). The broker (subprocess), the consumers and the ceiling's GETs
+reach the store through it.
+
+Data: a tiered topic of 4 partitions, ``--mb`` MiB each in ``--segment-mib`` MiB segments, uploaded at 0 ms
+and then remote only (``local.retention.bytes=1``) but the active segment. For each round trip and run:
+
+- ceiling: sequential ranged GETs of the read-ahead's chunk (4 MiB) over one partition's segment objects
+  (one stream), and over four partitions at once (four streams), through obstore as the broker's backend;
+- cold remote read: the broker restarted with its remote index cache deleted (the metadata stays: topic-based
+  manager), then one confluent-kafka consumer assigned to the middle of a remote segment: milliseconds from
+  its first ``poll`` to the first record (``ttfb_ms``); the same for an offset of the local tail
+  (``ttfb_local_ms``: what the client itself takes);
+- catch-up: after another cold restart, one consumer reads partition 0's remote records (MB/s of record
+  values); after another, four consumers (threads, one partition each) read theirs at once (total MB/s).
+
+Prints ONE JSON line: per round trip the medians over ``--runs`` runs and ``ratio_1``/``ratio_4`` (catch-up
+over ceiling; target >= 0.8).
+
+    python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 48] [--segment-mib 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+MIB = 1 << 20
+PARTITIONS = 4
+CHUNK = 4 * MIB  # tierlog.tiered.read_ahead.CHUNK_BYTES
+RECORD_BYTES = 1024
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _process(args: list[str], ready: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for line in proc.stdout:
+        if ready in line:
+            threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()
+            return proc
+    raise RuntimeError(f"{args} did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextlib.contextmanager
+def moto() -> Iterator[int]:
+    port = _free_port()
+    proc = _process([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], "Running on")
+    try:
+        yield port
+    finally:
+        _stop(proc)
+
+
+class DelayLine:
+    """The delay line in front of the store, on one port for the whole run, restarted for each round trip."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def set_rtt(self, rtt_ms: float) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+        self.proc = _process([sys.executable, "-m", "tests.harness.delay_line", "--port", str(self.port), "--target",
+                              f"127.0.0.1:{self.target_port}", "--one-way-ms", str(rtt_ms / 2)], "listening on")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+def wait(predicate, what: str, timeout: float = 600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def run(args) -> dict:
+    import boto3
+    from tests.harness.broker import BrokerProcess
+    from tests.harness.s3 import s3_configs
+    from tests.harness.tiered import metrics_url
+    with moto() as store_port, tempfile.TemporaryDirectory(prefix="tierlog-latency-") as tmp:
+        line = DelayLine(store_port)
+        b = None
+        try:
+            line.set_rtt(0)
+            endpoint = f"http://127.0.0.1:{line.port}"
+            s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                              region_name="us-east-1")
+            wait(lambda: _reachable(s3), "the store")
+            s3.create_bucket(Bucket="tiered")
+            store = {f"rsm.config.{k}": v for k, v in s3_configs(endpoint, "s3://tiered/lat").items()}
+            b = BrokerProcess(Path(tmp) / "logs", {
+                "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "objectstore",
+                **store, "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+                "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+                "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+                "metrics.port": "0"})
+            b.start()
+            ends = load(b, metrics_url(b), args)
+            result = {"mb_per_partition": args.mb, "segment_mib": args.segment_mib, "runs": args.runs,
+                      "link": "delay line (no sch_netem)", "rtt": {}}
+            for rtt in (float(r) for r in args.rtt_ms.split(",")):
+                line.set_rtt(rtt)
+                runs = [one_run(b, endpoint, s3, ends) for _ in range(args.runs)]
+                fig = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
+                fig["ratio_1"] = round(fig["mbps_1"] / fig["ceiling_mbps_1"], 3)
+                fig["ratio_4"] = round(fig["mbps_4"] / fig["ceiling_mbps_4"], 3)
+                result["rtt"][f"{rtt:g}ms"] = fig
+            return result
+        finally:
+            if b is not None:
+                b.stop()
+            line.close()
+
+
+def _reachable(s3) -> bool:
+    try:
+        s3.list_buckets()
+        return True
+    except Exception:
+        return False
+
+
+def _status(url: str) -> list[dict]:
+    with urllib.request.urlopen(url + "/v1/tier/status?topic=lat", timeout=60) as r:
+        return sorted(json.load(r)["partitions"], key=lambda p: p["partition"])
+
+
+def load(b, url: str, args) -> list[int]:
+    """The topic, produced and uploaded; each partition's first local offset (its remote records end there)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    config = {"remote.storage.enable": "true", "segment.bytes": str(args.segment_mib * MIB),
+              "local.retention.bytes": "1", "file.delete.delay.ms": "0"}
+    for f in admin.create_topics([NewTopic("lat", PARTITIONS, 1, config=config)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000})
+    values = [os.urandom(RECORD_BYTES) for _ in range(256)]
+    for i in range(args.mb * MIB // RECORD_BYTES * PARTITIONS):
+        while True:
+            try:
+                p.produce("lat", values[i % len(values)], partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(300):
+        raise RuntimeError("produce did not finish")
+    parts = wait(lambda: (lambda s: s if len(s) == PARTITIONS and all(
+        x["ready"] and x["copy_lag_segments"] == 0 and x["local_segments"] <= 1 for x in s) else None)(_status(url)),
+        "the topic uploaded")
+    return [x["local_log_start_offset"] for x in parts]
+
+
+def cold(b) -> None:
+    """The broker restarted with no remote index cached (the topic-based metadata survives)."""
+    from tests.harness.tiered import metrics_url
+    b.stop()
+    shutil.rmtree(b.log_dir / "remote-log-index-cache", ignore_errors=True)
+    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port}"
+    b.port = None
+    b.start()
+    url = metrics_url(b)
+    wait(lambda: all(x["ready"] for x in _status(url)), "remote metadata loaded")
+
+
+def one_run(b, endpoint: str, s3, ends: list[int]) -> dict:
+    out = {}
+    out["ceiling_mbps_1"] = ceiling(endpoint, s3, [0])
+    out["ceiling_mbps_4"] = ceiling(endpoint, s3, list(range(PARTITIONS)))
+    cold(b)
+    out["ttfb_ms"] = first_record_ms(b.bootstrap, 0, ends[0] // 2)
+    out["ttfb_local_ms"] = first_record_ms(b.bootstrap, 1, ends[1] + 1)
+    cold(b)
+    out["mbps_1"] = catch_up(b.bootstrap, {0: ends[0]})
+    cold(b)
+    out["mbps_4"] = catch_up(b.bootstrap, dict(enumerate(ends)))
+    return out
+
+
+def ceiling(endpoint: str, s3, partitions: list[int]) -> float:
+    """MB/s of sequential CHUNK-sized ranged GETs over each partition's log objects, one stream per partition."""
+    import obstore
+    from obstore.store import S3Store
+    store = S3Store("tiered", endpoint=endpoint, access_key_id="test",
+                    secret_access_key="test", region="us-east-1", client_options={"allow_http": True})
+    objects = {p: [] for p in partitions}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="tiered", Prefix="lat/"):
+        for o in page.get("Contents", []):
+            key = o["Key"]
+            part = key.rsplit("/", 2)[-2]
+            if key.endswith(".log") and part.isdigit() and int(part) in objects:
+                objects[int(part)].append((key, o["Size"]))
+
+    def stream(p: int) -> int:
+        got = 0
+        for key, size in sorted(objects[p]):
+            for start in range(0, size, CHUNK):
+                got += len(obstore.get_range(store, key, start=start, length=min(CHUNK, size - start)))
+        return got
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(partitions)) as pool:
+        total = sum(pool.map(stream, partitions))
+    return total / MIB / (time.perf_counter() - t0)
+
+
+def _consumer(bootstrap: str):
+    from confluent_kafka import Consumer
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.monotonic_ns()}",
+                     "enable.auto.commit": False})
+
+
+def first_record_ms(bootstrap: str, partition: int, offset: int) -> float:
+    from confluent_kafka import TopicPartition
+    c = _consumer(bootstrap)
+    try:
+        c.assign([TopicPartition("lat", partition, offset)])
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is not None and m.error() is None:
+                return (time.perf_counter() - t0) * 1000
+        raise RuntimeError(f"no record of lat-{partition} at {offset}")
+    finally:
+        c.close()
+
+
+def catch_up(bootstrap: str, ends: dict[int, int]) -> float:
+    """Total MB/s of record values of one consumer per partition reading from 0 to ``ends[p]`` at once."""
+    from confluent_kafka import TopicPartition
+    sizes: dict[int, int] = {}
+    start = threading.Barrier(len(ends) + 1)
+
+    def read(p: int) -> float:
+        c = _consumer(bootstrap)
+        c.assign([TopicPartition("lat", p, 0)])
+        got = 0
+        start.wait()
+        deadline = time.monotonic() + 600
+        try:
+            while True:
+                for m in c.consume(10_000, timeout=1):
+                    if m.error() is None and m.offset() < ends[p]:
+                        got += len(m.value())
+                        if m.offset() == ends[p] - 1:
+                            sizes[p] = got
+                            return time.perf_counter()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"lat-{p}: not read to {ends[p]} in time")
+        finally:
+            c.close()
+
+    with ThreadPoolExecutor(len(ends)) as pool:
+        futures = [pool.submit(read, p) for p in ends]
+        start.wait()
+        t0 = time.perf_counter()
+        last = max(f.result() for f in futures)
+    return sum(sizes.values()) / MIB / (last - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--rtt-ms", default="0,20,50")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--mb", type=int, default=48, help="MiB per partition (less: client start-up weighs)")
+    ap.add_argument("--segment-mib", type=int, default=8)
+    args = ap.parse_args()
+    print(json.dumps({"bench": "remote_latency", **run(args)}, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()
