@@ -17,8 +17,6 @@ from tierlog.records.record import build_batch
 from tierlog.spark import columnar
 from tierlog.spark.read import arrow_schema
 
-pytest.importorskip("numba")
-
 TP = TopicPartition("t", 3)
 
 blobs = st.one_of(st.none(), st.binary(max_size=300))
