@@ -1,4 +1,4 @@
-"""The columnar decoder (record batches -> Arrow, numba kernels) against the consumer's decoder.
+"""The columnar decoder (record batches -> Arrow, C kernels) against the consumer's decoder.
 
 Both must give the same rows for any batches: every codec, null keys and values, headers (null header
 values too), LogAppendTime, control batches, and offset ranges that cut batches. No Spark needed.
