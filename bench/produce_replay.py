@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     with started(trees, "tierlog-replay-", tuple(args.set)) as brokers:
         for b in brokers:
             subprocess.run(["kcat", "-P", "-b", b.bootstrap, "-t", "bench"], input=b"x\n", check=True, timeout=60)
-            replay(b.bootstrap, b.proc.pid, frame, 1000, args.inflight)  # warm-up (and the validator compiled)
+            replay(b.bootstrap, b.proc.pid, frame, 1000, args.inflight)  # warm-up
         cpu_per_mb: list[list[float]] = [[] for _ in trees]
         rates: list[list[float]] = [[] for _ in trees]
         for i in alternating(len(trees), args.runs):

@@ -403,7 +403,7 @@ def failover(cluster: Cluster, topic: str, partitions: int, args) -> dict:
 def warm_up(cluster: Cluster, tools: PerfTools, args) -> None:
     """Unmeasured produce and consume rounds until produce MB/s stops improving by 10% (at least two
     rounds, at most ``--warmup-rounds``): the JIT of three Kafka JVMs and of the tools' JVM takes minutes
-    of CPU on two busy cores; tierlog compiles its validator at start. Then a second at the latency rate."""
+    of CPU on two busy cores. Then a second at the latency rate."""
     best = None
     for i in range(args.warmup_rounds):
         topic = f"warmup-{uuid.uuid4().hex[:8]}"

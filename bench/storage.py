@@ -7,7 +7,9 @@ Prints one JSON line:
 - the time to reopen a cleanly closed ~1 GiB log of 1,000 segments (``reopen_s``).
 
 Every figure is the median of ``--runs`` runs (the machine is shared and noisy). Reads are served
-from the page cache in both the baseline and tierlog, so they compare software overhead.
+from the page cache in both the baseline and tierlog, so they compare software overhead. Appends validate
+every record with the compiled kernel (``records/_validation.c``), as the broker does: ``kernel`` says
+which build was measured (the tree's own, built by ``pip install -e .``).
 
     python bench/storage.py [--runs 5] [--mb 256] [--dir /tmp]
 """
@@ -25,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from tierlog.records import build_batch  # noqa: E402
+from tierlog.records import _validation, build_batch  # noqa: E402
 from tierlog.storage import Log, LogConfig, LogManager  # noqa: E402
 
 KIB = 1024
@@ -158,7 +160,7 @@ def main() -> None:
     root = args.dir or tempfile.gettempdir()
     small = throughput(root, 16 * KIB, args.mb, args.runs)
     large = throughput(root, MIB, args.mb, args.runs)
-    out = {"bench": "storage", "runs": args.runs, "mb_per_run": args.mb}
+    out = {"bench": "storage", "runs": args.runs, "mb_per_run": args.mb, "kernel": _validation.__file__}
     out.update({f"{k}_16k": v for k, v in small.items()})
     out.update({f"{k}_1m": v for k, v in large.items()})
     out["append_ratio"] = large["append_ratio"]

@@ -31,9 +31,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per case")
     args = ap.parse_args()
-    compile_s = validation.warm_up()
     now = int(time.time() * 1000)
-    out = {"bench": "validate_records", "compile_or_cache_load_s": round(compile_s, 3)}
+    out = {"bench": "validate_records"}
     records_of = {size: _records(size, now) for size in (1024, 50)}
     for record_bytes in (1024, 50):
         for codec in ("none", "lz4", "zstd"):

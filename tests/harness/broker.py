@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import resource
 import shutil
@@ -54,10 +55,13 @@ class BrokerProcess:
     #: test grew): the sweep after each test leaves them; the one at the session's end does not.
     shared: set[BrokerProcess] = set()
 
-    def __init__(self, log_dir: Path, overrides: dict[str, str], *, nofile: int | None = None):
-        """``nofile``: the process's open file limit (RLIMIT_NOFILE, soft and hard), else inherited."""
+    def __init__(self, log_dir: Path, overrides: dict[str, str], *, nofile: int | None = None,
+                 user: str | None = None):
+        """``nofile``: the process's open file limit (RLIMIT_NOFILE, soft and hard), else inherited. ``user``:
+        run the broker as this account (the test process must be root), see :func:`as_user`."""
         self.log_dir = log_dir
         self.nofile = nofile
+        self.user = user
         self.overrides = {"log.dirs": str(log_dir), "listeners": "PLAINTEXT://127.0.0.1:0",
                           "group.initial.rebalance.delay.ms": "0", **overrides}
         self.proc: subprocess.Popen | None = None
@@ -73,6 +77,8 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        if self.user is not None:
+            args, env = as_user(self.user, args, env)
         BrokerProcess.running.add(self)
         nofile = self.nofile
         limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
@@ -148,6 +154,26 @@ class BrokerProcess:
             b.kill()
             cls.running.discard(b)
             cls.shared.discard(b)
+
+
+def as_user(user: str, args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` run as ``user`` (setpriv: its uid and gid, no supplementary groups) with no home (HOME set to
+    a path that does not exist), as a service account runs. Where the interpreter or this tree sits under a
+    folder the account cannot enter (pyenv under root's 0700 home), the process keeps CAP_DAC_READ_SEARCH:
+    it may read and enter any folder, and still write none but its own (the log dir)."""
+    pw = pwd.getpwnam(user)
+    caps = []
+    if not all(_world_searchable(Path(p)) for p in (sys.prefix, sys.base_prefix, ROOT)):
+        caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    env = {k: v for k, v in env.items() if k not in ("HOME", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "USER")}
+    env.update(HOME="/nonexistent", USER=user)
+    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", *caps, *args], env
+
+
+def _world_searchable(path: Path) -> bool:
+    """Whether every folder from / down to ``path`` may be entered by any user."""
+    path = path.resolve()
+    return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
 
 
 @contextlib.contextmanager

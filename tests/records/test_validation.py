@@ -1,18 +1,14 @@
-"""The record validator (records/validation.py) on its own: the compiled kernel and its plain-Python twin
-agree, each poison kind gets its error, good batches of every codec pass, and bounded decompression stops
-a bomb at the bound."""
+"""The record validator (records/validation.py) on its own: each poison kind gets its error, good batches of
+every codec pass, and bounded decompression stops a bomb at the bound. The compiled walk against its
+plain-Python reference: tests/records/test_kernels.py."""
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
-import sys
 import time
 
 import pytest
-from numba.core.registry import CPUDispatcher
-from tests.harness import ROOT, poison
+from tests.harness import poison
 
 from tierlog.errors import CorruptMessageError, InvalidRecordError, InvalidTimestampError, UnknownServerError
 from tierlog.records import build_batch, compress, read_header
@@ -36,18 +32,8 @@ def _options(kind):
             "create_time": cfg.get("message.timestamp.type", "CreateTime") == "CreateTime"}
 
 
-@pytest.fixture(params=["compiled", "python"])
-def mode(request, monkeypatch):
-    if request.param == "compiled":
-        v.warm_up()
-        assert v.is_compiled()
-    else:
-        monkeypatch.setattr(v._compiled, "is_set", lambda: False)
-    return request.param
-
-
 @pytest.mark.parametrize("kind", sorted(set(poison.POISON) - {"zstd bomb", "gzip bomb"}))
-def test_each_poison_kind_gets_kafkas_error(mode, kind):
+def test_each_poison_kind_gets_kafkas_error(kind):
     now = int(time.time() * 1000)
     expected = {87: InvalidRecordError, 32: InvalidTimestampError, -1: UnknownServerError}[poison.EXPECTED[kind]]
     with pytest.raises(expected) as info:
@@ -61,7 +47,7 @@ def test_each_poison_kind_gets_kafkas_error(mode, kind):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_good_batches_pass(mode, codec):
+def test_good_batches_pass(codec):
     now = int(time.time() * 1000)
     batch = build_batch([(b"k%d" % i, b"v" * i, [("h", b"x"), ("n", None)], now - i) for i in range(200)],
                         compression=codec)
@@ -70,7 +56,7 @@ def test_good_batches_pass(mode, codec):
     _check(build_batch([(None, b"")] * 3, compression=codec), now)
 
 
-def test_every_record_error_is_listed_with_its_index(mode):
+def test_every_record_error_is_listed_with_its_index():
     now = int(time.time() * 1000)
     records = [(b"k" if i % 3 else None, b"v", [], now) for i in range(300)]
     with pytest.raises(InvalidRecordError) as info:
@@ -83,7 +69,7 @@ def test_every_record_error_is_listed_with_its_index(mode):
     assert [i for i, _ in v.record_errors_of(info.value)][:3] == [0, 1, 3]
 
 
-def test_bombs_are_refused_without_inflating(mode):
+def test_bombs_are_refused_without_inflating():
     now = int(time.time() * 1000)
     for kind in ("zstd bomb", "gzip bomb"):
         batch = poison.POISON[kind](now)
@@ -111,46 +97,3 @@ def test_the_decompression_bound():
     assert decompression_limit(1) == 16 << 20
     assert decompression_limit(1000) == 64 * 1048588
     assert decompression_limit(1, 100 << 20) == 100 << 20
-
-
-def test_the_python_twin_calls_no_numba_dispatcher():
-    """Every function the twin calls is plain Python: a numba dispatcher would compile on the caller's
-    thread (the broker's event loop) and wait for the compiling thread's lock."""
-    names = v._walk_twin.__code__.co_names
-    assert "_varint" in names and "_varlong" in names
-    assert not [n for n in names if isinstance(v._walk_twin.__globals__.get(n), CPUDispatcher)]
-
-
-_DURING_COMPILE = """
-import threading, time
-from numba.core.compiler_lock import global_compiler_lock
-from tierlog.records import build_batch, read_header
-from tierlog.records import validation as v
-held, done = threading.Event(), threading.Event()
-
-def compiling():  # what warm_up's thread does while it compiles: hold numba's compiler lock
-    with global_compiler_lock:
-        held.set()
-        done.wait(60)
-
-threading.Thread(target=compiling, daemon=True).start()
-held.wait()
-batch = build_batch([(None, b"v", [], int(time.time() * 1000))])
-validated = threading.Thread(target=v.validate_batch_records, daemon=True, args=(batch, 0, read_header(batch)),
-                             kwargs={"now_ms": int(time.time() * 1000), "create_time": True, "before_max_ms": 2**62,
-                                     "after_max_ms": 2**62, "compacted": False, "max_message_bytes": 1 << 20})
-validated.start()
-validated.join(30)
-print("waited" if validated.is_alive() else "validated", flush=True)
-done.set()
-"""
-
-
-def test_a_validation_while_the_kernel_compiles_does_not_wait_for_the_compiler(tmp_path):
-    """In a fresh process whose numba compiler lock is held (as while warm_up compiles on its thread), the
-    first validation runs the plain-Python twin at once; it used to wait for the lock, so a broker's first
-    produce waited for the whole compile (30 to 100 s on a busy machine)."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run([sys.executable, "-c", _DURING_COMPILE], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
-    assert out == ["validated"]

@@ -1,4 +1,4 @@
-"""The columnar decoder (record batches -> Arrow, numba kernels) against the consumer's decoder.
+"""The columnar decoder (record batches -> Arrow, C kernels) against the consumer's decoder.
 
 Both must give the same rows for any batches: every codec, null keys and values, headers (null header
 values too), LogAppendTime, control batches, and offset ranges that cut batches. No Spark needed.
@@ -16,8 +16,6 @@ from tierlog.records import CompressionType, TimestampType
 from tierlog.records.record import build_batch
 from tierlog.spark import columnar
 from tierlog.spark.read import arrow_schema
-
-pytest.importorskip("numba")
 
 TP = TopicPartition("t", 3)
 

@@ -5,8 +5,6 @@ transactions never asking for the aborted list. No Spark needed."""
 
 from __future__ import annotations
 
-import pytest
-
 from tierlog.client.fetcher import CompletedFetch
 from tierlog.client.types import TopicPartition
 from tierlog.records import CompressionType
@@ -14,8 +12,6 @@ from tierlog.records.control import end_txn_marker_batch
 from tierlog.records.record import build_batch
 from tierlog.spark import columnar
 from tierlog.spark.read import arrow_schema
-
-pytest.importorskip("numba")
 
 TP = TopicPartition("t", 0)
 SCHEMA = arrow_schema(False)

@@ -15,7 +15,6 @@ import asyncio
 import enum
 import logging
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -48,8 +47,6 @@ from tierlog.kafka_uuid import new_kafka_uuid, uuid_to_str
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
-from tierlog.records import scan as record_scan
-from tierlog.records import validation as record_validation
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
@@ -91,7 +88,7 @@ from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
-from tierlog.storage import LogDirFailureChannel, LogManager, offset_map
+from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
 from tierlog.tiered.rlmm import create_remote_log_metadata_manager
@@ -170,7 +167,6 @@ class Broker:
         cfg = self.config
         log_dirs = cfg.log_dirs
         self._enter(BrokerState.RECOVERING_STORAGE)
-        _compile_record_validator_in_background()
         advertised = cfg.advertised_listeners or cfg.listeners
         first = advertised[0]
         me = BrokerImage(self.node_id, first.host, first.port, cfg["broker.rack"])
@@ -794,28 +790,3 @@ def _client_sasl_settings(cfg: BrokerConfig, bound: BoundListener) -> dict[str, 
     if text:
         out["remote.log.metadata.common.client.sasl.jaas.config"] = text
     return out
-
-
-def _compile_record_validator_in_background() -> None:
-    """Compile the produce path's record validator (or load it from numba's cache) on a thread, so neither
-    the start nor the first produce waits for it; until it is ready, produce runs its plain-Python twin.
-    The record scanner and the cleaner's offset map first (loading __consumer_offsets and the cleaner use them,
-    and wait for them)."""
-    if record_validation.is_compiled():
-        return
-
-    def run() -> None:
-        try:
-            seconds = record_scan.warm_up() + offset_map.warm_up()
-        except Exception:  # noqa: BLE001 - its users compile it on their first call
-            log.exception("Record scanner or the cleaner's offset map failed to compile")
-        else:
-            log.info("Record scanner and the cleaner's offset map compiled in %.2f s", seconds)
-        try:
-            seconds = record_validation.warm_up()
-        except Exception:  # noqa: BLE001 - produce keeps validating with the Python twin
-            log.exception("Record validator failed to compile; produce validates records in Python")
-            return
-        log.info("Record validator compiled in %.2f s", seconds)
-
-    threading.Thread(target=run, name="record-validator-jit", daemon=True).start()

@@ -2,9 +2,9 @@
 
 The record format is a chain of varints, so finding where each key and value lies is a sequential
 scan. Python does only per-batch work here (headers, decompression); the per-record scan and the copy
-of keys and values into Arrow's contiguous buffers run in two small kernels compiled by numba, at
-memory speed. The varint readers are the record validator's (:mod:`tierlog.records.validation`), so
-both compiled scans read a record's fields with the same bounds.
+of keys and values into Arrow's contiguous buffers run in small C kernels (``_columnar.c``, built by
+``pip install``), at memory speed. Their varint readers are the record validator's (``records/kernels.h``),
+so every compiled scan reads a record's fields with the same bounds.
 
 Semantics match Kafka's consumer: control batches are skipped, LogAppendTime batches give every record
 the batch's max timestamp, CRCs are checked, and only offsets in ``[first, end)`` are kept; with an
@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from tierlog.client import errors
 from tierlog.records import RECORD_BATCH_OVERHEAD, CompressionType, iter_batches, verify_crc
@@ -33,101 +32,10 @@ from tierlog.records.batch import (
 from tierlog.records.compression import decompress_bounded, decompression_limit
 from tierlog.records.control import ABORT
 from tierlog.records.record import decode_batch
-from tierlog.records.validation import read_varint, read_varlong
+from tierlog.spark import _columnar
 
 # Arrow's binary type has 32-bit offsets: a batch of columns stays under this many bytes of values.
 MAX_COLUMN_BYTES = 1 << 30
-
-
-@njit(cache=True, nogil=True)
-def _scan(buf, sec_start, sec_end, sec_count, base_offset, base_ts, ts_type, max_ts, first, end,
-          offsets, timestamps, types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count):
-    """Locate the fields of every record of the batches' record sections ``buf[sec_start:sec_end]``
-    whose offset is in ``[first, end)``. Returns the number of records found, or ``-1 - batch``
-    for a malformed batch."""
-    n = 0
-    for b in range(len(sec_start)):
-        p = sec_start[b]
-        stop = sec_end[b]
-        for _ in range(sec_count[b]):
-            length, p = read_varint(buf, p, stop)
-            if p < 0 or length < 1 or p + length > stop:
-                return -1 - b
-            rec_end = p + length
-            p += 1  # attributes
-            ts_delta, p = read_varlong(buf, p, rec_end)
-            if p < 0:
-                return -1 - b
-            delta, p = read_varint(buf, p, rec_end)
-            if p < 0:
-                return -1 - b
-            offset = base_offset[b] + delta
-            if offset < first or offset >= end:
-                p = rec_end
-                continue
-            klen, p = read_varint(buf, p, rec_end)
-            if p < 0 or p + max(klen, 0) > rec_end:
-                return -1 - b
-            key_pos[n] = p
-            key_len[n] = klen
-            p += max(klen, 0)
-            vlen, p = read_varint(buf, p, rec_end)
-            if p < 0 or p + max(vlen, 0) > rec_end:
-                return -1 - b
-            val_pos[n] = p
-            val_len[n] = vlen
-            p += max(vlen, 0)
-            count, p = read_varint(buf, p, rec_end)
-            if p < 0 or count < 0:
-                return -1 - b
-            hdr_pos[n] = p
-            hdr_count[n] = count
-            offsets[n] = offset
-            # LogAppendTime batches give every record the batch's max timestamp
-            timestamps[n] = max_ts[b] if ts_type[b] else base_ts[b] + ts_delta
-            types[n] = ts_type[b]
-            n += 1
-            p = rec_end
-    return n
-
-@njit(cache=True, nogil=True)
-def _gather(buf, pos, lens, out_offsets, out_data):
-    """Copy ``buf[pos[i]:pos[i] + lens[i]]`` one after another (negative lengths are nulls)."""
-    o = 0
-    for i in range(len(pos)):
-        out_offsets[i] = o
-        length = lens[i]
-        if length > 0:
-            # unsigned indices: no negative-index wraparound, so LLVM turns the loop into a memcpy
-            # (ten times faster than a slice assignment)
-            src = np.uint64(pos[i])
-            dst = np.uint64(o)
-            for j in range(np.uint64(length)):
-                out_data[dst + j] = buf[src + j]
-            o += length
-    out_offsets[len(pos)] = o
-
-@njit(cache=True, nogil=True)
-def _scan_headers(buf, hdr_pos, hdr_count, hk_pos, hk_len, hv_pos, hv_len):
-    """Locate every header key and value of the records found by ``_scan``; False if malformed."""
-    h = 0
-    for i in range(len(hdr_pos)):
-        p = hdr_pos[i]
-        for _ in range(hdr_count[i]):
-            klen, p = read_varint(buf, p, len(buf))
-            if p < 0 or klen < 0 or p + klen > len(buf):
-                return False
-            hk_pos[h] = p
-            hk_len[h] = klen
-            p += klen
-            vlen, p = read_varint(buf, p, len(buf))
-            if p < 0 or p + max(vlen, 0) > len(buf):
-                return False
-            hv_pos[h] = p
-            hv_len[h] = vlen
-            p += max(vlen, 0)
-            h += 1
-    return True
 
 
 def _binary(buf: np.ndarray, pos: np.ndarray, lens: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -137,7 +45,7 @@ def _binary(buf: np.ndarray, pos: np.ndarray, lens: np.ndarray, typ: pa.DataType
     # every page again
     offsets_buf = pa.allocate_buffer(4 * (n + 1))
     data_buf = pa.allocate_buffer(int(np.maximum(lens, 0).sum()))
-    _gather(buf, pos, lens, np.frombuffer(offsets_buf, np.int32), np.frombuffer(data_buf, np.uint8))
+    _columnar.gather(buf, pos, lens, np.frombuffer(offsets_buf, np.int32), np.frombuffer(data_buf, np.uint8))
     nulls = lens < 0
     null_count = int(nulls.sum())
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
@@ -256,7 +164,7 @@ def decode(data: bytes | memoryview, topic: str, partition: int, first: int, end
     offsets, timestamps, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count = (
         np.empty(total, np.int64) for _ in range(8))
     types = np.empty(total, np.int32)
-    n = _scan(arr, *per_batch, first, end, offsets, timestamps, types, key_pos, key_len, val_pos, val_len,
+    n = _columnar.scan(arr, *per_batch, first, end, offsets, timestamps, types, key_pos, key_len, val_pos, val_len,
               hdr_pos, hdr_count)
     if n < 0:
         raise errors.CorruptMessageError(
@@ -289,7 +197,7 @@ def decode(data: bytes | memoryview, topic: str, partition: int, first: int, end
 def _headers(arr: np.ndarray, hdr_pos: np.ndarray, hdr_count: np.ndarray, typ: pa.DataType) -> pa.Array:
     total = int(hdr_count.sum())
     hk_pos, hk_len, hv_pos, hv_len = (np.empty(total, np.int64) for _ in range(4))
-    if not _scan_headers(arr, hdr_pos, hdr_count, hk_pos, hk_len, hv_pos, hv_len):
+    if not _columnar.scan_headers(arr, hdr_pos, hdr_count, hk_pos, hk_len, hv_pos, hv_len):
         raise errors.CorruptMessageError("malformed record header")
     entries = pa.StructArray.from_arrays(
         [_binary(arr, hk_pos, hk_len, pa.string()), _binary(arr, hv_pos, hv_len, pa.binary())],
