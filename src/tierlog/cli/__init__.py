@@ -29,10 +29,8 @@ from tierlog import logs
 from tierlog.cli import broker, cluster, completion, config, consume, group, produce, spark, tier, topic, zookeeper
 from tierlog.cli.common import ConfigFailure
 from tierlog.cli.config import parse_topic_overrides
-from tierlog.cli.parser import EXIT_INVALID, EXIT_OK, Parser, add_debug
+from tierlog.cli.parser import EXIT_FAILED, EXIT_INVALID, EXIT_OK, Parser, add_debug
 from tierlog.errors import InvalidConfigError
-
-EXIT_FAILED = 1
 
 #: Command families in the order ``tierlog --help`` lists them.
 FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, tier, config, spark, completion)
