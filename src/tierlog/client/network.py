@@ -12,9 +12,9 @@ Kafka's rules, as its NetworkClient applies them:
   that cannot be set up, closes, or whose request times out marks the metadata stale (NetworkClient's
   ``handleServerDisconnect``): the broker may be gone and its partitions led elsewhere.
 - Refreshes back off exponentially (``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``,
-  20 % jitter) after failed updates and after answers that changed no leader (KIP-580, and KIP-951's
-  count of equivalent responses), so a client waiting for an election asks often at first and then at
-  most every ``retry.backoff.max.ms``; an answer that moves a leader resets both counts.
+  20 % jitter) after failed updates and after answers that changed no leader (KIP-580; Kafka's
+  ``Metadata`` counts these as equivalent responses), so a client waiting for an election asks often at
+  first and then at most every ``retry.backoff.max.ms``; an answer that moves a leader resets both counts.
 - ``metadata.recovery.strategy=rebootstrap``: when an update is due and no known broker is usable,
   the client forgets the brokers it learned and starts over from ``bootstrap.servers``. The same
   happens when no metadata could be obtained for ``metadata.recovery.rebootstrap.trigger.ms``, and
