@@ -98,6 +98,30 @@ def test_produce_a_whole_file_as_one_record(b, tmp_path):
     assert out.returncode == 0 and out.stdout == payload
 
 
+def test_produce_that_fails_says_how_many_records_were_acknowledged(b):
+    ok("topic", "create", "bounded", "-c", "max.message.bytes=1000", *b)
+
+    def end_offset() -> int:
+        return as_json("topic", "describe", "bounded", *b)[0]["partitions"][0]["log_end_offset"]
+
+    proc = subprocess.Popen([sys.executable, "-m", "tierlog", "produce", "bounded", *b], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(), text=True)
+    try:
+        proc.stdin.write("".join(f"small {i}\n" for i in range(10)))
+        proc.stdin.flush()
+        # lines are sent as they arrive: the first ten are written before the one the topic refuses is read
+        wait_for(lambda: end_offset() == 10, "the first ten records written")
+        out, err = proc.communicate("x" * 2000 + "\n", timeout=120)
+    finally:
+        proc.kill()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    one_error_line(result, "10 of 11 record(s) acknowledged, 1 not acknowledged")
+    assert result.returncode == 1 and out == ""
+    # the acknowledged ones are written, once; the refused one is not
+    assert ok("consume", "bounded", "--from", "earliest", "--timeout", "2", *b).stdout.splitlines() == \
+        [f"small {i}" for i in range(10)]
+
+
 def test_cluster_info(b, cli_broker):
     ok("topic", "create", "counted", "-p", "3", *b)
     info = as_json("cluster", "info", *b)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import time
 
 from tierlog.protocol import ApiKey, build_response, encode_response, parse_request
 
@@ -28,6 +29,7 @@ class FakeBroker:
         self.metadata_error = 0
         self.error_answers = 0  # how many Metadata answers still carry metadata_error
         self.requests: list[int] = []  # api keys, in arrival order
+        self.arrivals: list[float] = []  # time.monotonic() of each request's arrival, as ``requests``
         self.answers: dict[int, list[dict]] = {}  # scripted answers per api key, taken in order
         self.connections = 0
         self._server: asyncio.Server | None = None
@@ -69,6 +71,7 @@ class FakeBroker:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
                 ctx = parse_request(await reader.readexactly(size))
                 self.requests.append(ctx.api_key)
+                self.arrivals.append(time.monotonic())
                 writer.write(encode_response(ctx, build_response(ctx, self._answer(ctx))))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -49,10 +49,9 @@ from tierlog.cli import (
 )
 from tierlog.cli.common import ConfigFailure
 from tierlog.cli.config import parse_topic_overrides
-from tierlog.cli.parser import EXIT_INVALID, EXIT_OK, Parser, add_debug
+from tierlog.cli.parser import EXIT_FAILED, EXIT_INVALID, EXIT_OK, Parser, add_debug
 from tierlog.errors import InvalidConfigError
 
-EXIT_FAILED = 1
 #: The reader of standard output went away: 128 + SIGPIPE, as the shell reports it for ``cat file | head``.
 EXIT_CLOSED_PIPE = 141
 

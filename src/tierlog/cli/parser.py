@@ -15,6 +15,7 @@ import re
 import sys
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INVALID = 2
 
 #: The parser that started parsing last: the subcommand the remaining words were typed into.

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from tierlog.cli import output
-from tierlog.cli.parser import EXIT_OK, add_client_args, add_json, key_value
+from tierlog.cli.failures import describe
+from tierlog.cli.parser import EXIT_FAILED, EXIT_OK, add_client_args, add_json, key_value
 from tierlog.cli.run import connection, run
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -16,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("produce", help="send lines of standard input (or a file) as records",
                        description="Send each line of standard input (or of --file) as one record, the line end "
                                    "not included; with --whole the whole input is one record. Reports how many "
-                                   "records and bytes were written.")
+                                   "records and bytes were written; when a record fails, how many were "
+                                   "acknowledged (exit status 1).")
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--file", metavar="FILE", help="read FILE instead of standard input")
     p.add_argument("--whole", action="store_true", help="send the whole input as one record")
@@ -44,9 +46,17 @@ def cmd_produce(args: argparse.Namespace) -> int:
     try:
         if not args.file and stream.isatty():
             print("reading records from standard input, one per line; end with Ctrl-D", file=sys.stderr)
-        result = run(records.produce(address, seconds, args.topic, records.read_records(stream, sep, args.whole),
+        result = run(records.produce(address, seconds, args.topic, records.read_chunks(stream, sep, args.whole),
                                      partition=args.partition, headers=headers, acks=args.acks,
                                      compression=args.compression, client_config=args.resolved_client_config))
+    except records.DeliveryFailed as e:
+        # the acknowledged records are written (each once); say so, and what the others met
+        if args.json:
+            output.emit_json({"topic": args.topic, "records": e.sent, "acknowledged": e.acknowledged,
+                              "not_acknowledged": e.sent - e.acknowledged, "error": str(e.error)})
+        print(f"tierlog: error: {e.acknowledged} of {e.sent} record(s) acknowledged, {e.sent - e.acknowledged} "
+              f"not acknowledged (they may or may not be written): {describe(e.error, args)}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         if args.file:
             stream.close()

@@ -89,7 +89,7 @@ class ProducerBatch:
 
     __slots__ = ("tp", "parts", "records", "count", "base_timestamp", "max_timestamp", "created", "future",
                  "attempts", "base_sequence", "producer_id", "producer_epoch", "frame", "size",
-                 "last_attempt", "closed", "in_flight", "appended_bytes")
+                 "last_attempt", "closed", "in_flight", "appended_bytes", "leader", "backoff")
 
     def __init__(self, tp: TopicPartition, now: float) -> None:
         self.tp = tp
@@ -110,6 +110,8 @@ class ProducerBatch:
         self.closed = False
         self.in_flight = False
         self.appended_bytes = 0
+        self.leader = -1  # the node the last attempt went to
+        self.backoff = 0.0  # seconds to wait after a failed attempt before retrying at the same leader
 
     def append(self, ts: int, key: Any, value: Any, headers: Any) -> int:
         count = self.count

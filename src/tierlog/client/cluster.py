@@ -117,6 +117,13 @@ class ClusterMetadata:
         self.topics = topics
         self.version += 1
 
+    def leadership(self) -> tuple:
+        """The brokers and every partition's leader and epoch: two answers with the same leadership are
+        equivalent (nothing a waiting client could act on changed)."""
+        return (tuple(sorted(self.brokers.items())),
+                tuple(sorted((t.name, p.partition, p.leader, p.leader_epoch) for t in self.topics.values()
+                             for p in t.partitions.values())))
+
     def leader_for(self, topic: str, partition: int) -> Node | None:
         info = self.topics.get(topic)
         if info is None:

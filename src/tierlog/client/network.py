@@ -8,7 +8,13 @@ Kafka's rules, as its NetworkClient applies them:
   reset by a successful connection.
 - Metadata is refreshed when someone needs it (an unknown topic, a leader change, a failed
   request) and at least every ``metadata.max.age.ms``, from the least loaded *usable* broker:
-  connected (fewest requests in flight first), connecting, or allowed to connect now.
+  connected (fewest requests in flight first), connecting, or allowed to connect now. A connection
+  that cannot be set up, closes, or whose request times out marks the metadata stale (NetworkClient's
+  ``handleServerDisconnect``): the broker may be gone and its partitions led elsewhere.
+- Refreshes back off exponentially (``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``,
+  20 % jitter) after failed updates and after answers that changed no leader (KIP-580; Kafka's
+  ``Metadata`` counts these as equivalent responses), so a client waiting for an election asks often at
+  first and then at most every ``retry.backoff.max.ms``; an answer that moves a leader resets both counts.
 - ``metadata.recovery.strategy=rebootstrap``: when an update is due and no known broker is usable,
   the client forgets the brokers it learned and starts over from ``bootstrap.servers``. The same
   happens when no metadata could be obtained for ``metadata.recovery.rebootstrap.trigger.ms``, and
@@ -37,6 +43,31 @@ from tierlog.security import client_context
 from tierlog.security.sasl_client import SaslCredentials
 
 log = logging.getLogger("tierlog.client")
+
+#: Errors of Kafka's InvalidMetadataException family: the answer says the client's leaders are out of date
+#: (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NETWORK_EXCEPTION,
+#: KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID).
+STALE_METADATA_CODES = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
+
+
+def metadata_is_stale(exc: BaseException) -> bool:
+    """Whether a failed request says the leaders the client knows may be wrong: a connection that failed,
+    closed or timed out (the broker may be dead and its partitions moved), or an invalid-metadata error."""
+    return isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)) or \
+        getattr(exc, "code", None) in STALE_METADATA_CODES
+
+
+def exponential_backoff(config: Mapping[str, Any], attempts: int) -> float:
+    """Seconds to wait before retry number ``attempts`` (1 = the first retry): ``retry.backoff.ms``
+    doubling up to ``retry.backoff.max.ms``, with 20 % jitter once the two differ (KIP-580)."""
+    base = config["retry.backoff.ms"]
+    cap = max(base, config.get("retry.backoff.max.ms", base))
+    ms = min(cap, base * 2 ** max(0, attempts - 1))
+    return ms * (random.uniform(0.8, 1.2) if cap > base else 1) / 1000
+
+
+class _NoUsableNode(KafkaConnectionError):
+    """Every known broker is in reconnect back-off: no update was tried, so none failed."""
 
 
 def _now() -> float:
@@ -85,6 +116,10 @@ class KafkaClient:
         self._last_success = 0.0  # monotonic time of the last metadata answer
         self._failing_since: float | None = None  # first failed update since the last answer
         self._last_error: BaseException | None = None
+        self._last_refresh = 0.0  # monotonic time of the last update attempt that got an answer or failed
+        self._refresh_failures = 0  # failed updates in a row (Kafka's Metadata.attempts)
+        self._equivalent_answers = 0  # answers in a row that moved no leader
+        self.metadata_updates = 0  # updates tried (answered or failed), for tests and debugging
         self._all_topics = False  # ask for every topic (admin listing)
         self.topics_of_interest: set[str] = set()
         self.allow_auto_topic_creation = False
@@ -179,6 +214,7 @@ class KafkaClient:
             st.next_attempt = _now() + self._backoff_seconds(st.failures)
             self._last_error = exc
             log.debug("%s: %s", self.client_id, exc)
+            self.request_update()  # the broker may be dead and its partitions led elsewhere now
             raise
         finally:
             st.connecting = None
@@ -220,8 +256,8 @@ class KafkaClient:
     # -- requests --------------------------------------------------------------------------------------
 
     async def send(self, node: Node, api_key: int, values: Mapping[str, Any], **kwargs: Any) -> Any:
-        """One request to ``node``. Connection failures and timeouts request a metadata update and
-        propagate (retriable); the caller decides whether to retry."""
+        """One request to ``node``. A connection that cannot be set up, closes or times out requests a
+        metadata update and its error propagates (retriable); the caller decides whether to retry."""
         conn = await self.connection(node)
         try:
             return await conn.request(api_key, values, **kwargs)
@@ -302,6 +338,7 @@ class KafkaClient:
         new = set(topics) - self.topics_of_interest
         if new:
             self.topics_of_interest |= new
+            self._equivalent_answers = 0  # a new topic is not a retry: ask at once
             self.request_update()
         return bool(new)
 
@@ -309,6 +346,14 @@ class KafkaClient:
         self._all_topics = flag
         if flag:
             self.request_update()
+
+    def time_to_allow_update(self) -> float:
+        """Seconds before the next metadata update may go out: the exponential retry back-off after
+        failed updates or after answers that moved no leader (Metadata.timeToAllowUpdate)."""
+        n = max(self._refresh_failures, self._equivalent_answers)
+        if n == 0:
+            return 0.0
+        return max(0.0, self._last_refresh + exponential_backoff(self.config, n) - _now())
 
     async def _metadata_loop(self) -> None:
         max_age = self.config["metadata.max.age.ms"] / 1000
@@ -318,6 +363,11 @@ class KafkaClient:
             if not self._update_needed.is_set() and wait > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._update_needed.wait(), wait)
+            if _now() >= self._last_success + max_age:
+                self._equivalent_answers = 0  # the periodic refresh is not a retry
+            delay = self.time_to_allow_update()
+            if delay > 0:
+                await asyncio.sleep(delay)
             self._update_needed.clear()
             try:
                 await self._update_once()
@@ -329,7 +379,11 @@ class KafkaClient:
                 if self._failing_since is None:
                     self._failing_since = _now()
                 self._update_needed.set()
-                await asyncio.sleep(retry_backoff)
+                if isinstance(exc, _NoUsableNode):
+                    await asyncio.sleep(retry_backoff)  # nothing was asked: look again soon
+                else:
+                    self._refresh_failures += 1
+                    self._last_refresh = _now()
 
     async def update_metadata(self, timeout_ms: int | None = None) -> None:
         """One metadata update now, on the caller's task: its failure is the caller's error (an admin call
@@ -352,10 +406,11 @@ class KafkaClient:
                 # every node in back-off: wait for the first to become dialable
                 states = [self._states.get(_key(n)) for n in self.cluster.brokers.values()]
                 soonest = min((st.next_attempt for st in states if st is not None), default=_now())
-                raise KafkaConnectionError(
+                raise _NoUsableNode(
                     f"every known broker is in reconnect back-off (next in {max(0.0, soonest - _now()):.3f} s)")
         all_topics = self._all_topics
         topics = None if all_topics else [{"name": t} for t in sorted(self.topics_of_interest)]
+        self.metadata_updates += 1
         response = await self.send(node, ApiKey.METADATA, {
             "topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation,
             "include_topic_authorized_operations": False}, timeout_ms=timeout_ms)
@@ -368,7 +423,11 @@ class KafkaClient:
             raise cls(f"Metadata refused by node {node.node_id}: {cls.name}"
                       + (" (metadata.recovery.strategy=none: not rebootstrapping)"
                          if code.value == errors.RebootstrapRequiredError.code else ""))
+        leaders = self.cluster.leadership()
         self.cluster.update(response, all_topics=all_topics)
+        self._equivalent_answers = self._equivalent_answers + 1 if self.cluster.leadership() == leaders else 0
+        self._refresh_failures = 0
+        self._last_refresh = _now()
         for t in self.cluster.topics.values():
             if t.error_code in (errors.LeaderNotAvailableError.code, errors.UnknownTopicOrPartitionError.code) \
                     and t.name in self.topics_of_interest:
@@ -426,8 +485,6 @@ async def retry_until(operation, deadline: float, config: Mapping[str, Any], wha
     (a ``time.monotonic()`` value); then the last retriable error is raised, wrapped in
     :class:`KafkaTimeoutError` when it was not one already (``client``'s
     :meth:`~KafkaClient.timeout_error` when given). Non-retriable errors pass at once."""
-    base = config["retry.backoff.ms"]
-    cap = max(base, config.get("retry.backoff.max.ms", base))
     attempt = 0
     cause: errors.KafkaError | None = None
     while True:
@@ -440,7 +497,7 @@ async def retry_until(operation, deadline: float, config: Mapping[str, Any], wha
             if not (isinstance(exc, KafkaTimeoutError) and cause is not None and _now() >= deadline):
                 cause = exc
             attempt += 1
-            delay = min(cap, base * 2 ** (attempt - 1)) * (random.uniform(0.8, 1.2) if cap > base else 1) / 1000
+            delay = exponential_backoff(config, attempt)
             if _now() + delay >= deadline:
                 if client is not None:
                     verdict = client.timeout_error(f"{what} did not complete in time", cause)

@@ -7,7 +7,11 @@ waits only for metadata of a new topic and for ``buffer.memory`` room, at most `
 A sender task drains ready batches (full, ``linger.ms`` elapsed, or flushing) into one Produce
 request per leader, at most ``max.in.flight.requests.per.connection`` in flight per broker.
 Retriable failures (leader moved, broker gone, timeout) put batches back at the front of their
-partition in sequence order and retry until ``delivery.timeout.ms`` after the batch was created.
+partition in sequence order and retry until ``delivery.timeout.ms`` after the batch was created,
+waiting ``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms`` between attempts at the same
+leader. A failure that says the leaders may have moved (a failed connection, a disconnect, a timeout,
+NOT_LEADER_OR_FOLLOWER...) refreshes the metadata, and a batch whose partition has a new leader goes
+there without waiting out its back-off (KIP-951), keeping its sequence numbers.
 With ``enable.idempotence`` (the default) the producer gets a producer id with InitProducerId and
 numbers batches per partition, so a retried batch the broker already wrote is not written twice.
 
@@ -36,7 +40,13 @@ from tierlog.client.errors import (
     RecordTooLargeError,
     TransactionAbortedError,
 )
-from tierlog.client.network import KafkaClient, deadline_after, retry_until
+from tierlog.client.network import (
+    KafkaClient,
+    deadline_after,
+    exponential_backoff,
+    metadata_is_stale,
+    retry_until,
+)
 from tierlog.client.partitioner import DefaultPartitioner, partition_for_key
 from tierlog.client.transactions import TransactionManager
 from tierlog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
@@ -443,14 +453,17 @@ class Producer:
             if txn is not None and not txn.is_added(tp):
                 txn.maybe_add_partition(tp)  # AddPartitionsToTxn first; the batch waits for its answer
                 continue
-            if batch.attempts and now - batch.last_attempt < retry_backoff:
-                continue
             if tp in self._first_in_flight:
                 continue
             leader = client.cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
                 unknown_leader = True
                 continue
+            # a retry backs off at the same leader only: one the metadata moved it to is tried at once
+            if batch.attempts and leader.node_id == batch.leader and now - batch.last_attempt < batch.backoff:
+                continue
+            if not client.is_usable(leader):
+                continue  # in reconnect back-off: its failed dial already asked for new metadata
             by_node.setdefault(leader.node_id, []).append(batch)
         if unknown_leader:
             client.request_update()
@@ -469,6 +482,7 @@ class Producer:
                 total += len(b.records) + 61
             for b in drained:
                 acc.batches[b.tp].popleft()
+                b.leader = node_id
                 self._prepare(b)
             if txn is not None:
                 txn.started = True  # with transaction version 2 the first Produce starts it
@@ -603,14 +617,14 @@ class Producer:
             elif self._txn is None:
                 retriable = True
                 self._bump_epoch_needed = True
-        if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.UnknownTopicOrPartitionError,
-                            errors.FencedLeaderEpochError)) or not retriable:
+        if metadata_is_stale(exc) or not retriable:
             self.client.request_update()
         if (retriable and now - b.created < self.config["delivery.timeout.ms"] / 1000
                 and b.attempts <= self.config["retries"]):
             self._metrics["record-retry-total"] += b.count
             log.debug("retrying %d record(s) for %s: %r", b.count, b.tp, exc)
             b.last_attempt = now
+            b.backoff = exponential_backoff(self.config, b.attempts)
             self._accumulator.reenqueue(b)
             return
         self._fail(b, self._expired(b, f"delivery.timeout.ms passed; last error: {exc}") if retriable else exc)

@@ -9,6 +9,7 @@ the broker answers, so a typo or a stopped broker is one clear error instead of 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 from tierlog.client.admin import Admin
 from tierlog.client.consumer import Consumer
+from tierlog.client.errors import KafkaError
 from tierlog.client.producer import Producer
 from tierlog.client.types import ConsumerRecord, TopicPartition
 from tierlog.tools.clients import settings
@@ -27,25 +29,35 @@ Record = tuple[bytes | None, bytes]  # key, value
 # ------------------------------------------------------------------------------------------ input
 
 
-def read_records(stream: IO[bytes], key_separator: bytes | None = None, whole: bool = False,
-                 chunk: int = 1 << 20) -> Iterator[Record]:
-    """Records from a binary stream: one per line (the line ending is not part of the record), or the
-    whole stream as one (``whole``). With ``key_separator`` a line is ``key SEP value``; a line without
-    the separator is a record without a key."""
+def read_chunks(stream: IO[bytes], key_separator: bytes | None = None, whole: bool = False,
+                chunk: int = 1 << 20) -> Iterator[list[Record]]:
+    """Records from a binary stream, as lists: the complete lines of one read each. One per line (the line
+    ending is not part of the record), or the whole stream as one (``whole``). With ``key_separator`` a
+    line is ``key SEP value``; a line without the separator is a record without a key. A read returns
+    what has arrived (``read1``), so lines from a pipe or a terminal are records as soon as they are
+    written, not when the input ends."""
     if whole:
-        yield None, stream.read()
+        yield [(None, stream.read())]
         return
+    read = getattr(stream, "read1", stream.read)
     rest = b""
     while True:
-        data = stream.read(chunk)
+        data = read(chunk)
         if not data:
             break
         lines = (rest + data).split(b"\n")
         rest = lines.pop()
-        for line in lines:
-            yield _split(line, key_separator)
+        if lines:
+            yield [_split(line, key_separator) for line in lines]
     if rest:
-        yield _split(rest, key_separator)
+        yield [_split(rest, key_separator)]
+
+
+def read_records(stream: IO[bytes], key_separator: bytes | None = None, whole: bool = False,
+                 chunk: int = 1 << 20) -> Iterator[Record]:
+    """The records of :func:`read_chunks`, one by one."""
+    for records in read_chunks(stream, key_separator, whole, chunk):
+        yield from records
 
 
 def _split(line: bytes, sep: bytes | None) -> Record:
@@ -69,13 +81,25 @@ def _check_partition(topic: str, partition: int | None, count: int) -> None:
         raise ValueError(f"partition {partition} of topic {topic} does not exist; it has partitions 0-{count - 1}")
 
 
-async def produce(bootstrap: str, timeout_s: float, topic: str, records: Iterable[Record], *,
+class DeliveryFailed(Exception):
+    """Not every record was acknowledged: ``acknowledged`` of ``sent`` were (they are written, each once),
+    the others may or may not be. ``error`` is the first failure, also the ``__cause__``."""
+
+    def __init__(self, sent: int, acknowledged: int, error: BaseException) -> None:
+        super().__init__(f"{acknowledged} of {sent} record(s) acknowledged, {sent - acknowledged} not "
+                         f"acknowledged: {error}")
+        self.sent, self.acknowledged, self.error = sent, acknowledged, error
+
+
+async def produce(bootstrap: str, timeout_s: float, topic: str, chunks: Iterable[list[Record]], *,
                   partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
                   acks: str = "all", compression: str = "none",
                   client_config: Mapping[str, Any] | None = None) -> dict:
-    """Send every record and wait for all answers; returns counts, bytes (keys and values) and, per
-    partition, the first and last offset written. The first failed record's error is raised.
-    ``client_config``: the user's client settings (security.protocol, ssl.*, sasl.*...)."""
+    """Send every record of ``chunks`` (lists of records, taken off the event loop, so a blocking read of
+    standard input does not hold up the records already sent) and wait for all answers; returns counts,
+    bytes (keys and values) and, per partition, the first and last offset written. When a record fails,
+    :class:`DeliveryFailed` says how many were acknowledged. ``client_config``: the user's client
+    settings (security.protocol, ssl.*, sasl.*...)."""
     base = settings(bootstrap, timeout_s, client_config)
     async with Admin({**base, "default.api.timeout.ms": base["request.timeout.ms"]}) as admin:
         count = await partitions_of(admin, topic)
@@ -87,20 +111,31 @@ async def produce(bootstrap: str, timeout_s: float, topic: str, records: Iterabl
                          "enable.idempotence": acks in ("all", "-1"), "compression.type": compression})
     futures = []
     sent = size = 0
-    async with producer:
-        for key, value in records:
-            futures.append(await producer.send(topic, value, key, partition=partition, headers=headers))
-            sent += 1
-            size += len(value) + (len(key) if key else 0)
-        await producer.flush()
+    failure: BaseException | None = None
+    source = iter(chunks)
+    try:
+        async with producer:
+            while (records := await asyncio.to_thread(next, source, None)) is not None:
+                for key, value in records:
+                    futures.append(await producer.send(topic, value, key, partition=partition, headers=headers))
+                    sent += 1
+                    size += len(value) + (len(key) if key else 0)
+            await producer.flush()
+    except KafkaError as exc:  # a record that could not even be queued; those queued are answered first
+        failure = exc
     offsets: dict[int, list[int]] = {}
+    acknowledged = 0
     for f in futures:
-        exc = f.exception()
+        exc = f.exception() if f.done() else KafkaError("no answer before the producer closed")
         if exc is not None:
-            raise exc
+            failure = failure or exc
+            continue
+        acknowledged += 1
         md = f.result()
         span = offsets.setdefault(md.partition, [md.offset, md.offset])
         span[0], span[1] = min(span[0], md.offset), max(span[1], md.offset)
+    if failure is not None:
+        raise DeliveryFailed(sent, acknowledged, failure) from failure
     return {"topic": topic, "records": sent, "bytes": size,
             "partitions": {p: {"first_offset": a, "last_offset": b} for p, (a, b) in sorted(offsets.items())}}
 
