@@ -71,7 +71,9 @@ def test_read_into_a_reused_buffer_gives_the_same_bytes(rsm, segment):
     md = segment.metadata()
     rsm.copy_log_segment_data(md, segment.data)
     log = segment.files["log"]
-    for size in (1, 1000, 4096, len(log) + 7):
+    # Byte by byte only where a read is no request: 20,000 of them to a server prove nothing more.
+    remote = rsm.configs.get("url", "").startswith("s3:")
+    for size in (1000, 4096, len(log) + 7) if remote else (1, 1000, 4096, len(log) + 7):
         buffer = memoryview(bytearray(size))
         buffer[:] = b"\xee" * size  # stale bytes from an earlier read must not leak into the answer
         got = []
