@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tests.harness.tcp_proxy import TcpProxy
+
 _ERROR_CODES = {500: "InternalError", 501: "NotImplemented", 503: "SlowDown", 403: "AccessDenied",
                 404: "NoSuchKey", 400: "InvalidRequest"}
 _REASONS = {500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable", 403: "Forbidden",
@@ -127,23 +129,18 @@ def _read_message(reader: _Reader, request: bool, head_only_body: bool = False) 
     return b"".join(lines) + b"\r\n", headers, body
 
 
-class S3FaultProxy:
+class S3FaultProxy(TcpProxy):
+    """:class:`TcpProxy` (its ``cut``/``heal`` are ``down``/``up`` here) reading the HTTP it forwards."""
+
     def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
-        self.target = (target_host, target_port)
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
         self.faults: list[Fault] = []
         self.requests = 0
         self.seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=2000)  # (method, target)
-        self.is_down = False
-        self._lock = threading.Lock()
-        self._conns: set[socket.socket] = set()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name=f"s3-fault-proxy-{self.port}").start()
+        super().__init__(target_port, target_host)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     # -- control --
 
@@ -151,12 +148,6 @@ class S3FaultProxy:
         with self._lock:
             self.faults.append(fault)
         return fault
-
-    def remove(self, fault: Fault) -> None:
-        with self._lock:
-            if fault in self.faults:
-                self.faults.remove(fault)
-        fault.released.set()
 
     def clear(self) -> None:
         with self._lock:
@@ -166,42 +157,16 @@ class S3FaultProxy:
 
     def down(self) -> None:
         """Close every connection; new ones are closed as soon as they are accepted."""
-        self.is_down = True
-        self._close_all()
+        self.cut()
 
     def up(self) -> None:
-        self.is_down = False
+        self.heal()
 
     def close(self) -> None:
-        self._closed = True
         self.clear()
-        self._server.close()
-        self._close_all()
+        super().close()
 
     # -- forwarding --
-
-    def _close_all(self) -> None:
-        with self._lock:
-            doomed = list(self._conns)
-        for s in doomed:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def _track(self, s: socket.socket) -> None:
-        with self._lock:
-            self._conns.add(s)
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            if self.is_down:
-                client.close()
-                continue
-            self._track(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _pick(self, method: str, target: str) -> Fault | None:
         with self._lock:
@@ -212,56 +177,59 @@ class S3FaultProxy:
                     return f
         return None
 
-    def _serve(self, client: socket.socket) -> None:
-        upstream: socket.socket | None = None
-        up_reader: _Reader | None = None
-        reader = _Reader(client)
+    def _open(self, client: socket.socket) -> None:
         try:
-            while not self._closed:
-                head, headers, body = _read_message(reader, request=True)
-                method, target = head.split(b" ", 2)[:2]
-                method, target = method.decode(), target.decode()
-                self.requests += 1
-                self.seen.append((method, target))
-                fault = self._pick(method, target)
-                action = fault.action if fault else None
-                if action == "status":
-                    client.sendall(_error_answer(fault.status))
-                    continue
-                if action == "stall":
-                    fault.released.wait()
-                    return
-                if upstream is None:
-                    upstream = socket.create_connection(self.target, timeout=120)
-                    self._track(upstream)
-                    up_reader = _Reader(upstream)
-                if action == "cut_request":
-                    upstream.sendall(head + body[:len(body) // 2])
-                    return
-                upstream.sendall(head + body)
-                answer_head, answer_headers, answer_body = _read_message(up_reader, request=False,
-                                                                         head_only_body=method == "HEAD")
-                if action == "cut_response":
-                    client.sendall(answer_head + answer_body[:len(answer_body) // 2])
-                    return
-                if action == "slow_body":
-                    client.sendall(answer_head)
-                    for i in range(0, len(answer_body), fault.chunk):
-                        client.sendall(answer_body[i:i + fault.chunk])
-                        time.sleep(fault.delay)  # the fault itself: a store sending slowly
-                else:
-                    client.sendall(answer_head + answer_body)
-                if answer_headers.get("connection", "").lower() == "close":
-                    return
+            upstream = socket.create_connection(self.target, timeout=120)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._conns.append((client, upstream))
+        try:
+            self._serve(_Reader(client), _Reader(upstream))
         except (_Closed, OSError, ValueError, IndexError):
             pass
         finally:
             for s in (client, upstream):
-                if s is not None:
-                    with contextlib.suppress(OSError):
-                        s.close()
-                    with self._lock:
-                        self._conns.discard(s)
+                with contextlib.suppress(OSError):
+                    s.close()
+            with self._lock:
+                self._conns = [c for c in self._conns if client not in c]
+
+    def _serve(self, reader: _Reader, up_reader: _Reader) -> None:
+        """Requests of one connection, one at a time, until a fault or either side ends it."""
+        client, upstream = reader.sock, up_reader.sock
+        while not self._closed:
+            head, headers, body = _read_message(reader, request=True)
+            method, target = (part.decode() for part in head.split(b" ", 2)[:2])
+            self.requests += 1
+            self.seen.append((method, target))
+            fault = self._pick(method, target)
+            action = fault.action if fault else None
+            if action == "status":
+                client.sendall(_error_answer(fault.status))
+                continue
+            if action == "stall":
+                fault.released.wait()
+                return
+            if action == "cut_request":
+                upstream.sendall(head + body[:len(body) // 2])
+                return
+            upstream.sendall(head + body)
+            answer_head, answer_headers, answer_body = _read_message(up_reader, request=False,
+                                                                     head_only_body=method == "HEAD")
+            if action == "cut_response":
+                client.sendall(answer_head + answer_body[:len(answer_body) // 2])
+                return
+            if action == "slow_body":
+                client.sendall(answer_head)
+                for i in range(0, len(answer_body), fault.chunk):
+                    client.sendall(answer_body[i:i + fault.chunk])
+                    time.sleep(fault.delay)  # the fault itself: a store sending slowly
+            else:
+                client.sendall(answer_head + answer_body)
+            if answer_headers.get("connection", "").lower() == "close":
+                return
 
 
 def _error_answer(status: int) -> bytes:

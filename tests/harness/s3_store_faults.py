@@ -117,6 +117,7 @@ class StoreFaultRun:
 
     def __init__(self, server, work: Path):
         self.server = server
+        work.mkdir(parents=True, exist_ok=True)
         self.proxy = S3FaultProxy(server.port)
         self.prefix = f"faults-{uuid.uuid4().hex[:8]}"
         store = {**server.objectstore_configs(f"s3://tiered/{self.prefix}"), "aws_endpoint": self.proxy.endpoint,
