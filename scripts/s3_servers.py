@@ -346,12 +346,17 @@ class SeaweedFSServer(S3Server):
         s3_config.write_text(json.dumps(identities))
         ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
                                                   "filer.grpc", "s3.grpc")}
+        # No telemetry; the Iceberg and Lance catalogs (fixed ports) off; sockets in the work folder; a
+        # volume server that stops at once (it waits 10 s by default).
         return [str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
-                f"-master.port={ports['master']}", f"-master.port.grpc={ports['master.grpc']}",
-                f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume.grpc']}",
-                "-master.volumeSizeLimitMB=64", "-volume.max=64", "-master.volumePreallocate=false",
+                "-master.telemetry=false", f"-master.port={ports['master']}",
+                f"-master.port.grpc={ports['master.grpc']}", "-master.volumeSizeLimitMB=64",
+                "-master.volumePreallocate=false", f"-volume.port={ports['volume']}",
+                f"-volume.port.grpc={ports['volume.grpc']}", "-volume.max=64", "-volume.preStopSeconds=0",
                 "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer.grpc']}",
-                "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={ports['s3.grpc']}", f"-s3.config={s3_config}"]
+                f"-filer.localSocket={self.work / 'filer.sock'}", "-s3", f"-s3.port={self.port}",
+                f"-s3.port.grpc={ports['s3.grpc']}", f"-s3.config={s3_config}", "-s3.port.iceberg=0",
+                "-s3.port.lance=0", f"-s3.localSocket={self.work / 's3.sock'}"]
 
 
 SERVERS = {"s3proxy": S3ProxyServer, "seaweedfs": SeaweedFSServer}
