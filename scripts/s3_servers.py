@@ -147,9 +147,16 @@ def install_seaweedfs() -> Path:
     with _locked(folder):
         if target.exists():
             return target
-        if shutil.which("go") is None:
-            raise S3ServerError("go (1.24 or later) is needed to build SeaweedFS")
-        info = json.loads(_run(["go", "mod", "download", "-json", f"{SEAWEEDFS_MODULE}@{SEAWEEDFS_VERSION}"]))
+        go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if Path(p).exists()), None)
+        if go is None:
+            raise S3ServerError("go (1.21 or later, which fetches the toolchain SeaweedFS asks for) is needed to "
+                                "build SeaweedFS")
+        # The module asks for a newer Go than may be installed: GOTOOLCHAIN=auto fetches that toolchain
+        # through the module proxy, as any Go module.
+        env = {**os.environ, "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "auto"),
+               "CGO_ENABLED": os.environ.get("CGO_ENABLED", "0")}
+        info = json.loads(_run([go, "mod", "download", "-json", f"{SEAWEEDFS_MODULE}@{SEAWEEDFS_VERSION}"],
+                               env=env))
         if info.get("Error") or not info.get("Dir"):
             raise S3ServerError(f"go mod download {SEAWEEDFS_MODULE}: {info.get('Error') or 'no folder'}")
         src = folder / "src"
@@ -159,8 +166,7 @@ def install_seaweedfs() -> Path:
             path.chmod(path.stat().st_mode | 0o200)
         staging = folder / "bin" / "weed.partial"
         staging.parent.mkdir(exist_ok=True)
-        env = {**os.environ, "CGO_ENABLED": os.environ.get("CGO_ENABLED", "0")}
-        _run(["go", "build", "-o", str(staging), "./weed"], cwd=src, env=env)
+        _run([go, "build", "-o", str(staging), "./weed"], cwd=src, env=env)  # long: a large program
         staging.rename(target)
         shutil.rmtree(src, ignore_errors=True)
         return target

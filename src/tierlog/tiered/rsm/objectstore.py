@@ -193,7 +193,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
                     raise
                 if self.abilities.lose("bulk_delete"):
                     log.info("Object store %s refuses multi-object deletes (%s): deleting one object per request "
-                             "from now on", self.shown_url, _answer(e))
+                             "from now on", self.shown_url, storecompat.answer(str(e)) or str(e))
         for key in keys:
             self._delete_one(key)
 
@@ -220,7 +220,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             return False
         if self.abilities.lose("multipart"):
             log.info("Object store %s refuses multipart uploads (%s): uploading every object with a single PUT "
-                     "(held in memory) from now on", self.shown_url, _answer(e))
+                     "(held in memory) from now on", self.shown_url, storecompat.answer(str(e)) or str(e))
         return True
 
     def _list(self, prefix: str) -> list[tuple[str, int]]:
@@ -266,14 +266,6 @@ class _Pulled:
     def __iter__(self) -> Iterator[bytes]:
         self.started = True
         yield from self._chunks
-
-
-def _answer(e: Exception) -> str:
-    """The status and S3 error code of a store's answer, for a one-line message."""
-    status = storecompat.status_of(str(e))
-    code = re.search(r"<Code>([^<]+)</Code>", str(e))
-    return " ".join(part for part in (str(status) if status else "", code.group(1) if code else "") if part) \
-        or _first_line(e)
 
 
 def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:

@@ -63,6 +63,12 @@ def status_of(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def answer(message: str) -> str:
+    """The status and S3 error code in a store's error answer (``501 NotImplemented``), for a log line."""
+    status, code = status_of(message), _CODE.search(message)
+    return " ".join(part for part in (str(status) if status else "", code.group(1) if code else "") if part)
+
+
 def refused(message: str) -> bool:
     """Whether a store's error answer (obstore's first line, with the status and the XML body) says the
     request is not offered there: 501 or 405, or a 400 whose code names a missing ability."""
