@@ -27,6 +27,7 @@ listings.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
@@ -140,7 +141,8 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     # -- primitives --
 
     def _put_file(self, key: str, path: str) -> None:
-        if self.abilities.multipart:
+        # obstore goes multipart above one part; only a refusal of that says the store lacks multipart.
+        if self.abilities.multipart and os.path.getsize(path) > self.part_size:
             try:
                 self._call(f"upload {key}", obstore.put, self._store, key, Path(path), chunk_size=self.part_size)
                 return
