@@ -10,7 +10,8 @@ for an outage the broker's own report of it, never a sleep), and the case checks
 
 - every acknowledged record is read back from the earliest offset, once, in order;
 - the remote segments (their manifests, read from the server directly) cover the offsets from 0 without a
-  gap or an overlap, and nothing is left to clean up;
+  gap or an overlap, nothing is left to clean up, and ``tier reconcile`` finds no orphan, nothing missing
+  and no key outside the layout (a store's folder placeholders are no objects);
 - remote readers saw only the retriable KAFKA_STORAGE_ERROR (or nothing) before they got the data;
 - the broker's resident memory stayed within a bound while it caught up.
 
@@ -35,7 +36,7 @@ from tests.harness.broker import BrokerProcess
 from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient
 from tests.harness.s3_fault_proxy import Fault, S3FaultProxy, delete_faults, log_object
-from tests.harness.tiered import tier_status, tiered_settings, wait_for
+from tests.harness.tiered import call, tier_status, tiered_settings, wait_for
 from tests.tiered.fetchlib import fetch
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.layout import MANIFEST_SUFFIX, SegmentManifest
@@ -269,6 +270,13 @@ class StoreFaultRun:
             r.remote_gaps += 1  # offsets neither remote nor local
         if r.remote_gaps or r.overlaps:
             r.problems.append(f"remote segments with {r.remote_gaps} gaps and {r.overlaps} overlaps")
+        # What the store holds beyond the metadata (an upload cut short), and what a listing shows that is no
+        # object of the layout (a store's folder placeholders), once everything settled: nothing.
+        report = call(self.broker, "/v1/tier/reconcile")
+        mine = [o for o in report["orphans"] if o["topic"] == topic]
+        if mine or report["unrecognized_keys"] or [m for m in report["missing"] if m["topic"] == topic]:
+            r.problems.append(f"reconcile: {len(mine)} orphans, {len(report['missing'])} missing, unrecognized "
+                              f"keys {report['unrecognized_keys'][:3]}")
         if r.other_errors_seen:
             r.problems.append(f"remote reads answered {sorted(set(r.other_errors_seen))}, not only "
                               f"KAFKA_STORAGE_ERROR")
