@@ -285,8 +285,12 @@ class S3Server:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout: float = 20) -> None:
-        """SIGTERM by PID, SIGKILL after ``timeout``."""
+    #: Seconds a server gets between SIGTERM and SIGKILL.
+    stop_grace = 20.0
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM by PID, SIGKILL after ``timeout`` (``stop_grace`` by default)."""
+        timeout = self.stop_grace if timeout is None else timeout
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -338,6 +342,7 @@ class SeaweedFSServer(S3Server):
     127.0.0.1 (gRPC ports given too: weed's default is the HTTP port plus 10000)."""
 
     kind = "seaweedfs"
+    stop_grace = 3.0  # it spends 15 s flushing metadata logs on SIGTERM; test data need not survive
 
     def command(self) -> list[str]:
         weed = weed_binary()
