@@ -98,6 +98,8 @@ def missing(kind: str) -> str | None:
         if s3proxy_jar() is None:
             return f"S3Proxy {S3PROXY_VERSION} not installed in {s3proxy_dir()} (scripts/s3_servers.py install)"
     elif kind == "seaweedfs":
+        if os.environ.get("TIERLOG_WEED") and weed_binary() is None:
+            return f"TIERLOG_WEED={os.environ['TIERLOG_WEED']} does not exist"
         if weed_binary() is None:
             return f"SeaweedFS's weed not built in {seaweedfs_dir() / 'bin'} (scripts/s3_servers.py install)"
     else:
