@@ -200,11 +200,11 @@ class S3Server:
 
     kind = ""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.port = 0
-        self.access_key, self.secret_key, self.region = ACCESS_KEY, SECRET_KEY, REGION
+        self.access_key, self.secret_key, self.region = access_key, secret_key, REGION
         self.proc: subprocess.Popen | None = None
         self.log_path = self.work / f"{self.kind}.out"
         self.start_seconds = 0.0
@@ -375,12 +375,14 @@ class SeaweedFSServer(S3Server):
 SERVERS = {"s3proxy": S3ProxyServer, "seaweedfs": SeaweedFSServer}
 
 
-def start(kind: str, work: Path, buckets: list[str] = ("tiered",), timeout: float = 90) -> S3Server:
-    """A started ``kind`` server with ``buckets`` created (S3ServerError when it cannot run)."""
+def start(kind: str, work: Path, buckets: list[str] = ("tiered",), timeout: float = 90, **credentials: str
+          ) -> S3Server:
+    """A started ``kind`` server with ``buckets`` created (S3ServerError when it cannot run); ``credentials``
+    (``access_key``, ``secret_key``) replace the default identity."""
     reason = missing(kind)
     if reason:
         raise S3ServerError(reason)
-    server = SERVERS[kind](work).start(timeout)
+    server = SERVERS[kind](work, **credentials).start(timeout)
     try:
         for bucket in buckets:
             server.create_bucket(bucket)

@@ -30,13 +30,14 @@ running: set = set()
 
 
 @contextlib.contextmanager
-def s3_server(kind: str, work: Path, buckets: tuple[str, ...] = ("tiered",)) -> Iterator[S3Server]:
+def s3_server(kind: str, work: Path, buckets: tuple[str, ...] = ("tiered",), **credentials: str
+              ) -> Iterator[S3Server]:
     """A started ``kind`` server (one of ``KINDS``) with ``buckets``; skipped locally, failed in CI, when
-    it is not installed."""
+    it is not installed. ``credentials`` (``access_key``, ``secret_key``) replace the default identity."""
     reason = servers_module.missing(kind)
     if reason:
         unavailable(NAMES[kind], reason)
-    server = servers_module.start(kind, Path(work), list(buckets))
+    server = servers_module.start(kind, Path(work), list(buckets), **credentials)
     running.add(server)
     try:
         yield server
