@@ -80,6 +80,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         self.abilities = storecompat.Abilities()  # what the store turned out to lack
         self._request_timeout_s = 30.0
         self._backoff_s = 0.1
+        self._plain_requests = storecompat.opener({})
 
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
@@ -119,6 +120,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
                 client[option] = f"{ms}ms"
         self._request_timeout_s = (rsm_setting(configs, "request.timeout.ms") or 30_000) / 1000
         self._backoff_s = (rsm_setting(configs, "retry.backoff.ms") or 100) / 1000
+        self._plain_requests = storecompat.opener(client)
         retry = _retry_config(configs)
         endpoint = next((v for k, v in store_config.items() if k.endswith("endpoint")), "")
         self.abilities = storecompat.abilities_of((self.url.split("/", 3)[2] if "://" in self.url else self.url,
@@ -209,7 +211,8 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         if self._store is None:
             raise RemoteStorageError(f"cannot delete {key}: the object store is not configured or closed")
         try:
-            storecompat.delete_one(self._store, key, self._request_timeout_s, backoff_s=self._backoff_s)
+            storecompat.delete_one(self._store, key, self._request_timeout_s, backoff_s=self._backoff_s,
+                                   via=self._plain_requests)
         except RemoteStorageError as e:
             raise type(e)(f"cannot delete {key} in {self.shown_url}: {redact(str(e), self._secrets)}") from None
         except obs_errors.BaseError as e:  # signing failed (no credentials to sign with)

@@ -11,6 +11,7 @@ placeholders from listings (:func:`without_placeholders`).
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 import time
 import urllib.error
@@ -83,9 +84,26 @@ def can_sign(store: Any) -> bool:
     return type(store).__name__ in ("S3Store", "GCSStore", "AzureStore")
 
 
-def delete_one(store: Any, key: str, timeout_s: float, attempts: int = 3, backoff_s: float = 0.1) -> None:
+def opener(client_options: dict[str, str]) -> urllib.request.OpenerDirector:
+    """What sends the plain requests, with the HTTP client options of obstore that bear on them: its
+    ``proxy_url`` and ``allow_invalid_certificates``."""
+    handlers: list[urllib.request.BaseHandler] = []
+    proxy = client_options.get("proxy_url")
+    if proxy:
+        handlers.append(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
+    if str(client_options.get("allow_invalid_certificates", "")).strip().lower() in ("true", "1", "yes"):
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
+def delete_one(store: Any, key: str, timeout_s: float, attempts: int = 3, backoff_s: float = 0.1,
+               via: urllib.request.OpenerDirector | None = None) -> None:
     """Delete ``key`` with one plain ``DELETE`` request, signed by obstore with the store's credentials
-    (obstore sends even a single delete as a multi-object one). A missing object is fine. Throttling,
+    (obstore sends even a single delete as a multi-object one), sent ``via`` an :func:`opener`. A missing
+    object is fine. Throttling,
     5xx answers and connection errors are tried ``attempts`` times, then raise RetriableRemoteStorageError;
     other answers raise RemoteStorageError. Messages name the key, never the signed URL."""
     last: Exception | None = None
@@ -95,7 +113,7 @@ def delete_one(store: Any, key: str, timeout_s: float, attempts: int = 3, backof
         url = obstore.sign(store, "DELETE", key, _SIGNED_URL_LIFETIME)
         request = urllib.request.Request(url, method="DELETE")
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            with (via or urllib.request.build_opener()).open(request, timeout=timeout_s) as answer:
                 answer.read()
             return
         except urllib.error.HTTPError as e:
