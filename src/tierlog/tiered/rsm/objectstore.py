@@ -58,6 +58,7 @@ _CLIENT_OPTIONS = frozenset({
 })
 _OWN_KEYS = frozenset({"url", "request.timeout.ms", "connect.timeout.ms", "retry.max.retries", "retry.timeout.ms",
                        "retry.backoff.ms", "retry.backoff.max.ms", "upload.part.size"})
+_SIGNED_URL_LIFETIME = timedelta(minutes=15)  # of a plain DELETE's URL (stores without multi-object delete)
 _MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
 _STATUS_RE = re.compile(r"status code: (\d{3})")
 # what a request URL may carry that is a credential: a password before the host, a SAS signature, a
@@ -211,8 +212,8 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         if self._store is None:
             raise RemoteStorageError(f"cannot delete {key}: the object store is not configured or closed")
         try:
-            storecompat.delete_one(self._store, key, self._request_timeout_s, backoff_s=self._backoff_s,
-                                   via=self._plain_requests)
+            storecompat.delete_one(lambda k: obstore.sign(self._store, "DELETE", k, _SIGNED_URL_LIFETIME), key,
+                                   self._request_timeout_s, backoff_s=self._backoff_s, via=self._plain_requests)
         except RemoteStorageError as e:
             raise type(e)(f"cannot delete {key} in {self.shown_url}: {redact(str(e), self._secrets)}") from None
         except obs_errors.BaseError as e:  # signing failed (no credentials to sign with)

@@ -16,12 +16,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
-
-import obstore
 
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError
 
@@ -31,7 +28,6 @@ _CODE = re.compile(r"<Code>([^<]+)</Code>")
 # request that is wrong: a checksum header it does not know, a missing Content-MD5 it insists on.
 _REFUSAL_CODES = frozenset({"NotImplemented", "InvalidRequest", "InvalidArgument", "MissingContentMD5",
                             "InvalidDigest", "BadDigest", "MalformedXML", "MethodNotAllowed"})
-_SIGNED_URL_LIFETIME = timedelta(minutes=15)
 
 
 @dataclass
@@ -99,10 +95,11 @@ def opener(client_options: dict[str, str]) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(*handlers)
 
 
-def delete_one(store: Any, key: str, timeout_s: float, attempts: int = 3, backoff_s: float = 0.1,
+def delete_one(sign: Callable[[str], str], key: str, timeout_s: float, attempts: int = 3, backoff_s: float = 0.1,
                via: urllib.request.OpenerDirector | None = None) -> None:
-    """Delete ``key`` with one plain ``DELETE`` request, signed by obstore with the store's credentials
-    (obstore sends even a single delete as a multi-object one), sent ``via`` an :func:`opener`. A missing
+    """Delete ``key`` with one plain ``DELETE`` request to the URL ``sign(key)`` gives (obstore signs it
+    with the store's credentials; it sends even a single delete as a multi-object one), sent ``via`` an
+    :func:`opener`. A missing
     object is fine. Throttling,
     5xx answers and connection errors are tried ``attempts`` times, then raise RetriableRemoteStorageError;
     other answers raise RemoteStorageError. Messages name the key, never the signed URL."""
@@ -110,8 +107,7 @@ def delete_one(store: Any, key: str, timeout_s: float, attempts: int = 3, backof
     for attempt in range(attempts):
         if attempt:
             time.sleep(backoff_s * 2 ** (attempt - 1))
-        url = obstore.sign(store, "DELETE", key, _SIGNED_URL_LIFETIME)
-        request = urllib.request.Request(url, method="DELETE")
+        request = urllib.request.Request(sign(key), method="DELETE")
         try:
             with (via or urllib.request.build_opener()).open(request, timeout=timeout_s) as answer:
                 answer.read()
