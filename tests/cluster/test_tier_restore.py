@@ -5,7 +5,7 @@ pointed at the same remote folder, gets the topic back with `tierlog tier restor
 every tiered record at its original offset, timestamp, key, value and headers (read with kafka-python from
 earliest), and a new record right after the last restored one. Once the new cluster tiers the topic further
 (into its own key folder), the store holds one chain across both folders, and a second restore changes
-nothing. The same with the store in an S3 bucket (a moto server) instead of a folder."""
+nothing. The same with the store in an S3 bucket (a SeaweedFS server) instead of a folder."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.harness.s3 import s3_configs
 from tests.harness.tiered import tier_status, tiered_settings
 from tests.harness.tierlog_cluster import start_cluster, wait_until
 
@@ -83,17 +82,17 @@ def restore_cli(config_file, bootstrap: str, *extra: str) -> subprocess.Complete
 
 
 def store_settings(backend: str, tmp_path, request) -> dict:
-    """Broker settings tiering to a folder, or to a bucket prefix of the module's moto S3 server."""
+    """Broker settings tiering to a folder, or to a bucket prefix of the module's SeaweedFS server."""
     settings = tiered_settings(tmp_path)
-    if backend == "s3":
+    if backend == "seaweedfs":
         del settings["rsm.config.dir"]
         settings["remote.log.storage.manager.class.name"] = "objectstore"
-        s3 = s3_configs(request.getfixturevalue("moto_s3"), f"s3://tiered/{uuid.uuid4().hex}")
+        s3 = request.getfixturevalue("seaweedfs_s3").objectstore_configs(f"s3://tiered/{uuid.uuid4().hex}")
         settings.update({f"rsm.config.{k}": v for k, v in s3.items()})
     return settings
 
 
-@pytest.mark.parametrize("backend", ["filesystem", "s3"])
+@pytest.mark.parametrize("backend", ["filesystem", "seaweedfs"])
 def test_a_tiered_topic_is_restored_into_a_new_cluster(tmp_path, zookeeper, backend, request):
     settings = store_settings(backend, tmp_path, request)
     old = start_cluster(tmp_path / "old", zookeeper, brokers=2, settings=settings)

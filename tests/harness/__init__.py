@@ -15,15 +15,18 @@ Modules (import them by name; this package imports none of them):
   starting a KRaft broker, resolving its jars).
 - ``java_clients``: Kafka's Java producer, consumer and admin client in one JVM driven line by line
   (``java/RebootstrapClient.java``), for the rebootstrap tests.
-- ``s3``: a moto S3 server and the object-store settings that reach it; ``s3_requests``: one that counts the
-  requests it serves by S3 operation (the reference for the storage manager's own counts).
+- ``s3``: a moto S3 server and the object-store settings that reach it (faults a real server cannot make);
+  ``s3_requests``: one that counts the requests it serves by S3 operation (the reference for the storage
+  manager's own counts).
+- ``s3_servers``: real S3 servers, SeaweedFS and S3Proxy, from ``scripts/s3_servers.py`` (``s3_server``).
 - ``delay_line``: a TCP forwarder that delays each direction (a distant store where ``tc netem`` is missing).
 - ``threads``: ``in_parallel`` (one step on several brokers at once) and ``start_together`` (clusters
   started side by side, the others stopped if one fails).
 - ``zookeeper``: ZooKeeper for cluster tests through the product's launcher (short ticks, a free
   port, ``unique_chroot`` per test), and ``start_ensemble``: three servers as one quorum.
 - ``plugin``: the pytest plugin with the shared fixtures (``start_broker``, ``broker``, ``kafka_jars``,
-  ``kafka_peer``, ``kafka_peer_tiered``, ``tierlog_peer``, ``peer``, ``kafka_tool``, ``moto_s3``,
+  ``kafka_peer``, ``kafka_peer_tiered``, ``tierlog_peer``, ``peer``, ``kafka_tool``, ``moto_s3``, ``seaweedfs_s3``,
+  ``s3proxy_s3``, ``real_s3``,
   ``zookeeper``, ``zookeeper_connect``, ``java_client_command``, ``java``), the
   stray-process guard, the rule that a run collecting nothing fails, and the pytest-xdist groups.
   tests/conftest.py registers it once (``pytest_plugins``), for every suite.

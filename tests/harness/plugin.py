@@ -20,7 +20,9 @@ Fixtures:
 - ``kafka_zk_jars``: the jars of Apache Kafka 3.9, the last release with ZooKeeper mode (the peer of
   tierlog's ZooKeeper clusters: ``apache_kafka.start_kafka_zk_cluster``); ``kafka_zk_tool`` runs one of
   its command-line classes in a session JVM of its own (``kafka_zk_tool_runner``).
-- ``moto_s3``: a moto S3 server for the module with bucket ``tiered``; its endpoint URL.
+- ``moto_s3``: a moto S3 server for the module with bucket ``tiered``; its endpoint URL (for faults a real
+  server cannot make). ``seaweedfs_s3`` and ``s3proxy_s3``: a real S3 server for the module with bucket
+  ``tiered`` (tests/harness/s3_servers.py); ``real_s3`` is parametrized over both.
 - ``zookeeper``: one ZooKeeper for the session (one per pytest-xdist worker), on 127.0.0.1 and a free
   port with a 200 ms tick (sessions from 400 ms); tests keep apart by chroot. ``zookeeper_connect`` is
   its ``zookeeper.connect`` under a fresh chroot, per test (tests/harness/zookeeper.py). Without Java or
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import apache_kafka
+from tests.harness import apache_kafka, s3_servers
 from tests.harness import zookeeper as zk
 from tests.harness.broker import BrokerProcess
 from tests.harness.s3 import moto_server
@@ -182,6 +184,26 @@ def moto_s3():
         yield endpoint
 
 
+@pytest.fixture(scope="module")
+def seaweedfs_s3(tmp_path_factory):
+    """SeaweedFS (``weed server`` with its S3 gateway) for the module, bucket ``tiered``; an S3Server."""
+    with s3_servers.s3_server("seaweedfs", tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3proxy_s3(tmp_path_factory):
+    """S3Proxy (filesystem backend, v4 signatures) for the module, bucket ``tiered``; an S3Server."""
+    with s3_servers.s3_server("s3proxy", tmp_path_factory.mktemp("s3proxy")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=s3_servers.KINDS)
+def real_s3(request):
+    """Each real S3 server in turn (module-scoped: one server of each kind per module)."""
+    return request.getfixturevalue(f"{request.param}_s3")
+
+
 # ------------------------------------------------------------------------------------------ ZooKeeper
 
 
@@ -208,6 +230,7 @@ def pytest_sessionfinish(session, exitstatus):
     apache_kafka.KafkaZkCluster.kill_running()
     apache_kafka.KafkaKRaftCluster.kill_running()
     zk.kill_running()
+    s3_servers.kill_running()
     # A run that collected nothing must fail loudly: exit code 5 would otherwise read as "no tests".
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,6 +1,6 @@
 """Fixtures for the remote storage tests: a real rolled segment written by tierlog's own log, segment
-metadata for it, and configured storage managers of every backend (``make_rsm``; the S3 ones on the
-harness's ``moto_s3`` server). Live tiered brokers come from the harness (tests/harness)."""
+metadata for it, and configured storage managers of every backend (``make_rsm``; ``seaweedfs`` and
+``s3proxy`` on the harness's real S3 servers). Live tiered brokers come from the harness (tests/harness)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.prerequisites import unavailable
-from tests.harness.s3 import s3_configs
-from tests.tiered.rsmlib import ZSTD
+from tests.tiered.rsmlib import S3_KINDS, ZSTD
 from tierlog.records import build_batch
 from tierlog.storage import Log, LogConfig
 from tierlog.storage.producer_state import snapshot_path
@@ -106,9 +105,9 @@ def make_rsm(request, tmp_path):
             configs["url"] = "memory://"
         elif kind == "file":
             configs["url"] = (tmp_path / "bucket").as_uri()
-        elif kind == "s3":
-            # One folder per test in the shared bucket.
-            configs.update(s3_configs(request.getfixturevalue("moto_s3"), f"s3://tiered/{uuid.uuid4().hex}"))
+        elif kind in S3_KINDS:  # one folder per test in the module's bucket
+            server = request.getfixturevalue(f"{kind}_s3")
+            configs.update(server.objectstore_configs(f"s3://tiered/{uuid.uuid4().hex}"))
         configs.update(extra or {})
         rsm = create_remote_storage_manager("filesystem" if kind == "filesystem" else "objectstore", configs)
         made.append(rsm)

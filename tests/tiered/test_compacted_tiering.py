@@ -1,5 +1,5 @@
 """Compacted topics tiered (issue 23, part 3; docs/tiered-storage.md, "Compacted topics"), on a single
-broker with the local-folder store and with S3 (moto): keys produced, overwritten and deleted; the cleaner
+broker with the local-folder store and with S3 (S3Proxy): keys produced, overwritten and deleted; the cleaner
 cleans, cleaned segments upload, a later cleaning replaces uploaded segments; a consumer from the earliest
 offset reads exactly the compacted view from the remote tier, also while a replacement is finished and the
 segment it replaces not yet marked for deletion (held by the metadata manager, not by timing), across a
@@ -15,7 +15,6 @@ import uuid
 import pytest
 
 from tests.harness.broker import BrokerProcess
-from tests.harness.s3 import s3_configs
 from tests.harness.tiered import call, metrics_url, remote_manifests, tiered_settings
 from tests.tiered.compactlib import (
     CLEANER_SETTINGS,
@@ -31,15 +30,16 @@ from tests.tiered.compactlib import (
 from tests.tiered.holds import delete_held_rlmm_settings
 
 
-@pytest.fixture(scope="module", params=["filesystem", "s3"])
+@pytest.fixture(scope="module", params=["filesystem", "s3proxy"])
 def held_broker(request, tmp_path_factory):
     """A tiered broker whose DELETE_SEGMENT_STARTED events wait while ``b.hold`` exists."""
     root = tmp_path_factory.mktemp(f"compacted-{request.param}")
     storage = {}
-    if request.param == "s3":
-        endpoint = request.getfixturevalue("moto_s3")
+    if request.param == "s3proxy":
+        server = request.getfixturevalue("s3proxy_s3")
+        url = f"s3://tiered/{uuid.uuid4().hex}"
         storage = {"remote.log.storage.manager.class.name": "objectstore",
-                   **{f"rsm.config.{k}": v for k, v in s3_configs(endpoint, f"s3://tiered/{uuid.uuid4().hex}").items()}}
+                   **{f"rsm.config.{k}": v for k, v in server.objectstore_configs(url).items()}}
     b = BrokerProcess(root / "logs", tiered_settings(
         root, **CLEANER_SETTINGS, **storage, **delete_held_rlmm_settings(root / "hold", root / "reached"))).start()
     b.root, b.backend = root, request.param

@@ -2,9 +2,10 @@
 log, not in `tierlog tier status`, not on the HTTP endpoint's pages, not in DescribeConfigs answers (Kafka's
 null value and is_sensitive=true), not in the errors of a failing S3 store or of a refused configuration.
 
-One tiering broker against a moto S3 server whose credentials are distinctive strings; the test tiers
-segments, asks everything that shows settings or errors, then stops the S3 server so uploads fail and the
-failures are logged and reported, and finally searches every captured byte for the secrets."""
+One tiering broker against a SeaweedFS S3 server whose credentials are distinctive strings (it takes the
+session token too); the test tiers segments, asks everything that shows settings or errors, then stops the
+S3 server so uploads fail and the failures are logged and reported, and finally searches every captured
+byte for the secrets."""
 
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from tests.cli.clilib import tierlog
 from tests.harness.broker import BrokerProcess
-from tests.harness.prerequisites import unavailable
 from tests.harness.rawclient import create_topic, unique
-from tests.harness.s3 import s3_configs
+from tests.harness.s3_servers import s3_server
 from tests.harness.tiered import metrics_url, tier_status, wait_for
 
 ACCESS_KEY = "AKIATIERLOGLEAKCHK7Q"
@@ -35,31 +35,9 @@ TOPIC_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": "16384", "loc
                  "file.delete.delay.ms": "0"}
 
 
-class Moto:
-    """A moto S3 server this module can stop (to make every upload fail)."""
-
-    def __init__(self) -> None:
-        try:
-            import boto3
-            from moto.server import ThreadedMotoServer
-        except ImportError as e:
-            unavailable("moto S3 server", f"{e} (pip install 'moto[server]' boto3)")
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
-        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-                     region_name="us-east-1").create_bucket(Bucket="tiered")
-        self.running = True
-
-    def stop(self) -> None:
-        if self.running:
-            self.running = False
-            self.server.stop()
-
-
 def _settings(endpoint: str, **extra: str) -> dict[str, str]:
-    store = {**s3_configs(endpoint, "s3://tiered/secrets"), "aws_access_key_id": ACCESS_KEY,
+    store = {"url": "s3://tiered/secrets", "aws_endpoint": endpoint, "aws_region": "us-east-1",
+             "aws_allow_http": "true", "aws_virtual_hosted_style_request": "false", "aws_access_key_id": ACCESS_KEY,
              "aws_secret_access_key": SECRET_KEY, "aws_token": SESSION_TOKEN,
              "retry.max.retries": "1", "retry.timeout.ms": "2000", "request.timeout.ms": "3000",
              "connect.timeout.ms": "1000"}
@@ -74,17 +52,14 @@ def _settings(endpoint: str, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    import logging
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    moto = Moto()
     root = tmp_path_factory.mktemp("secrets")
-    broker = BrokerProcess(root / "logs", _settings(moto.endpoint)).start()
-    seen: list[str] = []  # every answer, page and command output the test got
-    try:
-        yield broker, moto, root, seen
-    finally:
-        broker.stop()
-        moto.stop()
+    with s3_server("seaweedfs", root / "seaweedfs", access_key=ACCESS_KEY, secret_key=SECRET_KEY) as server:
+        broker = BrokerProcess(root / "logs", _settings(server.endpoint)).start()
+        seen: list[str] = []  # every answer, page and command output the test got
+        try:
+            yield broker, server, root, seen
+        finally:
+            broker.stop()
 
 
 def _get(url: str, seen: list[str], method: str = "GET", headers: dict | None = None) -> str:
@@ -122,7 +97,7 @@ def _assert_clean(what: str, text: str) -> None:
 
 
 def test_tiering_status_pages_and_describe_configs_show_no_secret(world):
-    broker, _moto, _root, seen = world
+    broker, _store, _root, seen = world
     topic = unique("secrets")
     create_topic(broker.bootstrap, topic, configs=TOPIC_CONFIGS)
     _produce(broker, topic, 200)
@@ -141,7 +116,7 @@ def test_tiering_status_pages_and_describe_configs_show_no_secret(world):
     status = _cli(seen, "tier", "status", "--url", url)
     assert topic in status, status
     props = _root / "server.properties"
-    props.write_text("".join(f"{k}={v}\n" for k, v in _settings(_moto.endpoint).items()))
+    props.write_text("".join(f"{k}={v}\n" for k, v in _settings(_store.endpoint).items()))
     described = _cli(seen, "config", "describe", "-c", str(props))
     shown = {line.split()[0]: line.split()[1] for line in described.splitlines() if line.startswith("rsm.config.")}
     assert shown["rsm.config.aws_secret_access_key"] == "[hidden]", described
@@ -176,10 +151,10 @@ def test_tiering_status_pages_and_describe_configs_show_no_secret(world):
 
 
 def test_s3_failures_are_logged_and_reported_without_secrets(world):
-    broker, moto, _root, seen = world
+    broker, store, _root, seen = world
     topic = unique("secrets-down")
     create_topic(broker.bootstrap, topic, configs=TOPIC_CONFIGS)
-    moto.stop()
+    store.stop()
     _produce(broker, topic, 200)
 
     def failing() -> bool:
@@ -206,8 +181,8 @@ def test_s3_failures_are_logged_and_reported_without_secrets(world):
 def test_a_refused_configuration_names_no_secret(world, tmp_path, bad):
     """A broker that cannot start because of a store setting says which one, without the credentials
     beside it; so does `tierlog config describe`."""
-    _broker, moto, _root, _seen = world
-    settings = _settings(moto.endpoint, **bad)
+    _broker, store, _root, _seen = world
+    settings = _settings(store.endpoint, **bad)
     args = [a for k, v in settings.items() for a in ("-o", f"{k}={v}")]
     props = tmp_path / "server.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))

@@ -131,6 +131,14 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def _put_bytes(self, key: str, data: bytes) -> None:
         self._put_chunks(key, [data])
 
+    def _exists(self, key: str) -> bool:
+        """Whether object ``key`` exists (no object of the layout is empty)."""
+        try:
+            self._get_range(key, 0, 1)
+            return True
+        except FileNotFoundError:
+            return False
+
     # -- configuration --
 
     def configure(self, configs: Mapping[str, str]) -> None:
@@ -191,9 +199,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise error_from_os(e, f"cannot read local segment {log_path}") from None
         indexes = self._local_indexes(data)
         stages = self._stages_for(log_path)
-        # An earlier attempt's manifest goes first: until the new one is written the segment is
-        # unreadable instead of mixing old and new objects.
-        self._delete_for(md, [keys.manifest])
+        self._drop_earlier_manifest(md, keys.manifest)
         self._forget(md)
         records: list[dict[str, Any]] = []
         try:
@@ -417,6 +423,23 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise resource_not_found(md, "object", key) from None
         except OSError as e:
             raise error_from_os(e, f"cannot read {key}") from None
+
+    def _drop_earlier_manifest(self, md: RemoteLogSegmentMetadata, key: str) -> None:
+        """An earlier attempt's manifest goes before a copy: until the new one is written the segment is
+        unreadable instead of mixing old and new objects. A store that fails the delete does not stop the
+        copy when there is no such manifest (the broker copies each attempt under a fresh segment id), so
+        a failing clean-up never holds up uploads."""
+        try:
+            self._delete_for(md, [key])
+        except RemoteStorageError as e:
+            try:
+                there = self._exists(key)
+            except (OSError, RemoteStorageError):
+                there = True  # cannot tell: the delete's error stands
+            if there:
+                raise
+            log.debug("Copying %s although the store failed to delete %s, which does not exist: %s",
+                      md.segment_id, key, e)
 
     def _delete_for(self, md: RemoteLogSegmentMetadata, keys: list[str]) -> None:
         try:

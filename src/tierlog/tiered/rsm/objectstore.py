@@ -17,13 +17,19 @@ Settings (``rsm.config.`` stripped):
 
 Credentials may also come from the environment (AWS_*, GOOGLE_*, AZURE_* variables) as obstore reads
 them. Keys are relative to the URL's path.
+
+Stores that lack part of S3 (:mod:`tierlog.tiered.rsm.storecompat`): the first time a store refuses the
+multi-object delete or a multipart upload, this manager says so in one INFO line and from then on deletes
+one object per plain ``DELETE`` request, or uploads with single PUTs; folder placeholders are left out of
+listings.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +40,7 @@ from obstore.store import from_url
 
 from tierlog.config.values import HIDDEN, is_sensitive_key
 from tierlog.errors import InvalidConfigError
+from tierlog.tiered.rsm import storecompat
 from tierlog.tiered.rsm.api import RemoteStorageError, RetriableRemoteStorageError, error_from_os
 from tierlog.tiered.rsm.base import COMMON_CONFIG_KEYS, LayoutRemoteStorageManager, rsm_setting
 from tierlog.tiered.rsm.requests import StoreRequests
@@ -52,6 +59,7 @@ _CLIENT_OPTIONS = frozenset({
 })
 _OWN_KEYS = frozenset({"url", "request.timeout.ms", "connect.timeout.ms", "retry.max.retries", "retry.timeout.ms",
                        "retry.backoff.ms", "retry.backoff.max.ms", "upload.part.size"})
+_SIGNED_URL_LIFETIME = timedelta(minutes=15)  # of a plain DELETE's URL (stores without multi-object delete)
 _MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
 _STATUS_RE = re.compile(r"status code: (\d{3})")
 # what a request URL may carry that is a credential: a password before the host, a SAS signature, a
@@ -72,6 +80,10 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         self._store: Any = None
         self._secrets: tuple[str, ...] = ()  # credential values, cut out of every error text
         self.requests = StoreRequests()
+        self.abilities = storecompat.Abilities()  # what the store turned out to lack
+        self._request_timeout_s = 30.0
+        self._backoff_s = 0.1
+        self._plain_requests = storecompat.opener({})
 
     def configure(self, configs: Mapping[str, str]) -> None:
         super().configure(configs)
@@ -109,7 +121,13 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             ms = rsm_setting(configs, key)
             if ms is not None:
                 client[option] = f"{ms}ms"
+        self._request_timeout_s = (rsm_setting(configs, "request.timeout.ms") or 30_000) / 1000
+        self._backoff_s = (rsm_setting(configs, "retry.backoff.ms") or 100) / 1000
+        self._plain_requests = storecompat.opener(client)
         retry = _retry_config(configs)
+        endpoint = next((v for k, v in store_config.items() if k.endswith("endpoint")), "")
+        self.abilities = storecompat.abilities_of((self.url.split("/", 3)[2] if "://" in self.url else self.url,
+                                                   self.url.split(":", 1)[0], endpoint))
         kwargs: dict[str, Any] = {}
         if self.url.startswith("file:") and not self.read_only:
             kwargs["mkdir"] = True  # a reader must not create the folder (RemoteStorageManager.read_only)
@@ -131,10 +149,30 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
     # -- primitives --
 
     def _put_file(self, key: str, path: str) -> None:
-        self._call(f"upload {key}", obstore.put, self._store, key, Path(path), chunk_size=self.part_size)
+        # obstore goes multipart above one part; only a refusal of that says the store lacks multipart.
+        if self.abilities.multipart and os.path.getsize(path) > self.part_size:
+            try:
+                self._call(f"upload {key}", obstore.put, self._store, key, Path(path), chunk_size=self.part_size)
+                return
+            except RemoteStorageError as e:
+                if not self._multipart_refused(e):
+                    raise
+        self._call(f"upload {key}", obstore.put, self._store, key, Path(path), use_multipart=False)
 
     def _put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
-        self._call(f"upload {key}", obstore.put, self._store, key, chunks, chunk_size=self.part_size)
+        if not self.abilities.multipart:  # one PUT of the whole object, held in memory
+            self._call(f"upload {key}", obstore.put, self._store, key, b"".join(chunks), use_multipart=False)
+            return
+        pulled = _Pulled(chunks)
+        try:
+            self._call(f"upload {key}", obstore.put, self._store, key, pulled, chunk_size=self.part_size)
+        except RemoteStorageError as e:
+            if not self._multipart_refused(e):
+                raise
+            if pulled.started:  # the stream cannot be read again: the caller's next attempt goes whole
+                raise RetriableRemoteStorageError(f"cannot upload {key} in {self.shown_url}: multipart upload "
+                                                  f"refused; the next attempt uses a single PUT") from None
+            self._call(f"upload {key}", obstore.put, self._store, key, b"".join(chunks), use_multipart=False)
 
     def _put_bytes(self, key: str, data: bytes) -> None:
         # One plain PUT: small objects need no multipart upload.
@@ -156,16 +194,56 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
         finally:
             self.requests.add("GET_RANGE", 1, len(data))
 
-    def _delete(self, keys: list[str]) -> None:
+    def _exists(self, key: str) -> bool:
         try:
-            self._call("delete objects", obstore.delete, self._store, keys)
+            self._call(f"read {key}", obstore.head, self._store, key)
+            return True
         except FileNotFoundError:
-            # Stores without bulk delete (local) stop at the first missing key: go one by one.
-            for key in keys:
-                try:
-                    self._call(f"delete {key}", obstore.delete, self._store, key)
-                except FileNotFoundError:
-                    pass
+            return False
+
+    def _delete(self, keys: list[str]) -> None:
+        if self.abilities.bulk_delete:
+            try:
+                self._call("delete objects", obstore.delete, self._store, keys)
+                return
+            except FileNotFoundError:
+                pass  # stores without bulk delete (local) stop at the first missing key: go one by one
+            except RemoteStorageError as e:
+                if not (storecompat.can_sign(self._store) and storecompat.refused(str(e))):
+                    raise
+                if self.abilities.lose("bulk_delete"):
+                    log.info("Object store %s refuses multi-object deletes (%s): deleting one object per request "
+                             "from now on", self.shown_url, storecompat.answer(str(e)) or str(e))
+        for key in keys:
+            self._delete_one(key)
+
+    def _delete_one(self, key: str) -> None:
+        if not storecompat.can_sign(self._store):
+            try:
+                self._call(f"delete {key}", obstore.delete, self._store, key)
+            except FileNotFoundError:
+                pass
+            return
+        if self._store is None:
+            raise RemoteStorageError(f"cannot delete {key}: the object store is not configured or closed")
+        try:
+            self.requests.add("DELETE")  # a plain DELETE outside _call, sent whatever it answers
+            storecompat.delete_one(lambda k: obstore.sign(self._store, "DELETE", k, _SIGNED_URL_LIFETIME), key,
+                                   self._request_timeout_s, backoff_s=self._backoff_s, via=self._plain_requests)
+        except RemoteStorageError as e:
+            raise type(e)(f"cannot delete {key} in {self.shown_url}: {redact(str(e), self._secrets)}") from None
+        except obs_errors.BaseError as e:  # signing failed (no credentials to sign with)
+            raise RemoteStorageError(f"cannot delete {key} in {self.shown_url}: {_first_line(e, self._secrets)}"
+                                     ) from None
+
+    def _multipart_refused(self, e: RemoteStorageError) -> bool:
+        """Whether ``e`` says the store offers no multipart upload; switches to single PUTs once if so."""
+        if not storecompat.refused(str(e)):
+            return False
+        if self.abilities.lose("multipart"):
+            log.info("Object store %s refuses multipart uploads (%s): uploading every object with a single PUT "
+                     "(held in memory) from now on", self.shown_url, storecompat.answer(str(e)) or str(e))
+        return True
 
     def _list(self, prefix: str) -> list[tuple[str, int]]:
         # obstore lists by whole path segments; list the prefix's folder and filter the rest.
@@ -179,7 +257,7 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             for batch in obstore.list(self._store, prefix=folder):
                 listed += len(batch)
                 out.extend((m["path"], m["size"]) for m in batch if m["path"].startswith(prefix))
-            return out
+            return storecompat.without_placeholders(out)
 
         try:
             return self._call(f"list {prefix!r}", run)
@@ -204,6 +282,18 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             raise _classify(f"cannot {what} in {self.shown_url}", e, self._secrets) from None
         except OSError as e:
             raise error_from_os(e, f"cannot {what} in {self.shown_url}") from None
+
+
+class _Pulled:
+    """An iterable that notes whether anything read it yet."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks = chunks
+        self.started = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.started = True
+        yield from self._chunks
 
 
 def _retry_config(configs: Mapping[str, str]) -> dict[str, Any] | None:
