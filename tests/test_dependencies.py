@@ -26,6 +26,7 @@ EXTRA_MODULES = {
     "tierlog.spark.read": "spark",
     "tierlog.spark.source": "spark",
     "tierlog.tiered.rsm.objectstore": "objectstore",
+    "tierlog.tiered.rsm.requests": "objectstore",  # counts the objectstore backend's obstore calls
 }
 
 

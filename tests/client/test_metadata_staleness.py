@@ -12,34 +12,21 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
 from tests.client.fakebroker import FakeBroker
+from tests.client.test_network import _client as network_client
+from tests.client.test_network import _dead_port, run
 from tests.harness.rawclient import create_topic, unique
 from tierlog.client.errors import KafkaConnectionError
 from tierlog.client.network import KafkaClient, deadline_after
-from tierlog.config.client import validate_client_config
 from tierlog.protocol import ApiKey
 
 
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def _dead_port() -> int:
-    """A loopback port nobody listens on (connections are refused at once)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _client(bootstrap: str, **settings) -> KafkaClient:
-    config = validate_client_config("admin", {"bootstrap.servers": bootstrap, "metadata.max.age.ms": 600000,
-                                              **{k.replace("_", "."): v for k, v in settings.items()}})
-    return KafkaClient(config, "admin")
+    return network_client(bootstrap, metadata_max_age_ms=600000, **settings)
 
 
 async def _until(predicate, timeout: float, what: str) -> None:

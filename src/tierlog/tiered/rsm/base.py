@@ -204,7 +204,7 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
         records: list[dict[str, Any]] = []
         try:
             if stages:
-                counter = _Counter(transforms.encode(stages, transforms.file_chunks(log_path), records))
+                counter = CountedChunks(transforms.encode(stages, transforms.file_chunks(log_path), records))
                 self._put_chunks(keys.log, counter)
                 stored = counter.total
             else:
@@ -448,10 +448,10 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
             raise error_from_os(e, f"cannot delete objects of {md.segment_id}") from None
 
 
-class _Counter:
-    """Counts the bytes of a stream as a backend consumes it."""
+class CountedChunks:
+    """Passes a stream's chunks through, adding up their size (an upload's size is known only once read)."""
 
-    def __init__(self, chunks: Iterator[bytes]):
+    def __init__(self, chunks: Iterable[bytes]):
         self._chunks = chunks
         self.total = 0
 

@@ -13,11 +13,13 @@ transient failures inside one call); bench/cost.py checks them against a server'
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import obstore
+
+from tierlog.tiered.rsm.base import CountedChunks
 
 OPERATIONS = ("PUT", "CREATE_MULTIPART", "UPLOAD_PART", "COMPLETE_MULTIPART", "GET", "GET_RANGE", "HEAD", "LIST",
               "DELETE")
@@ -99,14 +101,3 @@ class StoreRequests:
             return {op: {"requests": r, "bytes": b} for op, (r, b) in self._counts.items()}
 
 
-class CountedChunks:
-    """Passes chunks through, adding up their size (an upload's size is known only once it has been read)."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = chunks
-        self.total = 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._chunks:
-            self.total += len(chunk)
-            yield chunk
