@@ -5,8 +5,25 @@ that lost a follower counted under-replicated."""
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.cli.clilib import as_json, ok, wait_for
 from tests.harness.tierlog_cluster import start_cluster
+from tierlog.client.admin import Admin
+from tierlog.client.types import TopicPartition
+from tierlog.errors import NotLeaderOrFollowerError
+
+
+async def _follower_offsets(bootstrap: str, follower: int, tp: TopicPartition):
+    """A follower's offsets asked as Kafka's debugging replica (any replica answers), and the error a consumer's
+    ListOffsets gets from that follower."""
+    async with Admin({"bootstrap.servers": bootstrap}) as admin:
+        answered = await admin.list_replica_offsets(follower, {tp: "latest"})
+        node = await admin._broker_node(follower, asyncio.get_running_loop().time() + 30)
+        r = await admin._client.send(node, 2, {"replica_id": -1, "isolation_level": 0, "topics": [{
+            "name": tp.topic, "partitions": [{"partition_index": tp.partition, "current_leader_epoch": -1,
+                                              "timestamp": -1}]}]}, timeout_ms=30000)
+        return answered, r.topics[0].partitions[0].error_code.value
 
 
 def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, zookeeper):
@@ -30,6 +47,20 @@ def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, 
         [spread] = as_json("topic", "describe", "spread", *b)
         assert [(p["log_start_offset"], p["log_end_offset"]) for p in spread["partitions"]] == [
             (0, p + 1) for p in range(6)]
+        # While a leader is away, a live follower tells its offsets as Kafka's debugging replica (id -2); a
+        # consumer's ListOffsets is still refused there.
+        ok("produce", "mirrored", "-p", "0", *b, input="a\nb\nc\n")
+        [mirrored] = as_json("topic", "describe", "mirrored", *b)
+        p0 = mirrored["partitions"][0]
+        follower = next(r for r in p0["isr"] if r != p0["leader"])
+
+        def follower_caught_up():
+            answered, refused = asyncio.run(_follower_offsets(cluster.bootstrap, follower,
+                                                              TopicPartition("mirrored", 0)))
+            result = answered.get(TopicPartition("mirrored", 0))
+            return (result, refused) if result is not None and result.offset == 3 else None
+        _, refused = wait_for(follower_caught_up, "the follower's high watermark at 3", timeout=60)
+        assert refused == NotLeaderOrFollowerError.code
         victim = next(i for i in (1, 2, 3) if i != controller)
         lost = sorted(p["partition"] for p in spread["partitions"] if p["leader"] == victim)
         cluster.brokers[victim].kill()
@@ -59,7 +90,7 @@ def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, 
                 for p in spread["partitions"]] == [
             (p, True, None, None, "no leader") if p in lost else (p, False, 0, p + 1, "known") for p in range(6)]
         text = ok("topic", "describe", "spread", *b).stdout
-        assert f"partition(s) {','.join(map(str, lost))}: without a leader (offsets unknown until one is elected)" \
+        assert f"partition(s) {','.join(map(str, lost))}: without a leader and no live replica answered (offsets unknown)" \
             in text
     finally:
         cluster.stop()

@@ -99,7 +99,7 @@ def test_produce_a_whole_file_as_one_record(b, tmp_path):
 
 
 def test_produce_that_fails_says_how_many_records_were_acknowledged(b):
-    ok("topic", "create", "bounded", "-c", "max.message.bytes=1000", *b)
+    ok("topic", "create", "bounded", "--config", "max.message.bytes=1000", *b)
 
     def end_offset() -> int:
         return as_json("topic", "describe", "bounded", *b)[0]["partitions"][0]["log_end_offset"]
@@ -147,7 +147,11 @@ def test_tier_status_finds_each_brokers_endpoint_through_the_cluster(b, cli_brok
     """Without --url, tier status learns the brokers from the cluster's metadata and each one's endpoint from
     its metrics.host and metrics.port (DescribeConfigs): here the one broker, at the port the fixture gave it."""
     ok("topic", "create", "shown", "--config", "remote.storage.enable=true", *b)
-    merged = as_json("tier", "status", "--topic", "shown", *b)
+
+    def ready():  # the remote log metadata manager starts once the broker is ready (KIP-1197): loading till then
+        merged = as_json("tier", "status", "--topic", "shown", *b)
+        return merged if all(x["state"] == "ready" for x in merged["brokers"]) else None
+    merged = wait_for(ready, "the broker's remote log metadata loaded")
     assert [(x["node_id"], x["url"], x["error"], x["state"]) for x in merged["brokers"]] == [
         (1, metrics_url(cli_broker), None, "ready")]
     assert [(r["topic"], r["partition"], r["broker"], r["role"]) for r in merged["partitions"]] == [

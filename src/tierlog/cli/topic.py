@@ -142,9 +142,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _unknown_offsets(partitions: list[dict]) -> None:
-    """Say why a row has no offsets: only a partition's leader answers for them."""
-    for why, text in (("no leader", "without a leader (offsets unknown until one is elected)"),
-                      ("leader not answering", "whose leader did not answer in time (offsets unknown)")):
+    """Say where a row's offsets come from when not from its leader, or why it has none."""
+    followers = [f"{p['partition']} (broker {p['offsets'].rpartition(' ')[2]})" for p in partitions
+                 if p["offsets"].startswith("from replica")]
+    if followers:
+        output.lines(f"partition(s) {', '.join(followers)}: offsets from a live replica, the leader being away "
+                     f"(a follower's high watermark may trail the leader's)")
+    for why, text in (("no leader", "without a leader and no live replica answered (offsets unknown)"),
+                      ("leader not answering", "whose leader and replicas did not answer in time (offsets unknown)")):
         which = [str(p["partition"]) for p in partitions if p["offsets"] == why]
         if which:
             output.lines(f"partition(s) {','.join(which)}: {text}")

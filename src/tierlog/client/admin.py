@@ -793,6 +793,28 @@ class Admin:
 
     # -- offsets and records ------------------------------------------------------------------------------
 
+    async def list_replica_offsets(self, broker_id: int, specs: Mapping[Any, int | str], *,
+                                   timeout_ms: int | None = None) -> dict[TopicPartition, ListOffsetsResult]:
+        """What one broker's replicas of these partitions hold, led there or not (ListOffsets as Kafka's
+        debugging replica, id -2, one request, no retries): for tools that show offsets while a leader is away.
+        A follower answers from its own log (its high watermark for "latest"); the partitions it does not
+        host, and all of them when the broker cannot be reached, are left out."""
+        await self.start()
+        wanted = {_tp(tp): _offset_spec(s) for tp, s in specs.items()}
+        deadline = deadline_after(self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms)
+        body = {"replica_id": -2, "isolation_level": 0, "topics": self._by_topic(wanted, lambda tp: {
+            "partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": wanted[tp]})}
+        try:
+            node = await self._broker_node(broker_id, deadline)
+            r = await self._send(node, ApiKey.LIST_OFFSETS, body, deadline)
+        except errors.KafkaError as exc:  # connection failures and timeouts included
+            if not exc.retriable:
+                raise
+            return {}
+        return {TopicPartition(t.name, int(p.partition_index)):
+                ListOffsetsResult(int(p.offset), int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
+                for t in r.topics for p in t.partitions if p.error_code.value == errors.NO_ERROR}
+
     async def list_offsets(self, specs: Mapping[Any, int | str], *, isolation_level: str | int = "read_uncommitted",
                            timeout_ms: int | None = None) -> dict[TopicPartition, ListOffsetsResult]:
         """{TopicPartition: spec} -> {TopicPartition: ListOffsetsResult(offset, timestamp, leader_epoch)}.

@@ -353,6 +353,15 @@ class ReplicaManager:
         p.check_leader_epoch(current_leader_epoch)
         return p
 
+    def replica_with_epoch(self, topic: str, partition: int, current_leader_epoch: int) -> Partition:
+        """A replica hosted here, led here or followed, whose leader epoch is ``current_leader_epoch`` (-1: any):
+        what a ListOffsets from a debugging tool may read (Kafka's fetchOnlyFromLeader off)."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.log.offline is not None:
+            return self.leader_with_epoch(topic, partition, current_leader_epoch)  # its error
+        hosted.check_leader_epoch(current_leader_epoch)
+        return hosted
+
     def log_start_offset_or_unknown(self, topic: str, partition: int) -> int:
         p = self.partitions.get((topic, partition))
         return p.log.log_start_offset if p is not None else -1
@@ -824,12 +833,13 @@ class ReplicaManager:
     # ------------------------------------------------------------------ offsets
 
     async def fetch_offsets(self, lookups: list[OffsetLookup], isolation: FetchIsolation,
-                            timeout_s: float) -> list[OffsetLookupResult]:
+                            timeout_s: float, only_from_leader: bool = True) -> list[OffsetLookupResult]:
         """ListOffsets (Kafka's fetchOffset): the offset for each timestamp, or the special values -1..-5.
         A real timestamp on a tiered log with data below its local start searches the remote segments
         first, concurrently; those that do not finish within ``timeout_s`` answer REQUEST_TIMED_OUT
         (Kafka's DelayedRemoteListOffsets). The special values never touch remote metadata, so they work
-        while it loads."""
+        while it loads. ``only_from_leader`` off (a debugging tool's request) lets a follower answer from its
+        own log."""
         results: list[OffsetLookupResult] = []
         remote: list[tuple[OffsetLookupResult, Partition, int]] = []
         pacer = Pacer()  # a request may name a million partitions: yield to the event loop every few ms
@@ -838,7 +848,8 @@ class ReplicaManager:
                 await pacer()
             results.append(out := OffsetLookupResult())
             try:
-                partition = self.leader_with_epoch(lookup.topic, lookup.partition, lookup.current_leader_epoch)
+                find = self.leader_with_epoch if only_from_leader else self.replica_with_epoch
+                partition = find(lookup.topic, lookup.partition, lookup.current_leader_epoch)
                 if self._needs_remote_search(partition, lookup.timestamp):
                     remote.append((out, partition, lookup.timestamp))
                 else:

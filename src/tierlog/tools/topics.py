@@ -51,9 +51,9 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
     names = list(dict.fromkeys(names))
     topics = await admin.describe_topics(names)
     configs = await admin.describe_configs([("topic", n) for n in names])
-    # Only a leader knows a partition's offsets: each leader is asked for its own partitions on its own, so a
-    # leader that is down (or died after the metadata named it) leaves the other rows whole; a leaderless
-    # partition is shown without offsets.
+    # Each leader is asked for its own partitions on its own, so a leader that is down (or died after the
+    # metadata named it) leaves the other rows whole; the rows it leaves, and leaderless partitions, are then
+    # asked of a live replica (in-sync ones first), which answers from its own log as Kafka's debugging replica.
     by_leader: dict[int, list[TopicPartition]] = {}
     for n in names:
         for p in topics[n].partitions:
@@ -63,6 +63,8 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
                                      for spec in ("earliest", "latest")))
     starts = {tp: o for a in answers[0::2] for tp, o in a.items()}
     ends = {tp: o for a in answers[1::2] for tp, o in a.items()}
+    from_replica = await _replica_offsets(admin, [(n, p) for n in names for p in topics[n].partitions
+                                                  if TopicPartition(n, p.partition) not in ends], starts, ends)
     out = []
     for n in names:
         t = topics[n]
@@ -75,7 +77,8 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
                           "offline_replicas": list(p.offline_replicas),
                           "log_start_offset": starts[tp].offset if tp in starts else None,
                           "log_end_offset": ends[tp].offset if tp in ends else None,
-                          "offsets": "known" if tp in starts and tp in ends else
+                          "offsets": "known" if tp in starts and tp in ends and tp not in from_replica else
+                          f"from replica {from_replica[tp]}" if tp in from_replica else
                           "no leader" if p.leader is None else "leader not answering"})
         non_default = [{"name": e.name, "value": None if e.sensitive else e.value, "source": e.source.name,
                         "sensitive": e.sensitive}
@@ -85,6 +88,29 @@ async def describe(admin: Admin, names: Iterable[str]) -> list[dict]:
                     "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
                     "configs": non_default})
     return out
+
+
+async def _replica_offsets(admin: Admin, missing: list, starts: dict, ends: dict) -> dict[TopicPartition, int]:
+    """Offsets of partitions whose leader did not answer, from one live replica each (in-sync replicas first,
+    never the leader that did not answer); fills ``starts`` and ``ends`` and returns which broker answered."""
+    answered: dict[TopicPartition, int] = {}
+    untried = {TopicPartition(n, p.partition): [r for r in dict.fromkeys([*p.isr, *p.replicas]) if r != p.leader
+                                                and r not in p.offline_replicas] for n, p in missing}
+    while untried:
+        by_replica: dict[int, list[TopicPartition]] = {}
+        for tp, replicas in list(untried.items()):
+            if not replicas:
+                del untried[tp]
+            else:
+                by_replica.setdefault(replicas.pop(0), []).append(tp)
+        for broker, tps in by_replica.items():
+            first, last = await asyncio.gather(*(admin.list_replica_offsets(broker, dict.fromkeys(tps, spec))
+                                                 for spec in ("earliest", "latest")))
+            for tp in tps:
+                if tp in first and tp in last:
+                    starts[tp], ends[tp], answered[tp] = first[tp], last[tp], broker
+                    del untried[tp]
+    return answered
 
 
 async def _offsets(admin: Admin, tps: list[TopicPartition], spec: str) -> dict:

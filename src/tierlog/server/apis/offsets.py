@@ -23,6 +23,10 @@ _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIM
 READ_COMMITTED = 1
 
 
+#: ListOffsets' replica id of a debugging tool: any replica answers from its own log, not only the leader.
+DEBUGGING_REPLICA_ID = -2
+
+
 class OffsetApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller):
         self.replica_manager = replica_manager
@@ -74,7 +78,9 @@ class OffsetApis:
                                                     getattr(p, "current_leader_epoch", -1)))
                         outs.append(out)
                     parts.append(out)
-        results = await self.replica_manager.fetch_offsets(lookups, isolation, timeout_ms / 1000)
+        # Kafka's DEBUGGING_REPLICA_ID: a tool asking a follower what its log holds (a leader is away)
+        only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID
+        results = await self.replica_manager.fetch_offsets(lookups, isolation, timeout_ms / 1000, only_from_leader)
         for start in range(0, len(outs), 512):
             for out, r in zip(outs[start:start + 512], results[start:start + 512]):
                 _fill(out, r)
