@@ -152,7 +152,9 @@ def run(args) -> dict:
             trees = {"this": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
             for rtt in (float(r) for r in args.rtt_ms.split(",")):
                 line.set_rtt(rtt)
-                runs = [one_run(b, endpoint, s3, ends, trees) for _ in range(args.runs)]
+                # Which tree goes first alternates from run to run (the machine's load drifts).
+                runs = [one_run(b, endpoint, s3, ends, dict(list(trees.items())[::(-1) ** i]))
+                        for i in range(args.runs)]
                 fig = _medians([r["this"] for r in runs])
                 if args.baseline:
                     fig["baseline"] = _medians([r["baseline"] for r in runs])
