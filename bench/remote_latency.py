@@ -20,11 +20,17 @@ and then remote only (``local.retention.bytes=1``) but the active segment. For e
   (``ttfb_local_ms``: what the client itself takes);
 - catch-up: after another cold restart, one consumer reads partition 0's remote records (MB/s of record
   values); after another, four consumers (threads, one partition each) read theirs at once (total MB/s).
+  ``mbps_*`` count from the consumers' start (their connection, metadata and coordinator look-up included:
+  what a user waits for); ``steady_mbps_*`` from each consumer's first record to its last (the rate of the
+  remote reads themselves; the wait for the first record is ``ttfb_ms``).
+
+With ``--baseline TREE`` (another checkout, its kernels built in place) every run also measures the broker of
+that tree on the same data, alternating with this one (a cold restart switches them), under ``baseline``.
 
 Prints ONE JSON line: per round trip the medians over ``--runs`` runs and ``ratio_1``/``ratio_4`` (catch-up
-over ceiling; target >= 0.8).
+over ceiling; target >= 0.8), ``steady_ratio_*`` likewise.
 
-    python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 48] [--segment-mib 8]
+    python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 48] [--segment-mib 8] [--baseline TREE]
 """
 
 from __future__ import annotations
@@ -143,18 +149,29 @@ def run(args) -> dict:
             ends = load(b, metrics_url(b), args)
             result = {"mb_per_partition": args.mb, "segment_mib": args.segment_mib, "runs": args.runs,
                       "link": "delay line (no sch_netem)", "rtt": {}}
+            trees = {"this": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
             for rtt in (float(r) for r in args.rtt_ms.split(",")):
                 line.set_rtt(rtt)
-                runs = [one_run(b, endpoint, s3, ends) for _ in range(args.runs)]
-                fig = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
-                fig["ratio_1"] = round(fig["mbps_1"] / fig["ceiling_mbps_1"], 3)
-                fig["ratio_4"] = round(fig["mbps_4"] / fig["ceiling_mbps_4"], 3)
+                # Which tree goes first alternates from run to run (the machine's load drifts).
+                runs = [one_run(b, endpoint, s3, ends, dict(list(trees.items())[::(-1) ** i]))
+                        for i in range(args.runs)]
+                fig = _medians([r["this"] for r in runs])
+                if args.baseline:
+                    fig["baseline"] = _medians([r["baseline"] for r in runs])
                 result["rtt"][f"{rtt:g}ms"] = fig
             return result
         finally:
             if b is not None:
                 b.stop()
             line.close()
+
+
+def _medians(runs: list[dict]) -> dict:
+    fig = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
+    for n in (1, 4):
+        fig[f"ratio_{n}"] = round(fig[f"mbps_{n}"] / fig[f"ceiling_mbps_{n}"], 3)
+        fig[f"steady_ratio_{n}"] = round(fig[f"steady_mbps_{n}"] / fig[f"ceiling_mbps_{n}"], 3)
+    return fig
 
 
 def _reachable(s3) -> bool:
@@ -196,9 +213,11 @@ def load(b, url: str, args) -> list[int]:
     return [x["local_log_start_offset"] for x in parts]
 
 
-def cold(b) -> None:
-    """The broker restarted with no remote index cached (the topic-based metadata survives)."""
+def cold(b, tree: Path = ROOT) -> None:
+    """The broker (of ``tree``) restarted with no remote index cached (the topic-based metadata survives)."""
+    import tests.harness.broker as harness
     from tests.harness.tiered import metrics_url
+    harness.ROOT = tree  # the broker runs tree/src
     b.stop()
     shutil.rmtree(b.log_dir / "remote-log-index-cache", ignore_errors=True)
     b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port}"
@@ -208,18 +227,20 @@ def cold(b) -> None:
     wait(lambda: all(x["ready"] for x in _status(url)), "remote metadata loaded")
 
 
-def one_run(b, endpoint: str, s3, ends: list[int]) -> dict:
-    out = {}
-    out["ceiling_mbps_1"] = ceiling(endpoint, s3, [0])
-    out["ceiling_mbps_4"] = ceiling(endpoint, s3, list(range(PARTITIONS)))
-    cold(b)
-    out["ttfb_ms"] = first_record_ms(b.bootstrap, 0, ends[0] // 2)
-    out["ttfb_local_ms"] = first_record_ms(b.bootstrap, 1, ends[1] + 1)
-    cold(b)
-    out["mbps_1"] = catch_up(b.bootstrap, {0: ends[0]})
-    cold(b)
-    out["mbps_4"] = catch_up(b.bootstrap, dict(enumerate(ends)))
-    return out
+def one_run(b, endpoint: str, s3, ends: list[int], trees: dict[str, Path]) -> dict:
+    ceilings = {"ceiling_mbps_1": ceiling(endpoint, s3, [0]),
+                "ceiling_mbps_4": ceiling(endpoint, s3, list(range(PARTITIONS)))}
+    runs = {}
+    for name, tree in trees.items():
+        out = runs[name] = dict(ceilings)
+        cold(b, tree)
+        out["ttfb_ms"] = first_record_ms(b.bootstrap, 0, ends[0] // 2)
+        out["ttfb_local_ms"] = first_record_ms(b.bootstrap, 1, ends[1] + 1)
+        cold(b, tree)
+        out["mbps_1"], out["steady_mbps_1"] = catch_up(b.bootstrap, {0: ends[0]})
+        cold(b, tree)
+        out["mbps_4"], out["steady_mbps_4"] = catch_up(b.bootstrap, dict(enumerate(ends)))
+    return runs
 
 
 def ceiling(endpoint: str, s3, partitions: list[int]) -> float:
@@ -271,10 +292,13 @@ def first_record_ms(bootstrap: str, partition: int, offset: int) -> float:
         c.close()
 
 
-def catch_up(bootstrap: str, ends: dict[int, int]) -> float:
-    """Total MB/s of record values of one consumer per partition reading from 0 to ``ends[p]`` at once."""
+def catch_up(bootstrap: str, ends: dict[int, int]) -> tuple[float, float]:
+    """Total MB/s of record values of one consumer per partition reading from 0 to ``ends[p]`` at once: from
+    the consumers' start, and from the first record any of them got (the bytes of those first records left
+    out)."""
     from confluent_kafka import TopicPartition
     sizes: dict[int, int] = {}
+    firsts: dict[int, tuple[float, int]] = {}  # partition: (time of its first record, its size)
     start = threading.Barrier(len(ends) + 1)
 
     def read(p: int) -> float:
@@ -285,8 +309,12 @@ def catch_up(bootstrap: str, ends: dict[int, int]) -> float:
         deadline = time.monotonic() + 600
         try:
             while True:
-                for m in c.consume(10_000, timeout=1):
+                # A short timeout: consume() waits that long for a full batch, and after the last record
+                # (the local tail is small) a 1 s wait counted into the catch-up time.
+                for m in c.consume(10_000, timeout=0.01):
                     if m.error() is None and m.offset() < ends[p]:
+                        if not got:
+                            firsts[p] = (time.perf_counter(), len(m.value()))
                         got += len(m.value())
                         if m.offset() == ends[p] - 1:
                             sizes[p] = got
@@ -301,7 +329,9 @@ def catch_up(bootstrap: str, ends: dict[int, int]) -> float:
         start.wait()
         t0 = time.perf_counter()
         last = max(f.result() for f in futures)
-    return sum(sizes.values()) / MIB / (last - t0)
+    total = sum(sizes.values())
+    first = min(t for t, _ in firsts.values())
+    return total / MIB / (last - t0), (total - sum(n for _, n in firsts.values())) / MIB / (last - first)
 
 
 def main() -> None:
@@ -310,6 +340,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--mb", type=int, default=48, help="MiB per partition (less: client start-up weighs)")
     ap.add_argument("--segment-mib", type=int, default=8)
+    ap.add_argument("--baseline", help="a tree whose broker is measured too, alternating with this one")
     args = ap.parse_args()
     print(json.dumps({"bench": "remote_latency", **run(args)}, separators=(",", ":")))
 

@@ -48,6 +48,7 @@ ELSEWHERE = {
     "ssl.certificate.location": "librdkafka client setting",
     "ssl.key.location": "librdkafka client setting",
     "message.timeout.ms": "librdkafka producer setting",
+    "fetch.queue.backoff.ms": "librdkafka consumer setting (benchmarks.md)",
     "processing.guarantee": "Kafka Streams setting",
     "replication.factor": "Kafka Streams setting",
     "exactly.once.source.support": "Kafka Connect worker setting",

@@ -351,6 +351,62 @@ def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
     reader.close()
 
 
+def test_read_ahead_steps_grow_while_a_reader_goes_on(tiered):
+    """Each read-ahead a sequential reader takes on makes the next one twice as long (fewer round trips to
+    a distant store); none is longer than the step limit, and every byte is still fetched once."""
+    t = tiered
+    reader = t.reader(chunk_bytes=256)
+    t.rsm.ranges.clear()
+    offset = 0
+    while offset < t.log.local_log_start_offset:
+        offset = batches_of(run(reader.read(t.partition, offset, 200, True)))[-1][1] + 1
+    total = sum(len(t.segment_bytes[md.start_offset]) for md in t.remote)
+    assert sum(r[4] for r in t.rsm.ranges) == total, "every byte fetched exactly once"
+    grown = 0
+    for md in t.remote:
+        ahead = sorted((r[1], r[4]) for r in t.rsm.ranges
+                       if r[0] == md.start_offset and r[3].startswith("remote-read-ahead"))
+        lengths = [n for _, n in ahead[:-1]]  # the last one is cut at the segment's end
+        assert lengths == sorted(lengths), (md.start_offset, ahead)
+        assert all(n in (256, 512) or n == 2 * m for m, n in zip(lengths, lengths[1:])), (md.start_offset, ahead)
+        grown = max(grown, *(n for _, n in ahead))
+    assert grown >= 4 * 256
+    assert all(r[4] <= reader.read_ahead.max_step_bytes for r in t.rsm.ranges)
+    reader.close()
+
+
+def test_the_next_segment_is_read_ahead_once_the_current_one_is_all_fetched(tiered):
+    """When the window holds (or is fetching) a segment's last bytes, the next segment's first range starts
+    at once, while the reader is still in the middle of the current one: a new segment costs no round trip
+    of its own."""
+    t = tiered
+    reader = t.reader()  # 4 MiB: the first read fetches the whole (small) segment
+    md, nxt = t.remote[0], t.remote[1]
+    tp = reader.topic_id_partition(t.partition)
+    got = run(reader.read_result(t.partition, 0, 100, True))
+    assert got.next_offset < md.end_offset, "the reader is still inside the first segment"
+    win = reader.read_ahead._windows.get((tp, nxt.segment_id))
+    assert win is not None and (win.pending is not None or win.chunks)
+    reader.close()
+
+
+def test_a_cold_segment_reads_a_short_first_range(tiered, monkeypatch):
+    """The first read of a cold window is FIRST_CHUNK_BYTES (unless the reader asks more), not a whole
+    chunk: the first record comes sooner; the read-ahead follows."""
+    import tierlog.tiered.remote_reader as remote_reader
+    monkeypatch.setattr(remote_reader, "FIRST_CHUNK_BYTES", 300)
+    t = tiered
+    reader = t.reader(chunk_bytes=4096)
+    md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
+    assert md.segment_size_in_bytes > 4096
+    t.rsm.ranges.clear()
+    first = t.first_batch_at(md.start_offset)
+    assert run(reader.read(t.partition, md.start_offset, 1, True)) == first.data
+    foreground = [r for r in t.rsm.ranges if not r[3].startswith("remote-read-ahead")]
+    assert foreground[0][1] == 0 and foreground[0][4] == 300, foreground
+    reader.close()
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_plain_object_files_are_answered_as_regions_for_sendfile(tmp_path, compressed):
     """The filesystem backend's plain objects are sent like local segments (a region of the file, no
@@ -722,9 +778,12 @@ def test_deleting_a_segment_evicts_its_indexes_and_bytes(tiered):
     names = [RemoteIndexCache.file_name(md, IndexType.OFFSET)]
     assert all((t.log_dir / FOLDER / n).exists() for n in names)
     assert reader.read_ahead_bytes > 0
+    # The whole (small) segment was read, so the next one's read-ahead has started: it stays.
+    others = sum(w.held for k, w in reader.read_ahead._windows.items() if k[1] != md.segment_id)
     reader.evict(md)
     assert not any((t.log_dir / FOLDER / n).exists() for n in names)
-    assert reader.read_ahead_bytes == 0
+    assert reader.read_ahead_bytes == others
+    assert all(k[1] != md.segment_id for k in reader.read_ahead._windows)
     reader.close()
 
 

@@ -2,8 +2,11 @@
 
 A :class:`Window` holds contiguous bytes ``[start, end)`` of one remote segment object, as the chunks
 ranged reads returned, plus where the last answer ended and the read-ahead in flight. A consumer reading on
-from where its last answer ended finds its bytes in the window; once less than ``chunk_bytes`` are left
-ahead, the next chunk is fetched in the background (:meth:`ReadAheadCache.maybe_read_ahead`). Windows of
+from where its last answer ended finds its bytes in the window; once less than the window's step is left
+ahead, the next range of a step is fetched in the background (:meth:`ReadAheadCache.maybe_read_ahead`).
+The step starts at ``chunk_bytes`` and doubles, up to ``max_step_bytes``, each time a reader takes a
+read-ahead on from the window's end: a sequential reader of a distant store then pays one round trip per
+larger range (a cold segment's first read is shorter still, ``FIRST_CHUNK_BYTES``: time to first byte). Windows of
 all partitions together stay under ``budget`` bytes (read-aheads in flight count), least recently used
 dropped first; at most ``MAX_WINDOWS`` exist, which also bounds windows left empty by failed reads.
 
@@ -21,7 +24,9 @@ from dataclasses import dataclass, field
 
 from tierlog.tiered.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
-CHUNK_BYTES = 4 * 1024 * 1024  # smallest ranged read, and the read-ahead step
+CHUNK_BYTES = 4 * 1024 * 1024  # a window's first read-ahead step
+FIRST_CHUNK_BYTES = 1024 * 1024  # the first read of a cold window, unless the reader asks more
+MAX_STEP_BYTES = 16 * 1024 * 1024  # the read-ahead step of a warm sequential reader grows to this
 READ_AHEAD_BUDGET = 128 * 1024 * 1024  # every window together
 MAX_WINDOWS = 4096
 
@@ -41,11 +46,17 @@ class Window:
     start: int = 0
     end: int = 0
     file: str | None = None  # the backend's file of the segment ("": it has none; None: not asked yet)
-    pending: tuple | None = None  # (position, Future[bytes]) of a read-ahead in flight
+    pending: tuple | None = None  # (position, Future[bytes], length) of a read-ahead in flight
+    step: int = 0  # bytes of the next read-ahead (0: the cache's chunk_bytes); grows on sequential reads
     next_offset: int = -1
     next_position: int = -1
     held: int = 0  # bytes counted against the budget (chunks + pending)
     evicted: bool = False
+
+    @property
+    def ahead_end(self) -> int:
+        """Where the bytes fetched or being fetched end."""
+        return self.pending[0] + self.pending[2] if self.pending is not None else self.end
 
     def covers(self, start: int, end: int) -> bool:
         return self.start <= start and end <= self.end
@@ -69,9 +80,10 @@ class Window:
 
 class ReadAheadCache:
     def __init__(self, fetch: FetchRange, threads: int, *, chunk_bytes: int = CHUNK_BYTES,
-                 budget: int = READ_AHEAD_BUDGET) -> None:
+                 budget: int = READ_AHEAD_BUDGET, max_step_bytes: int = MAX_STEP_BYTES) -> None:
         self.fetch = fetch
         self.chunk_bytes = chunk_bytes
+        self.max_step_bytes = max(chunk_bytes, max_step_bytes)
         self.budget = budget
         # Read-aheads have a pool of their own, so a read waiting for a read-ahead can never hold the thread
         # that read-ahead needs.
@@ -127,31 +139,42 @@ class ReadAheadCache:
 
     # -- read-ahead --
 
-    def pending_size(self, win: Window, pos: int) -> int:
-        return min(self.chunk_bytes, win.md.segment_size_in_bytes - pos)
+    def step(self, win: Window) -> int:
+        return win.step or self.chunk_bytes
+
+    def took_read_ahead(self, win: Window) -> None:
+        """A reader took a read-ahead on from the window's end: the next one is twice as long (fewer round
+        trips to a distant store), up to ``max_step_bytes``."""
+        win.step = min(2 * self.step(win), self.max_step_bytes)
 
     def maybe_read_ahead(self, win: Window) -> None:
-        """Less than a chunk left beyond where the reader is: fetch the next one in the background."""
+        """Less than a step left beyond where the reader is: fetch the next one in the background."""
         size = win.md.segment_size_in_bytes
-        if win.pending is not None or win.end >= size or win.end - win.next_position >= self.chunk_bytes:
+        step = self.step(win)
+        if win.pending is not None or win.end >= size or win.end - win.next_position >= step:
             return
-        self.start_read_ahead(win, win.end)
+        self.start_read_ahead(win, win.end, step)
 
-    def start_read_ahead(self, win: Window, pos: int) -> None:
-        """Fetch a chunk at ``pos`` in the background, if the budget has room for it once older windows
-        are dropped; otherwise the reader reads in the foreground."""
-        length = self.pending_size(win, pos)
+    def start_read_ahead(self, win: Window, pos: int, length: int | None = None) -> None:
+        """Fetch ``length`` bytes (``chunk_bytes`` by default) at ``pos`` in the background, if the budget
+        has room for them once older windows are dropped (else for ``chunk_bytes``); otherwise the reader
+        reads in the foreground."""
+        left = win.md.segment_size_in_bytes - pos
+        length = min(length or self.chunk_bytes, left)
         with self._lock:
             if self.closed or win.evicted:
                 return
             self._trim_locked(keep=win, need=length)
             if self._held + length > self.budget:
-                return
+                length = min(self.chunk_bytes, left)  # a grown step does not fit: the plain one may
+                win.step = 0
+                if self._held + length > self.budget:
+                    return
         try:
             fut = self.pool.submit(self.fetch, win.md, pos, pos + length - 1)
         except RuntimeError:  # shut down
             return
-        win.pending = (pos, fut)
+        win.pending = (pos, fut, length)
         self.account(win, length)
 
     # -- eviction --

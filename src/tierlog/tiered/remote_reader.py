@@ -10,9 +10,10 @@ caller (the replica manager) reads it.
 
 Read-ahead (:mod:`tierlog.tiered.read_ahead`): the bytes read from a segment object stay in a
 per-segment window; a consumer reading on from where its last answer ended needs no index lookup and,
-once less than a chunk is left ahead, the next range is fetched in the background (also the start of the
-next segment when one is finished). A window keeps what it returned last, so a fetch that the replica
-manager trimmed to the response budget is served again from memory.
+once less than a step is left ahead, the next range is fetched in the background, in steps that grow while
+the reader goes on (also the start of the next segment, as soon as the current one's last range is fetched
+or in flight, so a new segment costs no round trip of its own). A window keeps what it returned last, so a
+fetch that the replica manager trimmed to the response budget is served again from memory.
 
 Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
 ``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with the
@@ -53,7 +54,7 @@ from tierlog.tiered.lineage import filtered_epochs, segment_within_leader_epochs
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tierlog.tiered.partition import TopicPartitionLog
 from tierlog.tiered.quota import RateQuota
-from tierlog.tiered.read_ahead import CHUNK_BYTES, READ_AHEAD_BUDGET, ReadAheadCache, Window
+from tierlog.tiered.read_ahead import CHUNK_BYTES, FIRST_CHUNK_BYTES, READ_AHEAD_BUDGET, ReadAheadCache, Window
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class _SegmentRead:
     next_offset: int
     end_of_segment: bool
     transactional: bool
+    tail_fetched: bool = False  # the window holds or is fetching the segment's last bytes
 
 
 class RemoteLogReader:
@@ -322,7 +324,7 @@ class RemoteLogReader:
         if walked.end < md.segment_size_in_bytes:
             self.read_ahead.maybe_read_ahead(win)
         return _SegmentRead(records, walked.next_offset, walked.end >= md.segment_size_in_bytes,
-                            walked.transactional)
+                            walked.transactional, win.ahead_end >= md.segment_size_in_bytes)
 
     def _read_file(self, win: Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
                    min_one_message: bool, inline: bool = False) -> _SegmentRead | None:
@@ -409,7 +411,7 @@ class RemoteLogReader:
         end = min(end, size)
         while not win.covers(start, end):
             if win.pending is not None:
-                pos, fut = win.pending
+                pos, fut, length = win.pending
                 if inline and not fut.done():
                     raise _WouldBlock
                 win.pending = None
@@ -420,14 +422,18 @@ class RemoteLogReader:
                     self.metrics.fetch_errors.inc(topic=win.md.topic_id_partition.topic)
                     log.debug("Read-ahead of %s at %d failed: %s", win.md.segment_id, pos, e)
                     data = None
-                self.read_ahead.account(win, -self.read_ahead.pending_size(win, pos))
+                self.read_ahead.account(win, -length)
                 if data and pos == win.end and win.start <= start:
+                    if win.chunks:  # taken on from the window's end: a sequential reader
+                        self.read_ahead.took_read_ahead(win)
                     self.read_ahead.append(win, pos, data)
                 continue
             if inline:
                 raise _WouldBlock
             begin = win.end if win.start <= start <= win.end and win.chunks else start
-            stop = min(max(end, hint_end, begin + self.read_ahead.chunk_bytes), size)
+            # A cold window reads less first (its first record sooner); the read-ahead follows at once.
+            least = self.read_ahead.chunk_bytes if win.chunks else min(FIRST_CHUNK_BYTES, self.read_ahead.chunk_bytes)
+            stop = min(max(end, hint_end, begin + least), size)
             data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
             if len(data) != stop - begin:
                 raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
@@ -435,9 +441,10 @@ class RemoteLogReader:
             self.read_ahead.append(win, begin, data)
 
     def _read_ahead_after(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata, got: _SegmentRead) -> None:
-        """A window read to its segment's end starts on the next segment; a file region needs no
-        read-ahead (the page cache does it)."""
-        if got.end_of_segment and not isinstance(got.records, FileRegion):
+        """A window whose last bytes are fetched or in flight starts on the next segment (its manifest and
+        first range overlap the rest of this one); a file region needs no read-ahead (the page cache does
+        it)."""
+        if (got.end_of_segment or got.tail_fetched) and not isinstance(got.records, FileRegion):
             self._read_ahead_next_segment(tp, lg, md)
 
     def _read_ahead_next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
