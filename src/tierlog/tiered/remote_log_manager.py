@@ -230,6 +230,10 @@ class RemoteLogManager:
         self._background: set[asyncio.Task] = set()
         self.reader = reader
         self.closed = False
+        # The session this broker's leaderships hold under (ZooKeeper's, set by the broker); None while
+        # there is none. A leader whose session ended is fenced: the controller may have moved its
+        # partitions before this broker hears of it, so it publishes no upload and deletes nothing.
+        self.leader_session: Callable[[], object] = lambda: 0
 
     # ------------------------------------------------------------------------------------ pools
 
@@ -619,6 +623,18 @@ class RemoteLogManager:
         await self.rlmm.update_remote_log_segment_metadata(update)
         return md.with_update(update)
 
+    def _fenced(self, st: PartitionTasks, epoch: int, session: object) -> str | None:
+        """Why this broker may no longer act as the leader of ``epoch`` it held in ``session``; None if it may.
+        Checked right before an upload is published and before a delete (Kafka's tasks check isLeader())."""
+        if self.partitions.get(st.tp) is not st:
+            return "its leadership ended"
+        if st.partition.leader_epoch != epoch:
+            return f"leader epoch {epoch} ended"
+        now = self.leader_session()
+        if now is None or now != session:
+            return "the ZooKeeper session it led in ended"
+        return None
+
     # ----------------------------------------------------------------------------------------- copy
 
     def _init_remote_offsets(self, st: PartitionTasks) -> None:
@@ -963,8 +979,10 @@ class RemoteLogManager:
         announced, before the store reads the files."""
         lg, tp = st.log, st.tp
         size = md.segment_size_in_bytes
+        epoch, session = st.partition.leader_epoch, self.leader_session()
+        if session is None:
+            return False  # no session, no leadership to upload for: the caller stops the round
         st.being_copied.add(md.segment_id)
-        epoch = st.partition.leader_epoch
         finishing = False
         try:
             await self.rlmm.add_remote_log_segment_metadata(md)
@@ -987,7 +1005,8 @@ class RemoteLogManager:
                 raise CustomMetadataSizeLimitExceededError(
                     f"custom metadata of {len(custom)} bytes for segment {md.start_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
-            if st.partition.leader_epoch != epoch or self.partitions.get(tp) is not st:
+            fenced = self._fenced(st, epoch, session)
+            if fenced is not None:
                 # The leadership this upload belongs to ended while the store call ran (the replica
                 # manager moved the epoch; stop_tasks has not cancelled this task yet). Kafka checks
                 # isLeader() before each upload only; tierlog also checks after it: publishing
@@ -996,9 +1015,10 @@ class RemoteLogManager:
                 # offsets). Abandoned, the new leader's expiration deletes the objects. When this broker
                 # still leads (only the epoch moved: a follower left the ISR), the caller stops the round
                 # and the next one uploads these offsets again in the new epoch: going on with the next
-                # segment would leave a gap that local retention then makes permanent.
-                log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
-                         md.segment_id.id, md.start_offset, tp, epoch)
+                # segment would leave a gap that local retention then makes permanent. A lost ZooKeeper
+                # session fences the same way: the broker learns of it before the controller's push.
+                log.info("Abandoning the upload %s of segment %d of %s: %s during it",
+                         md.segment_id.id, md.start_offset, tp, fenced)
                 await self._abandon(st, md)
                 return False
             finishing = True
@@ -1116,6 +1136,9 @@ class RemoteLogManager:
 
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
+        epoch, session = st.partition.leader_epoch, self.leader_session()
+        if session is None:
+            return  # no session, no leadership: nothing is deleted until there is one
         failure = await self._mark_abandoned(st)
         # Without a copy task (copying disabled, or stopped for good), nothing abandons the uploads a
         # previous leadership left unfinished: this task does, when no copy task started meanwhile. With one,
@@ -1142,13 +1165,16 @@ class RemoteLogManager:
         # probably down; the next run tries again) and retention still runs.
         for md in unclean:
             try:
-                await self._delete_segment(st, md)
+                await self._delete_segment(st, md, epoch, session)
             except Exception as e:  # noqa: BLE001 - raised below, after retention had its turn
                 failure = failure or e
                 break
         for md in doomed:
+            if self._fenced(st, epoch, session) is not None:
+                break  # retention is the next leader's now
             md = await self._update(md, S.DELETE_SEGMENT_STARTED)
-            await self._delete_segment(st, md)  # a failure leaves it DELETE_SEGMENT_STARTED: cleaned up later
+            # A failure leaves it DELETE_SEGMENT_STARTED: cleaned up later.
+            await self._delete_segment(st, md, epoch, session)
         if failure is not None:
             raise failure
         await asyncio.get_running_loop().run_in_executor(self.expiration_pool, self._update_size_metrics, st)
@@ -1163,8 +1189,15 @@ class RemoteLogManager:
             st.abandoned.pop(segment_id, None)
         return None
 
-    async def _delete_segment(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
-        """Delete the objects of a DELETE_SEGMENT_STARTED segment, then mark it DELETE_SEGMENT_FINISHED."""
+    async def _delete_segment(self, st: PartitionTasks, md: RemoteLogSegmentMetadata, epoch: int,
+                              session: object) -> None:
+        """Delete the objects of a DELETE_SEGMENT_STARTED segment, then mark it DELETE_SEGMENT_FINISHED; a
+        fenced leader (``_fenced``) leaves it DELETE_SEGMENT_STARTED, for the next leader's clean-up."""
+        fenced = self._fenced(st, epoch, session)
+        if fenced is not None:
+            log.info("Leaving the deletion of remote segment %s of %s to the next leader: %s", md.segment_id.id,
+                     st.tp, fenced)
+            return
         self.metrics.delete_requests.inc(topic=st.tp.topic)
         try:
             await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)
