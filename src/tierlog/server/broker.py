@@ -638,8 +638,8 @@ class Broker:
             loaded = set(txn.loaded_partitions()) | txn.loading
             for p in sorted(loaded - led):
                 txn.unload(p)
-            if txn.active and led - loaded:
-                txn.on_election(sorted(led - loaded))
+            if txn.active and led:  # a partition led at a newer epoch than it was loaded at is loaded again
+                txn.on_election(sorted(led))
 
         def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
             deleted = [t.name for t in delta.deleted]
