@@ -733,3 +733,32 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
         release.set()
         zk.close()
     assert e.log.highest_offset_in_remote_storage == -1
+
+
+def test_a_full_store_fails_every_copy_with_one_warning_and_the_repeats_counted(env, caplog):
+    """Issue 40: a full remote store logged one WARNING per copy attempt (each names another segment, so they
+    never looked like repeats). One line per partition, task and kind of failure; the repeats are counted."""
+    import errno
+    import logging
+
+    from tierlog.tiered.rsm.api import error_from_os
+
+    e = env
+    produce(e.log, 20)
+
+    def full(md, data):
+        raise error_from_os(OSError(errno.ENOSPC, "No space left on device", f"{md.segment_id.id}.log"),
+                            f"upload of segment {md.start_offset}")
+    e.rsm.copy_log_segment_data = full
+
+    async def go():
+        await start(e)
+        st = e.rlm.partitions[e.tp]
+        for _ in range(4):
+            await e.rlm.run_once(st, e.rlm._copy_once, "copy")
+        e.rlm._failure_log.flush()
+    with caplog.at_level(logging.INFO, logger="tierlog.tiered.remote_log_manager"):
+        run(go())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # the first failure, then the count of the others
+    assert "No space left on device" in warnings[0] and warnings[1].endswith(")") and "repeated 3 times" in warnings[1]

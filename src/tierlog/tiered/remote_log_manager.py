@@ -27,8 +27,9 @@ task deletes, so no segment is deleted twice.
 
 Errors. A partition's ``last_error`` names the first failure of an outage (the cause, not the
 clean-up failures that follow) and clears once every task of the partition has run cleanly again,
-clean-up included. The first failure of a task is logged at WARNING, repeats of the same failure at
-DEBUG, the recovery at INFO.
+clean-up included. The first failure of a task is logged at WARNING; repeats of that kind of failure
+(the same error type, whatever segment it names) are counted and reported in one line every 5 minutes
+(every failure is at DEBUG); the recovery is logged at INFO.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog.kafka_uuid import uuid_to_str
+from tierlog.logs import RepeatLimiter
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage import Log, LogSegment
 from tierlog.storage.checkpoints import parse_leader_epoch_checkpoint, write_atomically
@@ -94,6 +96,8 @@ _QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least t
 #: A task whose partition's metadata is still loading looks again this often (at most every task interval):
 #: the first run after a restart reads the remote offsets, and until then status and readiness say "loading".
 _NOT_READY_RECHECK_S = 0.2
+#: How long the failures of one kind of one task stay one WARNING line, then one line with their count.
+_FAILURE_REPORT_S = 300.0
 #: How long a follower answering a delete disablement waits for its metadata to load (then the controller asks again).
 _DISABLE_LOAD_WAIT_S = 20
 
@@ -230,6 +234,9 @@ class RemoteLogManager:
         self._background: set[asyncio.Task] = set()
         self.reader = reader
         self.closed = False
+        # A store that stays down (full, say) fails every run with a message naming another segment:
+        # one line per partition, task and kind of failure, the repeats counted.
+        self._failure_log = RepeatLimiter(log, _FAILURE_REPORT_S, max_keys=10_000)
         # The session this broker's leaderships hold under (ZooKeeper's, set by the broker); None while
         # there is none. A leader whose session ended is fenced: the controller may have moved its
         # partitions before this broker hears of it, so it publishes no upload and deletes nothing.
@@ -583,11 +590,11 @@ class RemoteLogManager:
             st.copy_task = None
             return False
         except Exception as e:  # noqa: BLE001 - the next run retries
-            repeated = st.failing.get(what) == f"{what}: {e}"
             self._record_error(st, what, f"{what}: {e}")
-            log.log(logging.DEBUG if repeated else logging.WARNING, "Remote log %s task of %s failed: %s%s",
-                    what, st.tp, e, "" if repeated else " (retried every run; repeats are logged at DEBUG)",
-                    exc_info=not isinstance(e, OSError) and log.isEnabledFor(logging.DEBUG))
+            log.debug("Remote log %s task of %s failed: %s", what, st.tp, e, exc_info=not isinstance(e, OSError))
+            kind = (st.tp, what, type(e), getattr(e.__cause__, "errno", None))
+            self._failure_log.warning(kind, "Remote log %s task of %s failed: %s (retried every run; repeats are "
+                                            "counted)", what, st.tp, e)
         else:
             self._record_success(st, what)
         return True
