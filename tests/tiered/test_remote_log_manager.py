@@ -693,7 +693,9 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
     """Issue 40: a leader learned its ZooKeeper session had expired and still published its upload 64 ms
     later (the controller's push had not reached it). The session is expired for real (ZooKeeper closes it
     when a second client takes it over and closes it) while the store holds the upload: once released, the
-    upload is abandoned, never COPY_SEGMENT_FINISHED, and the expiration run in that session deletes nothing."""
+    upload is abandoned, never COPY_SEGMENT_FINISHED, and the expiration run in that session deletes nothing.
+    In the new session, under the same leader epoch (the controller's push not there yet), nothing is
+    uploaded; the next epoch (the controller gives one to a broker back in a new session) uploads again."""
     import threading
 
     from kazoo.client import KazooClient
@@ -703,8 +705,8 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
     e = env
     produce(e.log, 20)
     zk = ZkClient(zookeeper.connect, 4000, None)
-    lost = threading.Event()
-    zk.add_state_listener(lambda state: state == "LOST" and lost.set())
+    lost, again = threading.Event(), threading.Event()
+    zk.add_state_listener(lambda state: lost.set() if state == "LOST" else lost.is_set() and again.set())
     zk.start()
     e.rlm.leader_session = zk.live_session
     release = _held_copies(e)
@@ -728,11 +730,17 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
             await e.rlm._delete_segment(st, e.rlmm.list_remote_log_segments(e.tp)[0], st.partition.leader_epoch,
                                         session)
             assert remote_files(e) == files and [s for _, s in states(e)] == [0, 2]
+            assert await asyncio.to_thread(again.wait, 30), "no new session"
+            await e.rlm._copy_once(st)
+            assert [s for _, s in states(e)] == [0, 2]  # a new session, the old epoch: still fenced
+            assert e.log.highest_offset_in_remote_storage == -1
+            e.partition.leader_epoch += 1
+            await e.rlm._copy_once(st)
+            assert S.COPY_SEGMENT_FINISHED in [s for _, s in states(e)]
         run(go())
     finally:
         release.set()
         zk.close()
-    assert e.log.highest_offset_in_remote_storage == -1
 
 
 def test_a_full_store_fails_every_copy_with_one_warning_and_the_repeats_counted(env, caplog):

@@ -186,6 +186,7 @@ class PartitionTasks:
     in_flight: set = field(default_factory=set)  # executor futures of uploads and deletes
     failing: dict = field(default_factory=dict)  # task ("copy", "expiration") -> its last error, while failing
     last_error: str | None = None  # the first error of the current outage; None once all tasks work
+    term: tuple | None = None  # (leader epoch, session) this broker leads in; see RemoteLogManager._term
     last_error_ms: int = -1
 
     @property
@@ -283,6 +284,7 @@ class RemoteLogManager:
             if st is not None:
                 self._cancel(st)
             st = PartitionTasks(tp, partition)
+            self._term(st)  # the session this leadership was given in
             self.partitions[tp] = st
             fresh.append(tp)
             if partition.log.offline is not None:  # its log dir failed: listed, never copied
@@ -630,6 +632,17 @@ class RemoteLogManager:
         await self.rlmm.update_remote_log_segment_metadata(update)
         return md.with_update(update)
 
+    def _term(self, st: PartitionTasks) -> tuple[int, object] | None:
+        """(leader epoch, session) this broker leads ``st`` in now; None while it is fenced: no session, or
+        a session that ended under an unchanged epoch (the controller may have moved the partition; it gives
+        a broker back in a new session a new epoch, which starts a new term here)."""
+        epoch, session = st.partition.leader_epoch, self.leader_session()
+        if session is None:
+            return None
+        if st.term is None or st.term[0] != epoch:
+            st.term = (epoch, session)
+        return st.term if st.term[1] == session else None
+
     def _fenced(self, st: PartitionTasks, epoch: int, session: object) -> str | None:
         """Why this broker may no longer act as the leader of ``epoch`` it held in ``session``; None if it may.
         Checked right before an upload is published and before a delete (Kafka's tasks check isLeader())."""
@@ -709,7 +722,7 @@ class RemoteLogManager:
         return out
 
     async def _copy_once(self, st: PartitionTasks) -> None:
-        if st.copy_stopped:
+        if st.copy_stopped or self._term(st) is None:  # fenced: nothing until the controller's next term
             return
         lg = st.log
         if st.first_copy_run:
@@ -986,9 +999,10 @@ class RemoteLogManager:
         announced, before the store reads the files."""
         lg, tp = st.log, st.tp
         size = md.segment_size_in_bytes
-        epoch, session = st.partition.leader_epoch, self.leader_session()
-        if session is None:
-            return False  # no session, no leadership to upload for: the caller stops the round
+        term = self._term(st)
+        if term is None:
+            return False  # fenced: the caller stops the round
+        epoch, session = term
         st.being_copied.add(md.segment_id)
         finishing = False
         try:
@@ -1143,9 +1157,10 @@ class RemoteLogManager:
 
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
-        epoch, session = st.partition.leader_epoch, self.leader_session()
-        if session is None:
-            return  # no session, no leadership: nothing is deleted until there is one
+        term = self._term(st)
+        if term is None:
+            return  # fenced: nothing is deleted until the controller's next term
+        epoch, session = term
         failure = await self._mark_abandoned(st)
         # Without a copy task (copying disabled, or stopped for good), nothing abandons the uploads a
         # previous leadership left unfinished: this task does, when no copy task started meanwhile. With one,
