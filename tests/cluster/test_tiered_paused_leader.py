@@ -3,7 +3,9 @@ session and its leadership, then woken while that upload completes (KIP-405 with
 
 Broker 1 leads and tiers through the fault-injecting storage manager: its control file holds its next upload
 inside the store ("hold"), the broker is paused there, a new leader takes over, keeps taking writes and
-uploads past the held segment; then broker 1 wakes, learns it follows, and the store lets its upload finish.
+uploads past the held segment; then broker 1 wakes with the links to it held (the controller's news cannot
+reach it, so it still believes it leads), sees its ZooKeeper session expired, and only then does the store let
+its upload finish (issue 40: it used to publish it 64 ms later); the links heal and it learns it follows.
 What a user relies on: every acknowledged record reads back exactly once and in order from the earliest offset
 (confluent-kafka and kafka-python); the late upload of the ended leadership is abandoned by the old leader, never
 published COPY_SEGMENT_FINISHED, and its objects are deleted by the new leader; the reconciler finds nothing
@@ -42,7 +44,7 @@ def cluster(tmp_path_factory, zookeeper):
     write_control(control)
     settings = tiered_settings(root, **{"rlmm.config.remote.log.metadata.topic.replication.factor": "3",
                                         "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200"})
-    c = start_cluster(root, zookeeper, brokers=3, settings=settings, per_broker={1: {
+    c = start_cluster(root, zookeeper, brokers=3, settings=settings, proxies=True, per_broker={1: {
         "remote.log.storage.manager.class.name": FAULTY, "rsm.config.fault.delegate": "filesystem",
         "rsm.config.fault.control.file": str(control)}})
     c.root, c.control = root, control
@@ -99,15 +101,24 @@ def test_a_leader_paused_mid_upload_abandons_its_late_upload_and_nothing_is_read
             cluster.wait_until(lambda: (leader_row(cluster, new, topic).get("highest_offset_in_remote_storage")
                                         or -1) > hold["end_offset"], 120,
                                f"broker {new} uploading past the held segment (to {hold['end_offset']})")
+            # The controller's news cannot reach broker 1 when it wakes: it still believes it leads.
+            cluster.proxies[1].hold()
         finally:
             cluster.resume(1)
-        # Broker 1 learns it follows (its leader tasks stop, waiting for the held upload) before the store
-        # lets the upload finish.
+        try:
+            # Issue 40: the store lets the upload finish once broker 1 knows its session expired, before it
+            # hears it no longer leads. It must not publish it, nor upload again in its next session.
+            cluster.wait_until(lambda: "ZooKeeper session lost" in cluster.output(1), 90,
+                               "broker 1 seeing its session expired")
+            assert held(cluster) is not None and leader_row(cluster, 1, topic)
+            write_control(cluster.control)
+            cluster.wait_until(lambda: held(cluster) is None, 30, "the held upload released")
+            cluster.wait_until(lambda: "the ZooKeeper session it led in ended" in cluster.output(1), 30,
+                               "broker 1 abandoning the upload of its ended session")
+        finally:
+            cluster.proxies[1].heal_all()
         cluster.wait_until(lambda: [r["role"] for r in rows(cluster, 1, topic)] == ["follower"], 90,
-                           "broker 1 following after it woke")
-        assert held(cluster) is not None
-        write_control(cluster.control)
-        cluster.wait_until(lambda: held(cluster) is None, 30, "the held upload released")
+                           "broker 1 following once the controller's news reaches it")
         cluster.wait_formed()
     finally:
         writer.stop()

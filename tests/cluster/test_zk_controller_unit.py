@@ -5,6 +5,7 @@ an event cut short by the end of the ZooKeeper session."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ from kazoo.exceptions import SessionExpiredError
 from tests.harness import logcapture
 from tierlog.cluster.image import PartitionImage
 from tierlog.cluster.zk_controller import NO_LEADER, ZkController
+from tierlog.cluster.zookeeper import FencedControllerError
 
 
 def choose(leader: int, isr: tuple[int, ...], live: set[int], avoid: frozenset[int] = frozenset(),
@@ -59,3 +61,37 @@ def test_an_event_cut_short_by_the_end_of_the_session_is_a_warning(caplog):
     [record] = logcapture.records(caplog)
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert "_brokers_changed skipped: the ZooKeeper session ended (SessionExpiredError)" in record.getMessage()
+
+
+def test_a_fenced_controller_says_so_in_one_info_line_and_resigns(caplog):
+    """Issue 40: a controller paused past its session woke up, was fenced correctly, and logged an ERROR
+    traceback (its leader rebalance ran into the fence). An expected fencing is one INFO line, whichever
+    path meets it, and the controller resigns."""
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    controller = SimpleNamespace(_stopped=False, _executor=executor, node_id=1, fence=object(), _session_lost=False,
+                                 is_active=True, config={"leader.imbalance.check.interval.seconds": 0},
+                                 _imbalanced=lambda: [("t", 0)], run_election=None)
+    controller._resign = lambda: setattr(controller, "is_active", False)
+
+    def _brokers_changed():
+        raise FencedControllerError("controller epoch 3 is no longer current")
+
+    async def call(*_args):
+        raise FencedControllerError("controller epoch 3 is no longer current")
+    controller.call = call
+    with caplog.at_level(logging.INFO, logger="tierlog.cluster.zk_controller"):
+        ZkController._submit(controller, _brokers_changed)
+        executor.shutdown(wait=True)
+        assert not controller.is_active
+        controller.is_active = True
+        controller._executor = concurrent.futures.ThreadPoolExecutor(1)
+        controller._submit = lambda fn: fn()
+        asyncio.run(ZkController._rebalance_loop(controller))
+        controller._executor.shutdown(wait=True)
+    assert not controller.is_active
+    records = logcapture.records(caplog)
+    assert all(r.levelno == logging.INFO and r.exc_info is None for r in records), records
+    assert [m for r in records if "fenced" in (m := r.getMessage()) or "no longer" in m] == [
+        "Controller 1 was fenced (controller epoch 3 is no longer current); resigning",
+        "Automatic preferred replica election skipped: broker 1 is no longer the controller "
+        "(FencedControllerError: controller epoch 3 is no longer current)"]

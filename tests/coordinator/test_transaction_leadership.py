@@ -187,3 +187,33 @@ def test_only_the_leader_aborts_a_timed_out_transaction(logs):
             await old.coordinator.shutdown()
             await new.coordinator.shutdown()
     asyncio.run(run())
+
+
+def test_a_coordinator_leading_again_reloads_what_the_leader_in_between_wrote(logs):
+    """Issue 40: an abort during a coordinator failover got a fatal INVALID_TXN_STATE. The leadership went to
+    another broker and came back at a newer epoch without this one hearing of the change in between: its
+    state from before (no transaction open) answered the abort. It is loaded again at the new epoch, as
+    Kafka's onElection does, and the abort of the transaction the other coordinator opened succeeds."""
+    async def run():
+        clock = Clock()
+        a, b = Broker(logs, clock, {0, 1, 2, 3}, 1), Broker(logs, clock, set(), 2)
+        await a.coordinator.start()
+        await b.coordinator.start()
+        try:
+            tid = txn_id_in(2)
+            code, pid, epoch = await a.coordinator.init_producer_id(tid, 60000)
+            assert code == NO_ERROR
+            a.led.discard(2)  # b leads at epoch 2; a misses the change
+            b.led.add(2)
+            assert await b.coordinator.add_partitions(tid, pid, epoch, [("orders", 0)]) == NO_ERROR
+            b.led.discard(2)
+            b.coordinator.unload(2)
+            a.led.add(2)  # back to a at epoch 3
+            a.epoch = 3
+            assert (await a.coordinator.end_transaction(tid, pid, epoch, commit=False))[0] == NO_ERROR
+            assert a.coordinator.loaded_epochs[2] == 3
+        finally:
+            a.markers_released.set()
+            await a.coordinator.shutdown()
+            await b.coordinator.shutdown()
+    asyncio.run(run())

@@ -687,3 +687,86 @@ def test_a_copy_task_stopped_before_its_first_run_leaves_the_partition_loaded(en
         return e.rlm.partition_status(st)
     status = run(go())
     assert status["state"] == "ready" and not status["copy_enabled"], status
+
+
+def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_and_deletes_nothing(env, zookeeper):
+    """Issue 40: a leader learned its ZooKeeper session had expired and still published its upload 64 ms
+    later (the controller's push had not reached it). The session is expired for real (ZooKeeper closes it
+    when a second client takes it over and closes it) while the store holds the upload: once released, the
+    upload is abandoned, never COPY_SEGMENT_FINISHED, and the expiration run in that session deletes nothing.
+    In the new session, under the same leader epoch (the controller's push not there yet), nothing is
+    uploaded; the next epoch (the controller gives one to a broker back in a new session) uploads again."""
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from tierlog.cluster.zookeeper import ZkClient
+
+    e = env
+    produce(e.log, 20)
+    zk = ZkClient(zookeeper.connect, 4000, None)
+    lost, again = threading.Event(), threading.Event()
+    zk.add_state_listener(lambda state: lost.set() if state == "LOST" else lost.is_set() and again.set())
+    zk.start()
+    e.rlm.leader_session = zk.live_session
+    release = _held_copies(e)
+    try:
+        async def go():
+            await start(e)
+            st = e.rlm.partitions[e.tp]
+            session = zk.live_session()
+            copying = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+            await _until(lambda: st.in_flight, "the upload running")
+            thief = KazooClient(hosts=zookeeper.connect, client_id=zk.kazoo.client_id)
+            thief.start(timeout=15)
+            thief.stop()  # closes the session: ZooKeeper expires it for its first owner
+            thief.close()
+            assert await asyncio.to_thread(lost.wait, 30), "the broker's client never saw its session expire"
+            release.set()
+            await copying
+            assert [s for _, s in states(e)] == [0, 2]  # STARTED, then abandoned: never FINISHED
+            # An expiration run of the ended session deletes nothing, not even the abandoned upload.
+            files = remote_files(e)
+            await e.rlm._delete_segment(st, e.rlmm.list_remote_log_segments(e.tp)[0], st.partition.leader_epoch,
+                                        session)
+            assert remote_files(e) == files and [s for _, s in states(e)] == [0, 2]
+            assert await asyncio.to_thread(again.wait, 30), "no new session"
+            await e.rlm._copy_once(st)
+            assert [s for _, s in states(e)] == [0, 2]  # a new session, the old epoch: still fenced
+            assert e.log.highest_offset_in_remote_storage == -1
+            e.partition.leader_epoch += 1
+            await e.rlm._copy_once(st)
+            assert S.COPY_SEGMENT_FINISHED in [s for _, s in states(e)]
+        run(go())
+    finally:
+        release.set()
+        zk.close()
+
+
+def test_a_full_store_fails_every_copy_with_one_warning_and_the_repeats_counted(env, caplog):
+    """Issue 40: a full remote store logged one WARNING per copy attempt (each names another segment, so they
+    never looked like repeats). One line per partition, task and kind of failure; the repeats are counted."""
+    import errno
+    import logging
+
+    from tierlog.tiered.rsm.api import error_from_os
+
+    e = env
+    produce(e.log, 20)
+
+    def full(md, data):
+        raise error_from_os(OSError(errno.ENOSPC, "No space left on device", f"{md.segment_id.id}.log"),
+                            f"upload of segment {md.start_offset}")
+    e.rsm.copy_log_segment_data = full
+
+    async def go():
+        await start(e)
+        st = e.rlm.partitions[e.tp]
+        for _ in range(4):
+            await e.rlm.run_once(st, e.rlm._copy_once, "copy")
+        e.rlm._failure_log.flush()
+    with caplog.at_level(logging.INFO, logger="tierlog.tiered.remote_log_manager"):
+        run(go())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # the first failure, then the count of the others
+    assert "No space left on device" in warnings[0] and warnings[1].endswith(")") and "repeated 3 times" in warnings[1]

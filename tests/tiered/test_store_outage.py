@@ -131,6 +131,13 @@ def test_a_broker_whose_remote_folder_is_broken_starts_serves_local_data_and_rec
         # was uploaded before the restart, never more.
         assert local_start <= failing["local_log_start_offset"] <= before["highest_offset_in_remote_storage"] + 1
         assert failing["copy_lag_segments"] > 0
+        # The reconciler cannot list the store: a 503 naming the store's error, one line from the command.
+        cli = subprocess.run([sys.executable, "-m", "tierlog", "tier", "reconcile", "--url", metrics_url(b)],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert cli.returncode == 1 and cli.stderr.count("\n") == 1, cli.stderr
+        assert "answered 503" in cli.stderr and f"filesystem remote storage {remote} is unavailable" in cli.stderr
+        assert not any("Traceback" in line for line in b.output)
         assert reader.is_alive(), "the history cannot have been read while the store is down"
         # The store comes back: reads succeed and copying resumes by itself.
         remote.unlink()

@@ -196,14 +196,18 @@ class ZkController(Controller):
         def run() -> None:
             try:
                 fn(*args)
-            except FencedControllerError as e:
-                log.warning("Controller %d was fenced (%s); resigning", self.node_id, e)
+            except FencedControllerError as e:  # expected after a pause: another controller was elected
+                log.info("Controller %d was fenced (%s); resigning", self.node_id, e)
                 self._resign()
             except SESSION_ENDED as e:  # _on_zk_state resigns, then registers again and reads the cluster anew
                 log.warning("Controller event %s skipped: the ZooKeeper session ended (%s)",
                             getattr(fn, "__name__", fn), type(e).__name__)
-            except Exception:  # noqa: BLE001 - the controller thread keeps serving events
-                log.exception("Controller event %s failed", getattr(fn, "__name__", fn))
+            except Exception as e:  # noqa: BLE001 - the controller thread keeps serving events
+                if self.fence is None or self._session_lost:  # resigned meanwhile: the failure is the fencing's
+                    log.info("Controller event %s cut short: broker %d is no longer the controller (%s: %s)",
+                             getattr(fn, "__name__", fn), self.node_id, type(e).__name__, e)
+                else:
+                    log.exception("Controller event %s failed", getattr(fn, "__name__", fn))
         try:
             self._executor.submit(run)
         except RuntimeError:  # executor shut down
@@ -1044,6 +1048,12 @@ class ZkController(Controller):
                     await self.call(self.run_election, 0, tps)
             except asyncio.CancelledError:
                 raise
+            except (FencedControllerError, NotControllerError, *SESSION_ENDED) as e:
+                # A controller paused past its session wakes up here: expected, one line, and it resigns.
+                log.info("Automatic preferred replica election skipped: broker %d is no longer the controller "
+                         "(%s: %s)", self.node_id, type(e).__name__, e)
+                self._submit(self._resign)
+                return
             except Exception:  # noqa: BLE001 - tried again next interval
                 log.exception("Automatic preferred replica election failed")
 

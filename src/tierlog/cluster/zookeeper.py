@@ -229,6 +229,14 @@ class ZkClient:
         sid = self.kazoo.client_id
         return sid[0] if sid else None
 
+    def live_session(self) -> int | None:
+        """This broker's session while it is connected; None while suspended or lost. A leadership this
+        broker holds is only as good as the session it was given in: once that session is gone, the
+        controller may have moved it (and the broker hears of it only later)."""
+        if self.kazoo.state != KazooState.CONNECTED:
+            return None
+        return self.session_id
+
     async def call(self, fn: Callable, *args):
         """Run a blocking ZooKeeper call off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

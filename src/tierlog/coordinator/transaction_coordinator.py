@@ -240,6 +240,8 @@ class TransactionCoordinator:
         #: partition -> {transactional id: metadata}, for the loaded partitions
         self.partitions: dict[int, dict[str, TransactionMetadata]] = {}
         self.loading: set[int] = set()
+        #: partition -> the coordinator epoch (its leader epoch) it was loaded at
+        self.loaded_epochs: dict[int, int] = {}
         #: Whether this broker leads a __transaction_state partition (None: a single node leads all).
         self.leads: Callable[[int], bool] | None = None
         self.active = False
@@ -280,13 +282,21 @@ class TransactionCoordinator:
         self._timers.clear()
         self._tasks.clear()
         self.partitions.clear()
+        self.loaded_epochs.clear()
 
     def on_election(self, partitions: Iterable[int]) -> None:
         """This node now leads ``partitions``: load them (Kafka's ``onElection``); ids there answer
-        COORDINATOR_LOAD_IN_PROGRESS until done. Transactions found in a PREPARE state get their markers."""
+        COORDINATOR_LOAD_IN_PROGRESS until done. Transactions found in a PREPARE state get their markers.
+        A partition loaded at an older coordinator epoch is loaded again, as Kafka does: another broker may
+        have led it in between (this one missed the change, paused say) and its state here is stale."""
         for partition in partitions:
+            epoch = self.coordinator_epoch(partition)
             if partition in self.partitions:
-                continue
+                if self.loaded_epochs.get(partition, epoch) >= epoch:
+                    continue
+                log.info("Reloading %s-%d: coordinator epoch %d, loaded at %d", TXN_STATE_TOPIC, partition, epoch,
+                         self.loaded_epochs[partition])
+                self.unload(partition)
             self.loading.add(partition)
             try:
                 state: dict[str, TransactionMetadata] = {}
@@ -309,6 +319,7 @@ class TransactionCoordinator:
             finally:
                 self.loading.discard(partition)
             self.partitions[partition] = state
+            self.loaded_epochs[partition] = epoch
             if state:
                 log.info("Loaded %s-%d: %d transactional id(s)", TXN_STATE_TOPIC, partition, len(state))
             for meta in state.values():
@@ -324,6 +335,7 @@ class TransactionCoordinator:
         longer the loaded one), markers being sent stop after their round, and the timers no longer see
         them. The new leader loads the partition and resumes what was in a PREPARE state."""
         self.loading.discard(partition)
+        self.loaded_epochs.pop(partition, None)
         state = self.partitions.pop(partition, None)
         if state is not None:
             log.info("Unloaded %s-%d (%d transactional id(s))", TXN_STATE_TOPIC, partition, len(state))
@@ -345,9 +357,11 @@ class TransactionCoordinator:
         if not self.active:
             return CoordinatorNotAvailableError.code, None
         partition = self.partition_for(transactional_id)
-        if (partition not in self.partitions and partition not in self.loading and self.store.exists()
-                and (self.leads is None or self.leads(partition))):
-            self.on_election([partition])  # the topic was created after start: load on first use
+        if (partition not in self.loading and self.store.exists() and (self.leads is None or self.leads(partition))
+                and self.loaded_epochs.get(partition, -1) < self.coordinator_epoch(partition)):
+            # Not loaded yet (the topic was created after start: load on first use), or loaded at an older
+            # epoch than this broker leads at now, before the leadership change reached the listener.
+            self.on_election([partition])
         if partition in self.loading:
             return CoordinatorLoadInProgressError.code, None
         state = self.partitions.get(partition)

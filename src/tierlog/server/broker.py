@@ -211,6 +211,8 @@ class Broker:
             await controller.start(self.channel)  # the cluster as ZooKeeper has it
         if cfg["remote.log.storage.system.enable"]:
             self.remote_log_manager = self._build_tiered_storage()
+            if self.zk is not None:  # a leader whose session ended publishes no upload and deletes nothing
+                self.remote_log_manager.leader_session = self.zk.live_session
         # Storage opens after the image is known so each partition gets its topic's settings.
         self.log_manager.startup()
         self.log_manager.start_cleaner()
@@ -636,8 +638,8 @@ class Broker:
             loaded = set(txn.loaded_partitions()) | txn.loading
             for p in sorted(loaded - led):
                 txn.unload(p)
-            if txn.active and led - loaded:
-                txn.on_election(sorted(led - loaded))
+            if txn.active and led:  # a partition led at a newer epoch than it was loaded at is loaded again
+                txn.on_election(sorted(led))
 
         def on_update(delta: MetadataDelta, image: MetadataImage) -> None:
             deleted = [t.name for t in delta.deleted]

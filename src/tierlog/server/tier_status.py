@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from tierlog.cluster import Controller
+from tierlog.errors import KafkaStorageError
 from tierlog.server.http_endpoint import HttpError, Route, boolean, topic_name
 from tierlog.storage import LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -71,7 +72,10 @@ def tier_routes(serving: Callable[[], str | None], controller: Controller, rlm: 
 
     async def reconcile(delete: bool = False) -> dict:
         _check_serving(serving)
-        return await tier_reconcile(rlm, controller, delete)
+        try:
+            return await tier_reconcile(rlm, controller, delete)
+        except (KafkaStorageError, OSError) as e:  # the store is down: say so, it is not the broker's fault
+            raise HttpError(503, f"cannot reconcile while the remote store is unavailable: {e}") from None
 
     return {("GET", "/v1/tier/status"): Route(status, {"topic": topic_name}),
             ("GET", "/v1/tier/reconcile"): Route(reconcile, {"delete": _report_only}),

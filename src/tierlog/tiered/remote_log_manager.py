@@ -27,8 +27,9 @@ task deletes, so no segment is deleted twice.
 
 Errors. A partition's ``last_error`` names the first failure of an outage (the cause, not the
 clean-up failures that follow) and clears once every task of the partition has run cleanly again,
-clean-up included. The first failure of a task is logged at WARNING, repeats of the same failure at
-DEBUG, the recovery at INFO.
+clean-up included. The first failure of a task is logged at WARNING; repeats of that kind of failure
+(the same error type, whatever segment it names) are counted and reported in one line every 5 minutes
+(every failure is at DEBUG); the recovery is logged at INFO.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog.kafka_uuid import uuid_to_str
+from tierlog.logs import RepeatLimiter
 from tierlog.metrics import MetricsRegistry
 from tierlog.storage import Log, LogSegment
 from tierlog.storage.checkpoints import parse_leader_epoch_checkpoint, write_atomically
@@ -94,6 +96,8 @@ _QUOTA_RECHECK_MS = 1000  # a throttled copy looks at the quota again at least t
 #: A task whose partition's metadata is still loading looks again this often (at most every task interval):
 #: the first run after a restart reads the remote offsets, and until then status and readiness say "loading".
 _NOT_READY_RECHECK_S = 0.2
+#: How long the failures of one kind of one task stay one WARNING line, then one line with their count.
+_FAILURE_REPORT_S = 300.0
 #: How long a follower answering a delete disablement waits for its metadata to load (then the controller asks again).
 _DISABLE_LOAD_WAIT_S = 20
 
@@ -182,6 +186,7 @@ class PartitionTasks:
     in_flight: set = field(default_factory=set)  # executor futures of uploads and deletes
     failing: dict = field(default_factory=dict)  # task ("copy", "expiration") -> its last error, while failing
     last_error: str | None = None  # the first error of the current outage; None once all tasks work
+    term: tuple | None = None  # (leader epoch, session) this broker leads in; see RemoteLogManager._term
     last_error_ms: int = -1
 
     @property
@@ -230,6 +235,13 @@ class RemoteLogManager:
         self._background: set[asyncio.Task] = set()
         self.reader = reader
         self.closed = False
+        # A store that stays down (full, say) fails every run with a message naming another segment:
+        # one line per partition, task and kind of failure, the repeats counted.
+        self._failure_log = RepeatLimiter(log, _FAILURE_REPORT_S, max_keys=10_000)
+        # The session this broker's leaderships hold under (ZooKeeper's, set by the broker); None while
+        # there is none. A leader whose session ended is fenced: the controller may have moved its
+        # partitions before this broker hears of it, so it publishes no upload and deletes nothing.
+        self.leader_session: Callable[[], object] = lambda: 0
 
     # ------------------------------------------------------------------------------------ pools
 
@@ -272,6 +284,7 @@ class RemoteLogManager:
             if st is not None:
                 self._cancel(st)
             st = PartitionTasks(tp, partition)
+            self._term(st)  # the session this leadership was given in
             self.partitions[tp] = st
             fresh.append(tp)
             if partition.log.offline is not None:  # its log dir failed: listed, never copied
@@ -579,11 +592,11 @@ class RemoteLogManager:
             st.copy_task = None
             return False
         except Exception as e:  # noqa: BLE001 - the next run retries
-            repeated = st.failing.get(what) == f"{what}: {e}"
             self._record_error(st, what, f"{what}: {e}")
-            log.log(logging.DEBUG if repeated else logging.WARNING, "Remote log %s task of %s failed: %s%s",
-                    what, st.tp, e, "" if repeated else " (retried every run; repeats are logged at DEBUG)",
-                    exc_info=not isinstance(e, OSError) and log.isEnabledFor(logging.DEBUG))
+            log.debug("Remote log %s task of %s failed: %s", what, st.tp, e, exc_info=not isinstance(e, OSError))
+            kind = (st.tp, what, type(e), getattr(e.__cause__, "errno", None))
+            self._failure_log.warning(kind, "Remote log %s task of %s failed: %s (retried every run; repeats are "
+                                            "counted)", what, st.tp, e)
         else:
             self._record_success(st, what)
         return True
@@ -618,6 +631,29 @@ class RemoteLogManager:
         update = RemoteLogSegmentMetadataUpdate(md.segment_id, _now_ms(), custom, state, self.broker_id)
         await self.rlmm.update_remote_log_segment_metadata(update)
         return md.with_update(update)
+
+    def _term(self, st: PartitionTasks) -> tuple[int, object] | None:
+        """(leader epoch, session) this broker leads ``st`` in now; None while it is fenced: no session, or
+        a session that ended under an unchanged epoch (the controller may have moved the partition; it gives
+        a broker back in a new session a new epoch, which starts a new term here)."""
+        epoch, session = st.partition.leader_epoch, self.leader_session()
+        if session is None:
+            return None
+        if st.term is None or st.term[0] != epoch:
+            st.term = (epoch, session)
+        return st.term if st.term[1] == session else None
+
+    def _fenced(self, st: PartitionTasks, epoch: int, session: object) -> str | None:
+        """Why this broker may no longer act as the leader of ``epoch`` it held in ``session``; None if it may.
+        Checked right before an upload is published and before a delete (Kafka's tasks check isLeader())."""
+        if self.partitions.get(st.tp) is not st:
+            return "its leadership ended"
+        if st.partition.leader_epoch != epoch:
+            return f"leader epoch {epoch} ended"
+        now = self.leader_session()
+        if now is None or now != session:
+            return "the ZooKeeper session it led in ended"
+        return None
 
     # ----------------------------------------------------------------------------------------- copy
 
@@ -686,7 +722,7 @@ class RemoteLogManager:
         return out
 
     async def _copy_once(self, st: PartitionTasks) -> None:
-        if st.copy_stopped:
+        if st.copy_stopped or self._term(st) is None:  # fenced: nothing until the controller's next term
             return
         lg = st.log
         if st.first_copy_run:
@@ -963,8 +999,11 @@ class RemoteLogManager:
         announced, before the store reads the files."""
         lg, tp = st.log, st.tp
         size = md.segment_size_in_bytes
+        term = self._term(st)
+        if term is None:
+            return False  # fenced: the caller stops the round
+        epoch, session = term
         st.being_copied.add(md.segment_id)
-        epoch = st.partition.leader_epoch
         finishing = False
         try:
             await self.rlmm.add_remote_log_segment_metadata(md)
@@ -987,7 +1026,8 @@ class RemoteLogManager:
                 raise CustomMetadataSizeLimitExceededError(
                     f"custom metadata of {len(custom)} bytes for segment {md.start_offset} of {tp} exceeds "
                     f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}")
-            if st.partition.leader_epoch != epoch or self.partitions.get(tp) is not st:
+            fenced = self._fenced(st, epoch, session)
+            if fenced is not None:
                 # The leadership this upload belongs to ended while the store call ran (the replica
                 # manager moved the epoch; stop_tasks has not cancelled this task yet). Kafka checks
                 # isLeader() before each upload only; tierlog also checks after it: publishing
@@ -996,9 +1036,10 @@ class RemoteLogManager:
                 # offsets). Abandoned, the new leader's expiration deletes the objects. When this broker
                 # still leads (only the epoch moved: a follower left the ISR), the caller stops the round
                 # and the next one uploads these offsets again in the new epoch: going on with the next
-                # segment would leave a gap that local retention then makes permanent.
-                log.info("Abandoning the upload %s of segment %d of %s: leader epoch %d ended during it",
-                         md.segment_id.id, md.start_offset, tp, epoch)
+                # segment would leave a gap that local retention then makes permanent. A lost ZooKeeper
+                # session fences the same way: the broker learns of it before the controller's push.
+                log.info("Abandoning the upload %s of segment %d of %s: %s during it",
+                         md.segment_id.id, md.start_offset, tp, fenced)
                 await self._abandon(st, md)
                 return False
             finishing = True
@@ -1116,6 +1157,10 @@ class RemoteLogManager:
 
     async def _expire_once(self, st: PartitionTasks) -> None:
         tp, lg = st.tp, st.log
+        term = self._term(st)
+        if term is None:
+            return  # fenced: nothing is deleted until the controller's next term
+        epoch, session = term
         failure = await self._mark_abandoned(st)
         # Without a copy task (copying disabled, or stopped for good), nothing abandons the uploads a
         # previous leadership left unfinished: this task does, when no copy task started meanwhile. With one,
@@ -1142,13 +1187,16 @@ class RemoteLogManager:
         # probably down; the next run tries again) and retention still runs.
         for md in unclean:
             try:
-                await self._delete_segment(st, md)
+                await self._delete_segment(st, md, epoch, session)
             except Exception as e:  # noqa: BLE001 - raised below, after retention had its turn
                 failure = failure or e
                 break
         for md in doomed:
+            if self._fenced(st, epoch, session) is not None:
+                break  # retention is the next leader's now
             md = await self._update(md, S.DELETE_SEGMENT_STARTED)
-            await self._delete_segment(st, md)  # a failure leaves it DELETE_SEGMENT_STARTED: cleaned up later
+            # A failure leaves it DELETE_SEGMENT_STARTED: cleaned up later.
+            await self._delete_segment(st, md, epoch, session)
         if failure is not None:
             raise failure
         await asyncio.get_running_loop().run_in_executor(self.expiration_pool, self._update_size_metrics, st)
@@ -1163,8 +1211,15 @@ class RemoteLogManager:
             st.abandoned.pop(segment_id, None)
         return None
 
-    async def _delete_segment(self, st: PartitionTasks, md: RemoteLogSegmentMetadata) -> None:
-        """Delete the objects of a DELETE_SEGMENT_STARTED segment, then mark it DELETE_SEGMENT_FINISHED."""
+    async def _delete_segment(self, st: PartitionTasks, md: RemoteLogSegmentMetadata, epoch: int,
+                              session: object) -> None:
+        """Delete the objects of a DELETE_SEGMENT_STARTED segment, then mark it DELETE_SEGMENT_FINISHED; a
+        fenced leader (``_fenced``) leaves it DELETE_SEGMENT_STARTED, for the next leader's clean-up."""
+        fenced = self._fenced(st, epoch, session)
+        if fenced is not None:
+            log.info("Leaving the deletion of remote segment %s of %s to the next leader: %s", md.segment_id.id,
+                     st.tp, fenced)
+            return
         self.metrics.delete_requests.inc(topic=st.tp.topic)
         try:
             await self._in_pool(st, self.expiration_pool, self.rsm.delete_log_segment_data, md)

@@ -144,7 +144,8 @@ class ForwardingApis:
                 if self.controller.is_active:
                     return await local(ctx)
                 target = self.controller.image.controller_id
-                if target >= 0 and target != self.controller.node_id:
+                # a controller this broker does not list yet (no endpoint): wait for the controller's push
+                if target >= 0 and target != self.controller.node_id and target in self.controller.image.brokers:
                     try:
                         return await self._forward(ctx, target)
                     except NotControllerError:

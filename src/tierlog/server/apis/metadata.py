@@ -123,12 +123,18 @@ class MetadataApis:
                     topics_out.append(answer := await self._named_topic(name, allow_create))
                     partitions += len(answer.get("partitions", ()))
         items = len(topics_out) + partitions
+        controller_id = image.controller_id if self.controller.clustered else self.node_id
+        if controller_id not in image.brokers:
+            # Elected, but not yet listed here (its registration reaches this broker with the controller's first
+            # push): a client told of a controller it cannot reach waits on it until its timeout. Kafka answers
+            # no controller (-1) until it knows the controller's endpoint, and clients ask again.
+            controller_id = -1
         return await offload.respond(ctx, {
             "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": b.rack}
                         for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
                         for host, port in (endpoint_for_client(b),)],
             "cluster_id": image.cluster_id,
-            "controller_id": image.controller_id if self.controller.clustered else self.node_id,
+            "controller_id": controller_id,
             "topics": topics_out,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": NO_ERROR,
