@@ -90,7 +90,7 @@ def test_cluster_info_shows_leaders_per_broker_and_offline_partitions(tmp_path, 
                 for p in spread["partitions"]] == [
             (p, True, None, None, "no leader") if p in lost else (p, False, 0, p + 1, "known") for p in range(6)]
         text = ok("topic", "describe", "spread", *b).stdout
-        assert f"partition(s) {','.join(map(str, lost))}: without a leader and no live replica answered (offsets unknown)" \
-            in text
+        assert f"partition(s) {','.join(map(str, lost))}: without a leader and no live replica answered " \
+               f"(offsets unknown)" in text
     finally:
         cluster.stop()
