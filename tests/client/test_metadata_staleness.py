@@ -17,8 +17,8 @@ import time
 import pytest
 
 from tests.client.fakebroker import FakeBroker
-from tests.client.test_network import _client as network_client
-from tests.client.test_network import _dead_port, run
+from tests.client.netlib import dead_port as _dead_port
+from tests.client.netlib import network_client, run
 from tests.harness.rawclient import create_topic, unique
 from tierlog.client.errors import KafkaConnectionError
 from tierlog.client.network import KafkaClient, deadline_after

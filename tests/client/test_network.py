@@ -11,37 +11,22 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
+from tests.client import netlib
 from tests.client.fakebroker import FakeBroker
 from tierlog import errors
 from tierlog.client.admin import Admin
 from tierlog.client.cluster import Node
 from tierlog.client.consumer import Consumer
 from tierlog.client.errors import BrokersUnavailableError
-from tierlog.client.network import KafkaClient
 from tierlog.client.producer import Producer
-from tierlog.config.client import validate_client_config
 
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def _dead_port() -> int:
-    """A loopback port nobody listens on (connections are refused at once)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _client(bootstrap: str, **settings) -> KafkaClient:
-    config = validate_client_config("admin", {"bootstrap.servers": bootstrap,
-                                              **{k.replace("_", "."): v for k, v in settings.items()}})
-    return KafkaClient(config, "admin")
+run = netlib.run
+_dead_port = netlib.dead_port
+_client = netlib.network_client
 
 
 async def _until(predicate, timeout: float, what: str) -> None:
