@@ -34,6 +34,9 @@ from tierlog.client.errors import IllegalStateError, KafkaConnectionError, Kafka
 from tierlog.client.types import OffsetAndMetadata, TopicPartition
 
 FAST = {"retry.backoff.ms": 50, "retry.backoff.max.ms": 200}
+# Topics whose records carry fixed old timestamps keep them: under the default retention.ms (7 days) the broker's
+# retention check, first run on its first housekeeping tick, would delete them as soon as they are written.
+KEEP = {"retention.ms": "-1"}
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +304,7 @@ def test_list_offsets_for_every_spec_and_delete_records(shared):
     stamps = [base, base + 30, base + 90, base + 20, base + 50]  # the newest is at offset 2
 
     async def create(admin: Admin):
-        await admin.create_topics([NewTopic("offs", 2, 1)])
+        await admin.create_topics([NewTopic("offs", 2, 1, KEEP)])
 
     run_admin(shared.bootstrap, create)
     produce(shared.bootstrap, "offs", stamps)
@@ -389,7 +392,7 @@ def test_calls_wait_for_the_metadata_that_names_the_brokers(shared):
 def test_describe_log_dirs(shared):
     """Every partition the broker hosts, in its one log dir, sized as its segment files on disk; the
     volume's bytes as statvfs gives them; a broker that is not in the cluster times out."""
-    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("dirs", 2, 1)]))
+    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("dirs", 2, 1, KEEP)]))
     produce(shared.bootstrap, "dirs", [1_700_000_000_000] * 3, partition=1)
 
     async def scenario(admin: Admin):
@@ -412,7 +415,7 @@ def test_describe_log_dirs(shared):
 
 
 def test_consumer_groups(shared):
-    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("grp", 2, 1)]))
+    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("grp", 2, 1, KEEP)]))
     produce(shared.bootstrap, "grp", [1, 2, 3])
     # a simple group: offsets committed without membership
     simple = KafkaConsumer(bootstrap_servers=shared.bootstrap, group_id="simple-g", enable_auto_commit=False)
