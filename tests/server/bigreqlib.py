@@ -19,6 +19,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.index import load_request_schema
@@ -90,8 +91,9 @@ class Run:
 
         slow = sorted(self.in_window, key=lambda p: -p.rtt)[:3]
         delayed = sorted(self.in_window, key=lambda p: -p.broker_delay)[:3]
-        return (f"answer {len(self.answer)} bytes in {self.answered_at - self.sent_at:.2f}s after the frame was "
-                f"written; {len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
+        return (f"answer {len(self.answer)} bytes; window {self.answered_at - self.sent_at:.2f}s from the frame "
+                f"written to its answer (and, when asked, the broker's work after it settled); "
+                f"{len(self.in_window)} ApiVersions probes meanwhile, max RTT {worst * 1000:.1f} ms, "
                 f"max broker delay {fair * 1000:.1f} ms (RTT less the broker's run-queue waits: its loop thread's "
                 f"and the longest of another thread's; less a starved canary's gap); slowest: {show(slow)}; "
                 f"most delayed: {show(delayed)}")
@@ -123,8 +125,11 @@ def _starved(before: dict[str, float], after: dict[str, float], loop_tid: str) -
     return loop, other
 
 
-def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, timeout: float = 600) -> Run:
-    """Send ``frame`` (a complete request frame, size prefix included) and probe until it is answered."""
+def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, timeout: float = 600,
+                  settled: Callable[[], bool] | None = None) -> Run:
+    """Send ``frame`` (a complete request frame, size prefix included) and probe until it is answered, and
+    then, with ``settled``, until it returns true (work the broker goes on with after its answer; asked
+    every 0.2 s on a connection of its own)."""
     host, port = bootstrap.rsplit(":", 1)
     big = socket.create_connection((host, int(port)), timeout=timeout)
     probe = socket.create_connection((host, int(port)), timeout=timeout)
@@ -163,6 +168,9 @@ def while_probing(bootstrap: str, frame: bytes, broker_pid: int | None = None, t
         big.sendall(frame)
         run.sent_at = time.monotonic()
         run.answer = read_frame(big)
+        while settled is not None and not settled():
+            assert time.monotonic() - run.sent_at < timeout, "the broker's work after its answer never settled"
+            time.sleep(0.2)
         run.answered_at = time.monotonic()
     finally:
         done.set()

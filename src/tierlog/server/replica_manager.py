@@ -86,6 +86,12 @@ def _now_ms() -> int:
 
 #: Partitions a big fetch reads, or registers for its wait, between two looks at the clock (:class:`Pacer`).
 FETCH_SLICE = 256
+#: A metadata delta creating more partitions hosted here than this opens their logs in the background, a slice
+#: of CREATION_SLICE_S at a time, so one CreateTopics of thousands of partitions does not hold the loop (each
+#: new log writes and syncs its partition.metadata and leader-epoch checkpoint: some 6 ms). Meanwhile those
+#: partitions answer NOT_LEADER_OR_FOLLOWER, retriable, as a Kafka broker does before it applies the delta.
+INLINE_CREATIONS = 100
+CREATION_SLICE_S = 0.02
 
 
 class ReplicaManager:
@@ -109,6 +115,10 @@ class ReplicaManager:
         self.leader_quota: ReplicationQuotaManager | None = None  # leader.replication.throttled.*
         self._isr_expiration: asyncio.Task | None = None
         self.isr_metrics: IsrChangeMetrics | None = None
+        # Partitions of big deltas whose logs are still to open, in order (INLINE_CREATIONS), and the task
+        # opening them.
+        self._pending_creations: dict[tuple[str, int], uuid.UUID] = {}
+        self._creation_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ metadata
 
@@ -173,7 +183,8 @@ class ReplicaManager:
             self.fetchers.remove([partition])
         lg = partition.log
         if lg.offline is None and partition.leader_epoch > lg.leader_epoch_cache.latest_epoch():
-            lg.leader_epoch_cache.assign(partition.leader_epoch, lg.log_end_offset)
+            empty = lg.log_end_offset == 0 and not lg.leader_epoch_cache.entries
+            lg.leader_epoch_cache.assign(partition.leader_epoch, lg.log_end_offset, sync=not empty)
         partition.become_leader(_now_ms())
         partition.maybe_increment_high_watermark()
 
@@ -198,6 +209,8 @@ class ReplicaManager:
         for p, meta in topic.partitions.items():
             partition = self.partitions.get((topic.name, p))
             if partition is None:
+                if (topic.name, p) in self._pending_creations:
+                    continue  # opened in the background, with the image of that moment
                 if self._hosts(topic, p):
                     self._add(topic, p, is_new=True)
                     if self.leads(self.partitions[(topic.name, p)]):
@@ -252,16 +265,15 @@ class ReplicaManager:
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
         lm = self.log_manager
         rlm = self.remote_log_manager
-        for topic in delta.created:
-            for p in topic.partitions:
-                if self._hosts(topic, p):
-                    self._add(topic, p, is_new=True)
-            self._tier_partitions(self._topic_partitions(topic.name))
-        for topic, added in delta.partitions_added:
-            for p in added:
-                if self._hosts(topic, p):
-                    self._add(topic, p, is_new=True)
-            self._tier_partitions(self._topic_partitions(topic.name))
+        created = [(topic, p) for topic in delta.created for p in topic.partitions if self._hosts(topic, p)]
+        created += [(topic, p) for topic, added in delta.partitions_added for p in added if self._hosts(topic, p)]
+        if len(created) > INLINE_CREATIONS or self._pending_creations:
+            self._create_in_background(created)
+        else:
+            for topic, p in created:
+                self._add(topic, p, is_new=True)
+            for name in dict.fromkeys(topic.name for topic, _ in created):
+                self._tier_partitions(self._topic_partitions(name))
         for topic in delta.partitions_changed:
             self._leadership_changed(topic)
         for topic in delta.deleted:
@@ -295,6 +307,44 @@ class ReplicaManager:
                     p.log.increment_log_start_offset_from_remote(p.log.local_log_start_offset)
                 rlm.spawn(rlm.stop_tasks(partitions), f"stop-remote-{topic.name}")
 
+    def _create_in_background(self, created: list[tuple[TopicImage, int]]) -> None:
+        """Queue new partitions whose logs open on the loop a slice at a time (INLINE_CREATIONS), after the
+        ones queued before; without a running loop (a tool opening logs) they open now."""
+        for topic, p in created:
+            self._pending_creations[(topic.name, p)] = topic.topic_id
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._open_pending(deadline=None)
+            return
+        if self._creation_task is None or self._creation_task.done():
+            self._creation_task = asyncio.get_running_loop().create_task(self._open_pending_slices(),
+                                                                         name="replica-manager-open-logs")
+
+    async def _open_pending_slices(self) -> None:
+        while self._pending_creations:
+            self._open_pending(deadline=time.monotonic() + CREATION_SLICE_S)
+            await asyncio.sleep(0)
+
+    def _open_pending(self, deadline: float | None) -> None:
+        """Open queued partitions until ``deadline``, each with the image as it is now: a topic deleted (or
+        re-created under a new id) meanwhile, or a partition moved away, is skipped; its tiering starts with it."""
+        opened = []
+        image = self.controller.image
+        while self._pending_creations and (deadline is None or time.monotonic() < deadline):
+            (name, p), topic_id = next(iter(self._pending_creations.items()))
+            del self._pending_creations[(name, p)]
+            topic = image.topics.get(name)
+            if (topic is None or topic.topic_id != topic_id or p not in topic.partitions
+                    or not self._hosts(topic, p) or (name, p) in self.partitions):
+                continue
+            self._add(topic, p, is_new=True)
+            opened.append(self.partitions[(name, p)])
+            self._wake((name, p))
+        self._tier_partitions(opened)
+        if not self._pending_creations:
+            log.info("Opened the logs of the partitions created by a large metadata change")
+
     def handle_log_dir_failure(self, log_dir: str) -> None:
         """Kafka's ReplicaManager.handleLogDirFailure on one node, called by the log dir failure channel after
         the log manager closed the dir's logs (each now refuses reads and writes with KAFKA_STORAGE_ERROR):
@@ -321,6 +371,8 @@ class ReplicaManager:
     def shutdown(self) -> None:
         if self._isr_expiration is not None:
             self._isr_expiration.cancel()
+        if self._creation_task is not None:
+            self._creation_task.cancel()
         for waiters in self._waiters.values():
             for fut in waiters:
                 if not fut.done():

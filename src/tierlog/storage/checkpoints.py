@@ -14,7 +14,10 @@ either the old or the new content, never a torn file.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterable
 
@@ -50,6 +53,50 @@ def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
     os.replace(tmp, path)
     if fsync:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def sync_later(path: str) -> None:
+    """Make ``path`` (written without fsync) and its folder durable soon, on the background sync thread, not
+    on the caller's (the event loop's): the small files every new partition writes (partition.metadata, its
+    first leader-epoch checkpoint), as Kafka flushes partition.metadata on its scheduler and no longer syncs
+    the epoch checkpoint on assign. A crash before the sync loses at most what start-up rebuilds: the topic
+    id from the cluster metadata, the epochs from the batches recovery re-reads."""
+    _SYNCER.submit(path)
+
+
+class _BackgroundSyncer:
+    """One daemon thread that fsyncs queued files and their folders in order (fsync releases the GIL)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, path: str) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="checkpoint-sync", daemon=True)
+                self._thread.start()
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(os.path.dirname(path) or ".")
+            except FileNotFoundError:
+                pass  # replaced (synced by its writer) or deleted with its partition since
+            except OSError as e:
+                _log.error("Cannot sync %s: %s", path, e)
+
+
+_log = logging.getLogger(__name__)
+_SYNCER = _BackgroundSyncer()
 
 
 def fsync_dir(path: str) -> None:
@@ -117,7 +164,10 @@ class LeaderEpochCheckpointFile:
         return [(int(e), int(o)) for e, o in _read_lines(self.path, 2)]
 
     def write(self, entries: Iterable[tuple[int, int]], fsync: bool = True) -> None:
+        """``fsync=False``: written now, made durable on the background sync thread (:func:`sync_later`)."""
         _write_lines(self.path, [f"{e} {o}" for e, o in entries], fsync)
+        if not fsync:
+            sync_later(self.path)
 
 
 def parse_leader_epoch_checkpoint(data: bytes, name: str) -> list[tuple[int, int]]:
@@ -135,20 +185,30 @@ class PartitionMetadataFile:
         self.path = path
 
     def read(self) -> uuid.UUID | None:
+        """The stored topic id; None when there is none, or when the file is empty: a crash between its
+        write and its background sync (:meth:`write`) leaves that, and the topic id is written again from
+        the cluster metadata."""
         if not os.path.exists(self.path):
             return None
         fields = {}
         with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    fields[k.strip()] = v.strip()
+            text = f.read()
+        if not text:
+            _log.warning("Ignoring the empty %s (a crash before it was synced)", self.path)
+            return None
+        for line in text.splitlines():
+            if ":" in line:
+                k, v = line.split(":", 1)
+                fields[k.strip()] = v.strip()
         if fields.get("version") != "0" or "topic_id" not in fields:
             raise KafkaStorageError(f"malformed partition metadata file {self.path}")
         return uuid_from_str(fields["topic_id"])
 
     def write(self, topic_id: uuid.UUID) -> None:
-        write_atomically(self.path, f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode())
+        """Written at once, synced on the background sync thread (Kafka flushes it on its scheduler): a new
+        partition's log is opened on the event loop, and thousands of them at once must not stall it."""
+        write_atomically(self.path, f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode(), fsync=False)
+        sync_later(self.path)
 
 
 class CleanShutdownFile:

@@ -39,15 +39,17 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset``; older or equal epochs are ignored."""
+    def assign(self, epoch: int, start_offset: int, sync: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset``; older or equal epochs are ignored. ``sync=False``:
+        the checkpoint is synced on the background sync thread (a new, empty partition's first epoch: a crash
+        before the sync loses nothing, there are no records to diverge on and the next term assigns again)."""
         if epoch < 0 or (self._entries and epoch <= self._entries[-1][0]):
             return
         # An epoch can never start before an earlier one: drop entries the new one overrides.
         while self._entries and self._entries[-1][1] >= start_offset:
             self._entries.pop()
         self._entries.append((epoch, start_offset))
-        self._flush()
+        self._flush(sync)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer (LeaderEpochFileCache.endOffsetFor): (largest epoch <=
@@ -98,5 +100,5 @@ class LeaderEpochCache:
         self._entries = []
         self._flush()
 
-    def _flush(self) -> None:
-        self._checkpoint.write(self._entries)
+    def _flush(self, sync: bool = True) -> None:
+        self._checkpoint.write(self._entries, fsync=sync)
