@@ -76,15 +76,15 @@ from tierlog.server.apis.transactions import (
 from tierlog.server.authorizer import Authorizer
 from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.cleaner_status import cleaner_routes
-from tierlog.server.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.errors import error_response
 from tierlog.server.http_endpoint import HttpEndpoint
 from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
+from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
+from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.server.replication_quota import ReplicationQuotaManager
 from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
 from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
