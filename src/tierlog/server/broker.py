@@ -74,10 +74,11 @@ from tierlog.server.apis.transactions import (
     TransactionMarkerApis,
 )
 from tierlog.server.authorizer import Authorizer
-from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
-from tierlog.server.cleaner_status import cleaner_routes
 from tierlog.server.errors import error_response
-from tierlog.server.http_endpoint import HttpEndpoint
+from tierlog.server.http.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
+from tierlog.server.http.cleaner_status import cleaner_routes
+from tierlog.server.http.http_endpoint import HttpEndpoint
+from tierlog.server.http.tier_status import tier_routes
 from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
@@ -86,7 +87,6 @@ from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
-from tierlog.server.tier_status import tier_routes
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.storage.cleaner import CleanerConfig

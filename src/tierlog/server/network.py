@@ -82,7 +82,7 @@ from tierlog.protocol import (
 from tierlog.security import ANONYMOUS
 from tierlog.security.sasl_server import SaslFailure
 from tierlog.security.session import Session, peer_text
-from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
+from tierlog.server.http.broker_metrics import RequestMetrics, fetch_replica_id
 from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
 from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.server.sasl_authenticator import (

@@ -57,7 +57,6 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol.offload import Pacer, free_later
-from tierlog.server.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -67,6 +66,7 @@ from tierlog.server.fetch_types import (
     OffsetLookupResult,
     PartitionFetch,
 )
+from tierlog.server.http.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.partition import FollowerState, Partition
 from tierlog.server.quotas.client_quota import PURGATORY_WAIT
 from tierlog.server.remote_fetch import RemoteRead, read_remote

@@ -41,7 +41,7 @@ from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS,
 from tierlog.records.batch import TRANSACTIONAL_FLAG_MASK
 from tierlog.records.validation import record_errors_of
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
-from tierlog.server.broker_metrics import RequestMetrics
+from tierlog.server.http.broker_metrics import RequestMetrics
 from tierlog.server.quotas.client_quota import ClientQuotas, quota_user
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage.producer_state import SENTINEL
