@@ -50,7 +50,6 @@ from tierlog.protocol.internal import InternalApi
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
 from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
-from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.authorization import AuthorizingApis
@@ -84,8 +83,9 @@ from tierlog.server.network import BoundListener, SocketServer, bind_failure
 from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
-from tierlog.server.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.replication.alter_partition import AlterPartitionManager
+from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
 from tierlog.server.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager

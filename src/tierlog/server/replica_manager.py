@@ -74,9 +74,9 @@ from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 if TYPE_CHECKING:
-    from tierlog.server.alter_partition import AlterPartitionManager
     from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
-    from tierlog.server.replica_fetcher import ReplicaFetcherManager
+    from tierlog.server.replication.alter_partition import AlterPartitionManager
+    from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 
