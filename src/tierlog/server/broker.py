@@ -49,7 +49,6 @@ from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
-from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.authorization import AuthorizingApis
@@ -80,14 +79,15 @@ from tierlog.server.http.http_endpoint import HttpEndpoint
 from tierlog.server.http.tier_status import tier_routes
 from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
 from tierlog.server.network import BoundListener, SocketServer, bind_failure
-from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication.alter_partition import AlterPartitionManager
 from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
 from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
-from tierlog.server.txn_marker_channel import TransactionMarkerChannel
+from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
+from tierlog.server.transactions.offsets_topic_log import BrokerOffsetsTopicLog
+from tierlog.server.transactions.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager
