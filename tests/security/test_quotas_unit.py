@@ -11,7 +11,7 @@ from tierlog.errors import InvalidRequestError, UnsupportedVersionError
 from tierlog.security.principal import KafkaPrincipal
 from tierlog.security.session import Session
 from tierlog.server.apis.quotas import matches, parse_filter, validate_entity, validate_value
-from tierlog.server.listener_security import CURRENT_SESSION
+from tierlog.server.network.listener_security import CURRENT_SESSION
 from tierlog.server.quotas.client_quota import (
     ClientQuotaManager,
     ClientQuotas,

@@ -77,14 +77,18 @@ from tierlog.server.http.broker_metrics import BrokerStateCollector, BrokerTopic
 from tierlog.server.http.cleaner_status import cleaner_routes
 from tierlog.server.http.http_endpoint import HttpEndpoint
 from tierlog.server.http.tier_status import tier_routes
-from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
-from tierlog.server.network import BoundListener, SocketServer, bind_failure
+from tierlog.server.network.listener_security import (
+    dynamic_config_check,
+    inter_broker_client_context,
+    listener_security,
+)
+from tierlog.server.network.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
+from tierlog.server.network.socket_server import BoundListener, SocketServer, bind_failure
 from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.replication.alter_partition import AlterPartitionManager
 from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
-from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
 from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.server.transactions.offsets_topic_log import BrokerOffsetsTopicLog
 from tierlog.server.transactions.txn_marker_channel import TransactionMarkerChannel

@@ -31,12 +31,12 @@ Warnings that a peer can make repeat (rejected connections, bad frames, accept e
 Reading is the StreamReader's; responses go out through the StreamWriter, and a Fetch response's record
 regions with ``loop.sendfile``: the limits wrap these paths without changing them.
 
-On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
+On an SSL listener (:mod:`tierlog.server.network.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
 cannot encrypt) and a response's parts written in groups of up to a megabyte. A PLAINTEXT connection takes the
 path it always took. On a SASL_PLAINTEXT or SASL_SSL
-listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
+listener (:mod:`tierlog.server.network.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's :class:`~tierlog.security.session.Session` (principal, client address, listener) is
 made once, set in its task's context (``CURRENT_SESSION``) and carried by each of its requests (``ctx.session``).
@@ -83,9 +83,8 @@ from tierlog.security import ANONYMOUS
 from tierlog.security.sasl_server import SaslFailure
 from tierlog.security.session import Session, peer_text
 from tierlog.server.http.broker_metrics import RequestMetrics, fetch_replica_id
-from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
-from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
-from tierlog.server.sasl_authenticator import (
+from tierlog.server.network.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
+from tierlog.server.network.sasl_authenticator import (
     AUTHENTICATE,
     COMPLETE,
     CURRENT_SASL,
@@ -94,9 +93,11 @@ from tierlog.server.sasl_authenticator import (
     SaslConnection,
     SaslListener,
 )
+from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.tasks import stop_tasks
 
-log = logging.getLogger(__name__)
+#: The socket server's logger: every module of this package logs as ``tierlog.server.network``.
+log = logging.getLogger(__package__)
 
 READ_CHUNK = 256 * 1024
 #: Through TLS, the most bytes of one response's parts gathered into one write (one send() of their encryption).
