@@ -20,7 +20,9 @@ from tierlog.config.definitions import parse_connection_overrides
 from tierlog.errors import InvalidConfigError
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.network import socket_server
-from tierlog.server.network.socket_server import ConnectionQuotas, MemoryPool, SocketServer
+from tierlog.server.network.connection_quotas import ConnectionQuotas
+from tierlog.server.network.memory_pool import MemoryPool
+from tierlog.server.network.socket_server import SocketServer
 
 ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARNING) tierlog\.test\.fmt: hello 42$")
 

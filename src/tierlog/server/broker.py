@@ -82,8 +82,9 @@ from tierlog.server.network.listener_security import (
     inter_broker_client_context,
     listener_security,
 )
+from tierlog.server.network.listeners import BoundListener, bind_failure
 from tierlog.server.network.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
-from tierlog.server.network.socket_server import BoundListener, SocketServer, bind_failure
+from tierlog.server.network.socket_server import SocketServer
 from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_manager import ReplicaManager
