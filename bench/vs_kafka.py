@@ -426,7 +426,7 @@ def _short(frame: str) -> tuple[str, str]:
 # What a sample is for, from the frames anywhere in its stack: the first match wins. Substrings of
 # py-spy frames ("function (file:line)"); anything else is the event loop's own work.
 CATEGORIES = [
-    ("sendfile of fetched records (network.py:_send_parts)", ("SocketServer._send_parts",)),
+    ("sendfile of fetched records (socket_server.py:_send_parts)", ("SocketServer._send_parts",)),
     ("build + encode the response (builder.py:build_response, messages.py:encode_response*)",
      ("build_response", "encode_response")),
     ("append: writev into the segment (segment.py:_write_all)", ("_write_all",)),
@@ -436,9 +436,9 @@ CATEGORIES = [
     ("fetch handler: read + long-poll loop (fetch.py:FetchApis.fetch, replica_manager.py:wait_for_data)",
      ("FetchApis.fetch",)),
     ("produce handler, the rest (produce.py:ProduceApis.produce)", ("ProduceApis.produce",)),
-    ("send the response: transport.write -> send() (network.py:_serve)", ("_SelectorSocketTransport.write",)),
+    ("send the response: transport.write -> send() (socket_server.py:_serve)", ("_SelectorSocketTransport.write",)),
     ("receive: the transport's recv (asyncio _read_ready)", ("_read_ready",)),
-    ("network loop and coroutine switches (network.py:_serve/_handle)", ("SocketServer._serve",)),
+    ("network loop and coroutine switches (socket_server.py:_serve/_handle)", ("SocketServer._serve",)),
     ("epoll_wait (includes waiting for a CPU when the machine is busy)", ("EpollSelector.select",)),
 ]
 OTHER_CATEGORY = "event loop machinery (asyncio Handle._run, _run_once, callbacks), other"

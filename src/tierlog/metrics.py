@@ -19,7 +19,7 @@ a lock per value, a Python walk over the buckets) cost about 7 us of a 100 us re
 and values are exactly those ``prometheus_client.Counter``/``Histogram`` would give (tests/test_metrics.py
 compares both). Gauges stay ``prometheus_client`` objects (rarely set).
 
-The broker's HTTP endpoint (``tierlog.server.http_endpoint``, ``metrics.port``) serves ``render()`` as
+The broker's HTTP endpoint (``tierlog.server.http.http_endpoint``, ``metrics.port``) serves ``render()`` as
 ``GET /metrics``.
 """
 

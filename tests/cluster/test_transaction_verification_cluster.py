@@ -33,7 +33,7 @@ from tierlog.cluster.image import BrokerImage, MetadataImage, PartitionImage, To
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC, partition_for
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
-from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
+from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 
 NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, TRANSACTION_ABORTABLE = 0, 47, 48, 120
 NOT_ENOUGH_REPLICAS = 19  # Produce's answer while the coordinator cannot answer yet (loading, moving)

@@ -11,7 +11,8 @@ from tierlog.errors import InvalidRequestError, UnsupportedVersionError
 from tierlog.security.principal import KafkaPrincipal
 from tierlog.security.session import Session
 from tierlog.server.apis.quotas import matches, parse_filter, validate_entity, validate_value
-from tierlog.server.client_quota import (
+from tierlog.server.network.listener_security import CURRENT_SESSION
+from tierlog.server.quotas.client_quota import (
     ClientQuotaManager,
     ClientQuotas,
     Rate,
@@ -22,7 +23,6 @@ from tierlog.server.client_quota import (
     sanitize,
     throttle_time_ms,
 )
-from tierlog.server.listener_security import CURRENT_SESSION
 
 
 class Clock:

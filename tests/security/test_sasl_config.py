@@ -96,7 +96,7 @@ def test_a_broker_whose_sasl_listener_cannot_be_served_does_not_start(tmp_path, 
 
 def test_plain_users_come_from_the_listener_and_mechanism_jaas_first():
     from tierlog.config import BrokerConfig
-    from tierlog.server.sasl_authenticator import plain_users
+    from tierlog.server.network.sasl_authenticator import plain_users
     cfg = BrokerConfig({"listeners": "A://127.0.0.1:0,B://127.0.0.1:0",
                         "listener.security.protocol.map": "A:SASL_PLAINTEXT,B:SASL_PLAINTEXT",
                         "sasl.jaas.config": plain_server_jaas({"admin": "x", "bob": "b"}),

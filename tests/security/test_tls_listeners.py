@@ -199,7 +199,7 @@ def test_megabytes_of_records_fetched_over_tls(tls, pki):
 
 def test_fetch_answers_of_several_partitions_over_tls(tls, pki):
     """A Fetch answer over TLS holding several partitions' record regions, with the headers between them, is
-    written in groups of up to a megabyte (network.TLS_WRITE_BYTES): every partition's records arrive whole and
+    written in groups of up to a megabyte (network.channel.TLS_WRITE_BYTES): every partition's records arrive whole and
     in order whatever group boundary falls between or after its region."""
     _broker, addresses = tls
     topic = unique("tls-parts")

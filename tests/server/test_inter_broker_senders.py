@@ -13,8 +13,8 @@ import uuid
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from tierlog.errors import NetworkException
-from tierlog.server.add_partitions_to_txn_manager import TXN_STATE_TOPIC, AddPartitionsToTxnManager
-from tierlog.server.txn_marker_channel import TransactionMarkerChannel
+from tierlog.server.transactions.add_partitions_to_txn_manager import TXN_STATE_TOPIC, AddPartitionsToTxnManager
+from tierlog.server.transactions.txn_marker_channel import TransactionMarkerChannel
 
 HERE = 1  # this broker
 OTHER = 7  # the coordinator of every transactional id, and the leader of every partition

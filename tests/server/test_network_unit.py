@@ -19,8 +19,10 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definitions import parse_connection_overrides
 from tierlog.errors import InvalidConfigError
 from tierlog.protocol import HandlerRegistry
-from tierlog.server import network
-from tierlog.server.network import ConnectionQuotas, MemoryPool, SocketServer
+from tierlog.server.network import socket_server
+from tierlog.server.network.connection_quotas import ConnectionQuotas
+from tierlog.server.network.memory_pool import MemoryPool
+from tierlog.server.network.socket_server import SocketServer
 
 ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARNING) tierlog\.test\.fmt: hello 42$")
 
@@ -185,12 +187,12 @@ def test_memory_pool_waits_first_come_first_served_and_overshoots_by_one():
 def test_accept_errors_back_off_and_are_logged_once_with_a_count(caplog, monkeypatch):
     """EMFILE from accept: the listener pauses ACCEPT_BACKOFF_S after each failure (no spinning), the
     first failure is logged, the others counted; a connection is accepted once descriptors are back."""
-    monkeypatch.setattr(network, "ACCEPT_BACKOFF_S", 0.01)
+    monkeypatch.setattr(socket_server, "ACCEPT_BACKOFF_S", 0.01)
 
     async def main():
         server = SocketServer(HandlerRegistry(), max_frame_bytes=1024, idle_timeout_ms=0,
                               error_response=lambda ctx, e: None)
-        server._warn = logs.RepeatLimiter(network.log, 30)
+        server._warn = logs.RepeatLimiter(socket_server.log, 30)
         await server.bind([type("L", (), {"name": "PLAINTEXT", "host": "127.0.0.1", "port": 0})()])
         loop = asyncio.get_running_loop()
         real_accept = loop.sock_accept

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from tierlog.cluster.image import PartitionImage, TopicImage
 from tierlog.config import BrokerConfig
 from tierlog.server.fetch_types import FetchIsolation, FetchParams
-from tierlog.server.replication_quota import ReplicationQuotaManager, throttled_partitions
+from tierlog.server.quotas.replication_quota import ReplicationQuotaManager, throttled_partitions
 
 
 def test_a_throttled_replicas_value_names_the_partitions_of_one_broker():

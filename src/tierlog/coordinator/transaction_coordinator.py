@@ -530,7 +530,7 @@ class TransactionCoordinator:
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """KIP-890 part 1 (Kafka's ``handleVerifyPartitionsInTransaction``): the error per partition,
         TRANSACTION_ABORTABLE for one not in the open transaction. Partition leaders ask through
-        ``tierlog.server.add_partitions_to_txn_manager`` (in process when they coordinate the id); the
+        ``tierlog.server.transactions.add_partitions_to_txn_manager`` (in process when they coordinate the id); the
         verification guard in their producer state keeps an answer that raced with a marker from letting a batch
         in."""
         partitions = list(partitions)

@@ -49,8 +49,6 @@ from tierlog.protocol import HandlerRegistry
 from tierlog.protocol.internal import InternalApi
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
-from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
-from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.authorization import AuthorizingApis
@@ -74,20 +72,27 @@ from tierlog.server.apis.transactions import (
     TransactionMarkerApis,
 )
 from tierlog.server.authorizer import Authorizer
-from tierlog.server.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
-from tierlog.server.cleaner_status import cleaner_routes
-from tierlog.server.client_quota import ClientQuotaMetrics, ClientQuotas
 from tierlog.server.errors import error_response
-from tierlog.server.http_endpoint import HttpEndpoint
-from tierlog.server.listener_security import dynamic_config_check, inter_broker_client_context, listener_security
-from tierlog.server.network import BoundListener, SocketServer, bind_failure
-from tierlog.server.offsets_topic_log import BrokerOffsetsTopicLog
-from tierlog.server.replica_fetcher import ReplicaFetcherManager
+from tierlog.server.http.broker_metrics import BrokerStateCollector, BrokerTopicMetrics, IsrChangeMetrics
+from tierlog.server.http.cleaner_status import cleaner_routes
+from tierlog.server.http.http_endpoint import HttpEndpoint
+from tierlog.server.http.tier_status import tier_routes
+from tierlog.server.network.listener_security import (
+    dynamic_config_check,
+    inter_broker_client_context,
+    listener_security,
+)
+from tierlog.server.network.listeners import BoundListener, bind_failure
+from tierlog.server.network.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
+from tierlog.server.network.socket_server import SocketServer
+from tierlog.server.quotas.client_quota import ClientQuotaMetrics, ClientQuotas
+from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
 from tierlog.server.replica_manager import ReplicaManager
-from tierlog.server.replication_quota import ReplicationQuotaManager
-from tierlog.server.sasl_authenticator import SaslApis, inter_broker_credentials, jaas_config, sasl_listeners
-from tierlog.server.tier_status import tier_routes
-from tierlog.server.txn_marker_channel import TransactionMarkerChannel
+from tierlog.server.replication.alter_partition import AlterPartitionManager
+from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
+from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
+from tierlog.server.transactions.offsets_topic_log import BrokerOffsetsTopicLog
+from tierlog.server.transactions.txn_marker_channel import TransactionMarkerChannel
 from tierlog.storage import LogDirFailureChannel, LogManager
 from tierlog.storage.cleaner import CleanerConfig
 from tierlog.tiered.remote_log_manager import RemoteLogManager, build_remote_log_manager

@@ -57,8 +57,6 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol.offload import Pacer, free_later
-from tierlog.server.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
-from tierlog.server.client_quota import PURGATORY_WAIT
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -68,15 +66,17 @@ from tierlog.server.fetch_types import (
     OffsetLookupResult,
     PartitionFetch,
 )
+from tierlog.server.http.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.partition import FollowerState, Partition
+from tierlog.server.quotas.client_quota import PURGATORY_WAIT
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 if TYPE_CHECKING:
-    from tierlog.server.alter_partition import AlterPartitionManager
-    from tierlog.server.replica_fetcher import ReplicaFetcherManager
-    from tierlog.server.replication_quota import ReplicationQuotaManager
+    from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
+    from tierlog.server.replication.alter_partition import AlterPartitionManager
+    from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 

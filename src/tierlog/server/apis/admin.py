@@ -29,7 +29,7 @@ from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.apis.configs import describe_topic
-from tierlog.server.listener_security import endpoint_for_client
+from tierlog.server.network.listener_security import endpoint_for_client
 from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, RequestContext, offload
 from tierlog.protocol.hot_responses import encode_fetch_response
 from tierlog.protocol.offload import Pacer
-from tierlog.server.broker_metrics import BrokerTopicMetrics, RequestMetrics, fetch_replica_id
-from tierlog.server.client_quota import ClientQuotas, quota_user
 from tierlog.server.fetch_types import BIG_FETCH, FetchIsolation, FetchParams, FetchPartitionData, PartitionFetch
+from tierlog.server.http.broker_metrics import BrokerTopicMetrics, RequestMetrics, fetch_replica_id
+from tierlog.server.quotas.client_quota import ClientQuotas, quota_user
 from tierlog.server.replica_manager import ReplicaManager
 
 READ_COMMITTED = 1  # the request's isolation_level for read_committed

@@ -65,7 +65,7 @@ from tierlog.errors import (
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
-from tierlog.server.listener_security import endpoint_for_client
+from tierlog.server.network.listener_security import endpoint_for_client
 
 log = logging.getLogger(__name__)
 

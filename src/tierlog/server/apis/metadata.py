@@ -21,7 +21,7 @@ from tierlog.errors import (
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, offload
 from tierlog.protocol.offload import paced
-from tierlog.server.listener_security import endpoint_for_client
+from tierlog.server.network.listener_security import endpoint_for_client
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ from tierlog.protocol.offload import EncodedResponse, Pacer
 from tierlog.records import ATTRIBUTES_POS, LENGTH_POS, LOG_OVERHEAD, MAGIC_POS, RECORD_BATCH_OVERHEAD
 from tierlog.records.batch import TRANSACTIONAL_FLAG_MASK
 from tierlog.records.validation import record_errors_of
-from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
-from tierlog.server.broker_metrics import RequestMetrics
-from tierlog.server.client_quota import ClientQuotas, quota_user
+from tierlog.server.http.broker_metrics import RequestMetrics
+from tierlog.server.quotas.client_quota import ClientQuotas, quota_user
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from tierlog.storage.producer_state import SENTINEL
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ sends.
 Entities are sets of (type, name) components, ``user`` and ``client-id`` (a name of None is the default
 entity); the rules and messages are Kafka's controller's (ClientQuotaControlManager for alterations,
 ClientQuotasImage for the describe filter). Quotas are stored by entity path in the metadata image
-(:mod:`tierlog.server.client_quota`), so they live with the topic configs: the metadata file of a single
+(:mod:`tierlog.server.quotas.client_quota`), so they live with the topic configs: the metadata file of a single
 broker, ``/config/users`` and ``/config/clients`` in ZooKeeper mode, where AlterClientQuotas is forwarded to
 the controller like the other config changes.
 """
@@ -17,7 +17,7 @@ import logging
 from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
-from tierlog.server.client_quota import (
+from tierlog.server.quotas.client_quota import (
     CLIENT_ID,
     CONTROLLER_MUTATION,
     DEFAULT,

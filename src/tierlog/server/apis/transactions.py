@@ -1,7 +1,7 @@
 """Transactions: the partition side, WriteTxnMarkers, which the transaction coordinator sends to the leaders
 of a transaction's partitions to end it there with a COMMIT or ABORT marker; and the coordinator's APIs
 (:class:`TransactionCoordinatorApis`) with the markers it writes to partitions led by this broker
-(:class:`LocalMarkerWriter`; in a cluster :mod:`tierlog.server.txn_marker_channel` sends the others).
+(:class:`LocalMarkerWriter`; in a cluster :mod:`tierlog.server.transactions.txn_marker_channel` sends the others).
 
 Each partition's marker is appended as the leader (``ReplicaManager.append_txn_marker``) and answered once the
 high watermark passed it, as Kafka's handler appends with RequiredAcks -1. Answers are grouped by producer id,

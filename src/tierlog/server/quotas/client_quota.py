@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 
-from tierlog.server.listener_security import CURRENT_SESSION
+from tierlog.server.network.listener_security import CURRENT_SESSION
 
 DEFAULT = "<default>"  # the default entity's name in a path
 

@@ -7,7 +7,7 @@
   accepted; the principal comes from the client certificate's subject through
   ``ssl.principal.mapping.rules``.
 - SASL_PLAINTEXT, SASL_SSL: the connection authenticates with SASL first
-  (:mod:`tierlog.server.sasl_authenticator`); SASL_SSL runs its TLS handshake (a :class:`TlsListener`) before.
+  (:mod:`tierlog.server.network.sasl_authenticator`); SASL_SSL runs its TLS handshake (a :class:`TlsListener`) before.
 
 Certificate reload, as Kafka's dynamic ``ssl.keystore.*`` updates: the context is looked at again whenever
 the broker's effective configuration changes (a dynamic broker config was altered, e.g. with

@@ -31,12 +31,12 @@ Warnings that a peer can make repeat (rejected connections, bad frames, accept e
 Reading is the StreamReader's; responses go out through the StreamWriter, and a Fetch response's record
 regions with ``loop.sendfile``: the limits wrap these paths without changing them.
 
-On an SSL listener (:mod:`tierlog.server.listener_security`) the accepted socket goes through a TLS
+On an SSL listener (:mod:`tierlog.server.network.listener_security`) the accepted socket goes through a TLS
 handshake first, with the listener's current context; a failed handshake is logged (limited) and the
 connection closed. Then the same reader and writer serve it, the record regions read with pread (sendfile
 cannot encrypt) and a response's parts written in groups of up to a megabyte. A PLAINTEXT connection takes the
 path it always took. On a SASL_PLAINTEXT or SASL_SSL
-listener (:mod:`tierlog.server.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
+listener (:mod:`tierlog.server.network.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's :class:`~tierlog.security.session.Session` (principal, client address, listener) is
 made once, set in its task's context (``CURRENT_SESSION``) and carried by each of its requests (``ctx.session``).
@@ -45,8 +45,6 @@ made once, set in its task's context (``CURRENT_SESSION``) and carried by each o
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import dataclasses
 import datetime
 import errno
@@ -54,14 +52,10 @@ import logging
 import os
 import resource
 import socket
-import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
-from tierlog.config.definitions import parse_connection_overrides
-from tierlog.errors import IllegalSaslStateError, InvalidConfigError, KafkaError, StartupError
+from tierlog.errors import IllegalSaslStateError, KafkaError, StartupError
 from tierlog.logs import RepeatLimiter
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import (
@@ -82,10 +76,26 @@ from tierlog.protocol import (
 from tierlog.security import ANONYMOUS
 from tierlog.security.sasl_server import SaslFailure
 from tierlog.security.session import Session, peer_text
-from tierlog.server.broker_metrics import RequestMetrics, fetch_replica_id
-from tierlog.server.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
-from tierlog.server.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
-from tierlog.server.sasl_authenticator import (
+from tierlog.server.http.broker_metrics import RequestMetrics, fetch_replica_id
+from tierlog.server.network.channel import (
+    READ_CHUNK,
+    _AnswerQueue,
+    _IdleWatch,
+    _send_region,
+    _TlsStreamProtocol,
+    _write_gathered,
+)
+from tierlog.server.network.connection_quotas import _NO_LIMITS, ConnectionQuotas, _fd_ceiling, fd_reserve
+from tierlog.server.network.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
+from tierlog.server.network.listeners import BoundListener, _listen_sockets, bind_failure
+from tierlog.server.network.memory_pool import (
+    TRIM_AFTER_BYTES,
+    TRIM_FRAME_BYTES,
+    TRIM_INTERVAL_S,
+    MemoryPool,
+    _malloc_trim,
+)
+from tierlog.server.network.sasl_authenticator import (
     AUTHENTICATE,
     COMPLETE,
     CURRENT_SASL,
@@ -94,14 +104,12 @@ from tierlog.server.sasl_authenticator import (
     SaslConnection,
     SaslListener,
 )
+from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
 from tierlog.tasks import stop_tasks
 
-log = logging.getLogger(__name__)
+#: The socket server's logger: every module of this package logs as ``tierlog.server.network``.
+log = logging.getLogger(__package__)
 
-READ_CHUNK = 256 * 1024
-#: Through TLS, the most bytes of one response's parts gathered into one write (one send() of their encryption).
-TLS_WRITE_BYTES = 1024 * 1024
-LISTEN_BACKLOG = 100  # asyncio's default
 #: How long a listener stops accepting after an accept failed for want of descriptors or memory.
 ACCEPT_BACKOFF_S = 0.1
 #: Requests brokers send each other, which Kafka exempts from the request quota (cluster actions).
@@ -110,402 +118,12 @@ REQUEST_QUOTA_EXEMPT = frozenset(k for k in (
                                              "WRITE_TXN_MARKERS", "ENVELOPE", "ALTER_PARTITION")) if k is not None)
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
-#: Freed request memory (half-sent frames of closed connections, big requests answered) after which the C
-#: allocator is asked to give free pages back to the system: glibc keeps freed heap memory otherwise.
-TRIM_AFTER_BYTES = 32 * 1024 * 1024
-TRIM_FRAME_BYTES = 1024 * 1024  # smaller requests are left to the allocator
-TRIM_INTERVAL_S = 1.0  # at most one trim a second
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim  # glibc only
-    except (OSError, AttributeError):
-        return None
-
-
-_malloc_trim = _load_malloc_trim()
-
-MEMORY_POOL_USED = "kafka_network_socketserver_memorypoolused"
-MEMORY_POOL_AVAILABLE = "kafka_network_socketserver_memorypoolavailable"
-
-
-def fd_reserve(soft_limit: int) -> int:
-    """Descriptors kept free of connections for storage and the broker's own files: a tenth of the open file
-    limit, at least 16."""
-    return max(16, soft_limit // 10)
-
-
-def _fd_ceiling() -> int | None:
-    """The lowest descriptor number a connection may not have, or None without a finite limit."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return None
-    return soft - fd_reserve(soft)
-
-
-@dataclass(frozen=True, slots=True)
-class BoundListener:
-    name: str
-    host: str
-    port: int
-    security_protocol: str = "PLAINTEXT"
-
-    def __str__(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
-
 
 class _CloseConnection(Exception):
     pass
 
 
 Invoker = Callable[[RequestContext], Awaitable[object | None]]
-
-
-class MemoryPool:
-    """Kafka's ``SimpleMemoryPool`` in non-strict mode, for bytes of requests: a reservation is granted
-    while the pool has anything left (so it may overshoot by one reservation), else the caller waits until
-    enough is released. Bytes already in memory are counted with :meth:`force`, which never waits."""
-
-    def __init__(self, limit: int, metrics: MetricsRegistry | None = None):
-        self.limit = limit
-        self.used = 0
-        self._waiters: deque[asyncio.Future] = deque()
-        self._used_gauge = self._available_gauge = None
-        if metrics is not None:  # Kafka's kafka.network:type=SocketServer,name=MemoryPoolUsed / MemoryPoolAvailable
-            self._used_gauge = metrics.gauge(MEMORY_POOL_USED, "Bytes of requests held in the memory pool "
-                                             "(queued.max.request.bytes)")
-            self._available_gauge = metrics.gauge(MEMORY_POOL_AVAILABLE, "Bytes left in the memory pool "
-                                                  "(queued.max.request.bytes); negative when it overshoots")
-            self._changed()
-
-    def _changed(self) -> None:
-        if self._used_gauge is not None:
-            self._used_gauge.set(self.used)
-            self._available_gauge.set(self.limit - self.used)
-
-    @property
-    def available(self) -> int:
-        return self.limit - self.used
-
-    def try_reserve(self, size: int) -> bool:
-        if self.used < self.limit and not self._waiters:
-            self.used += size
-            self._changed()
-            return True
-        return False
-
-    async def reserve(self, size: int) -> None:
-        """Reserve ``size`` bytes, waiting (first come, first served) while the pool is exhausted."""
-        if self.try_reserve(size):
-            return
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._waiters.append(fut)
-        try:
-            while True:
-                await fut
-                # Woken at the head of the queue: nobody else reserves while someone waits.
-                if self.used < self.limit:
-                    self._waiters.popleft()
-                    self.used += size
-                    self._changed()
-                    self._wake()  # the next one may fit too
-                    return
-                fut = loop.create_future()  # forced bytes took the room meanwhile: wait again, still first
-                self._waiters[0] = fut
-        except BaseException:
-            self._discard(fut)
-            raise
-
-    def force(self, size: int) -> None:
-        self.used += size
-        self._changed()
-
-    def release(self, size: int) -> None:
-        if size:
-            self.used -= size
-            self._changed()
-            self._wake()
-
-    def _wake(self) -> None:
-        if self.used < self.limit and self._waiters and not self._waiters[0].done():
-            self._waiters[0].set_result(None)
-
-    def _discard(self, fut: asyncio.Future) -> None:
-        try:
-            first = self._waiters[0] is fut
-            self._waiters.remove(fut)
-        except (ValueError, IndexError):
-            return
-        if first:
-            self._wake()
-
-
-class ConnectionQuotas:
-    """Kafka's ``ConnectionQuotas``: connections counted over the broker and per IP address, with the
-    limits of ``max.connections``, ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``
-    read from ``config()`` (dynamic changes apply to the next connection)."""
-
-    def __init__(self, config: Callable[[], Mapping]):
-        self._config = config
-        self.total = 0
-        self.per_ip: dict[str, int] = {}
-        self._overrides_text: str | None = None
-        self._overrides: dict[str, int] = {}
-        self.overrides_for(config())  # an unresolvable host name fails the start
-
-    def overrides_for(self, cfg: Mapping) -> dict[str, int]:
-        """The overrides by IP address (host names resolved, as Kafka's ``InetAddress.getByName``)."""
-        text = cfg["max.connections.per.ip.overrides"] or ""
-        if text != self._overrides_text:
-            resolved: dict[str, int] = {}
-            for host, count in parse_connection_overrides(text).items():
-                try:
-                    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-                except OSError as e:
-                    raise InvalidConfigError(f"Invalid value {text} for configuration max.connections.per.ip."
-                                             f"overrides: cannot resolve {host}: {e}") from None
-                for info in infos:
-                    resolved[info[4][0]] = count
-            self._overrides_text, self._overrides = text, resolved
-        return self._overrides
-
-    def limit_for(self, ip: str, cfg: Mapping) -> int:
-        try:
-            overrides = self.overrides_for(cfg)
-        except InvalidConfigError as e:  # a dynamic change naming a host that does not resolve (any more)
-            log.error("%s; keeping the previous overrides", e.message)
-            overrides = self._overrides
-        limit = overrides.get(ip)
-        return cfg["max.connections.per.ip"] if limit is None else limit
-
-    def try_inc(self, ip: str) -> tuple[str, str] | None:
-        """Count a new connection from ``ip``; or (the limit, why) it is refused, nothing counted."""
-        cfg = self._config()
-        broker_limit = cfg["max.connections"]
-        if self.total >= broker_limit:
-            return "max.connections", f"the broker has {self.total} connections (max.connections={broker_limit})"
-        count = self.per_ip.get(ip, 0)
-        ip_limit = self.limit_for(ip, cfg)
-        if count >= ip_limit:
-            return "max.connections.per.ip", (f"{ip} has {count} connections (max.connections.per.ip or its "
-                                              f"override: {ip_limit})")
-        self.total += 1
-        self.per_ip[ip] = count + 1
-        return None
-
-    def dec(self, ip: str) -> None:
-        self.total -= 1
-        count = self.per_ip.get(ip, 0) - 1
-        if count > 0:
-            self.per_ip[ip] = count
-        else:
-            self.per_ip.pop(ip, None)
-
-
-_NO_LIMITS: Mapping = {"max.connections": 2**31 - 1, "max.connections.per.ip": 2**31 - 1,
-                       "max.connections.per.ip.overrides": ""}
-
-
-def _listen_sockets(host: str, port: int) -> list[socket.socket]:
-    """Bound, listening, non-blocking sockets for every address of ``host`` (as asyncio's
-    ``create_server``: SO_REUSEADDR, IPv6 sockets v6-only); port 0 picks one port for all of them."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    socks: list[socket.socket] = []
-    seen = set()
-    try:
-        for family, type_, proto, _, address in infos:
-            if (family, address) in seen:
-                continue
-            seen.add((family, address))
-            sock = socket.socket(family, type_, proto)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            if port == 0 and len(socks) > 1:
-                address = (address[0], socks[0].getsockname()[1], *address[2:])
-            sock.bind(address)
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
-
-
-def bind_failure(host: str, port: int, e: OSError, *, setting: str = "listeners", name: str | None = None) -> str:
-    """One line for a socket that cannot bind: what, why and what to do (``setting`` is the one to change;
-    ``name`` the listener's)."""
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if name:
-        where += f" (listener {name})"
-    if isinstance(e, socket.gaierror):
-        return f"cannot listen on {where}: unknown host {host!r} ({e.strerror}); fix the host in {setting}"
-    why = os.strerror(e.errno).lower() if e.errno else str(e)  # asyncio's strerror repeats the address
-    if e.errno == errno.EADDRINUSE:
-        todo = f"stop the other process or change {setting}"
-    elif e.errno == errno.EACCES:
-        todo = f"use a port above 1023 in {setting} or let the process bind it (CAP_NET_BIND_SERVICE)"
-    elif e.errno == errno.EADDRNOTAVAIL:
-        todo = f"this host has no such address; change the host in {setting}"
-    else:
-        todo = f"check {setting}"
-    return f"cannot listen on {where}: {why}; {todo}"
-
-
-class _AnswerQueue:
-    """A connection's answers to the requests of one read, written together: one send (one wake-up of the
-    client, one trip through the loopback stack) for the several requests a pipelining producer sends at once.
-    An answer never waits for a later request's handler: the first answer queued schedules a flush for the
-    loop's next turn, which comes as soon as a handler waits for anything (acks, a long poll, a disk thread);
-    the serve loop flushes after the last request of the read."""
-
-    __slots__ = ("_writer", "_parts", "_scheduled")
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self._writer = writer
-        self._parts: list[bytes] = []
-        self._scheduled: asyncio.Handle | None = None
-
-    def add(self, answer: bytes) -> None:
-        self._parts.append(answer)
-        if self._scheduled is None:
-            self._scheduled = asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self) -> bool:
-        """Write what is queued; whether there was anything."""
-        if self._scheduled is not None:
-            self._scheduled.cancel()
-            self._scheduled = None
-        parts = self._parts
-        if not parts:
-            return False
-        self._writer.write(parts[0] if len(parts) == 1 else b"".join(parts))
-        parts.clear()
-        return True
-
-
-class _IdleWatch:
-    """``connections.max.idle.ms`` for one connection's reads, with one timer per idle period instead of one
-    per read (``asyncio.wait_for`` made a task and a timer for every read: about 20 us, a fifth of a small
-    Produce's cost). The timer checks when the current read began; a read waiting for the whole timeout gets
-    its task cancelled, which :meth:`expired` tells apart from any other cancellation."""
-
-    __slots__ = ("_loop", "_timeout", "_task", "_since", "_handle", "_expired")
-
-    def __init__(self, timeout_s: float):
-        self._loop = asyncio.get_running_loop()
-        self._timeout = timeout_s
-        self._task = asyncio.current_task()
-        self._since: float | None = None  # when the read under way began; None between reads
-        self._expired = False
-        self._handle = self._loop.call_at(self._loop.time() + timeout_s, self._check)
-
-    def reading(self) -> None:
-        self._since = self._loop.time()
-
-    def read(self) -> None:
-        self._since = None
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        since = self._since
-        if since is not None and now - since >= self._timeout:
-            self._expired = True
-            self._task.cancel()
-            return
-        self._handle = self._loop.call_at((now if since is None else since) + self._timeout, self._check)
-
-    def expired(self) -> bool:
-        """Whether the cancellation just caught is this watch's (then the task is no longer cancelling)."""
-        if not self._expired:
-            return False
-        self._task.uncancel()
-        return True
-
-    def stop(self) -> None:
-        self._handle.cancel()
-
-
-_tls_scratch = threading.local()
-
-
-class _TlsStreamProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
-    """The stream protocol of a TLS connection, as a BufferedProtocol: asyncio's TLS layer then decrypts straight
-    into a buffer (one per thread, that is per event loop: it is handed over within one call) instead of making a
-    bytes object of up to 256 KiB per TLS record and joining them; the reader gets the same bytes."""
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        view = getattr(_tls_scratch, "view", None)
-        if view is None:
-            view = _tls_scratch.view = memoryview(bytearray(READ_CHUNK))
-        return view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(_tls_scratch.view[:nbytes])  # StreamReader.feed_data copies it into its buffer
-
-
-#: A file region at least this big is sent with os.sendfile on a loop without loop.sendfile (uvloop): below
-#: it, a read and a write cost less than the extra turn of the loop that empties the transport first.
-DIRECT_SENDFILE_BYTES = 64 * 1024
-
-
-async def _send_region(writer: asyncio.StreamWriter, fd: int, part) -> None:
-    """Send a file region on a loop without ``loop.sendfile`` (uvloop): from the page cache to the socket
-    with ``os.sendfile`` as far as the socket takes it, the rest read and written through the transport.
-    The direct send waits until the transport has nothing queued (uvloop writes at the end of a turn of
-    the loop), else its bytes would overtake the answer's first part."""
-    transport = writer.transport
-    offset, left = part.position, part.length
-    if left >= DIRECT_SENDFILE_BYTES:
-        if transport.get_write_buffer_size():
-            await asyncio.sleep(0)  # the loop writes what is queued
-        sock = transport.get_extra_info("socket")
-        if sock is not None and not transport.get_write_buffer_size() and not transport.is_closing():
-            try:
-                while left:
-                    sent = os.sendfile(sock.fileno(), fd, offset, left)
-                    if not sent:
-                        break  # the file ends early: the read below says so
-                    offset += sent
-                    left -= sent
-            except (BlockingIOError, InterruptedError):
-                pass  # the socket is full: the transport queues the rest
-    if left:
-        data = os.pread(fd, left, offset)
-        if len(data) != left:
-            raise ConnectionError(f"short read of {part.path}; closing the connection")
-        writer.write(data)
-
-
-def _write_gathered(writer: asyncio.StreamWriter, dups: list) -> None:
-    """A response's parts (``(None, bytes)`` or ``(descriptor, region)``) written through TLS in groups of up to
-    :data:`TLS_WRITE_BYTES`, each group with one ``writelines``: asyncio's TLS transport then encrypts the group's
-    pieces and sends the result with one send(), where a write per part cost a pass through the TLS protocol
-    and a send() each (a Fetch answer has a small header before and after each partition's records)."""
-    group: list = []
-    size = 0
-    for fd, part in dups:
-        if fd is None:
-            data = part
-        else:
-            data = os.pread(fd, part.length, part.position)
-            if len(data) != part.length:
-                raise ConnectionError(f"short read of {part.path}; closing the connection")
-        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
-        if not n:
-            continue  # nothing to encrypt (the transport's write skips empty data too)
-        if group and size + n > TLS_WRITE_BYTES:
-            writer.writelines(group)
-            group, size = [], 0
-        group.append(data)
-        size += n
-    if group:
-        writer.writelines(group)
 
 
 class SocketServer:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from tierlog.cluster import Controller
 from tierlog.errors import KafkaStorageError
-from tierlog.server.http_endpoint import HttpError, Route, boolean, topic_name
+from tierlog.server.http.http_endpoint import HttpError, Route, boolean, topic_name
 from tierlog.storage import LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tierlog.server.http_endpoint import HttpError, Route, topic_name
+from tierlog.server.http.http_endpoint import HttpError, Route, topic_name
 from tierlog.storage import LogManager
 
 

@@ -64,7 +64,7 @@ from tierlog.storage import (
 from tierlog.tasks import stop_tasks
 
 if TYPE_CHECKING:
-    from tierlog.server.replication_quota import ReplicationQuotaManager
+    from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
     from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
