@@ -91,7 +91,7 @@ FETCH_SLICE = 256
 #: new log writes and syncs its partition.metadata and leader-epoch checkpoint: some 6 ms). Meanwhile those
 #: partitions answer NOT_LEADER_OR_FOLLOWER, retriable, as a Kafka broker does before it applies the delta.
 INLINE_CREATIONS = 100
-CREATION_SLICE_S = 0.02
+CREATION_SLICE_S = 0.01
 
 
 class ReplicaManager:
