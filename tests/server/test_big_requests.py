@@ -228,49 +228,63 @@ def test_produce_to_500_000_partitions_does_not_stall_other_clients(broker):
     assert_no_stall(run, broker, frame)
 
 
-def test_create_topics_of_3000_partitions_does_not_stall_other_clients(broker):
-    """A CreateTopics of 3,000 partitions: answered at once, and the 3,000 logs it makes (each writing and
-    syncing its partition.metadata and leader-epoch checkpoint: 14-24 s of the loop at once before) open a
-    slice at a time. The window runs from the request to the moment every partition answers a ListOffsets
-    (NOT_LEADER_OR_FOLLOWER, retriable, until its log is open). A repeat creates another topic."""
+def test_create_and_delete_topics_of_3000_partitions_do_not_stall_other_clients(broker):
+    """A CreateTopics of 3,000 partitions, then a DeleteTopics of them: answered at once, and the 3,000 logs
+    each makes or removes (14-24 s of the loop at once before, for the creation: every log wrote and synced
+    its partition.metadata and leader-epoch checkpoint) are opened, or closed and renamed, a slice at a time.
+    The creation's window runs from the request to the moment every partition answers a ListOffsets
+    (NOT_LEADER_OR_FOLLOWER, retriable, until its log is open); the deletion's until no partition folder is
+    left. A run over the bound is repeated with another topic."""
     n = 3000
     raw = RawClient(broker.bootstrap)
+    folders = broker.log_dir
 
-    def create(topic: str) -> tuple[bytes, Callable[[], bool], Callable[[], set[int]]]:
-        request = build(load_request_schema(ApiKey.CREATE_TOPICS, 7), {"topics": [{
+    def open_codes(topic: str, partitions: range) -> set[int]:
+        resp = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                                           for p in partitions]}]})
+        codes = {int(p.error_code) for p in resp.topics[0].partitions}
+        assert codes <= {0, 6}, codes  # open, or NOT_LEADER_OR_FOLLOWER until it is
+        return codes
+
+    def create(topic: str) -> Run:
+        frame = encode_request(build(load_request_schema(ApiKey.CREATE_TOPICS, 7), {"topics": [{
             "name": topic, "num_partitions": n, "replication_factor": 1, "assignments": [], "configs": []}],
-            "timeout_ms": 60000, "validate_only": False})
-
-        def open_codes(partitions: range) -> set[int]:
-            resp = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
-                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
-                                               for p in partitions]}]})
-            codes = {int(p.error_code) for p in resp.topics[0].partitions}
-            assert codes <= {0, 6}, codes  # open, or NOT_LEADER_OR_FOLLOWER until it is
-            return codes
-
-        def last_partition_open() -> bool:  # they open in order; all of them are checked after the window
-            return open_codes(range(n - 1, n)) == {0}
-
-        return encode_request(request, 21, "big"), last_partition_open, lambda: open_codes(range(n))
-
-    def one_run() -> Run:
-        topic = unique("many")
-        frame, settled, every_code = create(topic)
-        run = while_probing(broker.bootstrap, frame, broker.proc.pid, settled=settled)
-        assert every_code() == {0}
+            "timeout_ms": 60000, "validate_only": False}), 21, "big")
+        # they open in order: the last one open, all are (every one is checked after the window)
+        run = while_probing(broker.bootstrap, frame, broker.proc.pid,
+                            settled=lambda: open_codes(topic, range(n - 1, n)) == {0})
         print(f"\nCreateTopics of {n} partitions: {run.summary()}")
         corr, response = parse_response(run.answer, load_response_schema(ApiKey.CREATE_TOPICS, 7))
         assert corr == 21
         assert [(t.name, int(t.error_code), t.num_partitions) for t in response.topics] == [(topic, 0, n)]
+        assert open_codes(topic, range(n)) == {0}
+        return run
+
+    def delete(topic: str) -> Run:
+        frame = encode_request(build(load_request_schema(ApiKey.DELETE_TOPICS, 6), {
+            "topics": [{"name": topic, "topic_id": b"\0" * 16}], "timeout_ms": 60000}), 22, "big")
+        run = while_probing(broker.bootstrap, frame, broker.proc.pid,
+                            settled=lambda: not any(folders.glob(f"{topic}-*")))
+        print(f"\nDeleteTopics of {n} partitions: {run.summary()}")
+        corr, response = parse_response(run.answer, load_response_schema(ApiKey.DELETE_TOPICS, 6))
+        assert corr == 22
+        assert [(r.name, int(r.error_code)) for r in response.responses] == [(topic, 0)]
+        return run
+
+    def judged(step: Callable[[str], Run]) -> Run:
+        topic = unique("many")
+        run = step(topic) if step is create else step(create(topic) and topic)
+        if run.max_rtt()[1] > MAX_PROBE_RTT:
+            print("over the bound once, repeating")
+            topic = unique("many")
+            run = step(topic) if step is create else step(create(topic) and topic)
         return run
 
     try:
-        run = one_run()
-        if run.max_rtt()[1] > MAX_PROBE_RTT:
-            print("over the bound once, repeating")
-            run = one_run()
+        for step in (create, delete):
+            run = judged(step)
+            assert len(run.in_window) >= 10, run.summary()
+            assert run.max_rtt()[1] <= MAX_PROBE_RTT, run.summary()
     finally:
         raw.close()
-    assert len(run.in_window) >= 10, run.summary()
-    assert run.max_rtt()[1] <= MAX_PROBE_RTT, run.summary()

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
-import threading
 import uuid
 from collections.abc import Iterable
 
 from tierlog.errors import KafkaStorageError
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
+from tierlog.storage.background import sync_later
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -55,48 +54,7 @@ def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def sync_later(path: str) -> None:
-    """Make ``path`` (written without fsync) and its folder durable soon, on the background sync thread, not
-    on the caller's (the event loop's): the small files every new partition writes (partition.metadata, its
-    first leader-epoch checkpoint), as Kafka flushes partition.metadata on its scheduler and no longer syncs
-    the epoch checkpoint on assign. A crash before the sync loses at most what start-up rebuilds: the topic
-    id from the cluster metadata, the epochs from the batches recovery re-reads."""
-    _SYNCER.submit(path)
-
-
-class _BackgroundSyncer:
-    """One daemon thread that fsyncs queued files and their folders in order (fsync releases the GIL)."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(self, path: str) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="checkpoint-sync", daemon=True)
-                self._thread.start()
-        self._queue.put(path)
-
-    def _run(self) -> None:
-        while True:
-            path = self._queue.get()
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                fsync_dir(os.path.dirname(path) or ".")
-            except FileNotFoundError:
-                pass  # replaced (synced by its writer) or deleted with its partition since
-            except OSError as e:
-                _log.error("Cannot sync %s: %s", path, e)
-
-
 _log = logging.getLogger(__name__)
-_SYNCER = _BackgroundSyncer()
 
 
 def fsync_dir(path: str) -> None:

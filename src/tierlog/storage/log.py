@@ -19,7 +19,6 @@ import functools
 import logging
 import os
 import random
-import shutil
 import time
 import uuid
 from bisect import bisect_right
@@ -54,6 +53,7 @@ from tierlog.records import (
 )
 from tierlog.records.control import ABORT, end_txn_marker_batch, parse_end_txn_marker
 from tierlog.records.validation import validate_batch_records
+from tierlog.storage.background import remove_tree_later
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA_FILE,
@@ -1175,7 +1175,7 @@ class Log:
         self.delete_expired_files(force=True)
         doomed = f"{self.dir}.{uuid.uuid4().hex}-delete"
         os.replace(self.dir, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_tree_later(doomed)  # off the loop: a DeleteTopics of thousands of partitions
 
     # ------------------------------------------------------------------ tools and tests
 

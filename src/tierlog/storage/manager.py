@@ -93,6 +93,7 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.logs: dict[tuple[str, int], Log] = {}
+        self._retired: dict[tuple[str, int], Log] = {}  # deleted, files not yet closed and renamed
         self._dir_of: dict[tuple[str, int], str] = {}
         self._locks: list[int] = []
         self.had_clean_shutdown: dict[str, bool] = {}
@@ -298,6 +299,7 @@ class LogManager:
         start recovers it (listed in ``unclean_at_shutdown``). Every file is closed and every lock released
         either way."""
         self.unclean_at_shutdown = []
+        self.delete_retired()
         try:
             for d in self.log_dirs:
                 logs = [lg for tp, lg in self.logs.items() if self._dir_of[tp] == d]
@@ -358,6 +360,7 @@ class LogManager:
         lg = self.logs.get(tp)
         if lg is not None:
             return lg
+        self._delete_retired_log(tp)  # a topic deleted and created again: the old folder goes first
         config = config or self._config_for(topic)
         name = f"{topic}-{partition}"
         live = self.live_log_dirs
@@ -393,10 +396,29 @@ class LogManager:
         return min(dirs, key=lambda d: counts[d])
 
     def delete_log(self, topic: str, partition: int) -> None:
+        self.retire_log(topic, partition)
+        self._delete_retired_log((topic, partition))
+
+    def retire_log(self, topic: str, partition: int) -> None:
+        """Take a deleted partition's log out of the manager now (no request finds it, no checkpoint lists it)
+        and leave its files to :meth:`delete_retired`: a topic of thousands of partitions is closed and
+        renamed a slice at a time. A crash before that leaves a folder start-up deletes (its topic is gone);
+        a log created again under the same name first finishes the retired one's deletion."""
         tp = (topic, partition)
         self.cleaner.forget(tp)
         lg = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
+        if lg is not None:
+            self._retired[tp] = lg
+
+    def delete_retired(self, deadline: float | None = None) -> bool:
+        """Delete retired logs until ``deadline`` (time.monotonic()); whether some remain."""
+        while self._retired and (deadline is None or time.monotonic() < deadline):
+            self._delete_retired_log(next(iter(self._retired)))
+        return bool(self._retired)
+
+    def _delete_retired_log(self, tp: tuple[str, int]) -> None:
+        lg = self._retired.pop(tp, None)
         if lg is None:
             return
         if lg.offline is not None:
