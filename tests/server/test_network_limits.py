@@ -141,26 +141,36 @@ def metric(b, name: str) -> float | None:
     return None
 
 
-def test_queued_max_request_bytes_stops_reading_until_memory_is_freed(start_broker):
+def test_queued_max_request_bytes_stops_reading_big_frames_until_memory_is_freed(start_broker):
+    """A half-sent frame holds the whole pool: a big request on another connection is not read until it is
+    released, while small requests (an ApiVersions, a Metadata) are still answered from the pool's reserve,
+    never starved behind it (Kafka makes them wait as long as the frame is held)."""
     b = start_broker({"socket.request.max.bytes": str(MIB), "queued.max.request.bytes": str(MIB),
                       "connections.max.idle.ms": "600000", "metrics.port": "0"})
     assert metric(b, "kafka_network_socketserver_memorypoolavailable") == MIB
     holder = _half_frame(b, MIB, 1000)  # reserves its announced MiB: the pool is exhausted
     try:
         wait_for(lambda: metric(b, "kafka_network_socketserver_memorypoolused") == MIB, "the frame's reservation")
-        # A complete request on another connection is not read while the pool is exhausted...
-        waiting = RawClient(b.bootstrap)
-        waiting.correlation_id = 7
-        waiting.send_frame(encode_request(_api_versions_request(), 7, "waiting"))
-        waiting.sock.settimeout(1.5)
+        # A big request (a Metadata naming topics, 300 KiB) on another connection is not read meanwhile...
+        names = [f"absent-{i:06d}" for i in range(20_000)]
+        big = RawClient(b.bootstrap)
+        big.correlation_id = 7
+        big.send_frame(encode_request(build(load_request_schema(ApiKey.METADATA, 12), {
+            "topics": [{"name": n} for n in names], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}), 7, "big"))
+        # ...while small ones are answered, on a new connection and on one already open
+        for _ in range(3):
+            small = RawClient(b.bootstrap, timeout=5)
+            assert api_versions(small) == 0
+            small.close()
+        big.sock.settimeout(1.5)
         with pytest.raises(TimeoutError):
-            waiting.read_frame()
-        # ...and is answered once the holder's connection closes and its reservation goes back.
+            big.read_frame()
+        # ...and the big one is answered once the holder's connection closes and its reservation goes back.
         holder.close()
-        waiting.sock.settimeout(10)
-        assert waiting.read_frame()
-        assert api_versions(waiting) == 0
-        waiting.close()
+        big.sock.settimeout(10)
+        assert len(big.read_frame()) > 20_000 * len(names[0])
+        big.close()
         wait_for(lambda: metric(b, "kafka_network_socketserver_memorypoolused") == 0, "everything released")
     finally:
         holder.close()

@@ -21,7 +21,7 @@ from tierlog.errors import InvalidConfigError
 from tierlog.protocol import HandlerRegistry
 from tierlog.server.network import socket_server
 from tierlog.server.network.connection_quotas import ConnectionQuotas
-from tierlog.server.network.memory_pool import MemoryPool
+from tierlog.server.network.memory_pool import SMALL_FRAME_BYTES, MemoryPool
 from tierlog.server.network.socket_server import SocketServer
 
 ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARNING) tierlog\.test\.fmt: hello 42$")
@@ -154,29 +154,58 @@ def test_quotas_per_ip_override_host_names_and_broker_wide():
 
 
 def test_memory_pool_waits_first_come_first_served_and_overshoots_by_one():
+    u = SMALL_FRAME_BYTES + 1  # every reservation here is a big frame's
+
     async def main():
-        pool = MemoryPool(100)
-        assert pool.try_reserve(150)  # non-strict: granted while anything is left
-        assert not pool.try_reserve(1)
+        pool = MemoryPool(100 * u)
+        assert pool.try_reserve(150 * u)  # non-strict: granted while anything is left
+        assert not pool.try_reserve(u)
         order = []
 
         async def waiter(name, size):
             await pool.reserve(size)
             order.append(name)
 
-        a = asyncio.ensure_future(waiter("a", 60))
-        b = asyncio.ensure_future(waiter("b", 60))
-        c = asyncio.ensure_future(waiter("c", 10))
+        a = asyncio.ensure_future(waiter("a", 60 * u))
+        b = asyncio.ensure_future(waiter("b", 60 * u))
+        c = asyncio.ensure_future(waiter("c", 10 * u))
         await asyncio.sleep(0)
         c.cancel()  # a cancelled waiter leaves the queue
-        pool.release(100)  # 50 used: a gets in (110), b waits
+        pool.release(100 * u)  # 50 used: a gets in (110), b waits
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        assert order == ["a"] and pool.used == 110
-        pool.release(110)
+        assert order == ["a"] and pool.used == 110 * u
+        pool.release(110 * u)
         await asyncio.wait_for(b, 1)
-        assert order == ["a", "b"] and pool.used == 60 and not pool._waiters
+        assert order == ["a", "b"] and pool.used == 60 * u and not pool._waiters
         await asyncio.gather(a, c, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_memory_pool_takes_small_frames_from_its_reserve_while_big_ones_wait():
+    """An exhausted pool still grants small reservations (a heartbeat, an ApiVersions) from a reserve beyond
+    its limit, ahead of a waiting big one; when the reserve is used up too, small ones wait for it."""
+    async def main():
+        pool = MemoryPool(8 * 1024 * 1024)
+        assert pool.small_reserve == 1024 * 1024
+        assert pool.try_reserve(8 * 1024 * 1024)  # a big frame fills the pool
+        big = asyncio.ensure_future(pool.reserve(1024 * 1024))
+        await asyncio.sleep(0)
+        assert not big.done() and pool.may_read()
+        for _ in range(16):  # 16 x 64 KiB: the whole reserve
+            assert pool.try_reserve(SMALL_FRAME_BYTES)
+        assert not pool.may_read() and not pool.try_reserve(100)
+        small = asyncio.ensure_future(pool.reserve(100))
+        reader = asyncio.ensure_future(pool.wait_to_read())
+        await asyncio.sleep(0)
+        assert not small.done() and not reader.done()
+        pool.release(SMALL_FRAME_BYTES)  # one small request answered: room in the reserve again
+        await asyncio.wait_for(asyncio.gather(small, reader), 1)
+        assert not big.done()  # the big one waits for the pool itself
+        pool.release(8 * 1024 * 1024 + 15 * SMALL_FRAME_BYTES)  # the big frame and the small ones answered
+        await asyncio.wait_for(big, 1)
+        assert pool.used == 1024 * 1024 + 100
 
     asyncio.run(main())
 

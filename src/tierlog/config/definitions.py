@@ -702,7 +702,8 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="OAUTHBEARER: how far the broker's and the issuer's clocks may differ when exp, iat and nbf are checked."),
     _b("queued.max.request.bytes", "long", -1,
        doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
-           "connections stop reading until memory is freed. -1 (or 0) is unbounded."),
+           "connections stop reading big requests until memory is freed (requests of up to 64 KiB are still "
+           "read, from a reserve of an eighth of it, at least 1 MiB). -1 (or 0) is unbounded."),
     _b("internal.log.repeat.interval.ms", "long", 10000, AtLeast(1), internal=True, since="tierlog",
        doc="Interval in which a warning that repeats (accept errors, rejected connections) is logged once, "
            "then its repeats are counted."),

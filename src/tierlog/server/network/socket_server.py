@@ -373,12 +373,13 @@ class SocketServer:
                 if pool is not None:
                     # Kafka reserves a frame's announced size before reading its body, and reads nothing while
                     # the pool is exhausted: the connection waits (backpressure, the socket's buffers fill).
+                    # A small frame is still read from the pool's reserve (MemoryPool.small_reserve).
                     pending = decoder.pending_frame_size
                     if pending is not None and pending > held:
                         await pool.reserve(pending - held)
                         held = pending
-                    elif pending is None and pool.used >= pool.limit:
-                        await pool.reserve(0)
+                    elif pending is None:
+                        await pool.wait_to_read()
                 if idle is None:
                     data = await reader.read(READ_CHUNK)
                 else:
