@@ -22,6 +22,7 @@ from tierlog.storage import (
     MAX_TIMESTAMP,
     OffsetMovedToTieredStorageError,
 )
+from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
 
 
 def all_offsets(lg):
@@ -252,6 +253,24 @@ def test_offsets_for_leader_epoch(make_log):
     # one newer than the latest is unknown.
     assert cache.end_offset_for(0, lg.log_end_offset) == (0, 0)
     assert cache.end_offset_for(4, lg.log_end_offset) == (-1, -1)
+
+
+def test_a_new_terms_epoch_is_synced_before_the_recovery_point_passes_its_records(make_log, monkeypatch):
+    """A leader's new term writes its epoch without fsync (thousands of partitions change leaders at once);
+    the checkpoint is synced, once, before a flush moves the recovery point past records of that epoch."""
+    lg = make_log()
+    synced = []
+    monkeypatch.setattr(LeaderEpochCheckpointFile, "sync", lambda self: synced.append(self.path))
+    lg.leader_epoch_cache.assign(5, lg.log_end_offset, sync=False)
+    lg.append_as_leader(batch(2), leader_epoch=5)
+    assert synced == []
+    lg.flush()
+    path = os.path.join(lg.dir, "leader-epoch-checkpoint")
+    assert synced == [path]
+    lg.append_as_leader(batch(1), leader_epoch=5)
+    lg.flush()
+    assert synced == [path]  # nothing new to sync
+    assert LeaderEpochCheckpointFile(path).read() == [(5, 0)]
 
 
 @pytest.mark.parametrize("stored", ["zstd", "lz4", "uncompressed"])

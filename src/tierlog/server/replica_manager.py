@@ -183,8 +183,8 @@ class ReplicaManager:
             self.fetchers.remove([partition])
         lg = partition.log
         if lg.offline is None and partition.leader_epoch > lg.leader_epoch_cache.latest_epoch():
-            empty = lg.log_end_offset == 0 and not lg.leader_epoch_cache.entries
-            lg.leader_epoch_cache.assign(partition.leader_epoch, lg.log_end_offset, sync=not empty)
+            # not synced on the loop: thousands of partitions change leaders at once when a broker fails
+            lg.leader_epoch_cache.assign(partition.leader_epoch, lg.log_end_offset, sync=False)
         partition.become_leader(_now_ms())
         partition.maybe_increment_high_watermark()
 

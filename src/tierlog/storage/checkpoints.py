@@ -127,6 +127,14 @@ class LeaderEpochCheckpointFile:
         if not fsync:
             sync_later(self.path)
 
+    def sync(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(os.path.dirname(self.path) or ".")
+
 
 def parse_leader_epoch_checkpoint(data: bytes, name: str) -> list[tuple[int, int]]:
     """The entries of a leader-epoch checkpoint held in memory (one shipped with a remote segment)."""

@@ -22,6 +22,7 @@ class LeaderEpochCache:
         """``load=False``: start empty without reading the file (a log whose dir is offline)."""
         self._checkpoint = checkpoint
         self.unreadable = False
+        self._unsynced = False
         if not load:
             self._entries = []
             return
@@ -40,9 +41,11 @@ class LeaderEpochCache:
         return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int, sync: bool = True) -> None:
-        """Record that ``epoch`` starts at ``start_offset``; older or equal epochs are ignored. ``sync=False``:
-        the checkpoint is synced on the background sync thread (a new, empty partition's first epoch: a crash
-        before the sync loses nothing, there are no records to diverge on and the next term assigns again)."""
+        """Record that ``epoch`` starts at ``start_offset``; older or equal epochs are ignored. ``sync=False``
+        (a leader's new term, as Kafka's assign no longer syncs): the checkpoint is written now and synced on
+        the storage background thread, and at the latest by :meth:`make_durable` before the log's recovery
+        point passes records of the epoch; until then a crash leaves those records to recovery, which
+        assigns their epochs again from their batches."""
         if epoch < 0 or (self._entries and epoch <= self._entries[-1][0]):
             return
         # An epoch can never start before an earlier one: drop entries the new one overrides.
@@ -102,3 +105,11 @@ class LeaderEpochCache:
 
     def _flush(self, sync: bool = True) -> None:
         self._checkpoint.write(self._entries, fsync=sync)
+        self._unsynced = not sync
+
+    def make_durable(self) -> None:
+        """Sync the checkpoint now if its last write was not (the log calls it before moving its recovery
+        point)."""
+        if self._unsynced:
+            self._checkpoint.sync()
+            self._unsynced = False

@@ -697,6 +697,7 @@ class Log:
         self._bases.append(new_base)
         # Kafka flushes the rolled segment right away (in the background); the segment is complete.
         old.fsync()
+        self.leader_epoch_cache.make_durable()  # the epochs of the records the recovery point now passes
         self.recovery_point = max(self.recovery_point, new_base)
         return seg
 
@@ -1133,6 +1134,7 @@ class Log:
         if self._dir_unsynced:  # new segment files: their names must survive a power loss too (as Kafka)
             self._dir_unsynced = False
             fsync_dir(self.dir)
+        self.leader_epoch_cache.make_durable()  # the epochs of the records the recovery point now passes
         self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
