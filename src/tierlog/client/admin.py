@@ -315,6 +315,11 @@ def _resource(resource: Any) -> tuple[int, str]:
     return int(rtype), "" if name is None else str(name)
 
 
+def _offsets_result(p) -> ListOffsetsResult:
+    """One partition of a ListOffsets answer (v4+ carry the leader epoch)."""
+    return ListOffsetsResult(int(p.offset), int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
+
+
 def _offset_spec(spec: Any) -> int:
     if isinstance(spec, str):
         try:
@@ -802,8 +807,7 @@ class Admin:
         await self.start()
         wanted = {_tp(tp): _offset_spec(s) for tp, s in specs.items()}
         deadline = deadline_after(self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms)
-        body = {"replica_id": -2, "isolation_level": 0, "topics": self._by_topic(wanted, lambda tp: {
-            "partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": wanted[tp]})}
+        body = self._list_offsets_body(wanted, list(wanted), replica_id=-2, isolation_level=0)
         try:
             node = await self._broker_node(broker_id, deadline)
             r = await self._send(node, ApiKey.LIST_OFFSETS, body, deadline)
@@ -811,9 +815,13 @@ class Admin:
             if not exc.retriable:
                 raise
             return {}
-        return {TopicPartition(t.name, int(p.partition_index)):
-                ListOffsetsResult(int(p.offset), int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
+        return {TopicPartition(t.name, int(p.partition_index)): _offsets_result(p)
                 for t in r.topics for p in t.partitions if p.error_code.value == errors.NO_ERROR}
+
+    def _list_offsets_body(self, wanted: dict[TopicPartition, int], tps: list[TopicPartition], *, replica_id: int,
+                           isolation_level: int) -> dict:
+        return {"replica_id": replica_id, "isolation_level": isolation_level, "topics": self._by_topic(
+            tps, lambda tp: {"partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": wanted[tp]})}
 
     async def list_offsets(self, specs: Mapping[Any, int | str], *, isolation_level: str | int = "read_uncommitted",
                            timeout_ms: int | None = None) -> dict[TopicPartition, ListOffsetsResult]:
@@ -837,8 +845,7 @@ class Admin:
 
         async def one_request(node: Node, min_version: int, tps: list[TopicPartition], deadline: float
                               ) -> errors.KafkaError | None:
-            body = {"replica_id": -1, "isolation_level": iso, "topics": self._by_topic(tps, lambda tp: {
-                "partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": wanted[tp]})}
+            body = self._list_offsets_body(wanted, tps, replica_id=-1, isolation_level=iso)
             try:
                 r = await self._send(node, ApiKey.LIST_OFFSETS, body, deadline, min_version=min_version)
             except errors.KafkaError as exc:
@@ -856,8 +863,7 @@ class Admin:
                         continue
                     code = p.error_code.value
                     if code == errors.NO_ERROR:
-                        results[tp] = ListOffsetsResult(int(p.offset), int(p.timestamp),
-                                                        int(getattr(p, "leader_epoch", -1)))
+                        results[tp] = _offsets_result(p)
                     else:
                         exc = _error(code, None, f"Partition {tp.topic}-{tp.partition}")
                         if exc.retriable:  # a leader move or a partition not there yet: ask the metadata again
