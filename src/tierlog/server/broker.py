@@ -262,14 +262,12 @@ class Broker:
                 verification_read[0] = dynamic
             return verification_read[1]
 
-        verification = self._build_transaction_verification(cfg, controller, rm)
-        produce_apis.verification = verification
-        produce_apis.verification_enabled = verification_enabled
+        rm.add_partitions_to_txn_manager = self._build_transaction_verification(cfg, controller, rm)
+        rm.transaction_verification_enabled = verification_enabled
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
-        group_apis.verification = verification
-        group_apis.verification_enabled = verification_enabled
+        group_apis.replica_manager = rm
         authorizer = self._build_authorizer(cfg, controller)
         metadata_apis = MetadataApis(self.registry, controller, self.node_id)
         for checked in (metadata_apis, produce_apis, fetch_apis):  # their checks are inline (hot paths)

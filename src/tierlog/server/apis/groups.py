@@ -50,7 +50,6 @@ from tierlog.errors import (
     InconsistentGroupProtocolError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     NetworkException,
@@ -66,6 +65,7 @@ from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.listener_security import endpoint_for_client
+from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,9 @@ class GroupApis:
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
         self.transaction_coordinator = None
-        #: KIP-890 part 1's check of the group's __consumer_offsets partition with the transaction's coordinator
-        #: (an AddPartitionsToTxnManager), and transaction.partition.verification.enable (dynamic)
-        self.verification = None
-        self.verification_enabled = lambda: True
+        #: The replica manager, whose KIP-890 verification a transactional commit passes first (Kafka's group
+        #: coordinator asks ReplicaManager.maybeStartTransactionVerificationForPartition)
+        self.replica_manager: ReplicaManager | None = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -321,18 +320,13 @@ class GroupApis:
         valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                   p.committed_metadata) for name, p in known]
         # TxnOffsetCommit v5 is transaction version 2's: the group's partition is added to the transaction
-        # (no AddOffsetsToTxn), whatever transaction.partition.verification.enable says.
-        add = ctx.api_version >= 5
-        if valid and self.verification is not None and (add or self.verification_enabled()):
+        # (no AddOffsetsToTxn), whatever transaction.partition.verification.enable says. v4 is the first
+        # version whose client understands TRANSACTION_ABORTABLE.
+        if valid and self.replica_manager is not None:
             tp = (OFFSETS_TOPIC, self._ready().partition_for(req.group_id))
-            # TxnOffsetCommit v4 is the first version whose client understands TRANSACTION_ABORTABLE.
-            failed, guards = await self.verification.verify_for_append(
-                req.transactional_id, req.producer_id, req.producer_epoch, {tp: -1}, ctx.api_version >= 4, add)
-            code = failed.get(tp, NO_ERROR)
-            # The commit below appends without an await: the guard checked here is the one at the append.
-            if code == NO_ERROR and not self.verification.guard_holds(tp, req.producer_id, req.producer_epoch,
-                                                                      guards[tp]):
-                code = InvalidTxnStateError.code
+            code = await self.replica_manager.verify_transactional_append(
+                tp, req.transactional_id, req.producer_id, req.producer_epoch, abortable_supported=ctx.api_version >= 4,
+                add=ctx.api_version >= 5)
             if code != NO_ERROR:
                 code = _VERIFICATION_ERRORS.get(code, code)
                 errors.update({(name, p.partition_index): code for name, p in known})
