@@ -53,7 +53,7 @@ from tierlog.server.add_partitions_to_txn_manager import AddPartitionsToTxnManag
 from tierlog.server.alter_partition import AlterPartitionManager
 from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
-from tierlog.server.apis.authorization import AuthorizingApis
+from tierlog.server.apis.authorization import ApiAuthorization
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
@@ -270,8 +270,9 @@ class Broker:
         group_apis.replica_manager = rm
         authorizer = self._build_authorizer(cfg, controller)
         metadata_apis = MetadataApis(self.registry, controller, self.node_id)
-        for checked in (metadata_apis, produce_apis, fetch_apis):  # their checks are inline (hot paths)
+        for checked in (metadata_apis, produce_apis, fetch_apis):  # their topic checks are inline (hot paths)
             checked.authorizer = authorizer
+        authorization = ApiAuthorization(authorizer, rm.topic_name)  # each handler asks its API's check
         for family in (metadata_apis, produce_apis, fetch_apis, OffsetApis(rm, controller),
                        AclApis(controller, authorizer),
                        AdminApis(controller, rm), LeadershipApis(controller),
@@ -279,9 +280,9 @@ class Broker:
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
                        TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis,
                        SaslApis(), ScramApis(controller)):
+            if hasattr(family, "authorization"):  # the families whose APIs are authorized
+                family.authorization = authorization
             family.register(self.registry)
-        if authorizer is not None:  # wraps the handlers, so before forwarding wraps them again
-            AuthorizingApis(authorizer, rm.topic_name).register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"],
                            authorizer).register(self.registry)

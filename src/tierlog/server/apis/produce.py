@@ -28,6 +28,7 @@ from tierlog.records import (
     RECORD_BATCH_OVERHEAD,
     is_transactional,
 )
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.broker_metrics import RequestMetrics
 from tierlog.server.client_quota import ClientQuotas, quota_user
 from tierlog.server.replica_manager import ReplicaManager
@@ -86,6 +87,7 @@ class ProduceApis:
         self.client_quotas: ClientQuotas | None = None
         #: The authorizer (server/authorizer.py) when authorizer.class.name is set, else None: nothing checked
         self.authorizer = None
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -210,6 +212,8 @@ class ProduceApis:
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
 
     async def init_producer_id(self, ctx: RequestContext):
+        if (refused := self.authorization.init_producer_id(ctx)) is not None:
+            return refused
         req = ctx.request
         if req.transactional_id is not None:
             if self.transactions is not None:
