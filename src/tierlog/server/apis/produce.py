@@ -119,6 +119,7 @@ class ProduceApis:
             return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
         metrics = self.request_metrics
         responses = []
+        invalid_codes = []  # counted once the request is not refused as a whole
         entries = []  # (topic, partition, records) the replica manager appends
         # A request may name 100,000s of partitions (Kafka bounds it by socket.request.max.bytes only): the walk
         # yields to the loop every few ms, so that other connections are answered meanwhile.
@@ -141,8 +142,7 @@ class ProduceApis:
                 invalid = _validate_records(ctx.api_version, records) if acks in (-1, 0, 1) else None
                 if invalid is not None:
                     parts.append(_refused(pd.index, invalid.code))
-                    if metrics is not None:
-                        metrics.error(ApiKey.PRODUCE, invalid.code)
+                    invalid_codes.append(invalid.code)
                     continue
                 parts.append(None)  # the replica manager's answer, in order
                 entries.append((name, pd.index, records))
@@ -156,6 +156,9 @@ class ProduceApis:
                 abortable_supported=ctx.api_version > 10)
         except InvalidProducerIdMappingError:
             return self._refuse_all(ctx, InvalidProducerIdMappingError.code)
+        if metrics is not None:
+            for code in invalid_codes:
+                metrics.error(ApiKey.PRODUCE, code)
         answers = iter(appended)
         placed = 0
         for topic_response in responses:
