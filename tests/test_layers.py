@@ -107,7 +107,6 @@ INNER_RULES: tuple[tuple[str, str, str], ...] = (
 KNOWN_INNER_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
     ("tierlog.server.apis.log_dirs", "tierlog.storage"),  # LogManager: DescribeLogDirs and AlterReplicaLogDirs
     ("tierlog.server.apis.offsets", "tierlog.storage"),  # ListOffsets' special timestamps (EARLIEST_LOCAL_TIMESTAMP...)
-    ("tierlog.server.apis.produce", "tierlog.storage.producer_state"),  # SENTINEL
 })
 
 

@@ -14,9 +14,17 @@ import time
 import pytest
 
 from tests.harness.inprocess import TS0, assemble, produce, tier
-from tierlog.errors import FencedLeaderEpochError, KafkaError, NotLeaderOrFollowerError, UnknownLeaderEpochError
+from tierlog.errors import (
+    CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
+    InvalidProducerIdMappingError,
+    KafkaError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from tierlog.protocol.offload import Pacer
-from tierlog.records import iter_batches
+from tierlog.records import build_batch, iter_batches
 from tierlog.server import replica_manager
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, OffsetLookup, PartitionFetch
 from tierlog.server.partition import Partition
@@ -275,6 +283,57 @@ def test_a_duplicate_batch_is_answered_as_such_whatever_the_isr(tmp_path):
             assert await rm.wait_for_acks([wait(first), wait(retry)], 5) == [
                 NotEnoughReplicasAfterAppendError.code, 0]
             assert p.log.log_end_offset == 1  # one record, not two
+        finally:
+            await node.close()
+    asyncio.run(scenario())
+
+
+class _Coordinators:
+    """A stand-in AddPartitionsToTxnManager: guards taken from the real logs, the coordinator's answer made up."""
+
+    def __init__(self, rm, answers: dict):
+        self.rm = rm
+        self.answers = answers
+        self.questions: list[tuple] = []
+
+    async def verify_for_append(self, transactional_id, producer_id, producer_epoch, sequences, abortable_supported,
+                                add=False):
+        self.questions.append((transactional_id, producer_id, producer_epoch, dict(sequences), add))
+        guards = {tp: self.rm.maybe_start_transaction_verification(*tp, producer_id, seq, producer_epoch)
+                  for tp, seq in sequences.items()}
+        return {tp: code for tp, code in self.answers.items() if tp in sequences}, guards
+
+
+def test_produce_append_verifies_a_transaction_before_appending(tmp_path):
+    """KIP-890 part 1 in the replica manager (Kafka's handleProduceAppend): one question for the request's
+    transactional partitions, a coordinator that cannot answer yet becomes NOT_ENOUGH_REPLICAS with Kafka's
+    message and no log start offset; no question when verification is off; two producers refuse the request."""
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("t", 2, 1)
+            rm = node.rm
+            coordinators = _Coordinators(rm, {("t", 1): CoordinatorNotAvailableError.code})
+            rm.add_partitions_to_txn_manager = coordinators
+
+            def batch(producer_id=7):
+                return build_batch([(b"k", b"v", [], TS0)], producer_id=producer_id, producer_epoch=0,
+                                   base_sequence=0, is_transactional=True)
+            entries = [("t", 0, batch()), ("t", 1, batch())]
+            ok, refused = await rm.handle_produce_append(entries, 1, 1.0, "txn")
+            assert coordinators.questions == [("txn", 7, 0, {("t", 0): 0, ("t", 1): 0}, False)]
+            assert ok["index"] == 0 and ok["error_code"] == 0 and ok["base_offset"] == 0
+            assert refused == {"index": 1, "error_code": NotEnoughReplicasError.code, "base_offset": -1,
+                               "log_append_time_ms": -1, "log_start_offset": -1,
+                               "error_message": "Unable to verify the partition has been added to the transaction"}
+            with pytest.raises(InvalidProducerIdMappingError):
+                await rm.handle_produce_append([("t", 0, batch(8)), ("t", 1, batch(9))], 1, 1.0, "txn")
+            rm.transaction_verification_enabled = lambda: False
+            (unverified,) = await rm.handle_produce_append([("t", 1, batch(10))], 1, 1.0, "txn")
+            assert unverified["error_code"] == 0 and len(coordinators.questions) == 1  # two producers: not asked
+            # Transaction version 2 (Produce v12) adds the partition whatever the config says.
+            await rm.handle_produce_append([("t", 1, batch(11))], 1, 1.0, "txn", transaction_version_2=True)
+            assert coordinators.questions[-1][4] is True
         finally:
             await node.close()
     asyncio.run(scenario())

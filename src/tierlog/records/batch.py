@@ -52,6 +52,7 @@ __all__ = [
     "COMPRESSION_CODEC_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG_MASK", "CONTROL_FLAG_MASK",
     "DELETE_HORIZON_FLAG_MASK",
     "TimestampType", "BatchHeader", "read_header", "verify_crc", "iter_batches", "walk_batches", "validate_batches",
+    "is_transactional", "transactional_producer",
     "patch_base_offset", "patch_partition_leader_epoch", "patch_log_append_time",
 ]
 
@@ -211,6 +212,26 @@ def _bad_prefix(buf: Any, pos: int) -> None:
             f"{_where(pos, base_offset)} has batch length {length}, "
             f"less than the minimum {MIN_BATCH_LENGTH} of a v2 batch"
         )
+
+
+_PRODUCER = struct.Struct(">qhi")  # producer id, producer epoch, base sequence: adjacent from PRODUCER_ID_POS
+
+
+def is_transactional(records: Any) -> bool:
+    """Whether the first batch of ``records`` carries the transactional flag (Kafka's
+    ``RequestUtils.hasTransactionalRecords`` looks at a partition's first batch); a buffer shorter than a batch
+    header is not."""
+    return len(records) >= RECORD_BATCH_OVERHEAD and bool(records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK)
+
+
+def transactional_producer(records: Any) -> tuple[int, int, int] | None:
+    """(producer id, producer epoch, base sequence) of the first batch of ``records`` when it is a transactional
+    v2 batch, else None: what KIP-890's verification needs of a produced partition, without a full header
+    parse (the append validates the batch)."""
+    if (len(records) >= RECORD_BATCH_OVERHEAD and records[MAGIC_POS] == CURRENT_MAGIC
+            and records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_FLAG_MASK):
+        return _PRODUCER.unpack_from(records, PRODUCER_ID_POS)
+    return None
 
 
 def read_header(buf: Any, pos: int = 0) -> BatchHeader:

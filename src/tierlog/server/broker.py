@@ -51,7 +51,7 @@ from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
 from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
-from tierlog.server.apis.authorization import AuthorizingApis
+from tierlog.server.apis.authorization import ApiAuthorization
 from tierlog.server.apis.configs import ConfigApis
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.forwarding import ForwardingApis
@@ -267,18 +267,17 @@ class Broker:
                 verification_read[0] = dynamic
             return verification_read[1]
 
-        verification = self._build_transaction_verification(cfg, controller, rm)
-        produce_apis.verification = verification
-        produce_apis.verification_enabled = verification_enabled
+        rm.add_partitions_to_txn_manager = self._build_transaction_verification(cfg, controller, rm)
+        rm.transaction_verification_enabled = verification_enabled
         group_apis = GroupApis(coordinator, controller, self.node_id,
                                rm.offsets_replicated if controller.clustered else None)
         group_apis.transaction_coordinator = self.transaction_coordinator
-        group_apis.verification = verification
-        group_apis.verification_enabled = verification_enabled
+        group_apis.replica_manager = rm
         authorizer = self._build_authorizer(cfg, controller)
         metadata_apis = MetadataApis(self.registry, controller, self.node_id)
-        for checked in (metadata_apis, produce_apis, fetch_apis):  # their checks are inline (hot paths)
+        for checked in (metadata_apis, produce_apis, fetch_apis):  # their topic checks are inline (hot paths)
             checked.authorizer = authorizer
+        authorization = ApiAuthorization(authorizer, rm.topic_name)  # each handler asks its API's check
         for family in (metadata_apis, produce_apis, fetch_apis, OffsetApis(rm, controller),
                        AclApis(controller, authorizer),
                        AdminApis(controller, rm), LeadershipApis(controller),
@@ -286,9 +285,9 @@ class Broker:
                        group_apis, LogDirApis(self.log_manager), ReassignmentApis(controller),
                        TransactionMarkerApis(rm, coordinator), ProducerApis(controller, rm), txn_apis,
                        SaslApis(), ScramApis(controller)):
+            if hasattr(family, "authorization"):  # the families whose APIs are authorized
+                family.authorization = authorization
             family.register(self.registry)
-        if authorizer is not None:  # wraps the handlers, so before forwarding wraps them again
-            AuthorizingApis(authorizer, rm.topic_name).register(self.registry)
         if isinstance(controller, ZkController):
             ForwardingApis(controller, self.channel, cfg["controller.socket.timeout.ms"],
                            authorizer).register(self.registry)

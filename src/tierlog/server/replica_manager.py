@@ -42,21 +42,36 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definitions import RACK_AWARE_REPLICA_SELECTOR
 from tierlog.coordinator import OFFSETS_TOPIC
 from tierlog.errors import (
+    NO_ERROR,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    CorruptMessageError,
+    InvalidProducerIdMappingError,
+    InvalidRequiredAcksError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
+    MessageTooLargeError,
+    NetworkException,
+    NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    RecordListTooLargeError,
     RequestTimedOutError,
     StaleControllerEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    UnsupportedCompressionTypeError,
 )
 from tierlog.protocol.offload import Pacer, free_later
+from tierlog.records import transactional_producer
+from tierlog.records.validation import record_errors_of
 from tierlog.server.fetch_types import (
     BIG_FETCH,
     FetchIsolation,
@@ -71,18 +86,37 @@ from tierlog.server.partition import FollowerState, Partition
 from tierlog.server.quotas.client_quota import PURGATORY_WAIT
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
+from tierlog.storage.producer_state import SENTINEL
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 if TYPE_CHECKING:
     from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
     from tierlog.server.replication.alter_partition import AlterPartitionManager
     from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
+    from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 
 log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+# KIP-890 part 1 on the produce path (Kafka's handleProduceAppend): a coordinator that cannot answer yet becomes
+# an error every producer retries without a metadata refresh.
+_VERIFICATION_RETRIABLE = frozenset(e.code for e in (
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError, ConcurrentTransactionsError,
+    NetworkException))
+_VERIFICATION_MESSAGES = {
+    NotEnoughReplicasError.code: "Unable to verify the partition has been added to the transaction",
+    InvalidTxnStateError.code: "Partition was not added to the transaction"}
+# Errors Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog's first catch);
+# every other append error carries the partition's log start offset.
+NO_LOG_START_OFFSET_ERRORS = frozenset(e.code for e in (
+    UnknownTopicOrPartitionError, NotLeaderOrFollowerError, MessageTooLargeError, InvalidTopicError,
+    RecordListTooLargeError, CorruptMessageError, KafkaStorageError, InvalidRequiredAcksError,
+    UnsupportedCompressionTypeError))
+# Expected while metadata propagates: not worth a debug line each.
+_PROPAGATING = frozenset((UnknownTopicOrPartitionError.code, NotLeaderOrFollowerError.code))
 
 #: Partitions a big fetch reads, or registers for its wait, between two looks at the clock (:class:`Pacer`).
 FETCH_SLICE = 256
@@ -119,6 +153,10 @@ class ReplicaManager:
         # opening them and deleting the logs of deleted topics.
         self._pending_creations: dict[tuple[str, int], uuid.UUID] = {}
         self._background_work: asyncio.Task | None = None
+        # KIP-890 (the composition root attaches them): the questions to the transaction coordinators, and
+        # transaction.partition.verification.enable (dynamic).
+        self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
+        self.transaction_verification_enabled: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------------ metadata
 
@@ -440,6 +478,112 @@ class ReplicaManager:
         return {t.topic_id: t.name for t in self.controller.image.topics.values()}
 
     # ------------------------------------------------------------------ produce
+
+    async def handle_produce_append(self, entries: list[tuple[str, int, bytes]], acks: int, timeout_s: float,
+                                    transactional_id: str | None = None, transaction_version_2: bool = False,
+                                    abortable_supported: bool = False) -> list[dict]:
+        """Kafka's ``handleProduceAppend`` and ``appendRecords``: append each (topic, partition, records) of a
+        Produce request as leader and return its partition response (``index``, ``error_code``,
+        ``base_offset``, ...), in the order of ``entries``; with acks=all once the in-sync replicas have it.
+
+        A transactional request is verified first (KIP-890 part 1): the partitions whose transactional batch
+        opens the producer's transaction here are asked of its coordinator, in one question, unless
+        transaction.partition.verification.enable is off; under transaction version 2 (Produce v12,
+        ``transaction_version_2``) the coordinator adds them, whatever the config says. Raises
+        InvalidProducerIdMappingError when the transactional batches are of more than one producer (Kafka
+        refuses the whole request)."""
+        errors: dict[tuple[str, int], int] = {}
+        guards = None
+        if (transactional_id is not None and self.add_partitions_to_txn_manager is not None
+                and (transaction_version_2 or self.transaction_verification_enabled())):
+            errors, guards = await self._verify_produce(entries, transactional_id, transaction_version_2,
+                                                        abortable_supported)
+        results = []
+        waits = []  # acks=all: (result, (topic, partition, leader epoch, last offset, duplicate)) to wait for
+        # A request may name 100,000s of partitions: the walk yields to the loop every few ms.
+        pacer = Pacer()
+        for walked, (topic, partition, records) in enumerate(entries, 1):
+            if not walked & 255:
+                await pacer()
+            result = {"index": partition, "error_code": NO_ERROR, "base_offset": -1, "log_append_time_ms": -1,
+                      "log_start_offset": -1}
+            results.append(result)
+            try:
+                if acks not in (-1, 0, 1):
+                    raise InvalidRequiredAcksError(f"invalid required acks {acks}")
+                code = errors.get((topic, partition), NO_ERROR)
+                if code != NO_ERROR:  # not verified: Kafka's UNKNOWN_LOG_APPEND_INFO, so no log start offset
+                    result["error_code"] = code
+                    if code in _VERIFICATION_MESSAGES:
+                        result["error_message"] = _VERIFICATION_MESSAGES[code]
+                    continue
+                guard = None if guards is None else guards.get((topic, partition), SENTINEL)
+                appended = self.append_records(topic, partition, records, acks, verification_guard=guard)
+                last_offset, epoch = appended.pop("last_offset"), appended.pop("leader_epoch")
+                duplicate = appended.pop("duplicate")
+                result.update(appended)
+                if acks == -1:
+                    waits.append((result, (topic, partition, epoch, last_offset, duplicate)))
+            except KafkaError as e:
+                result["error_code"] = e.code
+                record_errors = record_errors_of(e)
+                if record_errors is not None:
+                    # Kafka's RecordValidationException: a message and the index of each failing record in the
+                    # batch; Kafka's other errors (a record that cannot be read) are bare.
+                    result["error_message"] = e.message
+                    result["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                               for i, m in record_errors]
+                if e.code not in NO_LOG_START_OFFSET_ERRORS:
+                    result["log_start_offset"] = self.log_start_offset_or_unknown(topic, partition)
+                if e.code not in _PROPAGATING:
+                    log.debug("Produce to %s-%d failed: %s", topic, partition, e)
+        if waits:
+            codes = await self.wait_for_acks([w for _, w in waits], timeout_s)
+            for (result, _), code in zip(waits, codes):
+                if code:
+                    result["error_code"] = code
+        return results
+
+    async def _verify_produce(self, entries: list[tuple[str, int, bytes]], transactional_id: str, add: bool,
+                              abortable_supported: bool) -> tuple[dict, dict]:
+        """KIP-890 part 1 before anything is appended (Kafka's ``maybeStartTransactionVerificationForPartitions``
+        from ``handleProduceAppend``): the errors of the partitions that fail, as Produce answers them, and the
+        guards to append with."""
+        producers = set()
+        sequences: dict[tuple[str, int], int] = {}
+        for topic, partition, records in entries:
+            producer = transactional_producer(records)
+            if producer is not None:
+                producer_id, epoch, sequence = producer
+                producers.add((producer_id, epoch))
+                sequences[topic, partition] = sequence
+        if not producers:
+            return {}, {}
+        if len(producers) > 1:
+            raise InvalidProducerIdMappingError("Transactional records contained more than one producer ID")
+        (producer_id, epoch), = producers
+        errors, guards = await self.add_partitions_to_txn_manager.verify_for_append(
+            transactional_id, producer_id, epoch, sequences, abortable_supported=abortable_supported, add=add)
+        return {tp: NotEnoughReplicasError.code if code in _VERIFICATION_RETRIABLE else code
+                for tp, code in errors.items()}, guards
+
+    async def verify_transactional_append(self, tp: tuple[str, int], transactional_id: str, producer_id: int,
+                                          producer_epoch: int, abortable_supported: bool, add: bool) -> int:
+        """KIP-890 for an append a coordinator makes in a producer's transaction (TxnOffsetCommit's offsets to
+        the group's ``__consumer_offsets`` partition; Kafka's group coordinator calls
+        ``maybeStartTransactionVerificationForPartition``): NO_ERROR when the append may go ahead now, else the
+        error (the coordinator's answer, or INVALID_TXN_STATE when a marker closed the transaction meanwhile).
+        Nothing is asked when verification is off (transaction.partition.verification.enable, outside
+        transaction version 2's ``add``) or this broker has no manager. The caller appends without an await."""
+        manager = self.add_partitions_to_txn_manager
+        if manager is None or not (add or self.transaction_verification_enabled()):
+            return NO_ERROR
+        failed, guards = await manager.verify_for_append(transactional_id, producer_id, producer_epoch, {tp: -1},
+                                                         abortable_supported, add)
+        code = failed.get(tp, NO_ERROR)
+        if code == NO_ERROR and not manager.guard_holds(tp, producer_id, producer_epoch, guards[tp]):
+            code = InvalidTxnStateError.code
+        return code
 
     def append_records(self, topic: str, partition: int, records: bytes, acks: int = 1,
                        internal_topics_allowed: bool = False, from_coordinator: bool = False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import ResourceType
 from tierlog.errors import (
     NO_ERROR,
     InvalidReplicaAssignmentError,
@@ -28,6 +29,7 @@ from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.apis.configs import describe_topic
 from tierlog.server.network.listener_security import endpoint_for_client
 from tierlog.server.replica_manager import ReplicaManager
@@ -59,6 +61,7 @@ class AdminApis:
         self.controller = controller
         self.replica_manager = replica_manager
         self._failures = RepeatLimiter(log, max_keys=1000)
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
@@ -70,6 +73,8 @@ class AdminApis:
     # ------------------------------------------------------------------ CreateTopics
 
     async def create_topics(self, ctx: RequestContext):
+        checked = self.authorization.create_topics(ctx)
+        ctx = checked.ctx
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         results = []
@@ -86,6 +91,7 @@ class AdminApis:
                 else:
                     results.append(await self._create_topic(t, validate_only))
         self._log_outcome("Validated" if validate_only else "CreateTopics", results)
+        results += checked.refused
         items = len(results) + sum(len(r.get("configs", ())) for r in results)
         return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": results}, items)
 
@@ -132,6 +138,8 @@ class AdminApis:
     # ------------------------------------------------------------------ DeleteTopics
 
     async def delete_topics(self, ctx: RequestContext):
+        checked = self.authorization.delete_topics(ctx)
+        ctx = checked.ctx
         req = ctx.request
         by_name: list[str] = list(getattr(req, "topic_names", ()) or ())
         if not self.controller.effective_config["delete.topic.enable"]:
@@ -141,7 +149,8 @@ class AdminApis:
             everyone = [(n, ZERO_UUID) for n in by_name] + \
                        [(t.name, t.topic_id) for t in getattr(req, "topics", ()) or ()]
             return await offload.respond(ctx, {"throttle_time_ms": 0, "responses": [
-                {"name": n, "topic_id": i, "error_code": code} for n, i in everyone]}, len(everyone))
+                {"name": n, "topic_id": i, "error_code": code} for n, i in everyone] + checked.refused},
+                len(everyone) + len(checked.refused))
         by_id = []
         results: list[dict] = []
         pacer = Pacer()  # a request may name a million topics: its loops yield to the event loop
@@ -204,11 +213,14 @@ class AdminApis:
                 out.update(_err(e))
             results.append(out)
         offload.free_later(by_name, by_id, names, ids, to_delete)
+        results += checked.refused
         return await offload.respond(ctx, {"throttle_time_ms": 0, "responses": results}, len(results))
 
     # ------------------------------------------------------------------ CreatePartitions
 
     async def create_partitions(self, ctx: RequestContext):
+        checked = self.authorization.create_partitions(ctx)
+        ctx = checked.ctx
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         results = []
@@ -224,11 +236,13 @@ class AdminApis:
                 except KafkaError as e:
                     out.update(_err(e))
             results.append(out)
-        return build_response(ctx, {"throttle_time_ms": 0, "results": results})
+        return build_response(ctx, {"throttle_time_ms": 0, "results": results + checked.refused})
 
     # ------------------------------------------------------------------ DeleteRecords
 
     async def delete_records(self, ctx: RequestContext):
+        checked = self.authorization.delete_records(ctx)
+        ctx = checked.ctx
         topics = []
         items = 0
         pacer = Pacer()  # a request may name a million partitions: yield to the event loop every few ms
@@ -245,19 +259,25 @@ class AdminApis:
                     parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
             topics.append({"name": t.name, "partitions": parts})
             items += 1 + len(parts)
+        topics += checked.refused
+        items += sum(1 + len(t["partitions"]) for t in checked.refused)
         return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": topics}, items)
 
     # ------------------------------------------------------------------ DescribeCluster
 
     async def describe_cluster(self, ctx: RequestContext):
         req = ctx.request
+        operations = self.authorization.operations(ctx, ResourceType.CLUSTER, None, CLUSTER_OPERATIONS) \
+            if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+        # An error answer carries the ACLs' bit field when asked for with an authorizer, else none.
+        error_operations = operations if self.authorization.authorizer is not None else AUTHORIZED_OPERATIONS_OMITTED
         wanted = getattr(req, "endpoint_type", BROKER_ENDPOINT)
         if wanted not in ENDPOINT_TYPES:
-            return build_response(ctx, {
+            return build_response(ctx, {"cluster_authorized_operations": error_operations,
                 "error_code": InvalidRequestError.code if ctx.api_version == 0 else UnsupportedEndpointTypeError.code,
                 "error_message": f"Unsupported endpoint type {wanted}"})
         if wanted != BROKER_ENDPOINT:
-            return build_response(ctx, {
+            return build_response(ctx, {"cluster_authorized_operations": error_operations,
                 "error_code": InvalidRequestError.code if ctx.api_version == 0 else MismatchedEndpointTypeError.code,
                 "error_message": f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
                                  f"of type {ENDPOINT_TYPES[wanted]}"})
@@ -266,7 +286,6 @@ class AdminApis:
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
                    for host, port in (endpoint_for_client(b),)]
         controller_id = image.controller_id if image.controller_id in image.brokers else -1
-        operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {
             "throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": None, "endpoint_type": BROKER_ENDPOINT,
             "cluster_id": image.cluster_id, "controller_id": controller_id, "brokers": brokers,

@@ -31,6 +31,7 @@ from tierlog.errors import (
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class ConfigApis:
     def __init__(self, controller: Controller, node_id: int):
         self.controller = controller
         self.node_id = node_id
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_CONFIGS, 1, 4, self.describe_configs)
@@ -245,6 +247,8 @@ class ConfigApis:
     # ------------------------------------------------------------------ DescribeConfigs
 
     async def describe_configs(self, ctx: RequestContext):
+        checked = self.authorization.describe_configs(ctx)
+        ctx = checked.ctx
         req = ctx.request
         include_synonyms = bool(getattr(req, "include_synonyms", False))
         include_documentation = bool(getattr(req, "include_documentation", False))
@@ -278,6 +282,7 @@ class ConfigApis:
                 except KafkaError as e:
                     out["error_code"], out["error_message"] = _error(e)
                 results.append(out)
+        results += checked.refused
         return await offload.respond(ctx, {"throttle_time_ms": 0, "results": results}, items + len(results))
 
     def _describe(self, r) -> list[ConfigEntry] | None:
@@ -316,6 +321,8 @@ class ConfigApis:
         return await self._alter(ctx, incremental=True)
 
     async def _alter(self, ctx: RequestContext, incremental: bool):
+        checked = self.authorization.alter_configs(ctx)
+        ctx = checked.ctx
         req = ctx.request
         validate_only = bool(getattr(req, "validate_only", False))
         seen: dict[tuple[int, str], int] = {}
@@ -335,7 +342,7 @@ class ConfigApis:
                          _TYPE_NAMES.get(r.resource_type, r.resource_type), r.resource_name, describe_error(e))
             responses.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
                               "resource_name": r.resource_name})
-        return build_response(ctx, {"throttle_time_ms": 0, "responses": responses})
+        return build_response(ctx, {"throttle_time_ms": 0, "responses": responses + checked.refused})
 
     async def _alter_one(self, r, incremental: bool, validate_only: bool) -> None:
         """Kafka's broker-side preprocessing (ConfigAdminManager.preprocess), then the controller."""

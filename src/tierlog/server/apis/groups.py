@@ -41,6 +41,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
@@ -50,7 +51,6 @@ from tierlog.errors import (
     InconsistentGroupProtocolError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     NetworkException,
@@ -65,7 +65,9 @@ from tierlog.errors import (
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.network.listener_security import endpoint_for_client
+from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +127,10 @@ class GroupApis:
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
         self.transaction_coordinator = None
-        #: KIP-890 part 1's check of the group's __consumer_offsets partition with the transaction's coordinator
-        #: (an AddPartitionsToTxnManager), and transaction.partition.verification.enable (dynamic)
-        self.verification = None
-        self.verification_enabled = lambda: True
+        #: The replica manager, whose KIP-890 verification a transactional commit passes first (Kafka's group
+        #: coordinator asks ReplicaManager.maybeStartTransactionVerificationForPartition)
+        self.replica_manager: ReplicaManager | None = None
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -195,6 +197,10 @@ class GroupApis:
         return NO_ERROR, (leader.node_id, *endpoint_for_client(leader))
 
     async def find_coordinator(self, ctx: RequestContext):
+        checked = self.authorization.find_coordinator(ctx)
+        if checked.response is not None:
+            return checked.response
+        ctx = checked.ctx
         req = ctx.request
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version < 4:
@@ -206,11 +212,13 @@ class GroupApis:
             error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version, key)
             coordinators.append({"key": key, "node_id": node_id, "host": host, "port": port,
                                  "error_code": error, "error_message": None})
-        return build_response(ctx, {"coordinators": coordinators})
+        return build_response(ctx, {"coordinators": coordinators + checked.refused})
 
     # ------------------------------------------------------------------ JoinGroup / SyncGroup
 
     async def join_group(self, ctx: RequestContext):
+        if (refused := self.authorization.group(ctx, AclOperation.READ)) is not None:
+            return refused
         req = ctx.request
         coordinator = self._ready()
         future = asyncio.get_running_loop().create_future()
@@ -234,6 +242,8 @@ class GroupApis:
         return build_response(ctx, answer)
 
     async def sync_group(self, ctx: RequestContext):
+        if (refused := self.authorization.group(ctx, AclOperation.READ)) is not None:
+            return refused
         req = ctx.request
         protocol_type = getattr(req, "protocol_type", None)
         protocol_name = getattr(req, "protocol_name", None)
@@ -259,6 +269,8 @@ class GroupApis:
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
 
     async def heartbeat(self, ctx: RequestContext):
+        if (refused := self.authorization.group(ctx, AclOperation.READ)) is not None:
+            return refused
         req = ctx.request
         error = self._ready().heartbeat(group_id=req.group_id, generation_id=req.generation_id,
                                         member_id=req.member_id,
@@ -266,6 +278,8 @@ class GroupApis:
         return build_response(ctx, {"error_code": error})
 
     async def leave_group(self, ctx: RequestContext):
+        if (refused := self.authorization.group(ctx, AclOperation.READ)) is not None:
+            return refused
         req = ctx.request
         if ctx.api_version < 3:
             members = [(req.member_id, None, None)]
@@ -281,6 +295,10 @@ class GroupApis:
     # ------------------------------------------------------------------ offsets
 
     async def offset_commit(self, ctx: RequestContext):
+        checked = self.authorization.offset_commit(ctx)
+        if checked.response is not None:
+            return checked.response
+        ctx = checked.ctx
         req = ctx.request
         pacer = Pacer()  # a request may name a million partitions: its loops yield to the event loop
         errors, known = await self._known_partitions(req.topics, pacer)
@@ -297,6 +315,8 @@ class GroupApis:
         offload.free_later(known, valid)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
+        topics += checked.refused
+        items += sum(1 + len(t["partitions"]) for t in checked.refused)
         return await offload.respond(ctx, {"topics": topics}, items)
 
     async def _replicated_commit(self, group_id: str, committed: dict) -> dict:
@@ -315,24 +335,23 @@ class GroupApis:
         """TxnOffsetCommit: offsets written in the producer's transaction, visible once its COMMIT marker reaches
         the group's ``__consumer_offsets`` partition (WriteTxnMarkers). Unknown partitions answer
         UNKNOWN_TOPIC_OR_PARTITION, as Kafka's handler checks the metadata first."""
+        checked = self.authorization.txn_offset_commit(ctx)
+        if checked.response is not None:
+            return checked.response
+        ctx = checked.ctx
         req = ctx.request
         pacer = Pacer()
         errors, known = await self._known_partitions(req.topics, pacer)
         valid = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                   p.committed_metadata) for name, p in known]
         # TxnOffsetCommit v5 is transaction version 2's: the group's partition is added to the transaction
-        # (no AddOffsetsToTxn), whatever transaction.partition.verification.enable says.
-        add = ctx.api_version >= 5
-        if valid and self.verification is not None and (add or self.verification_enabled()):
+        # (no AddOffsetsToTxn), whatever transaction.partition.verification.enable says. v4 is the first
+        # version whose client understands TRANSACTION_ABORTABLE.
+        if valid and self.replica_manager is not None:
             tp = (OFFSETS_TOPIC, self._ready().partition_for(req.group_id))
-            # TxnOffsetCommit v4 is the first version whose client understands TRANSACTION_ABORTABLE.
-            failed, guards = await self.verification.verify_for_append(
-                req.transactional_id, req.producer_id, req.producer_epoch, {tp: -1}, ctx.api_version >= 4, add)
-            code = failed.get(tp, NO_ERROR)
-            # The commit below appends without an await: the guard checked here is the one at the append.
-            if code == NO_ERROR and not self.verification.guard_holds(tp, req.producer_id, req.producer_epoch,
-                                                                      guards[tp]):
-                code = InvalidTxnStateError.code
+            code = await self.replica_manager.verify_transactional_append(
+                tp, req.transactional_id, req.producer_id, req.producer_epoch, abortable_supported=ctx.api_version >= 4,
+                add=ctx.api_version >= 5)
             if code != NO_ERROR:
                 code = _VERIFICATION_ERRORS.get(code, code)
                 errors.update({(name, p.partition_index): code for name, p in known})
@@ -345,7 +364,7 @@ class GroupApis:
             committed = {tp: _COMMIT_ERRORS.get(c, c) for tp, c in committed.items()}
             errors.update(await self._replicated_commit(req.group_id, committed))
         topics, _items = await _partition_errors(req.topics, errors, pacer)
-        return build_response(ctx, {"topics": topics})
+        return build_response(ctx, {"topics": topics + checked.refused})
 
     async def _known_partitions(self, topics, pacer: Pacer) -> tuple[dict[tuple[str, int], int], list]:
         """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
@@ -363,6 +382,10 @@ class GroupApis:
         return errors, known
 
     async def offset_delete(self, ctx: RequestContext):
+        checked = self.authorization.offset_delete(ctx)
+        if checked.response is not None:
+            return checked.response
+        ctx = checked.ctx
         req = ctx.request
         pacer = Pacer()
         errors, known = await self._known_partitions(req.topics, pacer)
@@ -378,10 +401,18 @@ class GroupApis:
         errors.update(results)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
+        topics += checked.refused
+        items += sum(1 + len(t["partitions"]) for t in checked.refused)
         return await offload.respond(ctx, {"error_code": error, "topics": topics}, items)
 
     async def offset_fetch(self, ctx: RequestContext):
+        checked = self.authorization.offset_fetch(ctx)
+        if checked.response is not None:
+            return checked.response
+        ctx = checked.ctx
         req = ctx.request
+        if checked.refused and not req.groups:  # every group refused: the coordinator is not asked
+            return build_response(ctx, {"groups": checked.refused})
         coordinator = self._ready()
         require_stable = getattr(req, "require_stable", False)
         pacer = Pacer()
@@ -393,27 +424,31 @@ class GroupApis:
                 error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer,
                                                      entry)
                 items += sum(len(parts) for _, parts in topics)
-                groups.append({"group_id": g.group_id, "error_code": error,
-                               "topics": [{"name": name, "partitions": parts} for name, parts in topics]})
-            return await offload.respond(ctx, {"groups": groups}, items)
+                answer = [{"name": name, "partitions": parts} for name, parts in topics]
+                self.authorization.hide_offsets(ctx, answer)
+                groups.append({"group_id": g.group_id, "error_code": error, "topics": answer})
+            return await offload.respond(ctx, {"groups": groups + checked.refused}, items)
         error, topics = await _fetch_offsets(coordinator, req.group_id, req.topics, require_stable, pacer, entry)
         if error != NO_ERROR:
             topics = []
             if ctx.api_version < 2:  # no top-level error yet: report it on every partition
                 topics = [(t.name, [{"partition_index": p, "committed_offset": -1, "metadata": "",
                                      "error_code": error} for p in t.partition_indexes]) for t in req.topics or ()]
-        return await offload.respond(ctx, {
-            "error_code": error, "topics": [{"name": name, "partitions": parts} for name, parts in topics]},
-            sum(len(parts) for _, parts in topics))
+        answer = [{"name": name, "partitions": parts} for name, parts in topics]
+        self.authorization.hide_offsets(ctx, answer)
+        return await offload.respond(ctx, {"error_code": error, "topics": answer},
+                                     sum(len(parts) for _, parts in topics))
 
     # ------------------------------------------------------------------ admin
 
     async def list_groups(self, ctx: RequestContext):
         req = ctx.request
         error, groups = self._ready().list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
-        return build_response(ctx, {"error_code": error, "groups": groups})
+        return build_response(ctx, {"error_code": error, "groups": self.authorization.listed_groups(ctx, groups)})
 
     async def describe_groups(self, ctx: RequestContext):
+        checked = self.authorization.describe_groups(ctx)
+        ctx = checked.ctx
         req = ctx.request
         include_ops = getattr(req, "include_authorized_operations", False)
         coordinator = self._ready()
@@ -423,13 +458,18 @@ class GroupApis:
         if include_ops:
             for g in groups:
                 if g["error_code"] == NO_ERROR:
-                    g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
+                    g["authorized_operations"] = self.authorization.operations(
+                        ctx, ResourceType.GROUP, g["group_id"], GROUP_AUTHORIZED_OPERATIONS)
+        groups += checked.refused
         items = len(groups) + sum(len(g.get("members", ())) for g in groups)
         return await offload.respond(ctx, {"groups": groups}, items)
 
     async def delete_groups(self, ctx: RequestContext):
+        checked = self.authorization.delete_groups(ctx)
+        ctx = checked.ctx
         results = self._ready().delete_groups(ctx.request.groups_names)
-        return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
+        return build_response(ctx, {"results": [{"group_id": g, "error_code": e} for g, e in results.items()]
+                                    + checked.refused})
 
 
 async def _partition_errors(topics, errors: dict[tuple[str, int], int], pacer: Pacer

@@ -4,8 +4,10 @@ elections) and, in a cluster, AlterPartition (a leader's ISR changes, Kafka's br
 from __future__ import annotations
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation
 from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 
 PREFERRED, UNCLEAN = 0, 1
 
@@ -13,6 +15,7 @@ PREFERRED, UNCLEAN = 0, 1
 class LeadershipApis:
     def __init__(self, controller: Controller):
         self.controller = controller
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.ELECT_LEADERS, 0, 2, self.elect_leaders)
@@ -20,6 +23,8 @@ class LeadershipApis:
             registry.register(ApiKey.ALTER_PARTITION, 2, 2, self.alter_partition)
 
     async def alter_partition(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster_action(ctx)) is not None:
+            return refused
         req = ctx.request
         controller = self.controller
         items = [(t.topic_id, int(p.partition_index), int(p.leader_epoch), tuple(int(r) for r in p.new_isr),
@@ -39,6 +44,8 @@ class LeadershipApis:
             {"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]})
 
     async def elect_leaders(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.ALTER)) is not None:
+            return refused
         req = ctx.request
         election_type = int(getattr(req, "election_type", PREFERRED))
         if election_type not in (PREFERRED, UNCLEAN):

@@ -12,20 +12,25 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from tierlog.cluster.acls import AclOperation
 from tierlog.errors import NO_ERROR, KafkaStorageError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.storage import LogManager
 
 
 class LogDirApis:
     def __init__(self, log_manager: LogManager):
         self.log_manager = log_manager
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         # Kafka 4 removed v0 (KIP-896); v4 added the volume's total and usable bytes.
         registry.register(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, self.describe_log_dirs)
 
     async def describe_log_dirs(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.DESCRIBE)) is not None:
+            return refused
         topics = ctx.request.topics
         wanted = None if topics is None else {(t.topic, int(p)) for t in topics for p in t.partitions}
         results = []

@@ -21,6 +21,7 @@ from tierlog.errors import (
 from tierlog.kafka_uuid import ZERO_UUID
 from tierlog.protocol import ApiKey, HandlerRegistry, RequestContext, build_api_versions_response, offload
 from tierlog.protocol.offload import paced
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.network.listener_security import endpoint_for_client
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ class MetadataApis:
         self.registry = registry  # ApiVersions answers what is registered
         self.controller = controller
         self.node_id = node_id
-        #: The authorizer when authorizer.class.name is set, else None (nothing checked)
+        #: The authorizer when authorizer.class.name is set, else None (nothing checked); the topics are checked
+        #: inline (a hot path), the authorized-operations bit fields come from ``authorization``
         self.authorizer = None
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
@@ -123,6 +126,16 @@ class MetadataApis:
                     topics_out.append(answer := await self._named_topic(name, allow_create))
                     partitions += len(answer.get("partitions", ()))
         items = len(topics_out) + partitions
+        cluster_operations = AUTHORIZED_OPERATIONS_OMITTED
+        if self.authorizer is not None:  # the bit fields asked for (v8+), from the ACLs
+            if getattr(req, "include_topic_authorized_operations", False):
+                for t in topics_out:
+                    if t["error_code"] == NO_ERROR and t.get("name"):
+                        t["topic_authorized_operations"] = self.authorization.operations(
+                            ctx, ResourceType.TOPIC, t["name"], AUTHORIZED_OPERATIONS_OMITTED)
+            if getattr(req, "include_cluster_authorized_operations", False):
+                cluster_operations = self.authorization.operations(ctx, ResourceType.CLUSTER, None,
+                                                                   AUTHORIZED_OPERATIONS_OMITTED)
         controller_id = image.controller_id if self.controller.clustered else self.node_id
         if controller_id not in image.brokers:
             # Elected, but not yet listed here (its registration reaches this broker with the controller's first
@@ -136,7 +149,7 @@ class MetadataApis:
             "cluster_id": image.cluster_id,
             "controller_id": controller_id,
             "topics": topics_out,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": cluster_operations,
             "error_code": NO_ERROR,
         }, items)
 

@@ -8,6 +8,7 @@ from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.fetch_types import FetchIsolation, OffsetLookup, OffsetLookupResult
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.storage import (
@@ -31,12 +32,15 @@ class OffsetApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller):
         self.replica_manager = replica_manager
         self.controller = controller
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.LIST_OFFSETS, 1, 11, self.list_offsets)
         registry.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, self.offsets_for_leader_epoch)
 
     async def list_offsets(self, ctx: RequestContext):
+        checked = self.authorization.list_offsets(ctx)
+        ctx = checked.ctx
         req = ctx.request
         isolation = (FetchIsolation.TXN_COMMITTED if getattr(req, "isolation_level", 0) == READ_COMMITTED
                      else FetchIsolation.HIGH_WATERMARK)
@@ -86,6 +90,7 @@ class OffsetApis:
                 _fill(out, r)
             await pacer()
         topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items() if parts]
+        topics += checked.refused
         items = len(topics) + sum(len(t["partitions"]) for t in topics)
         offload.free_later(lookups, results, outs, asked, answered)
         return await offload.respond(ctx, {"throttle_time_ms": 0, "topics": topics}, items)
@@ -100,6 +105,8 @@ class OffsetApis:
         return UnsupportedVersionError.code
 
     async def offsets_for_leader_epoch(self, ctx: RequestContext):
+        checked = self.authorization.offsets_for_leader_epoch(ctx)
+        ctx = checked.ctx
         topics = []
         for t in ctx.request.topics:
             parts = []
@@ -113,7 +120,7 @@ class OffsetApis:
                     out["error_code"] = e.code
                 parts.append(out)
             topics.append({"topic": t.topic, "partitions": parts})
-        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics})
+        return build_response(ctx, {"throttle_time_ms": 0, "topics": topics + checked.refused})
 
 
 def _fill(out: dict, r: OffsetLookupResult) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tierlog.cluster import Controller
 from tierlog.errors import NO_ERROR, KafkaError, UnknownTopicOrPartitionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.replica_manager import ReplicaManager
 
 
@@ -19,11 +20,14 @@ class ProducerApis:
     def __init__(self, controller: Controller, replica_manager: ReplicaManager):
         self.controller = controller
         self.replica_manager = replica_manager
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_PRODUCERS, 0, 0, self.describe_producers)
 
     async def describe_producers(self, ctx: RequestContext):
+        checked = self.authorization.describe_producers(ctx)
+        ctx = checked.ctx
         image_topics = self.controller.image.topics
         topics = []
         for topic in ctx.request.topics:
@@ -42,7 +46,7 @@ class ProducerApis:
                 partitions.append({"partition_index": index, "error_code": NO_ERROR,
                                    "active_producers": _active_producers(p.log.producer_state)})
             topics.append({"name": topic.name, "partitions": partitions})
-        return build_response(ctx, {"topics": topics})
+        return build_response(ctx, {"topics": topics + checked.refused})
 
 
 def _active_producers(state) -> list[dict]:

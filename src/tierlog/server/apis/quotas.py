@@ -15,8 +15,10 @@ import ipaddress
 import logging
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation
 from tierlog.errors import NO_ERROR, InvalidRequestError, KafkaError, UnsupportedVersionError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.quotas.client_quota import (
     CLIENT_ID,
     CONTROLLER_MUTATION,
@@ -127,12 +129,15 @@ def validate_value(types: dict[str, str], key: str, value: float) -> None:
 class ClientQuotaApis:
     def __init__(self, controller: Controller):
         self.controller = controller
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas)
         registry.register(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, self.alter_client_quotas)
 
     async def describe_client_quotas(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.DESCRIBE_CONFIGS)) is not None:
+            return refused
         req = ctx.request
         try:
             exact, specified = parse_filter(req.components, bool(req.strict))
@@ -152,6 +157,8 @@ class ClientQuotaApis:
     async def alter_client_quotas(self, ctx: RequestContext):
         """One answer per distinct entity, as Kafka's controller keys its results by entity: an entity named again
         is answered "Ignoring duplicate entity" (so is one whose ops repeat a key, Kafka's quirk)."""
+        if (refused := self.authorization.cluster(ctx, AclOperation.ALTER_CONFIGS)) is not None:
+            return refused
         req = ctx.request
         results: dict[tuple, dict] = {}
         changes: dict[str, dict[str, float | None]] = {}

@@ -6,9 +6,11 @@ offer them."""
 from __future__ import annotations
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation
 from tierlog.cluster.zookeeper import FencedControllerError
 from tierlog.errors import NO_ERROR, KafkaError, NotControllerError
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 
 NO_ERROR_MESSAGE = ""  # Kafka's top-level error message without an error (the field's default), not null
 
@@ -16,6 +18,7 @@ NO_ERROR_MESSAGE = ""  # Kafka's top-level error message without an error (the f
 class ReassignmentApis:
     def __init__(self, controller: Controller):
         self.controller = controller
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         if self.controller.clustered:
@@ -23,6 +26,8 @@ class ReassignmentApis:
             registry.register(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, self.list_partition_reassignments)
 
     async def alter_partition_reassignments(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.ALTER)) is not None:
+            return refused
         req = ctx.request
         items = [(t.name, int(p.partition_index), None if p.replicas is None else tuple(int(r) for r in p.replicas))
                  for t in req.topics for p in t.partitions]
@@ -45,6 +50,8 @@ class ReassignmentApis:
                                     "responses": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]})
 
     async def list_partition_reassignments(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.DESCRIBE)) is not None:
+            return refused
         req = ctx.request
         wanted = None if req.topics is None else [
             (t.name, int(p)) for t in req.topics for p in t.partition_indexes]

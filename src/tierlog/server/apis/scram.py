@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tierlog.cluster import Controller
+from tierlog.cluster.acls import AclOperation
 from tierlog.errors import (
     DuplicateResourceError,
     ResourceNotFoundError,
@@ -26,17 +27,21 @@ from tierlog.security.scram import (
     ScramCredential,
     credential_from_salted,
 )
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 
 
 class ScramApis:
     def __init__(self, controller: Controller):
         self.controller = controller
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, self.describe)
         registry.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, self.alter)
 
     async def describe(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.DESCRIBE)) is not None:
+            return refused
         stored = self.controller.image.user_scram
         users = ctx.request.users
         results = []
@@ -67,6 +72,8 @@ class ScramApis:
         return build_response(ctx, {"throttle_time_ms": 0, "results": results})
 
     async def alter(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster(ctx, AclOperation.ALTER)) is not None:
+            return refused
         req = ctx.request
         stored = self.controller.image.user_scram
         ops = [(d.name, d.mechanism, None) for d in req.deletions] + [(u.name, u.mechanism, u) for u in req.upsertions]

@@ -28,6 +28,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,15 @@ class TransactionMarkerApis:
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.timeout_s = timeout_s
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         # Kafka 4.0 removed version 0; version 1 (flexible) is the only one Kafka 4.1 accepts.
         registry.register(ApiKey.WRITE_TXN_MARKERS, 1, 1, self.write_txn_markers)
 
     async def write_txn_markers(self, ctx: RequestContext):
+        if (refused := self.authorization.cluster_action(ctx)) is not None:
+            return refused
         rm = self.replica_manager
         by_producer: dict[int, dict[str, list[dict]]] = {}
         waits = []  # (partition result, (topic, partition, leader epoch, marker offset), producer id, commit)
@@ -115,6 +119,7 @@ class TransactionCoordinatorApis:
         self.coordinator = coordinator
         self.controller = controller
         self.offsets_partition_for = offsets_partition_for
+        self.authorization: ApiAuthorization = ALLOW_ALL
 
     def register(self, registry) -> None:
         registry.register(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self.add_partitions_to_txn)
@@ -158,6 +163,8 @@ class TransactionCoordinatorApis:
             {"partition_index": p, "partition_error_code": codes[name, p]} for p in parts]} for name, parts in wanted]
 
     async def add_partitions_to_txn(self, ctx: RequestContext):
+        if (refused := self.authorization.add_partitions_to_txn(ctx)) is not None:
+            return refused
         req = ctx.request
         if ctx.api_version < 4:
             results = await self._add(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
@@ -176,6 +183,8 @@ class TransactionCoordinatorApis:
         return build_response(ctx, {"error_code": NO_ERROR, "results_by_transaction": out})
 
     async def add_offsets_to_txn(self, ctx: RequestContext):
+        if (refused := self.authorization.add_offsets_to_txn(ctx)) is not None:
+            return refused
         req = ctx.request
         partition = self.offsets_partition_for(req.group_id)
         code = await self.coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
@@ -183,6 +192,8 @@ class TransactionCoordinatorApis:
         return build_response(ctx, {"error_code": fenced_for_version(ctx, code)})
 
     async def end_txn(self, ctx: RequestContext):
+        if (refused := self.authorization.end_txn(ctx)) is not None:
+            return refused
         req = ctx.request
         # EndTxn v5 is transaction version 2's (KIP-890): the epoch is bumped and answered with the producer id.
         tv = 2 if ctx.api_version >= 5 else 0
@@ -195,6 +206,8 @@ class TransactionCoordinatorApis:
 
 
     async def describe_transactions(self, ctx: RequestContext):
+        checked = self.authorization.describe_transactions(ctx)
+        ctx = checked.ctx
         out = []
         for txn_id in ctx.request.transactional_ids:
             code, meta = self.coordinator.describe(txn_id)
@@ -211,7 +224,7 @@ class TransactionCoordinatorApis:
                         "transaction_start_time": meta.start_ms, "producer_id": meta.producer_id,
                         "producer_epoch": meta.producer_epoch,
                         "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
-        return build_response(ctx, {"transaction_states": out})
+        return build_response(ctx, {"transaction_states": out + checked.refused})
 
     async def list_transactions(self, ctx: RequestContext):
         req = ctx.request
@@ -221,9 +234,10 @@ class TransactionCoordinatorApis:
                 req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1), pattern)
         except re.error:
             code, unknown, found = InvalidRequestError.code, [], []
-        return build_response(ctx, {"error_code": code, "unknown_state_filters": unknown, "transaction_states": [
-            {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
-             "transaction_state": STATE_NAMES[m.state]} for m in found]})
+        return build_response(ctx, {"error_code": code, "unknown_state_filters": unknown,
+                                    "transaction_states": self.authorization.listed_transactions(ctx, [
+                                        {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                                         "transaction_state": STATE_NAMES[m.state]} for m in found])})
 
 
 class LocalMarkerWriter:
