@@ -118,4 +118,3 @@ async def reconcile(rlm: RemoteLogManager, delete: bool = False, cluster_id: str
             "missing": missing, "foreign": sorted(foreign.values(), key=lambda f: (f["cluster_id"] or "",
                                                                                    f["topic"], f["topic_id"])),
             "unrecognized_keys": unknown, "not_ready": not_ready, "orphans_deleted": deleted}
-

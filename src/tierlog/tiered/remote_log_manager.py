@@ -186,7 +186,6 @@ class RemoteLogManager:
     def expiration_pool(self) -> ThreadPoolExecutor:
         return self._pool("remote.log.manager.expiration.thread.pool.size", "rlm-expire")
 
-
     # ------------------------------------------------------------------------------------ leadership
 
     @staticmethod
@@ -477,7 +476,6 @@ class RemoteLogManager:
                     f"loading: {shown}")
         return None
 
-
     # ------------------------------------------------------------------------------------- reconcile
 
     async def reconcile(self, delete: bool = False, cluster_id: str | None = None,
@@ -507,4 +505,3 @@ class RemoteLogManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-

@@ -271,4 +271,3 @@ class CompactionRebuild:
             log.info("Remote segment %s (offsets %d-%d) of %s was replaced by a newer compacted upload",
                      md.segment_id.id, md.start_offset, md.end_offset, st.tp)
             await self.copy.update(md, S.DELETE_SEGMENT_STARTED)
-
