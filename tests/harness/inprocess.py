@@ -62,7 +62,7 @@ def produce(node: Node, topic: str, count: int, partition: int = 0, size: int = 
 
 async def tier(node: Node, partition: Partition) -> None:
     """Copy every rolled segment now and let local retention drop what was copied."""
-    st = node.rlm.partitions[node.rlm.topic_id_partition(partition)]
-    node.rlm._cancel(st)  # the periodic tasks would race the explicit run
-    await node.rlm._copy_once(st)
+    tp = node.rlm.topic_id_partition(partition)
+    node.rlm.cancel(tp)  # the periodic tasks would race the explicit run
+    await node.rlm.run_copy(tp)
     partition.log.delete_old_segments()

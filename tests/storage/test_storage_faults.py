@@ -388,19 +388,21 @@ def test_a_log_dir_failing_at_start_up_keeps_its_partitions_offline_there(tmp_pa
 
 
 def test_a_torn_segment_is_never_a_copy_candidate(make_log, monkeypatch):
-    from tierlog.tiered.remote_log_manager import RemoteLogManager
+    from tierlog.tiered.tasks.copy import log_copy_candidates
     lg = make_log(segment_bytes=400)
     for _ in range(12):
         lg.append_as_leader(batch(2, size=40))
     lg.update_high_watermark(lg.log_end_offset)
     assert len(lg.segments) >= 4
-    candidates = RemoteLogManager.copy_candidates(None, lg)
-    assert [s.base_offset for s, _ in candidates] == [s.base_offset for s in lg.segments[:-1]]
+
+    def candidates():
+        return log_copy_candidates(lg, lambda topic, partition: None)
+    assert [s.base_offset for s, _ in candidates()] == [s.base_offset for s in lg.segments[:-1]]
     with open(lg.segments[1].log_path, "ab") as f:  # bytes no append accounted for
         f.write(b"\x00" * 10)
-    assert [s.base_offset for s, _ in RemoteLogManager.copy_candidates(None, lg)] == [lg.segments[0].base_offset]
+    assert [s.base_offset for s, _ in candidates()] == [lg.segments[0].base_offset]
     lg.mark_offline("test")
-    assert RemoteLogManager.copy_candidates(None, lg) == []
+    assert candidates() == []
 
 
 def test_describe_log_dirs_sizes_lags_and_offline_dirs(tmp_path, monkeypatch):

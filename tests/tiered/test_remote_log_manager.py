@@ -27,9 +27,11 @@ from tierlog.tiered.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import build_remote_log_manager, copy_delayed
+from tierlog.tiered.remote_log_manager import build_remote_log_manager
 from tierlog.tiered.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tierlog.tiered.rsm.filesystem import FileSystemRemoteStorageManager
+from tierlog.tiered.tasks.copy import copy_delayed, copy_lag_limits
+from tierlog.tiered.tasks.expiration import RLMExpirationTask
 
 S = RemoteLogSegmentState
 TOPIC_ID = uuid.UUID("7d1c2b3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
@@ -101,7 +103,7 @@ def states(e) -> list[tuple[str, int]]:
 
 async def start(e) -> None:
     e.rlm.on_leadership_change([e.partition])
-    e.rlm._cancel(e.rlm.partitions[e.tp])  # tests drive the task bodies one run at a time
+    e.rlm.cancel(e.tp)  # tests drive the task bodies one run at a time
 
 
 def test_copies_rolled_segments_only_and_local_retention_follows(env):
@@ -112,7 +114,7 @@ def test_copies_rolled_segments_only_and_local_retention_follows(env):
 
     async def go():
         await start(e)
-        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+        await e.rlm.run_copy(e.tp)
     run(go())
     rolled = segments[:-1]
     assert e.log.highest_offset_in_remote_storage == segments[-1].base_offset - 1
@@ -131,7 +133,7 @@ def test_copies_rolled_segments_only_and_local_retention_follows(env):
     assert e.log.log_start_offset == 0
     assert e.log.local_log_start_offset == segments[-1].base_offset
     # The next run uploads the rolled former active segment, and only it.
-    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_copy(e.tp))
     assert len(e.rlmm.events) == 2 * len(rolled) + 2
     assert e.log.highest_offset_in_remote_storage == e.log.log_end_offset - 1
 
@@ -144,7 +146,7 @@ def test_nothing_above_the_last_stable_offset_is_copied(env):
 
     async def go():
         await start(e)
-        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+        await e.rlm.run_copy(e.tp)
     run(go())
     listed = e.rlmm.list_remote_log_segments(e.tp)
     assert sorted(md.start_offset for md in listed) == [segments[0].base_offset]
@@ -161,19 +163,19 @@ def test_failed_copy_is_cleaned_up_and_retried_with_a_new_segment_id(env):
     async def go():
         await start(e)
         with pytest.raises(OSError):
-            await e.rlm._copy_once(e.rlm.partitions[e.tp])
+            await e.rlm.run_copy(e.tp)
     run(go())
     assert e.log.highest_offset_in_remote_storage == -1
     # STARTED, then the failed attempt abandoned (DELETE_STARTED); the expiration task deletes it
     # (DELETE_FINISHED).
     assert [s for _, s in states(e)] == [0, 2]
-    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_expiration(e.tp))
     assert [s for _, s in states(e)] == [0, 2, 3]
     failed_id = e.rlmm.events[0].segment_id
     assert not [f for f in remote_files(e) if not f.startswith("partial-")]
     e.log.delete_old_segments()
     assert e.log.segments[0].base_offset == 0  # nothing deleted locally
-    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_copy(e.tp))
     finished = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.COPY_SEGMENT_FINISHED]
     assert finished and all(md.segment_id != failed_id for md in finished)
     assert e.log.highest_offset_in_remote_storage == e.log.segments[-1].base_offset - 1
@@ -187,12 +189,11 @@ def test_custom_metadata_over_the_limit_stops_copying(env):
     async def go():
         await start(e)
         st = e.rlm.partitions[e.tp]
-        e.rlm.task_interval_s = 0.01
-        await e.rlm._run_periodically(st, e.rlm._copy_once, "copy")  # returns: the task stops itself
+        assert not await e.rlm.run_copy(e.tp, raise_errors=False)  # False: the task stops itself
         return st
     st = run(go())
     assert st.copy_stopped and "custom metadata of 129 bytes" in st.copy_stopped
-    run(e.rlm._expire_once(st))  # deletes the refused upload
+    run(e.rlm.run_expiration(e.tp))  # deletes the refused upload
     assert [s for _, s in states(e)] == [0, 2, 3]  # never COPY_SEGMENT_FINISHED
     assert e.rlmm.events[1].custom_metadata == b"x" * 129  # the delete events carry it (as Kafka)
     assert remote_files(e) == []
@@ -209,7 +210,7 @@ def test_custom_metadata_at_the_limit_is_stored(env):
 
     async def go():
         await start(e)
-        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+        await e.rlm.run_copy(e.tp)
     run(go())
     finished = e.rlmm.list_remote_log_segments(e.tp)
     assert finished and all(md.custom_metadata == b"y" * 128 for md in finished)
@@ -218,7 +219,7 @@ def test_custom_metadata_at_the_limit_is_stored(env):
 def _copy_all(e) -> None:
     async def go():
         await start(e)
-        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+        await e.rlm.run_copy(e.tp)
     run(go())
 
 
@@ -235,8 +236,8 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
 
     async def go():
         rlm.on_leadership_change([e.partition])
-        rlm._cancel(rlm.partitions[e.tp])
-        copying = asyncio.ensure_future(rlm._copy_once(rlm.partitions[e.tp]))
+        rlm.cancel(e.tp)
+        copying = asyncio.ensure_future(rlm.run_copy(e.tp))
         deadline = time.monotonic() + 60
         while rlm.metrics.copy_throttle_seconds.total() < 1 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)  # until the next upload has waited one recheck interval
@@ -264,7 +265,7 @@ def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_quali
 
     async def copy_once():
         await start(e)
-        await e.rlm._copy_once(e.rlm.partitions[e.tp])
+        await e.rlm.run_copy(e.tp)
     run(copy_once())
     copied = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
     assert copied == [s.base_offset for s in segments[:-3]]
@@ -275,11 +276,14 @@ def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_quali
         e.log.config, remote_copy_lag_bytes=0, remote_copy_lag_ms=2 * 3600_000), topic_id=TOPIC_ID)
     produce(old, 30, ts=int(time.time() * 1000) - 3600_000)
     rolled = old.segments[:-1]
-    assert rolled and copy_delayed(old, rolled, time.time() * 1000) == len(rolled)
+
+    def delayed() -> int:
+        return copy_delayed(old.segments, rolled, time.time() * 1000, *copy_lag_limits(old.config))
+    assert rolled and delayed() == len(rolled)
     old.config = dataclasses.replace(old.config, remote_copy_lag_ms=1800_000)
-    assert copy_delayed(old, rolled, time.time() * 1000) == 0
+    assert delayed() == 0
     old.config = dataclasses.replace(old.config, remote_copy_lag_ms=-1, local_retention_ms=-2, retention_ms=-1)
-    assert copy_delayed(old, rolled, time.time() * 1000) == 0  # -1 = local retention, unlimited here: no delay
+    assert delayed() == 0  # -1 = local retention, unlimited here: no delay
     old.close()
 
 
@@ -306,8 +310,7 @@ def test_size_retention_deletes_the_oldest_remote_segments_and_moves_the_log_sta
     # Keep everything but the two oldest remote segments.
     budget = remote_size + local_only - finished[0].segment_size_in_bytes - finished[1].segment_size_in_bytes
     e.log.config = LogConfig(**{**_fields(e.log.config), "retention_bytes": budget})
-    st = e.rlm.partitions[e.tp]
-    run(e.rlm._expire_once(st))
+    run(e.rlm.run_expiration(e.tp))
     assert e.log.log_start_offset == finished[1].end_offset + 1
     left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
     assert left == [md.start_offset for md in finished[2:]]
@@ -325,7 +328,7 @@ def test_time_retention_deletes_expired_remote_segments(env):
     e.log.config = LogConfig(**{**_fields(e.log.config), "retention_ms": 86_400_000})
     expired = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.max_timestamp_ms < old + 1000]
     assert expired
-    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_expiration(e.tp))
     left = e.rlmm.list_remote_log_segments(e.tp)
     assert all(md.max_timestamp_ms > old + 1000 for md in left)
     assert e.log.log_start_offset == max(md.end_offset for md in expired) + 1
@@ -339,12 +342,11 @@ def test_compact_only_remote_data_never_expires_by_time_compact_delete_does(env)
     produce(e.log, 30)
     _copy_all(e)
     uploaded = len(e.rlmm.list_remote_log_segments(e.tp))
-    st = e.rlm.partitions[e.tp]
     e.log.config = LogConfig(**{**_fields(e.log.config), "retention_ms": 86_400_000, "cleanup_policy": ("compact",)})
-    run(e.rlm._expire_once(st))
+    run(e.rlm.run_expiration(e.tp))
     assert len(e.rlmm.list_remote_log_segments(e.tp)) == uploaded and e.log.log_start_offset == 0
     e.log.config = LogConfig(**{**_fields(e.log.config), "cleanup_policy": ("compact", "delete")})
-    run(e.rlm._expire_once(st))
+    run(e.rlm.run_expiration(e.tp))
     assert all(md.max_timestamp_ms > old + 1000 for md in e.rlmm.list_remote_log_segments(e.tp))
     assert e.log.log_start_offset > 0
 
@@ -360,7 +362,7 @@ def test_a_compacted_log_uploads_only_below_the_cleaners_checkpoint(env):
     _copy_all(e)
     assert e.rlmm.list_remote_log_segments(e.tp) == []  # never cleaned: nothing uploads
     cleaned["offset"] = segments[2].base_offset  # the cleaner's checkpoint: the first two segments are clean
-    run(e.rlm._copy_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_copy(e.tp))
     assert sorted((md.start_offset, md.end_offset) for md in e.rlmm.list_remote_log_segments(e.tp)) == [
         (segments[0].base_offset, segments[1].base_offset - 1), (segments[1].base_offset, segments[2].base_offset - 1)]
 
@@ -371,7 +373,7 @@ def test_delete_records_below_remote_segments_deletes_them(env):
     _copy_all(e)
     finished = sorted(e.rlmm.list_remote_log_segments(e.tp), key=lambda md: md.start_offset)
     e.log.maybe_increment_log_start_offset(finished[1].end_offset + 1)  # DeleteRecords
-    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_expiration(e.tp))
     left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp))
     assert left == [md.start_offset for md in finished[2:]]
 
@@ -389,11 +391,11 @@ def test_failed_remote_delete_is_retried(env):
         raise OSError("throttled")
     e.rsm.delete_log_segment_data = failing
     with pytest.raises(OSError):
-        run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+        run(e.rlm.run_expiration(e.tp))
     stuck = [md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.DELETE_SEGMENT_STARTED]
     assert len(stuck) == 1
     e.rsm.delete_log_segment_data = real_delete
-    run(e.rlm._expire_once(e.rlm.partitions[e.tp]))
+    run(e.rlm.run_expiration(e.tp))
     assert e.rlmm.list_remote_log_segments(e.tp) == []
     assert remote_files(e) == []
 
@@ -417,13 +419,11 @@ class FailingDeletes:
 
 def _copy_run(e):
     """One run of the copy task as its scheduler runs it (errors recorded, not raised)."""
-    st = e.rlm.partitions[e.tp]
-    run(e.rlm.run_once(st, e.rlm._copy_once, "copy"))
+    run(e.rlm.run_copy(e.tp, raise_errors=False))
 
 
 def _expiration_run(e):
-    st = e.rlm.partitions[e.tp]
-    run(e.rlm.run_once(st, e.rlm._expire_once, "expiration"))
+    run(e.rlm.run_expiration(e.tp, raise_errors=False))
 
 
 def test_a_failed_upload_whose_clean_up_failed_is_retried_until_clean_and_last_error_names_the_cause(env):
@@ -467,25 +467,24 @@ def test_a_failing_clean_up_does_not_hold_retention_back(env):
     e = env
     produce(e.log, 60)
     run(start(e))
-    st = e.rlm.partitions[e.tp]
     e.rsm.fail_copies = 1
     with pytest.raises(OSError):
-        run(e.rlm._copy_once(st))
+        run(e.rlm.run_copy(e.tp))
     failed = [md.segment_id for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.DELETE_SEGMENT_STARTED]
     assert len(failed) == 1
-    run(e.rlm._copy_once(st))
+    run(e.rlm.run_copy(e.tp))
     finished = sorted((md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.COPY_SEGMENT_FINISHED),
                       key=lambda md: md.start_offset)
     assert len(finished) >= 3
     deletes = FailingDeletes(e.rsm, ids=set(failed))  # only the failed upload's clean-up keeps failing
     e.log.maybe_increment_log_start_offset(finished[1].end_offset + 1)
     with pytest.raises(OSError, match="refused"):
-        run(e.rlm._expire_once(st))  # the run reports the clean-up failure ...
+        run(e.rlm.run_expiration(e.tp))  # the run reports the clean-up failure ...
     left = sorted(md.start_offset for md in e.rlmm.list_remote_log_segments(e.tp)
                   if md.state == S.COPY_SEGMENT_FINISHED)
     assert left == [md.start_offset for md in finished[2:]]  # ... after retention deleted what it had to
     deletes.broken = False
-    run(e.rlm._expire_once(st))
+    run(e.rlm.run_expiration(e.tp))
     assert {md.segment_id for md in e.rlmm.list_remote_log_segments(e.tp)} == {md.segment_id for md in finished[2:]}
 
 
@@ -501,12 +500,12 @@ def test_an_abandoned_upload_whose_event_could_not_be_written_is_marked_later(en
         raise OSError("metadata topic unavailable")
     e.rlmm.update_remote_log_segment_metadata = refuse
     with pytest.raises(OSError, match="remote store unavailable"):
-        run(e.rlm._copy_once(st))
+        run(e.rlm.run_copy(e.tp))
     assert len(st.abandoned) == 1 and e.rlm.partition_status(st)["remote_segments_to_clean"] == 1
     with pytest.raises(OSError, match="metadata topic unavailable"):
-        run(e.rlm._expire_once(st))
+        run(e.rlm.run_expiration(e.tp))
     e.rlmm.update_remote_log_segment_metadata = real_update
-    run(e.rlm._expire_once(st))  # marks it DELETE_SEGMENT_STARTED, then deletes it
+    run(e.rlm.run_expiration(e.tp))  # marks it DELETE_SEGMENT_STARTED, then deletes it
     assert not st.abandoned
     assert [s for _, s in states(e)] == [0, 2, 3]
 
@@ -523,8 +522,8 @@ def test_without_a_copy_task_the_expiration_task_removes_unfinished_uploads(env)
     st = e.rlm.partitions[e.tp]
     run(e.rlmm.add_remote_log_segment_metadata(md))
     assert st.copy_task is None  # cancelled by start(): as a partition with copying disabled
-    run(e.rlm._expire_once(st))  # abandons it
-    run(e.rlm._expire_once(st))  # deletes it
+    run(e.rlm.run_expiration(e.tp))  # abandons it
+    run(e.rlm.run_expiration(e.tp))  # deletes it
     assert [s for _, s in states(e)] == [0, 2, 3]
 
 
@@ -630,7 +629,7 @@ def test_an_upload_cut_short_by_the_end_of_its_leadership_is_abandoned_not_finis
     async def go():
         await start(e)
         st = e.rlm.partitions[e.tp]
-        st.copy_task = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+        st.copy_task = asyncio.get_running_loop().create_task(e.rlm.run_copy(e.tp))
         await _until(lambda: st.in_flight, "the upload running")
         stopping = asyncio.get_running_loop().create_task(e.rlm.stop_tasks([e.partition], stop_following=False))
         await _until(lambda: st.cut_short, "the copy task cancelled mid-upload")
@@ -656,14 +655,14 @@ def test_an_upload_whose_leader_epoch_ended_before_it_returned_is_abandoned_and_
     async def go():
         await start(e)
         st = e.rlm.partitions[e.tp]
-        copying = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+        copying = asyncio.get_running_loop().create_task(e.rlm.run_copy(e.tp))
         await _until(lambda: st.in_flight, "the upload running")
         e.partition.leader_epoch += 1
         release.set()
         await copying
         assert [s for _, s in states(e)] == [0, 2]  # abandoned, and nothing after it this round
         assert e.log.highest_offset_in_remote_storage == -1
-        await e.rlm._copy_once(st)  # the leader stays: the next round starts at the abandoned segment
+        await e.rlm.run_copy(e.tp)  # the leader stays: the next round starts at the abandoned segment
     run(go())
     finished = sorted((md for md in e.rlmm.list_remote_log_segments(e.tp) if md.state == S.COPY_SEGMENT_FINISHED),
                       key=lambda md: md.start_offset)
@@ -715,7 +714,7 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
             await start(e)
             st = e.rlm.partitions[e.tp]
             session = zk.live_session()
-            copying = asyncio.get_running_loop().create_task(e.rlm._copy_once(st))
+            copying = asyncio.get_running_loop().create_task(e.rlm.run_copy(e.tp))
             await _until(lambda: st.in_flight, "the upload running")
             thief = KazooClient(hosts=zookeeper.connect, client_id=zk.kazoo.client_id)
             thief.start(timeout=15)
@@ -727,15 +726,15 @@ def test_a_leader_whose_zookeeper_session_expired_mid_upload_publishes_nothing_a
             assert [s for _, s in states(e)] == [0, 2]  # STARTED, then abandoned: never FINISHED
             # An expiration run of the ended session deletes nothing, not even the abandoned upload.
             files = remote_files(e)
-            await e.rlm._delete_segment(st, e.rlmm.list_remote_log_segments(e.tp)[0], st.partition.leader_epoch,
-                                        session)
+            await RLMExpirationTask(e.rlm, st).delete_segment(e.rlmm.list_remote_log_segments(e.tp)[0],
+                                                              st.partition.leader_epoch, session)
             assert remote_files(e) == files and [s for _, s in states(e)] == [0, 2]
             assert await asyncio.to_thread(again.wait, 30), "no new session"
-            await e.rlm._copy_once(st)
+            await e.rlm.run_copy(e.tp)
             assert [s for _, s in states(e)] == [0, 2]  # a new session, the old epoch: still fenced
             assert e.log.highest_offset_in_remote_storage == -1
             e.partition.leader_epoch += 1
-            await e.rlm._copy_once(st)
+            await e.rlm.run_copy(e.tp)
             assert S.COPY_SEGMENT_FINISHED in [s for _, s in states(e)]
         run(go())
     finally:
@@ -761,10 +760,9 @@ def test_a_full_store_fails_every_copy_with_one_warning_and_the_repeats_counted(
 
     async def go():
         await start(e)
-        st = e.rlm.partitions[e.tp]
         for _ in range(4):
-            await e.rlm.run_once(st, e.rlm._copy_once, "copy")
-        e.rlm._failure_log.flush()
+            await e.rlm.run_copy(e.tp, raise_errors=False)
+        e.rlm.failure_log.flush()
     with caplog.at_level(logging.INFO, logger="tierlog.tiered.remote_log_manager"):
         run(go())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

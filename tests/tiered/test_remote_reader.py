@@ -188,8 +188,8 @@ def build(tmp: Path, *, topic: str = "t", records: int = 420, gap_after_segment:
 
     async def tier():
         rlm.on_leadership_change([partition])
-        rlm._cancel(rlm.partitions[tp])
-        await rlm._copy_once(rlm.partitions[tp])
+        rlm.cancel(tp)
+        await rlm.run_copy(tp)
     run(tier())
     lg.delete_old_segments()
     assert lg.local_log_start_offset == keep[0].base_offset > 0 and lg.log_start_offset == 0
