@@ -138,6 +138,8 @@ class ProducerWorker(threading.Thread):
         self.debug_log = debug_log
         self.incarnation = 0
         self.unflushed = 0
+        #: librdkafka settings over the ones below (``request.timeout.ms`` shorter than a fault, say)
+        self.overrides: dict[str, object] = {}
         self._fatal = threading.Event()
 
     def _logger(self):
@@ -159,7 +161,7 @@ class ProducerWorker(threading.Thread):
             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 30000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
             "queue.buffering.max.messages": 20000, "socket.connection.setup.timeout.ms": 5000,
-            "client.id": f"jepsen-{self.base}"})
+            "client.id": f"jepsen-{self.base}", **self.overrides})
 
     def run(self) -> None:
         from confluent_kafka import KafkaException
