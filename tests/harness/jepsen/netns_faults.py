@@ -11,11 +11,10 @@ brokers' own Metadata, acknowledgements), never for a fixed time, and returns a 
   by the old one; after the heal the old leader is back in the ISR and follows the new leader's epoch.
 - ``one_way``: the leader cannot send to one follower (not the controller): the ISR shrinks to two, writes go
   on, and after the heal the follower is back in the ISR.
-- ``isolate_leader``: the leader reaches nobody (clients neither); a new leader is elected; back after the heal.
-- ``lossy_leader``: 5 % of the leader's packets dropped both ways for a while; writes go on.
 
-``run_schedule`` (scripts/netns_faults.py) draws such faults in turn on one topic of several partitions and
-ends with the checker's verdict.
+``run_schedule`` (scripts/netns_faults.py) draws faults of ``KINDS`` in turn on one topic of several partitions
+(besides those two: the leader isolated, 5 % of its packets lost both ways, cut from both followers, unable to
+send to the controller) and ends with the checker's verdict.
 """
 
 from __future__ import annotations
@@ -255,7 +254,11 @@ def one_way(nc, echo=None) -> dict:
 
 # ------------------------------------------------------------------------------------------- a long schedule
 
-KINDS = ("zk-cut-leader", "one-way", "isolate-leader", "lossy-leader", "cut-leader-followers")
+#: ``one-way-to-controller``: the leader cannot send to the controller (when it is not the controller itself,
+#: else to a follower). It cannot shrink its ISR then (AlterPartition goes to the controller, as in Kafka), so
+#: with a follower behind, acks=all writes of its partitions wait for the heal: an availability cost, held 20 s.
+KINDS = ("zk-cut-leader", "one-way", "one-way-to-controller", "isolate-leader", "lossy-leader",
+         "cut-leader-followers")
 
 
 def _shows_fault(nc, topic: str, p: int, leader: int, via: int):
@@ -298,6 +301,8 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
                 topo.cut(name, "zk")
             elif kind == "one-way":
                 topo.cut_one_way(name, nc.broker_name(rng.choice(others)))
+            elif kind == "one-way-to-controller":
+                topo.cut_one_way(name, nc.broker_name(controller if controller != leader else others[0]))
             elif kind == "isolate-leader":
                 topo.isolate(name)
             elif kind == "lossy-leader":
@@ -307,7 +312,8 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
                     topo.cut(name, nc.broker_name(o))
             cycle.faults = [" + ".join(topo.faults)]
             done.append(cycle)
-            h.event(f"cycle {index}: {', '.join(cycle.faults)} (leader of {topic}-{p}: {leader})")
+            h.event(f"cycle {index}: {', '.join(cycle.faults)} (leader of {topic}-{p}: {leader}, controller "
+                    f"{controller})")
             try:  # hold until the cluster shows the fault: the partition led elsewhere or its ISR shrunk; packet
                 # loss until 300 writes went through it
                 if kind == "lossy-leader":
@@ -316,6 +322,7 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
                     wait_until(_shows_fault(nc, topic, p, leader, others[0]), 20, "the fault's effect")
             except AssertionError:
                 cycle.notes.append("the fault's effect not seen within 20 s")
+                h.event(f"cycle {index}: no leader change or ISR shrink within 20 s")
             cycle.healed = h.now()
             topo.heal()
             try:
