@@ -51,6 +51,7 @@ class Probe(threading.Thread):
         while not self.stop.is_set():
             value = f"probe.0:{seq}".encode()
             sent = self.history.now()
+            self.history.attempt()
             try:
                 if raw is None:
                     raw = RawClient(self.address, timeout=5)
@@ -62,8 +63,11 @@ class Probe(threading.Thread):
                 self.answers.append((sent, now, int(part.error_code), part.base_offset))
                 if int(part.error_code) == 0:
                     self.history.ack(Ack("probe.0", seq, 0, part.base_offset, value, now))
+                else:
+                    self.history.delivery_error(f"probe {int(part.error_code)}")
             except Exception:  # noqa: BLE001 - no answer (cut off, timed out): indeterminate
                 self.no_answer += 1
+                self.history.delivery_error("probe no answer")
                 if raw is not None:
                     raw.close()
                 raw = None
