@@ -15,25 +15,86 @@ observable states only. Needs root, ``ip`` and ``nft`` (.ci/run installs nftable
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 
 import pytest
 
 from tests.harness import netns
 from tests.harness.jepsen.netns_faults import one_way, zombie_leader
+from tests.harness.netns import TABLE
 from tests.harness.netns_cluster import netns_cluster
 from tests.harness.prerequisites import unavailable
-from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS
+from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, wait_until
 
 SETTINGS = {"replica.lag.time.max.ms": "5000"}
 
 
-@pytest.fixture
-def nc(tmp_path):
+def require_netns() -> None:
     why = netns.available()
     if why is not None:
         unavailable("network namespaces with nftables", why)
+
+
+@pytest.fixture
+def nc(tmp_path):
+    require_netns()
     with netns_cluster(tmp_path, settings=SETTINGS) as cluster:
         yield cluster
+
+
+LISTENER = ("import socket,sys\ns=socket.socket();s.bind((sys.argv[1],7000));s.listen(64)\n"
+            "while True: s.accept()[0].close()")
+CONNECT = "import socket,sys;socket.create_connection((sys.argv[1],7000),timeout=1)"
+
+
+def test_the_topology_s_faults_cut_what_they_name_and_heal_removes_them():
+    """Each namespace's listener, reached from another namespace and from the test process, under each fault."""
+    require_netns()
+    topo = netns.Topology(["a", "b"])
+    listeners = []
+    try:
+        for n in ("a", "b"):
+            listeners.append(subprocess.Popen(topo.wrap(n, [sys.executable, "-c", LISTENER, topo.address(n)])))
+
+        def reach(src: str | None, dst: str) -> bool:
+            if src is None:
+                try:
+                    socket.create_connection((topo.address(dst), 7000), timeout=1).close()
+                    return True
+                except OSError:
+                    return False
+            return subprocess.run(topo.wrap(src, [sys.executable, "-c", CONNECT, topo.address(dst)]),
+                                  capture_output=True, timeout=30).returncode == 0
+
+        def paths() -> tuple[bool, bool, bool, bool]:
+            return reach("a", "b"), reach("b", "a"), reach(None, "a"), reach(None, "b")
+        wait_until(lambda: all(paths()), 15, "both listeners reachable")
+        topo.cut("a", "b")
+        assert paths() == (False, False, True, True)
+        topo.heal()
+        assert all(paths())
+        topo.cut_one_way("a", "b")  # TCP needs both ways: a connection either side opens fails
+        assert paths()[:2] == (False, False) and "daddr" in topo.rules("a") and topo.faults == ["cut-one-way a->b"]
+        topo.heal()
+        topo.isolate("a")
+        assert paths() == (False, False, False, True)
+        topo.heal()
+        topo.clients_cut("b")
+        assert paths() == (True, True, True, False)
+        topo.heal()
+        topo.loss("a", 100)
+        assert paths() == (False, False, False, True)
+        topo.heal()
+        assert all(paths()) and TABLE not in topo.rules("a") and not topo.faults
+    finally:
+        for p in listeners:
+            p.kill()
+            p.wait()
+        topo.close()
+    gone = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert topo.prefix not in gone
 
 
 def assert_consistent(result: dict) -> None:

@@ -5,8 +5,10 @@ pair with an address of its own in a /24 of 10.77.0.0/16 picked free; the other 
 ``<prefix>b`` in the ROOT namespace, which has the subnet's ``.1``. So every namespace reaches every other one
 over the bridge, and the test process (in the root namespace) reaches each namespace's address directly: the
 clients of a test (producers, consumers, raw requests) run in the test process, and their path to a namespace
-goes through the bridge. ``prefix`` is ``tlns<6 hex>``, unique per topology; ``sweep()`` removes whatever a
-crashed run left under the common stem ``tlns`` (namespaces and bridges), and ``close()`` removes this one's.
+goes through the bridge. ``prefix`` is ``tlns`` + the creating process's PID (6 hex digits) + 2 random hex digits,
+unique per topology and short enough for interface names (15 characters); ``close()`` removes this topology's
+namespaces, veths and bridge, and a new topology first removes those of topologies whose creating process is gone
+(``sweep_stale()``: a run killed before its cleanup), never another live process's.
 
 ``wrap(name, argv)`` is argv run inside a namespace (``ip netns exec NS ...``, which execs: the PID is the
 process's own, so it is stopped by PID as before). Each namespace has loopback up; its processes listen on its
@@ -90,6 +92,33 @@ def sweep(stem: str = STEM) -> list[str]:
     return removed
 
 
+def _creator(name: str) -> int | None:
+    try:
+        return int(name[len(STEM):len(STEM) + 6], 16)
+    except ValueError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale() -> list[str]:
+    """Remove the namespaces and links of topologies whose creating process no longer runs."""
+    names = [line.split()[0] for line in run("ip", "netns", "list", check=False).stdout.splitlines() if line.split()]
+    names += [line.split(":")[1].strip().split("@")[0]
+              for line in run("ip", "-o", "link", "show", check=False).stdout.splitlines() if ":" in line]
+    stale = {n[:len(STEM) + 8] for n in names if n.startswith(STEM) and (pid := _creator(n)) is not None
+             and not _alive(pid)}
+    return [x for prefix in sorted(stale) for x in sweep(prefix)]
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
     used = run("ip", "-o", "-4", "addr", "show", check=False).stdout
     for _ in range(100):
@@ -101,7 +130,8 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 class Topology:
     def __init__(self, names: list[str]):
-        self.prefix = f"{STEM}{uuid.uuid4().hex[:6]}"
+        sweep_stale()
+        self.prefix = f"{STEM}{os.getpid():06x}{uuid.uuid4().hex[:2]}"
         self.bridge = f"{self.prefix}b"
         self.subnet = _free_subnet()
         self.gateway = str(self.subnet.network_address + 1)  # the bridge's: the test process's address
