@@ -152,7 +152,16 @@ class Topology:
 
     def _create(self) -> None:
         run("ip", "link", "add", self.bridge, "type", "bridge")
-        run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        for _ in range(20):  # another run may have picked the same /24 at the same moment: both pick again
+            run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            if run("ip", "-o", "-4", "addr", "show", check=False).stdout.count(f" {self.gateway}/24 ") == 1:
+                break
+            run("ip", "addr", "del", f"{self.gateway}/24", "dev", self.bridge, check=False)
+            self.subnet = _free_subnet()
+            self.gateway = str(self.subnet.network_address + 1)
+            self._addresses = {n: str(self.subnet.network_address + 10 + i) for i, n in enumerate(self.names)}
+        else:
+            raise NetnsError("no /24 of 10.77.0.0/16 to myself")
         run("ip", "link", "set", self.bridge, "up")
         for i, name in enumerate(self.names):
             ns, outer = self.namespace(name), f"{self.prefix}v{i}"
