@@ -67,13 +67,16 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.output: list[str] = []
+        #: where clients reach it, and what its argv runs under (``ip netns exec NS``: tests/harness/netns.py)
+        self.host = "127.0.0.1"
+        self.argv_prefix: list[str] = []
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60) -> BrokerProcess:  # a loaded 2-core CI machine starts Python slowly
-        args = [sys.executable, "-m", "tierlog", "broker"]
+        args = [*self.argv_prefix, sys.executable, "-m", "tierlog", "broker"]
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

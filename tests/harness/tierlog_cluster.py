@@ -9,9 +9,11 @@ so too). ``proxies=True`` puts a ``LinkProxy`` in front of every broker's inter-
 link between brokers), ``zookeeper_proxies=True`` a ``TcpProxy`` between each broker and ZooKeeper (one
 broker cut from ZooKeeper while the others keep it), ``client_proxies=True`` a ``TcpProxy`` in front of every
 broker's client listener, which the broker advertises (the clients' own network path, cut without touching
-the brokers' links). ``add_brokers`` starts brokers with new ids on the running cluster's chroot (a cluster
-grown or replaced). Every process is a ``BrokerProcess``, so the harness's end-of-session sweep stops what a
-test left running.
+the brokers' links). ``topology=`` (a tests/harness/netns.py ``Topology`` with namespaces ``b1``..``bN``) runs
+each broker in its namespace, listening on and advertising its address (port 9092), for faults made by
+nftables between namespaces instead of proxies. ``add_brokers`` starts brokers with new ids on the running
+cluster's chroot (a cluster grown or replaced). Every process is a ``BrokerProcess``, so the harness's
+end-of-session sweep stops what a test left running.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def wait_until(check, timeout: float = 30, what: str = "the cluster"):
 class TierlogCluster:
     def __init__(self, work_dir: Path, zookeeper, brokers: int, settings: dict | None, chroot: str | None,
                  proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False,
-                 client_proxies: bool = False, extra_listeners: str = ""):
+                 client_proxies: bool = False, extra_listeners: str = "", topology=None):
         """``extra_listeners``: listeners every broker binds besides PLAINTEXT (",SSL://127.0.0.1:0"); the
         settings name their protocols (and ``inter.broker.listener.name`` when the brokers use one).
         ``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
@@ -81,6 +83,9 @@ class TierlogCluster:
         self.with_proxies, self.with_zookeeper_proxies, self.with_client_proxies = \
             proxies, zookeeper_proxies, client_proxies
         self.extra_listeners = extra_listeners
+        self.topology = topology
+        assert topology is None or not (proxies or zookeeper_proxies or client_proxies or extra_listeners), \
+            "a cluster in namespaces has no proxies"
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, LinkProxy] = {}
         self.zookeeper_proxies: dict[int, TcpProxy] = {}
@@ -109,8 +114,13 @@ class TierlogCluster:
         if self.with_zookeeper_proxies:
             zk_proxy = self.zookeeper_proxies[i] = TcpProxy(self.zookeeper.port, self.zookeeper.host)
             zk_connect = f"{zk_proxy.address}{self.chroot}"
+        if self.topology is not None:
+            extra["advertised.listeners"] = f"PLAINTEXT://{self.topology.address(f'b{i}')}:9092"
         self.brokers[i] = BrokerProcess(folder / "logs", {
             "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings, **own})
+        if self.topology is not None:
+            self.brokers[i].host = self.topology.address(f"b{i}")
+            self.brokers[i].argv_prefix = self.topology.wrap(f"b{i}", [])
         self._set_listeners(i)
 
     def client_proxy(self, i: int) -> TcpProxy:
@@ -144,6 +154,9 @@ class TierlogCluster:
     def _set_listeners(self, i: int) -> None:
         """The client listener on its previous port (a free one at first), plus INTERNAL behind its proxy."""
         b = self.brokers[i]
+        if self.topology is not None:
+            b.overrides["listeners"] = f"PLAINTEXT://{b.host}:9092"
+            return
         listeners = f"PLAINTEXT://127.0.0.1:{b.port or 0}"
         if i in self._internal_ports:
             listeners += f",INTERNAL://127.0.0.1:{self._internal_ports[i]}"
@@ -234,13 +247,14 @@ def start_cluster(work_dir: Path, zookeeper, brokers: int = 3, settings: dict | 
                   chroot: str | None = None, timeout: float = 60, controller: int | None = None,
                   proxies: bool = False, per_broker: dict[int, dict] | None = None,
                   zookeeper_proxies: bool = False, client_proxies: bool = False,
-                  extra_listeners: str = "") -> TierlogCluster:
+                  extra_listeners: str = "", topology=None) -> TierlogCluster:
     """A formed cluster of brokers 1..N; with ``controller``, that broker starts alone first and wins the
     controller election before the others start; with ``proxies``, the brokers talk through LinkProxies;
     with ``zookeeper_proxies``, each broker reaches ZooKeeper through a TcpProxy of its own; with
-    ``client_proxies``, clients reach each broker through a TcpProxy (``client_proxy(i)``)."""
+    ``client_proxies``, clients reach each broker through a TcpProxy (``client_proxy(i)``); with ``topology``,
+    each broker runs in the namespace ``b<id>`` of that tests/harness/netns.py ``Topology``."""
     cluster = TierlogCluster(work_dir, zookeeper, brokers, settings, chroot, proxies, per_broker, zookeeper_proxies,
-                             client_proxies, extra_listeners)
+                             client_proxies, extra_listeners, topology)
     try:
         if controller is not None:
             cluster.start([controller], timeout)

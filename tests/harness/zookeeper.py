@@ -57,15 +57,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_zookeeper(data_dir: Path, port: int | None = None, timeout: float = 60) -> ZooKeeperServer:
+class WrappedServer(ZooKeeperServer):
+    """A server whose argv runs under a prefix (``ip netns exec NS``: tests/harness/netns.py)."""
+
+    prefix: list[str] = []
+
+    def command(self) -> list[str]:
+        return [*self.prefix, *super().command()]
+
+
+def start_zookeeper(data_dir: Path, port: int | None = None, timeout: float = 60, topology=None,
+                    name: str = "zk") -> ZooKeeperServer:
     """A started ZooKeeper on 127.0.0.1 (``port``, else a free one) with its data in ``data_dir``; its
     ``connect`` is ``127.0.0.1:<port>``. A free port taken by another process between the pick and the
-    bind is picked again."""
+    bind is picked again. With ``topology`` (a tests/harness/netns.py ``Topology``), it runs inside the
+    namespace ``name`` and listens on its address (port 2181 unless ``port``)."""
     require()
     for attempt in range(3):
-        server = ZooKeeperServer(data_dir, "127.0.0.1", port or free_port(), tick_time_ms=TICK_TIME_MS,
-                                 min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
-                                 max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra=TEST_CONFIG)
+        if topology is not None:
+            server = WrappedServer(data_dir, topology.address(name), port or 2181, tick_time_ms=TICK_TIME_MS,
+                                   min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
+                                   max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra=TEST_CONFIG)
+            server.prefix = topology.wrap(name, [])
+        else:
+            server = ZooKeeperServer(data_dir, "127.0.0.1", port or free_port(), tick_time_ms=TICK_TIME_MS,
+                                     min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
+                                     max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra=TEST_CONFIG)
         running.add(server)
         try:
             return server.start(timeout)

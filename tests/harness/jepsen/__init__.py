@@ -7,7 +7,8 @@
   past the ZooKeeper session, a leader cut from its followers, a broker cut from ZooKeeper, a full disk, a
   ZooKeeper restart, a rolling restart), alone or two nested, drawn by a seeded generator;
 - ``checker``: reads every partition back and reports lost, duplicated, reordered and misplaced
-  acknowledged writes and committed offsets that went back;
+  acknowledged writes, committed offsets that went back, and offsets at which consumers (the workload's
+  ``ReaderWorker``s and the final read) saw different values (tests/cluster/test_jepsen_checker.py);
 - ``run``: one whole run on a cluster of its own (``run(work_dir, Settings(...))``).
 
 tests/cluster/test_replication_jepsen.py runs a few cycles; scripts/jepsen_replication.py the long run

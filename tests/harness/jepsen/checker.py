@@ -13,7 +13,11 @@ under way when the client was told):
 - reordered: two values of one producer in one partition whose acknowledged offsets are not in the order of
   their numbers, or that the log holds out of that order;
 - committed offset regression: the group's committed offset of a partition, read back by a fresh consumer,
-  below the highest the broker confirmed during the run; or one confirmed commit below an earlier one.
+  below the highest the broker confirmed during the run; or one confirmed commit below an earlier one;
+- divergent: an offset at which two consumers (``History.reads``, the plain readers of the run, and the final
+  read) saw different values, or a value a consumer read at an offset the final log does not reach (a read of
+  records that were later truncated: they had been exposed above the high watermark);
+- consumer reorder: a consumer that read one producer's values of one partition out of their numbers' order.
 
 Values whose delivery failed are indeterminate: the log may hold them or not, never twice and never out of
 order. The read goes up to each partition's high watermark, through a confluent-kafka consumer.
@@ -178,6 +182,7 @@ class Report:
     mismatched: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     offset_regressions: list[str] = field(default_factory=list)
+    divergent: list[str] = field(default_factory=list)
     offsetless: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
@@ -190,7 +195,7 @@ class Report:
     @property
     def violations(self) -> int:
         return (len(self.lost) + len(self.duplicated) + len(self.mismatched) + len(self.reordered)
-                + len(self.offset_regressions) + len(self.incomplete))
+                + len(self.offset_regressions) + len(self.divergent) + len(self.incomplete))
 
     @property
     def ok(self) -> bool:
@@ -229,6 +234,7 @@ class Report:
         for title, items in (("lost", self.lost), ("duplicated", self.duplicated), ("reordered", self.reordered),
                              ("offset mismatches", self.mismatched),
                              ("committed offset regressions", self.offset_regressions),
+                             ("divergent reads", self.divergent),
                              ("read incomplete", self.incomplete), ("liveness", self.liveness)):
             extra = ""
             if title == "lost" and self.lost_by_partition:
@@ -329,4 +335,34 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
             report.offset_regressions.append(
                 f"partition {p}: committed offset read back is {final}, but {off} was confirmed at {at:.1f}s "
                 f"({where(cycles, at)})")
+    check_reads(report, h.reads, at_offset, highs)
     return report
+
+
+def check_reads(report: Report, reads: dict[str, list[tuple[int, int, bytes]]],
+                final: dict[tuple[int, int], bytes], highs: dict[int, int]) -> None:
+    """The consumers' views: every (partition, offset) read by two of them (the final read ``final`` among them)
+    holds one value, every offset a consumer read is still in the final log, and each consumer read each
+    producer's values of a partition in the order of their numbers."""
+    seen: dict[tuple[int, int], tuple[bytes, str]] = {k: (v, "the final read") for k, v in final.items()}
+    for reader, records in sorted(reads.items()):
+        order: dict[tuple[str, int], tuple[int, int]] = {}
+        for p, o, v in records:
+            first = seen.get((p, o))
+            if first is None:
+                if o >= highs.get(p, 0):
+                    report.divergent.append(f"{reader} read {v.decode(errors='replace')} at partition {p} offset {o}, "
+                                            f"which the final log does not reach (high watermark {highs.get(p)})")
+                    continue
+                seen[(p, o)] = (v, reader)
+            elif first[0] != v:
+                report.divergent.append(f"partition {p} offset {o}: {reader} read {v.decode(errors='replace')}, "
+                                        f"{first[1]} {first[0].decode(errors='replace')}")
+            parsed = parse_value(v)
+            if parsed is None:
+                continue
+            prev = order.get((parsed[0], p))
+            if prev is not None and parsed[1] <= prev[0] and o > prev[1]:
+                report.reordered.append(f"{reader} read {parsed[0]} partition {p} seq {parsed[1]} at offset {o} "
+                                        f"after seq {prev[0]} at offset {prev[1]}")
+            order[(parsed[0], p)] = (parsed[1], o)

@@ -49,6 +49,8 @@ class History:
     commits: list[Commit] = field(default_factory=list)
     commit_errors: Counter = field(default_factory=Counter)
     events: list[tuple[float, str]] = field(default_factory=list)
+    #: what each plain consumer (``ReaderWorker``) read, (partition, offset, value), in the order it read them
+    reads: dict[str, list[tuple[int, int, bytes]]] = field(default_factory=dict)
     echo: object = None  # a print-like callable for events, or None
 
     def __post_init__(self) -> None:
@@ -83,6 +85,10 @@ class History:
     def commit(self, c: Commit) -> None:
         with self._lock:
             self.commits.append(c)
+
+    def read(self, reader: str, partition: int, offset: int, value: bytes) -> None:
+        with self._lock:
+            self.reads.setdefault(reader, []).append((partition, offset, value))
 
     def acked_count(self) -> int:
         return len(self.acks)
@@ -132,6 +138,8 @@ class ProducerWorker(threading.Thread):
         self.debug_log = debug_log
         self.incarnation = 0
         self.unflushed = 0
+        #: librdkafka settings over the ones below (``request.timeout.ms`` shorter than a fault, say)
+        self.overrides: dict[str, object] = {}
         self._fatal = threading.Event()
 
     def _logger(self):
@@ -153,7 +161,7 @@ class ProducerWorker(threading.Thread):
             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 30000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
             "queue.buffering.max.messages": 20000, "socket.connection.setup.timeout.ms": 5000,
-            "client.id": f"jepsen-{self.base}"})
+            "client.id": f"jepsen-{self.base}", **self.overrides})
 
     def run(self) -> None:
         from confluent_kafka import KafkaException
@@ -259,3 +267,30 @@ class GroupMember(threading.Thread):
                 self.history.commit_error(tp.error.name())
         if confirmed:
             self.history.commit(Commit(self.member, confirmed, self.history.now()))
+
+
+class ReaderWorker(threading.Thread):
+    """A plain consumer (no group) reading every partition from the beginning throughout the run; what it read
+    goes into ``History.reads`` under its name, so the checker can hold the consumers' views against each other
+    and against the final read."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, history: History,
+                 stop: threading.Event):
+        super().__init__(daemon=True, name=f"reader-{name}")
+        self.reader, self.bootstrap, self.topic, self.partitions = name, bootstrap, topic, partitions
+        self.history, self.stop = history, stop
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"reader-{self.reader}", "enable.auto.commit": False,
+            "socket.connection.setup.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000,
+            "client.id": f"jepsen-{self.reader}"})
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+        try:
+            while not self.stop.is_set():
+                for m in consumer.consume(500, 0.2):
+                    if m.error() is None:
+                        self.history.read(self.reader, m.partition(), m.offset(), m.value())
+        finally:
+            consumer.close()

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""A fault run with real network partitions: ZooKeeper and three brokers each in a network namespace, faults made
+with nftables inside the namespaces (docs/operations.md, "Fault runs").
+
+Two idempotent producers (acks=all) and two plain readers run against a topic of three partitions (three replicas,
+min.insync.replicas=2) while a seeded schedule applies, one per cycle, to the leader of a partition drawn at
+random: cut from ZooKeeper, cut one way from a follower, unable to send to the controller, isolated from everyone,
+5 % packet loss both ways, or cut from both followers. Each fault is held until the cluster shows it (the partition
+led elsewhere or its ISR shrunk, at most 20 s), healed, and settled (one controller, every ISR back to three,
+writes acknowledged on every partition) before the next. Then every partition is read back and the checker reports
+lost, duplicated, reordered and misplaced acknowledged writes and offsets at which the readers and the final read
+disagree. The last line is the verdict as one JSON object::
+
+    python scripts/netns_faults.py                          # 10 cycles, seed 1, at most 10 minutes
+    python scripts/netns_faults.py --cycles 40 --minutes 30 --seed 7
+
+Exit status 0 when nothing was violated and every cycle settled, 1 otherwise, 2 when the watchdog had to stop a
+run that overran its time by five minutes. Needs root, ``ip`` and ``nft``. Every process is stopped by PID and
+the namespaces, veths and bridge (named ``tlns...``) removed at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+
+from tests.harness import netns  # noqa: E402
+from tests.harness import zookeeper as zk  # noqa: E402
+from tests.harness.broker import BrokerProcess  # noqa: E402
+from tests.harness.jepsen.netns_faults import KINDS, run_schedule, summary  # noqa: E402
+from tests.harness.netns_cluster import netns_cluster  # noqa: E402
+
+GRACE_S = 300
+
+
+def watchdog(limit_s: float, prefix: list[str]) -> None:
+    def fire() -> None:
+        print(f"\nwatchdog: the run overran {limit_s:.0f} s; stopping every process it started", flush=True)
+        BrokerProcess.kill_running()
+        zk.kill_running()
+        for p in prefix:
+            netns.sweep(p)
+        print(json.dumps({"ok": False, "error": "watchdog"}), flush=True)
+        os._exit(2)
+    timer = threading.Timer(limit_s, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def interrupted(signum, frame) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=10, help="fault cycles (default 10)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--minutes", type=float, default=10, help="no cycle begins after this (default 10)")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")
+    args = parser.parse_args(argv)
+    why = netns.available()
+    if why is not None:
+        print(json.dumps({"ok": False, "error": why}))
+        return 1
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="tierlog-netns-"))
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    prefixes: list[str] = []
+    watchdog(args.minutes * 60 + GRACE_S, prefixes)
+    started = time.monotonic()
+    print(f"netns fault run: seed {args.seed}, up to {args.cycles} cycles or {args.minutes:g} minutes, kinds "
+          f"{', '.join(KINDS)}; work folder {work_dir}", flush=True)
+    with netns_cluster(work_dir, settings={"replica.lag.time.max.ms": "5000"}) as nc:
+        prefixes.append(nc.topology.prefix)
+        report, numbers = run_schedule(nc, args.seed, args.cycles, args.minutes, args.partitions,
+                                       echo=lambda line: print(line, flush=True))
+    print("\n" + report.format(), flush=True)
+    verdict = {**summary(report), "seed": args.seed, "cycles": len(report.cycles),
+               "faults": {k: n for k, n in sorted(report.faults_by_kind().items())}, **numbers,
+               "liveness": report.liveness, "seconds": round(time.monotonic() - started)}
+    print(json.dumps(verdict), flush=True)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

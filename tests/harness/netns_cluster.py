@@ -1,0 +1,63 @@
+"""A ZooKeeper and N brokers each in a network namespace of its own (tests/harness/netns.py), for real partitions.
+
+``netns_cluster(work_dir, brokers=3)`` is a context manager yielding a :class:`NetnsCluster`: the ``Topology``
+(namespaces ``zk``, ``b1``..``bN``), the ZooKeeper server (in ``zk``, on its address, port 2181) and the formed
+``TierlogCluster`` (each broker in ``b<id>``, listening on and advertising its address, port 9092). The test
+process is on the bridge, so its clients reach every broker's advertised address. On the way out, whatever
+happened: brokers and ZooKeeper stopped by PID, faults healed, namespaces, veths and the bridge removed.
+
+``leader_of(topic, p)`` and ``leader_epoch`` read one broker's Metadata; ``broker_name(i)`` is ``b<i>``, the
+namespace name the topology's faults take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness import rawclient
+from tests.harness import zookeeper as zk
+from tests.harness.netns import Topology, sweep
+from tests.harness.tierlog_cluster import TierlogCluster, start_cluster
+
+
+@dataclass
+class NetnsCluster:
+    topology: Topology
+    zookeeper: object
+    cluster: TierlogCluster
+
+    @staticmethod
+    def broker_name(i: int) -> str:
+        return f"b{i}"
+
+    def partition(self, topic: str, p: int = 0, via: int | None = None):
+        """Partition ``p`` as broker ``via`` (else the first answering running broker) describes it."""
+        ids = [via] if via is not None else self.cluster.running_ids()
+        last = None
+        for i in ids:
+            try:
+                md = rawclient.metadata(self.cluster.brokers[i].bootstrap, [topic])
+                return next(x for x in md.topics[0].partitions if x.partition_index == p)
+            except Exception as e:  # noqa: BLE001 - a broker cut off: ask the next one
+                last = e
+        raise AssertionError(f"no broker answered Metadata for {topic}-{p}: {last!r}")
+
+
+@contextlib.contextmanager
+def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 90):
+    topology = Topology(["zk", *(f"b{i}" for i in range(1, brokers + 1))])
+    server = cluster = None
+    try:
+        server = zk.start_zookeeper(work_dir / "zk", topology=topology, timeout=timeout)
+        cluster = start_cluster(work_dir, server, brokers, settings=settings, timeout=timeout, topology=topology)
+        yield NetnsCluster(topology, server, cluster)
+    finally:
+        topology.heal()
+        if cluster is not None:
+            cluster.stop()
+        if server is not None:
+            zk.stop_zookeeper(server)
+        topology.close()
+        sweep(topology.prefix)
