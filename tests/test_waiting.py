@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.harness import waiting
-from tests.harness.waiting import wait_until, wait_until_async
+from tests.harness.waiting import not_yet, wait_until, wait_until_async
 
 
 @pytest.fixture
@@ -62,6 +62,7 @@ def test_times_out_naming_what_and_the_last_value_seen(clock):
         wait_until(lambda: [] if next(calls) < 999 else None, 2, what="the records", interval=0.5)
     # called at 0, 0.5, 1, 1.5 and once more at the deadline: the last answer is named
     assert str(e.value) == "timed out after 2 s waiting for the records; last seen: []"
+    assert isinstance(e.value, waiting.TimedOut)
     assert clock.sleeps == [0.5, 0.5, 0.5, 0.5]
     assert next(calls) == 5
 
@@ -70,6 +71,15 @@ def test_never_sleeps_past_the_deadline(clock):
     with pytest.raises(AssertionError):
         wait_until(lambda: 0, 1, what="nothing", interval=0.4)
     assert clock.sleeps == pytest.approx([0.4, 0.4, 0.2])
+
+
+def test_an_assertion_of_the_predicate_is_no_timeout(clock):
+    def failing():
+        raise AssertionError("a wrong record")
+
+    with pytest.raises(AssertionError, match="a wrong record") as e:
+        wait_until(failing, 5, what="records")
+    assert not isinstance(e.value, waiting.TimedOut)
 
 
 def test_an_exception_propagates_unless_ignored(clock):
@@ -111,3 +121,8 @@ def test_the_async_twin_awaits_coroutine_predicates_and_times_out_the_same(clock
 
     with pytest.raises(AssertionError, match=r"timed out after 1 s waiting for zero; last seen: 0"):
         asyncio.run(wait_until_async(never, 1, what="zero"))
+
+
+def test_not_yet_is_false_and_names_what_the_predicate_saw(clock):
+    with pytest.raises(AssertionError, match=r"waiting for leaders; last seen: \{'leader': -1\}$"):
+        wait_until(lambda: not_yet({"leader": -1}), 1, what="leaders")

@@ -10,8 +10,12 @@ and awaits the predicate's answer when that is awaitable) share the rules:
 - between calls the wait sleeps ``interval`` seconds (never past the deadline);
 - an exception raised by the predicate propagates at once, unless it is an instance of ``ignore``
   (a tuple of exception types): then it counts as "not yet", and is what was last seen;
-- after ``timeout`` seconds, AssertionError ``"timed out after <timeout> s waiting for <what>; last seen:
-  <repr>"``, chained to the last ignored exception when that was the last thing seen.
+- a predicate that wants to show more than a falsy value when the time is up returns ``not_yet(seen)``:
+  false, and ``seen`` is what the timeout's message names;
+- after ``timeout`` seconds, :class:`TimedOut` (an AssertionError) ``"timed out after <timeout> s waiting for
+  <what>; last seen: <repr>"``, chained to the last ignored exception when that was the last thing seen.
+  A caller for whom the end of the time is no failure (a read that returns what arrived, a fallback) catches
+  ``TimedOut``, never AssertionError, so that an assertion inside the predicate still fails the test.
 """
 
 from __future__ import annotations
@@ -30,8 +34,27 @@ _sleep = time.sleep
 _async_sleep = asyncio.sleep
 
 
-def _timed_out(timeout: float, what: str, last: Any) -> AssertionError:
-    err = AssertionError(f"timed out after {timeout:g} s waiting for {what}; last seen: {last!r}")
+class not_yet:  # noqa: N801 - used like a value, ``return not_yet(md)``
+    """A falsy answer of a predicate that carries what it saw, for the timeout's "last seen"."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self, seen: Any):
+        self.seen = seen
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self.seen)
+
+
+class TimedOut(AssertionError):
+    """The wait's time is up: what was awaited did not happen."""
+
+
+def _timed_out(timeout: float, what: str, last: Any) -> TimedOut:
+    err = TimedOut(f"timed out after {timeout:g} s waiting for {what}; last seen: {last!r}")
     if isinstance(last, BaseException):
         err.__cause__ = last
     return err
@@ -42,7 +65,8 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, *, what: str, 
     """Call ``predicate()`` every ``interval`` seconds until it returns something truthy, and return that.
 
     An exception of a type in ``ignore`` counts as not yet (and is the last value seen); any other
-    exception propagates. After ``timeout`` seconds: AssertionError naming ``what`` and the last value seen.
+    exception propagates. After ``timeout`` seconds: TimedOut (an AssertionError) naming ``what`` and the last
+    value seen.
     """
     deadline = _clock() + timeout
     last: Any = None
