@@ -7,18 +7,15 @@ Session timeouts sit at the broker minimum (``SESSION_MS``, 6 s).
 from __future__ import annotations
 
 import threading
-import time
+
+from tests.harness import waiting
 
 SESSION_MS = 6000
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    """``waiting.wait_until`` with the group tests' argument order."""
+    waiting.wait_until(predicate, timeout, what=what)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,

@@ -8,10 +8,13 @@ broker minimum (6 s) and ``group.initial.rebalance.delay.ms`` is 0 (the fixture 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
 
+from tests.harness import waiting
+from tests.harness.waiting import TimedOut, not_yet
 from tests.server.groupslib import SESSION_MS, KafkaPythonMember, committed_offsets, produce, wait_until
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -125,14 +128,19 @@ def _confluent_consumer(bootstrap: str, group: str, **extra):
 
 def _confluent_consume(consumer, count: int, timeout: float = 30) -> list[tuple[int, int]]:
     got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
+
+    def consumed():
+        if len(got) >= count:
+            return True
         msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        assert msg.error() is None, msg.error()
-        got.append((msg.partition(), msg.offset()))
-        consumer.commit(message=msg, asynchronous=False)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append((msg.partition(), msg.offset()))
+            consumer.commit(message=msg, asynchronous=False)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        waiting.wait_until(consumed, timeout, interval=0, what=f"{count} records")
     return got
 
 
@@ -184,16 +192,19 @@ def test_confluent_kafka_two_members_rebalance(start_broker, strategy):
         members[0].subscribe(["ck2"])
         members[1].subscribe(["ck2"])
         seen: set[tuple[int, int]] = set()
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
+
+        def balanced():
             for m in members:
                 msg = m.poll(0.05)
                 if msg is not None and msg.error() is None:
                     seen.add((msg.partition(), msg.offset()))
                     _commit_tolerating_rebalance(m, msg)
             assignments = [{tp.partition for tp in m.assignment()} for m in members]
-            if len(seen) == 12 and all(len(a) == 2 for a in assignments):
-                break
+            return assignments if len(seen) == 12 and all(len(a) == 2 for a in assignments) \
+                else not_yet((len(seen), assignments))
+
+        assignments = waiting.wait_until(balanced, 40, interval=0,
+                                         what="12 records seen and two partitions each (records seen, assignments)")
         assert seen == {(p, o) for p in range(4) for o in range(3)}
         assert [len(a) for a in assignments] == [2, 2] and assignments[0] | assignments[1] == {0, 1, 2, 3}
         for m in members:  # the group is stable now: commit what each member consumed
