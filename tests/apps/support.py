@@ -70,7 +70,8 @@ def read_to_end(bootstrap: str, topic: str, isolation: str, timeout: float = 90)
         return not_yet(sorted(done))
 
     try:
-        waiting.wait_until(at_end, timeout, interval=0, what=f"{topic} ({isolation}) read to its end (partitions at it)")
+        waiting.wait_until(at_end, timeout, interval=0,
+                           what=f"{topic} ({isolation}) read to its end (done partitions)")
     finally:
         c.close()
     return got
