@@ -21,6 +21,7 @@ from kafka import TopicPartition as KTopicPartition
 
 from tests.harness import logcapture
 from tests.harness.broker import BrokerProcess
+from tests.harness.waiting import wait_until_async
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.errors import KafkaTimeoutError
@@ -104,13 +105,8 @@ def manager(bootstrap: str, log_dir: Path, **extra: str) -> TopicBasedRemoteLogM
 
 
 async def eventually(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    """``wait_until_async``, what first, at the managers' quick pace."""
+    return await wait_until_async(predicate, timeout, what=what, interval=0.01)
 
 
 async def ready_manager(bootstrap: str, log_dir: Path, follow=(), **extra: str) -> TopicBasedRemoteLogMetadataManager:
