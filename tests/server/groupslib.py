@@ -1,5 +1,5 @@
 """Consumer-group helpers of the server tests with real clients (kafka-python): produce to a topic,
-read a group's committed offsets, a group member polled from its own thread, polling.
+read a group's committed offsets, a group member polled from its own thread.
 
 Session timeouts sit at the broker minimum (``SESSION_MS``, 6 s).
 """
@@ -8,14 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.harness import waiting
-
 SESSION_MS = 6000
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    """``waiting.wait_until`` with the group tests' argument order."""
-    waiting.wait_until(predicate, timeout, what=what)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,
