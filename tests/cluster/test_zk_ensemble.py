@@ -85,6 +85,7 @@ def test_zookeeper_server_killed_and_restarted_under_load(tmp_path):
         c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "zk-ensemble", "enable.auto.commit": False})
         try:
             c.assign([TopicPartition("zk-load", p, 0) for p in range(PARTITIONS)])
+
             def read():
                 if acked <= got:
                     return True

@@ -79,6 +79,7 @@ class JavaApp:
 
     def wait_for_line(self, line: str, timeout: float = 180, after: int = 0) -> int:
         """Wait for ``line`` among stdout's lines from index ``after``; its index."""
+
         def index():
             for i in range(after, len(self.lines)):
                 if self.lines[i] == line:

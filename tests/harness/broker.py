@@ -126,6 +126,7 @@ class BrokerProcess:
         """The broker's asyncio tasks and what each awaits (it writes them on SIGUSR1), or why there are none."""
         seen = len(self.output)
         self.proc.send_signal(signal.SIGUSR1)
+
         def dump():
             lines = self.output[seen:]
             if any(task_dump.END in line for line in lines):

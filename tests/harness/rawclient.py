@@ -84,6 +84,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict |
 
 def wait_for_leaders(raw: RawClient, name: str, partitions: int, timeout: float = 15) -> None:
     """Until Metadata shows a leader for every partition and ListOffsets answers for each of them."""
+
     def led():
         md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
         t = md.topics[0]
@@ -127,6 +128,7 @@ def controller_address(bootstrap: str) -> str:
 def wait_for_controller(bootstrap: str, expected: int | None = None, timeout: float = 30) -> int:
     """Until the first broker of ``bootstrap`` names a controller among the brokers it lists (``expected``
     when given); returns its id."""
+
     def named():
         md = metadata(bootstrap, [])
         controller = md.controller_id if md.controller_id in {b.node_id for b in md.brokers} else None
@@ -166,6 +168,7 @@ def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, repl
 def wait_for_leaders_on(address: str, name: str, partitions: int, timeout: float = 15) -> None:
     """Until the Metadata of the broker at ``address`` shows a leader for every partition of ``name`` (the
     controller's news reaches each broker on its own)."""
+
     def led():
         t = metadata(address, [name]).topics[0]
         return t.error_code == 0 and len(t.partitions) == partitions and all(

@@ -169,6 +169,7 @@ class StoreFaultRun:
         c = CKConsumer({"bootstrap.servers": self.broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         c.assign([CKTopicPartition(topic, 0, 0)])
+
         def consumed():
             if len(out) < expected:
                 for m in c.consume(500, timeout=0.5):

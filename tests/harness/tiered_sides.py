@@ -211,6 +211,7 @@ def batch_epoch(side: Side, broker_id: int, topic: str, offset: int) -> int:
     """The partition leader epoch of the batch holding ``offset``, fetched from ``broker_id`` (from the
     remote tier when it is no longer local)."""
     raw = RawClient(side.address(broker_id), timeout=60)
+
     def holding():
         r = raw.request(ApiKey.FETCH, 12, {
             "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,

@@ -77,6 +77,7 @@ def consume_confluent(bootstrap: str, topic: str, isolation: str, until: bytes, 
                     "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation})
     c.assign([CKTopicPartition(topic, partition, 0)])
     got: list[tuple[int, bytes]] = []
+
     def reached():
         for m in c.consume(1000, timeout=0.5):
             assert m.error() is None, m.error()
@@ -100,6 +101,7 @@ def consume_kafka_python(bootstrap: str, topic: str, isolation: str, until: byte
     c.assign([tp])
     c.seek_to_beginning()
     got: list[tuple[int, bytes]] = []
+
     def reached():
         for r in c.poll(500).get(tp, []):
             got.append((r.offset, r.value))

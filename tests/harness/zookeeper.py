@@ -177,6 +177,7 @@ class Ensemble:
 
     def wait_quorum(self, timeout: float = 60) -> None:
         """Until one running server leads and every other running one follows it."""
+
         def quorum():
             modes = [self.mode(s) for s in self.servers if s.proc is not None and s.proc.poll() is None]
             return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1 or not_yet(modes)

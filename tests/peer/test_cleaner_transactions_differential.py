@@ -80,6 +80,7 @@ class Writer:
 
 def producer_id(raw: RawClient) -> int:
     """A producer id (InitProducerId again while Kafka loads its transaction state log, code 14 or 15)."""
+
     def initialized():
         r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
                                                       "producer_id": -1, "producer_epoch": -1})

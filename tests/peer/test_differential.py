@@ -710,6 +710,7 @@ def test_kafka_tiered_peer_offloads_segments(kafka_peer_tiered, kafka_tool):
     kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", "3000", "--record-size", "1000",
                "--throughput", "-1", "--producer-props", f"bootstrap.servers={b}", "linger.ms=20")
     raw = RawClient(b)
+
     def tiered():
         latest_tiered = _list_offset(raw, topic, 0, -5)
         earliest_local = _list_offset(raw, topic, 0, -4)
@@ -750,6 +751,7 @@ def _alter(raw, rtype: int, name: str, ops: list[tuple], validate_only: bool = F
 def _await_broker_values(raw, expected: dict) -> None:
     """Until node 1 describes these values: Kafka's broker applies a committed change asynchronously and
     validates the next request against what it has applied, so each step waits for the last one."""
+
     def applied():
         resp = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
             "resource_type": 4, "resource_name": "1", "configuration_keys": list(expected)}],

@@ -80,6 +80,7 @@ def alter_local_retention(raw: RawClient, topic: str, ms: int) -> None:
 def settled(raw: RawClient, topic: str, timeout: float = 120) -> dict:
     """Wait until the rolled segment is tiered and deleted locally (local log start = latest tiered + 1)."""
     total = BATCHES * RECORDS_PER_BATCH
+
     def done():
         answers = {ts: list_offset(raw, topic, ts) for ts in (-2, -4, -5, -1)}
         tiered, local = answers[-5][1], answers[-4][1]

@@ -42,6 +42,7 @@ def _init(raw: RawClient, tid: str, timeout_ms: int = 60000, version: int = 4) -
 
 def _init_ok(raw: RawClient, tid: str, timeout_ms: int = 60000) -> tuple[int, int]:
     """InitProducerId until it succeeds (CONCURRENT_TRANSACTIONS while an earlier abort completes)."""
+
     def initialized():
         code, pid, epoch = _init(raw, tid, timeout_ms)
         if code == NONE:
@@ -55,6 +56,7 @@ def _init_ok(raw: RawClient, tid: str, timeout_ms: int = 60000) -> tuple[int, in
 
 def _coordinator(raw: RawClient, tid: str) -> None:
     """FindCoordinator for ``tid`` until the coordinator answers (both create __transaction_state on demand)."""
+
     def found():
         r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]})
         return plain(r.coordinators[0].error_code) == NONE or not_yet(r)
@@ -65,6 +67,7 @@ def _coordinator(raw: RawClient, tid: str) -> None:
 def _group_coordinator(raw: RawClient, group: str) -> None:
     """FindCoordinator for ``group`` until the coordinator answers (both create __consumer_offsets on demand),
     then OffsetFetch until the group's partition is loaded (Kafka loads it after naming the coordinator)."""
+
     def loaded():
         r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
         if plain(r.coordinators[0].error_code) == NONE:
@@ -132,6 +135,7 @@ def _offsets(raw: RawClient, topic: str, partition: int = 0) -> dict:
 def _wait_stable(raw: RawClient, topic: str, partition: int = 0, at_least: int = 0) -> dict:
     """Until the last stable offset reaches the high watermark, and that at least ``at_least`` (the markers
     are written after EndTxn's answer)."""
+
     def stable():
         o = _offsets(raw, topic, partition)
         return o if o["last_stable_offset"] == o["high_watermark"] >= at_least else not_yet(o)
@@ -145,6 +149,7 @@ def _wait_complete(raw: RawClient, tid: str) -> None:
     once the decision is logged; the markers and then the complete state follow, and until then the coordinator
     answers CONCURRENT_TRANSACTIONS (Kafka on a loaded machine did, where the next step came right after the
     markers showed in the partition)."""
+
     def complete():
         r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": [], "producer_id_filters": []})
         (state,) = [t.transaction_state for t in r.transaction_states if t.transactional_id == tid]
@@ -419,6 +424,7 @@ def describe_and_list(bootstrap: str) -> dict:
         _wait_stable(raw, topic, 0, at_least=1)
         _wait_stable(raw, topic, 1, at_least=1)
         seen["committed"] = _describe(raw, tid, pids)
+
         def past_prepare():
             if seen["committed"]["state"] != "PrepareCommit":
                 return True
@@ -636,6 +642,7 @@ def tiered_transactions(bootstrap: str) -> dict:
             "resource_type": 2, "resource_name": topic, "configs": [
                 {"name": "local.retention.bytes", "config_operation": 0, "value": "1"}]}], "validate_only": False})
         assert plain(r.responses[0].error_code) == NONE
+
         def tiered():  # both rolled segments tiered and deleted locally: the local log is the active segment
             special = _special_offsets(raw, topic)
             # The segments roll at 1030 and 2060 of 2424 (1 MiB of ~101 KB transactions): past two thirds of the
@@ -700,6 +707,7 @@ def timed_out_under_tv2(bootstrap: str) -> dict:
         seen["produce v12"] = _retry(lambda: _produce(raw, tid, topic, pid, epoch, 0, [b"t1"], version=12),
                                      while_codes=(19, 51))
         seen["aborted: offsets"] = _wait_stable(raw, topic, at_least=2)
+
         def aborted():
             (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}).transaction_states
             return d if d.transaction_state == "CompleteAbort" else not_yet(d)

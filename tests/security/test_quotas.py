@@ -176,6 +176,7 @@ def test_alter_and_describe_client_quotas_answers(peer):
             (("client-id", other),): (0, None)}
 
         want = ((("client-id", client), ("user", user)), (("producer_byte_rate", 1000.0),))
+
         def described():
             code, _, entries = _describe(raw, [{"entity_type": "user", "match_type": 0, "match": user}])
             return (code, entries) if code == 0 and entries == [want] else not_yet((code, entries))

@@ -61,6 +61,7 @@ async def tierlog_roundtrip(settings: dict, topic: str, count: int = 20) -> list
     got: list[bytes] = []
     async with Consumer({**settings, "auto.offset.reset": "earliest"}) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
+
         async def read():
             if len(got) < count:
                 for records in (await consumer.poll(1000)).values():

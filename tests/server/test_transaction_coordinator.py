@@ -353,6 +353,7 @@ def test_partition_verification_is_dynamic(shared, raw):
     create_topic(shared.bootstrap, topic)
     pid, epoch = init_producer_id(raw)
     raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["hand-made"]})  # the state log
+
     def answered(value: bytes, producer_id: int, producer_epoch: int) -> list[int]:
         return [produce(raw, topic, [value], producer_id=producer_id, epoch=producer_epoch, sequence=0,
                         transactional=True).error_code]

@@ -43,6 +43,7 @@ def produce(b, topic: str, count: int, start: int = 0, codec: str = "none") -> N
 
 def tiered(b, topic: str, partitions: int = 3) -> list[dict]:
     """Until every partition's rolled segments are copied and its local log starts past 0."""
+
     def done():
         s = tier_status(b, topic)["partitions"]
         if len(s) == partitions and all(p["ready"] and p["copy_lag_segments"] == 0 and p["local_segments"] <= 2

@@ -219,6 +219,7 @@ def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
             c.offsets_for_times({tp: 1}, timeout_ms=200)
         assert e.value.retriable and e.value.code == 9
         hold.unlink()  # the catch-up runs
+
         def caught_up():
             if len(got) >= records:
                 return True

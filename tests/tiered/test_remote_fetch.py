@@ -106,6 +106,7 @@ def metric(b: BrokerProcess, name: str, topic: str) -> float:
 
 def wait_tiered(b: BrokerProcess, topic: str, partitions: int = 1, timeout: float = 60) -> list[dict]:
     """Until every partition has copied all rolled segments and local retention trimmed the rest."""
+
     def tiered():
         parts = status(b, topic)
         if len(parts) == partitions and all(p["ready"] and p["copy_lag_segments"] == 0 and p["remote_segments"] > 0
@@ -527,6 +528,7 @@ def test_a_missing_remote_object_is_a_retriable_error_and_consumers_recover(tier
             kp_got += [r for rs in kp.poll(300).values() for r in rs]  # raises on an error it does not retry
         assert ck_got == [] and kp_got == []
         hidden.rename(victim)
+
         def both_read():
             if len(ck_got) >= 500 and len(kp_got) >= 500:
                 return True

@@ -93,6 +93,7 @@ def test_status_and_ready_while_the_metadata_loads_after_a_restart(tmp_path):
         # Released: every answer from now on is "loading" or the right numbers; /ready turns 200 only once the
         # status shows the loaded figures.
         hold.unlink()
+
         def loaded():
             code, _ = ready(b)
             part = tier_status(b, TOPIC)["partitions"][0]

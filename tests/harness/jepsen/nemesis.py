@@ -78,6 +78,7 @@ class Rig:
 
     def metadata(self, exclude: set[int] = frozenset(), timeout: float = 20):
         """A Metadata answer for the topic from a responsive broker outside ``exclude`` (tried in turn)."""
+
         def answer():
             for i in self.responsive():
                 if i in exclude:
