@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from tests.harness import rawclient
+from tests.harness import rawclient, waiting
 from tests.harness.rawclient import raw_client
 from tests.harness.transactions import list_offset
+from tests.harness.waiting import not_yet
 from tierlog.protocol import ApiKey
 
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
@@ -31,20 +32,8 @@ TRANSIENT = (KafkaException, OSError, NotYet)
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
     """Poll ``predicate`` until it returns something true; that value (an AssertionError naming ``what``).
-    A transient error counts as not yet, until the time is up."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except TRANSIENT:
-            if time.monotonic() > deadline:
-                raise
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(interval)
+    A transient error counts as not yet, until the time is up (then the timeout names it and chains to it)."""
+    return waiting.wait_until(predicate, timeout, what=what, interval=interval, ignore=TRANSIENT)
 
 
 def partitions(bootstrap: str, topic: str) -> list[int]:
@@ -67,17 +56,22 @@ def read_to_end(bootstrap: str, topic: str, isolation: str, timeout: float = 90)
     c.assign([TopicPartition(topic, p, 0) for p in parts])
     got: dict[int, list[tuple]] = {p: [] for p in parts}
     done: set[int] = set()
-    deadline = time.monotonic() + timeout
+
+    def at_end():
+        if done == set(parts):
+            return True
+        for m in c.consume(500, timeout=0.5):
+            if m.error() is not None:
+                assert m.error().code() == m.error()._PARTITION_EOF, m.error()
+                done.add(m.partition())
+            else:
+                got[m.partition()].append((m.key(), m.value()))
+                done.discard(m.partition())
+        return not_yet(sorted(done))
+
     try:
-        while done != set(parts):
-            assert time.monotonic() < deadline, f"{topic} ({isolation}) not read to its end in {timeout} s"
-            for m in c.consume(500, timeout=0.5):
-                if m.error() is not None:
-                    assert m.error().code() == m.error()._PARTITION_EOF, m.error()
-                    done.add(m.partition())
-                else:
-                    got[m.partition()].append((m.key(), m.value()))
-                    done.discard(m.partition())
+        waiting.wait_until(at_end, timeout, interval=0,
+                           what=f"{topic} ({isolation}) read to its end (done partitions)")
     finally:
         c.close()
     return got

@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from tests.cli.clilib import env, one_error_line, tierlog
 from tests.harness import zookeeper as zk
+from tests.harness.waiting import wait_until
 from tierlog.tools import zookeeper
 
 
@@ -63,10 +64,8 @@ def test_start_serves_clients_until_sigterm(tmp_path, installed):
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0, proc.stderr.read()
         assert "ZooKeeper stopped" in proc.stderr.read()
-        deadline = time.monotonic() + 10
-        while _alive(server_pid):  # the server is the command's child: it went with it
-            assert time.monotonic() < deadline, f"ZooKeeper pid {server_pid} outlived the command"
-            time.sleep(0.05)
+        # the server is the command's child: it went with it
+        wait_until(lambda: not _alive(server_pid), 10, what=f"ZooKeeper pid {server_pid} gone with the command")
         assert not zookeeper.is_ok("127.0.0.1", port)
     finally:
         if proc.poll() is None:

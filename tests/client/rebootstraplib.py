@@ -5,10 +5,11 @@ with a fresh consumer. Used by test_rebootstrap.py (tierlog's client) and test_r
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.ports import PortReservation
+from tests.harness.waiting import TimedOut, wait_until_async
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
 from tierlog.client.types import TopicPartition
@@ -76,8 +77,13 @@ async def read_back(bootstrap: str, topic: str, expected: int, timeout: float = 
         ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(2)])
         assert sum(ends.values()) == expected, f"{topic} holds {sum(ends.values())} records, not {expected}"
         got: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for records in (await consumer.poll(timeout_ms=500)).values():
-                got += [r.value for r in records]
+
+        async def read():
+            if len(got) < expected:
+                for records in (await consumer.poll(timeout_ms=500)).values():
+                    got.extend(r.value for r in records)
+            return len(got) >= expected
+
+        with contextlib.suppress(TimedOut):  # the caller compares what arrived
+            await wait_until_async(read, timeout, interval=0, what=f"{expected} records")
         return sorted(got)

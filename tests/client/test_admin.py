@@ -18,6 +18,7 @@ from kafka.structs import TopicPartition as KpTopicPartition
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.ports import PortReservation
+from tests.harness.waiting import not_yet, wait_until
 from tierlog import errors
 from tierlog.client.admin import (
     Admin,
@@ -425,10 +426,16 @@ def test_consumer_groups(shared):
     member = KafkaConsumer("grp", bootstrap_servers=shared.bootstrap, group_id="live-g", client_id="live-client",
                            enable_auto_commit=False, auto_offset_reset="earliest")
     try:
-        deadline, seen = time.monotonic() + 30, 0
-        while seen < 3 and time.monotonic() < deadline:
-            seen += sum(len(batch) for batch in member.poll(200).values())
-        assert seen == 3
+        seen = [0]
+
+        def read():
+            if seen[0] >= 3:
+                return True
+            seen[0] += sum(len(batch) for batch in member.poll(200).values())
+            return not_yet(seen[0])
+
+        wait_until(read, 30, interval=0, what="3 records (how many arrived)")
+        assert seen[0] == 3
         member.commit()
 
         async def while_live(admin: Admin):

@@ -9,11 +9,13 @@ Group sessions sit at the broker minimum (6 s); ``group.initial.rebalance.delay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
 
 import pytest
 
+from tests.harness.waiting import TimedOut, not_yet, wait_until, wait_until_async
 from tierlog.client.consumer import Consumer, ConsumerRebalanceListener
 from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError
 from tierlog.client.fetcher import CompletedFetch
@@ -62,10 +64,15 @@ def simple(n: int, start: int = 0, tag: str = "v") -> list[tuple]:
 
 async def drain(consumer: Consumer, expected: int, timeout: float = 20, **poll_args) -> list:
     got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < expected and time.monotonic() < deadline:
-        for records in (await consumer.poll(timeout_ms=200, **poll_args)).values():
-            got.extend(records)
+
+    async def drained():
+        if len(got) < expected:
+            for records in (await consumer.poll(timeout_ms=200, **poll_args)).values():
+                got.extend(records)
+        return len(got) >= expected
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        await wait_until_async(drained, timeout, interval=0, what=f"{expected} records")
     return got
 
 
@@ -187,11 +194,14 @@ def test_assign_seek_poll_returns_exactly_the_produced_records_for_every_codec(b
             consumer.assign(tps[:2])
             consumer.pause(tps[1])
             got, sizes = [], []
-            deadline = time.monotonic() + 20
-            while len(got) < 120 and time.monotonic() < deadline:
+
+            async def polled():
                 batch = await consumer.poll(timeout_ms=200)
                 sizes.append(sum(len(v) for v in batch.values()))
-                got += [r for recs in batch.values() for r in recs]
+                got.extend(r for recs in batch.values() for r in recs)
+                return len(got) >= 120 or not_yet(len(got))
+
+            await wait_until_async(polled, 20, interval=0, what="120 records (records polled)")
             assert max(sizes) == 25 and {r.partition for r in got} == {0}
             assert [(r.offset, r.key, r.value) for r in got] == [
                 (o, k and k.decode(), None if v is None else len(v)) for o, k, v, *_ in sent[tps[0]]]
@@ -268,12 +278,18 @@ def test_poll_batches_hands_over_whole_undecoded_batches_and_advances_positions(
             c.seek(tps[0], 123)  # mid-batch: the first fetch may start before it
             c.seek(tps[1], 0)
             got: dict = {tp: [] for tp in tps}
-            deadline = time.monotonic() + 20
-            while (await c.position(tps[0]) < 300 or await c.position(tps[1]) < 40) and time.monotonic() < deadline:
+
+            async def handed_over():
+                if await c.position(tps[0]) >= 300 and await c.position(tps[1]) >= 40:
+                    return True
                 for tp, fetches in (await c.poll_batches(timeout_ms=200)).items():
                     for fetched in fetches:
                         assert isinstance(fetched, CompletedFetch) and fetched.tp == tp
                         got[tp].append(fetched)
+                return False
+
+            with contextlib.suppress(TimedOut):  # the records handed over are checked below
+                await wait_until_async(handed_over, 20, interval=0, what="positions 300 and 40")
             # decoded the ordinary way, the handed-over data is every record from the seek on, once
             for tp, first, values in ((tps[0], 123, [b"v%d" % i for i in range(123, 300)]),
                                       (tps[1], 0, [b"p1-%d" % i for i in range(40)])):
@@ -333,10 +349,15 @@ def test_commit_committed_round_trip_and_kafka_python_sees_the_offsets(broker):
         assert kc.committed(KTopicPartition("commits", 1)) == 6
         kc.subscribe(["commits"])
         seen: dict[int, list[int]] = {0: [], 1: []}
-        deadline = time.monotonic() + 30
-        while (len(seen[0]) < 7 or len(seen[1]) < 4) and time.monotonic() < deadline:
+
+        def polled():
+            if len(seen[0]) >= 7 and len(seen[1]) >= 4:
+                return True
             for ktp, records in kc.poll(timeout_ms=500).items():
                 seen[ktp.partition] += [r.offset for r in records]
+            return not_yet(seen)
+
+        wait_until(polled, 30, interval=0, what="7 and 4 records of partitions 0 and 1 (offsets seen)")
         assert seen == {0: list(range(3, 10)), 1: list(range(6, 10))}
         kc.commit({KTopicPartition("commits", 0): KOffsetAndMetadata(8, "kp", -1)})
     finally:
@@ -414,10 +435,13 @@ def test_member_that_stops_polling_leaves_and_rejoins(broker):
             lazy.subscribe(["lazy"])
 
             async def poll_until(consumers, cond, timeout=30):
-                deadline = time.monotonic() + timeout
-                while not cond():
-                    assert time.monotonic() < deadline, "timed out"
+                async def polled():
+                    if cond():
+                        return True
                     await asyncio.gather(*(c.poll(timeout_ms=100) for c in consumers))
+                    return False
+
+                await wait_until_async(polled, timeout, interval=0, what="the assignments")
 
             await poll_until([busy, lazy], lambda: len(busy.assignment()) == 1 and len(lazy.assignment()) == 1)
             # lazy stops calling poll: after max.poll.interval.ms it leaves and busy gets both partitions

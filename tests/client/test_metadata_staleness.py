@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from tests.client.fakebroker import FakeBroker
 from tests.client.netlib import dead_port as _dead_port
 from tests.client.netlib import network_client, run
 from tests.harness.rawclient import create_topic, unique
+from tests.harness.waiting import wait_until_async
 from tierlog.client.errors import KafkaConnectionError
 from tierlog.client.network import KafkaClient, deadline_after
 from tierlog.protocol import ApiKey
@@ -27,14 +27,6 @@ from tierlog.protocol import ApiKey
 
 def _client(bootstrap: str, **settings) -> KafkaClient:
     return network_client(bootstrap, metadata_max_age_ms=600000, **settings)
-
-
-async def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def test_a_broker_closed_mid_request_makes_the_metadata_stale(broker):
@@ -55,12 +47,14 @@ def test_a_broker_closed_mid_request_makes_the_metadata_stale(broker):
                 "rack_id": "", "topics": [{"topic": topic, "partitions": [{
                     "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
                     "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}, max_version=12))
-            await _until(lambda: conn.in_flight == 1, 10, "the Fetch waiting at the broker")
+            await wait_until_async(lambda: conn.in_flight == 1, 10,
+                                   interval=0.02, what="the Fetch waiting at the broker")
             asked = client.metadata_updates
             broker.kill()
             with pytest.raises(KafkaConnectionError):
                 await fetch
-            await _until(lambda: client.metadata_updates > asked, 10, "a metadata update after the disconnect")
+            await wait_until_async(lambda: client.metadata_updates > asked, 10,
+                                   interval=0.02, what="a metadata update after the disconnect")
         finally:
             await client.close()
 
@@ -75,11 +69,13 @@ def test_a_failed_connection_to_a_known_broker_asks_for_new_metadata():
             client = _client(live.address, reconnect_backoff_ms=10, reconnect_backoff_max_ms=10)
             client.start()
             try:
-                await _until(lambda: 2 in client.cluster.brokers, 10, "the brokers learned")
+                await wait_until_async(lambda: 2 in client.cluster.brokers, 10,
+                                       interval=0.02, what="the brokers learned")
                 asked = live.metadata_requests
                 with pytest.raises(KafkaConnectionError):
                     await client.send(client.node(2), ApiKey.METADATA, {"topics": []})
-                await _until(lambda: live.metadata_requests > asked, 10, "a metadata update after the failed dial")
+                await wait_until_async(lambda: live.metadata_requests > asked, 10,
+                                       interval=0.02, what="a metadata update after the failed dial")
             finally:
                 await client.close()
 
@@ -94,11 +90,13 @@ def test_refreshes_that_move_no_leader_back_off_exponentially():
             client = _client(live.address, retry_backoff_ms=base_ms, retry_backoff_max_ms=cap_ms)
             client.start()
             try:
-                await _until(lambda: 1 in client.cluster.brokers, 10, "the broker learned")
+                await wait_until_async(lambda: 1 in client.cluster.brokers, 10,
+                                       interval=0.02, what="the broker learned")
                 first = live.metadata_requests
                 for n in range(6):  # as a producer re-dialling a dead leader asks again and again
                     client.request_update()
-                    await _until(lambda n=n: live.metadata_requests > first + n, 10, f"update {n + 1}")
+                    await wait_until_async(lambda n=n: live.metadata_requests > first + n, 10,
+                                           interval=0.02, what=f"update {n + 1}")
                 times = [t for k, t in zip(live.requests, live.arrivals) if k == ApiKey.METADATA][first - 1:]
             finally:
                 await client.close()

@@ -17,6 +17,7 @@ import pytest
 
 from tests.client import netlib
 from tests.client.fakebroker import FakeBroker
+from tests.harness.waiting import wait_until_async
 from tierlog import errors
 from tierlog.client.admin import Admin
 from tierlog.client.cluster import Node
@@ -27,14 +28,6 @@ from tierlog.client.producer import Producer
 run = netlib.run
 _dead_port = netlib.dead_port
 _client = netlib.network_client
-
-
-async def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def test_rebootstrap_required_goes_back_to_bootstrap_servers():
@@ -49,8 +42,8 @@ def test_rebootstrap_required_goes_back_to_bootstrap_servers():
                 assert set(client.cluster.brokers) == {7} and seed.metadata_requests == 1
                 # the next update goes to broker 7, which answers 129 once: back to the seed
                 await client.wait_for_update(10)
-                await _until(lambda: seed.metadata_requests == 2 and not client.cluster.bootstrapped, 10,
-                             "a second Metadata request to the bootstrap server")
+                await wait_until_async(lambda: seed.metadata_requests == 2 and not client.cluster.bootstrapped, 10,
+                                       interval=0.02, what="a second Metadata request to the bootstrap server")
                 assert client.rebootstraps == 1
                 assert b.metadata_requests == 1
                 assert set(client.cluster.brokers) == {7}
@@ -101,7 +94,8 @@ def test_rebootstrap_when_the_known_broker_dies(backoff_ms, trigger_ms, rebootst
                 seed.advertise = []  # from now on the seed names itself (node -99)
                 client.request_update()
                 if rebootstraps:
-                    await _until(lambda: -99 in client.cluster.brokers, 15, "metadata from a rebootstrap")
+                    await wait_until_async(lambda: -99 in client.cluster.brokers, 15,
+                                           interval=0.02, what="metadata from a rebootstrap")
                     assert client.rebootstraps >= 1 and seed.metadata_requests >= 2
                 else:
                     await asyncio.sleep(3)  # nothing to poll for: the point is that nothing happens
@@ -145,7 +139,8 @@ def test_usable_nodes_follow_kip_899():
                 await client.connection(node)
                 assert client.least_loaded_node() == node
                 await a.stop()
-                await _until(lambda: not client.is_usable(node), 10, "the closed connection's node in back-off")
+                await wait_until_async(lambda: not client.is_usable(node), 10,
+                                       interval=0.02, what="the closed connection's node in back-off")
                 assert client.least_loaded_node([node]) is None
             finally:
                 await client.close()

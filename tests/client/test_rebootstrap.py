@@ -14,9 +14,10 @@ of seconds, so a dead broker is in back-off (not "usable") most of the time.
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
 
 from tests.client.rebootstraplib import SwapPair, expected_values, produce_values, read_back
+from tests.harness.waiting import TimedOut, wait_until_async
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
 from tierlog.client.errors import BrokersUnavailableError
@@ -37,10 +38,14 @@ async def _swap(pair: SwapPair) -> None:
 
 
 async def _poll_until(consumer: Consumer, got: list[bytes], n: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        for records in (await consumer.poll(timeout_ms=500)).values():
-            got += [r.value for r in records]
+    async def read():
+        if len(got) < n:
+            for records in (await consumer.poll(timeout_ms=500)).values():
+                got.extend(r.value for r in records)
+        return len(got) >= n
+
+    with contextlib.suppress(TimedOut):  # the test judges what arrived
+        await wait_until_async(read, timeout, interval=0, what=f"{n} records")
 
 
 def test_producer_rebootstraps_to_the_replaced_host(pair):

@@ -7,11 +7,11 @@ loop with a deadline; no sleeps."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import confluent_kafka
 import pytest
 
+from tests.harness.waiting import not_yet, wait_until, wait_until_async
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.consumer import Consumer
@@ -40,13 +40,11 @@ async def settled_ends(bootstrap: str, tps: list) -> dict:
     wait for them."""
     async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as stable, \
             Consumer(bootstrap_servers=bootstrap) as high:
-        deadline = time.monotonic() + WAIT
-        while True:
+        async def closed():
             lso, hw = await stable.end_offsets(tps), await high.end_offsets(tps)
-            if lso == hw:
-                return lso
-            assert time.monotonic() < deadline, f"a transaction stays open: last stable {lso}, high {hw}"
-            await asyncio.sleep(0.05)  # poll interval, not a wait for an outcome
+            return [lso] if lso == hw else not_yet(f"last stable {lso}, high {hw}")
+
+        return (await wait_until_async(closed, WAIT, what="every transaction closed"))[0]
 
 
 async def read_all(bootstrap: str, topic: str, partitions: int, isolation: str,
@@ -62,11 +60,16 @@ async def read_all(bootstrap: str, topic: str, partitions: int, isolation: str,
         c.assign(tps)
         ends = await c.end_offsets(tps)
         records = []
-        deadline = time.monotonic() + WAIT
-        while any([await c.position(tp) < ends[tp] for tp in tps]):
-            assert time.monotonic() < deadline, f"positions {[await c.position(tp) for tp in tps]}, ends {ends}"
+
+        async def at_ends():
+            positions = [await c.position(tp) for tp in tps]
+            if not any(positions[i] < ends[tp] for i, tp in enumerate(tps)):
+                return True
             for got in (await c.poll(timeout_ms=500)).values():
-                records += got
+                records.extend(got)
+            return not_yet(f"positions {positions}, ends {ends}")
+
+        await wait_until_async(at_ends, WAIT, interval=0, what="every position at its end offset")
         return records, {tp: await c.position(tp) for tp in tps}
 
 
@@ -145,11 +148,15 @@ def consume_transform_produce_scenario(bootstrap: str) -> None:
 
     async def poll_until(consumer: Consumer, n: int) -> list:
         got = []
-        deadline = time.monotonic() + WAIT
-        while len(got) < n:
-            assert time.monotonic() < deadline, f"only {len(got)} of {n} records"
+
+        async def polled():
+            if len(got) >= n:
+                return True
             for records in (await consumer.poll(timeout_ms=500)).values():
-                got += records
+                got.extend(records)
+            return not_yet(len(got))
+
+        await wait_until_async(polled, WAIT, interval=0, what=f"{n} records (how many arrived)")
         return got
 
     async def main():
@@ -268,16 +275,19 @@ def confluent_poll(consumer: confluent_kafka.Consumer, tp: confluent_kafka.Topic
     high watermark."""
     _low, high = consumer.get_watermark_offsets(tp, timeout=WAIT)
     values: list[bytes] = []
-    deadline = time.monotonic() + WAIT
-    while True:
+
+    def at_high():
         position = consumer.position([tp])[0].offset
         if position >= high:
-            return values
-        assert time.monotonic() < deadline, f"position {position}, high watermark {high}"
+            return True
         msg = consumer.poll(0.5)
         if msg is not None:
             assert msg.error() is None, msg.error()
             values.append(msg.value())
+        return not_yet(f"position {position}, high watermark {high}")
+
+    wait_until(at_high, WAIT, interval=0, what="the position at the high watermark")
+    return values
 
 
 def confluent_scenario(bootstrap: str) -> None:

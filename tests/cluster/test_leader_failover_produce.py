@@ -20,6 +20,7 @@ only acknowledged records). ``zookeeper.session.timeout.ms`` is 3 s, so the elec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ from tests.harness import apache_kafka, rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import create, start_cluster
 from tests.harness.transactions import list_offset
+from tests.harness.waiting import TimedOut, wait_until, wait_until_async
 from tierlog.client.admin import Admin
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
@@ -76,12 +78,17 @@ def read_back(bootstrap: str, topic: str, count: int, timeout: float = 60) -> li
                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     c.assign([CKTopicPartition(topic, 0, 0)])
     got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
+
+    def read():
+        if len(got) < count:
             for m in c.consume(1000, timeout=0.5):
                 assert m.error() is None, m.error()
                 got.append(m.value())
+        return len(got) >= count
+
+    try:
+        with contextlib.suppress(TimedOut):  # the caller judges what arrived
+            wait_until(read, timeout, interval=0, what=f"{count} records")
     finally:
         c.close()
     return got
@@ -143,10 +150,8 @@ class Piped:
 
 
 async def wait_for(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, f"{what} not within {timeout} s"
-        await asyncio.sleep(0.05)
+    """``wait_until_async`` of a blocking ``check`` (run in a thread), the test's argument order."""
+    await wait_until_async(lambda: asyncio.to_thread(check), timeout, what=what)
 
 
 def test_producers_deliver_every_record_across_a_leader_kill(cluster, kafka_jars):

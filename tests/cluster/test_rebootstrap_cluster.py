@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import in_parallel, start_cluster
+from tests.harness.waiting import TimedOut, not_yet, wait_until, wait_until_async
 from tests.harness.writer import BackgroundWriter
 from tierlog.client import admin as tierlog_admin
 from tierlog.client.consumer import Consumer
@@ -196,10 +197,15 @@ class Writer:
 
 
 async def consume(consumer: Consumer, got: list[bytes], until, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
+    async def consumed():
+        if until():
+            return True
         for records in (await consumer.poll(timeout_ms=500)).values():
-            got += [r.value for r in records]
+            got.extend(r.value for r in records)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        await wait_until_async(consumed, timeout, interval=0, what="the records")
 
 
 async def read_back(bootstrap: str, topic: str, expected: int, partitions: int = PARTITIONS,
@@ -292,10 +298,8 @@ def test_tierlog_clients_rebootstrap_or_fail_clearly(fleet):
         print(f"tierlog: {len(expected)} acknowledged, {len(back)} read back")
 
     async def consume_until(got: list[bytes], n: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert len(got) >= n, f"the group read {len(got)} of {n}"
+        await wait_until_async(lambda: len(got) >= n or not_yet(len(got)), timeout, interval=0.1,
+                               what=f"the group to read {n} (how many it read)")
 
     run(scenario())
 
@@ -321,9 +325,9 @@ def test_clients_that_see_the_move_need_no_rebootstrap(fleet):
             await asyncio.to_thread(flowing_again, lambda: len(writer.acked))
             await writer.stop()
             assert writer.failed == [], writer.failed[:3]
-            deadline = time.monotonic() + 120
-            while len(got) < len(writer.acked) and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            with contextlib.suppress(TimedOut):  # asserted below
+                await wait_until_async(lambda: len(got) >= len(writer.acked), 120, interval=0.1,
+                                       what="every acknowledged record consumed")
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
@@ -358,10 +362,8 @@ class ThreadConsumer:
                 (self.errors if m.error() else self.got).append(m.error() or m.value())
 
     def wait_for(self, n: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.got) < n and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(self.got) >= n, f"the group read {len(self.got)} of {n}"
+        wait_until(lambda: len(self.got) >= n or not_yet(len(self.got)), timeout, interval=0.1,
+                   what=f"the group to read {n} (how many it read)")
 
     def stop(self) -> None:
         self._stop.set()

@@ -20,6 +20,7 @@ import pytest
 from tests.harness import rawclient
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_isr
+from tests.harness.waiting import not_yet, wait_until
 from tests.harness.writer import BackgroundWriter
 from tests.interop.clients import CLIENTS
 from tierlog.protocol import ApiKey
@@ -354,11 +355,16 @@ def test_a_consumer_is_sent_to_the_replica_in_its_rack(cluster):
     try:
         consumer.assign([TopicPartition(name, 0, 0)])
         got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 20 and time.monotonic() < deadline:
+
+        def read():
+            if len(got) >= 20:
+                return True
             m = consumer.poll(1)
             if m is not None and not m.error():
                 got.append(m.value())
+            return not_yet(len(got))
+
+        wait_until(read, 30, interval=0, what="20 records (how many arrived)")
         assert got == [b"near-%d" % i for i in range(20)]
     finally:
         consumer.close()

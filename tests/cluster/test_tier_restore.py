@@ -20,8 +20,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from tests.harness import waiting
 from tests.harness.tiered import tier_status, tiered_settings
 from tests.harness.tierlog_cluster import start_cluster, wait_until
+from tests.harness.waiting import not_yet
 
 TOPIC = "restored-orders"
 PARTITIONS = 2
@@ -48,16 +50,19 @@ def read_all(bootstrap: str, ends: dict[int, int], timeout: float = 90) -> dict[
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
     got: dict[int, list[tuple]] = {p: [] for p in ends}
-    deadline = time.monotonic() + timeout
+
+    def read():
+        if not any((got[p][-1][0] + 1 if got[p] else -1) < ends[p] for p in ends):
+            return True
+        for tp, msgs in consumer.poll(500).items():
+            for m in msgs:
+                if m.offset < ends[tp.partition]:
+                    got[tp.partition].append((m.offset, m.timestamp, m.key, m.value, list(m.headers)))
+        last = {p: r[-1][0] if r else None for p, r in got.items()}
+        return not_yet(f"records read by then: { {p: len(r) for p, r in got.items()} }, last offsets: {last}")
+
     try:
-        while any((got[p][-1][0] + 1 if got[p] else -1) < ends[p] for p in ends):
-            last = {p: r[-1][0] if r else None for p, r in got.items()}
-            assert time.monotonic() < deadline, \
-                f"records read by then: { {p: len(r) for p, r in got.items()} }, last offsets: {last}"
-            for tp, msgs in consumer.poll(500).items():
-                for m in msgs:
-                    if m.offset < ends[tp.partition]:
-                        got[tp.partition].append((m.offset, m.timestamp, m.key, m.value, list(m.headers)))
+        waiting.wait_until(read, timeout, interval=0, what=f"every partition read to its end {ends}")
     finally:
         consumer.close()
     return got

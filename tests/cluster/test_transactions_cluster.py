@@ -29,11 +29,13 @@ from tests.cluster.txn_cluster import (
     transactional_id_in,
     txn_state_partitions,
 )
+from tests.harness import waiting
 from tests.harness.broker import BrokerProcess
 from tests.harness.java_transactions import java_consume, java_produce
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import create, partition, replica_folder, start_cluster, wait_until
 from tests.harness.transactions import READ_COMMITTED
+from tests.harness.waiting import not_yet
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
@@ -184,9 +186,14 @@ def test_consume_transform_produce_with_the_group_on_another_broker(cluster):
     try:
         consumer.subscribe([source])  # a member of the group: TxnOffsetCommit carries its generation (KIP-447)
         records = []
-        deadline = time.monotonic() + 60
-        while len(records) < 6 and time.monotonic() < deadline:
-            records += [m for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+
+        def read():
+            if len(records) >= 6:
+                return True
+            records.extend(m for m in consumer.consume(10, timeout=0.5) if m.error() is None)
+            return not_yet(len(records))
+
+        waiting.wait_until(read, 60, interval=0, what="6 records (how many arrived)")
         assert len(records) == 6
 
         def transform(upto: int, commit: bool) -> None:

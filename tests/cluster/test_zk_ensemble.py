@@ -4,12 +4,13 @@ other two servers elect a leader and after the third rejoins, and every acknowle
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.harness.tierlog_cluster import create, start_cluster
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tests.harness.zookeeper import restart_zookeeper, start_ensemble, stop_zookeeper
 
 PARTITIONS = 3
@@ -47,10 +48,8 @@ class _Load:
     def wait_more(self, count: int, what: str, timeout: float = 30) -> None:
         """Until ``count`` more records than now are acknowledged."""
         want = len(self.acked) + count
-        deadline = time.monotonic() + timeout
-        while len(self.acked) < want:
-            assert time.monotonic() < deadline, f"{what}: {len(self.acked)} of {want} acknowledged; {self.errors[:3]}"
-            time.sleep(0.02)
+        wait_until(lambda: len(self.acked) >= want or not_yet((len(self.acked), self.errors[:3])), timeout,
+                   interval=0.02, what=f"{what}: {want} acknowledged (acknowledged, errors)")
 
     def stop(self) -> None:
         self._stop.set()
@@ -86,11 +85,17 @@ def test_zookeeper_server_killed_and_restarted_under_load(tmp_path):
         c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "zk-ensemble", "enable.auto.commit": False})
         try:
             c.assign([TopicPartition("zk-load", p, 0) for p in range(PARTITIONS)])
-            deadline = time.monotonic() + 30
-            while not acked <= got and time.monotonic() < deadline:
+
+            def read():
+                if acked <= got:
+                    return True
                 for m in c.consume(10_000, timeout=0.5):
                     if m.error() is None:
                         got.add(m.value())
+                return False
+
+            with contextlib.suppress(TimedOut):  # asserted below, with what was lost
+                wait_until(read, 30, interval=0, what="every acknowledged record read")
         finally:
             c.close()
         assert acked <= got, f"{len(acked - got)} acknowledged records lost, e.g. {sorted(acked - got)[:5]}"

@@ -9,6 +9,7 @@ fail (tests/faults/tmpfs.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from tests.harness import ROOT
 from tests.harness.broker import BrokerProcess, log_lines
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import metrics_url, sample_value, scrape, tier_status, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.errors import KafkaStorageError
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches, iter_records, verify_crc
@@ -144,12 +146,18 @@ def read_back(b: BrokerProcess, topic: str, count: int) -> tuple[list[tuple[int,
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"check-{uuid.uuid4()}", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, 0)])
     got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + 120
-    while len(got) < count and time.monotonic() < deadline:
+
+    def read():
+        if len(got) >= count:
+            return True
         m = c.poll(0.5)
         if m is not None:
             assert m.error() is None, m.error()
             got.append((m.offset(), m.value()))
+        return False
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        wait_until(read, 120, interval=0, what=f"{count} records")
     assert c.poll(1) is None  # nothing beyond
     _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
     c.close()

@@ -22,6 +22,8 @@ Modules (import them by name; this package imports none of them):
 - ``delay_line``: a TCP forwarder that delays each direction (a distant store where ``tc netem`` is missing).
 - ``threads``: ``in_parallel`` (one step on several brokers at once) and ``start_together`` (clusters
   started side by side, the others stopped if one fails).
+- ``waiting``: ``wait_until`` (and ``wait_until_async``), the one wait of every test: poll a predicate until
+  it is truthy, or fail naming what was awaited and what was last seen.
 - ``zookeeper``: ZooKeeper for cluster tests through the product's launcher (short ticks, a free
   port, ``unique_chroot`` per test), and ``start_ensemble``: three servers as one quorum.
 - ``plugin``: the pytest plugin with the shared fixtures (``start_broker``, ``broker``, ``kafka_jars``,

@@ -17,11 +17,11 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from tests.harness.apache_kafka import kafka_peer_module as peer
 from tests.harness.prerequisites import unavailable
+from tests.harness.waiting import not_yet, wait_until
 
 SOURCES = sorted((Path(__file__).resolve().parents[1] / "apps" / "java").glob("*.java"))
 #: JVM flags of the applications: small heaps, quick start (two cores shared with brokers).
@@ -79,14 +79,15 @@ class JavaApp:
 
     def wait_for_line(self, line: str, timeout: float = 180, after: int = 0) -> int:
         """Wait for ``line`` among stdout's lines from index ``after``; its index."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def index():
             for i in range(after, len(self.lines)):
                 if self.lines[i] == line:
-                    return i
+                    return [i]  # (a list: index 0 is an answer too)
             assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.tail()}"
-            time.sleep(0.1)
-        raise AssertionError(f"no {line!r} within {timeout} s; stdout {self.lines[-20:]}\n{self.tail()}")
+            return not_yet(f"stdout {self.lines[-20:]}\n{self.tail()}")
+
+        return wait_until(index, timeout, interval=0.1, what=f"{line!r}")[0]
 
     def tail(self, n: int = 60) -> str:
         self.log.flush()

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from tests.harness import ROOT
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog import task_dump
 
 #: One log line of a tierlog process (tierlog.logs.FORMAT): ISO-8601 UTC time with ms, level, logger, message.
@@ -87,6 +88,7 @@ class BrokerProcess:
         limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
         self.proc = subprocess.Popen(args, cwd=self.log_dir.parent, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
+        # not wait_until: it reads the broker's output line by line (blocking) until the ready line or its end
         deadline = time.monotonic() + timeout
         for line in self.proc.stdout:
             self.output.append(line)
@@ -127,14 +129,18 @@ class BrokerProcess:
         """The broker's asyncio tasks and what each awaits (it writes them on SIGUSR1), or why there are none."""
         seen = len(self.output)
         self.proc.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def dump():
             lines = self.output[seen:]
             if any(task_dump.END in line for line in lines):
                 start = next(i for i, line in enumerate(lines) if line.startswith("asyncio tasks:"))
                 return "".join(lines[start:])
-            time.sleep(0.05)
-        return f"(no asyncio task dump within {timeout} s of SIGUSR1: the event loop is blocked)"
+            return None
+
+        try:
+            return wait_until(dump, timeout, what="the asyncio task dump")
+        except TimedOut:
+            return f"(no asyncio task dump within {timeout} s of SIGUSR1: the event loop is blocked)"
 
     def kill(self) -> None:
         """Unclean stop (SIGKILL)."""

@@ -43,6 +43,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import create_topic
 from tests.harness.tiered import metrics_url
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tierlog.records import RECORD_BATCH_OVERHEAD, read_header
 
 TOPIC = "compacted-faults"
@@ -197,26 +198,31 @@ def wait_for_kill_point(b: BrokerProcess, point: str, rng: random.Random, timeou
     """Return once ``point`` is observed (``point`` returned) or, after ``timeout``, once a round runs
     (``"fallback"``)."""
     folder = partition_dir(b)
-    deadline = time.monotonic() + timeout
+
+    def observed(predicate, interval: float, ignore=()) -> bool:
+        try:
+            return wait_until(predicate, timeout, what=f"kill point {point}", interval=interval, ignore=ignore)
+        except TimedOut:
+            return False  # not seen in time: the fallback below
+
     if point == "swap":
-        while time.monotonic() < deadline:  # the swap is a few renames: look without pausing
-            try:
-                if any(name.endswith(".swap") for name in os.listdir(folder)):
-                    return point
-            except FileNotFoundError:
-                pass
+        # the swap is a few renames: look without pausing
+        if observed(lambda: any(name.endswith(".swap") for name in os.listdir(folder)), 0,
+                    ignore=(FileNotFoundError,)):
+            return point
     elif point == "copy":
         want = rng.randrange(1, SEGMENT_BYTES // 2)
-        while time.monotonic() < deadline:
-            if any(n.endswith(".log.cleaned") and v[1] >= want for n, v in listing(folder).items()):
-                return point
-            time.sleep(0.002)
+        if observed(lambda: any(n.endswith(".log.cleaned") and v[1] >= want for n, v in listing(folder).items()),
+                    0.002):
+            return point
     elif point == "map":
-        while time.monotonic() < deadline:
-            if cleaner_running(b) and not any(n.endswith(".cleaned") for n in os.listdir(folder)):
-                return point
-            time.sleep(0.01)
+        if observed(lambda: cleaner_running(b) and not any(n.endswith(".cleaned") for n in os.listdir(folder)),
+                    0.01):
+            return point
     elif point == "between":
+        # not wait_until: two nested waits (a round running, then groups deleted within that same round)
+        # that start over when the round ends first, each at its own pace
+        deadline = time.monotonic() + timeout
         groups = rng.randrange(1, 4)
         while time.monotonic() < deadline:
             if not cleaner_running(b):
@@ -232,12 +238,9 @@ def wait_for_kill_point(b: BrokerProcess, point: str, rng: random.Random, timeou
                 time.sleep(0.002)
     else:
         raise ValueError(point)
-    fallback_deadline = time.monotonic() + timeout
-    while time.monotonic() < fallback_deadline:
-        if cleaner_running(b):
-            return "fallback"
-        time.sleep(0.01)
-    raise AssertionError(f"no cleaning round ran within {2 * timeout} s:\n" + "".join(b.output[-40:]))
+    wait_until(lambda: cleaner_running(b) or not_yet(b.output[-40:]), timeout, interval=0.01,
+               what=f"a cleaning round (after {timeout} s without kill point {point}); the broker's output")
+    return "fallback"
 
 
 # ------------------------------------------------------------------------------------------------ checks
@@ -282,6 +285,7 @@ def read_all(bootstrap: str, timeout: float = 300) -> tuple[dict[bytes, bytes | 
         _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)
         c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
         last = -1
+        # not wait_until: a read with a time budget that notes a problem when it runs out, not a failure
         deadline = time.monotonic() + timeout
         while last < high - 1:
             if time.monotonic() > deadline:
@@ -341,11 +345,8 @@ def cycle(b: BrokerProcess, run: Run, n: int, rng: random.Random, timeout: float
     try:
         # Each cycle writes a drawn amount first, so rounds have fresh dirty data and tombstones to handle.
         want = rng.randrange(min_acked, 3 * min_acked)
-        deadline = time.monotonic() + timeout
-        while writer.acked < want and writer.thread.is_alive():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {writer.acked} of {want} writes acknowledged within {timeout} s")
-            time.sleep(0.05)
+        wait_until(lambda: writer.acked >= want or not writer.thread.is_alive() or not_yet(writer.acked), timeout,
+                   what=f"{want} writes acknowledged (or the writer to stop); acknowledged")
         writer.per_second = max(1, writer.per_second // 10)  # still writing, without outrunning the cleaner
         hit = wait_for_kill_point(b, point, rng, timeout)
     except BaseException:
@@ -372,9 +373,11 @@ def cycle(b: BrokerProcess, run: Run, n: int, rng: random.Random, timeout: float
     bad = check_values(run, latest)
     # The restarted cleaner finishes a whole round before the next cycle, so the log does not outgrow it
     # (tombstones and horizons then go through rounds too); a cleaner that cannot is a problem.
-    deadline = time.monotonic() + 4 * timeout
-    while not (caught_up := completed_rounds(b) > rounds or nothing_to_clean(b)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        caught_up = wait_until(lambda: completed_rounds(b) > rounds or nothing_to_clean(b), 4 * timeout,
+                               interval=0.1, what="a cleaning round after the restart")
+    except TimedOut:
+        caught_up = False
     if not caught_up:
         problems.append(f"no cleaning round completed within {4 * timeout} s of the restart")
     else:  # read again: what the round left must hold the same values

@@ -13,6 +13,7 @@ import uuid
 
 from kio.index import load_request_schema, load_response_schema
 
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.protocol import ApiKey, build, encode_request, parse_response
 
 
@@ -83,8 +84,8 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict |
 
 def wait_for_leaders(raw: RawClient, name: str, partitions: int, timeout: float = 15) -> None:
     """Until Metadata shows a leader for every partition and ListOffsets answers for each of them."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def led():
         md = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
         t = md.topics[0]
         if t.error_code == 0 and len(t.partitions) == partitions and all(
@@ -93,10 +94,10 @@ def wait_for_leaders(raw: RawClient, name: str, partitions: int, timeout: float 
             lo = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
                 {"name": name, "partitions": [{"partition_index": i, "timestamp": -1} for i in range(partitions)]}]})
             if all(p.error_code == 0 for p in lo.topics[0].partitions):
-                return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"topic {name} has no leaders after {timeout}s: {t}")
-        time.sleep(0.05)
+                return True
+        return not_yet(t)
+
+    wait_until(led, timeout, what=f"leaders of every partition of topic {name}")
 
 
 # ------------------------------------------------------------------------------------ several brokers
@@ -127,19 +128,16 @@ def controller_address(bootstrap: str) -> str:
 def wait_for_controller(bootstrap: str, expected: int | None = None, timeout: float = 30) -> int:
     """Until the first broker of ``bootstrap`` names a controller among the brokers it lists (``expected``
     when given); returns its id."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            md = metadata(bootstrap, [])
-            named = md.controller_id if md.controller_id in {b.node_id for b in md.brokers} else None
-        except OSError:  # the broker is still starting
-            named = None
-        if named is not None and expected in (None, named):
-            return named
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{bootstrap} names no controller{'' if expected is None else f' {expected}'} "
-                                 f"after {timeout}s (last: {named})")
-        time.sleep(0.1)
+
+    def named():
+        md = metadata(bootstrap, [])
+        controller = md.controller_id if md.controller_id in {b.node_id for b in md.brokers} else None
+        return md if controller is not None and expected in (None, controller) else not_yet(controller)
+
+    # OSError: the broker is still starting
+    md = wait_until(named, timeout, interval=0.1, ignore=(OSError,),
+                    what=f"{bootstrap} to name a controller{'' if expected is None else f' {expected}'}")
+    return md.controller_id
 
 
 def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
@@ -147,8 +145,9 @@ def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, repl
     """CreateTopics sent to the controller (Kafka in ZooKeeper mode answers NOT_CONTROLLER on other brokers;
     sent again if the controller moved), then wait until every broker's Metadata shows a leader for every
     partition."""
-    deadline = time.monotonic() + timeout
-    while True:
+    started = time.monotonic()
+
+    def created():
         raw = RawClient(controller_address(bootstrap))
         try:
             resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
@@ -157,27 +156,25 @@ def create_topic_in_cluster(bootstrap: str, name: str, partitions: int = 1, repl
                 "timeout_ms": int(timeout * 1000), "validate_only": False})
         finally:
             raw.close()
-        error = resp.topics[0].error_code
-        if error != NOT_CONTROLLER or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert error == 0, resp.topics[0]
+        return resp.topics[0] if resp.topics[0].error_code != NOT_CONTROLLER else not_yet(resp.topics[0])
+
+    topic = wait_until(created, timeout, interval=0.1, what=f"the controller of {bootstrap} to take topic {name}")
+    assert topic.error_code == 0, topic
     for broker in metadata(bootstrap, []).brokers:
-        wait_for_leaders_on(f"{broker.host}:{broker.port}", name, partitions, max(1.0, deadline - time.monotonic()))
+        left = timeout - (time.monotonic() - started)
+        wait_for_leaders_on(f"{broker.host}:{broker.port}", name, partitions, max(1.0, left))
 
 
 def wait_for_leaders_on(address: str, name: str, partitions: int, timeout: float = 15) -> None:
     """Until the Metadata of the broker at ``address`` shows a leader for every partition of ``name`` (the
     controller's news reaches each broker on its own)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def led():
         t = metadata(address, [name]).topics[0]
-        if t.error_code == 0 and len(t.partitions) == partitions and all(
-                p.error_code == 0 and p.leader_id >= 0 for p in t.partitions):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"topic {name} has no leaders on {address} after {timeout}s: {t}")
-        time.sleep(0.05)
+        return t.error_code == 0 and len(t.partitions) == partitions and all(
+            p.error_code == 0 and p.leader_id >= 0 for p in t.partitions) or not_yet(t)
+
+    wait_until(led, timeout, what=f"leaders of every partition of topic {name} on {address}")
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], acks: int = 1):

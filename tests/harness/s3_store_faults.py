@@ -37,6 +37,7 @@ from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient
 from tests.harness.s3_fault_proxy import Fault, S3FaultProxy, delete_faults, log_object
 from tests.harness.tiered import call, tier_status, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, wait_until
 from tests.tiered.fetchlib import fetch
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.layout import MANIFEST_SUFFIX, SegmentManifest
@@ -168,12 +169,18 @@ class StoreFaultRun:
         c = CKConsumer({"bootstrap.servers": self.broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         c.assign([CKTopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        try:
-            while len(out) < expected and time.monotonic() < deadline:
+
+        def consumed():
+            if len(out) < expected:
                 for m in c.consume(500, timeout=0.5):
                     if m.error() is None:
                         out.append((m.offset(), int(m.value()[:8])))
+            return len(out) >= expected
+
+        try:
+            wait_until(consumed, timeout, interval=0, what=f"{expected} records of {topic}")
+        except TimedOut:
+            pass  # the caller judges what arrived in ``out``
         finally:
             c.close()
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.waiting import wait_until
 from tierlog.tiered.rsm.layout import SegmentManifest
 
 
@@ -56,14 +56,9 @@ def tier_status(b: BrokerProcess, topic: str | None = None) -> dict:
 
 
 def wait_for(predicate, what: str, timeout: float = 60, every: float = 0.1):
-    """Poll ``predicate`` until it returns something true (returned), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+    """Poll ``predicate`` until it returns something true (returned), or fail naming ``what``
+    (``waiting.wait_until``, what before the timeout as the tiered tests write it)."""
+    return wait_until(predicate, timeout, what=what, interval=every)
 
 
 def remote_manifests(root, topic: str) -> list[SegmentManifest]:

@@ -10,10 +10,9 @@ systems, since raw offsets legitimately differ (segment boundaries follow batch 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from tests.harness import apache_kafka, rawclient
+from tests.harness import apache_kafka, rawclient, waiting
 from tests.harness.rawclient import RawClient
 from tests.harness.threads import in_parallel
 from tests.harness.tierlog_cluster import replica_folder
@@ -212,20 +211,21 @@ def batch_epoch(side: Side, broker_id: int, topic: str, offset: int) -> int:
     """The partition leader epoch of the batch holding ``offset``, fetched from ``broker_id`` (from the
     remote tier when it is no longer local)."""
     raw = RawClient(side.address(broker_id), timeout=60)
+
+    def holding():
+        r = raw.request(ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                         "partition_max_bytes": 1 << 20}]}]})
+        p = r.responses[0].partitions[0]
+        assert p.error_code == 0, f"{side.name}: fetch at {offset}: error {p.error_code}"
+        for _, h in iter_batches(p.records):
+            if h.base_offset <= offset <= h.last_offset:
+                return [h.partition_leader_epoch]  # (a list: epoch 0 is an answer too)
+        return None
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            r = raw.request(ApiKey.FETCH, 12, {
-                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
-                                                             "partition_max_bytes": 1 << 20}]}]})
-            p = r.responses[0].partitions[0]
-            assert p.error_code == 0, f"{side.name}: fetch at {offset}: error {p.error_code}"
-            for _, h in iter_batches(p.records):
-                if h.base_offset <= offset <= h.last_offset:
-                    return h.partition_leader_epoch
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{side.name}: no batch holding {offset}")
+        return waiting.wait_until(holding, 60, interval=0, what=f"{side.name}: a batch holding {offset}")[0]
     finally:
         raw.close()
 

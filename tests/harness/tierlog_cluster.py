@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
-from tests.harness import rawclient
+from tests.harness import rawclient, waiting
 from tests.harness.broker import BrokerProcess
 from tests.harness.link_proxy import LinkProxy
 from tests.harness.rawclient import RawClient
@@ -46,17 +45,7 @@ CLUSTER_SETTINGS = {
 def wait_until(check, timeout: float = 30, what: str = "the cluster"):
     """Poll ``check()`` until it returns something truthy (errors of a broker still starting or just killed
     count as not yet); AssertionError with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - a broker still starting or just killed
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+    return waiting.wait_until(check, timeout, what=what, interval=0.1, ignore=(Exception,))
 
 
 class TierlogCluster:

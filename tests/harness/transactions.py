@@ -14,6 +14,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 
@@ -76,17 +77,19 @@ def consume_confluent(bootstrap: str, topic: str, isolation: str, until: bytes, 
                     "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation})
     c.assign([CKTopicPartition(topic, partition, 0)])
     got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + timeout
+
+    def reached():
+        for m in c.consume(1000, timeout=0.5):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.value()))
+            if m.value() == until:
+                return got
+        return not_yet(got)
+
     try:
-        while time.monotonic() < deadline:
-            for m in c.consume(1000, timeout=0.5):
-                assert m.error() is None, m.error()
-                got.append((m.offset(), m.value()))
-                if m.value() == until:
-                    return got
+        return wait_until(reached, timeout, interval=0, what=f"confluent-kafka ({isolation}) to reach {until!r}")
     finally:
         c.close()
-    raise AssertionError(f"confluent-kafka ({isolation}) did not reach {until!r} in {timeout}s; got {got}")
 
 
 def consume_kafka_python(bootstrap: str, topic: str, isolation: str, until: bytes, timeout: float = 60,
@@ -98,16 +101,18 @@ def consume_kafka_python(bootstrap: str, topic: str, isolation: str, until: byte
     c.assign([tp])
     c.seek_to_beginning()
     got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + timeout
+
+    def reached():
+        for r in c.poll(500).get(tp, []):
+            got.append((r.offset, r.value))
+            if r.value == until:
+                return got
+        return not_yet(got)
+
     try:
-        while time.monotonic() < deadline:
-            for r in c.poll(500).get(tp, []):
-                got.append((r.offset, r.value))
-                if r.value == until:
-                    return got
+        return wait_until(reached, timeout, interval=0, what=f"kafka-python ({isolation}) to reach {until!r}")
     finally:
         c.close()
-    raise AssertionError(f"kafka-python ({isolation}) did not reach {until!r} in {timeout}s; got {got}")
 
 
 CONSUMERS = {"confluent-kafka": consume_confluent, "kafka-python": consume_kafka_python}

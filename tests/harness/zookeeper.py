@@ -22,12 +22,12 @@ kills what a teardown did not reach.
 from __future__ import annotations
 
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.prerequisites import unavailable
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.tools.zookeeper import ZooKeeperError, ZooKeeperServer, find_classpath, find_java, four_letter_word
 
 TICK_TIME_MS = 200
@@ -145,11 +145,8 @@ def wait_until_ok(server: ZooKeeperServer, timeout: float = 30) -> None:
     """Poll ``ruok`` until the server answers ``imok`` (after a SIGCONT, say), or fail."""
     from tierlog.tools.zookeeper import is_ok
 
-    deadline = time.monotonic() + timeout
-    while not is_ok(server.host, server.port, timeout=0.5):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"ZooKeeper on {server.connect} did not answer imok within {timeout}s")
-        time.sleep(0.05)
+    wait_until(lambda: is_ok(server.host, server.port, timeout=0.5), timeout,
+               what=f"ZooKeeper on {server.connect} to answer imok")
 
 
 # -------------------------------------------------------------------------------------------- ensemble
@@ -197,14 +194,12 @@ class Ensemble:
 
     def wait_quorum(self, timeout: float = 60) -> None:
         """Until one running server leads and every other running one follows it."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def quorum():
             modes = [self.mode(s) for s in self.servers if s.proc is not None and s.proc.poll() is None]
-            if modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no ZooKeeper quorum within {timeout}s: modes {modes}")
-            time.sleep(0.05)
+            return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1 or not_yet(modes)
+
+        wait_until(quorum, timeout, what="a ZooKeeper quorum (modes of the running servers)")
 
     def stop(self) -> None:
         for s in self.servers:

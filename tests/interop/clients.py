@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import queue
 import re
@@ -25,6 +26,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.harness import waiting
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 SESSION_TIMEOUT_MS = 6000  # the broker's default group.min.session.timeout.ms
@@ -72,13 +75,17 @@ def unique(prefix: str) -> str:
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05,
                check: Callable[[], None] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
+    """``waiting.wait_until`` with the interop tests' argument order, and ``check()`` (a client thread still
+    alive, say) called after each false answer."""
+
+    def checked():
+        if predicate():
+            return True
         if check is not None:
             check()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for: {what}")
-        time.sleep(interval)
+        return False
+
+    waiting.wait_until(checked, timeout, what=what, interval=interval)
 
 
 # ---------------------------------------------------------------------------------------- sessions
@@ -97,9 +104,14 @@ class Session:
 def drain(session: Session, count: int, timeout: float) -> list[Msg]:
     """Poll until ``count`` records arrived or ``timeout`` passed."""
     out: list[Msg] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
-        out += session.poll(min(0.5, max(deadline - time.monotonic(), 0.01)))
+
+    def drained():
+        if len(out) < count:
+            out.extend(session.poll(0.5))
+        return len(out) >= count
+
+    with contextlib.suppress(waiting.TimedOut):  # the caller judges what arrived
+        waiting.wait_until(drained, timeout, interval=0, what=f"{count} records")
     return out
 
 

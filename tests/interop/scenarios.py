@@ -10,11 +10,13 @@ broker (``restart(clean)`` on the same port) and ``make_client(bootstrap)`` conn
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from pathlib import Path
 
+from tests.harness import waiting
 from tests.interop.clients import Rec, drain, unique, wait_until
 from tests.interop.proxy import FaultyProxy
 
@@ -209,12 +211,17 @@ def consume_from(start, client, neutral):
         try:
             # Markers keep arriving until the consumer sees one: "latest" must skip the first ten.
             got = []
-            deadline = time.monotonic() + 30
-            i = 0
-            while not got and time.monotonic() < deadline:
-                neutral.produce(topic, [Rec(f"late-{i}".encode())])
-                i += 1
-                got = session.poll(0.5)
+            sent = [0]
+
+            def arrived():
+                neutral.produce(topic, [Rec(f"late-{sent[0]}".encode())])
+                sent[0] += 1
+                got.extend(session.poll(0.5))
+                return bool(got)
+
+            with contextlib.suppress(waiting.TimedOut):  # asserted below
+                waiting.wait_until(arrived, 30, interval=0, what="a record from latest")
+            i = sent[0]
             got += drain(session, i - len(got), 3) if got else []
         finally:
             session.close()

@@ -2,6 +2,7 @@
 segments (Kafka 4's floor) and the same cleaner settings; once both cleaned, the surviving (offset, key,
 value) sets read by kafka-python are equal."""
 
+import contextlib
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from kafka.admin import NewTopic
 
 from tests.harness import apache_kafka
 from tests.harness.broker import BrokerProcess
+from tests.harness.waiting import TimedOut, wait_until
 
 TOPIC = "cleaned"
 KEYS = 10
@@ -53,22 +55,31 @@ def surviving(bootstrap: str) -> set[tuple[int, bytes, bytes]]:
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     rows = set()
-    deadline = time.monotonic() + 60
-    while consumer.position(tp) < RECORDS and time.monotonic() < deadline:
+
+    def read():
+        if consumer.position(tp) >= RECORDS:
+            return True
         for batch in consumer.poll(timeout_ms=1000).values():
-            rows |= {(r.offset, r.key, r.value) for r in batch}
+            rows.update((r.offset, r.key, r.value) for r in batch)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the rows read are compared
+        wait_until(read, 60, interval=0, what=f"the position {RECORDS}")
     consumer.close()
     return rows
 
 
 def cleaned(bootstrap: str) -> set[tuple[int, bytes, bytes]]:
     """The records once a round cleaned the log (fewer than half remain), or what is there after 120 s."""
-    deadline = time.monotonic() + 120
-    while True:
-        rows = surviving(bootstrap)
-        if len(rows) < RECORDS // 2 or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.5)
+    reads = []
+
+    def shrunk():
+        reads.append(surviving(bootstrap))
+        return len(reads[-1]) < RECORDS // 2
+
+    with contextlib.suppress(TimedOut):  # what is there after 120 s
+        wait_until(shrunk, 120, interval=0.5, what="fewer than half of the records")
+    return reads[-1]
 
 
 def test_the_same_records_survive_cleaning(kafka, tierlog):
@@ -114,10 +125,16 @@ def surviving_in(bootstrap: str, topic: str, end: int) -> set:
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     rows = set()
-    deadline = time.monotonic() + 60
-    while consumer.position(tp) < end and time.monotonic() < deadline:
+
+    def read():
+        if consumer.position(tp) >= end:
+            return True
         for batch in consumer.poll(timeout_ms=1000).values():
-            rows |= {(r.offset, r.key, r.value) for r in batch}
+            rows.update((r.offset, r.key, r.value) for r in batch)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the rows read are compared
+        wait_until(read, 60, interval=0, what=f"the position {end}")
     consumer.close()
     return rows
 
@@ -129,12 +146,15 @@ def test_compressed_batches_and_tombstones_survive_alike(kafka, tierlog):
     end = BATCHES * 20
 
     def cleaned_rows(bootstrap):
-        deadline = time.monotonic() + 120
-        while True:
-            rows = surviving_in(bootstrap, topic, end)
-            if len(rows) < end // 2 or time.monotonic() > deadline:
-                return rows
-            time.sleep(0.5)
+        reads = []
+
+        def shrunk():
+            reads.append(surviving_in(bootstrap, topic, end))
+            return len(reads[-1]) < end // 2
+
+        with contextlib.suppress(TimedOut):  # what is there after 120 s
+            wait_until(shrunk, 120, interval=0.5, what="fewer than half of the records")
+        return reads[-1]
 
     theirs = cleaned_rows(kafka.bootstrap)
     ours = cleaned_rows(tierlog.bootstrap)

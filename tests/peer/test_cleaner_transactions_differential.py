@@ -24,6 +24,7 @@ from tests.harness import apache_kafka
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient, create_topic, raw_client
 from tests.harness.transactions import UNVERIFIED, marker, produce, write_markers
+from tests.harness.waiting import not_yet, wait_until
 from tests.peer.diff import differences, plain
 from tierlog.protocol import ApiKey
 from tierlog.records import decode_batch, iter_batches
@@ -79,14 +80,16 @@ class Writer:
 
 def producer_id(raw: RawClient) -> int:
     """A producer id (InitProducerId again while Kafka loads its transaction state log, code 14 or 15)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def initialized():
         r = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
                                                       "producer_id": -1, "producer_epoch": -1})
         if plain(r.error_code) == 0:
-            return r.producer_id
-        assert plain(r.error_code) in (14, 15) and time.monotonic() < deadline, r
-        time.sleep(0.1)
+            return r
+        assert plain(r.error_code) in (14, 15), r
+        return not_yet(r)
+
+    return wait_until(initialized, WAIT_S, interval=0.1, what="a producer id").producer_id
 
 
 def set_policy(raw: RawClient, policy: str) -> None:
@@ -161,10 +164,8 @@ def clean_once(raw: RawClient, log_dir: Path) -> None:
     """Switch the topic to compact and wait until a round cleaned up to the active segment."""
     set_policy(raw, "compact")
     target = active_base(log_dir)
-    deadline = time.monotonic() + WAIT_S
-    while (checkpoint(log_dir) or -1) < target:
-        assert time.monotonic() < deadline, f"no cleaning round reached offset {target} in {WAIT_S} s"
-        time.sleep(0.1)
+    wait_until(lambda: (checkpoint(log_dir) or -1) >= target, WAIT_S, interval=0.1,
+               what=f"a cleaning round to reach offset {target}")
     set_policy(raw, "delete")
 
 
@@ -210,10 +211,8 @@ def scenario(bootstrap: str, log_dir: Path) -> dict:
         for name, key in (("second clean", b"k12"), ("third clean", b"k13")):
             due = max(horizons(fetch_all(raw)), default=0)
             assert due, f"no delete horizon is stamped before the {name}"
-            deadline = time.monotonic() + WAIT_S
-            while time.time() * 1000 <= due + 100:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_until(lambda: time.time() * 1000 > due + 100, WAIT_S, interval=0.1,  # noqa: B023 - called here
+                       what="the delete horizon to pass")
             w.plain((key, b"v-" + key))
             w.pad(12)
             clean_once(raw, log_dir)

@@ -49,6 +49,7 @@ from tests.harness.broker import log_lines
 from tests.harness.cluster_shapes import differences, metadata_shape
 from tests.harness.rawclient import RawClient
 from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, in_parallel
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -241,8 +242,8 @@ class Pair:
         most ``timeout`` from now; each side's state becomes what it showed. Returns the seconds each side took
         since ``since``."""
         pending, took, last = set(self.sides), {}, {}
-        deadline = time.monotonic() + timeout
-        while pending:
+
+        def reached():
             for side in sorted(pending, key=lambda s: s.name):
                 live = side.live()
                 problems, answers = side.check(expected[side], live, topics, controller)
@@ -254,16 +255,18 @@ class Pair:
                 side.controller = answers[live[0]].controller_id
                 side.answer = answers[live[0]]
                 pending.discard(side)
-            if pending and time.monotonic() > deadline:
-                report = []
-                for side in pending:
-                    report.append(f"{side.name} did not reach the expected state within {timeout:.0f} s:")
-                    report += [f"  {line}" for line in last[side][:30]]
-                    for i in side.live():
-                        report.append(f"  --- {side.name} broker {i}, last lines:\n{side.log_tail(i)}")
-                raise AssertionError("\n".join(report))
-            if pending:
-                time.sleep(0.1)
+            return not pending
+
+        try:
+            wait_until(reached, timeout, interval=0.1, what="every side in the expected state")
+        except TimedOut:
+            report = []
+            for side in pending:
+                report.append(f"{side.name} did not reach the expected state within {timeout:.0f} s:")
+                report += [f"  {line}" for line in last[side][:30]]
+                for i in side.live():
+                    report.append(f"  --- {side.name} broker {i}, last lines:\n{side.log_tail(i)}")
+            raise AssertionError("\n".join(report)) from None
         return took
 
     def compare(self, step: str, topics: list[str], before: dict[str, dict] | None, took: dict[str, float]) -> None:

@@ -10,12 +10,14 @@ fixed (then delete its entry).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, unique, wait_for_leaders
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tests.peer.diff import differences, plain, run_both
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches, iter_records
@@ -199,13 +201,16 @@ def _idempotent_scenario(bootstrap):
     topic = unique("diff-idem")
     create_topic(bootstrap, topic, configs=KEEP)
     raw = RawClient(bootstrap)
-    deadline = time.monotonic() + 15
-    while True:  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first producer id block arrives
-        init = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                                        "producer_id": -1, "producer_epoch": -1})
-        if plain(init.error_code) != 14 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    inits = []
+
+    def initialized():  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first producer id block arrives
+        inits.append(raw.request(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}))
+        return plain(inits[-1].error_code) != 14
+
+    with contextlib.suppress(TimedOut):  # the last answer is the one compared
+        wait_until(initialized, 15, interval=0.1, what="InitProducerId past COORDINATOR_LOAD_IN_PROGRESS")
+    init = inits[-1]
     pid, epoch = init.producer_id, init.producer_epoch
     seen = {"init": {"error_code": plain(init.error_code), "producer_epoch": epoch, "has_id": pid >= 0}}
 
@@ -420,12 +425,12 @@ def _configs_scenario(bootstrap):
     seen["incremental alter"] = [(plain(r.error_code), r.error_message) for r in resp.responses]
     # Kafka applies the change through its metadata log: a describe right after the alter may still show
     # the old values (clients poll); wait until segment.ms shows the new one, on both peers.
-    deadline = time.monotonic() + 15
-    while True:
+    def altered():
         seen["topic after alter"] = _describe(raw, 2, topic)
-        if seen["topic after alter"][1]["segment.ms"]["value"] == "1000000" or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return seen["topic after alter"][1]["segment.ms"]["value"] == "1000000"
+
+    with contextlib.suppress(TimedOut):  # what was described last is compared
+        wait_until(altered, 15, interval=0.2, what="segment.ms described as altered")
     for label, configs in {
         "alter bad value": [{"name": "segment.ms", "config_operation": 0, "value": "-5"}],
         "alter unknown key": [{"name": "no.such.key", "config_operation": 0, "value": "1"}],
@@ -473,15 +478,18 @@ def _groups_scenario(bootstrap):
     for p in range(2):
         _produce(raw, topic, p, build_batch([(None, b"g")] * 5))
     seen = {}
-    deadline = time.monotonic() + 60
-    while True:  # Kafka creates and loads __consumer_offsets on first use; clients retry meanwhile
+    answers = []
+
+    def loaded():  # Kafka creates and loads __consumer_offsets on first use; clients retry meanwhile
         found = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
         probe = raw.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}],
                                                      "require_stable": False})
-        codes = (plain(found.coordinators[0].error_code), plain(probe.groups[0].error_code))
-        if not set(codes) & {14, 15, 16} or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        answers.append(found)
+        return not {plain(found.coordinators[0].error_code), plain(probe.groups[0].error_code)} & {14, 15, 16}
+
+    with contextlib.suppress(TimedOut):  # the last answer is the one compared
+        wait_until(loaded, 60, interval=0.2, what="the group coordinator, loaded")
+    found = answers[-1]
     seen["find coordinator"] = [(plain(c.error_code), c.node_id) for c in found.coordinators]
 
     def commit(offsets, generation=-1, member="", version=8, name=topic):
@@ -550,10 +558,15 @@ def _client_group_scenario(bootstrap):
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=3000)
     got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 20 and time.monotonic() < deadline:
-        for tp, records in consumer.poll(timeout_ms=500, max_records=20 - len(got)).items():
-            got += [(tp.partition, r.offset) for r in records]
+
+    def consumed():
+        if len(got) < 20:
+            for tp, records in consumer.poll(timeout_ms=500, max_records=20 - len(got)).items():
+                got.extend((tp.partition, r.offset) for r in records)
+        return len(got) >= 20
+
+    with contextlib.suppress(TimedOut):  # how many arrived is compared
+        wait_until(consumed, 30, interval=0, what="20 records")
     consumer.commit()
     committed = {p: consumer.committed(TopicPartition(topic, p)) for p in range(3)}
     consumer.close()
@@ -697,22 +710,22 @@ def test_kafka_tiered_peer_offloads_segments(kafka_peer_tiered, kafka_tool):
     kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", "3000", "--record-size", "1000",
                "--throughput", "-1", "--producer-props", f"bootstrap.servers={b}", "linger.ms=20")
     raw = RawClient(b)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def tiered():
         latest_tiered = _list_offset(raw, topic, 0, -5)
         earliest_local = _list_offset(raw, topic, 0, -4)
         if latest_tiered["offset"] > 0 and earliest_local["offset"] > 0:
-            break
-        assert time.monotonic() < deadline, (latest_tiered, earliest_local)
-        time.sleep(0.5)
+            return latest_tiered, earliest_local
+        return not_yet((latest_tiered, earliest_local))
+
+    latest_tiered, earliest_local = wait_until(tiered, 60, interval=0.5,
+                                               what="the latest tiered and the earliest local offsets past 0")
     assert _list_offset(raw, topic, 0, -2)["offset"] == 0
     assert earliest_local["offset"] <= latest_tiered["offset"] + 1
     raw.close()
     # Both rolled segments of this topic reach the remote store (the second may still be on its way).
-    deadline = time.monotonic() + 60
-    while len(remote := list(kafka_peer_tiered.remote_dir.rglob(f"{topic}-*/*.log"))) < 2:
-        assert time.monotonic() < deadline, remote
-        time.sleep(0.5)
+    wait_until(lambda: len(remote := list(kafka_peer_tiered.remote_dir.rglob(f"{topic}-*/*.log"))) >= 2
+               or not_yet(remote), 60, interval=0.5, what="both rolled segments in the remote store")
 
 
 # ----------------------------------------------------- dynamic retention rules (tiered peers, both sides)
@@ -738,16 +751,15 @@ def _alter(raw, rtype: int, name: str, ops: list[tuple], validate_only: bool = F
 def _await_broker_values(raw, expected: dict) -> None:
     """Until node 1 describes these values: Kafka's broker applies a committed change asynchronously and
     validates the next request against what it has applied, so each step waits for the last one."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def applied():
         resp = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
             "resource_type": 4, "resource_name": "1", "configuration_keys": list(expected)}],
             "include_synonyms": False, "include_documentation": False})
         seen = {c.name: c.value for c in resp.results[0].configs}
-        if seen == expected:
-            return
-        assert time.monotonic() < deadline, (seen, expected)
-        time.sleep(0.1)
+        return seen == expected or not_yet(seen)
+
+    wait_until(applied, 30, interval=0.1, what=f"node 1 to describe {expected}")
 
 
 def _retention_rules_scenario(bootstrap) -> dict:

@@ -6,8 +6,6 @@ runs, 2 as tierlog finalizes it by default (KIP-890 part 2), 1 on a broker set t
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import Producer
 
@@ -15,6 +13,7 @@ from tests.harness.java_transactions import java_consume, java_produce
 from tests.harness.rawclient import create_topic, raw_client, unique
 from tests.harness.tiered import tier_status, tiered_settings, wait_for
 from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED, consume_confluent
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.protocol import ApiKey
 
 LOCAL_PLAN = "c3,a2,c2,a3,c1"
@@ -90,15 +89,14 @@ def test_java_read_uncommitted_sees_every_record(broker, where, request):
 
 def _described(bootstrap: str, transactional_id: str):
     """DescribeTransactions of ``transactional_id`` once its last transaction is complete."""
-    deadline = time.monotonic() + 60
     with raw_client(bootstrap) as raw:
-        while True:
+        def complete():
             (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}
                                ).transaction_states
-            if d.transaction_state.startswith("Complete"):
-                return d
-            assert time.monotonic() < deadline, d
-            time.sleep(0.05)  # poll interval: the markers follow EndTxn's answer
+            return d if d.transaction_state.startswith("Complete") else not_yet(d)
+
+        # the markers follow EndTxn's answer
+        return wait_until(complete, 60, what=f"the last transaction of {transactional_id} complete")
 
 
 @pytest.fixture(scope="module")

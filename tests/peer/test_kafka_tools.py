@@ -6,14 +6,15 @@ is a tierlog bug, never a wrong expectation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 from pathlib import Path
 
 from kafka import KafkaProducer
 
 from tests.harness.rawclient import RawClient, create_topic, produce, unique
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.protocol import ApiKey
 from tierlog.records import read_header
 
@@ -62,10 +63,7 @@ def test_topic_command_create_describe_alter_delete(peer, kafka_tool):
     assert again.returncode == 1 and f"Topic '{topic}' already exists." in again.stdout
 
     kafka_tool("TopicCommand", "--bootstrap-server", b, "--delete", "--topic", topic)
-    deadline = time.monotonic() + 15
-    while topic in _topics(kafka_tool, b):
-        assert time.monotonic() < deadline, "topic still listed after delete"
-        time.sleep(0.5)
+    wait_until(lambda: topic not in _topics(kafka_tool, b), 15, interval=0.5, what="the deleted topic unlisted")
     gone = kafka_tool("TopicCommand", "--bootstrap-server", b, "--describe", "--topic", topic, check=False)
     assert gone.returncode == 1 and f"Topic '{topic}' does not exist as expected" in gone.stdout
 
@@ -73,12 +71,15 @@ def test_topic_command_create_describe_alter_delete(peer, kafka_tool):
 def _eventually(describe, expected, timeout: float = 15):
     """Kafka applies config changes through its metadata log, so a describe right after an alter
     may still show the old value; clients poll, and so do these tests (on both peers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = describe()
-        if got == expected or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
+    seen = []
+
+    def described():
+        seen.append(describe())
+        return seen[-1] == expected
+
+    with contextlib.suppress(TimedOut):  # the caller compares the last description
+        wait_until(described, timeout, interval=0.2, what=f"{expected!r} described")
+    return seen[-1]
 
 
 def _config_lines(stdout: str) -> dict[str, str]:

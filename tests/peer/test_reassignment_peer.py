@@ -12,13 +12,12 @@ tests/cluster/test_reassignment.py's.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.harness import apache_kafka, rawclient
 from tests.harness.rawclient import RawClient
 from tests.harness.tierlog_cluster import in_parallel, start_cluster
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.errors import (
     InvalidReplicaAssignmentError,
     NoReassignmentInProgressError,
@@ -103,13 +102,11 @@ def state(cluster, topic: str):
 
 
 def wait_state(cluster, topic: str, replicas: tuple[int, ...], timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached():
         got = state(cluster, topic)
-        if got is not None and got[0] == replicas:
-            return got
-        assert time.monotonic() < deadline, f"{topic} never reached replicas {replicas} (last: {got})"
-        time.sleep(0.1)
+        return got if got is not None and got[0] == replicas else not_yet(got)
+
+    return wait_until(reached, timeout, interval=0.1, what=f"{topic} to reach replicas {replicas}")
 
 
 INVALID = InvalidReplicaAssignmentError.code

@@ -54,12 +54,13 @@ the first replica, and a broker whose session expired logged its interrupted con
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
 import pytest
 
-from tests.harness import apache_kafka
+from tests.harness import apache_kafka, waiting
 from tests.harness.broker import log_lines
 from tests.harness.link_proxy import fetchers_of
 from tests.harness.rawclient import RawClient, controller_address
@@ -163,19 +164,9 @@ class Side:
 
 
 def wait_until(check, timeout: float, what: str):
-    """Poll ``check()`` until it returns something truthy; AssertionError with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-        except (OSError, AssertionError) as e:  # a broker starting, just killed
-            last = e
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:.0f} s (last: {last!r})")
-        time.sleep(0.1)
+    """Poll ``check()`` until it returns something truthy (errors of a broker starting or just killed, and a
+    check's own assertion, count as not yet); AssertionError with the last value after ``timeout``."""
+    return waiting.wait_until(check, timeout, what=what, interval=0.1, ignore=(OSError, AssertionError))
 
 
 class Pair:
@@ -284,17 +275,20 @@ def produce(side: Side, broker_id: int, name: str, values: list[bytes], acks: in
             timeout_ms: int = 10000) -> tuple[int, int, int]:
     """One batch: (error code, base offset, log start offset). A NOT_LEADER_OR_FOLLOWER (a broker whose
     replica manager lags its metadata a moment, as Kafka's may) appended nothing and is sent again."""
-    deadline = time.monotonic() + 30
-    while True:
+    answers = []
+
+    def answered():
         resp = request(side, broker_id, ApiKey.PRODUCE, 9, {
             "acks": acks, "timeout_ms": timeout_ms, "topic_data": [{"name": name, "partition_data": [
                 {"index": 0, "records": build_batch([(None, v, [], int(time.time() * 1000)) for v in values])}]}]},
             timeout=timeout_ms / 1000 + 30)
         p = resp.responses[0].partition_responses[0]
-        answer = (int(p.error_code), int(p.base_offset), int(p.log_start_offset))
-        if answer[0] != NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.1)
+        answers.append((int(p.error_code), int(p.base_offset), int(p.log_start_offset)))
+        return answers[-1][0] != NOT_LEADER_OR_FOLLOWER
+
+    with contextlib.suppress(waiting.TimedOut):  # the last answer is the caller's
+        waiting.wait_until(answered, 30, interval=0.1, what="an answer other than NOT_LEADER_OR_FOLLOWER")
+    return answers[-1]
 
 
 def high_watermark(side: Side, broker_id: int, name: str) -> tuple[int, int]:

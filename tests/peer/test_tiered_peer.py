@@ -10,11 +10,13 @@ is tiered and deleted locally; the active one holds recent records and stays."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
 
@@ -54,13 +56,18 @@ def produce(raw: RawClient, topic: str) -> None:
 def list_offset(raw: RawClient, topic: str, timestamp: int) -> tuple:
     """One ListOffsets answer; a retriable REQUEST_TIMED_OUT (a remote timestamp lookup that did not
     finish in time, which Kafka answers under load) is asked again, as clients do."""
-    deadline = time.monotonic() + 60
-    while True:
+    answers = []
+
+    def answered():
         r = raw.request(ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
         p = r.topics[0].partitions[0]
-        if int(p.error_code) != 7 or time.monotonic() > deadline:
-            return int(p.error_code), p.offset, p.timestamp
+        answers.append((int(p.error_code), p.offset, p.timestamp))
+        return answers[-1][0] != 7
+
+    with contextlib.suppress(TimedOut):  # the last answer is the caller's
+        wait_until(answered, 60, interval=0, what="an answer other than REQUEST_TIMED_OUT")
+    return answers[-1]
 
 
 def alter_local_retention(raw: RawClient, topic: str, ms: int) -> None:
@@ -73,15 +80,13 @@ def alter_local_retention(raw: RawClient, topic: str, ms: int) -> None:
 def settled(raw: RawClient, topic: str, timeout: float = 120) -> dict:
     """Wait until the rolled segment is tiered and deleted locally (local log start = latest tiered + 1)."""
     total = BATCHES * RECORDS_PER_BATCH
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def done():
         answers = {ts: list_offset(raw, topic, ts) for ts in (-2, -4, -5, -1)}
         tiered, local = answers[-5][1], answers[-4][1]
-        if tiered > 0 and local == tiered + 1 and answers[-1][1] == total:
-            return answers
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{topic} did not settle: {answers}")
-        time.sleep(0.5)
+        return answers if tiered > 0 and local == tiered + 1 and answers[-1][1] == total else not_yet(answers)
+
+    return wait_until(done, timeout, interval=0.5, what=f"{topic} to settle (its offsets)")
 
 
 def fetch_all(raw: RawClient, topic: str, start: int) -> list[tuple]:

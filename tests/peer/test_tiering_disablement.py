@@ -4,6 +4,7 @@ and confluent-kafka's admin clients, and Kafka's DisableRemoteLogOnTopicTest sce
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from kafka.admin import NewTopic
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import tier_status, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
 from tierlog.tiered.rsm.faults import write_control
@@ -92,11 +94,16 @@ def consume_all(b, topic: str, expected: int) -> list[int]:
                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([CKTopicPartition(topic, 0, 0)])
     offsets = []
-    deadline = time.monotonic() + 30
-    while len(offsets) < expected and time.monotonic() < deadline:
-        for m in c.consume(500, timeout=1):
-            assert m.error() is None, m.error()
-            offsets.append(m.offset())
+
+    def read():
+        if len(offsets) < expected:
+            for m in c.consume(500, timeout=1):
+                assert m.error() is None, m.error()
+                offsets.append(m.offset())
+        return len(offsets) >= expected
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        wait_until(read, 30, interval=0, what=f"{expected} records")
     c.close()
     return offsets
 
@@ -254,14 +261,20 @@ def test_readers_during_retain_and_delete(broker):
     admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
     from kafka.admin import ConfigResource as KConfigResource
     from kafka.admin import ConfigResourceType
-    deadline = time.monotonic() + 60
-    while len(got) < 400 and time.monotonic() < deadline:
+
+    def read():
+        if len(got) >= 400:
+            return True
         for m in c.consume(20, timeout=1):
             assert m.error() is None, m.error()  # no error while retain disables tiering under the reader
             got.append(m.offset())
         if len(got) >= 40 and tiering(b, "readers-retain")[0] == "ENABLED":
             admin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "readers-retain",
                                                  {**SMALL, "remote.storage.enable": "false"})])
+        return False
+
+    with contextlib.suppress(TimedOut):  # asserted below
+        wait_until(read, 60, interval=0, what="400 records")
     c.close()
     assert got == list(range(400))
 
@@ -282,9 +295,15 @@ def test_readers_during_retain_and_delete(broker):
     # before the deletion would be handed over still. The reader goes on from where the application is, which
     # is now below the log start.
     c.seek(CKTopicPartition("readers-delete", 0, got[-1] + 1))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (not got or got[-1] < 399):
-        got += [m.offset() for m in c.consume(50, timeout=1) if m.error() is None]
+
+    def read():
+        if got and got[-1] >= 399:
+            return True
+        got.extend(m.offset() for m in c.consume(50, timeout=1) if m.error() is None)
+        return False
+
+    with contextlib.suppress(TimedOut):  # asserted below
+        wait_until(read, 30, interval=0, what="offset 399")
     c.close()
     # The remote prefix is gone: auto.offset.reset=earliest jumps to the new log start (the local start).
     jump = next(i for i in range(1, len(got)) if got[i] != got[i - 1] + 1)

@@ -17,11 +17,13 @@ Deliberate differences are pinned in ``DELIBERATE`` (docs/compatibility.md).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tests.peer.diff import differences, plain
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch, iter_batches
@@ -40,40 +42,42 @@ def _init(raw: RawClient, tid: str, timeout_ms: int = 60000, version: int = 4) -
 
 def _init_ok(raw: RawClient, tid: str, timeout_ms: int = 60000) -> tuple[int, int]:
     """InitProducerId until it succeeds (CONCURRENT_TRANSACTIONS while an earlier abort completes)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def initialized():
         code, pid, epoch = _init(raw, tid, timeout_ms)
         if code == NONE:
             return pid, epoch
         # CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR (yet)
-        assert code in (51, 14, 15, 16) and time.monotonic() < deadline, code
-        time.sleep(0.05)
+        assert code in (51, 14, 15, 16), code
+        return not_yet(code)
+
+    return wait_until(initialized, WAIT_S, what=f"InitProducerId of {tid} (its error code)")
 
 
 def _coordinator(raw: RawClient, tid: str) -> None:
     """FindCoordinator for ``tid`` until the coordinator answers (both create __transaction_state on demand)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def found():
         r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]})
-        if plain(r.coordinators[0].error_code) == NONE:
-            return
-        assert time.monotonic() < deadline, r
-        time.sleep(0.1)
+        return plain(r.coordinators[0].error_code) == NONE or not_yet(r)
+
+    wait_until(found, WAIT_S, interval=0.1, what=f"the coordinator of {tid}")
 
 
 def _group_coordinator(raw: RawClient, group: str) -> None:
     """FindCoordinator for ``group`` until the coordinator answers (both create __consumer_offsets on demand),
     then OffsetFetch until the group's partition is loaded (Kafka loads it after naming the coordinator)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def loaded():
         r = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
         if plain(r.coordinators[0].error_code) == NONE:
             f = raw.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}],
                                                      "require_stable": False})
             if plain(f.groups[0].error_code) == NONE:
-                return
-        assert time.monotonic() < deadline, r
-        time.sleep(0.1)
+                return True
+        return not_yet(r)
+
+    wait_until(loaded, WAIT_S, interval=0.1, what=f"the coordinator of group {group}, loaded")
 
 
 def _add_partitions(raw: RawClient, tid: str, pid: int, epoch: int, topic: str, partitions=(0,),
@@ -131,13 +135,12 @@ def _offsets(raw: RawClient, topic: str, partition: int = 0) -> dict:
 def _wait_stable(raw: RawClient, topic: str, partition: int = 0, at_least: int = 0) -> dict:
     """Until the last stable offset reaches the high watermark, and that at least ``at_least`` (the markers
     are written after EndTxn's answer)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def stable():
         o = _offsets(raw, topic, partition)
-        if o["last_stable_offset"] == o["high_watermark"] >= at_least:
-            return o
-        assert time.monotonic() < deadline, o
-        time.sleep(0.05)
+        return o if o["last_stable_offset"] == o["high_watermark"] >= at_least else not_yet(o)
+
+    return wait_until(stable, WAIT_S, what=f"the last stable offset of {topic}-{partition} at its high watermark")
 
 
 def _wait_complete(raw: RawClient, tid: str) -> None:
@@ -146,14 +149,13 @@ def _wait_complete(raw: RawClient, tid: str) -> None:
     once the decision is logged; the markers and then the complete state follow, and until then the coordinator
     answers CONCURRENT_TRANSACTIONS (Kafka on a loaded machine did, where the next step came right after the
     markers showed in the partition)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def complete():
         r = raw.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": [], "producer_id_filters": []})
         (state,) = [t.transaction_state for t in r.transaction_states if t.transactional_id == tid]
-        if state in ("CompleteCommit", "CompleteAbort", "Empty"):
-            return
-        assert time.monotonic() < deadline, state
-        time.sleep(0.05)
+        return state in ("CompleteCommit", "CompleteAbort", "Empty") or not_yet(state)
+
+    wait_until(complete, WAIT_S, what=f"the transaction of {tid} complete (its state)")
 
 
 def _fetch(raw: RawClient, topic: str, isolation: int, offset: int = 0) -> dict:
@@ -274,12 +276,15 @@ def coordinator_errors(bootstrap: str) -> dict:
 def _retry(call, while_codes=(16, 14)):
     """``call()`` again while it answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (Kafka loads a new
     __transaction_state partition after FindCoordinator already named it)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        code = call()
-        if code not in while_codes or time.monotonic() > deadline:
-            return code
-        time.sleep(0.05)
+    codes = []
+
+    def answered():
+        codes.append(call())
+        return codes[-1] not in while_codes
+
+    with contextlib.suppress(TimedOut):  # the last answer is the one compared
+        wait_until(answered, WAIT_S, what="an answer other than a retriable error")
+    return codes[-1]
 
 
 def _txn_offset_commit(raw: RawClient, tid: str, group: str, pid: int, epoch: int, topic: str,
@@ -419,10 +424,16 @@ def describe_and_list(bootstrap: str) -> dict:
         _wait_stable(raw, topic, 0, at_least=1)
         _wait_stable(raw, topic, 1, at_least=1)
         seen["committed"] = _describe(raw, tid, pids)
-        deadline = time.monotonic() + WAIT_S
-        while seen["committed"]["state"] == "PrepareCommit" and time.monotonic() < deadline:
+
+        def past_prepare():
+            if seen["committed"]["state"] != "PrepareCommit":
+                return True
             time.sleep(0.05)
             seen["committed"] = _describe(raw, tid, pids)
+            return False
+
+        with contextlib.suppress(TimedOut):  # the state is what is compared
+            wait_until(past_prepare, WAIT_S, interval=0, what="the state past PrepareCommit")
         seen["list CompleteCommit"] = _list(raw, tid, pids, states=["CompleteCommit"], producer_ids=[pid])
     return seen
 
@@ -631,15 +642,16 @@ def tiered_transactions(bootstrap: str) -> dict:
             "resource_type": 2, "resource_name": topic, "configs": [
                 {"name": "local.retention.bytes", "config_operation": 0, "value": "1"}]}], "validate_only": False})
         assert plain(r.responses[0].error_code) == NONE
-        deadline = time.monotonic() + 180
-        while True:  # both rolled segments tiered and deleted locally: the local log is the active segment
+
+        def tiered():  # both rolled segments tiered and deleted locally: the local log is the active segment
             special = _special_offsets(raw, topic)
             # The segments roll at 1030 and 2060 of 2424 (1 MiB of ~101 KB transactions): past two thirds of the
             # log, both are gone; a peer that had tiered only the first one would be compared too early.
             if special[-5] > 0 and special[-4] == special[-5] + 1 and 3 * special[-4] > 2 * special[-1]:
-                break
-            assert time.monotonic() < deadline, special
-            time.sleep(0.5)
+                return special
+            return not_yet(special)
+
+        special = wait_until(tiered, 180, interval=0.5, what="both rolled segments tiered (the special offsets)")
         seen["special offsets"] = special
         remote_aborted = [s for s in aborted_starts if s < special[-4]]
         assert len(remote_aborted) >= 2, (aborted_starts, special)  # the comparison reads aborts from remote
@@ -695,13 +707,12 @@ def timed_out_under_tv2(bootstrap: str) -> dict:
         seen["produce v12"] = _retry(lambda: _produce(raw, tid, topic, pid, epoch, 0, [b"t1"], version=12),
                                      while_codes=(19, 51))
         seen["aborted: offsets"] = _wait_stable(raw, topic, at_least=2)
-        deadline = time.monotonic() + WAIT_S
-        while True:
+
+        def aborted():
             (d,) = raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}).transaction_states
-            if d.transaction_state == "CompleteAbort":
-                break
-            assert time.monotonic() < deadline, d
-            time.sleep(0.05)
+            return d if d.transaction_state == "CompleteAbort" else not_yet(d)
+
+        d = wait_until(aborted, WAIT_S, what=f"{tid} in CompleteAbort")
         seen["state, epoch after the timeout"] = (d.transaction_state, d.producer_epoch - epoch)
         seen["fetch read_uncommitted"] = _normalize_fetch(_fetch(raw, topic, 0), pids)
         seen["EndTxn v5 commit, the producer's epoch"] = _end_v5(raw, tid, pid, epoch, True, (pid, epoch))

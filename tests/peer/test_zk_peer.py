@@ -15,6 +15,7 @@ import pytest
 from tests.harness import apache_kafka
 from tests.harness.cluster_shapes import metadata_shape
 from tests.harness.rawclient import create_topic_in_cluster, metadata, unique
+from tests.harness.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +29,8 @@ def kafka39(zookeeper, kafka_zk_jars, tmp_path_factory):
 
 def _until(probe, what: str, timeout: float = 60):
     """Poll ``probe`` (a value, or None to go on) until it returns something, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.2)
+    # (in a list: a falsy value other than None is an answer too)
+    return wait_until(lambda: None if (v := probe()) is None else [v], timeout, interval=0.2, what=what)[0]
 
 
 def _fully_replicated(bootstrap: str, topic: str, partitions: int, replicas: int):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import socket
-import time
 
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import wait_until
 from tierlog.protocol import ApiKey
 
 LITERAL = 3
@@ -43,10 +43,8 @@ def _described(admin: RawClient, b: dict) -> bool:
 def _wait_acl(admin: RawClient, b: dict, present: bool) -> None:
     """Until the broker's authorizer has (or no longer has) the binding: Kafka applies ACLs through its
     metadata log, after CreateAcls answered."""
-    deadline = time.monotonic() + 30
-    while _described(admin, b) != present:
-        assert time.monotonic() < deadline, f"ACL {b} still {'missing' if present else 'present'}"
-        time.sleep(0.1)
+    wait_until(lambda: _described(admin, b) == present, 30, interval=0.1,
+               what=f"ACL {b} {'present' if present else 'gone'}")
 
 
 def grant(admin: RawClient, *bindings: dict) -> None:

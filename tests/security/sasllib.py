@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.protocol import ApiKey
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -105,10 +106,10 @@ def send_size(raw: RawClient, size: int, body: bytes = b"") -> None:
 
 
 def eventually(check, timeout: float = 30.0) -> bool:
-    """``check()`` turns true within ``timeout`` (a broker's log lines reach its output through a pipe)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    """``check()`` turns true within ``timeout`` (a broker's log lines reach its output through a pipe); the
+    callers assert it with a message of their own."""
+    try:
+        wait_until(check, timeout, what="the check")
+    except TimedOut:
+        return False
     return True

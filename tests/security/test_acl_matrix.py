@@ -11,6 +11,7 @@ between the peers.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from tests.harness import apache_kafka
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import create_topic
+from tests.harness.waiting import TimedOut, wait_until
 from tests.security.acllib import binding, client_from, grant, revoke
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
@@ -80,12 +82,15 @@ def tierlog_acl_peer(tmp_path_factory):
 
 def _retrying(fn):
     """Coordinator answers may be retriable while __consumer_offsets / __transaction_state come up."""
-    deadline = time.monotonic() + 60
-    while True:
-        code = fn()
-        if code not in RETRIABLE or time.monotonic() > deadline:
-            return code
-        time.sleep(0.2)
+    codes = []
+
+    def answered():
+        codes.append(fn())
+        return codes[-1] not in RETRIABLE
+
+    with contextlib.suppress(TimedOut):  # the last answer is the caller's
+        wait_until(answered, 60, interval=0.2, what="an answer other than a retriable error")
+    return codes[-1]
 
 
 def metadata(c, p):

@@ -15,6 +15,7 @@ one not starting before the first request could see more than the quota, on Kafk
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -22,6 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tierlog.protocol import ApiKey
 
 MEASURE_S = 21.0  # 10 windows, then one whole horizon of 11 (see above)
@@ -42,12 +44,15 @@ def _configs(kafka_tool, bootstrap: str, *args: str, check: bool = True):
 
 def _wait_described(kafka_tool, bootstrap: str, entity: list[str], expected: str, timeout: float = 30) -> str:
     """Kafka applies quota changes through its metadata log: describe until the change shows (both peers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = _configs(kafka_tool, bootstrap, *entity, "--describe").stdout.strip()
-        if expected in out or time.monotonic() > deadline:
-            return out
-        time.sleep(0.3)
+    outs = []
+
+    def described():
+        outs.append(_configs(kafka_tool, bootstrap, *entity, "--describe").stdout.strip())
+        return expected in outs[-1]
+
+    with contextlib.suppress(TimedOut):  # the caller compares the last description
+        wait_until(described, timeout, interval=0.3, what=f"{expected!r} described")
+    return outs[-1]
 
 
 # ---------------------------------------------------------------------------------- kafka-configs, both peers
@@ -88,10 +93,8 @@ def test_kafka_configs_clients_users_and_defaults(peer, kafka_tool):
     assert got == f"Quota configs for client-id '{client}' are producer_byte_rate=1024.0"
     _configs(kafka_tool, b, "--alter", "--entity-type", "clients", "--entity-name", client, "--delete-config",
              "producer_byte_rate")
-    deadline = time.monotonic() + 30
-    while client in _configs(kafka_tool, b, "--entity-type", "clients", "--describe").stdout:
-        assert time.monotonic() < deadline, "removed quota still described"
-        time.sleep(0.3)
+    wait_until(lambda: client not in _configs(kafka_tool, b, "--entity-type", "clients", "--describe").stdout, 30,
+               interval=0.3, what="the removed quota no longer described")
 
     bad = _configs(kafka_tool, b, "--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
                    "producer_byte_rate=1.5", check=False)
@@ -173,12 +176,12 @@ def test_alter_and_describe_client_quotas_answers(peer):
             (("client-id", other),): (0, None)}
 
         want = ((("client-id", client), ("user", user)), (("producer_byte_rate", 1000.0),))
-        deadline = time.monotonic() + 30
-        while True:
+
+        def described():
             code, _, entries = _describe(raw, [{"entity_type": "user", "match_type": 0, "match": user}])
-            if code == 0 and entries == [want] or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+            return (code, entries) if code == 0 and entries == [want] else not_yet((code, entries))
+
+        code, entries = wait_until(described, 30, interval=0.3, what=f"the quota of {user} described")
         assert (code, entries) == (0, [want])
         assert _describe(raw, [{"entity_type": "client-id", "match_type": 0, "match": other}])[2] == []
         # strict: the user alone has no quota
@@ -223,7 +226,7 @@ def test_greedy_producer_held_to_its_byte_rate(tierlog_peer, kafka_tool):
         if err is None and time.monotonic() <= end:
             with lock:
                 acked[0] += len(msg.value())
-    while time.monotonic() < end:
+    while time.monotonic() < end:  # not a wait: the measurement window
         try:
             p.produce(topic, VALUE, on_delivery=delivered)
         except BufferError:
@@ -263,7 +266,7 @@ def test_greedy_consumer_held_to_its_byte_rate(tierlog_peer, kafka_tool):
     got = 0
     try:
         c.subscribe([topic])
-        while time.monotonic() < end:
+        while time.monotonic() < end:  # not a wait: the measurement window
             m = c.poll(0.2)
             if m is not None and m.error() is None and time.monotonic() <= end:
                 got += len(m.value())
@@ -336,10 +339,9 @@ def test_request_percentage_and_quota_metrics(start_broker):
     create_topic(b.bootstrap, topic)
     raw = RawClient(b.bootstrap)
     try:
-        deadline = time.monotonic() + 30
-        while _describe(raw, [{"entity_type": "user", "match_type": 0, "match": "ANONYMOUS"}])[2] != [
-                ((("user", "ANONYMOUS"),), (("request_percentage", 20.0),))]:
-            assert time.monotonic() < deadline
+        wait_until(lambda: _describe(raw, [{"entity_type": "user", "match_type": 0, "match": "ANONYMOUS"}])[2] == [
+            ((("user", "ANONYMOUS"),), (("request_percentage", 20.0),))], 30, interval=0,
+            what="the request quota of ANONYMOUS described")
         raw.request(ApiKey.FETCH, 12, {
             "replica_id": -1, "max_wait": 5000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
             "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0,

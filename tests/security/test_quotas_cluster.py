@@ -12,6 +12,7 @@ from kazoo.client import KazooClient
 
 from tests.harness.rawclient import RawClient, unique
 from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.waiting import wait_until
 from tierlog.protocol import ApiKey
 from tierlog.records import build_batch
 
@@ -54,10 +55,8 @@ def test_quota_stored_in_zookeeper_and_applied_on_every_broker(cluster, kafka_to
 
     topic = unique("quota-cluster")
     for i, broker in cluster.brokers.items():
-        deadline = time.monotonic() + 30
-        while _described(broker.bootstrap, client) != [{"producer_byte_rate": 100.0}]:
-            assert time.monotonic() < deadline, f"broker {i} does not describe the quota"
-            time.sleep(0.3)
+        wait_until(lambda b=broker.bootstrap: _described(b, client) == [{"producer_byte_rate": 100.0}], 30,
+                   interval=0.3, what=f"broker {i} to describe the quota")
         raw = RawClient(broker.bootstrap)
         try:
             # 2 KB against 100 B/s: (2000 / 10 s - 100) / 100 * 10 s of throttle, whatever the partition's answer

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import TimedOut, wait_until_async
 from tests.security.pki import Identity, Pki
 from tierlog.client.consumer import Consumer
 from tierlog.client.producer import Producer
@@ -59,8 +61,13 @@ async def tierlog_roundtrip(settings: dict, topic: str, count: int = 20) -> list
     got: list[bytes] = []
     async with Consumer({**settings, "auto.offset.reset": "earliest"}) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(got) < count and asyncio.get_running_loop().time() < deadline:
-            for records in (await consumer.poll(1000)).values():
-                got += [r.value for r in records]
+
+        async def read():
+            if len(got) < count:
+                for records in (await consumer.poll(1000)).values():
+                    got.extend(r.value for r in records)
+            return len(got) >= count
+
+        with contextlib.suppress(TimedOut):  # the caller judges what arrived
+            await wait_until_async(read, 60, interval=0, what=f"{count} records")
     return got

@@ -1,5 +1,5 @@
 """Consumer-group helpers of the server tests with real clients (kafka-python): produce to a topic,
-read a group's committed offsets, a group member polled from its own thread, polling.
+read a group's committed offsets, a group member polled from its own thread.
 
 Session timeouts sit at the broker minimum (``SESSION_MS``, 6 s).
 """
@@ -7,18 +7,8 @@ Session timeouts sit at the broker minimum (``SESSION_MS``, 6 s).
 from __future__ import annotations
 
 import threading
-import time
 
 SESSION_MS = 6000
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,

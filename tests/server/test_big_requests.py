@@ -24,6 +24,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from tests.harness.rawclient import RawClient, create_topic, unique
+from tests.harness.waiting import not_yet, wait_until
 from tests.server.bigreqlib import Run, broker_rss_peak_mb, judged_run, while_probing
 from tierlog.protocol import ApiKey, build, encode_request, parse_response
 from tierlog.records import build_batch, iter_records
@@ -48,14 +49,11 @@ def _cstr(s: str) -> bytes:
 
 
 def _wait_for_coordinator(raw: RawClient, group: str) -> None:
-    import time
-    deadline = time.monotonic() + 30
-    while True:
+    def found():
         resp = raw.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
-        if resp.error_code == 0:
-            return
-        assert time.monotonic() < deadline, resp
-        time.sleep(0.1)
+        return resp.error_code == 0 or not_yet(resp)
+
+    wait_until(found, 30, interval=0.1, what=f"the coordinator of {group}")
 
 
 def assert_no_stall(run, broker, frame: bytes) -> None:

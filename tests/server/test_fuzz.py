@@ -23,6 +23,7 @@ from kio.index import load_request_schema
 
 from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.protocol import ApiKey, build, encode_request
 from tierlog.records import build_batch
 
@@ -271,10 +272,15 @@ def kafka_python_round_trip(bootstrap: str, topic: str, n: int = 20) -> None:
     consumer.assign([tp])
     consumer.seek(tp, offsets[0])
     got = []
-    deadline = time.monotonic() + 30
-    while len(got) < n and time.monotonic() < deadline:
+
+    def read():
+        if len(got) >= n:
+            return True
         for msgs in consumer.poll(timeout_ms=500).values():
-            got += [(m.offset, m.value) for m in msgs]
+            got.extend((m.offset, m.value) for m in msgs)
+        return not_yet(len(got))
+
+    wait_until(read, 30, interval=0, what=f"{n} records (how many arrived)")
     consumer.close()
     assert got == list(zip(offsets, sent))
 
@@ -290,6 +296,7 @@ def test_fuzzed_frames_leave_the_broker_serving(start_broker):
     corpus = seed_frames()
     conns = [FuzzConnection(broker.port) for _ in range(CONNECTIONS)]
     sent = 0
+    # not a wait: the time budget of the fuzzing
     deadline = time.monotonic() + FUZZ_SECONDS
     try:
         while sent < FUZZ_FRAMES and time.monotonic() < deadline:

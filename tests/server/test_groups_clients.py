@@ -8,11 +8,13 @@ broker minimum (6 s) and ``group.initial.rebalance.delay.ms`` is 0 (the fixture 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
 
-from tests.server.groupslib import SESSION_MS, KafkaPythonMember, committed_offsets, produce, wait_until
+from tests.harness.waiting import TimedOut, not_yet, wait_until
+from tests.server.groupslib import SESSION_MS, KafkaPythonMember, committed_offsets, produce
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
@@ -23,14 +25,14 @@ def test_kafka_python_rebalance_commit_restart(start_broker):
     produce(broker.bootstrap, "kp", 4, 10, create=True)
     a = KafkaPythonMember(broker.bootstrap, "kp-group", "kp")
     a.start()
-    wait_until(lambda: a.snapshot()[1] == {0, 1, 2, 3} and len(a.snapshot()[0]) == 40, 30, "a owns all partitions")
+    wait_until(lambda: a.snapshot()[1] == {0, 1, 2, 3} and len(a.snapshot()[0]) == 40, 30, what="a owns all partitions")
     b = KafkaPythonMember(broker.bootstrap, "kp-group", "kp")
     b.start()
     # The second member triggers a rebalance that splits the partitions.
-    wait_until(lambda: len(a.snapshot()[1]) == 2 and len(b.snapshot()[1]) == 2, 30, "partitions split 2/2")
+    wait_until(lambda: len(a.snapshot()[1]) == 2 and len(b.snapshot()[1]) == 2, 30, what="partitions split 2/2")
     assert a.snapshot()[1] | b.snapshot()[1] == {0, 1, 2, 3}
     produce(broker.bootstrap, "kp", 4, 5, start=10)
-    wait_until(lambda: len(set(a.snapshot()[0]) | set(b.snapshot()[0])) == 60, 30, "the new records")
+    wait_until(lambda: len(set(a.snapshot()[0]) | set(b.snapshot()[0])) == 60, 30, what="the new records")
     a.stop()
     b.stop()
     seen = {(p, o) for p, o, _ in a.snapshot()[0] + b.snapshot()[0]}
@@ -42,7 +44,7 @@ def test_kafka_python_rebalance_commit_restart(start_broker):
     assert committed_offsets(broker.bootstrap, "kp-group") == {("kp", p): 15 for p in range(4)}
     c = KafkaPythonMember(broker.bootstrap, "kp-group", "kp")
     c.start()
-    wait_until(lambda: len(c.snapshot()[0]) >= 12, 30, "records after the committed offsets")
+    wait_until(lambda: len(c.snapshot()[0]) >= 12, 30, what="records after the committed offsets")
     time.sleep(0.3)
     c.stop()
     assert sorted((p, o) for p, o, _ in c.snapshot()[0]) == [(p, o) for p in range(4) for o in range(15, 18)]
@@ -125,14 +127,19 @@ def _confluent_consumer(bootstrap: str, group: str, **extra):
 
 def _confluent_consume(consumer, count: int, timeout: float = 30) -> list[tuple[int, int]]:
     got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
+
+    def consumed():
+        if len(got) >= count:
+            return True
         msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        assert msg.error() is None, msg.error()
-        got.append((msg.partition(), msg.offset()))
-        consumer.commit(message=msg, asynchronous=False)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append((msg.partition(), msg.offset()))
+            consumer.commit(message=msg, asynchronous=False)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        wait_until(consumed, timeout, interval=0, what=f"{count} records")
     return got
 
 
@@ -184,16 +191,19 @@ def test_confluent_kafka_two_members_rebalance(start_broker, strategy):
         members[0].subscribe(["ck2"])
         members[1].subscribe(["ck2"])
         seen: set[tuple[int, int]] = set()
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
+
+        def balanced():
             for m in members:
                 msg = m.poll(0.05)
                 if msg is not None and msg.error() is None:
                     seen.add((msg.partition(), msg.offset()))
                     _commit_tolerating_rebalance(m, msg)
             assignments = [{tp.partition for tp in m.assignment()} for m in members]
-            if len(seen) == 12 and all(len(a) == 2 for a in assignments):
-                break
+            return assignments if len(seen) == 12 and all(len(a) == 2 for a in assignments) \
+                else not_yet((len(seen), assignments))
+
+        assignments = wait_until(balanced, 40, interval=0,
+                                         what="12 records seen and two partitions each (records seen, assignments)")
         assert seen == {(p, o) for p in range(4) for o in range(3)}
         assert [len(a) for a in assignments] == [2, 2] and assignments[0] | assignments[1] == {0, 1, 2, 3}
         for m in members:  # the group is stable now: commit what each member consumed
@@ -223,7 +233,7 @@ def test_confluent_kafka_static_member_rejoins_without_rebalance(start_broker):
         generation_members = member["member_id"]
         c = _confluent_consumer(broker.bootstrap, "st-group", **{"group.instance.id": "instance-1"})
         c.subscribe(["st"])
-        wait_until(lambda: c.poll(0.1) is None and len(c.assignment()) == 2, 20, "the static member's partitions")
+        wait_until(lambda: c.poll(0.1) is None and len(c.assignment()) == 2, 20, what="the static member's partitions")
         described = admin.describe_groups(["st-group"])["st-group"]
         (member,) = described["members"]
         assert member["group_instance_id"] == "instance-1" and member["member_id"] != generation_members

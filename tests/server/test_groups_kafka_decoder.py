@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.groupslib import KafkaPythonMember, committed_offsets, produce, wait_until
+from tests.harness.waiting import wait_until
+from tests.server.groupslib import KafkaPythonMember, committed_offsets, produce
 from tierlog.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -82,7 +83,7 @@ def test_kafka_decodes_tierlog_consumer_offsets(start_broker, kafka_tool):
     produce(broker.bootstrap, "dec", 2, 3, create=True)
     member = KafkaPythonMember(broker.bootstrap, "dec-group", "dec", group_instance_id="static-1")
     member.start()
-    wait_until(lambda: len(member.snapshot()[0]) == 6, 30, "six records")
+    wait_until(lambda: len(member.snapshot()[0]) == 6, 30, what="six records")
     time.sleep(0.2)
     member.stop()
     simple = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="dec-simple", enable_auto_commit=False)

@@ -1,11 +1,11 @@
 """The log cleaner in a running broker: a compacted topic with small segments is cleaned by the cleaner
 threads, and kafka-python reads back one record per key (its latest) plus what the active segment holds."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -15,6 +15,7 @@ from kafka.structs import OffsetAndMetadata
 from tests.harness import ROOT
 from tests.harness.broker import running_broker
 from tests.harness.tiered import metrics_url, scrape
+from tests.harness.waiting import TimedOut, wait_until
 
 TOPIC = "compacted"
 KEYS = 10
@@ -36,12 +37,14 @@ def read_all(bootstrap: str, expected_end: int) -> list[tuple[int, bytes, bytes]
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     rows = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def read():
         for batch in consumer.poll(timeout_ms=1000).values():
-            rows += [(r.offset, r.key, r.value) for r in batch]
-        if consumer.position(tp) >= expected_end:
-            break
+            rows.extend((r.offset, r.key, r.value) for r in batch)
+        return consumer.position(tp) >= expected_end
+
+    with contextlib.suppress(TimedOut):  # the caller judges the rows read
+        wait_until(read, 60, interval=0, what=f"the position {expected_end}")
     consumer.close()
     return rows
 
@@ -60,12 +63,15 @@ def test_a_compacted_topic_is_cleaned_to_one_record_per_key(broker):
     producer.close()
 
     # Wait for the cleaner: its threads run every 100 ms; the read shrinks once the rounds swapped.
-    deadline = time.monotonic() + 120
-    while True:
-        rows = read_all(broker.bootstrap, RECORDS)
-        if len(rows) < RECORDS // 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    reads = []
+
+    def cleaned():
+        reads.append(read_all(broker.bootstrap, RECORDS))
+        return len(reads[-1]) < RECORDS // 2
+
+    with contextlib.suppress(TimedOut):  # the last read is checked below
+        wait_until(cleaned, 120, interval=0.5, what="the read to shrink")
+    rows = reads[-1]
     offsets = [off for off, _, _ in rows]
     assert offsets == sorted(offsets) and offsets[-1] == RECORDS - 1
     # the tail the active segment holds is contiguous and untouched
@@ -108,12 +114,18 @@ def offsets_topic_records(bootstrap: str) -> int:
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     end = consumer.end_offsets([tp])[tp]
-    count = 0
-    deadline = time.monotonic() + 60
-    while consumer.position(tp) < end and time.monotonic() < deadline:
-        count += sum(len(b) for b in consumer.poll(timeout_ms=1000).values())
+    counts = [0]
+
+    def read():
+        if consumer.position(tp) >= end:
+            return True
+        counts.append(sum(len(b) for b in consumer.poll(timeout_ms=1000).values()))
+        return False
+
+    with contextlib.suppress(TimedOut):  # the caller judges the count
+        wait_until(read, 60, interval=0, what=f"the position {end}")
     consumer.close()
-    return count
+    return sum(counts)
 
 
 def test_consumer_offsets_is_compacted_and_loads_the_live_offsets(broker):
@@ -125,9 +137,11 @@ def test_consumer_offsets_is_compacted_and_loads_the_live_offsets(broker):
     for i in range(commits):
         consumer.commit({tp: OffsetAndMetadata(i, "", -1)})
     consumer.close()
-    deadline = time.monotonic() + 120
-    while (count := offsets_topic_records(broker.bootstrap)) > commits // 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    counts = []
+    with contextlib.suppress(TimedOut):  # asserted just below
+        wait_until(lambda: counts.append(offsets_topic_records(broker.bootstrap)) or counts[-1] <= commits // 2,
+                   120, interval=0.5, what="__consumer_offsets cleaned")
+    count = counts[-1]
     assert count < commits // 2  # cleaned: the offset commits of one key collapse to the last ones
     broker.restart()  # the coordinator loads the partition again, from what the cleaner kept
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="compacted-group",

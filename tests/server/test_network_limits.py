@@ -10,17 +10,18 @@ import random
 import socket
 import struct
 import threading
-import time
 import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from kio.index import load_request_schema
 
+from tests.harness import waiting
 from tests.harness.broker import log_lines
 from tests.harness.memory import rss_mib
 from tests.harness.rawclient import RawClient, create_topic
 from tests.harness.tiered import metrics_url, wait_for
+from tests.harness.waiting import not_yet
 from tierlog.protocol import ApiKey, build, encode_request
 from tierlog.protocol.framing import LARGE_BODY_BYTES
 
@@ -316,11 +317,16 @@ def test_a_produce_request_above_the_large_body_size_is_stored_and_read_back_who
     try:
         consumer.subscribe(["big-records"])
         got = []
-        deadline = time.monotonic() + 60
-        while len(got) < 2 and time.monotonic() < deadline:
+
+        def read():
+            if len(got) >= 2:
+                return True
             msg = consumer.poll(1)
             if msg is not None and msg.error() is None:
                 got.append(msg.value())
+            return not_yet(len(got))
+
+        waiting.wait_until(read, 60, interval=0, what="2 records (how many arrived)")
         assert got == values
     finally:
         consumer.close()

@@ -9,7 +9,7 @@ Kafka's would have to."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 import pytest
 
@@ -26,6 +26,7 @@ from tests.harness.transactions import (
     produce,
     write_markers,
 )
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.protocol import ApiKey
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, COORDINATOR_FENCED = 0, 3, 47, 48, 52
@@ -197,12 +198,15 @@ def test_a_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker
 
 def wait_for(read, expected, timeout: float = 30):
     """``read()`` until it returns ``expected`` (a restarted broker first answers while it loads)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    reads = []
+
+    def read_expected():
         try:
-            got = read()
+            reads.append(read())
         except AssertionError:
-            got = None
-        if got == expected or time.monotonic() > deadline:
-            return got
-        time.sleep(0.1)
+            reads.append(None)
+        return reads[-1] == expected
+
+    with contextlib.suppress(TimedOut):  # the caller compares the last read
+        wait_until(read_expected, timeout, interval=0.1, what=f"{expected!r} read")
+    return reads[-1]

@@ -6,13 +6,12 @@ log; the member checks of v3+. One ``__consumer_offsets`` partition, so every gr
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.harness.rawclient import RawClient, create_topic, raw_client, unique
 from tests.harness.transactions import UNVERIFIED, init_producer_id
 from tests.harness.txn_offsets import end_offsets_txn, offset_commit, offset_fetch, txn_offset_commit
+from tests.harness.waiting import not_yet, wait_until
 from tierlog.protocol import ApiKey
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 3, 22, 25
@@ -75,10 +74,9 @@ def test_v5_adds_the_group_partition_to_the_transaction_and_end_txn_v5_commits_i
     end = raw.request(ApiKey.END_TXN, 5, {"transactional_id": "hand-made", "producer_id": pid,
                                           "producer_epoch": epoch, "committed": True})
     assert (end.error_code, end.producer_id, end.producer_epoch) == (0, pid, epoch + 1)
-    deadline = time.monotonic() + 60  # the markers follow EndTxn's answer
-    while offset_fetch(raw, group, topic) != {0: (11, NONE)}:
-        assert time.monotonic() < deadline, offset_fetch(raw, group, topic)
-        time.sleep(0.05)  # poll interval
+    # the markers follow EndTxn's answer
+    wait_until(lambda: (o := offset_fetch(raw, group, topic)) == {0: (11, NONE)} or not_yet(o), 60,
+               what="the committed offset 11 (the offsets fetched)")
 
 
 def test_an_abort_drops_the_pending_offsets(raw, shared):

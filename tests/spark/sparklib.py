@@ -4,8 +4,6 @@ broker (the ``cluster`` fixture of conftest.py): create, produce, wait until tie
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -13,6 +11,7 @@ from kafka.admin import NewTopic
 from tests.harness.prerequisites import load_script
 from tests.harness.prerequisites import unavailable as unavailable_in_ci_or_skip
 from tests.harness.tiered import tier_status
+from tests.harness.waiting import not_yet, wait_until
 
 jars_module = load_script("spark_kafka_jars.py", "tierlog_spark_kafka_jars")
 SparkKafkaJarsError = jars_module.SparkKafkaJarsError
@@ -44,14 +43,15 @@ def produce(b, topic: str, count: int, start: int = 0, codec: str = "none") -> N
 
 def tiered(b, topic: str, partitions: int = 3) -> list[dict]:
     """Until every partition's rolled segments are copied and its local log starts past 0."""
-    deadline = time.monotonic() + 120
-    while True:
+
+    def done():
         s = tier_status(b, topic)["partitions"]
         if len(s) == partitions and all(p["ready"] and p["copy_lag_segments"] == 0 and p["local_segments"] <= 2
                                         and p["local_log_start_offset"] > 0 for p in s):
             return s
-        assert time.monotonic() < deadline, f"{topic} was not tiered in time: {s}"
-        time.sleep(0.2)
+        return not_yet(s)
+
+    return wait_until(done, 120, interval=0.2, what=f"{topic} to be tiered (its partitions)")
 
 
 def source(spark, b, topic: str, direct: bool = True, **options):

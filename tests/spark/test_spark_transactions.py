@@ -22,6 +22,7 @@ from tests.harness.transactions import (
     produce,
     write_markers,
 )
+from tests.harness.waiting import not_yet, wait_until
 from tests.spark.sparklib import source
 
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": "2000", "local.retention.bytes": "1",
@@ -36,17 +37,19 @@ def confluent_rows(bootstrap: str, topic: str, isolation: str, timeout: float = 
                     "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation})
     c.assign([CKTopicPartition(topic, 0, 0)])
     got: list[tuple] = []
-    deadline = time.monotonic() + timeout
+
+    def reached():
+        for m in c.consume(1000, timeout=0.5):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value()))
+            if m.value() == END:
+                return got
+        return not_yet(got)
+
     try:
-        while time.monotonic() < deadline:
-            for m in c.consume(1000, timeout=0.5):
-                assert m.error() is None, m.error()
-                got.append((m.offset(), m.key(), m.value()))
-                if m.value() == END:
-                    return got
+        return wait_until(reached, timeout, interval=0, what=f"confluent-kafka ({isolation}) to reach the end")
     finally:
         c.close()
-    raise AssertionError(f"confluent-kafka ({isolation}) did not reach the end in {timeout}s; got {got}")
 
 
 def spark_rows(df) -> list[tuple]:

@@ -5,8 +5,8 @@ agreeing with ``format("tierlog")``; data deleted by retention during a query.""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
 from tests.harness.tiered import tier_status
+from tests.harness.waiting import TimedOut, wait_until
 from tests.spark.sparklib import ROWS, create, produce, source, tiered
 
 
@@ -22,11 +23,16 @@ def kafka_python_rows(b, topic: str, partitions: int, expected: int) -> list[tup
     c.assign([KTopicPartition(topic, p) for p in range(partitions)])
     c.seek_to_beginning()
     out = []
-    deadline = time.monotonic() + 60
-    while len(out) < expected and time.monotonic() < deadline:
-        for records in c.poll(1000).values():
-            out += [(r.key, r.value, r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
-                     [(k, v) for k, v in r.headers]) for r in records]
+
+    def read():
+        if len(out) < expected:
+            for records in c.poll(1000).values():
+                out.extend((r.key, r.value, r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
+                            [(k, v) for k, v in r.headers]) for r in records)
+        return len(out) >= expected
+
+    with contextlib.suppress(TimedOut):  # the caller compares what arrived
+        wait_until(read, 60, interval=0, what=f"{expected} records")
     c.close()
     return sorted(out, key=lambda r: (r[3], r[4]))
 

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tests.harness.waiting import wait_until_async
 from tierlog.records import build_batch, decode_batch, read_header
 from tierlog.records.control import end_txn_marker_batch
 from tierlog.storage import cleaner as cleaner_mod
@@ -423,11 +424,7 @@ def test_the_cleaner_threads_clean_in_a_worker_and_swap_on_the_event_loop(make_l
     lg.replace_segments = replace_segments
 
     async def until(condition):
-        for _ in range(3000):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("condition not reached within 30 s")
+        await wait_until_async(condition, 30, interval=0.01, what="the condition")
 
     async def main():
         cleaner.start()

@@ -11,8 +11,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from tests.harness import waiting
 from tests.harness.broker import BrokerProcess
 from tests.harness.tiered import call, tier_status
+from tests.harness.waiting import not_yet
 
 #: Small segments, every rolled segment cleanable at once; tombstones stay (delete.retention.ms one day) so the
 #: compacted view is exact: the last record of each key, a tombstone included.
@@ -82,13 +84,17 @@ def read_earliest(b: BrokerProcess, topic: str, last_offset: int, timeout: float
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([CKTopicPartition(topic, 0, 0)])
     got: list[Record] = []
-    deadline = time.monotonic() + timeout
+
+    def read():
+        if got and got[-1][0] >= last_offset:
+            return True
+        for m in c.consume(500, timeout=1):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value()))
+        return not_yet(got[-1][0] if got else None)
+
     try:
-        while not got or got[-1][0] < last_offset:
-            assert time.monotonic() < deadline, f"read up to offset {got[-1][0] if got else None} of {last_offset}"
-            for m in c.consume(500, timeout=1):
-                assert m.error() is None, m.error()
-                got.append((m.offset(), m.key(), m.value()))
+        waiting.wait_until(read, timeout, interval=0, what=f"offset {last_offset} read (the last read)")
     finally:
         c.close()
     return got
@@ -103,18 +109,8 @@ def first_dirty_offset(b: BrokerProcess, topic: str) -> int:
 
 
 def wait_until(predicate, what: str, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except Exception as e:  # noqa: BLE001 - a broker still starting answers 503
-            value, last = None, e
-        else:
-            last = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what} (last error: {last})"
-        time.sleep(0.2)
+    """``waiting.wait_until``, what first; any error (a broker still starting answers 503) counts as not yet."""
+    return waiting.wait_until(predicate, timeout, what=what, interval=0.2, ignore=(Exception,))
 
 
 def cleaned_and_tiered(b: BrokerProcess, topic: str, past: int) -> dict | None:

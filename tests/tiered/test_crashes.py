@@ -4,6 +4,7 @@ remote segments, and once copies settle the reconciler finds no orphaned object.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -17,6 +18,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.tiered import call, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.tiered.rsm.faults import write_control
 
 FAULTY = "tierlog.tiered.rsm.faults:FaultInjectingRemoteStorageManager"
@@ -37,12 +39,17 @@ def read_all(b: BrokerProcess, topic: str, end: int, start: int = 0) -> dict[int
                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([CKTopicPartition(topic, 0, start)])
     got: dict[int, bytes] = {}
-    deadline = time.monotonic() + 60
-    while len(got) < end - start and time.monotonic() < deadline:
-        for m in c.consume(1000, timeout=1):
-            assert m.error() is None, m.error()
-            assert m.offset() not in got, f"offset {m.offset()} delivered twice"
-            got[m.offset()] = m.value()
+
+    def read():
+        if len(got) < end - start:
+            for m in c.consume(1000, timeout=1):
+                assert m.error() is None, m.error()
+                assert m.offset() not in got, f"offset {m.offset()} delivered twice"
+                got[m.offset()] = m.value()
+        return len(got) >= end - start
+
+    with contextlib.suppress(TimedOut):  # the caller judges what arrived
+        wait_until(read, 60, interval=0, what=f"offsets {start} to {end}")
     c.close()
     return got
 

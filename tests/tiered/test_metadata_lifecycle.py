@@ -9,10 +9,10 @@ outcome depends on how fast the machine replays the metadata."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import threading
-import time
 
 import pytest
 from confluent_kafka import Consumer as CKConsumer
@@ -25,6 +25,7 @@ from kafka.admin import NewTopic
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import tier_status, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tests.tiered.holds import held_rlmm_settings
 from tierlog.protocol import ApiKey
 
@@ -128,10 +129,15 @@ def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_
             c.assign([KTopicPartition("history", 0)])
             c.seek_to_beginning()
             got = []
-            deadline = time.monotonic() + 90
-            while len(got) < records and time.monotonic() < deadline:
-                for recs in c.poll(500).values():
-                    got += [r.offset for r in recs]
+
+            def read():
+                if len(got) < records:
+                    for recs in c.poll(500).values():
+                        got.extend(r.offset for r in recs)
+                return len(got) >= records
+
+            with contextlib.suppress(TimedOut):  # the test compares what arrived
+                wait_until(read, 90, interval=0, what=f"{records} records")
             c.close()
             results["kafka-python"] = got
 
@@ -140,11 +146,16 @@ def test_clients_wait_for_metadata_catch_up_and_local_reads_are_not_delayed(tmp_
                             "auto.offset.reset": "earliest"})
             c.assign([CKTopicPartition("history", 0, 0)])
             got = []
-            deadline = time.monotonic() + 90
-            while len(got) < records and time.monotonic() < deadline:
-                for m in c.consume(500, timeout=0.5):
-                    assert m.error() is None, m.error()
-                    got.append(m.offset())
+
+            def read():
+                if len(got) < records:
+                    for m in c.consume(500, timeout=0.5):
+                        assert m.error() is None, m.error()
+                        got.append(m.offset())
+                return len(got) >= records
+
+            with contextlib.suppress(TimedOut):  # the test compares what arrived
+                wait_until(read, 90, interval=0, what=f"{records} records")
             c.close()
             results["confluent-kafka"] = got
 
@@ -193,9 +204,14 @@ def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
         tp = TopicPartition("history", 0)
         c.assign([tp])
         got = []
-        deadline = time.monotonic() + 60  # the consumer meets REPLICA_NOT_AVAILABLE and keeps fetching
-        while c.metrics["remote-storage-not-ready-total"] == 0 and time.monotonic() < deadline:
-            got += [r.offset for recs in c.poll(200).values() for r in recs]
+
+        def not_ready_met():  # the consumer meets REPLICA_NOT_AVAILABLE and keeps fetching
+            if c.metrics["remote-storage-not-ready-total"] > 0:
+                return True
+            got.extend(r.offset for recs in c.poll(200).values() for r in recs)
+            return not_yet(got)
+
+        wait_until(not_ready_met, 60, interval=0, what="remote-storage-not-ready-total past 0 (offsets polled)")
         assert c.metrics["remote-storage-not-ready-total"] > 0 and got == []
         # A timestamp lookup needs remote metadata: while loading it cannot be answered.
         assert not status(b, "history")[0]["ready"]
@@ -203,10 +219,15 @@ def test_tierlogs_client_waits_with_remote_storage_not_ready(tmp_path):
             c.offsets_for_times({tp: 1}, timeout_ms=200)
         assert e.value.retriable and e.value.code == 9
         hold.unlink()  # the catch-up runs
-        deadline = time.monotonic() + 90
-        while len(got) < records and time.monotonic() < deadline:
+
+        def caught_up():
+            if len(got) >= records:
+                return True
             for recs in c.poll(500).values():
-                got += [r.offset for r in recs]
+                got.extend(r.offset for r in recs)
+            return not_yet(len(got))
+
+        wait_until(caught_up, 90, interval=0, what=f"{records} records (how many arrived)")
         assert got == list(range(records))
         assert c.metrics["remote-storage-not-ready-total"] > 0
         assert c.offsets_for_times({tp: 1})[tp].offset == 0  # ready now

@@ -10,6 +10,7 @@ manager (``__remote_log_metadata``), the one whose metadata survives a restart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from kafka.admin import NewTopic
 
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 from tests.tiered.fetchlib import batches, fetch
 from tests.tiered.holds import held_rlmm_settings
 from tierlog.protocol import ApiKey
@@ -104,15 +106,16 @@ def metric(b: BrokerProcess, name: str, topic: str) -> float:
 
 def wait_tiered(b: BrokerProcess, topic: str, partitions: int = 1, timeout: float = 60) -> list[dict]:
     """Until every partition has copied all rolled segments and local retention trimmed the rest."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def tiered():
         parts = status(b, topic)
         if len(parts) == partitions and all(p["ready"] and p["copy_lag_segments"] == 0 and p["remote_segments"] > 0
                                             and p["local_bytes"] <= TAIL_BYTES and p["local_log_start_offset"] > 0
                                             for p in parts):
             return sorted(parts, key=lambda p: p["partition"])
-        time.sleep(0.1)
-    raise AssertionError(f"{topic} was not tiered in time: {status(b, topic)}")
+        return not_yet(parts)
+
+    return wait_until(tiered, timeout, interval=0.1, what=f"{topic} to be tiered (its status)")
 
 
 def create(b: BrokerProcess, topic: str, partitions: int = 1, **configs) -> None:
@@ -148,12 +151,17 @@ def consume_confluent(b: BrokerProcess, topic: str, partitions: int, expected: i
                     "auto.offset.reset": "earliest", **config})
     c.assign([CKTopicPartition(topic, p, offset) for p in range(partitions)])
     out = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
+
+    def consumed():
+        if len(out) < expected:
             for m in c.consume(500, timeout=1):
                 assert m.error() is None, m.error()
                 out.append((m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or [])))
+        return len(out) >= expected
+
+    try:
+        with contextlib.suppress(TimedOut):  # the caller compares what arrived
+            wait_until(consumed, 60, interval=0, what=f"{expected} records")
     finally:
         c.close()
     return sorted(out)
@@ -164,11 +172,16 @@ def consume_kafka_python(b: BrokerProcess, topic: str, partitions: int, expected
     c.assign([KTopicPartition(topic, p) for p in range(partitions)])
     c.seek_to_beginning()
     out = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
+
+    def consumed():
+        if len(out) < expected:
             for records in c.poll(1000).values():
-                out += [(r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records]
+                out.extend((r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records)
+        return len(out) >= expected
+
+    try:
+        with contextlib.suppress(TimedOut):  # the caller compares what arrived
+            wait_until(consumed, 60, interval=0, what=f"{expected} records")
     finally:
         c.close()
     return sorted(out)
@@ -180,11 +193,16 @@ def consume_tierlog(b: BrokerProcess, topic: str, partitions: int, expected: int
     c = Consumer({"bootstrap.servers": b.bootstrap, "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
     out = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
+
+    def consumed():
+        if len(out) < expected:
             for records in c.poll(1000).values():
-                out += [(r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records]
+                out.extend((r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records)
+        return len(out) >= expected
+
+    try:
+        with contextlib.suppress(TimedOut):  # the caller compares what arrived
+            wait_until(consumed, 60, interval=0, what=f"{expected} records")
     finally:
         c.close()
     return sorted(out)
@@ -218,13 +236,13 @@ def assert_only_the_tail_is_local(b: BrokerProcess, topic: str, parts: list[dict
     batches compressed, so it is not counted."""
     for p in parts:
         directory = b.log_dir / f"{topic}-{p['partition']}"
-        deadline = time.monotonic() + 30
-        while True:
+
+        def trimmed(directory=directory):
             local = local_segments(directory)
-            total = sum(size for _, size in local)
-            if total - local[0][1] < LOCAL_RETENTION_BYTES or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+            return local if sum(size for _, size in local) - local[0][1] < LOCAL_RETENTION_BYTES else not_yet(local)
+
+        local = wait_until(trimmed, 30, interval=0.1, what=f"local retention of {directory.name} (its segments)")
+        total = sum(size for _, size in local)
         assert total - local[0][1] < LOCAL_RETENTION_BYTES, local
         assert total <= TAIL_BYTES, local
         now = {q["partition"]: q for q in status(b, topic)}[p["partition"]]
@@ -369,9 +387,12 @@ def test_a_slow_remote_read_answers_empty_within_remote_fetch_max_wait(tiered, h
         assert part.error_code == 0 and not part.records and took >= 0.4
         write_control(tiered.control)
         # The read goes on in the background; a consumer asking again gets the records once it is done.
-        deadline = time.monotonic() + 60
-        while not (part := fetch(client, topic, {0: 0})[0]).records and time.monotonic() < deadline:
-            assert part.error_code == 0
+        def fetched():
+            part = fetch(client, topic, {0: 0})[0]
+            assert part.records or part.error_code == 0
+            return part if part.records else None
+
+        part = wait_until(fetched, 60, interval=0, what="the records read in the background")
         assert part.error_code == 0 and batches(part.records)[0].base_offset == 0
     finally:
         client.close()
@@ -443,10 +464,8 @@ def test_offsets_below_the_log_start_are_out_of_range_and_auto_offset_reset_appl
     c = CKConsumer({"bootstrap.servers": tiered.bootstrap, "group.id": "reset-error", "auto.offset.reset": "error"})
     c.assign([CKTopicPartition(topic, 0, 100)])
     try:
-        errors = []
-        deadline = time.monotonic() + 15
-        while not errors and time.monotonic() < deadline:
-            errors = [m.error() for m in c.consume(10, timeout=1) if m.error() is not None]
+        errors = wait_until(lambda: [m.error() for m in c.consume(10, timeout=1) if m.error() is not None], 15,
+                            interval=0, what="an error of the consumer")
         assert errors and errors[0].code() == CKError._AUTO_OFFSET_RESET
     finally:
         c.close()
@@ -457,14 +476,19 @@ def test_offsets_below_the_log_start_are_out_of_range_and_auto_offset_reset_appl
     k.seek(tp, 100)
     try:
         got = []
-        deadline = time.monotonic() + 20
-        while k.position(tp) != 600 and time.monotonic() < deadline:
-            got += [r for rs in k.poll(500).values() for r in rs]
+
+        def polled_until(done):
+            if done():
+                return True
+            got.extend(r for rs in k.poll(500).values() for r in rs)
+            return False
+
+        wait_until(lambda: polled_until(lambda: k.position(tp) == 600) or not_yet(got), 20, interval=0,
+                   what="the consumer's position 600 (records polled)")
         assert got == [] and k.position(tp) == 600
         later = produce(tiered, topic, 3, start=600)
-        deadline = time.monotonic() + 20
-        while len(got) < 3 and time.monotonic() < deadline:
-            got += [r for rs in k.poll(500).values() for r in rs]
+        wait_until(lambda: polled_until(lambda: len(got) >= 3) or not_yet(got), 20, interval=0,
+                   what="3 records (records polled)")
         assert [(r.offset, r.value) for r in got] == [(o, v) for _, o, _, v, _ in later]
     finally:
         k.close()
@@ -495,6 +519,7 @@ def test_a_missing_remote_object_is_a_retriable_error_and_consumers_recover(tier
             "the broker log names the segment"
         # While the object is missing both consumers keep retrying: no error reaches the application.
         ck_got, kp_got = [], []
+        # not wait_until: not a wait but 3 s of watching that nothing arrives
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             for m in ck.consume(100, timeout=0.3):
@@ -503,12 +528,18 @@ def test_a_missing_remote_object_is_a_retriable_error_and_consumers_recover(tier
             kp_got += [r for rs in kp.poll(300).values() for r in rs]  # raises on an error it does not retry
         assert ck_got == [] and kp_got == []
         hidden.rename(victim)
-        deadline = time.monotonic() + 60
-        while (len(ck_got) < 500 or len(kp_got) < 500) and time.monotonic() < deadline:
+
+        def both_read():
+            if len(ck_got) >= 500 and len(kp_got) >= 500:
+                return True
             for m in ck.consume(500, timeout=0.3):
                 assert m.error() is None, m.error()
                 ck_got.append(m)
-            kp_got += [r for rs in kp.poll(300).values() for r in rs]
+            kp_got.extend(r for rs in kp.poll(300).values() for r in rs)
+            return False
+
+        wait_until(lambda: both_read() or not_yet((len(ck_got), len(kp_got))), 60, interval=0,
+                   what="500 records through each consumer (records read by confluent-kafka, kafka-python)")
         want = [(o, k, v) for _, o, k, v, _ in sent]
         assert [(m.offset(), m.key(), m.value()) for m in ck_got] == want
         assert [(r.offset, r.key, r.value) for r in kp_got] == want

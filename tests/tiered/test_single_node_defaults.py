@@ -7,7 +7,6 @@ metadata manager that cannot initialize says why once (a count for the retries),
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from confluent_kafka import Consumer as CKConsumer
@@ -17,6 +16,7 @@ from kafka.admin import NewTopic
 
 from tests.harness.broker import BrokerProcess, log_lines
 from tests.harness.tiered import wait_for
+from tests.harness.waiting import not_yet, wait_until
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "4000", "local.retention.bytes": "1",
           "file.delete.delay.ms": "0"}
@@ -62,12 +62,17 @@ def test_a_default_single_node_broker_tiers_and_reads_back_from_earliest(tmp_pat
         c = CKConsumer({"bootstrap.servers": b.bootstrap, "group.id": "readers", "auto.offset.reset": "earliest"})
         c.subscribe(["orders"])
         got: list[int] = []
-        deadline = time.monotonic() + 90
+
+        def read():
+            if len(got) >= 400:
+                return True
+            for m in c.consume(500, timeout=0.5):
+                assert m.error() is None, m.error()
+                got.append(int(m.value()[:6]))
+            return not_yet(len(got))
+
         try:
-            while len(got) < 400 and time.monotonic() < deadline:
-                for m in c.consume(500, timeout=0.5):
-                    assert m.error() is None, m.error()
-                    got.append(int(m.value()[:6]))
+            wait_until(read, 90, interval=0, what="400 records (how many arrived)")
             c.commit(asynchronous=False)
         finally:
             c.close()

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -22,6 +21,7 @@ from kafka.admin import NewTopic
 from tests.harness import ROOT
 from tests.harness.broker import BrokerProcess
 from tests.harness.tiered import metrics_url, tier_status, tiered_settings, wait_for
+from tests.harness.waiting import not_yet, wait_until
 from tests.tiered.holds import held_rlmm_settings
 
 TOPIC = "history"
@@ -93,22 +93,20 @@ def test_status_and_ready_while_the_metadata_loads_after_a_restart(tmp_path):
         # Released: every answer from now on is "loading" or the right numbers; /ready turns 200 only once the
         # status shows the loaded figures.
         hold.unlink()
-        deadline = time.monotonic() + 120
-        seen_loading_after_release = 0
-        while True:
+
+        def loaded():
             code, _ = ready(b)
             part = tier_status(b, TOPIC)["partitions"][0]
             if part["state"] == "loading":
                 assert code == 503
                 assert part["highest_offset_in_remote_storage"] is None and part["copy_lag_segments"] is None
-                seen_loading_after_release += 1
-            else:
-                assert part["highest_offset_in_remote_storage"] == before["highest_offset_in_remote_storage"]
-                assert part["remote_segments"] == before["remote_segments"]
-                assert part["copy_lag_segments"] == 0
-                if code == 200:
-                    break
-            assert time.monotonic() < deadline, "the metadata never loaded"
+                return not_yet((code, part))
+            assert part["highest_offset_in_remote_storage"] == before["highest_offset_in_remote_storage"]
+            assert part["remote_segments"] == before["remote_segments"]
+            assert part["copy_lag_segments"] == 0
+            return code == 200 or not_yet((code, part))
+
+        wait_until(loaded, 120, interval=0, what="the metadata loaded and /ready at 200 (/ready, status)")
         table = status_table(b)
         assert table.splitlines()[0].startswith("broker 1: ready")
         row = next(line.split() for line in table.splitlines() if line.startswith(TOPIC))

@@ -8,6 +8,7 @@ folder should be, or the fault-injecting storage manager."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests.harness import ROOT
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.tiered import call, metrics_url, tier_status, tiered_settings, wait_for
+from tests.harness.waiting import TimedOut, wait_until
 from tests.tiered.fetchlib import batches, fetch
 from tierlog.errors import KafkaStorageError
 from tierlog.tiered.rsm.faults import write_control
@@ -54,12 +56,17 @@ def consume(b: BrokerProcess, topic: str, expected: int, timeout: float = 90) ->
                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     c.assign([CKTopicPartition(topic, 0, 0)])
     got: list[int] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
+
+    def read():
+        if len(got) < expected:
             for m in c.consume(500, timeout=0.5):
                 if m.error() is None:
                     got.append(int(m.value()[:6]))
+        return len(got) >= expected
+
+    try:
+        with contextlib.suppress(TimedOut):  # the caller judges what arrived
+            wait_until(read, timeout, interval=0, what=f"{expected} records")
     finally:
         c.close()
     return got

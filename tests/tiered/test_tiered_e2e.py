@@ -6,6 +6,7 @@ topic removes every remote object."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.waiting import TimedOut, not_yet, wait_until
 
 PARTITIONS = 4
 TOPIC_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20), "local.retention.bytes": "1",
@@ -41,14 +43,14 @@ def status(b: BrokerProcess, topic: str) -> list[dict]:
 
 
 def wait_copied(b: BrokerProcess, topic: str, timeout: float = 240) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def copied():
         parts = status(b, topic)
         if len(parts) == PARTITIONS and all(p["ready"] and p["copy_lag_segments"] == 0 and p["local_segments"] <= 2
                                             for p in parts):
             return parts
-        time.sleep(0.5)
-    raise AssertionError(f"copy lag did not reach 0: {status(b, topic)}")
+        return not_yet(parts)
+
+    return wait_until(copied, timeout, interval=0.5, what=f"the copy lag of {topic} at 0 (its status)")
 
 
 def produce(b: BrokerProcess, topic: str, megabytes: int) -> dict[int, tuple[int, str]]:
@@ -97,13 +99,16 @@ def read_confluent(b: BrokerProcess, topic: str, expected: dict) -> dict:
     c.assign([CKTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got: dict[int, list] = {p: [] for p in range(PARTITIONS)}
     total = sum(n for n, _ in expected.values())
-    seen = 0
-    deadline = time.monotonic() + 180
-    while seen < total and time.monotonic() < deadline:
-        for m in c.consume(10000, timeout=1):
-            assert m.error() is None, m.error()
-            got[m.partition()].append((m.offset(), m.key(), m.value()))
-            seen += 1
+
+    def consumed():
+        if sum(map(len, got.values())) < total:
+            for m in c.consume(10000, timeout=1):
+                assert m.error() is None, m.error()
+                got[m.partition()].append((m.offset(), m.key(), m.value()))
+        return sum(map(len, got.values())) >= total
+
+    with contextlib.suppress(TimedOut):  # the caller compares the digests of what arrived
+        wait_until(consumed, 180, interval=0, what=f"{total} records")
     c.close()
     return {p: _digest(records) for p, records in got.items()}
 
@@ -115,12 +120,15 @@ def read_kafka_python(b: BrokerProcess, topic: str, expected: dict) -> dict:
     c.seek_to_beginning()
     got: dict[int, list] = {p: [] for p in range(PARTITIONS)}
     total = sum(n for n, _ in expected.values())
-    seen = 0
-    deadline = time.monotonic() + 300
-    while seen < total and time.monotonic() < deadline:
-        for tp, records in c.poll(1000, max_records=20000).items():
-            got[tp.partition] += [(r.offset, r.key, r.value) for r in records]
-            seen += len(records)
+
+    def consumed():
+        if sum(map(len, got.values())) < total:
+            for tp, records in c.poll(1000, max_records=20000).items():
+                got[tp.partition] += [(r.offset, r.key, r.value) for r in records]
+        return sum(map(len, got.values())) >= total
+
+    with contextlib.suppress(TimedOut):  # the caller compares the digests of what arrived
+        wait_until(consumed, 300, interval=0, what=f"{total} records")
     c.close()
     return {p: _digest(records) for p, records in got.items()}
 
@@ -149,9 +157,8 @@ def run_scenario(b: BrokerProcess, topic: str, megabytes: int, remote_count) -> 
     admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
     admin.delete_topics([topic])
     admin.close()
-    deadline = time.monotonic() + 120
-    while remote_count() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    with contextlib.suppress(TimedOut):  # asserted just below
+        wait_until(lambda: not remote_count(), 120, interval=0.5, what="no remote object")
     assert remote_count() == 0, "deleting the topic removes every remote object"
     return b
 

@@ -10,6 +10,7 @@ partitions announced earlier are followed, a permanent failure reaches the fatal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -21,6 +22,7 @@ from kafka import TopicPartition as KTopicPartition
 
 from tests.harness import logcapture
 from tests.harness.broker import BrokerProcess
+from tests.harness.waiting import TimedOut, wait_until, wait_until_async
 from tierlog import errors
 from tierlog.client.admin import Admin, NewTopic
 from tierlog.client.errors import KafkaTimeoutError
@@ -104,13 +106,8 @@ def manager(bootstrap: str, log_dir: Path, **extra: str) -> TopicBasedRemoteLogM
 
 
 async def eventually(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    """``wait_until_async``, what first, at the managers' quick pace."""
+    return await wait_until_async(predicate, timeout, what=what, interval=0.01)
 
 
 async def ready_manager(bootstrap: str, log_dir: Path, follow=(), **extra: str) -> TopicBasedRemoteLogMetadataManager:
@@ -589,10 +586,17 @@ def test_records_are_kafka_format_with_null_keys_in_the_mapped_partition(shared_
     partitions = [KTopicPartition(METADATA_TOPIC, p) for p in range(PARTITIONS)]
     consumer.assign(partitions)
     consumer.seek_to_beginning()
-    ends, records, deadline = consumer.end_offsets(partitions), [], time.monotonic() + 20
-    while any(consumer.position(p) < ends[p] for p in partitions) and time.monotonic() < deadline:
+    ends, records = consumer.end_offsets(partitions), []
+
+    def read():
+        if not any(consumer.position(p) < ends[p] for p in partitions):
+            return True
         for batch in consumer.poll(timeout_ms=200).values():
-            records += [r for r in batch if deserialize(r.value).topic_id_partition == user]
+            records.extend(r for r in batch if deserialize(r.value).topic_id_partition == user)
+        return False
+
+    with contextlib.suppress(TimedOut):  # the records read are checked below
+        wait_until(read, 20, interval=0, what="the metadata topic read to its end")
     consumer.close()
     assert [r.partition for r in records] == [mp] * 3
     assert [r.key for r in records] == [None] * 3

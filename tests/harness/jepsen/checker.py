@@ -31,6 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from tests.harness.jepsen.workload import Ack, History, parse_value
+from tests.harness.waiting import TimedOut, wait_until
 
 EXAMPLES = 10
 
@@ -42,6 +43,7 @@ class ReadIncomplete(Exception):
 def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120):
     """Every record of every partition up to its high watermark: ([(partition, offset, value)], {p: hw})."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+    # not wait_until: one time budget for every step of the read (ReadIncomplete, not a failure, when it runs out)
     deadline = time.monotonic() + timeout
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jepsen-reader-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
@@ -84,6 +86,7 @@ def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], tim
     from tests.harness.rawclient import RawClient, metadata
     from tierlog.protocol import ApiKey
     from tierlog.records.batch import iter_batches
+    # not wait_until: one time budget for the reads of every partition (what is found by then is the answer)
     deadline = time.monotonic() + timeout
     md = metadata(bootstrap, [topic])
     hosts = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
@@ -123,18 +126,17 @@ def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], tim
 def committed_offsets(bootstrap: str, topic: str, group: str, partitions: int, timeout: float = 60) -> dict[int, int]:
     """The group's committed offset of each partition (negative when none), as a fresh consumer reads it."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-    deadline = time.monotonic() + timeout
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def committed():
+        answer = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        # (in a list: the answer for no partitions is an answer too)
+        return [{tp.partition: tp.offset for tp in answer}] if all(tp.error is None for tp in answer) else None
+
     try:
-        while True:
-            try:
-                answer = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-                if all(tp.error is None for tp in answer):
-                    return {tp.partition: tp.offset for tp in answer}
-            except KafkaException:
-                pass
-            if time.monotonic() > deadline:
-                raise ReadIncomplete(f"committed offsets of group {group} not readable within {timeout} s")
+        return wait_until(committed, timeout, interval=0, ignore=(KafkaException,), what="committed offsets")[0]
+    except TimedOut:
+        raise ReadIncomplete(f"committed offsets of group {group} not readable within {timeout} s") from None
     finally:
         consumer.close()
 

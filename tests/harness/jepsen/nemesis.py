@@ -37,6 +37,7 @@ from pathlib import Path
 from tests.harness import rawclient
 from tests.harness import zookeeper as zk
 from tests.harness.tierlog_cluster import TierlogCluster
+from tests.harness.waiting import TimedOut, wait_until
 from tierlog.protocol import ApiKey
 
 KINDS = ("kill-leader", "kill-controller", "pause-leader", "pause-coordinator", "partition-leader", "zk-cut",
@@ -77,8 +78,8 @@ class Rig:
 
     def metadata(self, exclude: set[int] = frozenset(), timeout: float = 20):
         """A Metadata answer for the topic from a responsive broker outside ``exclude`` (tried in turn)."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def answer():
             for i in self.responsive():
                 if i in exclude:
                     continue
@@ -86,9 +87,12 @@ class Rig:
                     return rawclient.metadata(self.addresses[i], [self.topic])
                 except Exception:  # noqa: BLE001 - stopping or starting: ask another
                     continue
-            if time.monotonic() > deadline:
-                raise NoTarget(f"no broker outside {sorted(exclude)} answered Metadata within {timeout} s")
-            time.sleep(0.1)
+            return None
+
+        try:
+            return wait_until(answer, timeout, interval=0.1, what="Metadata")
+        except TimedOut:
+            raise NoTarget(f"no broker outside {sorted(exclude)} answered Metadata within {timeout} s") from None
 
     def leaders(self) -> dict[int, int]:
         md = self.metadata()
@@ -174,15 +178,11 @@ class Rig:
 
     def poll(self, check, timeout: float) -> bool:
         """Poll ``check()`` every 100 ms until it holds (True) or ``timeout`` passes (False)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if check():
-                    return True
-            except Exception:  # noqa: BLE001 - a broker between states
-                pass
-            time.sleep(0.1)
-        return False
+        try:
+            # Exception: a broker between states
+            return bool(wait_until(check, timeout, what="the check", interval=0.1, ignore=(Exception,)))
+        except TimedOut:
+            return False
 
 
 # ------------------------------------------------------------------------------------------ faults

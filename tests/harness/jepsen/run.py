@@ -180,6 +180,7 @@ class Run:
         """Every broker running and listed by every broker with one controller, every partition led (by the
         same broker) on every broker; then the ISR back to ``isr_target`` (a note when it does not)."""
         timeout = timeout or self.s.settle_timeout
+        # not wait_until: one time budget shared by the steps of settling, each a wait of its own
         deadline = time.monotonic() + timeout
         self._heal_everything()
         cluster, rig = self.cluster, self.rig
@@ -221,6 +222,7 @@ class Run:
     def cycles(self) -> None:
         s, h, report = self.s, self.history, self.report
         nemesis = Nemesis(self.rig, self.rng, s.kinds, lambda why: self.settle(why), s.mixed_probability)
+        # not a wait: the run's length in minutes, checked between cycles
         deadline = time.monotonic() + s.minutes * 60
         total = len(s.schedule) if s.schedule is not None else s.cycles
         for index in range(1, total + 1):
