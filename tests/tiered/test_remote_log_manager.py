@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from tests.harness.waiting import TimedOut, wait_until_async
 from tierlog.config import BrokerConfig
 from tierlog.records import build_batch
 from tierlog.server.partition import Partition
@@ -238,9 +239,12 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
         rlm.on_leadership_change([e.partition])
         rlm.cancel(e.tp)
         copying = asyncio.ensure_future(rlm.run_copy(e.tp))
-        deadline = time.monotonic() + 60
-        while rlm.metrics.copy_throttle_seconds.total() < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # until the next upload has waited one recheck interval
+        # until the next upload has waited one recheck interval (the asserts below say if it never did)
+        try:
+            await wait_until_async(lambda: rlm.metrics.copy_throttle_seconds.total() >= 1, 60,
+                                   what="an upload throttled for a recheck interval")
+        except TimedOut:
+            pass
         held_back = len(e.rlmm.list_remote_log_segments(e.tp))
         throttled = rlm.metrics.copy_throttle_seconds.total()
         current["remote.log.manager.copy.max.bytes.per.second"] = 10**12
@@ -613,10 +617,7 @@ def _held_copies(e):
 
 
 async def _until(check, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
+    await wait_until_async(check, 10, what=what, interval=0.01)
 
 
 def test_an_upload_cut_short_by_the_end_of_its_leadership_is_abandoned_not_finished(env):
