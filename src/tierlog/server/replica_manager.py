@@ -56,6 +56,7 @@ from tierlog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from tierlog.protocol import RequestTiming
 from tierlog.protocol.offload import Pacer, free_later
 from tierlog.server.fetch_types import (
     BIG_FETCH,
@@ -68,7 +69,6 @@ from tierlog.server.fetch_types import (
 )
 from tierlog.server.http.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.partition import FollowerState, Partition
-from tierlog.server.quotas.client_quota import PURGATORY_WAIT
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -499,7 +499,8 @@ class ReplicaManager:
             self.topic_metrics.appended(topic, info.valid_bytes, 1)
         return info.last_offset, p.leader_epoch
 
-    async def wait_for_acks(self, waits: list[tuple], timeout_s: float) -> list[int]:
+    async def wait_for_acks(self, waits: list[tuple], timeout_s: float,
+                            timing: RequestTiming | None = None) -> list[int]:
         """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
         offset appended), wait until the high watermark has passed the offset, then answer NONE, or
         NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile. A
@@ -509,7 +510,7 @@ class ReplicaManager:
         DelayedProduce does. One still waiting after ``timeout_s`` answers REQUEST_TIMED_OUT. A fifth item True
         marks a duplicate batch (written by an earlier request): once the high watermark passed it, it is
         committed whatever the ISR is now (the high watermark only moves with ``min.insync.replicas`` replicas).
-        Returns the error codes in the order of ``waits``."""
+        Returns the error codes in the order of ``waits``; the time waited is added to ``timing`` (the request's)."""
         codes: list[int | None] = [None] * len(waits)
         deadline = time.monotonic() + max(timeout_s, 0)
         while True:
@@ -524,16 +525,16 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return [RequestTimedOutError.code if c is None else c for c in codes]
-            await self.wait_for_data(pending, remaining)
+            await self.wait_for_data(pending, remaining, timing)
 
-    async def offsets_replicated(self, partition: int, timeout_s: float) -> int:
+    async def offsets_replicated(self, partition: int, timeout_s: float, timing: RequestTiming | None = None) -> int:
         """Wait until everything appended to ``__consumer_offsets``-``partition`` (an offset commit just made)
         reached the ISR; the error code of :meth:`wait_for_acks`."""
         p = self.partitions.get((OFFSETS_TOPIC, partition))
         if p is None:
             return NotLeaderOrFollowerError.code
         codes = await self.wait_for_acks([(OFFSETS_TOPIC, partition, p.leader_epoch, p.log.log_end_offset - 1)],
-                                         timeout_s)
+                                         timeout_s, timing)
         return codes[0]
 
     def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int, duplicate: bool = False
@@ -635,10 +636,12 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ fetch
 
-    async def fetch_messages(self, params: FetchParams, fetches: list[PartitionFetch]) -> list[FetchPartitionData]:
+    async def fetch_messages(self, params: FetchParams, fetches: list[PartitionFetch],
+                             timing: RequestTiming | None = None) -> list[FetchPartitionData]:
         """Kafka's fetchMessages: answer at once when ``min_bytes`` are there, any partition failed, a
         partition is read from the remote tier, or nothing was asked; else wait for appends to any of the
-        partitions until ``max_wait_ms`` has passed. Results are in the order of ``fetches``."""
+        partitions until ``max_wait_ms`` has passed (added to ``timing``, the request's). Results are in the order
+        of ``fetches``."""
         deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
         # A fetch naming no partition (a closing session) returns at once; min_bytes never above max_bytes.
         min_bytes = min(params.min_bytes, params.max_bytes) if fetches else 0
@@ -658,7 +661,8 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if done.total >= min_bytes or done.errors or remaining <= 0:
                 break
-            await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining)
+            await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining,
+                                     timing)
         return results  # type: ignore[return-value]
 
     async def _fetch_many(self, params: FetchParams, fetches: list[PartitionFetch], min_bytes: int, deadline: float,
@@ -811,15 +815,17 @@ class ReplicaManager:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float) -> None:
-        """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
+    async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float,
+                            timing: RequestTiming | None = None) -> None:
+        """Return when any of ``tps`` gets an append, or after ``timeout_s``; the time waited is added to
+        ``timing`` (the request's, passed down by its handler: a request quota's time leaves waits out)."""
         if timeout_s <= 0:
             return
-        waited, began = PURGATORY_WAIT.get(), time.monotonic()  # a request quota's time leaves waits out
+        began = time.monotonic()
         if not tps:  # nothing can wake us: wait out the time rather than let a caller spin
             await asyncio.sleep(timeout_s)
-            if waited is not None:
-                waited[0] += time.monotonic() - began
+            if timing is not None:
+                timing.add_wait(time.monotonic() - began)
             return
         fut = asyncio.get_running_loop().create_future()
         for tp in tps:
@@ -829,8 +835,8 @@ class ReplicaManager:
         except TimeoutError:
             pass
         finally:
-            if waited is not None:
-                waited[0] += time.monotonic() - began
+            if timing is not None:
+                timing.add_wait(time.monotonic() - began)
             for tp in tps:
                 waiters = self._waiters.get(tp)
                 if waiters is not None:

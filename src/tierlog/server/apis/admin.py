@@ -264,7 +264,7 @@ class AdminApis:
         image = self.controller.image
         brokers = [{"broker_id": b.node_id, "host": host, "port": port, "rack": b.rack, "is_fenced": False}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
-                   for host, port in (endpoint_for_client(b),)]
+                   for host, port in (endpoint_for_client(b, ctx),)]
         controller_id = image.controller_id if image.controller_id in image.brokers else -1
         operations = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         return build_response(ctx, {

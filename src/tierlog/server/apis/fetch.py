@@ -96,7 +96,7 @@ class FetchApis:
                 keys.append(key)
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                               getattr(p, "current_leader_epoch", -1), unknown))
-        results = await rm.fetch_messages(params, fetches)
+        results = await rm.fetch_messages(params, fetches, ctx.timing)
         self._count(fetches, results, replica_id >= 0)
         # Written straight to bytes and file regions (protocol/hot_responses.py): through kio the answer cost a
         # tenth of the consume path's CPU.
@@ -157,7 +157,7 @@ class FetchApis:
                 walked += 1
                 if not walked & 511:
                     await pacer()
-        results = await rm.fetch_messages(params, fetches)
+        results = await rm.fetch_messages(params, fetches, ctx.timing)
 
         def answer_counted() -> dict:  # in the worker thread: counting walks every partition too
             self._count(fetches, results, follower)

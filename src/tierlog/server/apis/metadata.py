@@ -132,7 +132,7 @@ class MetadataApis:
         return await offload.respond(ctx, {
             "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": b.rack}
                         for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
-                        for host, port in (endpoint_for_client(b),)],
+                        for host, port in (endpoint_for_client(b, ctx),)],
             "cluster_id": image.cluster_id,
             "controller_id": controller_id,
             "topics": topics_out,

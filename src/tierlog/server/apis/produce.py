@@ -237,7 +237,7 @@ class ProduceApis:
                 parts.append(result)
             responses.append({"name": name, "partition_responses": parts})
         if waits:
-            codes = await rm.wait_for_acks([w for _, w in waits], req.timeout.total_seconds())
+            codes = await rm.wait_for_acks([w for _, w in waits], req.timeout.total_seconds(), ctx.timing)
             for (result, _), code in zip(waits, codes):
                 if code:
                     result["error_code"] = code

@@ -71,7 +71,7 @@ class TransactionMarkerApis:
                     waits.append((result, (topic.name, index, epoch, offset), marker.producer_id,
                                   marker.transaction_result))
         if waits:
-            codes = await rm.wait_for_acks([w for _, w, _, _ in waits], self.timeout_s)
+            codes = await rm.wait_for_acks([w for _, w, _, _ in waits], self.timeout_s, ctx.timing)
             for (result, (topic, index, _, _), producer_id, commit), code in zip(waits, codes):
                 result["error_code"] = code
                 if code == NO_ERROR and topic == OFFSETS_TOPIC and self.group_coordinator is not None:

@@ -39,7 +39,9 @@ path it always took. On a SASL_PLAINTEXT or SASL_SSL
 listener (:mod:`tierlog.server.network.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's :class:`~tierlog.security.session.Session` (principal, client address, listener) is
-made once, set in its task's context (``CURRENT_SESSION``) and carried by each of its requests (``ctx.session``).
+made once; every request's :class:`~tierlog.protocol.RequestContext` carries it (``ctx.session``), with the
+connection's SASL state (``ctx.sasl``) and, when a request quota applies, a timing record
+(``ctx.timing``) the replica manager's purgatory waits are added to: handlers get all of it as an argument.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from tierlog.protocol import (
     InvalidFrameError,
     RequestContext,
     RequestParseError,
+    RequestTiming,
     build_response,
     encode_response,
     encode_response_parts,
@@ -86,7 +89,7 @@ from tierlog.server.network.channel import (
     _write_gathered,
 )
 from tierlog.server.network.connection_quotas import _NO_LIMITS, ConnectionQuotas, _fd_ceiling, fd_reserve
-from tierlog.server.network.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
+from tierlog.server.network.listener_security import NoMatchingRule, TlsListener
 from tierlog.server.network.listeners import BoundListener, _listen_sockets, bind_failure
 from tierlog.server.network.memory_pool import (
     TRIM_AFTER_BYTES,
@@ -98,13 +101,12 @@ from tierlog.server.network.memory_pool import (
 from tierlog.server.network.sasl_authenticator import (
     AUTHENTICATE,
     COMPLETE,
-    CURRENT_SASL,
     FAILED,
     RAW_TOKENS,
     SaslConnection,
     SaslListener,
 )
-from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
+from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotas, quota_user
 from tierlog.tasks import stop_tasks
 
 #: The socket server's logger: every module of this package logs as ``tierlog.server.network``.
@@ -283,14 +285,9 @@ class SocketServer:
             if sasl_listener is not None:
                 # Nothing but ApiVersions and the SASL exchange until the client is authenticated.
                 sasl = SaslConnection(sasl_listener, peer, ip, tls is not None, self._warn)
-                CURRENT_SASL.set(sasl)
-                CURRENT_SESSION.set(Session(principal=ANONYMOUS, client_host=ip, listener=listener,
-                                            security_protocol=sasl.protocol, peer=sasl.peer))
                 if not await self._authenticate(reader, writer, peer, ip, listener, sasl):
                     return
                 session = sasl.session()
-            # Who is on this connection, for its handlers (they run on this task) and on each of its requests.
-            CURRENT_SESSION.set(session)
             await self._serve(reader, writer, peer, session, tls is not None, sasl)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -409,7 +406,7 @@ class SocketServer:
                     if sasl is not None and sasl.expires_at is not None and not self._session_alive(sasl, frame):
                         return
                     try:
-                        out, timers, mute_ms = await self._handle(frame, peer, received, listener, session)
+                        out, timers, mute_ms = await self._handle(frame, peer, received, listener, session, sasl)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -516,7 +513,7 @@ class SocketServer:
                                    "request %s before SASL authentication completed", ip, listener, name)
                 return False
             try:
-                out, _, _ = await self._handle(frame, peer, time.monotonic(), listener)
+                out, _, _ = await self._handle(frame, peer, time.monotonic(), listener, sasl=sasl)
             except _CloseConnection:
                 return False
             if out is not None:
@@ -604,10 +601,11 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "", session: Session | None = None
+                      listener: str = "", session: Session | None = None, sasl: SaslConnection | None = None
                       ) -> tuple[bytes | list | None, tuple, int]:
         """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
-        the connection after answering (a client quota's throttle time, ms)."""
+        the connection after answering (a client quota's throttle time, ms). The request's context carries
+        ``session`` (None while a SASL connection authenticates) and ``sasl``, its connection's."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
@@ -621,6 +619,7 @@ class SocketServer:
             try:
                 ctx = await offload.parse(frame)
                 ctx.session = session
+                ctx.sasl = sasl
                 spec = self.registry.for_request(ctx)
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
@@ -637,10 +636,9 @@ class SocketServer:
                     m.requests.inc()
                     m.queue_time.observe(queue_ms)
             quotas = self.client_quotas
-            waited = None
+            timing = None
             if quotas is not None and quotas.request.enabled:  # the handler's waits are not its request time
-                waited = [0.0]
-                PURGATORY_WAIT.set(waited)
+                timing = ctx.timing = RequestTiming()
             try:
                 response = await spec.handler(ctx)
             except KafkaError as e:
@@ -667,8 +665,8 @@ class SocketServer:
                     else:
                         metrics.count_response_errors(ctx, response)
             mute = ctx.throttle_ms
-            if waited is not None and quotas.request.enabled:  # no request quota configured: this one check
-                response, mute = self._request_quota(quotas, ctx, started + waited[0], response, mute)
+            if timing is not None and quotas.request.enabled:  # no request quota configured: this one check
+                response, mute = self._request_quota(quotas, ctx, started + timing.purgatory_s, response, mute)
             if response is None:
                 return None, timers, mute  # acks=0 produce: no response
             elapsed = time.monotonic() - started
