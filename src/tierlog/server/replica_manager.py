@@ -76,6 +76,7 @@ from tierlog.tiered.remote_log_manager import RemoteLogManager
 if TYPE_CHECKING:
     from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
     from tierlog.server.replication.alter_partition import AlterPartitionManager
+    from tierlog.server.replication.builder import Replication
     from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,9 @@ CREATION_SLICE_S = 0.02
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, controller: Controller,
                  remote_log_manager: RemoteLogManager | None, config: Callable[[], BrokerConfig],
-                 topic_metrics: BrokerTopicMetrics | None = None):
+                 topic_metrics: BrokerTopicMetrics | None = None, replication: Replication | None = None):
         """``config`` returns the broker's current configuration, dynamic changes included; ``topic_metrics``
-        counts bytes and messages in."""
+        counts bytes and messages in; ``replication`` is a cluster member's (None on a single node)."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.controller = controller
@@ -108,13 +109,14 @@ class ReplicaManager:
         self.topic_metrics = topic_metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
-        # Replication, in a cluster (the composition root attaches them): the fetchers of the partitions
-        # followed here, and the channel of ISR changes to the controller.
-        self.fetchers: ReplicaFetcherManager | None = None
-        self.alter_partition: AlterPartitionManager | None = None
-        self.leader_quota: ReplicationQuotaManager | None = None  # leader.replication.throttled.*
+        # Replication, in a cluster: the fetchers of the partitions followed here, and the channel of ISR
+        # changes to the controller.
+        self.fetchers: ReplicaFetcherManager | None = replication.fetchers if replication else None
+        self.alter_partition: AlterPartitionManager | None = replication.alter_partition if replication else None
+        # leader.replication.throttled.*
+        self.leader_quota: ReplicationQuotaManager | None = replication.leader_quota if replication else None
         self._isr_expiration: asyncio.Task | None = None
-        self.isr_metrics: IsrChangeMetrics | None = None
+        self.isr_metrics: IsrChangeMetrics | None = replication.isr_metrics if replication else None
         # Partitions of big deltas whose logs are still to open, in order (INLINE_CREATIONS), and the task
         # opening them.
         self._pending_creations: dict[tuple[str, int], uuid.UUID] = {}
@@ -555,7 +557,13 @@ class ReplicaManager:
     # ------------------------------------------------------------------ replication, the leader's side
 
     def start_replication(self) -> None:
-        """In a cluster: check the ISRs of the partitions led here every half ``replica.lag.time.max.ms``."""
+        """In a cluster: the fetchers and the ISR changes start, told of this manager's appends and ISR answers
+        (they are built before it, so they get its callbacks here), and the ISRs of the partitions led here are
+        checked every half ``replica.lag.time.max.ms``."""
+        if self.fetchers is not None:
+            self.fetchers.start(self.follower_appended)
+        if self.alter_partition is not None:
+            self.alter_partition.start(self.isr_updated, self.isr_update_failed)
         self._isr_expiration = asyncio.get_running_loop().create_task(self._expire_isr(), name="isr-expiration")
 
     async def _expire_isr(self) -> None:

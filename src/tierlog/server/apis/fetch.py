@@ -36,7 +36,8 @@ KIP_219_FETCH_VERSION = 8  # from this version a throttled client is answered at
 
 class FetchApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
-                 request_metrics: RequestMetrics | None = None, topic_metrics: BrokerTopicMetrics | None = None):
+                 request_metrics: RequestMetrics | None = None, topic_metrics: BrokerTopicMetrics | None = None, *,
+                 client_quotas: ClientQuotas | None = None, authorizer=None):
         """``request_metrics`` counts partitions answered with an error, ``topic_metrics`` the bytes sent to
         consumers (Kafka's ErrorsPerSec and BytesOutPerSec)."""
         self.replica_manager = replica_manager
@@ -44,9 +45,9 @@ class FetchApis:
         self.request_metrics = request_metrics
         self.topic_metrics = topic_metrics
         #: the broker's client quotas (consumer_byte_rate), or None
-        self.client_quotas: ClientQuotas | None = None
+        self.client_quotas = client_quotas
         #: The authorizer when authorizer.class.name is set, else None (nothing checked)
-        self.authorizer = None
+        self.authorizer = authorizer
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FETCH, 4, 17, self.fetch)

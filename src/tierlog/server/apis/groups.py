@@ -115,7 +115,9 @@ _VERIFICATION_ERRORS = {**_COMMIT_ERRORS, NetworkException.code: CoordinatorLoad
 
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int,
-                 replicated: Callable[[int, float, RequestTiming | None], Awaitable[int]] | None = None):
+                 replicated: Callable[[int, float, RequestTiming | None], Awaitable[int]] | None = None, *,
+                 transaction_coordinator=None, verification=None,
+                 verification_enabled: Callable[[], bool] = lambda: True):
         """``replicated(partition, timeout_s, timing)`` waits until what was appended to that ``__consumer_offsets``
         partition reached its in-sync replicas and returns the append's error code (in a cluster); the wait is
         added to ``timing``, the request's."""
@@ -125,11 +127,11 @@ class GroupApis:
         self.replicated = replicated
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
-        self.transaction_coordinator = None
+        self.transaction_coordinator = transaction_coordinator
         #: KIP-890 part 1's check of the group's __consumer_offsets partition with the transaction's coordinator
         #: (an AddPartitionsToTxnManager), and transaction.partition.verification.enable (dynamic)
-        self.verification = None
-        self.verification_enabled = lambda: True
+        self.verification = verification
+        self.verification_enabled = verification_enabled
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)

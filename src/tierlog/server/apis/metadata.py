@@ -41,12 +41,12 @@ FINALIZED_FEATURES_EPOCH = 0
 
 
 class MetadataApis:
-    def __init__(self, registry: HandlerRegistry, controller: Controller, node_id: int):
+    def __init__(self, registry: HandlerRegistry, controller: Controller, node_id: int, authorizer=None):
         self.registry = registry  # ApiVersions answers what is registered
         self.controller = controller
         self.node_id = node_id
         #: The authorizer when authorizer.class.name is set, else None (nothing checked)
-        self.authorizer = None
+        self.authorizer = authorizer
 
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)

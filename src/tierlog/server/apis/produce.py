@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Callable
 
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
@@ -112,21 +113,24 @@ def _has_transactional_records(req) -> bool:
 
 class ProduceApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
-                 request_metrics: RequestMetrics | None = None):
+                 request_metrics: RequestMetrics | None = None, *, transactions=None,
+                 verification: AddPartitionsToTxnManager | None = None,
+                 verification_enabled: Callable[[], bool] = lambda: True, client_quotas: ClientQuotas | None = None,
+                 authorizer=None):
         """``request_metrics`` counts the partitions answered with an error (Kafka's ErrorsPerSec)."""
         self.replica_manager = replica_manager
         self.controller = controller
         self.request_metrics = request_metrics
         #: The transaction coordinator's APIs (TransactionCoordinatorApis), when this broker has one.
-        self.transactions = None
+        self.transactions = transactions
         #: KIP-890 part 1's questions to the transaction coordinators, when this broker verifies
-        self.verification: AddPartitionsToTxnManager | None = None
+        self.verification = verification
         #: transaction.partition.verification.enable (dynamic; the broker caches it until the dynamic configs change)
-        self.verification_enabled = lambda: True
+        self.verification_enabled = verification_enabled
         #: the broker's client quotas (producer_byte_rate), or None
-        self.client_quotas: ClientQuotas | None = None
+        self.client_quotas = client_quotas
         #: The authorizer (server/authorizer.py) when authorizer.class.name is set, else None: nothing checked
-        self.authorizer = None
+        self.authorizer = authorizer
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)

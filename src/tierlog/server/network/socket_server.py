@@ -132,9 +132,14 @@ class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
                  error_response: Callable[[RequestContext, KafkaError], object | None],
                  config: Callable[[], Mapping] | None = None, queued_max_request_bytes: int = -1,
-                 metrics: MetricsRegistry | None = None):
+                 metrics: MetricsRegistry | None = None, tls: dict[str, TlsListener] | None = None,
+                 sasl: dict[str, SaslListener] | None = None, client_quotas: ClientQuotas | None = None,
+                 inter_broker_listener: str = ""):
         """``config()`` gives the current connection limits (the broker's effective configuration);
-        ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool)."""
+        ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool). ``tls`` and
+        ``sasl`` are the TLS and SASL sides of the listeners by name (PLAINTEXT listeners have neither),
+        ``client_quotas`` the broker's (request_percentage, and the mute of throttled connections) or None;
+        tierlog's inter-broker requests are accepted on ``inter_broker_listener`` only."""
         self.registry = registry
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms > 0 else None
@@ -143,11 +148,11 @@ class SocketServer:
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
         #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
-        #: the broker's client quotas (request_percentage, and the mute of throttled connections), or None
-        self.client_quotas: ClientQuotas | None = None
-        # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
+        self.client_quotas = client_quotas
+        # tierlog's inter-broker requests (api key -> handler of the JSON body), given to start_serving in a
+        # cluster only: they reach the replica manager, made after the listeners are bound
         self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
-        self.inter_broker_listener = ""  # the listener they are accepted on
+        self.inter_broker_listener = inter_broker_listener  # the listener they are accepted on
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
         self._freed = 0  # bytes of big requests freed since the last trim
@@ -160,10 +165,10 @@ class SocketServer:
         self._stopping = False
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
-        #: The TLS side of each SSL listener by name (set by the broker; PLAINTEXT listeners have none).
-        self.tls: dict[str, TlsListener] = {}
-        #: The SASL side of each SASL_PLAINTEXT and SASL_SSL listener by name (set by the broker).
-        self.sasl: dict[str, SaslListener] = {}
+        #: The TLS side of each SSL listener by name (PLAINTEXT listeners have none).
+        self.tls: dict[str, TlsListener] = tls if tls is not None else {}
+        #: The SASL side of each SASL_PLAINTEXT and SASL_SSL listener by name.
+        self.sasl: dict[str, SaslListener] = sasl if sasl is not None else {}
 
     async def bind(self, listeners) -> list[BoundListener]:
         """Bind every listener (``Listener`` objects with name/host/port/security_protocol) without
@@ -183,7 +188,11 @@ class SocketServer:
             self.bound.append(bound)
         return self.bound
 
-    async def start_serving(self) -> None:
+    async def start_serving(self, internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] | None = None
+                            ) -> None:
+        """Accept connections; ``internal_handlers`` answer tierlog's inter-broker requests (a cluster)."""
+        if internal_handlers:
+            self.internal_handlers = internal_handlers
         loop = asyncio.get_running_loop()
         for sock, bound in self._listening:
             self._acceptors.append(loop.create_task(self._accept_loop(sock, bound)))
