@@ -824,7 +824,7 @@ class ReplicaManager:
         if params.is_from_follower:
             self._update_followers(params.replica_id, fetches)
         if len(fetches) >= BIG_FETCH:
-            await self._fetch_many(params, fetches, min_bytes, deadline, results, seen)
+            await self._fetch_many(params, fetches, min_bytes, deadline, results, seen, timing)
             return results  # type: ignore[return-value]
         while True:
             done = _LocalRead()
@@ -840,7 +840,7 @@ class ReplicaManager:
         return results  # type: ignore[return-value]
 
     async def _fetch_many(self, params: FetchParams, fetches: list[PartitionFetch], min_bytes: int, deadline: float,
-                          results: list, seen: list) -> None:
+                          results: list, seen: list, timing: RequestTiming | None = None) -> None:
         """:meth:`fetch_messages` for a fetch naming many partitions: the same steps, each a slice of
         partitions at a time, yielding to the event loop every few ms in between. An append made while the
         fetch yields is not missed: before it waits, it compares every partition with its state at its read
@@ -856,7 +856,7 @@ class ReplicaManager:
                 break
             if done.total >= min_bytes or done.errors or deadline <= time.monotonic():
                 break
-            await self._wait_for_changes(fetches, seen, deadline, pacer)
+            await self._wait_for_changes(fetches, seen, deadline, pacer, timing)
         free_later(seen)  # a big list of tuples: freed in a worker thread, not on the loop
 
     def _read_from_local_log(self, params: FetchParams, fetches: list[PartitionFetch], results: list, seen: list,
@@ -1019,7 +1019,7 @@ class ReplicaManager:
                         self._waiters.pop(tp, None)
 
     async def _wait_for_changes(self, fetches: list[PartitionFetch], seen: list, deadline: float,
-                                pacer: Pacer) -> None:
+                                pacer: Pacer, timing: RequestTiming | None = None) -> None:
         """:meth:`wait_for_data` for a big fetch, which yielded to the loop while it read: each partition is
         registered and then compared with its state at its read, a slice at a time, so that an append made
         while the fetch yielded ends the wait at once, as one made while it waits does. Every partition was
@@ -1040,10 +1040,14 @@ class ReplicaManager:
                 await pacer()
             remaining = deadline - time.monotonic()
             if not changed and remaining > 0:
+                began = time.monotonic()
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), remaining)
                 except TimeoutError:
                     pass
+                finally:
+                    if timing is not None:  # the request's, as wait_for_data's
+                        timing.add_wait(time.monotonic() - began)
             while unwatched < watched:
                 end = min(unwatched + FETCH_SLICE, watched)
                 self._unwatch(fetches, unwatched, end, fut)
