@@ -11,7 +11,6 @@ from tierlog.errors import InvalidRequestError, UnsupportedVersionError
 from tierlog.security.principal import KafkaPrincipal
 from tierlog.security.session import Session
 from tierlog.server.apis.quotas import matches, parse_filter, validate_entity, validate_value
-from tierlog.server.network.listener_security import CURRENT_SESSION
 from tierlog.server.quotas.client_quota import (
     ClientQuotaManager,
     ClientQuotas,
@@ -104,15 +103,13 @@ def test_paths_and_names():
     assert entity_path(None, None, default_client=True) == "clients/<default>"
     assert parse_entity_path("users/a%2Fb/clients/<default>") == {"user": "a/b", "client-id": None}
     assert quota_user(NS()) == "ANONYMOUS"  # no session: a connection without authentication
-    token = CURRENT_SESSION.set(Session(principal=KafkaPrincipal("User", "alice"), client_host="127.0.0.1",
-                                        listener="SSL", security_protocol="SSL", peer="127.0.0.1:5000"))
-    try:
-        assert quota_user(NS()) == "alice"  # the connection's principal, whatever the request carries
-        # a request's own session (e.g. one forwarded in an Envelope) comes first
-        assert quota_user(NS(session=Session(principal=KafkaPrincipal("User", "bob")))) == "bob"
-        assert quota_user(NS(session=Session())) == "ANONYMOUS"
-    finally:
-        CURRENT_SESSION.reset(token)
+    assert quota_user(NS(session=None)) == "ANONYMOUS"  # a SASL connection still authenticating
+    alice = Session(principal=KafkaPrincipal("User", "alice"), client_host="127.0.0.1", listener="SSL",
+                    security_protocol="SSL", peer="127.0.0.1:5000")
+    assert quota_user(NS(session=alice)) == "alice"  # the connection's principal, carried by the request
+    # a forwarded request's own session (made from its Envelope) is the one its context carries
+    assert quota_user(NS(session=Session(principal=KafkaPrincipal("User", "bob")))) == "bob"
+    assert quota_user(NS(session=Session())) == "ANONYMOUS"
 
 
 def test_entity_validation():

@@ -84,6 +84,11 @@ class ConfigOp:
     value: str | None
 
 
+def with_endpoints(broker: BrokerImage, endpoints: tuple[tuple[str, str, int], ...]) -> BrokerImage:
+    """``broker`` reached at ``endpoints`` ((listener, host, port), the first its default)."""
+    return replace(broker, host=endpoints[0][1], port=endpoints[0][2], endpoints=tuple(endpoints))
+
+
 class Controller:
     #: A broker of a multi-broker cluster (the ZooKeeper-mode controller), not the embedded single node.
     clustered = False
@@ -113,8 +118,9 @@ class Controller:
         self._effective: tuple[object, BrokerConfig] | None = None
         self.disablements: DisablementDriver | None = None
         self._capped_internal_topics: set[str] = set()  # internal topics warned about (once each)
-        #: Set by the broker: raises InvalidConfigError when its listeners cannot take a dynamic change of its
-        #: own configuration (a TLS keystore that cannot be read, or changes the certificate's identity).
+        #: Given by the broker (add_reconfigurable): raises InvalidConfigError when its listeners cannot take a
+        #: dynamic change of its own configuration (a TLS keystore that cannot be read, or changes the
+        #: certificate's identity).
         self.dynamic_config_check: Callable[[BrokerConfig], None] | None = None
         #: ZooKeeper mode keeps dynamic PASSWORD configs encoded with password.encoder.secret (Kafka's
         #: DynamicBrokerConfig); the embedded controller keeps them as given, as KRaft's metadata does.
@@ -122,6 +128,20 @@ class Controller:
         self.password_encoders: tuple[PasswordEncoder, ...] = ()  # the secret's, then the old secret's
 
     # ------------------------------------------------------------------ plumbing
+
+    def add_reconfigurable(self, check: Callable[[BrokerConfig], None]) -> None:
+        """Kafka's DynamicBrokerConfig.addReconfigurable: ``check(effective)`` is asked before a dynamic change of
+        this broker's configuration is accepted. The broker's TLS listeners read the effective configuration
+        when they are built, so they come after the controller and are given to it here."""
+        self.dynamic_config_check = check
+
+    def advertise(self, endpoints: tuple[tuple[str, str, int], ...]) -> None:
+        """This broker in the image with every advertised listener's (name, host, port), bound ports filled in,
+        once its listeners are bound, so a client is answered with the addresses of the listener it came in on."""
+        image = self.image
+        if self.node_id in image.brokers:
+            me = with_endpoints(image.brokers[self.node_id], endpoints)
+            self.image = replace(image, brokers={**image.brokers, self.node_id: me})
 
     @property
     def is_active(self) -> bool:

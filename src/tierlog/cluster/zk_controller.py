@@ -39,7 +39,7 @@ from kazoo.exceptions import NoNodeError
 
 from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
-from tierlog.cluster.controller import Controller, password_encoders
+from tierlog.cluster.controller import Controller, password_encoders, with_endpoints
 from tierlog.cluster.image import (
     BrokerImage,
     MetadataDelta,
@@ -154,12 +154,33 @@ class ZkController(Controller):
         # Replicas whose log dir failed, by broker (reported in the brokers' UPDATE_METADATA answers, as Kafka
         # learns them from LeaderAndIsr answers): they leave their ISRs and lead nothing until the broker restarts.
         self._offline_replicas: dict[int, frozenset[tuple[str, int]]] = {}
-        #: This broker's offline replicas, for its UPDATE_METADATA answers (the composition root sets it).
+        #: This broker's offline replicas, for its UPDATE_METADATA answers (the replica manager's, given by
+        #: track_local_replicas).
         self.local_offline_replicas: Callable[[], list[tuple[str, int]]] = list
         self._creation_failures = RepeatLimiter(log)
         self.reassignments = PartitionReassignments(self)  # KIP-455, on the controller thread
 
     # ================================================================== plumbing
+
+    def advertise(self, endpoints: tuple[tuple[str, str, int], ...]) -> None:
+        super().advertise(endpoints)
+        self.me = with_endpoints(self.me, endpoints)  # what start() and the registration publish
+
+    def track_local_replicas(self, offline_replicas: Callable[[], list[tuple[str, int]]]) -> None:
+        """The replica manager's offline replicas (log dir failures), answered to the controller's
+        UPDATE_METADATA. The replica manager is built from this controller's image, hence given here."""
+        self.local_offline_replicas = offline_replicas
+
+    async def register(self, data: bytes) -> None:
+        """``/brokers/ids/<id>`` with ``data``, kept to register again after a session expiry."""
+        self.registration = data
+        await self.zk.call(self.zk.register_broker, self.node_id, data)
+
+    def stop_disablements(self) -> None:
+        """This broker's controller resigned: its disablement driver stops (a new one starts if re-elected)."""
+        if self.disablements is not None:
+            asyncio.get_running_loop().create_task(self.disablements.stop())
+            self.disablements = None
 
     @property
     def is_active(self) -> bool:

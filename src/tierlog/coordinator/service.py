@@ -53,14 +53,15 @@ _NOT_COORDINATOR = NotCoordinatorError.code
 
 class GroupCoordinator:
     def __init__(self, config: CoordinatorConfig, store: RecordStore, *,
-                 wall_clock: Callable[[], int] | None = None, timer_clock: Callable[[], int] = monotonic_ms):
+                 wall_clock: Callable[[], int] | None = None, timer_clock: Callable[[], int] = monotonic_ms,
+                 leads: Callable[[int], bool] | None = None):
         self.config = config
         self.store = store
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
         self.timer = KeyedTimer(timer_clock)
         self.shards: dict[int, GroupCoordinatorShard] = {}
-        #: Whether this broker leads a __consumer_offsets partition (set in a cluster; None: it leads all).
-        self.leads: Callable[[int], bool] | None = None
+        #: Whether this broker leads a __consumer_offsets partition (given in a cluster; None: it leads all).
+        self.leads = leads
         self.active = False
         self._started = False
         self._timer_task: asyncio.Task | None = None

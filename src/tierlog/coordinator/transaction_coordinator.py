@@ -226,7 +226,8 @@ class TransactionCoordinator:
                  replicated: Callable[[int, float], Awaitable[int]] | None = None,
                  coordinator_epoch: Callable[[int], int] = lambda _p: 0,
                  wall_clock: Callable[[], int] | None = None,
-                 transaction_version: Callable[[], int] = lambda: 0):
+                 transaction_version: Callable[[], int] = lambda: 0,
+                 leads: Callable[[int], bool] | None = None):
         """``transaction_version()`` is the finalized ``transaction.version`` (it picks the log value version
         and the rules of the transactions the coordinator itself ends: timeouts, fencing)."""
         self.config = config
@@ -243,7 +244,7 @@ class TransactionCoordinator:
         #: partition -> the coordinator epoch (its leader epoch) it was loaded at
         self.loaded_epochs: dict[int, int] = {}
         #: Whether this broker leads a __transaction_state partition (None: a single node leads all).
-        self.leads: Callable[[int], bool] | None = None
+        self.leads = leads
         self.active = False
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []

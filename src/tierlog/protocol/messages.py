@@ -200,17 +200,36 @@ def request_types(api_key: int, api_version: int) -> tuple[type, type]:
     return schema.request_type, schema.response_type
 
 
+class RequestTiming:
+    """A request's time spent waiting in purgatory (long-polling fetches, acks=all, replicated offset commits),
+    which the replica manager adds to as it waits and the socket server's request quota leaves out: Kafka
+    counts only a request handler thread's time, not a request's time in purgatory."""
+
+    __slots__ = ("purgatory_s",)
+
+    def __init__(self) -> None:
+        self.purgatory_s = 0.0
+
+    def add_wait(self, seconds: float) -> None:
+        self.purgatory_s += seconds
+
+
 class RequestContext:
-    """A parsed request: routing fields, kio header and body objects, and the types to answer with.
+    """A request as its handler sees it (Kafka's RequestContext): routing fields, kio header and body objects,
+    the types to answer with, and who sent it over what.
 
     ``request`` is the kio dataclass for the request's version; ``response_type`` is the kio
     response class of the same version. ``trailing_bytes`` counts bytes after the body that were
-    ignored. Instances are treated as immutable, but for ``throttle_ms``: the client quota throttle a handler
-    gave the request, for which the socket server mutes the connection once it answered (KIP-219).
+    ignored. The socket server fills in, per request, ``session`` (the connection's
+    :class:`~tierlog.security.session.Session`: principal, client address, listener, security protocol),
+    ``sasl`` (the connection's SASL state on a SASL listener, for SaslHandshake and SaslAuthenticate) and
+    ``timing`` (a :class:`RequestTiming` the replica manager's waits are added to). Instances are treated as
+    immutable, but for ``throttle_ms``: the client quota throttle a handler gave the request, for which the
+    socket server mutes the connection once it answered (KIP-219).
     """
 
     __slots__ = ("api_key", "api_version", "correlation_id", "header", "request", "frame_size",
-                 "trailing_bytes", "_schema", "throttle_ms", "session")
+                 "trailing_bytes", "_schema", "throttle_ms", "session", "sasl", "timing")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, header: Any, request: Any,
                  frame_size: int, trailing_bytes: int = 0, schema: _Schema | None = None) -> None:
@@ -224,6 +243,25 @@ class RequestContext:
         self._schema = schema if schema is not None else _schema(api_key, api_version)
         self.throttle_ms = 0
         self.session = None  # who sent it (tierlog.security.session.Session), set by the socket server
+        self.sasl = None  # the connection's SASL authentication (None on PLAINTEXT and SSL listeners)
+        self.timing: RequestTiming | None = None  # set when a request quota applies (its waits are left out)
+
+    @property
+    def listener(self) -> str | None:
+        """The listener the request came in on (None for a request made in process, without a connection)."""
+        return self.session.listener if self.session is not None else None
+
+    @property
+    def security_protocol(self) -> str | None:
+        return self.session.security_protocol if self.session is not None else None
+
+    @property
+    def principal(self):
+        return self.session.principal if self.session is not None else None
+
+    @property
+    def client_address(self) -> str | None:
+        return self.session.client_host if self.session is not None else None
 
     @property
     def client_id(self) -> str | None:

@@ -3,11 +3,10 @@
 ``User:ANONYMOUS``), its TLS handshake done (the client certificate's mapped principal) or its SASL
 authentication complete (``User:<name>``).
 
-Every reader takes it from here: the request's ``ctx.session`` (the authorizer, client quotas, a JoinGroup's
-member host, the Envelope a forwarded request travels in) and the socket server's per-connection context variable
-(the listener a client is answered for). Everything a request path reads is computed when the
-session is made, never per request: ``acl_principal`` is the principal as ACLs, ``super.users`` and the
-Envelope write it (``User:alice``).
+Every reader takes it from the request's ``ctx.session`` (the authorizer, client quotas, a JoinGroup's member
+host, the Envelope a forwarded request travels in, the listener a client is answered for). Everything a request
+path reads is computed when the session is made, never per request: ``acl_principal`` is the principal as ACLs,
+``super.users`` and the Envelope write it (``User:alice``).
 """
 
 from __future__ import annotations

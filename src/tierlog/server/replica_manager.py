@@ -69,6 +69,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
 )
+from tierlog.protocol import RequestTiming
 from tierlog.protocol.offload import Pacer, free_later
 from tierlog.records import transactional_producer
 from tierlog.records.validation import record_errors_of
@@ -83,7 +84,6 @@ from tierlog.server.fetch_types import (
 )
 from tierlog.server.http.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.partition import FollowerState, Partition
-from tierlog.server.quotas.client_quota import PURGATORY_WAIT
 from tierlog.server.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.storage.producer_state import SENTINEL
@@ -92,6 +92,7 @@ from tierlog.tiered.remote_log_manager import RemoteLogManager
 if TYPE_CHECKING:
     from tierlog.server.quotas.replication_quota import ReplicationQuotaManager
     from tierlog.server.replication.alter_partition import AlterPartitionManager
+    from tierlog.server.replication.builder import Replication
     from tierlog.server.replication.replica_fetcher import ReplicaFetcherManager
     from tierlog.server.transactions.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 
@@ -131,9 +132,9 @@ BACKGROUND_SLICE_S = 0.01
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, controller: Controller,
                  remote_log_manager: RemoteLogManager | None, config: Callable[[], BrokerConfig],
-                 topic_metrics: BrokerTopicMetrics | None = None):
+                 topic_metrics: BrokerTopicMetrics | None = None, replication: Replication | None = None):
         """``config`` returns the broker's current configuration, dynamic changes included; ``topic_metrics``
-        counts bytes and messages in."""
+        counts bytes and messages in; ``replication`` is a cluster member's (None on a single node)."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.controller = controller
@@ -142,21 +143,30 @@ class ReplicaManager:
         self.topic_metrics = topic_metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
-        # Replication, in a cluster (the composition root attaches them): the fetchers of the partitions
-        # followed here, and the channel of ISR changes to the controller.
-        self.fetchers: ReplicaFetcherManager | None = None
-        self.alter_partition: AlterPartitionManager | None = None
-        self.leader_quota: ReplicationQuotaManager | None = None  # leader.replication.throttled.*
+        # Replication, in a cluster: the fetchers of the partitions followed here, and the channel of ISR
+        # changes to the controller.
+        self.fetchers: ReplicaFetcherManager | None = replication.fetchers if replication else None
+        self.alter_partition: AlterPartitionManager | None = replication.alter_partition if replication else None
+        # leader.replication.throttled.*
+        self.leader_quota: ReplicationQuotaManager | None = replication.leader_quota if replication else None
         self._isr_expiration: asyncio.Task | None = None
-        self.isr_metrics: IsrChangeMetrics | None = None
+        self.isr_metrics: IsrChangeMetrics | None = replication.isr_metrics if replication else None
         # Partitions of big deltas whose logs are still to open, in order (INLINE_CREATIONS), and the task
         # opening them and deleting the logs of deleted topics.
         self._pending_creations: dict[tuple[str, int], uuid.UUID] = {}
         self._background_work: asyncio.Task | None = None
-        # KIP-890 (the composition root attaches them): the questions to the transaction coordinators, and
-        # transaction.partition.verification.enable (dynamic).
+        # KIP-890: the questions to the transaction coordinators, and transaction.partition.verification.enable
+        # (dynamic); given by attach_transaction_verification (the manager is built with this replica manager).
         self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.transaction_verification_enabled: Callable[[], bool] = lambda: True
+
+    def attach_transaction_verification(self, manager: AddPartitionsToTxnManager, enabled: Callable[[], bool]) -> None:
+        """KIP-890 part 1's verification of transactional appends: ``manager`` asks the transaction coordinators,
+        ``enabled`` is transaction.partition.verification.enable (dynamic). The one collaborator not given to the
+        constructor: the manager (and the transaction coordinator it asks) are built with this replica manager, a
+        construction cycle the composition root breaks with this call, once, before any request is served."""
+        self.add_partitions_to_txn_manager = manager
+        self.transaction_verification_enabled = enabled
 
     # ------------------------------------------------------------------ metadata
 
@@ -481,7 +491,8 @@ class ReplicaManager:
 
     async def handle_produce_append(self, entries: list[tuple[str, int, bytes]], acks: int, timeout_s: float,
                                     transactional_id: str | None = None, transaction_version_2: bool = False,
-                                    abortable_supported: bool = False) -> list[dict]:
+                                    abortable_supported: bool = False,
+                                    timing: RequestTiming | None = None) -> list[dict]:
         """Kafka's ``handleProduceAppend`` and ``appendRecords``: append each (topic, partition, records) of a
         Produce request as leader and return its partition response (``index``, ``error_code``,
         ``base_offset``, ...), in the order of ``entries``; with acks=all once the in-sync replicas have it.
@@ -491,7 +502,7 @@ class ReplicaManager:
         transaction.partition.verification.enable is off; under transaction version 2 (Produce v12,
         ``transaction_version_2``) the coordinator adds them, whatever the config says. Raises
         InvalidProducerIdMappingError when the transactional batches are of more than one producer (Kafka
-        refuses the whole request)."""
+        refuses the whole request). The acks=all wait is added to ``timing`` (the request's)."""
         errors: dict[tuple[str, int], int] = {}
         guards = None
         if (transactional_id is not None and self.add_partitions_to_txn_manager is not None
@@ -538,7 +549,7 @@ class ReplicaManager:
                 if e.code not in _PROPAGATING:
                     log.debug("Produce to %s-%d failed: %s", topic, partition, e)
         if waits:
-            codes = await self.wait_for_acks([w for _, w in waits], timeout_s)
+            codes = await self.wait_for_acks([w for _, w in waits], timeout_s, timing)
             for (result, _), code in zip(waits, codes):
                 if code:
                     result["error_code"] = code
@@ -656,7 +667,8 @@ class ReplicaManager:
             self.topic_metrics.appended(topic, info.valid_bytes, 1)
         return info.last_offset, p.leader_epoch
 
-    async def wait_for_acks(self, waits: list[tuple], timeout_s: float) -> list[int]:
+    async def wait_for_acks(self, waits: list[tuple], timeout_s: float,
+                            timing: RequestTiming | None = None) -> list[int]:
         """acks=all (Kafka's DelayedProduce): for each (topic, partition, leader epoch at the append, last
         offset appended), wait until the high watermark has passed the offset, then answer NONE, or
         NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile. A
@@ -666,7 +678,7 @@ class ReplicaManager:
         DelayedProduce does. One still waiting after ``timeout_s`` answers REQUEST_TIMED_OUT. A fifth item True
         marks a duplicate batch (written by an earlier request): once the high watermark passed it, it is
         committed whatever the ISR is now (the high watermark only moves with ``min.insync.replicas`` replicas).
-        Returns the error codes in the order of ``waits``."""
+        Returns the error codes in the order of ``waits``; the time waited is added to ``timing`` (the request's)."""
         codes: list[int | None] = [None] * len(waits)
         deadline = time.monotonic() + max(timeout_s, 0)
         while True:
@@ -681,16 +693,16 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return [RequestTimedOutError.code if c is None else c for c in codes]
-            await self.wait_for_data(pending, remaining)
+            await self.wait_for_data(pending, remaining, timing)
 
-    async def offsets_replicated(self, partition: int, timeout_s: float) -> int:
+    async def offsets_replicated(self, partition: int, timeout_s: float, timing: RequestTiming | None = None) -> int:
         """Wait until everything appended to ``__consumer_offsets``-``partition`` (an offset commit just made)
         reached the ISR; the error code of :meth:`wait_for_acks`."""
         p = self.partitions.get((OFFSETS_TOPIC, partition))
         if p is None:
             return NotLeaderOrFollowerError.code
         codes = await self.wait_for_acks([(OFFSETS_TOPIC, partition, p.leader_epoch, p.log.log_end_offset - 1)],
-                                         timeout_s)
+                                         timeout_s, timing)
         return codes[0]
 
     def _ack_state(self, topic: str, index: int, epoch: int, last_offset: int, duplicate: bool = False
@@ -711,7 +723,13 @@ class ReplicaManager:
     # ------------------------------------------------------------------ replication, the leader's side
 
     def start_replication(self) -> None:
-        """In a cluster: check the ISRs of the partitions led here every half ``replica.lag.time.max.ms``."""
+        """In a cluster: the fetchers and the ISR changes start, told of this manager's appends and ISR answers
+        (they are built before it, so they get its callbacks here), and the ISRs of the partitions led here are
+        checked every half ``replica.lag.time.max.ms``."""
+        if self.fetchers is not None:
+            self.fetchers.start(self.follower_appended)
+        if self.alter_partition is not None:
+            self.alter_partition.start(self.isr_updated, self.isr_update_failed)
         self._isr_expiration = asyncio.get_running_loop().create_task(self._expire_isr(), name="isr-expiration")
 
     async def _expire_isr(self) -> None:
@@ -792,10 +810,12 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ fetch
 
-    async def fetch_messages(self, params: FetchParams, fetches: list[PartitionFetch]) -> list[FetchPartitionData]:
+    async def fetch_messages(self, params: FetchParams, fetches: list[PartitionFetch],
+                             timing: RequestTiming | None = None) -> list[FetchPartitionData]:
         """Kafka's fetchMessages: answer at once when ``min_bytes`` are there, any partition failed, a
         partition is read from the remote tier, or nothing was asked; else wait for appends to any of the
-        partitions until ``max_wait_ms`` has passed. Results are in the order of ``fetches``."""
+        partitions until ``max_wait_ms`` has passed (added to ``timing``, the request's). Results are in the order
+        of ``fetches``."""
         deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
         # A fetch naming no partition (a closing session) returns at once; min_bytes never above max_bytes.
         min_bytes = min(params.min_bytes, params.max_bytes) if fetches else 0
@@ -804,7 +824,7 @@ class ReplicaManager:
         if params.is_from_follower:
             self._update_followers(params.replica_id, fetches)
         if len(fetches) >= BIG_FETCH:
-            await self._fetch_many(params, fetches, min_bytes, deadline, results, seen)
+            await self._fetch_many(params, fetches, min_bytes, deadline, results, seen, timing)
             return results  # type: ignore[return-value]
         while True:
             done = _LocalRead()
@@ -815,11 +835,12 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if done.total >= min_bytes or done.errors or remaining <= 0:
                 break
-            await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining)
+            await self.wait_for_data([(f.topic, f.partition) for f in fetches if f.topic is not None], remaining,
+                                     timing)
         return results  # type: ignore[return-value]
 
     async def _fetch_many(self, params: FetchParams, fetches: list[PartitionFetch], min_bytes: int, deadline: float,
-                          results: list, seen: list) -> None:
+                          results: list, seen: list, timing: RequestTiming | None = None) -> None:
         """:meth:`fetch_messages` for a fetch naming many partitions: the same steps, each a slice of
         partitions at a time, yielding to the event loop every few ms in between. An append made while the
         fetch yields is not missed: before it waits, it compares every partition with its state at its read
@@ -835,7 +856,7 @@ class ReplicaManager:
                 break
             if done.total >= min_bytes or done.errors or deadline <= time.monotonic():
                 break
-            await self._wait_for_changes(fetches, seen, deadline, pacer)
+            await self._wait_for_changes(fetches, seen, deadline, pacer, timing)
         free_later(seen)  # a big list of tuples: freed in a worker thread, not on the loop
 
     def _read_from_local_log(self, params: FetchParams, fetches: list[PartitionFetch], results: list, seen: list,
@@ -968,15 +989,17 @@ class ReplicaManager:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float) -> None:
-        """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
+    async def wait_for_data(self, tps: list[tuple[str, int]], timeout_s: float,
+                            timing: RequestTiming | None = None) -> None:
+        """Return when any of ``tps`` gets an append, or after ``timeout_s``; the time waited is added to
+        ``timing`` (the request's, passed down by its handler: a request quota's time leaves waits out)."""
         if timeout_s <= 0:
             return
-        waited, began = PURGATORY_WAIT.get(), time.monotonic()  # a request quota's time leaves waits out
+        began = time.monotonic()
         if not tps:  # nothing can wake us: wait out the time rather than let a caller spin
             await asyncio.sleep(timeout_s)
-            if waited is not None:
-                waited[0] += time.monotonic() - began
+            if timing is not None:
+                timing.add_wait(time.monotonic() - began)
             return
         fut = asyncio.get_running_loop().create_future()
         for tp in tps:
@@ -986,8 +1009,8 @@ class ReplicaManager:
         except TimeoutError:
             pass
         finally:
-            if waited is not None:
-                waited[0] += time.monotonic() - began
+            if timing is not None:
+                timing.add_wait(time.monotonic() - began)
             for tp in tps:
                 waiters = self._waiters.get(tp)
                 if waiters is not None:
@@ -996,7 +1019,7 @@ class ReplicaManager:
                         self._waiters.pop(tp, None)
 
     async def _wait_for_changes(self, fetches: list[PartitionFetch], seen: list, deadline: float,
-                                pacer: Pacer) -> None:
+                                pacer: Pacer, timing: RequestTiming | None = None) -> None:
         """:meth:`wait_for_data` for a big fetch, which yielded to the loop while it read: each partition is
         registered and then compared with its state at its read, a slice at a time, so that an append made
         while the fetch yielded ends the wait at once, as one made while it waits does. Every partition was
@@ -1017,10 +1040,14 @@ class ReplicaManager:
                 await pacer()
             remaining = deadline - time.monotonic()
             if not changed and remaining > 0:
+                began = time.monotonic()
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), remaining)
                 except TimeoutError:
                     pass
+                finally:
+                    if timing is not None:  # the request's, as wait_for_data's
+                        timing.add_wait(time.monotonic() - began)
             while unwatched < watched:
                 end = min(unwatched + FETCH_SLICE, watched)
                 self._unwatch(fetches, unwatched, end, fut)

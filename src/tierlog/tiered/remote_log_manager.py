@@ -113,14 +113,17 @@ class RemoteStorageMetrics:
 
 def build_remote_log_manager(config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
                              log_dir: str, registry: MetricsRegistry | None = None,
-                             effective_config=None, cleaned_up_to=None) -> RemoteLogManager:
+                             effective_config=None, cleaned_up_to=None,
+                             leader_session: Callable[[], object] | None = None) -> RemoteLogManager:
     """The remote log manager with its metrics and its reader (remote reads of ``log_dir``'s index cache)
     wired together. ``effective_config`` returns the current configuration, dynamic changes included;
-    ``cleaned_up_to(topic, partition)`` the log cleaner's checkpoint of a log (compacted topics)."""
+    ``cleaned_up_to(topic, partition)`` the log cleaner's checkpoint of a log (compacted topics);
+    ``leader_session`` a cluster's ZooKeeper session (see :class:`RemoteLogManager`)."""
     current = effective_config or (lambda: config)
     metrics = RemoteStorageMetrics(registry or MetricsRegistry())
     reader = RemoteLogReader(current, rsm, rlmm, metrics, log_dir)
-    return RemoteLogManager(config, broker_id, rsm, rlmm, reader, metrics, current, cleaned_up_to)
+    return RemoteLogManager(config, broker_id, rsm, rlmm, reader, metrics, current, cleaned_up_to,
+                            leader_session=leader_session)
 
 
 class RemoteLogManager:
@@ -130,7 +133,8 @@ class RemoteLogManager:
 
     def __init__(self, config, broker_id: int, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
                  reader: RemoteLogReader, metrics: RemoteStorageMetrics, effective_config=None,
-                 cleaned_up_to: Callable[[str, int], int | None] | None = None) -> None:
+                 cleaned_up_to: Callable[[str, int], int | None] | None = None, *,
+                 leader_session: Callable[[], object] | None = None) -> None:
         """``reader`` serves reads below the local log start (it shares ``metrics``); ``effective_config``:
         a function returning the current configuration, dynamic changes included (the copy quota follows
         it); ``config`` by default. ``cleaned_up_to(topic, partition)``: the offset below which the log
@@ -159,10 +163,10 @@ class RemoteLogManager:
         # A store that stays down (full, say) fails every run with a message naming another segment:
         # one line per partition, task and kind of failure, the repeats counted (the tasks' runs log here).
         self.failure_log = RepeatLimiter(log, _FAILURE_REPORT_S, max_keys=10_000)
-        # The session this broker's leaderships hold under (ZooKeeper's, set by the broker); None while
-        # there is none. A leader whose session ended is fenced: the controller may have moved its
+        # The session this broker's leaderships hold under (a cluster's ZooKeeper session, ``leader_session``);
+        # None while there is none. A leader whose session ended is fenced: the controller may have moved its
         # partitions before this broker hears of it, so it publishes no upload and deletes nothing.
-        self.leader_session: Callable[[], object] = lambda: 0
+        self.leader_session: Callable[[], object] = leader_session or (lambda: 0)
 
     # ------------------------------------------------------------------------------------ pools
 

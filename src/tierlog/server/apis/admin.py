@@ -57,11 +57,12 @@ def _err(e: KafkaError) -> dict:
 
 
 class AdminApis:
-    def __init__(self, controller: Controller, replica_manager: ReplicaManager):
+    def __init__(self, controller: Controller, replica_manager: ReplicaManager, *,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
         self.replica_manager = replica_manager
         self._failures = RepeatLimiter(log, max_keys=1000)
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.CREATE_TOPICS, 2, 7, self.create_topics)
@@ -284,7 +285,7 @@ class AdminApis:
         image = self.controller.image
         brokers = [{"broker_id": b.node_id, "host": host, "port": port, "rack": b.rack, "is_fenced": False}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
-                   for host, port in (endpoint_for_client(b),)]
+                   for host, port in (endpoint_for_client(b, ctx),)]
         controller_id = image.controller_id if image.controller_id in image.brokers else -1
         return build_response(ctx, {
             "throttle_time_ms": 0, "error_code": NO_ERROR, "error_message": None, "endpoint_type": BROKER_ENDPOINT,

@@ -48,7 +48,7 @@ CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
 
 def with_request(ctx: RequestContext, request) -> RequestContext:
     out = RequestContext(ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.header, request, ctx.frame_size)
-    out.session = ctx.session
+    out.session, out.sasl, out.timing = ctx.session, ctx.sasl, ctx.timing
     return out
 
 

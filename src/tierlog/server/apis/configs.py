@@ -234,10 +234,10 @@ def _entry_out(e: ConfigEntry, include_synonyms: bool, include_documentation: bo
 
 
 class ConfigApis:
-    def __init__(self, controller: Controller, node_id: int):
+    def __init__(self, controller: Controller, node_id: int, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
         self.node_id = node_id
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_CONFIGS, 1, 4, self.describe_configs)

@@ -36,7 +36,8 @@ KIP_219_FETCH_VERSION = 8  # from this version a throttled client is answered at
 
 class FetchApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
-                 request_metrics: RequestMetrics | None = None, topic_metrics: BrokerTopicMetrics | None = None):
+                 request_metrics: RequestMetrics | None = None, topic_metrics: BrokerTopicMetrics | None = None, *,
+                 client_quotas: ClientQuotas | None = None, authorizer=None):
         """``request_metrics`` counts partitions answered with an error, ``topic_metrics`` the bytes sent to
         consumers (Kafka's ErrorsPerSec and BytesOutPerSec)."""
         self.replica_manager = replica_manager
@@ -44,9 +45,9 @@ class FetchApis:
         self.request_metrics = request_metrics
         self.topic_metrics = topic_metrics
         #: the broker's client quotas (consumer_byte_rate), or None
-        self.client_quotas: ClientQuotas | None = None
+        self.client_quotas = client_quotas
         #: The authorizer when authorizer.class.name is set, else None (nothing checked)
-        self.authorizer = None
+        self.authorizer = authorizer
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FETCH, 4, 17, self.fetch)
@@ -96,7 +97,7 @@ class FetchApis:
                 keys.append(key)
                 fetches.append(PartitionFetch(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                               getattr(p, "current_leader_epoch", -1), unknown))
-        results = await rm.fetch_messages(params, fetches)
+        results = await rm.fetch_messages(params, fetches, ctx.timing)
         self._count(fetches, results, replica_id >= 0)
         # Written straight to bytes and file regions (protocol/hot_responses.py): through kio the answer cost a
         # tenth of the consume path's CPU.
@@ -157,7 +158,7 @@ class FetchApis:
                 walked += 1
                 if not walked & 511:
                     await pacer()
-        results = await rm.fetch_messages(params, fetches)
+        results = await rm.fetch_messages(params, fetches, ctx.timing)
 
         def answer_counted() -> dict:  # in the worker thread: counting walks every partition too
             self._count(fetches, results, follower)

@@ -188,6 +188,7 @@ class ForwardingApis:
         inner.session = Session(principal=decode_principal(ctx.request.request_principal),
                                 client_host=_address_text(ctx.request.client_host_address),
                                 listener=envelope.listener, security_protocol=envelope.security_protocol)
+        inner.timing = ctx.timing
         local = self._local.get(inner.api_key)
         if local is None:
             return build_response(ctx, {"response_data": None, "error_code": InvalidRequestError.code})

@@ -63,7 +63,7 @@ from tierlog.errors import (
     describe_error,
 )
 from tierlog.logs import RepeatLimiter
-from tierlog.protocol import ApiKey, RequestContext, build_response, offload
+from tierlog.protocol import ApiKey, RequestContext, RequestTiming, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
 from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 from tierlog.server.network.listener_security import endpoint_for_client
@@ -117,20 +117,23 @@ _VERIFICATION_ERRORS = {**_COMMIT_ERRORS, NetworkException.code: CoordinatorLoad
 
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, controller: Controller, node_id: int,
-                 replicated: Callable[[int, float], Awaitable[int]] | None = None):
-        """``replicated(partition, timeout_s)`` waits until what was appended to that ``__consumer_offsets``
-        partition reached its in-sync replicas and returns the append's error code (in a cluster)."""
+                 replicated: Callable[[int, float, RequestTiming | None], Awaitable[int]] | None = None, *,
+                 transaction_coordinator=None, replica_manager: ReplicaManager | None = None,
+                 authorization: ApiAuthorization = ALLOW_ALL):
+        """``replicated(partition, timeout_s, timing)`` waits until what was appended to that ``__consumer_offsets``
+        partition reached its in-sync replicas and returns the append's error code (in a cluster); the wait is
+        added to ``timing``, the request's."""
         self.coordinator = coordinator
         self.controller = controller
         self.node_id = node_id
         self.replicated = replicated
         self._warn = RepeatLimiter(log)
         #: The transaction coordinator (FindCoordinator key type 1), when this broker has one.
-        self.transaction_coordinator = None
+        self.transaction_coordinator = transaction_coordinator
         #: The replica manager, whose KIP-890 verification a transactional commit passes first (Kafka's group
         #: coordinator asks ReplicaManager.maybeStartTransactionVerificationForPartition)
-        self.replica_manager: ReplicaManager | None = None
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.replica_manager = replica_manager
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -154,7 +157,8 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
 
-    def _coordinator_for(self, key_type: int, api_version: int, key: str = "") -> tuple[int, tuple[int, str, int]]:
+    def _coordinator_for(self, ctx: RequestContext, key_type: int, api_version: int, key: str = ""
+                         ) -> tuple[int, tuple[int, str, int]]:
         no_node = (-1, "", -1)
         if key_type == GROUP_KEY_TYPE:
             coordinator = self._ready()
@@ -186,7 +190,7 @@ class GroupApis:
         image = self.controller.image
         if not self.controller.clustered:
             me = image.brokers[self.node_id]
-            return NO_ERROR, (self.node_id, *endpoint_for_client(me))
+            return NO_ERROR, (self.node_id, *endpoint_for_client(me, ctx))
         # In a cluster the coordinator is the leader of the key's partition (__consumer_offsets for a group,
         # __transaction_state for a transactional id).
         topic = image.topics.get(topic_name)
@@ -194,7 +198,7 @@ class GroupApis:
         leader = image.brokers.get(state.leader) if state is not None else None
         if leader is None:
             return CoordinatorNotAvailableError.code, no_node
-        return NO_ERROR, (leader.node_id, *endpoint_for_client(leader))
+        return NO_ERROR, (leader.node_id, *endpoint_for_client(leader, ctx))
 
     async def find_coordinator(self, ctx: RequestContext):
         checked = self.authorization.find_coordinator(ctx)
@@ -204,12 +208,12 @@ class GroupApis:
         req = ctx.request
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version < 4:
-            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version, req.key)
+            error, (node_id, host, port) = self._coordinator_for(ctx, key_type, ctx.api_version, req.key)
             return build_response(ctx, {"error_code": error, "error_message": _ERROR_MESSAGES[error],
                                         "node_id": node_id, "host": host, "port": port})
         coordinators = []
         for key in req.coordinator_keys:
-            error, (node_id, host, port) = self._coordinator_for(key_type, ctx.api_version, key)
+            error, (node_id, host, port) = self._coordinator_for(ctx, key_type, ctx.api_version, key)
             coordinators.append({"key": key, "node_id": node_id, "host": host, "port": port,
                                  "error_code": error, "error_message": None})
         return build_response(ctx, {"coordinators": coordinators + checked.refused})
@@ -311,7 +315,7 @@ class GroupApis:
                 group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid,
                 api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1)))
-            errors.update(await self._replicated_commit(req.group_id, committed))
+            errors.update(await self._replicated_commit(ctx, req.group_id, committed))
         offload.free_later(known, valid)
         topics, items = await _partition_errors(req.topics, errors, pacer)
         offload.free_later(errors)
@@ -319,13 +323,13 @@ class GroupApis:
         items += sum(1 + len(t["partitions"]) for t in checked.refused)
         return await offload.respond(ctx, {"topics": topics}, items)
 
-    async def _replicated_commit(self, group_id: str, committed: dict) -> dict:
+    async def _replicated_commit(self, ctx: RequestContext, group_id: str, committed: dict) -> dict:
         """``committed`` (an error code per partition) once the in-sync replicas have the commit, as Kafka appends
         commits with acks=all: a commit a new coordinator would not find is not answered as done."""
         if self.replicated is None or all(code != NO_ERROR for code in committed.values()):
             return committed
         code = await self.replicated(self.coordinator.partition_for(group_id),
-                                     self.controller.effective_config["offsets.commit.timeout.ms"] / 1000)
+                                     self.controller.effective_config["offsets.commit.timeout.ms"] / 1000, ctx.timing)
         if not code:
             return committed
         code = _COMMIT_ERRORS.get(code, code)
@@ -362,7 +366,7 @@ class GroupApis:
                 generation_id=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", ""),
                 group_instance_id=getattr(req, "group_instance_id", None), partitions=valid)
             committed = {tp: _COMMIT_ERRORS.get(c, c) for tp, c in committed.items()}
-            errors.update(await self._replicated_commit(req.group_id, committed))
+            errors.update(await self._replicated_commit(ctx, req.group_id, committed))
         topics, _items = await _partition_errors(req.topics, errors, pacer)
         return build_response(ctx, {"topics": topics + checked.refused})
 

@@ -13,9 +13,9 @@ PREFERRED, UNCLEAN = 0, 1
 
 
 class LeadershipApis:
-    def __init__(self, controller: Controller):
+    def __init__(self, controller: Controller, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.ELECT_LEADERS, 0, 2, self.elect_leaders)

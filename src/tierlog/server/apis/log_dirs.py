@@ -20,9 +20,9 @@ from tierlog.storage import LogManager
 
 
 class LogDirApis:
-    def __init__(self, log_manager: LogManager):
+    def __init__(self, log_manager: LogManager, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.log_manager = log_manager
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         # Kafka 4 removed v0 (KIP-896); v4 added the volume's total and usable bytes.

@@ -42,14 +42,15 @@ FINALIZED_FEATURES_EPOCH = 0
 
 
 class MetadataApis:
-    def __init__(self, registry: HandlerRegistry, controller: Controller, node_id: int):
+    def __init__(self, registry: HandlerRegistry, controller: Controller, node_id: int, authorizer=None,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         self.registry = registry  # ApiVersions answers what is registered
         self.controller = controller
         self.node_id = node_id
         #: The authorizer when authorizer.class.name is set, else None (nothing checked); the topics are checked
         #: inline (a hot path), the authorized-operations bit fields come from ``authorization``
-        self.authorizer = None
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorizer = authorizer
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
@@ -145,7 +146,7 @@ class MetadataApis:
         return await offload.respond(ctx, {
             "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": b.rack}
                         for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
-                        for host, port in (endpoint_for_client(b),)],
+                        for host, port in (endpoint_for_client(b, ctx),)],
             "cluster_id": image.cluster_id,
             "controller_id": controller_id,
             "topics": topics_out,

@@ -29,10 +29,11 @@ DEBUGGING_REPLICA_ID = -2
 
 
 class OffsetApis:
-    def __init__(self, replica_manager: ReplicaManager, controller: Controller):
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller, *,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         self.replica_manager = replica_manager
         self.controller = controller
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.LIST_OFFSETS, 1, 11, self.list_offsets)

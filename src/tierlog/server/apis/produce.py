@@ -76,18 +76,20 @@ def _refused(index: int, code: int) -> dict:
 
 class ProduceApis:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
-                 request_metrics: RequestMetrics | None = None):
+                 request_metrics: RequestMetrics | None = None, *, transactions=None,
+                 client_quotas: ClientQuotas | None = None, authorizer=None,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         """``request_metrics`` counts the partitions answered with an error (Kafka's ErrorsPerSec)."""
         self.replica_manager = replica_manager
         self.controller = controller
         self.request_metrics = request_metrics
         #: The transaction coordinator's APIs (TransactionCoordinatorApis), when this broker has one.
-        self.transactions = None
+        self.transactions = transactions
         #: the broker's client quotas (producer_byte_rate), or None
-        self.client_quotas: ClientQuotas | None = None
+        self.client_quotas = client_quotas
         #: The authorizer (server/authorizer.py) when authorizer.class.name is set, else None: nothing checked
-        self.authorizer = None
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorizer = authorizer
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
@@ -153,7 +155,7 @@ class ProduceApis:
             appended = await rm.handle_produce_append(
                 entries, acks, req.timeout.total_seconds(), req.transactional_id,
                 transaction_version_2=ctx.api_version >= TV2_PRODUCE_VERSION,
-                abortable_supported=ctx.api_version > 10)
+                abortable_supported=ctx.api_version > 10, timing=ctx.timing)
         except InvalidProducerIdMappingError:
             return self._refuse_all(ctx, InvalidProducerIdMappingError.code)
         if metrics is not None:

@@ -17,10 +17,11 @@ from tierlog.server.replica_manager import ReplicaManager
 
 
 class ProducerApis:
-    def __init__(self, controller: Controller, replica_manager: ReplicaManager):
+    def __init__(self, controller: Controller, replica_manager: ReplicaManager, *,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
         self.replica_manager = replica_manager
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_PRODUCERS, 0, 0, self.describe_producers)

@@ -127,9 +127,9 @@ def validate_value(types: dict[str, str], key: str, value: float) -> None:
 
 
 class ClientQuotaApis:
-    def __init__(self, controller: Controller):
+    def __init__(self, controller: Controller, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas)

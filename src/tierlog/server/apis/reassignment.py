@@ -16,9 +16,9 @@ NO_ERROR_MESSAGE = ""  # Kafka's top-level error message without an error (the f
 
 
 class ReassignmentApis:
-    def __init__(self, controller: Controller):
+    def __init__(self, controller: Controller, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         if self.controller.clustered:

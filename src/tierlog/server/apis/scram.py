@@ -31,9 +31,9 @@ from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
 
 
 class ScramApis:
-    def __init__(self, controller: Controller):
+    def __init__(self, controller: Controller, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.controller = controller
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, self.describe)

@@ -39,11 +39,11 @@ MARKER_REPLICATION_TIMEOUT_S = 30.0
 
 class TransactionMarkerApis:
     def __init__(self, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator | None = None,
-                 timeout_s: float = MARKER_REPLICATION_TIMEOUT_S):
+                 timeout_s: float = MARKER_REPLICATION_TIMEOUT_S, *, authorization: ApiAuthorization = ALLOW_ALL):
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.timeout_s = timeout_s
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         # Kafka 4.0 removed version 0; version 1 (flexible) is the only one Kafka 4.1 accepts.
@@ -75,7 +75,7 @@ class TransactionMarkerApis:
                     waits.append((result, (topic.name, index, epoch, offset), marker.producer_id,
                                   marker.transaction_result))
         if waits:
-            codes = await rm.wait_for_acks([w for _, w, _, _ in waits], self.timeout_s)
+            codes = await rm.wait_for_acks([w for _, w, _, _ in waits], self.timeout_s, ctx.timing)
             for (result, (topic, index, _, _), producer_id, commit), code in zip(waits, codes):
                 result["error_code"] = code
                 if code == NO_ERROR and topic == OFFSETS_TOPIC and self.group_coordinator is not None:
@@ -114,12 +114,13 @@ class TransactionCoordinatorApis:
     InitProducerId with a transactional id goes to the coordinator from the
     Produce family's handler (:meth:`init_producer_id`)."""
 
-    def __init__(self, coordinator: TransactionCoordinator, controller, offsets_partition_for):
+    def __init__(self, coordinator: TransactionCoordinator, controller, offsets_partition_for, *,
+                 authorization: ApiAuthorization = ALLOW_ALL):
         """``offsets_partition_for(group_id)`` is the group's ``__consumer_offsets`` partition."""
         self.coordinator = coordinator
         self.controller = controller
         self.offsets_partition_for = offsets_partition_for
-        self.authorization: ApiAuthorization = ALLOW_ALL
+        self.authorization = authorization
 
     def register(self, registry) -> None:
         registry.register(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self.add_partitions_to_txn)

@@ -10,7 +10,9 @@
   memory back to the system;
 - :mod:`.listeners`: the listening sockets and the line that says why one cannot bind;
 - :mod:`.listener_security`: each listener's TLS context, principal mapping and re-loadable keystores;
-- :mod:`.sasl_authenticator`: SASL on a listener (mechanisms, credentials, KIP-368 re-authentication).
+- :mod:`.sasl_authenticator`: SASL on a listener (mechanisms, credentials, KIP-368 re-authentication);
+- :mod:`.security`: ``build_security``, the broker's security as one frozen value (TLS, SASL, the authorizer,
+  the inter-broker TLS context and SASL credentials).
 
 The socket server and its helpers log as ``tierlog.server.network``. This wing hands requests to the API
 handlers through the protocol's :class:`~tierlog.protocol.HandlerRegistry`: it never imports the handlers

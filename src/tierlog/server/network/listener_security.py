@@ -22,7 +22,6 @@ subject alternative names of the one in use unless ``ssl.allow.dn.changes`` / ``
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import ssl
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from tierlog.config import BrokerConfig
 from tierlog.errors import InvalidConfigError
 from tierlog.security import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from tierlog.security.principal import NoMatchingRule, ssl_principal
-from tierlog.security.session import Session
 from tierlog.security.ssl_factory import (
     client_context,
     file_stamps,
@@ -42,24 +40,14 @@ from tierlog.security.ssl_factory import (
 log = logging.getLogger(__name__)
 
 
-#: The session of the connection whose task runs (:class:`~tierlog.security.session.Session`, the same object
-#: its requests carry as ``ctx.session``): set once per connection by the socket server, read by the handlers
-#: (they run on their connection's task) without any per-request work.
-CURRENT_SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar("tierlog_session", default=None)
-
-
-def current_session() -> Session | None:
-    return CURRENT_SESSION.get()
-
-
-def endpoint_for_client(broker) -> tuple[str, int]:
-    """(host, port) of ``broker`` as the client of the current request reaches it: its endpoint on the
-    listener the request came in on (Kafka answers Metadata, FindCoordinator and DescribeCluster per
-    listener, so a TLS client is sent to TLS ports), else its first advertised listener."""
-    session = CURRENT_SESSION.get()
-    if session is None:
+def endpoint_for_client(broker, ctx) -> tuple[str, int]:
+    """(host, port) of ``broker`` as the client of request ``ctx`` reaches it: its endpoint on the listener the
+    request came in on (Kafka answers Metadata, FindCoordinator and DescribeCluster per listener, so a TLS
+    client is sent to TLS ports), else (a request made in process) its first advertised listener."""
+    listener = ctx.listener
+    if listener is None:
         return broker.host, broker.port
-    return broker.endpoint(session.listener)
+    return broker.endpoint(listener)
 
 
 class TlsListener:
@@ -153,5 +141,5 @@ def inter_broker_client_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
     return client_context(cfg.listener_ssl_settings(listener.name), where=f"inter-broker listener {listener.name}")
 
 
-__all__ = ["CURRENT_SESSION", "NoMatchingRule", "TlsListener", "current_session", "dynamic_config_check",
+__all__ = ["NoMatchingRule", "TlsListener", "dynamic_config_check",
            "endpoint_for_client", "inter_broker_client_context", "listener_security"]

@@ -24,7 +24,6 @@ ILLEGAL_SASL_STATE and the connection goes on.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -263,19 +262,16 @@ class SaslConnection:
                        security_protocol=self.protocol, peer=self.peer)
 
 
-#: The authentication of the connection whose task runs (None on PLAINTEXT and SSL listeners).
-CURRENT_SASL: contextvars.ContextVar[SaslConnection | None] = contextvars.ContextVar("tierlog_sasl", default=None)
-
-
 class SaslApis:
-    """SaslHandshake (v0-1) and SaslAuthenticate (v0-2): advertised by every listener, as in Kafka."""
+    """SaslHandshake (v0-1) and SaslAuthenticate (v0-2): advertised by every listener, as in Kafka. The
+    connection's SASL state comes with the request (``ctx.sasl``, None on PLAINTEXT and SSL listeners)."""
 
     def register(self, registry) -> None:
         registry.register(ApiKey.SASL_HANDSHAKE, 0, 1, self.sasl_handshake)
         registry.register(ApiKey.SASL_AUTHENTICATE, 0, 2, self.sasl_authenticate)
 
     async def sasl_handshake(self, ctx: RequestContext):
-        sasl = CURRENT_SASL.get()
+        sasl = ctx.sasl
         if sasl is None:  # a PLAINTEXT or SSL listener: there is nothing to authenticate
             return build_response(ctx, {"error_code": IllegalSaslStateError.code, "mechanisms": []})
         authenticated = sasl.state == COMPLETE
@@ -285,7 +281,7 @@ class SaslApis:
         return build_response(ctx, {"error_code": code, "mechanisms": list(sasl.listener.mechanisms)})
 
     async def sasl_authenticate(self, ctx: RequestContext):
-        sasl = CURRENT_SASL.get()
+        sasl = ctx.sasl
         if sasl is None or sasl.state != AUTHENTICATE:
             # Kafka's KafkaApis answer: on a non-SASL listener, or after the exchange completed (the connection
             # goes on); in the middle of an exchange the connection is closed after the answer
@@ -315,6 +311,6 @@ def sasl_listeners(listeners, config: Callable[[], BrokerConfig],
     return out
 
 
-__all__ = ["AUTHENTICATE", "COMPLETE", "CURRENT_SASL", "FAILED", "HANDSHAKE", "RAW_TOKENS", "SaslApis",
+__all__ = ["AUTHENTICATE", "COMPLETE", "FAILED", "HANDSHAKE", "RAW_TOKENS", "SaslApis",
            "SaslConnection", "SaslListener", "jaas_config", "sasl_listeners"]
 

@@ -39,7 +39,9 @@ path it always took. On a SASL_PLAINTEXT or SASL_SSL
 listener (:mod:`tierlog.server.network.sasl_authenticator`) the connection authenticates first (:meth:`_authenticate`,
 frames bounded by ``sasl.server.max.receive.size``); a session past its KIP-368 lifetime is closed at its next
 request. Each connection's :class:`~tierlog.security.session.Session` (principal, client address, listener) is
-made once, set in its task's context (``CURRENT_SESSION``) and carried by each of its requests (``ctx.session``).
+made once; every request's :class:`~tierlog.protocol.RequestContext` carries it (``ctx.session``), with the
+connection's SASL state (``ctx.sasl``) and, when a request quota applies, a timing record
+(``ctx.timing``) the replica manager's purgatory waits are added to: handlers get all of it as an argument.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from tierlog.protocol import (
     InvalidFrameError,
     RequestContext,
     RequestParseError,
+    RequestTiming,
     build_response,
     encode_response,
     encode_response_parts,
@@ -86,7 +89,7 @@ from tierlog.server.network.channel import (
     _write_gathered,
 )
 from tierlog.server.network.connection_quotas import _NO_LIMITS, ConnectionQuotas, _fd_ceiling, fd_reserve
-from tierlog.server.network.listener_security import CURRENT_SESSION, NoMatchingRule, TlsListener
+from tierlog.server.network.listener_security import NoMatchingRule, TlsListener
 from tierlog.server.network.listeners import BoundListener, _listen_sockets, bind_failure
 from tierlog.server.network.memory_pool import (
     TRIM_AFTER_BYTES,
@@ -98,13 +101,12 @@ from tierlog.server.network.memory_pool import (
 from tierlog.server.network.sasl_authenticator import (
     AUTHENTICATE,
     COMPLETE,
-    CURRENT_SASL,
     FAILED,
     RAW_TOKENS,
     SaslConnection,
     SaslListener,
 )
-from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, PURGATORY_WAIT, ClientQuotas, quota_user
+from tierlog.server.quotas.client_quota import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotas, quota_user
 from tierlog.tasks import stop_tasks
 
 #: The socket server's logger: every module of this package logs as ``tierlog.server.network``.
@@ -130,9 +132,14 @@ class SocketServer:
     def __init__(self, registry: HandlerRegistry, *, max_frame_bytes: int, idle_timeout_ms: int,
                  error_response: Callable[[RequestContext, KafkaError], object | None],
                  config: Callable[[], Mapping] | None = None, queued_max_request_bytes: int = -1,
-                 metrics: MetricsRegistry | None = None):
+                 metrics: MetricsRegistry | None = None, tls: dict[str, TlsListener] | None = None,
+                 sasl: dict[str, SaslListener] | None = None, client_quotas: ClientQuotas | None = None,
+                 inter_broker_listener: str = ""):
         """``config()`` gives the current connection limits (the broker's effective configuration);
-        ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool)."""
+        ``queued_max_request_bytes`` > 0 bounds the bytes of requests held (Kafka's MemoryPool). ``tls`` and
+        ``sasl`` are the TLS and SASL sides of the listeners by name (PLAINTEXT listeners have neither),
+        ``client_quotas`` the broker's (request_percentage, and the mute of throttled connections) or None;
+        tierlog's inter-broker requests are accepted on ``inter_broker_listener`` only."""
         self.registry = registry
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms > 0 else None
@@ -141,11 +148,11 @@ class SocketServer:
         self.pool = MemoryPool(queued_max_request_bytes, metrics) if queued_max_request_bytes > 0 else None
         #: Requests, errors, times and connections (Kafka's RequestMetrics and socket-server-metrics).
         self.request_metrics = RequestMetrics(metrics) if metrics is not None else None
-        #: the broker's client quotas (request_percentage, and the mute of throttled connections), or None
-        self.client_quotas: ClientQuotas | None = None
-        # tierlog's inter-broker requests (api key -> handler of the JSON body), set in a cluster only
+        self.client_quotas = client_quotas
+        # tierlog's inter-broker requests (api key -> handler of the JSON body), given to start_serving in a
+        # cluster only: they reach the replica manager, made after the listeners are bound
         self.internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] = {}
-        self.inter_broker_listener = ""  # the listener they are accepted on
+        self.inter_broker_listener = inter_broker_listener  # the listener they are accepted on
         self._warn = RepeatLimiter(log)
         self._fd_ceiling = _fd_ceiling()
         self._freed = 0  # bytes of big requests freed since the last trim
@@ -158,10 +165,10 @@ class SocketServer:
         self._stopping = False
         self.bound: list[BoundListener] = []
         self._sendfile = True  # cleared the first time the event loop turns out not to support it
-        #: The TLS side of each SSL listener by name (set by the broker; PLAINTEXT listeners have none).
-        self.tls: dict[str, TlsListener] = {}
-        #: The SASL side of each SASL_PLAINTEXT and SASL_SSL listener by name (set by the broker).
-        self.sasl: dict[str, SaslListener] = {}
+        #: The TLS side of each SSL listener by name (PLAINTEXT listeners have none).
+        self.tls: dict[str, TlsListener] = tls if tls is not None else {}
+        #: The SASL side of each SASL_PLAINTEXT and SASL_SSL listener by name.
+        self.sasl: dict[str, SaslListener] = sasl if sasl is not None else {}
 
     async def bind(self, listeners) -> list[BoundListener]:
         """Bind every listener (``Listener`` objects with name/host/port/security_protocol) without
@@ -181,7 +188,11 @@ class SocketServer:
             self.bound.append(bound)
         return self.bound
 
-    async def start_serving(self) -> None:
+    async def start_serving(self, internal_handlers: dict[int, Callable[[dict], Awaitable[dict]]] | None = None
+                            ) -> None:
+        """Accept connections; ``internal_handlers`` answer tierlog's inter-broker requests (a cluster)."""
+        if internal_handlers:
+            self.internal_handlers = internal_handlers
         loop = asyncio.get_running_loop()
         for sock, bound in self._listening:
             self._acceptors.append(loop.create_task(self._accept_loop(sock, bound)))
@@ -283,14 +294,9 @@ class SocketServer:
             if sasl_listener is not None:
                 # Nothing but ApiVersions and the SASL exchange until the client is authenticated.
                 sasl = SaslConnection(sasl_listener, peer, ip, tls is not None, self._warn)
-                CURRENT_SASL.set(sasl)
-                CURRENT_SESSION.set(Session(principal=ANONYMOUS, client_host=ip, listener=listener,
-                                            security_protocol=sasl.protocol, peer=sasl.peer))
                 if not await self._authenticate(reader, writer, peer, ip, listener, sasl):
                     return
                 session = sasl.session()
-            # Who is on this connection, for its handlers (they run on this task) and on each of its requests.
-            CURRENT_SESSION.set(session)
             await self._serve(reader, writer, peer, session, tls is not None, sasl)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -410,7 +416,7 @@ class SocketServer:
                     if sasl is not None and sasl.expires_at is not None and not self._session_alive(sasl, frame):
                         return
                     try:
-                        out, timers, mute_ms = await self._handle(frame, peer, received, listener, session)
+                        out, timers, mute_ms = await self._handle(frame, peer, received, listener, session, sasl)
                     except _CloseConnection:
                         return
                     if out is not None:
@@ -517,7 +523,7 @@ class SocketServer:
                                    "request %s before SASL authentication completed", ip, listener, name)
                 return False
             try:
-                out, _, _ = await self._handle(frame, peer, time.monotonic(), listener)
+                out, _, _ = await self._handle(frame, peer, time.monotonic(), listener, sasl=sasl)
             except _CloseConnection:
                 return False
             if out is not None:
@@ -605,10 +611,11 @@ class SocketServer:
         return internal.encode_internal_response(corr, answer)
 
     async def _handle(self, frame: bytes, peer, received: float,
-                      listener: str = "", session: Session | None = None
+                      listener: str = "", session: Session | None = None, sasl: SaslConnection | None = None
                       ) -> tuple[bytes | list | None, tuple, int]:
         """The answer to one frame (None: no answer), the request metrics to time it with and how long to mute
-        the connection after answering (a client quota's throttle time, ms)."""
+        the connection after answering (a client quota's throttle time, ms). The request's context carries
+        ``session`` (None while a SASL connection authenticates) and ``sasl``, its connection's."""
         # A big frame (tierlog.protocol.offload) is parsed and its answer encoded in a worker thread,
         # with the garbage collector paused, so that the loop keeps serving the other connections.
         big = len(frame) >= offload.BIG_FRAME_BYTES
@@ -622,6 +629,7 @@ class SocketServer:
             try:
                 ctx = await offload.parse(frame)
                 ctx.session = session
+                ctx.sasl = sasl
                 spec = self.registry.for_request(ctx)
             except RequestParseError as e:
                 fallback = fallback_response_frame(e, self.registry)
@@ -638,10 +646,9 @@ class SocketServer:
                     m.requests.inc()
                     m.queue_time.observe(queue_ms)
             quotas = self.client_quotas
-            waited = None
+            timing = None
             if quotas is not None and quotas.request.enabled:  # the handler's waits are not its request time
-                waited = [0.0]
-                PURGATORY_WAIT.set(waited)
+                timing = ctx.timing = RequestTiming()
             try:
                 response = await spec.handler(ctx)
             except KafkaError as e:
@@ -668,8 +675,8 @@ class SocketServer:
                     else:
                         metrics.count_response_errors(ctx, response)
             mute = ctx.throttle_ms
-            if waited is not None and quotas.request.enabled:  # no request quota configured: this one check
-                response, mute = self._request_quota(quotas, ctx, started + waited[0], response, mute)
+            if timing is not None and quotas.request.enabled:  # no request quota configured: this one check
+                response, mute = self._request_quota(quotas, ctx, started + timing.purgatory_s, response, mute)
             if response is None:
                 return None, timers, mute  # acks=0 produce: no response
             elapsed = time.monotonic() - started

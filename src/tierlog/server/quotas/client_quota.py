@@ -28,9 +28,6 @@ import math
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
-
-from tierlog.server.network.listener_security import CURRENT_SESSION
 
 DEFAULT = "<default>"  # the default entity's name in a path
 
@@ -41,19 +38,12 @@ USER, CLIENT_ID, IP = "user", "client-id", "ip"
 NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
 MAX_INT32 = 2**31 - 1
 
-#: While a request quota applies to the request being handled (on its connection's task): a one-item list the
-#: replica manager's waits (long-polling fetches, acks=all) add their seconds to, which the request time leaves
-#: out, as Kafka counts only its request handler thread's time and not a request's time in purgatory.
-PURGATORY_WAIT: ContextVar[list[float] | None] = ContextVar("purgatory_wait", default=None)
-
 
 def quota_user(ctx) -> str:
-    """The user name of the request's principal (``ctx.session``, set per connection by the socket server: the
-    TLS client certificate's mapped principal, later SASL's), ``ANONYMOUS`` without authentication. The only
-    place quotas read the principal."""
+    """The user name of the request's principal (``ctx.session``, set per request by the socket server from its
+    connection: the TLS client certificate's mapped principal, later SASL's), ``ANONYMOUS`` without
+    authentication. The only place quotas read the principal."""
     session = getattr(ctx, "session", None)
-    if session is None:
-        session = CURRENT_SESSION.get()
     return (session.principal.name or "ANONYMOUS") if session is not None else "ANONYMOUS"
 
 
@@ -293,5 +283,5 @@ class ClientQuotas:
             m.update(quotas)
 
 
-__all__ = ["PURGATORY_WAIT", "ClientQuotaManager", "ClientQuotaMetrics", "ClientQuotas", "Rate", "entity_path",
+__all__ = ["ClientQuotaManager", "ClientQuotaMetrics", "ClientQuotas", "Rate", "entity_path",
            "parse_entity_path", "quota_user", "resolution_order", "sanitize", "throttle_time_ms"]

@@ -29,22 +29,22 @@ LEADER_RECOVERED = 0  # LeaderRecoveryState.RECOVERED
 
 class AlterPartitionManager:
     def __init__(self, node_id: int, channel: NetworkBrokerChannel, controller_id: Callable[[], int],
-                 broker_epoch: Callable[[], int], on_updated: Callable, on_failed: Callable,
-                 timeout_ms: int) -> None:
-        """``on_updated(partition, leader epoch, isr, partition epoch)`` and ``on_failed(partition, leader
-        epoch, reason)`` are the replica manager's."""
+                 broker_epoch: Callable[[], int], timeout_ms: int) -> None:
         self.node_id = node_id
         self.channel = channel
         self.controller_id = controller_id
         self.broker_epoch = broker_epoch
-        self.on_updated = on_updated
-        self.on_failed = on_failed
+        self.on_updated: Callable | None = None
+        self.on_failed: Callable | None = None
         self.timeout_ms = timeout_ms
         self._queued: dict[tuple[str, int], tuple[Partition, tuple[int, ...], int, int]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
+    def start(self, on_updated: Callable, on_failed: Callable) -> None:
+        """``on_updated(partition, leader epoch, isr, partition epoch)`` and ``on_failed(partition, leader epoch,
+        reason)`` are the replica manager's, given when it starts replication (it holds this manager)."""
+        self.on_updated, self.on_failed = on_updated, on_failed
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
 
     async def stop(self) -> None:

@@ -98,23 +98,37 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
     return abs(31 * java_string_hash(topic) + partition) % num_fetchers
 
 
+def _no_append_listener(_partition: Partition) -> None:
+    pass
+
+
 class ReplicaFetcherManager:
     def __init__(self, node_id: int, listener: str, brokers: Callable[[], Mapping[int, BrokerImage]],
-                 config: Callable[[], BrokerConfig], on_appended: Callable[[Partition], None]) -> None:
+                 config: Callable[[], BrokerConfig], *, ssl_context=None, sasl=None,
+                 quota: ReplicationQuotaManager | None = None,
+                 remote_log_manager: RemoteLogManager | None = None) -> None:
         """``brokers`` gives the live brokers and their endpoints, ``listener`` the inter-broker listener's
-        name; ``on_appended`` is told of every append (the replica manager wakes what waits on the log)."""
+        name, ``ssl_context`` its client context when it speaks TLS and ``sasl`` the inter-broker credentials
+        when it is SASL_PLAINTEXT or SASL_SSL; ``quota`` is follower.replication.throttled.*'s;
+        ``remote_log_manager`` builds a follower's state from the remote tier (KIP-405), None when remote
+        storage is off here."""
         self.node_id = node_id
         self.listener = listener
-        self.ssl_context = None  # the inter-broker listener's client context when it speaks TLS
-        self.sasl = None  # the inter-broker credentials when that listener is SASL_PLAINTEXT or SASL_SSL
+        self.ssl_context = ssl_context
+        self.sasl = sasl
         self.brokers = brokers
         self.config = config
-        self.on_appended = on_appended
+        # Told of every append (the replica manager wakes what waits on the log): the replica manager's own,
+        # given when it starts replication (it holds this manager, so it cannot be built before it).
+        self.on_appended: Callable[[Partition], None] = _no_append_listener
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
-        self.quota: ReplicationQuotaManager | None = None  # follower.replication.throttled.*
-        # Builds a follower's state from the remote tier (KIP-405); None when remote storage is off here.
-        self.remote_log_manager: RemoteLogManager | None = None
+        self.quota = quota
+        self.remote_log_manager = remote_log_manager
         self._stopped = False
+
+    def start(self, on_appended: Callable[[Partition], None]) -> None:
+        """Before the first partition is followed: ``on_appended`` is told of every append."""
+        self.on_appended = on_appended
 
     def add(self, partition: Partition) -> None:
         """Follow ``partition``'s leader from its current leader epoch: truncate first, then fetch."""

@@ -5,5 +5,9 @@
 - :mod:`.txn_marker_channel`: the transaction coordinator's COMMIT and ABORT markers sent to the partitions'
   leaders (Kafka's TransactionMarkerChannelManager);
 - :mod:`.offsets_topic_log`: this broker's ``__consumer_offsets`` as the group coordinator's store sees it (the
-  adapter from the coordinator to the controller and the replica manager).
+  adapter from the coordinator to the controller and the replica manager);
+- :mod:`.coordinator_leadership`: the group and transaction coordinators follow the leadership of their topics'
+  partitions on this broker;
+- :mod:`.builder`: ``build_transactions``, the coordinator, its marker channel, verification and APIs as one
+  frozen value.
 """
