@@ -7,7 +7,7 @@ service or request handler receives the broker itself, and a feature that is off
 its builder, returning a small frozen value: :func:`~tierlog.server.network.security.build_security`,
 :func:`~tierlog.server.quotas.builder.build_quotas`, :func:`~tierlog.server.replication.builder.build_replication`,
 :func:`~tierlog.server.transactions.builder.build_transactions`,
-:func:`~tierlog.server.remote_storage.build_tiered_storage`; what differs between a single node and a
+:func:`~tierlog.server.remote.builder.build_tiered_storage`; what differs between a single node and a
 ZooKeeper-mode cluster is the cluster mode's (:mod:`tierlog.server.cluster_mode`), never a branch here.
 Phases (KIP-1197 builds on them): storage recovery, metadata (cluster id, controller, logs for every
 partition), listeners, ready. Components that need a serving broker (the topic-based remote log metadata
@@ -60,7 +60,7 @@ from tierlog.server.network.sasl_authenticator import SaslApis
 from tierlog.server.network.security import Security, build_security
 from tierlog.server.network.socket_server import SocketServer
 from tierlog.server.quotas.builder import Quotas, build_quotas
-from tierlog.server.remote_storage import build_tiered_storage
+from tierlog.server.remote.builder import build_tiered_storage
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.transactions.builder import Transactions, build_transactions
 from tierlog.server.transactions.coordinator_leadership import coordinator_leadership

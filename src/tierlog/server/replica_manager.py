@@ -6,7 +6,7 @@ controller's metadata deltas, and answers, for the request handlers and the grou
 - appends (``append_records``), acks=all included;
 - fetches (``fetch_messages``): reads of the local log and, below the local log start offset, of the
   remote tier (KIP-405; the remote fetch quota of KIP-956, ``remote.fetch.max.wait.ms`` and the response
-  byte budget are applied here, :mod:`tierlog.server.remote_fetch`), with long polling until
+  byte budget are applied here, :mod:`tierlog.server.remote.remote_fetch`), with long polling until
   ``min_bytes`` are available or ``max_wait_ms`` has passed;
 - offsets (``fetch_offsets``): ListOffsets by timestamp over both tiers and the special timestamps;
   ``last_offset_for_leader_epoch`` and ``delete_records``;
@@ -84,7 +84,7 @@ from tierlog.server.fetch_types import (
 )
 from tierlog.server.http.broker_metrics import BrokerTopicMetrics, IsrChangeMetrics
 from tierlog.server.partition import FollowerState, Partition
-from tierlog.server.remote_fetch import RemoteRead, read_remote
+from tierlog.server.remote.remote_fetch import RemoteRead, read_remote
 from tierlog.storage import LATEST_TIMESTAMP, FetchDataInfo, LogManager
 from tierlog.storage.producer_state import SENTINEL
 from tierlog.tiered.remote_log_manager import RemoteLogManager
