@@ -22,48 +22,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-from tests.harness import zookeeper as zk  # noqa: E402
-from tests.harness.broker import BrokerProcess  # noqa: E402
 from tests.harness.jepsen.nemesis import KINDS  # noqa: E402
 from tests.harness.jepsen.run import Settings, run  # noqa: E402
+from tests.harness.jepsen.script_guard import start_watchdog, stop_on_signals  # noqa: E402
 
 #: What the run may take beyond ``--minutes`` (the cycle under way, the final settle, reading everything
 #: back) before the watchdog stops it.
 GRACE_S = 600
 
 
-def watchdog(limit_s: float, work_dir: Path) -> None:
-    """Stop everything by PID and exit 2 when the run overruns ``limit_s``: the run must end by itself."""
-    def fire() -> None:
-        print(f"\nwatchdog: the run overran {limit_s:.0f} s; stopping every process it started", flush=True)
-        BrokerProcess.kill_running()
-        zk.kill_running()
-        from tests.faults.tmpfs import unmount
-        for mount in work_dir.glob("broker-*"):
-            if os.path.ismount(mount):
-                unmount(mount)
-        os._exit(2)
-    timer = threading.Timer(limit_s, fire)
-    timer.daemon = True
-    timer.start()
-
-
-def interrupted(signum, frame) -> None:
-    """The first SIGINT or SIGTERM stops the run through its cleanup; later ones are ignored, so a second
-    Ctrl-C cannot cut the cleanup short and leave brokers, ZooKeeper or the tmpfs behind."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+def unmount_tmpfs(work_dir: Path) -> None:
+    from tests.faults.tmpfs import unmount
+    for mount in work_dir.glob("broker-*"):
+        if os.path.ismount(mount):
+            unmount(mount)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                         min_insync_replicas=args.min_insync_replicas, isr_target=args.isr_target,
                         producers=args.producers, produce_interval=args.interval,
                         broker_settings={**Settings().broker_settings, **dict(kv.split("=", 1) for kv in args.broker)})
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
-    watchdog(args.minutes * 60 + GRACE_S, work_dir)
+    stop_on_signals()
+    start_watchdog(args.minutes * 60 + GRACE_S, lambda: unmount_tmpfs(work_dir))
     started = time.monotonic()
     print(f"fault run: seed {args.seed}, up to {args.cycles} cycles or {args.minutes:g} minutes, kinds "
           f"{', '.join(kinds)}; work folder {work_dir}", flush=True)

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,32 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 from tests.harness import netns  # noqa: E402
-from tests.harness import zookeeper as zk  # noqa: E402
-from tests.harness.broker import BrokerProcess  # noqa: E402
 from tests.harness.jepsen.netns_faults import KINDS, run_schedule, summary  # noqa: E402
+from tests.harness.jepsen.script_guard import start_watchdog, stop_on_signals  # noqa: E402
 from tests.harness.netns_cluster import netns_cluster  # noqa: E402
 
 GRACE_S = 300
-
-
-def watchdog(limit_s: float, prefix: list[str]) -> None:
-    def fire() -> None:
-        print(f"\nwatchdog: the run overran {limit_s:.0f} s; stopping every process it started", flush=True)
-        BrokerProcess.kill_running()
-        zk.kill_running()
-        for p in prefix:
-            netns.sweep(p)
-        print(json.dumps({"ok": False, "error": "watchdog"}), flush=True)
-        os._exit(2)
-    timer = threading.Timer(limit_s, fire)
-    timer.daemon = True
-    timer.start()
-
-
-def interrupted(signum, frame) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"ok": False, "error": why}))
         return 1
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="tierlog-netns-"))
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
+    stop_on_signals()
     prefixes: list[str] = []
-    watchdog(args.minutes * 60 + GRACE_S, prefixes)
+    start_watchdog(args.minutes * 60 + GRACE_S, lambda: [netns.sweep(p) for p in prefixes],
+                   json.dumps({"ok": False, "error": "watchdog"}))
     started = time.monotonic()
     print(f"netns fault run: seed {args.seed}, up to {args.cycles} cycles or {args.minutes:g} minutes, kinds "
           f"{', '.join(KINDS)}; work folder {work_dir}", flush=True)
