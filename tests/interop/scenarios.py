@@ -81,6 +81,9 @@ def metadata(client, neutral, broker):
 def configs(client):
     topic = unique("configs")
     assert client.create_topics({topic: (1, {"retention.ms": "3600000"})}) == {topic: 0}
+    # Kafka answers CreateTopics once its controller committed the topic, before the broker answering
+    # DescribeConfigs knows it (UNKNOWN_TOPIC_OR_PARTITION meanwhile, seen in CI against Kafka)
+    wait_until(lambda: client.metadata().topics.get(topic) == 1, 10, f"{topic} in the metadata")
     cfg = client.describe_configs("topic", topic)
     assert cfg["retention.ms"] == "3600000"
     assert cfg["cleanup.policy"] == "delete"
