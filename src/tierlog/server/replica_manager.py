@@ -125,7 +125,7 @@ FETCH_SLICE = 256
 #: of BACKGROUND_SLICE_S at a time, so one CreateTopics of thousands of partitions does not hold the loop (some
 #: 2 ms of file creation each). Meanwhile those partitions answer NOT_LEADER_OR_FOLLOWER, retriable, as a Kafka
 #: broker does before it applies the delta. Deleted topics' logs are closed and renamed the same way.
-INLINE_CREATIONS = 100
+INLINE_LOG_CHANGES = 100
 BACKGROUND_SLICE_S = 0.01
 
 
@@ -151,7 +151,7 @@ class ReplicaManager:
         self.leader_quota: ReplicationQuotaManager | None = replication.leader_quota if replication else None
         self._isr_expiration: asyncio.Task | None = None
         self.isr_metrics: IsrChangeMetrics | None = replication.isr_metrics if replication else None
-        # Partitions of big deltas whose logs are still to open, in order (INLINE_CREATIONS), and the task
+        # Partitions of big deltas whose logs are still to open, in order (INLINE_LOG_CHANGES), and the task
         # opening them and deleting the logs of deleted topics.
         self._pending_creations: dict[tuple[str, int], uuid.UUID] = {}
         self._background_work: asyncio.Task | None = None
@@ -315,7 +315,7 @@ class ReplicaManager:
         rlm = self.remote_log_manager
         created = [(topic, p) for topic in delta.created for p in topic.partitions if self._hosts(topic, p)]
         created += [(topic, p) for topic, added in delta.partitions_added for p in added if self._hosts(topic, p)]
-        if len(created) > INLINE_CREATIONS or self._pending_creations:
+        if len(created) > INLINE_LOG_CHANGES or self._pending_creations:
             self._create_in_background(created)
         else:
             for topic, p in created:
@@ -332,7 +332,7 @@ class ReplicaManager:
             if rlm is not None and any(p.remote_storage_enabled for p in gone):
                 # The leader deletes the remote data of a deleted topic (KIP-405), in the background.
                 rlm.spawn(rlm.stop_partitions(gone, delete_remote=True), f"delete-remote-{topic.name}")
-            big = len(gone) > INLINE_CREATIONS
+            big = len(gone) > INLINE_LOG_CHANGES
             for p in gone:
                 if big:
                     lm.retire_log(topic.name, p.index)  # its files go a slice at a time
@@ -362,7 +362,7 @@ class ReplicaManager:
                 rlm.spawn(rlm.stop_tasks(partitions), f"stop-remote-{topic.name}")
 
     def _create_in_background(self, created: list[tuple[TopicImage, int]]) -> None:
-        """Queue new partitions whose logs open on the loop a slice at a time (INLINE_CREATIONS), after the
+        """Queue new partitions whose logs open on the loop a slice at a time (INLINE_LOG_CHANGES), after the
         ones queued before; without a running loop (a tool opening logs) they open now."""
         for topic, p in created:
             self._pending_creations[(topic.name, p)] = topic.topic_id

@@ -37,14 +37,19 @@ def drain(timeout: float | None = None) -> bool:
     return done.wait(timeout)
 
 
+def fsync_with_folder(path: str) -> None:
+    """fsync a file, then its folder (so its name survives a power loss too)."""
+    for target in (path, os.path.dirname(path) or "."):
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _sync(path: str) -> None:
     try:
-        for target in (path, os.path.dirname(path) or "."):
-            fd = os.open(target, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_with_folder(path)
     except FileNotFoundError:
         pass  # replaced since (synced by its writer) or deleted with its partition
     except OSError as e:

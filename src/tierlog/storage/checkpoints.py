@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from tierlog.errors import KafkaStorageError
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
-from tierlog.storage.background import sync_later
+from tierlog.storage.background import fsync_with_folder, sync_later
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -128,12 +128,7 @@ class LeaderEpochCheckpointFile:
             sync_later(self.path)
 
     def sync(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(os.path.dirname(self.path) or ".")
+        fsync_with_folder(self.path)
 
 
 def parse_leader_epoch_checkpoint(data: bytes, name: str) -> list[tuple[int, int]]:

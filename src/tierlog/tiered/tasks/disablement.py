@@ -60,26 +60,32 @@ class RemoteTopicDisablement:
     async def check_remote_deleted(self, tp: TopicIdPartition) -> None:
         """A followed partition's part of a delete disablement: raise while its leader has not deleted all
         (not waiting for it: the controller asks again after a back-off)."""
-        rlm = self.rlm
-        deadline = time.monotonic() + _DISABLE_LOAD_WAIT_S
-        while not rlm.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
-            if time.monotonic() > deadline or rlm.closed:
-                raise RemoteResourceNotFoundError(f"the remote log metadata of {tp} is still loading")
-            await asyncio.sleep(0.1)
-        left = [md for md in rlm.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        await self._metadata_ready(tp, _DISABLE_LOAD_WAIT_S,
+                                   RemoteResourceNotFoundError(f"the remote log metadata of {tp} is still loading"))
+        left = self._undeleted(tp)
         if left:
             raise RemoteStorageError(f"{len(left)} remote segment(s) of {tp} are still to be deleted by its leader")
+
+    async def _metadata_ready(self, tp: TopicIdPartition, timeout_s: float, error: Exception) -> None:
+        """Wait while the partition's remote metadata loads (after a restart it may still be); ``error`` when
+        it takes longer than ``timeout_s`` or the manager closes."""
+        rlm = self.rlm
+        deadline = time.monotonic() + timeout_s
+        while not rlm.rlmm.is_ready(tp):
+            if time.monotonic() > deadline or rlm.closed:
+                raise error
+            await asyncio.sleep(0.1)
+
+    def _undeleted(self, tp: TopicIdPartition) -> list:
+        return [md for md in self.rlm.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
 
     async def delete_all_remote(self, tp: TopicIdPartition) -> None:
         """Delete every remote segment of ``tp`` not deleted yet: DELETE_SEGMENT_STARTED for all, then the
         objects and DELETE_SEGMENT_FINISHED one by one (what is left counted in ``rlm.disabling``)."""
         rlm = self.rlm
-        deadline = time.monotonic() + _DELETE_LOAD_WAIT_S
-        while not rlm.rlmm.is_ready(tp):  # after a restart the metadata may still be loading
-            if time.monotonic() > deadline or rlm.closed:
-                raise TimeoutError(f"remote log metadata of {tp} did not become ready")
-            await asyncio.sleep(0.1)
-        segments = [md for md in rlm.rlmm.list_remote_log_segments(tp) if md.state != S.DELETE_SEGMENT_FINISHED]
+        await self._metadata_ready(tp, _DELETE_LOAD_WAIT_S,
+                                   TimeoutError(f"remote log metadata of {tp} did not become ready"))
+        segments = self._undeleted(tp)
         left = rlm.disabling[tp] = {"segments": len(segments),
                                     "bytes": sum(md.segment_size_in_bytes for md in segments)}
         try:
