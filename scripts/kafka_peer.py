@@ -54,8 +54,10 @@ from pathlib import Path
 KAFKA_VERSION = "4.1.0"
 #: The first release with KIP-1023 (an empty follower starts after the leader's last tiered offset).
 KIP1023_KAFKA_VERSION = "4.3.1"
+#: The newest release: KIP-848 consumer groups, share groups (KIP-932, KIP-1191), ApiVersions v5 (KIP-1242).
+LATEST_KAFKA_VERSION = "4.4.0"
 #: The KRaft releases, each with its own cache folder and the same code path.
-KRAFT_VERSIONS = (KAFKA_VERSION, KIP1023_KAFKA_VERSION)
+KRAFT_VERSIONS = (KAFKA_VERSION, KIP1023_KAFKA_VERSION, LATEST_KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 #: The last Kafka release with ZooKeeper mode (4.0 removed it): the reference for tierlog's ZooKeeper clusters.
 ZK_KAFKA_VERSION = "3.9.1"
@@ -63,9 +65,10 @@ ZK_KAFKA_VERSION = "3.9.1"
 ZK_SLF4J_VERSION = "1.7.36"
 ZK_RELOAD4J_VERSION = "1.2.25"
 #: The log4j2 each KRaft release itself depends on (its backend is not among Kafka's runtime dependencies).
-LOG4J_VERSIONS = {KAFKA_VERSION: "2.24.3", KIP1023_KAFKA_VERSION: "2.25.4"}
+LOG4J_VERSIONS = {KAFKA_VERSION: "2.24.3", KIP1023_KAFKA_VERSION: "2.25.4", LATEST_KAFKA_VERSION: "2.25.4"}
 #: The variable that moves each release's cache folder.
 CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", KIP1023_KAFKA_VERSION: "TIERLOG_KAFKA_43_CACHE",
+             LATEST_KAFKA_VERSION: "TIERLOG_KAFKA_44_CACHE",
              ZK_KAFKA_VERSION: "TIERLOG_KAFKA_ZK_CACHE"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
