@@ -83,8 +83,9 @@ def test_group_metadata_key_bytes():
 
 
 def test_newer_record_types_are_recognised_and_skipped():
-    # ConsumerGroupMetadataKey (type 3) and others of KIP-848.
-    assert decode_key(struct.pack(">h", 3) + s16("grp")) == UnknownKey(3)
+    # Share group records (types 9-14) and the consumer groups' regular expressions (16) are not used.
+    assert decode_key(struct.pack(">h", 10) + s16("grp")) == UnknownKey(10)
+    assert decode_key(struct.pack(">h", 16) + s16("grp")) == UnknownKey(16)
 
 
 def test_truncated_key_is_a_format_error():

@@ -8,6 +8,9 @@ __all__ = ["INT32_MAX", "CoordinatorConfig"]
 
 INT32_MAX = 2**31 - 1
 
+_ASSIGNOR_NAMES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                   "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
@@ -19,9 +22,22 @@ class CoordinatorConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    # KIP-848 consumer groups
+    rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_timeout_ms: int = 45000
+    consumer_max_size: int = INT32_MAX
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_migration_policy: str = "bidirectional"
 
     @classmethod
     def from_broker_config(cls, cfg) -> CoordinatorConfig:
+        def get_list(key: str, default):
+            try:
+                return cfg[key]
+            except KeyError:
+                return default
+
         def get(key: str, default: int) -> int:
             try:
                 return int(cfg[key])
@@ -36,4 +52,17 @@ class CoordinatorConfig:
             offset_metadata_max_bytes=get("offset.metadata.max.bytes", 4096),
             offsets_retention_ms=get("offsets.retention.minutes", 10080) * 60 * 1000,
             offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms", 600_000),
+            rebalance_protocols=tuple(get_list("group.coordinator.rebalance.protocols", ["classic", "consumer"])),
+            consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms", 5000),
+            consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", 45000),
+            consumer_max_size=get("group.consumer.max.size", INT32_MAX),
+            consumer_assignors=tuple(dict.fromkeys(_ASSIGNOR_NAMES.get(a, a) for a in get_list(
+                "group.consumer.assignors", ["uniform", "range"]))),
+            consumer_migration_policy=str(get_list("group.consumer.migration.policy", "bidirectional")).lower(),
         )
+
+    def consumer_protocol_enabled(self) -> bool:
+        """Whether consumer groups (KIP-848) are served: ``group.coordinator.rebalance.protocols`` names
+        'consumer'. Kafka also needs the finalized feature ``group.version`` >= 1; the features work of
+        UpdateFeatures is to add that check here."""
+        return "consumer" in self.rebalance_protocols

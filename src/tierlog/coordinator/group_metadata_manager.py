@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.consumer_group import ConsumerGroup
+from tierlog.coordinator.consumer_group_manager import ConsumerGroupManager
 from tierlog.coordinator.group import UNKNOWN_MEMBER_ID, ClassicGroup, GroupState, Member, Responder
 from tierlog.coordinator.records import (
     CoordinatorRecord,
@@ -129,12 +131,25 @@ def _inconsistent(requested: str | None, current: str | None) -> bool:
 
 class GroupMetadataManager:
     def __init__(self, config: CoordinatorConfig, timer: ScopedTimer, write: RecordWriter,
-                 wall_clock: Callable[[], int]):
+                 wall_clock: Callable[[], int], consumer: ConsumerGroupManager | None = None):
         self.config = config
         self.timer = timer
         self.write = write
         self.wall_clock = wall_clock
         self.groups: dict[str, ClassicGroup] = {}
+        #: The consumer groups (KIP-848) of the same partition: a group id is one or the other.
+        self.consumer = consumer or ConsumerGroupManager(config, timer, write, wall_clock)
+        self.consumer.on_group_created = self._on_consumer_group_created
+        self.consumer.classic_group = self.groups.get
+
+    def _on_consumer_group_created(self, group_id: str) -> None:
+        """A consumer group took this id: the empty classic group it replaces goes (its tombstone is written
+        with the consumer group's first records)."""
+        if group_id in self.groups:
+            self.remove_group(group_id)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.consumer.groups.get(group_id)
 
     # ================================================================== groups
 
@@ -236,6 +251,19 @@ class GroupMetadataManager:
         if api_version == 0:
             rebalance_timeout_ms = session_timeout_ms  # v0 has none; Kafka uses the session timeout
         is_unknown = member_id == UNKNOWN_MEMBER_ID
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                # Kafka 4.4 lets classic members join a consumer group (online migration); tierlog does not.
+                return respond({"member_id": member_id, "error_code": InconsistentGroupProtocolError.code})
+            records: list = []
+            self.consumer.tombstones(consumer_group, records)
+            try:
+                self.write(records)
+            except KafkaError as e:
+                return respond({"member_id": member_id, "error_code": map_append_error(e).code})
+            self.consumer.remove_group(group_id)
+            log.info("[GroupId %s] Converted the empty consumer group to a classic group.", group_id)
         group = self.groups.get(group_id)
         if group is None:
             if not is_unknown:
@@ -693,9 +721,14 @@ class GroupMetadataManager:
 
     def list_groups(self, states: set[str], types: set[str]) -> list[dict[str, Any]]:
         """This partition's groups; ``states`` and ``types`` are lower-case filters (empty: all)."""
-        if types and "classic" not in types:
-            return []
         out = []
+        if not types or "consumer" in types:
+            for group in self.consumer.groups.values():
+                entry = self.consumer.list_entry(group)
+                if not states or entry["group_state"].lower() in states:
+                    out.append(entry)
+        if types and "classic" not in types:
+            return out
         for group_id, group in self.groups.items():
             if states and str(group.state).lower() not in states:
                 continue
@@ -704,6 +737,9 @@ class GroupMetadataManager:
         return out
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            return self.consumer.describe_classic(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
             return {"group_id": group_id, "error_code": NO_ERROR, "group_state": str(DEAD),
@@ -721,15 +757,21 @@ class GroupMetadataManager:
 
     def validate_delete_group(self, group_id: str) -> None:
         """GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP unless the group can be deleted."""
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            return self.consumer.validate_delete(consumer_group)
         group = self.groups.get(group_id)
         if group is None or group.is_in(DEAD):
             raise GroupIdNotFoundError(f"group {group_id} does not exist")
         if group.is_in(STABLE, PREPARING, COMPLETING):
             raise NonEmptyGroupError(f"group {group_id} has members")
 
-    @staticmethod
-    def create_group_tombstone_records(group_id: str, records: list[CoordinatorRecord]) -> None:
-        records.append((GroupMetadataKey(group_id), None))
+    def create_group_tombstone_records(self, group_id: str, records: list[CoordinatorRecord]) -> None:
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            self.consumer.tombstones(consumer_group, records)
+        else:
+            records.append((GroupMetadataKey(group_id), None))
 
     def maybe_delete_group(self, group_id: str, records: list[CoordinatorRecord]) -> bool:
         """Add the group's tombstone when it is empty (offset expiration); says whether it did."""

@@ -93,7 +93,8 @@ class OffsetMetadataManager:
         of a transactional batch (``producer_id``) stays pending until its transaction's marker."""
         if value is not None:
             # Offsets without group metadata: a "simple" group (no membership), as Kafka does.
-            self.groups.get_or_create_classic_group(key.group)
+            if self.groups.consumer_group(key.group) is None:
+                self.groups.get_or_create_classic_group(key.group)
             om = OffsetAndMetadata(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
                                    value.expire_timestamp, record_offset)
             if producer_id < 0:
@@ -179,6 +180,16 @@ class OffsetMetadataManager:
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {(t, p): code for t, p, *_ in partitions}
 
+        consumer_group = self.groups.consumer_group(group_id)
+        if consumer_group is not None:
+            try:
+                if transactional and generation_id < 0 and not member_id:
+                    pass  # TxnOffsetCommit v0-v2 carry no member
+                else:
+                    self.groups.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
+            except KafkaError as e:
+                return all_(e.code)
+            return self._write_commit(group_id, partitions, retention_time_ms, producer, False)
         group = self.groups.group(group_id)
         created = False
         if group is None:
@@ -195,6 +206,14 @@ class OffsetMetadataManager:
         if not transactional and group.is_in(STABLE, PREPARING):
             # Commits keep a classic member's session alive.
             self.groups.reschedule_heartbeat(group, group.member(member_id))
+        return self._write_commit(group_id, partitions, retention_time_ms, producer, created)
+
+    def _write_commit(self, group_id: str, partitions: list[tuple[str, int, int, int, str | None]],
+                      retention_time_ms: int, producer: tuple[int, int] | None, created: bool
+                      ) -> dict[tuple[str, int], int]:
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return {(t, p): code for t, p, *_ in partitions}
+
         now = self.wall_clock()
         expire = now + retention_time_ms if retention_time_ms != -1 else -1
         results: dict[tuple[str, int], int] = {}
@@ -244,7 +263,7 @@ class OffsetMetadataManager:
         metadata=, error_code=)``: a dict by default; the OffsetFetch handler makes its kio objects
         directly (a dict per partition of a 4-million-partition request is most of a gigabyte)."""
         group = self.groups.group(group_id)
-        known = group is not None and not group.is_in(DEAD)
+        known = (group is not None and not group.is_in(DEAD)) or self.groups.consumer_group(group_id) is not None
         offsets = self.offsets.get(group_id, {}) if known else {}
         out: list[tuple[str, list[Any]]] = []
         if topics is None:
@@ -277,6 +296,9 @@ class OffsetMetadataManager:
                        ) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete: drop committed offsets of topics the group does not consume (any more)."""
         group = self.groups.group(group_id)
+        consumer_group = self.groups.consumer_group(group_id)
+        if consumer_group is not None:
+            group = _ConsumerGroupView(consumer_group, self.groups.consumer.resolve)
         if group is None or group.is_in(DEAD):
             return GroupIdNotFoundError.code, {}
         if group.is_in(STABLE, PREPARING, COMPLETING) and not group.uses_consumer_protocol():
@@ -356,3 +378,21 @@ def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] 
     if group.uses_consumer_protocol() and group.subscribed_topics is not None and group.is_in(STABLE):
         return lambda om: om.commit_timestamp
     return None
+
+
+class _ConsumerGroupView:
+    """What OffsetDelete asks of a group, for a consumer group (never NON_EMPTY_GROUP: only the subscribed
+    topics are refused, GROUP_SUBSCRIBED_TO_TOPIC, as Kafka's ``ConsumerGroup.validateOffsetDelete``)."""
+
+    def __init__(self, group, resolve):
+        self.group = group
+        self.resolve = resolve
+
+    def is_in(self, *states) -> bool:
+        return DEAD in states and self.group.dead
+
+    def uses_consumer_protocol(self) -> bool:
+        return True
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return self.group.is_subscribed_to_topic(topic, self.resolve)

@@ -6,8 +6,9 @@ value message, or null (a tombstone). The record type is the key's schema versio
 
 - types 0 and 1: ``OffsetCommitKey`` (group, topic, partition) -> ``OffsetCommitValue`` v0-4;
 - type 2: ``GroupMetadataKey`` (group) -> ``GroupMetadataValue`` v0-4;
-- types 3 and above are the new (KIP-848) and share group records; they are recognised as
-  :class:`UnknownKey` and skipped when loading.
+- types 3 to 8 are the consumer group (KIP-848) records, in :mod:`.consumer_group_records`; the other types
+  (share and streams groups, the regular expressions' records) are recognised as :class:`UnknownKey` and
+  skipped when loading.
 
 Kafka writes keys of type 1 and 2, ``OffsetCommitValue`` v3 (v1 when an expire timestamp is set,
 OffsetCommit v2-v4 with a retention time) and ``GroupMetadataValue`` v3 - the newest non-flexible
@@ -272,6 +273,9 @@ def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
         w.int16(GROUP_METADATA_KEY_TYPE)
         w.string(key.group)
     else:
+        from tierlog.coordinator import consumer_group_records as cg
+        if cg.is_consumer_group_key(key):
+            return cg.encode_consumer_group_key(key)
         raise TypeError(f"not a __consumer_offsets key: {key!r}")
     return bytes(w.buf)
 
@@ -338,6 +342,9 @@ def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey |
         key = OffsetCommitKey(r.string(), r.string(), r.int32())
     elif record_type == 2:
         key = GroupMetadataKey(r.string())
+    elif 3 <= record_type <= 8:
+        from tierlog.coordinator import consumer_group_records as cg
+        key = cg.decode_consumer_group_key(record_type, r)
     else:
         return UnknownKey(record_type)
     return key
@@ -356,7 +363,8 @@ def encode_value(value: OffsetCommitValue | GroupMetadataValue | None, version: 
         return _encode_offset_commit_value(value, version)
     if isinstance(value, GroupMetadataValue):
         return _encode_group_metadata_value(value, GROUP_METADATA_VALUE_VERSION if version is None else version)
-    raise TypeError(f"not a __consumer_offsets value: {value!r}")
+    from tierlog.coordinator import consumer_group_records as cg
+    return cg.encode_consumer_group_value(value)  # raises TypeError for anything else
 
 
 def decode_value(key: OffsetCommitKey | GroupMetadataKey, data: bytes | memoryview | None):
@@ -367,6 +375,9 @@ def decode_value(key: OffsetCommitKey | GroupMetadataKey, data: bytes | memoryvi
         return _fast_offset_commit_value(data) or _decode_offset_commit_value(data)
     if isinstance(key, GroupMetadataKey):
         return _decode_group_metadata_value(data)
+    from tierlog.coordinator import consumer_group_records as cg
+    if cg.is_consumer_group_key(key):
+        return cg.decode_consumer_group_value(key, data)
     raise TypeError(f"no value schema for {key!r}")
 
 

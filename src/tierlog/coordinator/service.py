@@ -24,22 +24,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH
+from tierlog.coordinator.consumer_group_manager import TopicsSource
 from tierlog.coordinator.group import ClassicGroup, Responder
+from tierlog.coordinator.group_metadata_manager import map_append_error
 from tierlog.coordinator.offset_metadata_manager import OffsetAndMetadata
 from tierlog.coordinator.records import OFFSETS_TOPIC, partition_for
+from tierlog.coordinator.regex import InvalidRegex, compile_regex
 from tierlog.coordinator.shard import GroupCoordinatorShard
 from tierlog.coordinator.storage import RecordStore
 from tierlog.coordinator.timer import KeyedTimer, ScopedTimer, monotonic_ms
 from tierlog.errors import (
     NO_ERROR,
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
     InvalidGroupIdError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
+    KafkaError,
     NotCoordinatorError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
 )
 from tierlog.tasks import stop_tasks
 
@@ -47,8 +62,17 @@ log = logging.getLogger(__name__)
 
 __all__ = ["GroupCoordinator"]
 
+
+def _is_group_error(e: KafkaError) -> bool:
+    """An error of the group's own (not of the __consumer_offsets write, which is mapped)."""
+    return e.code in _GROUP_ERRORS
+
 _NOT_AVAILABLE = CoordinatorNotAvailableError.code
 _NOT_COORDINATOR = NotCoordinatorError.code
+_GROUP_ERRORS = frozenset({
+    FencedMemberEpochError.code, UnknownMemberIdError.code, UnreleasedInstanceIdError.code,
+    FencedInstanceIdError.code, GroupMaxSizeReachedError.code, GroupIdNotFoundError.code,
+    InvalidRequestError.code, UnsupportedAssignorError.code, InvalidRegularExpressionError.code})
 
 
 class GroupCoordinator:
@@ -62,6 +86,8 @@ class GroupCoordinator:
         self.shards: dict[int, GroupCoordinatorShard] = {}
         #: Whether this broker leads a __consumer_offsets partition (given in a cluster; None: it leads all).
         self.leads = leads
+        #: The cluster's topics, for consumer groups' subscriptions (the broker sets it from its metadata).
+        self.topics: TopicsSource | None = None
         self.active = False
         self._started = False
         self._timer_task: asyncio.Task | None = None
@@ -98,7 +124,7 @@ class GroupCoordinator:
         if shard is not None:
             return shard
         shard = GroupCoordinatorShard(partition, self.config, self.store, ScopedTimer(self.timer, partition),
-                                      self.wall_clock)
+                                      self.wall_clock, lambda: self.topics() if self.topics is not None else {})
         records = self.store.read_partition(partition)
         count = shard.replay_all(records)
         read = getattr(records, "records_read", count)  # the store may leave superseded records out
@@ -233,6 +259,104 @@ class GroupCoordinator:
         if isinstance(shard, int):
             return shard, []
         return shard.group_metadata_manager.classic_group_leave(group_id=group_id, members=members)
+
+    # ================================================================== consumer groups (KIP-848)
+
+    def consumer_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
+                                 instance_id: str | None, rack_id: str | None, rebalance_timeout_ms: int,
+                                 subscribed_topic_names: Iterable[str] | None, subscribed_topic_regex: str | None,
+                                 server_assignor: str | None, owned: Iterable[tuple[Any, Iterable[int]]] | None,
+                                 client_id: str, client_host: str, api_version: int) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat: the answer's fields (``error_code``, ``error_message``, ``member_id``,
+        ``member_epoch``, ``heartbeat_interval_ms``, ``assignment``: None or (topic id, partitions) pairs)."""
+        names = tuple(subscribed_topic_names) if subscribed_topic_names is not None else None
+        owned_map = None
+        if owned is not None:
+            owned_map = {}
+            for topic_id, partitions in owned:
+                owned_map.setdefault(topic_id, set()).update(partitions)
+
+        def error(e: KafkaError) -> dict[str, Any]:
+            return {"error_code": e.code, "error_message": str(e) or None, "member_id": member_id or None,
+                    "member_epoch": member_epoch, "heartbeat_interval_ms": 0, "assignment": None}
+
+        try:
+            self._validate_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                                     names, subscribed_topic_regex, server_assignor, owned_map, api_version)
+        except KafkaError as e:
+            return error(e)
+        if not self.active:
+            return error(CoordinatorNotAvailableError("The coordinator is not available."))
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return error(NotCoordinatorError("This is not the correct coordinator."))
+        if not member_id:
+            member_id = str(uuid.uuid4())  # v0: the coordinator names new members
+        try:
+            return shard.consumer_group_manager.heartbeat(
+                group_id=group_id, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id,
+                rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=names,
+                subscribed_topic_regex=subscribed_topic_regex, server_assignor=server_assignor, owned=owned_map,
+                client_id=client_id, client_host=client_host)
+        except KafkaError as e:
+            return error(map_append_error(e)(str(e)) if not _is_group_error(e) else e)
+
+    def _validate_heartbeat(self, group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                            names, regex, server_assignor, owned, api_version) -> None:
+        """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``; raises KafkaError."""
+        def invalid(message: str) -> KafkaError:
+            return InvalidRequestError(message)
+
+        if not group_id:
+            raise invalid("GroupId can't be empty.")
+        if instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if api_version >= 1 and not member_id:
+            raise invalid("MemberId can't be empty.")
+        if member_epoch > 0 or member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            if not member_id:
+                raise invalid("MemberId can't be empty.")
+        elif member_epoch == 0:
+            if rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if owned is None or owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if names is None and regex is None:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                              "(re-)joining.")
+        elif member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if not member_id:
+                raise invalid("MemberId can't be empty.")
+            if instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        else:
+            raise invalid(f"MemberEpoch is {member_epoch}, but must be greater than or equal to -2.")
+        if regex is not None:
+            try:
+                compile_regex(regex)
+            except InvalidRegex as e:
+                raise InvalidRegularExpressionError(
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
+        if server_assignor is not None and server_assignor not in self.config.consumer_assignors:
+            raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "
+                                           f"assignors: {', '.join(self.config.consumer_assignors)}.")
+
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
+        out = []
+        for group_id in group_ids:
+            shard = self._route(group_id)
+            if isinstance(shard, int):
+                out.append({"group_id": group_id, "error_code": shard})
+                continue
+            manager = shard.group_metadata_manager
+            if group_id in manager.groups and manager.consumer_group(group_id) is None:
+                out.append({"group_id": group_id, "error_code": GroupIdNotFoundError.code,
+                            "error_message": f"Group {group_id} is not a consumer group."})
+            else:
+                out.append(shard.consumer_group_manager.describe(group_id))
+        return out
 
     # ================================================================== offsets
 

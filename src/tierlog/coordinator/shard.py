@@ -20,6 +20,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.consumer_group_manager import ConsumerGroupManager, TopicsSource
+from tierlog.coordinator.consumer_group_records import is_consumer_group_key
 from tierlog.coordinator.group_metadata_manager import GroupMetadataManager, map_append_error
 from tierlog.coordinator.offset_metadata_manager import OffsetMetadataManager
 from tierlog.coordinator.records import (
@@ -48,12 +50,14 @@ _CLEANUP_KEY = "offsets-cleanup"  # Kafka's GROUP_EXPIRATION_KEY
 
 class GroupCoordinatorShard:
     def __init__(self, partition: int, config: CoordinatorConfig, store: RecordStore, timer: ScopedTimer,
-                 wall_clock: Callable[[], int]):
+                 wall_clock: Callable[[], int], topics: TopicsSource | None = None):
         self.partition = partition
         self.config = config
         self.store = store
         self.timer = timer
-        self.group_metadata_manager = GroupMetadataManager(config, timer, self.append, wall_clock)
+        self.consumer_group_manager = ConsumerGroupManager(config, timer, self.append, wall_clock, topics)
+        self.group_metadata_manager = GroupMetadataManager(config, timer, self.append, wall_clock,
+                                                           self.consumer_group_manager)
         self.offset_metadata_manager = OffsetMetadataManager(config, self.group_metadata_manager, self.append,
                                                              wall_clock)
 
@@ -75,6 +79,8 @@ class GroupCoordinatorShard:
                record_offset: int = -1) -> None:
         if isinstance(key, OffsetCommitKey):
             self.offset_metadata_manager.replay(key, value, producer_id, record_offset)
+        elif is_consumer_group_key(key):
+            self.consumer_group_manager.replay(key, value)
         else:
             self.group_metadata_manager.replay(key, value)
 
@@ -84,7 +90,8 @@ class GroupCoordinatorShard:
 
     def replay_all(self, records: Iterable[Record | LoadedRecord | LoadedMarker]) -> int:
         """Decode and replay records (and transaction markers) read from the partition; returns how many
-        were read. Records of types tierlog does not use (KIP-848 and share groups) and malformed ones are
+        were read. Records of types tierlog does not use (share and streams groups, regular expressions)
+        and malformed ones are
         skipped."""
         count = 0
         for entry in records:
@@ -126,11 +133,13 @@ class GroupCoordinatorShard:
 
     def on_loaded(self) -> None:
         self.group_metadata_manager.on_loaded()
+        self.consumer_group_manager.on_loaded()
         self._schedule_cleanup()
 
     def on_unloaded(self) -> None:
         self.timer.clear()
         self.group_metadata_manager.on_unloaded()
+        self.consumer_group_manager.on_unloaded()
 
     # ================================================================== DeleteGroups
 

@@ -37,6 +37,7 @@ from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.authorization import ApiAuthorization
 from tierlog.server.apis.configs import ConfigApis
+from tierlog.server.apis.consumer_groups import ConsumerGroupApis
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.leadership import LeadershipApis
@@ -248,6 +249,7 @@ class Broker:
                        GroupApis(coordinator, controller, self.node_id, self.mode.offsets_replicated(rm),
                                  transaction_coordinator=txn.coordinator, replica_manager=rm,
                                  authorization=authorization),
+                       ConsumerGroupApis(coordinator, controller, authorization=authorization),
                        LogDirApis(self.log_manager, authorization=authorization),
                        ReassignmentApis(controller, authorization=authorization),
                        TransactionMarkerApis(rm, coordinator, authorization=authorization),

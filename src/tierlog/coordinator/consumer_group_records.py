@@ -1,0 +1,246 @@
+"""The ``__consumer_offsets`` records of consumer groups (KIP-848), in Kafka 4.4's formats.
+
+Each key is ``int16 record type`` + the key message (not flexible); each value is ``int16 version`` (0) +
+the value message (flexible: compact strings and arrays, tagged fields), or null, a tombstone. Types:
+
+- 3 ``ConsumerGroupMetadataKey`` (group) -> ``ConsumerGroupMetadataValue`` (group epoch; tag 0 the metadata
+  hash of Kafka 4.1+, not written: tierlog recomputes the subscribed topics on every heartbeat);
+- 4 ``ConsumerGroupPartitionMetadataKey`` -> ``...Value``: Kafka 4.1+ no longer writes it; read and ignored;
+- 5 ``ConsumerGroupMemberMetadataKey`` (group, member) -> ``ConsumerGroupMemberMetadataValue``;
+- 6 ``ConsumerGroupTargetAssignmentMetadataKey`` (group) -> ``...Value`` (assignment epoch);
+- 7 ``ConsumerGroupTargetAssignmentMemberKey`` (group, member) -> ``...Value`` (partitions by topic id);
+- 8 ``ConsumerGroupCurrentMemberAssignmentKey`` (group, member) -> ``...Value`` (member epoch, previous
+  epoch, state, assigned partitions, partitions pending revocation).
+
+Field layouts come from Kafka's ``ConsumerGroup*Key.json`` / ``ConsumerGroup*Value.json``. Unknown tagged
+fields (the classic member metadata of an upgraded member, say) are skipped when read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from tierlog.coordinator.records import RecordFormatError, _Reader, _Writer
+
+__all__ = [
+    "CONSUMER_GROUP_KEY_TYPES",
+    "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
+    "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupMetadataKey",
+    "ConsumerGroupMetadataValue",
+    "ConsumerGroupPartitionMetadataKey",
+    "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue",
+    "TopicPartitions",
+]
+
+#: A member's partitions: topic id -> partition ids (sorted tuples, so that equal assignments compare equal).
+TopicPartitions = dict[uuid.UUID, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+    metadata_hash: int = 0  # tagged field 0, written when not 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    partitions: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+    pending_revocation: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+_KEYS = {
+    3: ConsumerGroupMetadataKey,
+    4: ConsumerGroupPartitionMetadataKey,
+    5: ConsumerGroupMemberMetadataKey,
+    6: ConsumerGroupTargetAssignmentMetadataKey,
+    7: ConsumerGroupTargetAssignmentMemberKey,
+    8: ConsumerGroupCurrentMemberAssignmentKey,
+}
+_TYPES = {cls: t for t, cls in _KEYS.items()}
+CONSUMER_GROUP_KEY_TYPES = frozenset(_KEYS)
+_WITH_MEMBER = (ConsumerGroupMemberMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+                ConsumerGroupCurrentMemberAssignmentKey)
+
+
+def is_consumer_group_key(key: object) -> bool:
+    return type(key) in _TYPES
+
+
+def encode_consumer_group_key(key) -> bytes:
+    w = _Writer(flexible=False)
+    w.int16(_TYPES[type(key)])
+    w.string(key.group)
+    if isinstance(key, _WITH_MEMBER):
+        w.string(key.member_id)
+    return bytes(w.buf)
+
+
+def decode_consumer_group_key(record_type: int, r: _Reader):
+    cls = _KEYS[record_type]
+    group = r.string()
+    return cls(group, r.string()) if cls in _WITH_MEMBER else cls(group)
+
+
+# -- values -------------------------------------------------------------------------------------
+
+def _write_uuid(w: _Writer, u: uuid.UUID) -> None:
+    w.buf += u.bytes
+
+
+def _write_topic_partitions(w: _Writer, items) -> None:
+    w.array_len(len(items))
+    for topic_id, partitions in items:
+        _write_uuid(w, topic_id)
+        w.array_len(len(partitions))
+        for p in partitions:
+            w.int32(p)
+        w.tagged_fields()
+
+
+def _read_topic_partitions(r: _Reader) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
+    out = []
+    for _ in range(r.array_len()):
+        topic_id = uuid.UUID(bytes=bytes(r._take(16)))
+        partitions = tuple(r.int32() for _ in range(r.array_len()))
+        r.tagged_fields()
+        out.append((topic_id, partitions))
+    return tuple(out)
+
+
+def encode_consumer_group_value(value) -> bytes:
+    w = _Writer(flexible=True)
+    w.int16(0)
+    if isinstance(value, ConsumerGroupMetadataValue):
+        w.int32(value.epoch)
+        if value.metadata_hash:
+            w.buf += b"\x01\x00\x08" + value.metadata_hash.to_bytes(8, "big", signed=True)  # 1 field: tag 0, 8 B
+            return bytes(w.buf)
+    elif isinstance(value, ConsumerGroupMemberMetadataValue):
+        w.string(value.instance_id)
+        w.string(value.rack_id)
+        w.string(value.client_id)
+        w.string(value.client_host)
+        w.array_len(len(value.subscribed_topic_names))
+        for name in value.subscribed_topic_names:
+            w.string(name)
+        w.string(value.subscribed_topic_regex)
+        w.int32(value.rebalance_timeout_ms)
+        w.string(value.server_assignor)
+    elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+        w.int32(value.assignment_epoch)
+    elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+        _write_topic_partitions(w, value.partitions)
+    elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+        w.int32(value.member_epoch)
+        w.int32(value.previous_member_epoch)
+        w.buf += value.state.to_bytes(1, "big", signed=True)
+        _write_topic_partitions(w, value.assigned)
+        _write_topic_partitions(w, value.pending_revocation)
+    else:
+        raise TypeError(f"not a consumer group value: {value!r}")
+    w.tagged_fields()
+    return bytes(w.buf)
+
+
+def decode_consumer_group_value(key, data) -> object | None:
+    """The value of ``key``'s type; None for a partition metadata record (not used since Kafka 4.1)."""
+    r = _Reader(data, flexible=True)
+    version = r.int16()
+    if version != 0:
+        raise RecordFormatError(f"unknown {type(key).__name__[:-3]}Value version {version}")
+    if isinstance(key, ConsumerGroupMetadataKey):
+        epoch = r.int32()
+        metadata_hash = 0
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            data = bytes(r._take(size))
+            if tag == 0 and size == 8:
+                metadata_hash = int.from_bytes(data, "big", signed=True)
+        return ConsumerGroupMetadataValue(epoch, metadata_hash)
+    elif isinstance(key, ConsumerGroupMemberMetadataKey):
+        instance_id = r.string(nullable=True)
+        rack_id = r.string(nullable=True)
+        client_id = r.string()
+        client_host = r.string()
+        names = tuple(r.string() for _ in range(r.array_len()))
+        regex = r.string(nullable=True)
+        value = ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
+                                                 r.int32(), r.string(nullable=True))
+    elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+        value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
+    elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+        value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r))
+    elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+        member_epoch, previous = r.int32(), r.int32()
+        state = int.from_bytes(r._take(1), "big", signed=True)
+        value = ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous, state, _read_topic_partitions(r),
+                                                          _read_topic_partitions(r))
+    else:
+        return None
+    r.tagged_fields()
+    return value

@@ -1,0 +1,223 @@
+"""KIP-848 consumer groups in the group coordinator: ConsumerGroupHeartbeat's epochs, reconciliation (revoke
+before reassign), static members, errors, the records written to __consumer_offsets and their replay."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tierlog.coordinator import GroupCoordinator, MemoryStore
+from tierlog.coordinator.assignors import AssignmentMember, AssignmentTopic, range_assign, uniform_assign
+from tierlog.coordinator.config import CoordinatorConfig
+from tierlog.coordinator.consumer_group_manager import TopicInfo
+from tierlog.coordinator.consumer_group_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+)
+from tierlog.coordinator.records import decode_key, decode_value, encode_key, encode_value
+from tierlog.errors import (
+    NO_ERROR,
+    FencedMemberEpochError,
+    GroupMaxSizeReachedError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
+
+T1 = uuid.UUID("00000000-0000-0000-0000-000000000001")
+T2 = uuid.UUID("00000000-0000-0000-0000-000000000002")
+TOPICS = {"t1": TopicInfo("t1", T1, 4), "t2": TopicInfo("t2", T2, 2), "other": TopicInfo("other", uuid.uuid4(), 1)}
+
+
+def make(config: CoordinatorConfig | None = None, store: MemoryStore | None = None) -> GroupCoordinator:
+    c = GroupCoordinator(config or CoordinatorConfig(), store or MemoryStore(num_partitions=3))
+    c.topics = lambda: TOPICS
+    c.load_all()
+    return c
+
+
+def hb(c: GroupCoordinator, member: str, epoch: int, *, group: str = "g", topics=("t1",), owned=None, regex=None,
+       instance: str | None = None, assignor: str | None = None, rebalance_timeout: int | None = None):
+    if epoch == 0:
+        owned = [] if owned is None else owned
+        rebalance_timeout = 30000 if rebalance_timeout is None else rebalance_timeout
+    return c.consumer_group_heartbeat(
+        group_id=group, member_id=member, member_epoch=epoch, instance_id=instance, rack_id=None,
+        rebalance_timeout_ms=-1 if rebalance_timeout is None else rebalance_timeout,
+        subscribed_topic_names=topics if epoch == 0 and regex is None else None, subscribed_topic_regex=regex,
+        server_assignor=assignor, owned=owned, client_id="c", client_host="/127.0.0.1", api_version=1)
+
+
+def parts(answer) -> dict[uuid.UUID, tuple[int, ...]]:
+    return dict(answer["assignment"] or ())
+
+
+def test_join_gets_every_partition_at_epoch_1():
+    c = make()
+    a = hb(c, "a", 0)
+    assert (a["error_code"], a["member_epoch"], a["heartbeat_interval_ms"]) == (NO_ERROR, 1, 5000)
+    assert parts(a) == {T1: (0, 1, 2, 3)}
+    [d] = c.consumer_group_describe(["g"])
+    assert (d["group_state"], d["group_epoch"], d["assignment_epoch"], d["assignor_name"]) == ("Stable", 1, 1,
+                                                                                               "uniform")
+
+
+def test_second_member_waits_until_the_first_revokes():
+    c = make()
+    hb(c, "a", 0)
+    b = hb(c, "b", 0)
+    # b is at epoch 2 with nothing yet: a still owns everything.
+    assert (b["member_epoch"], parts(b)) == (2, {})
+    a = hb(c, "a", 1, owned=[(T1, [0, 1, 2, 3])])
+    # a keeps epoch 1 and two partitions until it reports it released the other two.
+    assert a["member_epoch"] == 1
+    kept = parts(a)[T1]
+    assert len(kept) == 2
+    [d] = c.consumer_group_describe(["g"])
+    assert d["group_state"] == "Reconciling"
+    a = hb(c, "a", 1, owned=[(T1, list(kept))])
+    # Epoch 2; the assignment is not sent again when it did not change (only to a full request).
+    assert (a["member_epoch"], a["assignment"]) == (2, None)
+    b = hb(c, "b", 2, owned=[])
+    assert (b["member_epoch"], set(parts(b)[T1])) == (2, {0, 1, 2, 3} - set(kept))
+    [d] = c.consumer_group_describe(["g"])
+    assert d["group_state"] == "Stable"
+    # b leaves: a gets everything back at epoch 3.
+    left = hb(c, "b", -1)
+    assert (left["error_code"], left["member_epoch"]) == (NO_ERROR, -1)
+    a = hb(c, "a", 2, owned=[(T1, list(kept))])
+    assert (a["member_epoch"], parts(a)) == (3, {T1: (0, 1, 2, 3)})
+
+
+def test_epoch_errors():
+    c = make()
+    hb(c, "a", 0)
+    assert hb(c, "a", 5, owned=[])["error_code"] == FencedMemberEpochError.code
+    assert hb(c, "zz", 1)["error_code"] == UnknownMemberIdError.code
+    assert hb(c, "a", 1, group="nope")["error_code"] == UnknownMemberIdError.code
+    # The previous epoch with a subset of the assignment is accepted (a lost response).
+    hb(c, "b", 0)
+    a = hb(c, "a", 1, owned=[(T1, [0, 1, 2, 3])])
+    assert a["error_code"] == NO_ERROR
+
+
+def test_invalid_requests():
+    c = make()
+    assert hb(c, "", 0)["error_code"] == InvalidRequestError.code
+    r = c.consumer_group_heartbeat(group_id="g", member_id="m", member_epoch=0, instance_id=None, rack_id=None,
+                                   rebalance_timeout_ms=-1, subscribed_topic_names=["t1"],
+                                   subscribed_topic_regex=None, server_assignor=None, owned=[], client_id="c",
+                                   client_host="h", api_version=1)
+    assert (r["error_code"], r["error_message"]) == (InvalidRequestError.code,
+                                                     "RebalanceTimeoutMs must be provided in first request.")
+    assert hb(c, "m", 0, assignor="sticky")["error_code"] == UnsupportedAssignorError.code
+    assert hb(c, "m", 0, regex="(?=x)", topics=None)["error_code"] == InvalidRegularExpressionError.code
+    assert hb(c, "m", -3)["error_code"] == InvalidRequestError.code
+
+
+def test_regex_subscription_and_range_assignor():
+    c = make()
+    a = hb(c, "a", 0, regex="t[0-9]", assignor="range")
+    assert parts(a) == {T1: (0, 1, 2, 3), T2: (0, 1)}
+    [d] = c.consumer_group_describe(["g"])
+    assert d["assignor_name"] == "range"
+    assert d["members"][0]["subscribed_topic_regex"] == "t[0-9]"
+
+
+def test_static_member_leaves_and_comes_back_without_rebalance():
+    c = make()
+    a = hb(c, "a", 0, instance="i1")
+    assert hb(c, "x", 0, instance="i1")["error_code"] == UnreleasedInstanceIdError.code
+    left = hb(c, "a", -2, instance="i1")
+    assert left["member_epoch"] == -2
+    back = hb(c, "a2", 0, instance="i1")
+    assert (back["error_code"], back["member_epoch"], parts(back)) == (NO_ERROR, a["member_epoch"], parts(a))
+    [d] = c.consumer_group_describe(["g"])
+    assert [m["member_id"] for m in d["members"]] == ["a2"] and d["group_epoch"] == 1
+
+
+def test_group_max_size():
+    c = make(CoordinatorConfig(consumer_max_size=1))
+    hb(c, "a", 0)
+    assert hb(c, "b", 0)["error_code"] == GroupMaxSizeReachedError.code
+
+
+def test_offset_commit_uses_the_member_epoch():
+    c = make()
+    hb(c, "a", 0)
+    item = [("t1", 0, 5, -1, "")]
+    assert c.commit_offsets(group_id="g", generation_id=1, member_id="a", group_instance_id=None,
+                            partitions=item, api_version=9) == {("t1", 0): NO_ERROR}
+    assert c.commit_offsets(group_id="g", generation_id=0, member_id="a", group_instance_id=None,
+                            partitions=item, api_version=9) == {("t1", 0): StaleMemberEpochError.code}
+    assert c.commit_offsets(group_id="g", generation_id=1, member_id="b", group_instance_id=None,
+                            partitions=item, api_version=9) == {("t1", 0): UnknownMemberIdError.code}
+
+
+def test_records_replay_on_load():
+    store = MemoryStore(num_partitions=3)
+    c = make(store=store)
+    hb(c, "a", 0)
+    hb(c, "b", 0)
+    c.commit_offsets(group_id="g", generation_id=1, member_id="a", group_instance_id=None,
+                     partitions=[("t1", 0, 7, -1, "")], api_version=9)
+    before = c.consumer_group_describe(["g"])
+    again = make(store=store)
+    assert again.consumer_group_describe(["g"]) == before
+    assert again.committed("g", "t1", 0).offset == 7
+    # The reloaded group goes on: a's heartbeat at epoch 1 is still accepted, no epoch bump from the reload.
+    a = hb(again, "a", 1, owned=[(T1, [0, 1, 2, 3])])
+    assert a["error_code"] == NO_ERROR
+    [d] = again.consumer_group_describe(["g"])
+    assert d["group_epoch"] == 2
+    err, listed = again.list_groups(types_filter=["consumer"])
+    assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Reconciling",
+                       "group_type": "consumer"}]
+
+
+def test_record_formats_round_trip():
+    for key, value in [
+        (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(3, 12345)),
+        (ConsumerGroupMemberMetadataKey("g", "m"),
+         ConsumerGroupMemberMetadataValue("i", None, "c", "/h", ("a", "b"), None, 300, "range")),
+        (ConsumerGroupCurrentMemberAssignmentKey("g", "m"),
+         ConsumerGroupCurrentMemberAssignmentValue(3, 2, 2, ((T1, (0, 1)),), ((T2, (1,)),))),
+    ]:
+        k = decode_key(encode_key(key))
+        assert k == key
+        assert decode_value(k, encode_value(value)) == value
+    # Kafka's layout: type 3 key, then the flexible value v0 (epoch, then tagged field 0: the metadata hash).
+    assert encode_key(ConsumerGroupMetadataKey("g")) == b"\x00\x03\x00\x01g"
+    assert encode_value(ConsumerGroupMetadataValue(3)) == b"\x00\x00\x00\x00\x00\x03\x00"
+
+
+@pytest.mark.parametrize("assign", [uniform_assign, range_assign])
+def test_assignors_balance(assign):
+    topics = {T1: AssignmentTopic(T1, "t1", 5), T2: AssignmentTopic(T2, "t2", 3)}
+    members = [AssignmentMember(m, frozenset({T1, T2})) for m in ("a", "b", "c")]
+    result = assign(members, topics)
+    counts = sorted(sum(len(ps) for ps in result[m].values()) for m in ("a", "b", "c"))
+    assert sum(counts) == 8 and counts[-1] - counts[0] <= (1 if assign is uniform_assign else 2)
+    every = sorted((t, p) for a in result.values() for t, ps in a.items() for p in ps)
+    assert every == sorted([(T1, p) for p in range(5)] + [(T2, p) for p in range(3)])
+
+
+def test_uniform_is_sticky_and_rack_aware():
+    topics = {T1: AssignmentTopic(T1, "t1", 4, {0: frozenset({"r1"}), 1: frozenset({"r2"}),
+                                                2: frozenset({"r1"}), 3: frozenset({"r2"})})}
+    first = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2"), AssignmentMember("b", frozenset({T1}), "r1")],
+                           topics)
+    assert first == {"a": {T1: (1, 3)}, "b": {T1: (0, 2)}}
+    second = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2", first["a"]),
+                             AssignmentMember("b", frozenset({T1}), "r1", first["b"]),
+                             AssignmentMember("c", frozenset({T1}))], topics)
+    # Nobody gives up more than needed: each of a and b keeps one of its partitions at least.
+    assert set(second["a"][T1]) <= {1, 3} and set(second["b"][T1]) <= {0, 2}
