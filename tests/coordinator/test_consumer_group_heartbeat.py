@@ -60,13 +60,14 @@ def parts(answer) -> dict[uuid.UUID, tuple[int, ...]]:
     return dict(answer["assignment"] or ())
 
 
-def test_join_gets_every_partition_at_epoch_1():
+def test_join_gets_every_partition_at_epoch_2():
     c = make()
     a = hb(c, "a", 0)
-    assert (a["error_code"], a["member_epoch"], a["heartbeat_interval_ms"]) == (NO_ERROR, 1, 5000)
+    # A new group is at epoch 1 (as Kafka 4.4): its first member joins at epoch 2.
+    assert (a["error_code"], a["member_epoch"], a["heartbeat_interval_ms"]) == (NO_ERROR, 2, 5000)
     assert parts(a) == {T1: (0, 1, 2, 3)}
     [d] = c.consumer_group_describe(["g"])
-    assert (d["group_state"], d["group_epoch"], d["assignment_epoch"], d["assignor_name"]) == ("Stable", 1, 1,
+    assert (d["group_state"], d["group_epoch"], d["assignment_epoch"], d["assignor_name"]) == ("Stable", 2, 2,
                                                                                                "uniform")
 
 
@@ -74,39 +75,42 @@ def test_second_member_waits_until_the_first_revokes():
     c = make()
     hb(c, "a", 0)
     b = hb(c, "b", 0)
-    # b is at epoch 2 with nothing yet: a still owns everything.
-    assert (b["member_epoch"], parts(b)) == (2, {})
-    a = hb(c, "a", 1, owned=[(T1, [0, 1, 2, 3])])
-    # a keeps epoch 1 and two partitions until it reports it released the other two.
-    assert a["member_epoch"] == 1
+    # b is at epoch 3 with nothing yet: a still owns everything.
+    assert (b["member_epoch"], parts(b)) == (3, {})
+    a = hb(c, "a", 2, owned=[(T1, [0, 1, 2, 3])])
+    # a keeps epoch 2 and two partitions until it reports it released the other two.
+    assert a["member_epoch"] == 2
     kept = parts(a)[T1]
     assert len(kept) == 2
     [d] = c.consumer_group_describe(["g"])
     assert d["group_state"] == "Reconciling"
-    a = hb(c, "a", 1, owned=[(T1, list(kept))])
-    # Epoch 2; the assignment is not sent again when it did not change (only to a full request).
-    assert (a["member_epoch"], a["assignment"]) == (2, None)
-    b = hb(c, "b", 2, owned=[])
-    assert (b["member_epoch"], set(parts(b)[T1])) == (2, {0, 1, 2, 3} - set(kept))
+    a = hb(c, "a", 2, owned=[(T1, list(kept))])
+    # Epoch 3; the assignment is not sent again when it did not change (only to a full request).
+    assert (a["member_epoch"], a["assignment"]) == (3, None)
+    b = hb(c, "b", 3, owned=[])
+    assert (b["member_epoch"], set(parts(b)[T1])) == (3, {0, 1, 2, 3} - set(kept))
     [d] = c.consumer_group_describe(["g"])
     assert d["group_state"] == "Stable"
     # b leaves: a gets everything back at epoch 3.
     left = hb(c, "b", -1)
     assert (left["error_code"], left["member_epoch"]) == (NO_ERROR, -1)
-    a = hb(c, "a", 2, owned=[(T1, list(kept))])
-    assert (a["member_epoch"], parts(a)) == (3, {T1: (0, 1, 2, 3)})
+    a = hb(c, "a", 3, owned=[(T1, list(kept))])
+    assert (a["member_epoch"], parts(a)) == (4, {T1: (0, 1, 2, 3)})
 
 
 def test_epoch_errors():
     c = make()
     hb(c, "a", 0)
     assert hb(c, "a", 5, owned=[])["error_code"] == FencedMemberEpochError.code
-    assert hb(c, "zz", 1)["error_code"] == UnknownMemberIdError.code
-    assert hb(c, "a", 1, group="nope")["error_code"] == UnknownMemberIdError.code
+    assert hb(c, "zz", 2)["error_code"] == UnknownMemberIdError.code
+    assert hb(c, "a", 2, group="nope")["error_code"] == UnknownMemberIdError.code
     # The previous epoch with a subset of the assignment is accepted (a lost response).
     hb(c, "b", 0)
-    a = hb(c, "a", 1, owned=[(T1, [0, 1, 2, 3])])
-    assert a["error_code"] == NO_ERROR
+    a = hb(c, "a", 2, owned=[(T1, [0, 1, 2, 3])])
+    a = hb(c, "a", 2, owned=[(T1, list(parts(a)[T1]))])
+    assert a["member_epoch"] == 3
+    assert hb(c, "a", 2, owned=[(T1, [0])])["error_code"] == NO_ERROR
+    assert hb(c, "a", 2, owned=[(T1, [3])])["error_code"] == FencedMemberEpochError.code
 
 
 def test_invalid_requests():
@@ -141,7 +145,7 @@ def test_static_member_leaves_and_comes_back_without_rebalance():
     back = hb(c, "a2", 0, instance="i1")
     assert (back["error_code"], back["member_epoch"], parts(back)) == (NO_ERROR, a["member_epoch"], parts(a))
     [d] = c.consumer_group_describe(["g"])
-    assert [m["member_id"] for m in d["members"]] == ["a2"] and d["group_epoch"] == 1
+    assert [m["member_id"] for m in d["members"]] == ["a2"] and d["group_epoch"] == 2
 
 
 def test_group_max_size():
@@ -153,13 +157,18 @@ def test_group_max_size():
 def test_offset_commit_uses_the_member_epoch():
     c = make()
     hb(c, "a", 0)
-    item = [("t1", 0, 5, -1, "")]
-    assert c.commit_offsets(group_id="g", generation_id=1, member_id="a", group_instance_id=None,
-                            partitions=item, api_version=9) == {("t1", 0): NO_ERROR}
-    assert c.commit_offsets(group_id="g", generation_id=0, member_id="a", group_instance_id=None,
-                            partitions=item, api_version=9) == {("t1", 0): StaleMemberEpochError.code}
-    assert c.commit_offsets(group_id="g", generation_id=1, member_id="b", group_instance_id=None,
-                            partitions=item, api_version=9) == {("t1", 0): UnknownMemberIdError.code}
+    hb(c, "b", 0)
+    hb(c, "a", 2, owned=[(T1, [0, 1, 2, 3])])
+    hb(c, "a", 2, owned=[(T1, [0, 1])])  # a at epoch 3, holding 0 and 1 since epoch 2
+
+    def commit(epoch: int, member: str = "a", partition: int = 0):
+        return c.commit_offsets(group_id="g", generation_id=epoch, member_id=member, group_instance_id=None,
+                                partitions=[("t1", partition, 5, -1, "")], api_version=9)[("t1", partition)]
+    assert commit(3) == NO_ERROR
+    # Kafka 4.4: an older epoch is fine for a partition held since then; a newer one never is.
+    assert (commit(2), commit(1), commit(4)) == (NO_ERROR, StaleMemberEpochError.code, StaleMemberEpochError.code)
+    assert commit(2, partition=3) == StaleMemberEpochError.code
+    assert commit(3, member="z") == UnknownMemberIdError.code
 
 
 def test_records_replay_on_load():
@@ -167,17 +176,17 @@ def test_records_replay_on_load():
     c = make(store=store)
     hb(c, "a", 0)
     hb(c, "b", 0)
-    c.commit_offsets(group_id="g", generation_id=1, member_id="a", group_instance_id=None,
+    c.commit_offsets(group_id="g", generation_id=2, member_id="a", group_instance_id=None,
                      partitions=[("t1", 0, 7, -1, "")], api_version=9)
     before = c.consumer_group_describe(["g"])
     again = make(store=store)
     assert again.consumer_group_describe(["g"]) == before
     assert again.committed("g", "t1", 0).offset == 7
-    # The reloaded group goes on: a's heartbeat at epoch 1 is still accepted, no epoch bump from the reload.
-    a = hb(again, "a", 1, owned=[(T1, [0, 1, 2, 3])])
+    # The reloaded group goes on: a's heartbeat at epoch 2 is still accepted, no epoch bump from the reload.
+    a = hb(again, "a", 2, owned=[(T1, [0, 1, 2, 3])])
     assert a["error_code"] == NO_ERROR
     [d] = again.consumer_group_describe(["g"])
-    assert d["group_epoch"] == 2
+    assert d["group_epoch"] == 3
     err, listed = again.list_groups(types_filter=["consumer"])
     assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Reconciling",
                        "group_type": "consumer"}]
@@ -190,6 +199,8 @@ def test_record_formats_round_trip():
          ConsumerGroupMemberMetadataValue("i", None, "c", "/h", ("a", "b"), None, 300, "range")),
         (ConsumerGroupCurrentMemberAssignmentKey("g", "m"),
          ConsumerGroupCurrentMemberAssignmentValue(3, 2, 2, ((T1, (0, 1)),), ((T2, (1,)),))),
+        (ConsumerGroupCurrentMemberAssignmentKey("g", "m"),
+         ConsumerGroupCurrentMemberAssignmentValue(3, 2, 2, ((T1, (0, 1)), (T2, (4,))), (), ((2, 3), (3,)))),
     ]:
         k = decode_key(encode_key(key))
         assert k == key

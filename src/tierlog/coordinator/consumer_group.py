@@ -68,6 +68,9 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned: TopicPartitions = field(default_factory=dict)
     pending_revocation: TopicPartitions = field(default_factory=dict)
+    #: (topic id, partition) -> the member epoch it was assigned at (Kafka 4.4: offset commits at an older
+    #: member epoch are accepted for partitions held since then)
+    assignment_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
     def subscription(self) -> tuple:
         """What a change of bumps the group epoch (Kafka's ``hasMemberSubscriptionChanged``)."""
@@ -125,13 +128,21 @@ def _compute(member, epoch, target_epoch, target, owner_epoch, owned) -> Consume
         unreleased = unreleased or free != to_add
         pending[topic_id] = free
     revoking_s = _sorted(revoking)
+    old_epochs = member.assignment_epochs
+
+    def epochs(new_epoch: int, *maps: TopicPartitions) -> dict[tuple[uuid.UUID, int], int]:
+        return {(t, p): old_epochs.get((t, p), new_epoch) for m in maps for t, ps in m.items() for p in ps}
+
     if revoking_s and _owns_any(owned, revoking_s):
-        return _with_epoch(member, epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=_sorted(assigned),
-                           pending_revocation=revoking_s)
+        kept = _sorted(assigned)
+        return _with_epoch(member, epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=kept,
+                           pending_revocation=revoking_s, assignment_epochs=epochs(epoch, kept, revoking_s))
     for topic_id, ps in pending.items():
         assigned[topic_id] |= ps
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _with_epoch(member, target_epoch, state=state, assigned=_sorted(assigned), pending_revocation={})
+    final = _sorted(assigned)
+    return _with_epoch(member, target_epoch, state=state, assigned=final, pending_revocation={},
+                       assignment_epochs=epochs(target_epoch, final))
 
 
 class ConsumerGroup:
@@ -142,7 +153,8 @@ class ConsumerGroup:
 
     def __init__(self, group_id: str):
         self.group_id = group_id
-        self.group_epoch = 0
+        # As Kafka 4.4: a new group starts at epoch 1, so its first member joins at epoch 2.
+        self.group_epoch = 1
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerGroupMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id

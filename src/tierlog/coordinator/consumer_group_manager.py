@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -181,10 +180,18 @@ class ConsumerGroupManager:
                                              pending_revocation={}))
                 return
             old = old or ConsumerGroupMember(key.member_id)
+            epochs = {}
+            for items, topic_epochs in ((value.assigned, value.assigned_epochs),
+                                        (value.pending_revocation, value.pending_revocation_epochs)):
+                for i, (t, ps) in enumerate(items):
+                    es = topic_epochs[i] if i < len(topic_epochs) else ()
+                    for j, p in enumerate(ps):
+                        epochs[(t, p)] = es[j] if j < len(es) else value.member_epoch
             group.set_member(replace(old, member_epoch=value.member_epoch,
                                      previous_member_epoch=value.previous_member_epoch,
                                      state=MemberState(value.state), assigned=_from_items(value.assigned),
-                                     pending_revocation=_from_items(value.pending_revocation)))
+                                     pending_revocation=_from_items(value.pending_revocation),
+                                     assignment_epochs=epochs))
         elif isinstance(key, ConsumerGroupPartitionMetadataKey):
             pass  # not used since Kafka 4.1: the metadata hash replaced it
 
@@ -227,6 +234,8 @@ class ConsumerGroupManager:
 
     @staticmethod
     def _hash(subscribed: dict[str, TopicInfo]) -> int:
+        if not subscribed:
+            return 0  # as Kafka's for no topic
         h = hashlib.blake2b(digest_size=8)
         for name in sorted(subscribed):
             info = subscribed[name]
@@ -443,8 +452,12 @@ class ConsumerGroupManager:
 
     @staticmethod
     def _assignment_value(m: ConsumerGroupMember) -> ConsumerGroupCurrentMemberAssignmentValue:
+        assigned, pending = _as_items(m.assigned), _as_items(m.pending_revocation)
+
+        def epochs(items):
+            return tuple(tuple(m.assignment_epochs.get((t, p), m.member_epoch) for p in ps) for t, ps in items)
         return ConsumerGroupCurrentMemberAssignmentValue(m.member_epoch, m.previous_member_epoch, int(m.state),
-                                                         _as_items(m.assigned), _as_items(m.pending_revocation))
+                                                         assigned, pending, epochs(assigned), epochs(pending))
 
     # ================================================================== leaving and fencing
 
@@ -531,16 +544,29 @@ class ConsumerGroupManager:
 
     # ================================================================== offsets
 
-    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int) -> None:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit``: the generation of a commit is the member epoch."""
+    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int
+                               ) -> Callable[[str, int], int]:
+        """Kafka 4.4's ``ConsumerGroup.validateOffsetCommit``: raises KafkaError for the whole commit, else
+        returns the check of each partition (topic, partition) -> error code: the member epoch is the
+        generation, and an older one is accepted for a partition the member has held since that epoch."""
         if member_epoch < 0 and not group.members:
-            return  # an admin tool or a consumer without group management, on an empty group
+            return lambda topic, partition: NO_ERROR  # an admin tool or a consumer without group management
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
-        if member_epoch != member.member_epoch:
-            raise StaleMemberEpochError(f"The request member epoch {member_epoch} is not equal to the member epoch "
-                                        f"{member.member_epoch} of member {member_id}.")
+        if member_epoch > member.member_epoch:
+            raise StaleMemberEpochError(f"Received member epoch {member_epoch} is newer than current member epoch "
+                                        f"{member.member_epoch}.")
+        if member_epoch == member.member_epoch:
+            return lambda topic, partition: NO_ERROR
+        ids = {name: info.topic_id for name, info in self.topics().items()}
+
+        def check(topic: str, partition: int) -> int:
+            assigned_at = member.assignment_epochs.get((ids.get(topic), partition))
+            if assigned_at is None or member_epoch < assigned_at:
+                return StaleMemberEpochError.code
+            return NO_ERROR
+        return check
 
     def resolve(self, regex: str, topic: str) -> bool:
         return regex_matches(regex, topic)
@@ -569,29 +595,21 @@ class ConsumerGroupManager:
                 "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
                 "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                 "subscribed_topic_names": list(m.subscribed_topic_names),
-                "subscribed_topic_regex": m.subscribed_topic_regex,
-                "assignment": assignment(m.assigned),
+                "subscribed_topic_regex": m.subscribed_topic_regex or "",  # Kafka 4.4 answers "", not null
+                # What the member holds, partitions pending revocation included (as Kafka describes it).
+                "assignment": assignment(_union(m.assigned, m.pending_revocation)),
                 "target_assignment": assignment(group.target.get(m.member_id, {})),
                 "member_type": 1})
         return {"group_id": group_id, "error_code": NO_ERROR, "group_state": str(group.state),
                 "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
                 "assignor_name": self._assignor_name(list(group.members.values())), "members": members}
 
-    def describe_classic(self, group: ConsumerGroup) -> dict[str, Any]:
-        """A DescribeGroups entry for a consumer group, as Kafka 4.4 answers it: protocol type "consumer",
-        no protocol data, and for each member its ConsumerProtocol subscription and assignment built from the
-        member's topics (KIP-848 members have no classic metadata of their own)."""
-        names = {info.topic_id: name for name, info in self.topics().items()}
-        return {
-            "group_id": group.group_id, "error_code": NO_ERROR, "group_state": str(group.state),
-            "protocol_type": "consumer", "protocol_data": "",
-            "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
-                         "client_host": m.client_host,
-                         "member_metadata": _subscription_bytes(m.subscribed_topic_names, m.rack_id),
-                         "member_assignment": _assignment_bytes(
-                             {names[t]: ps for t, ps in m.assigned.items() if t in names})}
-                        for m in group.members.values()],
-        }
+    @staticmethod
+    def describe_classic(group: ConsumerGroup) -> dict[str, Any]:
+        """A DescribeGroups entry for a consumer group: as Kafka 4.4 answers DescribeGroups up to v5 for a group
+        that is not a classic one, Dead with no members (ConsumerGroupDescribe describes it)."""
+        return {"group_id": group.group_id, "error_code": NO_ERROR, "group_state": "Dead", "protocol_type": "",
+                "protocol_data": "", "members": []}
 
     def validate_delete(self, group: ConsumerGroup) -> None:
         if group.members:
@@ -609,6 +627,10 @@ class ConsumerGroupManager:
                     (ConsumerGroupMetadataKey(group.group_id), None)]
 
 
+def _union(a: TopicPartitions, b: TopicPartitions) -> TopicPartitions:
+    return {t: tuple(sorted(set(a.get(t, ())) | set(b.get(t, ())))) for t in set(a) | set(b)}
+
+
 def error_fenced_instance(group_id: str, member_id: str, instance_id: str, owner: str) -> KafkaError:
     return FencedInstanceIdError(f"Static member {member_id} with instance id {instance_id} is fenced by existing "
                                  f"member {owner}.")
@@ -616,22 +638,3 @@ def error_fenced_instance(group_id: str, member_id: str, instance_id: str, owner
 
 
 
-def _string(v: str) -> bytes:
-    data = v.encode("utf-8")
-    return struct.pack(">h", len(data)) + data
-
-
-def _subscription_bytes(topics, rack: str | None) -> bytes:
-    """A ConsumerProtocolSubscription v3 (topics, no user data, no owned partitions, generation -1, rack)."""
-    out = struct.pack(">hi", 3, len(topics)) + b"".join(_string(t) for t in topics)
-    out += struct.pack(">iii", -1, 0, -1)
-    return out + (_string(rack) if rack is not None else struct.pack(">h", -1))
-
-
-def _assignment_bytes(partitions: dict[str, tuple[int, ...]]) -> bytes:
-    """A ConsumerProtocolAssignment v3 (partitions by topic, no user data)."""
-    out = struct.pack(">hi", 3, len(partitions))
-    for topic in sorted(partitions):
-        ps = partitions[topic]
-        out += _string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps)
-    return out + struct.pack(">i", -1)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from tierlog.coordinator.records import RecordFormatError, _Reader, _Writer
+from tierlog.coordinator.records import RecordFormatError, _Reader, _uvarint, _Writer
 
 __all__ = [
     "CONSUMER_GROUP_KEY_TYPES",
@@ -111,6 +111,10 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     state: int
     assigned: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
     pending_revocation: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+    # Kafka 4.4's tagged field 0 of each TopicPartitions: the member epoch each partition was assigned at,
+    # parallel to the partitions (empty: not known, as in records of older brokers).
+    assigned_epochs: tuple[tuple[int, ...], ...] = ()
+    pending_revocation_epochs: tuple[tuple[int, ...], ...] = ()
 
 
 _KEYS = {
@@ -152,24 +156,40 @@ def _write_uuid(w: _Writer, u: uuid.UUID) -> None:
     w.buf += u.bytes
 
 
-def _write_topic_partitions(w: _Writer, items) -> None:
+def _write_topic_partitions(w: _Writer, items, epochs=()) -> None:
     w.array_len(len(items))
-    for topic_id, partitions in items:
+    for i, (topic_id, partitions) in enumerate(items):
         _write_uuid(w, topic_id)
         w.array_len(len(partitions))
         for p in partitions:
             w.int32(p)
-        w.tagged_fields()
+        topic_epochs = epochs[i] if i < len(epochs) else ()
+        if topic_epochs:  # tagged field 0: AssignmentEpochs
+            body = _Writer(flexible=True)
+            body.array_len(len(topic_epochs))
+            for e in topic_epochs:
+                body.int32(e)
+            w.buf += _uvarint(1) + _uvarint(0) + _uvarint(len(body.buf)) + body.buf
+        else:
+            w.tagged_fields()
 
 
-def _read_topic_partitions(r: _Reader) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
+def _read_topic_partitions(r: _Reader) -> tuple[tuple[tuple[uuid.UUID, tuple[int, ...]], ...], tuple]:
     out = []
+    epochs = []
     for _ in range(r.array_len()):
         topic_id = uuid.UUID(bytes=bytes(r._take(16)))
         partitions = tuple(r.int32() for _ in range(r.array_len()))
-        r.tagged_fields()
+        topic_epochs: tuple[int, ...] = ()
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            end = r.pos + size
+            if tag == 0:
+                topic_epochs = tuple(r.int32() for _ in range(r.array_len()))
+            r.pos = end
         out.append((topic_id, partitions))
-    return tuple(out)
+        epochs.append(topic_epochs)
+    return tuple(out), tuple(epochs) if any(epochs) else ()
 
 
 def encode_consumer_group_value(value) -> bytes:
@@ -199,8 +219,8 @@ def encode_consumer_group_value(value) -> bytes:
         w.int32(value.member_epoch)
         w.int32(value.previous_member_epoch)
         w.buf += value.state.to_bytes(1, "big", signed=True)
-        _write_topic_partitions(w, value.assigned)
-        _write_topic_partitions(w, value.pending_revocation)
+        _write_topic_partitions(w, value.assigned, value.assigned_epochs)
+        _write_topic_partitions(w, value.pending_revocation, value.pending_revocation_epochs)
     else:
         raise TypeError(f"not a consumer group value: {value!r}")
     w.tagged_fields()
@@ -234,12 +254,14 @@ def decode_consumer_group_value(key, data) -> object | None:
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
-        value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r))
+        value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r)[0])
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
         member_epoch, previous = r.int32(), r.int32()
         state = int.from_bytes(r._take(1), "big", signed=True)
-        value = ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous, state, _read_topic_partitions(r),
-                                                          _read_topic_partitions(r))
+        assigned, assigned_epochs = _read_topic_partitions(r)
+        pending, pending_epochs = _read_topic_partitions(r)
+        value = ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous, state, assigned, pending,
+                                                          assigned_epochs, pending_epochs)
     else:
         return None
     r.tagged_fields()

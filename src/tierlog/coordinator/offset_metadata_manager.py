@@ -184,12 +184,17 @@ class OffsetMetadataManager:
         if consumer_group is not None:
             try:
                 if transactional and generation_id < 0 and not member_id:
-                    pass  # TxnOffsetCommit v0-v2 carry no member
+                    check = None  # TxnOffsetCommit v0-v2 carry no member
                 else:
-                    self.groups.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
+                    check = self.groups.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
             except KafkaError as e:
                 return all_(e.code)
-            return self._write_commit(group_id, partitions, retention_time_ms, producer, False)
+            refused = {}
+            if check is not None:
+                refused = {(t, p): code for t, p, *_ in partitions if (code := check(t, p)) != NO_ERROR}
+            results = self._write_commit(group_id, [i for i in partitions if (i[0], i[1]) not in refused],
+                                         retention_time_ms, producer, False)
+            return {(t, p): refused.get((t, p), results.get((t, p), NO_ERROR)) for t, p, *_ in partitions}
         group = self.groups.group(group_id)
         created = False
         if group is None:

@@ -277,8 +277,8 @@ class GroupCoordinator:
                 owned_map.setdefault(topic_id, set()).update(partitions)
 
         def error(e: KafkaError) -> dict[str, Any]:
-            return {"error_code": e.code, "error_message": str(e) or None, "member_id": member_id or None,
-                    "member_epoch": member_epoch, "heartbeat_interval_ms": 0, "assignment": None}
+            return {"error_code": e.code, "error_message": str(e) or None, "member_id": None, "member_epoch": 0,
+                    "heartbeat_interval_ms": 0, "assignment": None}
 
         try:
             self._validate_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,

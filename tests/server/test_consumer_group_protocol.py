@@ -1,0 +1,301 @@
+"""KIP-848's consumer group protocol through real clients and against Apache Kafka 4.4.0.
+
+- The same sequence of raw ConsumerGroupHeartbeats (two members with client-chosen ids, the range assignor, a
+  revocation, epoch errors, a leave), OffsetCommits with member epochs, ConsumerGroupDescribe, ListGroups v5
+  and DescribeGroups, sent to Kafka 4.4.0 and to tierlog: the same epochs, assignments, states and error codes.
+- confluent-kafka (librdkafka, ``group.protocol=consumer``): two members share the partitions, one leaves and
+  the other takes them; every record is read once; the group and its offsets survive a broker restart.
+- Kafka 4.4's Java consumer (``kafka-console-consumer --consumer-property group.protocol=consumer``) reads
+  every record, and ``kafka-consumer-groups --describe --state/--members`` reads the group as Kafka's does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+
+from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module, resolve_jars
+from tests.harness.broker import BrokerProcess
+from tests.harness.rawclient import RawClient, create_topic
+from tests.harness.waiting import not_yet, wait_until
+from tests.peer.diff import assert_same, plain
+from tests.server.groupslib import committed_offsets, produce
+from tierlog.protocol import ApiKey
+
+pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
+
+LATEST = kafka_peer_module.LATEST_KAFKA_VERSION
+TOPIC = "cgp-topic"
+#: Members reconcile a heartbeat at a time: half a second instead of five keeps the module short.
+FAST_HEARTBEATS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
+
+
+def _warm_up(bootstrap: str) -> None:
+    """Until the group coordinator answers (Kafka creates and loads __consumer_offsets asynchronously)."""
+    c = RawClient(bootstrap)
+    try:
+        def ready():
+            r = c.request(ApiKey.OFFSET_FETCH, 7, {"group_id": "warm-up", "topics": None})
+            return r.error_code == 0 or not_yet(r)
+        c.request(ApiKey.FIND_COORDINATOR, 3, {"key": "warm-up", "key_type": 0})
+        wait_until(ready, 60, what="the group coordinator")
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def kafka44(kafka_jars, tmp_path_factory):
+    resolve_jars(LATEST)
+    # Kafka 4.4 computes target assignments at most once a second by default; tierlog at every epoch bump,
+    # which Kafka does with the interval at 0.
+    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, "group.consumer.assignment.interval.ms": "0"}
+    server = kafka_peer_module.KafkaServer(tmp_path_factory.mktemp("kafka44"), overrides=overrides,
+                                           version=LATEST).start()
+    _warm_up(server.bootstrap)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tierlog(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("cgp") / "logs", dict(FAST_HEARTBEATS)).start()
+    _warm_up(b.bootstrap)
+    yield b
+    b.stop()
+
+
+def _scenario(bootstrap: str) -> list:
+    """Raw heartbeats of members "a-member" and "b-member" on a 4-partition topic, answers made comparable
+    (topic ids as names)."""
+    create_topic(bootstrap, TOPIC, 4)
+    c = RawClient(bootstrap)
+    group = "cgp-diff"
+    try:
+        md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False})
+        names = {str(t.topic_id): t.name for t in md.topics}
+
+        def named(x):
+            if isinstance(x, dict):
+                return {k: (names.get(v, v) if k == "topic_id" else named(v)) for k, v in x.items()
+                        if k not in ("throttle_time", "client_host", "authorized_operations")}
+            if isinstance(x, list):
+                return [named(i) for i in x]
+            return x
+
+        topic_id = md.topics[0].topic_id
+
+        def hb(member: str, epoch: int, owned=None, **extra):
+            values = {"group_id": group, "member_id": member, "member_epoch": epoch, "rebalance_timeout": -1,
+                      "subscribed_topic_names": None, "server_assignor": None,
+                      "topic_partitions": None if owned is None else [{"topic_id": topic_id, "partitions": owned}]}
+            if epoch == 0:
+                values.update(rebalance_timeout=30000, subscribed_topic_names=[TOPIC], server_assignor="range",
+                              topic_partitions=[])
+            values.update(extra)
+            answer = plain(c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, values))
+            if answer["assignment"] is not None:
+                answer["assignment"]["topic_partitions"].sort(key=lambda tp: names.get(tp["topic_id"], ""))
+            return named(answer)
+
+        def commit(member: str, epoch: int):
+            r = c.request(ApiKey.OFFSET_COMMIT, 9, {
+                "group_id": group, "generation_id_or_member_epoch": epoch, "member_id": member,
+                "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+                    {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                     "committed_metadata": ""}]}]})
+            return r.topics[0].partitions[0].error_code.value
+
+        def describe():
+            r = plain(c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                                    "include_authorized_operations": False}))
+            for g in r["groups"]:
+                g["members"].sort(key=lambda m: m["member_id"])
+            return named(r)
+
+        out = [
+            ("a joins", hb("a-member", 0)),
+            ("b joins", hb("b-member", 0)),
+            ("a keeps epoch 2 until it revokes", hb("a-member", 2, owned=[0, 1, 2, 3])),
+            ("reconciling", describe()),
+            ("a revoked", hb("a-member", 2, owned=[0, 1])),
+            ("b gets the released partitions", hb("b-member", 3, owned=[])),
+            ("stable", describe()),
+            ("epoch ahead", hb("b-member", 5, owned=[2, 3])["error_code"]),
+            ("unknown member", hb("z-member", 3, owned=[])["error_code"]),
+            ("unknown assignor", hb("c-member", 0, server_assignor="nope")["error_code"]),
+            ("no rebalance timeout", hb("c-member", 0, rebalance_timeout=-1)),
+            ("commit at the member epoch", commit("a-member", 3)),
+            ("commit at an older epoch holding the partition", commit("a-member", 2)),
+            ("commit at an epoch before the partition", commit("a-member", 1)),
+            ("commit at a newer epoch", commit("a-member", 4)),
+            ("commit by a non-member", commit("z-member", 3)),
+            ("b leaves", hb("b-member", -1)),
+            ("a takes everything", hb("a-member", 3, owned=[0, 1])),
+            ("a full heartbeat", hb("a-member", 4, owned=[0, 1, 2, 3], rebalance_timeout=30000,
+                                    subscribed_topic_names=[TOPIC])),
+            ("listed", [g for g in plain(c.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [],
+                                                                            "types_filter": ["consumer"]}))["groups"]
+                        if g["group_id"] == group]),
+            ("described (classic API)", {k: v for k, v in plain(c.request(ApiKey.DESCRIBE_GROUPS, 5, {
+                "groups": [group], "include_authorized_operations": False}))["groups"][0].items()
+                if k in ("error_code", "group_state", "protocol_type", "protocol_data")}),
+        ]
+        hb("a-member", -1)
+        return out
+    finally:
+        c.close()
+
+
+def test_heartbeats_epochs_assignments_and_errors_as_kafka(kafka44, tierlog):
+    kafka, ours = _scenario(kafka44.bootstrap), _scenario(tierlog.bootstrap)
+    assert [step for step, _ in ours] == [step for step, _ in kafka]
+    for (step, k), (_, t) in zip(kafka, ours):
+        assert_same(k, t, step)
+    # What the comparison rests on (so that two identical wrong answers could not pass).
+    steps = dict(ours)
+    assert (steps["a joins"]["member_epoch"], steps["a joins"]["heartbeat_interval"]) == (2, 500)  # new group: 1
+    assert steps["a keeps epoch 2 until it revokes"]["member_epoch"] == 2
+    assert steps["b gets the released partitions"]["assignment"]["topic_partitions"] == [
+        {"topic_id": TOPIC, "partitions": [2, 3]}]
+    assert steps["stable"]["groups"][0]["group_state"] == "Stable"
+    assert (steps["epoch ahead"], steps["unknown member"], steps["unknown assignor"]) == (110, 25, 112)
+    assert steps["a takes everything"]["member_epoch"] == 4
+    assert steps["a full heartbeat"]["assignment"]["topic_partitions"] == [{"topic_id": TOPIC,
+                                                                          "partitions": [0, 1, 2, 3]}]
+    assert steps["listed"][0]["group_state"] == "Stable"
+    assert (steps["commit at the member epoch"], steps["commit at an older epoch holding the partition"],
+            steps["commit at an epoch before the partition"], steps["commit at a newer epoch"]) == (0, 0, 113, 113)
+
+
+def _consume(bootstrap: str, group: str, topic: str, seen: list, stop, name: str):
+    from confluent_kafka import Consumer, KafkaException
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200,
+                  "client.id": name})
+    c.subscribe([topic])
+    try:
+        while not stop():
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                seen.append((name, m.partition(), m.offset()))
+        with contextlib.suppress(KafkaException):  # nothing new to commit (_NO_OFFSET)
+            c.commit(asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_confluent_kafka_members_share_leave_and_restart(tierlog, tmp_path):
+    import threading
+
+    import confluent_kafka
+
+    assert confluent_kafka.libversion()[1] >= 0x02040000  # KIP-848 GA in librdkafka 2.4+
+    topic, group = "cgp-ck", "cgp-ck-group"
+    produce(tierlog.bootstrap, topic, 4, 10, create=True)
+    seen: list = []
+    stops = {"a": False, "b": False}
+    threads = {n: threading.Thread(target=_consume, args=(tierlog.bootstrap, group, topic, seen,
+                                                          lambda n=n: stops[n], n), daemon=True) for n in stops}
+    threads["a"].start()
+    wait_until(lambda: len(seen) >= 40 or not_yet(len(seen)), 30, what="a reads the 40 records")
+    threads["b"].start()
+
+    def shared():
+        [g] = _describe(tierlog.bootstrap, group)
+        owners = [sum(len(tp["partitions"]) for tp in m["assignment"]["topic_partitions"]) for m in g["members"]]
+        return (g["group_state"] == "Stable" and owners == [2, 2]) or not_yet((g["group_state"], owners))
+    wait_until(shared, 30, what="the two members hold two partitions each")
+    stops["b"] = True
+    threads["b"].join(30)
+
+    def one_left():
+        [g] = _describe(tierlog.bootstrap, group)
+        owners = [sum(len(tp["partitions"]) for tp in m["assignment"]["topic_partitions"]) for m in g["members"]]
+        return (g["group_state"] == "Stable" and owners == [4]) or not_yet((g["group_state"], owners))
+    wait_until(one_left, 30, what="the member left takes every partition")
+    produce(tierlog.bootstrap, topic, 4, 5, start=10)
+    wait_until(lambda: len({(p, o) for _, p, o in seen}) == 60 or not_yet(len(seen)), 30, what="the new records")
+    stops["a"] = True
+    threads["a"].join(30)
+    assert sorted({(p, o) for _, p, o in seen}) == [(p, o) for p in range(4) for o in range(15)]
+    assert committed_offsets(tierlog.bootstrap, group) == {(topic, p): 15 for p in range(4)}
+    [before] = _describe(tierlog.bootstrap, group)
+    assert before["group_state"] == "Empty" and before["group_epoch"] >= 4
+
+    tierlog.restart()
+    _warm_up(tierlog.bootstrap)
+    [after] = _describe(tierlog.bootstrap, group)
+    assert (after["group_state"], after["group_epoch"]) == ("Empty", before["group_epoch"])
+    assert committed_offsets(tierlog.bootstrap, group) == {(topic, p): 15 for p in range(4)}
+    produce(tierlog.bootstrap, topic, 4, 2, start=15)
+    more: list = []
+    done = {"c": False}
+    t = threading.Thread(target=_consume, args=(tierlog.bootstrap, group, topic, more, lambda: done["c"], "c"),
+                         daemon=True)
+    t.start()
+    wait_until(lambda: len(more) >= 8 or not_yet(len(more)), 30, what="the records after the committed offsets")
+    done["c"] = True
+    t.join(30)
+    assert sorted((p, o) for _, p, o in more) == [(p, o) for p in range(4) for o in (15, 16)]
+
+
+def _describe(bootstrap: str, group: str) -> list:
+    c = RawClient(bootstrap)
+    try:
+        return plain(c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                                  "include_authorized_operations": False}))["groups"]
+    finally:
+        c.close()
+
+
+def _tool_rows(bootstrap: str, *args: str) -> list[list[str]]:
+    """A kafka-consumer-groups 4.4 output as rows of words, the coordinator's address (which differs by nature)
+    replaced. (One JVM per call: the suite's ToolRunner does not build against 4.4's jars yet.)"""
+    out = kafka_peer_module.run_tool("ConsumerGroupCommand", "--bootstrap-server", bootstrap, *args,
+                                     version=LATEST).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    for row in rows:
+        for i, word in enumerate(row):
+            if word.startswith("127.0.0.1:"):
+                row[i] = "<coordinator>"
+    return rows
+
+
+def test_consumer_groups_tool_as_kafka(kafka44, tierlog):
+    """kafka-consumer-groups 4.4 (--describe --state: assignor, state, members) shows the group of the raw scenario the
+    same on both brokers."""
+    for bootstrap in (kafka44.bootstrap, tierlog.bootstrap):
+        c = RawClient(bootstrap)
+        try:  # the group of test_heartbeats_... when it ran first, else made here
+            groups = plain(c.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []}))["groups"]
+        finally:
+            c.close()
+        if not any(g["group_id"] == "cgp-diff" for g in groups):
+            _scenario(bootstrap)
+    args = ("--describe", "--group", "cgp-diff", "--state")
+    kafka, ours = _tool_rows(kafka44.bootstrap, *args), _tool_rows(tierlog.bootstrap, *args)
+    assert_same(kafka, ours, "kafka-consumer-groups " + " ".join(args))
+    assert any(row[:1] == ["cgp-diff"] for row in ours), ours
+
+
+def test_java_consumer_reads_every_record(tierlog, kafka44):
+    """Kafka 4.4's Java consumer (group.protocol=consumer) reads every record through tierlog and commits."""
+    produce(tierlog.bootstrap, "cgp-java", 2, 10, create=True)
+    started = time.monotonic()
+    p = kafka_peer_module.run_tool(
+        "ConsoleConsumer", "--bootstrap-server", tierlog.bootstrap, "--topic", "cgp-java", "--group",
+        "cgp-java-group", "--consumer-property", "group.protocol=consumer", "--from-beginning", "--max-messages",
+        "20", "--timeout-ms", "30000", check=False, version=LATEST)
+    records = [line for line in p.stdout.splitlines() if not line.startswith("Option ")]  # deprecation notes
+    assert p.returncode == 0 and sorted(records) == sorted(f"{q}-{i}" for q in range(2) for i in range(10)), \
+        (p.stdout[-2000:], p.stderr[-2000:])
+    print(f"the Java consumer read 20 records in {time.monotonic() - started:.1f}s")
+    rows = _tool_rows(tierlog.bootstrap, "--list", "--type")
+    assert ["cgp-java-group", "Consumer"] in rows, rows
+    rows = _tool_rows(tierlog.bootstrap, "--describe", "--group", "cgp-java-group")
+    assert sorted(row[:4] for row in rows[1:]) == [["cgp-java-group", "cgp-java", "0", "10"],
+                                                   ["cgp-java-group", "cgp-java", "1", "10"]]
