@@ -1,4 +1,5 @@
-"""Consumer groups (classic protocol) and committed offsets, stored in ``__consumer_offsets``.
+"""Consumer groups (the classic protocol and KIP-848's consumer protocol) and committed offsets, stored in
+``__consumer_offsets``.
 
 Split as Kafka's new group coordinator is, so that each ``__consumer_offsets`` partition's state
 can move with the partition's leadership:
@@ -14,6 +15,10 @@ can move with the partition's leadership:
 - :mod:`.offset_metadata_manager` - :class:`OffsetMetadataManager`: committed offsets (OffsetCommit,
   OffsetFetch, OffsetDelete, retention, deleted topics).
 - :mod:`.group` - a classic group's state machine and members (Kafka's ``ClassicGroup``).
+- :mod:`.consumer_group_manager` - :class:`ConsumerGroupManager`: KIP-848 consumer groups
+  (ConsumerGroupHeartbeat, ConsumerGroupDescribe, their records); :mod:`.consumer_group` - the group, its
+  members and the reconciliation; :mod:`.assignors` - the uniform and range server assignors;
+  :mod:`.consumer_group_records` - their ``__consumer_offsets`` records; :mod:`.regex` - RE2 subscriptions.
 - :mod:`.records` - Kafka's ``__consumer_offsets`` key/value formats and the group -> partition hash.
 - :mod:`.storage` - the topic itself (:class:`OffsetsTopicStore` over an :class:`OffsetsTopicLog`
   the broker provides) and an in-memory double.

@@ -1,4 +1,4 @@
-"""The group coordinator's settings (Kafka's ``GroupCoordinatorConfig``, classic-group part)."""
+"""The group coordinator's settings (Kafka's ``GroupCoordinatorConfig``: classic groups, KIP-848 consumer groups)."""
 
 from __future__ import annotations
 
