@@ -13,6 +13,7 @@ DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED for the others).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tierlog.cluster import Controller
@@ -24,9 +25,9 @@ from tierlog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
 )
-from tierlog.protocol import ApiKey, RequestContext, build_response
+from tierlog.protocol import ApiKey, RequestContext, RequestTiming, build_response
 from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
-from tierlog.server.apis.groups import GROUP_AUTHORIZED_OPERATIONS, _client_host
+from tierlog.server.apis.groups import _COMMIT_ERRORS, GROUP_AUTHORIZED_OPERATIONS, _client_host
 
 __all__ = ["ConsumerGroupApis", "topics_of"]
 
@@ -57,10 +58,15 @@ def topics_of(controller: Controller) -> dict[str, TopicInfo]:
 
 
 class ConsumerGroupApis:
-    def __init__(self, coordinator: GroupCoordinator, controller: Controller, *,
+    def __init__(self, coordinator: GroupCoordinator, controller: Controller,
+                 replicated: Callable[[int, float, RequestTiming | None], Awaitable[int]] | None = None, *,
                  authorization: ApiAuthorization = ALLOW_ALL):
+        """``replicated``: in a cluster, waits until what was appended to a ``__consumer_offsets`` partition
+        reached its in-sync replicas (as GroupApis' commits), so a heartbeat is answered once a new
+        coordinator would find the same epochs and assignment."""
         self.coordinator = coordinator
         self.controller = controller
+        self.replicated = replicated
         self.authorization = authorization
         if coordinator.topics is None:
             coordinator.topics = lambda: topics_of(controller)
@@ -97,6 +103,13 @@ class ConsumerGroupApis:
             subscribed_topic_names=names, subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
             server_assignor=req.server_assignor, owned=owned, client_id=ctx.client_id or "",
             client_host=_client_host(ctx), api_version=ctx.api_version)
+        if self.replicated is not None and answer["error_code"] == NO_ERROR:
+            code = await self.replicated(self.coordinator.partition_for(req.group_id),
+                                         self.controller.effective_config["offsets.commit.timeout.ms"] / 1000,
+                                         ctx.timing)
+            if code:
+                code = _COMMIT_ERRORS.get(code, code)
+                return build_response(ctx, {"error_code": code, "member_epoch": 0})
         assignment = answer["assignment"]
         return build_response(ctx, {
             "error_code": answer["error_code"], "error_message": answer.get("error_message"),
