@@ -232,3 +232,22 @@ def test_uniform_is_sticky_and_rack_aware():
                              AssignmentMember("c", frozenset({T1}))], topics)
     # Nobody gives up more than needed: each of a and b keeps one of its partitions at least.
     assert set(second["a"][T1]) <= {1, 3} and set(second["b"][T1]) <= {0, 2}
+
+
+def test_offsets_of_an_empty_consumer_group_expire_then_the_group_goes():
+    now = [1_000_000]
+    store = MemoryStore(num_partitions=3)
+    c = GroupCoordinator(CoordinatorConfig(offsets_retention_ms=60_000), store, wall_clock=lambda: now[0])
+    c.topics = lambda: TOPICS
+    c.load_all()
+    hb(c, "a", 0)
+    c.commit_offsets(group_id="g", generation_id=2, member_id="a", group_instance_id=None,
+                     partitions=[("t1", 0, 7, -1, "")], api_version=9)
+    now[0] += 120_000
+    assert c.cleanup_group_metadata() == 0  # a member subscribes to t1: its offsets stay
+    hb(c, "a", -1)
+    assert c.cleanup_group_metadata() > 0
+    assert c.committed("g", "t1", 0) is None
+    assert c.consumer_group_describe(["g"])[0]["error_code"] == 69  # GROUP_ID_NOT_FOUND: deleted
+    again = make(store=store)
+    assert again.consumer_group_describe(["g"])[0]["error_code"] == 69

@@ -108,6 +108,13 @@ def _scenario(bootstrap: str) -> list:
                      "committed_metadata": ""}]}]})
             return r.topics[0].partitions[0].error_code.value
 
+        def fetch(member: str | None, epoch: int):
+            r = c.request(ApiKey.OFFSET_FETCH, 9, {"groups": [{
+                "group_id": group, "member_id": member, "member_epoch": epoch,
+                "topics": [{"name": TOPIC, "partition_indexes": [0]}]}], "require_stable": False})
+            g = r.groups[0]
+            return g.error_code.value, [p.committed_offset for t in g.topics for p in t.partitions]
+
         def describe():
             r = plain(c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group],
                                                                     "include_authorized_operations": False}))
@@ -132,6 +139,11 @@ def _scenario(bootstrap: str) -> list:
             ("commit at an epoch before the partition", commit("a-member", 1)),
             ("commit at a newer epoch", commit("a-member", 4)),
             ("commit by a non-member", commit("z-member", 3)),
+            ("fetch at the member epoch", fetch("a-member", 3)),
+            ("fetch at an older epoch", fetch("a-member", 2)),
+            ("fetch by a non-member", fetch("z-member", 3)),
+            ("fetch with an empty member id", fetch("", -1)),
+            ("fetch by an admin", fetch(None, -1)),
             ("b leaves", hb("b-member", -1)),
             ("a takes everything", hb("a-member", 3, owned=[0, 1])),
             ("a full heartbeat", hb("a-member", 4, owned=[0, 1, 2, 3], rebalance_timeout=30000,
@@ -162,6 +174,8 @@ def test_heartbeats_epochs_assignments_and_errors_as_kafka(kafka44, tierlog):
         {"topic_id": TOPIC, "partitions": [2, 3]}]
     assert steps["stable"]["groups"][0]["group_state"] == "Stable"
     assert (steps["epoch ahead"], steps["unknown member"], steps["unknown assignor"]) == (110, 25, 112)
+    assert (steps["fetch at the member epoch"], steps["fetch at an older epoch"][0]) == ((0, [1]), 113)
+    assert steps["fetch by an admin"] == (0, [1])
     assert steps["a takes everything"]["member_epoch"] == 4
     assert steps["a full heartbeat"]["assignment"]["topic_partitions"] == [{"topic_id": TOPIC,
                                                                           "partitions": [0, 1, 2, 3]}]

@@ -157,7 +157,8 @@ class GroupMetadataManager:
         return self.groups.get(group_id)
 
     def group_ids(self) -> list[str]:
-        return list(self.groups)
+        """Every group of the partition, classic and consumer ones."""
+        return list(self.groups) + list(self.consumer.groups)
 
     def get_or_create_classic_group(self, group_id: str) -> tuple[ClassicGroup, bool]:
         """The group, created empty when missing (a "simple" group: offsets without membership);
@@ -775,6 +776,12 @@ class GroupMetadataManager:
 
     def maybe_delete_group(self, group_id: str, records: list[CoordinatorRecord]) -> bool:
         """Add the group's tombstone when it is empty (offset expiration); says whether it did."""
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return False
+            self.consumer.tombstones(consumer_group, records)
+            return True
         group = self.groups.get(group_id)
         if group is not None and group.is_empty:
             self.create_group_tombstone_records(group_id, records)

@@ -344,6 +344,11 @@ class OffsetMetadataManager:
             return group_id not in self.open_transactions_by_group
         group = self.groups.group(group_id)
         base = _expiration_base(group) if group is not None else None
+        consumer_group = self.groups.consumer_group(group_id)
+        if consumer_group is not None:
+            # Kafka's ConsumerGroup.offsetExpirationCondition: from the commit, topics subscribed to excepted.
+            group = _ConsumerGroupView(consumer_group, self.groups.consumer.resolve)
+            base = lambda om: om.commit_timestamp  # noqa: E731
         if base is None:
             return False
         now = self.wall_clock()

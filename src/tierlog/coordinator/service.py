@@ -52,6 +52,7 @@ from tierlog.errors import (
     InvalidSessionTimeoutError,
     KafkaError,
     NotCoordinatorError,
+    StaleMemberEpochError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
@@ -342,6 +343,22 @@ class GroupCoordinator:
         if server_assignor is not None and server_assignor not in self.config.consumer_assignors:
             raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "
                                            f"assignors: {', '.join(self.config.consumer_assignors)}.")
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ from a consumer group member (Kafka's ``ConsumerGroup.validateOffsetFetch``):
+        UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH, else NO_ERROR (also for other groups and admin fetches)."""
+        if member_epoch < 0 and member_id is None:  # an admin client (a null member id, as Kafka checks)
+            return NO_ERROR
+        shard = self._route(group_id)
+        if isinstance(shard, int):
+            return NO_ERROR  # the fetch itself answers the routing error
+        group = shard.group_metadata_manager.consumer_group(group_id)
+        if group is None:
+            return NO_ERROR
+        member = group.members.get(member_id)
+        if member is None:
+            return UnknownMemberIdError.code
+        return NO_ERROR if member.member_epoch == member_epoch else StaleMemberEpochError.code
 
     def consumer_group_describe(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
         out = []

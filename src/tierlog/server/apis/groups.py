@@ -425,8 +425,13 @@ class GroupApis:
             groups = []
             items = 0
             for g in req.groups:
-                error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer,
-                                                     entry)
+                # v9+: a consumer group member's fetch carries its epoch (KIP-848), checked as a commit's.
+                error = coordinator.validate_offset_fetch(g.group_id, getattr(g, "member_id", None),
+                                                          getattr(g, "member_epoch", -1))
+                topics = []
+                if error == NO_ERROR:
+                    error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer,
+                                                         entry)
                 items += sum(len(parts) for _, parts in topics)
                 answer = [{"name": name, "partitions": parts} for name, parts in topics]
                 self.authorization.hide_offsets(ctx, answer)
