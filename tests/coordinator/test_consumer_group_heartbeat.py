@@ -23,6 +23,7 @@ from tierlog.coordinator.records import decode_key, decode_value, encode_key, en
 from tierlog.errors import (
     NO_ERROR,
     FencedMemberEpochError,
+    GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidRegularExpressionError,
     InvalidRequestError,
@@ -103,7 +104,7 @@ def test_epoch_errors():
     hb(c, "a", 0)
     assert hb(c, "a", 5, owned=[])["error_code"] == FencedMemberEpochError.code
     assert hb(c, "zz", 2)["error_code"] == UnknownMemberIdError.code
-    assert hb(c, "a", 2, group="nope")["error_code"] == UnknownMemberIdError.code
+    assert hb(c, "a", 2, group="nope")["error_code"] == GroupIdNotFoundError.code
     # The previous epoch with a subset of the assignment is accepted (a lost response).
     hb(c, "b", 0)
     a = hb(c, "a", 2, owned=[(T1, [0, 1, 2, 3])])

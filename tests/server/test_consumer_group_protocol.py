@@ -155,6 +155,16 @@ def _scenario(bootstrap: str) -> list:
                 "groups": [group], "include_authorized_operations": False}))["groups"][0].items()
                 if k in ("error_code", "group_state", "protocol_type", "protocol_data")}),
         ]
+        out += [
+            ("heartbeat to an unknown group", hb("a-member", 1, group_id="cgp-nope")),
+            ("leave of an unknown group", hb("a-member", -1, group_id="cgp-nope")),
+            ("static s1 joins", hb("s1-member", 0, instance_id="i1")),
+            ("instance id held", hb("s2-member", 0, instance_id="i1")),
+            ("s1 leaves for now", hb("s1-member", -2, instance_id="i1")),
+            ("s2 takes i1's place", hb("s2-member", 0, instance_id="i1")),
+            ("with the static member", describe()),
+        ]
+        hb("s2-member", -1, instance_id="i1")
         hb("a-member", -1)
         return out
     finally:
@@ -176,6 +186,9 @@ def test_heartbeats_epochs_assignments_and_errors_as_kafka(kafka44, tierlog):
     assert (steps["epoch ahead"], steps["unknown member"], steps["unknown assignor"]) == (110, 25, 112)
     assert (steps["fetch at the member epoch"], steps["fetch at an older epoch"][0]) == ((0, [1]), 113)
     assert steps["fetch by an admin"] == (0, [1])
+    assert steps["instance id held"]["error_code"] == 111 and steps["s1 leaves for now"]["member_epoch"] == -2
+    assert [m["member_id"] for m in steps["with the static member"]["groups"][0]["members"]] == ["a-member",
+                                                                                                 "s2-member"]
     assert steps["a takes everything"]["member_epoch"] == 4
     assert steps["a full heartbeat"]["assignment"]["topic_partitions"] == [{"topic_id": TOPIC,
                                                                           "partitions": [0, 1, 2, 3]}]

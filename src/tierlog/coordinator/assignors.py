@@ -7,8 +7,9 @@ As Kafka's (``group.consumer.assignors``, the member's ``ServerAssignor``):
 - ``uniform`` spreads every subscribed partition evenly over the members subscribing to its topic and is
   sticky: a member keeps what it had in the previous target while that stays within its fair share. With
   racks on both sides a free partition goes first to a member in one of its replicas' racks.
-- ``range`` gives each member of a topic a contiguous range of its partitions (members in member id order,
-  the first ``partitions % members`` one partition more), the same ranges for co-partitioned topics.
+- ``range`` gives each member of a topic a contiguous range of its partitions (static members first in
+  instance id order, then the others in member id order; the first ``partitions % members`` get one
+  partition more), the same ranges for co-partitioned topics.
 
 Ties are broken by member id and (topic name, partition), so the same input gives the same assignment; the
 exact partitions of a sticky rebalance may differ from Kafka's, the counts per member and the stickiness not.
@@ -28,6 +29,7 @@ class AssignmentMember:
     topics: frozenset[uuid.UUID]
     rack: str | None = None
     previous: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)  # the current target
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,8 @@ def uniform_assign(members: list[AssignmentMember], topics: dict[uuid.UUID, Assi
 def range_assign(members: list[AssignmentMember], topics: dict[uuid.UUID, AssignmentTopic]) -> Assignment:
     owned: dict[str, list[tuple[uuid.UUID, int]]] = {m.member_id: [] for m in members}
     for t in sorted((t for t in topics if any(t in m.topics for m in members)), key=lambda t: topics[t].name):
-        subscribers = sorted(m.member_id for m in members if t in m.topics)
+        # Kafka's order: static members by instance id, then the others by member id.
+        subscribers = [m.member_id for m in sorted((m for m in members if t in m.topics), key=_range_order)]
         quota, extra = divmod(topics[t].partitions, len(subscribers))
         start = 0
         for i, member_id in enumerate(subscribers):
@@ -108,6 +111,10 @@ def range_assign(members: list[AssignmentMember], topics: dict[uuid.UUID, Assign
             owned[member_id] += [(t, p) for p in range(start, start + n)]
             start += n
     return _result(owned)
+
+
+def _range_order(m: AssignmentMember) -> tuple:
+    return (0, m.instance_id) if m.instance_id is not None else (1, m.member_id)
 
 
 #: Assignors by the name a member's ServerAssignor and ``group.consumer.assignors`` use.

@@ -266,7 +266,7 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is None:
             if member_epoch != 0:
-                raise UnknownMemberIdError(f"Consumer group {group_id} not found.")
+                raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
             classic = self.classic_group(group_id)
             if classic is not None:
                 if not classic.is_empty:
@@ -326,19 +326,20 @@ class ConsumerGroupManager:
                      "assignedPartitions=%s and revokedPartitions=%s.", group_id, reconciled.member_id,
                      reconciled.member_epoch, reconciled.previous_member_epoch, reconciled.state.name,
                      reconciled.assigned, reconciled.pending_revocation)
-        if group_id not in self.groups:
+        created = group_id not in self.groups
+        if created:
             self.groups[group_id] = group
             self.on_group_created(group_id)
         try:
             self._write_and_replay(records)
         except KafkaError:
-            if not group.members and group.group_epoch == 0:
+            if created:  # nothing of the new group was written
                 self.groups.pop(group_id, None)
             raise
         self._schedule_session(group_id, reconciled.member_id)
         self._schedule_rebalance_timeout(group_id, reconciled)
-        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None
-                                     and owned is not None)
+        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and owned is not None and (
+            subscribed_topic_names is not None or subscribed_topic_regex is not None))
         answer: dict[str, Any] = {"error_code": NO_ERROR, "member_id": reconciled.member_id,
                                   "member_epoch": reconciled.member_epoch,
                                   "heartbeat_interval_ms": self.config.consumer_heartbeat_interval_ms,
@@ -420,7 +421,7 @@ class ConsumerGroupManager:
         topics = {info.topic_id: AssignmentTopic(info.topic_id, info.name, info.partitions, info.racks)
                   for info in subscribed.values()}
         inputs = [AssignmentMember(m.member_id, self._member_topic_ids(m, subscribed), m.rack_id,
-                                   group.target.get(m.member_id, {}))
+                                   group.target.get(m.member_id, {}), m.instance_id)
                   for m in members if m.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH or m.instance_id]
         result = ASSIGNORS[assignor](inputs, topics)
         for m in members:
@@ -464,7 +465,7 @@ class ConsumerGroupManager:
     def _leave(self, group_id: str, member_id: str, member_epoch: int, instance_id: str | None) -> dict[str, Any]:
         group = self.groups.get(group_id)
         if group is None:
-            raise UnknownMemberIdError(f"Consumer group {group_id} not found.")
+            raise GroupIdNotFoundError(f"Group {group_id} not found.")
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
