@@ -197,6 +197,59 @@ def test_heartbeats_epochs_assignments_and_errors_as_kafka(kafka44, tierlog):
             steps["commit at an epoch before the partition"], steps["commit at a newer epoch"]) == (0, 0, 113, 113)
 
 
+def _uniform_scenario(bootstrap: str) -> list:
+    """Three members join one after the other (uniform assignor, two topics of 7 and 3 partitions), each step
+    heartbeated until it settles, then the second leaves: who holds what after each phase, and the epochs."""
+    create_topic(bootstrap, "cgp-u1", 7)
+    create_topic(bootstrap, "cgp-u2", 3)
+    c = RawClient(bootstrap)
+    try:
+        md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": "cgp-u1"}, {"name": "cgp-u2"}],
+                                             "allow_auto_topic_creation": False})
+        names = {t.topic_id: t.name for t in md.topics}
+        owned: dict[str, dict] = {}
+        epochs: dict[str, int] = {}
+
+        def hb(member: str, epoch: int) -> None:
+            held = [{"topic_id": t, "partitions": ps} for t, ps in owned.get(member, {}).items()]
+            values = {"group_id": "cgp-uniform", "member_id": member, "member_epoch": epoch, "rebalance_timeout": -1,
+                      "subscribed_topic_names": None, "server_assignor": None, "topic_partitions": held}
+            if epoch == 0:
+                values.update(rebalance_timeout=30000, subscribed_topic_names=["cgp-u1", "cgp-u2"],
+                              server_assignor="uniform", topic_partitions=[])
+            r = c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, values)
+            assert r.error_code.value == 0, r
+            epochs[member] = r.member_epoch
+            if r.assignment is not None:
+                owned[member] = {tp.topic_id: list(tp.partitions) for tp in r.assignment.topic_partitions}
+
+        def settle() -> dict:
+            for _ in range(4):  # revoke, then assign: a few rounds of every member
+                for member in list(epochs):
+                    hb(member, epochs[member])
+            return {m: sorted((names[t], p) for t, ps in owned[m].items() for p in ps) for m in owned}
+
+        phases = []
+        for member in ("m1", "m2", "m3"):
+            hb(member, 0)
+            phases.append(settle())
+        hb("m2", -1)
+        epochs.pop("m2")
+        owned.pop("m2")
+        phases.append(settle())
+        for member in list(epochs):
+            hb(member, -1)
+        return [phases, epochs]
+    finally:
+        c.close()
+
+
+def test_uniform_assignor_as_kafka(kafka44, tierlog):
+    kafka, ours = _uniform_scenario(kafka44.bootstrap), _uniform_scenario(tierlog.bootstrap)
+    assert_same(kafka, ours, "the uniform assignor's phases")
+    assert [len(v) for v in ours[0][-1].values()] == [5, 5]  # what the comparison rests on
+
+
 def _consume(bootstrap: str, group: str, topic: str, seen: list, stop, name: str):
     from confluent_kafka import Consumer, KafkaException
 

@@ -84,6 +84,7 @@ def uniform_assign(members: list[AssignmentMember], topics: dict[uuid.UUID, Assi
             if tp not in taken:
                 owned[m.member_id].append(tp)
                 taken.add(tp)
+    turn = 0  # homogeneous: the members short of their share take the free partitions in turn, as Kafka's
     for t, p in all_partitions:
         if (t, p) in taken:
             continue
@@ -93,7 +94,12 @@ def uniform_assign(members: list[AssignmentMember], topics: dict[uuid.UUID, Assi
         if racks:
             local = [m for m in candidates if m.rack is not None and m.rack in racks]
             candidates = local or candidates
-        best = min(candidates, key=lambda m: (len(owned[m.member_id]), m.member_id))
+        if homogeneous:
+            order = {m.member_id: (i - turn) % len(members) for i, m in enumerate(members)}
+            best = min(candidates, key=lambda m: order[m.member_id])
+            turn = (members.index(best) + 1) % len(members)
+        else:
+            best = min(candidates, key=lambda m: (len(owned[m.member_id]), m.member_id))
         owned[best.member_id].append((t, p))
         taken.add((t, p))
     return _result(owned)
