@@ -252,3 +252,44 @@ def test_offsets_of_an_empty_consumer_group_expire_then_the_group_goes():
     assert c.consumer_group_describe(["g"])[0]["error_code"] == 69  # GROUP_ID_NOT_FOUND: deleted
     again = make(store=store)
     assert again.consumer_group_describe(["g"])[0]["error_code"] == 69
+
+
+@pytest.mark.parametrize("settings, error", [
+    ({"group.consumer.heartbeat.interval.ms": "500"}, "Must be between group.consumer.min.heartbeat.interval.ms"),
+    ({"group.coordinator.rebalance.protocols": "consumer"}, "Must contain classic"),
+    ({"group.consumer.min.heartbeat.interval.ms": "1000", "group.consumer.heartbeat.interval.ms": "50000",
+      "group.consumer.max.heartbeat.interval.ms": "60000"}, "Must be less than group.consumer.session.timeout.ms"),
+])
+def test_consumer_group_settings_are_checked_at_start(tmp_path, settings, error):
+    from tierlog.config.broker import BrokerConfig
+    from tierlog.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match=error):
+        BrokerConfig({"log.dirs": str(tmp_path), **settings})
+    range_class = "org.apache.kafka.coordinator.group.assignor.RangeAssignor"
+    config = CoordinatorConfig.from_broker_config(BrokerConfig({"log.dirs": str(tmp_path),
+                                                                "group.consumer.assignors": range_class}))
+    assert config.consumer_assignors == ("range",) and config.consumer_protocol_enabled()
+    classic_only = CoordinatorConfig.from_broker_config(BrokerConfig({
+        "log.dirs": str(tmp_path), "group.coordinator.rebalance.protocols": "classic"}))
+    assert not classic_only.consumer_protocol_enabled()
+
+
+def test_the_consumer_protocol_apis_are_registered_only_when_enabled():
+    from tierlog.protocol import ApiKey
+    from tierlog.server.apis.consumer_groups import ConsumerGroupApis
+
+    class Registry:
+        def __init__(self):
+            self.ranges = {}
+
+        def register(self, key, low, high, handler):
+            self.ranges[key] = (low, high)
+
+    for protocols, expected in ((("classic", "consumer"), {ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+                                                           ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1)}),
+                                (("classic",), {})):
+        registry = Registry()
+        coordinator = GroupCoordinator(CoordinatorConfig(rebalance_protocols=protocols), MemoryStore())
+        ConsumerGroupApis(coordinator, controller=None).register(registry)
+        assert registry.ranges == expected

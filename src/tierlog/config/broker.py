@@ -398,6 +398,24 @@ class BrokerConfig(Mapping[str, Any]):
     def _key(self, name: str) -> str:
         return self._actual.get(name, name)
 
+    def _check_consumer_groups(self) -> None:
+        """Kafka's GroupCoordinatorConfig rules for KIP-848 consumer groups."""
+        v = self._values
+        if "classic" not in v["group.coordinator.rebalance.protocols"]:
+            raise invalid("group.coordinator.rebalance.protocols", ",".join(v["group.coordinator.rebalance.protocols"]),
+                          "Must contain classic")
+        for what in ("heartbeat.interval", "session.timeout"):
+            value = v[f"group.consumer.{what}.ms"]
+            low, high = v[f"group.consumer.min.{what}.ms"], v[f"group.consumer.max.{what}.ms"]
+            if not low <= value <= high:
+                raise invalid(f"group.consumer.{what}.ms", value,
+                              f"Must be between group.consumer.min.{what}.ms ({low}) and "
+                              f"group.consumer.max.{what}.ms ({high})")
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise invalid("group.consumer.heartbeat.interval.ms", v["group.consumer.heartbeat.interval.ms"],
+                          "Must be less than group.consumer.session.timeout.ms "
+                          f"({v['group.consumer.session.timeout.ms']})")
+
     def _check(self) -> None:
         v = self._values
         if v["broker.id"] != -1 and "node.id" not in self._set:
@@ -436,6 +454,7 @@ class BrokerConfig(Mapping[str, Any]):
                 reason = tdef.validator.check(value)
                 if reason is not None and key is not None:
                     raise invalid(key, self._shown(key), reason)
+        self._check_consumer_groups()
         if v["log.cleaner.min.compaction.lag.ms"] > v["log.cleaner.max.compaction.lag.ms"]:
             raise invalid(
                 "log.cleaner.min.compaction.lag.ms",
