@@ -323,6 +323,33 @@ def test_confluent_kafka_members_share_leave_and_restart(tierlog, tmp_path):
     assert sorted((p, o) for _, p, o in more) == [(p, o) for p in range(4) for o in (15, 16)]
 
 
+def test_confluent_kafka_regex_subscription_follows_new_topics(tierlog):
+    """A SubscribedTopicRegex (RE2) subscription: matching topics only, and a topic created later that matches
+    is assigned at a later heartbeat."""
+    from confluent_kafka import Consumer
+
+    produce(tierlog.bootstrap, "cgp-rx-a", 2, 5, create=True)
+    produce(tierlog.bootstrap, "cgp-other", 1, 5, create=True)
+    c = Consumer({"bootstrap.servers": tierlog.bootstrap, "group.id": "cgp-rx-group", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})
+    c.subscribe(["^cgp-rx-.*"])
+    got: set = set()
+    try:
+        def read(n: int):
+            def check():
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    got.add((m.topic(), m.partition(), m.offset()))
+                return len(got) >= n or not_yet(len(got))
+            return check
+        wait_until(read(10), 30, what="the records of cgp-rx-a")
+        produce(tierlog.bootstrap, "cgp-rx-b", 1, 5, create=True)
+        wait_until(read(15), 30, what="the records of cgp-rx-b, created after the subscription")
+    finally:
+        c.close()
+    assert {t for t, _, _ in got} == {"cgp-rx-a", "cgp-rx-b"} and len(got) == 15
+
+
 def _describe(bootstrap: str, group: str) -> list:
     c = RawClient(bootstrap)
     try:
