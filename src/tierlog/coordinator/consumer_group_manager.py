@@ -422,7 +422,7 @@ class ConsumerGroupManager:
                   for info in subscribed.values()}
         inputs = [AssignmentMember(m.member_id, self._member_topic_ids(m, subscribed), m.rack_id,
                                    group.target.get(m.member_id, {}), m.instance_id)
-                  for m in members if m.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH or m.instance_id]
+                  for m in members]  # static members away (epoch -2) keep their share, as in Kafka
         result = ASSIGNORS[assignor](inputs, topics)
         for m in members:
             new = result.get(m.member_id, {})
