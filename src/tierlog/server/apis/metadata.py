@@ -10,6 +10,7 @@ from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.errors import (
     NO_ERROR,
+    InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
     RebootstrapRequiredError,
@@ -54,10 +55,14 @@ class MetadataApis:
         registry.register(ApiKey.METADATA, 0, 13, self.metadata)
 
     async def api_versions(self, ctx: RequestContext):
-        if ctx.api_version >= TARGET_CHECK_VERSION and self._other_target(ctx.request):
-            # KIP-1242: the client reached another cluster or node than it meant (an address reused); it goes
-            # back to its bootstrap servers. Kafka answers at the request's version with no API listed.
-            return build_api_versions_response(ctx.api_version, HandlerRegistry(), RebootstrapRequiredError.code)
+        if ctx.api_version >= TARGET_CHECK_VERSION:
+            req = ctx.request
+            if (req.cluster_id is None) != (req.node_id == -1):  # Kafka's isValid: both named or neither
+                return build_api_versions_response(ctx.api_version, HandlerRegistry(), InvalidRequestError.code)
+            if self._other_target(req):
+                # KIP-1242: the client reached another cluster or node than it meant (an address reused); it
+                # goes back to its bootstrap servers. Kafka answers at the request's version with no API listed.
+                return build_api_versions_response(ctx.api_version, HandlerRegistry(), RebootstrapRequiredError.code)
         response = build_api_versions_response(ctx.api_version, self.registry)
         keys = tuple(dataclasses.replace(k, min_version=min(k.min_version, ADVERTISED_PRODUCE_MIN_VERSION))
                      if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
