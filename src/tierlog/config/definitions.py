@@ -882,10 +882,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("transaction.max.timeout.ms", "int", 900000, AtLeast(1),
        doc="Largest transaction timeout a producer may ask for, in ms."),
     _b("transaction.version", "int", 2, Between(0, 2), since="tierlog",
-       doc="The finalized level of Kafka's transaction.version feature this broker advertises in ApiVersions "
-           "(supported 0-2). 2: KIP-890 part 2, clients run transaction version 2 (partition leaders add "
-           "partitions, every commit or abort bumps the producer epoch); 0 or 1: clients run version 1. "
-           "In a cluster every broker must have the same value (ZooKeeper mode has no UpdateFeatures)."),
+       doc="The level a new cluster finalizes Kafka's transaction.version feature at (supported 0-2); afterwards "
+           "kafka-features upgrade/downgrade (UpdateFeatures) changes the cluster's level, kept in the cluster "
+           "metadata, and this setting is not read again. 2: KIP-890 part 2, clients run transaction version 2 "
+           "(partition leaders add partitions, every commit or abort bumps the producer epoch); 0 or 1: clients "
+           "run version 1."),
     _b("transaction.partition.verification.enable", "boolean", True, dynamic=True,
        doc="KIP-890 part 1: a partition leader appends the first transactional batch of a producer's "
            "transaction only once the transaction coordinator confirms the partition is in it."),
