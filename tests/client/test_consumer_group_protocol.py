@@ -252,6 +252,44 @@ def test_static_member_rejoining_gets_its_partitions_back(group_broker):
     asyncio.run(main())
 
 
+def test_fenced_member_loses_its_partitions_and_rejoins(group_broker):
+    """A heartbeat with an epoch the broker never gave (as after a missed answer) is fenced:
+    FENCED_MEMBER_EPOCH, on_partitions_lost, a join at epoch 0 and the partitions back."""
+    topic = "kip848-fenced"
+
+    async def main():
+        await create(group_broker, topic, 2)
+        await produce(group_broker, topic, ["x0", "x1"], 2)
+        listener = Recorder()
+        async with consumer(group_broker, "kip848-fenced", enable_auto_commit=False) as c:
+            c.subscribe([topic], listener=listener)
+            got: list[str] = []
+
+            async def read(n: int):
+                for records in (await c.poll(timeout_ms=100)).values():
+                    got.extend(r.value for r in records)
+                return len(got) >= n
+            await wait_until_async(lambda: read(2), 30, interval=0, what="the records")
+            await c.commit()
+            epoch = c.group_metadata().generation_id
+
+            async def fenced():
+                if not any(what == "lost" for what, _ in listener.calls):
+                    c._coordinator.member_epoch = epoch + 1000  # until a heartbeat carries it
+                await c.poll(timeout_ms=50)
+                return listener.calls[-1][0] == "assigned" and any(what == "lost" for what, _ in listener.calls)
+            await wait_until_async(fenced, 30, interval=0, what="the member fenced and back")
+            assert ("lost", partitions(topic, 2)) in listener.calls
+            assert c.assignment() == partitions(topic, 2)
+            assert 0 < c.group_metadata().generation_id < epoch + 1000
+            await produce(group_broker, topic, ["y0", "y1"], 2)
+            await wait_until_async(lambda: read(4), 30, interval=0, what="records after the rejoin")
+            # lost partitions start again from the committed offsets (nothing is committed for them on loss)
+            assert sorted(got) == ["x0", "x1", "y0", "y1"]
+
+    asyncio.run(main())
+
+
 def test_regex_subscription_picks_up_a_topic_created_later(group_broker):
     async def main():
         await create(group_broker, "kip848-rx-first", 2)

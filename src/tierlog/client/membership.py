@@ -292,8 +292,9 @@ class ConsumerMembershipManager(ConsumerCoordinator):
         cls = errors.error_for_code(code)
         text = message or cls.name
         if code in _COORDINATOR_ERRORS:
+            # find it again; backing off, as a coordinator still loading the group answers so for a while
             self.mark_coordinator_unknown(cls.name)
-            return True  # straight to the next coordinator, no back-off
+            return False
         if code in _RETRIABLE_HB:
             log.info("Group %s: heartbeat answered %s; retrying", self.group_id, cls.name)
             return False
