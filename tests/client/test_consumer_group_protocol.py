@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import re
 import time
+import uuid
 
 import pytest
 
@@ -113,6 +114,92 @@ def test_settings_of_the_other_protocol_are_refused_as_kafka_does():
     # without a group.id there is no group to speak of: accepted, as Kafka does
     Consumer(bootstrap_servers="127.0.0.1:1", group_protocol="consumer", session_timeout_ms=10000)
     Consumer(bootstrap_servers="127.0.0.1:1", group_id="g", group_protocol="consumer", group_remote_assignor="range")
+
+
+def test_heartbeats_carry_only_changes_and_errors_make_them_full_again():
+    """Against a scripted endpoint: the join carries every field, the acknowledgement only the owned
+    partitions, a regular heartbeat nothing but the ids, the one after an error (here
+    COORDINATOR_LOAD_IN_PROGRESS) every field again; FENCED_MEMBER_EPOCH loses the partitions and
+    the rejoin is full again at epoch 0; a commit carries the member id and epoch, STALE_MEMBER_EPOCH
+    fails it with CommitFailedError; close leaves with epoch -1."""
+    from tests.client.fakebroker import FakeBroker
+    from tierlog.client.errors import CommitFailedError
+    from tierlog.client.fetcher import SubscriptionState
+    from tierlog.client.membership import ConsumerMembershipManager
+    from tierlog.client.network import KafkaClient
+    from tierlog.config.client import validate_client_config
+    from tierlog.protocol import ApiKey
+
+    topic_id = uuid.UUID(int=0x848)
+    assignment = {"topic_partitions": [{"topic_id": topic_id, "partitions": [0, 1]}]}
+
+    def beat(epoch: int, **extra) -> dict:
+        return {"member_epoch": epoch, "heartbeat_interval_ms": 20, **extra}
+
+    async def main():
+        async with FakeBroker() as fake:
+            fake.api_versions.update({ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.OFFSET_COMMIT: (0, 9)})
+            fake.topics = [{"name": "t", "topic_id": topic_id, "partitions": [
+                {"partition_index": p, "leader_id": 1, "replica_nodes": [1], "isr_nodes": [1]} for p in (0, 1)]}]
+            fake.answers[ApiKey.FIND_COORDINATOR] = [{"node_id": 1, "host": "127.0.0.1", "port": fake.port}] * 2
+            fake.answers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = [
+                beat(5, assignment=assignment), beat(5), beat(5),
+                {"error_code": errors.CoordinatorLoadInProgressError.code}, beat(5),
+                {"error_code": errors.FencedMemberEpochError.code},
+                beat(7, assignment=assignment), beat(7)] + [beat(7)] * 200
+            fake.answers[ApiKey.OFFSET_COMMIT] = [{"topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "error_code": errors.StaleMemberEpochError.code}]}]}]
+            config = validate_client_config("consumer", {
+                "bootstrap.servers": fake.address, "group.id": "g", "group.protocol": "consumer",
+                "enable.auto.commit": False, "retry.backoff.ms": 10})
+            client = KafkaClient(config, "consumer")
+            client.start()
+            subs = SubscriptionState("earliest")
+            listener = Recorder()
+            subs.subscribe(["t"], listener)
+            client.add_topics(["t"])
+            member = ConsumerMembershipManager(client, subs, config, asyncio.Event())
+            try:
+                async def polled_until(what: str, predicate):
+                    async def step():
+                        await member.poll(asyncio.get_running_loop().time() + 0.05)
+                        return predicate()
+                    await wait_until_async(step, 30, interval=0.01, what=what)
+
+                heartbeats = lambda: [b for b in fake.bodies if hasattr(b, "member_epoch")]  # noqa: E731
+                await polled_until("the assignment", lambda: set(subs.assignment) == partitions("t", 2))
+                await polled_until("the fencing and the rejoin", lambda: len(heartbeats()) >= 8
+                                   and ("lost", partitions("t", 2)) in listener.calls
+                                   and set(subs.assignment) == partitions("t", 2))
+                join, ack, regular, errored, full, fenced, rejoin, ack2 = heartbeats()[:8]
+                assert (join.member_epoch, join.subscribed_topic_names, join.topic_partitions) == (0, ("t",), ())
+                assert join.rebalance_timeout.total_seconds() == 300 and join.member_id
+                assert ack.member_epoch == 5 and ack.subscribed_topic_names is None
+                assert [(tp.topic_id, tuple(tp.partitions)) for tp in ack.topic_partitions] == [(topic_id, (0, 1))]
+                assert (regular.member_epoch, regular.subscribed_topic_names, regular.topic_partitions,
+                        regular.rebalance_timeout.total_seconds()) == (5, None, None, -0.001)
+                assert errored.member_epoch == 5 and errored.subscribed_topic_names is None
+                # after an error every field again, at the same epoch
+                assert (full.member_epoch, full.subscribed_topic_names, len(full.topic_partitions)) == (5, ("t",), 1)
+                assert fenced.member_epoch == 5 and fenced.topic_partitions is None
+                assert (rejoin.member_epoch, rejoin.subscribed_topic_names, rejoin.topic_partitions) == (0, ("t",), ())
+                assert rejoin.member_id == join.member_id  # the id is kept for the consumer's life
+                assert ack2.member_epoch == 7 and len(ack2.topic_partitions) == 1
+                assert [c[0] for c in listener.calls] == ["assigned", "lost", "assigned"]
+
+                subs.assignment[TopicPartition("t", 0)].seek(3)
+                with pytest.raises(CommitFailedError, match="stale member epoch"):
+                    await member.commit_offsets(subs.all_consumed(), asyncio.get_running_loop().time() + 10)
+                commit = next(b for b in fake.bodies if hasattr(b, "generation_id_or_member_epoch"))
+                assert (commit.generation_id_or_member_epoch, commit.member_id) == (7, join.member_id)
+
+                await member.close(asyncio.get_running_loop().time() + 10)
+                assert heartbeats()[-1].member_epoch == -1
+            finally:
+                await member.close(asyncio.get_running_loop().time() + 1)
+                await client.close()
+
+    asyncio.run(main())
 
 
 # ------------------------------------------------------------------------------------------ live broker
