@@ -210,9 +210,13 @@ class ConsumerMembershipManager(ConsumerCoordinator):
                                    MemberState.LEAVING):
                     await self._sleep_hb(1.0)
                     continue
-                if self.coordinator is None and not await self.ensure_coordinator_ready(
-                        now + self.request_timeout_ms / 1000):
-                    continue
+                if self.coordinator is None:
+                    try:
+                        if not await self.ensure_coordinator_ready(now + self.request_timeout_ms / 1000):
+                            continue
+                    except errors.KafkaError as exc:  # e.g. GROUP_AUTHORIZATION_FAILED: poll raises it
+                        self._fail(exc)
+                        continue
                 if (self.in_group and not self.polling
                         and now - self._last_poll > self.rebalance_timeout_ms / 1000):
                     log.warning(
@@ -251,7 +255,8 @@ class ConsumerMembershipManager(ConsumerCoordinator):
             log.debug("Group %s: heartbeat failed: %r", self.group_id, exc)
             if isinstance(exc, errors.UnsupportedVersionError):
                 self._fail(errors.UnsupportedVersionError(
-                    f"The broker does not support ConsumerGroupHeartbeat v1+ (group.protocol=consumer): {exc}"))
+                    "The cluster does not support the consumer group protocol (KIP-848, ConsumerGroupHeartbeat v1): "
+                    f"use group.protocol=classic until the brokers are upgraded ({exc.message})"))
             return False
         if fence_count != self._fence_count or self.mstate in (MemberState.LEAVING, MemberState.FATAL):
             return True  # the membership changed while the request was out
