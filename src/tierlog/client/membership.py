@@ -11,10 +11,11 @@ ConsumerHeartbeatRequestManager run it.
   callbacks on the application thread): revoked partitions are committed (``enable.auto.commit``),
   handed to ``on_partitions_revoked`` and dropped, new ones added and handed to
   ``on_partitions_assigned``; the next heartbeat acknowledges the new owned set.
-- FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: the partitions are lost (``on_partitions_lost``) and the
-  member joins again at epoch 0. NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE: the coordinator is
-  looked up again. Other errors (UNSUPPORTED_ASSIGNOR, GROUP_AUTHORIZATION_FAILED,
-  UNRELEASED_INSTANCE_ID, INVALID_REGULAR_EXPRESSION...) are fatal and raised by the next ``poll``.
+- FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: at the next ``poll`` the partitions are lost
+  (``on_partitions_lost``) and the member joins again at epoch 0. NOT_COORDINATOR /
+  COORDINATOR_NOT_AVAILABLE: the coordinator is looked up again. Other errors (UNSUPPORTED_ASSIGNOR,
+  GROUP_AUTHORIZATION_FAILED, UNRELEASED_INSTANCE_ID, INVALID_REGULAR_EXPRESSION...) are fatal and
+  raised by the next ``poll``.
 - Leaving: epoch -1, or -2 for a static member (``group.instance.id``), which the broker keeps in
   the group for the session timeout so that a restart with the same instance id gets the same
   partitions back.
@@ -150,7 +151,11 @@ class ConsumerMembershipManager(ConsumerCoordinator):
             exc, self._fatal = self._fatal, None
             raise exc
         if self.subs.auto_assigned:
-            if self.mstate in (MemberState.UNSUBSCRIBED, MemberState.STALE):
+            if self.mstate in (MemberState.FENCED, MemberState.STALE):
+                # the group moved on without this member: its partitions may be elsewhere already
+                await self._drop_partitions("on_partitions_lost")
+                self._transition_to_joining()
+            elif self.mstate == MemberState.UNSUBSCRIBED:
                 self._transition_to_joining()
             self._ensure_heartbeat_task()
             if self._target is not None and (self._reconcile_task is None or self._reconcile_task.done()):
@@ -207,7 +212,7 @@ class ConsumerMembershipManager(ConsumerCoordinator):
             try:
                 now = _now()
                 if self.mstate in (MemberState.UNSUBSCRIBED, MemberState.STALE, MemberState.FATAL,
-                                   MemberState.LEAVING):
+                                   MemberState.LEAVING, MemberState.FENCED):  # the next poll moves on
                     await self._sleep_hb(1.0)
                     continue
                 if self.coordinator is None:
@@ -223,9 +228,8 @@ class ConsumerMembershipManager(ConsumerCoordinator):
                         "Group %s: consumer poll timeout has expired: the time between poll() calls exceeded "
                         "max.poll.interval.ms (%s ms); leaving the group. Process records faster, lower "
                         "max.poll.records or raise max.poll.interval.ms.", self.group_id, self.rebalance_timeout_ms)
-                    await self._drop_partitions("on_partitions_lost")
                     await self._send_leave()
-                    self.mstate = MemberState.STALE
+                    self.mstate = MemberState.STALE  # the next poll gives the partitions up and joins again
                     continue
                 if not self._heartbeat_due(now):
                     await self._sleep_hb(self._next_hb - now if self.in_group else 1.0)
@@ -310,9 +314,11 @@ class ConsumerMembershipManager(ConsumerCoordinator):
                 self._fence_count += 1
                 if self._reconcile_task is not None and not self._reconcile_task.done():
                     self._reconcile_task.cancel()
+                self._target = None
+                # the next poll calls on_partitions_lost and joins again at epoch 0, as Java's
+                # polling thread does
                 self.mstate = MemberState.FENCED
-                await self._drop_partitions("on_partitions_lost")
-                self._transition_to_joining()
+                self.wakeup.set()
             return True
         if code == errors.TopicAuthorizationFailedError.code:
             self.wakeup.set()
