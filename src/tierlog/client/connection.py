@@ -44,11 +44,13 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (1, 13),
-    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: the member epoch of a KIP-848 member (classic members ask for v8)
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 3),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
+    # KIP-848; v1 (KIP-1082) has the member id made by the client and SubscribedTopicRegex
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.API_VERSIONS: (0, 5),

@@ -1265,7 +1265,10 @@ _CLIENT: tuple[ConfigDef, ...] = (
        Custom("non-empty, [a-zA-Z0-9._-], at most 249 characters", _check_group_instance_id), roles=_C,
        doc="Static membership id of this consumer (KIP-345)."),
     _c("group.protocol", "string", "classic", InSet(("classic", "consumer"), case_insensitive=True), roles=_C,
-       doc="Group protocol: classic, or consumer (KIP-848)."),
+       doc="Group protocol: classic (JoinGroup/SyncGroup), or consumer (KIP-848's ConsumerGroupHeartbeat)."),
+    _c("group.remote.assignor", "string", None, roles=_C,
+       doc="With group.protocol=consumer: the broker's assignor for the group (e.g. uniform, range); "
+           "none: the broker's default."),
     _c("auto.offset.reset", "string", "latest",
        Custom("[latest, earliest, none, by_duration:<duration>]", _check_auto_offset_reset), roles=_C,
        doc="Where to start without a committed offset: latest, earliest, none (fail) or "
