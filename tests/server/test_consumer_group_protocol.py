@@ -430,3 +430,28 @@ def test_java_consumer_reads_every_record_across_a_restart(tierlog, kafka44):
     produce(tierlog.bootstrap, "cgp-java", 2, 2, start=10)
     # --from-beginning applies only without committed offsets: the group's are found after the restart.
     assert _console_consumer(tierlog.bootstrap, 4) == ["0-10", "0-11", "1-10", "1-11"]
+
+
+def test_group_version_below_1_turns_the_protocol_off(tierlog):
+    """``kafka-features downgrade --feature group.version=0`` (UpdateFeatures): ConsumerGroupHeartbeat answers
+    UNSUPPORTED_VERSION, as Kafka's; upgrading to 1 again turns it back on."""
+    c = RawClient(tierlog.bootstrap)
+    try:
+        def set_level(level: int, upgrade_type: int) -> None:
+            r = c.request(ApiKey.UPDATE_FEATURES, 1, {"timeout": 30000, "validate_only": False, "feature_updates": [
+                {"feature": "group.version", "max_version_level": level, "upgrade_type": upgrade_type}]})
+            assert r.error_code.value == 0, r
+
+        def join() -> int:
+            return c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+                "group_id": "cgp-gv", "member_id": "gv-member", "member_epoch": 0, "rebalance_timeout": 30000,
+                "subscribed_topic_names": [TOPIC], "topic_partitions": []}).error_code.value
+
+        set_level(0, 2)  # safe downgrade
+        try:
+            assert join() == 35  # UNSUPPORTED_VERSION
+        finally:
+            set_level(1, 1)
+        assert join() == 0
+    finally:
+        c.close()

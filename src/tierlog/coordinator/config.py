@@ -63,6 +63,5 @@ class CoordinatorConfig:
 
     def consumer_protocol_enabled(self) -> bool:
         """Whether consumer groups (KIP-848) are served: ``group.coordinator.rebalance.protocols`` names
-        'consumer'. Kafka also needs the finalized feature ``group.version`` >= 1; the features work of
-        UpdateFeatures is to add that check here."""
+        'consumer' (the handlers also need the finalized ``group.version`` >= 1: server/apis/consumer_groups.py)."""
         return "consumer" in self.rebalance_protocols

@@ -1,9 +1,10 @@
 """The consumer group protocol's APIs (KIP-848): ConsumerGroupHeartbeat (v0-1) and ConsumerGroupDescribe (v0-1).
 
 Served, and so advertised by ApiVersions, when ``group.coordinator.rebalance.protocols`` names ``consumer``
-(the default, as Kafka 4.x; :meth:`~tierlog.coordinator.config.CoordinatorConfig.consumer_protocol_enabled`
-is the one check, where the finalized ``group.version`` feature is to be added). The handlers translate kio
-messages for :class:`~tierlog.coordinator.GroupCoordinator`, which does the work.
+(the default, as Kafka 4.x; :meth:`~tierlog.coordinator.config.CoordinatorConfig.consumer_protocol_enabled`);
+answered UNSUPPORTED_VERSION while the finalized ``group.version`` is below 1 (``kafka-features downgrade``),
+as Kafka's ``isConsumerGroupProtocolEnabled``. The handlers translate kio messages for
+:class:`~tierlog.coordinator.GroupCoordinator`, which does the work.
 
 Authorization as Kafka's ``KafkaApis``: ConsumerGroupHeartbeat needs READ on the group (and, when subscribing
 by names, DESCRIBE on each topic named: TOPIC_AUTHORIZATION_FAILED otherwise); ConsumerGroupDescribe needs
@@ -18,12 +19,14 @@ from typing import Any
 
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
+from tierlog.cluster.features import GROUP_VERSION
 from tierlog.coordinator import GroupCoordinator
 from tierlog.coordinator.consumer_group_manager import TopicInfo
 from tierlog.errors import (
     NO_ERROR,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 from tierlog.protocol import ApiKey, RequestContext, RequestTiming, build_response
 from tierlog.server.apis.authorization import ALLOW_ALL, ApiAuthorization
@@ -81,8 +84,17 @@ class ConsumerGroupApis:
         self.coordinator.ensure_loaded()
         return self.coordinator
 
+    def _enabled(self) -> bool:
+        """Kafka's ``isConsumerGroupProtocolEnabled``: the handlers are registered by
+        ``group.coordinator.rebalance.protocols``, and the finalized ``group.version`` must be at least 1."""
+        return self.controller.finalized_level(GROUP_VERSION) >= 1
+
     async def consumer_group_heartbeat(self, ctx: RequestContext):
         req = ctx.request
+        if not self._enabled():
+            return build_response(ctx, {"error_code": UnsupportedVersionError.code, "member_epoch": 0,
+                                        "error_message": "The new consumer group protocol is not enabled "
+                                                         "(group.version < 1)."})
         if not self.authorization.allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
             return build_response(ctx, {"error_code": GroupAuthorizationFailedError.code,
                                         "member_epoch": req.member_epoch})
@@ -120,6 +132,10 @@ class ConsumerGroupApis:
 
     async def consumer_group_describe(self, ctx: RequestContext):
         req = ctx.request
+        if not self._enabled():
+            return build_response(ctx, {"groups": [{"group_id": g, "error_code": UnsupportedVersionError.code,
+                                                    "authorized_operations": _OPERATIONS_OMITTED}
+                                                   for g in req.group_ids]})
         allowed = [g for g in req.group_ids
                    if self.authorization.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         groups: list[dict[str, Any]] = self._ready().consumer_group_describe(allowed)
