@@ -1,8 +1,7 @@
 """tierlog's consumer with ``group.protocol=consumer`` (KIP-848) against a broker that runs it.
 
-The broker is Apache Kafka 4.4.0 (one JVM for the module); the ``tierlog`` variant of the
-``group_broker`` fixture runs the same tests against tierlog's broker and is skipped until tierlog's
-broker side of KIP-848 (issue 39 item 1) lands: then drop the skip mark on ``TIERLOG``.
+The broker is Apache Kafka 4.4.0 (one JVM for the module), then tierlog's broker: the ``group_broker``
+fixture runs the same tests against both.
 The broker's heartbeat interval is 500 ms and it assigns at once (group.consumer.assignment.interval.ms=0),
 so membership changes take a heartbeat or two.
 """
@@ -33,11 +32,7 @@ BROKER_SETTINGS = {
     "group.consumer.regex.refresh.interval.ms": "10000",
 }
 
-TIERLOG = pytest.param("tierlog", marks=pytest.mark.skip(
-    reason="tierlog's broker does not speak ConsumerGroupHeartbeat yet (issue 39 item 1, broker side)"))
-
-
-@pytest.fixture(scope="module", params=["kafka", TIERLOG])
+@pytest.fixture(scope="module", params=["kafka", "tierlog"])
 def group_broker(request, tmp_path_factory):
     """The bootstrap address of a broker that runs KIP-848 groups."""
     if request.param == "kafka":
