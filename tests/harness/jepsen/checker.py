@@ -50,15 +50,20 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120)
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
     # not wait_until: one time budget for every step of the read (ReadIncomplete, not a failure, when it runs out)
     deadline = time.monotonic() + timeout
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jepsen-reader-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", "socket.connection.setup.timeout.ms": 5000})
+    settings = {"bootstrap.servers": bootstrap, "group.id": f"jepsen-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False, "enable.partition.eof": True,
+                "auto.offset.reset": "earliest", "socket.connection.setup.timeout.ms": 5000}
+    consumer = Consumer(settings)
+    # The end of each partition is its high watermark, asked read_uncommitted: a read_committed consumer's
+    # watermark query answers the last stable offset, which stops short of a transaction whose markers are
+    # still being written (its records would be missed, not waited for).
+    ends = Consumer({**settings, "isolation.level": "read_uncommitted"})
     try:
         highs: dict[int, int] = {}
         for p in range(partitions):
             while p not in highs:
                 try:
-                    highs[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                    highs[p] = ends.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
                 except KafkaException:
                     if time.monotonic() > deadline:
                         raise ReadIncomplete(f"no high watermark for partition {p} within {timeout} s") from None
@@ -83,6 +88,7 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120)
         return records, highs
     finally:
         consumer.close()
+        ends.close()
 
 
 def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], timeout: float = 60
