@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -24,7 +23,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   release-first N as read, but the first delivery of rec-0 is released (it comes back with delivery count 2)
  *   release-always N LIMIT  as read, rec-0 is always released; once delivered LIMIT times a "tail" record is
  *                   produced and read (rec-0 must not come back before it)
- *   split N         two consumers in one group read rec-0..rec-N-1 together
+ *   split N         two consumers in one group (record-limit acquisition, 2 a poll) read rec-0..rec-N-1 together
  *   accept-some N K warm up, produce N records, accept the first K read and close (the rest go back)
  *   consume N       no warm-up, no produce: accept until N rec-* records were read
  *
@@ -35,6 +34,10 @@ public class ShareConsumerPeer {
     static String bootstrap, topic, group;
 
     static KafkaShareConsumer<String, String> consumer(int maxPoll) {
+        return consumer(maxPoll, false);
+    }
+
+    static KafkaShareConsumer<String, String> consumer(int maxPoll, boolean recordLimit) {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("group.id", group);
@@ -43,6 +46,9 @@ public class ShareConsumerPeer {
         p.put("share.acknowledgement.mode", "explicit");
         if (maxPoll > 0) {
             p.put("max.poll.records", Integer.toString(maxPoll));
+        }
+        if (recordLimit) {
+            p.put("share.acquire.mode", "record_limit");
         }
         KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(p);
         c.subscribe(Collections.singletonList(topic));
@@ -155,16 +161,17 @@ public class ShareConsumerPeer {
 
     static void split(int n, long deadline) throws Exception {
         Set<String> accepted = ConcurrentHashMap.newKeySet();
-        AtomicBoolean ready = new AtomicBoolean();
+        java.util.concurrent.CountDownLatch polled = new java.util.concurrent.CountDownLatch(2);
         List<Thread> threads = new ArrayList<>();
         List<Throwable> failures = Collections.synchronizedList(new ArrayList<>());
-        KafkaShareConsumer<String, String> first = consumer(2);
+        KafkaShareConsumer<String, String> first = consumer(2, true);
         try (KafkaProducer<String, String> prod = producer()) {
             warmUp(first, prod);
             for (int who = 0; who < 2; who++) {
                 final int me = who;
                 Thread t = new Thread(() -> {
-                    try (KafkaShareConsumer<String, String> c = me == 0 ? first : consumer(2)) {
+                    try (KafkaShareConsumer<String, String> c = me == 0 ? first : consumer(2, true)) {
+                        int polls = 0;
                         while (accepted.size() < n && System.currentTimeMillis() < deadline) {
                             for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
                                 c.acknowledge(r, AcknowledgeType.ACCEPT);
@@ -174,6 +181,9 @@ public class ShareConsumerPeer {
                                 }
                             }
                             c.commitSync();
+                            if (++polls == 3) {
+                                polled.countDown();
+                            }
                         }
                     } catch (Throwable e) {
                         failures.add(e);
@@ -182,7 +192,10 @@ public class ShareConsumerPeer {
                 threads.add(t);
                 t.start();
             }
-            produce(prod, n, "rec-");
+            polled.await();  // both consumers joined and fetching: records are shared between them
+            for (int i = 0; i < n; i++) {
+                prod.send(new ProducerRecord<>(topic, "rec-" + i)).get();  // one batch each
+            }
             for (Thread t : threads) {
                 t.join();
             }
