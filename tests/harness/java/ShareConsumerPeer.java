@@ -125,7 +125,7 @@ public class ShareConsumerPeer {
                         continue;
                     }
                     print(0, r);
-                    if (r.value().equals("tail")) {
+                    if (r.value().startsWith("tail")) {
                         tailSeen = true;
                         c.acknowledge(r, AcknowledgeType.ACCEPT);
                     } else if (mode.equals("release-first") && r.value().equals("rec-0") && !released) {
