@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest

@@ -143,7 +143,8 @@ class ShareGroupCoordinator:
                              if name in topics))
         if shape != group.subscribed_topics:  # a topic created, deleted or given partitions
             group.subscribed_topics = shape
-            group.group_epoch += 1
+            if group.assignment_epoch == group.group_epoch:  # one bump per change, as a join already made one
+                group.group_epoch += 1
         if group.assignment_epoch != group.group_epoch:
             group.target = simple_assign(list(group.members.values()), topics)
             group.assignment_epoch = group.group_epoch

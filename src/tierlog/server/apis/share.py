@@ -226,8 +226,7 @@ class ShareApis:
         record_limit = getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT
         max_bytes = min(req.max_bytes, self.controller.effective_config["fetch.max.bytes"])
         results = await self._fetch(ctx, group_id, member_id, list(session.partitions), max_records, record_limit,
-                                    max_bytes, max(req.max_wait.total_seconds(), 0)
-                                    if hasattr(req.max_wait, "total_seconds") else req.max_wait / 1000)
+                                    max_bytes, max(req.max_wait.total_seconds(), 0))
         entries = []
         node_endpoints: dict[int, dict] = {}
         for key, data in results.items():
@@ -320,14 +319,14 @@ class ShareApis:
             batches, ends = [], []
             for pos, h in iter_batches(memoryview(data)):
                 batches.append((h.base_offset, h.last_offset))
-                ends.append(pos + h.size if hasattr(h, "size") else None)
+                ends.append(pos + h.size)
             acquired = sp.acquire(member_id, batches, left_records, record_limit)
             if not acquired:
                 continue
             last = acquired[-1].last_offset
             # Send the batches up to the one holding the last acquired record, not what was read past it
-            for (base, last_off), end in zip(batches, ends):
-                if last_off >= last and end is not None:
+            for (_base, last_off), end in zip(batches, ends):
+                if last_off >= last:
                     data = data[:end]
                     break
             left_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
