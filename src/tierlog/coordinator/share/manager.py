@@ -69,8 +69,10 @@ class SharePartitionManager:
         if self.store is None or self._persisted.get(key) == sp.version:
             return
         now = int(time.time() * 1000)
+        batches = sp.snapshot_batches()
+        complete = sum(b.last_offset - b.first_offset + 1 for b in batches if b.delivery_state in (2, 4))
         self.store.write(key, ShareSnapshot(sp.version, sp.state_epoch, leader_epoch, sp.start_offset, sp.created_ms,
-                                            now, sp.snapshot_batches(), sp.delivery_complete_count()))
+                                            now, batches, complete))
         self._persisted[key] = sp.version
 
     def release_member(self, group_id: str, member_id: str) -> None:

@@ -72,6 +72,8 @@ class SharePartition:
         self.start_offset = -1  # -1 until initialized (loaded state or share.auto.offset.reset)
         self.end_offset = -1
         self.in_flight: dict[int, InFlight] = {}
+        self._available: set[int] = set()  # the in-flight offsets in state AVAILABLE
+        self._next_expiry = float("inf")  # no acquisition lock expires before this (monotonic seconds)
         self.state_epoch = 0
         self.version = 0  # bumped at each change of the persisted state
         self.created_ms = int(time.time() * 1000)
@@ -87,6 +89,8 @@ class SharePartition:
             state = RecordState(b.delivery_state) if b.delivery_state in (0, 2, 4) else RecordState.AVAILABLE
             for off in range(max(b.first_offset, start_offset), b.last_offset + 1):
                 self.in_flight[off] = InFlight(state, b.delivery_count)
+                if state is RecordState.AVAILABLE:
+                    self._available.add(off)
             self.end_offset = max(self.end_offset, b.last_offset + 1)
         self._advance_start()
 
@@ -95,14 +99,10 @@ class SharePartition:
     def next_fetch_offset(self) -> int:
         """Where a fetch reads from: the first AVAILABLE in-flight record, else the end offset."""
         self.expire_locks()
-        for off in sorted(self.in_flight):
-            if self.in_flight[off].state is RecordState.AVAILABLE:
-                return off
-        return self.end_offset
+        return min(self._available) if self._available else self.end_offset
 
     def can_acquire(self) -> bool:
-        return (self.end_offset - self.start_offset < self.max_record_locks
-                or any(r.state is RecordState.AVAILABLE for r in self.in_flight.values()))
+        return self.end_offset - self.start_offset < self.max_record_locks or bool(self._available)
 
     def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int,
                 record_limit: bool) -> list[AcquiredRange]:
@@ -119,9 +119,10 @@ class SharePartition:
                 if record_limit and len(taken) >= max_records:
                     break
                 if off < self.end_offset:
-                    rec = self.in_flight.get(off)
-                    if rec is None or rec.state is not RecordState.AVAILABLE:
+                    if off not in self._available:
                         continue
+                    self._available.discard(off)
+                    rec = self.in_flight[off]
                 else:
                     if off - self.start_offset >= self.max_record_locks:
                         break
@@ -132,6 +133,7 @@ class SharePartition:
                 taken.append((off, rec.delivery_count))
         if taken:
             self.version += 1
+            self._next_expiry = min(self._next_expiry, deadline)
         return _ranges(taken)
 
     # ------------------------------------------------------------------ acknowledgement
@@ -156,7 +158,7 @@ class SharePartition:
             if kind == AcknowledgeType.ACCEPT:
                 rec.state = RecordState.ACKNOWLEDGED
             elif kind == AcknowledgeType.RELEASE:
-                self._release(rec)
+                self._release(rec, off)
             elif kind == AcknowledgeType.RENEW:
                 rec.lock_deadline = deadline
                 continue
@@ -170,9 +172,9 @@ class SharePartition:
     def release_member(self, member_id: str) -> int:
         """A member left or its share session closed: its acquired records become available again."""
         n = 0
-        for rec in self.in_flight.values():
+        for off, rec in self.in_flight.items():
             if rec.state is RecordState.ACQUIRED and rec.member_id == member_id:
-                self._release(rec)
+                self._release(rec, off)
                 n += 1
         if n:
             self.version += 1
@@ -181,24 +183,34 @@ class SharePartition:
 
     def expire_locks(self) -> int:
         now = self.clock()
+        if now < self._next_expiry:
+            return 0
         n = 0
-        for rec in self.in_flight.values():
-            if rec.state is RecordState.ACQUIRED and rec.lock_deadline <= now:
-                self._release(rec)
-                n += 1
+        self._next_expiry = float("inf")
+        for off, rec in self.in_flight.items():
+            if rec.state is RecordState.ACQUIRED:
+                if rec.lock_deadline <= now:
+                    self._release(rec, off)
+                    n += 1
+                elif rec.lock_deadline < self._next_expiry:
+                    self._next_expiry = rec.lock_deadline
         if n:
             self.version += 1
             self._advance_start()
         return n
 
-    def next_lock_deadline(self) -> float | None:
-        deadlines = [r.lock_deadline for r in self.in_flight.values() if r.state is RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+    @property
+    def next_expiry(self) -> float:
+        """No acquisition lock expires before this (monotonic seconds; inf: none held)."""
+        return self._next_expiry
 
-    def _release(self, rec: InFlight) -> None:
+    def _release(self, rec: InFlight, offset: int) -> None:
         rec.member_id = ""
-        rec.state = (RecordState.ARCHIVED if rec.delivery_count >= self.delivery_count_limit
-                     else RecordState.AVAILABLE)
+        if rec.delivery_count >= self.delivery_count_limit:
+            rec.state = RecordState.ARCHIVED
+        else:
+            rec.state = RecordState.AVAILABLE
+            self._available.add(offset)
 
     def _advance_start(self) -> None:
         off = self.start_offset
@@ -207,6 +219,7 @@ class SharePartition:
             if rec is not None and rec.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
                 break
             self.in_flight.pop(off, None)
+            self._available.discard(off)
             off += 1
         self.start_offset = off
 
@@ -215,6 +228,7 @@ class SharePartition:
         if self.start_offset < log_start_offset:
             for off in [o for o in self.in_flight if o < log_start_offset]:
                 del self.in_flight[off]
+                self._available.discard(off)
             self.start_offset = log_start_offset
             self.end_offset = max(self.end_offset, log_start_offset)
             self.version += 1
@@ -224,21 +238,21 @@ class SharePartition:
     def snapshot_batches(self) -> list[StateBatch]:
         """In-flight records as Kafka's state batches; an acquired record is written AVAILABLE, so after a
         restart it is delivered again (its delivery count kept)."""
-        out: list[StateBatch] = []
-        for off in sorted(self.in_flight):
-            rec = self.in_flight[off]
-            state = RecordState.AVAILABLE if rec.state is RecordState.ACQUIRED else rec.state
-            if out and out[-1].last_offset == off - 1 and out[-1].delivery_state == state \
-                    and out[-1].delivery_count == rec.delivery_count:
-                prev = out[-1]
-                out[-1] = StateBatch(prev.first_offset, off, prev.delivery_state, prev.delivery_count)
+        runs: list[list[int]] = []  # [first, last, state, count]
+        acquired, available = RecordState.ACQUIRED, int(RecordState.AVAILABLE)
+        last = None
+        for off, rec in sorted(self.in_flight.items()):  # inserted in offset order but for reloads: sort
+            state = available if rec.state is acquired else int(rec.state)
+            if last is not None and last[1] == off - 1 and last[2] == state and last[3] == rec.delivery_count:
+                last[1] = off
             else:
-                out.append(StateBatch(off, off, int(state), rec.delivery_count))
-        return out
+                last = [off, off, state, rec.delivery_count]
+                runs.append(last)
+        return [StateBatch(*r) for r in runs]
 
     def delivery_complete_count(self) -> int:
-        return sum(1 for r in self.in_flight.values()
-                   if r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+        done = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        return sum(1 for r in self.in_flight.values() if r.state in done)
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRange]:

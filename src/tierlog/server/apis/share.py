@@ -26,6 +26,8 @@ The ``share.version`` feature gates every API here through one check, :func:`sha
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -52,9 +54,9 @@ from tierlog.server.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 RECORD_LIMIT = 1  # ShareAcquireMode: 0 batch-optimized, 1 record-limit
-#: How long a waiting ShareFetch sleeps between looks at records released by others or whose lock expired
-#: (appends wake it at once).
-RELEASE_POLL_S = 0.1
+#: The longest a waiting ShareFetch goes without looking again (appends, acknowledgements and releases wake it
+#: at once, an acquisition lock's expiry at its deadline).
+MAX_IDLE_S = 1.0
 
 
 def share_groups_enabled(controller: Controller) -> bool:
@@ -79,6 +81,9 @@ class ShareApis:
         self.controller = controller
         self.node_id = node_id
         self.authorizer = authorizer
+        # Set and replaced whenever records may have become acquirable (acknowledged, released): wakes waiting
+        # ShareFetch requests, whose acquisition may now pass max.record.locks or find released records.
+        self._changed = asyncio.Event()
         coordinator.on_member_removed.append(self._member_removed)
 
     @classmethod
@@ -116,6 +121,11 @@ class ShareApis:
     def _member_removed(self, group_id: str, member_id: str) -> None:
         self.sessions.close_member(group_id, member_id)
         self.manager.release_member(group_id, member_id)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def _allowed(self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
         return self.authorizer is None or self.authorizer.authorize(ctx.session, op, rtype, name)
@@ -168,6 +178,8 @@ class ShareApis:
                         break
                 out[key] = code
                 self._persist(sp, t.topic_id)
+        if out:
+            self._wake()
         return out
 
     def _persist(self, sp, topic_id: uuid.UUID) -> None:
@@ -209,6 +221,7 @@ class ShareApis:
         if epoch == FINAL_EPOCH:
             self.sessions.close(group_id, member_id)
             self.manager.release_member(group_id, member_id)
+            self._wake()
             responses = self._group_by_topic(
                 [((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items()])
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
@@ -264,13 +277,29 @@ class ShareApis:
                      max_records: int, record_limit: bool, max_bytes: int, max_wait_s: float) -> dict:
         deadline = time.monotonic() + max_wait_s
         while True:
+            changed = self._changed
             results, led = await self._acquire_round(ctx, group_id, member_id, partitions, max_records,
                                                      record_limit, max_bytes)
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0 or any(r.get("acquired_records") or r.get("error_code") for r in results.values()):
                 return results
-            # Nothing to deliver yet: wait for appends (or a while, for records released by other members)
-            await self.rm.wait_for_data(led, min(remaining, RELEASE_POLL_S), ctx.timing)
+            # Nothing to deliver yet: wait for an append, an acknowledgement or release, or a lock's expiry
+            expiry = min((sp.next_expiry for (g, _t, _p), sp in self.manager.partitions.items() if g == group_id),
+                         default=float("inf"))
+            timeout = min(remaining, MAX_IDLE_S, max(expiry - now, 0.001))
+            if changed.is_set():
+                continue
+            appended = asyncio.ensure_future(self.rm.wait_for_data(led, timeout, ctx.timing))
+            woken = asyncio.ensure_future(changed.wait())
+            try:
+                await asyncio.wait((appended, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (appended, woken):
+                    if not task.done():
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
 
     async def _acquire_round(self, ctx: RequestContext, group_id: str, member_id: str, partitions: list,
                              max_records: int, record_limit: bool, max_bytes: int) -> tuple[dict, list]:
@@ -360,6 +389,7 @@ class ShareApis:
         if epoch == FINAL_EPOCH:
             self.sessions.close(group_id, member_id)
             self.manager.release_member(group_id, member_id)
+            self._wake()
         else:
             self.sessions.advance(session)
         topics: dict[uuid.UUID, list[dict]] = {}
