@@ -89,6 +89,24 @@ def _reads_every_record(broker) -> None:
     assert len({d.offset for d in deliveries}) == 20
 
 
+def test_console_share_consumer_reads_20_of_20(tierlog_broker):
+    """kafka-console-share-consumer (Kafka 4.4) on a group a first consumer initialized at the log end."""
+    topic, group = unique("share-console"), unique("g")
+    share_peer(tierlog_broker.bootstrap, topic, group, "accept-some", 0, 0)
+
+    async def produce():
+        async with Producer(bootstrap_servers=tierlog_broker.bootstrap) as producer:
+            for i in range(20):
+                await producer.send(topic, f"line-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce())
+    out = kafka_peer_module.run_tool("org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server",
+                                     tierlog_broker.bootstrap, "--topic", topic, "--group", group,
+                                     "--max-messages", "20", "--timeout-ms", "60000", version=LATEST)
+    assert sorted(out.stdout.split()) == sorted(f"line-{i}" for i in range(20))
+
+
 def test_released_record_comes_back_until_the_delivery_limit_archives_it(tierlog_broker):
     """rec-0 is released at every delivery: counts 1..5 (group.share.delivery.count.limit), then it is archived,
     so a record produced afterwards is delivered and rec-0 never again."""
