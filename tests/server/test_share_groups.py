@@ -16,10 +16,11 @@ from tests.harness import ROOT
 from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
 from tests.harness.broker import BrokerProcess, running_broker
 from tests.harness.java_programs import java_program_command
-from tests.harness.rawclient import create_topic, unique
+from tests.harness.rawclient import create_topic, raw_client, unique
 from tests.harness.waiting import wait_until_async
 from tierlog.client.producer import Producer
 from tierlog.client.share_consumer import ShareConsumer
+from tierlog.protocol import ApiKey
 
 SOURCE = ROOT / "tests" / "harness" / "java" / "ShareConsumerPeer.java"
 LATEST = kafka_peer_module.LATEST_KAFKA_VERSION
@@ -89,22 +90,41 @@ def _reads_every_record(broker) -> None:
     assert len({d.offset for d in deliveries}) == 20
 
 
-def test_console_share_consumer_reads_20_of_20(tierlog_broker):
-    """kafka-console-share-consumer (Kafka 4.4) on a group a first consumer initialized at the log end."""
-    topic, group = unique("share-console"), unique("g")
-    share_peer(tierlog_broker.bootstrap, topic, group, "accept-some", 0, 0)
+def test_share_group_tools(tierlog_broker):
+    """Kafka 4.4's tools on a share group: kafka-share-groups resets a new group to the earliest offset,
+    kafka-console-share-consumer then reads the 20 records already there, --describe --offsets shows the start
+    offset past them (lag 0); DeleteShareGroupOffsets removes the group's state for the topic."""
+    bootstrap = tierlog_broker.bootstrap
+    topic, group = unique("share-tools"), unique("g")
+    create_topic(bootstrap, topic)
 
     async def produce():
-        async with Producer(bootstrap_servers=tierlog_broker.bootstrap) as producer:
+        async with Producer(bootstrap_servers=bootstrap) as producer:
             for i in range(20):
                 await producer.send(topic, f"line-{i}".encode())
             await producer.flush()
 
     asyncio.run(produce())
-    out = kafka_peer_module.run_tool("org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server",
-                                     tierlog_broker.bootstrap, "--topic", topic, "--group", group,
-                                     "--max-messages", "20", "--timeout-ms", "60000", version=LATEST)
+
+    def tool(main_class: str, *args: str):  # (ToolRunner cannot run Kafka 4.4's tools yet)
+        return kafka_peer_module.run_tool(main_class, *args, version=LATEST)
+
+    share_groups = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+    reset = tool(share_groups, "--bootstrap-server", bootstrap, "--group", group, "--reset-offsets",
+                 "--to-earliest", "--topic", topic, "--execute")
+    assert reset.stdout.split()[-4:] == [group, topic, "0", "0"]
+    out = tool("org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server", bootstrap,
+               "--topic", topic, "--group", group, "--max-messages", "20", "--timeout-ms", "60000")
     assert sorted(out.stdout.split()) == sorted(f"line-{i}" for i in range(20))
+    described = tool(share_groups, "--bootstrap-server", bootstrap, "--group", group, "--describe", "--offsets")
+    assert described.stdout.split()[-5:] == [group, topic, "0", "20", "0"]
+    with raw_client(bootstrap) as raw:  # kafka-share-groups --delete-offsets sends this request
+        deleted = raw.request(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": group,
+                                                                     "topics": [{"topic_name": topic}]})
+        assert (deleted.error_code, [(t.topic_name, t.error_code) for t in deleted.responses]) == (0, [(topic, 0)])
+        offsets = raw.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [
+            {"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]})
+        assert offsets.groups[0].topics[0].partitions[0].start_offset == -1  # no state: the group starts afresh
 
 
 def test_released_record_comes_back_until_the_delivery_limit_archives_it(tierlog_broker):

@@ -85,6 +85,32 @@ class SharePartitionManager:
             if sp.expire_locks():
                 self.persist(sp, topic_id)
 
+    def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (nothing in flight), a new
+        state epoch, written at once."""
+        key = (group_id, topic_id, partition)
+        old = self.partitions.pop(key, None)
+        state = self.store.read(key) if self.store is not None else None
+        epoch = max(old.state_epoch if old is not None else 0, state.state_epoch if state is not None else 0) + 1
+        cfg = self.config
+        sp = self.partitions[key] = SharePartition(
+            group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
+            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
+        sp.state_epoch = epoch
+        sp.initialize(start_offset)
+        sp.version = (old.version + 1) if old is not None else 1
+        self._persisted.pop(key, None)
+        self.persist(sp, topic_id)
+
+    def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
+        """DeleteShareGroupOffsets: the share-partitions' state is gone; the group starts them afresh."""
+        for p in partitions:
+            key = (group_id, topic_id, p)
+            self.partitions.pop(key, None)
+            self._persisted.pop(key, None)
+            if self.store is not None:
+                self.store.delete(key)
+
     def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
         """The share-partition start offset, from memory or the persisted state; None when never initialized."""
         sp = self.partitions.get((group_id, topic_id, partition))

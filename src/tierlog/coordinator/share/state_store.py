@@ -82,6 +82,21 @@ class ShareStateStore:
             raise KafkaStorageError(f"cannot append to {SHARE_STATE_TOPIC}-{partition}: {e}") from e
         states[key] = snapshot
 
+    def delete(self, key: StateKey) -> None:
+        """A tombstone for the share-partition's state (DeleteShareGroupOffsets)."""
+        if self.log.partition_count(SHARE_STATE_TOPIC) is None:
+            return
+        partition = self._partition_of(key)
+        states = self._partition(partition)
+        if key not in states:
+            return
+        batch = build_batch([(encode_key(*key, SNAPSHOT), None, [], int(time.time() * 1000))])
+        try:
+            self.log.append(SHARE_STATE_TOPIC, partition, batch)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot append to {SHARE_STATE_TOPIC}-{partition}: {e}") from e
+        del states[key]
+
     def _partition_of(self, key: StateKey) -> int:
         return partition_for(key[0], key[1], key[2], self.num_partitions())
 

@@ -1,5 +1,6 @@
 """Share group APIs (KIP-932): ShareGroupHeartbeat v1, ShareGroupDescribe v1, ShareFetch v1-2, ShareAcknowledge
-v1-2, DescribeShareGroupOffsets v0-1.
+v1-2, DescribeShareGroupOffsets v0-1, AlterShareGroupOffsets v0 and DeleteShareGroupOffsets v0 (refused with
+NON_EMPTY_GROUP while the group has members, as Kafka's).
 
 Membership is :class:`~tierlog.coordinator.share.ShareGroupCoordinator`'s (on the broker a client finds with
 FindCoordinator key type 0, as Kafka's share consumer does); each share-partition's delivery state is
@@ -112,6 +113,8 @@ class ShareApis:
         registry.register(ApiKey.SHARE_FETCH, 1, 2, self.share_fetch)
         registry.register(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, self.share_acknowledge)
         registry.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, self.describe_share_group_offsets)
+        registry.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, self.alter_share_group_offsets)
+        registry.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, self.delete_share_group_offsets)
 
     def tick(self) -> None:
         """Housekeeping: members whose session timed out leave, expired locks release their records."""
@@ -446,3 +449,69 @@ class ShareApis:
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": ErrorCode.none,
                            "error_message": None})
         return build_response(ctx, {"throttle_time_ms": 0, "groups": groups})
+
+    def _offsets_refusal(self, ctx: RequestContext, group_id: str, op: AclOperation) -> tuple[int, str] | None:
+        """Kafka's checks before a share group's offsets change: allowed, share groups on, no member."""
+        if not share_groups_enabled(self.controller):
+            return ErrorCode.unsupported_version, "Share groups are not enabled (share.version)."
+        if not self._allowed(ctx, op, ResourceType.GROUP, group_id):
+            return ErrorCode.group_authorization_failed, "Not authorized to alter the group."
+        group = self.coordinator.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.non_empty_group, "The group is not empty."
+        return None
+
+    async def alter_share_group_offsets(self, ctx: RequestContext):
+        req = ctx.request
+        image = self.controller.image
+        refused = self._offsets_refusal(ctx, req.group_id, AclOperation.READ)
+        topics = []
+        for t in req.topics:
+            known = image.topics.get(t.topic_name)
+            parts = []
+            for p in t.partitions:
+                code, message = (refused if refused else (ErrorCode.none, None))
+                if refused is None:
+                    if known is None or p.partition_index not in known.partitions:
+                        code, message = ErrorCode.unknown_topic_or_partition, "Unknown topic or partition."
+                    elif p.start_offset < 0:
+                        code, message = ErrorCode.invalid_request, "The start offset must not be negative."
+                    else:
+                        try:
+                            self.manager.alter(req.group_id, known.topic_id, t.topic_name, p.partition_index,
+                                               p.start_offset)
+                        except KafkaError as e:
+                            code, message = e.code, e.message
+                parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+            topics.append({"topic_name": t.topic_name, "topic_id": known.topic_id if known else uuid.UUID(int=0),
+                           "partitions": parts})
+        if refused is None:
+            self._wake()
+        code, message = refused if refused else (ErrorCode.none, None)
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
+                                    "responses": topics})
+
+    async def delete_share_group_offsets(self, ctx: RequestContext):
+        req = ctx.request
+        image = self.controller.image
+        refused = self._offsets_refusal(ctx, req.group_id, AclOperation.DELETE)
+        if refused is not None:
+            return build_response(ctx, {"throttle_time_ms": 0, "error_code": refused[0],
+                                        "error_message": refused[1], "responses": []})
+        topics = []
+        for t in req.topics:
+            known = image.topics.get(t.topic_name)
+            if known is None:
+                topics.append({"topic_name": t.topic_name, "topic_id": uuid.UUID(int=0),
+                               "error_code": ErrorCode.unknown_topic_or_partition,
+                               "error_message": "Unknown topic or partition."})
+                continue
+            code, message = ErrorCode.none, None
+            try:
+                self.manager.delete(req.group_id, known.topic_id, sorted(known.partitions))
+            except KafkaError as e:
+                code, message = e.code, e.message
+            topics.append({"topic_name": t.topic_name, "topic_id": known.topic_id, "error_code": code,
+                           "error_message": message})
+        return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none, "error_message": None,
+                                    "responses": topics})
