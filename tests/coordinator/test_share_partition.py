@@ -37,21 +37,21 @@ def partition(clock=None, limit=3, locks=100) -> SharePartition:
     return sp
 
 
-def test_acquire_whole_batches_then_record_limit():
+def test_acquire_at_most_max_records():
     sp = partition()
-    got = sp.acquire("m1", [(10, 14), (15, 19)], max_records=3, record_limit=False)
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 14, 1)]  # the whole batch
-    got = sp.acquire("m2", [(15, 19)], max_records=3, record_limit=True)
-    assert [(a.first_offset, a.last_offset) for a in got] == [(15, 17)]
-    assert sp.end_offset == 18
+    got = sp.acquire("m1", [(10, 14), (15, 19)], max_records=3)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 12, 1)]  # a batch split
+    got = sp.acquire("m2", [(10, 14), (15, 19)], max_records=4)
+    assert [(a.first_offset, a.last_offset) for a in got] == [(13, 16)]
+    assert sp.end_offset == 17
 
 
 def test_release_redelivers_with_a_higher_count_until_the_limit_archives():
     sp = partition(limit=2)
-    sp.acquire("m1", [(10, 10)], 10, False)
+    sp.acquire("m1", [(10, 10)], 10)
     assert sp.acknowledge("m1", 10, 10, [RELEASE]) == ErrorCode.none
     assert sp.next_fetch_offset() == 10
-    assert sp.acquire("m2", [(10, 10)], 10, False)[0].delivery_count == 2
+    assert sp.acquire("m2", [(10, 10)], 10)[0].delivery_count == 2
     assert sp.acknowledge("m2", 10, 10, [RELEASE]) == ErrorCode.none
     assert sp.start_offset == 11  # archived at the limit: the start offset moves past it
     assert sp.in_flight == {}
@@ -60,7 +60,7 @@ def test_release_redelivers_with_a_higher_count_until_the_limit_archives():
 def test_expired_lock_makes_the_record_available():
     clock = Clock()
     sp = partition(clock)
-    sp.acquire("m1", [(10, 11)], 10, False)
+    sp.acquire("m1", [(10, 11)], 10)
     clock.now += 0.5
     assert sp.next_fetch_offset() == 12
     clock.now += 0.6
@@ -71,7 +71,7 @@ def test_expired_lock_makes_the_record_available():
 
 def test_acknowledge_checks_owner_and_input_and_changes_nothing_on_error():
     sp = partition()
-    sp.acquire("m1", [(10, 12)], 10, False)
+    sp.acquire("m1", [(10, 12)], 10)
     assert sp.acknowledge("m2", 10, 10, [ACCEPT]) == ErrorCode.invalid_record_state
     assert sp.acknowledge("m1", 10, 12, [ACCEPT, REJECT]) == ErrorCode.invalid_request  # 2 types for 3 offsets
     assert sp.acknowledge("m1", 10, 12, [9]) == ErrorCode.invalid_request
@@ -83,20 +83,20 @@ def test_acknowledge_checks_owner_and_input_and_changes_nothing_on_error():
 
 def test_max_record_locks_bounds_the_in_flight_records():
     sp = partition(locks=100)
-    got = sp.acquire("m1", [(10, 209)], 1000, False)
+    got = sp.acquire("m1", [(10, 209)], 1000)
     assert got[-1].last_offset == 109 and not sp.can_acquire()
 
 
 def test_snapshot_writes_acquired_as_available_and_reloads():
     sp = partition()
-    sp.acquire("m1", [(10, 13)], 10, False)
+    sp.acquire("m1", [(10, 13)], 10)
     sp.acknowledge("m1", 11, 11, [ACCEPT])
     batches = sp.snapshot_batches()
     assert batches == [StateBatch(10, 10, 0, 1), StateBatch(11, 11, 2, 1), StateBatch(12, 13, 0, 1)]
     again = partition()
     again.initialize(10, batches)
     assert again.next_fetch_offset() == 10
-    assert again.acquire("m2", [(10, 13)], 10, False)[0].delivery_count == 2
+    assert again.acquire("m2", [(10, 13)], 10)[0].delivery_count == 2
     assert 11 not in {o for o, r in again.in_flight.items() if r.state is RecordState.ACQUIRED}
 
 
@@ -138,3 +138,13 @@ def test_heartbeat_epochs():
     assert c.heartbeat("g", "a", 1, None, None, "", "")["assignment"]["topic_partitions"][0]["partitions"] == [0]
     clock.now += 46
     assert c.expire() == 2 and c.describe("g", {})["group_state"] == "Empty"
+
+
+def test_a_leaving_members_delivery_does_not_count():
+    sp = partition(limit=2)
+    sp.acquire("m1", [(10, 11)], 10)
+    sp.acknowledge("m1", 11, 11, [RELEASE])
+    sp.acquire("m1", [(11, 11)], 10)  # second delivery of 11
+    assert sp.release_member("m1") == 2
+    assert sp.in_flight[10].delivery_count == 0 and sp.in_flight[10].state is RecordState.AVAILABLE
+    assert sp.in_flight[11].state is RecordState.ARCHIVED  # it had reached the limit

@@ -104,11 +104,10 @@ class SharePartition:
     def can_acquire(self) -> bool:
         return self.end_offset - self.start_offset < self.max_record_locks or bool(self._available)
 
-    def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int,
-                record_limit: bool) -> list[AcquiredRange]:
+    def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int) -> list[AcquiredRange]:
         """Acquire records of the batches read (each ``(base offset, last offset)``) for ``member_id``: AVAILABLE
-        in-flight ones and new ones past the end offset, at most ``max_records`` (whole batches of new records
-        unless ``record_limit``, Kafka's batch-optimized mode), within ``max_record_locks``."""
+        in-flight ones and new ones past the end offset, at most ``max_records`` (Kafka 4.4's broker caps both
+        acquire modes at MaxRecords, splitting a log batch when it must), within ``max_record_locks``."""
         now = self.clock()
         deadline = now + self.lock_duration_ms / 1000
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
@@ -116,7 +115,7 @@ class SharePartition:
             if len(taken) >= max_records:
                 break
             for off in range(max(base, self.start_offset), last + 1):
-                if record_limit and len(taken) >= max_records:
+                if len(taken) >= max_records:
                     break
                 if off < self.end_offset:
                     if off not in self._available:
@@ -170,11 +169,14 @@ class SharePartition:
         return ErrorCode.none
 
     def release_member(self, member_id: str) -> int:
-        """A member left or its share session closed: its acquired records become available again."""
+        """A member left or its share session closed: its acquired records become available again, and, as in
+        Kafka, this delivery does not count (the delivery count goes back down)."""
         n = 0
         for off, rec in self.in_flight.items():
             if rec.state is RecordState.ACQUIRED and rec.member_id == member_id:
                 self._release(rec, off)
+                if rec.state is RecordState.AVAILABLE:
+                    rec.delivery_count = max(rec.delivery_count - 1, 0)
                 n += 1
         if n:
             self.version += 1

@@ -16,9 +16,10 @@ ShareFetch, as Kafka's ``KafkaApis.handleShareFetchRequest``:
 2. Acknowledgements piggybacked on the request are applied first (per partition ``acknowledge_error_code``).
 3. Each partition of the session is read through the replica manager's normal fetch path (both tiers, so
    records only in the remote tier are delivered too) from the share-partition's first AVAILABLE record or its
-   end offset, and the records read are acquired for the member (:meth:`SharePartition.acquire`): whole batches
-   up to ``MaxRecords`` (batch-optimized) or exactly ``MaxRecords`` with ``ShareAcquireMode`` 1 (record-limit,
-   v2). Without anything acquired the request waits for appends up to ``MaxWaitMs``.
+   end offset, and the records read are acquired for the member (:meth:`SharePartition.acquire`): at most
+   ``MaxRecords`` in either ``ShareAcquireMode`` (v2), as Kafka 4.4's broker caps both, answered as acquired
+   ranges of at most ``BatchSize`` records. Without anything acquired the request waits for appends, for
+   acknowledgements or releases of other members, or for a lock to expire, up to ``MaxWaitMs``.
 4. The answer holds the batches read and the acquired ranges with their delivery counts; an incremental
    session's answer leaves out partitions with nothing to say, as Kafka's does.
 
@@ -54,7 +55,6 @@ from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
-RECORD_LIMIT = 1  # ShareAcquireMode: 0 batch-optimized, 1 record-limit
 #: The longest a waiting ShareFetch goes without looking again (appends, acknowledgements and releases wake it
 #: at once, an acquisition lock's expiry at its deadline).
 MAX_IDLE_S = 1.0
@@ -239,9 +239,9 @@ class ShareApis:
                     session.partitions.pop((f.topic_id, p), None)
             self.sessions.advance(session)
         max_records = max(getattr(req, "max_records", 500) or 500, 1)
-        record_limit = getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT
+        batch_size = max(getattr(req, "batch_size", 0) or max_records, 1)
         max_bytes = min(req.max_bytes, self.controller.effective_config["fetch.max.bytes"])
-        results = await self._fetch(ctx, group_id, member_id, list(session.partitions), max_records, record_limit,
+        results = await self._fetch(ctx, group_id, member_id, list(session.partitions), max_records, batch_size,
                                     max_bytes, max(req.max_wait.total_seconds(), 0))
         entries = []
         node_endpoints: dict[int, dict] = {}
@@ -277,12 +277,12 @@ class ShareApis:
         return [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]
 
     async def _fetch(self, ctx: RequestContext, group_id: str, member_id: str, partitions: list,
-                     max_records: int, record_limit: bool, max_bytes: int, max_wait_s: float) -> dict:
+                     max_records: int, batch_size: int, max_bytes: int, max_wait_s: float) -> dict:
         deadline = time.monotonic() + max_wait_s
         while True:
             changed = self._changed
             results, led = await self._acquire_round(ctx, group_id, member_id, partitions, max_records,
-                                                     record_limit, max_bytes)
+                                                     batch_size, max_bytes)
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0 or any(r.get("acquired_records") or r.get("error_code") for r in results.values()):
@@ -305,7 +305,7 @@ class ShareApis:
                             await task
 
     async def _acquire_round(self, ctx: RequestContext, group_id: str, member_id: str, partitions: list,
-                             max_records: int, record_limit: bool, max_bytes: int) -> tuple[dict, list]:
+                             max_records: int, batch_size: int, max_bytes: int) -> tuple[dict, list]:
         results: dict[tuple[uuid.UUID, int], dict] = {}
         led: list[tuple[str, int]] = []
         left_records, left_bytes = max_records, max_bytes
@@ -352,7 +352,7 @@ class ShareApis:
             for pos, h in iter_batches(memoryview(data)):
                 batches.append((h.base_offset, h.last_offset))
                 ends.append(pos + h.size)
-            acquired = sp.acquire(member_id, batches, left_records, record_limit)
+            acquired = sp.acquire(member_id, batches, left_records)
             if not acquired:
                 continue
             last = acquired[-1].last_offset
@@ -363,9 +363,11 @@ class ShareApis:
                     break
             left_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             left_bytes -= len(data)
+            # Acquired ranges of at most BatchSize records: the client hands out (and acknowledges) one at a time
             results[key] = {"current_leader": current, "records": data, "acquired_records": [
-                {"first_offset": a.first_offset, "last_offset": a.last_offset, "delivery_count": a.delivery_count}
-                for a in acquired]}
+                {"first_offset": first, "last_offset": min(first + batch_size - 1, a.last_offset),
+                 "delivery_count": a.delivery_count}
+                for a in acquired for first in range(a.first_offset, a.last_offset + 1, batch_size)]}
         return results, led
 
     async def share_acknowledge(self, ctx: RequestContext):
