@@ -26,7 +26,7 @@ from tierlog.coordinator.share.records import (
     partition_for,
 )
 from tierlog.coordinator.storage import OffsetsTopicLog
-from tierlog.errors import KafkaStorageError, TopicAlreadyExistsError
+from tierlog.errors import CoordinatorNotAvailableError, KafkaError, KafkaStorageError, TopicAlreadyExistsError
 from tierlog.records import build_batch
 from tierlog.records.batch import iter_batches
 from tierlog.records.record import iter_records
@@ -65,10 +65,17 @@ class ShareStateStore:
             pass
 
     def read(self, key: StateKey) -> ShareSnapshot | None:
-        """The share-partition's persisted state, or None when it has none."""
+        """The share-partition's persisted state, or None when it has none. Raises KafkaError
+        (COORDINATOR_NOT_AVAILABLE) when its state partition is not led here: in a cluster tierlog has no share
+        coordinator RPCs (ReadShareGroupState) to reach another broker."""
         if self.log.partition_count(SHARE_STATE_TOPIC) is None:
             return None
-        return self._partition(self._partition_of(key)).get(key)
+        partition = self._partition_of(key)
+        try:
+            return self._partition(partition).get(key)
+        except KafkaError as e:
+            raise CoordinatorNotAvailableError(
+                f"the share state partition {SHARE_STATE_TOPIC}-{partition} cannot be read here: {e.message}") from e
 
     def write(self, key: StateKey, snapshot: ShareSnapshot) -> None:
         self.ensure_created()

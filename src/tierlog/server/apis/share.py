@@ -221,10 +221,14 @@ class ShareApis:
         if isinstance(session, int):
             return top_error(session, None)
         ack_errors = self._acknowledge(group_id, member_id, req.topics) if has_acks else {}
-        if epoch == FINAL_EPOCH:
-            self.sessions.close(group_id, member_id)
-            self.manager.release_member(group_id, member_id)
-            self._wake()
+        # v2's IsRenewAck: the request only renews (and acknowledges); nothing new is acquired (Kafka's rule)
+        if epoch == FINAL_EPOCH or getattr(req, "is_renew_ack", False):
+            if epoch == FINAL_EPOCH:
+                self.sessions.close(group_id, member_id)
+                self.manager.release_member(group_id, member_id)
+                self._wake()
+            else:
+                self.sessions.advance(session)
             responses = self._group_by_topic(
                 [((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items()])
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
@@ -330,7 +334,11 @@ class ShareApis:
             current = {"leader_id": self.node_id, "leader_epoch": part.leader_epoch}
             results[key] = {"current_leader": current}
             led.append((name, index))
-            sp = self.manager.get(group_id, tid, name, index, lambda p=part: p.log.high_watermark)
+            try:
+                sp = self.manager.get(group_id, tid, name, index, lambda p=part: p.log.high_watermark)
+            except KafkaError as e:  # its persisted state cannot be read now: the client retries
+                results[key] = {"error_code": e.code, "error_message": e.message, "current_leader": current}
+                continue
             sp.reset_to_log_start(part.log.log_start_offset if part.log.log_start_offset >= 0 else 0)
             if left_records <= 0 or left_bytes <= 0 or not sp.can_acquire():
                 continue
