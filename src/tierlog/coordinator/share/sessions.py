@@ -56,6 +56,3 @@ class ShareSessionCache:
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
-
-    def close_member(self, group_id: str, member_id: str) -> None:
-        self.sessions.pop((group_id, member_id), None)

@@ -122,7 +122,7 @@ class ShareApis:
         self.manager.expire_locks()
 
     def _member_removed(self, group_id: str, member_id: str) -> None:
-        self.sessions.close_member(group_id, member_id)
+        self.sessions.close(group_id, member_id)
         self.manager.release_member(group_id, member_id)
         self._wake()
 
