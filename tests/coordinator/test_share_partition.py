@@ -76,6 +76,7 @@ def test_acknowledge_checks_owner_and_input_and_changes_nothing_on_error():
     assert sp.acknowledge("m1", 10, 12, [ACCEPT, REJECT]) == ErrorCode.invalid_request  # 2 types for 3 offsets
     assert sp.acknowledge("m1", 10, 12, [9]) == ErrorCode.invalid_request
     assert sp.acknowledge("m1", 10, 13, [ACCEPT]) == ErrorCode.invalid_record_state  # 13 was never acquired
+    assert sp.acknowledge("m1", 10, 2**62, [ACCEPT]) == ErrorCode.invalid_record_state  # answered at once
     assert all(r.state is RecordState.ACQUIRED for r in sp.in_flight.values())
     assert sp.acknowledge("m1", 10, 12, [ACCEPT, REJECT, ACCEPT]) == ErrorCode.none
     assert sp.start_offset == 13

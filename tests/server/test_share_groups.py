@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import uuid
 from typing import NamedTuple
 
 import pytest
@@ -228,3 +229,44 @@ def test_tierlog_share_consumer(tierlog_broker):
     assert counts[held] == [1, 2]
     assert counts[released] == [1, 2]
     assert all(c == [1] for v, c in counts.items() if v not in (held, released))
+
+
+def test_bad_share_requests_get_kafkas_errors(tierlog_broker):
+    """Hostile or mistaken requests are answered with the error code a client understands, the broker serving on."""
+    topic, group = unique("share-bad"), unique("g")
+    create_topic(tierlog_broker.bootstrap, topic)
+    with raw_client(tierlog_broker.bootstrap) as raw:
+        heartbeat = {"group_id": group, "member_id": "", "member_epoch": 0, "rack_id": None,
+                     "subscribed_topic_names": [topic]}
+        assert raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, heartbeat).error_code == 42  # INVALID_REQUEST
+        joined = raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {**heartbeat, "member_id": "m1"})
+        assert joined.error_code == 0 and joined.member_epoch > 0
+        fenced = raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {**heartbeat, "member_id": "m1", "member_epoch": 99,
+                                                                "subscribed_topic_names": None})
+        assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        fetch = {"group_id": group, "member_id": "m1", "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+                 "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+                 "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                     {"first_offset": 0, "last_offset": 2**62, "acknowledge_types": [1]}]}]}]}
+        assert raw.request(ApiKey.SHARE_FETCH, 1, fetch).error_code == 42  # acknowledging in the initial request
+        assert raw.request(ApiKey.SHARE_FETCH, 1, {**fetch, "share_session_epoch": 5}).error_code == 122
+        opened = raw.request(ApiKey.SHARE_FETCH, 1, {**fetch, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+        assert opened.error_code == 0
+        assert raw.request(ApiKey.SHARE_FETCH, 1, {**fetch, "share_session_epoch": 7}).error_code == 123
+        huge = raw.request(ApiKey.SHARE_FETCH, 1, {**fetch, "share_session_epoch": 1})  # a 2**62-record ack
+        assert huge.error_code == 0
+        assert huge.responses[0].partitions[0].acknowledge_error_code == 121  # INVALID_RECORD_STATE, at once
+        ack = {"group_id": group, "member_id": "m1", "share_session_epoch": 0, "topics": []}
+        assert raw.request(ApiKey.SHARE_ACKNOWLEDGE, 1, ack).error_code == 123  # epoch 0 opens nothing
+        unknown = {**fetch, "share_session_epoch": 2, "topics": [
+            {"topic_id": uuid.uuid4(), "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]}
+        answered = raw.request(ApiKey.SHARE_FETCH, 1, unknown)
+        assert [p.error_code for t in answered.responses for p in t.partitions] == [100]  # UNKNOWN_TOPIC_ID
+        assert raw.request(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group, "nope"],
+                                                             "include_authorized_operations": False}
+                           ).groups[1].error_code == 69  # GROUP_ID_NOT_FOUND
+        alter = raw.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
+        assert alter.error_code == 68  # NON_EMPTY_GROUP: m1 is a member

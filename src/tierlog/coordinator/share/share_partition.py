@@ -145,6 +145,8 @@ class SharePartition:
             return ErrorCode.invalid_request
         if any(t not in AcknowledgeType._value2member_map_ for t in types):
             return ErrorCode.invalid_request
+        if first < self.start_offset or last >= self.end_offset:  # never acquired (or done): no walk over it
+            return ErrorCode.invalid_record_state
         self.expire_locks()
         for off in range(first, last + 1):
             rec = self.in_flight.get(off)
