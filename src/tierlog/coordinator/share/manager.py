@@ -111,6 +111,12 @@ class SharePartitionManager:
             if self.store is not None:
                 self.store.delete(key)
 
+    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
+        """The partition is not led here: drop every group's share-partition of it (kept in memory only)."""
+        for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
+            del self.partitions[key]
+            self._persisted.pop(key, None)
+
     def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
         """The share-partition start offset, from memory or the persisted state; None when never initialized."""
         sp = self.partitions.get((group_id, topic_id, partition))

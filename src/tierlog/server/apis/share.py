@@ -325,6 +325,9 @@ class ShareApis:
             try:
                 part = self.rm.get_partition(name, index)
             except KafkaError as e:
+                # Not led here (any more): a share-partition kept from an earlier leadership would be stale when
+                # leadership comes back; the persisted state is read again then.
+                self.manager.forget(tid, index)
                 hosted = self.controller.image.topics.get(name)
                 leader = hosted.partitions[index].leader if hosted and index in hosted.partitions else -1
                 epoch = hosted.partitions[index].leader_epoch if hosted and index in hosted.partitions else -1
