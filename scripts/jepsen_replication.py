@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--isr-target", type=int, default=None,
                         help="ISR size a settled partition has again (default: every replica)")
     parser.add_argument("--producers", type=int, default=3)
+    parser.add_argument("--txn-producers", type=int, default=1,
+                        help="transactional producers (two partitions a transaction, every fourth aborted)")
+    parser.add_argument("--readers", type=int, default=1, help="read_committed consumers reading throughout")
     parser.add_argument("--interval", type=float, default=0.01, help="each producer's pause between writes (s)")
     parser.add_argument("--broker", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting for every broker (repeatable)")
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         mixed_probability=args.mixed, partitions=args.partitions,
                         min_insync_replicas=args.min_insync_replicas, isr_target=args.isr_target,
                         producers=args.producers, produce_interval=args.interval,
+                        txn_producers=args.txn_producers, readers=args.readers,
                         broker_settings={**Settings().broker_settings, **dict(kv.split("=", 1) for kv in args.broker)})
     stop_on_signals()
     start_watchdog(args.minutes * 60 + GRACE_S, lambda: unmount_tmpfs(work_dir))

@@ -554,13 +554,17 @@ class _KafkaProcess:
         self.work_dir = Path(work_dir)
         self.jvm_opts = SERVER_JVM_OPTS if jvm_opts is None else jvm_opts
         self.port: int | None = None
+        #: where it listens; another address with ``argv_prefix`` (``ip netns exec <ns>``) runs it in a network
+        #: namespace of its own, the command exec'd so the PID is the JVM's
+        self.host = "127.0.0.1"
+        self.argv_prefix: list[str] = []
         self.proc: subprocess.Popen | None = None
         self.start_seconds: float | None = None
         self._output_from = 0  # where this start's output begins (a restart appends)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -579,15 +583,16 @@ class _KafkaProcess:
         self._output_from = self.output_path.stat().st_size if self.output_path.exists() else 0
         with open(self.output_path, "ab") as out:
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir,
-                start_new_session=True)  # Ctrl-C in the terminal goes to pytest, which stops us by PID
+                [*self.argv_prefix, *cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                # Ctrl-C in the terminal goes to pytest, which stops us by PID
+                cwd=self.work_dir, start_new_session=True)
         deadline = started + timeout
         try:
             while True:
                 if self.proc.poll() is not None:
                     raise KafkaPeerError(f"Kafka exited with {self.proc.returncode} while starting:\n"
                                          + self.tail())
-                if self.ready_line() in self.output(since_start=True) and _api_versions_ok("127.0.0.1", self.port):
+                if self.ready_line() in self.output(since_start=True) and _api_versions_ok(self.host, self.port):
                     break
                 if time.monotonic() > deadline:
                     raise KafkaPeerError(f"Kafka did not start within {timeout}s:\n" + self.tail())
@@ -824,8 +829,8 @@ class KafkaZkBroker(_KafkaProcess):
         props = {
             "broker.id": str(self.broker_id),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.log_dir),
             "group.initial.rebalance.delay.ms": "0",

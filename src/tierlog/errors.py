@@ -104,6 +104,7 @@ InvalidTopicError: type[KafkaError] = _BY_CODE[17]  # Kafka's InvalidTopicExcept
 NotEnoughReplicasError: type[KafkaError] = _BY_CODE[19]
 NotEnoughReplicasAfterAppendError: type[KafkaError] = _BY_CODE[20]
 InvalidUpdateVersionError: type[KafkaError] = _BY_CODE[95]
+RebootstrapRequiredError: type[KafkaError] = _BY_CODE[129]  # KIP-1102, KIP-1242
 IneligibleReplicaError: type[KafkaError] = _BY_CODE[107]
 StaleBrokerEpochError: type[KafkaError] = _BY_CODE[77]
 InvalidTimestampError: type[KafkaError] = _BY_CODE[32]

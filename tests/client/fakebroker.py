@@ -5,6 +5,8 @@ Only what the metadata layer needs: ``advertise`` (the broker list its Metadata 
 ``metadata_error`` (a top-level Metadata error code, e.g. 129 REBOOTSTRAP_REQUIRED, answered once
 per ``error_answers``), ``answers`` (per API key, a list of answers taken in order; one list may be
 shared by several brokers). Anything else is answered as an empty response of the asked version.
+``api_versions`` (what ApiVersions lists), ``topics`` (the topics of Metadata answers, as answer
+dicts) and ``bodies`` (each request's kio object, as ``requests``) serve group protocol tests.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class FakeBroker:
         self.metadata_error = 0
         self.error_answers = 0  # how many Metadata answers still carry metadata_error
         self.requests: list[int] = []  # api keys, in arrival order
+        self.bodies: list = []  # the requests (kio objects), as ``requests``
+        self.api_versions: dict[int, tuple[int, int]] = dict(_API_VERSIONS)
+        self.topics: list[dict] = []  # Metadata answers' topics
         self.arrivals: list[float] = []  # time.monotonic() of each request's arrival, as ``requests``
         self.answers: dict[int, list[dict]] = {}  # scripted answers per api key, taken in order
         self.connections = 0
@@ -71,6 +76,7 @@ class FakeBroker:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
                 ctx = parse_request(await reader.readexactly(size))
                 self.requests.append(ctx.api_key)
+                self.bodies.append(ctx.request)
                 self.arrivals.append(time.monotonic())
                 writer.write(encode_response(ctx, build_response(ctx, self._answer(ctx))))
                 await writer.drain()
@@ -87,11 +93,11 @@ class FakeBroker:
             return scripted.pop(0)
         if ctx.api_key == ApiKey.API_VERSIONS:
             return {"error_code": 0, "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                                                  for k, (lo, hi) in _API_VERSIONS.items()]}
+                                                  for k, (lo, hi) in self.api_versions.items()]}
         if ctx.api_key == ApiKey.METADATA:
             brokers = self.advertise or [(self.node_id, "127.0.0.1", self.port)]
             answer = {"brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in brokers],
-                      "cluster_id": "fake-cluster", "controller_id": brokers[0][0], "topics": []}
+                      "cluster_id": "fake-cluster", "controller_id": brokers[0][0], "topics": list(self.topics)}
             if self.metadata_error and self.error_answers > 0:
                 self.error_answers -= 1
                 answer["error_code"] = self.metadata_error

@@ -4,7 +4,7 @@ in a history made to hold just that one, and a clean history with several consum
 from __future__ import annotations
 
 from tests.harness.jepsen.checker import Report, check
-from tests.harness.jepsen.workload import Ack, Commit, History
+from tests.harness.jepsen.workload import TXN_PREFIX, Ack, Commit, History, Txn
 
 
 def v(producer: str, seq: int) -> bytes:
@@ -38,7 +38,8 @@ def checked(h: History, log, highs, committed=None) -> Report:
 
 def kinds(report: Report) -> dict[str, int]:
     return {k: len(getattr(report, k)) for k in ("lost", "duplicated", "mismatched", "reordered",
-                                                  "offset_regressions", "divergent") if getattr(report, k)}
+                                                  "offset_regressions", "divergent", "txn_anomalies")
+            if getattr(report, k)}
 
 
 def test_a_clean_history_passes():
@@ -138,3 +139,67 @@ def test_every_anomaly_at_once_is_counted():
     report = checked(h, log, highs)
     assert set(kinds(report)) >= {"lost", "duplicated", "divergent", "offset_regressions"}
     assert not report.ok and "RESULT: FAILED" in report.format() and "divergent reads: " in report.format()
+
+
+def with_transactions(outcomes: list[str]) -> tuple[History, list[tuple[int, int, bytes]], dict[int, int]]:
+    """The clean history plus one transaction per outcome, each writing one value to each partition after the
+    plain values; the log holds every value of the committed ones (an aborted one's records are in the log too,
+    but a read_committed read skips them, so the final read does not hold them)."""
+    h, log, highs = clean_history()
+    for n, outcome in enumerate(outcomes):
+        values = [(p, TXN_PREFIX + f"t.0/{n}/{p}".encode()) for p in (0, 1)]
+        t = Txn(f"t.0/{n}", values, began=5.0 + n, committing=None if outcome == "aborted" else 5.5 + n,
+                outcome=outcome, ended=5.9 + n)
+        h.txn(t)
+        for p, value in values:
+            if outcome == "committed":
+                log.append((p, highs[p], value))
+            highs[p] += 1  # the record, or the aborted one, and its marker take offsets either way
+            highs[p] += 1
+    return h, log, highs
+
+
+def test_transactions_committed_and_aborted_pass():
+    h, log, highs = with_transactions(["committed", "aborted", "committed"])
+    h.txn_first_read[TXN_PREFIX + b"t.0/0/0"] = (5.7, "r1")  # read once its commit had begun
+    report = checked(h, log, highs)
+    assert report.ok, report.format()
+    assert "transactions: aborted 1, committed 2" in report.format()
+    assert report.indeterminate_read == 0
+
+
+def test_an_aborted_transaction_read_by_read_committed():
+    h, log, highs = with_transactions(["aborted"])
+    h.txn_first_read[TXN_PREFIX + b"t.0/0/1"] = (5.4, "r2")
+    report = checked(h, log, highs)
+    assert kinds(report) == {"txn_anomalies": 1}
+    assert report.txn_anomalies[0].endswith("aborted, yet read by r2")
+
+
+def test_a_committed_transaction_partly_visible():
+    h, log, highs = with_transactions(["committed"])
+    log.remove((1, 6, TXN_PREFIX + b"t.0/0/1"))
+    report = checked(h, log, highs)
+    assert kinds(report) == {"txn_anomalies": 1}
+    assert report.txn_anomalies[0].endswith("committed, 1 of 2 values in the final read")
+
+
+def test_a_transaction_of_unknown_outcome_is_all_or_nothing():
+    h, log, highs = with_transactions(["unknown", "unknown"])
+    assert checked(h, log, highs).ok  # none visible: it was aborted
+    log.append((0, 6, TXN_PREFIX + b"t.0/0/0"))
+    log.append((1, 6, TXN_PREFIX + b"t.0/0/1"))
+    assert checked(h, log, highs).ok  # all visible: it was committed
+    log.append((0, 8, TXN_PREFIX + b"t.0/1/0"))  # half of the second one
+    report = checked(h, log, highs)
+    assert kinds(report) == {"txn_anomalies": 1}
+    assert "t.0/1 (unknown" in report.txn_anomalies[0] and report.txn_anomalies[0].endswith("1 of 2 values in "
+                                                                                          "the final read")
+
+
+def test_a_value_read_before_its_commit_began():
+    h, log, highs = with_transactions(["committed"])
+    h.txn_first_read[TXN_PREFIX + b"t.0/0/0"] = (5.2, "r1")  # the commit began at 5.5 s: above the LSO
+    report = checked(h, log, highs)
+    assert kinds(report) == {"txn_anomalies": 1}
+    assert "r1 read T/t.0/0/0 at 5.2s, before its commit began at 5.5s" in report.txn_anomalies[0]

@@ -58,7 +58,7 @@ def test_the_checker_finds_every_kind_of_violation():
 @pytest.mark.slow
 def test_acknowledged_writes_and_committed_offsets_survive_leader_faults(tmp_path):
     settings = Settings(seed=20261126, schedule=SCHEDULE, minutes=2.5, partitions=3, producers=2, members=2,
-                        produce_interval=0.02, settle_timeout=60, progress_timeout=30)
+                        txn_producers=1, readers=1, produce_interval=0.02, settle_timeout=60, progress_timeout=30)
     report = run(tmp_path, settings)
     print("\n" + report.format())
     assert [c.kinds for c in report.cycles] == [list(kinds) for kinds in SCHEDULE], "a fault was left out"
@@ -73,3 +73,7 @@ def test_acknowledged_writes_and_committed_offsets_survive_leader_faults(tmp_pat
     assert not report.mismatched, report.mismatched[:10]
     assert not report.offset_regressions, report.offset_regressions[:10]
     assert report.history.commits, "the group never committed"
+    assert not report.txn_anomalies, report.txn_anomalies[:10]
+    outcomes = {t.outcome for t in report.history.txns}
+    assert {"committed", "aborted"} <= outcomes, f"transactions: {outcomes}"
+    assert not report.divergent, report.divergent[:10]

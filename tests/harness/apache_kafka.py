@@ -122,7 +122,9 @@ class KafkaZkCluster:
     started: set[KafkaZkCluster] = set()
 
     def __init__(self, work_dir: Path, zookeeper_connect: str, brokers: int = 3, settings: dict | None = None,
-                 proxies: bool = False):
+                 proxies: bool = False, topology=None):
+        """``topology`` (a tests/harness/netns.py ``Topology`` with namespaces ``b1``..``bN``): each broker runs in
+        its namespace, listening on and advertising its address, port 9092."""
         self.work_dir = Path(work_dir)
         self.zookeeper_connect = zookeeper_connect
         merged = {**ZK_CLUSTER_SETTINGS,
@@ -133,6 +135,9 @@ class KafkaZkCluster:
         self.brokers = {i: kafka_peer_module.KafkaZkBroker(self.work_dir / f"broker-{i}", i, zookeeper_connect,
                                                            overrides=merged)
                         for i in range(1, brokers + 1)}
+        if topology is not None:
+            for i, b in self.brokers.items():
+                b.host, b.port, b.argv_prefix = topology.address(f"b{i}"), 9092, topology.wrap(f"b{i}", [])
         self.proxies: dict[int, LinkProxy] = {}
         self.paused: set[int] = set()
         self.ever_started: set[int] = set()
@@ -165,6 +170,11 @@ class KafkaZkCluster:
 
     def running_ids(self) -> list[int]:
         return [i for i, b in self.brokers.items() if b.running()]
+
+    def wait_formed(self, timeout: float = 60) -> int:
+        """Every running broker lists every running broker and the same controller; returns its id."""
+        from tests.harness.tierlog_cluster import wait_formed
+        return wait_formed(self, timeout)
 
     def start(self, timeout: float = 180) -> KafkaZkCluster:
         """Start every broker not running, in parallel (JVM starts overlap); if one fails, stop all."""
@@ -329,6 +339,11 @@ class KafkaKRaftCluster:
 
     def running_ids(self) -> list[int]:
         return [i for i, b in self.brokers.items() if b.running()]
+
+    def wait_formed(self, timeout: float = 60) -> int:
+        """Every running broker lists every running broker and the same controller; returns its id."""
+        from tests.harness.tierlog_cluster import wait_formed
+        return wait_formed(self, timeout)
 
     def start(self, ids: list[int] | None = None, timeout: float = 180) -> KafkaKRaftCluster:
         """Start the given nodes (every one not running by default) in parallel: a node's start completes only

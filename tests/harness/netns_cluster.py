@@ -6,8 +6,11 @@
 process is on the bridge, so its clients reach every broker's advertised address. On the way out, whatever
 happened: brokers and ZooKeeper stopped by PID, faults healed, namespaces, veths and the bridge removed.
 
-``leader_of(topic, p)`` and ``leader_epoch`` read one broker's Metadata; ``broker_name(i)`` is ``b<i>``, the
-namespace name the topology's faults take.
+``partition(topic, p, via)`` reads one broker's Metadata; ``broker_name(i)`` is ``b<i>``, the namespace name the
+topology's faults take.
+
+``kafka_netns_cluster(work_dir, brokers=3)`` is the same with Apache Kafka 3.9's brokers (ZooKeeper mode,
+tests/harness/apache_kafka.py's ``KafkaZkCluster``), so a fault schedule runs against both alike.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from tests.harness.tierlog_cluster import TierlogCluster, start_cluster
 class NetnsCluster:
     topology: Topology
     zookeeper: object
-    cluster: TierlogCluster
+    cluster: TierlogCluster  # or apache_kafka.KafkaZkCluster: running_ids(), brokers[i].bootstrap, wait_formed()
 
     @staticmethod
     def broker_name(i: int) -> str:
@@ -47,11 +50,40 @@ class NetnsCluster:
 
 @contextlib.contextmanager
 def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 90):
+    def start(server, topology):
+        return start_cluster(work_dir, server, brokers, settings=settings, timeout=timeout, topology=topology)
+    with _in_namespaces(work_dir, brokers, start, timeout) as nc:
+        yield nc
+
+
+@contextlib.contextmanager
+def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 180):
+    """Kafka 3.9's brokers 1..N in ZooKeeper mode (``ZK_CLUSTER_SETTINGS`` under ``settings``), each in its
+    namespace, on a ZooKeeper in ``zk`` under the chroot ``/kafka``."""
+    from tests.harness.apache_kafka import KafkaZkCluster, resolve_zk_jars
+
+    def start(server, topology):
+        resolve_zk_jars()
+        cluster = KafkaZkCluster(work_dir / "kafka", zk.connect_string(server, "/kafka"), brokers, settings,
+                                 topology=topology)
+        try:
+            cluster.start(timeout)
+            cluster.wait_formed(timeout)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+    with _in_namespaces(work_dir, brokers, start, timeout) as nc:
+        yield nc
+
+
+@contextlib.contextmanager
+def _in_namespaces(work_dir: Path, brokers: int, start, timeout: float):
     topology = Topology(["zk", *(f"b{i}" for i in range(1, brokers + 1))])
     server = cluster = None
     try:
         server = zk.start_zookeeper(work_dir / "zk", topology=topology, timeout=timeout)
-        cluster = start_cluster(work_dir, server, brokers, settings=settings, timeout=timeout, topology=topology)
+        cluster = start(server, topology)
         yield NetnsCluster(topology, server, cluster)
     finally:
         topology.heal()

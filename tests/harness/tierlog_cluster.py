@@ -196,18 +196,7 @@ class TierlogCluster:
         return rawclient.metadata(self.brokers[broker_id].bootstrap, topics)
 
     def wait_formed(self, timeout: float = 60) -> int:
-        """Every running broker lists every running broker and the same live controller; returns its id."""
-        ids = sorted(self.running_ids())
-
-        def formed():
-            seen = set()
-            for i in ids:
-                md = self.metadata(i)
-                if sorted(b.node_id for b in md.brokers) != ids or md.controller_id not in ids:
-                    return None
-                seen.add(md.controller_id)
-            return seen.pop() if len(seen) == 1 else None
-        return self.wait_until(formed, timeout, "every broker seeing every broker and one controller")
+        return wait_formed(self, timeout)
 
     def controller_id(self) -> int:
         return self.wait_formed()
@@ -265,6 +254,22 @@ def partition(cluster, name: str, p: int = 0, via: int | None = None):
     t = cluster.metadata(via, [name]).topics[0]
     assert t.error_code == 0, t
     return next(x for x in t.partitions if x.partition_index == p)
+
+
+def wait_formed(cluster, timeout: float = 60) -> int:
+    """Every running broker of ``cluster`` (tierlog's or Kafka's: ``running_ids()``, ``brokers[i].bootstrap``)
+    lists every running broker and the same live controller; returns its id."""
+    ids = sorted(cluster.running_ids())
+
+    def formed():
+        seen = set()
+        for i in ids:
+            md = rawclient.metadata(cluster.brokers[i].bootstrap)
+            if sorted(b.node_id for b in md.brokers) != ids or md.controller_id not in ids:
+                return None
+            seen.add(md.controller_id)
+        return seen.pop() if len(seen) == 1 else None
+    return wait_until(formed, timeout, "every broker seeing every broker and one controller")
 
 
 def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,

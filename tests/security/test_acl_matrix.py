@@ -295,6 +295,13 @@ def alter_user_scram(c, p):
     return resp.results[0].error_code
 
 
+def update_features(c, p):
+    """kafka-features upgrade --dry-run: validate only, to the level the feature has (ALTER on the cluster)."""
+    resp = c.request(ApiKey.UPDATE_FEATURES, 1, {"timeout_ms": 10000, "validate_only": True, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}]})
+    return resp.error_code
+
+
 def describe_cluster_operations(c, p):
     """The cluster's authorized-operations bit field (or the request's error)."""
     resp = c.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True,
@@ -374,6 +381,7 @@ MATRIX = [
     ("AlterClientQuotas", alter_client_quotas, [(CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
     ("DescribeUserScramCredentials", describe_user_scram, [(CLUSTER, "kafka-cluster", DESCRIBE)]),
     ("AlterUserScramCredentials", alter_user_scram, [(CLUSTER, "kafka-cluster", ALTER)]),
+    ("UpdateFeatures", update_features, [(CLUSTER, "kafka-cluster", ALTER)]),
     ("OffsetForLeaderEpoch", offsets_for_leader_epoch, [(TOPIC, "acl-mx", DESCRIBE)]),
     # refused only: allowed, Kafka answers a fetch from a broker that hosts no replica NOT_LEADER_OR_FOLLOWER,
     # which tierlog serves (a difference outside authorization)
@@ -414,7 +422,7 @@ EXPECTED = {  # what Kafka answers, by request: refused, then after each ACL
     "OffsetFetch": [30, 29, 0], "FindCoordinator": [30, 0], "Heartbeat": [30, 25], "DeleteGroups": [30, 69],
     "InitProducerId transactional": [53, 0], "InitProducerId idempotent": [31, 0], "DescribeAcls": [31, 0],
     "CreateAcls": [31, 0], "Metadata all topics": [-1, 0], "Metadata auto-creation": [29, 29, 0],
-    "DescribeGroups": [30, 0], "DeleteRecords": [29, 0], "OffsetDelete": [30, 69, 69],
+    "DescribeGroups": [30, 0], "DeleteRecords": [29, 0], "OffsetDelete": [30, 69, 69], "UpdateFeatures": [31, 0],
     # authorized-operations bit fields (bit = operation code): DESCRIBE, then ALTER_CONFIGS + DESCRIBE_CONFIGS
     "DescribeCluster operations": [0, 1 << 8, 1 << 8 | 1 << 10 | 1 << 11],
     "Metadata topic operations": [29, 1 << 3 | 1 << 8, 1 << 3 | 1 << 7 | 1 << 8],

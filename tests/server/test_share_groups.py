@@ -159,6 +159,16 @@ def test_broker_restart_keeps_acknowledged_state(tmp_path):
         assert sorted(d.value for d in second) == sorted(set(f"rec-{i}" for i in range(20)) - set(accepted))
         # released when the first consumer closed: that delivery does not count (Kafka 4.4 answers 1 too)
         assert {d.delivery_count for d in second} == {1}
+        with raw_client(broker.bootstrap) as raw:  # kafka-features disable --feature share.version
+            disabled = raw.request(ApiKey.UPDATE_FEATURES, 1, {"timeout_ms": 30000, "validate_only": False,
+                                                               "feature_updates": [{
+                                                                   "feature": "share.version",
+                                                                   "max_version_level": 0, "upgrade_type": 2}]})
+            assert disabled.error_code == 0, disabled
+            refused = raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": "m", "member_epoch": 0, "rack_id": None,
+                "subscribed_topic_names": [topic]})
+            assert refused.error_code == 35  # UNSUPPORTED_VERSION: share groups are off
     finally:
         broker.stop()
 

@@ -1,8 +1,9 @@
 """One TCP connection to one broker: framing, correlation ids, ApiVersions negotiation, timeouts.
 
 A :class:`BrokerConnection` is opened with :meth:`BrokerConnection.open`, which connects within
-``socket.connection.setup.timeout.ms`` and negotiates API versions (ApiVersions v3, falling back to
-v0 when the broker answers UNSUPPORTED_VERSION, as KIP-511 describes). :meth:`request` then sends
+``socket.connection.setup.timeout.ms`` and negotiates API versions (ApiVersions v5, naming the cluster and
+node it means once it knows them (KIP-1242); asking again at the broker's highest version when the broker
+answers UNSUPPORTED_VERSION at v0, as KIP-511 describes). :meth:`request` then sends
 any API at the highest version both sides speak and waits for its answer within
 ``request.timeout.ms``. A request that times out closes the connection, as Kafka's clients do: the
 broker may still answer it later and responses on a connection come back in order only.
@@ -43,14 +44,16 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (1, 13),
-    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: the member epoch of a KIP-848 member (classic members ask for v8)
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 3),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
+    # KIP-848; v1 (KIP-1082) has the member id made by the client and SubscribedTopicRegex
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.API_VERSIONS: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
@@ -90,6 +93,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
 
 #: KIP-368: a client re-authenticates when 85-95% of the session lifetime has passed (Kafka's window).
 REAUTH_WINDOW = (0.85, 0.95)
+MAX_API_VERSIONS_VERSION = CLIENT_VERSIONS[ApiKey.API_VERSIONS][1]
 
 SOFTWARE_NAME = "tierlog-python"
 SOFTWARE_VERSION = "0.1.0"
@@ -211,6 +215,9 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         # the cluster's finalized feature levels (ApiVersions v3+), e.g. "transaction.version"
         self.finalized_features: dict[str, int] = {}
+        # KIP-1242: the cluster this connection means to reach (the node is node_id), sent from ApiVersions v5
+        self.expected_cluster_id: str | None = None
+        self.api_versions_max = MAX_API_VERSIONS_VERSION  # the ApiVersions version asked first
         self._transport: asyncio.Transport | None = None
         self._protocol: _FrameProtocol | None = None
         self._correlation_id = 0
@@ -243,7 +250,8 @@ class BrokerConnection:
     async def open(cls, host: str, port: int, *, node_id: int, client_id: str | None,
                    request_timeout_ms: int, setup_timeout_ms: int,
                    ssl_context: ssl.SSLContext | None = None,
-                   sasl: SaslCredentials | None = None) -> BrokerConnection:
+                   sasl: SaslCredentials | None = None, cluster_id: str | None = None,
+                   api_versions_max: int = MAX_API_VERSIONS_VERSION) -> BrokerConnection:
         """Connect (through TLS with ``ssl_context``: security.protocol=SSL or SASL_SSL), negotiate versions and,
         with ``sasl``, authenticate; raises KafkaConnectionError, KafkaTimeoutError, or
         SaslAuthenticationFailedError (UnsupportedSaslMechanismError) when the broker refuses the credentials."""
@@ -304,16 +312,22 @@ class BrokerConnection:
                 f"re-authentication with node {self.node_id} failed: {exc}"))
 
     async def _negotiate(self) -> None:
-        response = await self._send(ApiKey.API_VERSIONS, 3, {
-            "client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION})
+        """ApiVersions at the highest version the broker is thought to speak (``api_versions_max``). From v5
+        (KIP-1242) it names the cluster and node meant, when known: a broker that is not that node answers
+        REBOOTSTRAP_REQUIRED, raised here (the network client goes back to its bootstrap servers)."""
+        version = self.api_versions_max
+        values = {"client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION}
+        if self.expected_cluster_id is not None and self.node_id >= 0:
+            values.update(cluster_id=self.expected_cluster_id, node_id=self.node_id)
+        response = await self._send(ApiKey.API_VERSIONS, version, values)
         if response.error_code.value == errors.UnsupportedVersionError.code:
-            # The broker answered at v0 with its ranges; ask again at the highest v0..3 it supports.
+            # The broker answered at v0 with its ranges; ask again at the highest version both speak.
             ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             low, high = ranges.get(ApiKey.API_VERSIONS, (0, 0))
-            response = await self._send(ApiKey.API_VERSIONS, max(low, min(high, 3)), {})
+            response = await self._send(ApiKey.API_VERSIONS, max(low, min(high, version - 1)), values)
         if response.error_code.value:
             raise errors.error_for_code(response.error_code.value)(
-                f"ApiVersions refused by node {self.node_id}: {response.error_code.name}")
+                f"ApiVersions refused by node {self.node_id} ({self.host}:{self.port}): {response.error_code.name}")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         self.finalized_features = {f.name: int(f.max_version_level)
                                    for f in getattr(response, "finalized_features", None) or ()}

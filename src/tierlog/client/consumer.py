@@ -1,4 +1,4 @@
-"""tierlog's asyncio consumer, with the Java KafkaConsumer's semantics (classic group protocol).
+"""tierlog's asyncio consumer, with the Java KafkaConsumer's semantics.
 
 ::
 
@@ -15,7 +15,9 @@ application (``assign``). A partition without a position starts at its committed
 where ``auto.offset.reset`` says; ``seek``, ``seek_to_beginning`` and ``seek_to_end`` move it.
 ``poll`` returns at most ``max.poll.records`` records and advances the positions past them; the
 next buffers are fetched while the application works on these (see :mod:`tierlog.client.fetcher`).
-Group membership, heartbeats, rebalances and commits follow :mod:`tierlog.client.group`.
+Group membership, heartbeats, rebalances and commits follow :mod:`tierlog.client.group` (the
+classic protocol, the default) or :mod:`tierlog.client.membership` (``group.protocol=consumer``,
+KIP-848: the broker assigns, ``group.remote.assignor`` names its assignor).
 
 Methods that need the network are coroutines (``poll``, ``commit``, ``committed``, ``position``,
 ``beginning_offsets``, ``end_offsets``, ``offsets_for_times``, ``partitions_for_topic``); the others
@@ -45,6 +47,7 @@ from tierlog.client.fetcher import (
     parse_reset_strategy,
 )
 from tierlog.client.group import ConsumerCoordinator, _call_listener
+from tierlog.client.membership import ConsumerMembershipManager
 from tierlog.client.network import KafkaClient, deadline_after
 from tierlog.client.types import (
     ConsumerGroupMetadata,
@@ -53,7 +56,7 @@ from tierlog.client.types import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from tierlog.config.client import validate_client_config
+from tierlog.config.client import check_group_protocol_settings, validate_client_config
 from tierlog.config.definitions import CLIENT_CONFIGS
 
 log = logging.getLogger("tierlog.client.consumer")
@@ -153,10 +156,11 @@ class Consumer:
         if "partition.assignment.strategy" not in CLIENT_CONFIGS:
             strategy = props.pop("partition.assignment.strategy", None)
         self.config = validate_client_config("consumer", props)
-        if str(self.config["group.protocol"]).lower() != "classic":
-            raise errors.InvalidConfigError("group.protocol: tierlog's consumer speaks the classic protocol only")
+        check_group_protocol_settings(self.config, {**props, "partition.assignment.strategy": strategy})
+        self.group_protocol = str(self.config["group.protocol"]).lower()
         strategy = self.config.get("partition.assignment.strategy", strategy) or _DEFAULT_ASSIGNORS
-        self._assignors = _assignors(strategy)
+        # with group.protocol=consumer the broker assigns (group.remote.assignor)
+        self._assignors = _assignors(strategy) if self.group_protocol == "classic" else []
         self._reset = parse_reset_strategy(self.config["auto.offset.reset"])
         self.group_id: str | None = self.config["group.id"]
         self.max_poll_records = self.config["max.poll.records"]
@@ -165,7 +169,7 @@ class Consumer:
         self._wakeup = asyncio.Event()
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: ConsumerCoordinator | None = None
+        self._coordinator: ConsumerCoordinator | ConsumerMembershipManager | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
 
@@ -182,7 +186,9 @@ class Consumer:
         self._client = client
         self._fetcher = Fetcher(client, self._subs, self.config, self._wakeup,
                                 self.key_deserializer, self.value_deserializer)
-        if self.group_id is not None:
+        if self.group_id is not None and self.group_protocol == "consumer":
+            self._coordinator = ConsumerMembershipManager(client, self._subs, self.config, self._wakeup)
+        elif self.group_id is not None:
             self._coordinator = ConsumerCoordinator(client, self._subs, self.config, self._wakeup, self._assignors)
         self._track_topics()
 

@@ -247,12 +247,13 @@ class ConsumerCoordinator:
                 await asyncio.sleep(min(self._backoff(attempt), max(0.0, deadline - _now())))
         return True
 
-    async def _send(self, api_key: int, values: Mapping[str, Any], timeout_ms: int | None = None) -> Any:
+    async def _send(self, api_key: int, values: Mapping[str, Any], timeout_ms: int | None = None,
+                    max_version: int | None = None) -> Any:
         node = self.coordinator
         if node is None:
             raise errors.CoordinatorNotAvailableError(f"no known coordinator for group {self.group_id}")
         try:
-            return await self.client.send(node, api_key, values, timeout_ms=timeout_ms)
+            return await self.client.send(node, api_key, values, timeout_ms=timeout_ms, max_version=max_version)
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             if self.coordinator is node:
                 self.mark_coordinator_unknown(str(exc))
@@ -670,7 +671,11 @@ class ConsumerCoordinator:
                                                 last) from last
             await asyncio.sleep(delay)
 
-    async def _commit_once(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+    #: OffsetCommit v9 means "member epoch" to the broker (KIP-848); a classic member stays at v8
+    offset_commit_max_version = 8
+
+    def _commit_identity(self) -> tuple[int, str]:
+        """The generation and member id an OffsetCommit carries; raises when the member cannot commit."""
         if self.subs.auto_assigned:
             if self.state != MemberState.STABLE or self.generation < 0:
                 if self.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
@@ -681,9 +686,32 @@ class ConsumerCoordinator:
                 raise CommitFailedError(
                     "Commit cannot be completed since the consumer is not part of an active group for auto "
                     "partition assignment; it is likely that the consumer was kicked out of the group.")
-            generation, member_id = self.generation, self.member_id
-        else:
-            generation, member_id = -1, ""
+            return self.generation, self.member_id
+        return -1, ""
+
+    def _member_commit_error(self, code: int, generation: int, what: str) -> None:
+        """Raise for an OffsetCommit error about the membership (the classic protocol's generation)."""
+        if code == _REBALANCE_IN_PROGRESS:
+            self.request_rejoin("offset commit failed since group is already rebalancing")
+            raise RebalanceInProgressError(
+                "Offset commit cannot be completed since the consumer group is executing a rebalance at "
+                "the moment. You can try completing the rebalance by calling poll() and then retry commit")
+        if code in (_UNKNOWN_MEMBER_ID, _ILLEGAL_GENERATION):
+            if generation != self.generation and self.state == MemberState.PREPARING_REBALANCE:
+                raise RebalanceInProgressError(
+                    "Offset commit cannot be completed since the consumer member's generation is already "
+                    "stale; call poll() to complete the rebalance and retry")
+            if generation == self.generation:
+                why = f"OffsetCommit: {errors.error_for_code(code).name}"
+                self._reset_state(code == _UNKNOWN_MEMBER_ID, why)
+            raise CommitFailedError(
+                "Commit cannot be completed since the group has already rebalanced and assigned the "
+                "partitions to another member. This means that the time between subsequent calls to poll() "
+                "was longer than the configured max.poll.interval.ms, which typically implies that the poll "
+                "loop is spending too much time message processing.")
+
+    async def _commit_once(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        generation, member_id = self._commit_identity()
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, om in offsets.items():
             topics.setdefault(tp.topic, []).append({
@@ -693,7 +721,8 @@ class ConsumerCoordinator:
         response = await self._send(ApiKey.OFFSET_COMMIT, {
             "group_id": self.group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
             "group_instance_id": self.group_instance_id,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
+            max_version=self.offset_commit_max_version)
         unauthorized: set[str] = set()
         for t in response.topics:
             for p in t.partitions:
@@ -707,24 +736,7 @@ class ConsumerCoordinator:
                 if code in _COORDINATOR_ERRORS or code == _REQUEST_TIMED_OUT:
                     self.mark_coordinator_unknown(errors.error_for_code(code).name)
                     raise _error(code, what)
-                if code == _REBALANCE_IN_PROGRESS:
-                    self.request_rejoin("offset commit failed since group is already rebalancing")
-                    raise RebalanceInProgressError(
-                        "Offset commit cannot be completed since the consumer group is executing a rebalance at "
-                        "the moment. You can try completing the rebalance by calling poll() and then retry commit")
-                if code in (_UNKNOWN_MEMBER_ID, _ILLEGAL_GENERATION):
-                    if generation != self.generation and self.state == MemberState.PREPARING_REBALANCE:
-                        raise RebalanceInProgressError(
-                            "Offset commit cannot be completed since the consumer member's generation is already "
-                            "stale; call poll() to complete the rebalance and retry")
-                    if generation == self.generation:
-                        why = f"OffsetCommit: {errors.error_for_code(code).name}"
-                        self._reset_state(code == _UNKNOWN_MEMBER_ID, why)
-                    raise CommitFailedError(
-                        "Commit cannot be completed since the group has already rebalanced and assigned the "
-                        "partitions to another member. This means that the time between subsequent calls to poll() "
-                        "was longer than the configured max.poll.interval.ms, which typically implies that the poll "
-                        "loop is spending too much time message processing.")
+                self._member_commit_error(code, generation, what)
                 raise _error(code, what)
         if unauthorized:
             raise _error(_TOPIC_AUTHORIZATION_FAILED, f"Not authorized to commit to topics {sorted(unauthorized)}")

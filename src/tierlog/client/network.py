@@ -18,7 +18,8 @@ Kafka's rules, as its NetworkClient applies them:
 - ``metadata.recovery.strategy=rebootstrap``: when an update is due and no known broker is usable,
   the client forgets the brokers it learned and starts over from ``bootstrap.servers``. The same
   happens when no metadata could be obtained for ``metadata.recovery.rebootstrap.trigger.ms``, and
-  when a Metadata response carries REBOOTSTRAP_REQUIRED (129). With ``none`` the client keeps trying
+  when a Metadata response carries REBOOTSTRAP_REQUIRED (129), or an ApiVersions v5 one does (KIP-1242: the
+  address of a known node now answers for another cluster or node). With ``none`` the client keeps trying
   the brokers it knows; waiting operations fail with :class:`BrokersUnavailableError` at their
   timeout. As the KIP warns, a ``reconnect.backoff.max.ms`` so small that dead brokers are always
   "allowed to connect now" delays the rebootstrap until the trigger time passes.
@@ -36,7 +37,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.cluster import ClusterMetadata, Node, parse_bootstrap
-from tierlog.client.connection import BrokerConnection
+from tierlog.client.connection import MAX_API_VERSIONS_VERSION, BrokerConnection
 from tierlog.client.errors import BrokersUnavailableError, KafkaConnectionError, KafkaTimeoutError
 from tierlog.protocol import ApiKey
 from tierlog.security import client_context
@@ -108,6 +109,7 @@ class KafkaClient:
         self.rebootstrap_enabled = str(config.get("metadata.recovery.strategy", "rebootstrap")).lower() == "rebootstrap"
         self.rebootstrap_trigger = config.get("metadata.recovery.rebootstrap.trigger.ms", 300000) / 1000
         self.rebootstraps = 0  # how many times the client went back to bootstrap.servers
+        self._api_versions_max = MAX_API_VERSIONS_VERSION  # the newest ApiVersions the last broker dialled speaks
         self._states: dict[tuple[int, str, int], _NodeState] = {}
         self._closed = False
         self._update_needed = asyncio.Event()
@@ -208,18 +210,25 @@ class KafkaClient:
                 node.host, node.port, node_id=node.node_id, client_id=self.client_id,
                 request_timeout_ms=self.config["request.timeout.ms"],
                 setup_timeout_ms=self.config["socket.connection.setup.timeout.ms"], ssl_context=self.ssl_context,
-                sasl=self.sasl)
+                sasl=self.sasl, cluster_id=self.cluster.cluster_id, api_versions_max=self._api_versions_max)
         except (errors.KafkaError, OSError) as exc:
             st.failures += 1
             st.next_attempt = _now() + self._backoff_seconds(st.failures)
             self._last_error = exc
             log.debug("%s: %s", self.client_id, exc)
-            self.request_update()  # the broker may be dead and its partitions led elsewhere now
+            if isinstance(exc, errors.RebootstrapRequiredError) and self.rebootstrap_enabled:
+                # KIP-1242: the address now belongs to another cluster or node: the broker list is stale
+                self.rebootstrap(f"node {node.node_id} ({node.address}) answered ApiVersions with "
+                                 f"REBOOTSTRAP_REQUIRED")
+            else:
+                self.request_update()  # the broker may be dead and its partitions led elsewhere now
             raise
         finally:
             st.connecting = None
         st.conn = conn
         st.failures = 0
+        # ask ApiVersions at this broker's version from the next connection on (no UNSUPPORTED_VERSION round trip)
+        self._api_versions_max = conn.api_versions.get(ApiKey.API_VERSIONS, (0, self._api_versions_max))[1]
         return conn
 
     def in_flight(self, node: Node) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from tierlog.cluster.acls import AclBinding, AclBindingFilter, add_bindings
+from tierlog.cluster.features import FeatureUpdate, FinalizedFeatures, apply_updates, initial_features
 from tierlog.cluster.image import (
     INTERNAL_TOPICS,
     BrokerImage,
@@ -126,6 +127,8 @@ class Controller:
         #: DynamicBrokerConfig); the embedded controller keeps them as given, as KRaft's metadata does.
         self.encode_passwords = False
         self.password_encoders: tuple[PasswordEncoder, ...] = ()  # the secret's, then the old secret's
+        #: KIP-584: feature -> (min, max) level this broker supports, given by the server (support_features)
+        self.supported_features: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -629,6 +632,45 @@ class Controller:
                     del quotas[path]
             if not validate_only and quotas != self.image.client_quotas:
                 self._commit(replace(self.image, client_quotas=quotas), MetadataDelta(client_quotas_changed=True))
+
+    # ------------------------------------------------------------------ features (KIP-584)
+
+    def support_features(self, supported: Mapping[str, tuple[int, int]]) -> None:
+        """The feature levels this broker supports, decided by the server from what it serves (given once its
+        APIs are registered). A new cluster's levels are finalized now, as Kafka finalizes them when its
+        storage is formatted; later versions of tierlog never change them without an UpdateFeatures."""
+        self.supported_features = dict(supported)
+        if self.image.features is None and self.is_active:
+            self._finalize_new_cluster()
+
+    def _finalize_new_cluster(self) -> None:
+        with self._lock:
+            if self.image.features is None and self.is_active:
+                self._commit(replace(self.image, features=self._new_cluster_features()),
+                             MetadataDelta(features_changed=True))
+
+    def _new_cluster_features(self) -> FinalizedFeatures:
+        return initial_features(self.supported_features, int(self.config["transaction.version"]))
+
+    @property
+    def finalized_features(self) -> FinalizedFeatures:
+        """The cluster's finalized features (a new cluster's levels until the controller wrote them)."""
+        features = self.image.features
+        return features if features is not None else self._new_cluster_features()
+
+    def finalized_level(self, feature: str) -> int:
+        """The finalized level of a feature, 0 when it is not finalized: the one question the rest of the broker
+        asks (``transaction.version`` for the transaction coordinator, ``group.version`` >= 1 for KIP-848)."""
+        return self.finalized_features.level(feature)
+
+    def update_features(self, updates: Iterable[FeatureUpdate], validate_only: bool = False) -> FinalizedFeatures:
+        """UpdateFeatures: all updates or none (raises FeatureUpdateError with the first refused one)."""
+        with self._lock:
+            current = self.finalized_features
+            new = apply_updates(current, updates, self.supported_features, self.node_id)
+            if not validate_only and new is not current:
+                self._commit(replace(self.image, features=new), MetadataDelta(features_changed=True))
+            return new
 
     # ------------------------------------------------------------------ ACLs
 

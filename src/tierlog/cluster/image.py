@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from tierlog.cluster.acls import AclBinding
+from tierlog.cluster.features import FinalizedFeatures
 from tierlog.kafka_uuid import uuid_from_str, uuid_to_str
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
@@ -217,6 +218,9 @@ class MetadataImage:
     # SCRAM credentials, user -> mechanism -> Kafka's text form (salt, stored_key, server_key, iterations):
     # ZooKeeper's /config/users/<user> in a cluster.
     user_scram: dict[str, dict[str, str]] = field(default_factory=dict)
+    # KIP-584's finalized feature levels (cluster/features.py): ZooKeeper's /feature in a cluster; None until
+    # the controller first finalizes them (a new cluster's levels).
+    features: FinalizedFeatures | None = None
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -249,6 +253,8 @@ class MetadataImage:
             d["acls"] = [b.to_json() for b in self.acls]
         if self.user_scram:
             d["userScramCredentials"] = self.user_scram
+        if self.features is not None:
+            d["features"] = self.features.to_json()
         return d
 
     @classmethod
@@ -260,7 +266,8 @@ class MetadataImage:
         return cls(d["clusterId"], d["controllerId"], brokers, topics, dict(d.get("brokerConfigs", {})),
                    d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})),
                    tuple(AclBinding.from_json(a) for a in d.get("acls", ())),
-                   dict(d.get("userScramCredentials", {})))
+                   dict(d.get("userScramCredentials", {})),
+                   FinalizedFeatures.from_json(d["features"]) if "features" in d else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +286,7 @@ class MetadataDelta:
     client_quotas_changed: bool = False
     acls_changed: bool = False
     user_scram_changed: bool = False
+    features_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -307,4 +315,4 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
                          tuple(tiering), tuple(moved), old.brokers != new.brokers,
                          old.client_quotas != new.client_quotas, old.acls != new.acls,
-                         old.user_scram != new.user_scram)
+                         old.user_scram != new.user_scram, old.features != new.features)

@@ -40,6 +40,7 @@ from kazoo.exceptions import NoNodeError
 from tierlog.cluster import acls
 from tierlog.cluster.channel import NetworkBrokerChannel
 from tierlog.cluster.controller import Controller, password_encoders, with_endpoints
+from tierlog.cluster.features import FEATURE_ZNODE, FinalizedFeatures, encode_feature_znode
 from tierlog.cluster.image import (
     BrokerImage,
     MetadataDelta,
@@ -344,7 +345,7 @@ class ZkController(Controller):
         self._state_versions = versions
         return MetadataImage(self.cluster_id, zk.controller_id() or NO_LEADER, brokers, topics,
                              zk.broker_configs(), 0, zk.deleted_topic_ids(), zk.client_quotas(), zk.read_acls(),
-                             zk.user_scram_credentials())
+                             zk.user_scram_credentials(), zk.finalized_features())
 
     # ================================================================== election
 
@@ -397,6 +398,8 @@ class ZkController(Controller):
         self._elect_partitions(self._offline_partitions(self.image, hosted - set(self.image.brokers)),
                                "controller failover")
         self.reassignments.resume()
+        if self.image.features is None and self.supported_features:  # no /feature yet: a new cluster's levels
+            self._finalize_new_cluster()
         self._version += 1
         self._on_loop(self._start_active)
 
@@ -687,6 +690,8 @@ class ZkController(Controller):
                 self._write_acls(image, fence)
             if delta.user_scram_changed:
                 self._write_user_scram(image, fence)
+            if delta.features_changed and image.features is not None:
+                image = replace(image, features=self._write_features(image.features, fence))
             if delta.broker_configs_changed:
                 self._write_broker_configs(image, fence)
             elif changed_topics:
@@ -850,6 +855,25 @@ class ZkController(Controller):
                           b'{"version":2,"entity_path":"users/' + quote(user, safe='').encode() + b'"}',
                           sequence=True)
         commit_fenced(zk, fence, build)
+
+    def _write_features(self, features: FinalizedFeatures, fence: ControllerFence) -> FinalizedFeatures:
+        """Kafka's /feature znode (FeatureZNode v2); its data version is the features' epoch."""
+        exists = self.zk.kazoo.exists(FEATURE_ZNODE) is not None
+        data = encode_feature_znode(features)
+
+        def build(tx) -> None:
+            if exists:
+                tx.set_data(FEATURE_ZNODE, data)
+            else:
+                tx.create(FEATURE_ZNODE, data)
+        commit_fenced(self.zk, fence, build)
+        stat = self.zk.kazoo.exists(FEATURE_ZNODE)
+        return replace(features, epoch=stat.version if stat is not None else features.epoch)
+
+    def support_features(self, supported: Mapping[str, tuple[int, int]]) -> None:
+        self.supported_features = dict(supported)
+        if self.image.features is None and self.is_active:
+            self._submit(self._finalize_new_cluster)  # on the controller's thread, as its other ZooKeeper writes
 
     def complete_disablement(self, name: str, epoch: int) -> None:
         if self.is_active:

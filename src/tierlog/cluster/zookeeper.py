@@ -60,6 +60,7 @@ from tierlog.cluster.acls import (
     parse_resource_entry,
     resource_type_names,
 )
+from tierlog.cluster.features import FEATURE_ZNODE, FinalizedFeatures, decode_feature_znode
 from tierlog.cluster.image import (
     BrokerImage,
     PartitionImage,
@@ -500,6 +501,17 @@ class ZkClient:
             if creds:
                 out[unquote(child)] = creds
         return out
+
+    def finalized_features(self) -> FinalizedFeatures | None:
+        """KIP-584's finalized features from Kafka's /feature znode, None when there is none (a new cluster)."""
+        try:
+            data, stat = self.kazoo.get(FEATURE_ZNODE)
+        except NoNodeError:
+            return None
+        try:
+            return decode_feature_znode(data, stat.version)
+        except (ValueError, TypeError, KeyError) as e:
+            raise StartupError(f"cannot read {FEATURE_ZNODE} in ZooKeeper: {e}") from e
 
     # -------------------------------------------------------------- producer ids
 

@@ -9,7 +9,8 @@ defaults and applies Kafka's post-processing rules:
   must be at least ``linger.ms + request.timeout.ms`` when set explicitly, and is raised to that sum
   otherwise;
 * consumer: without ``group.id`` automatic commits are off, and asking for them is an error; with a
-  classic group, ``heartbeat.interval.ms`` must be lower than ``session.timeout.ms``;
+  classic group, ``heartbeat.interval.ms`` must be lower than ``session.timeout.ms``; each group
+  protocol refuses the settings of the other (:func:`check_group_protocol_settings`);
 * all: setting ``reconnect.backoff.ms`` alone makes the reconnect back-off constant.
 
 Keys that are not settings of the role are logged and left out, as Kafka's clients do.
@@ -23,6 +24,7 @@ from typing import Any
 
 from tierlog.config.definitions import CLIENT_CONFIGS, CLIENT_ROLES
 from tierlog.config.values import invalid, parse_value
+from tierlog.errors import InvalidConfigError
 from tierlog.security import client_context
 
 log = logging.getLogger("tierlog.config")
@@ -138,3 +140,22 @@ def _consumer_rules(out: dict[str, Any], given: Mapping[str, Any]) -> None:
 
 
 __all__ = ["client_settings", "validate_client_config"]
+
+
+# Kafka's ConsumerConfig: settings one group protocol has and the other refuses (when a group.id is set)
+_UNSUPPORTED_BY_PROTOCOL = {
+    "classic": ("group.remote.assignor",),
+    "consumer": ("partition.assignment.strategy", "heartbeat.interval.ms", "session.timeout.ms"),
+}
+
+
+def check_group_protocol_settings(config: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse, as Kafka's consumer does, settings the chosen ``group.protocol`` does not have: with
+    ``consumer`` (KIP-848) the broker decides heartbeats, sessions and assignment."""
+    protocol = str(config["group.protocol"]).lower()
+    if config.get("group.id") is None:
+        return
+    bad = [name for name in _UNSUPPORTED_BY_PROTOCOL.get(protocol, ())
+           if given.get(name) is not None and str(given[name]).strip() not in ("", "[]", "()")]
+    if bad:
+        raise InvalidConfigError(f"{', '.join(bad)} cannot be set when group.protocol={protocol.upper()}")

@@ -905,10 +905,11 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("transaction.max.timeout.ms", "int", 900000, AtLeast(1),
        doc="Largest transaction timeout a producer may ask for, in ms."),
     _b("transaction.version", "int", 2, Between(0, 2), since="tierlog",
-       doc="The finalized level of Kafka's transaction.version feature this broker advertises in ApiVersions "
-           "(supported 0-2). 2: KIP-890 part 2, clients run transaction version 2 (partition leaders add "
-           "partitions, every commit or abort bumps the producer epoch); 0 or 1: clients run version 1. "
-           "In a cluster every broker must have the same value (ZooKeeper mode has no UpdateFeatures)."),
+       doc="The level a new cluster finalizes Kafka's transaction.version feature at (supported 0-2); afterwards "
+           "kafka-features upgrade/downgrade (UpdateFeatures) changes the cluster's level, kept in the cluster "
+           "metadata, and this setting is not read again. 2: KIP-890 part 2, clients run transaction version 2 "
+           "(partition leaders add partitions, every commit or abort bumps the producer epoch); 0 or 1: clients "
+           "run version 1."),
     _b("transaction.partition.verification.enable", "boolean", True, dynamic=True,
        doc="KIP-890 part 1: a partition leader appends the first transactional batch of a producer's "
            "transaction only once the transaction coordinator confirms the partition is in it."),
@@ -1287,7 +1288,10 @@ _CLIENT: tuple[ConfigDef, ...] = (
        Custom("non-empty, [a-zA-Z0-9._-], at most 249 characters", _check_group_instance_id), roles=_C,
        doc="Static membership id of this consumer (KIP-345)."),
     _c("group.protocol", "string", "classic", InSet(("classic", "consumer"), case_insensitive=True), roles=_C,
-       doc="Group protocol: classic, or consumer (KIP-848)."),
+       doc="Group protocol: classic (JoinGroup/SyncGroup), or consumer (KIP-848's ConsumerGroupHeartbeat)."),
+    _c("group.remote.assignor", "string", None, roles=_C,
+       doc="With group.protocol=consumer: the broker's assignor for the group (e.g. uniform, range); "
+           "none: the broker's default."),
     _c("auto.offset.reset", "string", "latest",
        Custom("[latest, earliest, none, by_duration:<duration>]", _check_auto_offset_reset), roles=_C,
        doc="Where to start without a committed offset: latest, earliest, none (fail) or "

@@ -5,8 +5,10 @@
 - :mod:`.registry` - handlers per API and version range; the ApiVersions answer derived from them.
 - :mod:`.builder` - kio message objects of any version from plain values (:func:`build`).
 - :mod:`.hot_responses` - the Produce and Fetch responses written straight to bytes (the hot paths' answers).
+- :mod:`.schemas` - message versions Kafka serves that kio lacks (ApiVersions v5), added to kio's index.
 """
 
+from tierlog.protocol import schemas  # noqa: F401 - adds the schemas kio lacks to its index on import
 from tierlog.protocol.builder import build, build_response, zero_value
 from tierlog.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,

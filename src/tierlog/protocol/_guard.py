@@ -8,7 +8,8 @@ body is enough. Kafka's own parser rejects an array longer than the bytes that r
 This module does the same check before handing bytes to kio: for each entity class it generates
 (once, with ``exec``) a small Python function that walks the wire layout, skipping fixed-size
 fields, strings and bytes by their length prefixes, and raises :class:`ArrayTooLong` when an
-array announces more elements than bytes remain. It builds no objects, so it costs a fraction of
+array announces more elements than bytes remain, or more than Kafka 4.4's readers accept (a million
+elements; 10,000 tagged fields in one section). It builds no objects, so it costs a fraction of
 the decode. It does not validate anything else: kio reports all other malformations.
 """
 
@@ -20,6 +21,12 @@ from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
 __all__ = ["ArrayTooLong", "guard_for"]
+
+
+# Kafka 4.4's generated readers refuse a collection of more than a million elements and a tagged-field
+# section of more than 10,000 fields, whatever bytes remain (the broker closes the connection); so does the guard
+MAX_ARRAY_ELEMENTS = 1_000_000
+MAX_TAGGED_FIELDS = 10_000
 
 
 class ArrayTooLong(ValueError):
@@ -59,6 +66,8 @@ def _skip_tags(b, pos: int, walkers: dict) -> int:
     count, pos = _uvarint(b, pos)
     if count > len(b) - pos:
         raise ArrayTooLong(f"{count} tagged fields announced, {len(b) - pos} bytes left")
+    if count > MAX_TAGGED_FIELDS:
+        raise ArrayTooLong(f"{count} tagged fields exceed the maximum of {MAX_TAGGED_FIELDS}")
     for _ in range(count):
         tag, pos = _uvarint(b, pos)
         size, pos = _uvarint(b, pos)
@@ -227,6 +236,8 @@ class _Gen:
         lines += [
             "if n > end - pos:",
             "    raise _TooLong(f'array of {n} elements announced, {end - pos} bytes left')",
+            f"if n > {MAX_ARRAY_ELEMENTS}:",
+            f"    raise _TooLong(f'array of {{n}} elements exceeds the maximum of {MAX_ARRAY_ELEMENTS}')",
         ]
         if not nullable:  # kio would read null, and handlers would trip over it
             lines += ["if n < 0:", "    raise _TooLong('null for an array that cannot be null')"]

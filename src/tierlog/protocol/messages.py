@@ -442,13 +442,14 @@ def parse_response(frame, response_type: type) -> tuple[int, Any]:
 
     Returns ``(correlation_id, response)``. Raises :class:`kio.serial.errors.DecodeError` (or the
     guard's ``ValueError``) on bad bytes. An ApiVersions response with a non-zero error code is
-    read as v0 whatever version was asked for, as Kafka's clients do (KIP-511).
+    read as v0 whatever version was asked for when it is UNSUPPORTED_VERSION, the one error a broker answers
+    at v0 (KIP-511); another error (KIP-1242's REBOOTSTRAP_REQUIRED) comes at the version asked.
     """
     if type(frame) is not bytes:
         frame = _readonly(frame)
     # ApiVersions: header v0 is 4 bytes and the body starts with the int16 error code.
     if (response_type.__api_key__ == ApiKey.API_VERSIONS and response_type.__version__ > 0
-            and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] != 0):
+            and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] == errors.UnsupportedVersionError.code):
         response_type = load_response_schema(ApiKey.API_VERSIONS, 0)
     readers = _response_readers.get(response_type)
     if readers is None:

@@ -37,6 +37,7 @@ from tierlog.server.apis.acls import AclApis
 from tierlog.server.apis.admin import AdminApis
 from tierlog.server.apis.authorization import ApiAuthorization
 from tierlog.server.apis.configs import ConfigApis
+from tierlog.server.apis.features import FeatureApis, supported_features
 from tierlog.server.apis.fetch import FetchApis
 from tierlog.server.apis.groups import GroupApis
 from tierlog.server.apis.leadership import LeadershipApis
@@ -256,10 +257,13 @@ class Broker:
                        ReassignmentApis(controller, authorization=authorization),
                        TransactionMarkerApis(rm, coordinator, authorization=authorization),
                        ProducerApis(controller, rm, authorization=authorization), txn.apis,
-                       SaslApis(), ScramApis(controller, authorization=authorization), self.share):
+                       SaslApis(), ScramApis(controller, authorization=authorization),
+                       FeatureApis(controller, authorization=authorization), self.share):
             family.register(self.registry)
         for family in self.mode.api_families(authorizer):
             family.register(self.registry)
+        # KIP-584: the feature levels follow what is served (a new cluster's levels are finalized now)
+        controller.support_features(supported_features(self.registry))
 
     async def _serve(self, internal_handlers: dict | None) -> None:
         await self.socket_server.start_serving(internal_handlers)

@@ -17,7 +17,11 @@ under way when the client was told):
 - divergent: an offset at which two consumers (``History.reads``, the plain readers of the run, and the final
   read) saw different values, or a value a consumer read at an offset the final log does not reach (a read of
   records that were later truncated: they had been exposed above the high watermark);
-- consumer reorder: a consumer that read one producer's values of one partition out of their numbers' order.
+- consumer reorder: a consumer that read one producer's values of one partition out of their numbers' order;
+- transaction anomalies (every read here is read_committed): a value of an aborted transaction read, by a
+  reader or the final read; a committed transaction not wholly in the final read (partly visible, or lost);
+  a transaction whose outcome the client could not learn partly visible (it must be all or nothing); a value
+  read before its transaction began to commit.
 
 Values whose delivery failed are indeterminate: the log may hold them or not, never twice and never out of
 order. The read goes up to each partition's high watermark, through a confluent-kafka consumer.
@@ -30,7 +34,7 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from tests.harness.jepsen.workload import Ack, History, parse_value
+from tests.harness.jepsen.workload import TXN_PREFIX, Ack, History, parse_value
 from tests.harness.waiting import TimedOut, wait_until
 
 EXAMPLES = 10
@@ -41,7 +45,8 @@ class ReadIncomplete(Exception):
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120):
-    """Every record of every partition up to its high watermark: ([(partition, offset, value)], {p: hw})."""
+    """Every record of every partition up to its high watermark, read_committed (librdkafka's default):
+    ([(partition, offset, value)], {p: hw})."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
     # not wait_until: one time budget for every step of the read (ReadIncomplete, not a failure, when it runs out)
     deadline = time.monotonic() + timeout
@@ -67,9 +72,11 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120)
             for m in consumer.consume(1000, 1.0):
                 err = m.error()
                 if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        continue  # retriable; the consumer goes on by itself
-                    continue
+                    # read_committed skips transaction markers, which may be a partition's last offsets: the end
+                    # of the partition (at the high watermark once no transaction is open) is the sign
+                    if err.code() == KafkaError._PARTITION_EOF and m.offset() >= highs.get(m.partition(), 0):
+                        done.add(m.partition())
+                    continue  # otherwise retriable; the consumer goes on by itself
                 records.append((m.partition(), m.offset(), m.value()))
                 if m.offset() + 1 >= highs[m.partition()]:
                     done.add(m.partition())
@@ -185,6 +192,7 @@ class Report:
     reordered: list[str] = field(default_factory=list)
     offset_regressions: list[str] = field(default_factory=list)
     divergent: list[str] = field(default_factory=list)
+    txn_anomalies: list[str] = field(default_factory=list)
     offsetless: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
@@ -197,7 +205,8 @@ class Report:
     @property
     def violations(self) -> int:
         return (len(self.lost) + len(self.duplicated) + len(self.mismatched) + len(self.reordered)
-                + len(self.offset_regressions) + len(self.divergent) + len(self.incomplete))
+                + len(self.offset_regressions) + len(self.divergent) + len(self.txn_anomalies)
+                + len(self.incomplete))
 
     @property
     def ok(self) -> bool:
@@ -225,6 +234,9 @@ class Report:
         if h.fatal_errors:
             first = [f"{n} at {t:.1f}s ({where(self.cycles, t)}): {e}" for t, n, e in h.fatal_errors[:3]]
             lines.append(f"  fatal producer errors: {len(h.fatal_errors)}, first: " + "; ".join(first))
+        if h.txns:
+            outcomes = Counter(t.outcome for t in h.txns)
+            lines.append("transactions: " + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items())))
         lines.append(f"group commits: {len(h.commits)} confirmed, {sum(h.commit_errors.values())} failed"
                      + (" (" + ", ".join(f"{k} {n}" for k, n in h.commit_errors.most_common()) + ")"
                         if h.commit_errors else ""))
@@ -237,6 +249,7 @@ class Report:
                              ("offset mismatches", self.mismatched),
                              ("committed offset regressions", self.offset_regressions),
                              ("divergent reads", self.divergent),
+                             ("transaction anomalies", self.txn_anomalies),
                              ("read incomplete", self.incomplete), ("liveness", self.liveness)):
             extra = ""
             if title == "lost" and self.lost_by_partition:
@@ -264,7 +277,7 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
     for p, o, v in records:
         read_at[v].append((p, o))
     acked: dict[bytes, Ack] = {a.value: a for a in h.acks}
-    report.indeterminate_read = sum(1 for v in read_at if v not in acked)
+    report.indeterminate_read = sum(1 for v in read_at if v not in acked and not v.startswith(TXN_PREFIX))
 
     for a in sorted(h.acks, key=lambda a: a.at):
         places = read_at.get(a.value)
@@ -338,6 +351,7 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
                 f"partition {p}: committed offset read back is {final}, but {off} was confirmed at {at:.1f}s "
                 f"({where(cycles, at)})")
     check_reads(report, h.reads, at_offset, highs)
+    check_transactions(report, set(read_at))
     return report
 
 
@@ -368,3 +382,29 @@ def check_reads(report: Report, reads: dict[str, list[tuple[int, int, bytes]]],
                 report.reordered.append(f"{reader} read {parsed[0]} partition {p} seq {parsed[1]} at offset {o} "
                                         f"after seq {prev[0]} at offset {prev[1]}")
             order[(parsed[0], p)] = (parsed[1], o)
+
+
+def check_transactions(report: Report, final: set[bytes]) -> None:
+    """Each transaction against what read_committed consumers saw: ``final`` holds the values of the final read,
+    ``History.txn_first_read`` when a reader first saw each transactional value."""
+    h, cycles = report.history, report.cycles
+    for t in h.txns:
+        values = [v for _, v in t.values]
+        visible = [v for v in values if v in final]
+        seen = {v: h.txn_first_read[v] for v in values if v in h.txn_first_read}
+        label = f"transaction {t.id} ({t.outcome}, began {t.began:.1f}s, {where(cycles, t.began)})"
+        if t.outcome == "aborted" and (visible or seen):
+            who = ", ".join(sorted({r for _, r in seen.values()} | ({"the final read"} if visible else set())))
+            report.txn_anomalies.append(f"{label}: aborted, yet read by {who}")
+        elif t.outcome == "committed" and len(visible) < len(values):
+            report.txn_anomalies.append(f"{label}: committed, {len(visible)} of {len(values)} values in the "
+                                        f"final read")
+        elif t.outcome in ("unknown", "pending") and 0 < len(visible) < len(values):
+            report.txn_anomalies.append(f"{label}: outcome unknown to the client, {len(visible)} of {len(values)} "
+                                        f"values in the final read")
+        for v, (at, reader) in sorted(seen.items()):
+            # (an aborted one read is reported above)
+            if (t.committing is None or at < t.committing) and t.outcome != "aborted":
+                report.txn_anomalies.append(
+                    f"{label}: {reader} read {v.decode(errors='replace')} at {at:.1f}s, before its commit "
+                    f"began" + (f" at {t.committing:.1f}s" if t.committing is not None else ""))

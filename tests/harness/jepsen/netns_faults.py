@@ -275,7 +275,10 @@ def _shows_fault(nc, topic: str, p: int, leader: int, via: int):
 def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3, echo=None) -> tuple[Report, dict]:
     """``cycles`` faults drawn from ``KINDS`` (no cycle begins after ``minutes``), each held until the cluster
     shows its effect (or 20 s), healed, and settled (every partition led, ISR of three, writes acknowledged on
-    every partition) before the next; then the checker's report and per-kind numbers."""
+    every partition) before the next; then the checker's report and per-kind numbers: the longest time a
+    partition went without an acknowledgement from the fault to the settling, and the time from the heal until
+    the cluster had settled (every ISR full again). ``nc`` is tierlog's cluster or Kafka's
+    (tests/harness/netns_cluster.py): the same schedule for the same seed."""
     rng = random.Random(seed)
     topo, c = nc.topology, nc.cluster
     controller = c.wait_formed()
@@ -288,6 +291,7 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
     work.start()
     done: list[Cycle] = []
     numbers: dict[str, list[float]] = {}
+    full_isr: dict[str, list[float]] = {}
     deadline = time.monotonic() + minutes * 60
     try:
         work.wait_acks(0, 10, what="writes acknowledged before the first fault")
@@ -340,6 +344,7 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
                 break
             cycle.settled = h.now()
             numbers.setdefault(kind, []).append(round(work.longest_gap(cycle.started, cycle.settled), 2))
+            full_isr.setdefault(kind, []).append(round(cycle.settled - cycle.healed, 2))
             h.event(f"cycle {index} settled in {cycle.settled - cycle.healed:.1f} s after the heal")
         report = verdict(c, work, done, seed)
         report.elapsed = h.now()
@@ -347,4 +352,4 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
         work.finish()
     unsettled = [c.label + ": " + "; ".join(c.notes) for c in done if c.settled is None]
     report.liveness.extend(unsettled)
-    return report, {"longest_gap_s_by_kind": numbers}
+    return report, {"longest_gap_s_by_kind": numbers, "settled_s_after_heal_by_kind": full_isr}

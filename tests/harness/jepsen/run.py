@@ -34,7 +34,7 @@ from tests.harness.jepsen.checker import (
 )
 from tests.harness.jepsen.monitor import LeaderMonitor
 from tests.harness.jepsen.nemesis import KINDS, Nemesis, Rig
-from tests.harness.jepsen.workload import GroupMember, History, ProducerWorker
+from tests.harness.jepsen.workload import GroupMember, History, ProducerWorker, ReaderWorker, TransactionalWorker
 from tests.harness.tierlog_cluster import start_cluster
 
 
@@ -56,6 +56,11 @@ class Settings:
     isr_target: int | None = None
     producers: int = 3
     members: int = 2
+    #: transactional producers (two partitions per transaction, every fourth aborted on purpose)
+    txn_producers: int = 0
+    txn_interval: float = 0.05
+    #: plain read_committed consumers reading every partition throughout the run (``History.reads``)
+    readers: int = 0
     #: each producer's pause between two values
     produce_interval: float = 0.01
     session_timeout_ms: int = 6000
@@ -85,6 +90,8 @@ class Run:
         self.monitor: LeaderMonitor | None = None
         self.producers: list[ProducerWorker] = []
         self.members: list[GroupMember] = []
+        self.txn_producers: list[TransactionalWorker] = []
+        self.readers: list[ReaderWorker] = []
         self.topic = f"jepsen-{uuid.uuid4().hex[:8]}"
         self.group = f"jepsen-group-{uuid.uuid4().hex[:8]}"
 
@@ -126,7 +133,12 @@ class Run:
                           for i in range(s.producers)]
         self.members = [GroupMember(f"m{i}", bootstrap, self.topic, self.group, h, self.stop_workload)
                         for i in range(s.members)]
-        for t in [self.monitor, *self.producers, *self.members]:
+        self.txn_producers = [TransactionalWorker(f"t{i}", bootstrap, self.topic, s.partitions, h, self.stop_workload,
+                                                  s.txn_interval, debug_log=str(self.work_dir / f"producer-t{i}.log"))
+                              for i in range(s.txn_producers)]
+        self.readers = [ReaderWorker(f"r{i}", bootstrap, self.topic, s.partitions, h, self.stop_workload)
+                        for i in range(s.readers)]
+        for t in [self.monitor, *self.producers, *self.members, *self.txn_producers, *self.readers]:
             t.start()
         since = h.now()
         if not self._progress(since, s.progress_timeout * 2):
@@ -284,7 +296,7 @@ class Run:
             report.liveness.append(str(e))
         h.event("stopping the workload")
         self.stop_workload.set()
-        for t in [*self.producers, *self.members]:
+        for t in [*self.producers, *self.members, *self.txn_producers, *self.readers]:
             t.join(200)
             if t.is_alive():
                 report.liveness.append(f"{t.name} did not stop within 200 s")

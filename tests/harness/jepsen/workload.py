@@ -10,6 +10,11 @@ error is recorded.
 
 Each group member commits, about every ``commit_interval`` seconds, the next offset after what it consumed in
 the partitions it owns, synchronously; every partition the broker confirmed goes into the history.
+
+A transactional producer (:class:`TransactionalWorker`) writes ``T/<name>.<incarnation>/<n>/<i>`` to two
+partitions per transaction, aborting every fourth on purpose; each transaction's values and its outcome
+(committed, aborted, or unknown when the client could not tell) go into ``History.txns``. The plain readers
+read with read_committed (librdkafka's default), as does the final read.
 """
 
 from __future__ import annotations
@@ -38,6 +43,24 @@ class Commit:
 
 
 @dataclass
+class Txn:
+    """One transaction of a :class:`TransactionalWorker`: its values and what the client was told."""
+
+    id: str
+    values: list[tuple[int, bytes]]  # (partition, value)
+    began: float
+    #: when commit_transaction was first called (no read_committed reader may see a value before it)
+    committing: float | None = None
+    #: "pending", "committed", "aborted" or "unknown" (the client could not learn the outcome)
+    outcome: str = "pending"
+    ended: float | None = None
+    error: str = ""
+
+
+TXN_PREFIX = b"T/"
+
+
+@dataclass
 class History:
     """Everything the clients saw and the nemesis did, with times in seconds since the start."""
 
@@ -51,6 +74,9 @@ class History:
     events: list[tuple[float, str]] = field(default_factory=list)
     #: what each plain consumer (``ReaderWorker``) read, (partition, offset, value), in the order it read them
     reads: dict[str, list[tuple[int, int, bytes]]] = field(default_factory=dict)
+    #: when a reader first read each transactional value
+    txn_first_read: dict[bytes, tuple[float, str]] = field(default_factory=dict)
+    txns: list[Txn] = field(default_factory=list)
     echo: object = None  # a print-like callable for events, or None
 
     def __post_init__(self) -> None:
@@ -89,6 +115,12 @@ class History:
     def read(self, reader: str, partition: int, offset: int, value: bytes) -> None:
         with self._lock:
             self.reads.setdefault(reader, []).append((partition, offset, value))
+            if value.startswith(TXN_PREFIX) and value not in self.txn_first_read:
+                self.txn_first_read[value] = (self.now(), reader)
+
+    def txn(self, t: Txn) -> None:
+        with self._lock:
+            self.txns.append(t)
 
     def acked_count(self) -> int:
         return len(self.acks)
@@ -113,6 +145,19 @@ def parse_value(value: bytes) -> tuple[str, int] | None:
         return name, int(seq)
     except (UnicodeDecodeError, ValueError):
         return None
+
+
+def file_logger(name: str, path: str):
+    """A logger writing librdkafka's debug lines to ``path`` only."""
+    import logging
+    logger = logging.getLogger(name)
+    if not logger.handlers:
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return logger
 
 
 class ProducerWorker(threading.Thread):
@@ -142,20 +187,10 @@ class ProducerWorker(threading.Thread):
         self.overrides: dict[str, object] = {}
         self._fatal = threading.Event()
 
-    def _logger(self):
-        import logging
-        logger = logging.getLogger(f"jepsen.librdkafka.{self.base}")
-        if not logger.handlers:
-            handler = logging.FileHandler(self.debug_log)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
-            logger.propagate = False
-        return logger
-
     def _producer(self):
         from confluent_kafka import Producer
-        extra = {"debug": "eos,msg", "logger": self._logger()} if self.debug_log else {}
+        extra = {"debug": "eos,msg", "logger": file_logger(f"jepsen.librdkafka.{self.base}", self.debug_log)} \
+            if self.debug_log else {}
         return Producer({**extra,
             "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 30000,
@@ -294,3 +329,92 @@ class ReaderWorker(threading.Thread):
                         self.history.read(self.reader, m.partition(), m.offset(), m.value())
         finally:
             consumer.close()
+
+
+class TransactionalWorker(threading.Thread):
+    """A transactional producer (acks=all): each transaction writes one value to each of two partitions, then
+    commits, or aborts on purpose (the second of every four). What the client was told of each transaction goes into
+    ``History.txns``. After a fatal error (a fenced or unusable producer) a new incarnation with the same
+    transactional.id takes over; its init_transactions completes or aborts what the old one left open, so
+    that transaction's outcome is unknown: all of it visible or none of it."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, history: History,
+                 stop: threading.Event, interval: float, timeout: float = 60.0, debug_log: str | None = None):
+        """``debug_log``: a file for librdkafka's transaction log (``debug=eos``: coordinator lookups, each
+        transactional request and its answer, state changes)."""
+        super().__init__(daemon=True, name=f"txn-producer-{name}")
+        self.base, self.bootstrap, self.topic, self.partitions = name, bootstrap, topic, partitions
+        self.history, self.stop, self.interval, self.timeout = history, stop, interval, timeout
+        self.debug_log = debug_log
+        self.incarnation = 0
+
+    def _producer(self):
+        from confluent_kafka import Producer
+        extra = {"debug": "eos", "logger": file_logger(f"jepsen.librdkafka.{self.base}", self.debug_log)} \
+            if self.debug_log else {}
+        producer = Producer({**extra,
+            "bootstrap.servers": self.bootstrap, "transactional.id": f"jepsen-{self.base}", "acks": "all",
+            "linger.ms": 5, "transaction.timeout.ms": 60000, "message.timeout.ms": 60000,
+            "socket.connection.setup.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000,
+            "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "client.id": f"jepsen-{self.base}"})
+        producer.init_transactions(self.timeout)
+        return producer
+
+    def run(self) -> None:
+        from confluent_kafka import KafkaException
+        producer, n = None, 0
+        while not self.stop.is_set():
+            if producer is None:
+                try:
+                    producer = self._producer()
+                except KafkaException as e:
+                    self.history.event(f"transactional producer {self.base}: init failed ({e.args[0].name()})")
+                    self.stop.wait(1)  # the pace of retries, not a synchronisation
+                    continue
+            name = f"{self.base}.{self.incarnation}"
+            parts = sorted({n % self.partitions, (n + 1) % self.partitions})
+            txn = Txn(f"{name}/{n}", [(p, TXN_PREFIX + f"{name}/{n}/{i}".encode()) for i, p in enumerate(parts)],
+                      self.history.now())
+            self.history.txn(txn)
+            n += 1
+            if not self._one(producer, txn, abort=n % 4 == 2):  # the second of every four
+                # fatal: a new producer fences this one and finishes what it left open
+                self.history.fatal_errors.append((self.history.now(), name, txn.error))
+                self.incarnation += 1
+                producer = None
+            self.stop.wait(self.interval)  # the pace of the workload, not a synchronisation
+
+    def _one(self, producer, txn: Txn, abort: bool) -> bool:
+        """Run one transaction; False when the producer is no longer usable."""
+        from confluent_kafka import KafkaException
+        h = self.history
+        try:
+            producer.begin_transaction()
+            for p, v in txn.values:
+                producer.produce(self.topic, v, partition=p)
+            if abort:
+                producer.abort_transaction(self.timeout)
+                txn.outcome = "aborted"
+            else:
+                txn.committing = h.now()
+                producer.commit_transaction(self.timeout)
+                txn.outcome = "committed"
+            txn.ended = h.now()
+            return True
+        except KafkaException as e:
+            err = e.args[0]
+            txn.error = f"{err.name()}: {err.str()}"
+            txn.ended = h.now()
+            if err.fatal():
+                txn.outcome = "unknown"
+                return False
+            if err.txn_requires_abort():
+                try:
+                    producer.abort_transaction(self.timeout)
+                    txn.outcome = "aborted"
+                    return True
+                except KafkaException as e2:
+                    txn.error += f"; abort: {e2.args[0].name()}"
+            # retriable, or the abort failed too: the client cannot tell what happened
+            txn.outcome = "unknown"
+            return False

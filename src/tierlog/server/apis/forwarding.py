@@ -2,7 +2,7 @@
 
 In a cluster, a client may send CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
 IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments or
-AlterClientQuotas, CreateAcls, DeleteAcls or AlterUserScramCredentials to any broker
+AlterClientQuotas, CreateAcls, DeleteAcls, AlterUserScramCredentials or UpdateFeatures to any broker
 (Kafka's tools send configs to any broker). A broker that is not the active controller wraps the request,
 header and body as the client sent them, in an Envelope to the controller's inter-broker listener, and answers
 the client with the controller's answer, unchanged.
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 CONTROLLER_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.CREATE_ACLS,
-                   ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+                   ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.UPDATE_FEATURES)
 #: How long a broker waits for a controller to be known before answering NOT_CONTROLLER.
 CONTROLLER_WAIT_S = 5.0
 _SIZE = struct.Struct(">i")

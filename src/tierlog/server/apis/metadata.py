@@ -10,8 +10,10 @@ from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.errors import (
     NO_ERROR,
+    InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
+    RebootstrapRequiredError,
     TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -34,11 +36,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648  # Kafka's "not requested" marker
 # registered range closes the connection, as any unsupported version does).
 ADVERTISED_PRODUCE_MIN_VERSION = 0
 FEATURES_VERSION = 3  # ApiVersions' first version with KIP-584's features
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-MAX_TRANSACTION_VERSION = 2
-# The finalized features never change while a broker runs (a static setting, no UpdateFeatures), so their
-# epoch is a constant; Java's client only takes finalized features with an epoch above -1.
-FINALIZED_FEATURES_EPOCH = 0
+TARGET_CHECK_VERSION = 5  # ApiVersions' first version naming the cluster and node the client means (KIP-1242)
 
 
 class MetadataApis:
@@ -53,10 +51,18 @@ class MetadataApis:
         self.authorization = authorization
 
     def register(self, registry) -> None:
-        registry.register(ApiKey.API_VERSIONS, 0, 4, self.api_versions)
+        registry.register(ApiKey.API_VERSIONS, 0, 5, self.api_versions)
         registry.register(ApiKey.METADATA, 0, 13, self.metadata)
 
     async def api_versions(self, ctx: RequestContext):
+        if ctx.api_version >= TARGET_CHECK_VERSION:
+            req = ctx.request
+            if (req.cluster_id is None) != (req.node_id == -1):  # Kafka's isValid: both named or neither
+                return build_api_versions_response(ctx.api_version, HandlerRegistry(), InvalidRequestError.code)
+            if self._other_target(req):
+                # KIP-1242: the client reached another cluster or node than it meant (an address reused); it
+                # goes back to its bootstrap servers. Kafka answers at the request's version with no API listed.
+                return build_api_versions_response(ctx.api_version, HandlerRegistry(), RebootstrapRequiredError.code)
         response = build_api_versions_response(ctx.api_version, self.registry)
         keys = tuple(dataclasses.replace(k, min_version=min(k.min_version, ADVERTISED_PRODUCE_MIN_VERSION))
                      if k.api_key == ApiKey.PRODUCE else k for k in response.api_keys)
@@ -65,22 +71,29 @@ class MetadataApis:
             response = self._with_features(response, ctx.api_version)
         return response
 
+    def _other_target(self, request) -> bool:
+        """Kafka's check: a cluster id given and not this cluster's, or given with a node id not this broker's."""
+        cluster_id = request.cluster_id
+        if cluster_id is None:
+            return False
+        return cluster_id != self.controller.image.cluster_id or request.node_id != self.node_id
+
     def _with_features(self, response, ctx_version: int):
-        """KIP-584's features (ApiVersions v3+): ``transaction.version`` supported 0-2 and finalized at the
-        broker's ``transaction.version`` (a level of 0 is not listed, as Kafka lists none). Clients use
-        transaction version 2 when it is finalized at 2 (Java's producer also needs an epoch above -1)."""
+        """KIP-584's features (ApiVersions v3+; what DescribeFeatures reads): the supported ranges
+        (server/apis/features.py) and the finalized levels with their epoch (levels of 0 are not listed, as
+        Kafka lists none). Clients use transaction version 2 when it is finalized at 2."""
         schema = type(response)
         supported = typing.get_args(typing.get_type_hints(schema)["supported_features"])[0]
         finalized = typing.get_args(typing.get_type_hints(schema)["finalized_features"])[0]
-        level = int(self.controller.effective_config["transaction.version"])
+        features = self.controller.finalized_features
         # KIP-1022: before v4 a supported feature could not have min version 0; Kafka leaves such ones out
+        ranges = sorted(self.controller.supported_features.items()) if ctx_version >= 4 else ()
         return dataclasses.replace(
             response,
-            supported_features=(supported(name=TRANSACTION_VERSION_FEATURE, min_version=0,
-                                          max_version=MAX_TRANSACTION_VERSION),) if ctx_version >= 4 else (),
-            finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
-            finalized_features=(finalized(name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
-                                          min_version_level=level),) if level > 0 else ())
+            supported_features=tuple(supported(name=name, min_version=lo, max_version=hi) for name, (lo, hi) in ranges),
+            finalized_features_epoch=features.epoch,
+            finalized_features=tuple(finalized(name=name, max_version_level=level, min_version_level=level)
+                                     for name, level in sorted(features.levels.items())))
 
     async def metadata(self, ctx: RequestContext):
         req = ctx.request

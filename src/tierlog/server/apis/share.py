@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
+from tierlog.cluster.features import SHARE_VERSION
 from tierlog.coordinator.share import (
     ShareConfig,
     ShareGroupCoordinator,
@@ -61,9 +62,10 @@ MAX_IDLE_S = 1.0
 
 
 def share_groups_enabled(controller: Controller) -> bool:
-    """Kafka's ``share.version`` >= 1: the one check every share group API makes. The finalized feature level
-    is not kept by tierlog yet, so share groups are on (Kafka 4.4's default level is 1)."""
-    return True
+    """Kafka's ``share.version`` finalized at 1 or more (KIP-584; a new cluster finalizes 1, ``kafka-features
+    disable --feature share.version`` turns share groups off): the one check every share group API makes,
+    answering UNSUPPORTED_VERSION otherwise, as Kafka does."""
+    return controller.finalized_level(SHARE_VERSION) >= 1
 
 
 def _client_host(ctx: RequestContext) -> str:

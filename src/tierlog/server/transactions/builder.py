@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tierlog.cluster import Controller
 from tierlog.cluster.channel import NetworkBrokerChannel
+from tierlog.cluster.features import TRANSACTION_VERSION
 from tierlog.config import BrokerConfig
 from tierlog.coordinator import GroupCoordinator
 from tierlog.coordinator.transaction_coordinator import (
@@ -74,7 +75,7 @@ def build_transactions(node_id: int, cfg: BrokerConfig, controller: Controller, 
     txn = TransactionCoordinator(
         store.config, store, allocate_producer_id=controller.next_producer_id,
         write_markers=write_markers, replicated=replicated, coordinator_epoch=coordinator_epoch,
-        transaction_version=lambda: cfg["transaction.version"], leads=leads)
+        transaction_version=lambda: controller.finalized_level(TRANSACTION_VERSION), leads=leads)
     apis = TransactionCoordinatorApis(txn, controller, groups.partition_for, authorization=authorization)
     # KIP-890 part 1's questions from this broker's partitions to the transaction coordinators: in process to
     # its own, in a cluster as AddPartitionsToTxn (verify only) to the others, on connections of their own.
