@@ -91,7 +91,7 @@ def _reads_every_record(broker) -> None:
     assert len({d.offset for d in deliveries}) == 20
 
 
-def test_share_group_tools(tierlog_broker):
+def test_share_group_tools(tierlog_broker, request):
     """Kafka 4.4's tools on a share group: kafka-share-groups resets a new group to the earliest offset,
     kafka-console-share-consumer then reads the 20 records already there, --describe --offsets shows the start
     offset past them (lag 0); DeleteShareGroupOffsets removes the group's state for the topic."""
@@ -107,8 +107,9 @@ def test_share_group_tools(tierlog_broker):
 
     asyncio.run(produce())
 
-    def tool(main_class: str, *args: str):  # (ToolRunner cannot run Kafka 4.4's tools yet)
-        return kafka_peer_module.run_tool(main_class, *args, version=LATEST)
+    tools = kafka_peer_module.ToolRunner(version=LATEST)  # one JVM for the three tools
+    request.addfinalizer(tools.close)
+    tool = tools.run
 
     share_groups = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
     reset = tool(share_groups, "--bootstrap-server", bootstrap, "--group", group, "--reset-offsets",
