@@ -206,7 +206,7 @@ class ShareApis:
         epoch = req.share_session_epoch
         group_id, member_id = req.group_id or "", req.member_id or ""
 
-        def top_error(code: int, message: str):
+        def top_error(code: int, message: str | None):
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
                                         "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []})
 
