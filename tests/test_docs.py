@@ -59,6 +59,10 @@ ELSEWHERE = {
     "log.size": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "log.transforms": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "indexes.entries": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
+    "share.version": "Kafka feature flag (compatibility.md)",
+    "share.auto.offset.reset": "Kafka share group config tierlog does not implement (compatibility.md)",
+    "share.coordinator.snapshot.update.records.per.snapshot": "Kafka broker setting tierlog does not implement "
+                                                              "(compatibility.md)",
 }
 
 #: First words of dotted names that are Python modules and objects, or options of Spark's Kafka source

@@ -85,6 +85,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     # SASL: the handshake naming the mechanism, then its tokens in SaslAuthenticate (v1+: session lifetime)
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
+    # share groups (KIP-932): tierlog.client.share_consumer
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
 }
 
 #: KIP-368: a client re-authenticates when 85-95% of the session lifetime has passed (Kafka's window).

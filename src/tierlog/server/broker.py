@@ -50,6 +50,7 @@ from tierlog.server.apis.producers import ProducerApis
 from tierlog.server.apis.quotas import ClientQuotaApis
 from tierlog.server.apis.reassignment import ReassignmentApis
 from tierlog.server.apis.scram import ScramApis
+from tierlog.server.apis.share import ShareApis
 from tierlog.server.apis.transactions import TransactionMarkerApis
 from tierlog.server.cluster_mode import SingleNode, ZooKeeperCluster, cluster_mode
 from tierlog.server.errors import error_response
@@ -122,6 +123,7 @@ class Broker:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transactions: Transactions | None = None
+        self.share: ShareApis | None = None  # share groups (KIP-932)
         self.http_endpoint: HttpEndpoint | None = None
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._housekeeping: asyncio.Task | None = None
@@ -227,6 +229,8 @@ class Broker:
         self._on_ready.append(txn.coordinator.start)
         controller.add_listener(coordinator_leadership(coordinator, txn.coordinator, rm))
         quotas.follow(controller)
+        self.share = ShareApis.build(cfg, controller, rm, BrokerOffsetsTopicLog(controller, rm), self.node_id,
+                                     security.authorizer)
         self._register_apis(rm, coordinator, txn, topic_metrics, authorization)
         return mode.internal_handlers(rm)
 
@@ -257,7 +261,7 @@ class Broker:
                        TransactionMarkerApis(rm, coordinator, authorization=authorization),
                        ProducerApis(controller, rm, authorization=authorization), txn.apis,
                        SaslApis(), ScramApis(controller, authorization=authorization),
-                       FeatureApis(controller, authorization=authorization)):
+                       FeatureApis(controller, authorization=authorization), self.share):
             family.register(self.registry)
         for family in self.mode.api_families(authorizer):
             family.register(self.registry)
@@ -360,6 +364,8 @@ class Broker:
             try:
                 self.log_manager.run_housekeeping()
                 self.group_coordinator.tick()
+                if self.share is not None:
+                    self.share.tick()
             except Exception:  # noqa: BLE001 - housekeeping must keep running
                 log.exception("Housekeeping failed")
 

@@ -1,0 +1,126 @@
+"""The share-partitions this broker leads (Kafka's ``SharePartitionManager``): made on a share group's first
+fetch of a partition, initialized from ``__share_group_state`` or, without persisted state, at the log's end
+(``share.auto.offset.reset`` latest, Kafka's default for a share group), and written back after each change
+of their delivery state by an acknowledgement or a release."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierlog.coordinator.share.records import ShareSnapshot
+from tierlog.coordinator.share.share_partition import SharePartition
+from tierlog.coordinator.share.state_store import ShareStateStore
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    """The share group settings of the broker (``group.share.*``)."""
+
+    record_lock_duration_ms: int
+    delivery_count_limit: int
+    partition_max_record_locks: int
+    max_share_sessions: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_size: int
+
+    @classmethod
+    def from_broker_config(cls, cfg) -> ShareConfig:
+        return cls(cfg["group.share.record.lock.duration.ms"], cfg["group.share.delivery.count.limit"],
+                   cfg["group.share.partition.max.record.locks"], cfg["group.share.max.share.sessions"],
+                   cfg["group.share.session.timeout.ms"], cfg["group.share.heartbeat.interval.ms"],
+                   cfg["group.share.max.size"])
+
+
+Key = tuple[str, uuid.UUID, int]
+
+
+class SharePartitionManager:
+    def __init__(self, config: ShareConfig, store: ShareStateStore | None):
+        self.config = config
+        self.store = store
+        self.partitions: dict[Key, SharePartition] = {}
+        self._persisted: dict[Key, int] = {}  # the version last written
+
+    def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
+            latest_offset: Callable[[], int], leader_epoch: int = 0) -> SharePartition:
+        key = (group_id, topic_id, partition)
+        sp = self.partitions.get(key)
+        if sp is None:
+            cfg = self.config
+            sp = self.partitions[key] = SharePartition(
+                group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
+                delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
+            state = self.store.read(key) if self.store is not None else None
+            if state is not None and state.start_offset >= 0:
+                sp.state_epoch = state.state_epoch
+                sp.created_ms = state.create_timestamp
+                sp.initialize(state.start_offset, state.state_batches)
+            else:
+                sp.initialize(latest_offset())
+            self._persisted[key] = sp.version
+        return sp
+
+    def persist(self, sp: SharePartition, topic_id: uuid.UUID, leader_epoch: int = 0) -> None:
+        key = (sp.group_id, topic_id, sp.partition)
+        if self.store is None or self._persisted.get(key) == sp.version:
+            return
+        now = int(time.time() * 1000)
+        batches = sp.snapshot_batches()
+        complete = sum(b.last_offset - b.first_offset + 1 for b in batches if b.delivery_state in (2, 4))
+        self.store.write(key, ShareSnapshot(sp.version, sp.state_epoch, leader_epoch, sp.start_offset, sp.created_ms,
+                                            now, batches, complete))
+        self._persisted[key] = sp.version
+
+    def release_member(self, group_id: str, member_id: str) -> None:
+        for (group, topic_id, _p), sp in self.partitions.items():
+            if group == group_id and sp.release_member(member_id):
+                self.persist(sp, topic_id)
+
+    def expire_locks(self) -> None:
+        for (_g, topic_id, _p), sp in self.partitions.items():
+            if sp.expire_locks():
+                self.persist(sp, topic_id)
+
+    def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (nothing in flight), a new
+        state epoch, written at once."""
+        key = (group_id, topic_id, partition)
+        old = self.partitions.pop(key, None)
+        state = self.store.read(key) if self.store is not None else None
+        epoch = max(old.state_epoch if old is not None else 0, state.state_epoch if state is not None else 0) + 1
+        cfg = self.config
+        sp = self.partitions[key] = SharePartition(
+            group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
+            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
+        sp.state_epoch = epoch
+        sp.initialize(start_offset)
+        sp.version = (old.version + 1) if old is not None else 1
+        self._persisted.pop(key, None)
+        self.persist(sp, topic_id)
+
+    def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
+        """DeleteShareGroupOffsets: the share-partitions' state is gone; the group starts them afresh."""
+        for p in partitions:
+            key = (group_id, topic_id, p)
+            self.partitions.pop(key, None)
+            self._persisted.pop(key, None)
+            if self.store is not None:
+                self.store.delete(key)
+
+    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
+        """The partition is not led here: drop every group's share-partition of it (kept in memory only)."""
+        for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
+            del self.partitions[key]
+            self._persisted.pop(key, None)
+
+    def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The share-partition start offset, from memory or the persisted state; None when never initialized."""
+        sp = self.partitions.get((group_id, topic_id, partition))
+        if sp is not None:
+            return sp.start_offset
+        state = self.store.read((group_id, topic_id, partition)) if self.store is not None else None
+        return state.start_offset if state is not None else None
