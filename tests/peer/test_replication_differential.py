@@ -17,6 +17,8 @@ thread each) and records an ordered list of observations; the two lists are then
 3. OffsetsForLeaderEpoch after two leader changes (SIGKILL of the leader and its restart, then ElectLeaders),
    asked of the leader for every epoch, with fencing epochs, with a follower's replica id, in v2 to v4, and
    asked of a follower.
+5. Idempotent retries across leader changes: batches of an idempotent producer retried to a new leader (the
+   last one, an older one), the next sequence, a gap, then retried to the old leader once it leads again.
 4. KIP-101 truncation: the leader appends records with acks=1 its followers never fetch, dies, a follower
    leads and appends, the old leader returns: every replica's log files (offsets, batch leader epochs,
    values) and the high watermark; then a follower stopped past its session on a partition whose leader is
@@ -44,7 +46,8 @@ would leave the ISR and the election would have no candidate) and SIGKILL right 
 with the followers' next fetch.
 
 A difference that is deliberate or a known tierlog gap is pinned per side in ``EXPECTED`` (and documented in
-docs/compatibility.md's cluster section), so a change on either side shows here; there is none today. What
+docs/compatibility.md's cluster section), so a change on either side shows here (one: a restarted leader's
+memory of an idempotent producer's older batches). What
 this test found in tierlog was fixed instead: the high watermark moved while the ISR was below
 ``min.insync.replicas`` (Kafka 3.7+ holds it: REQUEST_TIMED_OUT, not NOT_ENOUGH_REPLICAS_AFTER_APPEND, for the
 in-flight acks=all write), a follower answered OffsetsForLeaderEpoch and ListOffsets with NOT_LEADER_OR_FOLLOWER
@@ -272,15 +275,19 @@ def create(side: Side, name: str, assignment: list[int], configs: dict | None = 
 
 
 def produce(side: Side, broker_id: int, name: str, values: list[bytes], acks: int,
-            timeout_ms: int = 10000) -> tuple[int, int, int]:
-    """One batch: (error code, base offset, log start offset). A NOT_LEADER_OR_FOLLOWER (a broker whose
-    replica manager lags its metadata a moment, as Kafka's may) appended nothing and is sent again."""
+            timeout_ms: int = 10000, producer: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+    """One batch: (error code, base offset, log start offset); ``producer`` = (producer id, epoch, base sequence)
+    makes it an idempotent producer's. A NOT_LEADER_OR_FOLLOWER (a broker whose replica manager lags its
+    metadata a moment, as Kafka's may) appended nothing and is sent again."""
     answers = []
+    pid, epoch, sequence = producer or (-1, -1, -1)
 
     def answered():
+        batch = build_batch([(None, v, [], int(time.time() * 1000)) for v in values], producer_id=pid,
+                            producer_epoch=epoch, base_sequence=sequence)
         resp = request(side, broker_id, ApiKey.PRODUCE, 9, {
             "acks": acks, "timeout_ms": timeout_ms, "topic_data": [{"name": name, "partition_data": [
-                {"index": 0, "records": build_batch([(None, v, [], int(time.time() * 1000)) for v in values])}]}]},
+                {"index": 0, "records": batch}]}]},
             timeout=timeout_ms / 1000 + 30)
         p = resp.responses[0].partition_responses[0]
         answers.append((int(p.error_code), int(p.base_offset), int(p.log_start_offset)))
@@ -369,7 +376,11 @@ def values(prefix: str, n: int) -> list[bytes]:
 
 #: Observations where the sides differ on purpose or by a known tierlog gap: {(scenario, key): (kafka, tierlog)}.
 #: Each is documented in docs/compatibility.md's cluster section.
-EXPECTED: dict[tuple[str, str], tuple] = {}
+EXPECTED: dict[tuple[str, str], tuple] = {
+    # Kafka's restarted broker reloads its producer snapshot (one batch per producer): an older batch retried to
+    # it is out of order; tierlog rebuilds the last five batches from the log and answers the duplicate
+    ("idempotent retries", "batch b retried to the restarted leader"): ((45, -1, 0), (0, 2, 0)),
+}
 
 
 def compare(scenario: str, observed: dict[str, dict]) -> None:
@@ -567,6 +578,49 @@ def truncation(side: Side, obs: dict) -> None:
                                        "with broker 3 back in the ISR", SETTLE_S)
 
 
+def idempotent_retries(side: Side, obs: dict) -> None:
+    """A retried batch of an idempotent producer after leader changes: the new leader's producer state holds
+    every batch it replicated, so a batch it already has (the last one, or an older one of the last five) is
+    answered as a duplicate with its original offset, the next sequence is appended, a gap is refused; after
+    the old leader returns and leads again (recovered from its log, its divergent tail truncated), the same."""
+    name = "repl-idempotent"
+    obs["create"] = create(side, name, [2, 3, 1])
+    obs["created"] = settle(side, name, lambda s: s.isr == ALL and s.leader == 2, "with the ISR [1, 2, 3]")
+
+    def producer_id():  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first block of ids is taken
+        r = request(side, 2, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                                          "producer_id": -1, "producer_epoch": -1})
+        return r if int(r.error_code) == NONE else None
+    r = wait_until(producer_id, 30, "a producer id")
+    obs["InitProducerId"] = (int(r.error_code), int(r.producer_epoch))  # the ids differ between the systems
+    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+    batches = {"a": (values("a", 2), 0), "b": (values("b", 1), 2), "c": (values("c", 3), 3), "d": (values("d", 1), 6)}
+
+    def send(broker_id: int, key: str, sequence: int | None = None):
+        vals, seq = batches[key]
+        return produce(side, broker_id, name, vals, -1, producer=(pid, epoch, seq if sequence is None else sequence))
+    for key in ("a", "b", "c"):
+        obs[f"batch {key}"] = send(2, key)
+    obs["batch c again, to the same leader"] = send(2, "c")
+    steady(side, name)
+    side.kill(2)
+    obs["leader 2 killed"] = settle(side, name, lambda s: 2 not in s.brokers and s.leader >= 0, "led without 2",
+                                    SETTLE_S)
+    leader = obs["leader 2 killed"].leader
+    obs["batch c retried to the new leader"] = send(leader, "c")
+    obs["batch a retried to the new leader"] = send(leader, "a")
+    obs["batch d, the next sequence"] = send(leader, "d")
+    obs["a gap in the sequence"] = send(leader, "d", sequence=40)
+    side.restart(2)
+    obs["broker 2 restarted"] = settle(side, name, lambda s: 2 in s.brokers and s.isr == ALL,
+                                       "with broker 2 back in the ISR", SETTLE_S)
+    obs["preferred election"] = elect_preferred(side, name)
+    obs["preferred leader"] = settle(side, name, lambda s: s.leader == 2, "led by 2 again")
+    obs["batch d retried to the restarted leader"] = send(2, "d")
+    obs["batch b retried to the restarted leader"] = send(2, "b")
+    obs["replica logs"] = same_replica_logs(side, name)
+
+
 def test_isr_shrinks_and_expands_alike(pair):
     run_and_compare(pair, "ISR changes", isr_changes)
 
@@ -585,6 +639,17 @@ def test_divergent_records_are_truncated_alike(pair):
         assert side.timings["cut to kill (must stay under the lag time)"] < LAG_MS / 1000, side.name
     logs = observed["kafka"]["replica logs"]
     assert [v for _, _, v in logs] == ["shared-0", "shared-1", "shared-2", "new-term-0", "new-term-1"]
+
+
+def test_idempotent_retries_across_leader_changes_alike(pair):
+    observed = run_and_compare(pair, "idempotent retries", idempotent_retries)
+    kafka = observed["kafka"]
+    # not only alike: each retry answered as the duplicate it is, at its original offset
+    assert kafka["batch c retried to the new leader"][:2] == kafka["batch c"][:2] == (NONE, 3)
+    assert kafka["batch a retried to the new leader"][:2] == (NONE, 0)
+    assert kafka["batch d retried to the restarted leader"] == kafka["batch d, the next sequence"]
+    assert kafka["a gap in the sequence"][0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert observed["tierlog"]["batch b retried to the restarted leader"] == (NONE, 2, 0)
 
 
 def test_tierlog_logged_no_error(pair):
