@@ -8,10 +8,10 @@ import java.io.OutputStream;
 import java.io.PrintStream;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Base64;
-import org.apache.kafka.common.utils.Exit;
 
 /**
  * Runs Kafka's command-line classes one after another inside one JVM, so a test suite pays for one
@@ -19,7 +19,8 @@ import org.apache.kafka.common.utils.Exit;
  *
  * Request, one line on stdin: tab-separated base64 fields: main class, bytes for the tool's stdin,
  * then the arguments. Answer, one line on stdout: exit code, base64 stdout, base64 stderr.
- * Kafka's tools leave through org.apache.kafka.common.utils.Exit, which is redirected here: the first
+ * Kafka's tools leave through Kafka's Exit class (org.apache.kafka.common.utils.Exit up to 4.3,
+ * org.apache.kafka.common.utils.internals.Exit since 4.4, so it is found by name), which is redirected here: the first
  * call records the exit code and what the tool had printed so far (a real exit would end the process
  * there), then throws to unwind the tool; whatever a catch-all block in the tool prints after that
  * is dropped. A tool that returns normally exited with 0, one that throws exited with 1 after
@@ -69,13 +70,36 @@ public final class ToolRunner {
         throw new ExitCalled(code);
     }
 
+    /** Kafka's Exit.setExitProcedure and setHaltProcedure, given a Procedure that calls exit(code). */
+    private static void redirectKafkaExit() throws ReflectiveOperationException {
+        Class<?> exitClass;
+        try {
+            exitClass = Class.forName("org.apache.kafka.common.utils.internals.Exit");
+        } catch (ClassNotFoundException e) {
+            exitClass = Class.forName("org.apache.kafka.common.utils.Exit");
+        }
+        Class<?> procedure = Class.forName(exitClass.getName() + "$Procedure");
+        Object redirect = Proxy.newProxyInstance(procedure.getClassLoader(), new Class<?>[] {procedure},
+                (proxy, method, args) -> switch (method.getName()) {
+                    case "execute" -> {
+                        exit((Integer) args[0]);
+                        yield null;
+                    }
+                    case "hashCode" -> System.identityHashCode(proxy);
+                    case "equals" -> proxy == args[0];
+                    case "toString" -> "ToolRunner's exit procedure";
+                    default -> null;
+                });
+        exitClass.getMethod("setExitProcedure", procedure).invoke(null, redirect);
+        exitClass.getMethod("setHaltProcedure", procedure).invoke(null, redirect);
+    }
+
     public static void main(String[] ignored) throws Exception {
         PrintStream protocol = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true,
                 StandardCharsets.UTF_8);
         InputStream originalIn = System.in;
         BufferedReader requests = new BufferedReader(new InputStreamReader(originalIn, StandardCharsets.UTF_8));
-        Exit.setExitProcedure((code, message) -> exit(code));
-        Exit.setHaltProcedure((code, message) -> exit(code));
+        redirectKafkaExit();
         Switch outSwitch = new Switch();
         Switch errSwitch = new Switch();
         PrintStream outStream = new PrintStream(outSwitch, true, StandardCharsets.UTF_8);
