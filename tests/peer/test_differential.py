@@ -1,5 +1,5 @@
 """Differential tests: one scenario, scripted once over the raw protocol, run against Apache Kafka
-4.1 and against tierlog; what a client observes must be the same.
+4.4 and against tierlog; what a client observes must be the same.
 
 Where tierlog differs on purpose (docs/compatibility.md lists each difference with its reason),
 the test pins both sides, so a change on either side shows up here. Everything else that differs
@@ -73,10 +73,11 @@ KNOWN_BUGS: dict = {}
 
 
 # Deliberate differences (docs/compatibility.md): path -> (Kafka's value, tierlog's value, reason).
-_SEED_TOPIC_CONFIGS = ["remote.copy.lag.bytes", "remote.copy.lag.ms", "remote.log.disable.policy"]
+# (remote.copy.lag.ms/bytes, KIP-1241, are Kafka 4.4's own now and compare like any other setting.)
+_SEED_TOPIC_CONFIGS = ["remote.log.disable.policy"]
 DELIBERATE = {
     "configs.topic.only tierlog reports": (
-        [], _SEED_TOPIC_CONFIGS, "topic configs of the tiered-storage proposals tierlog implements beyond Kafka 4.1"),
+        [], _SEED_TOPIC_CONFIGS, "topic configs of the tiered-storage proposals tierlog implements beyond Kafka 4.4"),
     "configs.topic after alter.only tierlog reports": ([], _SEED_TOPIC_CONFIGS, "as above"),
     "configs.broker.entries.remote.log.storage.manager.class.name.value": (
         None, "filesystem", "docs/configuration.md: plugins are Python classes with short names; the embedded "
@@ -356,7 +357,7 @@ def _auto_create_scenario(bootstrap):
 
 
 def test_metadata_auto_create_answers_at_once(kafka_peer, tierlog_peer):
-    """Deliberate (docs/compatibility.md): tierlog creates the topic before it answers; Kafka 4.1
+    """Deliberate (docs/compatibility.md): tierlog creates the topic before it answers; Kafka 4.4
     answers the first auto-creating Metadata with UNKNOWN_TOPIC_OR_PARTITION while its controller
     creates the topic."""
     kafka, tierlog = run_both(_auto_create_scenario, kafka_peer, tierlog_peer)
@@ -385,7 +386,7 @@ ENVIRONMENT_KEYS = {
     "process.roles", "node.id", "broker.id", "inter.broker.listener.name", "metadata.log.dir",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
     "remote.log.storage.system.enable",
-    # Kafka 4.1 formats new clusters with eligible leader replicas on, which writes a cluster-wide
+    # Kafka 4.4 formats new clusters with eligible leader replicas on, which writes a cluster-wide
     # dynamic default min.insync.replicas=1 at bootstrap (docs/compatibility.md).
     "min.insync.replicas",
 }
@@ -777,7 +778,7 @@ def _retention_rules_scenario(bootstrap) -> dict:
             raw, 4, "", [(local, 0, ten), (total, 0, twenty)], validate_only=True)
         seen["broker: retention 20 d + local 10 d (validate)"] = _alter(
             raw, 4, "", [(total, 0, twenty), (local, 0, ten)], validate_only=True)
-        # Legacy AlterConfigs on this node (node 1 on both peers; on the cluster default Kafka 4.1 refuses
+        # Legacy AlterConfigs on this node (node 1 on both peers; on the cluster default Kafka 4.4 refuses
         # it for another reason: the set it replaces holds the min.insync.replicas that ELR requires).
         seen["broker: legacy retention 20 d + local 10 d (validate)"] = _alter(
             raw, 4, "1", [(total, 0, twenty), (local, 0, ten)], validate_only=True, incremental=False)

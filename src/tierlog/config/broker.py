@@ -845,8 +845,9 @@ def _check_local_retention(values: Mapping[str, Any], names: Mapping[str, str] |
 
 
 def _check_copy_lag(values: Mapping[str, Any]) -> None:
-    """Kafka trunk's rule: a positive remote.copy.lag.* must not exceed the effective local retention."""
-    for kind in ("ms", "bytes"):
+    """Kafka 4.4's rule: a positive remote.copy.lag.* must not exceed the effective local retention (bytes
+    checked first, as Kafka does)."""
+    for kind in ("bytes", "ms"):
         lag = values[f"remote.copy.lag.{kind}"]
         local = values[f"local.retention.{kind}"]
         effective = values[f"retention.{kind}"] if local == -2 else local
@@ -854,7 +855,7 @@ def _check_copy_lag(values: Mapping[str, Any]) -> None:
             raise invalid(
                 f"remote.copy.lag.{kind}",
                 lag,
-                f"Must not exceed the effective local.retention.{kind} ({effective})",
+                f"Value must not exceed local.retention.{kind} (effective value: {effective})",
             )
 
 
