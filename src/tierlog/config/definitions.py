@@ -733,6 +733,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
               else "Directories must be non-empty and distinct"),
        doc="Log directory used when log.dirs is not set."),
+    _b("cordoned.log.dirs", "list", [], dynamic=True, since="Kafka 4.3",
+       doc="Log dirs that take no new partitions (KIP-1066): entries of log.dirs (or log.dir), or * for "
+           "all; the partitions they hold stay. Dynamic per broker only, never as a cluster-wide default."),
     _b("num.partitions", "int", 1, AtLeast(1),
        doc="Partition count of auto-created topics and of CreateTopics with -1 partitions."),
     _b("default.replication.factor", "int", 1,
