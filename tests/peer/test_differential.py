@@ -912,7 +912,7 @@ def test_tiered_storage_kips_of_kafka_4_3_and_4_4(kafka_peer_tiered, tierlog_tie
     assert differences(kafka, tierlog, "tiered KIPs") == []
     # What both answer (so the comparison cannot pass on two equally broken answers).
     assert tierlog["broker lag"]["configs"]["log.remote.copy.lag.bytes"][:3] == ("-1", 5, False)
-    assert tierlog["topic lag after the broker's"]["configs"]["remote.copy.lag.ms"][:2] == ("5000", 2)  # DYNAMIC_BROKER_CONFIG
+    assert tierlog["topic lag after the broker's"]["configs"]["remote.copy.lag.ms"][:2] == ("5000", 2)
     assert tierlog["topic lag past local retention"][0] == 40
     assert tierlog["cordon a dir not in log.dirs"][0] == 42 and tierlog["cordon the log dir"] == [0, None]
     assert tierlog["create while cordoned"][0] == 38 and tierlog["log dirs v5, cordoned"] == [True]
