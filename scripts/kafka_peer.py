@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 """Apache Kafka as a reference peer: resolve it from Maven Central, run its tools, run a broker.
 
-Two releases: Kafka 4.4 (KRaft), the peer of the single-node broker and of the KRaft clusters, the default
-everywhere (it has KIP-1023, ``follower.fetch.last.tiered.offset.enable``, shipped in 4.3, and the
-tiered-storage KIPs of 4.3-4.4); and Kafka 3.9, the last release with ZooKeeper mode, the peer of tierlog's
-ZooKeeper clusters. ``KIP1023_KAFKA_VERSION`` and ``LATEST_KAFKA_VERSION`` name 4.4 too (one KRaft release:
-one cache folder, one download in CI). Nothing from Kafka lives in the repository. The jars are copied by
-Maven into a cache folder per release outside it (``~/.cache/tierlog/kafka-<version>``, or
-``$TIERLOG_KAFKA_CACHE`` and ``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this
-script writes into that folder. Kafka's applications (Kafka Streams, Connect's runtime and its file
-connectors), which tests/apps runs against a 4.4 broker, are a third set resolved the same way, still of
-4.1 (``APPS_KAFKA_VERSION``: Maven Central has no ``connect-file`` 4.4.0) into ``kafka-4.1.0/apps``
-(``resolve_apps``, ``apps_classpath``).
+Kafka 4.4 (KRaft) is the peer of the single-node broker and of the KRaft clusters, the default everywhere
+(it has KIP-1023, ``follower.fetch.last.tiered.offset.enable``, shipped in 4.3, and the tiered-storage KIPs
+of 4.3-4.4; ``KIP1023_KAFKA_VERSION`` and ``LATEST_KAFKA_VERSION`` name it too); Kafka 3.9, the last release
+with ZooKeeper mode, is the peer of tierlog's ZooKeeper clusters; Kafka 4.1 (``APPS_KAFKA_VERSION``) is only
+tests/apps' broker and applications (Kafka Streams, Connect's runtime and its file connectors: Maven Central
+has no ``connect-file`` 4.4.0, and Streams 4.1 did not recover from a 4.4 broker's SIGKILL), the
+applications a third artifact set in 4.1's folder (``apps/``: ``resolve_apps``, ``apps_classpath``).
+Nothing from Kafka lives in the repository. The jars are copied by Maven into a cache folder per release
+outside it (``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_APPS_CACHE``
+and ``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that
+folder; a changed pom resolves the folder again.
 
 Command line::
 
-    scripts/kafka_peer.py resolve               # resolve both releases (and 4.1's Streams and Connect)
+    scripts/kafka_peer.py resolve               # resolve the three releases (and 4.1's Streams and Connect)
     scripts/kafka_peer.py classpath             # resolve 4.4 if needed, print the classpath
     scripts/kafka_peer.py tool TopicCommand --bootstrap-server 127.0.0.1:9092 --list
     scripts/kafka_peer.py zk-tool TopicCommand --bootstrap-server 127.0.0.1:9092 --describe   # 3.9's tools
@@ -57,8 +57,12 @@ KAFKA_VERSION = "4.4.0"
 KIP1023_KAFKA_VERSION = KAFKA_VERSION
 #: The newest release: KIP-848 consumer groups, share groups (KIP-932, KIP-1191), ApiVersions v5 (KIP-1242).
 LATEST_KAFKA_VERSION = KAFKA_VERSION
-#: The KRaft releases, each with its own cache folder and the same code path (one since 4.4 serves for all).
-KRAFT_VERSIONS = (KAFKA_VERSION,)
+#: Kafka Streams and Connect (tests/apps) and the broker they run against: 4.1, since Maven Central has no
+#: org.apache.kafka:connect-file:4.4.0 (and Streams 4.1 against a 4.4 broker did not recover from the broker's
+#: SIGKILL in tests/apps/test_kafka_streams.py; one release for the applications and their broker).
+APPS_KAFKA_VERSION = "4.1.0"
+#: The KRaft releases, each with its own cache folder and the same code path: 4.4 for everything but tests/apps.
+KRAFT_VERSIONS = (KAFKA_VERSION, APPS_KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 #: The last Kafka release with ZooKeeper mode (4.0 removed it): the reference for tierlog's ZooKeeper clusters.
 ZK_KAFKA_VERSION = "3.9.1"
@@ -66,12 +70,10 @@ ZK_KAFKA_VERSION = "3.9.1"
 ZK_SLF4J_VERSION = "1.7.36"
 ZK_RELOAD4J_VERSION = "1.2.25"
 #: The log4j2 each KRaft release itself depends on (its backend is not among Kafka's runtime dependencies).
-LOG4J_VERSIONS = {KAFKA_VERSION: "2.25.4"}
-#: Kafka Streams and Connect (tests/apps): 4.1, since Maven Central has no org.apache.kafka:connect-file:4.4.0.
-APPS_KAFKA_VERSION = "4.1.0"
-APPS_LOG4J_VERSION = "2.24.3"
+LOG4J_VERSIONS = {KAFKA_VERSION: "2.25.4", APPS_KAFKA_VERSION: "2.24.3"}
 #: The variable that moves each release's cache folder.
-CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", ZK_KAFKA_VERSION: "TIERLOG_KAFKA_ZK_CACHE"}
+CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", APPS_KAFKA_VERSION: "TIERLOG_KAFKA_APPS_CACHE",
+             ZK_KAFKA_VERSION: "TIERLOG_KAFKA_ZK_CACHE"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Short names for Kafka's command-line classes (4.x moved most of them to kafka-tools).
@@ -231,8 +233,9 @@ def pom_xml(version: str = KAFKA_VERSION) -> str:
         _dependency("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
         _dependency("org.apache.kafka", "kafka-tools", version),
         # LocalTieredStorage (the file-system RemoteStorageManager Kafka's own tests use) ships in
-        # kafka-storage's test-fixtures jar (4.4; its test jar no longer has it).
-        _dependency("org.apache.kafka", "kafka-storage", version, classifier="test-fixtures"),
+        # kafka-storage's test-fixtures jar in 4.4, in its test jar before.
+        _dependency("org.apache.kafka", "kafka-storage", version,
+                    classifier="test" if version == APPS_KAFKA_VERSION else "test-fixtures"),
         _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", log4j),
         _dependency("org.apache.logging.log4j", "log4j-core", log4j),
     ])
@@ -254,8 +257,8 @@ def zk_pom_xml() -> str:
 
 def apps_cache_dir() -> Path:
     """Kafka 4.1's applications (Kafka Streams with RocksDB, Connect's runtime and its file connectors), a
-    cache folder of their own: ``~/.cache/tierlog/kafka-4.1.0/apps`` (or ``$TIERLOG_KAFKA_APPS_CACHE/apps``)."""
-    return _cache_dir("TIERLOG_KAFKA_APPS_CACHE", APPS_KAFKA_VERSION) / "apps"
+    cache folder of their own inside 4.1's: ``~/.cache/tierlog/kafka-4.1.0/apps``."""
+    return cache_dir(APPS_KAFKA_VERSION) / "apps"
 
 
 def apps_pom_xml() -> str:
@@ -264,8 +267,8 @@ def apps_pom_xml() -> str:
         _dependency("org.apache.kafka", "kafka-streams", APPS_KAFKA_VERSION),
         _dependency("org.apache.kafka", "connect-runtime", APPS_KAFKA_VERSION),
         _dependency("org.apache.kafka", "connect-file", APPS_KAFKA_VERSION),
-        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", APPS_LOG4J_VERSION),
-        _dependency("org.apache.logging.log4j", "log4j-core", APPS_LOG4J_VERSION),
+        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSIONS[APPS_KAFKA_VERSION]),
+        _dependency("org.apache.logging.log4j", "log4j-core", LOG4J_VERSIONS[APPS_KAFKA_VERSION]),
     ])
     return _pom("kafka-apps", f"Kafka Streams and Kafka Connect {APPS_KAFKA_VERSION} as test applications", deps)
 

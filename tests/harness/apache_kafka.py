@@ -42,6 +42,7 @@ KafkaPeerError = kafka_peer_module.KafkaPeerError
 ZK_KAFKA_VERSION = kafka_peer_module.ZK_KAFKA_VERSION
 KAFKA_VERSION = kafka_peer_module.KAFKA_VERSION
 KIP1023_KAFKA_VERSION = kafka_peer_module.KIP1023_KAFKA_VERSION
+APPS_KAFKA_VERSION = kafka_peer_module.APPS_KAFKA_VERSION
 
 # Static settings both peers start with (what Kafka's own single-node test clusters set).
 SHARED_SETTINGS = {

@@ -65,20 +65,21 @@ def test_zookeeper_mode_kafka_has_its_own_cache_and_pom(monkeypatch, tmp_path):
 
 
 def test_one_kraft_release_serves_kip1023_and_the_newest_kips(monkeypatch):
-    """Kafka 4.4 is the only KRaft release (KIP-1023 shipped in 4.3 and is in 4.4): one cache folder, one pom;
-    any other KRaft version is refused rather than resolved into a folder of its own."""
+    """Kafka 4.4 is the KRaft reference (KIP-1023 shipped in 4.3 and is in 4.4), 4.1 only tests/apps'; any
+    other KRaft version (4.3 among them) is refused rather than resolved into a folder of its own."""
     peer = kafka_peer_module
-    assert peer.KRAFT_VERSIONS == (peer.KAFKA_VERSION,) == ("4.4.0",)
+    assert peer.KRAFT_VERSIONS == (peer.KAFKA_VERSION, peer.APPS_KAFKA_VERSION) == ("4.4.0", "4.1.0")
     assert peer.KIP1023_KAFKA_VERSION == peer.LATEST_KAFKA_VERSION == peer.KAFKA_VERSION
     assert peer.cache_dir().name == "kafka-4.4.0"
-    for gone in ("4.1.0", "4.3.1"):
-        with pytest.raises(KafkaPeerError, match=f"no Kafka {gone} here"):
-            peer.cache_dir(gone)
+    with pytest.raises(KafkaPeerError, match="no Kafka 4.3.1 here"):
+        peer.cache_dir("4.3.1")
+    assert "<classifier>test</classifier>" in peer.pom_xml(peer.APPS_KAFKA_VERSION)  # 4.1's LocalTieredStorage
     with pytest.raises(KafkaPeerError, match="ZooKeeper-mode"):
         peer.cache_dir(peer.ZK_KAFKA_VERSION)
-    # Streams and Connect stay 4.1 (no connect-file 4.4.0 on Maven Central), in a folder of their own.
+    # Streams and Connect stay 4.1 (no connect-file 4.4.0 on Maven Central), in 4.1's folder.
     pom = peer.apps_pom_xml()
     assert f"<version>{peer.APPS_KAFKA_VERSION}</version>" in pom and peer.KAFKA_VERSION not in pom
+    assert peer.apps_cache_dir().parent == peer.cache_dir(peer.APPS_KAFKA_VERSION)
     monkeypatch.setenv("TIERLOG_KAFKA_APPS_CACHE", str(ROOT / "kafka-cache"))
     with pytest.raises(KafkaPeerError, match="inside the repository"):
         peer.apps_cache_dir()
