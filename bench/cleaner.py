@@ -1,4 +1,4 @@
-"""tierlog's log cleaner against Apache Kafka 4.1's, on the same records, in the same run.
+"""tierlog's log cleaner against Apache Kafka 4.4's, on the same records, in the same run.
 
 Each run starts both brokers side by side (``bench/vs_kafka.py``'s ``KafkaBroker`` / ``TierlogBroker``,
 with ``log.cleaner.backoff.ms=500``), creates on each a compacted one-partition topic

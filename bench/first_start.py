@@ -1,5 +1,5 @@
 """A fresh install's first start: install size, time to "ready", produce MB/s just after "ready" against a
-minute later, and the broker's memory, for tierlog installs (venvs) and, beside them, Apache Kafka 4.1.
+minute later, and the broker's memory, for tierlog installs (venvs) and, beside them, Apache Kafka 4.4.
 
 For each ``--venv`` (a venv with ``pip install <tree>`` done, no extras, not editable) and each of ``--runs``
 runs: caches a start writes under the install (numba's ``__pycache__/*.nbi|*.nbc`` of an older tierlog) are
@@ -157,7 +157,7 @@ def summary(runs: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--venv", action="append", type=Path, required=True, help="a venv with tierlog installed")
-    ap.add_argument("--kafka", action="store_true", help="Apache Kafka 4.1 (scripts/kafka_peer.py) beside them")
+    ap.add_argument("--kafka", action="store_true", help="Apache Kafka 4.4 (scripts/kafka_peer.py) beside them")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--window", type=float, default=5.0, help="seconds of produce measured")
     ap.add_argument("--later", type=float, default=60.0, help="seconds after ready of the second window")

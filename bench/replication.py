@@ -178,7 +178,7 @@ class KafkaCluster(Cluster):
         chroot = zk.unique_chroot("kafka39")
         self.cluster = apache_kafka.KafkaZkCluster(work, zk.connect_string(server, chroot), 3, SETTINGS)
         for b in self.cluster.brokers.values():
-            b.jvm_opts = vk.KAFKA_JVM_OPTS  # kafka-server-start.sh's heap, as bench/vs_kafka.py gives 4.1
+            b.jvm_opts = vk.KAFKA_JVM_OPTS  # kafka-server-start.sh's heap, as bench/vs_kafka.py gives 4.4
         self.cluster.start()
 
     def pid(self, broker_id: int) -> int:

@@ -3,7 +3,7 @@
 - ``direct``: ``format("tierlog")`` against tierlog, remote segments read straight from the remote store
   by the executors (only the local tail through the broker);
 - ``broker``: ``format("tierlog")`` with ``tierlog.readMode=broker``, everything through tierlog's broker;
-- ``kafka``: Spark's built-in Kafka source (spark-sql-kafka-0-10) against Apache Kafka 4.1 with
+- ``kafka``: Spark's built-in Kafka source (spark-sql-kafka-0-10) against Apache Kafka 4.4 with
   LocalTieredStorage holding the same data;
 - ``arrow_ceiling``: a Python data source handing Spark ready-made Arrow batches of the same shape from
   memory, no I/O and no decoding: the most any Python data source can deliver here, so
@@ -219,7 +219,7 @@ def main() -> int:
             tl.kill()
     out = {"bench": "spark_read", "mb": args.mb, "records": count, "record_bytes": args.record_bytes,
            "partitions": args.partitions, "runs": args.runs, "spark": "4.2.0 local[2]",
-           "kafka_peer": "Apache Kafka 4.1.0 with LocalTieredStorage, read by spark-sql-kafka-0-10"}
+           "kafka_peer": "Apache Kafka 4.4.0 with LocalTieredStorage, read by spark-sql-kafka-0-10"}
     for name, times in results.items():
         med = statistics.median(times)
         out[name] = {"seconds": round(med, 2), "rows_per_s": round(count / med),

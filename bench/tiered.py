@@ -27,7 +27,7 @@ Target (issue 6): ``remote_local_ratio >= 0.8``.
 
 Targets are entries of ``TARGETS``: name -> function(args) returning a context manager that yields a
 :class:`Target` (bootstrap address, topic settings, and ``make_cold()``). A comparison with Apache
-Kafka 4.1 with LocalTieredStorage is ``TARGETS["kafka"]``; ``--target tierlog,kafka`` runs both and adds
+Kafka 4.4 with LocalTieredStorage is ``TARGETS["kafka"]``; ``--target tierlog,kafka`` runs both and adds
 ``remote_vs_kafka_remote`` (tierlog's remote MB/s over Kafka's; target >= 2).
 """
 
@@ -221,7 +221,7 @@ def _kafka_remote_read_works(bootstrap: str, topic: str) -> bool:
 
 @contextlib.contextmanager
 def kafka_target(args) -> Iterator[Target]:
-    """Apache Kafka 4.1 with LocalTieredStorage (scripts/kafka_peer.py): the same topic settings, its own
+    """Apache Kafka 4.4 with LocalTieredStorage (scripts/kafka_peer.py): the same topic settings, its own
     remote index cache deleted and the broker restarted before each run."""
     kp = _kafka_peer()
     with tempfile.TemporaryDirectory(prefix="tierlog-bench-kafka-tiered-") as tmp:
@@ -235,7 +235,7 @@ def kafka_target(args) -> Iterator[Target]:
                                  "local.retention.bytes": str(LOCAL_RETENTION_BYTES), "file.delete.delay.ms": "0"},
             local_topic_config={"segment.bytes": str(SEGMENT_BYTES)},
             profile_pid=None, notes={"backend": "LocalTieredStorage", "metadata": "topic",
-                                     "index cache": "deleted + restart per run", "version": "Apache Kafka 4.1.0"})
+                                     "index cache": "deleted + restart per run", "version": "Apache Kafka 4.4.0"})
 
         def local_segments(topic: str, partition: int) -> int:
             return len(list((server.log_dir / f"{topic}-{partition}").glob("*.log")))

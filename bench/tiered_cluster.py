@@ -1,12 +1,12 @@
 """Remote catch-up on three brokers: a fresh consumer reads a tiered RF=3 topic whose data is almost all in
-the remote tier, on three tierlog brokers against three Apache Kafka 4.1 nodes.
+the remote tier, on three tierlog brokers against three Apache Kafka 4.4 nodes.
 
 One invocation starts, on 127.0.0.1 (free ports, one temporary folder, every process stopped by its PID):
 
 - one ZooKeeper and three tierlog brokers under a chroot (tests/harness/tierlog_cluster.py), tiering to a
   shared folder with the filesystem backend and the topic-based metadata manager, ``__remote_log_metadata``
   replicated three times;
-- three Apache Kafka 4.1 nodes in KRaft mode, each broker and controller, the three voters of one quorum
+- three Apache Kafka 4.4 nodes in KRaft mode, each broker and controller, the three voters of one quorum
   (tests/harness/apache_kafka.py ``start_kafka_kraft_cluster``), tiering through Kafka's LocalTieredStorage
   into a shared folder, with kafka-server-start's JVM options (``-Xmx1g -Xms1g``, G1).
 
@@ -14,12 +14,12 @@ Both get the remote log manager's task and retention check every 500 ms. Each si
 ``--partitions`` (3) partitions, replication factor 3, ``min.insync.replicas=2``, ``remote.storage.enable``,
 ``--segment-bytes`` (4 MiB) segments and ``local.retention.bytes=1``, so once the leaders have copied a
 rolled segment it is deleted locally and only each partition's active segment stays. ``--mb`` (150) MiB of
-``--record-bytes`` (1 KiB) records are written with Kafka 4.1's ProducerPerformance (acks=all, linger.ms=5,
+``--record-bytes`` (1 KiB) records are written with Kafka 4.4's ProducerPerformance (acks=all, linger.ms=5,
 batch.size 256 KiB; not measured), then the benchmark waits until every partition's leader answers
 ListOffsets -4 = -5 + 1 with at most one segment's records above (``remote_fraction``: the share of offsets
 at or below LATEST_TIERED).
 
-The measure is Kafka 4.1's ConsumerPerformance (kafka-consumer-perf-test.sh's defaults) reading the whole
+The measure is Kafka 4.4's ConsumerPerformance (kafka-consumer-perf-test.sh's defaults) reading the whole
 topic from earliest with a new group: ``fetch.MB.sec``, the fetch phase without the group join.
 ``--warmup-reads`` (2) unmeasured reads per side first (the JIT of Kafka's JVMs and of the tools' JVM, the
 remote index caches); then
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=int, default=150, help="MiB of record values in the topic")
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--segment-bytes", type=int, default=4 * MIB, help="at least 1 MiB (Kafka 4.1's minimum)")
+    ap.add_argument("--segment-bytes", type=int, default=4 * MIB, help="at least 1 MiB (Kafka 4.4's minimum)")
     ap.add_argument("--warmup-reads", type=int, default=2, help="unmeasured reads of the topic per side first")
     ap.add_argument("--tier-timeout", type=float, default=600, help="seconds for the leaders to tier the topic")
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Produce and consume over TLS: tierlog against Apache Kafka 4.1, measured with Kafka's own perf tools.
+"""Produce and consume over TLS: tierlog against Apache Kafka 4.4, measured with Kafka's own perf tools.
 
 One invocation makes a CA and a broker certificate for 127.0.0.1 (``tests/security/pki.py``, written to
 the work folder; no key is committed), then starts both brokers side by side on 127.0.0.1 as
@@ -62,7 +62,7 @@ def tls_settings(keystore: Path) -> dict[str, str]:
 
 
 class TlsKafkaServer(vs.kp.KafkaServer):
-    """Kafka 4.1 single-node KRaft with an SSL listener next to its PLAINTEXT one (a free port per start)."""
+    """Kafka 4.4 single-node KRaft with an SSL listener next to its PLAINTEXT one (a free port per start)."""
 
     def __init__(self, *args, keystore: Path, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""Transactional produce: tierlog against Apache Kafka 4.1, measured with Kafka's own ProducerPerformance.
+"""Transactional produce: tierlog against Apache Kafka 4.4, measured with Kafka's own ProducerPerformance.
 
 One invocation starts both brokers side by side on 127.0.0.1 as ``bench/vs_kafka.py`` does (its
 ``KafkaBroker``, ``TierlogBroker`` and shared perf-tool JVM; both get ``transaction.state.log.*`` set for one

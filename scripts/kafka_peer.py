@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """Apache Kafka as a reference peer: resolve it from Maven Central, run its tools, run a broker.
 
-Three releases: Kafka 4.1 (KRaft), the peer of the single-node broker and the default everywhere; Kafka
-4.3 (KRaft, ``KIP1023_KAFKA_VERSION``), the first release with KIP-1023
-(``follower.fetch.last.tiered.offset.enable``), asked for by name (``version=``); and Kafka 3.9, the last
-release with ZooKeeper mode, the peer of tierlog's ZooKeeper clusters. Nothing from Kafka lives in the
-repository. The jars are copied by Maven into a cache folder per release outside it
-(``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_43_CACHE`` and
-``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that folder.
-Kafka 4.1's applications (Kafka Streams, Connect's runtime and its file connectors), which tests/apps runs,
-are a third set resolved the same way into 4.1's folder (``apps/``: ``resolve_apps``, ``apps_classpath``).
+Kafka 4.4 (KRaft) is the peer of the single-node broker and of the KRaft clusters, the default everywhere
+(it has KIP-1023, ``follower.fetch.last.tiered.offset.enable``, shipped in 4.3, and the tiered-storage KIPs
+of 4.3-4.4; ``KIP1023_KAFKA_VERSION`` and ``LATEST_KAFKA_VERSION`` name it too); Kafka 3.9, the last release
+with ZooKeeper mode, is the peer of tierlog's ZooKeeper clusters; Kafka 4.1 (``APPS_KAFKA_VERSION``) is only
+tests/apps' broker and applications (Kafka Streams, Connect's runtime and its file connectors: Maven Central
+has no ``connect-file`` 4.4.0, and Streams 4.1 did not recover from a 4.4 broker's SIGKILL), the
+applications a third artifact set in 4.1's folder (``apps/``: ``resolve_apps``, ``apps_classpath``).
+Nothing from Kafka lives in the repository. The jars are copied by Maven into a cache folder per release
+outside it (``~/.cache/tierlog/kafka-<version>``, or ``$TIERLOG_KAFKA_CACHE``, ``$TIERLOG_KAFKA_APPS_CACHE``
+and ``$TIERLOG_KAFKA_ZK_CACHE``) the first time they are needed, from a pom this script writes into that
+folder; a changed pom resolves the folder again.
 
 Command line::
 
     scripts/kafka_peer.py resolve               # resolve the three releases (and 4.1's Streams and Connect)
-    scripts/kafka_peer.py classpath             # resolve 4.1 if needed, print the classpath
+    scripts/kafka_peer.py classpath             # resolve 4.4 if needed, print the classpath
     scripts/kafka_peer.py tool TopicCommand --bootstrap-server 127.0.0.1:9092 --list
     scripts/kafka_peer.py zk-tool TopicCommand --bootstrap-server 127.0.0.1:9092 --describe   # 3.9's tools
-    scripts/kafka_peer.py server [--tiered] [--kafka-version 4.3.1]   # a single-node KRaft broker until Ctrl-C
+    scripts/kafka_peer.py server [--tiered]   # a single-node KRaft broker until Ctrl-C
 
 From Python (the tests load this file with importlib)::
 
@@ -26,7 +28,6 @@ From Python (the tests load this file with importlib)::
     with KafkaServer(tmp_dir, tiered=True) as kafka:
         kafka.bootstrap   # "127.0.0.1:<port>"
     KafkaZkBroker(tmp_dir, 1, "127.0.0.1:2181/kafka").start()    # one 3.9 broker in ZooKeeper mode
-    KafkaServer(tmp_dir, version=KIP1023_KAFKA_VERSION)         # a Kafka 4.3 broker
 
 Every server runs on 127.0.0.1 and is stopped by its PID (SIGTERM, then SIGKILL).
 """
@@ -51,13 +52,17 @@ import time
 import uuid
 from pathlib import Path
 
-KAFKA_VERSION = "4.1.0"
-#: The first release with KIP-1023 (an empty follower starts after the leader's last tiered offset).
-KIP1023_KAFKA_VERSION = "4.3.1"
+KAFKA_VERSION = "4.4.0"
+#: KIP-1023 (an empty follower starts after the leader's last tiered offset) shipped in 4.3; 4.4 has it.
+KIP1023_KAFKA_VERSION = KAFKA_VERSION
 #: The newest release: KIP-848 consumer groups, share groups (KIP-932, KIP-1191), ApiVersions v5 (KIP-1242).
-LATEST_KAFKA_VERSION = "4.4.0"
-#: The KRaft releases, each with its own cache folder and the same code path.
-KRAFT_VERSIONS = (KAFKA_VERSION, KIP1023_KAFKA_VERSION, LATEST_KAFKA_VERSION)
+LATEST_KAFKA_VERSION = KAFKA_VERSION
+#: Kafka Streams and Connect (tests/apps) and the broker they run against: 4.1, since Maven Central has no
+#: org.apache.kafka:connect-file:4.4.0 (and Streams 4.1 against a 4.4 broker did not recover from the broker's
+#: SIGKILL in tests/apps/test_kafka_streams.py; one release for the applications and their broker).
+APPS_KAFKA_VERSION = "4.1.0"
+#: The KRaft releases, each with its own cache folder and the same code path: 4.4 for everything but tests/apps.
+KRAFT_VERSIONS = (KAFKA_VERSION, APPS_KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 #: The last Kafka release with ZooKeeper mode (4.0 removed it): the reference for tierlog's ZooKeeper clusters.
 ZK_KAFKA_VERSION = "3.9.1"
@@ -65,23 +70,22 @@ ZK_KAFKA_VERSION = "3.9.1"
 ZK_SLF4J_VERSION = "1.7.36"
 ZK_RELOAD4J_VERSION = "1.2.25"
 #: The log4j2 each KRaft release itself depends on (its backend is not among Kafka's runtime dependencies).
-LOG4J_VERSIONS = {KAFKA_VERSION: "2.24.3", KIP1023_KAFKA_VERSION: "2.25.4", LATEST_KAFKA_VERSION: "2.25.4"}
+LOG4J_VERSIONS = {KAFKA_VERSION: "2.25.4", APPS_KAFKA_VERSION: "2.24.3"}
 #: The variable that moves each release's cache folder.
-CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", KIP1023_KAFKA_VERSION: "TIERLOG_KAFKA_43_CACHE",
-             LATEST_KAFKA_VERSION: "TIERLOG_KAFKA_44_CACHE",
+CACHE_ENV = {KAFKA_VERSION: "TIERLOG_KAFKA_CACHE", APPS_KAFKA_VERSION: "TIERLOG_KAFKA_APPS_CACHE",
              ZK_KAFKA_VERSION: "TIERLOG_KAFKA_ZK_CACHE"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Short names for Kafka's command-line classes (4.x moved most of them to kafka-tools).
 TOOLS = {
     "TopicCommand": "org.apache.kafka.tools.TopicCommand",
-    "ConfigCommand": "kafka.admin.ConfigCommand",
+    "ConfigCommand": "org.apache.kafka.tools.ConfigCommand",  # kafka.admin in 4.1
     "ConsoleProducer": "org.apache.kafka.tools.ConsoleProducer",
     "ConsoleConsumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
     "ProducerPerformance": "org.apache.kafka.tools.ProducerPerformance",
     "ConsumerPerformance": "org.apache.kafka.tools.ConsumerPerformance",
-    "DumpLogSegments": "kafka.tools.DumpLogSegments",
+    "DumpLogSegments": "org.apache.kafka.tools.DumpLogSegments",  # kafka.tools in 4.1
     "StorageTool": "kafka.tools.StorageTool",
     "ConsumerGroupCommand": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "DeleteRecordsCommand": "org.apache.kafka.tools.DeleteRecordsCommand",
@@ -229,8 +233,9 @@ def pom_xml(version: str = KAFKA_VERSION) -> str:
         _dependency("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
         _dependency("org.apache.kafka", "kafka-tools", version),
         # LocalTieredStorage (the file-system RemoteStorageManager Kafka's own tests use) ships in
-        # kafka-storage's test jar.
-        _dependency("org.apache.kafka", "kafka-storage", version, classifier="test"),
+        # kafka-storage's test-fixtures jar in 4.4, in its test jar before.
+        _dependency("org.apache.kafka", "kafka-storage", version,
+                    classifier="test" if version == APPS_KAFKA_VERSION else "test-fixtures"),
         _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", log4j),
         _dependency("org.apache.logging.log4j", "log4j-core", log4j),
     ])
@@ -253,46 +258,42 @@ def zk_pom_xml() -> str:
 def apps_cache_dir() -> Path:
     """Kafka 4.1's applications (Kafka Streams with RocksDB, Connect's runtime and its file connectors), a
     cache folder of their own inside 4.1's: ``~/.cache/tierlog/kafka-4.1.0/apps``."""
-    return cache_dir(KAFKA_VERSION) / "apps"
+    return cache_dir(APPS_KAFKA_VERSION) / "apps"
 
 
 def apps_pom_xml() -> str:
     """Kafka Streams, Connect's distributed worker, FileStreamSourceConnector and the log4j2 backend, all 4.1."""
     deps = "".join([
-        _dependency("org.apache.kafka", "kafka-streams", KAFKA_VERSION),
-        _dependency("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
-        _dependency("org.apache.kafka", "connect-file", KAFKA_VERSION),
-        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSIONS[KAFKA_VERSION]),
-        _dependency("org.apache.logging.log4j", "log4j-core", LOG4J_VERSIONS[KAFKA_VERSION]),
+        _dependency("org.apache.kafka", "kafka-streams", APPS_KAFKA_VERSION),
+        _dependency("org.apache.kafka", "connect-runtime", APPS_KAFKA_VERSION),
+        _dependency("org.apache.kafka", "connect-file", APPS_KAFKA_VERSION),
+        _dependency("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSIONS[APPS_KAFKA_VERSION]),
+        _dependency("org.apache.logging.log4j", "log4j-core", LOG4J_VERSIONS[APPS_KAFKA_VERSION]),
     ])
-    return _pom("kafka-apps", f"Kafka Streams and Kafka Connect {KAFKA_VERSION} as test applications", deps)
+    return _pom("kafka-apps", f"Kafka Streams and Kafka Connect {APPS_KAFKA_VERSION} as test applications", deps)
 
 
 def resolve_apps(verbose: bool = False) -> list[Path]:
     """Kafka 4.1's Streams and Connect jars, downloading them with Maven when their cache is empty."""
-    return _resolve(apps_cache_dir(), apps_pom_xml(), f"kafka-streams-{KAFKA_VERSION}", verbose)
+    return _resolve(apps_cache_dir(), apps_pom_xml(), f"kafka-streams-{APPS_KAFKA_VERSION}", verbose)
 
 
 def apps_resolved() -> bool:
-    return (apps_cache_dir() / "lib" / ".complete").exists()
+    return _up_to_date(apps_cache_dir(), apps_pom_xml())
 
 
 def apps_classpath() -> str:
     return os.pathsep.join(str(j) for j in resolve_apps())
 
 
-def _complete_marker(version: str = KAFKA_VERSION) -> Path:
-    return lib_dir(version) / ".complete"
-
-
 def resolved(version: str = KAFKA_VERSION) -> bool:
     """True when a KRaft release's jars are in their cache (no Maven needed)."""
-    return _complete_marker(version).exists()
+    return _up_to_date(cache_dir(version), pom_xml(version))
 
 
 def zk_resolved() -> bool:
     """True when Kafka 3.9's jars are in their cache (no Maven needed)."""
-    return (zk_cache_dir() / "lib" / ".complete").exists()
+    return _up_to_date(zk_cache_dir(), zk_pom_xml())
 
 
 def missing_prerequisites(need_maven: bool | None = None, version: str = KAFKA_VERSION) -> list[str]:
@@ -308,7 +309,7 @@ def missing_prerequisites(need_maven: bool | None = None, version: str = KAFKA_V
 
 
 def resolve(verbose: bool = False, version: str = KAFKA_VERSION) -> list[Path]:
-    """A KRaft release's jars (4.1 by default), downloading them with Maven when its cache is empty."""
+    """A KRaft release's jars (4.4 by default), downloading them with Maven when its cache is empty."""
     return _resolve(cache_dir(version), pom_xml(version), f"kafka_{SCALA_VERSION}-{version}", verbose)
 
 
@@ -320,7 +321,7 @@ def resolve_zk(verbose: bool = False) -> list[Path]:
 def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
     lib = root / "lib"
     marker = lib / ".complete"
-    if marker.exists():
+    if _up_to_date(root, pom):
         return sorted(lib.glob("*.jar"))
     missing = missing_prerequisites(need_maven=True)
     if missing:
@@ -328,7 +329,7 @@ def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be resolving right now
-        if marker.exists():
+        if _up_to_date(root, pom):
             return sorted(lib.glob("*.jar"))
         (root / "pom.xml").write_text(pom)
         staging = root / "lib.partial"
@@ -349,6 +350,12 @@ def _resolve(root: Path, pom: str, must_have: str, verbose: bool) -> list[Path]:
         staging.rename(lib)
         marker.write_text(f"{len(jars)} jars in {time.monotonic() - started:.1f}s\n")
         return sorted(lib.glob("*.jar"))
+
+
+def _up_to_date(root: Path, pom: str) -> bool:
+    """The folder's jars are complete and were resolved from this very pom (a changed pom resolves again)."""
+    pom_file = root / "pom.xml"
+    return (root / "lib" / ".complete").exists() and pom_file.exists() and pom_file.read_text() == pom
 
 
 def classpath(version: str = KAFKA_VERSION) -> str:
@@ -656,7 +663,7 @@ class _KafkaProcess:
 
 class KafkaServer(_KafkaProcess):
     """A single-node KRaft Apache Kafka (broker and controller in one JVM) on 127.0.0.1, of ``version`` (one
-    of ``KRAFT_VERSIONS``, 4.1 by default).
+    of ``KRAFT_VERSIONS``, 4.4 by default).
 
     ``tiered=True`` turns on tiered storage with Kafka's LocalTieredStorage (remote segments in
     ``<work_dir>/remote``), a half-second remote log manager and retention interval, and no initial
@@ -749,7 +756,7 @@ class KafkaServer(_KafkaProcess):
 
 
 class KafkaKRaftNode(KafkaServer):
-    """One node of a multi-node KRaft cluster of Kafka 4.1 (or ``version``): broker and controller in one JVM (combined
+    """One node of a multi-node KRaft cluster of Kafka 4.4 (or ``version``): broker and controller in one JVM (combined
     roles), one of the static ``voters`` (``{node_id: controller_port}``), all formatted with one
     ``cluster_id``. Its ports are fixed before any node starts, since every node names every controller; a
     restart keeps them and its log dir. With ``tiered``, every node of the cluster tiers into the same
@@ -868,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("classpath", help="resolve Kafka if needed and print its classpath")
     sub.add_parser("resolve", help=f"resolve Kafka {', '.join(KRAFT_VERSIONS)}, {ZK_KAFKA_VERSION} (ZooKeeper "
-                                   f"mode) and {KAFKA_VERSION}'s Streams and Connect if needed (Maven output "
+                                   f"mode) and {APPS_KAFKA_VERSION}'s Streams and Connect if needed (Maven output "
                                    f"shown) and print their cache folders")
     tool = sub.add_parser("tool", help="run a Kafka command-line class", prefix_chars="\0")
     tool.add_argument("main_class", help="a short name (" + ", ".join(sorted(TOOLS)) + ") or a full class")

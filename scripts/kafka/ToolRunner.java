@@ -8,10 +8,10 @@ import java.io.OutputStream;
 import java.io.PrintStream;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Base64;
-import java.lang.reflect.Proxy;
 
 /**
  * Runs Kafka's command-line classes one after another inside one JVM, so a test suite pays for one
@@ -19,8 +19,8 @@ import java.lang.reflect.Proxy;
  *
  * Request, one line on stdin: tab-separated base64 fields: main class, bytes for the tool's stdin,
  * then the arguments. Answer, one line on stdout: exit code, base64 stdout, base64 stderr.
- * Kafka's tools leave through Kafka's Exit (org.apache.kafka.common.utils.Exit up to 4.3,
- * ...utils.internals.Exit from 4.4, found by reflection so one source serves both), redirected here: the first
+ * Kafka's tools leave through Kafka's Exit class (org.apache.kafka.common.utils.Exit up to 4.3,
+ * org.apache.kafka.common.utils.internals.Exit since 4.4, so it is found by name), which is redirected here: the first
  * call records the exit code and what the tool had printed so far (a real exit would end the process
  * there), then throws to unwind the tool; whatever a catch-all block in the tool prints after that
  * is dropped. A tool that returns normally exited with 0, one that throws exited with 1 after
@@ -70,7 +70,8 @@ public final class ToolRunner {
         throw new ExitCalled(code);
     }
 
-    private static void redirectExit() throws ReflectiveOperationException {
+    /** Kafka's Exit.setExitProcedure and setHaltProcedure, given a Procedure that calls exit(code). */
+    private static void redirectKafkaExit() throws ReflectiveOperationException {
         Class<?> exitClass;
         try {
             exitClass = Class.forName("org.apache.kafka.common.utils.internals.Exit");
@@ -79,13 +80,15 @@ public final class ToolRunner {
         }
         Class<?> procedure = Class.forName(exitClass.getName() + "$Procedure");
         Object redirect = Proxy.newProxyInstance(procedure.getClassLoader(), new Class<?>[] {procedure},
-                (proxy, method, args) -> {
-                    if (method.getDeclaringClass() == Object.class) {
-                        return method.getName().equals("equals") ? proxy == args[0]
-                                : method.getName().equals("hashCode") ? System.identityHashCode(proxy) : "exit";
+                (proxy, method, args) -> switch (method.getName()) {
+                    case "execute" -> {
+                        exit((Integer) args[0]);
+                        yield null;
                     }
-                    exit((Integer) args[0]);
-                    return null;
+                    case "hashCode" -> System.identityHashCode(proxy);
+                    case "equals" -> proxy == args[0];
+                    case "toString" -> "ToolRunner's exit procedure";
+                    default -> null;
                 });
         exitClass.getMethod("setExitProcedure", procedure).invoke(null, redirect);
         exitClass.getMethod("setHaltProcedure", procedure).invoke(null, redirect);
@@ -96,7 +99,7 @@ public final class ToolRunner {
                 StandardCharsets.UTF_8);
         InputStream originalIn = System.in;
         BufferedReader requests = new BufferedReader(new InputStreamReader(originalIn, StandardCharsets.UTF_8));
-        redirectExit();
+        redirectKafkaExit();
         Switch outSwitch = new Switch();
         Switch errSwitch = new Switch();
         PrintStream outStream = new PrintStream(outSwitch, true, StandardCharsets.UTF_8);

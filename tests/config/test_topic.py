@@ -173,7 +173,8 @@ def test_remote_storage_accepts_compaction():
         ),
         (
             {"local.retention.ms": "1000", "remote.copy.lag.ms": "2000"},
-            ["Invalid value 2000 for configuration remote.copy.lag.ms", "local.retention.ms (1000)"],
+            ["Invalid value 2000 for configuration remote.copy.lag.ms",
+             "Value must not exceed local.retention.ms (effective value: 1000)"],
         ),
     ],
 )

@@ -7,7 +7,7 @@ and fails in CI. ``start_kafka`` starts a single-node KRaft broker with ``SHARED
 static settings the session's tierlog peer starts with too, so configs and their sources compare.
 
 Kafka 3.9 in ZooKeeper mode is the peer of tierlog's ZooKeeper clusters: ``resolve_zk_jars()`` (cached
-beside 4.1's), ``start_kafka_zk_cluster(work_dir, zookeeper, brokers=3)`` starts brokers 1..N on the
+beside 4.4's), ``start_kafka_zk_cluster(work_dir, zookeeper, brokers=3)`` starts brokers 1..N on the
 ZooKeeper of tests/harness/zookeeper.py under a chroot of their own (with ``controller=i``, broker i
 first and alone, so it wins the controller election) and returns a :class:`KafkaZkCluster`;
 ``ZK_KAFKA_VERSION`` and ``run_zk_tool`` (3.9's command-line tools). With ``proxies=True`` every broker
@@ -15,11 +15,11 @@ advertises its inter-broker listener (INTERNAL) at a ``LinkProxy`` (``cluster.pr
 ``tierlog_cluster.start_cluster(..., proxies=True)`` does, so a test can stall one broker's replica fetchers
 on both systems alike; ``pause``/``resume`` SIGSTOP and SIGCONT a broker by its PID.
 
-A multi-node Kafka 4.1 in KRaft mode: ``start_kafka_kraft_cluster(work_dir, brokers=3, tiered=True)`` returns
+A multi-node Kafka 4.4 in KRaft mode: ``start_kafka_kraft_cluster(work_dir, brokers=3, tiered=True)`` returns
 a :class:`KafkaKRaftCluster` of nodes 1..N, each broker and controller, the N static voters of one quorum,
 tiered (if asked) through LocalTieredStorage into one shared ``remote_dir``; ``kill(i)`` and ``start([i])``
-by PID, a restarted node keeping its ports and log dir. ``version=KIP1023_KAFKA_VERSION`` makes it a Kafka
-4.3 cluster (``resolve_jars(KIP1023_KAFKA_VERSION)`` first), ``per_broker`` gives nodes settings of their own.
+by PID, a restarted node keeping its ports and log dir; ``per_broker`` gives nodes settings of their own.
+(``KIP1023_KAFKA_VERSION``, the release the KIP-1023 cases ask for, is 4.4 too.)
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ KafkaPeerError = kafka_peer_module.KafkaPeerError
 ZK_KAFKA_VERSION = kafka_peer_module.ZK_KAFKA_VERSION
 KAFKA_VERSION = kafka_peer_module.KAFKA_VERSION
 KIP1023_KAFKA_VERSION = kafka_peer_module.KIP1023_KAFKA_VERSION
+APPS_KAFKA_VERSION = kafka_peer_module.APPS_KAFKA_VERSION
 
 # Static settings both peers start with (what Kafka's own single-node test clusters set).
 SHARED_SETTINGS = {
@@ -59,7 +60,7 @@ def unavailable(reason: str):
 
 
 def resolve_jars(version: str = KAFKA_VERSION) -> list[Path]:
-    """A KRaft release's jars, 4.1 by default (skips locally, fails in CI, when Java or Maven is missing or
+    """A KRaft release's jars, 4.4 by default (skips locally, fails in CI, when Java or Maven is missing or
     Maven fails)."""
     missing = kafka_peer_module.missing_prerequisites(version=version)
     if missing:
@@ -294,7 +295,7 @@ def start_both_zk_clusters(kafka_dir, tierlog_dir, zookeeper, settings: dict, co
 
 
 
-# ------------------------------------------------------------------------------ Kafka 4.1 (or 4.3), KRaft cluster
+# ------------------------------------------------------------------------------ Kafka 4.4, KRaft cluster
 
 #: Settings of every node of a multi-node KRaft cluster (on top of node.id, the voters and the listeners):
 #: the tiered ones match ``tests/harness/tiered.py``'s ``tiered_settings`` where both systems have them.
@@ -307,7 +308,7 @@ KRAFT_CLUSTER_SETTINGS = {
 
 
 class KafkaKRaftCluster:
-    """Kafka 4.1 (or ``version``) nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the
+    """Kafka 4.4 (or ``version``) nodes ``1..N`` in KRaft mode, each broker and controller (combined roles), the
     N static voters of one quorum, formatted with one cluster id. ``brokers`` maps id to ``kafka_peer.KafkaKRaftNode``
     (``bootstrap``, ``pid``, ``log_dir``, ``start()``, ``stop()``, ``kill()``); with ``tiered``, all tier
     into ``remote_dir`` through Kafka's LocalTieredStorage. Every node is stopped by its PID;

@@ -1,6 +1,7 @@
 """Kafka's own applications as real JVM processes for tests/apps: Kafka Streams (``tests/apps/java/
 WordCount.java``) and Kafka Connect's distributed worker (with ``GateInterceptor.java`` on its classpath),
-both 4.1 from Maven Central (``kafka_peer.resolve_apps()``, cached beside Kafka 4.1's jars).
+both 4.1 from Maven Central (``kafka_peer.resolve_apps()``, ``APPS_KAFKA_VERSION``: no connect-file 4.4.0 there),
+as is the reference broker tests/apps runs them against.
 
 ``apps_classpath()`` compiles the Java sources once per source hash into the cache and returns the classpath
 (skipped locally, failed in CI, without a JDK or the jars). ``JavaApp(argv, log)`` is one process: its

@@ -1,4 +1,4 @@
-"""Kafka's Java clients (4.1, the reference peer's jars) kept alive in one JVM while a test changes the
+"""Kafka's Java clients (4.4, the reference peer's jars) kept alive in one JVM while a test changes the
 brokers under them: ``java/RebootstrapClient.java`` (a producer, a consumer and an admin client, one
 command per stdin line, one answer line each), compiled once per source version into the peer's cache.
 
@@ -19,7 +19,7 @@ SOURCE = Path(__file__).resolve().parent / "java" / "RebootstrapClient.java"
 
 
 def rebootstrap_client_command() -> list[str]:
-    """The argv prefix that runs RebootstrapClient against Kafka 4.1's client jars."""
+    """The argv prefix that runs RebootstrapClient against Kafka 4.4's client jars."""
     return java_program_command(SOURCE, "RebootstrapClient")
 
 

@@ -1,4 +1,4 @@
-"""Small Java programs of the test suite (``tests/harness/java/*.java``) run against Kafka 4.1's client jars
+"""Small Java programs of the test suite (``tests/harness/java/*.java``) run against Kafka 4.4's client jars
 (the reference peer's): each compiled once per source version into the peer's cache, then started as
 ``java -cp <its classes>:<Kafka's jars> <main class>``. Without a JDK or the jars the test is skipped
 locally and fails in CI (``prerequisites.unavailable``)."""

@@ -10,7 +10,7 @@ Fixtures:
   :class:`~tests.harness.broker.BrokerProcess`; every broker it started is killed at teardown.
   ``broker`` is a ready one with default settings.
 - ``kafka_jars``: Apache Kafka's jars (skips locally, fails in CI without Java/Maven); ``kafka_kip1023_jars``
-  those of Kafka 4.3, the first release with KIP-1023 (``start_kafka_kraft_cluster(..., version=...)``).
+  those of the release the KIP-1023 cases run (4.4, the same jars: KIP-1023 shipped in 4.3).
 - ``kafka_peer``: one single-node KRaft Apache Kafka for the session; ``kafka_peer_tiered`` the same
   with tiered storage through Kafka's LocalTieredStorage (started only when a test asks for it).
 - ``tierlog_peer``: one ``tierlog broker`` for the session with the same static settings as
@@ -92,7 +92,7 @@ def kafka_jars():
 
 @pytest.fixture(scope="session")
 def kafka_kip1023_jars():
-    """Kafka 4.3's jars, the first release with KIP-1023 (``apache_kafka.KIP1023_KAFKA_VERSION``)."""
+    """The jars of ``apache_kafka.KIP1023_KAFKA_VERSION`` (4.4, the default peer; KIP-1023 shipped in 4.3)."""
     return apache_kafka.resolve_jars(apache_kafka.KIP1023_KAFKA_VERSION)
 
 

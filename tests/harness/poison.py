@@ -4,7 +4,7 @@
 need a topic config (a compacted topic, a narrow timestamp window). Each batch passes every header check
 (CRC-32C, length, magic, codec, base offset 0, records count = last offset delta + 1), so only a broker that
 reads the records refuses it. ``EXPECTED`` is the error each gets from tierlog and, but for
-``KAFKA_DIFFERS``, from Apache Kafka 4.1 (tests/peer/test_poison_differential.py checks both).
+``KAFKA_DIFFERS``, from Apache Kafka 4.4 (tests/peer/test_poison_differential.py checks both).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ EXPECTED = {
     "log append time from producer": INVALID_TIMESTAMP,
 }
 
-#: Where Kafka 4.1 answers otherwise, on purpose (docs/compatibility.md): kind -> Kafka's code. Kafka stores an
+#: Where Kafka 4.4 answers otherwise, on purpose (docs/compatibility.md): kind -> Kafka's code. Kafka stores an
 #: uncompressed batch with gaps in its offset deltas as sent (and rewrites a compressed one); tierlog stores
 #: every batch as sent, so it refuses one whose records' offsets would not be the batch's offsets.
 KAFKA_DIFFERS = {"offset deltas not consecutive": 0}

@@ -1,7 +1,7 @@
 """tierlog's own client in the interop scenarios against Apache Kafka (the reference peer).
 
 The scenarios are those of test_clients.py (scenarios.py), run unchanged with the ``tierlog``
-adapter; only the broker differs: Kafka 4.1 from scripts/kafka_peer.py (the harness's session
+adapter; only the broker differs: Kafka 4.4 from scripts/kafka_peer.py (the harness's session
 ``kafka_peer``, or a private one where a scenario restarts or proxies its broker). A scenario
 passing here and against tierlog shows the client speaks Kafka, not just tierlog. Results go into
 the compatibility matrix as the column "tierlog → Apache Kafka". Without Java/Maven these tests

@@ -1,4 +1,4 @@
-"""The log cleaner against Apache Kafka 4.1: the same 502 records over 10 keys to a compacted topic with 1 MiB
+"""The log cleaner against Apache Kafka 4.4: the same 502 records over 10 keys to a compacted topic with 1 MiB
 segments (Kafka 4's floor) and the same cleaner settings; once both cleaned, the surviving (offset, key,
 value) sets read by kafka-python are equal."""
 

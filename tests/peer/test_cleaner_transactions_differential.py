@@ -1,4 +1,4 @@
-"""The log cleaner and transactions against Apache Kafka 4.1: the same hand-driven transactions (committed and
+"""The log cleaner and transactions against Apache Kafka 4.4: the same hand-driven transactions (committed and
 aborted, interleaved with non-transactional keyed records and tombstones, three producers) and the same
 padding, byte for byte, to a compacted topic on each peer with the same cleaner settings; what survives is
 compared batch by batch (offsets, producer, sequence, record count, whether a delete horizon is stamped,

@@ -1,5 +1,5 @@
 """Differential tests: one scenario, scripted once over the raw protocol, run against Apache Kafka
-4.1 and against tierlog; what a client observes must be the same.
+4.4 and against tierlog; what a client observes must be the same.
 
 Where tierlog differs on purpose (docs/compatibility.md lists each difference with its reason),
 the test pins both sides, so a change on either side shows up here. Everything else that differs
@@ -73,10 +73,11 @@ KNOWN_BUGS: dict = {}
 
 
 # Deliberate differences (docs/compatibility.md): path -> (Kafka's value, tierlog's value, reason).
-_SEED_TOPIC_CONFIGS = ["remote.copy.lag.bytes", "remote.copy.lag.ms", "remote.log.disable.policy"]
+# (remote.copy.lag.ms/bytes, KIP-1241, are Kafka 4.4's own now and compare like any other setting.)
+_SEED_TOPIC_CONFIGS = ["remote.log.disable.policy"]
 DELIBERATE = {
     "configs.topic.only tierlog reports": (
-        [], _SEED_TOPIC_CONFIGS, "topic configs of the tiered-storage proposals tierlog implements beyond Kafka 4.1"),
+        [], _SEED_TOPIC_CONFIGS, "topic configs of the tiered-storage proposals tierlog implements beyond Kafka 4.4"),
     "configs.topic after alter.only tierlog reports": ([], _SEED_TOPIC_CONFIGS, "as above"),
     "configs.broker.entries.remote.log.storage.manager.class.name.value": (
         None, "filesystem", "docs/configuration.md: plugins are Python classes with short names; the embedded "
@@ -356,7 +357,7 @@ def _auto_create_scenario(bootstrap):
 
 
 def test_metadata_auto_create_answers_at_once(kafka_peer, tierlog_peer):
-    """Deliberate (docs/compatibility.md): tierlog creates the topic before it answers; Kafka 4.1
+    """Deliberate (docs/compatibility.md): tierlog creates the topic before it answers; Kafka 4.4
     answers the first auto-creating Metadata with UNKNOWN_TOPIC_OR_PARTITION while its controller
     creates the topic."""
     kafka, tierlog = run_both(_auto_create_scenario, kafka_peer, tierlog_peer)
@@ -385,7 +386,7 @@ ENVIRONMENT_KEYS = {
     "process.roles", "node.id", "broker.id", "inter.broker.listener.name", "metadata.log.dir",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
     "remote.log.storage.system.enable",
-    # Kafka 4.1 formats new clusters with eligible leader replicas on, which writes a cluster-wide
+    # Kafka 4.4 formats new clusters with eligible leader replicas on, which writes a cluster-wide
     # dynamic default min.insync.replicas=1 at bootstrap (docs/compatibility.md).
     "min.insync.replicas",
 }
@@ -777,7 +778,7 @@ def _retention_rules_scenario(bootstrap) -> dict:
             raw, 4, "", [(local, 0, ten), (total, 0, twenty)], validate_only=True)
         seen["broker: retention 20 d + local 10 d (validate)"] = _alter(
             raw, 4, "", [(total, 0, twenty), (local, 0, ten)], validate_only=True)
-        # Legacy AlterConfigs on this node (node 1 on both peers; on the cluster default Kafka 4.1 refuses
+        # Legacy AlterConfigs on this node (node 1 on both peers; on the cluster default Kafka 4.4 refuses
         # it for another reason: the set it replaces holds the min.insync.replicas that ELR requires).
         seen["broker: legacy retention 20 d + local 10 d (validate)"] = _alter(
             raw, 4, "1", [(total, 0, twenty), (local, 0, ten)], validate_only=True, incremental=False)
@@ -823,3 +824,95 @@ def test_dynamic_retention_rules_read_the_values_in_effect_after_the_request(kaf
     assert tierlog["topic: retention 1 min + local 30 s"] == [0, False]
     assert tierlog["topic: then retention 20 s alone"] == [40, True]
     assert tierlog["topic: then retention 20 s"] == [0, False]
+
+
+# ------------------------------------------ Kafka 4.3-4.4's tiered-storage KIPs (tiered peers, both sides)
+
+def _describe_keys(raw, rtype: int, name: str, keys: list[str]) -> dict:
+    """DescribeConfigs v4 of some keys: value, source, read-only and synonyms, as both peers report them."""
+    r = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
+        "resource_type": rtype, "resource_name": name, "configuration_keys": keys}],
+        "include_synonyms": True, "include_documentation": False}).results[0]
+    return {"error": plain(r.error_code), "configs": {c.name: (c.value, plain(c.config_source), c.read_only, [
+        (s.name, s.value, plain(s.source)) for s in c.synonyms]) for c in r.configs}}
+
+
+def _alter_message(raw, rtype: int, name: str, ops: list[tuple]) -> list:
+    """IncrementalAlterConfigs of one resource: (error code, message)."""
+    resp = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": rtype, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": False})
+    return [plain(resp.responses[0].error_code), resp.responses[0].error_message]
+
+
+def _tiered_kips_scenario(bootstrap) -> dict:
+    """KIP-1241 (remote.copy.lag.*, Kafka 4.4), KIP-1235 (__remote_log_metadata's min.insync.replicas, 4.3)
+    and KIP-1066 (cordoned.log.dirs, 4.3): names, defaults, sources, dynamic scope, the errors of bad values,
+    and what a cordoned log dir does to DescribeLogDirs v5 and CreateTopics. Every change is undone."""
+    seen: dict = {}
+    raw = RawClient(bootstrap)
+    lag = ["log.remote.copy.lag.ms", "log.remote.copy.lag.bytes"]
+
+    def cordoned_dirs(want: bool):
+        resp = raw.request(ApiKey.DESCRIBE_LOG_DIRS, 5, {"topics": []})
+        flags = [d.is_cordoned for d in resp.results]
+        return flags if flags == [want] else not_yet(flags)
+
+    try:
+        topic = unique("diff-kips")
+        create_topic(bootstrap, topic, configs={"remote.storage.enable": "true", "local.retention.ms": "60000"})
+        # KIP-1241: broker defaults, a topic's inherited values, the per-broker dynamic setting and its bound.
+        seen["broker lag"] = _describe_keys(raw, 4, "1", lag)
+        seen["topic lag"] = _describe_keys(raw, 2, topic, ["remote.copy.lag.ms", "remote.copy.lag.bytes"])
+        seen["broker lag 5 s"] = _alter_message(raw, 4, "1", [("log.remote.copy.lag.ms", 0, "5000")])
+        _await_broker_values(raw, {"log.remote.copy.lag.ms": "5000"})
+        seen["topic lag after the broker's"] = _describe_keys(raw, 2, topic, ["remote.copy.lag.ms"])
+        seen["topic lag past local retention"] = _alter_message(raw, 2, topic, [("remote.copy.lag.ms", 0, "120000")])
+        seen["topic lag -1"] = _alter_message(raw, 2, topic, [("remote.copy.lag.ms", 0, "-1")])
+        seen["topic lag -2"] = _alter_message(raw, 2, topic, [("remote.copy.lag.bytes", 0, "-2")])[0]
+        # KIP-1235: the metadata topic is created with min.insync.replicas=2 (one replica here, as configured).
+        def rlmm_topic():
+            found = _describe_keys(raw, 2, "__remote_log_metadata", ["min.insync.replicas"])
+            return found if found["error"] == 0 else not_yet(found)
+        seen["__remote_log_metadata min.isr"] = wait_until(rlmm_topic, 60, interval=0.2,
+                                                           what="__remote_log_metadata described")
+        # KIP-1066: cordoned.log.dirs, per broker.
+        seen["broker cordoned"] = _describe_keys(raw, 4, "1", ["cordoned.log.dirs"])
+        log_dir = raw.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": []}).results[0].log_dir
+        seen["cordon a dir not in log.dirs"] = _alter_message(raw, 4, "1", [("cordoned.log.dirs", 0, "/nope")])
+        seen["cordon * and a dir"] = _alter_message(raw, 4, "1", [("cordoned.log.dirs", 0, f"*,{log_dir}")])
+        seen["cordon as a cluster default"] = _alter_message(raw, 4, "", [("cordoned.log.dirs", 0, "*")])
+        seen["cordon the log dir"] = _alter_message(raw, 4, "1", [("cordoned.log.dirs", 0, log_dir)])
+        _await_broker_values(raw, {"cordoned.log.dirs": log_dir, "log.remote.copy.lag.ms": "5000"})
+        seen["log dirs v5, cordoned"] = wait_until(lambda: cordoned_dirs(True), 30, interval=0.1,
+                                                   what="DescribeLogDirs v5 to show the dir cordoned")
+        resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
+            "name": unique("diff-cordoned"), "num_partitions": 1, "replication_factor": 1, "assignments": [],
+            "configs": []}], "timeout_ms": 10000, "validate_only": False})
+        seen["create while cordoned"] = [plain(resp.topics[0].error_code), resp.topics[0].error_message]
+    finally:
+        seen["uncordon"] = _alter_message(raw, 4, "1", [("cordoned.log.dirs", 1, None),
+                                                        ("log.remote.copy.lag.ms", 1, None)])
+        _await_broker_values(raw, {"cordoned.log.dirs": "", "log.remote.copy.lag.ms": "0"})
+        seen["log dirs v5, open again"] = wait_until(lambda: cordoned_dirs(False), 30, interval=0.1,
+                                                     what="DescribeLogDirs v5 to show the dir open")
+        raw.close()
+    return seen
+
+
+@pytest.mark.slow
+def test_tiered_storage_kips_of_kafka_4_3_and_4_4(kafka_peer_tiered, tierlog_tiered):
+    kafka = _tiered_kips_scenario(kafka_peer_tiered.bootstrap)
+    tierlog = _tiered_kips_scenario(tierlog_tiered.bootstrap)
+    # Deliberate (docs/compatibility.md): KIP-1235's default of 2 is capped at the metadata topic's replication
+    # factor (1 on both peers here), so a single broker can still write it; Kafka 4.4 gives the topic 2.
+    k_isr = kafka["__remote_log_metadata min.isr"]["configs"].pop("min.insync.replicas")
+    t_isr = tierlog["__remote_log_metadata min.isr"]["configs"].pop("min.insync.replicas")
+    assert (k_isr[0], t_isr[0]) == ("2", "1")
+    assert differences(kafka, tierlog, "tiered KIPs") == []
+    # What both answer (so the comparison cannot pass on two equally broken answers).
+    assert tierlog["broker lag"]["configs"]["log.remote.copy.lag.bytes"][:3] == ("-1", 5, False)
+    assert tierlog["topic lag after the broker's"]["configs"]["remote.copy.lag.ms"][:2] == ("5000", 2)
+    assert tierlog["topic lag past local retention"][0] == 40
+    assert tierlog["cordon a dir not in log.dirs"][0] == 42 and tierlog["cordon the log dir"] == [0, None]
+    assert tierlog["create while cordoned"][0] == 38 and tierlog["log dirs v5, cordoned"] == [True]

@@ -109,7 +109,7 @@ def broker_tv1(tmp_path_factory):
 
 @pytest.mark.parametrize("version", [2, 1])
 def test_java_producer_runs_the_finalized_transaction_version(broker, broker_tv1, version):
-    """Kafka 4.1's Java producer follows the transaction.version tierlog finalizes: at 2 (the default) it sends
+    """Kafka 4.4's Java producer follows the transaction.version tierlog finalizes: at 2 (the default) it sends
     no AddPartitionsToTxn, the leader adds the partition of its Produce v12 and every EndTxn v5 bumps the epoch
     (five transactions: epoch 5); at 1 it adds partitions itself and keeps its epoch. read_committed reads
     exactly the committed records either way."""

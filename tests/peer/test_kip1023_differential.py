@@ -1,7 +1,7 @@
-"""KIP-1023 (``follower.fetch.last.tiered.offset.enable``) held against Apache Kafka 4.3, its first release: a
-tierlog cluster (three brokers in ZooKeeper mode) and a three-node KRaft cluster of Kafka 4.3 tiering through
-Kafka's LocalTieredStorage into one shared folder, broker 3 of each with the setting on, the others off, go
-through the same scenario, driven alike.
+"""KIP-1023 (``follower.fetch.last.tiered.offset.enable``) held against Apache Kafka 4.4 (4.3 was its first
+release): a tierlog cluster (three brokers in ZooKeeper mode) and a three-node KRaft cluster of Kafka 4.4
+tiering through Kafka's LocalTieredStorage into one shared folder, broker 3 of each with the setting on, the
+others off, go through the same scenario, driven alike.
 
 Three tiered topics of one partition with 1 MB segments (Kafka's smallest) are written and tiered on two
 brokers, then a third replica is added by reassignment (AlterPartitionReassignments) and joins the ISR:
@@ -18,7 +18,7 @@ brokers, then a third replica is added by reassignment (AlterPartitionReassignme
 - ``off``: [1, 3], the same retention; broker 2 (setting off) is added. KIP-405's path: its log starts at the
   leader's local log start, and it copies more than broker 3 did on ``on``.
 - ``local``: [1, 2], no local retention (the leader holds its whole log locally, tiered or not); broker 3 is
-  added. Kafka 4.3 decides on KIP-1023 only where the fetch at 0 is refused, so the leader answers it and
+  added. Kafka (4.3 and 4.4) decides on KIP-1023 only where the fetch at 0 is refused, so the leader answers it and
   broker 3 copies the whole log from 0.
 
 Raw offsets and sizes differ between the systems (segments roll where batches fall), so each side's

@@ -21,7 +21,7 @@ def test_generated_pom_asks_for_broker_tools_test_storage_and_log4j():
     pom = kafka_peer_module.pom_xml()
     for artifact in ("kafka_2.13", "kafka-tools", "kafka-storage", "log4j-slf4j-impl"):
         assert f"<artifactId>{artifact}</artifactId>" in pom
-    assert "<classifier>test</classifier>" in pom and kafka_peer_module.KAFKA_VERSION in pom
+    assert "<classifier>test-fixtures</classifier>" in pom and kafka_peer_module.KAFKA_VERSION in pom
 
 
 @pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
@@ -64,26 +64,25 @@ def test_zookeeper_mode_kafka_has_its_own_cache_and_pom(monkeypatch, tmp_path):
         kafka_peer_module.java_command("TopicCommand", version="3.8.0")
 
 
-def test_kafka_4_3_has_its_own_cache_and_pom(monkeypatch):
-    version = kafka_peer_module.KIP1023_KAFKA_VERSION
-    monkeypatch.setenv("TIERLOG_KAFKA_43_CACHE", str(ROOT / "kafka-cache"))
-    with pytest.raises(KafkaPeerError, match="inside the repository"):
-        kafka_peer_module.cache_dir(version)
-    monkeypatch.delenv("TIERLOG_KAFKA_43_CACHE")
-    assert kafka_peer_module.cache_dir(version).name == f"kafka-{version}"
-    assert kafka_peer_module.cache_dir(version) != kafka_peer_module.cache_dir()
-    pom = kafka_peer_module.pom_xml(version)
-    assert f"<version>{version}</version>" in pom and kafka_peer_module.KAFKA_VERSION not in pom
-    assert "<classifier>test</classifier>" in pom  # LocalTieredStorage
+def test_one_kraft_release_serves_kip1023_and_the_newest_kips(monkeypatch):
+    """Kafka 4.4 is the KRaft reference (KIP-1023 shipped in 4.3 and is in 4.4), 4.1 only tests/apps'; any
+    other KRaft version (4.3 among them) is refused rather than resolved into a folder of its own."""
+    peer = kafka_peer_module
+    assert peer.KRAFT_VERSIONS == (peer.KAFKA_VERSION, peer.APPS_KAFKA_VERSION) == ("4.4.0", "4.1.0")
+    assert peer.KIP1023_KAFKA_VERSION == peer.LATEST_KAFKA_VERSION == peer.KAFKA_VERSION
+    assert peer.cache_dir().name == "kafka-4.4.0"
+    with pytest.raises(KafkaPeerError, match="no Kafka 4.3.1 here"):
+        peer.cache_dir("4.3.1")
+    assert "<classifier>test</classifier>" in peer.pom_xml(peer.APPS_KAFKA_VERSION)  # 4.1's LocalTieredStorage
     with pytest.raises(KafkaPeerError, match="ZooKeeper-mode"):
-        kafka_peer_module.cache_dir(kafka_peer_module.ZK_KAFKA_VERSION)
-
-
-def test_kafka_4_3_tools_run(kafka_kip1023_jars):
-    version = kafka_peer_module.KIP1023_KAFKA_VERSION
-    assert any(j.name == f"kafka-server-{version}.jar" for j in kafka_kip1023_jars)
-    proc = kafka_peer_module.run_tool("TopicCommand", "--version", version=version)
-    assert proc.stdout.strip() == version
+        peer.cache_dir(peer.ZK_KAFKA_VERSION)
+    # Streams and Connect stay 4.1 (no connect-file 4.4.0 on Maven Central), in 4.1's folder.
+    pom = peer.apps_pom_xml()
+    assert f"<version>{peer.APPS_KAFKA_VERSION}</version>" in pom and peer.KAFKA_VERSION not in pom
+    assert peer.apps_cache_dir().parent == peer.cache_dir(peer.APPS_KAFKA_VERSION)
+    monkeypatch.setenv("TIERLOG_KAFKA_APPS_CACHE", str(ROOT / "kafka-cache"))
+    with pytest.raises(KafkaPeerError, match="inside the repository"):
+        peer.apps_cache_dir()
 
 
 def test_zookeeper_mode_tools_run_in_their_own_jvm_and_the_command_line(kafka_zk_tool, kafka_zk_jars):

@@ -1,4 +1,4 @@
-"""Differential: each kind of poison batch (tests/harness/poison.py) produced to Apache Kafka 4.1 and to
+"""Differential: each kind of poison batch (tests/harness/poison.py) produced to Apache Kafka 4.4 and to
 tierlog over the raw protocol; the answers (error code, whether record errors and an error message come
 with it, the record indices) and the log end offset after it must be the same, but for the deliberate
 differences in ``poison.KAFKA_DIFFERS`` (docs/compatibility.md), which pin Kafka's answer."""

@@ -1,5 +1,5 @@
-"""Tiered storage across three brokers held against Apache Kafka 4.1: a tierlog cluster (three brokers in
-ZooKeeper mode) and a three-node KRaft cluster of Kafka 4.1 (broker and controller in each node, three voters)
+"""Tiered storage across three brokers held against Apache Kafka 4.4: a tierlog cluster (three brokers in
+ZooKeeper mode) and a three-node KRaft cluster of Kafka 4.4 (broker and controller in each node, three voters)
 tiering through Kafka's LocalTieredStorage into one shared folder, go through the same scenario, driven alike.
 
 The scenario, on an RF=3 tiered topic with 1 MB segments (Kafka's smallest) and ``local.retention.bytes=1``
@@ -55,7 +55,7 @@ from tests.harness.tiered_sides import (
 )
 from tests.harness.tierlog_cluster import start_cluster
 
-SEGMENT_BYTES = 1_048_576  # Kafka 4.1's smallest segment.bytes
+SEGMENT_BYTES = 1_048_576  # Kafka 4.4's smallest segment.bytes
 RECORDS = 7000  # of 1000 bytes: about 7 segments
 MORE = 3000  # written after the leader change, so the new leader tiers under its own epoch
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "1",

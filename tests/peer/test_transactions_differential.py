@@ -1,5 +1,5 @@
 """Transactions, differential: the same raw request sequences (a transactional producer's InitProducerId,
-AddPartitionsToTxn, Produce, EndTxn, and the coordinator's errors) sent to Apache Kafka 4.1 and to tierlog;
+AddPartitionsToTxn, Produce, EndTxn, and the coordinator's errors) sent to Apache Kafka 4.4 and to tierlog;
 what a client observes must be the same once producer ids and timestamps are normalized.
 
 Compared: the control batches the markers write (batch attributes, producer id and epoch, the marker key's
@@ -681,7 +681,7 @@ QUICK_ABORTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "
 
 @pytest.fixture(scope="module")
 def quick_abort_peers(kafka_jars, tmp_path_factory):
-    """Kafka 4.1 and tierlog aborting timed-out transactions every 500 ms (a module's own pair)."""
+    """Kafka 4.4 and tierlog aborting timed-out transactions every 500 ms (a module's own pair)."""
     from tests.harness import apache_kafka
     from tests.harness.broker import BrokerProcess
     kafka = apache_kafka.start_kafka(tmp_path_factory.mktemp("kafka-quick-abort"), "kafka-quick-abort",

@@ -128,3 +128,25 @@ def test_an_offline_log_dir_answers_kafka_storage_error(start_broker, tmp_path):
     good = dirs_of[str(dirs[0])]
     assert good.error is None and good.replica_infos == {
         TopicPartition(t, p): ReplicaInfo(*info) for (t, p), info in before[str(dirs[0])].items()}
+
+
+def test_new_logs_avoid_cordoned_dirs(tmp_path):
+    """KIP-1066 on one broker's log manager: a cordoned dir takes no new log while another is open, keeps
+    the logs it holds, and with every dir cordoned (``*``) the least loaded one still takes a log the
+    controller placed here."""
+    from tierlog.storage import LogManager
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    cordoned: list[str] = []
+    m = LogManager(dirs, cordoned_source=lambda: cordoned)
+    m.startup()
+    try:
+        first = m.get_or_create_log("t", 0)
+        assert os.path.dirname(first.dir) == dirs[0]  # both empty: the first
+        cordoned[:] = [dirs[1]]
+        placed = [os.path.dirname(m.get_or_create_log("t", p).dir) for p in range(1, 4)]
+        assert placed == [dirs[0]] * 3 and m.cordoned_log_dirs == {dirs[1]}
+        cordoned[:] = ["*"]
+        assert os.path.dirname(m.get_or_create_log("u", 0).dir) == dirs[1]  # the least loaded of all
+        assert m.get_or_create_log("t", 0) is first  # what a cordoned dir holds stays
+    finally:
+        m.shutdown()

@@ -258,14 +258,16 @@ def test_copy_quota_holds_uploads_back_until_it_is_raised(env):
 
 
 def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_qualify(env, tmp_path):
-    """remote.copy.lag.bytes / remote.copy.lag.ms (Kafka trunk): a rolled segment is uploaded only once
-    that many bytes follow it and it is that old; the others wait for a later round."""
+    """remote.copy.lag.bytes / remote.copy.lag.ms (KIP-1241, Kafka 4.4): a rolled segment is uploaded once
+    that many bytes follow it or once it is that old; the others wait for a later round."""
     e = env
-    produce(e.log, 60)
+    produce(e.log, 60, ts=int(time.time() * 1000) - 60_000)  # a minute old (a future timestamp uploads at once)
     segments = list(e.log.segments)
     sizes = [s.size for s in segments]
     lag_bytes = sum(sizes[-3:])  # the two newest rolled segments have fewer bytes after them
-    e.partition.log.config = dataclasses.replace(e.log.config, remote_copy_lag_bytes=lag_bytes)
+    # a time lag longer than the records' age: only the size decides (a lag at 0 would upload everything)
+    e.partition.log.config = dataclasses.replace(e.log.config, remote_copy_lag_bytes=lag_bytes,
+                                                 remote_copy_lag_ms=10**13)
 
     async def copy_once():
         await start(e)
@@ -275,9 +277,11 @@ def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_quali
     assert copied == [s.base_offset for s in segments[:-3]]
     assert e.rlm.metrics.copy_lag_segments.value(topic="t", partition=0) == 2  # waiting still counts as lag
 
-    # by age: the records are an hour old, so a lag of two hours holds everything back, and 0 none
+    # by age: the records are an hour old, so a lag of two hours holds everything back (the size check off:
+    # -1 over an unlimited local size), half an hour none
     old = Log.open(str(tmp_path / "aged" / "a-0"), "a", 0, dataclasses.replace(
-        e.log.config, remote_copy_lag_bytes=0, remote_copy_lag_ms=2 * 3600_000), topic_id=TOPIC_ID)
+        e.log.config, remote_copy_lag_bytes=-1, local_retention_bytes=-2, retention_bytes=-1,
+        remote_copy_lag_ms=2 * 3600_000), topic_id=TOPIC_ID)
     produce(old, 30, ts=int(time.time() * 1000) - 3600_000)
     rolled = old.segments[:-1]
 
@@ -286,8 +290,12 @@ def test_remote_copy_lag_keeps_the_newest_rolled_segments_local_until_they_quali
     assert rolled and delayed() == len(rolled)
     old.config = dataclasses.replace(old.config, remote_copy_lag_ms=1800_000)
     assert delayed() == 0
-    old.config = dataclasses.replace(old.config, remote_copy_lag_ms=-1, local_retention_ms=-2, retention_ms=-1)
-    assert delayed() == 0  # -1 = local retention, unlimited here: no delay
+    old.config = dataclasses.replace(old.config, remote_copy_lag_ms=2 * 3600_000, remote_copy_lag_bytes=0)
+    assert delayed() == 0  # either limit at 0 uploads at once
+    old.config = dataclasses.replace(old.config, remote_copy_lag_ms=-1, local_retention_ms=-2, retention_ms=-1,
+                                     remote_copy_lag_bytes=-1)
+    # -1 = local retention, unlimited here for both: neither check applies, and Kafka 4.4 uploads nothing
+    assert delayed() == len(rolled)
     old.close()
 
 

@@ -423,11 +423,20 @@ class Controller:
             raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.")
         n = self.config["num.partitions"] if num_partitions == -1 else num_partitions
         rf = self.config["default.replication.factor"] if replication_factor == -1 else replication_factor
+        if self._log_dirs_all_cordoned():  # KIP-1066: the one broker takes no new partition
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {rf} time(s): All brokers are currently fenced, or have all "
+                f"their log directories cordoned.")
         if rf > len(brokers):
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot "
                 f"be reached because only {len(brokers)} broker(s) are registered.")
         return {start + p: [brokers[(start + p + r) % len(brokers)] for r in range(rf)] for p in range(n)}
+
+    def _log_dirs_all_cordoned(self) -> bool:
+        """This node's ``cordoned.log.dirs`` (in effect) covers every one of its log dirs (KIP-1066)."""
+        cordoned = self.effective_config["cordoned.log.dirs"]
+        return "*" in cordoned or (bool(cordoned) and set(self.config.log_dirs) <= set(cordoned))
 
     def _new_partition(self, p: int, replicas: list[int]) -> PartitionImage:
         """A new partition's state: led by its first replica, every replica in sync (one node)."""
@@ -567,6 +576,10 @@ class Controller:
                     raise InvalidConfigError(f"Unknown broker config {key}")
                 if not d.dynamic:
                     raise InvalidConfigError(f"Cannot update these configs dynamically: [{key}]")
+                if resource == "" and d.name == "cordoned.log.dirs" and current.get(key) != value:
+                    # KIP-1066: the dirs are the broker's own (Kafka answers INVALID_REQUEST)
+                    raise InvalidRequestError(f"Cannot update these configs at default cluster level, broker id "
+                                              f"must be specified: [{key}]")
                 if resource == "" and d.name.startswith("ssl.") and current.get(key) != value:
                     # Kafka's per-broker configs: each broker has its own keystore and truststore files.
                     raise InvalidConfigError(f"Cannot update these configs at default cluster level, broker id "

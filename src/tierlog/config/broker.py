@@ -34,7 +34,7 @@ from tierlog.config.definitions import (
 )
 from tierlog.config.properties import PropertiesSyntaxError, load_properties
 from tierlog.config.values import HIDDEN, check_value, format_value, invalid, looks_sensitive, parse_typed
-from tierlog.errors import InvalidConfigError
+from tierlog.errors import InvalidConfigError, InvalidRequestError
 
 log = logging.getLogger("tierlog.config")
 
@@ -436,6 +436,7 @@ class BrokerConfig(Mapping[str, Any]):
                           "Needs metrics.admin.token (the bearer token admin requests must carry)")
         if not self.log_dirs:
             raise invalid("log.dirs", "", "At least one log directory must be given in log.dirs or log.dir")
+        _check_cordoned_log_dirs(v["cordoned.log.dirs"], self.log_dirs)
         roll_ms, roll_key = self._chain_value(TOPIC_CONFIGS["segment.ms"])
         if roll_ms < 1:
             raise invalid(roll_key, self._shown(roll_key), "Value must be at least 1 ms")
@@ -863,9 +864,23 @@ def _check_local_retention(values: Mapping[str, Any], names: Mapping[str, str] |
             raise invalid(shown_local, local, f"Must not be more than {shown_total} ({total})")
 
 
+def _check_cordoned_log_dirs(cordoned: list[str], log_dirs: list[str]) -> None:
+    """KIP-1066 as Kafka 4.3+ checks it (INVALID_REQUEST, Kafka's wording): * alone, or entries of log.dirs."""
+    if "*" in cordoned:
+        if len(cordoned) > 1:
+            raise InvalidRequestError("requirement failed: When cordoned.log.dirs is set to *, it must not contain "
+                                      "other values")
+        return
+    missing = [d for d in cordoned if d not in log_dirs]
+    if missing:
+        raise InvalidRequestError("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs "
+                                  f"or log.dir. Missing entries : {','.join(missing)}")
+
+
 def _check_copy_lag(values: Mapping[str, Any]) -> None:
-    """Kafka trunk's rule: a positive remote.copy.lag.* must not exceed the effective local retention."""
-    for kind in ("ms", "bytes"):
+    """Kafka 4.4's rule: a positive remote.copy.lag.* must not exceed the effective local retention (bytes
+    checked first, as Kafka does)."""
+    for kind in ("bytes", "ms"):
         lag = values[f"remote.copy.lag.{kind}"]
         local = values[f"local.retention.{kind}"]
         effective = values[f"retention.{kind}"] if local == -2 else local
@@ -873,7 +888,7 @@ def _check_copy_lag(values: Mapping[str, Any]) -> None:
             raise invalid(
                 f"remote.copy.lag.{kind}",
                 lag,
-                f"Must not exceed the effective local.retention.{kind} ({effective})",
+                f"Value must not exceed local.retention.{kind} (effective value: {effective})",
             )
 
 

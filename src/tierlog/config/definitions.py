@@ -690,8 +690,8 @@ _BROKER: tuple[ConfigDef, ...] = (
     _b("sasl.oauthbearer.jwks.endpoint.url", "string", None,
        doc="OAUTHBEARER: where the signing keys of tokens are read (file:// or http(s)://); unset, unsecured "
            "tokens (alg none) are accepted, as Kafka's default validator does."),
-    _b("sasl.oauthbearer.expected.audience", "list", None,
-       doc="OAUTHBEARER: a token's aud must name one of these (unset: not checked)."),
+    _b("sasl.oauthbearer.expected.audience", "list", [],  # Kafka 4.4's default (null before)
+       doc="OAUTHBEARER: a token's aud must name one of these (empty: not checked)."),
     _b("sasl.oauthbearer.expected.issuer", "string", None,
        doc="OAUTHBEARER: a token's iss must be this (unset: not checked)."),
     _b("sasl.oauthbearer.sub.claim.name", "string", "sub",
@@ -733,6 +733,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        Custom("distinct non-empty paths", lambda v: None if len(set(v)) == len(v) and all(v)
               else "Directories must be non-empty and distinct"),
        doc="Log directory used when log.dirs is not set."),
+    _b("cordoned.log.dirs", "list", [], dynamic=True, since="Kafka 4.3",
+       doc="Log dirs that take no new partitions (KIP-1066): entries of log.dirs (or log.dir), or * for "
+           "all; the partitions they hold stay. Dynamic per broker only, never as a cluster-wide default."),
     _b("num.partitions", "int", 1, AtLeast(1),
        doc="Partition count of auto-created topics and of CreateTopics with -1 partitions."),
     _b("default.replication.factor", "int", 1,
@@ -1025,10 +1028,12 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Default local-tier retention time, in ms; -2 means use log.retention.ms."),
     _b("log.local.retention.bytes", "long", -2, AtLeast(-2), dynamic=True,
        doc="Default local-tier size limit per partition; -2 means use log.retention.bytes."),
-    _b("log.remote.copy.lag.ms", "long", 0, AtLeast(-1), dynamic=True, since="Kafka trunk",
-       doc="Default age a rolled segment reaches before upload, in ms; -1 means local retention time."),
-    _b("log.remote.copy.lag.bytes", "long", 0, AtLeast(-1), dynamic=True, since="Kafka trunk",
-       doc="Default local bytes after a segment before it is uploaded; -1 means local retention size."),
+    _b("log.remote.copy.lag.ms", "long", 0, AtLeast(-1), dynamic=True, since="Kafka 4.4",
+       doc="Default age at which a rolled segment may be uploaded, in ms (KIP-1241); 0 uploads at once, -1 "
+           "means local retention time."),
+    _b("log.remote.copy.lag.bytes", "long", -1, AtLeast(-1), dynamic=True, since="Kafka 4.4",
+       doc="Default local bytes after a rolled segment at which it may be uploaded (KIP-1241); 0 uploads at "
+           "once, -1 means local retention size."),
     # --- the topic-based metadata manager, read under rlmm.config. ---
     _b("rlmm.config.remote.log.metadata.topic.num.partitions", "int", 50, AtLeast(1), plugin="rlmm",
        plugin_impl="topic",
@@ -1187,12 +1192,14 @@ _TOPIC: tuple[ConfigDef, ...] = (
     _t("remote.log.disable.policy", "string", "retain", InSet(("retain", "delete")), since="KIP-950 draft",
        doc="What turning remote.storage.enable off does: retain keeps remote data readable until it "
            "expires, delete removes it (KIP-950 draft)."),
-    _t("remote.copy.lag.ms", "long", 0, AtLeast(-1), "log.remote.copy.lag.ms", since="Kafka trunk",
-       doc="Age a rolled segment must reach before upload, in ms; 0 uploads at once, -1 means local "
-           "retention time."),
-    _t("remote.copy.lag.bytes", "long", 0, AtLeast(-1), "log.remote.copy.lag.bytes", since="Kafka trunk",
-       doc="Bytes that must follow a rolled segment before upload; 0 uploads at once, -1 means local "
-           "retention size."),
+    _t("remote.copy.lag.ms", "long", 0, AtLeast(-1), "log.remote.copy.lag.ms", since="Kafka 4.4",
+       doc="Age at which a rolled segment may be uploaded, in ms (KIP-1241): uploaded once this old or once "
+           "remote.copy.lag.bytes follow it; 0 uploads at once, -1 means local retention time (unlimited: "
+           "no time check)."),
+    _t("remote.copy.lag.bytes", "long", -1, AtLeast(-1), "log.remote.copy.lag.bytes", since="Kafka 4.4",
+       doc="Bytes following a rolled segment at which it may be uploaded (KIP-1241): uploaded once this many "
+           "follow it or once it is remote.copy.lag.ms old; 0 uploads at once, -1 means local retention "
+           "size (unlimited: no size check)."),
     _t("leader.replication.throttled.replicas", "list", [],
        Custom("* or partition:broker,...", _check_throttled_replicas),
        doc="Replicas whose leader throttles what it sends to followers not in the ISR (at the leader's "

@@ -170,7 +170,8 @@ class Broker:
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
             failure_channel=self.log_dir_failure_channel, metrics=self.metrics,
             cleaner_config=CleanerConfig.from_broker_config(cfg),
-            cleaner_config_source=lambda: CleanerConfig.from_broker_config(controller.effective_config))
+            cleaner_config_source=lambda: CleanerConfig.from_broker_config(controller.effective_config),
+            cordoned_source=lambda: controller.effective_config["cordoned.log.dirs"])
 
     async def _bind_listeners(self) -> None:
         """Listeners are bound now (their ports known) but accept connections only once the broker is ready,

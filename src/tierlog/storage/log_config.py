@@ -30,7 +30,7 @@ class LogConfig:
     remote_storage_enable: bool = False  # in effect: broker switch, topic switch, not compacted/internal
     remote_log_copy_disable: bool = False
     remote_copy_lag_ms: int = 0
-    remote_copy_lag_bytes: int = 0
+    remote_copy_lag_bytes: int = -1  # Kafka 4.4: local.retention.bytes
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
     file_delete_delay_ms: int = 60000

@@ -84,11 +84,13 @@ class LogManager:
                  retention_check_interval_ms: int = 300000, checkpoint_interval_ms: int = 60000,
                  producer_id_expiration_ms: int = 86400000, failure_channel: LogDirFailureChannel | None = None,
                  metrics: MetricsRegistry | None = None, cleaner_config: CleanerConfig | None = None,
-                 cleaner_config_source: Callable[[], CleanerConfig] | None = None):
+                 cleaner_config_source: Callable[[], CleanerConfig] | None = None,
+                 cordoned_source: Callable[[], list[str]] | None = None):
         if not log_dirs:
             raise KafkaStorageError("no log dirs configured (log.dirs)")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._config_for = config_for or (lambda topic: LogConfig())
+        self._cordoned_source = cordoned_source or (lambda: [])  # cordoned.log.dirs in effect (KIP-1066)
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -118,6 +120,14 @@ class LogManager:
             self._update_metrics()
 
     # ------------------------------------------------------------------ log dir failures
+
+    @property
+    def cordoned_log_dirs(self) -> set[str]:
+        """The log dirs ``cordoned.log.dirs`` names now (``*``: all): they take no new partitions (KIP-1066)."""
+        cordoned = self._cordoned_source()
+        if "*" in cordoned:
+            return set(self.log_dirs)
+        return {os.path.abspath(d) for d in cordoned}
 
     @property
     def live_log_dirs(self) -> list[str]:
@@ -372,7 +382,10 @@ class LogManager:
         if not live:
             return self._add_offline(os.path.join(self.log_dirs[0], name), tp, config,
                                      "every log dir is offline", topic_id)
-        d = self._least_loaded_dir(live)
+        # A new log goes to a dir that is not cordoned; were all cordoned, the least loaded one still takes it
+        # (the controller chose this broker for it).
+        open_dirs = [d for d in live if d not in self.cordoned_log_dirs]
+        d = self._least_loaded_dir(open_dirs or live)
         try:
             lg = Log.open(os.path.join(d, name), topic, partition, config, topic_id=topic_id)
         except OSError as e:

@@ -23,7 +23,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * Kafka's Java producer, consumer and admin client, kept alive while a Python test swaps the broker
  * under them (tests/client/test_rebootstrap_peers.py drives it; it is compiled against the peer's
- * Kafka 4.1 jars).
+ * Kafka 4.4 jars).
  *
  * Arguments: client settings as key=value (applied to all three clients). Commands, one per line on
  * stdin; one answer line each on stdout, "OK ..." or "ERR <exception class>: <message>":

@@ -1,5 +1,5 @@
 // Kafka's Java transactional producer and read_committed consumer, for tests against tierlog
-// (tests/harness/java_transactions.py compiles it against Kafka 4.1's client jars).
+// (tests/harness/java_transactions.py compiles it against Kafka 4.4's client jars).
 //
 //   produce <bootstrap> <topic> <transactional id> <plan>   plan: "c3,a2,c1" = commit 3 records, abort 2, ...
 //       values are "<txn index>-<c|a>-<record index>" padded with "x"; prints "DONE <records committed>"

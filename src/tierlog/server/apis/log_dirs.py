@@ -25,8 +25,9 @@ class LogDirApis:
         self.authorization = authorization
 
     def register(self, registry) -> None:
-        # Kafka 4 removed v0 (KIP-896); v4 added the volume's total and usable bytes.
-        registry.register(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, self.describe_log_dirs)
+        # Kafka 4 removed v0 (KIP-896); v4 added the volume's total and usable bytes, v5 (Kafka 4.3,
+        # KIP-1066) whether the dir is cordoned.
+        registry.register(ApiKey.DESCRIBE_LOG_DIRS, 1, 5, self.describe_log_dirs)
 
     async def describe_log_dirs(self, ctx: RequestContext):
         if (refused := self.authorization.cluster(ctx, AclOperation.DESCRIBE)) is not None:
@@ -34,13 +35,14 @@ class LogDirApis:
         topics = ctx.request.topics
         wanted = None if topics is None else {(t.topic, int(p)) for t in topics for p in t.partitions}
         results = []
+        cordoned = self.log_manager.cordoned_log_dirs
         for d in self.log_manager.describe_log_dirs(wanted):
             if d.offline is not None:  # its failure was logged when it happened; Kafka logs it again here
                 results.append({"error_code": KafkaStorageError.code, "log_dir": d.log_dir, "topics": []})
                 continue
             results.append({
                 "error_code": NO_ERROR, "log_dir": d.log_dir, "total_bytes": d.total_bytes,
-                "usable_bytes": d.usable_bytes,
+                "usable_bytes": d.usable_bytes, "is_cordoned": d.log_dir in cordoned,
                 "topics": [{"name": topic, "partitions": [
                     {"partition_index": r.partition, "partition_size": r.size, "offset_lag": r.offset_lag,
                      "is_future_key": r.is_future} for r in replicas]}

@@ -103,11 +103,12 @@ def copy_lag_limits(cfg) -> tuple[int, int]:
 
 def copy_delayed(segments: Sequence[_Segment], candidates: Sequence[_Segment], now_ms: float, lag_ms: int,
                  lag_bytes: int) -> int:
-    """How many of the newest ``candidates`` (some of the log's ``segments``) wait for the copy lag (Kafka
-    trunk, :func:`copy_lag_limits`): a segment is uploaded once it is at least ``lag_ms`` old (by its largest
-    timestamp) and at least ``lag_bytes`` of the log follow it. 0 or less does not delay (where the local
-    retention is unlimited, the data still tiers)."""
-    if lag_ms <= 0 and lag_bytes <= 0:
+    """How many of the newest ``candidates`` (some of the log's ``segments``) wait for the copy lag
+    (KIP-1241 as Kafka 4.4 released it, :func:`copy_lag_limits`): either limit at 0 uploads at once;
+    otherwise a segment is uploaded once it is at least ``lag_ms`` old (by its largest timestamp; one from
+    the future at once) *or* at least ``lag_bytes`` of the log follow it, a negative limit (-1 over an
+    unlimited local retention) taking no part. Both negative: nothing is uploaded, as on Kafka 4.4."""
+    if lag_ms == 0 or lag_bytes == 0:
         return 0
     after = {id(seg): 0 for seg in candidates}
     behind = 0
@@ -116,7 +117,10 @@ def copy_delayed(segments: Sequence[_Segment], candidates: Sequence[_Segment], n
             after[id(seg)] = behind
         behind += seg.size
     for i, seg in enumerate(candidates):  # oldest first: once one waits, every later one waits
-        if (lag_ms > 0 and now_ms - seg.largest_timestamp() < lag_ms) or (lag_bytes > 0 and after[id(seg)] < lag_bytes):
+        age = now_ms - seg.largest_timestamp()
+        by_time = lag_ms > 0 and (age < 0 or age >= lag_ms)
+        by_size = lag_bytes > 0 and after[id(seg)] >= lag_bytes
+        if not (by_time or by_size):
             return len(candidates) - i
     return 0
 
