@@ -12,6 +12,11 @@
   of ``group.consumer.assignors``) and each member reconciles towards it (:mod:`.consumer_group`).
 - Session timeout (``group.consumer.session.timeout.ms``): a member that stops heartbeating is fenced;
   rebalance timeout: a member that does not revoke partitions within its rebalance timeout is fenced.
+- Online migration (``group.consumer.migration.policy``): a consumer-protocol member joining a classic group
+  with members converts it (:meth:`_upgrade`); classic members of a consumer group are served through
+  JoinGroup/SyncGroup/Heartbeat/LeaveGroup (``classic_*``), their assignment from the server-side assignor, their
+  ClassicMemberMetadata in the member record; the last consumer-protocol member leaving turns the group back into
+  a classic group (:meth:`_maybe_downgrade`, the group manager's ``_downgrade``).
 - ConsumerGroupDescribe; the consumer-group half of ListGroups, DescribeGroups, DeleteGroups, OffsetCommit
   (the member epoch is the generation: STALE_MEMBER_EPOCH) and OffsetDelete.
 
