@@ -119,6 +119,11 @@ def test_upgrade_serve_classic_members_and_downgrade():
     held = sorted(sum(synced.values(), []) + list(dict(c["assignment"] or ()).get(T1, ())))
     assert held == [0, 1, 2, 3] and all(synced.values())
     assert env.heartbeat(a, generation + 1) == E.none
+    # A classic member commits at its generation (the member epoch), as in a classic group.
+    for gen, code in ((generation, E.illegal_generation), (generation + 1, E.none)):
+        result = env.coord.commit_offsets(group_id="g", generation_id=gen, member_id=a, group_instance_id=None,
+                                          api_version=8, retention_time_ms=-1, partitions=[("t1", 0, 5, -1, "")])
+        assert result == {("t1", 0): code}
     # A reload replays the classic members with their session timeout and protocols.
     again = GroupCoordinator(env.config, env.store, wall_clock=env.clock, timer_clock=env.clock)
     again.topics = lambda: TOPICS

@@ -815,6 +815,11 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        if member.classic is not None:  # a classic member commits at its generation, as in a classic group
+            if member_epoch != member.member_epoch:
+                raise IllegalGenerationError(f"The member {member_id} commits at generation {member_epoch}, not at "
+                                             f"its member epoch {member.member_epoch}.")
+            return lambda topic, partition: NO_ERROR
         if member_epoch > member.member_epoch:
             raise StaleMemberEpochError(f"Received member epoch {member_epoch} is newer than current member epoch "
                                         f"{member.member_epoch}.")
