@@ -41,10 +41,10 @@ class Env:
         self.clock.now += ms
         self.coord.timer.poll()
 
-    def join(self, member_id: str, owned=()) -> Answer:
+    def join(self, member_id: str, owned=(), instance: str | None = None) -> Answer:
         answer = Answer()
         metadata = encode_subscription(["t1"], owned_partitions={"t1": list(owned)}) if owned else SUBSCRIPTION
-        self.coord.join_group(group_id="g", member_id=member_id, group_instance_id=None, protocol_type="consumer",
+        self.coord.join_group(group_id="g", member_id=member_id, group_instance_id=instance, protocol_type="consumer",
                               protocols=[("range", metadata)], session_timeout_ms=10_000,
                               rebalance_timeout_ms=30_000, client_id="classic", client_host="/127.0.0.1",
                               api_version=5, respond=answer)
@@ -156,3 +156,22 @@ def test_no_downgrade_under_upgrade_policy():
     assert env.consumer_hb("c-member", -1)["error_code"] == E.none
     [d] = env.coord.consumer_group_describe(["g"])
     assert d["error_code"] == E.none and len(d["members"]) == 2 and c["error_code"] == E.none
+
+
+def test_static_classic_member_rejoins_a_consumer_group_under_a_new_member_id():
+    env = Env()
+    env.classic_group_of_two()
+    env.consumer_hb("c-member", 0)
+    first = env.join("", instance="i-1")
+    assert first["error_code"] == E.none
+    again = env.join("", instance="i-1")  # restarted: a new member id takes the instance id over
+    assert again["error_code"] == E.none and again["member_id"] != first["member_id"]
+    assert env.heartbeat(first["member_id"], first["generation_id"]) == E.unknown_member_id
+    stale = Answer()
+    env.coord.join_group(group_id="g", member_id=first["member_id"], group_instance_id="i-1",
+                         protocol_type="consumer", protocols=[("range", SUBSCRIPTION)], session_timeout_ms=10_000,
+                         rebalance_timeout_ms=30_000, client_id="classic", client_host="/127.0.0.1", api_version=5,
+                         respond=stale)
+    assert stale["error_code"] == E.fenced_instance_id
+    [d] = env.coord.consumer_group_describe(["g"])
+    assert sorted(m["instance_id"] or "" for m in d["members"]) == ["", "", "", "i-1"]

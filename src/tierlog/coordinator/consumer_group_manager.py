@@ -311,7 +311,7 @@ class ConsumerGroupManager:
                                     else member.subscribed_topic_names),
             subscribed_topic_regex=(subscribed_topic_regex if subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex) or None,
-            client_id=client_id, client_host=client_host)
+            client_id=client_id, client_host=client_host, classic=None)
         reconciled = self._update_member(group, member, replaced, updated, owned, records)
         self._schedule_rebalance_timeout(group_id, reconciled)
         full = member_epoch == 0 or (rebalance_timeout_ms != -1 and owned is not None and (
@@ -489,8 +489,16 @@ class ConsumerGroupManager:
                          member_id)
                 member = ConsumerGroupMember(member_id)
             replaced = None
+        elif unknown:  # a static member joins, or rejoins and replaces its former member id
+            member, replaced = self._member_for(group, member_id, 0, instance_id, owned, records, classic=True)
         else:
-            member, replaced = self._member_for(group, member_id, 0, instance_id, owned, records)
+            member = group.static_member(instance_id)
+            if member is None:
+                raise UnknownMemberIdError(f"Static member {member_id} with instance id {instance_id} is not a "
+                                           f"member of group {group_id}.")
+            if member.member_id != member_id:
+                raise error_fenced_instance(group_id, member_id, instance_id, member.member_id)
+            replaced = None
         updated = replace(
             member, instance_id=instance_id if instance_id is not None else member.instance_id,
             rack_id=subscription.rack_id if subscription.rack_id is not None else member.rack_id,
@@ -598,7 +606,8 @@ class ConsumerGroupManager:
         return results
 
     def _member_for(self, group: ConsumerGroup, member_id: str, member_epoch: int, instance_id: str | None,
-                    owned, records: list) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
+                    owned, records: list, classic: bool = False
+                    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
         """The member the heartbeat is from (new at epoch 0), after Kafka's epoch and static member checks, and
         the static member it replaces (None when it replaces none)."""
         if instance_id is None:
@@ -617,7 +626,9 @@ class ConsumerGroupManager:
         if member_epoch == 0:
             if existing is None:
                 return group.members.get(member_id) or ConsumerGroupMember(member_id), None
-            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and existing.member_id != member_id:
+            # A classic member (or one replacing a classic member) takes the instance id over at once, as in Kafka.
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and existing.member_id != member_id and \
+                    not classic and existing.classic is None:
                 log.info("[GroupId %s] Static member %s with instance id %s cannot join the group because the "
                          "instance id is owned by member %s.", group.group_id, member_id, instance_id,
                          existing.member_id)
