@@ -138,6 +138,13 @@ def test_upgrade_serve_classic_members_and_downgrade():
     assert env.heartbeat(a, group.generation_id) == E.rebalance_in_progress
     err, listed = env.coord.list_groups(types_filter=["classic"])
     assert [g["group_id"] for g in listed] == ["g"]
+    # The downgrade is in the partition: a reload finds the classic group and no consumer group.
+    reloaded = GroupCoordinator(env.config, env.store, wall_clock=env.clock, timer_clock=env.clock)
+    reloaded.topics = lambda: TOPICS
+    reloaded.load_all()
+    assert sorted(reloaded.groups["g"].members) == sorted([a, b])
+    [d3] = reloaded.consumer_group_describe(["g"])
+    assert d3["error_code"] == GroupIdNotFoundError.code
 
 
 @pytest.mark.parametrize("policy", ["disabled", "downgrade"])

@@ -449,6 +449,9 @@ class ConsumerGroupManager:
             return False
         if len(group.members) - 1 > self.config.max_group_size:
             return False
+        rest = [m.classic for mid, m in group.members.items() if mid != leaving.member_id]
+        if not set.intersection(*({name for name, _ in c.supported_protocols} for c in rest)):
+            return False  # a classic group needs a protocol every member supports
         records: list = []
         self.tombstones(group, records)
         self.downgrade(group, leaving.member_id, records)
