@@ -890,8 +890,10 @@ _BROKER: tuple[ConfigDef, ...] = (
            "no member asks for one (ServerAssignor)."),
     _b("group.consumer.migration.policy", "string", "bidirectional",
        InSet(("disabled", "upgrade", "downgrade", "bidirectional"), case_insensitive=True),
-       doc="Online migration between classic and consumer groups. tierlog converts only empty groups whatever "
-           "the policy (Kafka also converts groups with members)."),
+       doc="Online migration of a group with members between the classic and the consumer protocol (KIP-848): "
+           "upgrade converts a classic group when a consumer-protocol member joins it, downgrade converts a "
+           "consumer group back when its last consumer-protocol member leaves and classic members remain. "
+           "Empty groups convert whatever the policy."),
     # Share groups (KIP-932), with Kafka 4.4's defaults and ranges
     _b("group.share.record.lock.duration.ms", "int", 30000, Between(1000, 3600000),
        doc="How long a share consumer holds the records it acquired before they become available again, in ms."),

@@ -16,7 +16,7 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
-from tierlog.coordinator.consumer_group_records import TopicPartitions
+from tierlog.coordinator.consumer_group_records import ClassicMemberMetadata, TopicPartitions
 
 __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
@@ -71,6 +71,12 @@ class ConsumerGroupMember:
     #: (topic id, partition) -> the member epoch it was assigned at (Kafka 4.4: offset commits at an older
     #: member epoch are accepted for partitions held since then)
     assignment_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    #: Set for a member that joined with JoinGroup (the classic protocol) in a consumer group
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def subscription(self) -> tuple:
         """What a change of bumps the group epoch (Kafka's ``hasMemberSubscriptionChanged``)."""
@@ -218,6 +224,19 @@ class ConsumerGroup:
     def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id) if instance_id is not None else None
         return self.members.get(member_id) if member_id is not None else None
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` uses the classic protocol (Kafka's
+        ``allMembersUseClassicProtocolExcept``)."""
+        return all(m.uses_classic_protocol for mid, m in self.members.items() if mid != member_id)
+
+    def waiting_on_unreleased(self, member: ConsumerGroupMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        for topic_id, ps in self.target.get(member.member_id, {}).items():
+            for p in ps:
+                if p not in member.assigned.get(topic_id, ()) and self.owner_epoch(topic_id, p) != -1:
+                    return True
+        return False
 
     def subscribed_topic_names(self) -> set[str]:
         names: set[str] = set()

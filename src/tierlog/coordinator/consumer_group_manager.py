@@ -12,6 +12,11 @@
   of ``group.consumer.assignors``) and each member reconciles towards it (:mod:`.consumer_group`).
 - Session timeout (``group.consumer.session.timeout.ms``): a member that stops heartbeating is fenced;
   rebalance timeout: a member that does not revoke partitions within its rebalance timeout is fenced.
+- Online migration (``group.consumer.migration.policy``): a consumer-protocol member joining a classic group
+  with members converts it (:meth:`_upgrade`); classic members of a consumer group are served through
+  JoinGroup/SyncGroup/Heartbeat/LeaveGroup (``classic_*``), their assignment from the server-side assignor, their
+  ClassicMemberMetadata in the member record; the last consumer-protocol member leaving turns the group back into
+  a classic group (:meth:`_maybe_downgrade`, the group manager's ``_downgrade``).
 - ConsumerGroupDescribe; the consumer-group half of ListGroups, DescribeGroups, DeleteGroups, OffsetCommit
   (the member epoch is the generation: STALE_MEMBER_EPOCH) and OffsetDelete.
 
@@ -30,6 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tierlog.client.consumer_protocol import (
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from tierlog.coordinator.assignors import ASSIGNORS, AssignmentMember, AssignmentTopic
 from tierlog.coordinator.config import CoordinatorConfig
 from tierlog.coordinator.consumer_group import (
@@ -41,6 +52,7 @@ from tierlog.coordinator.consumer_group import (
     next_assignment,
 )
 from tierlog.coordinator.consumer_group_records import (
+    ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -54,6 +66,7 @@ from tierlog.coordinator.consumer_group_records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     TopicPartitions,
 )
+from tierlog.coordinator.group import UNKNOWN_MEMBER_ID
 from tierlog.coordinator.records import GroupMetadataKey, RecordWriter
 from tierlog.coordinator.regex import matches as regex_matches
 from tierlog.coordinator.timer import ScopedTimer
@@ -63,8 +76,12 @@ from tierlog.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
     KafkaError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
@@ -127,6 +144,9 @@ class ConsumerGroupManager:
         self.on_group_created: Callable[[str], None] = lambda group_id: None
         #: The classic group of an id, if any (set by the group manager).
         self.classic_group: Callable[[str], Any] = lambda group_id: None
+        #: Writes ``records`` (the consumer group's tombstones) with the classic group that replaces the group
+        #: without the leaving member, and swaps them in memory (set by the group manager).
+        self.downgrade: Callable[[ConsumerGroup, str, list], None] = lambda group, leaving, records: None
 
     # ================================================================== records
 
@@ -146,8 +166,10 @@ class ConsumerGroupManager:
     def replay(self, key, value) -> None:
         """Apply a consumer group record (or its tombstone), written now or read from the partition."""
         group = self._group_for_replay(key.group, value is not None)
-        if group is None:
-            return
+        if group is not None:
+            self._apply(group, key, value)
+
+    def _apply(self, group: ConsumerGroup, key, value) -> None:
         if isinstance(key, ConsumerGroupMetadataKey):
             if value is None:
                 self.remove_group(key.group)
@@ -164,7 +186,7 @@ class ConsumerGroupManager:
                 old, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                 client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
                 subscribed_topic_regex=value.subscribed_topic_regex, rebalance_timeout_ms=value.rebalance_timeout_ms,
-                server_assignor=value.server_assignor))
+                server_assignor=value.server_assignor, classic=value.classic_member_metadata))
         elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
             group.assignment_epoch = value.assignment_epoch if value is not None else 0
         elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
@@ -268,13 +290,13 @@ class ConsumerGroupManager:
             if member_epoch != 0:
                 raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
             classic = self.classic_group(group_id)
-            if classic is not None:
-                if not classic.is_empty:
-                    # Kafka 4.4 converts a classic group with members (online upgrade); tierlog does not yet.
-                    raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
-                records.append((GroupMetadataKey(group_id), None))
-                log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
-            group = ConsumerGroup(group_id)
+            if classic is not None and not classic.is_empty:
+                group = self._upgrade(classic, records)
+            else:
+                if classic is not None:
+                    records.append((GroupMetadataKey(group_id), None))
+                    log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
+                group = ConsumerGroup(group_id)
         if len(group.members) >= self.config.consumer_max_size and member_id not in group.members:
             raise GroupMaxSizeReachedError(f"The consumer group has reached its maximum capacity of "
                                            f"{self.config.consumer_max_size} members.")
@@ -289,7 +311,27 @@ class ConsumerGroupManager:
                                     else member.subscribed_topic_names),
             subscribed_topic_regex=(subscribed_topic_regex if subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex) or None,
-            client_id=client_id, client_host=client_host)
+            client_id=client_id, client_host=client_host, classic=None)
+        reconciled = self._update_member(group, member, replaced, updated, owned, records)
+        self._schedule_rebalance_timeout(group_id, reconciled)
+        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and owned is not None and (
+            subscribed_topic_names is not None or subscribed_topic_regex is not None))
+        answer: dict[str, Any] = {"error_code": NO_ERROR, "member_id": reconciled.member_id,
+                                  "member_epoch": reconciled.member_epoch,
+                                  "heartbeat_interval_ms": self.config.consumer_heartbeat_interval_ms,
+                                  "assignment": None}
+        if full or reconciled.assigned != member.assigned:
+            answer["assignment"] = _as_items(reconciled.assigned)
+        return answer
+
+    def _update_member(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                       replaced: ConsumerGroupMember | None, updated: ConsumerGroupMember, owned,
+                       records: list) -> ConsumerGroupMember:
+        """Write the member's changes, a new group epoch and target assignment when needed, and its next
+        reconciliation step (Kafka's steps 1-3 of a heartbeat or a classic member's JoinGroup); returns the member
+        as reconciled, its session started."""
+        group_id = group.group_id
+        member_id = member.member_id
         new_member = member_id not in group.members and replaced is None
         bump = False
         if new_member or updated.subscription() != member.subscription() or \
@@ -329,27 +371,246 @@ class ConsumerGroupManager:
         created = group_id not in self.groups
         if created:
             self.groups[group_id] = group
-            self.on_group_created(group_id)
         try:
             self._write_and_replay(records)
         except KafkaError:
             if created:  # nothing of the new group was written
                 self.groups.pop(group_id, None)
             raise
+        if created:  # the classic group it replaces goes once the records are written
+            self.on_group_created(group_id)
+            for m in group.members.values():
+                if m.member_id != reconciled.member_id:
+                    self._schedule_session(group_id, m.member_id)
         self._schedule_session(group_id, reconciled.member_id)
+        return reconciled
+
+    # ================================================================== online migration (KIP-848)
+
+    def _upgrade(self, classic, records: list) -> ConsumerGroup:
+        """The consumer group a classic group with members becomes when a consumer-protocol member joins it
+        (Kafka's ``convertToConsumerGroup``): each member keeps its assignment at the classic generation, which
+        becomes the group epoch. The group is not registered yet; ``records`` gets the conversion's records."""
+        group_id = classic.group_id
+        if self.config.consumer_migration_policy not in ("upgrade", "bidirectional"):
+            log.info("[GroupId %s] Cannot upgrade the classic group: the online upgrade is disabled.", group_id)
+            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+        if not classic.uses_consumer_protocol():
+            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+        if len(classic.members) > self.config.consumer_max_size:
+            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+        topics = self.topics()
+        ids = {name: info.topic_id for name, info in topics.items()}
+        generation = classic.generation_id
+        group = ConsumerGroup(group_id)
+        conversion: list = []
+        members = []
+        for m in classic.members.values():
+            try:
+                subscription = decode_subscription(m.metadata(classic.protocol_name))
+                assignment = decode_assignment(m.assignment)
+            except ConsumerProtocolError:
+                raise GroupIdNotFoundError(f"Cannot upgrade the classic group {group_id} to consumer group because "
+                                           "the embedded consumer protocol is malformed.") from None
+            assigned = {ids[t]: tuple(sorted(ps)) for t, ps in assignment.partitions.items() if t in ids and ps}
+            member = ConsumerGroupMember(
+                m.member_id, member_epoch=generation, previous_member_epoch=generation, state=MemberState.STABLE,
+                instance_id=m.group_instance_id, rack_id=subscription.rack_id, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=tuple(subscription.topics),
+                rebalance_timeout_ms=m.rebalance_timeout_ms, assigned=assigned,
+                classic=ClassicMemberMetadata(m.session_timeout_ms, tuple((n, bytes(d)) for n, d in m.protocols)))
+            members.append(member)
+            conversion += [
+                (ConsumerGroupMemberMetadataKey(group_id, m.member_id), self._member_value(member)),
+                (ConsumerGroupTargetAssignmentMemberKey(group_id, m.member_id),
+                 ConsumerGroupTargetAssignmentMemberValue(_as_items(assigned))),
+                (ConsumerGroupCurrentMemberAssignmentKey(group_id, m.member_id), self._assignment_value(member))]
+        conversion += [
+            (ConsumerGroupMetadataKey(group_id),
+             ConsumerGroupMetadataValue(generation, self._hash(self._subscribed_topics(members, topics)))),
+            (ConsumerGroupTargetAssignmentMetadataKey(group_id),
+             ConsumerGroupTargetAssignmentMetadataValue(generation))]
+        for key, value in conversion:
+            self._apply(group, key, value)
+        records.append((GroupMetadataKey(group_id), None))
+        records += conversion
+        log.info("[GroupId %s] Upgrading the classic group with %d members to a consumer group at epoch %d.",
+                 group_id, len(members), generation)
+        return group
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+        """When the last consumer-protocol member leaves a group of classic members, the group becomes a classic
+        group again (Kafka's ``validateOnlineDowngradeWithFencedMember`` and ``convertToClassicGroup``)."""
+        if leaving.uses_classic_protocol or len(group.members) <= 1 or not group.all_classic_except(leaving.member_id):
+            return False
+        if self.config.consumer_migration_policy not in ("downgrade", "bidirectional"):
+            log.info("[GroupId %s] Cannot downgrade the consumer group: the online downgrade is disabled.",
+                     group.group_id)
+            return False
+        if len(group.members) - 1 > self.config.max_group_size:
+            return False
+        rest = [m.classic for mid, m in group.members.items() if mid != leaving.member_id]
+        if not set.intersection(*({name for name, _ in c.supported_protocols} for c in rest)):
+            return False  # a classic group needs a protocol every member supports
+        records: list = []
+        self.tombstones(group, records)
+        self.downgrade(group, leaving.member_id, records)
+        return True
+
+    def classic_join(self, group: ConsumerGroup, *, member_id: str, instance_id: str | None, protocol_type: str,
+                     protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                     client_id: str, client_host: str, api_version: int) -> dict[str, Any]:
+        """A JoinGroup to a consumer group (Kafka's ``classicGroupJoinToConsumerGroup``): the member's assignment
+        comes from the server-side assignor and is answered at once (no leader, no member list)."""
+        group_id = group.group_id
+        unknown = member_id == UNKNOWN_MEMBER_ID
+        if unknown:
+            member_id = str(uuid.uuid4())
+        if len(group.members) >= self.config.consumer_max_size and member_id not in group.members:
+            raise GroupMaxSizeReachedError(f"The consumer group has reached its maximum capacity of "
+                                           f"{self.config.consumer_max_size} members.")
+        if protocol_type != "consumer" or not protocols:
+            raise InconsistentGroupProtocolError("Member does not support the consumer protocol of the group.")
+        if unknown and instance_id is None and api_version >= 4:
+            log.info("[GroupId %s] Dynamic member with unknown member id joins the consumer group. Created a new "
+                     "member id %s and requesting the member to rejoin with this id.", group_id, member_id)
+            return {"member_id": member_id, "error_code": MemberIdRequiredError.code}
+        try:
+            subscription = decode_subscription(protocols[0][1])
+        except ConsumerProtocolError as e:
+            raise InconsistentGroupProtocolError(f"Malformed consumer protocol subscription: {e}") from None
+        topics = self.topics()
+        owned: dict[uuid.UUID, set[int]] = {}
+        for name, ps in subscription.owned_partitions.items():
+            if name in topics:
+                owned.setdefault(topics[name].topic_id, set()).update(ps)
+        records: list = []
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:  # as Kafka, any member id joins (the one MEMBER_ID_REQUIRED gave, usually)
+                log.info("[GroupId %s] Member %s joins the consumer group using the classic protocol.", group_id,
+                         member_id)
+                member = ConsumerGroupMember(member_id)
+            replaced = None
+        elif unknown:  # a static member joins, or rejoins and replaces its former member id
+            member, replaced = self._member_for(group, member_id, 0, instance_id, owned, records, classic=True)
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise UnknownMemberIdError(f"Static member {member_id} with instance id {instance_id} is not a "
+                                           f"member of group {group_id}.")
+            if member.member_id != member_id:
+                raise error_fenced_instance(group_id, member_id, instance_id, member.member_id)
+            replaced = None
+        updated = replace(
+            member, instance_id=instance_id if instance_id is not None else member.instance_id,
+            rack_id=subscription.rack_id if subscription.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms != -1 else member.rebalance_timeout_ms,
+            server_assignor=None, subscribed_topic_names=tuple(subscription.topics), client_id=client_id,
+            client_host=client_host, classic=ClassicMemberMetadata(session_timeout_ms, tuple(protocols)))
+        if updated.classic != member.classic and member.member_id in group.members:
+            records.append((ConsumerGroupMemberMetadataKey(group_id, updated.member_id), self._member_value(updated)))
+        reconciled = self._update_member(group, member, replaced, updated, owned, records)
         self._schedule_rebalance_timeout(group_id, reconciled)
-        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and owned is not None and (
-            subscribed_topic_names is not None or subscribed_topic_regex is not None))
-        answer: dict[str, Any] = {"error_code": NO_ERROR, "member_id": reconciled.member_id,
-                                  "member_epoch": reconciled.member_epoch,
-                                  "heartbeat_interval_ms": self.config.consumer_heartbeat_interval_ms,
-                                  "assignment": None}
-        if full or reconciled.assigned != member.assigned:
-            answer["assignment"] = _as_items(reconciled.assigned)
-        return answer
+        return {"member_id": reconciled.member_id, "error_code": NO_ERROR, "generation_id": reconciled.member_epoch,
+                "protocol_type": "consumer", "protocol_name": protocols[0][0], "leader": "", "members": []}
+
+    def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                        generation_id: int) -> ConsumerGroupMember:
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise UnknownMemberIdError(f"Member with instance id {instance_id} is not a member of group "
+                                           f"{group.group_id}.")
+            if member.member_id != member_id:
+                raise error_fenced_instance(group.group_id, member_id, instance_id, member.member_id)
+        if member.classic is None:
+            raise UnknownMemberIdError(f"Member {member.member_id} does not use the classic protocol.")
+        if generation_id != member.member_epoch:
+            raise IllegalGenerationError(f"The member {member.member_id} has a generation {generation_id} that "
+                                         f"is not equal to its member epoch {member.member_epoch}.")
+        return member
+
+    def classic_sync(self, group: ConsumerGroup, *, member_id: str, instance_id: str | None, generation_id: int,
+                     protocol_type: str | None, protocol_name: str | None) -> dict[str, Any]:
+        """A SyncGroup of a classic member of a consumer group: its current assignment, the partitions it must
+        revoke left out (Kafka's ``classicGroupSyncToConsumerGroup``)."""
+        member = self._classic_member(group, member_id, instance_id, generation_id)
+        first = member.classic.supported_protocols[0]
+        if (protocol_type is not None and protocol_type != "consumer") or \
+                (protocol_name is not None and protocol_name != first[0]):
+            raise InconsistentGroupProtocolError("The protocol type or name is not the member's.")
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            raise RebalanceInProgressError(f"A new rebalance is triggered in group {group.group_id} and member "
+                                           f"{member.member_id} should rejoin to catch up.")
+        self._schedule_session(group.group_id, member.member_id)
+        names = {info.topic_id: name for name, info in self.topics().items()}
+        try:
+            version = decode_subscription(first[1]).version
+        except ConsumerProtocolError:
+            version = 0
+        assignment = encode_assignment({names[t]: ps for t, ps in member.assigned.items() if t in names},
+                                       version=min(max(version, 0), 3))
+        return {"error_code": NO_ERROR, "protocol_type": "consumer", "protocol_name": first[0],
+                "assignment": assignment}
+
+    def classic_heartbeat(self, group: ConsumerGroup, *, member_id: str, instance_id: str | None,
+                          generation_id: int) -> int:
+        """A classic member's Heartbeat: REBALANCE_IN_PROGRESS when it must rejoin to move towards its target
+        (Kafka's ``classicGroupHeartbeatToConsumerGroup``)."""
+        member = self._classic_member(group, member_id, instance_id, generation_id)
+        self._schedule_session(group.group_id, member.member_id)
+        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
+                member.state is MemberState.UNRELEASED_PARTITIONS and not group.waiting_on_unreleased(member)):
+            return RebalanceInProgressError.code
+        return NO_ERROR
+
+    def classic_leave(self, group: ConsumerGroup, members: list[tuple[str, str | None, str | None]]
+                      ) -> list[dict[str, Any]]:
+        """A LeaveGroup of classic members of a consumer group: removed with one group epoch bump."""
+        results = []
+        records: list = []
+        gone = set()
+        for member_id, instance_id, reason in members:
+            try:
+                if instance_id is None:
+                    member = group.members.get(member_id)
+                    if member is None:
+                        raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+                else:
+                    member = group.static_member(instance_id)
+                    if member is None:
+                        raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
+                    if member_id != UNKNOWN_MEMBER_ID and member.member_id != member_id:
+                        raise error_fenced_instance(group.group_id, member_id, instance_id, member.member_id)
+                if member.classic is None:
+                    raise UnknownMemberIdError(f"Member {member.member_id} does not use the classic protocol.")
+                log.info("[GroupId %s] Member %s has left the group through an explicit LeaveGroup request; client "
+                         "reason: %s.", group.group_id, member.member_id, reason or "not provided")
+                self._remove_member_records(group.group_id, member.member_id, records)
+                gone.add(member.member_id)
+                results.append({"member_id": member.member_id, "group_instance_id": instance_id,
+                                "error_code": NO_ERROR})
+            except KafkaError as e:
+                results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": e.code})
+        if records:
+            rest = [m for mid, m in group.members.items() if mid not in gone]
+            metadata_hash = self._hash(self._subscribed_topics(rest, self.topics()))
+            records.append((ConsumerGroupMetadataKey(group.group_id),
+                            ConsumerGroupMetadataValue(group.group_epoch + 1, metadata_hash)))
+            self._write_and_replay(records)
+            for member_id in gone:
+                self.timer.cancel(_session_key(group.group_id, member_id))
+                self.timer.cancel(_rebalance_key(group.group_id, member_id))
+        return results
 
     def _member_for(self, group: ConsumerGroup, member_id: str, member_epoch: int, instance_id: str | None,
-                    owned, records: list) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
+                    owned, records: list, classic: bool = False
+                    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
         """The member the heartbeat is from (new at epoch 0), after Kafka's epoch and static member checks, and
         the static member it replaces (None when it replaces none)."""
         if instance_id is None:
@@ -368,7 +629,9 @@ class ConsumerGroupManager:
         if member_epoch == 0:
             if existing is None:
                 return group.members.get(member_id) or ConsumerGroupMember(member_id), None
-            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and existing.member_id != member_id:
+            # A classic member (or one replacing a classic member) takes the instance id over at once, as in Kafka.
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and existing.member_id != member_id and \
+                    not classic and existing.classic is None:
                 log.info("[GroupId %s] Static member %s with instance id %s cannot join the group because the "
                          "instance id is owned by member %s.", group.group_id, member_id, instance_id,
                          existing.member_id)
@@ -449,7 +712,7 @@ class ConsumerGroupManager:
     def _member_value(m: ConsumerGroupMember) -> ConsumerGroupMemberMetadataValue:
         return ConsumerGroupMemberMetadataValue(m.instance_id, m.rack_id, m.client_id, m.client_host,
                                                 tuple(m.subscribed_topic_names), m.subscribed_topic_regex,
-                                                m.rebalance_timeout_ms, m.server_assignor)
+                                                m.rebalance_timeout_ms, m.server_assignor, m.classic)
 
     @staticmethod
     def _assignment_value(m: ConsumerGroupMember) -> ConsumerGroupCurrentMemberAssignmentValue:
@@ -502,7 +765,12 @@ class ConsumerGroupManager:
                     (ConsumerGroupMemberMetadataKey(group_id, member_id), None)]
 
     def fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
-        """Remove the member and bump the group epoch (Kafka's ``consumerGroupFenceMember``)."""
+        """Remove the member and bump the group epoch (Kafka's ``consumerGroupFenceMember``); the last
+        consumer-protocol member of a group of classic members takes the group back to classic."""
+        self.timer.cancel(_session_key(group.group_id, member.member_id))
+        self.timer.cancel(_rebalance_key(group.group_id, member.member_id))
+        if self._maybe_downgrade(group, member):
+            return
         records: list = []
         self._remove_member_records(group.group_id, member.member_id, records)
         rest = [m for mid, m in group.members.items() if mid != member.member_id]
@@ -515,7 +783,13 @@ class ConsumerGroupManager:
         log.info("[GroupId %s] Bumped group epoch to %d.", group.group_id, group.group_epoch)
 
     def _schedule_session(self, group_id: str, member_id: str) -> None:
-        self.timer.schedule(_session_key(group_id, member_id), self.config.consumer_session_timeout_ms,
+        """Start (again) the member's session: a classic member's is its JoinGroup session timeout."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        timeout = self.config.consumer_session_timeout_ms
+        if member is not None and member.classic is not None:
+            timeout = member.classic.session_timeout_ms
+        self.timer.schedule(_session_key(group_id, member_id), timeout,
                             lambda: self._expire(group_id, member_id, "session"))
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
@@ -555,6 +829,11 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        if member.classic is not None:  # a classic member commits at its generation, as in a classic group
+            if member_epoch != member.member_epoch:
+                raise IllegalGenerationError(f"The member {member_id} commits at generation {member_epoch}, not at "
+                                             f"its member epoch {member.member_epoch}.")
+            return lambda topic, partition: NO_ERROR
         if member_epoch > member.member_epoch:
             raise StaleMemberEpochError(f"Received member epoch {member_epoch} is newer than current member epoch "
                                         f"{member.member_epoch}.")
@@ -600,7 +879,7 @@ class ConsumerGroupManager:
                 # What the member holds, partitions pending revocation included (as Kafka describes it).
                 "assignment": assignment(_union(m.assigned, m.pending_revocation)),
                 "target_assignment": assignment(group.target.get(m.member_id, {})),
-                "member_type": 1})
+                "member_type": 0 if m.classic is not None else 1})
         return {"group_id": group_id, "error_code": NO_ERROR, "group_state": str(group.state),
                 "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
                 "assignor_name": self._assignor_name(list(group.members.values())), "members": members}

@@ -25,6 +25,7 @@ from tierlog.coordinator.records import RecordFormatError, _Reader, _uvarint, _W
 
 __all__ = [
     "CONSUMER_GROUP_KEY_TYPES",
+    "ClassicMemberMetadata",
     "ConsumerGroupCurrentMemberAssignmentKey",
     "ConsumerGroupCurrentMemberAssignmentValue",
     "ConsumerGroupMemberMetadataKey",
@@ -83,6 +84,15 @@ class ConsumerGroupMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member of a consumer group that speaks the classic protocol (JoinGroup/SyncGroup), as in tag 0 of
+    ConsumerGroupMemberMetadataValue (KIP-848's online migration)."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]  # (name, metadata) in the member's order of preference
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -92,6 +102,7 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None = None  # tagged field 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +222,19 @@ def encode_consumer_group_value(value) -> bytes:
         w.string(value.subscribed_topic_regex)
         w.int32(value.rebalance_timeout_ms)
         w.string(value.server_assignor)
+        classic = value.classic_member_metadata
+        if classic is not None:  # tagged field 0: a nullable struct (its presence byte, then the fields)
+            body = _Writer(flexible=True)
+            body.buf += b"\x01"
+            body.int32(classic.session_timeout_ms)
+            body.array_len(len(classic.supported_protocols))
+            for name, metadata in classic.supported_protocols:
+                body.string(name)
+                body.bytes_(metadata)
+                body.tagged_fields()
+            body.tagged_fields()
+            w.buf += _uvarint(1) + _uvarint(0) + _uvarint(len(body.buf)) + body.buf
+            return bytes(w.buf)
     elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
@@ -249,8 +273,22 @@ def decode_consumer_group_value(key, data) -> object | None:
         client_host = r.string()
         names = tuple(r.string() for _ in range(r.array_len()))
         regex = r.string(nullable=True)
-        value = ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
-                                                 r.int32(), r.string(nullable=True))
+        timeout, assignor = r.int32(), r.string(nullable=True)
+        classic = None
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            end = r.pos + size
+            if tag == 0 and size > 0 and bytes(r._take(1)) == b"\x01":
+                session_timeout = r.int32()
+                protocols = []
+                for _ in range(r.array_len()):
+                    name, metadata = r.string(), r.bytes_()
+                    r.tagged_fields()
+                    protocols.append((name, bytes(metadata)))
+                classic = ClassicMemberMetadata(session_timeout, tuple(protocols))
+            r.pos = end
+        return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
+                                                timeout, assignor, classic)
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tierlog.client.consumer_protocol import ConsumerProtocolError, decode_subscription, encode_assignment
 from tierlog.coordinator.config import CoordinatorConfig
 from tierlog.coordinator.consumer_group import ConsumerGroup
 from tierlog.coordinator.consumer_group_manager import ConsumerGroupManager
@@ -141,11 +142,15 @@ class GroupMetadataManager:
         self.consumer = consumer or ConsumerGroupManager(config, timer, write, wall_clock)
         self.consumer.on_group_created = self._on_consumer_group_created
         self.consumer.classic_group = self.groups.get
+        self.consumer.downgrade = self._downgrade
 
     def _on_consumer_group_created(self, group_id: str) -> None:
-        """A consumer group took this id: the empty classic group it replaces goes (its tombstone is written
-        with the consumer group's first records)."""
-        if group_id in self.groups:
+        """A consumer group took this id: the classic group it replaces goes (its tombstone is written with the
+        consumer group's first records); members waiting in a rebalance rejoin the consumer group."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.complete_all_joins(RebalanceInProgressError.code)
+            group.complete_all_syncs(RebalanceInProgressError.code)
             self.remove_group(group_id)
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
@@ -242,6 +247,41 @@ class GroupMetadataManager:
             group.transition_to(DEAD, now)
         self.groups.clear()
 
+    def _downgrade(self, consumer_group: ConsumerGroup, leaving_member_id: str, records: list) -> None:
+        """The consumer group's classic members, without the leaving one, become a classic group at the group
+        epoch with their target assignments, which rebalances at once (Kafka's ``convertToClassicGroup``)."""
+        group_id = consumer_group.group_id
+        group = ClassicGroup(group_id, STABLE, now_ms=self.wall_clock(), generation_id=consumer_group.group_epoch,
+                             protocol_type="consumer")
+        for m in consumer_group.members.values():
+            if m.member_id != leaving_member_id and m.classic is not None:
+                group.add(Member(
+                    member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                    client_host=m.client_host, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    session_timeout_ms=m.classic.session_timeout_ms, protocol_type="consumer",
+                    protocols=list(m.classic.supported_protocols)))
+        group.protocol_name = group.select_protocol()
+        group.subscribed_topics = group.compute_subscribed_topics()
+        names = {info.topic_id: name for name, info in self.consumer.topics().items()}
+        assignment = {}
+        for member in group.members.values():
+            try:
+                version = min(decode_subscription(member.metadata(group.protocol_name)).version, 3)
+            except ConsumerProtocolError:
+                version = 0
+            target = consumer_group.target.get(member.member_id, {})
+            assignment[member.member_id] = member.assignment = encode_assignment(
+                {names[t]: ps for t, ps in target.items() if t in names}, version=version)
+        records.append((GroupMetadataKey(group_id), self._group_metadata_value(group, assignment)))
+        self.write(records)
+        log.info("[GroupId %s] Downgraded the consumer group to a classic group at generation %d.", group_id,
+                 group.generation_id)
+        self.consumer.remove_group(group_id)
+        self.groups[group_id] = group
+        for member in group.members.values():
+            self.reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, f"Downgrade group {group_id} from consumer to classic.")
+
     # ================================================================== JoinGroup
 
     def classic_group_join(self, *, group_id: str, member_id: str, group_instance_id: str | None,
@@ -255,8 +295,15 @@ class GroupMetadataManager:
         consumer_group = self.consumer_group(group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                # Kafka 4.4 lets classic members join a consumer group (online migration); tierlog does not.
-                return respond({"member_id": member_id, "error_code": InconsistentGroupProtocolError.code})
+                # A classic member of a consumer group (KIP-848's online migration).
+                try:
+                    return respond(self.consumer.classic_join(
+                        consumer_group, member_id=member_id, instance_id=group_instance_id,
+                        protocol_type=protocol_type, protocols=protocols, session_timeout_ms=session_timeout_ms,
+                        rebalance_timeout_ms=rebalance_timeout_ms, client_id=client_id, client_host=client_host,
+                        api_version=api_version))
+                except KafkaError as e:
+                    return respond({"member_id": member_id, "error_code": map_append_error(e).code})
             records: list = []
             self.consumer.tombstones(consumer_group, records)
             try:
@@ -598,6 +645,14 @@ class GroupMetadataManager:
     def classic_group_sync(self, *, group_id: str, generation_id: int, member_id: str,
                            group_instance_id: str | None, protocol_type: str | None, protocol_name: str | None,
                            assignments: Iterable[tuple[str, bytes]], respond: Responder) -> None:
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            try:
+                return respond(self.consumer.classic_sync(
+                    consumer_group, member_id=member_id, instance_id=group_instance_id, generation_id=generation_id,
+                    protocol_type=protocol_type, protocol_name=protocol_name))
+            except KafkaError as e:
+                return respond({"error_code": e.code})
         group = self.groups.get(group_id)
         if group is None or group.is_empty:
             return respond({"error_code": UnknownMemberIdError.code})
@@ -655,6 +710,13 @@ class GroupMetadataManager:
 
     def classic_group_heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                                 group_instance_id: str | None = None) -> int:
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            try:
+                return self.consumer.classic_heartbeat(consumer_group, member_id=member_id,
+                                                       instance_id=group_instance_id, generation_id=generation_id)
+            except KafkaError as e:
+                return e.code
         group = self.groups.get(group_id)
         if group is None:
             return UnknownMemberIdError.code
@@ -676,6 +738,12 @@ class GroupMetadataManager:
     def classic_group_leave(self, *, group_id: str, members: list[tuple[str, str | None, str | None]]
                             ) -> tuple[int, list[dict[str, Any]]]:
         """``members`` are (member id, group instance id, reason); returns (top-level error, per member)."""
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            try:
+                return NO_ERROR, self.consumer.classic_leave(consumer_group, members)
+            except KafkaError as e:
+                return map_append_error(e).code, []
         group = self.groups.get(group_id)
         if group is None:
             return NO_ERROR, [{"member_id": mid, "group_instance_id": gid, "error_code": UnknownMemberIdError.code}
