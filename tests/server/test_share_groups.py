@@ -18,7 +18,7 @@ from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
 from tests.harness.broker import BrokerProcess, running_broker
 from tests.harness.java_programs import java_program_command
 from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.harness.waiting import wait_until_async
+from tests.harness.waiting import wait_until, wait_until_async
 from tierlog.client.producer import Producer
 from tierlog.client.share_consumer import ShareConsumer
 from tierlog.protocol import ApiKey
@@ -281,3 +281,57 @@ def test_bad_share_requests_get_kafkas_errors(tierlog_broker):
         alter = raw.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
             {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
         assert alter.error_code == 68  # NON_EMPTY_GROUP: m1 is a member
+
+
+def _joined_share_group(bootstrap: str, group: str) -> None:
+    """A share group with one member (a raw ShareGroupHeartbeat), once the broker has its group coordinator."""
+    topic = unique("share-list")
+    create_topic(bootstrap, topic)
+    with raw_client(bootstrap) as raw:
+        def joined() -> bool:
+            found = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+            if found.coordinators[0].error_code:
+                return False  # __consumer_offsets still being made
+            return raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": uuid.uuid4().hex[:22], "member_epoch": 0, "rack_id": None,
+                "subscribed_topic_names": [topic]}).error_code == 0
+
+        wait_until(joined, timeout=60, what=f"a share group {group} to form")
+
+
+def _group_listings(bootstrap: str, group: str, tool) -> dict:
+    """What ListGroups (v3-5, with types and states filters) and DescribeGroups answer about ``group``, and
+    whether kafka-share-groups --list and kafka-consumer-groups --list show it."""
+    out: dict = {}
+    with raw_client(bootstrap) as raw:
+        for version, filters in [(5, {}), (5, {"types_filter": ["share"]}),
+                                 (5, {"types_filter": ["consumer", "classic"]}),
+                                 (5, {"states_filter": ["stable"]}), (5, {"states_filter": ["Empty"]}),
+                                 (5, {"types_filter": ["Share"], "states_filter": ["Stable"]}), (4, {}), (3, {})]:
+            listed = raw.request(ApiKey.LIST_GROUPS, version, filters)
+            out[(version, str(filters))] = (listed.error_code, [g for g in listed.groups if g.group_id == group])
+        described = raw.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
+        out["describe"] = [(g.error_code, g.group_state, g.protocol_type, len(g.members)) for g in described.groups]
+    for command in ("ShareGroupCommand", "ConsumerGroupCommand"):
+        listed = tool(f"org.apache.kafka.tools.consumer.group.{command}", "--bootstrap-server", bootstrap, "--list")
+        out[command] = group in listed.stdout.split()
+    return out
+
+
+def test_share_groups_in_the_group_listings_as_kafka_44(tierlog_broker, kafka44, request):
+    """ListGroups lists a share group as Kafka 4.4 does (group type and protocol type "share", state Stable with
+    a member, the types and states filters, v3 and v4 too), DescribeGroups answers it as a group it does not
+    know (Dead, no error), kafka-share-groups --list shows it and kafka-consumer-groups --list does not."""
+    tools = kafka_peer_module.ToolRunner(version=LATEST)
+    request.addfinalizer(tools.close)
+    answers = []
+    for broker in (tierlog_broker, kafka44):
+        group = unique("listed")
+        _joined_share_group(broker.bootstrap, group)
+        answers.append(_group_listings(broker.bootstrap, group, tools.run))
+        listed = answers[-1][(5, "{}")][1]
+        assert [(g.protocol_type, g.group_state, g.group_type) for g in listed] == [("share", "Stable", "share")]
+        answers[-1] = {k: (v[0], [(g.protocol_type, getattr(g, "group_state", None), getattr(g, "group_type", None))
+                                  for g in v[1]]) if isinstance(v, tuple) else v for k, v in answers[-1].items()}
+    assert answers[0] == answers[1]
+    assert answers[0]["ShareGroupCommand"] and not answers[0]["ConsumerGroupCommand"]
