@@ -7,6 +7,7 @@ record comes back once its acquisition lock expired)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import subprocess
 import uuid
 from typing import NamedTuple
@@ -335,3 +336,88 @@ def test_share_groups_in_the_group_listings_as_kafka_44(tierlog_broker, kafka44,
                                   for g in v[1]]) if isinstance(v, tuple) else v for k, v in answers[-1].items()}
     assert answers[0] == answers[1]
     assert answers[0]["ShareGroupCommand"] and not answers[0]["ConsumerGroupCommand"]
+
+
+def _group_configs(bootstrap: str, group: str) -> dict:
+    """Kafka's GROUP config resource (type 32) on ``group``: refusals of bad values, the share configs set and
+    described, then a new share group reading from the earliest offset with the group's lock duration."""
+    topic = unique("share-cfg")
+    create_topic(bootstrap, topic)
+
+    async def produce():
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            for i in range(5):
+                await producer.send(topic, f"rec-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce())  # before the group exists: with the default (latest) it would never see them
+    out: dict = {}
+
+    def alter(raw, *configs, op=0):
+        answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": group,
+             "configs": [{"name": n, "config_operation": op, "value": v} for n, v in configs]}]})
+        return answer.responses[0].error_code, answer.responses[0].error_message
+
+    def describe(raw):
+        keys = ["share.auto.offset.reset", "share.record.lock.duration.ms", "share.isolation.level"]
+        answer = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
+                                                          "resources": [{"resource_type": 32, "resource_name": group,
+                                                                         "configuration_keys": keys}]})
+        # the broker's lock duration differs (this module's tierlog sets 3000): its default is named, not valued
+        return sorted((c.name, "broker's" if c.config_source == 5 and "lock" in c.name else c.value,
+                       c.config_source, c.config_type, c.read_only,
+                       [(s.name, s.source) for s in c.synonyms]) for c in answer.results[0].configs)
+
+    with raw_client(bootstrap) as raw:
+        out["defaults"] = describe(raw)
+        out["bad reset"] = alter(raw, ("share.auto.offset.reset", "bogus"))
+        out["bad duration"] = alter(raw, ("share.auto.offset.reset", "by_duration:-PT1H"))
+        out["short lock"] = alter(raw, ("share.record.lock.duration.ms", "1000"))
+        out["bad isolation"] = alter(raw, ("share.isolation.level", "none"))[0]
+        out["unknown"] = alter(raw, ("no.such.config", "1"))
+        out["set"] = alter(raw, ("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "20000"),
+                           ("share.isolation.level", "read_committed"))
+        out["described"] = describe(raw)
+        out["reset back"] = alter(raw, ("share.isolation.level", ""), op=1)
+        out["after delete"] = describe(raw)
+
+    async def consume():
+        read = []
+        async with ShareConsumer(group, bootstrap_servers=bootstrap) as consumer:
+            consumer.subscribe([topic])
+
+            async def all_read() -> bool:
+                read.extend((r.offset, r.delivery_count, r.value.decode()) for r in await consumer.poll(500))
+                return len(read) >= 5
+
+            await wait_until_async(all_read, timeout=60, what="the records produced before the group existed")
+            await consumer.commit_sync()
+        return sorted(read)
+
+    out["read"] = asyncio.run(consume())
+    with raw_client(bootstrap) as raw:  # a member's ShareFetch carries the group's lock duration
+        member = uuid.uuid4().hex[:22]
+        joined = raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member,
+                                                                "member_epoch": 0, "rack_id": None,
+                                                                "subscribed_topic_names": [topic]})
+        fetched = raw.request(ApiKey.SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [], "topics": []})
+        out["lock"] = (joined.error_code, fetched.error_code, fetched.acquisition_lock_timeout)
+        raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": -1,
+                                                       "rack_id": None, "subscribed_topic_names": None})
+    return out
+
+
+def test_share_group_configs_as_kafka_44(tierlog_broker, kafka44):
+    """kafka-configs --entity-type groups on a share group, against tierlog and Kafka 4.4 alike: the same
+    defaults, refusals (INVALID_CONFIG with Kafka's messages), described overrides and DELETE; a group set to
+    share.auto.offset.reset=earliest reads the records produced before it existed, and its ShareFetch answers
+    carry its share.record.lock.duration.ms."""
+    answers = [_group_configs(b.bootstrap, unique("cfg")) for b in (tierlog_broker, kafka44)]
+    tierlog, kafka = answers
+    assert kafka["read"] == [(i, 1, f"rec-{i}") for i in range(5)]
+    assert kafka["lock"] == (0, 0, datetime.timedelta(milliseconds=20000))
+    for key in kafka:
+        assert (key, tierlog[key]) == (key, kafka[key])

@@ -39,6 +39,12 @@ from kio.schema.errors import ErrorCode
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.features import SHARE_VERSION
+from tierlog.config.group_configs import (
+    AUTO_OFFSET_RESET,
+    RECORD_LOCK_DURATION_MS,
+    group_config_value,
+    parse_duration,
+)
 from tierlog.coordinator.share import (
     ShareConfig,
     ShareGroupCoordinator,
@@ -131,6 +137,28 @@ class ShareApis:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _group_config(self, group_id: str, name: str) -> str:
+        """The group's config ``name`` (GROUP resource, config/group_configs.py), or what it falls back to."""
+        return group_config_value(self.controller.image.group_configs.get(group_id), name,
+                                  self.controller.effective_config)
+
+    def _lock_ms(self, group_id: str) -> int:
+        return int(self._group_config(group_id, RECORD_LOCK_DURATION_MS))
+
+    def _initial_offset(self, group_id: str, part) -> int:
+        """Where a share-partition without state starts (Kafka's share.auto.offset.reset): the high watermark
+        (latest), the log start (earliest), or the first record at or after now minus the duration (by_duration;
+        the high watermark when there is none; local segments only)."""
+        log_ = part.log
+        reset = self._group_config(group_id, AUTO_OFFSET_RESET)
+        if reset == "earliest":
+            return max(log_.log_start_offset, 0)
+        if reset.startswith("by_duration:"):
+            duration = parse_duration(reset[len("by_duration:"):].strip())
+            found = log_.fetch_offset_by_timestamp(int((time.time() - duration.total_seconds()) * 1000))
+            return min(found.offset, log_.high_watermark) if found is not None else log_.high_watermark
+        return log_.high_watermark
 
     def _allowed(self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
         return self.authorizer is None or self.authorizer.authorize(ctx.session, op, rtype, name)
@@ -234,7 +262,7 @@ class ShareApis:
             responses = self._group_by_topic(
                 [((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items()])
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                        "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                        "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                         "responses": responses, "node_endpoints": []})
         if epoch != INITIAL_EPOCH:
             for t in req.topics:
@@ -266,7 +294,7 @@ class ShareApis:
             entries.append((key, data))
         entries.extend(((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items())
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                    "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                    "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                     "responses": self._group_by_topic(entries),
                                     "node_endpoints": list(node_endpoints.values())})
 
@@ -340,7 +368,8 @@ class ShareApis:
             results[key] = {"current_leader": current}
             led.append((name, index))
             try:
-                sp = self.manager.get(group_id, tid, name, index, lambda p=part: p.log.high_watermark)
+                sp = self.manager.get(group_id, tid, name, index, lambda p=part: self._initial_offset(group_id, p),
+                                      lock_duration_ms=self._lock_ms(group_id))
             except KafkaError as e:  # its persisted state cannot be read now: the client retries
                 results[key] = {"error_code": e.code, "error_message": e.message, "current_leader": current}
                 continue
@@ -418,7 +447,7 @@ class ShareApis:
                 "current_leader": {"leader_id": self.node_id if part else -1,
                                    "leader_epoch": part.leader_epoch if part else -1}})
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                    "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                    "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                     "responses": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
                                     "node_endpoints": []})
 
