@@ -346,9 +346,18 @@ def _group_configs(bootstrap: str, group: str) -> dict:
 
     async def produce():
         async with Producer(bootstrap_servers=bootstrap) as producer:
-            for i in range(5):
+            for i in range(4):
                 await producer.send(topic, f"rec-{i}".encode())
             await producer.flush()
+        # a transaction aborted (its records archived for a read_committed group), then one committed
+        async with Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tid")}) as producer:
+            await producer.init_transactions()
+            for outcome in ("aborted", "committed"):
+                producer.begin_transaction()
+                await producer.send(topic, f"{outcome}-0".encode())
+                await producer.send(topic, f"{outcome}-1".encode())
+                await producer.flush()
+                await (producer.abort_transaction() if outcome == "aborted" else producer.commit_transaction())
 
     asyncio.run(produce())  # before the group exists: with the default (latest) it would never see them
     out: dict = {}
@@ -381,6 +390,7 @@ def _group_configs(bootstrap: str, group: str) -> dict:
         out["described"] = describe(raw)
         out["reset back"] = alter(raw, ("share.isolation.level", ""), op=1)
         out["after delete"] = describe(raw)
+        out["committed again"] = alter(raw, ("share.isolation.level", "read_committed"))
 
     async def consume():
         read = []
@@ -389,7 +399,7 @@ def _group_configs(bootstrap: str, group: str) -> dict:
 
             async def all_read() -> bool:
                 read.extend((r.offset, r.delivery_count, r.value.decode()) for r in await consumer.poll(500))
-                return len(read) >= 5
+                return len(read) >= 6
 
             await wait_until_async(all_read, timeout=60, what="the records produced before the group existed")
             await consumer.commit_sync()
@@ -413,11 +423,13 @@ def _group_configs(bootstrap: str, group: str) -> dict:
 def test_share_group_configs_as_kafka_44(tierlog_broker, kafka44):
     """kafka-configs --entity-type groups on a share group, against tierlog and Kafka 4.4 alike: the same
     defaults, refusals (INVALID_CONFIG with Kafka's messages), described overrides and DELETE; a group set to
-    share.auto.offset.reset=earliest reads the records produced before it existed, and its ShareFetch answers
-    carry its share.record.lock.duration.ms."""
+    share.auto.offset.reset=earliest reads the records produced before it existed, with share.isolation.level
+    read_committed not those of an aborted transaction, and its ShareFetch answers carry its
+    share.record.lock.duration.ms."""
     answers = [_group_configs(b.bootstrap, unique("cfg")) for b in (tierlog_broker, kafka44)]
     tierlog, kafka = answers
-    assert kafka["read"] == [(i, 1, f"rec-{i}") for i in range(5)]
+    # offsets 4-5 aborted, 6 its marker, 7-8 committed
+    assert kafka["read"] == [(i, 1, f"rec-{i}") for i in range(4)] + [(7, 1, "committed-0"), (8, 1, "committed-1")]
     assert kafka["lock"] == (0, 0, datetime.timedelta(milliseconds=20000))
     for key in kafka:
         assert (key, tierlog[key]) == (key, kafka[key])

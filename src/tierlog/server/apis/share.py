@@ -41,6 +41,7 @@ from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.features import SHARE_VERSION
 from tierlog.config.group_configs import (
     AUTO_OFFSET_RESET,
+    ISOLATION_LEVEL,
     RECORD_LOCK_DURATION_MS,
     group_config_value,
     parse_duration,
@@ -377,10 +378,13 @@ class ShareApis:
             if left_records <= 0 or left_bytes <= 0 or not sp.can_acquire():
                 continue
             offset = sp.next_fetch_offset()
-            if offset >= part.log.high_watermark:
+            # share.isolation.level read_committed: up to the last stable offset, aborted transactions archived
+            committed = self._group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+            if offset >= (part.log.last_stable_offset if committed else part.log.high_watermark):
                 continue
             read = await self.rm.fetch_messages(
-                FetchParams(-1, 0, 0, left_bytes, FetchIsolation.HIGH_WATERMARK),
+                FetchParams(-1, 0, 0, left_bytes,
+                            FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK),
                 [PartitionFetch(name, index, offset, left_bytes)], ctx.timing)
             r = read[0]
             if r.error_code:
@@ -390,11 +394,22 @@ class ShareApis:
             data = records.read() if hasattr(records, "read") else bytes(records)
             if not data:
                 continue
-            batches, ends = [], []
+            batches, ends, aborted = [], [], set()
+            # the consumer's rule for aborted batches: a producer's aborted transaction runs from its first offset
+            # to the producer's next control batch (its ABORT marker)
+            pending = sorted((first, pid) for pid, first in (r.aborted_transactions or ()))
+            aborting: set[int] = set()
             for pos, h in iter_batches(memoryview(data)):
                 batches.append((h.base_offset, h.last_offset))
                 ends.append(pos + h.size)
-            acquired = sp.acquire(member_id, batches, left_records)
+                while pending and pending[0][0] <= h.last_offset:
+                    aborting.add(pending.pop(0)[1])
+                if committed and h.is_transactional and h.producer_id in aborting:
+                    if h.is_control:
+                        aborting.discard(h.producer_id)
+                    else:
+                        aborted.add((h.base_offset, h.last_offset))
+            acquired = sp.acquire(member_id, batches, left_records, frozenset(aborted))
             if not acquired:
                 continue
             last = acquired[-1].last_offset
