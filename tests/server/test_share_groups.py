@@ -59,6 +59,16 @@ def kafka44(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def tools():
+    """Kafka 4.4's command-line tools, run in one JVM for the module's tests."""
+    runner = kafka_peer_module.ToolRunner(version=LATEST)
+    try:
+        yield runner.run
+    finally:
+        runner.close()
+
+
 def share_peer(bootstrap: str, topic: str, group: str, *args) -> list[Delivery]:
     """Runs the Java share consumer to its end (the topic created first, unless it exists); its deliveries in
     order."""
@@ -92,7 +102,7 @@ def _reads_every_record(broker) -> None:
     assert len({d.offset for d in deliveries}) == 20
 
 
-def test_share_group_tools(tierlog_broker, request):
+def test_share_group_tools(tierlog_broker, tools):
     """Kafka 4.4's tools on a share group: kafka-share-groups resets a new group to the earliest offset,
     kafka-console-share-consumer then reads the 20 records already there, --describe --offsets shows the start
     offset past them (lag 0); DeleteShareGroupOffsets removes the group's state for the topic."""
@@ -108,9 +118,7 @@ def test_share_group_tools(tierlog_broker, request):
 
     asyncio.run(produce())
 
-    tools = kafka_peer_module.ToolRunner(version=LATEST)  # one JVM for the three tools
-    request.addfinalizer(tools.close)
-    tool = tools.run
+    tool = tools
 
     share_groups = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
     reset = tool(share_groups, "--bootstrap-server", bootstrap, "--group", group, "--reset-offsets",
@@ -319,17 +327,15 @@ def _group_listings(bootstrap: str, group: str, tool) -> dict:
     return out
 
 
-def test_share_groups_in_the_group_listings_as_kafka_44(tierlog_broker, kafka44, request):
+def test_share_groups_in_the_group_listings_as_kafka_44(tierlog_broker, kafka44, tools):
     """ListGroups lists a share group as Kafka 4.4 does (group type and protocol type "share", state Stable with
     a member, the types and states filters, v3 and v4 too), DescribeGroups answers it as a group it does not
     know (Dead, no error), kafka-share-groups --list shows it and kafka-consumer-groups --list does not."""
-    tools = kafka_peer_module.ToolRunner(version=LATEST)
-    request.addfinalizer(tools.close)
     answers = []
     for broker in (tierlog_broker, kafka44):
         group = unique("listed")
         _joined_share_group(broker.bootstrap, group)
-        answers.append(_group_listings(broker.bootstrap, group, tools.run))
+        answers.append(_group_listings(broker.bootstrap, group, tools))
         listed = answers[-1][(5, "{}")][1]
         assert [(g.protocol_type, g.group_state, g.group_type) for g in listed] == [("share", "Stable", "share")]
         answers[-1] = {k: (v[0], [(g.protocol_type, getattr(g, "group_state", None), getattr(g, "group_type", None))
