@@ -158,13 +158,23 @@ def test_two_share_consumers_split_the_records(tierlog_broker):
 
 def test_broker_restart_keeps_acknowledged_state(tmp_path):
     """A consumer accepts 10 of 20 records and closes; after a restart, the group gets exactly the other 10 (from
-    __share_group_state): nothing accepted comes back."""
+    __share_group_state): nothing accepted comes back. A group config set before the restart is still there."""
     broker = BrokerProcess(tmp_path / "logs", OVERRIDES).start()
     try:
         topic, group = unique("share-restart"), unique("g")
         first = share_peer(broker.bootstrap, topic, group, "accept-some", 20, 10)
         accepted = [d.value for d in first][:10]
+        with raw_client(broker.bootstrap) as raw:
+            assert raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                {"resource_type": 32, "resource_name": group, "configs": [
+                    {"name": "share.isolation.level", "config_operation": 0, "value": "read_committed"}]}]}
+                               ).responses[0].error_code == 0
         broker.restart(clean=True)
+        with raw_client(broker.bootstrap) as raw:
+            described = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {
+                "include_synonyms": False, "include_documentation": False, "resources": [
+                    {"resource_type": 32, "resource_name": group, "configuration_keys": ["share.isolation.level"]}]})
+            assert [(c.value, c.config_source) for c in described.results[0].configs] == [("read_committed", 8)]
         second = share_peer(broker.bootstrap, topic, group, "consume", 10)
         assert sorted(d.value for d in second) == sorted(set(f"rec-{i}" for i in range(20)) - set(accepted))
         # released when the first consumer closed: that delivery does not count (Kafka 4.4 answers 1 too)
