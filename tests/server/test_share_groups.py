@@ -407,6 +407,13 @@ def _group_configs(bootstrap: str, group: str) -> dict:
         out["reset back"] = alter(raw, ("share.isolation.level", ""), op=1)
         out["after delete"] = describe(raw)
         out["committed again"] = alter(raw, ("share.isolation.level", "read_committed"))
+        out["append"] = alter(raw, ("share.auto.offset.reset", "earliest"), op=2)
+        out["no name"] = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": "", "configs": []}]}).responses[0].error_message
+        legacy = raw.request(ApiKey.ALTER_CONFIGS, 2, {"validate_only": False, "resources": [  # kafka-configs --alter
+            {"resource_type": 32, "resource_name": group + "-other",
+             "configs": [{"name": "share.auto.offset.reset", "value": "by_duration:PT1H"}]}]})
+        out["legacy"] = [(r.error_code, r.error_message) for r in legacy.responses]
 
     async def consume():
         read = []

@@ -388,7 +388,7 @@ class ConfigApis:
                 raise InvalidRequestError(e.message) from None
         elif rtype == GROUP:
             if not name:
-                raise InvalidRequestError("Group name must not be empty")
+                raise InvalidRequestError("Default group resources are not allowed.")
             if incremental:
                 ops = self._ops(r.configs, GROUP)
                 await controller.call(controller.alter_group_configs, name, None, ops, validate_only)
