@@ -31,6 +31,7 @@ import pytest
 from tierlog.cli import build_parser
 from tierlog.config import ALL_CONFIGS
 from tierlog.config.definitions import LISTENER_PREFIX, RLMM_PREFIX, RSM_PREFIX
+from tierlog.config.group_configs import GROUP_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -60,7 +61,11 @@ ELSEWHERE = {
     "log.transforms": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "indexes.entries": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "share.version": "Kafka feature flag (compatibility.md)",
-    "share.auto.offset.reset": "Kafka share group config tierlog does not implement (compatibility.md)",
+    "errors.deadletterqueue.topic.name": "Kafka 4.4 share group config tierlog does not implement (KIP-1191)",
+    "errors.deadletterqueue.copy.record.enable": "Kafka 4.4 share group config tierlog does not implement (KIP-1191)",
+    "errors.deadletterqueue.topic.name.prefix": "Kafka 4.4 broker setting tierlog does not implement (KIP-1191)",
+    "errors.deadletterqueue.auto.create.topics.enable": "Kafka 4.4 broker setting tierlog does not implement "
+                                                        "(KIP-1191)",
     "share.coordinator.snapshot.update.records.per.snapshot": "Kafka broker setting tierlog does not implement "
                                                               "(compatibility.md)",
 }
@@ -93,7 +98,8 @@ FENCE = re.compile(r"^```.*?\n(.*?)^```", re.S | re.M)
 
 
 def settings() -> set[str]:
-    return {c.name for c in ALL_CONFIGS} | {s.name for c in ALL_CONFIGS for s in c.synonyms}
+    return ({c.name for c in ALL_CONFIGS} | {s.name for c in ALL_CONFIGS for s in c.synonyms}
+            | set(GROUP_CONFIGS))  # the GROUP config resource's names (config/group_configs.py)
 
 
 def setting_problem(name: str, known: set[str]) -> str | None:

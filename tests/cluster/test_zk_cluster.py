@@ -8,6 +8,7 @@ running. Replication itself (ISR changes, failover without loss, truncation) is 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -17,6 +18,7 @@ from kazoo.client import KazooClient
 from tests.harness import rawclient
 from tests.harness.tierlog_cluster import SESSION_TIMEOUT_MS, start_cluster
 from tests.interop.clients import CLIENTS, Rec, unique
+from tierlog.protocol import ApiKey
 
 NOT_ENOUGH_REPLICAS = 19
 LEADER_NOT_AVAILABLE = 5
@@ -168,6 +170,46 @@ def test_partitions_configs_and_deletion_from_a_broker_that_is_not_the_controlle
                        "every replica's log deleted")
     for i in cluster.running_ids():
         assert cluster.metadata(i, [name]).topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_group_configs_from_a_broker_that_is_not_the_controller(cluster):
+    """A share group config set through a broker that is not the controller reaches ZooKeeper's
+    /config/groups/<group> (Kafka's ConfigType GROUP path) and every broker's DescribeConfigs; DELETE removes it."""
+    controller = cluster.controller_id()
+    other = next(i for i in cluster.running_ids() if i != controller)
+    group = unique("grp")
+
+    def alter(op: int, value: str | None):
+        with rawclient.raw_client(cluster.brokers[other].bootstrap) as raw:
+            answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                {"resource_type": 32, "resource_name": group, "configs": [
+                    {"name": "share.auto.offset.reset", "config_operation": op, "value": value}]}]})
+        assert answer.responses[0].error_code == 0, answer
+
+    def described() -> set[tuple[str, int]]:
+        seen = set()
+        for i in cluster.running_ids():
+            with rawclient.raw_client(cluster.brokers[i].bootstrap) as raw:
+                r = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                                             "resources": [{"resource_type": 32, "resource_name": group,
+                                                                            "configuration_keys": None}]})
+                seen |= {(c.value, c.config_source) for c in r.results[0].configs
+                         if c.name == "share.auto.offset.reset"}
+        return seen
+
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=15)
+    try:
+        alter(0, "earliest")
+        data, _ = zk.get(f"/config/groups/{group}")
+        assert json.loads(data) == {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
+        cluster.wait_until(lambda: described() == {("earliest", 8)}, 30, "every broker describing the override")
+        alter(1, None)
+        assert zk.exists(f"/config/groups/{group}") is None
+        cluster.wait_until(lambda: described() == {("latest", 5)}, 30, "every broker describing the default")
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):

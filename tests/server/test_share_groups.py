@@ -7,6 +7,7 @@ record comes back once its acquisition lock expired)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import subprocess
 import uuid
 from typing import NamedTuple
@@ -18,7 +19,7 @@ from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
 from tests.harness.broker import BrokerProcess, running_broker
 from tests.harness.java_programs import java_program_command
 from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.harness.waiting import wait_until_async
+from tests.harness.waiting import wait_until, wait_until_async
 from tierlog.client.producer import Producer
 from tierlog.client.share_consumer import ShareConsumer
 from tierlog.protocol import ApiKey
@@ -58,6 +59,16 @@ def kafka44(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def tools():
+    """Kafka 4.4's command-line tools, run in one JVM for the module's tests."""
+    runner = kafka_peer_module.ToolRunner(version=LATEST)
+    try:
+        yield runner.run
+    finally:
+        runner.close()
+
+
 def share_peer(bootstrap: str, topic: str, group: str, *args) -> list[Delivery]:
     """Runs the Java share consumer to its end (the topic created first, unless it exists); its deliveries in
     order."""
@@ -91,7 +102,7 @@ def _reads_every_record(broker) -> None:
     assert len({d.offset for d in deliveries}) == 20
 
 
-def test_share_group_tools(tierlog_broker, request):
+def test_share_group_tools(tierlog_broker, tools):
     """Kafka 4.4's tools on a share group: kafka-share-groups resets a new group to the earliest offset,
     kafka-console-share-consumer then reads the 20 records already there, --describe --offsets shows the start
     offset past them (lag 0); DeleteShareGroupOffsets removes the group's state for the topic."""
@@ -107,9 +118,7 @@ def test_share_group_tools(tierlog_broker, request):
 
     asyncio.run(produce())
 
-    tools = kafka_peer_module.ToolRunner(version=LATEST)  # one JVM for the three tools
-    request.addfinalizer(tools.close)
-    tool = tools.run
+    tool = tools
 
     share_groups = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
     reset = tool(share_groups, "--bootstrap-server", bootstrap, "--group", group, "--reset-offsets",
@@ -149,13 +158,23 @@ def test_two_share_consumers_split_the_records(tierlog_broker):
 
 def test_broker_restart_keeps_acknowledged_state(tmp_path):
     """A consumer accepts 10 of 20 records and closes; after a restart, the group gets exactly the other 10 (from
-    __share_group_state): nothing accepted comes back."""
+    __share_group_state): nothing accepted comes back. A group config set before the restart is still there."""
     broker = BrokerProcess(tmp_path / "logs", OVERRIDES).start()
     try:
         topic, group = unique("share-restart"), unique("g")
         first = share_peer(broker.bootstrap, topic, group, "accept-some", 20, 10)
         accepted = [d.value for d in first][:10]
+        with raw_client(broker.bootstrap) as raw:
+            assert raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                {"resource_type": 32, "resource_name": group, "configs": [
+                    {"name": "share.isolation.level", "config_operation": 0, "value": "read_committed"}]}]}
+                               ).responses[0].error_code == 0
         broker.restart(clean=True)
+        with raw_client(broker.bootstrap) as raw:
+            described = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {
+                "include_synonyms": False, "include_documentation": False, "resources": [
+                    {"resource_type": 32, "resource_name": group, "configuration_keys": ["share.isolation.level"]}]})
+            assert [(c.value, c.config_source) for c in described.results[0].configs] == [("read_committed", 8)]
         second = share_peer(broker.bootstrap, topic, group, "consume", 10)
         assert sorted(d.value for d in second) == sorted(set(f"rec-{i}" for i in range(20)) - set(accepted))
         # released when the first consumer closed: that delivery does not count (Kafka 4.4 answers 1 too)
@@ -281,3 +300,159 @@ def test_bad_share_requests_get_kafkas_errors(tierlog_broker):
         alter = raw.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
             {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
         assert alter.error_code == 68  # NON_EMPTY_GROUP: m1 is a member
+
+
+def _joined_share_group(bootstrap: str, group: str) -> None:
+    """A share group with one member (a raw ShareGroupHeartbeat), once the broker has its group coordinator."""
+    topic = unique("share-list")
+    create_topic(bootstrap, topic)
+    with raw_client(bootstrap) as raw:
+        def joined() -> bool:
+            found = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+            if found.coordinators[0].error_code:
+                return False  # __consumer_offsets still being made
+            return raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": uuid.uuid4().hex[:22], "member_epoch": 0, "rack_id": None,
+                "subscribed_topic_names": [topic]}).error_code == 0
+
+        wait_until(joined, timeout=60, what=f"a share group {group} to form")
+
+
+def _group_listings(bootstrap: str, group: str, tool) -> dict:
+    """What ListGroups (v3-5, with types and states filters) and DescribeGroups answer about ``group``, and
+    whether kafka-share-groups --list and kafka-consumer-groups --list show it."""
+    out: dict = {}
+    with raw_client(bootstrap) as raw:
+        for version, filters in [(5, {}), (5, {"types_filter": ["share"]}),
+                                 (5, {"types_filter": ["consumer", "classic"]}),
+                                 (5, {"states_filter": ["stable"]}), (5, {"states_filter": ["Empty"]}),
+                                 (5, {"types_filter": ["Share"], "states_filter": ["Stable"]}), (4, {}), (3, {})]:
+            listed = raw.request(ApiKey.LIST_GROUPS, version, filters)
+            out[(version, str(filters))] = (listed.error_code, [g for g in listed.groups if g.group_id == group])
+        described = raw.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
+        out["describe"] = [(g.error_code, g.group_state, g.protocol_type, len(g.members)) for g in described.groups]
+    for command in ("ShareGroupCommand", "ConsumerGroupCommand"):
+        listed = tool(f"org.apache.kafka.tools.consumer.group.{command}", "--bootstrap-server", bootstrap, "--list")
+        out[command] = group in listed.stdout.split()
+    return out
+
+
+def test_share_groups_in_the_group_listings_as_kafka_44(tierlog_broker, kafka44, tools):
+    """ListGroups lists a share group as Kafka 4.4 does (group type and protocol type "share", state Stable with
+    a member, the types and states filters, v3 and v4 too), DescribeGroups answers it as a group it does not
+    know (Dead, no error), kafka-share-groups --list shows it and kafka-consumer-groups --list does not."""
+    answers = []
+    for broker in (tierlog_broker, kafka44):
+        group = unique("listed")
+        _joined_share_group(broker.bootstrap, group)
+        answers.append(_group_listings(broker.bootstrap, group, tools))
+        listed = answers[-1][(5, "{}")][1]
+        assert [(g.protocol_type, g.group_state, g.group_type) for g in listed] == [("share", "Stable", "share")]
+        answers[-1] = {k: (v[0], [(g.protocol_type, getattr(g, "group_state", None), getattr(g, "group_type", None))
+                                  for g in v[1]]) if isinstance(v, tuple) else v for k, v in answers[-1].items()}
+    assert answers[0] == answers[1]
+    assert answers[0]["ShareGroupCommand"] and not answers[0]["ConsumerGroupCommand"]
+
+
+def _group_configs(bootstrap: str, group: str) -> dict:
+    """Kafka's GROUP config resource (type 32) on ``group``: refusals of bad values, the share configs set and
+    described, then a new share group reading from the earliest offset with the group's lock duration."""
+    topic = unique("share-cfg")
+    create_topic(bootstrap, topic)
+
+    async def produce():
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            for i in range(4):
+                await producer.send(topic, f"rec-{i}".encode())
+            await producer.flush()
+        # a transaction aborted (its records archived for a read_committed group), then one committed
+        async with Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tid")}) as producer:
+            await producer.init_transactions()
+            for outcome in ("aborted", "committed"):
+                producer.begin_transaction()
+                await producer.send(topic, f"{outcome}-0".encode())
+                await producer.send(topic, f"{outcome}-1".encode())
+                await producer.flush()
+                await (producer.abort_transaction() if outcome == "aborted" else producer.commit_transaction())
+
+    asyncio.run(produce())  # before the group exists: with the default (latest) it would never see them
+    out: dict = {}
+
+    def alter(raw, *configs, op=0):
+        answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": group,
+             "configs": [{"name": n, "config_operation": op, "value": v} for n, v in configs]}]})
+        return answer.responses[0].error_code, answer.responses[0].error_message
+
+    def describe(raw):
+        keys = ["share.auto.offset.reset", "share.record.lock.duration.ms", "share.isolation.level"]
+        answer = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
+                                                          "resources": [{"resource_type": 32, "resource_name": group,
+                                                                         "configuration_keys": keys}]})
+        # the broker's lock duration differs (this module's tierlog sets 3000): its default is named, not valued
+        return sorted((c.name, "broker's" if c.config_source == 5 and "lock" in c.name else c.value,
+                       c.config_source, c.config_type, c.read_only,
+                       [(s.name, s.source) for s in c.synonyms]) for c in answer.results[0].configs)
+
+    with raw_client(bootstrap) as raw:
+        out["defaults"] = describe(raw)
+        out["bad reset"] = alter(raw, ("share.auto.offset.reset", "bogus"))
+        out["bad duration"] = alter(raw, ("share.auto.offset.reset", "by_duration:-PT1H"))
+        out["short lock"] = alter(raw, ("share.record.lock.duration.ms", "1000"))
+        out["bad isolation"] = alter(raw, ("share.isolation.level", "none"))[0]
+        out["unknown"] = alter(raw, ("no.such.config", "1"))
+        out["set"] = alter(raw, ("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "20000"),
+                           ("share.isolation.level", "read_committed"))
+        out["described"] = describe(raw)
+        out["reset back"] = alter(raw, ("share.isolation.level", ""), op=1)
+        out["after delete"] = describe(raw)
+        out["committed again"] = alter(raw, ("share.isolation.level", "read_committed"))
+        out["append"] = alter(raw, ("share.auto.offset.reset", "earliest"), op=2)
+        out["no name"] = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": "", "configs": []}]}).responses[0].error_message
+        legacy = raw.request(ApiKey.ALTER_CONFIGS, 2, {"validate_only": False, "resources": [  # kafka-configs --alter
+            {"resource_type": 32, "resource_name": group + "-other",
+             "configs": [{"name": "share.auto.offset.reset", "value": "by_duration:PT1H"}]}]})
+        out["legacy"] = [(r.error_code, r.error_message) for r in legacy.responses]
+
+    async def consume():
+        read = []
+        async with ShareConsumer(group, bootstrap_servers=bootstrap) as consumer:
+            consumer.subscribe([topic])
+
+            async def all_read() -> bool:
+                read.extend((r.offset, r.delivery_count, r.value.decode()) for r in await consumer.poll(500))
+                return len(read) >= 6
+
+            await wait_until_async(all_read, timeout=60, what="the records produced before the group existed")
+            await consumer.commit_sync()
+        return sorted(read)
+
+    out["read"] = asyncio.run(consume())
+    with raw_client(bootstrap) as raw:  # a member's ShareFetch carries the group's lock duration
+        member = uuid.uuid4().hex[:22]
+        joined = raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member,
+                                                                "member_epoch": 0, "rack_id": None,
+                                                                "subscribed_topic_names": [topic]})
+        fetched = raw.request(ApiKey.SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [], "topics": []})
+        out["lock"] = (joined.error_code, fetched.error_code, fetched.acquisition_lock_timeout)
+        raw.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": -1,
+                                                       "rack_id": None, "subscribed_topic_names": None})
+    return out
+
+
+def test_share_group_configs_as_kafka_44(tierlog_broker, kafka44):
+    """kafka-configs --entity-type groups on a share group, against tierlog and Kafka 4.4 alike: the same
+    defaults, refusals (INVALID_CONFIG with Kafka's messages), described overrides and DELETE; a group set to
+    share.auto.offset.reset=earliest reads the records produced before it existed, with share.isolation.level
+    read_committed not those of an aborted transaction, and its ShareFetch answers carry its
+    share.record.lock.duration.ms."""
+    answers = [_group_configs(b.bootstrap, unique("cfg")) for b in (tierlog_broker, kafka44)]
+    tierlog, kafka = answers
+    # offsets 4-5 aborted, 6 its marker, 7-8 committed
+    assert kafka["read"] == [(i, 1, f"rec-{i}") for i in range(4)] + [(7, 1, "committed-0"), (8, 1, "committed-1")]
+    assert kafka["lock"] == (0, 0, datetime.timedelta(milliseconds=20000))
+    for key in kafka:
+        assert (key, tierlog[key]) == (key, kafka[key])

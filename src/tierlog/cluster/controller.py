@@ -31,6 +31,7 @@ from tierlog.cluster.store import FileMetadataStore
 from tierlog.cluster.tiering import DisablementDriver, initial_tiering, next_tiering, topic_log_config
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig
 from tierlog.config.broker import listener_override_setting
+from tierlog.config.group_configs import validate_group_configs
 from tierlog.config.values import check_value, parse_typed
 from tierlog.errors import (
     ElectionNotNeededError,
@@ -645,6 +646,29 @@ class Controller:
                     del quotas[path]
             if not validate_only and quotas != self.image.client_quotas:
                 self._commit(replace(self.image, client_quotas=quotas), MetadataDelta(client_quotas_changed=True))
+
+    # ------------------------------------------------------------------ group configs (GROUP resource)
+
+    def alter_group_configs(self, group_id: str, configs: Mapping[str, str | None] | None = None,
+                            ops: Iterable[ConfigOp] | None = None, validate_only: bool = False) -> None:
+        """A group's config overrides: replaced by ``configs`` (AlterConfigs) or changed by ``ops``
+        (IncrementalAlterConfigs), validated (INVALID_CONFIG) before anything is written. Kafka keeps them for
+        any group id, whether the group exists or not."""
+        with self._lock:
+            current = self.image.group_configs.get(group_id, {})
+            if ops is not None:
+                new = apply_config_ops(current, ops, lambda _name: None)
+            else:
+                new = {k: v for k, v in (configs or {}).items() if v is not None}
+            validate_group_configs(new)
+            if validate_only or new == current:
+                return
+            groups = {k: dict(v) for k, v in self.image.group_configs.items()}
+            if new:
+                groups[group_id] = new
+            else:
+                groups.pop(group_id, None)
+            self._commit(replace(self.image, group_configs=groups), MetadataDelta(group_configs_changed=True))
 
     # ------------------------------------------------------------------ features (KIP-584)
 

@@ -221,6 +221,9 @@ class MetadataImage:
     # KIP-584's finalized feature levels (cluster/features.py): ZooKeeper's /feature in a cluster; None until
     # the controller first finalizes them (a new cluster's levels).
     features: FinalizedFeatures | None = None
+    # Group configs (KIP-848's GROUP resource, config/group_configs.py), group id -> overrides: ZooKeeper's
+    # /config/groups/<group> in a cluster.
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for t in self.topics.values():
@@ -255,6 +258,8 @@ class MetadataImage:
             d["userScramCredentials"] = self.user_scram
         if self.features is not None:
             d["features"] = self.features.to_json()
+        if self.group_configs:
+            d["groupConfigs"] = self.group_configs
         return d
 
     @classmethod
@@ -267,7 +272,8 @@ class MetadataImage:
                    d.get("nextProducerIdBlock", 0), deleted, dict(d.get("clientQuotas", {})),
                    tuple(AclBinding.from_json(a) for a in d.get("acls", ())),
                    dict(d.get("userScramCredentials", {})),
-                   FinalizedFeatures.from_json(d["features"]) if "features" in d else None)
+                   FinalizedFeatures.from_json(d["features"]) if "features" in d else None,
+                   dict(d.get("groupConfigs", {})))
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +293,7 @@ class MetadataDelta:
     acls_changed: bool = False
     user_scram_changed: bool = False
     features_changed: bool = False
+    group_configs_changed: bool = False
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -315,4 +322,5 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
     return MetadataDelta(tuple(created), tuple(deleted), tuple(added), tuple(configs), broker_configs,
                          tuple(tiering), tuple(moved), old.brokers != new.brokers,
                          old.client_quotas != new.client_quotas, old.acls != new.acls,
-                         old.user_scram != new.user_scram, old.features != new.features)
+                         old.user_scram != new.user_scram, old.features != new.features,
+                         old.group_configs != new.group_configs)

@@ -83,6 +83,7 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"  # SCRAM credentials (and, in Kafka, user quotas) per user
 CONFIG_CHANGES = "/config/changes"
+CONFIG_GROUPS = "/config/groups"  # group configs (Kafka's ConfigType GROUP), one znode per group id
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
 CONFIG_IPS = "/config/ips"
@@ -418,6 +419,23 @@ class ZkClient:
             configs = {k: str(v) for k, v in _load(data).get("config", {}).items()}
             if configs:
                 out["" if child == DEFAULT_BROKER_CONFIG else child] = configs
+        return out
+
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        """Group config overrides by group id, from ``/config/groups/<group>`` (names URL-quoted)."""
+        out: dict[str, dict[str, str]] = {}
+        try:
+            groups = self.kazoo.get_children(CONFIG_GROUPS)
+        except NoNodeError:
+            return out
+        for quoted in groups:
+            try:
+                data, _ = self.kazoo.get(f"{CONFIG_GROUPS}/{quoted}")
+            except NoNodeError:
+                continue
+            configs = {k: str(v) for k, v in _load(data).get("config", {}).items()} if data else {}
+            if configs:
+                out[unquote(quoted)] = configs
         return out
 
     def client_quotas(self) -> dict[str, dict[str, str]]:

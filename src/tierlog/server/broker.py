@@ -242,6 +242,10 @@ class Broker:
         paths, with the authorizer), then a cluster's forwarding wraps them."""
         controller, authorizer, client_quotas = self.controller, self.security.authorizer, self.quotas.client
         request_metrics = self.socket_server.request_metrics
+        group_apis = GroupApis(coordinator, controller, self.node_id, self.mode.offsets_replicated(rm),
+                               transaction_coordinator=txn.coordinator, replica_manager=rm, authorization=authorization)
+        if self.share is not None:
+            group_apis.share_groups = self.share.coordinator
         for family in (MetadataApis(self.registry, controller, self.node_id, authorizer, authorization),
                        ProduceApis(rm, controller, request_metrics, transactions=txn.apis,
                                    client_quotas=client_quotas, authorizer=authorizer, authorization=authorization),
@@ -252,9 +256,7 @@ class Broker:
                        LeadershipApis(controller, authorization=authorization),
                        ConfigApis(controller, self.node_id, authorization=authorization),
                        ClientQuotaApis(controller, authorization=authorization),
-                       GroupApis(coordinator, controller, self.node_id, self.mode.offsets_replicated(rm),
-                                 transaction_coordinator=txn.coordinator, replica_manager=rm,
-                                 authorization=authorization),
+                       group_apis,
                        ConsumerGroupApis(coordinator, controller, self.mode.offsets_replicated(rm),
                                          authorization=authorization),
                        LogDirApis(self.log_manager, authorization=authorization),

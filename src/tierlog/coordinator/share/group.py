@@ -54,9 +54,8 @@ class ShareGroup:
 
     @property
     def state(self) -> str:
-        if not self.members:
-            return "Empty"
-        return "Stable" if all(m.member_epoch == self.group_epoch for m in self.members.values()) else "Reconciling"
+        # Kafka 4.4's ShareGroupState has no Reconciling: a share group with members is Stable (nothing to revoke)
+        return "Stable" if self.members else "Empty"
 
 
 def simple_assign(members: list[ShareMember], topics: Mapping[str, tuple[uuid.UUID, int]]
@@ -170,6 +169,14 @@ class ShareGroupCoordinator:
                     self._remove(group, member_id)
                     n += 1
         return n
+
+    def list_groups(self, states: set[str], types: set[str]) -> list[dict]:
+        """ListGroups' entries for the share groups (``states`` and ``types`` lower-case filters, empty: all), as
+        Kafka 4.4 lists them: protocol type and group type ``share``."""
+        if types and "share" not in types:
+            return []
+        return [{"group_id": g.group_id, "protocol_type": "share", "group_state": g.state, "group_type": "share"}
+                for g in self.groups.values() if not states or g.state.lower() in states]
 
     def describe(self, group_id: str, topic_names: Mapping[uuid.UUID, str]) -> dict:
         group = self.groups.get(group_id)

@@ -1,6 +1,6 @@
 """The share-partitions this broker leads (Kafka's ``SharePartitionManager``): made on a share group's first
-fetch of a partition, initialized from ``__share_group_state`` or, without persisted state, at the log's end
-(``share.auto.offset.reset`` latest, Kafka's default for a share group), and written back after each change
+fetch of a partition, initialized from ``__share_group_state`` or, without persisted state, where the group's
+``share.auto.offset.reset`` says (the log's end by default, Kafka's ``latest``), and written back after each change
 of their delivery state by an acknowledgement or a release."""
 
 from __future__ import annotations
@@ -46,13 +46,19 @@ class SharePartitionManager:
         self._persisted: dict[Key, int] = {}  # the version last written
 
     def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
-            latest_offset: Callable[[], int], leader_epoch: int = 0) -> SharePartition:
+            initial_offset: Callable[[], int], leader_epoch: int = 0,
+            lock_duration_ms: int | None = None) -> SharePartition:
+        """The share-partition, made on first use: from its persisted state, or starting at ``initial_offset()``
+        (the group's ``share.auto.offset.reset``). ``lock_duration_ms`` is the group's acquisition lock (its
+        ``share.record.lock.duration.ms``), the broker's when None; it applies to later acquisitions too."""
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
+        if sp is not None and lock_duration_ms is not None:
+            sp.lock_duration_ms = lock_duration_ms
         if sp is None:
             cfg = self.config
             sp = self.partitions[key] = SharePartition(
-                group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
+                group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
                 delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
             state = self.store.read(key) if self.store is not None else None
             if state is not None and state.start_offset >= 0:
@@ -60,7 +66,7 @@ class SharePartitionManager:
                 sp.created_ms = state.create_timestamp
                 sp.initialize(state.start_offset, state.state_batches)
             else:
-                sp.initialize(latest_offset())
+                sp.initialize(initial_offset())
             self._persisted[key] = sp.version
         return sp
 

@@ -104,16 +104,32 @@ class SharePartition:
     def can_acquire(self) -> bool:
         return self.end_offset - self.start_offset < self.max_record_locks or bool(self._available)
 
-    def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int) -> list[AcquiredRange]:
+    def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int,
+                aborted: frozenset[tuple[int, int]] = frozenset()) -> list[AcquiredRange]:
         """Acquire records of the batches read (each ``(base offset, last offset)``) for ``member_id``: AVAILABLE
         in-flight ones and new ones past the end offset, at most ``max_records`` (Kafka 4.4's broker caps both
-        acquire modes at MaxRecords, splitting a log batch when it must), within ``max_record_locks``."""
+        acquire modes at MaxRecords, splitting a log batch when it must), within ``max_record_locks``. The
+        batches in ``aborted`` (of aborted transactions, for a read_committed group) are archived undelivered,
+        as Kafka's share-partition does."""
         now = self.clock()
         deadline = now + self.lock_duration_ms / 1000
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
+        archived = False
         for base, last in batches:
             if len(taken) >= max_records:
                 break
+            if (base, last) in aborted:
+                for off in range(max(base, self.start_offset), last + 1):
+                    if off >= self.end_offset:
+                        self.in_flight[off] = InFlight(RecordState.ARCHIVED, 0)
+                        self.end_offset = off + 1
+                    elif off in self._available:
+                        self._available.discard(off)
+                        self.in_flight[off].state = RecordState.ARCHIVED
+                    else:
+                        continue
+                    archived = True
+                continue
             for off in range(max(base, self.start_offset), last + 1):
                 if len(taken) >= max_records:
                     break
@@ -131,8 +147,11 @@ class SharePartition:
                 rec.delivery_count += 1
                 taken.append((off, rec.delivery_count))
         if taken:
-            self.version += 1
             self._next_expiry = min(self._next_expiry, deadline)
+        if taken or archived:
+            self.version += 1
+        if archived:
+            self._advance_start()
         return _ranges(taken)
 
     # ------------------------------------------------------------------ acknowledgement

@@ -1,7 +1,8 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
 Resources, as Kafka numbers them: TOPIC (2), BROKER (4, this node's id, or "" for the cluster-wide
-dynamic defaults) and BROKER_LOGGER (8, the broker's Python loggers with Kafka's log4j level names).
+dynamic defaults), BROKER_LOGGER (8, the broker's Python loggers with Kafka's log4j level names) and GROUP
+(32, a group's config overrides, :mod:`tierlog.config.group_configs`, kept in the metadata image).
 What a single Kafka broker with its own controller answers is the model: the broker-side checks of
 Kafka's ``ConfigAdminManager`` (duplicate resources and keys, null values, the node id, log levels)
 come first, then the controller's rules (``ConfigurationControlManager``: configs are validated
@@ -20,6 +21,7 @@ from dataclasses import replace
 from tierlog.cluster import ConfigOp, Controller, validate_topic_name
 from tierlog.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigEntry, ConfigSource, ConfigSynonym
 from tierlog.config.broker import _broker_synonym_names
+from tierlog.config.group_configs import GROUP_CONFIGS, group_config_value
 from tierlog.config.values import format_value
 from tierlog.errors import (
     NO_ERROR,
@@ -111,6 +113,19 @@ def describe_broker(controller) -> list[ConfigEntry]:
             chain.pop(0)
         source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
         out.append(replace(e, source=source, synonyms=tuple(chain)))
+    return out
+
+
+def describe_group(controller, group_id: str) -> list[ConfigEntry]:
+    """A group's configs as Kafka 4.4 describes GROUP resource ``group_id`` (any id, existing group or not): the
+    override (DYNAMIC_GROUP_CONFIG) or the value it falls back to (DEFAULT_CONFIG, the broker key as synonym)."""
+    overrides = controller.image.group_configs.get(group_id, {})
+    out = []
+    for name, d in GROUP_CONFIGS.items():
+        fallback = group_config_value(None, name, controller.effective_config)
+        chain = [ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_GROUP_CONFIG)] if name in overrides else []
+        chain.append(ConfigSynonym(d.broker_key or name, fallback, ConfigSource.DEFAULT_CONFIG))
+        out.append(ConfigEntry(name, chain[0].value, chain[0].source, False, False, d.type, tuple(chain), None))
     return out
 
 
@@ -310,6 +325,10 @@ class ConfigApis:
             if not name:
                 raise InvalidRequestError("Client metrics subscription name must not be empty")
             return []  # no client metrics subscriptions are stored
+        if r.resource_type == GROUP:
+            if not name:
+                raise InvalidRequestError("Group name must not be empty")
+            return describe_group(controller, name)
         raise InvalidRequestError(f"Unsupported resource type: {_TYPE_NAMES[r.resource_type]}")
 
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
@@ -367,6 +386,15 @@ class ConfigApis:
             except InvalidConfigError as e:
                 # KAFKA-13609: a broker config that fails validation is INVALID_REQUEST in Kafka.
                 raise InvalidRequestError(e.message) from None
+        elif rtype == GROUP:
+            if not name:
+                raise InvalidRequestError("Default group resources are not allowed.")
+            if incremental:
+                ops = self._ops(r.configs, GROUP)
+                await controller.call(controller.alter_group_configs, name, None, ops, validate_only)
+            else:
+                await controller.call(controller.alter_group_configs, name, {c.name: c.value for c in r.configs},
+                                      None, validate_only)
         elif rtype == TOPIC:
             if not name:
                 raise InvalidRequestError("Default topic resources are not allowed.")
@@ -388,6 +416,8 @@ class ConfigApis:
             if op not in _OP_NAMES:
                 raise InvalidRequestError(f"Unknown operations type {op}")
             if op in (APPEND, SUBTRACT):
+                if rtype == GROUP:  # no group config is a list
+                    raise InvalidConfigError(f"Can't {_OP_NAMES[op]} to key {c.name} because its type is not LIST.")
                 if rtype == TOPIC:
                     d = TOPIC_CONFIGS.get(c.name)
                     if d is None or d.type != "list":  # ConfigurationControlManager's rule and message

@@ -134,6 +134,8 @@ class GroupApis:
         #: coordinator asks ReplicaManager.maybeStartTransactionVerificationForPartition)
         self.replica_manager = replica_manager
         self.authorization = authorization
+        #: The share groups' coordinator (KIP-932), whose groups ListGroups lists too; set by the broker.
+        self.share_groups = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -452,7 +454,14 @@ class GroupApis:
 
     async def list_groups(self, ctx: RequestContext):
         req = ctx.request
-        error, groups = self._ready().list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
+        states_filter, types_filter = getattr(req, "states_filter", ()), getattr(req, "types_filter", ())
+        error, groups = self._ready().list_groups(states_filter, types_filter)
+        if error == NO_ERROR and self.share_groups is not None:
+            # Kafka 4.4 lists share groups (group type and protocol type "share") at every version; DescribeGroups
+            # answers one as an unknown group (Dead, no error), which the coordinator's describe already does.
+            groups += self.share_groups.list_groups({s.strip().lower() for s in states_filter},
+                                                    {t.strip().lower() for t in types_filter})
+            groups.sort(key=lambda g: g["group_id"])
         return build_response(ctx, {"error_code": error, "groups": self.authorization.listed_groups(ctx, groups)})
 
     async def describe_groups(self, ctx: RequestContext):

@@ -39,6 +39,13 @@ from kio.schema.errors import ErrorCode
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.features import SHARE_VERSION
+from tierlog.config.group_configs import (
+    AUTO_OFFSET_RESET,
+    ISOLATION_LEVEL,
+    RECORD_LOCK_DURATION_MS,
+    group_config_value,
+    parse_duration,
+)
 from tierlog.coordinator.share import (
     ShareConfig,
     ShareGroupCoordinator,
@@ -131,6 +138,28 @@ class ShareApis:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _group_config(self, group_id: str, name: str) -> str:
+        """The group's config ``name`` (GROUP resource, config/group_configs.py), or what it falls back to."""
+        return group_config_value(self.controller.image.group_configs.get(group_id), name,
+                                  self.controller.effective_config)
+
+    def _lock_ms(self, group_id: str) -> int:
+        return int(self._group_config(group_id, RECORD_LOCK_DURATION_MS))
+
+    def _initial_offset(self, group_id: str, part) -> int:
+        """Where a share-partition without state starts (Kafka's share.auto.offset.reset): the high watermark
+        (latest), the log start (earliest), or the first record at or after now minus the duration (by_duration;
+        the high watermark when there is none; local segments only)."""
+        log_ = part.log
+        reset = self._group_config(group_id, AUTO_OFFSET_RESET)
+        if reset == "earliest":
+            return max(log_.log_start_offset, 0)
+        if reset.startswith("by_duration:"):
+            duration = parse_duration(reset[len("by_duration:"):].strip())
+            found = log_.fetch_offset_by_timestamp(int((time.time() - duration.total_seconds()) * 1000))
+            return min(found.offset, log_.high_watermark) if found is not None else log_.high_watermark
+        return log_.high_watermark
 
     def _allowed(self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
         return self.authorizer is None or self.authorizer.authorize(ctx.session, op, rtype, name)
@@ -234,7 +263,7 @@ class ShareApis:
             responses = self._group_by_topic(
                 [((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items()])
             return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                        "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                        "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                         "responses": responses, "node_endpoints": []})
         if epoch != INITIAL_EPOCH:
             for t in req.topics:
@@ -266,7 +295,7 @@ class ShareApis:
             entries.append((key, data))
         entries.extend(((tid, p), {"acknowledge_error_code": code}) for (tid, p), code in ack_errors.items())
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                    "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                    "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                     "responses": self._group_by_topic(entries),
                                     "node_endpoints": list(node_endpoints.values())})
 
@@ -340,7 +369,8 @@ class ShareApis:
             results[key] = {"current_leader": current}
             led.append((name, index))
             try:
-                sp = self.manager.get(group_id, tid, name, index, lambda p=part: p.log.high_watermark)
+                sp = self.manager.get(group_id, tid, name, index, lambda p=part: self._initial_offset(group_id, p),
+                                      lock_duration_ms=self._lock_ms(group_id))
             except KafkaError as e:  # its persisted state cannot be read now: the client retries
                 results[key] = {"error_code": e.code, "error_message": e.message, "current_leader": current}
                 continue
@@ -348,10 +378,13 @@ class ShareApis:
             if left_records <= 0 or left_bytes <= 0 or not sp.can_acquire():
                 continue
             offset = sp.next_fetch_offset()
-            if offset >= part.log.high_watermark:
+            # share.isolation.level read_committed: up to the last stable offset, aborted transactions archived
+            committed = self._group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+            if offset >= (part.log.last_stable_offset if committed else part.log.high_watermark):
                 continue
             read = await self.rm.fetch_messages(
-                FetchParams(-1, 0, 0, left_bytes, FetchIsolation.HIGH_WATERMARK),
+                FetchParams(-1, 0, 0, left_bytes,
+                            FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK),
                 [PartitionFetch(name, index, offset, left_bytes)], ctx.timing)
             r = read[0]
             if r.error_code:
@@ -361,11 +394,22 @@ class ShareApis:
             data = records.read() if hasattr(records, "read") else bytes(records)
             if not data:
                 continue
-            batches, ends = [], []
+            batches, ends, aborted = [], [], set()
+            # the consumer's rule for aborted batches: a producer's aborted transaction runs from its first offset
+            # to the producer's next control batch (its ABORT marker)
+            pending = sorted((first, pid) for pid, first in (r.aborted_transactions or ()))
+            aborting: set[int] = set()
             for pos, h in iter_batches(memoryview(data)):
                 batches.append((h.base_offset, h.last_offset))
                 ends.append(pos + h.size)
-            acquired = sp.acquire(member_id, batches, left_records)
+                while pending and pending[0][0] <= h.last_offset:
+                    aborting.add(pending.pop(0)[1])
+                if committed and h.is_transactional and h.producer_id in aborting:
+                    if h.is_control:
+                        aborting.discard(h.producer_id)
+                    else:
+                        aborted.add((h.base_offset, h.last_offset))
+            acquired = sp.acquire(member_id, batches, left_records, frozenset(aborted))
             if not acquired:
                 continue
             last = acquired[-1].last_offset
@@ -418,7 +462,7 @@ class ShareApis:
                 "current_leader": {"leader_id": self.node_id if part else -1,
                                    "leader_epoch": part.leader_epoch if part else -1}})
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none,
-                                    "acquisition_lock_timeout_ms": self.manager.config.record_lock_duration_ms,
+                                    "acquisition_lock_timeout_ms": self._lock_ms(group_id),
                                     "responses": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
                                     "node_endpoints": []})
 
