@@ -94,6 +94,10 @@ DELIBERATE = {
        for name in ("sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol")},
     "configs.broker.entries.remote.log.storage.manager.class.name.synonyms": (
         [], [("remote.log.storage.manager.class.name", "filesystem", 5)], "the default tierlog has and Kafka has not"),
+    **{f"configs.broker.entries.group.coordinator.rebalance.protocols.{part}": (
+        "classic,consumer,streams", "classic,consumer", "docs/compatibility.md: streams groups (KIP-1071) are not "
+        "built, so tierlog's default leaves 'streams' out")
+       for part in ("value", "synonyms[0][1]")},
 }
 
 
