@@ -9,6 +9,7 @@ waits a slice at a time, yielding to the event loop in between.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -334,6 +335,41 @@ def test_produce_append_verifies_a_transaction_before_appending(tmp_path):
             # Transaction version 2 (Produce v12) adds the partition whatever the config says.
             await rm.handle_produce_append([("t", 1, batch(11))], 1, 1.0, "txn", transaction_version_2=True)
             assert coordinators.questions[-1][4] is True
+        finally:
+            await node.close()
+    asyncio.run(scenario())
+
+
+def test_a_push_of_the_same_partition_epoch_keeps_an_isr_change_in_flight(tmp_path):
+    """A leader adding a replica to the ISR counts it for the high watermark until the controller answers (Kafka's
+    maximal ISR). A metadata push carrying the ISR of the same partition epoch (sent before the controller took
+    the change) must not end that: the high watermark would pass the joining replica, which, once in the ISR,
+    could be elected leader without records acknowledged in between."""
+    from tierlog.cluster.image import MetadataDelta, PartitionImage
+    from tierlog.server.partition import FollowerState
+
+    async def scenario():
+        node = await assemble(tmp_path)
+        try:
+            node.controller.create_topic("isr", 1, 1)
+            rm = node.rm
+            p = rm.get_partition("isr", 0)
+            p.replicas, p.isr, p.partition_epoch = (1, 2, 3), (1, 2), 1
+            for i in range(10):
+                rm.append_records("isr", 0, build_batch([(None, b"v%d" % i, [], TS0)]), acks=1)
+            p.followers = {2: FollowerState(log_end_offset=10), 3: FollowerState(log_end_offset=4)}
+            p.log.update_high_watermark(4)
+            p.pending_isr = (1, 2, 3)  # replica 3 joins: it had reached the high watermark
+            topic = node.controller.image.topics["isr"]
+            stale = dataclasses.replace(topic, partitions={0: PartitionImage(0, 1, p.leader_epoch, (1, 2, 3), (1, 2),
+                                                                             partition_epoch=1)})
+            rm.on_metadata_update(MetadataDelta(partitions_changed=(stale,)), node.controller.image)
+            assert p.pending_isr == (1, 2, 3) and p.isr == (1, 2)
+            assert not p.maybe_increment_high_watermark() and p.log.high_watermark == 4  # replica 3 holds it
+            rm.isr_updated(p, p.leader_epoch, (1, 2, 3), 2)  # the controller's answer
+            assert p.pending_isr is None and p.isr == (1, 2, 3) and p.log.high_watermark == 4
+            p.followers[3].log_end_offset = 10
+            assert p.maybe_increment_high_watermark() and p.log.high_watermark == 10
         finally:
             await node.close()
     asyncio.run(scenario())

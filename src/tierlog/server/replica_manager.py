@@ -277,6 +277,12 @@ class ReplicaManager:
             new_term = meta.leader_epoch > partition.leader_epoch or meta.leader != partition.leader_id
             if not new_term and meta.partition_epoch < partition.partition_epoch:
                 continue  # an ISR older than one the controller already answered this leader with
+            if not new_term and partition.pending_isr is not None and meta.partition_epoch == partition.partition_epoch:
+                # An ISR change is in flight and this push predates the controller's answer: keep the maximal
+                # ISR (Kafka's PendingExpandIsr/PendingShrinkIsr end only with the answer or a newer partition
+                # epoch). Dropping it let the high watermark pass a replica being added, which, once in the
+                # ISR, could be elected without records acknowledged meanwhile (a loss seen in a fault run).
+                continue
             was_leader = self.leads(partition)
             partition.leader_id, partition.leader_epoch = meta.leader, meta.leader_epoch
             partition.replicas, partition.isr = tuple(meta.replicas), tuple(meta.isr)
