@@ -14,6 +14,7 @@ disagree. The last line is the verdict as one JSON object::
     python scripts/netns_faults.py                          # 10 cycles, seed 1, at most 10 minutes
     python scripts/netns_faults.py --cycles 40 --minutes 30 --seed 7
     python scripts/netns_faults.py --system both            # tierlog, then Kafka 3.9: the same schedule
+    python scripts/netns_faults.py --zookeepers 3           # an ensemble of three; adds the zk-split fault
 
 ``--system kafka`` runs the schedule against Apache Kafka 3.9's brokers (ZooKeeper mode, the same settings);
 ``both`` runs tierlog and then Kafka and prints them side by side: records lost (both must be 0), the longest
@@ -48,7 +49,7 @@ CLUSTERS = {"tierlog": netns_cluster, "kafka": kafka_netns_cluster}
 
 
 def one_run(system: str, work_dir: Path, args, prefixes: list[str]) -> dict:
-    with CLUSTERS[system](work_dir / system, settings=SETTINGS) as nc:
+    with CLUSTERS[system](work_dir / system, settings=SETTINGS, zookeepers=args.zookeepers) as nc:
         prefixes.append(nc.topology.prefix)
         report, numbers = run_schedule(nc, args.seed, args.cycles, args.minutes, args.partitions,
                                        echo=lambda line: print(f"{system}: {line}", flush=True))
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=10, help="no cycle begins after this (default 10)")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=1,
+                        help="one ZooKeeper server, or an ensemble of three (adds the zk-split fault)")
     parser.add_argument("--system", choices=("tierlog", "kafka", "both"), default="tierlog",
                         help="the cluster under the schedule (both: tierlog, then Kafka 3.9)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")

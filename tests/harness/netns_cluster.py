@@ -9,6 +9,7 @@ happened: brokers and ZooKeeper stopped by PID, faults healed, namespaces, veths
 ``partition(topic, p, via)`` reads one broker's Metadata; ``broker_name(i)`` is ``b<i>``, the namespace name the
 topology's faults take.
 
+``zookeepers=3`` runs an ensemble of three ZooKeeper servers instead, in namespaces ``zk1``..``zk3``.
 ``kafka_netns_cluster(work_dir, brokers=3)`` is the same with Apache Kafka 3.9's brokers (ZooKeeper mode,
 tests/harness/apache_kafka.py's ``KafkaZkCluster``), so a fault schedule runs against both alike.
 """
@@ -28,8 +29,10 @@ from tests.harness.tierlog_cluster import TierlogCluster, start_cluster
 @dataclass
 class NetnsCluster:
     topology: Topology
-    zookeeper: object
+    zookeeper: object  # a ZooKeeperServer, or an Ensemble of three
     cluster: TierlogCluster  # or apache_kafka.KafkaZkCluster: running_ids(), brokers[i].bootstrap, wait_formed()
+    #: the ZooKeeper servers' namespaces: ``zk``, or ``zk1``..``zk3`` for an ensemble
+    zk_names: tuple[str, ...] = ("zk",)
 
     @staticmethod
     def broker_name(i: int) -> str:
@@ -49,15 +52,18 @@ class NetnsCluster:
 
 
 @contextlib.contextmanager
-def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 90):
+def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 90,
+                  zookeepers: int = 1):
+    """``zookeepers=3``: an ensemble of three servers, each in a namespace of its own (``zk1``..``zk3``)."""
     def start(server, topology):
         return start_cluster(work_dir, server, brokers, settings=settings, timeout=timeout, topology=topology)
-    with _in_namespaces(work_dir, brokers, start, timeout) as nc:
+    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers) as nc:
         yield nc
 
 
 @contextlib.contextmanager
-def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 180):
+def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 180,
+                        zookeepers: int = 1):
     """Kafka 3.9's brokers 1..N in ZooKeeper mode (``ZK_CLUSTER_SETTINGS`` under ``settings``), each in its
     namespace, on a ZooKeeper in ``zk`` under the chroot ``/kafka``."""
     from tests.harness.apache_kafka import KafkaZkCluster, resolve_zk_jars
@@ -73,23 +79,29 @@ def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None 
             cluster.stop()
             raise
         return cluster
-    with _in_namespaces(work_dir, brokers, start, timeout) as nc:
+    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers) as nc:
         yield nc
 
 
 @contextlib.contextmanager
-def _in_namespaces(work_dir: Path, brokers: int, start, timeout: float):
-    topology = Topology(["zk", *(f"b{i}" for i in range(1, brokers + 1))])
+def _in_namespaces(work_dir: Path, brokers: int, start, timeout: float, zookeepers: int = 1):
+    zk_names = ("zk",) if zookeepers == 1 else tuple(f"zk{i}" for i in range(1, zookeepers + 1))
+    topology = Topology([*zk_names, *(f"b{i}" for i in range(1, brokers + 1))])
     server = cluster = None
     try:
-        server = zk.start_zookeeper(work_dir / "zk", topology=topology, timeout=timeout)
+        if zookeepers == 1:
+            server = zk.start_zookeeper(work_dir / "zk", topology=topology, timeout=timeout)
+        else:
+            server = zk.start_ensemble(work_dir / "zk", zookeepers, timeout, topology=topology)
         cluster = start(server, topology)
-        yield NetnsCluster(topology, server, cluster)
+        yield NetnsCluster(topology, server, cluster, zk_names)
     finally:
         topology.heal()
         if cluster is not None:
             cluster.stop()
-        if server is not None:
+        if isinstance(server, zk.Ensemble):
+            server.stop()
+        elif server is not None:
             zk.stop_zookeeper(server)
         topology.close()
         sweep(topology.prefix)

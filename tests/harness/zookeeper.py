@@ -157,11 +157,14 @@ ENSEMBLE_CONFIG = {**TEST_CONFIG, "initLimit": "20", "syncLimit": "10"}
 
 
 class QuorumServer(ZooKeeperServer):
-    """A server of an ensemble: ZooKeeper's quorum peer instead of the product's standalone main class."""
+    """A server of an ensemble: ZooKeeper's quorum peer instead of the product's standalone main class (under
+    ``prefix``, ``ip netns exec NS``, when it runs in a network namespace)."""
+
+    prefix: list[str] = []
 
     def command(self) -> list[str]:
         cmd = super().command()
-        return [*cmd[:-2], "org.apache.zookeeper.server.quorum.QuorumPeerMain", cmd[-1]]
+        return [*self.prefix, *cmd[:-2], "org.apache.zookeeper.server.quorum.QuorumPeerMain", cmd[-1]]
 
 
 @dataclass
@@ -206,19 +209,29 @@ class Ensemble:
             stop_zookeeper(s)
 
 
-def start_ensemble(root: Path, size: int = 3, timeout: float = 60) -> Ensemble:
-    """``size`` servers (data in ``root``/zk<id>) on free ports, started and formed into a quorum."""
+def start_ensemble(root: Path, size: int = 3, timeout: float = 60, topology=None) -> Ensemble:
+    """``size`` servers (data in ``root``/zk<id>) on free ports, started and formed into a quorum. With
+    ``topology`` (tests/harness/netns.py), server i runs in the namespace ``zk<i>`` on its address (client port
+    2181, quorum 2888, election 3888)."""
     require()
-    ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, quorum, election
-    peers = {f"server.{i}": f"127.0.0.1:{q}:{e}" for i, (_, q, e) in enumerate(ports, 1)}
+    if topology is None:
+        hosts = ["127.0.0.1"] * size
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, quorum, election
+    else:
+        hosts = [topology.address(f"zk{i}") for i in range(1, size + 1)]
+        ports = [(2181, 2888, 3888)] * size
+    peers = {f"server.{i}": f"{h}:{q}:{e}" for i, (h, (_, q, e)) in enumerate(zip(hosts, ports), 1)}
     servers = []
-    for i, (client, _, _) in enumerate(ports, 1):
+    for i, (host, (client, _, _)) in enumerate(zip(hosts, ports), 1):
         data = root / f"zk{i}"
         data.mkdir(parents=True, exist_ok=True)
         (data / "myid").write_text(f"{i}\n")
-        servers.append(QuorumServer(data, "127.0.0.1", client, tick_time_ms=TICK_TIME_MS,
-                                    min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
-                                    max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra={**ENSEMBLE_CONFIG, **peers}))
+        server = QuorumServer(data, host, client, tick_time_ms=TICK_TIME_MS,
+                              min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
+                              max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS, extra={**ENSEMBLE_CONFIG, **peers})
+        if topology is not None:
+            server.prefix = topology.wrap(f"zk{i}", [])
+        servers.append(server)
     ensemble = Ensemble(servers)
     try:
         for server in servers:  # a server answers ruok before it has a quorum: start each, then wait for it

@@ -188,7 +188,8 @@ def zombie_leader(nc, echo=None) -> dict:
         work.wait_acks(0, 20, what="writes acknowledged before the fault")
         epoch0 = nc.partition(topic, 0, controller).leader_epoch
         cycle = Cycle(1, [f"cut b{leader} zk"], ["zk-cut-leader"], h.now())
-        topo.cut(nc.broker_name(leader), "zk")
+        for z in nc.zk_names:
+            topo.cut(nc.broker_name(leader), z)
         t_cut = h.now()
         h.event(f"broker {leader} (leader of {topic}-0, epoch {epoch0}) cut from ZooKeeper")
         new = wait_until(lambda: (p := nc.partition(topic, 0, controller)).leader_id not in (leader, -1) and p,
@@ -263,6 +264,10 @@ def one_way(nc, echo=None) -> dict:
 #: with a follower behind, acks=all writes of its partitions wait for the heal: an availability cost, held 20 s.
 KINDS = ("zk-cut-leader", "one-way", "one-way-to-controller", "isolate-leader", "lossy-leader",
          "cut-leader-followers")
+#: with an ensemble of three ZooKeeper servers, also: the leader and one ZooKeeper server split from the
+#: majority (two ZooKeeper servers and the other brokers); the minority's server loses its quorum and the
+#: leader its session
+ENSEMBLE_KINDS = (*KINDS, "zk-split")
 
 
 def _shows_fault(nc, topic: str, p: int, leader: int, via: int):
@@ -298,7 +303,7 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
         for index in range(1, cycles + 1):
             if time.monotonic() > deadline:
                 break
-            kind = rng.choice(KINDS)
+            kind = rng.choice(KINDS if len(nc.zk_names) == 1 else ENSEMBLE_KINDS)
             controller = c.wait_formed()
             p = rng.randrange(partitions)
             leader = nc.partition(topic, p, controller).leader_id
@@ -306,7 +311,16 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
             name = nc.broker_name(leader)
             cycle = Cycle(index, [], [kind], h.now())
             if kind == "zk-cut-leader":
-                topo.cut(name, "zk")
+                for z in nc.zk_names:
+                    topo.cut(name, z)
+            elif kind == "zk-split":
+                # the leader and one ZooKeeper server on the minority side, everything else on the majority
+                # side; clients (on the bridge) still reach both sides
+                minority = [name, nc.zk_names[-1]]
+                majority = [*nc.zk_names[:-1], *(nc.broker_name(o) for o in others)]
+                for a in minority:
+                    for b in majority:
+                        topo.cut(a, b)
             elif kind == "one-way":
                 topo.cut_one_way(name, nc.broker_name(rng.choice(others)))
             elif kind == "one-way-to-controller":
