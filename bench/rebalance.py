@@ -11,7 +11,10 @@ broker goes first alternates between runs), with a fresh group each time:
 
 - join: ``--members`` (50) confluent-kafka consumers start at once, each created, subscribed and polled in its
   own thread of this process (``group.protocol=classic`` with librdkafka's ``cooperative-sticky`` assignor, or
-  ``group.protocol=consumer`` with the broker's default assignor, uniform on both). Timed from the start
+  ``group.protocol=consumer`` with the broker's default assignor, uniform on both). All 50 are created first
+  and subscribe together when the last is ready (creating them one after the other takes this process about
+  a second, so the first members would join a group of one or two and the rest trigger further rebalances,
+  which the first members learn of only at their next heartbeat). Timed from the subscribe
   until every member owns partitions, every partition is owned by exactly one member and the assignment is
   balanced (each member's count within one of the others'; 2 each with the defaults);
 - leave: after a pause drawn at random from 0 to ``--max-pause`` s (5; the same pause for both brokers in a run),
@@ -27,7 +30,7 @@ its rebalance callbacks. The client's defaults otherwise (classic: ``session.tim
 ``heartbeat.interval.ms`` 3 s). Prints one JSON line with the medians of ``--runs`` per protocol and broker
 and the ratio tierlog/Kafka (below 1: tierlog is faster), and writes ``bench/results/rebalance.json``.
 
-    python bench/rebalance.py [--runs 3] [--members 50] [--partitions 100] [--profile DIR]
+    python bench/rebalance.py [--runs 3] [--members 50] [--partitions 100] [--initial-delay-ms 0] [--profile DIR]
 
 Target (issue 39): tierlog's rebalance time at most Kafka's, for each protocol.
 """
@@ -64,8 +67,10 @@ TIMEOUT_S = 180.0
 class Member(threading.Thread):
     """One consumer polled in its own thread; ``owned`` is its assignment after its last poll."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, protocol: str, name: str):
+    def __init__(self, bootstrap: str, group: str, topic: str, protocol: str, name: str, go: threading.Event):
         super().__init__(daemon=True, name=name)
+        self.go = go
+        self.created = threading.Event()
         self.conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
                      "client.id": name, "enable.auto.commit": False, "auto.offset.reset": "latest"}
         if protocol == "classic":
@@ -79,6 +84,8 @@ class Member(threading.Thread):
     def run(self) -> None:
         try:
             consumer = Consumer(self.conf)
+            self.created.set()
+            self.go.wait()
             consumer.subscribe([self.topic])
             while not self.stop.is_set():
                 consumer.poll(0.05)
@@ -87,6 +94,7 @@ class Member(threading.Thread):
         except BaseException as e:  # reported by the waiter
             self.error = e
         finally:
+            self.created.set()
             self.owned = frozenset()
             self.closed.set()
 
@@ -117,11 +125,15 @@ def wait_settled(members: list[Member], partitions: int, what: str) -> float:
 
 def one_run(bootstrap: str, topic: str, protocol: str, n: int, partitions: int, pause_s: float) -> dict:
     group = f"rebalance-{protocol}-{uuid.uuid4().hex[:8]}"
-    members = [Member(bootstrap, group, topic, protocol, f"m{i:02d}") for i in range(n)]
+    go = threading.Event()
+    members = [Member(bootstrap, group, topic, protocol, f"m{i:02d}", go) for i in range(n)]
     try:
-        t0 = time.monotonic()
         for m in members:
             m.start()
+        for m in members:
+            m.created.wait(60)
+        t0 = time.monotonic()
+        go.set()
         join_s = wait_settled(members, partitions, f"{protocol} join") - t0
         time.sleep(pause_s)
         leaving, staying = members[: n // 2], members[n // 2:]
@@ -153,6 +165,8 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=50)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--max-pause", type=float, default=5.0, help="seconds; see the module's docstring")
+    ap.add_argument("--initial-delay-ms", type=int, default=0,
+                    help="group.initial.rebalance.delay.ms of both brokers (Kafka's own default is 3000)")
     ap.add_argument("--seed", type=int, default=39)
     ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="comma-separated: classic,consumer")
     ap.add_argument("--profile", default=None,
@@ -164,8 +178,9 @@ def main() -> None:
     load_start = load_average()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rebalance-bench-") as tmp:
-        kafka = kp.KafkaServer(Path(tmp) / "kafka", version=VERSION)
-        tierlog = BrokerProcess(Path(tmp) / "tierlog", {})
+        delay = {"group.initial.rebalance.delay.ms": str(args.initial_delay_ms)}
+        kafka = kp.KafkaServer(Path(tmp) / "kafka", version=VERSION, overrides=delay)
+        tierlog = BrokerProcess(Path(tmp) / "tierlog", delay)
         try:
             kafka.start()
             tierlog.start()
@@ -203,7 +218,8 @@ def main() -> None:
     summary: dict = {"bench": "rebalance", "kafka_version": VERSION, "members": args.members,
                      "partitions": args.partitions, "runs": args.runs,
                      "classic_assignor": "cooperative-sticky",
-                     "max_pause_s": args.max_pause, "load_average": [load_start, load_average()],
+                     "max_pause_s": args.max_pause, "initial_delay_ms": args.initial_delay_ms,
+                     "load_average": [load_start, load_average()],
                      "minutes": round((time.monotonic() - started) / 60, 1)}
     for p in protocols:
         for step in ("join_s", "leave_s"):
