@@ -5,7 +5,7 @@ with nftables inside the namespaces (docs/operations.md, "Fault runs").
 Two idempotent producers (acks=all) and two plain readers run against a topic of three partitions (three replicas,
 min.insync.replicas=2) while a seeded schedule applies, one per cycle, to the leader of a partition drawn at
 random: cut from ZooKeeper, cut one way from a follower, unable to send to the controller, isolated from everyone,
-5 % packet loss both ways, or cut from both followers. Each fault is held until the cluster shows it (the partition
+5 % packet loss both ways, cut from both followers, or flapping (isolated and healed six times, then isolated). Each fault is held until the cluster shows it (the partition
 led elsewhere or its ISR shrunk, at most 20 s), healed, and settled (one controller, every ISR back to three,
 writes acknowledged on every partition) before the next. Then every partition is read back and the checker reports
 lost, duplicated, reordered and misplaced acknowledged writes and offsets at which the readers and the final read

@@ -263,7 +263,10 @@ def one_way(nc, echo=None) -> dict:
 #: else to a follower). It cannot shrink its ISR then (AlterPartition goes to the controller, as in Kafka), so
 #: with a follower behind, acks=all writes of its partitions wait for the heal: an availability cost, held 20 s.
 KINDS = ("zk-cut-leader", "one-way", "one-way-to-controller", "isolate-leader", "lossy-leader",
-         "cut-leader-followers")
+         "cut-leader-followers", "flapping-leader")
+#: ``flapping-leader``: the leader isolated and healed FLAP_TIMES times, FLAP_S seconds each way (shorter than the
+#: ZooKeeper session and the ISR lag: each flap alone changes nothing), then isolated for good
+FLAP_TIMES, FLAP_S = 6, 1.5
 #: with an ensemble of three ZooKeeper servers, also: the leader and one ZooKeeper server split from the
 #: majority (two ZooKeeper servers and the other brokers); the minority's server loses its quorum and the
 #: leader its session
@@ -329,10 +332,20 @@ def run_schedule(nc, seed: int, cycles: int, minutes: float, partitions: int = 3
                 topo.isolate(name)
             elif kind == "lossy-leader":
                 topo.loss(name, 5)
+            elif kind == "flapping-leader":
+                # the leader's links go down and up every FLAP_S for FLAP_TIMES rounds (the pace of the fault, not
+                # a wait for the cluster), then stay down like an isolation until the cluster shows it
+                for _ in range(FLAP_TIMES):
+                    topo.isolate(name)
+                    time.sleep(FLAP_S)
+                    topo.heal()
+                    time.sleep(FLAP_S)
+                topo.isolate(name)
             else:
                 for o in others:
                     topo.cut(name, nc.broker_name(o))
-            cycle.faults = [" + ".join(topo.faults)]
+            flaps = f" after {FLAP_TIMES} flaps" if kind == "flapping-leader" else ""
+            cycle.faults = [" + ".join(topo.faults) + flaps]
             done.append(cycle)
             h.event(f"cycle {index}: {', '.join(cycle.faults)} (leader of {topic}-{p}: {leader}, controller "
                     f"{controller})")
