@@ -1,5 +1,6 @@
 """Consumer-group helpers of the server tests with real clients (kafka-python): produce to a topic,
-read a group's committed offsets, a group member polled from its own thread.
+read a group's committed offsets, a group member polled from its own thread; for KIP-848's tests, a Kafka 4.4
+broker set up to compare with tierlog (``start_kafka44``) and the wait for a group coordinator (``warm_up``).
 
 Session timeouts sit at the broker minimum (``SESSION_MS``, 6 s).
 """
@@ -9,6 +10,42 @@ from __future__ import annotations
 import threading
 
 SESSION_MS = 6000
+#: KIP-848 members reconcile a heartbeat at a time: half a second instead of five keeps the modules short.
+FAST_HEARTBEATS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
+
+
+def warm_up(bootstrap: str) -> None:
+    """Until the group coordinator answers (Kafka creates and loads __consumer_offsets asynchronously)."""
+    from tests.harness.rawclient import RawClient
+    from tests.harness.waiting import not_yet, wait_until
+    from tierlog.protocol import ApiKey
+
+    c = RawClient(bootstrap)
+    try:
+        def ready():
+            r = c.request(ApiKey.OFFSET_FETCH, 7, {"group_id": "warm-up", "topics": None})
+            return r.error_code == 0 or not_yet(r)
+        c.request(ApiKey.FIND_COORDINATOR, 3, {"key": "warm-up", "key_type": 0})
+        wait_until(ready, 60, what="the group coordinator")
+    finally:
+        c.close()
+
+
+def start_kafka44(work_dir):
+    """A started Kafka 4.4 broker with ``FAST_HEARTBEATS``, computing target assignments at every epoch bump as
+    tierlog does (Kafka's default is at most once a second), its group coordinator answering."""
+    from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module, resolve_jars
+
+    latest = kafka_peer_module.LATEST_KAFKA_VERSION
+    resolve_jars(latest)
+    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, "group.consumer.assignment.interval.ms": "0"}
+    server = kafka_peer_module.KafkaServer(work_dir, overrides=overrides, version=latest).start()
+    try:
+        warm_up(server.bootstrap)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,

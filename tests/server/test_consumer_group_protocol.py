@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module, resolve_jars
+from tests.harness.apache_kafka import kafka_peer_module
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient, create_topic
 from tests.harness.waiting import not_yet, wait_until
 from tests.peer.diff import assert_same, plain
-from tests.server.groupslib import committed_offsets, produce
+from tests.server.groupslib import FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
 from tierlog.protocol import ApiKey
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -29,32 +29,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:Depreca
 
 LATEST = kafka_peer_module.LATEST_KAFKA_VERSION
 TOPIC = "cgp-topic"
-#: Members reconcile a heartbeat at a time: half a second instead of five keeps the module short.
-FAST_HEARTBEATS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
-
-
-def _warm_up(bootstrap: str) -> None:
-    """Until the group coordinator answers (Kafka creates and loads __consumer_offsets asynchronously)."""
-    c = RawClient(bootstrap)
-    try:
-        def ready():
-            r = c.request(ApiKey.OFFSET_FETCH, 7, {"group_id": "warm-up", "topics": None})
-            return r.error_code == 0 or not_yet(r)
-        c.request(ApiKey.FIND_COORDINATOR, 3, {"key": "warm-up", "key_type": 0})
-        wait_until(ready, 60, what="the group coordinator")
-    finally:
-        c.close()
-
-
 @pytest.fixture(scope="module")
 def kafka44(kafka_jars, tmp_path_factory):
-    resolve_jars(LATEST)
-    # Kafka 4.4 computes target assignments at most once a second by default; tierlog at every epoch bump,
-    # which Kafka does with the interval at 0.
-    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, "group.consumer.assignment.interval.ms": "0"}
-    server = kafka_peer_module.KafkaServer(tmp_path_factory.mktemp("kafka44"), overrides=overrides,
-                                           version=LATEST).start()
-    _warm_up(server.bootstrap)
+    server = start_kafka44(tmp_path_factory.mktemp("kafka44"))
     yield server
     server.stop()
 
@@ -62,7 +39,7 @@ def kafka44(kafka_jars, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tierlog(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("cgp") / "logs", dict(FAST_HEARTBEATS)).start()
-    _warm_up(b.bootstrap)
+    warm_up(b.bootstrap)
     yield b
     b.stop()
 
@@ -326,7 +303,7 @@ def test_confluent_kafka_members_share_leave_and_restart(tierlog, tmp_path):
     assert before["group_state"] == "Empty" and before["group_epoch"] >= 4
 
     tierlog.restart()
-    _warm_up(tierlog.bootstrap)
+    warm_up(tierlog.bootstrap)
     [after] = _describe(tierlog.bootstrap, group)
     assert (after["group_state"], after["group_epoch"]) == ("Empty", before["group_epoch"])
     assert committed_offsets(tierlog.bootstrap, group) == {(topic, p): 15 for p in range(4)}
@@ -426,7 +403,7 @@ def test_java_consumer_reads_every_record_across_a_restart(tierlog, kafka44):
     print(f"the Java consumer read 20 records in {time.monotonic() - started:.1f}s")
     assert committed_offsets(tierlog.bootstrap, "cgp-java-group") == {("cgp-java", 0): 10, ("cgp-java", 1): 10}
     tierlog.restart()
-    _warm_up(tierlog.bootstrap)
+    warm_up(tierlog.bootstrap)
     produce(tierlog.bootstrap, "cgp-java", 2, 2, start=10)
     # --from-beginning applies only without committed offsets: the group's are found after the restart.
     assert _console_consumer(tierlog.bootstrap, 4) == ["0-10", "0-11", "1-10", "1-11"]

@@ -14,41 +14,22 @@ import threading
 
 import pytest
 
-from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module, resolve_jars
 from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.waiting import not_yet, wait_until
 from tests.peer.diff import plain
-from tests.server.groupslib import committed_offsets, produce
+from tests.server.groupslib import FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
 from tierlog.protocol import ApiKey
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
 
-LATEST = kafka_peer_module.LATEST_KAFKA_VERSION
 PARTITIONS = 4
-FAST_HEARTBEATS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
-
-
-def _warm_up(bootstrap: str) -> None:
-    c = RawClient(bootstrap)
-    try:
-        def ready():
-            r = c.request(ApiKey.OFFSET_FETCH, 7, {"group_id": "warm-up", "topics": None})
-            return r.error_code == 0 or not_yet(r)
-        c.request(ApiKey.FIND_COORDINATOR, 3, {"key": "warm-up", "key_type": 0})
-        wait_until(ready, 60, what="the group coordinator")
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
 def kafka44(kafka_jars, tmp_path_factory):
-    resolve_jars(LATEST)
-    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, "group.consumer.assignment.interval.ms": "0"}
-    server = kafka_peer_module.KafkaServer(tmp_path_factory.mktemp("kafka44"), overrides=overrides,
-                                           version=LATEST).start()
-    _warm_up(server.bootstrap)
+    server = start_kafka44(tmp_path_factory.mktemp("kafka44"))
     yield server
     server.stop()
 
@@ -57,7 +38,7 @@ def kafka44(kafka_jars, tmp_path_factory):
 def tierlog(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("migration") / "logs",
                       {**FAST_HEARTBEATS, "group.initial.rebalance.delay.ms": "0"}).start()
-    _warm_up(b.bootstrap)
+    warm_up(b.bootstrap)
     yield b
     b.stop()
 
