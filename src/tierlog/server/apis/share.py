@@ -230,21 +230,29 @@ class ShareApis:
             return self.sessions.open(req.group_id, req.member_id, parts)
         return self.sessions.check(req.group_id, req.member_id, epoch)
 
+    def _refused(self, ctx: RequestContext):
+        """The whole-request refusal of a ShareFetch or ShareAcknowledge (share groups off, no group or member,
+        the group not readable), as a response; None when the request may go on."""
+        req = ctx.request
+        if not share_groups_enabled(self.controller):
+            return _top_error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
+        if not req.group_id or not req.member_id:
+            return _top_error(ctx, ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+        if not self._allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return _top_error(ctx, ErrorCode.group_authorization_failed, "Not authorized to read the group.")
+        return None
+
     async def share_fetch(self, ctx: RequestContext):
         req = ctx.request
         epoch = req.share_session_epoch
         group_id, member_id = req.group_id or "", req.member_id or ""
 
         def top_error(code: int, message: str | None):
-            return build_response(ctx, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
-                                        "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []})
+            return _top_error(ctx, code, message)
 
-        if not share_groups_enabled(self.controller):
-            return top_error(ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
-        if not group_id or not member_id:
-            return top_error(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
-        if not self._allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-            return top_error(ErrorCode.group_authorization_failed, "Not authorized to read the group.")
+        refused = self._refused(ctx)
+        if refused is not None:
+            return refused
         has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
         if epoch == INITIAL_EPOCH and has_acks:
             return top_error(ErrorCode.invalid_request, "Acknowledge data present in the initial ShareFetch.")
@@ -433,15 +441,11 @@ class ShareApis:
         group_id, member_id = req.group_id or "", req.member_id or ""
 
         def top_error(code: int, message: str | None):
-            return build_response(ctx, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
-                                        "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []})
+            return _top_error(ctx, code, message)
 
-        if not share_groups_enabled(self.controller):
-            return top_error(ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
-        if not group_id or not member_id:
-            return top_error(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
-        if not self._allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-            return top_error(ErrorCode.group_authorization_failed, "Not authorized to read the group.")
+        refused = self._refused(ctx)
+        if refused is not None:
+            return refused
         if epoch == INITIAL_EPOCH:
             return top_error(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session.")
         session = self.sessions.check(group_id, member_id, epoch)
@@ -574,3 +578,9 @@ class ShareApis:
                            "error_message": message})
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none, "error_message": None,
                                     "responses": topics})
+
+
+def _top_error(ctx: RequestContext, code: int, message: str | None):
+    """A ShareFetch or ShareAcknowledge answer with a top-level error and no partitions (their fields are alike)."""
+    return build_response(ctx, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
+                                "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []})
