@@ -56,9 +56,11 @@ def test_features_are_forwarded_kept_in_the_feature_znode_and_survive_a_restart(
     finally:
         zk.stop()
         zk.close()
-    # group.version 1 with the new cluster: the brokers serve KIP-848's ConsumerGroupHeartbeat (Kafka 4.4's level)
+    # group.version and share.version 1 with the new cluster: the brokers serve KIP-848's ConsumerGroupHeartbeat
+    # and KIP-932's ShareGroupHeartbeat (Kafka 4.4 finalizes both with a new cluster)
     assert json.loads(data) == {"version": 2, "status": 1,
                                 "features": {"group.version": {"max_version_level": 1},
+                                             "share.version": {"max_version_level": 1},
                                              "transaction.version": {"max_version_level": 1}}}
     assert stat.version == 1
     wait_until(lambda: _tv(tools, b1) == _tv(tools, b2) == ("1", 1), 30, what="both brokers at level 1")

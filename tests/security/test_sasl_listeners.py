@@ -327,7 +327,7 @@ def test_kafka_configs_alters_scram_credentials_then_java_producer_uses_them(sas
                *[a for p in props for a in ("--producer-property", p)], input="j1\nj2\nj3\n", timeout=120)
     out = kafka_tool("ConsoleConsumer", "--bootstrap-server", addresses["SASL_SSL"], "--topic", topic,
                      "--from-beginning", "--max-messages", "3", "--timeout-ms", "60000",
-                     *[a for p in props for a in ("--consumer-property", p)], timeout=120)
+                     *[a for p in props for a in ("--command-property", p)], timeout=120)
     assert out.stdout.split() == ["j1", "j2", "j3"], out.stderr
     kafka_tool("ConfigCommand", "--bootstrap-server", addresses["PLAINTEXT"], "--alter", "--delete-config",
                "SCRAM-SHA-512", "--entity-type", "users", "--entity-name", "dave", timeout=120)

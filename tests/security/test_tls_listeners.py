@@ -306,7 +306,7 @@ def test_kafka_java_console_tools_over_tls_and_mutual_tls(tls, pki, kafka_tool):
         topic = _topic(addresses)
         props = ["security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={pki.ca}", *extra]
         produce_args = [a for p in props for a in ("--producer-property", p)]
-        consume_args = [a for p in props for a in ("--consumer-property", p)]
+        consume_args = [a for p in props for a in ("--command-property", p)]
         kafka_tool("ConsoleProducer", "--bootstrap-server", addresses[listener], "--topic", topic,
                        *produce_args, input="j1\nj2\nj3\n", timeout=120)
         out = kafka_tool("ConsoleConsumer", "--bootstrap-server", addresses[listener], "--topic", topic,

@@ -395,7 +395,7 @@ def test_api_versions_of_an_unknown_version_gets_the_v0_answer(broker):
             ranges[key] = (lo, hi)
             pos += 6
         assert pos == len(frame), "a v0 ApiVersionsResponse has nothing after the array"
-        assert ranges[ApiKey.API_VERSIONS] == (0, 4)
+        assert ranges[ApiKey.API_VERSIONS] == (0, 5)  # v5: KIP-1242
         assert ApiKey.PRODUCE in ranges and ApiKey.FETCH in ranges and ApiKey.METADATA in ranges
         # The connection stays usable: the client retries with a version it now knows.
         frame = _req(ApiKey.API_VERSIONS, 3, {"client_software_name": "c", "client_software_version": "1"}, 4243)

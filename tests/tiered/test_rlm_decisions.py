@@ -68,17 +68,26 @@ def test_a_torn_segment_stops_the_copy_candidates():
     assert [s.base_offset for s, _ in copy_candidates(log, 0, 30)] == [0]
 
 
-def test_copy_delayed_by_bytes_behind_and_by_age():
+def test_copy_delayed_by_bytes_behind_or_by_age():
+    """KIP-1241 as Kafka 4.4 released it: a segment is uploaded once it is old enough OR enough bytes follow it;
+    either limit at 0 uploads at once, a negative one takes no part, both negative upload nothing."""
     log = segs(0, 10, 20, 30)
-    rolled = log[:-1]
+    rolled = log[:-1]  # 300, 200 and 100 bytes follow them
     assert copy_delayed(log, rolled, NOW, 0, 0) == 0
-    # 150 bytes must follow a segment: the newest rolled one has 100 after it
-    assert copy_delayed(log, rolled, NOW, 0, 150) == 1
-    assert copy_delayed(log, rolled, NOW, 0, 1000) == 3
-    # age: records 1 s old, a lag of 2 s holds back all; once one waits, every later one waits
-    assert copy_delayed(log, rolled, NOW + 1000, 2000, 0) == 3
+    assert copy_delayed(log, rolled, NOW, 0, 1000) == 0
+    assert copy_delayed(log, rolled, NOW, 2000, 0) == 0
+    # bytes alone: the newest rolled one has only 100 after it
+    assert copy_delayed(log, rolled, NOW, -1, 150) == 1
+    assert copy_delayed(log, rolled, NOW, -1, 1000) == 3
+    # age alone: records 1 s old, a lag of 2 s holds back all; once one waits, every later one waits
+    assert copy_delayed(log, rolled, NOW + 1000, 2000, -1) == 3
     log[0].ts = NOW - 5000
-    assert copy_delayed(log, rolled, NOW + 1000, 2000, 0) == 2
+    assert copy_delayed(log, rolled, NOW + 1000, 2000, -1) == 2
+    # either: the second one is too young but has enough bytes after it
+    assert copy_delayed(log, rolled, NOW + 1000, 2000, 150) == 1
+    assert copy_delayed(log, rolled, NOW, -1, -1) == 3
+    log[1].ts = log[2].ts = NOW + 60000  # from the future: at once
+    assert copy_delayed(log, rolled, NOW, 2000, -1) == 0
 
 
 def test_copy_lag_limits_minus_one_stands_for_the_local_retention():
