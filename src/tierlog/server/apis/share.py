@@ -247,18 +247,15 @@ class ShareApis:
         epoch = req.share_session_epoch
         group_id, member_id = req.group_id or "", req.member_id or ""
 
-        def top_error(code: int, message: str | None):
-            return _top_error(ctx, code, message)
-
         refused = self._refused(ctx)
         if refused is not None:
             return refused
         has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
         if epoch == INITIAL_EPOCH and has_acks:
-            return top_error(ErrorCode.invalid_request, "Acknowledge data present in the initial ShareFetch.")
+            return _top_error(ctx, ErrorCode.invalid_request, "Acknowledge data present in the initial ShareFetch.")
         session = self._session(req, epoch)
         if isinstance(session, int):
-            return top_error(session, None)
+            return _top_error(ctx, session, None)
         ack_errors = self._acknowledge(group_id, member_id, req.topics) if has_acks else {}
         # v2's IsRenewAck: the request only renews (and acknowledges); nothing new is acquired (Kafka's rule)
         if epoch == FINAL_EPOCH or getattr(req, "is_renew_ack", False):
@@ -440,17 +437,15 @@ class ShareApis:
         epoch = req.share_session_epoch
         group_id, member_id = req.group_id or "", req.member_id or ""
 
-        def top_error(code: int, message: str | None):
-            return _top_error(ctx, code, message)
-
         refused = self._refused(ctx)
         if refused is not None:
             return refused
         if epoch == INITIAL_EPOCH:
-            return top_error(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session.")
+            return _top_error(ctx, ErrorCode.invalid_share_session_epoch,
+                              "ShareAcknowledge cannot open a share session.")
         session = self.sessions.check(group_id, member_id, epoch)
         if isinstance(session, int):
-            return top_error(session, None)
+            return _top_error(ctx, session, None)
         errors = self._acknowledge(group_id, member_id, req.topics)
         if epoch == FINAL_EPOCH:
             self.sessions.close(group_id, member_id)
