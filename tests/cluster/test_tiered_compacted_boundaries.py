@@ -123,9 +123,6 @@ def mixed(n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-# Open bug, seen once in two full runs on 2026-12-07 after the Kafka 4.4 merges (KIP-1241's copy lag now OR, -1
-# defaults): two remote segments overlapped, (112, 125) and (122, 135). Not explained yet; kept running, not strict.
-@pytest.mark.xfail(strict=False, reason="remote ranges overlapped once after the KIP-1241 change: under investigation")
 def test_a_new_leader_rebuilds_remote_runs_that_cross_its_segment_boundaries(cluster):
     topic = unique("boundaries")
     create(cluster, topic, assignment=[[1, 2, 3]], configs={

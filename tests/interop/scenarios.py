@@ -55,8 +55,10 @@ def values(msgs) -> list[bytes]:
 def create_topics(client):
     t1, t2 = unique("create"), unique("create")
     assert client.create_topics({t1: (3, {"retention.ms": "3600000"}), t2: (1, {})}) == {t1: 0, t2: 0}
-    topics = client.metadata().topics
-    assert topics[t1] == 3 and topics[t2] == 1
+    # A KRaft broker (Kafka 4.4) answers CreateTopics once the controller has committed the topics; its own
+    # metadata image may follow a moment later, so the topics are awaited, not expected at once.
+    wait_until(lambda: {t: n for t, n in client.metadata().topics.items() if t in (t1, t2)} == {t1: 3, t2: 1}, 10,
+               f"{t1} with 3 partitions and {t2} with 1 in the metadata")
     assert client.create_topics({t1: (3, {})}) == {t1: TOPIC_ALREADY_EXISTS}
     assert client.create_topics({"bad/name": (1, {})}) == {"bad/name": INVALID_TOPIC_EXCEPTION}
     assert "bad/name" not in client.metadata().topics

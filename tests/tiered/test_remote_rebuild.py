@@ -20,6 +20,7 @@ from tierlog.tiered.remote_rebuild import (
     aborted_in,
     build,
     checkpoint_through,
+    ends_before_upload,
     local_pieces,
     overlap_runs,
     run_epochs,
@@ -70,6 +71,16 @@ def test_a_range_is_located_between_batches_across_local_segments(lg):
     assert local_pieces(lg.segments, 0, 9) is not None
     assert local_pieces(lg.segments, 5, 16) is None, "a batch (4-5) reaches across the start"
     assert local_pieces(lg.segments, 4, 15) is None, "a batch (14-15) reaches across the end"
+
+
+def test_a_run_ending_inside_a_local_segment_not_uploaded_yet_awaits_that_upload():
+    # The old leader uploaded up to 125; this leader's segments start at 108, 122 and 136 (active, log end 150).
+    bases = [108, 122, 136]
+    assert ends_before_upload(bases, 150, 125, 125), "122..135 is not uploaded: its upload will overlap 112..125"
+    assert not ends_before_upload(bases, 150, 125, 135), "uploaded: the overlap is there, a stale run now"
+    assert not ends_before_upload(bases, 150, 121, 125), "the run ends at a local boundary"
+    assert ends_before_upload(bases, 150, 140, 140), "inside the active segment, never uploaded yet"
+    assert not ends_before_upload(bases, 141, 140, 140), "ends at the log end"
 
 
 def test_a_range_the_local_log_no_longer_holds_is_not_located(lg):

@@ -35,6 +35,8 @@ class Run:
     pieces: list[tuple[LogSegment, int, int]] | None = None
     stale: bool = False
     replaceable: bool = False
+    #: The run ends inside a local segment not uploaded yet (see :func:`ends_before_upload`).
+    awaits_upload: bool = False
 
     @property
     def local_bytes(self) -> int:
@@ -55,6 +57,16 @@ def overlap_runs(finished: list[RemoteLogSegmentMetadata]) -> list[Run]:
         else:
             runs.append(Run(md.start_offset, md.end_offset, [md]))
     return runs
+
+
+def ends_before_upload(bases: list[int], log_end_offset: int, run_end: int, highest_remote: int) -> bool:
+    """Whether a run ending at ``run_end`` ends inside a local segment (its base offsets ``bases``, the last one
+    the active segment's, ending at ``log_end_offset``) whose offsets after the run are not uploaded yet. Its
+    upload will overlap the run, which then needs a rebuild from the local batches of the whole range: until
+    then local retention keeps the segments the run touches (else the overlap could never be rebuilt)."""
+    ends = [b for b in bases if b > run_end]
+    holder_end = ends[0] if ends else log_end_offset
+    return holder_end != run_end + 1 and holder_end - 1 > highest_remote
 
 
 def within_lineage(md: RemoteLogSegmentMetadata, log_end_offset: int, entries: list[tuple[int, int]]) -> bool:

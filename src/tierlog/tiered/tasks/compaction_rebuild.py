@@ -33,6 +33,7 @@ from tierlog.tiered.metadata import (
 from tierlog.tiered.remote_rebuild import (
     Run,
     checkpoint_through,
+    ends_before_upload,
     local_pieces,
     overlap_runs,
     run_epochs,
@@ -136,8 +137,9 @@ class CompactionRebuild:
                 if self.remote_copy_state(seg.base_offset, end, seg.size) == "stale":
                     return False
                 if runs is None:
-                    runs = [r for r in self.rebuild_runs() if r.stale]
-                # A stale run of remote segments touching it waits for its rebuild from the local data.
+                    runs = [r for r in self.rebuild_runs() if r.stale or r.awaits_upload]
+                # A stale run of remote segments touching it waits for its rebuild from the local data, and so
+                # does one whose last local segment is still to be uploaded (and will overlap it).
                 return not any(r.overlaps(seg.base_offset, end) for r in runs)
             except Exception:  # noqa: BLE001 - metadata still loading or unavailable: keep it, ask next pass
                 return False
@@ -172,6 +174,8 @@ class CompactionRebuild:
             run.pieces = local_pieces(segments, run.start, run.end + 1)
             if run.pieces is None:
                 continue  # the local log does not hold the range (or not between batches): stays as it is
+            run.awaits_upload = ends_before_upload([seg.base_offset for seg in segments], lg.log_end_offset,
+                                                   run.end, highest)
             # A member covering the whole run is an earlier rebuild whose replaced segments wait for their
             # retirement: the run is stale only if the cleaner shrank the range since.
             whole = [m for m in run.members if m.start_offset == run.start and m.end_offset == run.end]
