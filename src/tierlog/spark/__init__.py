@@ -25,10 +25,17 @@ def prepare_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Make ``format("tierlog")`` available in a SparkSession."""
+    """Make ``format("tierlog")`` available in a SparkSession, with filter pushdown on: Spark leaves
+    Python data sources without it by default, and refuses a reader taking filters then (unless the
+    session turned it off on purpose; then read with ``tierlog.filterPushdown=false``)."""
     from tierlog.spark.source import TierlogDataSource
     spark.dataSource.register(TierlogDataSource)
+    if spark.conf.get(PUSHDOWN_CONF, None) is None:
+        spark.conf.set(PUSHDOWN_CONF, "true")
 
 
 def session(master: str | None = None, app_name: str = "tierlog", **configs):

@@ -33,7 +33,8 @@ from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
 from .options import SourceOptionError, SourceOptions
-from .plan import Planner, group
+from .plan import Planner, group, split
+from .pushdown import Pushdown, enabled, read_log_folder
 from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_tasks
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,17 @@ log = logging.getLogger(__name__)
 class SliceTask(InputPartition):
     """Planned slices read one after another by one Spark task."""
 
-    def __init__(self, tasks: list, opts: SourceOptions) -> None:
+    def __init__(self, tasks: list, opts: SourceOptions, pushdown: Pushdown | None = None) -> None:
         super().__init__(tasks)
         self.tasks = tasks
         self.opts = opts
+        self.pushdown = pushdown
 
     def read(self) -> Iterator:
-        return read_tasks(self.tasks, self.opts)
+        if self.pushdown is None:
+            return read_tasks(self.tasks, self.opts)
+        self.pushdown.record(self.tasks)
+        return self.pushdown.rows(read_tasks(self.tasks, self.opts))
 
 
 class TierlogDataSource(DataSource):
@@ -61,7 +66,10 @@ class TierlogDataSource(DataSource):
         return SPARK_SCHEMA_HEADERS if include == "true" else SPARK_SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        return BatchReader(options_mod.parse(self.options))
+        opts = options_mod.parse(self.options)
+        if enabled(self.options):
+            return PushdownBatchReader(opts, Pushdown(read_log=read_log_folder(self.options)))
+        return BatchReader(opts)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return StreamReader(options_mod.parse(self.options, streaming=True))
@@ -96,26 +104,47 @@ def _ranges(planner: Planner, opts: SourceOptions, start: dict[TopicPartition, i
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    """A batch read; with a :class:`Pushdown` (see :class:`PushdownBatchReader`) it plans and reads only
+    what the pushed filters let through."""
+
+    def __init__(self, opts: SourceOptions, pushdown: Pushdown | None = None) -> None:
         self.opts = opts
+        self.pushdown = pushdown
 
     def partitions(self) -> list[InputPartition]:
-        opts = self.opts
+        opts, pd = self.opts, self.pushdown
+        if pd is not None and pd.nothing:
+            return [SliceTask([], opts)]
         planner = Planner(opts)
         try:
             tps = planner.partitions()
+            if pd is not None:
+                tps = [tp for tp in tps if pd.keeps(tp)]
             bounds = planner.bounds(tps)
             start = planner.resolve(tps, opts.starting, opts.starting_timestamp, opts.starting_by_timestamp,
                                     bounds, "starting")
             end = planner.resolve(tps, opts.ending, opts.ending_timestamp, opts.ending_by_timestamp, bounds,
                                   "ending")
-            tasks = planner.plan(_ranges(planner, opts, start, end, bounds), opts.min_partitions)
+            ranges = _ranges(planner, opts, start, end, bounds)
+            if pd is None:
+                tasks = planner.plan(ranges, opts.min_partitions)
+            else:
+                # pruned before minPartitions cuts the slices, so the cuts share out what is read
+                tasks = split(pd.prune(planner, planner.plan(pd.cut_offsets(ranges))), opts.min_partitions)
         finally:
             planner.close()
-        return [SliceTask(g, opts) for g in group(tasks, opts.min_partitions)] or [SliceTask([], opts)]
+        return [SliceTask(g, opts, pd) for g in group(tasks, opts.min_partitions)] or [SliceTask([], opts)]
 
     def read(self, partition: SliceTask) -> Iterator:
         return partition.read()
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch read taking Spark's filters (:mod:`tierlog.spark.pushdown`): those it applies exactly are
+    kept from Spark, the others returned for Spark to evaluate."""
+
+    def pushFilters(self, filters: list) -> Iterator:
+        return list(self.pushdown.accept(filters))
 
 
 def _to_json(offsets: dict[TopicPartition, int]) -> dict:
