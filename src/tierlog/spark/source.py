@@ -2,7 +2,8 @@
 
 Options and output schema are Spark's Kafka source's (see :mod:`tierlog.spark.options`), so a
 pipeline moves from ``format("kafka")`` to ``format("tierlog")`` by changing the name. Reads plan on
-the driver (:mod:`tierlog.spark.plan`) and read on the executors (:mod:`tierlog.spark.read`).
+the driver (:mod:`tierlog.spark.plan`) and read on the executors (:mod:`tierlog.spark.read`); a batch
+read takes the filters of the query it can apply (:mod:`tierlog.spark.pushdown`).
 
 Streaming offsets are ``{"topic": {"partition": next offset}}``; the checkpoint holds them, so a query
 restarted from its checkpoint reads on exactly where it stopped. ``maxOffsetsPerTrigger`` (or a read
