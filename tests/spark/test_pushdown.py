@@ -19,6 +19,49 @@ BASE = (int(time.time()) - 3600) * 1000  # an hour ago, in ms: older records wou
 N = 900  # records per partition
 
 
+def test_pushed_filters_taken_and_returned():
+    """Which filters the source applies itself and which it hands back to Spark, and how a timestamp
+    bound in microseconds becomes Kafka's milliseconds (no broker, no Spark session)."""
+    import datetime
+
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        IsNull,
+        LessThan,
+        Not,
+        StringStartsWith,
+    )
+
+    from tierlog.client.types import TopicPartition
+    from tierlog.spark.pushdown import Pushdown
+
+    def at(us: int) -> datetime.datetime:
+        return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=us)
+
+    pd = Pushdown()
+    kept = [In(("offset",), (5, 9)), Not(EqualTo(("partition",), 1)), StringStartsWith(("topic",), "t"),
+            EqualTo(("value",), b"x"), GreaterThan(("timestamp",), datetime.datetime(2026, 1, 1))]  # naive
+    taken = [EqualTo(("topic",), "t"), In(("partition",), (0, 1, 2)), LessThan(("partition",), 2),
+             GreaterThanOrEqual(("offset",), 3), IsNotNull(("timestamp",)),
+             GreaterThan(("timestamp",), at(1_000_500)), LessThan(("timestamp",), at(2_000_001))]
+    back = list(pd.accept(kept[:2] + taken + kept[2:]))
+    assert back == kept and all(a is b for a, b in zip(back, kept))
+    assert (pd.ts_lo, pd.ts_hi) == (1001, 2000)  # > 1000.5 ms: from 1001; < 2000.001 ms: up to 2000
+    assert pd.offset_range == (5, 9) and not pd.nothing
+    assert [p for p in range(4) if pd.keeps(TopicPartition("t", p))] == [0, 1]
+    assert not pd.keeps(TopicPartition("u", 0))
+    assert pd.cut_offsets({TopicPartition("t", 0): (0, 100)}) == {TopicPartition("t", 0): (5, 10)}
+    nothing = Pushdown()
+    assert list(nothing.accept([IsNull(("offset",))])) == [] and nothing.nothing
+    assert list(nothing.accept([IsNull(("key",))])) == [IsNull(("key",))]
+    sub_ms = Pushdown()
+    assert list(sub_ms.accept([EqualTo(("timestamp",), at(1_000_500))])) == [] and sub_ms.nothing
+
+
 def produce_stamped(b, topic: str, stamps: dict[int, list[int]]) -> None:
     p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4000})
     for partition, times in stamps.items():

@@ -267,9 +267,10 @@ class Pushdown:
                     if t.end > t.start:
                         kept.append(t)
                 else:
-                    if not lower_done:
+                    # ListOffsets takes timestamps from 0 (negative ones ask for earliest, latest ...)
+                    if not lower_done and lo >= 0:
                         need_lo[tp] = len(kept)
-                    if upper:
+                    if upper and hi >= 0:
                         need_hi[tp] = len(kept)
                     kept.append(t)
             out[tp] = kept
