@@ -71,9 +71,10 @@ def produce_stamped(b, topic: str, stamps: dict[int, list[int]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def timed(cluster):
+def timed(cluster, tierlog_spark, tmp_path_factory):
     """CreateTime, two partitions, one record a second, with a late stamp early in partition 0 and an
-    early stamp late in partition 1 (timestamps out of offset order)."""
+    early stamp late in partition 1 (timestamps out of offset order): the topic, its rows (partition,
+    offset, timestamp, value) read without a filter, and the slices that read them."""
     topic = "timed"
     create(cluster, topic, 2)
     stamps = {p: [BASE + i * 1000 for i in range(N)] for p in (0, 1)}
@@ -81,7 +82,9 @@ def timed(cluster):
     stamps[1][N - 10] = BASE - 5000
     produce_stamped(cluster, topic, stamps)
     tiered(cluster, topic, 2)
-    return topic
+    everything, full = read(tierlog_spark, cluster, topic, tmp_path_factory.mktemp("unfiltered"))
+    assert len(everything) == 2 * N
+    return topic, everything, full
 
 
 def read(spark, b, topic: str, folder: Path, where=None, **options):
@@ -111,8 +114,7 @@ def needed(slices: list[tuple], rows: list[tuple]) -> set[str]:
 
 def test_a_time_filter_returns_the_same_rows_and_reads_only_the_segments_that_hold_them(
         tierlog_spark, cluster, timed, tmp_path, capsys):
-    everything, full = read(tierlog_spark, cluster, timed, tmp_path / "all")
-    assert len(everything) == 2 * N
+    timed, everything, full = timed
     remote = [s for s in full if s[0] == "remote"]
     assert {s[1] for s in remote} == {0, 1} and len(remote) >= 4
     # the bound: the middle of partition 1's last remote segment, so it lies inside a segment
@@ -143,7 +145,7 @@ def test_a_time_filter_returns_the_same_rows_and_reads_only_the_segments_that_ho
 
 
 def test_partition_offset_and_topic_filters_cut_the_slices(tierlog_spark, cluster, timed, tmp_path):
-    everything, _ = read(tierlog_spark, cluster, timed, tmp_path / "all")
+    timed, everything, _ = timed
     got, slices = read(tierlog_spark, cluster, timed, tmp_path / "cut",
                        (F.col("topic") == timed) & (F.col("partition") == 1) & (F.col("offset") >= 100)
                        & (F.col("offset") < 300))
@@ -159,7 +161,7 @@ def test_partition_offset_and_topic_filters_cut_the_slices(tierlog_spark, cluste
 
 
 def test_broker_mode_starts_each_partition_at_the_brokers_answer(tierlog_spark, cluster, timed, tmp_path):
-    everything, _ = read(tierlog_spark, cluster, timed, tmp_path / "all")
+    timed, everything, _ = timed
     lo = BASE + 600 * 1000
     got, slices = read(tierlog_spark, cluster, timed, tmp_path / "broker", F.col("timestamp") > F.timestamp_millis(
         F.lit(lo)), direct=False)

@@ -94,13 +94,16 @@ class Pushdown:
     ts_hi: int | None = None
     empty: bool = False  # a contradiction (IS NULL on a column never null, disjoint sets)
     read_log: str | None = None
+    used: bool = False  # a filter was taken: the plan may be a small part of the topic
 
     # ------------------------------------------------------------------------------- accepting
 
     def accept(self, filters: Iterable) -> Iterator:
         """Take what can be applied exactly; yield the rest (by reference, as Spark asks)."""
         for f in filters:
-            if not self._take(f):
+            if self._take(f):
+                self.used = True
+            else:
                 yield f
 
     def _take(self, f) -> bool:
@@ -246,10 +249,12 @@ class Pushdown:
                     continue
                 if isinstance(t, RemoteSlice):
                     md = t.segment
-                    if lo is not None and md.max_timestamp_ms < lo:
+                    known = md.max_timestamp_ms >= 0  # -1: unknown (no timestamp seen), never skipped
+                    if known and lo is not None and md.max_timestamp_ms < lo:
                         skipped += 1
                         continue
-                    if not lower_done or (upper and md.max_timestamp_ms > hi):
+                    passes = upper and known and md.max_timestamp_ms > hi
+                    if not lower_done or passes:
                         entries = _time_entries(planner, t)
                         if not lower_done and entries is not None:
                             # offsets up to an entry's offset hold timestamps at or below the entry's
@@ -257,7 +262,7 @@ class Pushdown:
                             if i >= 0:
                                 t = replace(t, start=max(t.start, entries.base_offset + entries.offsets[i] + 1))
                                 cut += 1
-                        if upper and md.max_timestamp_ms > hi:
+                        if passes:
                             stop = True  # LogAppendTime: every later offset is at least this segment's max
                             if entries is not None:
                                 i = bisect_right(entries.timestamps, hi)
@@ -291,6 +296,21 @@ class Pushdown:
         log.info("Filter pushdown (timestamp %s..%s): %d remote segment(s) skipped, %d cut by its time index, "
                  "%d slice(s) left of %d", lo, hi, skipped, cut, len(result), len(tasks))
         return result
+
+    def pack(self, groups: list[list]) -> list[list]:
+        """Spark tasks for a filtered read: what is left of each partition is often small, and each Spark
+        task of a Python data source costs about 0.15 s (as much as reading 70 MiB, :data:`plan.TASK_BYTES`),
+        so the smallest tasks are joined while together below :data:`SMALL_TASK_BYTES`."""
+        if not self.used or len(groups) < 2:
+            return groups
+        rate = _bytes_per_offset([t for g in groups for t in g])
+        sized = sorted(([sum(_estimate(t, rate) for t in g), g] for g in groups), key=lambda x: x[0])
+        while len(sized) > 1 and sized[0][0] + sized[1][0] <= SMALL_TASK_BYTES:
+            (a, ga), (b, gb) = sized[0], sized[1]
+            joined = [t for t in ga + gb if isinstance(t, RemoteSlice)] + \
+                [t for t in ga + gb if not isinstance(t, RemoteSlice)]  # remote first: read_tasks' order
+            sized = sorted([[a + b, joined]] + sized[2:], key=lambda x: x[0])
+        return [g for _, g in sized]
 
     # ------------------------------------------------------------------------------- reading
 
@@ -326,6 +346,25 @@ class Pushdown:
         os.makedirs(self.read_log, exist_ok=True)
         with open(os.path.join(self.read_log, f"{uuid.uuid4().hex}.log"), "w") as f:
             f.writelines(lines)
+
+
+SMALL_TASK_BYTES = 64 * 1024 * 1024
+
+
+def _bytes_per_offset(tasks: list) -> float:
+    """Bytes per offset of the planned remote segments (a broker slice's size is not known; 1 KiB without
+    any remote segment)."""
+    size = count = 0
+    for t in tasks:
+        if isinstance(t, RemoteSlice):
+            size += t.segment.segment_size_in_bytes
+            count += t.segment.end_offset - t.segment.start_offset + 1
+    return size / count if count else 1024.0
+
+
+def _estimate(t, rate: float) -> float:
+    return (t.end - t.start) * (t.segment.segment_size_in_bytes / max(1, t.segment.end_offset - t.segment.start_offset
+                                                                       + 1) if isinstance(t, RemoteSlice) else rate)
 
 
 def _comparison(f, value: int | None, unit: int) -> tuple[int, int] | None:

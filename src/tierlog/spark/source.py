@@ -134,7 +134,10 @@ class BatchReader(DataSourceReader):
                 tasks = split(pd.prune(planner, planner.plan(pd.cut_offsets(ranges))), opts.min_partitions)
         finally:
             planner.close()
-        return [SliceTask(g, opts, pd) for g in group(tasks, opts.min_partitions)] or [SliceTask([], opts)]
+        groups = group(tasks, opts.min_partitions)
+        if pd is not None and not opts.min_partitions:
+            groups = pd.pack(groups)
+        return [SliceTask(g, opts, pd) for g in groups] or [SliceTask([], opts)]
 
     def read(self, partition: SliceTask) -> Iterator:
         return partition.read()
