@@ -126,7 +126,7 @@ def timed_read(spark, fmt: str, options: dict, expected_rows: int, since_ms: int
     dt = time.perf_counter() - t0
     if row["n"] != expected_rows:
         raise RuntimeError(f"{fmt} {options.get('tierlog.readMode', '')}: {row['n']} rows, expected {expected_rows}")
-    return dt, int(row["n"]), int(row["bytes"])
+    return dt, int(row["n"]), int(row["bytes"] or 0)  # sum() of no rows is null
 
 
 def ceiling_source(rows: int, tasks: int, record_bytes: int):
