@@ -298,19 +298,21 @@ class Pushdown:
         return result
 
     def pack(self, groups: list[list]) -> list[list]:
-        """Spark tasks for a filtered read: what is left of each partition is often small, and each Spark
+        """Spark tasks for a filtered read. What is left of each partition is often small, and each Spark
         task of a Python data source costs about 0.15 s (as much as reading 70 MiB, :data:`plan.TASK_BYTES`),
-        so the smallest tasks are joined while together below :data:`SMALL_TASK_BYTES`."""
+        so remote slices are joined across partitions while together below :data:`SMALL_TASK_BYTES`; the
+        local tails, often most of a recent time range, are one task of their own (one consumer), read
+        while another core reads the remote slices."""
         if not self.used or len(groups) < 2:
             return groups
-        rate = _bytes_per_offset([t for g in groups for t in g])
-        sized = sorted(([sum(_estimate(t, rate) for t in g), g] for g in groups), key=lambda x: x[0])
+        slices = [t for g in groups for t in g]
+        tails = [t for t in slices if not isinstance(t, RemoteSlice)]
+        remote = [[t for t in g if isinstance(t, RemoteSlice)] for g in groups]
+        sized = sorted(([sum(_estimate(t) for t in g), g] for g in remote if g), key=lambda x: x[0])
         while len(sized) > 1 and sized[0][0] + sized[1][0] <= SMALL_TASK_BYTES:
             (a, ga), (b, gb) = sized[0], sized[1]
-            joined = [t for t in ga + gb if isinstance(t, RemoteSlice)] + \
-                [t for t in ga + gb if not isinstance(t, RemoteSlice)]  # remote first: read_tasks' order
-            sized = sorted([[a + b, joined]] + sized[2:], key=lambda x: x[0])
-        return [g for _, g in sized]
+            sized = sorted([[a + b, ga + gb]] + sized[2:], key=lambda x: x[0])
+        return [g for _, g in sized] + ([tails] if tails else [])
 
     # ------------------------------------------------------------------------------- reading
 
@@ -348,23 +350,12 @@ class Pushdown:
             f.writelines(lines)
 
 
-SMALL_TASK_BYTES = 32 * 1024 * 1024  # two such tasks read in parallel on two cores beat one of twice the size
+SMALL_TASK_BYTES = 64 * 1024 * 1024
 
 
-def _bytes_per_offset(tasks: list) -> float:
-    """Bytes per offset of the planned remote segments (a broker slice's size is not known; 1 KiB without
-    any remote segment)."""
-    size = count = 0
-    for t in tasks:
-        if isinstance(t, RemoteSlice):
-            size += t.segment.segment_size_in_bytes
-            count += t.segment.end_offset - t.segment.start_offset + 1
-    return size / count if count else 1024.0
-
-
-def _estimate(t, rate: float) -> float:
-    return (t.end - t.start) * (t.segment.segment_size_in_bytes / max(1, t.segment.end_offset - t.segment.start_offset
-                                                                       + 1) if isinstance(t, RemoteSlice) else rate)
+def _estimate(t: RemoteSlice) -> float:
+    md = t.segment
+    return (t.end - t.start) * md.segment_size_in_bytes / max(1, md.end_offset - md.start_offset + 1)
 
 
 def _comparison(f, value: int | None, unit: int) -> tuple[int, int] | None:
