@@ -22,6 +22,7 @@ from tests.tiered.compactlib import CLEANER_SETTINGS, COMPACTED_TOPIC, alter, wa
 from tierlog.spark import options, table
 from tierlog.spark.plan import BrokerSlice, RemoteSlice
 from tierlog.spark.read import arrow_schema
+from tierlog.spark.source import TierlogDataSource
 
 TOPIC = "customers"
 Record = tuple[int, int, bytes, bytes | None, int]  # partition, offset, key, value, timestamp (ms)
@@ -47,7 +48,7 @@ class Changelog:
         self.history: list[Record] = []
 
     def write(self, records: list[tuple[bytes, bytes | None]], transaction: str | None = None,
-              commit: bool = True) -> list[Record]:
+              commit: bool = True, partition: int = -1) -> list[Record]:
         config = {"bootstrap.servers": self.b.bootstrap, "linger.ms": 2, "batch.size": 600}
         if transaction:
             config["transactional.id"] = transaction
@@ -62,7 +63,7 @@ class Changelog:
             p.begin_transaction()
         for key, value in records:
             self.clock += 1
-            p.produce(TOPIC, value, key, timestamp=self.clock, on_delivery=done)
+            p.produce(TOPIC, value, key, partition, timestamp=self.clock, on_delivery=done)
             p.poll(0)
         assert p.flush(60) == 0 and len(acked) == len(records)
         if transaction:
@@ -143,6 +144,8 @@ def test_compacted_topic_as_a_table(tierlog_spark, changelog_broker):
     log.write([(b"c%03d" % i, b"aborted") for i in range(30, 50)] + [(b"c001", b"aborted")], "tx-abort", commit=False)
     log.write([(b"c%03d" % i, b"v4-%03d" % i) for i in range(50, 55)] + [(b"c002", b"v4")], "tx-commit")
     log.write([(b"c%03d" % i, b"v5-%03d" % i) for i in range(45, 48)])
+    for p in (0, 1):  # a key written to both partitions (another partitioner): a row in each
+        log.write([(b"twice", b"in-%d" % p)], partition=p)
 
     # one task per partition: the cleaned remote segments straight from the store, then the dirty tail
     tasks, got = in_process(b)
@@ -153,6 +156,7 @@ def test_compacted_topic_as_a_table(tierlog_spark, changelog_broker):
     assert spark_table(spark, b) == expected
     assert not any(v == b"aborted" for *_, v in expected)
     keys = {k for _, _, k, _ in expected}
+    assert sorted((p, v) for p, _, k, v in expected if k == b"twice") == [(0, b"in-0"), (1, b"in-1")]
     assert keys >= {b"c002", b"c070", b"n000"} and b"c005" not in keys
 
     # as of an offset and a time in the middle of the dirty tail
@@ -207,6 +211,8 @@ def test_table_options_are_checked():
             opts = {**base, "tierlog.view": "table", **bad} if "tierlog.view" not in bad else {**base, **bad}
             table.requested(opts)
             table.parse(opts)
+    with pytest.raises(options.SourceOptionError, match="batch reads only"):
+        TierlogDataSource({**base, "tierlog.view": "table"}).streamReader(None)
     assert table.parse({**base, "tierlog.asOfTimestamp": "1700000000000"}).timestamp == 1700000000000
     parsed = table.table_options(options.parse(base))
     assert parsed.read_committed

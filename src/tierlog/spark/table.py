@@ -21,7 +21,8 @@ Every Spark task reads one whole partition from its log start offset: the remote
 the log cleaner before they were tiered) straight from the store when the remote store is given, then
 the dirty tail through the broker, exactly the plan of a log read (:mod:`tierlog.spark.plan`). The
 reduction runs on the Arrow batches the columnar decoder makes (sort by key and offset, keep each key's
-last row), a bounded amount of batches at a time, so memory is the partition's live keys plus one chunk.
+last row), a bounded number of rows at a time, so a task holds one row per key of its partition (deleted
+ones too, until the end) plus one chunk.
 
 Transactions: unless ``kafka.isolation.level`` is given, the table view reads ``read_committed``, so an
 aborted upsert never becomes a key's value and ``latest`` is the last stable offset.
