@@ -20,9 +20,9 @@ partitioner) is a row in each.
 Every Spark task reads one whole partition from its log start offset: the remote segments (cleaned by
 the log cleaner before they were tiered) straight from the store when the remote store is given, then
 the dirty tail through the broker, exactly the plan of a log read (:mod:`tierlog.spark.plan`). The
-reduction runs on the Arrow batches the columnar decoder makes (sort by key and offset, keep each key's
-last row), a bounded number of rows at a time, so a task holds one row per key of its partition (deleted
-ones too, until the end) plus one chunk.
+reduction runs on the Arrow batches the columnar decoder makes (a hash group-by of the keys keeps each
+key's row of highest offset), a bounded number of rows at a time, so a task holds one row per key of its
+partition (deleted ones too, until the end) plus one chunk.
 
 Transactions: unless ``kafka.isolation.level`` is given, the table view reads ``read_committed``, so an
 aborted upsert never becomes a key's value and ``latest`` is the last stable offset.
@@ -177,14 +177,12 @@ class TableReader(DataSourceReader):
 
 def _last_per_key(table: pa.Table) -> pa.Table:
     """The row with the highest offset of each key (tombstones kept: a later chunk may need them to hide
-    an older value; records in one partition have distinct offsets)."""
+    an older value). A hash group-by of the keys, then the rows whose offset is one of the maxima: the
+    offsets of one partition are distinct (a task reduces one partition), so no join is needed."""
     if table.num_rows <= 1:
         return table
-    order = pc.sort_indices(table, sort_keys=[("key", "ascending"), ("offset", "ascending")])
-    keys = table.column("key").combine_chunks().take(order)
-    # a row is its key's last when the next row (in key order) holds another key
-    last = pa.concat_arrays([pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)), pa.array([True])])
-    return table.take(pc.filter(order, last))
+    found = table.select(["key", "offset"]).group_by("key", use_threads=False).aggregate([("offset", "max")])
+    return table.filter(pc.is_in(table.column("offset"), value_set=found.column("offset_max")))
 
 
 def latest_per_key(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
