@@ -175,6 +175,8 @@ def test_compacted_topic_as_a_table(tierlog_spark, changelog_broker):
     _, early = in_process(b, **{"tierlog.asOfOffsets": json.dumps({TOPIC: {str(p): o for p, o in inside.items()}})})
     truth = latest(log.history, lambda r: r[1] < inside[r[0]])
     assert early and set(early) <= set(truth)
+    with pytest.raises(options.SourceOptionError, match="outside its log"):
+        in_process(b, **{"tierlog.asOfOffsets": json.dumps({TOPIC: {"0": 10**9}})})
 
 
 def test_latest_per_key_reduces_in_chunks(monkeypatch):
