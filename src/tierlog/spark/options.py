@@ -19,7 +19,9 @@ tierlog's:
 - ``tierlog.metadataTopicPartitions``: partitions of ``__remote_log_metadata`` (read from the broker
   when not given);
 - ``tierlog.bootstrapTimeoutMs``: how long the driver waits for a first answer from
-  ``kafka.bootstrap.servers`` before the query fails saying the broker is unreachable (default 15000).
+  ``kafka.bootstrap.servers`` before the query fails saying the broker is unreachable (default 15000);
+- ``tierlog.view``, ``tierlog.asOfOffsets``, ``tierlog.asOfTimestamp``: a compacted topic read as a table,
+  checked and read by :mod:`tierlog.spark.table`.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
+from . import table
 from .options import SourceOptionError, SourceOptions
 from .plan import Planner, group
 from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_tasks
@@ -61,9 +62,14 @@ class TierlogDataSource(DataSource):
         return SPARK_SCHEMA_HEADERS if include == "true" else SPARK_SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        return BatchReader(options_mod.parse(self.options))
+        opts = options_mod.parse(self.options)
+        if table.requested(self.options):  # compacted topics as tables (tierlog.spark.table)
+            return table.TableReader(opts, table.parse(self.options))
+        return BatchReader(opts)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
+        if table.requested(self.options):
+            raise SourceOptionError(f"{table.VIEW}=table is for batch reads only")
         return StreamReader(options_mod.parse(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:
