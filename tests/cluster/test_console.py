@@ -40,8 +40,9 @@ SHOTS = os.environ.get("TIERLOG_CONSOLE_SCREENSHOTS")
 #: The browser's flags: no network of its own (updates, sync, QUIC), a fresh profile per run.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIERED = {"remote.storage.enable": "true", "segment.bytes": "6000", "min.insync.replicas": "2",
-          "file.delete.delay.ms": "0"}
+# local retention keeps about two segments: the timeline shows history that is remote only
+TIERED = {"remote.storage.enable": "true", "segment.bytes": "6000", "local.retention.bytes": "12000",
+          "min.insync.replicas": "2", "file.delete.delay.ms": "0"}
 POLL_MS = 500  # the pages ask every half second here (?poll=), so a change shows within the waits below
 
 
@@ -78,7 +79,8 @@ class Console:
 def cluster(tmp_path_factory, zookeeper):
     root = tmp_path_factory.mktemp("console")
     settings = tiered_settings(root, **{"rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-                                        "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200"})
+                                        "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200",
+                                        "group.initial.rebalance.delay.ms": "0"})
     # each broker's endpoint on a port its metrics.port names, so the console finds it through the cluster
     ports = {i: PortReservation() for i in (1, 2, 3)}
     c = start_cluster(root, zookeeper, brokers=3, settings=settings,
@@ -191,7 +193,7 @@ def test_topic_and_its_timeline_show_tier_status_and_follow_a_copy(cluster, cons
     topic = unique("console-tiered")
     ok("topic", "create", topic, "-b", cluster.bootstrap, "-p", "1", "-r", "3",
        *[a for k, v in TIERED.items() for a in ("--config", f"{k}={v}")])
-    write(cluster, topic, 120)
+    write(cluster, topic, 100)
     seen = {}
 
     def tiered():
@@ -215,7 +217,7 @@ def test_topic_and_its_timeline_show_tier_status_and_follow_a_copy(cluster, cons
     before = row["remote_segments"]
 
     # more records, more segments copied: the open page follows without a reload
-    write(cluster, topic, 120)
+    write(cluster, topic, 40)
     until(page, lambda: int(figure(page, "remote_segments") or 0) > before, 90,
           "the timeline showing the newly copied segments")
     row = until(page, matches, 30, "the timeline's figures after the copy")
