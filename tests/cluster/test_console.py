@@ -288,6 +288,7 @@ def test_groups_page_shows_group_describe(cluster, console, page):
     until(page, lambda: cell(page, f"tr[data-tp='{topic}-0']", "lag") == str(want["lag"]), 30,
           "the group's lag as `tierlog group describe` shows it")
     assert cell(page, f"tr[data-tp='{topic}-0']", "current_offset") == str(want["current_offset"])
+    until(page, lambda: page.locator("#lag-chart").count(), 30, "the lag line, drawn from the second answer on")
     shot(page, "group")
 
 

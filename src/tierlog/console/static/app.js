@@ -28,21 +28,27 @@ async function api(path, options = {}) {
   return body;
 }
 
-// The answer of `path`, asked again every POLL_MS; the last good answer stays while an error shows.
+// The answer of `path`, asked again POLL_MS after the last one came, or five times as long as that one
+// took when longer (a big cluster's answers are slow to make: the console then asks the brokers less
+// often), at most 10 * POLL_MS (one slow answer while a broker dies must not hide the next changes for
+// long); the last good answer stays while an error shows.
 function usePoll(path) {
-  const [state, setState] = useState({ data: null, error: null, at: null });
+  const [state, setState] = useState({ data: null, error: null, at: null, every: POLL_MS });
   useEffect(() => {
     let live = true;
     let timer = null;
-    setState({ data: null, error: null, at: null });
+    setState({ data: null, error: null, at: null, every: POLL_MS });
     const tick = async () => {
+      const started = performance.now();
+      let every = POLL_MS;
       try {
         const data = await api(path);
-        if (live) setState({ data, error: null, at: new Date() });
+        every = Math.min(10 * POLL_MS, Math.max(POLL_MS, 5 * (performance.now() - started)));
+        if (live) setState({ data, error: null, at: new Date(), every });
       } catch (e) {
-        if (live) setState((s) => ({ data: s.data, error: e.message, at: s.at }));
+        if (live) setState((s) => ({ data: s.data, error: e.message, at: s.at, every }));
       }
-      if (live) timer = setTimeout(tick, POLL_MS);
+      if (live) timer = setTimeout(tick, every);
     };
     tick();
     return () => { live = false; clearTimeout(timer); };
@@ -79,7 +85,8 @@ function Status({ state }) {
 }
 
 function Updated({ state }) {
-  return state.at && html`<p class="updated">updated ${state.at.toLocaleTimeString()}, every ${POLL_MS / 1000} s</p>`;
+  return state.at && html`<p class="updated">updated ${state.at.toLocaleTimeString()}, next in
+    ${(state.every / 1000).toFixed(1)} s</p>`;
 }
 
 // -------------------------------------------------------------------------------------------------- pages
@@ -324,12 +331,13 @@ function GroupPage({ name }) {
     if (g) setHistory((h) => [...h.slice(-119), g.partitions.reduce((s, p) => s + (p.lag || 0), 0)]);
   }, [state.at]);
   return html`<h1>Group ${name}</h1><${Status} state=${state} />
-    ${g && html`<p>state <b data-k="state">${g.state}</b>, protocol ${show(g.protocol_type)}, assignor ${show(g.assignor)},
+    ${g && html`<p>state <b data-k="state">${g.state}</b>, protocol ${g.protocol_type || "-"}, assignor ${g.assignor || "-"},
         coordinator ${g.coordinator.id}</p>
       <${LagChart} points=${history} />
       <h2>Members</h2>
       <table id="members"><thead><tr><th>member</th><th>client</th><th>host</th><th>partitions</th></tr></thead>
-      <tbody>${g.members.map((m) => html`<tr><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
+      <tbody>${g.members.length === 0 && html`<tr><td colspan="4" class="muted">no members</td></tr>`}
+        ${g.members.map((m) => html`<tr><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
         <td>${m.partitions.join(", ")}</td></tr>`)}</tbody></table>
       <h2>Offsets and lag</h2>
       <table id="lag"><thead><tr><th>topic</th><th class="num">partition</th><th class="num">committed</th>
