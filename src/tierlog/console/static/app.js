@@ -85,8 +85,8 @@ function Status({ state }) {
 }
 
 function Updated({ state }) {
-  return state.at && html`<p class="updated">updated ${state.at.toLocaleTimeString()}, next in
-    ${(state.every / 1000).toFixed(1)} s</p>`;
+  const next = (state.every / 1000).toFixed(1);
+  return state.at && html`<p class="updated">updated ${state.at.toLocaleTimeString()}, next in ${next} s</p>`;
 }
 
 // -------------------------------------------------------------------------------------------------- pages
