@@ -2,18 +2,23 @@
 of a topic while the tierlog broker is restarted mid-stream, by SIGTERM and by SIGKILL: no record is lost, a record
 the broker confirmed as accepted is never delivered again, and the records acquired but not yet acknowledged at the
 restart (their commitSync fails) are delivered again after it. Acquisitions are not persisted (by Kafka 4.4
-neither), so those come back with delivery count 1; a count never goes down otherwise."""
+neither), so those come back with delivery count 1; a count never goes down otherwise.
+
+The same run against Kafka 4.4.0 (a KRaft node of its own, restarted on its ports) takes a second JVM, more than
+CI's budget allows: ``TIERLOG_SHARE_RESTART_KAFKA=1 python -m pytest tests/server/test_share_restart.py``."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
+import tempfile
 import threading
 
 import pytest
 
 from tests.harness import ROOT
-from tests.harness.apache_kafka import kafka_peer_module
+from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module
 from tests.harness.broker import BrokerProcess
 from tests.harness.java_programs import java_program_command
 from tests.harness.rawclient import create_topic, raw_client, unique
@@ -46,9 +51,8 @@ def read_across_restart(broker, restart) -> list[str]:
 
     async def produce():
         async with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as producer:
-            for i in range(RECORDS):
-                await producer.send(topic, f"rec-{i}".encode())
-            await producer.flush()
+            for i in range(RECORDS):  # a batch each: Kafka 4.4 hands a whole batch to one poll
+                await producer.send_and_wait(topic, f"rec-{i}".encode())
 
     asyncio.run(produce())
     with raw_client(broker.bootstrap) as raw:
@@ -97,3 +101,30 @@ def check(lines: list[str]) -> None:
 @pytest.mark.parametrize("clean", [True, False], ids=["sigterm", "sigkill"])
 def test_kafka_share_consumer_reads_every_record_across_a_restart(restartable, clean):
     check(read_across_restart(restartable, lambda: restartable.restart(clean=clean)))
+
+
+@pytest.mark.skipif(not os.environ.get("TIERLOG_SHARE_RESTART_KAFKA"), reason="a second Kafka JVM: on demand only")
+def test_the_same_restarts_on_kafka_44():
+    """Kafka 4.4.0 passes the same checks (measured: SIGKILL gives the same 5 failed acknowledgements and the same
+    redeliveries at delivery count 1 as tierlog; after SIGTERM Kafka still answered the acknowledgement in flight)."""
+    kp = kafka_peer_module
+    port, controller = kp.free_port(), kp.free_port()
+    node = kp.KafkaKRaftNode(tempfile.mkdtemp(), 1, port, {1: controller}, kp.random_cluster_id(), overrides={
+        **SHARED_SETTINGS, **OVERRIDES, "group.share.min.record.lock.duration.ms": "1000"})
+    try:
+        node.start()
+    except kp.KafkaPeerError as e:
+        pytest.skip(f"Kafka cannot run here: {e}")
+
+    class Peer:
+        bootstrap = node.bootstrap
+
+    def restart(clean: bool) -> None:
+        node.stop() if clean else node.kill()
+        node.start()
+
+    try:
+        for clean in (True, False):
+            check(read_across_restart(Peer, lambda clean=clean: restart(clean)))
+    finally:
+        node.stop()
