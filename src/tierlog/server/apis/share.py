@@ -23,7 +23,10 @@ ShareFetch, as Kafka's ``KafkaApis.handleShareFetchRequest``:
 4. The answer holds the batches read and the acquired ranges with their delivery counts; an incremental
    session's answer leaves out partitions with nothing to say, as Kafka's does.
 
-The ``share.version`` feature gates every API here through one check, :func:`share_groups_enabled`.
+The ``share.version`` feature gates every API here through one check, :func:`share_groups_enabled`; at level 2 a
+group with ``errors.deadletterqueue.topic.name`` sends the records it gives up on to its dead-letter queue
+(KIP-1191): the share-partitions changed by an acknowledgement, a release or an expired lock hand their ARCHIVING
+ranges to :class:`~tierlog.server.share_dlq.ShareGroupDlqWriter`.
 """
 
 from __future__ import annotations
