@@ -231,7 +231,7 @@ class Broker:
         controller.add_listener(coordinator_leadership(coordinator, txn.coordinator, rm))
         quotas.follow(controller)
         self.share = ShareApis.build(cfg, controller, rm, BrokerOffsetsTopicLog(controller, rm), self.node_id,
-                                     security.authorizer)
+                                     security.authorizer, self.metrics)
         self._register_apis(rm, coordinator, txn, topic_metrics, authorization)
         return mode.internal_handlers(rm)
 

@@ -18,6 +18,9 @@ The DLQ topic is checked at each write, with Kafka's messages: its name may not 
 with the broker's ``errors.deadletterqueue.topic.name.prefix`` (when set), and it must exist with the topic config
 ``errors.deadletterqueue.group.enable=true`` (Kafka's ``errors.deadletterqueue.auto.create.topics.enable`` is not
 built: a missing topic is refused as Kafka's default refuses it).
+
+Kafka's ShareGroupMetrics meters ``DeadLetterQueueRecordCount``, ``DeadLetterQueueTotalProduceRequestsPerSec`` and
+``DeadLetterQueueFailedProduceRequestsPerSec`` (tag ``group``) are counters here (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ CLIENT_REJECT = "Offset rejected by client."
 DELIVERY_COUNT_EXCEEDED = "Offset delivery count exceeded the threshold."
 #: the bytes read from the source partition at a time when copying records
 COPY_READ_BYTES = 1024 * 1024
+#: Kafka 4.4's ShareGroupMetrics meters (kafka.server:type=ShareGroupMetrics,name=...,group=G) as counters
+RECORD_COUNT = "kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total"
+PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuetotalproducerequests_total"
+FAILED_PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests_total"
 
 
 class DlqTopicError(Exception):
@@ -66,15 +73,22 @@ class ShareGroupDlqWriter:
     share API persists the state and wakes waiting fetches)."""
 
     def __init__(self, replica_manager, controller, group_config: Callable[[str, str], str],
-                 on_done: Callable[[SharePartition, uuid.UUID], None]):
+                 on_done: Callable[[SharePartition, uuid.UUID], None], metrics=None):
         self.rm = replica_manager
         self.controller = controller
         self.group_config = group_config
         self.on_done = on_done
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task | None = None
-        self.records_written = 0  # Kafka's DeadLetterQueueRecordCount, summed over groups
-        self.failed_writes = 0  # Kafka's DeadLetterQueueFailedProduceRequests, summed
+        self._metrics = None
+        if metrics is not None:
+            self._metrics = (
+                metrics.counter(RECORD_COUNT, "Records written to share groups' dead-letter queues (Kafka's "
+                                "ShareGroupMetrics DeadLetterQueueRecordCount).", ("group",)),
+                metrics.counter(PRODUCE_REQUESTS, "Writes to share groups' dead-letter queues, one per archived "
+                                "range (Kafka's DeadLetterQueueTotalProduceRequestsPerSec).", ("group",)),
+                metrics.counter(FAILED_PRODUCE_REQUESTS, "Writes to share groups' dead-letter queues that failed "
+                                "(Kafka's DeadLetterQueueFailedProduceRequestsPerSec).", ("group",)))
 
     def submit(self, sp: SharePartition, topic_id: uuid.UUID) -> None:
         """Queue the share-partition's ARCHIVING ranges not yet handed over."""
@@ -100,15 +114,16 @@ class ShareGroupDlqWriter:
         assert self._queue is not None
         while not self._queue.empty():
             job = self._queue.get_nowait()
+            self._count(1, job.sp.group_id)
             try:
                 await self._write(job)
             except (DlqTopicError, KafkaError) as e:
-                self.failed_writes += 1
+                self._count(2, job.sp.group_id)
                 log.warning("Failed to write offsets %d-%d of %s-%d to the DLQ of share group %s, archiving "
                             "them regardless: %s", job.batch.first_offset, job.batch.last_offset, job.sp.topic,
                             job.sp.partition, job.sp.group_id, e)
             except Exception:  # never leave records in ARCHIVING because of a bug here
-                self.failed_writes += 1
+                self._count(2, job.sp.group_id)
                 log.exception("DLQ write of share group %s failed", job.sp.group_id)
             job.sp.finish_archiving(job.batch.first_offset, job.batch.last_offset)
             self.on_done(job.sp, job.topic_id)
@@ -150,7 +165,11 @@ class ShareGroupDlqWriter:
             records.append(Record(timestamp=now, key=original.key if original else None,
                                   value=original.value if original else None, headers=headers))
         self.rm.append_records(dlq, sp.partition % partitions, build_batch(records))
-        self.records_written += len(records)
+        self._count(0, sp.group_id, len(records))
+
+    def _count(self, which: int, group_id: str, n: int = 1) -> None:
+        if self._metrics is not None:
+            self._metrics[which].labels(group_id).inc(n)
 
     async def _originals(self, sp: SharePartition, first: int, last: int) -> dict[int, Record]:
         """The records ``first``..``last`` of the source partition, as far as the log still holds them."""

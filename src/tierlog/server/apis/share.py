@@ -88,7 +88,7 @@ def _client_host(ctx: RequestContext) -> str:
 class ShareApis:
     def __init__(self, coordinator: ShareGroupCoordinator, manager: SharePartitionManager,
                  sessions: ShareSessionCache, replica_manager: ReplicaManager, controller: Controller,
-                 node_id: int, authorizer=None):
+                 node_id: int, authorizer=None, metrics=None):
         self.coordinator = coordinator
         self.manager = manager
         self.sessions = sessions
@@ -103,11 +103,11 @@ class ShareApis:
         # KIP-1191: share.version 2 and a DLQ topic named by the group (Kafka's isDLQEnabledForGroup)
         manager.dlq_enabled = lambda group_id: (controller.finalized_level(SHARE_VERSION) >= 2
                                                 and bool(self._group_config(group_id, DLQ_TOPIC_NAME)))
-        self.dlq = ShareGroupDlqWriter(replica_manager, controller, self._group_config, self._dlq_done)
+        self.dlq = ShareGroupDlqWriter(replica_manager, controller, self._group_config, self._dlq_done, metrics)
 
     @classmethod
     def build(cls, cfg, controller: Controller, rm: ReplicaManager, offsets_log, node_id: int,
-              authorizer=None) -> ShareApis:
+              authorizer=None, metrics=None) -> ShareApis:
         """The share group services of a broker: membership, the share-partitions and their state topic."""
         config = ShareConfig.from_broker_config(cfg)
         store = ShareStateStore(offsets_log, num_partitions=cfg["share.coordinator.state.topic.num.partitions"],
@@ -123,7 +123,7 @@ class ShareApis:
                                             heartbeat_interval_ms=config.heartbeat_interval_ms,
                                             max_size=config.max_size)
         return cls(coordinator, SharePartitionManager(config, store), ShareSessionCache(config.max_share_sessions),
-                   rm, controller, node_id, authorizer)
+                   rm, controller, node_id, authorizer, metrics)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
