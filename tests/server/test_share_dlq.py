@@ -1,7 +1,8 @@
 """KIP-1191's share group dead-letter queue, tierlog against Kafka 4.4.0 (the session's ``kafka_peer``): the same
 share group configs set with IncrementalAlterConfigs on the GROUP resource, the same refusals, and the same
 records written to the DLQ topic for records the consumer rejected and records released past the delivery
-limit, compared field by field (headers included; timestamps and offsets are the broker's)."""
+limit, compared field by field (headers included; timestamps and offsets are the broker's); a DLQ topic without
+``errors.deadletterqueue.group.enable`` gets nothing, and its group's rejected records are archived all the same."""
 
 from __future__ import annotations
 
@@ -74,7 +75,10 @@ def _scenario(bootstrap: str) -> dict:
     create_topic(bootstrap, topic, partitions=2)
     # a DLQ record goes to partition (source partition % DLQ partitions)
     create_topic(bootstrap, dlq, partitions=2, configs={"errors.deadletterqueue.group.enable": "true"})
-    copy_group, bare_group = unique("dlq-copy"), unique("dlq-bare")
+    # a topic that does not allow it (no errors.deadletterqueue.group.enable): the records are archived without
+    off = "dlq." + unique("off")
+    create_topic(bootstrap, off)
+    copy_group, bare_group, off_group = unique("dlq-copy"), unique("dlq-bare"), unique("dlq-off")
     out: dict = {}
     with raw_client(bootstrap) as raw:
         out["internal name"] = _alter(raw, copy_group, ("errors.deadletterqueue.topic.name", "__dlq"))
@@ -84,6 +88,8 @@ def _scenario(bootstrap: str) -> dict:
             out[f"set {copy}"] = _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq),
                                         ("errors.deadletterqueue.copy.record.enable", copy),
                                         ("share.auto.offset.reset", "earliest"))
+        out["set off"] = _alter(raw, off_group, ("errors.deadletterqueue.topic.name", off),
+                                ("share.auto.offset.reset", "earliest"))
         out["described"] = [(n, "DLQ" if v == dlq else v, *rest) for n, v, *rest in _describe(raw, copy_group)]
 
 
@@ -98,6 +104,7 @@ def _scenario(bootstrap: str) -> dict:
             # offset 0 rejected, offset 1 released until the delivery limit archives it
             return REJECT if offset == 0 else RELEASE
 
+        out["off deliveries"] = sorted(set(await _consume(bootstrap, off_group, topic, lambda offset, count: REJECT)))
         out["copy deliveries"] = sorted(set(await _consume(bootstrap, copy_group, topic, copy_plan)))
         out["bare deliveries"] = sorted(set(await _consume(
             bootstrap, bare_group, topic, lambda offset, count: REJECT if offset == 1 else ACCEPT)))
@@ -105,6 +112,10 @@ def _scenario(bootstrap: str) -> dict:
         out["dlq"] = await _read_dlq(bootstrap, dlq, 2, 6)
 
     asyncio.run(run())
+    with raw_client(bootstrap) as raw:  # checked last, after the other groups' DLQ records were read
+        end = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": off, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+        out["off topic end"] = end.topics[0].partitions[0].offset
     return out
 
 
@@ -113,6 +124,8 @@ def test_share_group_dlq_as_kafka_44(tierlog_peer, kafka_peer):
     for key in kafka:
         if key != "dlq":
             assert (key, tierlog[key]) == (key, kafka[key])
+    assert kafka["off topic end"] == 0
+    assert kafka["off deliveries"] == [(p, o, 1, REJECT) for p in (0, 1) for o in (0, 1)]
     assert _dlq_shape(tierlog["dlq"]) == _dlq_shape(kafka["dlq"])
     # what Kafka 4.4 wrote: the original key and value only when copying, its headers never, then the context
     copied = [r for r in _dlq_shape(kafka["dlq"]) if r[1] is not None]
