@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tour's driver and its checks, stdlib only (tests/cli/readme_tour.py)
+
+from tests.cli import readme_tour  # noqa: E402
 
 
 def _tree_size(path: Path) -> int:
@@ -91,15 +94,9 @@ def main() -> int:
             return 1
         result = json.loads(lines[-1])
         report["steps"] = [{k: s.get(k) for k in ("command", "exit", "seconds")} for s in result["steps"]]
-        failed = [s for s in result["steps"][1:] if s["exit"] != 0]
-        copied = (work / "demo.txt").exists() and (work / "demo.txt").read_bytes() == (work / "copy.txt").read_bytes()
-        if failed:
-            step = failed[0]
-            report["error"] = f"{step['command']!r} exited {step['exit']}: {(step['stderr'] or step['stdout'])[-3000:]}"
-        elif len(result["steps"]) < 2 or not copied:
-            report["error"] = "the tour did not read back what it produced"
-        elif result["broker_exit"] != 0:
-            report["error"] = f"the broker exited {result['broker_exit']}: {result['broker_tail']}"
+        wrong = readme_tour.problems(result, work, spark=args.extra == "spark")
+        if wrong:
+            report["error"] = "; ".join(wrong)
         else:
             report["ok"] = True
         if report["ok"] and args.cluster:

@@ -5,9 +5,10 @@ with nftables inside the namespaces (docs/operations.md, "Fault runs").
 Two idempotent producers (acks=all) and two plain readers run against a topic of three partitions (three replicas,
 min.insync.replicas=2) while a seeded schedule applies, one per cycle, to the leader of a partition drawn at
 random: cut from ZooKeeper, cut one way from a follower, unable to send to the controller, isolated from everyone,
-5 % packet loss both ways, cut from both followers, or flapping (isolated and healed six times, then isolated). Each fault is held until the cluster shows it (the partition
-led elsewhere or its ISR shrunk, at most 20 s), healed, and settled (one controller, every ISR back to three,
-writes acknowledged on every partition) before the next. Then every partition is read back and the checker reports
+5 % packet loss both ways, cut from both followers, or flapping (isolated and healed six times, then isolated).
+Each fault is held until the cluster shows it (the partition led elsewhere or its ISR shrunk, at most 20 s),
+healed, and settled (one controller, every ISR back to three, writes acknowledged on every partition) before the
+next. Then every partition is read back and the checker reports
 lost, duplicated, reordered and misplaced acknowledged writes and offsets at which the readers and the final read
 disagree. The last line is the verdict as one JSON object::
 
@@ -15,6 +16,7 @@ disagree. The last line is the verdict as one JSON object::
     python scripts/netns_faults.py --cycles 40 --minutes 30 --seed 7
     python scripts/netns_faults.py --system both            # tierlog, then Kafka 3.9: the same schedule
     python scripts/netns_faults.py --zookeepers 3           # an ensemble of three; adds the zk-split fault
+    python scripts/netns_faults.py --inter-broker sasl_ssl  # brokers talk SCRAM-SHA-512 over TLS (port 9093)
 
 ``--system kafka`` runs the schedule against Apache Kafka 3.9's brokers (ZooKeeper mode, the same settings);
 ``both`` runs tierlog and then Kafka and prints them side by side: records lost (both must be 0), the longest
@@ -49,7 +51,8 @@ CLUSTERS = {"tierlog": netns_cluster, "kafka": kafka_netns_cluster}
 
 
 def one_run(system: str, work_dir: Path, args, prefixes: list[str]) -> dict:
-    with CLUSTERS[system](work_dir / system, settings=SETTINGS, zookeepers=args.zookeepers) as nc:
+    with CLUSTERS[system](work_dir / system, settings=SETTINGS, zookeepers=args.zookeepers,
+                          inter_broker=args.inter_broker) as nc:
         prefixes.append(nc.topology.prefix)
         report, numbers = run_schedule(nc, args.seed, args.cycles, args.minutes, args.partitions,
                                        echo=lambda line: print(f"{system}: {line}", flush=True))
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one ZooKeeper server, or an ensemble of three (adds the zk-split fault)")
     parser.add_argument("--system", choices=("tierlog", "kafka", "both"), default="tierlog",
                         help="the cluster under the schedule (both: tierlog, then Kafka 3.9)")
+    parser.add_argument("--inter-broker", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                        help="the brokers' own listener: sasl_ssl is TLS with SCRAM-SHA-512 on port 9093")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")
     args = parser.parse_args(argv)
     why = netns.available()

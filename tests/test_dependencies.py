@@ -25,6 +25,7 @@ EXTRA_MODULES = {
     "tierlog.spark.columnar": "spark",
     "tierlog.spark.read": "spark",
     "tierlog.spark.source": "spark",
+    "tierlog.spark.table": "spark",
     "tierlog.tiered.rsm.objectstore": "objectstore",
     "tierlog.tiered.rsm.requests": "objectstore",  # counts the objectstore backend's obstore calls
 }

@@ -61,9 +61,8 @@ ELSEWHERE = {
     "log.transforms": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "indexes.entries": "a field of tierlog-metadata.json (tiered-storage-layout.md)",
     "share.version": "Kafka feature flag (compatibility.md)",
-    "errors.deadletterqueue.topic.name": "Kafka 4.4 share group config tierlog does not implement (KIP-1191)",
-    "errors.deadletterqueue.copy.record.enable": "Kafka 4.4 share group config tierlog does not implement (KIP-1191)",
-    "errors.deadletterqueue.topic.name.prefix": "Kafka 4.4 broker setting tierlog does not implement (KIP-1191)",
+    "errors.deadletterqueue.topic.name": "Kafka 4.4 share group config (KIP-1191, config/group_configs.py)",
+    "errors.deadletterqueue.copy.record.enable": "Kafka 4.4 share group config (KIP-1191, config/group_configs.py)",
     "errors.deadletterqueue.auto.create.topics.enable": "Kafka 4.4 broker setting tierlog does not implement "
                                                         "(KIP-1191)",
     "share.coordinator.snapshot.update.records.per.snapshot": "Kafka broker setting tierlog does not implement "

@@ -29,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tiered"}),  # remote storage (its metadata manager uses the client)
     frozenset({"cluster", "coordinator"}),  # metadata and controller; consumer groups
     frozenset({"server", "spark", "tools"}),  # the broker; the Spark source; operator tools
-    frozenset({"broker_main"}),
+    frozenset({"broker_main", "console"}),  # run a broker; the web console (on the tools and the HTTP server)
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +104,43 @@ def main(workdir: Path, spark: bool = False) -> None:
         except subprocess.TimeoutExpired:
             broker.kill()
     print(json.dumps({"steps": steps, "broker_exit": broker.returncode, "broker_tail": output[-5:]}))
+
+
+def problems(report: dict, workdir: Path, spark: bool = False) -> list[str]:
+    """What is wrong with a tour's report (``main``'s JSON line) and its folder; empty when the tour worked as the
+    README says: every command succeeded, the segments reached the remote folder, the consumed copy equals the
+    produced file, the broker stopped cleanly and, when it ran, the Spark quickstart's tables count the lines and
+    characters of demo.txt and their lengths (``spark``: it must have run)."""
+    steps = report["steps"]
+    out = [f"{s['command']!r} exited {s['exit']}: {(s.get('stderr') or s.get('stdout') or '')[-3000:]}"
+           for s in steps[1:] if s["exit"] != 0]
+    commands = [s["command"] for s in steps]
+    if len(commands) < 9 or not commands[0].startswith("tierlog broker"):
+        out.append(f"the tour's commands were not all run: {commands}")
+    status = next((s for s in steps if s["command"].startswith("tierlog tier status")), None)
+    if status is None or "demo" not in status["stdout"]:
+        out.append(f"tierlog tier status did not list topic demo: {status}")
+    if not any("read back byte for byte" in s.get("stdout", "") for s in steps):
+        out.append("no step said it read back byte for byte")
+    demo, copy = workdir / "demo.txt", workdir / "copy.txt"
+    if not (demo.exists() and copy.exists() and demo.read_bytes() == copy.read_bytes()):
+        out.append("the tour did not read back what it produced")
+    if not [p for p in workdir.rglob("*.log") if "remote" in p.relative_to(workdir).parts]:
+        out.append("no segment reached the remote folder")
+    if report["broker_exit"] != 0 or not any("stopped cleanly" in line for line in report["broker_tail"]):
+        out.append(f"the broker exited {report['broker_exit']}: {report['broker_tail']}")
+    quickstart = steps[-1]
+    if spark and quickstart["command"] != "python spark_quickstart.py":
+        out.append(f"the Spark quickstart did not run last: {commands}")
+    elif spark and demo.exists():
+        lines = demo.read_bytes().splitlines()
+        rows = [[cell.strip() for cell in row.strip("|").split("|")]
+                for row in quickstart["stdout"].splitlines() if re.match(r"\|\s*\d", row)]
+        lengths = Counter(map(len, lines))
+        if not rows or rows[0] != [str(len(lines)), str(sum(map(len, lines)))] \
+                or rows[1:] != [[str(n), str(lengths[n])] for n in sorted(lengths)]:
+            out.append(f"the Spark quickstart's tables do not count demo.txt: {quickstart['stdout'][-2000:]}")
+    return out
 
 
 if __name__ == "__main__":

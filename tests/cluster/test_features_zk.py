@@ -56,11 +56,11 @@ def test_features_are_forwarded_kept_in_the_feature_znode_and_survive_a_restart(
     finally:
         zk.stop()
         zk.close()
-    # group.version and share.version 1 with the new cluster: the brokers serve KIP-848's ConsumerGroupHeartbeat
-    # and KIP-932's ShareGroupHeartbeat (Kafka 4.4 finalizes both with a new cluster)
+    # group.version 1 and share.version 2 with the new cluster: the brokers serve KIP-848's ConsumerGroupHeartbeat
+    # and KIP-932's ShareGroupHeartbeat with KIP-1191's DLQ (Kafka 4.4 finalizes these with a new cluster)
     assert json.loads(data) == {"version": 2, "status": 1,
                                 "features": {"group.version": {"max_version_level": 1},
-                                             "share.version": {"max_version_level": 1},
+                                             "share.version": {"max_version_level": 2},
                                              "transaction.version": {"max_version_level": 1}}}
     assert stat.version == 1
     wait_until(lambda: _tv(tools, b1) == _tv(tools, b2) == ("1", 1), 30, what="both brokers at level 1")

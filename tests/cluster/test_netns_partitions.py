@@ -6,7 +6,8 @@ made with nftables inside the namespaces (tests/harness/netns.py), not proxies.
   the old leader once the new one knows it leads are never acknowledged; after the heal the old leader is in the
   ISR again, following the new leader's epoch; every acknowledged write is read back once, in order, and two
   readers and the final read agree at every offset.
-- One way: the leader cannot send to one follower: the ISR shrinks to two, writes go on, the follower comes back.
+- One way: the leader cannot send to one follower: the ISR shrinks to two, writes go on, the follower comes back;
+  also with the brokers replicating over SASL_SSL (SCRAM-SHA-512 on TLS), as part of the fault runs do.
 
 Each test has a ZooKeeper and a cluster of its own (the namespaces' addresses are private to it) and waits for
 observable states only. Needs root, ``ip`` and ``nft`` (.ci/run installs nftables); skipped locally without.
@@ -37,10 +38,11 @@ def require_netns() -> None:
         unavailable("network namespaces with nftables", why)
 
 
-@pytest.fixture
-def nc(tmp_path):
+@pytest.fixture(params=["plaintext"])
+def nc(request, tmp_path):
+    """The cluster; its inter-broker listener PLAINTEXT, or (parametrized indirectly) SASL_SSL with SCRAM."""
     require_netns()
-    with netns_cluster(tmp_path, settings=SETTINGS) as cluster:
+    with netns_cluster(tmp_path, settings=SETTINGS, inter_broker=request.param) as cluster:
         yield cluster
 
 
@@ -121,6 +123,7 @@ def test_a_leader_cut_from_zookeeper_acknowledges_nothing_it_could_lose(nc):
     assert_consistent(result)
 
 
+@pytest.mark.parametrize("nc", ["plaintext", "sasl_ssl"], indirect=True)
 def test_a_leader_that_cannot_send_to_a_follower_shrinks_the_isr_and_keeps_writing(nc):
     result = one_way(nc)
     assert result["leader_after"] == result["leader"], result

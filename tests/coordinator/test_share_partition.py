@@ -149,3 +149,37 @@ def test_a_leaving_members_delivery_does_not_count():
     assert sp.release_member("m1") == 2
     assert sp.in_flight[10].delivery_count == 0 and sp.in_flight[10].state is RecordState.AVAILABLE
     assert sp.in_flight[11].state is RecordState.ARCHIVED  # it had reached the limit
+
+
+def test_dlq_rejected_and_past_the_limit_wait_in_archiving_then_archive_and_survive_a_reload():
+    """KIP-1191: with a DLQ, a rejected record and one past the delivery limit (by a release or an expired lock)
+    go to ARCHIVING, handed to the DLQ writer once, holding the start offset until archived; a GAP archives at
+    once; ARCHIVING is persisted as state 3 and handed over again after a reload."""
+    clock = Clock()
+    sp = partition(clock, limit=2)
+    sp.dlq_enabled = lambda: True
+    assert [r.last_offset for r in sp.acquire("m", [(10, 13)], 10)] == [13]
+    assert sp.acknowledge("m", 10, 13, [REJECT, RELEASE, AcknowledgeType.GAP, RELEASE]) == ErrorCode.none
+    assert [(b.first_offset, b.rejected) for b in sp.take_dlq_pending()] == [(10, True)]
+    sp.acquire("m", [(10, 13)], 10)  # 11 and 13 again, their second delivery
+    sp.acknowledge("m", 11, 11, [RELEASE])  # past the limit: to the DLQ
+    clock.now += 2  # 13's lock expires past the limit
+    sp.expire_locks()
+    pending = sp.take_dlq_pending()
+    assert [(b.first_offset, b.last_offset, b.delivery_count, b.rejected) for b in pending] == [
+        (11, 11, 2, False), (13, 13, 2, False)]
+    assert sp.take_dlq_pending() == [] and sp.start_offset == 10
+    assert [(b.first_offset, b.last_offset, b.delivery_state) for b in sp.snapshot_batches()] == [
+        (10, 10, 3), (11, 11, 3), (12, 12, 4), (13, 13, 3)]
+    reloaded = partition(limit=2)
+    reloaded.start_offset = reloaded.end_offset = -1
+    reloaded.initialize(10, sp.snapshot_batches())
+    assert [(b.first_offset, b.last_offset, b.rejected) for b in reloaded.take_dlq_pending()] == [
+        (10, 10, True), (11, 11, False), (13, 13, False)]  # at the limit: resumed as exceeded, as Kafka
+    for first, last in ((10, 10), (11, 11), (13, 13)):
+        sp.finish_archiving(first, last)
+    assert sp.start_offset == 14 and not sp.in_flight
+    plain = partition(limit=2)  # no DLQ: rejected straight to ARCHIVED
+    plain.acquire("m", [(10, 10)], 1)
+    plain.acknowledge("m", 10, 10, [REJECT])
+    assert plain.start_offset == 11 and plain.take_dlq_pending() == []

@@ -237,10 +237,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 #: Fixtures that hold (or lead to) a JVM for the whole session, and the xdist group of their users:
-#: every test needing Apache Kafka (a broker, the tool JVM, its jars) runs on one worker, and every
-#: test needing the Spark session (1.6 GB) on one worker, so each JVM starts once per run. Tests of
-#: Kafka 3.9 (ZooKeeper mode) share a worker too: its tool JVM, and one multi-broker cluster at a time.
-SHARED_JVMS = {"kafka_jars": "kafka", "kafka_kip1023_jars": "kafka", "peer": "kafka", "spark": "spark",
+#: every test of the session's Kafka brokers (``kafka_peer``, ``kafka_peer_tiered``, ``peer``) runs on one
+#: worker, and every test needing the Spark session (1.6 GB) on one worker, so each JVM starts once per run.
+#: Tests of Kafka 3.9 (ZooKeeper mode) share a worker too: its tool JVM, and one multi-broker cluster at a time.
+#: Kafka's jars alone (``kafka_jars``: files, resolved once under a lock) and the tool JVM (a few seconds to
+#: start, one per worker) do not bind their users to one worker: grouped by the jars, 200 tests in 32 modules
+#: ran one after another on one worker, the suite's longest path.
+SHARED_JVMS = {"kafka_peer": "kafka", "kafka_peer_tiered": "kafka", "peer": "kafka", "spark": "spark",
                "kafka_zk_jars": "kafka-zk"}
 
 

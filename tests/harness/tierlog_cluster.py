@@ -53,7 +53,8 @@ class TierlogCluster:
                  proxies: bool = False, per_broker: dict[int, dict] | None = None, zookeeper_proxies: bool = False,
                  client_proxies: bool = False, extra_listeners: str = "", topology=None):
         """``extra_listeners``: listeners every broker binds besides PLAINTEXT (",SSL://127.0.0.1:0"); the
-        settings name their protocols (and ``inter.broker.listener.name`` when the brokers use one).
+        settings name their protocols (and ``inter.broker.listener.name`` when the brokers use one). With
+        ``topology`` it is a template on the broker's address, bound and advertised (",SASL_SSL://{host}:9093").
         ``proxies``: every broker's inter-broker listener (INTERNAL) is advertised at a ``LinkProxy``
         (``self.proxies[i]``), so a test can cut, hold or delay the link between two brokers.
         ``per_broker``: settings of single brokers (``{2: {"broker.rack": "r2"}}``), over ``settings``.
@@ -73,7 +74,7 @@ class TierlogCluster:
             proxies, zookeeper_proxies, client_proxies
         self.extra_listeners = extra_listeners
         self.topology = topology
-        assert topology is None or not (proxies or zookeeper_proxies or client_proxies or extra_listeners), \
+        assert topology is None or not (proxies or zookeeper_proxies or client_proxies), \
             "a cluster in namespaces has no proxies"
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, LinkProxy] = {}
@@ -104,7 +105,8 @@ class TierlogCluster:
             zk_proxy = self.zookeeper_proxies[i] = TcpProxy(self.zookeeper.port, self.zookeeper.host)
             zk_connect = f"{zk_proxy.address}{self.chroot}"
         if self.topology is not None:
-            extra["advertised.listeners"] = f"PLAINTEXT://{self.topology.address(f'b{i}')}:9092"
+            host = self.topology.address(f"b{i}")
+            extra["advertised.listeners"] = f"PLAINTEXT://{host}:9092" + self.extra_listeners.format(host=host)
         self.brokers[i] = BrokerProcess(folder / "logs", {
             "zookeeper.connect": zk_connect, "broker.id": str(i), **extra, **self.settings, **own})
         if self.topology is not None:
@@ -144,7 +146,7 @@ class TierlogCluster:
         """The client listener on its previous port (a free one at first), plus INTERNAL behind its proxy."""
         b = self.brokers[i]
         if self.topology is not None:
-            b.overrides["listeners"] = f"PLAINTEXT://{b.host}:9092"
+            b.overrides["listeners"] = f"PLAINTEXT://{b.host}:9092" + self.extra_listeners.format(host=b.host)
             return
         listeners = f"PLAINTEXT://127.0.0.1:{b.port or 0}"
         if i in self._internal_ports:

@@ -117,7 +117,7 @@ def test_kafka_features_answers_as_kafka_44_and_persists_across_restart(kafka, t
     with rawclient.raw_client(tierlog.bootstrap) as raw:
         r = raw.request(ApiKey.API_VERSIONS, 5, {"client_software_name": "t", "client_software_version": "1"})
     served = _api_names(tierlog.bootstrap)
-    expected = {"transaction.version": 1, **({"share.version": 1} if "ShareGroupHeartbeat" in served else {}),
+    expected = {"transaction.version": 1, **({"share.version": 2} if "ShareGroupHeartbeat" in served else {}),
                 **({"group.version": 1} if "ConsumerGroupHeartbeat" in served else {})}
     assert {f.name: f.max_version_level for f in r.finalized_features} == expected
 

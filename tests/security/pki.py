@@ -83,7 +83,8 @@ class _Ca:
                                                   encipher_only=False, decipher_only=False), critical=True)
                      .sign(self.key, hashes.SHA256()))
 
-    def issue(self, folder: Path, stem: str, subject: x509.Name, server: bool) -> Identity:
+    def issue(self, folder: Path, stem: str, subject: x509.Name, server: bool, addresses: tuple[str, ...] = ()
+              ) -> Identity:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(self.name)
@@ -95,7 +96,8 @@ class _Ca:
                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses)]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         chain = _pem(cert) + _pem(self.cert)
         paths = {s: folder / f"{stem}{s}" for s in (".key", ".crt", ".pem", "-encrypted.pem", ".p12")}
@@ -109,7 +111,9 @@ class _Ca:
                         paths["-encrypted.pem"], paths[".p12"], _key_pem(key).decode(), chain.decode())
 
 
-def make_pki(folder: Path) -> Pki:
+def make_pki(folder: Path, addresses: tuple[str, ...] = ()) -> Pki:
+    """The test PKI; ``addresses``: IP addresses the brokers' certificates also name (brokers in network
+    namespaces, whose peers verify the address they dial as Kafka's default https identification does)."""
     folder.mkdir(parents=True, exist_ok=True)
     ca, other = _Ca("tierlog test CA"), _Ca("another CA")
     (folder / "ca.pem").write_bytes(_pem(ca.cert))
@@ -118,7 +122,8 @@ def make_pki(folder: Path) -> Pki:
         None, None, None, [ca.cert], serialization.BestAvailableEncryption(STORE_PASSWORD.encode())))
     return Pki(
         folder, folder / "ca.pem", folder / "ca.p12", folder / "other-ca.pem",
-        broker=ca.issue(folder, "broker", _name(C="US", O="tierlog", OU="brokers", CN="broker"), server=True),
+        broker=ca.issue(folder, "broker", _name(C="US", O="tierlog", OU="brokers", CN="broker"), server=True,
+                        addresses=addresses),
         broker_next=ca.issue(folder, "broker-next", _name(C="US", O="tierlog", OU="brokers", CN="broker"),
                              server=True),
         broker_renamed=ca.issue(folder, "broker-renamed", _name(C="US", O="tierlog", OU="brokers",

@@ -5,6 +5,7 @@ remote segments, and once copies settle the reconciler finds no orphaned object.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 import time
@@ -60,6 +61,11 @@ def settle_and_reconcile(b: BrokerProcess, topic: str) -> dict:
     return call(b, "/v1/tier/reconcile")
 
 
+#: Kill rounds of test_kill_9_during_produce_and_copy: 8 in the suite (about a minute); a long run sets more, e.g.
+#: ``TIERLOG_CRASH_ROUNDS=60 python -m pytest tests/tiered/test_crashes.py -k produce_and_copy`` (docs/operations.md).
+ROUNDS = int(os.environ.get("TIERLOG_CRASH_ROUNDS", "8"))
+
+
 def test_kill_9_during_produce_and_copy(tmp_path):
     rnd = random.Random(20261123)
     write_control(tmp_path / "faults.json", latency_ms=15)  # a slower store widens the upload windows
@@ -70,7 +76,7 @@ def test_kill_9_during_produce_and_copy(tmp_path):
     port = b.port
     acked: dict[int, bytes] = {}
     checked = 0
-    for round_ in range(20):
+    for round_ in range(ROUNDS):
         stop, first_ack = threading.Event(), threading.Event()
 
         def produce(bootstrap=b.bootstrap, round_=round_, stop=stop, first_ack=first_ack):
@@ -107,7 +113,7 @@ def test_kill_9_during_produce_and_copy(tmp_path):
         checked = end
     got = read_all(b, "crash", max(acked) + 1)
     assert not [o for o, v in acked.items() if got.get(o) != v]
-    print(f"kill -9 during produce and copy: 20 kills, {len(acked)} acknowledged, "
+    print(f"kill -9 during produce and copy: {ROUNDS} kills, {len(acked)} acknowledged, "
           f"{sum(got.get(o) == v for o, v in acked.items())} read back")
     report = settle_and_reconcile(b, "crash")
     assert report["orphans"] == [] and report["missing"] == [], report

@@ -9,6 +9,7 @@
     tierlog cluster info
     tierlog reassign generate|execute|verify|cancel|list ...   tierlog leader-election --election-type ...
     tierlog tier status|reconcile ...             tierlog spark export|storage-report|audit ...
+    tierlog console [--port 9470] [--token T]
     tierlog completion bash|zsh                   tierlog --version
 
 One module per command family registers its subcommands and prints; what talks to a running broker
@@ -37,6 +38,7 @@ from tierlog.cli import (
     cluster,
     completion,
     config,
+    console,
     consume,
     election,
     group,
@@ -56,8 +58,8 @@ from tierlog.errors import InvalidConfigError
 EXIT_CLOSED_PIPE = 141
 
 #: Command families in the order ``tierlog --help`` lists them.
-FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, reassign, election, tier, config, spark,
-            completion)
+FAMILIES = (broker, zookeeper, topic, produce, consume, group, cluster, reassign, election, tier, console, config,
+            spark, completion)
 
 #: Modules whose absence means an optional extra is not installed, and the pip command that adds it.
 EXTRAS = {"pyspark": "spark", "pyarrow": "spark", "pandas": "spark", "matplotlib": "spark", "obstore": "objectstore"}

@@ -290,7 +290,7 @@ class ShareConsumer:
                     topic, partition, rec.offset, rec.timestamp,
                     self.key_deserializer(rec.key) if self.key_deserializer and rec.key is not None else rec.key,
                     self.value_deserializer(rec.value) if self.value_deserializer and rec.value is not None
-                    else rec.value, tuple((h.key, h.value) for h in rec.headers), count)
+                    else rec.value, tuple(rec.headers), count)  # headers: (key, value) tuples
                 self._delivered[(topic_id, partition, rec.offset)] = record
                 out.append(record)
         gaps = self._pending.setdefault((topic_id, partition), {})

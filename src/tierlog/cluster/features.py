@@ -30,7 +30,7 @@ SAFE_DOWNGRADE = 2
 UNSAFE_DOWNGRADE = 3
 
 # Kafka 4.4's levels for a new cluster (kafka-storage format's defaults), capped at what a broker supports
-NEW_CLUSTER_LEVELS = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1, SHARE_VERSION: 1}
+NEW_CLUSTER_LEVELS = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1, SHARE_VERSION: 2}
 
 FEATURE_ZNODE = "/feature"
 FEATURE_ZNODE_VERSION = 2  # Kafka 3.3+'s layout: max_version_level only

@@ -909,6 +909,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How often share group members heartbeat, in ms."),
     _b("group.share.max.size", "int", 200, Between(1, 1000),
        doc="Most members of a share group; more get GROUP_MAX_SIZE_REACHED."),
+    _b("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", since="Kafka 4.4",
+       doc="The prefix a share group's dead-letter queue topic (its errors.deadletterqueue.topic.name, KIP-1191) "
+           "must start with; empty: any name not starting with __."),
     _b("share.coordinator.state.topic.num.partitions", "int", 50, AtLeast(1),
        doc="Partitions of __share_group_state, set when the topic is created."),
     _b("share.coordinator.state.topic.replication.factor", "short", 3, AtLeast(1),
@@ -1183,6 +1186,9 @@ _TOPIC: tuple[ConfigDef, ...] = (
     _t("local.retention.bytes", "long", -2, AtLeast(-2), "log.local.retention.bytes",
        doc="Local size per partition above which uploaded segments leave the local disk; -2 means "
            "retention.bytes. Must not exceed retention.bytes."),
+    _t("errors.deadletterqueue.group.enable", "boolean", False, since="Kafka 4.4",
+       doc="Share groups may write the records they give up on to this topic as their dead-letter queue "
+           "(KIP-1191); a group naming a topic without it writes none."),
     _t("remote.storage.enable", "boolean", False,
        doc="Tier this topic's closed segments to remote storage (needs remote.log.storage.system.enable and "
            "cleanup.policy=delete)."),

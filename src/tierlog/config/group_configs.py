@@ -9,10 +9,14 @@ names, defaults, ranges and error messages are Kafka 4.4's:
 * ``share.record.lock.duration.ms`` - the acquisition lock of a delivered record, in Kafka's default
   ``group.share.min.record.lock.duration.ms``..``group.share.max.record.lock.duration.ms`` range (15000-60000);
   unset: the broker's ``group.share.record.lock.duration.ms``;
-* ``share.isolation.level`` - ``read_uncommitted`` (default) or ``read_committed``.
+* ``share.isolation.level`` - ``read_uncommitted`` (default) or ``read_committed``;
+* ``errors.deadletterqueue.topic.name`` - KIP-1191's dead-letter queue topic of the share group ("" (default):
+  none; a name starting with ``__`` is refused here, the broker's prefix rule is checked at each DLQ write);
+* ``errors.deadletterqueue.copy.record.enable`` - whether a DLQ record carries the original key and value
+  (default false: the context headers only).
 
-Kafka's other group configs (``consumer.*``, ``streams.*``, the remaining ``share.*``, the KIP-1191 dead-letter
-queue's ``errors.deadletterqueue.*``) are refused with INVALID_CONFIG naming them as not supported here.
+Kafka's other group configs (``consumer.*``, ``streams.*``, the remaining ``share.*``) are refused with
+INVALID_CONFIG naming them as not supported here.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from tierlog.errors import InvalidConfigError
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
 ISOLATION_LEVEL = "share.isolation.level"
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
 
 #: Kafka 4.4's defaults of group.share.min/max.record.lock.duration.ms, the range a group's value must be in.
 MIN_RECORD_LOCK_DURATION_MS, MAX_RECORD_LOCK_DURATION_MS = 15000, 60000
@@ -40,13 +46,13 @@ KAFKA_ONLY = frozenset({
     "streams.heartbeat.interval.ms", "streams.num.standby.replicas", "streams.initial.rebalance.delay.ms",
     "streams.assignment.interval.ms", "streams.rack.aware.assignment.tags", "streams.assignor.offload.enable",
     "streams.task.offset.interval.ms", "streams.num.warmup.replicas", "streams.acceptable.recovery.lag",
-    "streams.assignor.name", "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
+    "streams.assignor.name"})
 
 
 @dataclass(frozen=True, slots=True)
 class GroupConfigDef:
     name: str
-    type: str  # Kafka's ConfigDef type name: "string" or "int"
+    type: str  # Kafka's ConfigDef type name: "string", "int" or "boolean"
     #: the broker setting an unset value falls back to (its synonym in DescribeConfigs), or None
     broker_key: str | None
     default: str | None  # the default when there is no broker key
@@ -56,6 +62,8 @@ GROUP_CONFIGS: dict[str, GroupConfigDef] = {d.name: d for d in (
     GroupConfigDef(AUTO_OFFSET_RESET, "string", None, "latest"),
     GroupConfigDef(RECORD_LOCK_DURATION_MS, "int", "group.share.record.lock.duration.ms", None),
     GroupConfigDef(ISOLATION_LEVEL, "string", None, "read_uncommitted"),
+    GroupConfigDef(DLQ_TOPIC_NAME, "string", None, ""),
+    GroupConfigDef(DLQ_COPY_RECORD_ENABLE, "boolean", None, "false"),
 )}
 
 _ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
@@ -84,6 +92,15 @@ def _check(name: str, value: str) -> None:
         if value not in ("read_committed", "read_uncommitted"):
             raise InvalidConfigError(f"Invalid value {value} for configuration {name}: String must be one of: "
                                      "read_committed, read_uncommitted")
+        return
+    if name == DLQ_TOPIC_NAME:
+        if value.startswith("__"):  # Kafka's GroupConfig.validate: internal topics never take DLQ records
+            raise InvalidConfigError(f"{name}: DLQ topic name must not start with '__'")
+        return
+    if name == DLQ_COPY_RECORD_ENABLE:
+        if value.strip().lower() not in ("true", "false"):
+            raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Expected value to be "
+                                     "either true or false")
         return
     if name == RECORD_LOCK_DURATION_MS:
         try:

@@ -231,7 +231,7 @@ class Broker:
         controller.add_listener(coordinator_leadership(coordinator, txn.coordinator, rm))
         quotas.follow(controller)
         self.share = ShareApis.build(cfg, controller, rm, BrokerOffsetsTopicLog(controller, rm), self.node_id,
-                                     security.authorizer)
+                                     security.authorizer, self.metrics)
         self._register_apis(rm, coordinator, txn, topic_metrics, authorization)
         return mode.internal_handlers(rm)
 
@@ -386,6 +386,8 @@ class Broker:
             await self.mode.controlled_shutdown(step)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self.share is not None:  # records still ARCHIVING are persisted so; the next start writes them
+            await step("the share groups' DLQ writer to stop", self.share.dlq.close())
         if self.log_manager is not None:
             await step("the log cleaner to stop", self.log_manager.stop_cleaner())
         if self.controller is not None and self.controller.disablements is not None:

@@ -20,6 +20,8 @@ tierlog's:
   when not given);
 - ``tierlog.bootstrapTimeoutMs``: how long the driver waits for a first answer from
   ``kafka.bootstrap.servers`` before the query fails saying the broker is unreachable (default 15000);
+- ``tierlog.view``, ``tierlog.asOfOffsets``, ``tierlog.asOfTimestamp``: a compacted topic read as a table,
+  checked and read by :mod:`tierlog.spark.table`;
 - ``tierlog.filterPushdown`` and ``tierlog.debug.readLog``: read by :mod:`tierlog.spark.pushdown`.
 """
 

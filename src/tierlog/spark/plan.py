@@ -80,7 +80,9 @@ class Planner:
     @property
     def admin(self) -> Admin:
         if self._admin is None:
-            admin = Admin(self.client_config())
+            # isolation.level is the consumers' (ListOffsets takes it per call): not handed to the admin client,
+            # which would warn that it ignores it on every query
+            admin = Admin({k: v for k, v in self.client_config().items() if k != "isolation.level"})
             try:
                 self._reach(admin)
             except BaseException:

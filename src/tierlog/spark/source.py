@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
+from . import table
 from .options import SourceOptionError, SourceOptions
 from .plan import Planner, group, split
 from .pushdown import Pushdown, enabled, read_log_folder
@@ -68,11 +69,15 @@ class TierlogDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         opts = options_mod.parse(self.options)
+        if table.requested(self.options):  # compacted topics as tables (tierlog.spark.table)
+            return table.TableReader(opts, table.parse(self.options))
         if enabled(self.options):
             return PushdownBatchReader(opts, Pushdown(read_log=read_log_folder(self.options)))
         return BatchReader(opts)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
+        if table.requested(self.options):
+            raise SourceOptionError(f"{table.VIEW}=table is for batch reads only")
         return StreamReader(options_mod.parse(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:

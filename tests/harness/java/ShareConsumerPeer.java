@@ -26,6 +26,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   split N         two consumers in one group (record-limit acquisition, 2 a poll) read rec-0..rec-N-1 together
  *   accept-some N K warm up, produce N records, accept the first K read and close (the rest go back)
  *   consume N       no warm-up, no produce: accept until N rec-* records were read
+ *   consume-acked N no warm-up, no produce, at most 5 records a poll, accepted with commitSync 100 ms later:
+ *                   prints "ACKED <offset>" once the broker confirmed it (a failed one is delivered again), until
+ *                   N rec-* records were confirmed; it keeps going while the broker restarts
  *
  * A share group starts at the log end (share.auto.offset.reset=latest), so "warm up" produces "warmup" records
  * until one is delivered: from then on every record produced is the group's.
@@ -107,6 +110,10 @@ public class ShareConsumerPeer {
             split(n, deadline);
             return;
         }
+        if (mode.equals("consume-acked")) {
+            consumeAcked(n, deadline);
+            return;
+        }
         try (KafkaShareConsumer<String, String> c = consumer(mode.equals("accept-some") ? 1 : 0);
              KafkaProducer<String, String> prod = producer()) {
             if (!mode.equals("consume")) {
@@ -157,6 +164,39 @@ public class ShareConsumerPeer {
             System.out.println("DONE");
             System.out.flush();
         }
+    }
+
+    static void consumeAcked(int n, long deadline) throws Exception {
+        Set<Long> acked = new java.util.HashSet<>();
+        try (KafkaShareConsumer<String, String> c = consumer(5)) {
+            while (acked.size() < n && System.currentTimeMillis() < deadline) {
+                List<ConsumerRecord<String, String>> got = new ArrayList<>();
+                try {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(500))) {
+                        print(0, r);
+                        c.acknowledge(r, AcknowledgeType.ACCEPT);
+                        got.add(r);
+                    }
+                    if (got.isEmpty()) {
+                        continue;
+                    }
+                    Thread.sleep(100);  // records held in flight for a while, so a restart finds some acquired
+                    boolean ok = c.commitSync().values().stream().allMatch(e -> e.isEmpty());
+                    for (ConsumerRecord<String, String> r : got) {
+                        if (ok) {
+                            acked.add(r.offset());
+                        }
+                        System.out.println((ok ? "ACKED " : "ACKFAIL ") + r.offset());
+                    }
+                    System.out.flush();
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    System.out.println("ERROR " + e);
+                    System.out.flush();
+                }
+            }
+        }
+        System.out.println(acked.size() >= n ? "DONE" : "INCOMPLETE " + acked.size());
+        System.out.flush();
     }
 
     static void split(int n, long deadline) throws Exception {

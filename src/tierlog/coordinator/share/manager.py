@@ -44,6 +44,8 @@ class SharePartitionManager:
         self.store = store
         self.partitions: dict[Key, SharePartition] = {}
         self._persisted: dict[Key, int] = {}  # the version last written
+        #: group id -> whether the group has a dead-letter queue topic now (KIP-1191; set by the share APIs)
+        self.dlq_enabled: Callable[[str], bool] = lambda group_id: False
 
     def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
             initial_offset: Callable[[], int], leader_epoch: int = 0,
@@ -59,7 +61,8 @@ class SharePartitionManager:
             cfg = self.config
             sp = self.partitions[key] = SharePartition(
                 group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
-                delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
+                delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
+                dlq_enabled=lambda g=group_id: self.dlq_enabled(g))
             state = self.store.read(key) if self.store is not None else None
             if state is not None and state.start_offset >= 0:
                 sp.state_epoch = state.state_epoch
@@ -81,15 +84,23 @@ class SharePartitionManager:
                                             now, batches, complete))
         self._persisted[key] = sp.version
 
-    def release_member(self, group_id: str, member_id: str) -> None:
+    def release_member(self, group_id: str, member_id: str) -> list[tuple[SharePartition, uuid.UUID]]:
+        """Release a member's records; the share-partitions changed."""
+        changed = []
         for (group, topic_id, _p), sp in self.partitions.items():
             if group == group_id and sp.release_member(member_id):
                 self.persist(sp, topic_id)
+                changed.append((sp, topic_id))
+        return changed
 
-    def expire_locks(self) -> None:
+    def expire_locks(self) -> list[tuple[SharePartition, uuid.UUID]]:
+        """Release the records whose acquisition lock expired; the share-partitions changed."""
+        changed = []
         for (_g, topic_id, _p), sp in self.partitions.items():
             if sp.expire_locks():
                 self.persist(sp, topic_id)
+                changed.append((sp, topic_id))
+        return changed
 
     def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
         """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (nothing in flight), a new
@@ -101,7 +112,8 @@ class SharePartitionManager:
         cfg = self.config
         sp = self.partitions[key] = SharePartition(
             group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
-            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks)
+            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
+            dlq_enabled=lambda g=group_id: self.dlq_enabled(g))
         sp.state_epoch = epoch
         sp.initialize(start_offset)
         sp.version = (old.version + 1) if old is not None else 1

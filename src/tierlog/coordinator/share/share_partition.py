@@ -6,6 +6,11 @@ end offset (SPEO) is one past the last record ever acquired. Records in between 
 of Kafka's states: AVAILABLE (may be delivered), ACQUIRED (locked by one member until its acquisition lock
 expires), ACKNOWLEDGED or ARCHIVED (finished). A record's delivery count grows at each acquisition; once it
 reached ``delivery_count_limit`` a release or an expired lock archives it instead of making it available again.
+
+With a dead-letter queue (KIP-1191: the group's ``errors.deadletterqueue.topic.name``), a record the consumer
+rejected or one past the delivery limit goes to ARCHIVING instead, and its range waits in :attr:`dlq_pending`
+until the DLQ writer (server/share_dlq.py) wrote it and calls :meth:`finish_archiving`; ARCHIVING is persisted,
+so a restarted leader writes them again (as Kafka 4.4's ``maybeResumeDlqArchiving``).
 At most ``max_record_locks`` records are in flight: past that a fetch acquires nothing new until the start
 offset moves.
 
@@ -31,6 +36,7 @@ class RecordState(enum.IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3  # KIP-1191: on its way to the dead-letter queue, then ARCHIVED
     ARCHIVED = 4
 
 
@@ -51,6 +57,17 @@ class InFlight:
 
 
 @dataclass(frozen=True, slots=True)
+class DlqBatch:
+    """Records going to the dead-letter queue (Kafka's ``SharePartition.DlqBatch``): one offset range with its
+    delivery count, and why (``rejected`` by the consumer, else past the delivery limit)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    rejected: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AcquiredRange:
     first_offset: int
     last_offset: int
@@ -63,12 +80,14 @@ def _clock() -> float:
 
 class SharePartition:
     def __init__(self, group_id: str, topic: str, partition: int, *, lock_duration_ms: int,
-                 delivery_count_limit: int, max_record_locks: int, clock=_clock):
+                 delivery_count_limit: int, max_record_locks: int, clock=_clock, dlq_enabled=lambda: False):
         self.group_id, self.topic, self.partition = group_id, topic, partition
         self.lock_duration_ms = lock_duration_ms
         self.delivery_count_limit = delivery_count_limit
         self.max_record_locks = max_record_locks
         self.clock = clock
+        self.dlq_enabled = dlq_enabled  # () -> bool: the group has a DLQ topic now
+        self.dlq_pending: list[DlqBatch] = []  # ARCHIVING ranges not yet handed to the DLQ writer
         self.start_offset = -1  # -1 until initialized (loaded state or share.auto.offset.reset)
         self.end_offset = -1
         self.in_flight: dict[int, InFlight] = {}
@@ -86,11 +105,15 @@ class SharePartition:
         """From the persisted state (acquired records were written as AVAILABLE) or a fresh start offset."""
         self.start_offset = self.end_offset = start_offset
         for b in batches:
-            state = RecordState(b.delivery_state) if b.delivery_state in (0, 2, 4) else RecordState.AVAILABLE
-            for off in range(max(b.first_offset, start_offset), b.last_offset + 1):
+            state = RecordState(b.delivery_state) if b.delivery_state in (0, 2, 3, 4) else RecordState.AVAILABLE
+            first = max(b.first_offset, start_offset)
+            for off in range(first, b.last_offset + 1):
                 self.in_flight[off] = InFlight(state, b.delivery_count)
                 if state is RecordState.AVAILABLE:
                     self._available.add(off)
+            if state is RecordState.ARCHIVING and first <= b.last_offset:  # the DLQ write the last leader left
+                self.dlq_pending.append(DlqBatch(first, b.last_offset, b.delivery_count,
+                                                 b.delivery_count < self.delivery_count_limit))
             self.end_offset = max(self.end_offset, b.last_offset + 1)
         self._advance_start()
 
@@ -182,6 +205,8 @@ class SharePartition:
             elif kind == AcknowledgeType.RENEW:
                 rec.lock_deadline = deadline
                 continue
+            elif kind == AcknowledgeType.REJECT and self.dlq_enabled():
+                self._to_dlq(rec, off, rejected=True)
             else:  # REJECT, GAP
                 rec.state = RecordState.ARCHIVED
             rec.member_id = ""
@@ -230,10 +255,40 @@ class SharePartition:
     def _release(self, rec: InFlight, offset: int) -> None:
         rec.member_id = ""
         if rec.delivery_count >= self.delivery_count_limit:
-            rec.state = RecordState.ARCHIVED
+            if self.dlq_enabled():
+                self._to_dlq(rec, offset, rejected=False)
+            else:
+                rec.state = RecordState.ARCHIVED
         else:
             rec.state = RecordState.AVAILABLE
             self._available.add(offset)
+
+    def _to_dlq(self, rec: InFlight, offset: int, rejected: bool) -> None:
+        rec.state = RecordState.ARCHIVING
+        last = self.dlq_pending[-1] if self.dlq_pending else None
+        if (last is not None and last.last_offset == offset - 1 and last.delivery_count == rec.delivery_count
+                and last.rejected == rejected):
+            self.dlq_pending[-1] = DlqBatch(last.first_offset, offset, rec.delivery_count, rejected)
+        else:
+            self.dlq_pending.append(DlqBatch(offset, offset, rec.delivery_count, rejected))
+
+    def take_dlq_pending(self) -> list[DlqBatch]:
+        """The ARCHIVING ranges to write to the dead-letter queue, handed over once."""
+        out, self.dlq_pending = self.dlq_pending, []
+        return out
+
+    def finish_archiving(self, first: int, last: int) -> None:
+        """The DLQ write of ``first``..``last`` ended (written or given up on, as Kafka): the records are
+        ARCHIVED."""
+        changed = False
+        for off in range(max(first, self.start_offset), last + 1):
+            rec = self.in_flight.get(off)
+            if rec is not None and rec.state is RecordState.ARCHIVING:
+                rec.state = RecordState.ARCHIVED
+                changed = True
+        if changed:
+            self.version += 1
+            self._advance_start()
 
     def _advance_start(self) -> None:
         off = self.start_offset
@@ -260,7 +315,8 @@ class SharePartition:
 
     def snapshot_batches(self) -> list[StateBatch]:
         """In-flight records as Kafka's state batches; an acquired record is written AVAILABLE, so after a
-        restart it is delivered again (its delivery count kept)."""
+        restart it is delivered again (its delivery count kept); an ARCHIVING one as ARCHIVING (state 3, as
+        Kafka 4.4), written to the dead-letter queue after a restart."""
         runs: list[list[int]] = []  # [first, last, state, count]
         acquired, available = RecordState.ACQUIRED, int(RecordState.AVAILABLE)
         last = None

@@ -37,7 +37,7 @@ def supported_features(registry: HandlerRegistry) -> dict[str, tuple[int, int]]:
     """feature -> (min, max) level this broker supports, from what it serves."""
     return {
         GROUP_VERSION: (0, 1 if ApiKey.CONSUMER_GROUP_HEARTBEAT in registry else 0),
-        SHARE_VERSION: (0, 1 if ApiKey.SHARE_GROUP_HEARTBEAT in registry else 0),
+        SHARE_VERSION: (0, 2 if ApiKey.SHARE_GROUP_HEARTBEAT in registry else 0),  # 2: KIP-1191 DLQ
         TRANSACTION_VERSION: (0, MAX_TRANSACTION_VERSION),
     }
 

@@ -23,7 +23,10 @@ ShareFetch, as Kafka's ``KafkaApis.handleShareFetchRequest``:
 4. The answer holds the batches read and the acquired ranges with their delivery counts; an incremental
    session's answer leaves out partitions with nothing to say, as Kafka's does.
 
-The ``share.version`` feature gates every API here through one check, :func:`share_groups_enabled`.
+The ``share.version`` feature gates every API here through one check, :func:`share_groups_enabled`; at level 2 a
+group with ``errors.deadletterqueue.topic.name`` sends the records it gives up on to its dead-letter queue
+(KIP-1191): the share-partitions changed by an acknowledgement, a release or an expired lock hand their ARCHIVING
+ranges to :class:`~tierlog.server.share_dlq.ShareGroupDlqWriter`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.cluster.features import SHARE_VERSION
 from tierlog.config.group_configs import (
     AUTO_OFFSET_RESET,
+    DLQ_TOPIC_NAME,
     ISOLATION_LEVEL,
     RECORD_LOCK_DURATION_MS,
     group_config_value,
@@ -60,6 +64,7 @@ from tierlog.records.batch import iter_batches
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, PartitionFetch
 from tierlog.server.network.listener_security import endpoint_for_client
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.share_dlq import ShareGroupDlqWriter
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +88,7 @@ def _client_host(ctx: RequestContext) -> str:
 class ShareApis:
     def __init__(self, coordinator: ShareGroupCoordinator, manager: SharePartitionManager,
                  sessions: ShareSessionCache, replica_manager: ReplicaManager, controller: Controller,
-                 node_id: int, authorizer=None):
+                 node_id: int, authorizer=None, metrics=None):
         self.coordinator = coordinator
         self.manager = manager
         self.sessions = sessions
@@ -95,10 +100,14 @@ class ShareApis:
         # ShareFetch requests, whose acquisition may now pass max.record.locks or find released records.
         self._changed = asyncio.Event()
         coordinator.on_member_removed.append(self._member_removed)
+        # KIP-1191: share.version 2 and a DLQ topic named by the group (Kafka's isDLQEnabledForGroup)
+        manager.dlq_enabled = lambda group_id: (controller.finalized_level(SHARE_VERSION) >= 2
+                                                and bool(self._group_config(group_id, DLQ_TOPIC_NAME)))
+        self.dlq = ShareGroupDlqWriter(replica_manager, controller, self._group_config, self._dlq_done, metrics)
 
     @classmethod
     def build(cls, cfg, controller: Controller, rm: ReplicaManager, offsets_log, node_id: int,
-              authorizer=None) -> ShareApis:
+              authorizer=None, metrics=None) -> ShareApis:
         """The share group services of a broker: membership, the share-partitions and their state topic."""
         config = ShareConfig.from_broker_config(cfg)
         store = ShareStateStore(offsets_log, num_partitions=cfg["share.coordinator.state.topic.num.partitions"],
@@ -114,7 +123,7 @@ class ShareApis:
                                             heartbeat_interval_ms=config.heartbeat_interval_ms,
                                             max_size=config.max_size)
         return cls(coordinator, SharePartitionManager(config, store), ShareSessionCache(config.max_share_sessions),
-                   rm, controller, node_id, authorizer)
+                   rm, controller, node_id, authorizer, metrics)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
@@ -128,11 +137,22 @@ class ShareApis:
     def tick(self) -> None:
         """Housekeeping: members whose session timed out leave, expired locks release their records."""
         self.coordinator.expire()
-        self.manager.expire_locks()
+        for sp, topic_id in self.manager.expire_locks():
+            self.dlq.submit(sp, topic_id)
 
     def _member_removed(self, group_id: str, member_id: str) -> None:
         self.sessions.close(group_id, member_id)
-        self.manager.release_member(group_id, member_id)
+        self._release_member(group_id, member_id)
+        self._wake()
+
+    def _release_member(self, group_id: str, member_id: str) -> None:
+        for sp, topic_id in self.manager.release_member(group_id, member_id):
+            self.dlq.submit(sp, topic_id)
+
+    def _dlq_done(self, sp, topic_id: uuid.UUID) -> None:
+        """Records written to the DLQ (or given up on) are archived: persist, and wake fetches waiting for the
+        start offset to move."""
+        self._persist(sp, topic_id)
         self._wake()
 
     def _wake(self) -> None:
@@ -212,6 +232,7 @@ class ShareApis:
                         break
                 out[key] = code
                 self._persist(sp, t.topic_id)
+                self.dlq.submit(sp, t.topic_id)
         if out:
             self._wake()
         return out
@@ -261,7 +282,7 @@ class ShareApis:
         if epoch == FINAL_EPOCH or getattr(req, "is_renew_ack", False):
             if epoch == FINAL_EPOCH:
                 self.sessions.close(group_id, member_id)
-                self.manager.release_member(group_id, member_id)
+                self._release_member(group_id, member_id)
                 self._wake()
             else:
                 self.sessions.advance(session)
@@ -380,6 +401,7 @@ class ShareApis:
                 results[key] = {"error_code": e.code, "error_message": e.message, "current_leader": current}
                 continue
             sp.reset_to_log_start(part.log.log_start_offset if part.log.log_start_offset >= 0 else 0)
+            self.dlq.submit(sp, tid)  # ARCHIVING records of a reloaded state, or past the limit by an expiry
             if left_records <= 0 or left_bytes <= 0 or not sp.can_acquire():
                 continue
             offset = sp.next_fetch_offset()
@@ -415,6 +437,7 @@ class ShareApis:
                     else:
                         aborted.add((h.base_offset, h.last_offset))
             acquired = sp.acquire(member_id, batches, left_records, frozenset(aborted))
+            self.dlq.submit(sp, tid)  # next_fetch_offset's expiry may have sent records past the limit there
             if not acquired:
                 continue
             last = acquired[-1].last_offset
@@ -449,7 +472,7 @@ class ShareApis:
         errors = self._acknowledge(group_id, member_id, req.topics)
         if epoch == FINAL_EPOCH:
             self.sessions.close(group_id, member_id)
-            self.manager.release_member(group_id, member_id)
+            self._release_member(group_id, member_id)
             self._wake()
         else:
             self.sessions.advance(session)

@@ -12,6 +12,9 @@ Routes:
 - ``POST /v1/tier/reconcile?delete=true``: the report, and the orphaned objects deleted;
 - ``GET /v1/cleaner/status[?topic=T]``: the log cleaner's state of each compacted partition.
 
+A route answers JSON, Prometheus' text (a ``str``) or a :class:`Body` of its own content type; ``tierlog
+console`` serves its pages on this server with the same rules.
+
 Safety rules: it binds the loopback address unless ``metrics.host`` says otherwise; GET never changes
 anything (a GET asking for a change is 405); every POST is an admin operation, refused (403) unless
 ``metrics.admin.enable=true`` and answered 401 without the bearer token ``metrics.admin.token``
@@ -47,6 +50,15 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"
             405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True)
+class Body:
+    """A route's answer that is not JSON: bytes with their content type (``tierlog console``'s page and
+    scripts are served this way)."""
+
+    content: bytes
+    content_type: str
 
 
 class HttpError(Exception):
@@ -114,9 +126,12 @@ class HttpEndpoint:
 
     def __init__(self, registry: MetricsRegistry, routes: Mapping[tuple[str, str], Route] | None = None, *,
                  ready: Callable[[], str | None] = lambda: None, admin_enabled: bool = False,
-                 admin_token: str | None = None) -> None:
+                 admin_token: str | None = None, admin_off: str | None = None, token_source: str | None = None
+                 ) -> None:
         """``routes``: (method, path) -> Route, besides /metrics, /health and /ready. ``ready`` returns
-        None when the broker is ready, else why not."""
+        None when the broker is ready, else why not. ``admin_off`` (why admin operations are refused) and
+        ``token_source`` (where the token comes from) word the 403 and 401 answers of a server that is not
+        the broker's own (``tierlog console``)."""
         self.registry = registry
         self.routes: dict[tuple[str, str], Route] = {
             ("GET", "/metrics"): Route(self._metrics),
@@ -127,6 +142,9 @@ class HttpEndpoint:
         self._ready_check = ready
         self.admin_enabled = admin_enabled
         self._token = (admin_token or "").encode()
+        self._admin_off = admin_off or ("admin operations are off on this broker; set metrics.admin.enable=true "
+                                        "and metrics.admin.token to allow them")
+        self._token_source = token_source or "metrics.admin.token"
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
@@ -204,18 +222,19 @@ class HttpEndpoint:
         except Exception:
             log.exception("HTTP endpoint: %s %s failed", method, path)
             raise HttpError(500, "internal error; the broker's log has the details") from None
+        if isinstance(result, Body):
+            return 200, result.content_type, result.content, {}
         if isinstance(result, str):
             return 200, "text/plain; version=0.0.4; charset=utf-8", result.encode(), {}
         return 200, "application/json", json.dumps(result, indent=1).encode() + b"\n", {}
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         if not self.admin_enabled:
-            raise HttpError(403, "admin operations are off on this broker; set metrics.admin.enable=true and "
-                                 "metrics.admin.token to allow them")
+            raise HttpError(403, self._admin_off)
         scheme, _, given = headers.get("authorization", "").partition(" ")
         # Compared in constant time, so the answer's timing tells nothing about the token.
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
-            raise HttpError(401, "missing or wrong admin token (Authorization: Bearer <metrics.admin.token>)",
+            raise HttpError(401, f"missing or wrong admin token (Authorization: Bearer <{self._token_source}>)",
                             {"WWW-Authenticate": 'Bearer realm="tierlog"'})
 
 

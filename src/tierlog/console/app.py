@@ -1,0 +1,143 @@
+"""The console's HTTP app: its JSON API and its assets, served by the broker's HTTP server
+(:class:`~tierlog.server.http.http_endpoint.HttpEndpoint`) with the same rules: it binds the loopback
+address unless told otherwise, a GET never changes anything, and every action is a POST refused (403)
+unless the console was started with an admin token and answered 401 without ``Authorization: Bearer
+<token>``. Parameters travel in the query string; a bad one is 400, a Kafka error is its code's name and
+the broker's message, a cluster that cannot be reached is 503 saying which address was tried.
+
+Routes: ``GET /`` (the page), ``/static/...`` (its scripts, styles and vendored libraries, from the
+package), ``GET /api/session`` (whether actions are on), ``/api/cluster``, ``/api/topics``,
+``/api/topic?topic=T``, ``/api/partition?topic=T&partition=P``, ``/api/groups``, ``/api/group?group=G``;
+``POST /api/topic/create?topic=T[&partitions=N][&replication_factor=N][&configs=k=v,k=v]`` and
+``POST /api/topic/delete?topic=T``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from tierlog import errors
+from tierlog.console.views import ConsoleViews
+from tierlog.metrics import MetricsRegistry
+from tierlog.server.http.http_endpoint import Body, HttpEndpoint, HttpError, Route, topic_name
+
+log = logging.getLogger(__name__)
+
+_TYPES = {".html": "text/html; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
+          ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+          ".json": "application/json", ".svg": "image/svg+xml"}
+
+
+def _assets() -> dict[str, Body]:
+    """Every file under ``static/`` (package data), by the path it is served at."""
+    root = resources.files("tierlog.console") / "static"
+    out: dict[str, Body] = {}
+
+    def walk(folder, prefix: str) -> None:
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                walk(entry, f"{prefix}{entry.name}/")
+            else:
+                suffix = entry.name[entry.name.rfind("."):] if "." in entry.name else ""
+                if suffix in _TYPES:
+                    out[f"/static/{prefix}{entry.name}"] = Body(entry.read_bytes(), _TYPES[suffix])
+    walk(root, "")
+    return out
+
+
+def _int(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        if not value.lstrip("-").isdigit() or not low <= int(value) <= high:
+            raise ValueError(f"must be a whole number from {low} to {high}")
+        return int(value)
+    return parse
+
+
+def _group_id(value: str) -> str:
+    if not value or len(value) > 255:
+        raise ValueError("must be a group id of 1 to 255 characters")
+    return value
+
+
+def _configs(value: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{item[:60]!r} is not KEY=VALUE (give settings as k=v,k=v)")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def _required(name: str, value: Any) -> Any:
+    if value is None:
+        raise HttpError(400, f"parameter {name} is required")
+    return value
+
+
+def _kafka_answer(views: ConsoleViews, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A route handler that turns the cluster's failures into answers a page can show."""
+
+    @functools.wraps(fn)
+    async def handler(**params: Any) -> Any:
+        try:
+            return await fn(**params)
+        except (errors.UnknownTopicOrPartitionError, errors.GroupIdNotFoundError) as e:
+            raise HttpError(404, f"{e.name}: {e.message}") from None
+        except errors.KafkaError as e:
+            if e.retriable or e.name in ("REQUEST_TIMED_OUT", "NETWORK_EXCEPTION"):
+                raise HttpError(503, f"cannot reach the cluster at {views.bootstrap}: {e.name}: {e.message}") \
+                    from None
+            raise HttpError(400, f"{e.name}: {e.message}") from None
+    return handler
+
+
+def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> HttpEndpoint:
+    """The console's server (not started): actions are on only when ``admin_token`` is given."""
+    wrap = functools.partial(_kafka_answer, views)
+    assets = _assets()
+    index = assets.pop("/static/index.html")
+
+    async def session() -> dict:
+        return {"bootstrap": views.bootstrap, "actions": bool(admin_token)}
+
+    async def topic(topic: str | None = None) -> dict:
+        return await views.topic(_required("topic", topic))
+
+    async def partition(topic: str | None = None, partition: int | None = None) -> dict:
+        return await views.partition(_required("topic", topic), _required("partition", partition))
+
+    async def group(group: str | None = None) -> dict:
+        return await views.group(_required("group", group))
+
+    async def delete(topic: str | None = None) -> dict:
+        return await views.delete_topic(_required("topic", topic))
+
+    async def create(topic: str | None = None, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None) -> dict:
+        return await views.create_topic(_required("topic", topic), partitions, replication_factor, configs or {})
+
+    routes: dict[tuple[str, str], Route] = {
+        # ?poll=MS: how often the page asks again (read by the page's script)
+        ("GET", "/"): Route(lambda poll=None: index, {"poll": _int(100, 3_600_000)}),
+        **{("GET", path): Route(lambda body=body: body) for path, body in assets.items()},
+        ("GET", "/api/session"): Route(session),
+        ("GET", "/api/cluster"): Route(wrap(views.cluster)),
+        ("GET", "/api/topics"): Route(wrap(views.topics)),
+        ("GET", "/api/topic"): Route(wrap(topic), {"topic": topic_name}),
+        ("GET", "/api/partition"): Route(wrap(partition), {"topic": topic_name, "partition": _int(0, 2**31 - 1)}),
+        ("GET", "/api/groups"): Route(wrap(views.groups)),
+        ("GET", "/api/group"): Route(wrap(group), {"group": _group_id}),
+        ("POST", "/api/topic/create"): Route(wrap(create), {"topic": topic_name, "partitions": _int(-1, 100_000),
+                                                            "replication_factor": _int(-1, 32767),
+                                                            "configs": _configs}, admin=True),
+        ("POST", "/api/topic/delete"): Route(wrap(delete), {"topic": topic_name}, admin=True),
+    }
+    return HttpEndpoint(MetricsRegistry(), routes, admin_enabled=bool(admin_token), admin_token=admin_token,
+                        admin_off="this console is read-only; start tierlog console with --token (or "
+                                  "$TIERLOG_ADMIN_TOKEN) to allow actions",
+                        token_source="the --token tierlog console was started with")

@@ -1,0 +1,179 @@
+"""What each console page shows, read from the cluster: one admin client (tierlog's own) for metadata,
+offsets, configs and groups, and every broker's HTTP endpoint (``/v1/tier/status``) for the tiers.
+
+The figures are the ones the ``tierlog`` commands print, computed by the same :mod:`tierlog.tools`
+functions (``cluster info``, ``topic describe``, ``group describe``, ``tier status``), so a page and a
+command never disagree about the same cluster. Every answer is plain data, ready for JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from tierlog import errors
+from tierlog.client.admin import Admin
+from tierlog.client.types import TopicPartition
+from tierlog.tools import clients, cluster, groups, tier, topics
+
+
+class ConsoleViews:
+    """The data behind the console's pages, for the cluster reached at ``bootstrap``."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0, client_config: Mapping[str, Any] | None = None
+                 ) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._client_config = dict(client_config or {})
+        self._admin: Admin | None = None
+
+    async def admin(self) -> Admin:
+        # One client for the console's life: its connections and metadata are reused by every poll.
+        if self._admin is None or self._admin.closed:
+            self._admin = clients.admin(self.bootstrap, self.timeout_s, self._client_config)
+            await self._admin.start()
+        return self._admin
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+    async def _tier_status(self, admin: Admin, topic: str | None = None) -> dict:
+        """``tierlog tier status``'s merged answer of every live broker (asked in threads: urllib)."""
+        endpoints = await tier.cluster_endpoints(admin)
+        return await asyncio.to_thread(tier.cluster_status, endpoints, topic, self.timeout_s)
+
+    # -------------------------------------------------------------------------------------------- pages
+
+    async def cluster(self) -> dict:
+        """``tierlog cluster info``, each broker with its endpoint's state and log dirs."""
+        admin = await self.admin()
+        info = await cluster.info(admin)
+        status = await self._tier_status(admin)
+        by_id = {b["node_id"]: b for b in status["brokers"]}
+        for b in info["brokers"]:
+            s = by_id.get(b["id"], {})
+            b["endpoint"] = s.get("url")
+            b["endpoint_error"] = s.get("error") if b["alive"] else None
+            b["tier_state"] = s.get("state")
+            b["log_dirs"] = s.get("log_dirs") or []
+        info["bootstrap"] = self.bootstrap
+        return info
+
+    async def topics(self) -> dict:
+        """Every topic with its partitions, replication factor, tiering state and sizes: local and remote
+        from the leaders' tier status for a tiered topic (as ``tierlog tier status`` shows them), local from
+        the leaders' DescribeLogDirs otherwise."""
+        admin = await self.admin()
+        names = await admin.list_topics(internal=False)
+        described = await admin.describe_topics(names) if names else {}
+        status, sizes = await asyncio.gather(self._tier_status(admin), _leader_sizes(admin, described))
+        tiering = {t["topic"]: t for t in status["topics"]}
+        leader_rows: dict[str, list[dict]] = {}
+        for row in status["partitions"]:
+            if row["role"] == "leader":
+                leader_rows.setdefault(row["topic"], []).append(row)
+        rows = []
+        for name in sorted(described):
+            t = described[name]
+            tiered = leader_rows.get(name)
+            local = (_total(r.get("local_bytes") for r in tiered) if tiered else
+                     _total(sizes.get(TopicPartition(name, p.partition)) for p in t.partitions))
+            state = tiering.get(name)
+            rows.append({"topic": name, "topic_id": None if t.topic_id is None else str(t.topic_id),
+                         "partitions": len(t.partitions),
+                         "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
+                         "offline": sum(1 for p in t.partitions if p.leader is None),
+                         "under_replicated": sum(1 for p in t.partitions
+                                                 if p.leader is not None and len(p.isr) < len(p.replicas)),
+                         "tiering": state["state"] if state else None,
+                         "local_bytes": local,
+                         "remote_bytes": _total(r.get("remote_bytes") for r in tiered) if tiered else None,
+                         "copy_lag_bytes": _total(r.get("copy_lag_bytes") for r in tiered) if tiered else None})
+        return {"topics": rows, "brokers_unanswered": [b["node_id"] for b in status["brokers"] if b["error"]]}
+
+    async def topic(self, name: str) -> dict:
+        """``tierlog topic describe``, with each partition's leader row of the tier status."""
+        admin = await self.admin()
+        described, status = await asyncio.gather(topics.describe(admin, [name]), self._tier_status(admin, name))
+        out = described[0]
+        rows = {r["partition"]: r for r in status["partitions"] if r["role"] == "leader"}
+        for p in out["partitions"]:
+            p["tier"] = rows.get(p["partition"])
+        out["tiering"] = status["topics"][0] if status["topics"] else None
+        return out
+
+    async def partition(self, name: str, partition: int) -> dict:
+        """The tiers of one partition: every replica's tier status row (the leader's first), the topic's
+        tiering state (KIP-950), the high watermark and last stable offset, and when local retention runs."""
+        admin = await self.admin()
+        described = (await admin.describe_topics([name]))[name]
+        if not any(p.partition == partition for p in described.partitions):
+            raise errors.UnknownTopicOrPartitionError(f"Topic {name} has no partition {partition}")
+        tp = TopicPartition(name, partition)
+        status = await self._tier_status(admin, name)
+        try:
+            hw, lso = await asyncio.gather(admin.list_offsets({tp: "latest"}),
+                                           admin.list_offsets({tp: "latest"}, isolation_level="read_committed"))
+            offsets = {"high_watermark": hw[tp].offset, "last_stable_offset": lso[tp].offset}
+        except errors.KafkaError as e:  # no leader: the picture still shows what the replicas hold
+            offsets = {"high_watermark": None, "last_stable_offset": None, "offsets_error": f"{e.name}: {e.message}"}
+        replicas = [r for r in status["partitions"] if r["partition"] == partition]
+        brokers = {b["node_id"]: b for b in status["brokers"]}
+        for r in replicas:
+            b = brokers.get(r["broker"], {})
+            r["next_retention_check_ms"] = b.get("next_retention_check_ms")
+            r["now_ms"] = b.get("now_ms")
+        return {"topic": name, "partition": partition, **offsets, "replicas": replicas,
+                "tiering": status["topics"][0] if status["topics"] else None,
+                "brokers_unanswered": [{"node_id": b["node_id"], "error": b["error"]}
+                                       for b in status["brokers"] if b["error"]]}
+
+    async def groups(self) -> dict:
+        return {"groups": sorted(await groups.list_groups(await self.admin()), key=lambda g: g["group"])}
+
+    async def group(self, name: str) -> dict:
+        """``tierlog group describe``: members, assignment, committed offsets and lag per partition."""
+        return await groups.describe(await self.admin(), name)
+
+    # ------------------------------------------------------------------------------------------ actions
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str]) -> dict:
+        return (await topics.create(await self.admin(), [name], partitions, replication_factor, configs))[0]
+
+    async def delete_topic(self, name: str) -> dict:
+        await topics.delete(await self.admin(), [name])
+        return {"topic": name, "deleted": True}
+
+
+async def _leader_sizes(admin: Admin, described: Mapping[str, Any]) -> dict[TopicPartition, int]:
+    """The size of each partition's leader replica (DescribeLogDirs of the leaders); a broker that does not
+    answer leaves its partitions out."""
+    leaders = {TopicPartition(n, p.partition): p.leader for n, t in described.items() for p in t.partitions
+               if p.leader is not None}
+    if not leaders:
+        return {}
+    try:
+        dirs = await admin.describe_log_dirs(sorted(set(leaders.values())))
+    except errors.KafkaError as e:
+        dirs = getattr(e, "results", {}) or {}
+    out: dict[TopicPartition, int] = {}
+    for broker, by_dir in dirs.items():
+        for d in by_dir.values():
+            for tp, replica in d.replica_infos.items():
+                if leaders.get(tp) == broker and not replica.is_future:
+                    out[tp] = replica.size
+    return out
+
+
+def _total(values) -> int | None:
+    """The sum, or None when any part is unknown (a page shows "-", never a figure short of a part)."""
+    total = 0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total

@@ -1,0 +1,325 @@
+"""``tierlog console`` in a real headless browser (Debian's Chromium driven by Playwright) against a real
+three-broker tiered cluster: each page shows the figures the ``tierlog`` commands print for the same cluster,
+pages follow the cluster without a reload (a topic created, a segment copied, a broker killed and started
+again), actions work with the admin token and are refused without it, and a cluster that cannot be reached
+is a message on the page, not a blank one.
+
+One cluster, one console process and one browser serve the module; its tests run in file order on one worker.
+With ``TIERLOG_CONSOLE_SCREENSHOTS=docs/console`` each page's screenshot is written there (docs/console.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.cli.clilib import as_json, env, ok
+from tests.harness.ports import PortReservation
+from tests.harness.rawclient import unique
+from tests.harness.tiered import tiered_settings
+from tests.harness.tierlog_cluster import start_cluster
+from tests.harness.waiting import wait_until
+from tests.harness.writer import BackgroundWriter
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+playwright_api = pytest.importorskip("playwright.sync_api", reason="the console tests drive Chromium with Playwright")
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install "
+                                                                       "chromium)")
+
+TOKEN = "console-test-token"
+SHOTS = os.environ.get("TIERLOG_CONSOLE_SCREENSHOTS")
+#: The browser's flags: no network of its own (updates, sync, QUIC), a fresh profile per run.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# local retention keeps about two segments: the timeline shows history that is remote only
+TIERED = {"remote.storage.enable": "true", "segment.bytes": "6000", "local.retention.bytes": "12000",
+          "min.insync.replicas": "2", "file.delete.delay.ms": "0"}
+POLL_MS = 500  # the pages ask every half second here (?poll=), so a change shows within the waits below
+
+
+class Console:
+    """A ``tierlog console`` process: started, its URL read from its first line, stopped by its PID."""
+
+    def __init__(self, bootstrap: str, *extra: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tierlog", "console", "-b", bootstrap, "--port", "0",
+                                      *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env())
+        line = self.proc.stdout.readline()
+        assert line.startswith("Console on http://"), line + self.proc.stdout.read()
+        self.url = line.split(" ")[2]
+
+    def post(self, path: str, token: str | None = None) -> tuple[int, dict]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(self.url + path.lstrip("/"), method="POST",
+                                                               headers=headers), timeout=30) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    root = tmp_path_factory.mktemp("console")
+    settings = tiered_settings(root, **{"rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+                                        "replica.lag.time.max.ms": "5000", "replica.fetch.backoff.ms": "200",
+                                        "group.initial.rebalance.delay.ms": "0"})
+    # each broker's endpoint on a port its metrics.port names, so the console finds it through the cluster
+    ports = {i: PortReservation() for i in (1, 2, 3)}
+    c = start_cluster(root, zookeeper, brokers=3, settings=settings,
+                      per_broker={i: {"metrics.port": str(ports[i].port)} for i in ports})
+    yield c
+    c.stop()
+    for port in ports.values():
+        port.close()
+
+
+@pytest.fixture(scope="module")
+def console(cluster):
+    c = Console(cluster.bootstrap, "--token", TOKEN)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
+        context = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                                        headless=True, viewport={"width": 1280, "height": 860})
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser, console):
+    p = browser.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    outside: list[str] = []
+    p.on("request", lambda r: None if r.url.startswith(console.url) or r.url.startswith("data:")
+         else outside.append(r.url))
+    yield p
+    p.close()
+    assert not errors, errors  # a script error is a broken page even when the figures show
+    assert not outside, outside  # every asset comes from the console itself
+
+
+def until(page, check, timeout: float, what: str):
+    """wait_until, and the page's text in the failure (what the browser showed instead)."""
+    try:
+        return wait_until(check, timeout, what=what, ignore=(playwright_api.Error,))
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nthe page shows:\n{page.inner_text('body')[:3000]}") from None
+
+
+def open_page(page, console, route: str) -> None:
+    page.goto(f"{console.url}?poll={POLL_MS}#/{route}")
+
+
+def shot(page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def cell(page, row: str, key: str) -> str | None:
+    """The raw figure (``data-v``) of ``key`` in the row matched by ``row``; None while it is not there."""
+    found = page.locator(f"{row} [data-k='{key}']")
+    return found.first.get_attribute("data-v") if found.count() else None
+
+
+def figure(page, key: str) -> str | None:
+    found = page.locator(f"#figures [data-k='{key}']")
+    return found.first.get_attribute("data-v") if found.count() else None
+
+
+def number(value) -> str:
+    return "" if value is None else str(value)
+
+
+def write(cluster, topic: str, count: int) -> None:
+    # about 200 bytes a record, in batches of about 2 KB: a 6 KB segment rolls every few batches
+    writer = BackgroundWriter(cluster.bootstrap, topic, b"console-" + b"x" * 190, settings={"batch.size": 2000})
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acked) >= count, 120, what=f"{count} records acknowledged")
+    finally:
+        writer.stop()
+    assert not writer.errors, writer.errors[:3]
+
+
+def leader_row(cluster, topic: str) -> dict | None:
+    rows = as_json("tier", "status", "-b", cluster.bootstrap, "--topic", topic)["partitions"]
+    return next((r for r in rows if r["role"] == "leader" and r["partition"] == 0), None)
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+def test_cluster_page_shows_what_cluster_info_shows(cluster, console, page):
+    open_page(page, console, "cluster")
+    info = as_json("cluster", "info", "-b", cluster.bootstrap)
+
+    def same():
+        shown = {int(cell(page, f"tr[data-broker='{b['id']}']", "id") or -1):
+                 (cell(page, f"tr[data-broker='{b['id']}']", "leaders"),
+                  cell(page, f"tr[data-broker='{b['id']}']", "partitions")) for b in info["brokers"]}
+        want = {b["id"]: (str(b["leaders"]), str(b["partitions"])) for b in info["brokers"]}
+        return shown == want and page.locator("[data-k='controller_id']").inner_text() == str(info["controller_id"])
+    until(page, same, 30, "the brokers' table as `tierlog cluster info` shows it")
+    assert page.locator("#brokers tbody tr").count() == 3
+    assert page.locator("[data-k='cluster_id']").inner_text() == info["cluster_id"]
+    shot(page, "cluster")
+
+
+def test_topic_and_its_timeline_show_tier_status_and_follow_a_copy(cluster, console, page):
+    topic = unique("console-tiered")
+    ok("topic", "create", topic, "-b", cluster.bootstrap, "-p", "1", "-r", "3",
+       *[a for k, v in TIERED.items() for a in ("--config", f"{k}={v}")])
+    write(cluster, topic, 100)
+    seen = {}
+
+    def tiered():
+        r = seen["row"] = leader_row(cluster, topic)
+        return r and (r["remote_segments"] or 0) >= 2 and r["copy_lag_segments"] == 0
+    try:
+        wait_until(tiered, 90, what=f"{topic} tiered")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the leader's row: {seen.get('row')}") from None
+
+    open_page(page, console, f"topics/{topic}/0")
+    keys = ("remote_segments", "remote_bytes", "local_segments", "local_bytes", "copy_lag_segments")
+
+    def matches():  # the page and `tierlog tier status` asked until both settle on the same figures
+        row = leader_row(cluster, topic)
+        return row if all(figure(page, k) == number(row[k]) for k in keys) else None
+    row = until(page, matches, 30, "the timeline's figures as `tierlog tier status` shows them")
+    assert page.locator("#timeline").count() == 1
+    assert figure(page, "high_watermark") == str(row["log_end_offset"])
+    shot(page, "partition")
+    before = row["remote_segments"]
+
+    # more records, more segments copied: the open page follows without a reload
+    write(cluster, topic, 40)
+    until(page, lambda: int(figure(page, "remote_segments") or 0) > before, 90,
+          "the timeline showing the newly copied segments")
+    row = until(page, matches, 30, "the timeline's figures after the copy")
+
+    open_page(page, console, "topics")
+    tiered = as_json("tier", "status", "-b", cluster.bootstrap, "--topic", topic)["partitions"]
+    remote = sum(r["remote_bytes"] for r in tiered if r["role"] == "leader")
+    until(page, lambda: cell(page, f"tr[data-topic='{topic}']", "remote_bytes") == str(remote), 30,
+          "the topic list's remote size as `tierlog tier status` shows it")
+    assert cell(page, f"tr[data-topic='{topic}']", "replication_factor") == "3"
+    shot(page, "topics")
+    open_page(page, console, f"topics/{topic}")
+    until(page, lambda: cell(page, "tr[data-partition='0']", "remote_bytes") == str(remote), 30,
+          "the topic page's partition row")
+    shot(page, "topic")
+
+
+def test_topic_list_shows_a_topic_created_meanwhile(cluster, console, page):
+    open_page(page, console, "topics")
+    page.locator("#topics").wait_for()
+    topic = unique("console-live")
+    ok("topic", "create", topic, "-b", cluster.bootstrap, "-p", "4", "-r", "2")
+    until(page, lambda: cell(page, f"tr[data-topic='{topic}']", "partitions") == "4", 30,
+          "the new topic in the open list")
+
+
+def test_actions_need_the_token(cluster, console, page):
+    open_page(page, console, "topics")
+    topic = unique("console-action")
+
+    def create() -> str:
+        page.fill("#create-topic input[name=topic]", topic)
+        page.fill("#create-topic input[name=partitions]", "2")
+        page.click("#create-topic button[type=submit]")
+        page.click("#confirm-yes")
+        page.locator("#outcome").wait_for()
+        return page.locator("#outcome").inner_text()
+
+    assert "refused: missing or wrong admin token" in create()
+    assert topic not in {t["topic"] for t in as_json("topic", "list", "-b", cluster.bootstrap)}
+    page.fill("#token", TOKEN)
+    assert f"created topic {topic} (2 partition(s)" in create()
+    assert topic in {t["topic"] for t in as_json("topic", "list", "-b", cluster.bootstrap)}
+    shot(page, "create-topic")
+
+    open_page(page, console, f"topics/{topic}")  # the token stays for the browser tab's session
+    page.click("#delete-topic")
+    assert f"Delete topic {topic}" in page.locator("#confirm").inner_text()
+    page.click("#confirm-yes")
+    page.locator("#outcome").wait_for()
+    assert page.locator("#outcome").inner_text() == f"deleted topic {topic}"
+    wait_until(lambda: topic not in {t["topic"] for t in as_json("topic", "list", "-b", cluster.bootstrap)}, 30,
+               what="the topic gone")
+    # the API itself refuses a wrong token (401), whatever the page does
+    status, body = console.post(f"/api/topic/delete?topic={topic}", token="wrong")
+    assert status == 401 and "admin token" in body["error"]
+
+
+def test_groups_page_shows_group_describe(cluster, console, page):
+    topic, group = unique("console-group"), unique("console-g")
+    ok("topic", "create", topic, "-b", cluster.bootstrap, "-p", "1", "-r", "3")
+    write(cluster, topic, 30)
+    ok("consume", topic, "-b", cluster.bootstrap, "-g", group, "--from", "earliest", "-n", "10")
+    write(cluster, topic, 5)
+    described = as_json("group", "describe", group, "-b", cluster.bootstrap)
+    open_page(page, console, f"groups/{group}")
+    want = described["partitions"][0]
+    until(page, lambda: cell(page, f"tr[data-tp='{topic}-0']", "lag") == str(want["lag"]), 30,
+          "the group's lag as `tierlog group describe` shows it")
+    assert cell(page, f"tr[data-tp='{topic}-0']", "current_offset") == str(want["current_offset"])
+    until(page, lambda: page.locator("#lag-chart").count(), 30, "the lag line, drawn from the second answer on")
+    shot(page, "group")
+
+
+def test_cluster_page_follows_a_broker_killed_and_started_again(cluster, console, page):
+    open_page(page, console, "cluster")
+    row = "tr[data-broker='3']"
+    until(page, lambda: page.locator(f"{row} [data-k='state']").count() and
+          page.locator(f"{row} [data-k='state']").inner_text() == "alive", 30, "broker 3 alive")
+    cluster.brokers[3].kill()
+    until(page, lambda: page.locator(f"{row} [data-k='state']").inner_text() == "not alive", 60,
+          "broker 3 shown not alive")
+    shot(page, "cluster-broker-down")
+    cluster.start([3])
+    cluster.wait_formed()
+    until(page, lambda: page.locator(f"{row} [data-k='state']").inner_text() == "alive", 60,
+          "broker 3 shown alive again")
+
+
+def test_an_unreachable_cluster_is_a_message_and_a_read_only_console_refuses_actions(browser):
+    closed = PortReservation()  # bound, never listening: nothing answers there
+    console = Console(f"127.0.0.1:{closed.port}", "--timeout", "2")
+    p = browser.new_page()
+    try:
+        p.goto(f"{console.url}#/topics")
+        alert = p.locator("[role=alert]")
+        alert.wait_for(timeout=30_000)
+        assert f"cannot reach the cluster at 127.0.0.1:{closed.port}" in alert.inner_text()
+        shot(p, "unreachable")
+        status, body = console.post("/api/topic/create?topic=x", token=TOKEN)
+        assert status == 403 and "read-only" in body["error"]
+    finally:
+        p.close()
+        console.stop()
+        closed.close()

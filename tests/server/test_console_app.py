@@ -1,0 +1,95 @@
+"""The console's HTTP app over real sockets, without a cluster (its address refuses connections): the page
+and every asset it loads come from the console with their content types, actions follow the endpoint's
+token rules (403 read-only, 401 without or with a wrong token, 405 for a GET), bad parameters are 400
+before anything is asked of the cluster, and a cluster that cannot be reached is 503 naming its address.
+The browser tests against a real cluster are tests/cluster/test_console.py."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import re
+
+import pytest
+
+from tests.harness.ports import PortReservation
+from tierlog.console.app import console_endpoint
+from tierlog.console.views import ConsoleViews
+
+TOKEN = "console-unit-token"
+
+
+def request(port: int, method: str, path: str, headers: dict | None = None) -> tuple[int, str, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Content-Type") or "", resp.read().decode()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def nowhere():
+    closed = PortReservation()  # bound, never listening
+    yield f"127.0.0.1:{closed.port}"
+    closed.close()
+
+
+def serve_and(bootstrap: str, token: str | None, calls) -> list:
+    """Start a console for ``bootstrap``, make each (method, path, headers) request, stop it."""
+    async def go():
+        views = ConsoleViews(bootstrap, timeout_s=1.0)
+        endpoint = console_endpoint(views, token)
+        port = await endpoint.start("127.0.0.1", 0)
+        try:
+            return [await asyncio.to_thread(request, port, *call) for call in calls]
+        finally:
+            await endpoint.stop()
+            await views.close()
+    return asyncio.run(go())
+
+
+def test_the_page_and_its_assets_come_from_the_console(nowhere):
+    (status, ctype, page), = serve_and(nowhere, None, [("GET", "/", None)])
+    assert status == 200 and ctype.startswith("text/html")
+    imports = json.loads(re.search(r'<script type="importmap">(.*?)</script>', page, re.S).group(1))["imports"]
+    paths = [*imports.values(), *re.findall(r'(?:src|href)="(/static/[^"]+)"', page)]
+    assert "/static/app.js" in paths and all(p.startswith("/static/") for p in paths), paths
+    answers = serve_and(nowhere, None, [("GET", p, None) for p in paths])
+    for path, (status, ctype, body) in zip(paths, answers, strict=True):
+        assert status == 200, path
+        assert ctype.startswith("text/css" if path.endswith(".css") else "text/javascript"), (path, ctype)
+        assert not re.search(r"""(?:from|import)\s*\(?["']https?:""", body), path  # no module from another host
+
+
+def test_actions_follow_the_token_rules(nowhere):
+    create = "/api/topic/create?topic=t1&partitions=1"
+    read_only, = serve_and(nowhere, None, [("POST", create, {"Authorization": f"Bearer {TOKEN}"})])
+    assert read_only[0] == 403 and "read-only" in json.loads(read_only[2])["error"]
+    missing, wrong, get = serve_and(nowhere, TOKEN, [("POST", create, None),
+                                                     ("POST", create, {"Authorization": "Bearer nope"}),
+                                                     ("GET", create, {"Authorization": f"Bearer {TOKEN}"})])
+    assert missing[0] == 401 and wrong[0] == 401 and "admin token" in json.loads(wrong[2])["error"]
+    assert get[0] == 405
+    # with the token the action reaches the cluster, which is not there: 503 naming the address
+    reached, = serve_and(nowhere, TOKEN, [("POST", create, {"Authorization": f"Bearer {TOKEN}"})])
+    assert reached[0] == 503 and f"cannot reach the cluster at {nowhere}" in json.loads(reached[2])["error"]
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/api/topic", "parameter topic is required"),
+    ("/api/topic?topic=a/b", "parameter topic: must be a topic name"),
+    ("/api/partition?topic=a&partition=-1", "parameter partition: must be a whole number"),
+    ("/api/topics?x=1", "unknown parameter 'x'"),
+    ("/?poll=abc", "parameter poll"),
+])
+def test_bad_parameters_are_400_before_the_cluster_is_asked(nowhere, path, message):
+    (status, _, body), = serve_and(nowhere, None, [("GET", path, None)])
+    assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_an_unreachable_cluster_is_503_naming_it(nowhere):
+    (status, _, body), = serve_and(nowhere, None, [("GET", "/api/cluster", None)])
+    assert status == 503 and f"cannot reach the cluster at {nowhere}" in json.loads(body)["error"]

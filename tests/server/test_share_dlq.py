@@ -1,0 +1,150 @@
+"""KIP-1191's share group dead-letter queue, tierlog against Kafka 4.4.0 (the session's ``kafka_peer``): the same
+share group configs set with IncrementalAlterConfigs on the GROUP resource, the same refusals, and the same
+records written to the DLQ topic for records the consumer rejected and records released past the delivery
+limit, compared field by field (headers included; timestamps and offsets are the broker's); a DLQ topic without
+``errors.deadletterqueue.group.enable`` gets nothing, and its group's rejected records are archived all the same."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.harness.rawclient import create_topic, raw_client, unique
+from tests.harness.waiting import wait_until_async
+from tierlog.client.consumer import Consumer
+from tierlog.client.producer import Producer
+from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
+from tierlog.client.types import TopicPartition
+from tierlog.protocol import ApiKey
+
+DELIVERY_LIMIT = 5  # group.share.delivery.count.limit, the default of both brokers
+
+
+def _alter(raw, group: str, *configs) -> tuple[int, str | None]:
+    answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": 32, "resource_name": group,
+         "configs": [{"name": n, "config_operation": 0, "value": v} for n, v in configs]}]})
+    return answer.responses[0].error_code, answer.responses[0].error_message
+
+
+def _describe(raw, group: str) -> list:
+    keys = ["errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"]
+    answer = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
+                                                      "resources": [{"resource_type": 32, "resource_name": group,
+                                                                     "configuration_keys": keys}]})
+    return sorted((c.name, c.value, c.config_source, c.config_type) for c in answer.results[0].configs)
+
+
+async def _consume(bootstrap: str, group: str, topic: str, plan) -> list[tuple[int, int, int, str]]:
+    """A share consumer acknowledging each delivery as ``plan(offset, delivery_count)`` says, until the four
+    records are finished; its deliveries (partition, offset, delivery count, type)."""
+    done: list[tuple[int, int, int, str]] = []
+    async with ShareConsumer(group, bootstrap_servers=bootstrap, acknowledgement_mode="explicit") as consumer:
+        consumer.subscribe([topic])
+        finished: set[tuple[int, int]] = set()
+
+        async def round_() -> bool:
+            for rec in await consumer.poll(timeout_ms=500):
+                kind = plan(rec.offset, rec.delivery_count)
+                consumer.acknowledge(rec, kind)
+                done.append((rec.partition, rec.offset, rec.delivery_count, kind))
+                if kind != RELEASE or rec.delivery_count >= DELIVERY_LIMIT:
+                    finished.add((rec.partition, rec.offset))
+            await consumer.commit_sync()
+            return len(finished) == 4
+
+        await wait_until_async(round_, timeout=60, interval=0.05, what="every record finished")
+    return done
+
+
+async def _read_dlq(bootstrap: str, topic: str, partitions: int, count: int) -> list:
+    got: list = []
+    async with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+
+        async def enough() -> bool:
+            for records in (await consumer.poll(timeout_ms=300)).values():
+                got.extend(records)
+            return len(got) >= count
+
+        await wait_until_async(enough, timeout=30, interval=0.05, what="the DLQ records")
+    return [(r.partition, r.key, r.value, list(r.headers)) for r in got]
+
+
+def _scenario(bootstrap: str) -> dict:
+    topic, dlq = unique("dlq-src"), "dlq." + unique("dead")
+    create_topic(bootstrap, topic, partitions=2)
+    # a DLQ record goes to partition (source partition % DLQ partitions)
+    create_topic(bootstrap, dlq, partitions=2, configs={"errors.deadletterqueue.group.enable": "true"})
+    # a topic that does not allow it (no errors.deadletterqueue.group.enable): the records are archived without
+    off = "dlq." + unique("off")
+    create_topic(bootstrap, off)
+    copy_group, bare_group, off_group = unique("dlq-copy"), unique("dlq-bare"), unique("dlq-off")
+    out: dict = {}
+    with raw_client(bootstrap) as raw:
+        out["internal name"] = _alter(raw, copy_group, ("errors.deadletterqueue.topic.name", "__dlq"))
+        out["bad flag"] = _alter(raw, copy_group, ("errors.deadletterqueue.copy.record.enable", "maybe"))[0]
+        out["defaults"] = _describe(raw, copy_group)
+        for group, copy in ((copy_group, "true"), (bare_group, "false")):
+            out[f"set {copy}"] = _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+                                        ("errors.deadletterqueue.copy.record.enable", copy),
+                                        ("share.auto.offset.reset", "earliest"))
+        out["set off"] = _alter(raw, off_group, ("errors.deadletterqueue.topic.name", off),
+                                ("share.auto.offset.reset", "earliest"))
+        out["described"] = [(n, "DLQ" if v == dlq else v, *rest) for n, v, *rest in _describe(raw, copy_group)]
+
+
+    async def run():
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            for i in range(4):  # two records a partition
+                await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode(), partition=i % 2,
+                                    headers=[("origin", f"h{i}".encode())])
+            await producer.flush()
+
+        def copy_plan(offset: int, count: int) -> str:
+            # offset 0 rejected, offset 1 released until the delivery limit archives it
+            return REJECT if offset == 0 else RELEASE
+
+        out["off deliveries"] = sorted(set(await _consume(bootstrap, off_group, topic, lambda offset, count: REJECT)))
+        out["copy deliveries"] = sorted(set(await _consume(bootstrap, copy_group, topic, copy_plan)))
+        out["bare deliveries"] = sorted(set(await _consume(
+            bootstrap, bare_group, topic, lambda offset, count: REJECT if offset == 1 else ACCEPT)))
+        # 2 partitions x (1 rejected + 1 past the limit) for the copying group, 2 rejected for the other
+        out["dlq"] = await _read_dlq(bootstrap, dlq, 2, 6)
+
+    asyncio.run(run())
+    with raw_client(bootstrap) as raw:  # checked last, after the other groups' DLQ records were read
+        end = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": off, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+        out["off topic end"] = end.topics[0].partitions[0].offset
+    return out
+
+
+def test_share_group_dlq_as_kafka_44(tierlog_peer, kafka_peer):
+    kafka, tierlog = _scenario(kafka_peer.bootstrap), _scenario(tierlog_peer.bootstrap)
+    for key in kafka:
+        if key != "dlq":
+            assert (key, tierlog[key]) == (key, kafka[key])
+    assert kafka["off topic end"] == 0
+    assert kafka["off deliveries"] == [(p, o, 1, REJECT) for p in (0, 1) for o in (0, 1)]
+    assert _dlq_shape(tierlog["dlq"]) == _dlq_shape(kafka["dlq"])
+    # what Kafka 4.4 wrote: the original key and value only when copying, its headers never, then the context
+    copied = [r for r in _dlq_shape(kafka["dlq"]) if r[1] is not None]
+    assert sorted((p, k, [h for h, _ in headers][:1]) for p, k, _v, headers in copied) == [
+        (0, b"key-0", ["__dlq.errors.topic"]), (0, b"key-2", ["__dlq.errors.topic"]),
+        (1, b"key-1", ["__dlq.errors.topic"]), (1, b"key-3", ["__dlq.errors.topic"])]
+
+
+def _dlq_shape(records: list) -> list:
+    """The DLQ records with the names that differ per run (topic, groups) replaced by their role."""
+    out = []
+    for partition, key, value, headers in records:
+        named = []
+        for name, raw in headers:
+            text = raw.decode() if raw is not None else None
+            if name == "__dlq.errors.topic":
+                text = "SOURCE"
+            elif name == "__dlq.errors.group":
+                text = "COPY" if "dlq-copy" in text else "BARE"
+            named.append((name, text))
+        out.append((partition, key, value, named))
+    return sorted(out, key=repr)
