@@ -6,7 +6,8 @@ Fixtures (brokers come from the harness, tests/harness: ``start_broker``, ``brok
   cache folder outside the repository (scripts/spark_kafka_jars.py, loaded by tests/spark/sparklib.py).
 - ``cluster``: one tiered tierlog broker per test module (remote folder ``cluster.remote_dir``), and
   ``tierlog_spark``: the session with the ``tierlog`` data source registered.
-- ``spark``: ONE local SparkSession for the whole test session (``local[2]``, no UI, bound to
+- ``spark``: ONE local SparkSession for the whole test session (``local[2,2]``: two threads, and a
+  failed task is tried once more, as ``spark.task.maxFailures`` does on a cluster; no UI, bound to
   127.0.0.1, Python workers on ``sys.executable``, the connector on ``spark.jars``). A session
   costs about 1.6 GB, so tests never start their own (under pytest-xdist every test using it runs
   on the same worker: the ``spark`` group of tests/harness/plugin.py). Its JVM is stopped by PID at
@@ -30,6 +31,10 @@ import pytest
 from tests.harness.broker import BrokerProcess
 from tests.harness.tiered import tiered_settings
 from tests.spark.sparklib import SparkKafkaJarsError, jars_module, unavailable
+
+# Local mode ignores spark.task.maxFailures: "local[threads,maxFailures]" lets a failed task be retried,
+# which the exactly-once sink's tests need (tests/spark/test_exactly_once_sink.py).
+SPARK_MASTER = "local[2,2]"
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +64,7 @@ def spark(spark_kafka_jars, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("spark")
     started = time.monotonic()
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(SPARK_MASTER)
         .appName("tierlog-tests")
         .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars))
         .config("spark.ui.enabled", "false")
@@ -76,7 +81,7 @@ def spark(spark_kafka_jars, tmp_path_factory):
     session.sparkContext.setLogLevel("WARN")
     gateway = SparkContext._gateway
     jvm = getattr(gateway, "proc", None)  # the spark-submit JVM pyspark launched (a Popen)
-    print(f"\nSparkSession {session.version} (local[2]) with {', '.join(j.name for j in spark_kafka_jars)} "
+    print(f"\nSparkSession {session.version} ({SPARK_MASTER}) with {', '.join(j.name for j in spark_kafka_jars)} "
           f"ready in {time.monotonic() - started:.1f}s")
     try:
         yield session

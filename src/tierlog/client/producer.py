@@ -145,6 +145,11 @@ class Producer:
             raise IllegalStateError("the producer is not started: call await producer.start()")
         return self._client
 
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """The producer id and epoch in use (-1, -1 before one was given)."""
+        return self._producer_id, self._producer_epoch
+
     async def _init_producer_id(self) -> None:
         async def attempt() -> None:
             resp = await self.client.send_any(ApiKey.INIT_PRODUCER_ID, {
@@ -230,6 +235,15 @@ class Producer:
         called again after a KafkaTimeoutError."""
         txn = self._transactions("init_transactions")
         await txn.initialize(self._deadline(timeout_ms))
+        self._adopt_producer_id()
+
+    async def resume_transaction(self, producer_id: int, producer_epoch: int, timeout_ms: float | None = None) -> None:
+        """Adopt the open transaction of ``transactional.id`` that another producer (``producer_id``,
+        ``producer_epoch``) prepared: its records sent and answered, not yet ended. Call instead of
+        init_transactions() (which would abort it), then commit_transaction() or abort_transaction().
+        A transaction fenced or timed out since fails the commit with ProducerFencedError."""
+        txn = self._transactions("resume_transaction")
+        await txn.resume(producer_id, producer_epoch, self._deadline(timeout_ms))
         self._adopt_producer_id()
 
     def begin_transaction(self) -> None:

@@ -264,6 +264,24 @@ class TransactionManager:
         log.info("TransactionalId %s: producer id %d, epoch %d%s", self.transactional_id, self.producer_id,
                  self.producer_epoch, " (epoch bumped)" if bump else "")
 
+    async def resume(self, producer_id: int, producer_epoch: int, deadline: float) -> None:
+        """Take over the open transaction another producer of this ``transactional.id`` left with every
+        record answered, to commit or abort it here (a two-phase commit's second phase, as Flink's Kafka
+        sink resumes one). No InitProducerId: that would fence the transaction and abort it."""
+        if self.state is not S.UNINITIALIZED:
+            raise IllegalStateError(f"TransactionalId {self.transactional_id}: resume_transaction() needs a fresh "
+                                    f"producer (state {self.state.value})")
+        self.producer_id, self.producer_epoch = int(producer_id), int(producer_epoch)
+
+        async def find() -> None:
+            if self.coordinator is None:
+                self.coordinator = await self._find_coordinator(_TRANSACTION, self.transactional_id)
+
+        await retry_until(find, deadline, self.config, "FindCoordinator", self.client)
+        await self._choose_transaction_version()
+        self.state = S.IN_TRANSACTION
+        self.started = True  # the coordinator knows it: EndTxn must go out even with nothing sent here
+
     # -- the transaction --------------------------------------------------------------------------
 
     def begin(self) -> None:

@@ -18,6 +18,9 @@ tierlog's:
   credentials for object storage);
 - ``tierlog.metadataTopicPartitions``: partitions of ``__remote_log_metadata`` (read from the broker
   when not given);
+- ``tierlog.deliveryGuarantee`` (sink): ``exactly_once`` (the default, :mod:`tierlog.spark.sink`) or
+  ``at_least_once`` (as Spark's Kafka sink); ``tierlog.transactionalIdPrefix`` (sink): the prefix of
+  the transactional ids and the batch marker group (default from the streaming query's id);
 - ``tierlog.bootstrapTimeoutMs``: how long the driver waits for a first answer from
   ``kafka.bootstrap.servers`` before the query fails saying the broker is unreachable (default 15000);
 - ``tierlog.view``, ``tierlog.asOfOffsets``, ``tierlog.asOfTimestamp``: a compacted topic read as a table,
@@ -111,6 +114,8 @@ class SourceOptions:
     metadata_partitions: int | None = None
     bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS
     topic: str | None = None  # sink
+    delivery_guarantee: str = "exactly_once"  # sink: exactly_once (tierlog.spark.sink) or at_least_once
+    transactional_id_prefix: str | None = None  # sink: tierlog.transactionalIdPrefix
 
     @property
     def direct(self) -> bool:
@@ -180,7 +185,12 @@ def parse(options: Mapping[str, str], *, streaming: bool = False, sink: bool = F
         metadata_partitions=_int(lowered, "tierlog.metadatatopicpartitions", None),
         bootstrap_timeout_ms=_int(lowered, "tierlog.bootstraptimeoutms", DEFAULT_BOOTSTRAP_TIMEOUT_MS),
         topic=lowered.get("topic"),
+        delivery_guarantee=lowered.get("tierlog.deliveryguarantee", "exactly_once").strip().lower(),
+        transactional_id_prefix=lowered.get("tierlog.transactionalidprefix"),
     )
+    if out.delivery_guarantee not in ("exactly_once", "at_least_once"):
+        raise SourceOptionError("option tierlog.deliveryGuarantee must be exactly_once or at_least_once, not "
+                                f"{out.delivery_guarantee!r}")
     for key, attr in (("startingoffsetsbytimestamp", "starting_by_timestamp"),
                       ("endingoffsetsbytimestamp", "ending_by_timestamp")):
         if key in lowered:

@@ -11,6 +11,9 @@ limit from Spark) caps each micro-batch, shared between partitions in proportion
 waiting, as Spark's Kafka source does; ``trigger(availableNow=True)`` reads up to the offsets seen when
 the query starts.
 
+Writes are exactly once by default (:mod:`tierlog.spark.sink`: transactions the driver commits);
+``tierlog.deliveryGuarantee=at_least_once`` gives Spark's Kafka sink's delivery (``_write_rows`` here).
+
 Nothing here keeps a socket in ``__init__``: Spark pickles readers and writers to its Python workers.
 """
 
@@ -33,7 +36,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
-from . import table
+from . import sink, table
 from .options import SourceOptionError, SourceOptions
 from .plan import Planner, group, split
 from .pushdown import Pushdown, enabled, read_log_folder
@@ -81,10 +84,16 @@ class TierlogDataSource(DataSource):
         return StreamReader(options_mod.parse(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(options_mod.parse(self.options, sink=True), schema)
+        opts = options_mod.parse(self.options, sink=True)
+        if opts.delivery_guarantee == "exactly_once":
+            return sink.ExactlyOnceBatchWriter(opts, schema)
+        return BatchWriter(opts, schema)
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(options_mod.parse(self.options, sink=True), schema)
+        opts = options_mod.parse(self.options, sink=True)
+        if opts.delivery_guarantee == "exactly_once":
+            return sink.ExactlyOnceStreamWriter(opts, schema)
+        return StreamWriter(opts, schema)
 
 
 # ------------------------------------------------------------------------------------------- reads
@@ -314,7 +323,7 @@ class StreamWriter(DataSourceStreamWriter):
         return _write_rows(self.opts, self.schema, rows)
 
     def commit(self, messages, batch_id: int) -> None:
-        pass  # records are acknowledged by the brokers when write() returns (at least once, as Kafka's sink)
+        pass  # records are acknowledged by the brokers when write() returns (at_least_once, as Kafka's sink)
 
     def abort(self, messages, batch_id: int) -> None:
         pass
