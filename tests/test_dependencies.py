@@ -24,6 +24,7 @@ SRC = ROOT / "src"
 EXTRA_MODULES = {
     "tierlog.spark.columnar": "spark",
     "tierlog.spark.read": "spark",
+    "tierlog.spark.sink": "spark",
     "tierlog.spark.source": "spark",
     "tierlog.spark.table": "spark",
     "tierlog.tiered.rsm.objectstore": "objectstore",
