@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+# Kafka's 16 KiB batches make a Python producer pay a Produce request per 16 records of 1 KiB, with at
+# most 5 in flight per partition: 256 KiB writes 1 KiB records about 6x faster (unless kafka.batch.size)
+DEFAULT_BATCH_SIZE = 262_144
 
 
 @dataclass
@@ -109,8 +112,8 @@ async def _prepare(opts: SourceOptions, batches: Iterator, prefix: str, partitio
     config = _client_config(opts)
     # no transaction.timeout.ms given: Kafka's producer default (60 s) is too short for a slow stage
     # between a task's end and the driver's commit; 15 min as Kafka's transaction.max.timeout.ms allows
-    producer = Producer({"transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS, **config,
-                         "transactional.id": txn_id, "acks": "all"})
+    producer = Producer({"transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS, "batch.size": DEFAULT_BATCH_SIZE,
+                         **config, "transactional.id": txn_id, "acks": "all"})
     await producer.start()
     try:
         await producer.init_transactions()  # fences the attempt before this one and aborts what it left open
