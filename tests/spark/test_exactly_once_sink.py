@@ -11,6 +11,7 @@ import contextlib
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.harness.waiting import wait_until
@@ -145,3 +146,36 @@ def test_a_query_killed_mid_batch_and_restarted_writes_each_row_once(tierlog_spa
     assert any(p["batchId"] == last and p["numInputRows"] > 0 for p in q.recentProgress)  # it ran again
     assert values(cluster, topic, "read_committed") == want
     assert sum(values(cluster, topic, "read_uncommitted").values()) > 900  # the failed batch's rows, aborted
+
+
+def test_the_two_phases_against_the_broker(cluster):
+    """Without Spark: a prepared transaction the driver never committed is aborted by the re-run, a batch
+    committed before is skipped, and the commit of a fenced attempt fails."""
+    import asyncio
+
+    import pyarrow as pa
+
+    from tierlog.errors import ProducerFencedError
+    from tierlog.spark import options, sink
+    topic = "eos-phases"
+    create(cluster, topic, configs={})
+    opts = options.parse({"kafka.bootstrap.servers": cluster.bootstrap, "topic": topic}, sink=True)
+    rows = [b"phase-%d" % i for i in range(50)]
+    batch = pa.record_batch([pa.array(rows), pa.array([0] * 50, pa.int32())], names=["value", "partition"])
+
+    def prepare(batch_id: int) -> sink.Prepared:
+        return asyncio.run(sink._prepare(opts, iter([batch]), "phases", 0, batch_id))
+
+    lost = prepare(7)  # the driver died before its commit
+    assert not lost.skipped and lost.rows == 50
+    again = prepare(7)  # the batch again, after the restart
+    assert sink.end_transactions(opts, [again], commit=True, batch_id=7) == 50
+    with pytest.raises(ProducerFencedError):
+        sink.end_transactions(opts, [lost], commit=True, batch_id=7)
+    # committed, but the checkpoint did not record it: the batch runs again and writes nothing
+    assert prepare(7).skipped
+    following = prepare(8)  # the next batch writes
+    assert not following.skipped
+    sink.end_transactions(opts, [following], commit=False)  # a failed job: aborted by the driver
+    assert values(cluster, topic, "read_committed") == Counter(dict.fromkeys(rows, 1))
+    assert values(cluster, topic, "read_uncommitted") == Counter(dict.fromkeys(rows, 3))  # 3 attempts wrote

@@ -62,7 +62,7 @@ class Prepared(WriterCommitMessage):
     producer_epoch: int
     batch_id: int
     rows: int
-    skipped: bool = False  # the batch was committed before for this partition: nothing is open
+    skipped: bool = False  # nothing is open: the batch was committed before for this partition, or no row
 
 
 def batch_prefix(opts: SourceOptions) -> str:
@@ -126,23 +126,21 @@ async def _prepare(opts: SourceOptions, batches: Iterator, prefix: str, partitio
             return Prepared(txn_id, -1, -1, batch_id, 0, skipped=True)
         producer.begin_transaction()
         rows = 0
-        futures = []
         first_topic = opts.topic
         it = iter(batches)
         while (batch := await asyncio.to_thread(next, it, None)) is not None:
             # pulled in a thread: the sender (linger.ms, answers) runs while Spark computes the next batch
             for topic, value, key, part, headers in _records(opts, batch):
-                futures.append(await producer.send(topic, value, key, partition=part, headers=headers))
+                await producer.send(topic, value, key, partition=part, headers=headers)
                 first_topic = first_topic or topic
                 rows += 1
-        if first_topic is not None:  # nothing to write and no topic: nothing to mark either
-            await producer.send_offsets_to_transaction(
-                {TopicPartition(first_topic, 0): OffsetAndMetadata(
-                    batch_id + 1, json.dumps({"batch": batch_id, "rows": rows}))}, txn_id)
         await producer.flush()
-        for f in futures:
-            if f.done() and f.exception() is not None:
-                raise f.exception()  # a record the broker refused: the task fails, its retry starts over
+        if first_topic is None:  # no row and no topic option: nothing written, nothing to mark or commit
+            return Prepared(txn_id, -1, -1, batch_id, 0, skipped=True)
+        # raises the error of a record the broker refused: the task fails, its retry starts over
+        await producer.send_offsets_to_transaction(
+            {TopicPartition(first_topic, 0): OffsetAndMetadata(
+                batch_id + 1, json.dumps({"batch": batch_id, "rows": rows}))}, txn_id)
         producer_id, epoch = producer.producer_id_and_epoch
         return Prepared(txn_id, producer_id, epoch, batch_id, rows)
     finally:
