@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -94,7 +95,7 @@ def test_starting_timestamps_find_offsets_only_in_the_remote_tier(spark, cluster
 
 def test_min_partitions_splits_each_partition_into_offset_ranges(spark, target):
     topic = f"splits-{int(time.monotonic() * 1000)}"
-    create(type("B", (), {"bootstrap": target})(), topic, 3, {})
+    create(SimpleNamespace(bootstrap=target), topic, 3, {})
     produce_timestamped(target, topic, 3, 20)
 
     # minPartitions above the partition count: Spark cuts each partition's range into several tasks
@@ -110,11 +111,12 @@ def test_min_partitions_splits_each_partition_into_offset_ranges(spark, target):
 
 
 def test_real_time_mode_kafka_to_kafka(spark, target, tmp_path):
-    """Spark 4.1+'s real-time mode: the batch stays open for its duration and records go through as they
-    arrive, so the ones produced after the query started arrive well before the 30 s batch ends."""
+    """Spark 4.1+'s real-time mode: the batch stays open for its duration (5 minutes here) and records go
+    through as they arrive, so all of them, those produced after the query started too, reach the output
+    topic before the first batch has ended (a micro-batch query reports a progress per batch first)."""
     suffix = int(time.monotonic() * 1000)
     src, dst = f"rt-in-{suffix}", f"rt-out-{suffix}"
-    admin_target = type("B", (), {"bootstrap": target})()
+    admin_target = SimpleNamespace(bootstrap=target)
     create(admin_target, src, 1, {})
     create(admin_target, dst, 1, {})
     produce_timestamped(target, src, 1, 10)
@@ -122,7 +124,7 @@ def test_real_time_mode_kafka_to_kafka(spark, target, tmp_path):
               .option("startingOffsets", "earliest").option("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS).load())
     query = (stream.selectExpr("key", "concat(value, cast('!' as binary)) as value").writeStream.format("kafka")
              .option("kafka.bootstrap.servers", target).option("topic", dst).outputMode("update")
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(realTime="30 seconds").start())
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(realTime="5 minutes").start())
     consumer = Consumer({"bootstrap.servers": target, "group.id": f"rt-{suffix}", "enable.auto.commit": False})
     consumer.assign([TopicPartition(dst, 0, 0)])
     seen: list[bytes] = []
@@ -148,6 +150,7 @@ def test_real_time_mode_kafka_to_kafka(spark, target, tmp_path):
         assert p.flush(30) == 0
         wait_until(arrived(15), 25, interval=0, what="the 5 records produced while the batch is open")
         latency = time.monotonic() - started
+        assert query.recentProgress == [], "a batch ended before the records came through"
     finally:
         query.stop()
         consumer.close()
