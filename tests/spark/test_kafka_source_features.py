@@ -100,14 +100,17 @@ def test_min_partitions_splits_each_partition_into_offset_ranges(spark, target):
 
     # minPartitions above the partition count: Spark cuts each partition's range into several tasks
     # (admission control, maxOffsetsPerTrigger, is checked on tierlog by test_kafka_source.py's stream test)
-    df = read_kafka(spark, target, subscribe=topic, minPartitions="9")
-    assert df.rdd.getNumPartitions() == 9
-    assert offsets_by_partition(df) == {p: list(range(20)) for p in range(3)}
-    # each task is one partition's range: an offset range per task, never two partitions in one task
     from pyspark.sql import functions as F
-    per_task = df.groupBy(F.spark_partition_id().alias("task")).agg(
-        F.countDistinct("partition").alias("partitions")).collect()
-    assert len(per_task) == 9 and all(r["partitions"] == 1 for r in per_task), per_task
+    rows = (read_kafka(spark, target, subscribe=topic, minPartitions="9")
+            .select(F.spark_partition_id().alias("task"), "partition", "offset").collect())
+    got: dict[int, list[int]] = {}
+    tasks: dict[int, set[int]] = {}
+    for r in rows:
+        got.setdefault(r["partition"], []).append(r["offset"])
+        tasks.setdefault(r["task"], set()).add(r["partition"])
+    assert {p: sorted(o) for p, o in got.items()} == {p: list(range(20)) for p in range(3)}
+    # nine tasks, each an offset range of one partition, never two partitions in one task
+    assert len(tasks) == 9 and all(len(parts) == 1 for parts in tasks.values()), tasks
 
 
 def test_real_time_mode_kafka_to_kafka(spark, target, tmp_path):
