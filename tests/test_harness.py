@@ -32,11 +32,14 @@ class _Item:
 
 def test_tests_sharing_a_jvm_or_a_module_fixture_share_a_group():
     peer = _Item("tests/peer/test_a.py::t", ["kafka_peer", "kafka_jars", "tmp_path"])
-    tool = _Item("tests/server/test_b.py::t", ["kafka_tool", "kafka_tool_runner", "kafka_jars"])
+    tiered = _Item("tests/peer/test_a2.py::t", ["kafka_peer_tiered", "kafka_jars"])
     both = _Item("tests/peer/test_c.py::t[kafka]", ["peer"])
-    # test_d.py's module fixture needs Kafka in one test: the whole module joins the Kafka group.
+    # test_d.py's module fixture needs the session's Kafka in one test: the whole module joins the Kafka group.
     module_only = _Item("tests/peer/test_d.py::t1", ["shared"], module_scoped=("shared",))
-    module_kafka = _Item("tests/peer/test_d.py::t2", ["shared", "kafka_jars"], module_scoped=("shared",))
+    module_kafka = _Item("tests/peer/test_d.py::t2", ["shared", "kafka_peer"], module_scoped=("shared",))
+    # Kafka's jars or the tool JVM alone bind nothing: resolved once under a lock, a tool JVM a worker
+    tool = _Item("tests/server/test_b.py::t", ["kafka_tool", "kafka_tool_runner", "kafka_jars"])
+    jars_module = _Item("tests/client/test_j.py::t", ["kafka", "kafka_jars"], module_scoped=("kafka",))
     own_module = _Item("tests/client/test_e.py::t1", ["shared", "tmp_path"], module_scoped=("shared",))
     own_module2 = _Item("tests/client/test_e.py::t2", ["shared"], module_scoped=("shared",))
     spark = _Item("tests/spark/test_f.py::t", ["spark", "spark_kafka_jars", "broker"])
@@ -44,9 +47,11 @@ def test_tests_sharing_a_jvm_or_a_module_fixture_share_a_group():
     # Kafka 3.9 (ZooKeeper mode): its tool JVM and its module-scoped clusters, on one worker
     zk_tool = _Item("tests/peer/test_h.py::t", ["kafka_zk_tool", "kafka_zk_tool_runner", "kafka_zk_jars"])
     zk_cluster = _Item("tests/peer/test_i.py::t", ["kafka39", "zookeeper", "kafka_zk_jars"], module_scoped=("kafka39",))
-    groups = xdist_groups([peer, tool, both, module_only, module_kafka, own_module, own_module2, spark, free, zk_tool,
-                           zk_cluster])
-    assert {groups[i] for i in (peer, tool, both, module_only, module_kafka)} == {"kafka"}
+    groups = xdist_groups([peer, tiered, both, module_only, module_kafka, tool, jars_module, own_module, own_module2,
+                           spark, free, zk_tool, zk_cluster])
+    assert {groups[i] for i in (peer, tiered, both, module_only, module_kafka)} == {"kafka"}
+    assert tool not in groups
+    assert groups[jars_module] == "tests/client/test_j.py"
     assert groups[own_module] == groups[own_module2] == "tests/client/test_e.py"
     assert groups[spark] == "spark"
     assert free not in groups

@@ -909,9 +909,9 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How often share group members heartbeat, in ms."),
     _b("group.share.max.size", "int", 200, Between(1, 1000),
        doc="Most members of a share group; more get GROUP_MAX_SIZE_REACHED."),
-    _b("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", since="Kafka 4.4",
+    _b("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", since="Kafka 4.4", dynamic=True,
        doc="The prefix a share group's dead-letter queue topic (its errors.deadletterqueue.topic.name, KIP-1191) "
-           "must start with; empty: any name not starting with __."),
+           "must start with; empty: any name not starting with __. Dynamic, as in Kafka: read at each DLQ write."),
     _b("share.coordinator.state.topic.num.partitions", "int", 50, AtLeast(1),
        doc="Partitions of __share_group_state, set when the topic is created."),
     _b("share.coordinator.state.topic.replication.factor", "short", 3, AtLeast(1),

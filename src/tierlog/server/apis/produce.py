@@ -113,12 +113,10 @@ class ProduceApis:
                     name = rm.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
                 if not authz.authorize(ctx.session, AclOperation.WRITE, ResourceType.TOPIC, name):
                     denied_topics.add(name)
-        if req.transactional_id is None and any(
-                pd.records is not None and is_transactional(pd.records)
-                for topic_data in req.topic_data for pd in topic_data.partition_data):
-            # Kafka's RequestUtils.hasTransactionalRecords answers the whole request so (with no authorizer
-            # too): transactional records need the transactional id.
-            return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
+        # Kafka's RequestUtils.hasTransactionalRecords answers the whole request so (with no authorizer too):
+        # transactional records need the transactional id. Checked during the paced walk below (nothing is
+        # appended before it ends), not in one pass over every partition, which held the loop for 0.1 s at 500,000.
+        untransactional = req.transactional_id is None
         metrics = self.request_metrics
         responses = []
         invalid_codes = []  # counted once the request is not refused as a whole
@@ -136,6 +134,8 @@ class ProduceApis:
                 walked += 1
                 if not walked & 255:
                     await pacer()
+                if untransactional and pd.records is not None and is_transactional(pd.records):
+                    return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
                 if denied_topics and name in denied_topics:
                     parts.append(_refused(pd.index, TopicAuthorizationFailedError.code))
                     continue
