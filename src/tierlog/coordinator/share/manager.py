@@ -39,13 +39,14 @@ Key = tuple[str, uuid.UUID, int]
 
 
 class SharePartitionManager:
-    def __init__(self, config: ShareConfig, store: ShareStateStore | None):
+    def __init__(self, config: ShareConfig, store: ShareStateStore | None,
+                 dlq_enabled: Callable[[str], bool] = lambda group_id: False):
         self.config = config
         self.store = store
         self.partitions: dict[Key, SharePartition] = {}
         self._persisted: dict[Key, int] = {}  # the version last written
-        #: group id -> whether the group has a dead-letter queue topic now (KIP-1191; set by the share APIs)
-        self.dlq_enabled: Callable[[str], bool] = lambda group_id: False
+        #: group id -> whether the group has a dead-letter queue topic now (KIP-1191)
+        self.dlq_enabled = dlq_enabled
 
     def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
             initial_offset: Callable[[], int], leader_epoch: int = 0,

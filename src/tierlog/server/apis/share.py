@@ -85,6 +85,11 @@ def _client_host(ctx: RequestContext) -> str:
     return "/" + session.client_host if session is not None and session.client_host else ""
 
 
+def group_config(controller: Controller, group_id: str, name: str) -> str:
+    """The group's config ``name`` (GROUP resource, config/group_configs.py), or what it falls back to."""
+    return group_config_value(controller.image.group_configs.get(group_id), name, controller.effective_config)
+
+
 class ShareApis:
     def __init__(self, coordinator: ShareGroupCoordinator, manager: SharePartitionManager,
                  sessions: ShareSessionCache, replica_manager: ReplicaManager, controller: Controller,
@@ -100,9 +105,6 @@ class ShareApis:
         # ShareFetch requests, whose acquisition may now pass max.record.locks or find released records.
         self._changed = asyncio.Event()
         coordinator.on_member_removed.append(self._member_removed)
-        # KIP-1191: share.version 2 and a DLQ topic named by the group (Kafka's isDLQEnabledForGroup)
-        manager.dlq_enabled = lambda group_id: (controller.finalized_level(SHARE_VERSION) >= 2
-                                                and bool(self._group_config(group_id, DLQ_TOPIC_NAME)))
         self.dlq = ShareGroupDlqWriter(replica_manager, controller, self._group_config, self._dlq_done, metrics)
 
     @classmethod
@@ -122,8 +124,14 @@ class ShareApis:
         coordinator = ShareGroupCoordinator(topics, session_timeout_ms=config.session_timeout_ms,
                                             heartbeat_interval_ms=config.heartbeat_interval_ms,
                                             max_size=config.max_size)
-        return cls(coordinator, SharePartitionManager(config, store), ShareSessionCache(config.max_share_sessions),
-                   rm, controller, node_id, authorizer, metrics)
+
+        def dlq_enabled(group_id: str) -> bool:
+            """KIP-1191: share.version 2 and a DLQ topic named by the group (Kafka's isDLQEnabledForGroup)."""
+            return controller.finalized_level(SHARE_VERSION) >= 2 and bool(
+                group_config(controller, group_id, DLQ_TOPIC_NAME))
+
+        return cls(coordinator, SharePartitionManager(config, store, dlq_enabled),
+                   ShareSessionCache(config.max_share_sessions), rm, controller, node_id, authorizer, metrics)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
@@ -160,9 +168,7 @@ class ShareApis:
         self._changed = asyncio.Event()
 
     def _group_config(self, group_id: str, name: str) -> str:
-        """The group's config ``name`` (GROUP resource, config/group_configs.py), or what it falls back to."""
-        return group_config_value(self.controller.image.group_configs.get(group_id), name,
-                                  self.controller.effective_config)
+        return group_config(self.controller, group_id, name)
 
     def _lock_ms(self, group_id: str) -> int:
         return int(self._group_config(group_id, RECORD_LOCK_DURATION_MS))
