@@ -909,6 +909,11 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How often share group members heartbeat, in ms."),
     _b("group.share.max.size", "int", 200, Between(1, 1000),
        doc="Most members of a share group; more get GROUP_MAX_SIZE_REACHED."),
+    _b("errors.deadletterqueue.auto.create.topics.enable", "boolean", False, since="Kafka 4.4", dynamic=True,
+       doc="Create a share group's dead-letter queue topic (KIP-1191) when it does not exist, with the default "
+           "partitions and replication factor, errors.deadletterqueue.group.enable=true and "
+           "message.timestamp.type=CreateTime; false: records bound for a missing DLQ topic are archived without "
+           "it, as Kafka 4.4 does."),
     _b("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", since="Kafka 4.4", dynamic=True,
        doc="The prefix a share group's dead-letter queue topic (its errors.deadletterqueue.topic.name, KIP-1191) "
            "must start with; empty: any name not starting with __. Dynamic, as in Kafka: read at each DLQ write."),
