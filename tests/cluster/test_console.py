@@ -362,9 +362,9 @@ def tier_status(cluster, topic: str) -> dict:
     return tools(cluster, status)
 
 
-def create_topic(cluster, topic: str, replicas: int, configs: dict | None = None) -> None:
+def create_topics(cluster, names: list[str], replicas: int, configs: dict | None = None) -> None:
     from tierlog.tools import topics
-    tools(cluster, lambda admin: topics.create(admin, [topic], 1, replicas, configs or {}))
+    tools(cluster, lambda admin: topics.create(admin, names, 1, replicas, configs or {}))
 
 
 def described_group(cluster, group: str) -> dict:
@@ -383,7 +383,7 @@ def confirm(page, section: str, question: str) -> str:
 
 def test_alter_configs_sets_and_removes_with_the_token_and_shows_kafkas_error(cluster, console, page):
     topic = unique("console-configs")
-    create_topic(cluster, topic, 2)
+    create_topics(cluster, [topic], 2)
     open_page(page, console, f"topics/{topic}")
     form = "#alter-configs"
 
@@ -413,7 +413,7 @@ def test_alter_configs_sets_and_removes_with_the_token_and_shows_kafkas_error(cl
 def test_reset_offsets_previews_refuses_an_active_group_and_needs_the_token(cluster, console, page):
     from confluent_kafka import Consumer, Producer, TopicPartition
     topic, group = unique("console-reset"), unique("console-rg")
-    create_topic(cluster, topic, 2)
+    create_topics(cluster, [topic], 2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(10):
         producer.produce(topic, b"early-%d" % i, partition=0)
@@ -453,6 +453,8 @@ def test_reset_offsets_previews_refuses_an_active_group_and_needs_the_token(clus
     page.fill("#token", TOKEN)
     page.click("#reset-execute")
     assert confirm(page, form, "on 1 partition(s)") == f"reset group {group}: {topic}-0 to 10"
+    until(page, lambda: cell(page, f"#lag tr[data-tp='{topic}-0']", "current_offset") == "10", 30,
+          "the group's table following the reset")
     shot(page, "reset-offsets")
     [row] = described_group(cluster, group)["partitions"]
     assert (row["current_offset"], row["lag"]) == (10, 5)
@@ -466,8 +468,7 @@ def test_reset_offsets_previews_refuses_an_active_group_and_needs_the_token(clus
 
 def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, page):
     topic, kept = unique("console-untier"), unique("console-kept")
-    for name in (topic, kept):
-        create_topic(cluster, name, 3, TIERED)
+    create_topics(cluster, [topic, kept], 3, TIERED)
     write(cluster, topic, 40)
 
     def copied():
@@ -484,6 +485,11 @@ def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, pag
     page.fill("#token", TOKEN)
     page.click("#disable-delete")
     assert "is being disabled (policy delete)" in confirm(page, panel, "DELETE its remote data")
+    # while the remote data is deleted: retain on the other topic, through the API (refused without the token)
+    path = f"/api/topic/disable-tiering?topic={kept}&delete_remote=false"
+    assert console.post(path)[0] == 401
+    status, body = console.post(path, token=TOKEN)
+    assert status == 200 and body["policy"] == "retain", body
     until(page, lambda: page.locator(f"{panel} [data-k='tiering_state']").inner_text() == "DISABLED", 60,
           "the disablement done")
     shot(page, "disable-tiering")
@@ -492,13 +498,7 @@ def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, pag
     assert (state["state"], state["policy"], state["remote_segments_to_delete"]) == ("DISABLED", "delete", 0)
     assert not any(r["remote_segments"] for r in status["partitions"]), status["partitions"]
     assert overrides(cluster, topic)["remote.storage.enable"] == "false"
-
-    # retain, through the API: refused without the token, then done; asking again is refused
-    path = f"/api/topic/disable-tiering?topic={kept}&delete_remote=false"
-    assert console.post(path)[0] == 401
-    status, body = console.post(path, token=TOKEN)
-    assert status == 200 and body["policy"] == "retain", body
     wait_until(lambda: tier_status(cluster, kept)["topics"][0]["state"] == "DISABLED", 60, what=f"{kept} disabled")
     assert tier_status(cluster, kept)["topics"][0]["policy"] == "retain"
-    status, body = console.post(path, token=TOKEN)
+    status, body = console.post(path, token=TOKEN)  # asked again: refused, saying so
     assert status == 400 and "disabled already" in body["error"], body

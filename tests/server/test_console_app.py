@@ -126,3 +126,21 @@ def test_the_new_actions_follow_the_token_rules(nowhere):
 def test_bad_parameters_of_the_new_actions_are_400(nowhere, path, message):
     (status, _, body), = serve_and(nowhere, TOKEN, [("POST", path, {"Authorization": f"Bearer {TOKEN}"})])
     assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_what_a_delete_disablement_has_left_is_summed_over_the_brokers(monkeypatch):
+    """Each broker counts the partitions it leads, so the topic's figure shown (the console's and `tierlog
+    tier status`'s merged answer) is the sum of every broker's; the first error found is kept."""
+    from tierlog.tools import tier
+
+    def status(node_id: int, segments: int, error: str | None) -> dict:
+        return {"node_id": node_id, "topics": [{"topic": "t", "state": "DISABLING", "policy": "delete", "epoch": 2,
+                                                "remote_segments_to_delete": segments,
+                                                "remote_bytes_to_delete": segments * 100, "last_error": error}],
+                "partitions": []}
+    answers = {"http://b1": status(1, 3, None), "http://b2": status(2, 0, None), "http://b3": status(3, 2, "slow")}
+    monkeypatch.setattr(tier, "fetch_status", lambda url, topic, timeout: answers[url])
+    merged = tier.cluster_status([{"node_id": i, "url": f"http://b{i}"} for i in (1, 2, 3)], "t")
+    [t] = merged["topics"]
+    assert (t["remote_segments_to_delete"], t["remote_bytes_to_delete"], t["last_error"]) == (5, 500, "slow")
+    assert answers["http://b1"]["topics"][0]["remote_segments_to_delete"] == 3  # the brokers' answers unchanged

@@ -81,14 +81,14 @@ export function TieringPanel({ topic, tiering, token }) {
   });
   return html`<section id="tiering-panel"><h2>Tiered storage</h2>
     ${!tiering && html`<p class="muted">not tiered (remote.storage.enable=false)</p>`}
-    ${tiering && html`<p>KIP-950 state <b data-k="tiering_state">${tiering.state}</b>, policy
-      <span data-k="tiering_policy">${tiering.policy}</span>, epoch ${tiering.epoch}
+    ${tiering && html`<p>KIP-950 state <b data-k="tiering_state">${tiering.state}</b>, policy <span
+      data-k="tiering_policy">${tiering.policy}</span>, epoch ${tiering.epoch}
       ${tiering.state === "DISABLED" && (tiering.policy === "delete"
         ? html` <span class="muted">(remote data deleted; the log starts at the local log start)</span>`
         : html` <span class="muted">(nothing is copied; remote data stays readable until retention expires it)</span>`)}</p>
       ${tiering.state === "DISABLING" && html`<p id="disable-progress">
-        <span data-k="remote_segments_to_delete" data-v=${tiering.remote_segments_to_delete}>${show(tiering.remote_segments_to_delete)}
-        remote segment(s)</span> (${bytes(tiering.remote_bytes_to_delete)}) left to delete
+        <span data-k="remote_segments_to_delete" data-v=${tiering.remote_segments_to_delete}>${show(tiering.remote_segments_to_delete)} remote
+        segment(s)</span> (${bytes(tiering.remote_bytes_to_delete)}) left to delete
         ${most.current > 0 && html` <progress max=${most.current} value=${most.current - left}></progress>`}</p>`}
       ${tiering.last_error && html`<p class="bad">last error: ${tiering.last_error}</p>`}
       ${tiering.state === "ENABLED" && html`<button id="disable-retain" onClick=${() => disable(false)}>Disable tiering, keep remote data…</button>
@@ -140,7 +140,10 @@ export function ResetOffsets({ group, g, token }) {
   const execute = () => action.ask({
     path: `/api/group/reset-offsets?${preview.query}`,
     question: `Reset the offsets of group ${group} on ${preview.plan.partitions.length} partition(s) to ${describe(preview.plan)}?`,
-    done: (r) => `reset group ${r.group}: ${r.partitions.map((p) => `${p.topic}-${p.partition} to ${p.new_offset}`).join(", ")}`,
+    done: (r) => {
+      setPreview(null);  // its committed offsets are the old ones now; the outcome lists what was written
+      return `reset group ${r.group}: ${r.partitions.map((p) => `${p.topic}-${p.partition} to ${p.new_offset}`).join(", ")}`;
+    },
   });
   return html`<section id="reset-offsets"><h2>Reset offsets</h2>
     <form class="inline" id="reset-form" onSubmit=${ask}>
