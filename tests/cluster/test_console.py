@@ -498,6 +498,9 @@ def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, pag
     assert (state["state"], state["policy"], state["remote_segments_to_delete"]) == ("DISABLED", "delete", 0)
     assert not any(r["remote_segments"] for r in status["partitions"]), status["partitions"]
     assert overrides(cluster, topic)["remote.storage.enable"] == "false"
+    open_page(page, console, f"topics/{topic}/0")  # the partition's page shows the topic's state too
+    until(page, lambda: page.locator("#tiering [data-k='tiering_state']").inner_text() == "DISABLED", 30,
+          "the partition page's KIP-950 state")
     wait_until(lambda: tier_status(cluster, kept)["topics"][0]["state"] == "DISABLED", 60, what=f"{kept} disabled")
     assert tier_status(cluster, kept)["topics"][0]["policy"] == "retain"
     status, body = console.post(path, token=TOKEN)  # asked again: refused, saying so

@@ -274,7 +274,7 @@ function PartitionPage({ name, partition }) {
       ${p.brokers_unanswered.map((b) => html`<div class="error" role="alert">broker ${b.node_id}: ${b.error}</div>`)}
       ${p.tiering && html`<p id="tiering">tiering (KIP-950): <b data-k="tiering_state">${p.tiering.state}</b>
         ${p.tiering.remote_segments_to_delete > 0 && html`, ${p.tiering.remote_segments_to_delete} remote segment(s)
-          (${bytes(p.tiering.remote_bytes_to_delete)}) still to delete`}
+          (${bytes(p.tiering.remote_bytes_to_delete)}) of the topic still to delete`}
         ${p.tiering.last_error && html` <span class="bad">${p.tiering.last_error}</span>`}</p>`}
       ${!leader && html`<div class="error" role="alert">no tier status from this partition's leader: it is not tiered,
         has no leader, or its broker's HTTP endpoint did not answer</div>`}
