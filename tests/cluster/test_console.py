@@ -505,3 +505,16 @@ def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, pag
     assert tier_status(cluster, kept)["topics"][0]["policy"] == "retain"
     status, body = console.post(path, token=TOKEN)  # asked again: refused, saying so
     assert status == 400 and "disabled already" in body["error"], body
+    # the retained data deleted afterwards (the page's "Delete the retained remote data")
+    status, body = console.post(path.replace("delete_remote=false", "delete_remote=true"), token=TOKEN)
+    assert status == 200 and body["policy"] == "delete", body
+
+    def kept_state() -> tuple[str, str]:
+        [t] = tier_status(cluster, kept)["topics"]
+        return t["state"], t["policy"]
+    wait_until(lambda: kept_state() == ("DISABLED", "delete"), 60, what=f"{kept}'s retained data deleted")
+    # a topic that is not tiered has nothing to disable: refused rather than a change that does nothing
+    plain = unique("console-plain")
+    create_topics(cluster, [plain], 1)
+    status, body = console.post(f"/api/topic/disable-tiering?topic={plain}&delete_remote=true", token=TOKEN)
+    assert status == 400 and body["error"].startswith("INVALID_CONFIG: ") and "is not tiered" in body["error"], body
