@@ -3,12 +3,12 @@
 import { h, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
-import { ResetOffsets, TieringPanel, TopicConfigs } from "./pages/consoleact.js";
 
+import { ResetOffsets, TieringPanel, TopicConfigs } from "./pages/consoleact.js";
 const html = htm.bind(h);
 // How often a page asks again (ms); ?poll=N in the address changes it.
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
-const TOKEN_KEY = "tierlog.console.token";
+export const TOKEN_KEY = "tierlog.console.token";
 
 class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -228,9 +228,9 @@ function TopicPage({ name, token }) {
         <${Cell} k="remote_bytes" v=${p.tier && p.tier.remote_bytes} text=${bytes(p.tier && p.tier.remote_bytes)} />
         <${Cell} k="copy_lag_segments" v=${p.tier && p.tier.copy_lag_segments} />
         <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a></td></tr>`)}</tbody></table>
-      <${TieringPanel} topic=${name} tiering=${t.tiering} token=${token} />
       <h2>Settings (not defaults)</h2>
       <${TopicConfigs} topic=${name} configs=${t.configs} token=${token} />
+      <${TieringPanel} topic=${name} tiering=${t.tiering} token=${token} />
       <${Updated} state=${state} />`}`;
 }
 
@@ -323,7 +323,7 @@ function LagChart({ points }) {
     <title>total lag, last ${points.length} polls, max ${max}</title></svg>`;
 }
 
-function GroupPage({ name, token }) {
+function GroupPage({ name }) {
   const state = usePoll(`/api/group?group=${encodeURIComponent(name)}`);
   const [history, setHistory] = useState([]);
   const g = state.data;
@@ -345,7 +345,7 @@ function GroupPage({ name, token }) {
       <tbody>${g.partitions.map((p) => html`<tr data-tp=${`${p.topic}-${p.partition}`}><td>${p.topic}</td>
         <${Cell} k="partition" v=${p.partition} /><${Cell} k="current_offset" v=${p.current_offset} />
         <${Cell} k="log_end_offset" v=${p.log_end_offset} /><${Cell} k="lag" v=${p.lag} /><td>${show(p.consumer_id)}</td></tr>`)}
-      </tbody></table><${ResetOffsets} group=${name} g=${g} token=${token} /><${Updated} state=${state} />`}`;
+      </tbody></table><${ResetOffsets} group=${name} g=${g} /><${Updated} state=${state} />`}`;
 }
 
 // ------------------------------------------------------------------------------------------------- shell
@@ -376,7 +376,7 @@ function App() {
   else if (where.page === "topic") page = html`<${TopicPage} key=${where.name} name=${where.name} token=${token} />`;
   else if (where.page === "partition") page = html`<${PartitionPage} key=${`${where.name}/${where.partition}`} name=${where.name} partition=${where.partition} />`;
   else if (where.page === "groups") page = html`<${GroupsPage} />`;
-  else if (where.page === "group") page = html`<${GroupPage} key=${where.name} name=${where.name} token=${token} />`;
+  else if (where.page === "group") page = html`<${GroupPage} key=${where.name} name=${where.name} />`;
   else page = html`<${ClusterPage} />`;
   return html`<header><span class="brand">tierlog</span>${tab("cluster", "Cluster")}${tab("topics", "Topics")}
       ${tab("groups", "Groups")}<span class="spacer"></span>

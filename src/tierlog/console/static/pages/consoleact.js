@@ -5,15 +5,16 @@
 import { h } from "preact";
 import { useRef, useState } from "preact/hooks";
 import htm from "htm";
-import { api, bytes, show, useAction } from "../app.js";
+import { TOKEN_KEY, api, bytes, show, useAction } from "../app.js";
 
 const html = htm.bind(h);
 
-// The question, then the outcome, of one action; classes, not ids, so a page can hold several.
+// The question, then the outcome, of one action; classes, not ids, so a page can hold several. Without a
+// ``token`` given, the one the page keeps for the tab (the header's field) is read when confirmed.
 function Confirm({ action, token }) {
   return html`
     ${action.pending && html`<div class="confirm">${action.pending.question}
-      <button class="confirm-yes" onClick=${() => action.run(token)}>Confirm</button>
+      <button class="confirm-yes" onClick=${() => action.run(token ?? (sessionStorage.getItem(TOKEN_KEY) || ""))}>Confirm</button>
       <button onClick=${action.cancel}>Cancel</button></div>`}
     ${action.outcome && html`<div class=${`${action.outcome.ok ? "outcome" : "error"} action-outcome`}
       role="status">${action.outcome.text}</div>`}`;
@@ -110,7 +111,7 @@ function timestamp(text) {
 // kafka-consumer-groups --reset-offsets: where to (earliest, latest, an offset, a time), which partitions
 // (every one the group committed, or every one of a topic), a preview (its --dry-run, no token needed),
 // then the write, which the broker refuses while the group has members.
-export function ResetOffsets({ group, g, token }) {
+export function ResetOffsets({ group, g }) {
   const action = useAction();
   const [form, setForm] = useState({ to: "earliest", value: "", topic: "" });
   const [preview, setPreview] = useState(null);
@@ -168,7 +169,7 @@ export function ResetOffsets({ group, g, token }) {
         <td class="num">${p.partition}</td><td class="num" data-k="current_offset" data-v=${show(p.current_offset)}>${show(p.current_offset)}</td>
         <td class="num" data-k="new_offset" data-v=${p.new_offset}>${p.new_offset}</td></tr>`)}</tbody></table>
       <button id="reset-execute" onClick=${execute}>Reset offsets…</button>`}
-    <${Confirm} action=${action} token=${token} /></section>`;
+    <${Confirm} action=${action} /></section>`;
 }
 
 function describe(plan) {
