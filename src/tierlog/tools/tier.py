@@ -177,7 +177,8 @@ async def cluster_endpoints(admin: Any) -> list[dict]:
 def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
     """Every broker's status asked at once and merged: ``brokers`` (each broker's own lines: state, log dirs,
     retention check, or why it could not be asked), ``topics`` (the tiering state of each topic, the same
-    cluster metadata on every broker: taken once) and ``partitions`` (every broker's rows, each with
+    cluster metadata on every broker: taken once; what a disablement has left to delete summed over the
+    brokers, each counting the partitions it leads) and ``partitions`` (every broker's rows, each with
     ``broker``: leaders and followers of a partition side by side)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -195,7 +196,14 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
     partitions = []
     for a in answers:
         for t in a.pop("topics", None) or []:
-            topics.setdefault(t["topic"], t)
+            merged = topics.get(t["topic"])
+            if merged is None:
+                topics[t["topic"]] = dict(t)
+            elif merged.get("remote_segments_to_delete") is not None:
+                # each broker counts what is left of the partitions it leads: the topic's is their sum
+                merged["remote_segments_to_delete"] += t.get("remote_segments_to_delete") or 0
+                merged["remote_bytes_to_delete"] += t.get("remote_bytes_to_delete") or 0
+                merged["last_error"] = merged.get("last_error") or t.get("last_error")
         partitions += [{**row, "broker": a["node_id"]} for row in a.pop("partitions", None) or []]
     partitions.sort(key=lambda r: (r["topic"], r["partition"], r["role"] != "leader", r["broker"]))
     return {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
