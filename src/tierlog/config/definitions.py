@@ -700,6 +700,8 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="OAUTHBEARER: the claim holding the token's scopes."),
     _b("sasl.oauthbearer.clock.skew.seconds", "int", 30, AtLeast(0),
        doc="OAUTHBEARER: how far the broker's and the issuer's clocks may differ when exp, iat and nbf are checked."),
+    _b("max.request.partition.size.limit", "int", 2000, AtLeast(1), since="Kafka 3.8",
+       doc="Most partitions one DescribeTopicPartitions answer carries (KIP-966); the rest are named by its cursor."),
     _b("queued.max.request.bytes", "long", -1,
        doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
            "connections stop reading big requests until memory is freed (requests of up to 64 KiB are still "
