@@ -15,6 +15,8 @@ from typing import Any
 from tierlog import errors
 from tierlog.client.admin import Admin
 from tierlog.client.types import TopicPartition
+from tierlog.console import browse
+from tierlog.console.metrics_history import MetricsHistory
 from tierlog.tools import clients, cluster, groups, tier, topics
 
 
@@ -36,6 +38,7 @@ class ConsoleViews:
         return self._admin
 
     async def close(self) -> None:
+        await self.stop_metrics()
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
@@ -147,6 +150,34 @@ class ConsoleViews:
     async def delete_topic(self, name: str) -> dict:
         await topics.delete(await self.admin(), [name])
         return {"topic": name, "deleted": True}
+
+
+    # ------------------------------------------------------------------ the message browser, the metrics charts
+
+    #: How often the metrics charts' history scrapes every broker's /metrics (``tierlog console
+    #: --metrics-interval``).
+    metrics_interval_s = 5.0
+    _metrics: MetricsHistory | None = None
+
+    async def records(self, topic: str, partition: int, **page: Any) -> dict:
+        """One page of the message browser (:func:`tierlog.console.browse.read_page`)."""
+        return await browse.read_page(self.bootstrap, self.timeout_s, topic, partition,
+                                      client_config=self._client_config, **page)
+
+    async def metrics(self) -> dict:
+        """The metrics charts' history, scraped in the background from the first call on."""
+        if self._metrics is None:
+            async def endpoints() -> list[dict]:
+                return await tier.cluster_endpoints(await self.admin())
+            self._metrics = MetricsHistory(endpoints, self.metrics_interval_s, min(self.timeout_s, 5.0))
+        self._metrics.start()
+        if self._metrics.last_scrape is None:  # the first call: answer with the first scrape
+            await self._metrics.scrape_once()
+        return self._metrics.charts()
+
+    async def stop_metrics(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
 
 
 async def _leader_sizes(admin: Admin, described: Mapping[str, Any]) -> dict[TopicPartition, int]:

@@ -3,6 +3,8 @@
 import { h, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
+import { RecordsPage } from "./browse.js";
+import { MetricsPage } from "./metrics.js";
 
 const html = htm.bind(h);
 // How often a page asks again (ms); ?poll=N in the address changes it.
@@ -226,7 +228,8 @@ function TopicPage({ name, token }) {
         <${Cell} k="local_bytes" v=${p.tier && p.tier.local_bytes} text=${bytes(p.tier && p.tier.local_bytes)} />
         <${Cell} k="remote_bytes" v=${p.tier && p.tier.remote_bytes} text=${bytes(p.tier && p.tier.remote_bytes)} />
         <${Cell} k="copy_lag_segments" v=${p.tier && p.tier.copy_lag_segments} />
-        <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a></td></tr>`)}</tbody></table>
+        <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a>
+          <a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}/records`}>messages</a></td></tr>`)}</tbody></table>
       <h2>Settings (not defaults)</h2>
       <table id="configs"><thead><tr><th>name</th><th>value</th><th>source</th></tr></thead>
       <tbody>${t.configs.map((c) => html`<tr><td>${c.name}</td><td>${c.sensitive ? "(sensitive)" : show(c.value)}</td>
@@ -270,6 +273,7 @@ function PartitionPage({ name, partition }) {
   const p = state.data;
   const leader = p && (p.replicas.find((r) => r.role === "leader") || null);
   return html`<h1>Partition ${name}-${partition}</h1><${Status} state=${state} />
+    <p><a id="browse-link" href=${`#/topics/${encodeURIComponent(name)}/${partition}/records`}>messages</a></p>
     ${p && html`
       ${p.brokers_unanswered.map((b) => html`<div class="error" role="alert">broker ${b.node_id}: ${b.error}</div>`)}
       ${p.tiering && html`<p id="tiering">tiering (KIP-950): <b data-k="tiering_state">${p.tiering.state}</b>
@@ -352,6 +356,8 @@ function GroupPage({ name }) {
 
 function route(hash) {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  if (parts[0] === "topics" && parts.length === 4 && parts[3] === "records") return { page: "records", name: parts[1], partition: Number(parts[2]) };
+  if (parts[0] === "metrics") return { page: "metrics" };
   if (parts[0] === "topics" && parts.length === 3) return { page: "partition", name: parts[1], partition: Number(parts[2]) };
   if (parts[0] === "topics" && parts.length === 2) return { page: "topic", name: parts[1] };
   if (parts[0] === "groups" && parts.length === 2) return { page: "group", name: parts[1] };
@@ -377,9 +383,11 @@ function App() {
   else if (where.page === "partition") page = html`<${PartitionPage} key=${`${where.name}/${where.partition}`} name=${where.name} partition=${where.partition} />`;
   else if (where.page === "groups") page = html`<${GroupsPage} />`;
   else if (where.page === "group") page = html`<${GroupPage} key=${where.name} name=${where.name} />`;
+  else if (where.page === "records") page = html`<${RecordsPage} key=${`${where.name}/${where.partition}`} name=${where.name} partition=${where.partition} />`;
+  else if (where.page === "metrics") page = html`<${MetricsPage} />`;
   else page = html`<${ClusterPage} />`;
   return html`<header><span class="brand">tierlog</span>${tab("cluster", "Cluster")}${tab("topics", "Topics")}
-      ${tab("groups", "Groups")}<span class="spacer"></span>
+      ${tab("groups", "Groups")}${tab("metrics", "Metrics")}<span class="spacer"></span>
       <span class="muted">${session ? session.bootstrap : ""}</span>
       ${session && (session.actions
         ? html`<form onSubmit=${(e) => e.preventDefault()}><label>admin token <input id="token" type="password"
