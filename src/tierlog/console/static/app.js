@@ -312,9 +312,10 @@ function PartitionPage({ name, partition }) {
 function GroupsPage() {
   const state = usePoll("/api/groups");
   return html`<h1>Consumer groups</h1><${Status} state=${state} />
-    ${state.data && html`<table id="groups"><thead><tr><th>group</th><th>type</th><th>state</th></tr></thead>
+    ${state.data && html`<table id="groups"><thead><tr><th>group</th><th>type</th><th>protocol</th><th>state</th></tr></thead>
       <tbody>${state.data.groups.map((g) => html`<tr data-group=${g.group}>
-        <td><a href=${`#/groups/${encodeURIComponent(g.group)}`}>${g.group}</a></td><td>${g.type}</td><td>${g.state}</td></tr>`)}
+        <td><a href=${`#/groups/${encodeURIComponent(g.group)}`}>${g.group}</a></td><td>${g.type}</td>
+        <td data-k="group_type">${g.group_type || "-"}</td><td data-k="state">${g.state}</td></tr>`)}
       </tbody></table><${Updated} state=${state} />`}`;
 }
 
@@ -335,14 +336,15 @@ function GroupPage({ name }) {
     if (g) setHistory((h) => [...h.slice(-119), g.partitions.reduce((s, p) => s + (p.lag || 0), 0)]);
   }, [state.at]);
   return html`<h1>Group ${name}</h1><${Status} state=${state} />
-    ${g && html`<p>state <b data-k="state">${g.state}</b>, protocol ${g.protocol_type || "-"}, assignor ${g.assignor || "-"},
-        coordinator ${g.coordinator.id}</p>
+    ${g && html`<p>state <b data-k="state">${g.state}</b>, type <b data-k="group_type">${g.group_type}</b>${g.group_epoch !== null
+        && html`, group epoch <span data-k="group_epoch">${g.group_epoch}</span>`}, protocol ${g.protocol_type || "-"},
+        assignor <span data-k="assignor">${g.assignor || "-"}</span>, coordinator ${g.coordinator.id}</p>
       <${LagChart} points=${history} />
       <h2>Members</h2>
-      <table id="members"><thead><tr><th>member</th><th>client</th><th>host</th><th>partitions</th></tr></thead>
-      <tbody>${g.members.length === 0 && html`<tr><td colspan="4" class="muted">no members</td></tr>`}
-        ${g.members.map((m) => html`<tr><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
-        <td>${m.partitions.join(", ")}</td></tr>`)}</tbody></table>
+      <table id="members"><thead><tr><th>member</th><th>client</th><th>host</th><th>epoch</th><th>partitions</th></tr></thead>
+      <tbody>${g.members.length === 0 && html`<tr><td colspan="5" class="muted">no members</td></tr>`}
+        ${g.members.map((m) => html`<tr data-member=${m.consumer_id}><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
+        <td>${show(m.member_epoch)}</td><td data-k="partitions">${m.partitions.join(", ")}</td></tr>`)}</tbody></table>
       <h2>Offsets and lag</h2>
       <table id="lag"><thead><tr><th>topic</th><th class="num">partition</th><th class="num">committed</th>
         <th class="num">log end</th><th class="num">lag</th><th>member</th></tr></thead>

@@ -108,9 +108,9 @@ export function RecordsPage({ name, partition }) {
     ${!d && !state.error && html`<p class="muted">Loading…</p>`}
     ${d && html`
       <p id="page-info" data-start=${d.start_offset} data-next=${d.next_offset} data-end=${d.end_offset}>
-        ${d.records.length ? `offsets ${d.records[0].offset} to ${last}` : "no records"} of ${d.log_start_offset} to
-        ${d.end_offset - 1} (${d.isolation_level}${d.isolation_level === "read_committed"
-          ? ": records of open or aborted transactions are not shown, the end is the last stable offset" : ""});
+        ${d.records.length ? `offsets ${d.records[0].offset} to ${last}` : "no records"}${" "}
+        of ${d.log_start_offset} to ${d.end_offset - 1} (${d.isolation_level}${d.isolation_level === "read_committed"
+          ? ": records of open or aborted transactions are not shown, the end is the last stable offset" : ""});${" "}
         ${d.read_bytes} bytes read, at most ${d.limit} records and ${d.max_bytes} bytes a page
         ${d.moved ? html` <span class="bad">(the offset asked for is outside the partition: started at ${d.start_offset})</span>` : ""}
         ${d.timestamp !== null ? html` <span id="found">${d.found_timestamp !== null

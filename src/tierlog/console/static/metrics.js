@@ -38,7 +38,7 @@ function Chart({ chart, broker }) {
     const opts = { width: 560, height: 200, title: chart.title, legend: { show: false },
       series: [{}, ...chart.series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 1.5,
         spanGaps: false }))],
-      axes: [{}, { size: 70, values: (u, ticks) => ticks.map((v) => number(v, chart.unit)) }] };
+      axes: [{}, { size: 86, values: (u, ticks) => ticks.map((v) => number(v, chart.unit)) }] };
     plot.current = new uPlot(opts, data, el.current);
     return () => { plot.current.destroy(); plot.current = null; };
   }, [chart.id]);
@@ -82,9 +82,9 @@ export function MetricsPage() {
     ${state.error && html`<div class="error" role="alert">${state.error}</div>`}
     ${d && d.error && html`<div class="error" role="alert">${d.error}</div>`}
     ${!d && !state.error && html`<p class="muted">Loading…</p>`}
-    ${d && html`<p class="muted">every broker's /metrics, scraped every ${d.interval_s} s, the last
-        ${Math.round(d.history_s / 60)} minutes kept by the console (from when a page first asked); each point is
-        the change since the scrape before</p>
+    ${d && html`<p class="muted">${`every broker's /metrics, scraped every ${d.interval_s} s, the last ${
+        Math.round(d.history_s / 60)} minutes kept by the console (from when a page first asked); each point is the
+        change since the scrape before`}</p>
       ${ids.length > 0 && html`<form class="inline"><label>broker<select id="broker" value=${id}
         onChange=${(e) => setChosen(e.target.value)}>${ids.map((b) => html`<option value=${b}>${b}</option>`)}</select></label></form>`}
       ${Object.entries(d.brokers).filter(([, b]) => b.error).map(([b, x]) => html`<div class="error" role="alert">broker ${b}: ${x.error}</div>`)}
