@@ -173,12 +173,14 @@ class MetricsHistory:
 
     async def _run(self) -> None:
         while True:
-            began = time.monotonic()
+            # the next scrape one interval after the last (the first page's call made one already)
+            since = time.time() - (self.last_scrape or 0.0)
+            await asyncio.sleep(max(0.0, self.interval_s - since))
             try:
                 await self.scrape_once()
             except Exception as e:  # the cluster is away: the charts say so and keep their history
                 self.errors = {-1: f"cannot find the brokers' endpoints: {e}"}
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - began)))
+                self.last_scrape = time.time()
 
     async def scrape_once(self) -> None:
         endpoints = await self._endpoints()

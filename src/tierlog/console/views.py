@@ -170,9 +170,9 @@ class ConsoleViews:
             async def endpoints() -> list[dict]:
                 return await tier.cluster_endpoints(await self.admin())
             self._metrics = MetricsHistory(endpoints, self.metrics_interval_s, min(self.timeout_s, 5.0))
-        self._metrics.start()
         if self._metrics.last_scrape is None:  # the first call: answer with the first scrape
             await self._metrics.scrape_once()
+        self._metrics.start()
         return self._metrics.charts()
 
     async def stop_metrics(self) -> None:
