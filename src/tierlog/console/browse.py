@@ -95,7 +95,8 @@ async def read_page(bootstrap: str, timeout_s: float, topic: str, partition: int
     config = {**clients.settings(bootstrap, timeout_s, client_config, "consumer"), "client.id": "tierlog-console",
               "default.api.timeout.ms": ms, "request.timeout.ms": max(30000, ms), "enable.auto.commit": False,
               "isolation.level": isolation_level, "max.poll.records": limit, "fetch.max.bytes": max_bytes,
-              "max.partition.fetch.bytes": max_bytes, "fetch.max.wait.ms": 100, "auto.offset.reset": "none"}
+              "max.partition.fetch.bytes": max_bytes, "fetch.max.wait.ms": 100, "auto.offset.reset": "none",
+              "allow.auto.create.topics": False}  # browsing a name that does not exist must not create it
     tp = TopicPartition(topic, partition)
     async with Consumer(config) as consumer:
         if partition not in await consumer.partitions_for_topic(topic):

@@ -161,6 +161,11 @@ class ConsoleViews:
 
     async def records(self, topic: str, partition: int, **page: Any) -> dict:
         """One page of the message browser (:func:`tierlog.console.browse.read_page`)."""
+        # asked first with the admin client: an unknown topic is UNKNOWN_TOPIC_OR_PARTITION at once (404),
+        # where a consumer would wait for its metadata until the timeout
+        described = (await (await self.admin()).describe_topics([topic]))[topic]
+        if not any(p.partition == partition for p in described.partitions):
+            raise errors.UnknownTopicOrPartitionError(f"Topic {topic} has no partition {partition}")
         return await browse.read_page(self.bootstrap, self.timeout_s, topic, partition,
                                       client_config=self._client_config, **page)
 
