@@ -129,7 +129,7 @@ async def read_page(bootstrap: str, timeout_s: float, topic: str, partition: int
                 read_bytes += sum(max(0, r.serialized_key_size) + max(0, r.serialized_value_size) for r in got)
                 if await consumer.position(tp) >= end:
                     break
-            next_offset = await consumer.position(tp) if records or start < end else start
+            next_offset = await consumer.position(tp)
         else:
             next_offset = start
     return {"topic": topic, "partition": partition, "isolation_level": isolation_level,
