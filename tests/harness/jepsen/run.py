@@ -71,6 +71,8 @@ class Settings:
     #: shrinking and growing back is part of what the run exercises)
     broker_settings: dict[str, str] = field(default_factory=lambda: {"replica.lag.time.max.ms": "5000"})
     settle_timeout: float = 120.0
+    #: a broker (a tierlog process or a Kafka JVM) not ready this long after its start is killed, the cycle noted
+    broker_start_timeout: float = 120.0
     progress_timeout: float = 60.0
 
 
@@ -132,8 +134,8 @@ class Run:
         self._create_topic()
         self.rig = systems.make_rig(s.system, self.cluster, self.zookeeper, self.topic, s.partitions, h,
                                     disk_broker if self.disk_mount else None, self.disk_mount,
-                                    s.session_timeout_ms / 1000, broker_start_timeout=120 if s.system != "tierlog"
-                                    else 60, group=self.group)
+                                    s.session_timeout_ms / 1000, broker_start_timeout=s.broker_start_timeout,
+                                    group=self.group)
         bootstrap = ",".join(self.rig.addresses.values())
         self.monitor = LeaderMonitor(self.rig.addresses, self.topic, s.partitions, h.now)
         self.producers = [ProducerWorker(f"p{i}", bootstrap, self.topic, s.partitions, h, self.stop_workload,
@@ -202,7 +204,10 @@ class Run:
         timeout = timeout or self.s.settle_timeout
         # not wait_until: one time budget shared by the steps of settling, each a wait of its own
         deadline = time.monotonic() + timeout
-        self._heal_everything()
+        try:
+            self._heal_everything()
+        except RuntimeError as e:  # a broker that did not start (Rig.start_broker): the next settle tries again
+            raise Unsettled(f"{why}: {e}") from None
         cluster, rig = self.cluster, self.rig
         try:
             cluster.wait_formed(max(1.0, deadline - time.monotonic()))
