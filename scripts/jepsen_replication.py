@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.01, help="each producer's pause between writes (s)")
     parser.add_argument("--broker", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting for every broker (repeatable)")
+    parser.add_argument("--broker-start-timeout", type=float, default=120,
+                        help="seconds a restarted broker has to be ready (default 120)")
     parser.add_argument("--system", default="tierlog",
                         help="tierlog, kafka39, kafka44, a comma-separated list of them, both (tierlog,kafka39) "
                              "or all (default tierlog)")
@@ -106,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                         min_insync_replicas=args.min_insync_replicas, isr_target=args.isr_target,
                         producers=args.producers, produce_interval=args.interval,
                         txn_producers=args.txn_producers, readers=args.readers,
+                        broker_start_timeout=args.broker_start_timeout,
                         broker_settings={**Settings().broker_settings, **dict(kv.split("=", 1) for kv in args.broker)})
     stop_on_signals()
     start_watchdog(len(systems) * (args.minutes * 60 + GRACE_S),
