@@ -81,6 +81,7 @@ class TierlogCluster:
         self.zookeeper_proxies: dict[int, TcpProxy] = {}
         self.client_proxies: dict[int, TcpProxy] = {}
         self._internal_ports: dict[int, int] = {}
+        self._client_ports: dict[int, int] = {}
         self._started: set[int] = set()
         for i in range(1, brokers + 1):
             self._add(i, (per_broker or {}).get(i, {}))
@@ -148,7 +149,7 @@ class TierlogCluster:
         if self.topology is not None:
             b.overrides["listeners"] = f"PLAINTEXT://{b.host}:9092" + self.extra_listeners.format(host=b.host)
             return
-        listeners = f"PLAINTEXT://127.0.0.1:{b.port or 0}"
+        listeners = f"PLAINTEXT://127.0.0.1:{b.port or self._client_ports.get(i, 0)}"
         if i in self._internal_ports:
             listeners += f",INTERNAL://127.0.0.1:{self._internal_ports[i]}"
         elif self.with_client_proxies:
@@ -165,6 +166,10 @@ class TierlogCluster:
     def start(self, ids: list[int] | None = None, timeout: float = 60) -> TierlogCluster:
         """Start brokers (all by default) in parallel, each on its previous port when it had one."""
         for i in ids or list(self.brokers):
+            # kept apart from the process: a start that fails (not ready in time) leaves its port None, and the
+            # next start must bind the same port again, which the cluster's clients and proxies know
+            if self.brokers[i].port:
+                self._client_ports[i] = self.brokers[i].port
             self._set_listeners(i)
             self.brokers[i].port = None
         in_parallel(lambda i: self._start_broker(i, timeout), ids or list(self.brokers))

@@ -14,7 +14,8 @@ Kinds (``KINDS``):
 - ``zk-cut``: cut one broker (a leader, or the controller) from ZooKeeper (its TcpProxy) until its session
   expired, a little longer, then heal;
 - ``disk-full``: fill the tmpfs holding one broker's log dir; healed by freeing the space and, when its log
-  dir went offline, restarting it (a log dir stays offline until the broker restarts);
+  dir went offline, restarting it (a log dir stays offline until the broker restarts), or starting it when it
+  exited (Kafka halts a broker whose every log dir failed);
 - ``zk-restart``: stop ZooKeeper (SIGTERM) and start it again on the same port and data;
 - ``rolling-restart``: every broker in turn, SIGTERM (controlled shutdown) and start, waiting for the
   cluster to settle before the next one.
@@ -348,7 +349,12 @@ class DiskFull(Fault):
         rig = self.rig
         (rig.disk_mount / "holder").unlink(missing_ok=True)
         output = rig.cluster.brokers[self.target].output[self._mark:]
-        if any("is offline" in line for line in output):
+        if self.target not in rig.cluster.running_ids():
+            # Kafka halts a broker whose only log dir failed (its last lines may not have reached the full disk)
+            rig.history.event(f"broker {self.target} exited on the full disk; starting it")
+            rig.down.add(self.target)
+            rig.start_broker(self.target)
+        elif any("is offline" in line for line in output):
             rig.history.event(f"broker {self.target}'s log dir went offline; restarting it")
             rig.stop_broker(self.target)
             rig.start_broker(self.target)

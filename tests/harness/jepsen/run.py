@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tests.harness import rawclient
 from tests.harness import zookeeper as zk
+from tests.harness.jepsen import systems
 from tests.harness.jepsen.checker import (
     Cycle,
     ReadIncomplete,
@@ -33,14 +34,15 @@ from tests.harness.jepsen.checker import (
     read_back,
 )
 from tests.harness.jepsen.monitor import LeaderMonitor
-from tests.harness.jepsen.nemesis import KINDS, Nemesis, Rig
+from tests.harness.jepsen.nemesis import KINDS, MIXABLE, Nemesis, Rig
 from tests.harness.jepsen.workload import GroupMember, History, ProducerWorker, ReaderWorker, TransactionalWorker
-from tests.harness.tierlog_cluster import start_cluster
 
 
 @dataclass
 class Settings:
     seed: int = 1
+    #: the cluster under the faults (systems.SYSTEMS): tierlog, kafka39 (ZooKeeper mode) or kafka44 (KRaft)
+    system: str = "tierlog"
     cycles: int = 50
     #: no cycle begins after this many minutes (the final check still runs, within its own deadlines)
     minutes: float = 60.0
@@ -69,7 +71,13 @@ class Settings:
     #: shrinking and growing back is part of what the run exercises)
     broker_settings: dict[str, str] = field(default_factory=lambda: {"replica.lag.time.max.ms": "5000"})
     settle_timeout: float = 120.0
+    #: a broker (a tierlog process or a Kafka JVM) not ready this long after its start is killed, the cycle noted
+    broker_start_timeout: float = 120.0
     progress_timeout: float = 60.0
+
+
+#: a cycle's note when its settle ran out of time with some partition's ISR still short of ``isr_target``
+ISR_NOT_FULL = "ISR not full within the settle timeout"
 
 
 class Unsettled(Exception):
@@ -112,20 +120,22 @@ class Run:
 
     def setup(self) -> None:
         s, h = self.s, self.history
-        self.zookeeper = zk.start_zookeeper(self.work_dir / "zookeeper")
+        if systems.uses_zookeeper(s.system):
+            self.zookeeper = zk.start_zookeeper(self.work_dir / "zookeeper")
         disk_broker = s.brokers
         drawable = {k for c in s.schedule for k in c} if s.schedule is not None else set(s.kinds)
         if "disk-full" in drawable:
             self._mount_disk(disk_broker)
         settings = {"zookeeper.session.timeout.ms": str(s.session_timeout_ms), **s.broker_settings}
-        self.cluster = start_cluster(self.work_dir, self.zookeeper, brokers=s.brokers, settings=settings,
-                                     proxies=True, zookeeper_proxies=True, timeout=90)
-        h.event(f"cluster of {s.brokers} brokers formed (ZooKeeper {self.zookeeper.connect}, "
+        self.cluster = systems.start(s.system, self.work_dir, self.zookeeper, s.brokers, settings)
+        h.event(f"{systems.TITLES[s.system]} cluster of {s.brokers} brokers formed (ZooKeeper "
+                f"{self.zookeeper.connect if self.zookeeper else 'none'}, "
                 f"disk broker {disk_broker if self.disk_mount else 'none'})")
         self._create_topic()
-        self.rig = Rig(self.cluster, self.zookeeper, self.topic, s.partitions, h,
-                       disk_broker if self.disk_mount else None, self.disk_mount, s.session_timeout_ms / 1000,
-                       group=self.group)
+        self.rig = systems.make_rig(s.system, self.cluster, self.zookeeper, self.topic, s.partitions, h,
+                                    disk_broker if self.disk_mount else None, self.disk_mount,
+                                    s.session_timeout_ms / 1000, broker_start_timeout=s.broker_start_timeout,
+                                    group=self.group)
         bootstrap = ",".join(self.rig.addresses.values())
         self.monitor = LeaderMonitor(self.rig.addresses, self.topic, s.partitions, h.now)
         self.producers = [ProducerWorker(f"p{i}", bootstrap, self.topic, s.partitions, h, self.stop_workload,
@@ -169,7 +179,7 @@ class Run:
     def _heal_everything(self) -> None:
         """Whatever a failed heal left: ZooKeeper up, no broker paused or stopped, no link cut."""
         rig = self.rig
-        if not self.zookeeper.running():
+        if self.zookeeper is not None and not self.zookeeper.running():
             zk.restart_zookeeper(self.zookeeper)
             rig.zookeeper_down = False
         for i in list(rig.paused):
@@ -188,13 +198,16 @@ class Run:
                 self.history.event(f"broker {i} is not running; starting it")
                 rig.start_broker(i)
 
-    def settle(self, why: str, timeout: float | None = None) -> None:
+    def settle(self, why: str, timeout: float | None = None) -> bool:
         """Every broker running and listed by every broker with one controller, every partition led (by the
-        same broker) on every broker; then the ISR back to ``isr_target`` (a note when it does not)."""
+        same broker) on every broker; then the ISR back to ``isr_target`` (a note, and False, when it does not)."""
         timeout = timeout or self.s.settle_timeout
         # not wait_until: one time budget shared by the steps of settling, each a wait of its own
         deadline = time.monotonic() + timeout
-        self._heal_everything()
+        try:
+            self._heal_everything()
+        except RuntimeError as e:  # a broker that did not start (Rig.start_broker): the next settle tries again
+            raise Unsettled(f"{why}: {e}") from None
         cluster, rig = self.cluster, self.rig
         try:
             cluster.wait_formed(max(1.0, deadline - time.monotonic()))
@@ -219,6 +232,8 @@ class Run:
                                                    [self.topic]).topics[0].partitions)
         if not rig.poll(in_sync, max(1.0, deadline - time.monotonic())):
             self.history.event(f"{why}: ISR not back to {self.isr_target} within {timeout:.0f} s: {self._state()}")
+            return False
+        return True
 
     def _state(self) -> str:
         try:
@@ -266,7 +281,8 @@ class Run:
             cycle.healed = h.now()
             h.event(f"cycle {index}: healed")
             try:
-                self.settle(cycle.label)
+                if not self.settle(cycle.label):
+                    cycle.notes.append(ISR_NOT_FULL)
             except Unsettled as e:
                 report.liveness.append(str(e))
                 h.event(f"cycle {index}: {e}")
@@ -363,3 +379,62 @@ def run(work_dir: Path, settings: Settings, echo=print) -> Report:
 def acked_after_each_heal(report: Report) -> dict[str, Counter]:
     """cycle label -> acknowledged writes per partition after its heal (the run cannot pass vacuously)."""
     return {c.label: Counter(c.acks_after_heal) for c in report.cycles}
+
+
+# ------------------------------------------------------------------------------------------ side by side
+
+
+def draw_schedule(seed: int, cycles: int, kinds: tuple[str, ...], mixed_probability: float = 0.3
+                  ) -> list[tuple[str, ...]]:
+    """The kinds of ``cycles`` cycles, drawn as the nemesis draws them (a mixed cycle nests a second mixable
+    kind), fixed before any system runs so every system gets the same schedule for the same seed."""
+    rng = random.Random(seed)
+    out = []
+    mixable = [k for k in kinds if k in MIXABLE]
+    for _ in range(cycles):
+        first = rng.choice(kinds)
+        cycle = [first]
+        if first in MIXABLE and len(mixable) > 1 and rng.random() < mixed_probability:
+            cycle.append(rng.choice([k for k in mixable if k != first]))
+        out.append(tuple(cycle))
+    return out
+
+
+def schedule_for(system: str, schedule: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``schedule`` without the kinds ``system`` has no counterpart for (a cycle left empty is dropped)."""
+    have = set(systems.COUNTERPARTS[system])
+    return [c for c in (tuple(k for k in cycle if k in have) for cycle in schedule) if c]
+
+
+def cycle_key(cycle: Cycle) -> str:
+    """A cycle's kinds as one name: ``kill-leader``, or ``kill-controller+kill-leader`` for a mixed one."""
+    return "+".join(sorted(cycle.kinds))
+
+
+def longest_gap(report: Report, start: float, end: float, partitions: int) -> float:
+    """The longest time one partition went without a producer's acknowledgement between ``start`` and ``end``
+    (the worst partition's)."""
+    worst = 0.0
+    for p in range(partitions):
+        times = sorted(a.at for a in report.history.acks if a.partition == p and start <= a.at <= end)
+        edges = [start, *times, end]
+        worst = max(worst, *(b - a for a, b in zip(edges, edges[1:])))
+    return worst
+
+
+def figures(report: Report, partitions: int) -> dict[str, dict[str, list[float]]]:
+    """Per cycle kind (``cycle_key``): ``unavailable`` (the longest time a partition went without an
+    acknowledgement, from the fault's start until the cluster had settled) and ``isr_full`` (from the heal
+    until every partition was led everywhere with its full ISR), one value per settled cycle, and
+    ``isr_not_full``: the cycles whose ISR was still short when the settle's time ran out."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for c in report.cycles:
+        if c.settled is None or c.healed is None:
+            continue
+        f = out.setdefault(cycle_key(c), {"unavailable": [], "isr_full": [], "isr_not_full": []})
+        f["unavailable"].append(round(longest_gap(report, c.started, c.settled, partitions), 2))
+        if ISR_NOT_FULL in c.notes:
+            f["isr_not_full"].append(c.index)
+        else:
+            f["isr_full"].append(round(c.settled - c.healed, 2))
+    return out
