@@ -219,7 +219,7 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     to a DLQ partition that broker 2 leads, by a Produce over the inter-broker listener (an append of its own would
     be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers."""
     from tests.harness.tierlog_cluster import create
-    from tests.server.test_share_dlq import _alter, _consume, _read_dlq
+    from tests.server.sharelib import read_dlq, set_group, share_consume
     from tierlog.client.producer import Producer
     from tierlog.client.share_consumer import REJECT
 
@@ -227,7 +227,7 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     create(cluster, topic, assignment=[[1, 2, 3]])
     create(cluster, dlq, assignment=[[2, 3, 1]], configs={"errors.deadletterqueue.group.enable": "true"})
     with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
-        assert _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+        assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
                       ("share.auto.offset.reset", "earliest"))[0] == 0
 
     async def produce():
@@ -237,9 +237,9 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
             await producer.flush()
 
     asyncio.run(produce())
-    deliveries = asyncio.run(_consume(cluster.bootstrap, group, topic, lambda offset, count: REJECT, records=2))
+    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: REJECT, records=2))
     assert sorted(set(deliveries)) == [(0, 0, 1, REJECT), (0, 1, 1, REJECT)]
-    records = asyncio.run(_read_dlq(cluster.bootstrap, dlq, 1, 2))
+    records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 2))
     assert sorted((p, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.topic"]) for p, _k, _v, h in records) == [
         (0, b"0", topic.encode()), (0, b"1", topic.encode())]
 

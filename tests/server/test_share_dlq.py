@@ -9,21 +9,10 @@ from __future__ import annotations
 import asyncio
 
 from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.harness.waiting import wait_until_async
-from tierlog.client.consumer import Consumer
+from tests.server.sharelib import read_dlq, set_group, share_consume
 from tierlog.client.producer import Producer
-from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
-from tierlog.client.types import TopicPartition
+from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE
 from tierlog.protocol import ApiKey
-
-DELIVERY_LIMIT = 5  # group.share.delivery.count.limit, the default of both brokers
-
-
-def _alter(raw, group: str, *configs) -> tuple[int, str | None]:
-    answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
-        {"resource_type": 32, "resource_name": group,
-         "configs": [{"name": n, "config_operation": 0, "value": v} for n, v in configs]}]})
-    return answer.responses[0].error_code, answer.responses[0].error_message
 
 
 def _describe(raw, group: str) -> list:
@@ -32,42 +21,6 @@ def _describe(raw, group: str) -> list:
                                                       "resources": [{"resource_type": 32, "resource_name": group,
                                                                      "configuration_keys": keys}]})
     return sorted((c.name, c.value, c.config_source, c.config_type) for c in answer.results[0].configs)
-
-
-async def _consume(bootstrap: str, group: str, topic: str, plan, records: int = 4) -> list[tuple[int, int, int, str]]:
-    """A share consumer acknowledging each delivery as ``plan(offset, delivery_count)`` says, until the
-    ``records`` are finished; its deliveries (partition, offset, delivery count, type)."""
-    done: list[tuple[int, int, int, str]] = []
-    async with ShareConsumer(group, bootstrap_servers=bootstrap, acknowledgement_mode="explicit") as consumer:
-        consumer.subscribe([topic])
-        finished: set[tuple[int, int]] = set()
-
-        async def round_() -> bool:
-            for rec in await consumer.poll(timeout_ms=500):
-                kind = plan(rec.offset, rec.delivery_count)
-                consumer.acknowledge(rec, kind)
-                done.append((rec.partition, rec.offset, rec.delivery_count, kind))
-                if kind != RELEASE or rec.delivery_count >= DELIVERY_LIMIT:
-                    finished.add((rec.partition, rec.offset))
-            await consumer.commit_sync()
-            return len(finished) == records
-
-        await wait_until_async(round_, timeout=60, interval=0.05, what="every record finished")
-    return done
-
-
-async def _read_dlq(bootstrap: str, topic: str, partitions: int, count: int) -> list:
-    got: list = []
-    async with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-
-        async def enough() -> bool:
-            for records in (await consumer.poll(timeout_ms=300)).values():
-                got.extend(records)
-            return len(got) >= count
-
-        await wait_until_async(enough, timeout=30, interval=0.05, what="the DLQ records")
-    return [(r.partition, r.key, r.value, list(r.headers)) for r in got]
 
 
 def _scenario(bootstrap: str) -> dict:
@@ -81,14 +34,14 @@ def _scenario(bootstrap: str) -> dict:
     copy_group, bare_group, off_group = unique("dlq-copy"), unique("dlq-bare"), unique("dlq-off")
     out: dict = {}
     with raw_client(bootstrap) as raw:
-        out["internal name"] = _alter(raw, copy_group, ("errors.deadletterqueue.topic.name", "__dlq"))
-        out["bad flag"] = _alter(raw, copy_group, ("errors.deadletterqueue.copy.record.enable", "maybe"))[0]
+        out["internal name"] = set_group(raw, copy_group, ("errors.deadletterqueue.topic.name", "__dlq"))
+        out["bad flag"] = set_group(raw, copy_group, ("errors.deadletterqueue.copy.record.enable", "maybe"))[0]
         out["defaults"] = _describe(raw, copy_group)
         for group, copy in ((copy_group, "true"), (bare_group, "false")):
-            out[f"set {copy}"] = _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+            out[f"set {copy}"] = set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
                                         ("errors.deadletterqueue.copy.record.enable", copy),
                                         ("share.auto.offset.reset", "earliest"))
-        out["set off"] = _alter(raw, off_group, ("errors.deadletterqueue.topic.name", off),
+        out["set off"] = set_group(raw, off_group, ("errors.deadletterqueue.topic.name", off),
                                 ("share.auto.offset.reset", "earliest"))
         out["described"] = [(n, "DLQ" if v == dlq else v, *rest) for n, v, *rest in _describe(raw, copy_group)]
 
@@ -104,12 +57,13 @@ def _scenario(bootstrap: str) -> dict:
             # offset 0 rejected, offset 1 released until the delivery limit archives it
             return REJECT if offset == 0 else RELEASE
 
-        out["off deliveries"] = sorted(set(await _consume(bootstrap, off_group, topic, lambda offset, count: REJECT)))
-        out["copy deliveries"] = sorted(set(await _consume(bootstrap, copy_group, topic, copy_plan)))
-        out["bare deliveries"] = sorted(set(await _consume(
+        out["off deliveries"] = sorted(set(await share_consume(bootstrap, off_group, topic,
+                                                               lambda offset, count: REJECT)))
+        out["copy deliveries"] = sorted(set(await share_consume(bootstrap, copy_group, topic, copy_plan)))
+        out["bare deliveries"] = sorted(set(await share_consume(
             bootstrap, bare_group, topic, lambda offset, count: REJECT if offset == 1 else ACCEPT)))
         # 2 partitions x (1 rejected + 1 past the limit) for the copying group, 2 rejected for the other
-        out["dlq"] = await _read_dlq(bootstrap, dlq, 2, 6)
+        out["dlq"] = await read_dlq(bootstrap, dlq, 2, 6)
 
     asyncio.run(run())
     with raw_client(bootstrap) as raw:  # checked last, after the other groups' DLQ records were read
@@ -187,7 +141,7 @@ def _auto_create_scenario(bootstrap: str) -> dict:
             "on": (unique("dlq-auto-on"), "dlq." + unique("created"))}
     with raw_client(bootstrap) as raw:
         for group, dlq in runs.values():
-            _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq), ("share.auto.offset.reset", "earliest"))
+            set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq), ("share.auto.offset.reset", "earliest"))
 
     async def produce():
         async with Producer(bootstrap_servers=bootstrap) as producer:
@@ -198,15 +152,15 @@ def _auto_create_scenario(bootstrap: str) -> dict:
     asyncio.run(produce())
     group, dlq = runs["off"]
     out["off deliveries"] = sorted(set(asyncio.run(
-        _consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
+        share_consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
     with raw_client(bootstrap) as raw:
         out["off topic"] = _topic_state(raw, dlq)
         out["enable"] = _broker_default(raw, AUTO_CREATE, "true")
     try:
         group, dlq = runs["on"]
         out["on deliveries"] = sorted(set(asyncio.run(
-            _consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
-        records = asyncio.run(_read_dlq(bootstrap, dlq, 1, 2))
+            share_consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
+        records = asyncio.run(read_dlq(bootstrap, dlq, 1, 2))
         out["on records"] = sorted((k, [n for n, _ in h]) for _p, k, _v, h in records)
         with raw_client(bootstrap) as raw:
             out["on topic"] = _topic_state(raw, dlq)
