@@ -112,7 +112,25 @@ def resolve_zk_jars() -> list[Path]:
         unavailable(str(e))
 
 
-class KafkaZkCluster:
+class PausableBrokers:
+    """SIGSTOP and SIGCONT of a cluster's brokers by PID (``brokers``: id -> a process with ``pid`` and
+    ``running()``; ``paused``: the ids stopped so)."""
+
+    brokers: dict
+    paused: set[int]
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP one broker by its PID (a stalled JVM: no fetches, no ZooKeeper pings)."""
+        os.kill(self.brokers[broker_id].pid, signal.SIGSTOP)
+        self.paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        if self.brokers[broker_id].running():
+            os.kill(self.brokers[broker_id].pid, signal.SIGCONT)
+        self.paused.discard(broker_id)
+
+
+class KafkaZkCluster(PausableBrokers):
     """Kafka 3.9 brokers ``1..N`` in ZooKeeper mode on one ``zookeeper_connect`` (with its chroot).
 
     ``brokers`` maps id to ``kafka_peer.KafkaZkBroker`` (``bootstrap``, ``pid``, ``start()``, ``stop()``,
@@ -238,15 +256,6 @@ class KafkaZkCluster:
         """SIGKILL one broker by its PID: its ZooKeeper session expires, the controller moves its leaderships."""
         self.brokers[broker_id].kill()
 
-    def pause(self, broker_id: int) -> None:
-        """SIGSTOP one broker by its PID (a stalled JVM: no fetches, no ZooKeeper pings)."""
-        os.kill(self.brokers[broker_id].pid, signal.SIGSTOP)
-        self.paused.add(broker_id)
-
-    def resume(self, broker_id: int) -> None:
-        if self.brokers[broker_id].running():
-            os.kill(self.brokers[broker_id].pid, signal.SIGCONT)
-        self.paused.discard(broker_id)
 
 
 def start_kafka_zk_cluster(work_dir: Path, zookeeper, brokers: int = 3, chroot: str | None = None,

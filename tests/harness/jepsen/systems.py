@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.harness import rawclient
+from tests.harness.apache_kafka import PausableBrokers
 from tests.harness.jepsen.nemesis import KINDS, Rig
 from tests.harness.link_proxy import LinkProxy
 from tests.harness.tcp_proxy import TcpProxy
@@ -61,7 +62,7 @@ class _Node:
         return self.process.output().splitlines(keepends=True)
 
 
-class _KafkaSide:
+class _KafkaSide(PausableBrokers):
     """What the Kafka clusters share here: nodes as ``_Node``, ``start(ids)`` in parallel, pause and resume by PID."""
 
     def __init__(self, cluster):
@@ -82,19 +83,6 @@ class _KafkaSide:
         ids = [i for i in (ids or list(self.brokers)) if not self.brokers[i].running()]
         in_parallel(lambda i: self.brokers[i].process.start(timeout), ids)
         return self
-
-    def pause(self, broker_id: int) -> None:
-        import os
-        import signal
-        os.kill(self.brokers[broker_id].pid, signal.SIGSTOP)
-        self.paused.add(broker_id)
-
-    def resume(self, broker_id: int) -> None:
-        import os
-        import signal
-        if self.brokers[broker_id].running():
-            os.kill(self.brokers[broker_id].pid, signal.SIGCONT)
-        self.paused.discard(broker_id)
 
     def stop(self) -> None:
         for i in list(self.paused):
