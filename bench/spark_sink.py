@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -70,6 +71,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--record-bytes", type=int, default=1024)
     args = ap.parse_args()
+    load_at_start = os.getloadavg()  # the machine may be shared: report its load with the figures
     kp = _load("kafka_peer")
     jars = _load("spark_kafka_jars").spark_jars()
     from tierlog.spark import prepare_environment, register
@@ -145,6 +147,7 @@ def main() -> int:
     out["eos_vs_kafka"] = round(out["tierlog_eos"]["mb_per_s"] / out["kafka"]["mb_per_s"], 2)
     out["eos_vs_alo"] = round(out["tierlog_eos"]["mb_per_s"] / out["tierlog_alo"]["mb_per_s"], 2)
     out["target_met"] = out["eos_vs_kafka"] >= 0.8
+    out["load_avg_start_end"] = [round(load_at_start[0], 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(out))
     return 0
 

@@ -114,3 +114,19 @@ def test_grouping_slices_into_spark_tasks():
     assert group(tasks, None, task_bytes=250) == [p0[:2], [p0[2], p0[3], p1[1]], [p1[0]], p2]
     assert group(tasks, None) == [p0[:3], [p1[0], p0[3], p1[1]], p2]
     assert group(tasks, 4) == [[t] for t in tasks]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=60), st.integers(1, 50),
+       st.integers(0, 5))
+def test_key_partitions_are_the_default_partitioners(keys, count, cut):
+    """The exactly-once sink's compiled key hashing (tierlog.spark.sink) puts every keyed row where the
+    producer's default partitioner (Kafka's murmur2) would, sliced columns too."""
+    import pyarrow as pa
+
+    from tierlog.client.partitioner import partition_for_key
+    from tierlog.spark.sink import _key_partitions
+    column = pa.array(keys, pa.binary()).slice(min(cut, len(keys)))
+    got = _key_partitions(column, count)
+    assert [g for g, k in zip(got, column.to_pylist()) if k is not None] == \
+        [partition_for_key(k, count) for k in column.to_pylist() if k is not None]

@@ -295,6 +295,8 @@ class TransactionManager:
 
     def check_send(self) -> None:
         """``send`` is allowed only inside a transaction that has not failed."""
+        if self.state is S.IN_TRANSACTION:  # the per-record case: no error state, nothing else to check
+            return
         self.raise_if_error()
         if self.state in (S.UNINITIALIZED, S.INITIALIZING):
             raise IllegalStateError("Cannot perform a 'send' before completing a call to init_transactions() when "

@@ -203,10 +203,70 @@ done:
     return result;
 }
 
+/* Kafka's murmur2 (Utils.murmur2: seed 0x9747b28c, little-endian blocks), as tierlog.hashing.murmur2. */
+static uint32_t murmur2(const uint8_t *data, int64_t n) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)n;
+    int64_t end = n - n % 4;
+    for (int64_t i = 0; i < end; i += 4) {
+        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 | (uint32_t)data[i + 2] << 16 |
+                     (uint32_t)data[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (n - end) {
+    case 3: h ^= (uint32_t)data[end + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[end + 1] << 8;  /* fall through */
+    case 1: h ^= data[end]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+/* key_partitions(data, offsets, n_partitions, out) -> None. The default partitioner's partition of each key
+ * of an Arrow binary column (keys data[offsets[i]:offsets[i + 1]], int32 offsets): Kafka's
+ * toPositive(murmur2(key)) % n_partitions, one call per column instead of a hash per record in Python. */
+static PyObject *py_key_partitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Buffers b = {.n = 0};
+    PyObject *result = NULL;
+    Py_ssize_t len, n_offsets, n;
+    int64_t parts;
+    if (check_nargs("key_partitions", nargs, 4) < 0)
+        return NULL;
+    const uint8_t *data = bytes_arg(&b, args[0], &len);
+    const int32_t *offsets = data ? array_arg(&b, args[1], 4, 0, &n_offsets) : NULL;
+    int32_t *out = offsets ? array_arg(&b, args[3], 4, 1, &n) : NULL;
+    if (!out || int_arg(args[2], &parts) < 0)
+        goto done;
+    if (parts <= 0 || n_offsets < n + 1) {
+        PyErr_SetString(PyExc_ValueError, "key_partitions: bad partition count or offsets");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (offsets[i] < 0 || offsets[i + 1] < offsets[i] || offsets[i + 1] > len) {
+            PyErr_SetString(PyExc_ValueError, "key_partitions: a key lies outside the buffer");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = (int32_t)((murmur2(data + offsets[i], offsets[i + 1] - offsets[i]) & 0x7fffffffu) % (uint32_t)parts);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    release_buffers(&b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL, "Locate the records' fields."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_FASTCALL, "Copy slices one after another."},
     {"scan_headers", (PyCFunction)(void (*)(void))py_scan_headers, METH_FASTCALL, "Locate the records' headers."},
+    {"key_partitions", (PyCFunction)(void (*)(void))py_key_partitions, METH_FASTCALL, "Kafka's partition of each key."},
     {NULL, NULL, 0, NULL},
 };
 
