@@ -323,3 +323,76 @@ def test_an_unreachable_cluster_is_a_message_and_a_read_only_console_refuses_act
         p.close()
         console.stop()
         closed.close()
+
+
+# ------------------------------------------------------------------- long lists (consoleperf, issue 42)
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def test_each_broker_sums_its_tier_rows_per_topic(cluster, console):
+    """``/v1/tier/status?summary=topics``, the console's one row per topic: on every broker, the sums of the
+    partition rows it leads that ``tierlog tier status`` prints."""
+    from tests.harness.waiting import not_yet
+    merged = as_json("tier", "status", "-b", cluster.bootstrap)
+    urls = {b["node_id"]: b["url"] for b in merged["brokers"]}
+    assert len(urls) == 3 and all(urls.values()), merged["brokers"]
+    tiered = {r["topic"] for r in merged["partitions"]}
+    assert tiered, "an earlier test made a tiered topic"
+
+    def agree():  # asked until a copy in flight does not fall between the two answers
+        rows = as_json("tier", "status", "-b", cluster.bootstrap)["partitions"]
+        seen = {}
+        for node, url in urls.items():
+            totals = {t["topic"]: t for t in get_json(f"{url}/v1/tier/status?summary=topics")["topic_totals"]}
+            for topic in tiered:
+                led = [r for r in rows if r["topic"] == topic and r["broker"] == node and r["role"] == "leader"]
+                want = {"leader_partitions": len(led), **{k: sum(r[k] for r in led) for k in
+                        ("local_bytes", "remote_bytes", "copy_lag_bytes")}} if led else None
+                got = totals.get(topic)
+                seen[(node, topic)] = (want, got and {k: got[k] for k in (want or {})})
+        return all(w == g for w, g in seen.values()) or not_yet(seen)
+    wait_until(agree, 30, what="each broker's per-topic sums equal to its partition rows")
+
+
+def test_long_lists_are_paged_filtered_and_sorted(cluster, console, page):
+    prefix = unique("console-list")
+    sizes = {f"{prefix}-a": 1, f"{prefix}-b": 3, f"{prefix}-c": 2}
+    for name, partitions in sizes.items():
+        ok("topic", "create", name, "-b", cluster.bootstrap, "-p", str(partitions), "-r", "1")
+    listed = {t["topic"]: t for t in as_json("topic", "list", "-b", cluster.bootstrap)}
+
+    # the API answers a page of the rows a filter matches, with the counts
+    first = get_json(f"{console.url}api/topics?filter={prefix}&limit=2&sort=partitions&desc=true")
+    assert [t["topic"] for t in first["topics"]] == [f"{prefix}-b", f"{prefix}-c"]
+    assert first["matched"] == 3 and first["total"] == len(listed)
+    rest = get_json(f"{console.url}api/topics?filter={prefix}&limit=2&offset=2&sort=partitions&desc=true")
+    assert [t["topic"] for t in rest["topics"]] == [f"{prefix}-a"]
+    assert {t["topic"]: t["partitions"] for t in first["topics"] + rest["topics"]} == \
+        {n: listed[n]["partitions"] for n in sizes}
+
+    # the page: the filter box, then a click on a column sorts by it, a second click the other way
+    open_page(page, console, "topics")
+    page.fill("#list-filter", prefix)
+    shown = lambda: [r.get_attribute("data-topic") for r in page.locator("#topics tbody tr").all()]  # noqa: E731
+    until(page, lambda: shown() == sorted(sizes), 30, "the filtered list, by name")
+    assert page.locator("#list-count").get_attribute("data-matched") == "3"
+    page.click("th[data-sort='partitions']")
+    until(page, lambda: shown() == [f"{prefix}-a", f"{prefix}-c", f"{prefix}-b"], 30, "fewest partitions first")
+    page.click("th[data-sort='partitions']")
+    until(page, lambda: shown() == [f"{prefix}-b", f"{prefix}-c", f"{prefix}-a"], 30, "most partitions first")
+    assert [cell(page, f"tr[data-topic='{n}']", "partitions") for n in shown()] == ["3", "2", "1"]
+    shot(page, "topics-filtered")
+
+    # the groups list has the same controls; its rows are `tierlog group list`'s
+    for g in (f"{prefix}-g2", f"{prefix}-g1"):  # a group: committed offsets, no members
+        ok("group", "reset-offsets", g, "-t", f"{prefix}-a", "--to-earliest", "--execute", "-b", cluster.bootstrap)
+    want = sorted(g["group"] for g in as_json("group", "list", "-b", cluster.bootstrap) if prefix in g["group"])
+    assert want == [f"{prefix}-g1", f"{prefix}-g2"]
+    open_page(page, console, "groups")
+    page.fill("#list-filter", prefix)
+    until(page, lambda: [r.get_attribute("data-group") for r in page.locator("#groups tbody tr").all()] == want,
+          30, "the groups whose name holds the prefix, by name")
