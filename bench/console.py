@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -90,6 +91,14 @@ def populate(bootstrap: str, topics: int, partitions: int, groups: int) -> None:
     asyncio.run(go())
 
 
+def get_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=300) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{url}: {e.code} {e.read()[:500]!r}") from None
+
+
 def measure_console(url: str, args: argparse.Namespace, broker_pid: int, profile: Path | None, name: str) -> dict:
     """The list renders, the API calls and the broker's CPU with the topic list open, for one console."""
     from playwright.sync_api import sync_playwright
@@ -98,12 +107,11 @@ def measure_console(url: str, args: argparse.Namespace, broker_pid: int, profile
     for _ in range(args.runs):
         start = time.monotonic()
         # the page's own call: one page of rows (a console from before pages answers every row)
-        body = json.load(urllib.request.urlopen(url + ("api/topics?limit=50" if name == "after" else "api/topics"),
-                                                timeout=300))
+        body = get_json(url + ("api/topics?limit=50" if name == "after" else "api/topics"))
         api.append(time.monotonic() - start)
         pictures.append(body.get("took_ms"))
         start = time.monotonic()
-        body = json.load(urllib.request.urlopen(url + "api/topics", timeout=300))
+        body = get_json(url + "api/topics")
         api_all.append(time.monotonic() - start)
         assert len(body["topics"]) == args.topics, len(body["topics"])
     shown = min(args.topics, 50)
@@ -145,7 +153,8 @@ def measure_console(url: str, args: argparse.Namespace, broker_pid: int, profile
 
 
 def start_console(bootstrap: str, src: Path) -> tuple[subprocess.Popen, str]:
-    console = tierlog("console", "-b", bootstrap, "--port", "0", src=src, stdout=subprocess.PIPE,
+    # a generous client timeout: on a busy shared machine the Metadata of 10,000 partitions takes seconds
+    console = tierlog("console", "-b", bootstrap, "--port", "0", "--timeout", "120", src=src, stdout=subprocess.PIPE,
                       stderr=subprocess.STDOUT, text=True)
     return console, wait_for_line(console, "Console on", 60).split(" ")[2]
 

@@ -127,8 +127,11 @@ def test_one_picture_serves_every_tab_and_none_is_made_while_nobody_looks():
         try:
             answers = await asyncio.gather(*(snapshot.get() for _ in range(20)))
             assert len(made) == 1 and all(a["n"] == 1 for a in answers)
-            await wait_until_async(lambda: len(made) >= 2, 10, what="a second picture while asked for")
-            await wait_until_async(lambda: snapshot._task.done(), 10, what="the refresh stopping, nobody asking")
+            async def asked_again() -> bool:  # a page polling
+                await snapshot.get()
+                return len(made) >= 2
+            await wait_until_async(asked_again, 30, what="a second picture while asked for")
+            await wait_until_async(lambda: snapshot._task.done(), 30, what="the refresh stopping, nobody asking")
             stopped = len(made)
             assert (await snapshot.get())["n"] > stopped  # asked again: a fresh picture
         finally:

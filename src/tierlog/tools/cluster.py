@@ -12,8 +12,9 @@ from tierlog.client.admin import Admin, TopicDescription
 
 
 async def describe_all(admin: Admin) -> dict[str, TopicDescription]:
-    """Every topic, internal ones too, described (a topic deleted meanwhile left out)."""
-    return await _describe_all(admin)
+    """Every topic, internal ones too, described from one Metadata request (a topic still being created
+    left out until it has its leaders)."""
+    return await admin.describe_all_topics(internal=True)
 
 
 async def _describe_all(admin: Admin) -> dict[str, TopicDescription]:
