@@ -377,7 +377,8 @@ def test_long_lists_are_paged_filtered_and_sorted(cluster, console, page):
     # the page: the filter box, then a click on a column sorts by it, a second click the other way
     open_page(page, console, "topics")
     page.fill("#list-filter", prefix)
-    shown = lambda: [r.get_attribute("data-topic") for r in page.locator("#topics tbody tr").all()]  # noqa: E731
+    def shown() -> list[str]:  # the rows in one read: the list re-renders under a row-by-row look
+        return page.eval_on_selector_all("#topics tbody tr", "rows => rows.map((r) => r.dataset.topic)")
     until(page, lambda: shown() == sorted(sizes), 30, "the filtered list, by name")
     assert page.locator("#list-count").get_attribute("data-matched") == "3"
     page.click("th[data-sort='partitions']")
@@ -394,5 +395,5 @@ def test_long_lists_are_paged_filtered_and_sorted(cluster, console, page):
     assert want == [f"{prefix}-g1", f"{prefix}-g2"]
     open_page(page, console, "groups")
     page.fill("#list-filter", prefix)
-    until(page, lambda: [r.get_attribute("data-group") for r in page.locator("#groups tbody tr").all()] == want,
-          30, "the groups whose name holds the prefix, by name")
+    until(page, lambda: page.eval_on_selector_all("#groups tbody tr", "rows => rows.map((r) => r.dataset.group)")
+          == want, 30, "the groups whose name holds the prefix, by name")
