@@ -7,6 +7,7 @@ patient wait."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,6 +158,14 @@ def pending_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
     if g.error_code != 0:  # a coordinator loading or moved
         raise NotYet(f"OffsetFetch {group}: error {g.error_code}")
     return [p.partition_index for t in g.topics for p in t.partitions if p.error_code == UNSTABLE_OFFSET_COMMIT]
+
+
+#: Where each scenario runs: tierlog's broker, tierlog's cluster, and Kafka as the reference. ``TARGETS``
+#: keeps the reference (the scenario proved against Kafka on every run); ``TIERLOG_TARGETS`` drops it unless
+#: ``TIERLOG_APPS_KAFKA=1``: the milder scenarios of a module, whose expectations are the harsher one's,
+#: hold on Kafka too, and CI saves the JVM minutes (run them all: ``TIERLOG_APPS_KAFKA=1 pytest tests/apps``).
+TARGETS = ["tierlog", "cluster", "kafka"]
+TIERLOG_TARGETS = TARGETS if os.environ.get("TIERLOG_APPS_KAFKA") == "1" else ["tierlog", "cluster"]
 
 
 @dataclass

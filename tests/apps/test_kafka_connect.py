@@ -15,14 +15,24 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
-from tests.apps.support import Target, end_offsets, held_partitions, open_transactions, read_to_end, wait_until
+from tests.apps.support import (
+    TARGETS,
+    TIERLOG_TARGETS,
+    Target,
+    end_offsets,
+    held_partitions,
+    open_transactions,
+    read_to_end,
+    wait_until,
+)
 from tests.harness.apache_kafka import kafka_peer_module
 from tests.harness.apps import JavaApp, java_argv
-from tests.harness.rawclient import unique
+from tests.harness.rawclient import raw_client, unique
 from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
-
-TARGETS = ["tierlog", "cluster", "kafka"]
+from tests.server.groupslib import committed_offsets
+from tierlog.protocol import ApiKey
 
 
 class Worker:
@@ -72,8 +82,11 @@ class Worker:
             return None
 
     def create_source(self, name: str, file: Path, topic: str) -> None:
-        config = {"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector", "tasks.max": "1",
-                  "file": str(file), "topic": topic, "exactly.once.support": "required"}
+        self.create(name, {"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                           "tasks.max": "1", "file": str(file), "topic": topic, "exactly.once.support": "required"})
+
+    def create(self, name: str, config: dict, tasks: int = 1) -> None:
+        """PUT a connector's config, then wait until ``tasks`` of its tasks run."""
 
         def created():
             try:
@@ -83,16 +96,18 @@ class Worker:
                     raise AssertionError(f"{e.code}: {e.read()!r}") from e
                 return None
         wait_until(created, 180, f"connector {name} created", interval=1)
-        self.wait_task_running(name)
+        self.wait_task_running(name, tasks)
 
     def task_state(self, name: str) -> str | None:
-        status = self._get(f"/connectors/{name}/status")
-        tasks = (status or {}).get("tasks") or []
-        return tasks[0]["state"] if tasks else None
+        return next(iter(self.task_states(name)), None)
 
-    def wait_task_running(self, name: str) -> None:
-        wait_until(lambda: self.task_state(name) == "RUNNING" or self.app.proc.poll() is not None, 180,
-                   f"{name}'s task running")
+    def task_states(self, name: str) -> list[str]:
+        status = self._get(f"/connectors/{name}/status")
+        return [t["state"] for t in (status or {}).get("tasks") or []]
+
+    def wait_task_running(self, name: str, tasks: int = 1) -> None:
+        wait_until(lambda: self.task_states(name) == ["RUNNING"] * tasks or self.app.proc.poll() is not None, 180,
+                   f"{name}'s {tasks} task(s) running")
         assert self.app.proc.poll() is None, self.app.tail()
 
 
@@ -117,7 +132,7 @@ def wait_for_lines(bootstrap: str, topic: str, expected: list[str], timeout: flo
     assert got == expected
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_file_source_exactly_once(crashable, app_classpath, tmp_path):
     bootstrap = crashable.bootstrap
     worker = Worker(app_classpath, crashable, tmp_path)
@@ -132,7 +147,7 @@ def test_file_source_exactly_once(crashable, app_classpath, tmp_path):
     worker.app.stop()
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_file_source_across_broker_kill(crashable, app_classpath, tmp_path):
     bootstrap = crashable.bootstrap
     file, topic = tmp_path / "source.txt", unique("file-src")
@@ -200,3 +215,69 @@ def test_file_source_worker_and_broker_killed(crashable, app_classpath, tmp_path
     second.app.stop()
     if crashable.elect_preferred_leaders():  # read again from the restarted brokers
         assert committed_values(bootstrap, topic) == lines(0, 300)
+
+
+def _sink_group(bootstrap: str, group: str) -> tuple[str | None, list[int]]:
+    """The group's type from ListGroups and, for a consumer group, its members' types from ConsumerGroupDescribe
+    (0 classic, 1 consumer), sorted."""
+    with raw_client(bootstrap) as c:
+        listed = c.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []}).groups
+        kind = next((g.group_type for g in listed if g.group_id == group), None)
+        if kind != "consumer":
+            return kind, []
+        [described] = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                                    "include_authorized_operations": False}).groups
+        return kind, sorted(m.member_type for m in described.members)
+
+
+@pytest.mark.parametrize("target", [t for t in TIERLOG_TARGETS if t != "cluster"])  # the coordinator's matter
+def test_sink_group_upgraded_online_to_the_consumer_protocol(crashable, app_classpath, tmp_path):
+    """KIP-848's online upgrade with Connect running: two workers run a FileStreamSink connector's two tasks in
+    one classic consumer group (``connect-<connector>``); the workers are restarted one at a time with
+    ``consumer.group.protocol=consumer``, so the connector always has a worker. After the first restart the group
+    is a consumer group holding one classic member and one consumer member; after the second, two consumer
+    members. Every record produced before, between and after reaches the sink file (Connect's sinks deliver at
+    least once) and the group's committed offsets reach the end of both partitions."""
+    bootstrap = crashable.bootstrap
+    topic, connector = unique("sink-src"), "file-sink"
+    group, sink = f"connect-{connector}", tmp_path / "sink.txt"
+    crashable.create_topic(topic, 2)
+    # A departed worker's tasks go to the others at once, not after Connect's default 5-minute grace.
+    quick = {"scheduled.rebalance.max.delay.ms": "0"}
+    consumer = {**quick, "consumer.group.protocol": "consumer"}
+    first = Worker(app_classpath, crashable, tmp_path / "w1", settings=quick)
+    second = Worker(app_classpath, crashable, tmp_path / "w2", group=first.group, settings=quick)
+    first.create(connector, {"connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+                             "tasks.max": "2", "topics": topic, "file": str(sink)}, tasks=2)
+    produced: list[str] = []
+
+    def produce_and_sink(start: int, stop: int) -> None:
+        batch = lines(start, stop)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i, line in enumerate(batch):
+            producer.produce(topic, line.encode(), partition=i % 2)
+        assert producer.flush(60) == 0
+        produced.extend(batch)
+        wait_until(lambda: set(produced) <= set(sink.read_text().split()) if sink.exists() else False, 180,
+                   f"{len(produced)} records in the sink file", interval=0.5)
+
+    produce_and_sink(0, 200)
+    assert _sink_group(bootstrap, group) == ("classic", [])
+    first.app.stop()
+    first = Worker(app_classpath, crashable, tmp_path / "w1-consumer", group=second.group, settings=consumer)
+    first.wait_task_running(connector, 2)
+    wait_until(lambda: _sink_group(bootstrap, group) == ("consumer", [0, 1]), 120,
+               "a consumer group of one classic and one consumer member")
+    produce_and_sink(200, 400)
+    second.app.stop()
+    second = Worker(app_classpath, crashable, tmp_path / "w2-consumer", group=first.group, settings=consumer)
+    second.wait_task_running(connector, 2)
+    wait_until(lambda: _sink_group(bootstrap, group) == ("consumer", [1, 1]), 120, "two consumer members")
+    produce_and_sink(400, 600)
+    ends = end_offsets(bootstrap, topic)
+    wait_until(lambda: committed_offsets(bootstrap, group) == {(topic, p): end for p, end in ends.items()}, 60,
+               "the sink's offsets committed to the end")
+    written = sink.read_text().split()
+    print(f"{len(written)} lines written for {len(produced)} records (at least once)")
+    for worker in (first, second):
+        worker.app.stop()

@@ -19,7 +19,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.apps.support import Target, held_partitions, open_transactions, read_to_end, wait_until
+from tests.apps.support import (
+    TARGETS,
+    TIERLOG_TARGETS,
+    Target,
+    held_partitions,
+    open_transactions,
+    read_to_end,
+    wait_until,
+)
 from tests.harness.apps import JavaApp, java_argv
 from tests.harness.rawclient import unique
 from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
@@ -27,9 +35,6 @@ from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima",
          "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey"]
 PARTITIONS = 2
-TARGETS = ["tierlog", "cluster", "kafka"]
-
-
 def corpus(seed: int, lines: int, gate: bool = False) -> list[str]:
     """``lines`` lines of one to eight words, the same for a seed; with ``gate``, the word "gate" once, late."""
     rnd = random.Random(seed)
@@ -139,7 +144,7 @@ def hold_transaction(bootstrap: str, wc: WordCount, app_id: str, sink: str) -> N
     wait_until(open_and_lagging, 60, "an open transaction, the count of gate in the log past the last stable offset")
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_wordcount_exactly_once(crashable, app_classpath, tmp_path):
     bootstrap = crashable.bootstrap
     app_id, source, sink = app_topics(crashable)
@@ -150,7 +155,7 @@ def test_wordcount_exactly_once(crashable, app_classpath, tmp_path):
     wc.app.stop()
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_wordcount_across_broker_kill(crashable, app_classpath, tmp_path):
     """The broker SIGKILLed with a Streams transaction open and restarted (on the cluster: the transaction's
     coordinator); the same Streams instance goes on."""
@@ -171,7 +176,7 @@ def test_wordcount_across_broker_kill(crashable, app_classpath, tmp_path):
         check_counts(bootstrap, app_id, sink, count(first + second))
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_wordcount_and_broker_killed(crashable, app_classpath, tmp_path):
     """The broker (on the cluster: the leader of the output partition holding the open transaction's count) and
     the Streams JVM both SIGKILLed with a transaction open; the broker restarted, then a new

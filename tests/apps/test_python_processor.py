@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.apps.support import (
+    TARGETS,
+    TIERLOG_TARGETS,
     Target,
     committed,
     end_offsets,
@@ -28,9 +30,6 @@ from tests.harness.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
 PROCESSOR = Path(__file__).resolve().parent / "processor.py"
 RECORDS, PARTITIONS = 400, 2
-TARGETS = ["tierlog", "cluster", "kafka"]
-
-
 class Processor:
     def __init__(self, bootstrap: str, names: tuple, gate: Path, log: Path):
         self.log = open(log, "a")  # noqa: SIM115 - closed in kill/stop
@@ -119,7 +118,7 @@ def test_processor_killed_mid_transaction(crashable, tmp_path, processors):
     assert [v for _, v in uncommitted[0]].count(b"REC-00100") == 2
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_processor_across_broker_kill(crashable, tmp_path, processors):
     """SIGKILL the broker (on the cluster: the leader of the output partition holding the open transaction's
     records) with the processor's transaction open (rec-00250's output in the log), restart it on its log dir,
@@ -134,7 +133,7 @@ def test_processor_across_broker_kill(crashable, tmp_path, processors):
         check_output(bootstrap, source, sink, group, expected)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERLOG_TARGETS)
 def test_processor_offsets_pending_across_coordinator_kills(crashable, tmp_path, processors):
     """Hold the transaction after its offsets reached the group coordinator (TxnOffsetCommit answered), just
     before the commit: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT. SIGKILL the broker (on

@@ -10,14 +10,17 @@ With ``TIERLOG_CONSOLE_SCREENSHOTS=docs/console`` each page's screenshot is writ
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -394,3 +397,194 @@ def test_long_lists_are_paged_filtered_and_sorted(cluster, console, page):
     page.fill("#list-filter", prefix)
     until(page, lambda: page.eval_on_selector_all("#groups tbody tr", "rows => rows.map((r) => r.dataset.group)")
           == [f"{prefix}-g"], 30, "the group whose name holds the prefix")
+
+
+# ------------------------------------------- the remaining actions: alter configs, reset offsets, disable tiering
+# What the actions did is checked with the tools functions the `tierlog` commands run (topic describe, group
+# describe, tier status), called in-process: a command's interpreter start costs seconds on a busy machine.
+
+
+def tools(cluster, call):
+    """``call(admin)`` with a tierlog admin client of the cluster (what a `tierlog` command runs), on a thread
+    of its own (the browser's driver holds this one's event loop)."""
+    from tierlog.tools import clients
+
+    async def go():
+        async with clients.admin(cluster.bootstrap, 30) as admin:
+            return await call(admin)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result()
+
+
+def overrides(cluster, topic: str) -> dict:
+    """`tierlog topic describe`'s topic overrides."""
+    from tierlog.tools import topics
+    [described] = tools(cluster, lambda admin: topics.describe(admin, [topic]))
+    return {c["name"]: c["value"] for c in described["configs"] if c["source"] == "DYNAMIC_TOPIC_CONFIG"}
+
+
+def tier_status(cluster, topic: str) -> dict:
+    """`tierlog tier status --topic`'s answer."""
+    from tierlog.tools import tier
+
+    async def status(admin):
+        return await asyncio.to_thread(tier.cluster_status, await tier.cluster_endpoints(admin), topic)
+    return tools(cluster, status)
+
+
+def create_topics(cluster, names: list[str], replicas: int, configs: dict | None = None) -> None:
+    from tierlog.tools import topics
+    tools(cluster, lambda admin: topics.create(admin, names, 1, replicas, configs or {}))
+
+
+def described_group(cluster, group: str) -> dict:
+    from tierlog.tools import groups
+    return tools(cluster, lambda admin: groups.describe(admin, group))
+
+
+def confirm(page, section: str, question: str) -> str:
+    """Confirm the question ``section`` asks and wait for the outcome it then shows; its text."""
+    assert question in page.locator(f"{section} .confirm").inner_text()
+    page.click(f"{section} .confirm-yes")
+    outcome = page.locator(f"{section} .action-outcome")
+    outcome.wait_for()
+    return outcome.inner_text()
+
+
+def test_alter_configs_sets_and_removes_with_the_token_and_shows_kafkas_error(cluster, console, page):
+    topic = unique("console-configs")
+    create_topics(cluster, [topic], 2)
+    open_page(page, console, f"topics/{topic}")
+    form = "#alter-configs"
+
+    def set_config(key: str, value: str) -> str:
+        page.fill(f"{form} input[name=key]", key)
+        page.fill(f"{form} input[name=value]", value)
+        page.click(f"{form} button[type=submit]")
+        return confirm(page, form, f"Set {key} of topic {topic} to \"{value}\"?")
+
+    assert "refused: missing or wrong admin token" in set_config("retention.ms", "3600000")
+    assert "retention.ms" not in overrides(cluster, topic)
+    page.fill("#token", TOKEN)
+    assert f"set retention.ms=3600000 on topic {topic}" in set_config("retention.ms", "3600000")
+    assert overrides(cluster, topic)["retention.ms"] == "3600000"
+    until(page, lambda: cell(page, f"{form} tr[data-config='retention.ms']", "value") == "3600000", 30,
+          "the new override in the settings table")
+    # a value the broker refuses: IncrementalAlterConfigs' error code and message, the override unchanged
+    refused = set_config("retention.ms", "soon")
+    assert refused.startswith("refused: INVALID_CONFIG: ") and "retention.ms" in refused, refused
+    assert overrides(cluster, topic)["retention.ms"] == "3600000"
+    shot(page, "alter-configs")
+    page.click(f"{form} tr[data-config='retention.ms'] button.remove")
+    assert f"removed retention.ms from topic {topic}" in confirm(page, form, "Remove the override retention.ms")
+    assert "retention.ms" not in overrides(cluster, topic)
+
+
+def test_reset_offsets_previews_refuses_an_active_group_and_needs_the_token(cluster, console, page):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    topic, group = unique("console-reset"), unique("console-rg")
+    create_topics(cluster, [topic], 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, b"early-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    after_ms = int(time.time() * 1000) + 1  # every record from here on is later than this
+    wait_until(lambda: time.time() * 1000 > after_ms, 5, what="a millisecond later")
+    for i in range(5):
+        producer.produce(topic, b"late-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    member = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                       "auto.offset.reset": "earliest"})
+    form = "#reset-offsets"
+    try:
+        member.subscribe([topic])
+        wait_until(lambda: member.poll(0.5) is not None, 60, what="the member assigned and reading")
+        member.commit(offsets=[TopicPartition(topic, 0, 15)], asynchronous=False)
+        open_page(page, console, f"groups/{group}")
+        until(page, lambda: cell(page, f"tr[data-tp='{topic}-0']", "current_offset") == "15", 30,
+              "the group's committed offset")
+        page.select_option(f"{form} select[name=to]", "timestamp")
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(after_ms // 1000)) + f".{after_ms % 1000:03d}Z"
+        page.fill(f"{form} input[name=value]", when)
+        page.click(f"{form} button[type=submit]")
+        alert = page.locator("#reset-error")
+        alert.wait_for()
+        assert alert.inner_text().startswith("NON_EMPTY_GROUP: "), alert.inner_text()
+    finally:
+        member.close()  # leaves the group: it is Empty at once
+    wait_until(lambda: described_group(cluster, group)["state"] == "Empty", 30, what="the group empty")
+    page.click(f"{form} button[type=submit]")
+    until(page, lambda: cell(page, f"#reset-preview tr[data-tp='{topic}-0']", "new_offset") == "10", 30,
+          "the preview: the first record at or after the time")
+    assert cell(page, f"#reset-preview tr[data-tp='{topic}-0']", "current_offset") == "15"
+    page.click("#reset-execute")
+    assert "refused: missing or wrong admin token" in confirm(page, form, f"Reset the offsets of group {group}")
+    assert described_group(cluster, group)["partitions"][0]["current_offset"] == 15
+    page.fill("#token", TOKEN)
+    page.click("#reset-execute")
+    assert confirm(page, form, "on 1 partition(s)") == f"reset group {group}: {topic}-0 to 10"
+    until(page, lambda: cell(page, f"#lag tr[data-tp='{topic}-0']", "current_offset") == "10", 30,
+          "the group's table following the reset")
+    shot(page, "reset-offsets")
+    [row] = described_group(cluster, group)["partitions"]
+    assert (row["current_offset"], row["lag"]) == (10, 5)
+    # the API alone: one topic's partitions to an offset; without the token nothing is written
+    path = f"/api/group/reset-offsets?group={group}&to=offset&value=3&topic={topic}"
+    assert console.post(path)[0] == 401
+    status, body = console.post(path, token=TOKEN)
+    assert status == 200 and [p["new_offset"] for p in body["partitions"]] == [3], body
+    assert described_group(cluster, group)["partitions"][0]["current_offset"] == 3
+
+
+def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, page):
+    topic, kept = unique("console-untier"), unique("console-kept")
+    create_topics(cluster, [topic, kept], 3, TIERED)
+    write(cluster, topic, 40)
+
+    def copied():
+        rows = tier_status(cluster, topic)["partitions"]
+        return any(r["role"] == "leader" and (r["remote_segments"] or 0) >= 1 for r in rows)
+    wait_until(copied, 90, what=f"a segment of {topic} copied")
+    open_page(page, console, f"topics/{topic}")
+    panel = "#tiering-panel"
+    until(page, lambda: page.locator(f"{panel} [data-k='tiering_state']").inner_text() == "ENABLED", 30,
+          "the tiering state")
+    page.click("#disable-delete")
+    assert "refused: missing or wrong admin token" in confirm(page, panel, "DELETE its remote data")
+    assert tier_status(cluster, topic)["topics"][0]["state"] == "ENABLED"
+    page.fill("#token", TOKEN)
+    page.click("#disable-delete")
+    assert "is being disabled (policy delete)" in confirm(page, panel, "DELETE its remote data")
+    # while the remote data is deleted: retain on the other topic, through the API (refused without the token)
+    path = f"/api/topic/disable-tiering?topic={kept}&delete_remote=false"
+    assert console.post(path)[0] == 401
+    status, body = console.post(path, token=TOKEN)
+    assert status == 200 and body["policy"] == "retain", body
+    until(page, lambda: page.locator(f"{panel} [data-k='tiering_state']").inner_text() == "DISABLED", 60,
+          "the disablement done")
+    shot(page, "disable-tiering")
+    status = tier_status(cluster, topic)
+    [state] = status["topics"]
+    assert (state["state"], state["policy"], state["remote_segments_to_delete"]) == ("DISABLED", "delete", 0)
+    assert not any(r["remote_segments"] for r in status["partitions"]), status["partitions"]
+    assert overrides(cluster, topic)["remote.storage.enable"] == "false"
+    open_page(page, console, f"topics/{topic}/0")  # the partition's page shows the topic's state too
+    until(page, lambda: page.locator("#tiering [data-k='tiering_state']").inner_text() == "DISABLED", 30,
+          "the partition page's KIP-950 state")
+    wait_until(lambda: tier_status(cluster, kept)["topics"][0]["state"] == "DISABLED", 60, what=f"{kept} disabled")
+    assert tier_status(cluster, kept)["topics"][0]["policy"] == "retain"
+    status, body = console.post(path, token=TOKEN)  # asked again: refused, saying so
+    assert status == 400 and "disabled already" in body["error"], body
+    # the retained data deleted afterwards (the page's "Delete the retained remote data")
+    status, body = console.post(path.replace("delete_remote=false", "delete_remote=true"), token=TOKEN)
+    assert status == 200 and body["policy"] == "delete", body
+
+    def kept_state() -> tuple[str, str]:
+        [t] = tier_status(cluster, kept)["topics"]
+        return t["state"], t["policy"]
+    wait_until(lambda: kept_state() == ("DISABLED", "delete"), 60, what=f"{kept}'s retained data deleted")
+    # a topic that is not tiered has nothing to disable: refused rather than a change that does nothing
+    plain = unique("console-plain")
+    create_topics(cluster, [plain], 1)
+    status, body = console.post(f"/api/topic/disable-tiering?topic={plain}&delete_remote=true", token=TOKEN)
+    assert status == 400 and body["error"].startswith("INVALID_CONFIG: ") and "is not tiered" in body["error"], body

@@ -1,4 +1,5 @@
-"""Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker,
+"""Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker, a share
+group's dead-letter queue led by another broker,
 acks=all when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling
 restart with controlled shutdown under an idempotent producer.
 
@@ -8,6 +9,7 @@ running. Replication itself (ISR changes, failover without loss, truncation) is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -210,6 +212,36 @@ def test_group_configs_from_a_broker_that_is_not_the_controller(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
+    """KIP-1191 in a cluster: the source partition's leader (broker 1) writes its share group's rejected records
+    to a DLQ partition that broker 2 leads, by a Produce over the inter-broker listener (an append of its own would
+    be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers."""
+    from tests.harness.tierlog_cluster import create
+    from tests.server.test_share_dlq import _alter, _consume, _read_dlq
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import REJECT
+
+    topic, dlq, group = unique("share-src"), "dlq." + unique("other"), unique("share-dlq")
+    create(cluster, topic, assignment=[[1, 2, 3]])
+    create(cluster, dlq, assignment=[[2, 3, 1]], configs={"errors.deadletterqueue.group.enable": "true"})
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        assert _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+                      ("share.auto.offset.reset", "earliest"))[0] == 0
+
+    async def produce():
+        async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+            for i in range(2):
+                await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce())
+    deliveries = asyncio.run(_consume(cluster.bootstrap, group, topic, lambda offset, count: REJECT, records=2))
+    assert sorted(set(deliveries)) == [(0, 0, 1, REJECT), (0, 1, 1, REJECT)]
+    records = asyncio.run(_read_dlq(cluster.bootstrap, dlq, 1, 2))
+    assert sorted((p, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.topic"]) for p, _k, _v, h in records) == [
+        (0, b"0", topic.encode()), (0, b"1", topic.encode())]
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):

@@ -671,6 +671,52 @@ def test_describe_log_dirs(observed):
     assert tierlog["v4 every topic"]["results"][0]["topics"][0]["partitions"][0][1] > 0  # not vacuous
 
 
+def _describe_topic_partitions_scenario(bootstrap):
+    """KIP-966's DescribeTopicPartitions (the Java admin's describeTopics): named topics, unknown and invalid
+    names, pages cut by response_partition_limit with the next cursor, a cursor inside a topic, a cursor naming a
+    topic not asked for, a negative cursor partition, and every topic from a cursor on."""
+    base = unique("dtp")
+    a, b = f"{base}-a", f"{base}-b"  # sorted a before b
+    create_topic(bootstrap, a, partitions=3, configs=KEEP)
+    create_topic(bootstrap, b, partitions=2, configs=KEEP)
+    raw = RawClient(bootstrap)
+
+    def ask(topics, limit=2000, cursor=None):
+        resp = raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+            "topics": [{"name": t} for t in topics], "response_partition_limit": limit, "cursor": cursor})
+        name = {a: "<a>", b: "<b>", "no-such-" + base: "<unknown>"}
+        return {"topics": [{"error_code": plain(t.error_code), "name": name.get(t.name, t.name),
+                            "has_id": t.topic_id is not None and t.topic_id.int != 0, "is_internal": t.is_internal,
+                            "operations": t.topic_authorized_operations,
+                            "partitions": [(p.partition_index, plain(p.error_code), len(p.replica_nodes),
+                                            len(p.isr_nodes), p.eligible_leader_replicas, p.last_known_elr,
+                                            list(p.offline_replicas)) for p in t.partitions]}
+                           for t in resp.topics if not topics and t.name in (a, b) or topics],
+                "next_cursor": None if resp.next_cursor is None else
+                (name.get(resp.next_cursor.topic_name, resp.next_cursor.topic_name),
+                 resp.next_cursor.partition_index)}
+
+    seen = {
+        "named": ask([b, a, "no-such-" + base, "bad/name"]),
+        "limit 2": ask([a, b], limit=2),
+        "limit 3": ask([a, b], limit=3),
+        "limit 0": ask([a, b], limit=0),
+        "cursor inside": ask([a, b], limit=2, cursor={"topic_name": a, "partition_index": 2}),
+        "cursor past the end": ask([a, b], cursor={"topic_name": a, "partition_index": 7}),
+        "cursor not asked": ask([a], cursor={"topic_name": b, "partition_index": 0}),
+        "negative cursor": ask([a, b], cursor={"topic_name": a, "partition_index": -1}),
+        "every topic from b": ask([], cursor={"topic_name": b, "partition_index": 1}),
+    }
+    raw.close()
+    return seen
+
+
+def test_describe_topic_partitions(observed):
+    assert_no_unexplained(observed, "describe-topic-partitions")
+    _, tierlog = observed.get("describe-topic-partitions")
+    assert tierlog["limit 2"]["next_cursor"] == ("<a>", 2)  # not vacuous
+
+
 # ---------------------------------------------------------------------------------- all scenarios
 
 SCENARIOS = {
@@ -682,6 +728,7 @@ SCENARIOS = {
     "client-group": _client_group_scenario,
     "fetch": _fetch_scenario,
     "log-dirs": _log_dirs_scenario,
+    "describe-topic-partitions": _describe_topic_partitions_scenario,
 }
 NORMALIZE = {"configs": _common_config_keys}
 

@@ -137,3 +137,53 @@ def test_one_picture_serves_every_tab_and_none_is_made_while_nobody_looks():
         finally:
             await snapshot.close()
     asyncio.run(go())
+
+# ------------------------------------------- the remaining actions: alter configs, reset offsets, disable tiering
+
+ACTIONS = ["/api/topic/configs?topic=t1&set=retention.ms=1", "/api/group/reset-offsets?group=g&to=earliest",
+           "/api/topic/disable-tiering?topic=t1&delete_remote=true"]
+
+
+def test_the_new_actions_follow_the_token_rules(nowhere):
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for status, _, body in serve_and(nowhere, None, [("POST", path, bearer) for path in ACTIONS]):
+        assert status == 403 and "read-only" in json.loads(body)["error"]
+    for status, _, body in serve_and(nowhere, TOKEN, [("POST", path, None) for path in ACTIONS]):
+        assert status == 401 and "admin token" in json.loads(body)["error"]
+    # the reset's preview is a GET (a dry run: it writes nothing), asked of the cluster without a token
+    (status, _, body), = serve_and(nowhere, None, [("GET", ACTIONS[1], None)])
+    assert status == 503 and f"cannot reach the cluster at {nowhere}" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/api/group/reset-offsets?group=g&to=sideways", "parameter to: must be one of earliest, latest, offset"),
+    ("/api/group/reset-offsets?group=g&to=offset", "parameter value is required with to=offset"),
+    ("/api/group/reset-offsets?group=g&to=timestamp&value=-5", "parameter value: must be a whole number"),
+    ("/api/group/reset-offsets?to=latest", "parameter group is required"),
+    ("/api/topic/disable-tiering?topic=t1&delete_remote=maybe", "parameter delete_remote: must be true or false"),
+    ("/api/topic/disable-tiering?topic=t1", "parameter delete_remote is required"),
+    ("/api/topic/configs?topic=t1&set=retention.ms", "parameter set: 'retention.ms' is not KEY=VALUE"),
+    ("/api/topic/configs?topic=t1", "INVALID_REQUEST: nothing to change"),
+    ("/api/topic/configs?topic=t1&set=a=1&delete=a", "INVALID_REQUEST: a: set and deleted in one request"),
+])
+def test_bad_parameters_of_the_new_actions_are_400(nowhere, path, message):
+    (status, _, body), = serve_and(nowhere, TOKEN, [("POST", path, {"Authorization": f"Bearer {TOKEN}"})])
+    assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_what_a_delete_disablement_has_left_is_summed_over_the_brokers(monkeypatch):
+    """Each broker counts the partitions it leads, so the topic's figure shown (the console's and `tierlog
+    tier status`'s merged answer) is the sum of every broker's; the first error found is kept."""
+    from tierlog.tools import tier
+
+    def status(node_id: int, segments: int, error: str | None) -> dict:
+        return {"node_id": node_id, "topics": [{"topic": "t", "state": "DISABLING", "policy": "delete", "epoch": 2,
+                                                "remote_segments_to_delete": segments,
+                                                "remote_bytes_to_delete": segments * 100, "last_error": error}],
+                "partitions": []}
+    answers = {"http://b1": status(1, 3, None), "http://b2": status(2, 0, None), "http://b3": status(3, 2, "slow")}
+    monkeypatch.setattr(tier, "fetch_status", lambda url, topic, timeout: answers[url])
+    merged = tier.cluster_status([{"node_id": i, "url": f"http://b{i}"} for i in (1, 2, 3)], "t")
+    [t] = merged["topics"]
+    assert (t["remote_segments_to_delete"], t["remote_bytes_to_delete"], t["last_error"]) == (5, 500, "slow")
+    assert answers["http://b1"]["topics"][0]["remote_segments_to_delete"] == 3  # the brokers' answers unchanged

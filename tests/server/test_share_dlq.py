@@ -34,9 +34,9 @@ def _describe(raw, group: str) -> list:
     return sorted((c.name, c.value, c.config_source, c.config_type) for c in answer.results[0].configs)
 
 
-async def _consume(bootstrap: str, group: str, topic: str, plan) -> list[tuple[int, int, int, str]]:
-    """A share consumer acknowledging each delivery as ``plan(offset, delivery_count)`` says, until the four
-    records are finished; its deliveries (partition, offset, delivery count, type)."""
+async def _consume(bootstrap: str, group: str, topic: str, plan, records: int = 4) -> list[tuple[int, int, int, str]]:
+    """A share consumer acknowledging each delivery as ``plan(offset, delivery_count)`` says, until the
+    ``records`` are finished; its deliveries (partition, offset, delivery count, type)."""
     done: list[tuple[int, int, int, str]] = []
     async with ShareConsumer(group, bootstrap_servers=bootstrap, acknowledgement_mode="explicit") as consumer:
         consumer.subscribe([topic])
@@ -50,7 +50,7 @@ async def _consume(bootstrap: str, group: str, topic: str, plan) -> list[tuple[i
                 if kind != RELEASE or rec.delivery_count >= DELIVERY_LIMIT:
                     finished.add((rec.partition, rec.offset))
             await consumer.commit_sync()
-            return len(finished) == 4
+            return len(finished) == records
 
         await wait_until_async(round_, timeout=60, interval=0.05, what="every record finished")
     return done
@@ -148,3 +148,77 @@ def _dlq_shape(records: list) -> list:
             named.append((name, text))
         out.append((partition, key, value, named))
     return sorted(out, key=repr)
+
+
+def _topic_state(raw, topic: str) -> tuple:
+    """Whether ``topic`` exists, its partition count and its DLQ-related configs with their sources."""
+    meta = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+    if meta.topics[0].error_code:
+        return (int(meta.topics[0].error_code),)
+    keys = ["errors.deadletterqueue.group.enable", "message.timestamp.type"]
+    answer = raw.request(ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                                      "resources": [{"resource_type": 2, "resource_name": topic,
+                                                                     "configuration_keys": keys}]})
+    return (0, len(meta.topics[0].partitions),
+            sorted((c.name, c.value, c.config_source) for c in answer.results[0].configs))
+
+
+def _broker_default(raw, name: str, value: str | None) -> int:
+    """Set (or, with None, delete) a cluster-wide dynamic broker config."""
+    answer = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": 4, "resource_name": "",
+         "configs": [{"name": name, "config_operation": 0 if value is not None else 1, "value": value}]}]})
+    return answer.responses[0].error_code
+
+
+AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"
+
+
+def _auto_create_scenario(bootstrap: str) -> dict:
+    """A group whose DLQ topic does not exist rejects every record: with auto-creation off (the default) they are
+    archived and no topic appears; with it on (a dynamic cluster default) the topic is created with Kafka's
+    configs and gets the records."""
+    topic = unique("dlq-auto-src")
+    create_topic(bootstrap, topic)
+    out: dict = {}
+    runs = {"off": (unique("dlq-auto-off"), "dlq." + unique("never")),
+            "on": (unique("dlq-auto-on"), "dlq." + unique("created"))}
+    with raw_client(bootstrap) as raw:
+        for group, dlq in runs.values():
+            _alter(raw, group, ("errors.deadletterqueue.topic.name", dlq), ("share.auto.offset.reset", "earliest"))
+
+    async def produce():
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            for i in range(2):
+                await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce())
+    group, dlq = runs["off"]
+    out["off deliveries"] = sorted(set(asyncio.run(
+        _consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
+    with raw_client(bootstrap) as raw:
+        out["off topic"] = _topic_state(raw, dlq)
+        out["enable"] = _broker_default(raw, AUTO_CREATE, "true")
+    try:
+        group, dlq = runs["on"]
+        out["on deliveries"] = sorted(set(asyncio.run(
+            _consume(bootstrap, group, topic, lambda offset, count: REJECT, records=2))))
+        records = asyncio.run(_read_dlq(bootstrap, dlq, 1, 2))
+        out["on records"] = sorted((k, [n for n, _ in h]) for _p, k, _v, h in records)
+        with raw_client(bootstrap) as raw:
+            out["on topic"] = _topic_state(raw, dlq)
+    finally:
+        with raw_client(bootstrap) as raw:
+            _broker_default(raw, AUTO_CREATE, None)
+    return out
+
+
+def test_share_group_dlq_auto_created_as_kafka_44(tierlog_peer, kafka_peer):
+    kafka, tierlog = _auto_create_scenario(kafka_peer.bootstrap), _auto_create_scenario(tierlog_peer.bootstrap)
+    assert kafka["off topic"] == (3,)  # UNKNOWN_TOPIC_OR_PARTITION: nothing created by default
+    assert kafka["on topic"][0] == 0 and len(kafka["on records"]) == 2
+    for key in kafka:
+        assert (key, tierlog[key]) == (key, kafka[key])

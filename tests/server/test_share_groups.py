@@ -394,6 +394,18 @@ def _group_configs(bootstrap: str, group: str) -> dict:
                        c.config_source, c.config_type, c.read_only,
                        [(s.name, s.source) for s in c.synonyms]) for c in answer.results[0].configs)
 
+    def settled(raw, sources: dict[str, int]):
+        """describe() once every named config has the wanted source: Kafka 4.4 answers an alter once its
+        controller committed it, and its broker applies the metadata record a moment later."""
+        seen: list = []
+
+        def applied() -> bool:
+            seen[:] = describe(raw)
+            return all((c[0] not in sources) or (c[2] == 8) == (sources[c[0]] == 8) for c in seen)
+
+        wait_until(applied, timeout=15, what=f"the group configs applied as {sources}")
+        return seen
+
     with raw_client(bootstrap) as raw:
         out["defaults"] = describe(raw)
         out["bad reset"] = alter(raw, ("share.auto.offset.reset", "bogus"))
@@ -403,10 +415,12 @@ def _group_configs(bootstrap: str, group: str) -> dict:
         out["unknown"] = alter(raw, ("no.such.config", "1"))
         out["set"] = alter(raw, ("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "20000"),
                            ("share.isolation.level", "read_committed"))
-        out["described"] = describe(raw)
+        out["described"] = settled(raw, dict.fromkeys(
+            ["share.auto.offset.reset", "share.record.lock.duration.ms", "share.isolation.level"], 8))
         out["reset back"] = alter(raw, ("share.isolation.level", ""), op=1)
-        out["after delete"] = describe(raw)
+        out["after delete"] = settled(raw, {"share.isolation.level": 5})
         out["committed again"] = alter(raw, ("share.isolation.level", "read_committed"))
+        settled(raw, {"share.isolation.level": 8})  # before the group reads
         out["append"] = alter(raw, ("share.auto.offset.reset", "earliest"), op=2)
         out["no name"] = raw.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
             {"resource_type": 32, "resource_name": "", "configs": []}]}).responses[0].error_message

@@ -700,6 +700,8 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="OAUTHBEARER: the claim holding the token's scopes."),
     _b("sasl.oauthbearer.clock.skew.seconds", "int", 30, AtLeast(0),
        doc="OAUTHBEARER: how far the broker's and the issuer's clocks may differ when exp, iat and nbf are checked."),
+    _b("max.request.partition.size.limit", "int", 2000, AtLeast(1), since="Kafka 3.8",
+       doc="Most partitions one DescribeTopicPartitions answer carries (KIP-966); the rest are named by its cursor."),
     _b("queued.max.request.bytes", "long", -1,
        doc="Bytes of requests read (or being read) but not yet answered, over all connections; beyond it "
            "connections stop reading big requests until memory is freed (requests of up to 64 KiB are still "
@@ -909,6 +911,11 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="How often share group members heartbeat, in ms."),
     _b("group.share.max.size", "int", 200, Between(1, 1000),
        doc="Most members of a share group; more get GROUP_MAX_SIZE_REACHED."),
+    _b("errors.deadletterqueue.auto.create.topics.enable", "boolean", False, since="Kafka 4.4", dynamic=True,
+       doc="Create a share group's dead-letter queue topic (KIP-1191) when it does not exist, with the default "
+           "partitions and replication factor, errors.deadletterqueue.group.enable=true and "
+           "message.timestamp.type=CreateTime; false: records bound for a missing DLQ topic are archived without "
+           "it, as Kafka 4.4 does."),
     _b("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", since="Kafka 4.4", dynamic=True,
        doc="The prefix a share group's dead-letter queue topic (its errors.deadletterqueue.topic.name, KIP-1191) "
            "must start with; empty: any name not starting with __. Dynamic, as in Kafka: read at each DLQ write."),

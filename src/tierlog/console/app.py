@@ -9,7 +9,9 @@ Routes: ``GET /`` (the page), ``/static/...`` (its scripts, styles and vendored 
 package), ``GET /api/session`` (whether actions are on), ``/api/cluster``, ``/api/topics``,
 ``/api/topic?topic=T``, ``/api/partition?topic=T&partition=P``, ``/api/groups``, ``/api/group?group=G``;
 ``POST /api/topic/create?topic=T[&partitions=N][&replication_factor=N][&configs=k=v,k=v]`` and
-``POST /api/topic/delete?topic=T``.
+``POST /api/topic/delete?topic=T``; ``POST /api/topic/configs?topic=T[&set=k=v,k=v][&delete=k,k]``,
+``GET`` (the preview, a dry run) and ``POST /api/group/reset-offsets?group=G&to=earliest|latest|offset|timestamp
+[&value=N][&topic=T]``, ``POST /api/topic/disable-tiering?topic=T&delete_remote=true|false``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,20 @@ def _configs(value: str) -> dict[str, str]:
             raise ValueError(f"{item[:60]!r} is not KEY=VALUE (give settings as k=v,k=v)")
         out[key.strip()] = val.strip()
     return out
+
+
+def _names(value: str) -> list[str]:
+    return list(dict.fromkeys(filter(None, (v.strip() for v in value.split(",")))))
+
+
+#: Where kafka-consumer-groups --reset-offsets can move a group (the ones the console offers).
+RESET_TO = ("earliest", "latest", "offset", "timestamp")
+
+
+def _reset_to(value: str) -> str:
+    if value not in RESET_TO:
+        raise ValueError(f"must be one of {', '.join(RESET_TO)}")
+    return value
 
 
 def _required(name: str, value: Any) -> Any:
@@ -160,6 +176,23 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
     async def shared_groups(**page: Any) -> dict:
         return _list_page(await views.snapshot.get(), "groups", "group", page)
 
+    async def alter_configs(topic: str | None = None, set: dict[str, str] | None = None,  # noqa: A002
+                            delete: list[str] | None = None) -> dict:
+        return await views.alter_topic_configs(_required("topic", topic), set or {}, delete or [])
+
+    def reset(execute: bool) -> Callable[..., Awaitable[dict]]:
+        async def handler(group: str | None = None, to: str | None = None, value: int | None = None,
+                          topic: str | None = None) -> dict:
+            kind = _required("to", to)
+            if kind in ("offset", "timestamp") and value is None:
+                raise HttpError(400, f"parameter value is required with to={kind}")
+            return await views.reset_group_offsets(_required("group", group), topic, (kind, value or 0), execute)
+        return handler
+
+    async def disable_tiering(topic: str | None = None, delete_remote: bool | None = None) -> dict:
+        return await views.disable_tiering(_required("topic", topic), _required("delete_remote", delete_remote))
+
+    reset_params = {"group": _group_id, "to": _reset_to, "value": _int(0, 2**63 - 1), "topic": topic_name}
     routes: dict[tuple[str, str], Route] = {
         # ?poll=MS: how often the page asks again (read by the page's script)
         ("GET", "/"): Route(lambda poll=None: index, {"poll": _int(100, 3_600_000)}),
@@ -175,6 +208,13 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
                                                             "replication_factor": _int(-1, 32767),
                                                             "configs": _configs}, admin=True),
         ("POST", "/api/topic/delete"): Route(wrap(delete), {"topic": topic_name}, admin=True),
+        ("POST", "/api/topic/configs"): Route(wrap(alter_configs), {"topic": topic_name, "set": _configs,
+                                                                     "delete": _names}, admin=True),
+        # the preview (kafka-consumer-groups --dry-run) changes nothing: a GET, no token needed
+        ("GET", "/api/group/reset-offsets"): Route(wrap(reset(False)), reset_params),
+        ("POST", "/api/group/reset-offsets"): Route(wrap(reset(True)), reset_params, admin=True),
+        ("POST", "/api/topic/disable-tiering"): Route(wrap(disable_tiering), {"topic": topic_name,
+                                                                              "delete_remote": boolean}, admin=True),
     }
     return HttpEndpoint(MetricsRegistry(), routes, admin_enabled=bool(admin_token), admin_token=admin_token,
                         admin_off="this console is read-only; start tierlog console with --token (or "

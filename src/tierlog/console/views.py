@@ -184,6 +184,44 @@ class ConsoleViews:
                 "groups": sorted(listed, key=lambda g: g["group"]),
                 "brokers_unanswered": sorted(unanswered)}
 
+    async def alter_topic_configs(self, name: str, set_: Mapping[str, str], delete: list[str]) -> dict:
+        """``tierlog topic alter-config`` (IncrementalAlterConfigs: SET and DELETE); the overrides after."""
+        both = sorted(set(set_) & set(delete))
+        if both:
+            raise errors.InvalidRequestError(f"{', '.join(both)}: set and deleted in one request")
+        if not set_ and not delete:
+            raise errors.InvalidRequestError("nothing to change: give a setting to set or to delete")
+        return await topics.alter_config(await self.admin(), name, set_, delete)
+
+    async def reset_group_offsets(self, group: str, topic: str | None, to: tuple[str, int], execute: bool) -> dict:
+        """``tierlog group reset-offsets`` (kafka-consumer-groups --reset-offsets): the new offsets of the
+        group's partitions (every partition it committed, or every partition of ``topic``), written only
+        when ``execute``. NON_EMPTY_GROUP while the group has members."""
+        rows = await groups.reset_offsets(await self.admin(), group, None if topic is None else [topic], to, execute)
+        return {"group": group, "topic": topic, "to": to[0], "value": to[1], "executed": execute, "partitions": rows}
+
+    async def disable_tiering(self, name: str, delete_remote: bool) -> dict:
+        """KIP-950 as ``tierlog`` takes it: ``remote.storage.enable=false`` with ``remote.log.delete.on.disable``
+        true (delete the remote data) or false (retain it until retention expires it). The draft's
+        ``remote.log.disable.policy`` is removed in the same request so the choice made here is what happens."""
+        admin = await self.admin()
+        status = await self._tier_status(admin, name)
+        state = status["topics"][0] if status["topics"] else None
+        if state is None:
+            await admin.describe_topics([name])  # UNKNOWN_TOPIC_OR_PARTITION for a topic that is not there
+            raise errors.InvalidConfigError(f"Topic {name} is not tiered (remote.storage.enable=false): "
+                                            "there is no tiered storage to disable")
+        if state["state"] == "DISABLED" and (state["policy"] == "delete" or not delete_remote):
+            raise errors.InvalidConfigError(f"Tiered storage of topic {name} is disabled already "
+                                            f"(policy {state['policy']})")
+        await admin.incremental_alter_configs({("topic", name): [
+            ("remote.storage.enable", "set", "false"),
+            ("remote.log.delete.on.disable", "set", "true" if delete_remote else "false"),
+            ("remote.log.disable.policy", "delete")]})
+        after = await self._tier_status(admin, name)
+        return {"topic": name, "policy": "delete" if delete_remote else "retain",
+                "tiering": after["topics"][0] if after["topics"] else None}
+
 
 async def _leader_sizes(admin: Admin, described: Mapping[str, Any]) -> dict[TopicPartition, int]:
     """The size of each partition's leader replica (DescribeLogDirs of the leaders); a broker that does not

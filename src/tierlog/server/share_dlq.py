@@ -16,8 +16,13 @@ otherwise; the original headers are not copied; the headers ``__dlq.errors.topic
 
 The DLQ topic is checked at each write, with Kafka's messages: its name may not start with ``__`` and must start
 with the broker's ``errors.deadletterqueue.topic.name.prefix`` (when set), and it must exist with the topic config
-``errors.deadletterqueue.group.enable=true`` (Kafka's ``errors.deadletterqueue.auto.create.topics.enable`` is not
-built: a missing topic is refused as Kafka's default refuses it).
+``errors.deadletterqueue.group.enable=true``. A missing topic is refused unless the broker's
+``errors.deadletterqueue.auto.create.topics.enable`` (default false, dynamic) is true; then it is created as Kafka
+4.4 creates it: the default partitions and replication factor, ``errors.deadletterqueue.group.enable=true`` and
+``message.timestamp.type=CreateTime``, and the write waits (bounded) until it exists.
+
+The batch goes to the DLQ partition's leader: appended here when this broker leads it, else sent as a Produce
+(acks=all) over the inter-broker channel, as Kafka's DLQ manager produces to the leader node.
 
 Kafka's ShareGroupMetrics meters ``DeadLetterQueueRecordCount``, ``DeadLetterQueueTotalProduceRequestsPerSec`` and
 ``DeadLetterQueueFailedProduceRequestsPerSec`` (tag ``group``) are counters here (docs/metrics.md).
@@ -34,7 +39,14 @@ from dataclasses import dataclass
 
 from tierlog.config.group_configs import DLQ_COPY_RECORD_ENABLE, DLQ_TOPIC_NAME
 from tierlog.coordinator.share.share_partition import DlqBatch, SharePartition
-from tierlog.errors import KafkaError
+from tierlog.errors import (
+    CoordinatorNotAvailableError,
+    KafkaError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
+    error_for_code,
+)
+from tierlog.protocol import ApiKey
 from tierlog.records.batch import iter_batches
 from tierlog.records.record import Record, build_batch, decode_batch
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, PartitionFetch
@@ -55,6 +67,12 @@ COPY_READ_BYTES = 1024 * 1024
 RECORD_COUNT = "kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total"
 PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuetotalproducerequests_total"
 FAILED_PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests_total"
+
+
+#: how long a write waits for an auto-created DLQ topic to appear in this broker's metadata
+AUTO_CREATE_WAIT_S = 30.0
+#: the configs Kafka 4.4 creates a DLQ topic with
+AUTO_CREATE_CONFIGS = {"errors.deadletterqueue.group.enable": "true", "message.timestamp.type": "CreateTime"}
 
 
 class DlqTopicError(Exception):
@@ -149,8 +167,49 @@ class ShareGroupDlqWriter:
                                 f"topic: {name}.")
         return name, len(topic.partitions)
 
+    async def _auto_create(self, group_id: str) -> None:
+        """Create the group's DLQ topic when it is missing and the broker allows it; then wait until it exists
+        (the checks of ``_dlq_topic`` come after, with the topic in place)."""
+        name = self.group_config(group_id, DLQ_TOPIC_NAME)
+        config = self.controller.effective_config
+        if (not name or name.startswith("__") or name in self.controller.image.topics
+                or not config["errors.deadletterqueue.auto.create.topics.enable"]):
+            return
+        prefix = config["errors.deadletterqueue.topic.name.prefix"] or ""
+        if prefix and not name.startswith(prefix):
+            return  # refused by _dlq_topic with Kafka's message
+        log.info("Creating DLQ topic %s of share group %s (errors.deadletterqueue.auto.create.topics.enable)",
+                 name, group_id)
+        try:
+            self.controller.create_internal_topic(name, -1, -1, AUTO_CREATE_CONFIGS)
+        except CoordinatorNotAvailableError:
+            pass  # a cluster: asked of the controller, in the background
+        except TopicAlreadyExistsError:
+            return
+        deadline = time.monotonic() + AUTO_CREATE_WAIT_S
+        while name not in self.controller.image.topics and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def _append(self, topic: str, partition: int, batch: bytes) -> None:
+        """To the DLQ partition's leader: this broker's log when it leads, else a Produce to the leader."""
+        image = self.controller.image.topics[topic].partitions.get(partition)
+        channel = getattr(self.controller, "channel", None)
+        if image is None or image.leader == self.rm.node_id or channel is None:
+            self.rm.append_records(topic, partition, batch)
+            return
+        if image.leader < 0:
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+        answer = await channel.request(image.leader, ApiKey.PRODUCE, {
+            "transactional_id": None, "acks": -1, "timeout_ms": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
+            max_version=12)
+        result = answer.responses[0].partition_responses[0]
+        if result.error_code:
+            raise error_for_code(int(result.error_code))(result.error_message or f"Produce to {topic}-{partition}")
+
     async def _write(self, job: _Job) -> None:
         sp, b = job.sp, job.batch
+        await self._auto_create(sp.group_id)
         dlq, partitions = self._dlq_topic(sp.group_id)
         copy = self.group_config(sp.group_id, DLQ_COPY_RECORD_ENABLE).strip().lower() == "true"
         originals = await self._originals(sp, b.first_offset, b.last_offset) if copy else {}
@@ -164,7 +223,7 @@ class ShareGroupDlqWriter:
                        (HEADER_DELIVERY_COUNT, str(b.delivery_count).encode()), (HEADER_MESSAGE, message)]
             records.append(Record(timestamp=now, key=original.key if original else None,
                                   value=original.value if original else None, headers=headers))
-        self.rm.append_records(dlq, sp.partition % partitions, build_batch(records))
+        await self._append(dlq, sp.partition % partitions, build_batch(records))
         self._count(0, sp.group_id, len(records))
 
     def _count(self, which: int, group_id: str, n: int = 1) -> None:

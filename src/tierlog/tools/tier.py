@@ -181,7 +181,8 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
                    summary: str | None = None) -> dict:
     """Every broker's status asked at once and merged: ``brokers`` (each broker's own lines: state, log dirs,
     retention check, or why it could not be asked), ``topics`` (the tiering state of each topic, the same
-    cluster metadata on every broker: taken once) and ``partitions`` (every broker's rows, each with
+    cluster metadata on every broker: taken once; what a disablement has left to delete summed over the
+    brokers, each counting the partitions it leads) and ``partitions`` (every broker's rows, each with
     ``broker``: leaders and followers of a partition side by side). With ``summary="topics"``,
     ``topic_totals`` (every broker's rows of the topics it leads partitions of, each with ``broker``)
     instead of ``partitions``."""
@@ -191,7 +192,8 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
         if endpoint["url"] is None:
             return {"node_id": endpoint["node_id"], "url": None, "error": endpoint["error"]}
         try:
-            return {**fetch_status(endpoint["url"], topic, timeout, summary), "url": endpoint["url"], "error": None}
+            asked = fetch_status(endpoint["url"], topic, timeout, **({"summary": summary} if summary else {}))
+            return {**asked, "url": endpoint["url"], "error": None}
         except StatusError as e:
             return {"node_id": endpoint["node_id"], "url": endpoint["url"], "error": str(e)}
 
@@ -202,14 +204,21 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
     totals = []
     for a in answers:
         for t in a.pop("topics", None) or []:
-            topics.setdefault(t["topic"], t)
+            merged = topics.get(t["topic"])
+            if merged is None:
+                topics[t["topic"]] = dict(t)
+            elif merged.get("remote_segments_to_delete") is not None:
+                # each broker counts what is left of the partitions it leads: the topic's is their sum
+                merged["remote_segments_to_delete"] += t.get("remote_segments_to_delete") or 0
+                merged["remote_bytes_to_delete"] += t.get("remote_bytes_to_delete") or 0
+                merged["last_error"] = merged.get("last_error") or t.get("last_error")
         partitions += [{**row, "broker": a["node_id"]} for row in a.pop("partitions", None) or []]
         totals += [{**row, "broker": a["node_id"]} for row in a.pop("topic_totals", None) or []]
     partitions.sort(key=lambda r: (r["topic"], r["partition"], r["role"] != "leader", r["broker"]))
-    merged = {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
+    out = {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
     if summary == "topics":
-        merged["topic_totals"] = sorted(totals, key=lambda r: (r["topic"], r["broker"]))
-    return merged
+        out["topic_totals"] = sorted(totals, key=lambda r: (r["topic"], r["broker"]))
+    return out
 
 
 def reconcile(base_url: str, delete: bool = False, timeout: float = 300, token: str | None = None) -> dict:

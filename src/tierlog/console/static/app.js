@@ -4,17 +4,18 @@ import { h, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
 import { GroupList, TopicList } from "./pages/lists.js";
+import { ResetOffsets, TieringPanel, TopicConfigs } from "./pages/consoleact.js";
 
 const html = htm.bind(h);
 // How often a page asks again (ms); ?poll=N in the address changes it.
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
-const TOKEN_KEY = "tierlog.console.token";
+export const TOKEN_KEY = "tierlog.console.token";
 
 class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-async function api(path, options = {}) {
+export async function api(path, options = {}) {
   let response;
   try {
     response = await fetch(path, options);
@@ -33,7 +34,7 @@ async function api(path, options = {}) {
 // took when longer (a big cluster's answers are slow to make: the console then asks the brokers less
 // often), at most 10 * POLL_MS (one slow answer while a broker dies must not hide the next changes for
 // long); the last good answer stays while an error shows.
-function usePoll(path) {
+export function usePoll(path) {
   const [state, setState] = useState({ data: null, error: null, at: null, every: POLL_MS });
   useEffect(() => {
     let live = true;
@@ -61,7 +62,7 @@ function usePoll(path) {
 
 const UNITS = ["KiB", "MiB", "GiB", "TiB", "PiB"];
 // As `tierlog tier status` prints sizes: binary units, one decimal.
-function bytes(n) {
+export function bytes(n) {
   if (n === null || n === undefined) return "-";
   if (Math.abs(n) < 1024) return `${n} B`;
   let v = n;
@@ -70,7 +71,7 @@ function bytes(n) {
     if (Math.abs(v) < 1024 || unit === "PiB") return `${v.toFixed(1)} ${unit}`;
   }
 }
-const show = (v) => (v === null || v === undefined ? "-" : String(v));
+export const show = (v) => (v === null || v === undefined ? "-" : String(v));
 const duration = (ms) => (ms < 1000 ? `${Math.max(0, ms)} ms` : `${Math.round(ms / 1000)} s`);
 
 // A figure cell: the raw value in data-v (what the tests compare), the readable one shown.
@@ -137,7 +138,7 @@ function authHeaders(token) {
 }
 
 // An action: asked to confirm first, then its outcome (or the refusal) shown.
-function useAction() {
+export function useAction() {
   const [pending, setPending] = useState(null);
   const [outcome, setOutcome] = useState(null);
   const run = async (token) => {
@@ -211,9 +212,8 @@ function TopicPage({ name, token }) {
         <${Cell} k="copy_lag_segments" v=${p.tier && p.tier.copy_lag_segments} />
         <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a></td></tr>`)}</tbody></table>
       <h2>Settings (not defaults)</h2>
-      <table id="configs"><thead><tr><th>name</th><th>value</th><th>source</th></tr></thead>
-      <tbody>${t.configs.map((c) => html`<tr><td>${c.name}</td><td>${c.sensitive ? "(sensitive)" : show(c.value)}</td>
-        <td>${c.source}</td></tr>`)}</tbody></table>
+      <${TopicConfigs} topic=${name} configs=${t.configs} token=${token} />
+      <${TieringPanel} topic=${name} tiering=${t.tiering} token=${token} />
       <${Updated} state=${state} />`}`;
 }
 
@@ -257,7 +257,7 @@ function PartitionPage({ name, partition }) {
       ${p.brokers_unanswered.map((b) => html`<div class="error" role="alert">broker ${b.node_id}: ${b.error}</div>`)}
       ${p.tiering && html`<p id="tiering">tiering (KIP-950): <b data-k="tiering_state">${p.tiering.state}</b>
         ${p.tiering.remote_segments_to_delete > 0 && html`, ${p.tiering.remote_segments_to_delete} remote segment(s)
-          (${bytes(p.tiering.remote_bytes_to_delete)}) still to delete`}
+          (${bytes(p.tiering.remote_bytes_to_delete)}) of the topic still to delete`}
         ${p.tiering.last_error && html` <span class="bad">${p.tiering.last_error}</span>`}</p>`}
       ${!leader && html`<div class="error" role="alert">no tier status from this partition's leader: it is not tiered,
         has no leader, or its broker's HTTP endpoint did not answer</div>`}
@@ -323,7 +323,7 @@ function GroupPage({ name }) {
       <tbody>${g.partitions.map((p) => html`<tr data-tp=${`${p.topic}-${p.partition}`}><td>${p.topic}</td>
         <${Cell} k="partition" v=${p.partition} /><${Cell} k="current_offset" v=${p.current_offset} />
         <${Cell} k="log_end_offset" v=${p.log_end_offset} /><${Cell} k="lag" v=${p.lag} /><td>${show(p.consumer_id)}</td></tr>`)}
-      </tbody></table><${Updated} state=${state} />`}`;
+      </tbody></table><${ResetOffsets} group=${name} g=${g} /><${Updated} state=${state} />`}`;
 }
 
 // ------------------------------------------------------------------------------------------------- shell

@@ -7,10 +7,11 @@ import logging
 import typing
 
 from tierlog.cluster import INTERNAL_TOPICS, Controller, validate_topic_name
-from tierlog.cluster.acls import AclOperation, ResourceType
+from tierlog.cluster.acls import AclOperation, ResourceType, operations_bitfield
 from tierlog.errors import (
     NO_ERROR,
     InvalidRequestError,
+    InvalidTopicError,
     KafkaError,
     LeaderNotAvailableError,
     RebootstrapRequiredError,
@@ -53,6 +54,7 @@ class MetadataApis:
     def register(self, registry) -> None:
         registry.register(ApiKey.API_VERSIONS, 0, 5, self.api_versions)
         registry.register(ApiKey.METADATA, 0, 13, self.metadata)
+        registry.register(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, self.describe_topic_partitions)
 
     async def api_versions(self, ctx: RequestContext):
         if ctx.api_version >= TARGET_CHECK_VERSION:
@@ -167,6 +169,70 @@ class MetadataApis:
             "error_code": NO_ERROR,
         }, items)
 
+    async def describe_topic_partitions(self, ctx: RequestContext):
+        """KIP-966's DescribeTopicPartitions (the Java admin's describeTopics, ``kafka-topics --describe``), as
+        Kafka 4.4 answers it: the topics asked for (or every topic) from the cursor's topic on, sorted by name; at
+        most min(response_partition_limit, max.request.partition.size.limit) partitions, the rest named by
+        ``next_cursor``. Eligible leader replicas (KIP-966's ELR) are a KRaft controller's: always empty here."""
+        req = ctx.request
+        image = self.controller.image
+        cursor = req.cursor
+        start = cursor.topic_name if cursor is not None else ""
+        every = not req.topics
+        names = {n for n in image.topics if n >= start} if every else {t.name for t in req.topics if t.name >= start}
+        if (not every and cursor is not None and cursor.topic_name not in names) or (
+                cursor is not None and cursor.partition_index < 0):
+            # Kafka's InvalidRequestException, answered for every topic asked for
+            return await offload.respond(ctx, {"topics": [
+                {"error_code": InvalidRequestError.code, "name": t.name, "topic_id": ZERO_UUID, "is_internal": False,
+                 "partitions": []} for t in req.topics], "next_cursor": None}, len(req.topics))
+        refused = []
+        authorized = []
+        for name in sorted(names):
+            if self.authorizer is not None and not self._may(ctx, AclOperation.DESCRIBE, name):
+                if not every:  # asked by name: refused; listing every topic: left out
+                    refused.append({"error_code": TopicAuthorizationFailedError.code, "name": name,
+                                    "topic_id": ZERO_UUID, "is_internal": False, "partitions": []})
+                continue
+            authorized.append(name)
+        remaining = max(min(self.controller.effective_config["max.request.partition.size.limit"],
+                            req.response_partition_limit), 1)
+        topics_out: list[dict] = []
+        next_cursor = None
+        for name in authorized:
+            if remaining == 0:  # the previous topic ended exactly at the limit
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            topic = image.topics.get(name)
+            if topic is None:
+                if not every:
+                    try:
+                        validate_topic_name(name)
+                        code = UnknownTopicOrPartitionError.code
+                    except KafkaError:
+                        code = InvalidTopicError.code
+                    topics_out.append({"error_code": code, "name": name, "topic_id": ZERO_UUID,
+                                       "is_internal": name in INTERNAL_TOPICS, "partitions": []})
+                continue
+            first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            count = len(topic.partitions)
+            upper = min(count, first + remaining)
+            answer = self._topic(topic, range(first, upper))
+            for p in answer["partitions"]:
+                p["eligible_leader_replicas"] = []
+                p["last_known_elr"] = []
+            topics_out.append(answer)
+            if upper < count:
+                next_cursor = {"topic_name": name, "partition_index": upper}
+                break
+            remaining -= max(upper - first, 0)
+        everything = operations_bitfield(ResourceType.TOPIC, lambda op: True)
+        for t in topics_out:  # Kafka fills in every answered topic's, unknown ones included
+            t["topic_authorized_operations"] = self.authorization.operations(ctx, ResourceType.TOPIC, t["name"],
+                                                                            everything)
+        return await offload.respond(ctx, {"topics": topics_out + refused, "next_cursor": next_cursor},
+                                     len(topics_out) + sum(len(t["partitions"]) for t in topics_out))
+
     def _may(self, ctx: RequestContext, op: AclOperation, name: str) -> bool:
         return self.authorizer.authorize(ctx.session, op, ResourceType.TOPIC, name)
 
@@ -197,8 +263,11 @@ class MetadataApis:
             return {"error_code": LeaderNotAvailableError.code, "name": name, "is_internal": False}
         return {"error_code": UnknownTopicOrPartitionError.code, "name": name}
 
-    def _topic(self, topic) -> dict:
+    def _topic(self, topic, indexes: range | None = None) -> dict:
+        """A topic's Metadata entry; ``indexes``: only those partitions (DescribeTopicPartitions' page)."""
         live = self.controller.image.brokers
+        chosen = (sorted(topic.partitions.values(), key=lambda p: p.partition) if indexes is None
+                  else [topic.partitions[i] for i in indexes if i in topic.partitions])
         return {
             "error_code": NO_ERROR,
             "name": topic.name,
@@ -213,7 +282,7 @@ class MetadataApis:
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
                 "offline_replicas": [r for r in p.replicas if r not in live],
-            } for p in sorted(topic.partitions.values(), key=lambda p: p.partition)],
+            } for p in chosen],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
