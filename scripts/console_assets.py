@@ -1,8 +1,9 @@
 """Vendor the console's front-end libraries into src/tierlog/console/static/vendor/.
 
-The console serves every asset itself (no request to an outside host), so its three libraries are copied
-as the built ES modules their npm packages ship: preact (the renderer), preact/hooks (state), htm (JSX-like
-templates in plain tagged strings, so there is no build step). ``npm pack`` fetches each pinned tarball
+The console serves every asset itself (no request to an outside host), so its libraries are copied as the
+built ES modules their npm packages ship: preact (the renderer), preact/hooks (state), htm (JSX-like
+templates in plain tagged strings, so there is no build step), uplot (the metrics charts: canvas time
+series, no dependencies) with its stylesheet. ``npm pack`` fetches each pinned tarball
 into a temporary folder; the files are copied with their licence, and ``VERSIONS.json`` records each
 package's version and the tarball's integrity hash. Run it to move to new versions (change PACKAGES):
 
@@ -26,6 +27,8 @@ PACKAGES = {
                        "package/hooks/dist/hooks.module.js": "hooks.mjs",
                        "package/LICENSE": "preact.LICENSE"},
     "htm@3.1.1": {"package/dist/htm.module.js": "htm.mjs", "package/LICENSE": "htm.LICENSE"},
+    "uplot@1.6.32": {"package/dist/uPlot.esm.js": "uplot.mjs", "package/dist/uPlot.min.css": "uplot.css",
+                     "package/LICENSE": "uplot.LICENSE"},
 }
 
 

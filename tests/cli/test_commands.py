@@ -166,7 +166,8 @@ def test_group_list_describe_lag_and_delete(b):
     ok("produce", "lagged", *b, input="".join(f"m{i}\n" for i in range(30)))
     assert ok("consume", "lagged", "-g", "readers", "--from", "earliest", "-n", "12", *b).stdout.split() == \
         [f"m{i}" for i in range(12)]
-    assert {"group": "readers", "type": "consumer", "state": "Empty"} in as_json("group", "list", *b)
+    assert {"group": "readers", "type": "consumer", "state": "Empty", "group_type": "classic"} in \
+        as_json("group", "list", *b)
     d = as_json("group", "describe", "readers", *b)
     assert d["state"] == "Empty" and d["members"] == []
     assert [(p["topic"], p["partition"], p["current_offset"], p["log_end_offset"], p["lag"]) for p in d["partitions"]] \

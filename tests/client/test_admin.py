@@ -506,3 +506,35 @@ def test_calls_are_retried_across_a_broker_restart(broker, caplog):
     asyncio.run(asyncio.wait_for(scenario(), 90))
     # the call did meet the dead broker and was retried (retry_until logs each retry)
     assert any(r.getMessage().startswith("describe_topics failed") for r in caplog.records)
+
+
+def test_a_consumer_protocol_group_is_listed_with_its_type_and_described_with_consumer_group_describe(shared):
+    """DescribeGroups answers a KIP-848 group Dead with no members; the admin then asks ConsumerGroupDescribe
+    (as Kafka's describeConsumerGroups does), and ListGroups v5 gives each group's type."""
+    from tierlog.client.consumer import Consumer
+
+    run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("grp848", 2, 1, KEEP)]))
+    produce(shared.bootstrap, "grp848", [1, 2, 3])
+    produce(shared.bootstrap, "grp848", [4, 5], partition=1)
+
+    async def scenario(admin: Admin):
+        async with Consumer({"bootstrap.servers": shared.bootstrap, "group.id": "g848", "group.protocol": "consumer",
+                             "auto.offset.reset": "earliest", "client.id": "c848"}) as consumer:
+            consumer.subscribe(["grp848"])
+            read = 0
+            deadline = time.monotonic() + 60
+            while read < 5 and time.monotonic() < deadline:
+                read += sum(len(rs) for rs in (await consumer.poll(timeout_ms=500)).values())
+            assert read == 5
+            listed = {g.group_id: g for g in await admin.list_consumer_groups()}
+            assert (listed["g848"].group_type, listed["g848"].protocol_type) == ("consumer", "consumer")
+            d = (await admin.describe_consumer_groups(["g848"]))["g848"]
+            assert (d.group_type, d.state, d.protocol_type, d.protocol) == ("consumer", "Stable", "consumer", "uniform")
+            assert d.group_epoch >= 1 and d.assignment_epoch == d.group_epoch
+            (m,) = d.members
+            assert m.client_id == "c848" and m.member_epoch == d.group_epoch
+            assert sorted(m.assignment) == [TopicPartition("grp848", 0), TopicPartition("grp848", 1)]
+            # a group that is not there at all is still Dead (ConsumerGroupDescribe: GROUP_ID_NOT_FOUND)
+            never = (await admin.describe_consumer_groups(["never-848"]))["never-848"]
+            assert (never.state, never.group_type) == ("Dead", "classic")
+    run_admin(shared.bootstrap, scenario)

@@ -588,3 +588,326 @@ def test_disable_tiering_deletes_or_retains_with_the_token(cluster, console, pag
     create_topics(cluster, [plain], 1)
     status, body = console.post(f"/api/topic/disable-tiering?topic={plain}&delete_remote=true", token=TOKEN)
     assert status == 400 and body["error"].startswith("INVALID_CONFIG: ") and "is not tiered" in body["error"], body
+# -------------------------------------------- the message browser, the metrics charts, a KIP-848 group
+
+import concurrent.futures  # noqa: E402
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tierlog.client.consumer import Consumer  # noqa: E402
+from tierlog.client.producer import Producer  # noqa: E402
+from tierlog.client.types import TopicPartition  # noqa: E402
+
+
+def run_async(make):
+    """``asyncio.run(make())`` on a thread of its own: Playwright's sync API holds this thread's loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+SHOWN = 4096  # the console shows a field's first 4096 bytes (console/browse.py SHOWN_BYTES)
+
+
+def special(i: int, base_ms: int) -> tuple[bytes | None, bytes, list[tuple[str, bytes]], int]:
+    """Record i of the browser's test: JSON, binary, plain text or a value too long to show whole."""
+    kind = i % 4
+    if kind == 0:
+        return (f"k-{i}".encode(), json.dumps({"n": i, "name": "récord"}).encode(),
+                [("trace", f"t-{i}".encode()), ("bin", b"\x00\xff")], base_ms + i * 1000)
+    if kind == 1:
+        return None, bytes(range(200, 216)), [], base_ms + i * 1000
+    if kind == 2:
+        return f"k-{i}".encode(), f"plain text {i}".encode(), [("trace", f"t-{i}".encode())], base_ms + i * 1000
+    return b"\xff\x00" + bytes([i]), b"B" * 5000 + str(i).encode(), [], base_ms + i * 1000
+
+
+def consumer_read(bootstrap: str, topic: str, offset: int, count: int) -> list:
+    """What tierlog's consumer reads at ``offset`` (read_committed, as the browser's default)."""
+    async def go():
+        tp = TopicPartition(topic, 0)
+        async with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                             "enable.auto.commit": False}) as c:
+            c.assign([tp])
+            c.seek(tp, offset)
+            out = []
+            deadline = time.monotonic() + 60
+            while len(out) < count and time.monotonic() < deadline:
+                out += (await c.poll(timeout_ms=1000)).get(tp, [])
+            return out[:count]
+    return run_async(go)
+
+
+def offset_for_time(bootstrap: str, topic: str, ms: int) -> int:
+    async def go():
+        async with Consumer({"bootstrap.servers": bootstrap}) as c:
+            return (await c.offsets_for_times({TopicPartition(topic, 0): ms}))[TopicPartition(topic, 0)].offset
+    return run_async(go)
+
+
+ROWS_JS = """() => [...document.querySelectorAll('#records tbody tr')].map((tr) => {
+  const f = (k) => { const td = tr.querySelector(`[data-k='${k}']`); const pre = td.querySelector('pre');
+    return {as: td.dataset.as, text: pre ? pre.textContent : null,
+            trunc: td.querySelector('.trunc') ? td.querySelector('.trunc').textContent : null}; };
+  return {offset: Number(tr.dataset.offset), ts: Number(tr.querySelector("[data-k='timestamp']").dataset.v),
+          key: f('key'), value: f('value'),
+          headers: [...tr.querySelectorAll('.header')].map((x) => ({key: x.dataset.header,
+            as: x.querySelector('span').dataset.as, text: x.querySelector('span').textContent}))};
+})"""
+
+
+def create_topic(cluster, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    import confluent_kafka.admin
+
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap})
+    future = admin.create_topics([confluent_kafka.admin.NewTopic(topic, partitions, 3, config=configs or {})])[topic]
+    future.result(30)
+    wait_until(lambda: topic in admin.list_topics(topic, timeout=10).topics
+               and not admin.list_topics(topic, timeout=10).topics[topic].error, 30, what=f"{topic} known")
+
+
+def api(console, path: str) -> dict:
+    """The console's JSON answer (the same figures as the tierlog commands, without a process per ask)."""
+    with urllib.request.urlopen(console.url + path.lstrip("/"), timeout=30) as r:
+        return json.load(r)
+
+
+def leader_tier(console, topic: str) -> dict | None:
+    rows = api(console, f"/api/partition?topic={topic}&partition=0")["replicas"]
+    return next((r for r in rows if r["role"] == "leader"), None)
+
+
+def spaced_hex(data: bytes) -> str:
+    return " ".join(f"{b:02x}" for b in data[:SHOWN])
+
+
+def test_message_browser_shows_what_a_consumer_reads_remote_records_too(cluster, console, page):
+    topic = unique("console-browse")
+    create_topic(cluster, topic, 1, TIERED)
+    base = int(time.time() * 1000) - 3_600_000
+    sent = [special(i, base) for i in range(20)]
+
+    async def produce():  # then 100 records of 300 bytes: the first 20 go to the remote tier, then off the disks
+        async with Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                             "batch.size": 2000}) as p:
+            futures = [await p.send(topic, value=v, key=k, partition=0, timestamp_ms=ts, headers=h)
+                       for k, v, h, ts in sent]
+            futures += [await p.send(topic, value=b"f" * 300, partition=0) for _ in range(100)]
+            return [(await f).offset for f in futures]
+    assert run_async(produce) == list(range(120))
+    seen = {}
+
+    def remote_only():
+        r = seen["row"] = leader_tier(console, topic)
+        return r and r["local_log_start_offset"] > 20 and (r["highest_offset_in_remote_storage"] or -1) >= 20
+    try:
+        wait_until(remote_only, 90, what="the first 20 records in the remote tier only")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the leader's row: {seen.get('row')}") from None
+    want = consumer_read(cluster.bootstrap, topic, 0, 20)
+    assert [(r.key, r.value, list(r.headers)) for r in want] == [(k, v, h) for k, v, h, _ in sent]
+
+    open_page(page, console, f"topics/{topic}/0/records")
+    page.fill("#browse input[name=at]", "0")
+    page.fill("#browse input[name=limit]", "20")
+    page.click("#read")
+    until(page, lambda: page.locator("#records tbody tr").count() == 20
+          and page.locator("#page-info").get_attribute("data-start") == "0", 60, "the first 20 records")
+
+    for which in ("key", "value", "headers"):
+        page.select_option(f"#format-{which}", "hex")
+    rows = page.evaluate(ROWS_JS)
+    assert [r["offset"] for r in rows] == [r.offset for r in want]
+    assert [r["ts"] for r in rows] == [r.timestamp for r in want] == [ts for *_, ts in sent]
+    for row, r in zip(rows, want, strict=True):
+        assert row["value"] == {"as": "hex", "text": spaced_hex(r.value),
+                                "trunc": f"{len(r.value)} bytes, the first {SHOWN} shown" if len(r.value) > SHOWN
+                                else None}, row["offset"]
+        assert row["key"]["text"] == ("null" if r.key is None else spaced_hex(r.key))
+        assert [(x["key"], x["text"]) for x in row["headers"]] == [(k, spaced_hex(v)) for k, v in r.headers]
+    shot(page, "browser-hex")
+
+    for which in ("key", "value", "headers"):
+        page.select_option(f"#format-{which}", "auto")
+    rows = page.evaluate(ROWS_JS)
+    for row, r in zip(rows, want, strict=True):
+        kind = r.offset % 4
+        value = row["value"]
+        if kind == 0:
+            assert value["as"] == "json"
+            assert value["text"] == json.dumps(json.loads(r.value), indent=2, ensure_ascii=False)
+            assert [(x["key"], x["as"], x["text"]) for x in row["headers"]] == [
+                ("trace", "text", f"t-{r.offset}"), ("bin", "hex", "00 ff")]
+        elif kind == 1:
+            assert value["as"] == "hex" and row["key"]["text"] == "null"
+        elif kind == 2:
+            assert value == {"as": "text", "text": r.value.decode(), "trunc": None}
+            assert row["key"] == {"as": "text", "text": r.key.decode(), "trunc": None}
+        else:
+            assert value["as"] == "text" and value["text"] == r.value[:SHOWN].decode()
+            assert value["trunc"] == f"{len(r.value)} bytes, the first {SHOWN} shown"
+            assert row["key"]["as"] == "hex"
+    page.select_option("#format-value", "text")  # JSON asked as text: the bytes as they are
+    assert page.evaluate(ROWS_JS)[0]["value"]["text"] == want[0].value.decode()
+    page.select_option("#format-value", "auto")
+    shot(page, "browser")
+
+    # the next page starts where this one ended, the previous one goes back
+    page.click("#next")
+    until(page, lambda: page.locator("#page-info").get_attribute("data-start") == "20", 30, "the next page")
+    assert page.evaluate(ROWS_JS)[0]["offset"] == 20
+    page.click("#previous")
+    until(page, lambda: page.locator("#page-info").get_attribute("data-start") == "0", 30, "the previous page")
+
+    # by time: the first record at or after it, as ListOffsets by timestamp finds it
+    at = base + 10 * 1000 + 500
+    expected = offset_for_time(cluster.bootstrap, topic, at)
+    assert expected == 11
+    page.select_option("#browse select[name=from]", "time")
+    page.fill("#browse input[name=at]", str(at))
+    page.click("#read")
+    until(page, lambda: page.locator("#page-info").get_attribute("data-start") == str(expected), 30,
+          "the page starting at the record found by time")
+    assert page.evaluate(ROWS_JS)[0]["offset"] == expected
+    assert f"is offset {expected}" in page.locator("#found").inner_text()
+    assert leader_tier(console, topic)["local_log_start_offset"] > 20  # the pages' records: remote only
+
+
+def scrape_totals(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out = {"produce_bytes": 0.0, "produce_requests": 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "kafka_server_brokertopicmetrics_bytesin_total":
+                out["produce_bytes"] += s.value
+            elif s.name == "kafka_network_requestmetrics_requests_total" and s.labels.get("request") == "Produce":
+                out["produce_requests"] += s.value
+    return out
+
+
+@pytest.fixture(scope="module")
+def metrics_console(cluster):
+    c = Console(cluster.bootstrap, "--metrics-interval", "1")
+    yield c
+    c.stop()
+
+
+def test_metrics_page_charts_match_the_brokers_metrics(cluster, metrics_console, browser):
+    import confluent_kafka
+
+    p = browser.new_page()
+    page_errors: list[str] = []
+    p.on("pageerror", lambda e: page_errors.append(str(e)))
+    topic = unique("console-metrics")
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    try:
+        producer.produce(topic, b"first")  # the topic made by the cluster's auto-creation, its leader known
+        assert producer.flush(30) == 0
+        leader = str(producer.list_topics(topic, timeout=30).topics[topic].partitions[0].leader)
+        url = next(b["endpoint"] for b in api(metrics_console, "/api/cluster")["brokers"] if str(b["id"]) == leader)
+        p.goto(f"{metrics_console.url}#/metrics")
+        p.locator("#broker").wait_for(timeout=30_000)
+        p.select_option("#broker", leader)
+        until(p, lambda: p.locator(".chart canvas").count() >= 5, 30, "the five charts drawn")
+        for i in range(200):
+            producer.produce(topic, b"m" * 200)
+            if i % 20 == 0:
+                producer.flush(30)  # a few requests, so each scrape interval sees some
+        assert producer.flush(30) == 0
+        legend = p.locator("#chart-bytes [data-k='produce_bytes']")
+        until(p, lambda: float(legend.get_attribute("data-v") or 0) > 0, 30, "the produce rate above 0")
+        until(p, lambda: (p.locator("#chart-latency [data-k='produce_p99']").get_attribute("data-v") or "") != "",
+              30, "a produce p99 point")
+        shot(p, "metrics")
+
+        # the last scrape's totals are a /metrics scrape: between one taken before and one taken after it
+        row = f"#totals tr[data-broker='{leader}']"
+        before, asked = scrape_totals(url), time.time()
+        until(p, lambda: float(cell(p, row, "latest_t") or 0) > asked, 30, "a scrape after ours")
+        shown = {k: float(cell(p, row, k)) for k in ("produce_bytes", "produce_requests")}
+        after = scrape_totals(url)
+        for k, v in shown.items():
+            assert before[k] <= v <= after[k], (k, before[k], v, after[k])
+        assert before["produce_bytes"] > 200 * 200
+        assert not page_errors, page_errors
+    finally:
+        p.close()
+
+
+def test_consumer_protocol_group_shows_type_members_assignment_and_lag(cluster, console, page):
+    import threading
+
+    import confluent_kafka
+
+    topic, group = unique("console-848"), unique("console-848g")
+    create_topic(cluster, topic, 2)
+
+    def produce(n: int) -> None:
+        p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(n):
+            p.produce(topic, f"r{i}".encode(), partition=i % 2)
+        assert p.flush(30) == 0
+    produce(20)
+    stop, paused, failures = threading.Event(), threading.Event(), []
+
+    def consume():  # reads 12 records, commits them, then holds its partitions without reading (lag grows)
+        c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                      "enable.auto.commit": False})
+        c.subscribe([topic])
+        read = 0
+        try:
+            while not stop.is_set():
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    read += 1
+                elif m is not None and m.error().fatal():
+                    failures.append(str(m.error()))
+                if read >= 12 and not paused.is_set():
+                    c.commit(asynchronous=False)
+                    c.pause(c.assignment())
+                    paused.set()
+        finally:
+            c.close()
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        assert paused.wait(60), failures
+        produce(10)
+        tps = {f"{topic}-0", f"{topic}-1"}
+
+        def settled(d):
+            return (d["group_type"] == "consumer" and d["state"] == "Stable" and len(d["members"]) == 1
+                    and set(d["members"][0]["partitions"]) == tps
+                    and sum(p["log_end_offset"] for p in d["partitions"]) == 30
+                    and all(p["current_offset"] is not None for p in d["partitions"]))
+        wait_until(lambda: settled(api(console, f"/api/group?group={group}")), 60,
+                   what="the KIP-848 group stable, its lag known", ignore=(urllib.error.HTTPError,))
+        d = as_json("group", "describe", group, "-b", cluster.bootstrap)
+        assert settled(d), d
+        assert sum(p["lag"] for p in d["partitions"]) == 18
+
+        open_page(page, console, "groups")
+        row = f"tr[data-group='{group}']"
+        until(page, lambda: page.locator(f"{row} [data-k='group_type']").inner_text() == d["group_type"]
+              and page.locator(f"{row} [data-k='state']").inner_text() == d["state"], 30,
+              "the group listed with its type")
+        open_page(page, console, f"groups/{group}")
+        member = d["members"][0]
+        until(page, lambda: all(cell(page, f"tr[data-tp='{p['topic']}-{p['partition']}']", "lag") == str(p["lag"])
+                                for p in d["partitions"]), 30, "the lag per partition as group describe shows it")
+        assert page.locator("[data-k='group_type']").inner_text() == "consumer"
+        assert page.locator("[data-k='state']").inner_text() == d["state"]
+        assert page.locator("[data-k='assignor']").inner_text() == d["assignor"]
+        assert page.locator("#members tbody tr").count() == 1
+        shown = page.locator(f"#members tr[data-member='{member['consumer_id']}'] [data-k='partitions']").inner_text()
+        assert set(shown.split(", ")) == set(member["partitions"])
+        for p in d["partitions"]:
+            tr = f"tr[data-tp='{p['topic']}-{p['partition']}']"
+            assert cell(page, tr, "current_offset") == str(p["current_offset"])
+            assert cell(page, tr, "log_end_offset") == str(p["log_end_offset"])
+        shot(page, "group-consumer-protocol")
+    finally:
+        stop.set()
+        reader.join(30)
+    assert not failures, failures

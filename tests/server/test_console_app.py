@@ -187,3 +187,107 @@ def test_what_a_delete_disablement_has_left_is_summed_over_the_brokers(monkeypat
     [t] = merged["topics"]
     assert (t["remote_segments_to_delete"], t["remote_bytes_to_delete"], t["last_error"]) == (5, 500, "slow")
     assert answers["http://b1"]["topics"][0]["remote_segments_to_delete"] == 3  # the brokers' answers unchanged
+# ------------------------------------------------------------- the message browser and the metrics charts
+
+from tierlog.console import browse, metrics_history  # noqa: E402
+
+
+def test_a_field_is_text_json_and_hex_and_long_ones_are_cut_with_their_size():
+    plain = browse.field(b"hello")
+    assert plain == {"size": 5, "truncated": False, "text": "hello", "json": None, "hex": "68656c6c6f"}
+    doc = browse.field(b'{"a": [1, "\xc3\xa9"]}')
+    assert doc["json"] == '{\n  "a": [\n    1,\n    "\xe9"\n  ]\n}' and doc["text"] == '{"a": [1, "\xe9"]}'
+    assert browse.field(b"42")["json"] is None  # a bare number is shown as text, not as "JSON"
+    assert browse.field(b"{not json")["json"] is None
+    binary = browse.field(b"\x00\xff\xfe")
+    assert binary["text"] is None and binary["json"] is None and binary["hex"] == "00fffe"
+    assert browse.field(None) is None and browse.field(b"") == {"size": 0, "truncated": False, "text": "",
+                                                                  "json": None, "hex": ""}
+    big = browse.field(b'{"k": "' + b"x" * 10_000 + b'"}', shown=100)
+    assert big["size"] == 10_009 and big["truncated"] and len(big["hex"]) == 200
+    assert big["json"] is None and big["text"] == '{"k": "' + "x" * 93  # cut: no JSON claimed for a part
+    # a cut inside a character leaves that character out instead of calling the text binary
+    cut = browse.field("é".encode() * 60, shown=101)
+    assert cut["truncated"] and cut["text"] == "é" * 50
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("topic=t&partition=0&limit=501", "parameter limit: must be a whole number from 1 to 500"),
+    ("topic=t&partition=0&limit=0", "parameter limit"),
+    (f"topic=t&partition=0&max_bytes={browse.MAX_BYTES + 1}", "parameter max_bytes"),
+    ("topic=t&partition=0&offset=-1", "parameter offset"),
+    ("topic=t&partition=0&offset=1&timestamp=1", "give offset or timestamp, not both"),
+    ("topic=t&partition=0&isolation_level=dirty", "parameter isolation_level: must be one of read_committed"),
+    ("partition=0", "parameter topic is required"),
+])
+def test_the_browser_bounds_what_one_request_reads(nowhere, query, message):
+    (status, _, body), = serve_and(nowhere, None, [("GET", f"/api/records?{query}", None)])
+    assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_a_page_of_records_from_an_unreachable_cluster_is_503(nowhere):
+    (status, _, body), = serve_and(nowhere, None, [("GET", "/api/records?topic=t&partition=0", None)])
+    assert status == 503 and f"cannot reach the cluster at {nowhere}" in json.loads(body)["error"], body
+
+
+SCRAPE = """# TYPE kafka_server_brokertopicmetrics_bytesin_total counter
+kafka_server_brokertopicmetrics_bytesin_total{topic="a"} %(a)s
+kafka_server_brokertopicmetrics_bytesin_total{topic="b"} 100.0
+# TYPE kafka_network_requestmetrics_requests_total counter
+kafka_network_requestmetrics_requests_total{request="Produce"} %(produce)s
+kafka_network_requestmetrics_requests_total{request="Fetch"} 50.0
+kafka_network_requestmetrics_requests_total{request="FetchConsumer"} 30.0
+kafka_network_requestmetrics_requests_total{request="FetchFollower"} 20.0
+# TYPE kafka_network_requestmetrics_errors_total counter
+kafka_network_requestmetrics_errors_total{error="NOT_LEADER_OR_FOLLOWER",request="Fetch"} 4.0
+kafka_network_requestmetrics_errors_total{error="NOT_LEADER_OR_FOLLOWER",request="FetchConsumer"} 4.0
+kafka_network_requestmetrics_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION",request="Metadata"} 1.0
+# TYPE kafka_network_requestmetrics_totaltimems histogram
+kafka_network_requestmetrics_totaltimems_bucket{le="1.0",request="Produce"} %(le1)s
+kafka_network_requestmetrics_totaltimems_bucket{le="10.0",request="Produce"} %(le10)s
+kafka_network_requestmetrics_totaltimems_bucket{le="+Inf",request="Produce"} %(inf)s
+kafka_network_requestmetrics_totaltimems_count{request="Produce"} %(inf)s
+kafka_network_requestmetrics_totaltimems_sum{request="Produce"} 0.0
+"""
+
+
+def test_charts_are_rates_and_percentiles_between_two_scrapes():
+    one = metrics_history.parse(SCRAPE % {"a": 50.0, "produce": 10.0, "le1": 0, "le10": 0, "inf": 0})
+    # topics summed; a fetch's second count (FetchConsumer) left out of the errors
+    assert one["produce_bytes"] == 150 and one["fetch_requests"] == 30 and one["errors"] == 5
+    two = metrics_history.parse(SCRAPE % {"a": 250.0, "produce": 30.0, "le1": 50, "le10": 98, "inf": 100})
+    p = metrics_history.points({"t": 100.0, "figures": one}, {"t": 110.0, "figures": two})
+    assert p["produce_bytes"] == 20.0 and p["produce_requests"] == 2.0 and p["errors"] == 0.0
+    # 100 requests: 50 within 1 ms, 48 in (1, 10], 2 above: p50 is the bucket's upper edge, p99 the top one
+    assert p["produce_p50"] == 1.0 and p["produce_p99"] == 10.0
+    assert metrics_history.quantile(0.75, [(1.0, 0), (10.0, 0), (float("inf"), 0)],
+                                    [(1.0, 50), (10.0, 100), (float("inf"), 100)]) == 5.5
+    # a restarted broker's counters went down: no point for that interval, not a negative rate
+    back = metrics_history.points({"t": 110.0, "figures": two}, {"t": 115.0, "figures": one})
+    assert back["produce_bytes"] is None and back["produce_p99"] is None
+    # no request in between: no percentile
+    assert metrics_history.points({"t": 1.0, "figures": two}, {"t": 2.0, "figures": two})["produce_p50"] is None
+
+
+def test_the_history_is_bounded_and_one_broker_down_does_not_stop_the_others():
+    text = SCRAPE % {"a": 0.0, "produce": 0.0, "le1": 0, "le10": 0, "inf": 0}
+
+    async def endpoints():
+        return [{"node_id": 1, "url": "http://a"}, {"node_id": 2, "url": None, "error": "no metrics.port"}]
+    # 15 minutes at a 90 s interval: 11 samples; at 0.1 s the cap, not 9,001
+    assert metrics_history.MetricsHistory(endpoints, interval_s=0.1)._keep == metrics_history.MAX_SAMPLES
+    history = metrics_history.MetricsHistory(endpoints, interval_s=metrics_history.HISTORY_S / 10)
+    original = metrics_history.scrape
+    metrics_history.scrape = lambda url, timeout: text
+
+    async def scrape(times):
+        for _ in range(times):
+            await history.scrape_once()
+    try:
+        asyncio.run(scrape(15))
+    finally:
+        metrics_history.scrape = original
+    assert len(history.samples[1]) == 11
+    charts = history.charts([1, 2])
+    assert len(charts["brokers"]["1"]["t"]) == 10 and charts["brokers"]["1"]["series"]["produce_bytes"][-1] == 0
+    assert charts["brokers"]["2"]["error"] == "no metrics.port" and charts["brokers"]["2"]["t"] == []

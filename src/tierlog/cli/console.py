@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--token", help="turn actions on, each needing this bearer token (default: "
                                    "$TIERLOG_ADMIN_TOKEN; neither: read-only)")
+    p.add_argument("--metrics-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="how often the metrics charts scrape each broker's /metrics once a page asked for them "
+                        "(default 5; the last 15 minutes are kept)")
     add_client_args(p)
     p.set_defaults(handler=cmd_console)
 
@@ -39,7 +42,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     try:
         run(serve(address, args.host, args.port, admin_token=token, timeout_s=seconds,
-                  client_config=args.resolved_client_config, on_bound=lambda line: print(line, flush=True)))
+                  client_config=args.resolved_client_config, on_bound=lambda line: print(line, flush=True),
+                  metrics_interval_s=max(0.2, args.metrics_interval)))
     except OSError as e:  # the port is taken, or the address is not this machine's
         print(f"tierlog: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another "
               f"--port or --host", file=sys.stderr)

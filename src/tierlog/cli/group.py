@@ -78,7 +78,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         output.emit_json(result)
     else:
-        output.table(("GROUP", "TYPE", "STATE"), [(g["group"], g["type"], g["state"]) for g in result])
+        output.table(("GROUP", "TYPE", "GROUP-TYPE", "STATE"),
+                     [(g["group"], g["type"], g["group_type"] or "-", g["state"]) for g in result])
     return EXIT_OK
 
 
@@ -90,9 +91,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
         output.emit_json(d)
         return EXIT_OK
     c = d["coordinator"]
-    output.lines(f"group {d['group']}  state {d['state']}  members {len(d['members'])}  "
+    output.lines(f"group {d['group']}  type {d['group_type']}  state {d['state']}  members {len(d['members'])}  "
                  f"coordinator {c['id']} ({c['host']}:{c['port']})"
-                 + (f"  assignor {d['assignor']}" if d["assignor"] else ""), "")
+                 + (f"  assignor {d['assignor']}" if d["assignor"] else "")
+                 + (f"  group epoch {d['group_epoch']}" if d["group_epoch"] is not None else ""), "")
     total = sum(p["lag"] for p in d["partitions"] if p["lag"] is not None)
     output.table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"),
                  [(p["topic"], p["partition"], p["current_offset"], p["log_end_offset"], p["lag"], p["consumer_id"],

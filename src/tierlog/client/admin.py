@@ -226,6 +226,8 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    #: "classic" or "consumer" (KIP-848); empty when the broker's ListGroups is older than v5
+    group_type: str = ""
 
     @property
     def is_simple_consumer_group(self) -> bool:
@@ -239,6 +241,8 @@ class MemberDescription:
     client_id: str
     host: str
     assignment: list[TopicPartition]
+    #: a consumer-protocol (KIP-848) member's epoch; None for a classic group's member
+    member_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +255,10 @@ class ConsumerGroupDescription:
     protocol: str
     members: list[MemberDescription]
     coordinator: Node
+    #: "classic", or "consumer" for a KIP-848 group (described with ConsumerGroupDescribe, as Kafka's Admin)
+    group_type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def is_simple_consumer_group(self) -> bool:
@@ -1168,7 +1176,8 @@ class Admin:
                     raise _error(r.error_code.value, None, f"ListGroups on broker {b.node_id}")
                 for g in r.groups:
                     if g.protocol_type in ("consumer", ""):
-                        found[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                        found[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""),
+                                                         getattr(g, "group_type", "") or "")
             return [found[k] for k in sorted(found)]
 
         return await self._call("list_consumer_groups", timeout_ms, attempt)
@@ -1199,7 +1208,31 @@ class Admin:
             members = [MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                          m.client_host, assignment(g.protocol_type, m.member_assignment))
                        for m in g.members]
+            if g.group_state == "Dead" and not members:  # maybe a consumer-protocol group: DescribeGroups
+                found = await consumer_group(group, node, deadline)  # answers those Dead (Kafka 4.4)
+                if found is not None:
+                    return found
             return ConsumerGroupDescription(group, g.group_state, g.protocol_type, g.protocol_data, members, node)
+
+        async def consumer_group(group: str, node: Node, deadline: float) -> ConsumerGroupDescription | None:
+            """The group as ConsumerGroupDescribe (KIP-848) describes it; None when it is no consumer group
+            or the broker does not know the API."""
+            try:
+                r = await self._send(node, ApiKey.CONSUMER_GROUP_DESCRIBE, {
+                    "group_ids": [group], "include_authorized_operations": False}, deadline)
+            except errors.UnsupportedVersionError:
+                return None
+            g = next((g for g in r.groups if g.group_id == group), None)
+            if g is None or g.error_code.value == errors.GroupIdNotFoundError.code:
+                return None
+            if g.error_code.value:
+                raise _error(g.error_code.value, g.error_message, f"Group {group!r}")
+            members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                         [TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions
+                                          for p in t.partitions], m.member_epoch)
+                       for m in g.members]
+            return ConsumerGroupDescription(group, g.group_state, "consumer", g.assignor_name, members, node,
+                                            "consumer", g.group_epoch, g.assignment_epoch)
 
         return await self._each("describe_consumer_groups", group_ids, timeout_ms, one)
 

@@ -51,6 +51,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.HEARTBEAT: (0, 4),
     # KIP-848; v1 (KIP-1082) has the member id made by the client and SubscribedTopicRegex
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # the admin's describe of a consumer-protocol group
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.API_VERSIONS: (0, 5),
@@ -68,7 +69,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),  # v5: the group's type (classic or consumer)
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),

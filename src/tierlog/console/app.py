@@ -11,7 +11,9 @@ package), ``GET /api/session`` (whether actions are on), ``/api/cluster``, ``/ap
 ``POST /api/topic/create?topic=T[&partitions=N][&replication_factor=N][&configs=k=v,k=v]`` and
 ``POST /api/topic/delete?topic=T``; ``POST /api/topic/configs?topic=T[&set=k=v,k=v][&delete=k,k]``,
 ``GET`` (the preview, a dry run) and ``POST /api/group/reset-offsets?group=G&to=earliest|latest|offset|timestamp
-[&value=N][&topic=T]``, ``POST /api/topic/disable-tiering?topic=T&delete_remote=true|false``.
+[&value=N][&topic=T]``, ``POST /api/topic/disable-tiering?topic=T&delete_remote=true|false``. The message browser:
+``GET /api/records?topic=T&partition=P[&offset=O | &timestamp=MS][&limit=N][&max_bytes=B]
+[&isolation_level=read_committed|read_uncommitted]``; the metrics charts: ``GET /api/metrics``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from tierlog import errors
+from tierlog.console import browse
 from tierlog.console.snapshot import MAX_LIMIT, page_of
 from tierlog.console.views import ConsoleViews
 from tierlog.metrics import MetricsRegistry
@@ -216,7 +219,34 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
         ("POST", "/api/topic/disable-tiering"): Route(wrap(disable_tiering), {"topic": topic_name,
                                                                               "delete_remote": boolean}, admin=True),
     }
+    routes.update(_browse_routes(views, wrap))
     return HttpEndpoint(MetricsRegistry(), routes, admin_enabled=bool(admin_token), admin_token=admin_token,
                         admin_off="this console is read-only; start tierlog console with --token (or "
                                   "$TIERLOG_ADMIN_TOKEN) to allow actions",
                         token_source="the --token tierlog console was started with")
+
+
+def _browse_routes(views: ConsoleViews, wrap: Callable) -> dict[tuple[str, str], Route]:
+    """The message browser (``GET /api/records``) and the metrics charts (``GET /api/metrics``)."""
+
+    async def records(topic: str | None = None, partition: int | None = None, offset: int | None = None,
+                      timestamp: int | None = None, limit: int = browse.PAGE_RECORDS,
+                      max_bytes: int = browse.PAGE_BYTES, isolation_level: str = "read_committed") -> dict:
+        if offset is not None and timestamp is not None:
+            raise HttpError(400, "give offset or timestamp, not both")
+        return await views.records(_required("topic", topic), _required("partition", partition), offset=offset,
+                                   timestamp=timestamp, limit=limit, max_bytes=max_bytes,
+                                   isolation_level=isolation_level)
+
+    def isolation(value: str) -> str:
+        if value not in browse.ISOLATION_LEVELS:
+            raise ValueError(f"must be one of {', '.join(browse.ISOLATION_LEVELS)}")
+        return value
+
+    return {
+        ("GET", "/api/records"): Route(wrap(records), {
+            "topic": topic_name, "partition": _int(0, 2**31 - 1), "offset": _int(0, 2**63 - 1),
+            "timestamp": _int(0, 2**63 - 1), "limit": _int(1, browse.MAX_RECORDS),
+            "max_bytes": _int(1, browse.MAX_BYTES), "isolation_level": isolation}),
+        ("GET", "/api/metrics"): Route(wrap(views.metrics)),
+    }

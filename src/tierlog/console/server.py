@@ -14,10 +14,11 @@ from tierlog.console.views import ConsoleViews
 
 async def serve(bootstrap: str, host: str, port: int, *, admin_token: str | None = None, timeout_s: float = 10.0,
                 client_config: Mapping[str, Any] | None = None,
-                on_bound: Callable[[str], None] = print) -> None:
+                on_bound: Callable[[str], None] = print, metrics_interval_s: float = 5.0) -> None:
     """Serve the console of the cluster at ``bootstrap`` on ``host``:``port`` (0: any free port), calling
     ``on_bound`` with its URL once it accepts connections; returns after SIGINT or SIGTERM."""
     views = ConsoleViews(bootstrap, timeout_s, client_config)
+    views.metrics_interval_s = metrics_interval_s
     endpoint = console_endpoint(views, admin_token)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

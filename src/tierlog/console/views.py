@@ -15,6 +15,8 @@ from typing import Any
 from tierlog import errors
 from tierlog.client.admin import Admin
 from tierlog.client.types import TopicPartition
+from tierlog.console import browse
+from tierlog.console.metrics_history import MetricsHistory
 from tierlog.console.snapshot import Snapshot
 from tierlog.tools import clients, cluster, groups, tier, topics
 
@@ -40,6 +42,7 @@ class ConsoleViews:
 
     async def close(self) -> None:
         await self.snapshot.close()
+        await self.stop_metrics()
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
@@ -221,6 +224,39 @@ class ConsoleViews:
         after = await self._tier_status(admin, name)
         return {"topic": name, "policy": "delete" if delete_remote else "retain",
                 "tiering": after["topics"][0] if after["topics"] else None}
+
+
+    # ------------------------------------------------------------------ the message browser, the metrics charts
+
+    #: How often the metrics charts' history scrapes every broker's /metrics (``tierlog console
+    #: --metrics-interval``).
+    metrics_interval_s = 5.0
+    _metrics: MetricsHistory | None = None
+
+    async def records(self, topic: str, partition: int, **page: Any) -> dict:
+        """One page of the message browser (:func:`tierlog.console.browse.read_page`)."""
+        # asked first with the admin client: an unknown topic is UNKNOWN_TOPIC_OR_PARTITION at once (404),
+        # where a consumer would wait for its metadata until the timeout
+        described = (await (await self.admin()).describe_topics([topic]))[topic]
+        if not any(p.partition == partition for p in described.partitions):
+            raise errors.UnknownTopicOrPartitionError(f"Topic {topic} has no partition {partition}")
+        return await browse.read_page(self.bootstrap, self.timeout_s, topic, partition,
+                                      client_config=self._client_config, **page)
+
+    async def metrics(self) -> dict:
+        """The metrics charts' history, scraped in the background from the first call on."""
+        if self._metrics is None:
+            async def endpoints() -> list[dict]:
+                return await tier.cluster_endpoints(await self.admin())
+            self._metrics = MetricsHistory(endpoints, self.metrics_interval_s, min(self.timeout_s, 5.0))
+        if self._metrics.last_scrape is None:  # the first call: answer with the first scrape
+            await self._metrics.scrape_once()
+        self._metrics.start()
+        return self._metrics.charts()
+
+    async def stop_metrics(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
 
 
 async def _leader_sizes(admin: Admin, described: Mapping[str, Any]) -> dict[TopicPartition, int]:

@@ -20,7 +20,9 @@ INACTIVE = ("Empty", "Dead")
 
 
 async def list_groups(admin: Admin) -> list[dict]:
-    return [{"group": g.group_id, "type": g.protocol_type or "simple", "state": g.state}
+    # type: the protocol type (consumer, or simple for a group that only commits offsets); group_type: the
+    # group protocol, classic or consumer (KIP-848), "" from brokers whose ListGroups is older than v5
+    return [{"group": g.group_id, "type": g.protocol_type or "simple", "state": g.state, "group_type": g.group_type}
             for g in await admin.list_consumer_groups()]
 
 
@@ -48,10 +50,12 @@ async def describe(admin: Admin, group: str) -> dict:
                            "lag": end - om.offset if om is not None and end is not None else None,
                            "consumer_id": m.member_id if m else None, "host": m.host if m else None,
                            "client_id": m.client_id if m else None})
-    return {"group": group, "state": d.state, "protocol_type": d.protocol_type, "assignor": d.protocol,
+    return {"group": group, "state": d.state, "group_type": d.group_type, "group_epoch": d.group_epoch,
+            "assignment_epoch": d.assignment_epoch, "protocol_type": d.protocol_type, "assignor": d.protocol,
             "coordinator": {"id": d.coordinator.node_id, "host": d.coordinator.host, "port": d.coordinator.port},
             "members": [{"consumer_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-                         "host": m.host, "partitions": [f"{tp.topic}-{tp.partition}" for tp in m.assignment]}
+                         "host": m.host, "member_epoch": m.member_epoch,
+                         "partitions": [f"{tp.topic}-{tp.partition}" for tp in m.assignment]}
                         for m in d.members],
             "partitions": partitions}
 

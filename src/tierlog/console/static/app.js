@@ -4,6 +4,8 @@ import { h, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
 import { GroupList, TopicList } from "./pages/lists.js";
+import { RecordsPage } from "./browse.js";
+import { MetricsPage } from "./metrics.js";
 import { ResetOffsets, TieringPanel, TopicConfigs } from "./pages/consoleact.js";
 
 const html = htm.bind(h);
@@ -210,7 +212,8 @@ function TopicPage({ name, token }) {
         <${Cell} k="local_bytes" v=${p.tier && p.tier.local_bytes} text=${bytes(p.tier && p.tier.local_bytes)} />
         <${Cell} k="remote_bytes" v=${p.tier && p.tier.remote_bytes} text=${bytes(p.tier && p.tier.remote_bytes)} />
         <${Cell} k="copy_lag_segments" v=${p.tier && p.tier.copy_lag_segments} />
-        <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a></td></tr>`)}</tbody></table>
+        <td><a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}`}>timeline</a>
+          <a href=${`#/topics/${encodeURIComponent(name)}/${p.partition}/records`}>messages</a></td></tr>`)}</tbody></table>
       <h2>Settings (not defaults)</h2>
       <${TopicConfigs} topic=${name} configs=${t.configs} token=${token} />
       <${TieringPanel} topic=${name} tiering=${t.tiering} token=${token} />
@@ -253,6 +256,7 @@ function PartitionPage({ name, partition }) {
   const p = state.data;
   const leader = p && (p.replicas.find((r) => r.role === "leader") || null);
   return html`<h1>Partition ${name}-${partition}</h1><${Status} state=${state} />
+    <p><a id="browse-link" href=${`#/topics/${encodeURIComponent(name)}/${partition}/records`}>messages</a></p>
     ${p && html`
       ${p.brokers_unanswered.map((b) => html`<div class="error" role="alert">broker ${b.node_id}: ${b.error}</div>`)}
       ${p.tiering && html`<p id="tiering">tiering (KIP-950): <b data-k="tiering_state">${p.tiering.state}</b>
@@ -290,6 +294,13 @@ function PartitionPage({ name, partition }) {
 
 function GroupsPage() {
   return html`<h1>Consumer groups</h1><${GroupList} />`;
+  const state = usePoll("/api/groups");
+  return html`<h1>Consumer groups</h1><${Status} state=${state} />
+    ${state.data && html`<table id="groups"><thead><tr><th>group</th><th>type</th><th>protocol</th><th>state</th></tr></thead>
+      <tbody>${state.data.groups.map((g) => html`<tr data-group=${g.group}>
+        <td><a href=${`#/groups/${encodeURIComponent(g.group)}`}>${g.group}</a></td><td>${g.type}</td>
+        <td data-k="group_type">${g.group_type || "-"}</td><td data-k="state">${g.state}</td></tr>`)}
+      </tbody></table><${Updated} state=${state} />`}`;
 }
 
 // The group's total lag while the page is open, one point per poll (the broker keeps no lag history).
@@ -309,14 +320,15 @@ function GroupPage({ name }) {
     if (g) setHistory((h) => [...h.slice(-119), g.partitions.reduce((s, p) => s + (p.lag || 0), 0)]);
   }, [state.at]);
   return html`<h1>Group ${name}</h1><${Status} state=${state} />
-    ${g && html`<p>state <b data-k="state">${g.state}</b>, protocol ${g.protocol_type || "-"}, assignor ${g.assignor || "-"},
-        coordinator ${g.coordinator.id}</p>
+    ${g && html`<p>state <b data-k="state">${g.state}</b>, type <b data-k="group_type">${g.group_type}</b>${g.group_epoch !== null
+        && html`, group epoch <span data-k="group_epoch">${g.group_epoch}</span>`}, protocol ${g.protocol_type || "-"},
+        assignor <span data-k="assignor">${g.assignor || "-"}</span>, coordinator ${g.coordinator.id}</p>
       <${LagChart} points=${history} />
       <h2>Members</h2>
-      <table id="members"><thead><tr><th>member</th><th>client</th><th>host</th><th>partitions</th></tr></thead>
-      <tbody>${g.members.length === 0 && html`<tr><td colspan="4" class="muted">no members</td></tr>`}
-        ${g.members.map((m) => html`<tr><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
-        <td>${m.partitions.join(", ")}</td></tr>`)}</tbody></table>
+      <table id="members"><thead><tr><th>member</th><th>client</th><th>host</th><th>epoch</th><th>partitions</th></tr></thead>
+      <tbody>${g.members.length === 0 && html`<tr><td colspan="5" class="muted">no members</td></tr>`}
+        ${g.members.map((m) => html`<tr data-member=${m.consumer_id}><td>${m.consumer_id}</td><td>${m.client_id}</td><td>${m.host}</td>
+        <td>${show(m.member_epoch)}</td><td data-k="partitions">${m.partitions.join(", ")}</td></tr>`)}</tbody></table>
       <h2>Offsets and lag</h2>
       <table id="lag"><thead><tr><th>topic</th><th class="num">partition</th><th class="num">committed</th>
         <th class="num">log end</th><th class="num">lag</th><th>member</th></tr></thead>
@@ -330,6 +342,8 @@ function GroupPage({ name }) {
 
 function route(hash) {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  if (parts[0] === "topics" && parts.length === 4 && parts[3] === "records") return { page: "records", name: parts[1], partition: Number(parts[2]) };
+  if (parts[0] === "metrics") return { page: "metrics" };
   if (parts[0] === "topics" && parts.length === 3) return { page: "partition", name: parts[1], partition: Number(parts[2]) };
   if (parts[0] === "topics" && parts.length === 2) return { page: "topic", name: parts[1] };
   if (parts[0] === "groups" && parts.length === 2) return { page: "group", name: parts[1] };
@@ -355,9 +369,11 @@ function App() {
   else if (where.page === "partition") page = html`<${PartitionPage} key=${`${where.name}/${where.partition}`} name=${where.name} partition=${where.partition} />`;
   else if (where.page === "groups") page = html`<${GroupsPage} />`;
   else if (where.page === "group") page = html`<${GroupPage} key=${where.name} name=${where.name} />`;
+  else if (where.page === "records") page = html`<${RecordsPage} key=${`${where.name}/${where.partition}`} name=${where.name} partition=${where.partition} />`;
+  else if (where.page === "metrics") page = html`<${MetricsPage} />`;
   else page = html`<${ClusterPage} />`;
   return html`<header><span class="brand">tierlog</span>${tab("cluster", "Cluster")}${tab("topics", "Topics")}
-      ${tab("groups", "Groups")}<span class="spacer"></span>
+      ${tab("groups", "Groups")}${tab("metrics", "Metrics")}<span class="spacer"></span>
       <span class="muted">${session ? session.bootstrap : ""}</span>
       ${session && (session.actions
         ? html`<form onSubmit=${(e) => e.preventDefault()}><label>admin token <input id="token" type="password"

@@ -144,8 +144,10 @@ export function GroupList() {
     ${d && html`<${Controls} list=${list} data=${d} what="groups" />
       <table id="groups"><thead><tr><${Header} list=${list} column="group" label="group" num=${false} />
         <${Header} list=${list} column="type" label="type" num=${false} />
+        <${Header} list=${list} column="group_type" label="protocol" num=${false} />
         <${Header} list=${list} column="state" label="state" num=${false} /></tr></thead>
       <tbody>${d.groups.map((g) => html`<tr key=${g.group} data-group=${g.group}>
-        <td><a href=${`#/groups/${encodeURIComponent(g.group)}`}>${g.group}</a></td><td>${g.type}</td><td>${g.state}</td></tr>`)}
+        <td><a href=${`#/groups/${encodeURIComponent(g.group)}`}>${g.group}</a></td><td>${g.type}</td>
+        <td data-k="group_type">${g.group_type || "-"}</td><td data-k="state">${g.state}</td></tr>`)}
       </tbody></table><${Updated} data=${d} />`}`;
 }
