@@ -14,8 +14,9 @@ it and Debian's Chromium (Playwright) opens its topic list. Measured, medians ov
   answers seen);
 - ``broker_cpu_idle_pct`` / ``broker_cpu_console_pct``: the broker's CPU (utime+stime from /proc, % of one
   core) over ``--window`` seconds with no console running (the median of a window before the first
-  console and one after each, after one more window to let the new partitions' first work settle), then with the topic list open; their difference ``console_cost_pct`` is the
-  issue's "under 2 % of broker CPU" figure;
+  console and one after each, after one more window to let the new partitions' first work settle), then
+  with the topic list open; their difference ``console_cost_pct`` is the issue's "under 2 % of broker CPU"
+  figure;
 - ``load_avg``: the machine's 1-minute load average before and after (the machine is shared).
 
 ``--console-src DIR`` runs the console from another source tree (the ``src`` of a checkout of an older
