@@ -1,20 +1,31 @@
-"""The console with many partitions: how long the topic list takes to show, and what the open console costs
-the broker in CPU.
+"""The console with many partitions and groups: how long the topic and group lists take to show, and what
+the open console costs the broker in CPU.
 
 One tierlog broker (a process, tiered storage on, ``metrics.port`` set) gets ``--topics`` topics of
-``--partitions`` partitions each (every other topic tiered); ``tierlog console`` is started against it and
-Debian's Chromium (Playwright) opens its topic list. Measured, medians over ``--runs`` loads:
+``--partitions`` partitions each (every other topic tiered; one CreateTopics) and ``--groups`` consumer
+groups (each an offset commit of the first topic's partition 0); ``tierlog console`` is started against
+it and Debian's Chromium (Playwright) opens its topic list. Measured, medians over ``--runs`` loads:
 
-- ``render_s``: from the navigation to every topic row in the table (the page's own clock:
-  ``performance.now()`` when the last row appears), the API call included;
-- ``api_s``: ``GET /api/topics`` alone;
+- ``render_s``: from the navigation to the topic list's first page shown (its rows, and the count of
+  every topic; the page's own clock: ``performance.now()``), the API call included; ``groups_render_s``
+  the same for the group list;
+- ``api_s``: ``GET /api/topics?limit=50`` alone (the page's call), ``api_all_s`` every row;
+- ``picture_ms``: how long the console's background picture of the cluster takes to make (median of the
+  answers seen);
 - ``broker_cpu_idle_pct`` / ``broker_cpu_console_pct``: the broker's CPU (utime+stime from /proc, % of one
-  core) over ``--window`` seconds with no console page open, then with the topic list open and polling
-  every 2 s; ``console_cost_pct`` is the difference, the issue's "under 2 % of broker CPU" figure.
+  core) over ``--window`` seconds with no console running (the median of a window before the first
+  console and one after each, after one more window to let the new partitions' first work settle), then
+  with the topic list open; their difference ``console_cost_pct`` is the issue's "under 2 % of broker CPU"
+  figure;
+- ``load_avg``: the machine's 1-minute load average before and after (the machine is shared).
 
-    python bench/console.py [--topics 100] [--partitions 100] [--runs 3] [--window 20]
+``--console-src DIR`` runs the console from another source tree (the ``src`` of a checkout of an older
+commit) against the same broker and cluster, for a before/after comparison (``before`` in the output);
+``--profile DIR`` records the broker with py-spy while each console's list is open (``DIR/NAME.svg``).
 
-One JSON line on stdout; the broker, the console and the browser are stopped by their PIDs.
+    python bench/console.py [--topics 100] [--partitions 100] [--groups 1000] [--runs 3] [--window 20]
+
+One JSON line on stdout; the broker, the consoles, py-spy and the browser are stopped by their PIDs.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -55,9 +67,108 @@ def cpu_pct(pid: int, seconds: float) -> float:
     return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - start)
 
 
-def tierlog(*args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def tierlog(*args: str, src: Path = ROOT / "src", **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(src)}
     return subprocess.Popen([sys.executable, "-m", "tierlog", *args], env=env, **kw)
+
+
+def populate(bootstrap: str, topics: int, partitions: int, groups: int) -> None:
+    """The topics in one CreateTopics (every other one tiered), then each group's committed offset."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from tierlog.client.admin import NewTopic
+    from tierlog.client.types import TopicPartition
+    from tierlog.tools import clients
+
+    async def go() -> None:
+        async with clients.admin(bootstrap, 300.0) as admin:
+            await admin.create_topics([NewTopic(f"bench-{i:04d}", partitions, 1,
+                                                {"remote.storage.enable": "true"} if i % 2 == 0 else {})
+                                       for i in range(topics)])
+            first = TopicPartition("bench-0000", 0)
+            for start in range(0, groups, 50):  # 50 at a time: the coordinator's queue stays short
+                await asyncio.gather(*(admin.alter_consumer_group_offsets(f"bench-group-{g:04d}", {first: 0})
+                                       for g in range(start, min(groups, start + 50))))
+    asyncio.run(go())
+
+
+def get_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=300) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{url}: {e.code} {e.read()[:500]!r}") from None
+
+
+def measure_console(url: str, args: argparse.Namespace, broker_pid: int, profile: Path | None, name: str) -> dict:
+    """The list renders, the API calls and the broker's CPU with the topic list open, for one console."""
+    from playwright.sync_api import sync_playwright
+
+    api, api_all, pictures = [], [], []
+    for _ in range(args.runs):
+        start = time.monotonic()
+        # the page's own call: one page of rows (a console from before pages answers every row)
+        body = get_json(url + ("api/topics?limit=50" if name == "after" else "api/topics"))
+        api.append(time.monotonic() - start)
+        pictures.append(body.get("took_ms"))
+        start = time.monotonic()
+        body = get_json(url + "api/topics")
+        api_all.append(time.monotonic() - start)
+        assert len(body["topics"]) == args.topics, len(body["topics"])
+    shown = min(args.topics, 50)
+    topics_done = (f"document.querySelectorAll('#topics tbody tr').length >= {shown} && "
+                   f"(!document.querySelector('#list-count') || "
+                   f"document.querySelector('#list-count').dataset.total === '{args.topics}')")
+    groups_done = (f"document.querySelectorAll('#groups tbody tr').length >= {min(args.groups, 50)} && "
+                   f"(!document.querySelector('#list-count') || "
+                   f"document.querySelector('#list-count').dataset.total === '{args.groups}')")
+    renders, group_renders = [], []
+    with sync_playwright() as pw, tempfile.TemporaryDirectory() as browser_profile:
+        ctx = pw.chromium.launch_persistent_context(browser_profile, executable_path="/usr/bin/chromium",
+                                                    args=CHROMIUM_ARGS, headless=True)
+        page = ctx.new_page()
+        for _ in range(args.runs):
+            for route, done, out in (("#/topics", topics_done, renders), ("#/groups", groups_done, group_renders)):
+                page.goto("about:blank")
+                page.goto(url + route)
+                page.wait_for_function(done, timeout=300_000)
+                out.append(page.evaluate("performance.now()") / 1000)
+        page.goto("about:blank")
+        page.goto(url + "#/topics")
+        page.wait_for_function(topics_done, timeout=300_000)
+        spy = None
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(broker_pid), "--duration", str(int(args.window)),
+                                    "--rate", "50", "--nonblocking", "-o", str(profile / f"{name}.svg")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        busy = cpu_pct(broker_pid, args.window)  # the list open, polling
+        if spy is not None:
+            spy.wait(args.window + 60)
+        ctx.close()
+    return {"api_s": round(statistics.median(api), 3), "api_all_s": round(statistics.median(api_all), 3),
+            "picture_ms": statistics.median(p for p in pictures if p is not None) if any(pictures) else None,
+            "render_s": round(statistics.median(renders), 3), "renders_s": [round(r, 3) for r in renders],
+            "groups_render_s": round(statistics.median(group_renders), 3),
+            "groups_renders_s": [round(r, 3) for r in group_renders], "broker_cpu_console_pct": round(busy, 2)}
+
+
+def start_console(bootstrap: str, src: Path) -> tuple[subprocess.Popen, str]:
+    # a generous client timeout: on a busy shared machine the Metadata of 10,000 partitions takes seconds
+    console = tierlog("console", "-b", bootstrap, "--port", "0", "--timeout", "120", src=src, stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True)
+    return console, wait_for_line(console, "Console on", 60).split(" ")[2]
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> str:
@@ -75,18 +186,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--window", type=float, default=20.0)
+    ap.add_argument("--console-src", type=Path, help="also measure the console of this source tree (before)")
+    ap.add_argument("--profile", type=Path, help="record the broker with py-spy into this folder")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="bench-console-"))
     log = open(work / "broker.log", "w")  # noqa: SIM115 - open for the broker's life
     port, metrics = free_port(), free_port()
+    load_before = os.getloadavg()[0]
     broker = tierlog("broker", "-o", f"log.dirs={work / 'logs'}", "-o", f"listeners=PLAINTEXT://127.0.0.1:{port}",
                      "-o", f"metrics.port={metrics}", "-o", "remote.log.storage.system.enable=true",
                      "-o", f"rsm.config.dir={work / 'remote'}",
                      "-o", "rlmm.config.remote.log.metadata.topic.replication.factor=1",
+                     "-o", "group.initial.rebalance.delay.ms=0",
                      stdout=log, stderr=subprocess.STDOUT, text=True)
     console = None
     try:
@@ -96,50 +211,33 @@ def main() -> None:
             time.sleep(0.2)
         bootstrap = f"127.0.0.1:{port}"
         made = time.monotonic()
-        for i in range(args.topics):
-            extra = ["--config", "remote.storage.enable=true"] if i % 2 == 0 else []
-            r = subprocess.run([sys.executable, "-m", "tierlog", "topic", "create", f"bench-{i:04d}", "-b", bootstrap,
-                                "-p", str(args.partitions), "--timeout", "120", *extra],
-                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
+        populate(bootstrap, args.topics, args.partitions, args.groups)
         create_s = time.monotonic() - made
-        idle = cpu_pct(broker.pid, args.window)
-        console = tierlog("console", "-b", bootstrap, "--port", "0", stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-        url = wait_for_line(console, "Console on", 60).split(" ")[2]
-        api = []
-        for _ in range(args.runs):
-            start = time.monotonic()
-            body = json.load(urllib.request.urlopen(url + "api/topics", timeout=120))
-            api.append(time.monotonic() - start)
-            assert len(body["topics"]) == args.topics
-        renders = []
-        with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-            ctx = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium",
-                                                        args=CHROMIUM_ARGS, headless=True)
-            page = ctx.new_page()
-            for _ in range(args.runs):
-                page.goto("about:blank")
-                page.goto(url + "#/topics")
-                page.wait_for_function(f"document.querySelectorAll('#topics tbody tr').length === {args.topics}",
-                                       timeout=120_000)
-                renders.append(page.evaluate("performance.now()") / 1000)
-            busy = cpu_pct(broker.pid, args.window)  # the list open, polling
-            ctx.close()
-        print(json.dumps({"topics": args.topics, "partitions": args.topics * args.partitions,
-                          "create_s": round(create_s, 1), "api_s": round(statistics.median(api), 3),
-                          "render_s": round(statistics.median(renders), 3), "renders_s": [round(r, 3) for r in renders],
-                          "broker_cpu_idle_pct": round(idle, 2), "broker_cpu_console_pct": round(busy, 2),
-                          "console_cost_pct": round(busy - idle, 2), "window_s": args.window}))
+        cpu_pct(broker.pid, args.window)  # settling: the new partitions' first tiering work, not counted
+        idles = [cpu_pct(broker.pid, args.window)]  # no console: before, between and after the consoles
+        out = {"topics": args.topics, "partitions": args.topics * args.partitions, "groups": args.groups,
+               "create_s": round(create_s, 1)}
+        variants = [("after", ROOT / "src")] + ([("before", args.console_src)] if args.console_src else [])
+        measured = {}
+        for name, src in variants:
+            console, url = start_console(bootstrap, src)
+            measured[name] = measure_console(url, args, broker.pid, args.profile, name)
+            stop(console)
+            console = None
+            idles.append(cpu_pct(broker.pid, args.window))
+        idle = statistics.median(idles)  # the broker's own background work varies: the middle of its windows
+        out["broker_cpu_idle_pct"], out["broker_cpu_idle_windows_pct"] = round(idle, 2), [round(i, 2) for i in idles]
+        for name, figures in measured.items():
+            figures["console_cost_pct"] = round(figures["broker_cpu_console_pct"] - idle, 2)
+            if name == "after":
+                out.update(figures)
+            else:
+                out["before"] = figures
+        out.update({"window_s": args.window, "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
+        print(json.dumps(out))
     finally:
-        for proc in (console, broker):
-            if proc is not None and proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait()
+        stop(console)
+        stop(broker)
 
 
 if __name__ == "__main__":

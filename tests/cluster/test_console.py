@@ -328,6 +328,76 @@ def test_an_unreachable_cluster_is_a_message_and_a_read_only_console_refuses_act
         closed.close()
 
 
+# ------------------------------------------------------------------- long lists (consoleperf, issue 42)
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def test_each_broker_sums_its_tier_rows_per_topic(cluster, console):
+    """``/v1/tier/status?summary=topics``, the console's one row per topic: on every broker, the sums of the
+    partition rows it leads that ``tierlog tier status`` prints."""
+    from tests.harness.waiting import not_yet
+    merged = as_json("tier", "status", "-b", cluster.bootstrap)
+    urls = {b["node_id"]: b["url"] for b in merged["brokers"]}
+    assert len(urls) == 3 and all(urls.values()), merged["brokers"]
+    tiered = {r["topic"] for r in merged["partitions"]}
+    assert tiered, "an earlier test made a tiered topic"
+
+    def agree():  # asked until a copy in flight does not fall between the two answers
+        rows = as_json("tier", "status", "-b", cluster.bootstrap)["partitions"]
+        seen = {}
+        for node, url in urls.items():
+            totals = {t["topic"]: t for t in get_json(f"{url}/v1/tier/status?summary=topics")["topic_totals"]}
+            for topic in tiered:
+                led = [r for r in rows if r["topic"] == topic and r["broker"] == node and r["role"] == "leader"]
+                want = {"leader_partitions": len(led), **{k: sum(r[k] for r in led) for k in
+                        ("local_bytes", "remote_bytes", "copy_lag_bytes")}} if led else None
+                got = totals.get(topic)
+                seen[(node, topic)] = (want, got and {k: got[k] for k in (want or {})})
+        return all(w == g for w, g in seen.values()) or not_yet(seen)
+    wait_until(agree, 30, what="each broker's per-topic sums equal to its partition rows")
+
+
+def test_long_lists_are_paged_filtered_and_sorted(cluster, console, page):
+    prefix = unique("console-list")
+    a, b, c = (f"{prefix}-{x}" for x in "abc")
+    ok("topic", "create", a, b, "-b", cluster.bootstrap, "-p", "1", "-r", "1")
+    ok("topic", "create", c, "-b", cluster.bootstrap, "-p", "2", "-r", "1")
+    ok("group", "reset-offsets", f"{prefix}-g", "-t", a, "--to-earliest", "--execute", "-b", cluster.bootstrap)
+    listed = {t["topic"]: t for t in as_json("topic", "list", "-b", cluster.bootstrap)}
+
+    # the API answers a page of the rows a filter matches, with the counts (once the picture has them)
+    query = f"{console.url}api/topics?filter={prefix}&limit=2&sort=partitions&desc=true"
+    first = wait_until(lambda: (r := get_json(query))["matched"] == 3 and r, 30, what="the new topics listed")
+    assert [t["topic"] for t in first["topics"]] == [c, b] and first["total"] == len(listed)
+    rest = get_json(query + "&offset=2")
+    assert [t["topic"] for t in rest["topics"]] == [a]
+    assert {t["topic"]: t["partitions"] for t in first["topics"] + rest["topics"]} == \
+        {n: listed[n]["partitions"] for n in (a, b, c)}
+
+    # the page: the filter box, then a click on a column sorts by it, a second click the other way
+    open_page(page, console, "topics")
+    page.fill("#list-filter", prefix)
+
+    def shown() -> list[str]:  # the rows in one read: the list re-renders under a row-by-row look
+        return page.eval_on_selector_all("#topics tbody tr", "rows => rows.map((r) => r.dataset.topic)")
+    until(page, lambda: shown() == [a, b, c], 30, "the filtered list, by name")
+    assert page.locator("#list-count").get_attribute("data-matched") == "3"
+    page.click("th[data-sort='partitions']")
+    page.click("th[data-sort='partitions']")
+    until(page, lambda: shown() == [c, b, a], 30, "most partitions first")
+    assert [cell(page, f"tr[data-topic='{n}']", "partitions") for n in shown()] == ["2", "1", "1"]
+    shot(page, "topics-filtered")
+
+    # the groups list has the same controls
+    open_page(page, console, "groups")
+    page.fill("#list-filter", prefix)
+    until(page, lambda: page.eval_on_selector_all("#groups tbody tr", "rows => rows.map((r) => r.dataset.group)")
+          == [f"{prefix}-g"], 30, "the group whose name holds the prefix")
+
 
 # ------------------------------------------- the remaining actions: alter configs, reset offsets, disable tiering
 # What the actions did is checked with the tools functions the `tierlog` commands run (topic describe, group

@@ -95,6 +95,49 @@ def test_an_unreachable_cluster_is_503_naming_it(nowhere):
     assert status == 503 and f"cannot reach the cluster at {nowhere}" in json.loads(body)["error"]
 
 
+# ------------------------------------------------------------------- long lists (consoleperf, issue 42)
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/api/topics?limit=0", "parameter limit: must be a whole number from 1 to 1000"),
+    ("/api/groups?offset=-1", "parameter offset: must be a whole number"),
+    ("/api/topics?sort=a-b", "parameter sort: must be a column name"),
+    ("/api/groups?desc=maybe", "parameter desc: must be true or false"),
+])
+def test_bad_list_parameters_are_400(nowhere, path, message):
+    (status, _, body), = serve_and(nowhere, None, [("GET", path, None)])
+    assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_one_picture_serves_every_tab_and_none_is_made_while_nobody_looks():
+    """Many pages asking at once get one picture of the cluster; once nobody asks, the console stops
+    asking the cluster."""
+    from tests.harness.waiting import wait_until_async
+    from tierlog.console.snapshot import Snapshot
+
+    made = []
+
+    async def make() -> dict:
+        made.append(1)
+        await asyncio.sleep(0.05)  # the cluster's answer takes a while
+        return {"n": len(made)}
+
+    async def go():
+        snapshot = Snapshot(make, min_interval_s=0.1, idle_after_s=0.5)
+        try:
+            answers = await asyncio.gather(*(snapshot.get() for _ in range(20)))
+            assert len(made) == 1 and all(a["n"] == 1 for a in answers)
+            async def asked_again() -> bool:  # a page polling
+                await snapshot.get()
+                return len(made) >= 2
+            await wait_until_async(asked_again, 30, what="a second picture while asked for")
+            await wait_until_async(lambda: snapshot._task.done(), 30, what="the refresh stopping, nobody asking")
+            stopped = len(made)
+            assert (await snapshot.get())["n"] > stopped  # asked again: a fresh picture
+        finally:
+            await snapshot.close()
+    asyncio.run(go())
+
 # ------------------------------------------- the remaining actions: alter configs, reset offsets, disable tiering
 
 ACTIONS = ["/api/topic/configs?topic=t1&set=retention.ms=1", "/api/group/reset-offsets?group=g&to=earliest",

@@ -345,6 +345,15 @@ def _tp(key: Any) -> TopicPartition:
     return key if isinstance(key, TopicPartition) else TopicPartition(*key)
 
 
+def _partitions(t: Any) -> list[PartitionDescription]:
+    """A Metadata answer's partitions of topic ``t``, by partition (as describe_topics reads them)."""
+    return sorted((PartitionDescription(
+        int(p.partition_index), int(p.leader_id) if p.leader_id >= 0 else None,
+        int(getattr(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
+        tuple(map(int, p.isr_nodes)), tuple(map(int, getattr(p, "offline_replicas", ()))))
+        for p in t.partitions), key=lambda p: p.partition)
+
+
 def _uuid(value: Any) -> uuid.UUID | None:
     return None if value is None or value == uuid.UUID(int=0) else value
 
@@ -606,6 +615,22 @@ class Admin:
         listings = (TopicListing(t.name, _uuid(getattr(t, "topic_id", None)), bool(t.is_internal))
                     for t in r.topics if t.name is not None and t.error_code.value == 0)
         return {t.name: t for t in sorted(listings, key=lambda t: t.name) if internal or not t.internal}
+
+    async def describe_all_topics(self, internal: bool = True, *, timeout_ms: int | None = None
+                                  ) -> dict[str, TopicDescription]:
+        """Every topic described from one Metadata request (what list_topics then describe_topics learn
+        from two), sorted by name; a topic still being created (no leader yet) or failing is left out."""
+        async def attempt(deadline: float) -> Any:
+            return await self._metadata(None, deadline)
+
+        r = await self._call("describe_all_topics", timeout_ms, attempt)
+        out = {}
+        for t in sorted((t for t in r.topics if t.name is not None and t.error_code.value == 0),
+                        key=lambda t: t.name):
+            if internal or not t.is_internal:
+                out[t.name] = TopicDescription(t.name, _uuid(getattr(t, "topic_id", None)), bool(t.is_internal),
+                                               _partitions(t))
+        return out
 
     async def describe_topics(self, names: Iterable[str], *, timeout_ms: int | None = None
                               ) -> dict[str, TopicDescription]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.console import browse
+from tierlog.console.snapshot import MAX_LIMIT, page_of
 from tierlog.console.views import ConsoleViews
 from tierlog.metrics import MetricsRegistry
 from tierlog.server.http.http_endpoint import Body, HttpEndpoint, HttpError, Route, boolean, topic_name
@@ -115,6 +116,33 @@ def _kafka_answer(views: ConsoleViews, fn: Callable[..., Awaitable[Any]]) -> Cal
     return handler
 
 
+def _text(value: str) -> str:
+    if len(value) > 249:
+        raise ValueError("must be at most 249 characters")
+    return value
+
+
+def _column(value: str) -> str:
+    if not value.replace("_", "").isalpha() or len(value) > 40:
+        raise ValueError("must be a column name")
+    return value
+
+
+#: A long list's page: ?offset=N&limit=N&filter=TEXT&sort=COLUMN&desc=true (docs/console.md "Long lists").
+_LIST_PARAMS = {"offset": _int(0, 2**31 - 1), "limit": _int(1, MAX_LIMIT), "filter": _text, "sort": _column,
+                "desc": boolean}
+
+
+def _list_page(picture: dict, what: str, key: str, page: dict) -> dict:
+    """One page of the picture's ``what`` rows, with the counts and the picture's time."""
+    try:
+        cut = page_of(picture[what], key, **page)
+    except ValueError as e:
+        raise HttpError(400, f"parameter sort: {e}") from None
+    return {what: cut.pop("rows"), **cut, "brokers_unanswered": picture["brokers_unanswered"],
+            "at_ms": picture["at_ms"], "took_ms": picture["took_ms"]}
+
+
 def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> HttpEndpoint:
     """The console's server (not started): actions are on only when ``admin_token`` is given."""
     wrap = functools.partial(_kafka_answer, views)
@@ -140,6 +168,17 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
                      configs: dict[str, str] | None = None) -> dict:
         return await views.create_topic(_required("topic", topic), partitions, replication_factor, configs or {})
 
+    # The long lists come from one picture of the cluster shared by every tab (console/snapshot.py), a
+    # page of rows at a time.
+    async def shared_cluster() -> dict:
+        return (await views.snapshot.get())["cluster"]
+
+    async def shared_topics(**page: Any) -> dict:
+        return _list_page(await views.snapshot.get(), "topics", "topic", page)
+
+    async def shared_groups(**page: Any) -> dict:
+        return _list_page(await views.snapshot.get(), "groups", "group", page)
+
     async def alter_configs(topic: str | None = None, set: dict[str, str] | None = None,  # noqa: A002
                             delete: list[str] | None = None) -> dict:
         return await views.alter_topic_configs(_required("topic", topic), set or {}, delete or [])
@@ -162,11 +201,11 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
         ("GET", "/"): Route(lambda poll=None: index, {"poll": _int(100, 3_600_000)}),
         **{("GET", path): Route(lambda body=body: body) for path, body in assets.items()},
         ("GET", "/api/session"): Route(session),
-        ("GET", "/api/cluster"): Route(wrap(views.cluster)),
-        ("GET", "/api/topics"): Route(wrap(views.topics)),
+        ("GET", "/api/cluster"): Route(wrap(shared_cluster)),
+        ("GET", "/api/topics"): Route(wrap(shared_topics), _LIST_PARAMS),
         ("GET", "/api/topic"): Route(wrap(topic), {"topic": topic_name}),
         ("GET", "/api/partition"): Route(wrap(partition), {"topic": topic_name, "partition": _int(0, 2**31 - 1)}),
-        ("GET", "/api/groups"): Route(wrap(views.groups)),
+        ("GET", "/api/groups"): Route(wrap(shared_groups), _LIST_PARAMS),
         ("GET", "/api/group"): Route(wrap(group), {"group": _group_id}),
         ("POST", "/api/topic/create"): Route(wrap(create), {"topic": topic_name, "partitions": _int(-1, 100_000),
                                                             "replication_factor": _int(-1, 32767),

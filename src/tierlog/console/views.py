@@ -17,6 +17,7 @@ from tierlog.client.admin import Admin
 from tierlog.client.types import TopicPartition
 from tierlog.console import browse
 from tierlog.console.metrics_history import MetricsHistory
+from tierlog.console.snapshot import Snapshot
 from tierlog.tools import clients, cluster, groups, tier, topics
 
 
@@ -29,6 +30,8 @@ class ConsoleViews:
         self.timeout_s = timeout_s
         self._client_config = dict(client_config or {})
         self._admin: Admin | None = None
+        #: the cluster, topics and groups pages' shared picture, refreshed in the background while asked for
+        self.snapshot = Snapshot(self.picture)
 
     async def admin(self) -> Admin:
         # One client for the console's life: its connections and metadata are reused by every poll.
@@ -38,6 +41,7 @@ class ConsoleViews:
         return self._admin
 
     async def close(self) -> None:
+        await self.snapshot.close()
         await self.stop_metrics()
         if self._admin is not None:
             await self._admin.close()
@@ -151,6 +155,38 @@ class ConsoleViews:
         await topics.delete(await self.admin(), [name])
         return {"topic": name, "deleted": True}
 
+    # ---------------------------------------------------------------- the shared picture (console/snapshot.py)
+
+    async def picture(self) -> dict:
+        """The cluster, topics and groups pages' figures in one go, for every open page at once
+        (:class:`~tierlog.console.snapshot.Snapshot` calls it): one DescribeCluster, the topics' Metadata
+        (asked once, shared by both pages), every broker's ``/v1/tier/status?summary=topics`` (one row per
+        topic, not per partition), ListGroups; DescribeLogDirs only of leaders whose broker's endpoint did
+        not answer. The figures are those :meth:`cluster`, :meth:`topics` and :meth:`groups` show."""
+        admin = await self.admin()
+        described = await cluster.describe_all(admin)
+        endpoints = await tier.cluster_endpoints(admin)
+        info, status, listed = await asyncio.gather(
+            cluster.info(admin, described),
+            asyncio.to_thread(tier.cluster_status, endpoints, None, self.timeout_s, "topics"),
+            groups.list_groups(admin))
+        by_id = {b["node_id"]: b for b in status["brokers"]}
+        for b in info["brokers"]:
+            s = by_id.get(b["id"], {})
+            b["endpoint"] = s.get("url")
+            b["endpoint_error"] = s.get("error") if b["alive"] else None
+            b["tier_state"] = s.get("state")
+            b["log_dirs"] = s.get("log_dirs") or []
+        info["bootstrap"] = self.bootstrap
+        unanswered = {b["node_id"] for b in status["brokers"] if b["error"]}
+        user_topics = {n: t for n, t in described.items() if not t.internal}
+        # a broker whose endpoint did not answer: its leaders' local sizes from DescribeLogDirs, as before
+        fallback = await _leader_sizes(admin, {n: _Led(t, unanswered) for n, t in user_topics.items()}) \
+            if unanswered else {}
+        return {"cluster": info, "topics": _topic_rows(user_topics, status, unanswered, fallback),
+                "groups": sorted(listed, key=lambda g: g["group"]),
+                "brokers_unanswered": sorted(unanswered)}
+
     async def alter_topic_configs(self, name: str, set_: Mapping[str, str], delete: list[str]) -> dict:
         """``tierlog topic alter-config`` (IncrementalAlterConfigs: SET and DELETE); the overrides after."""
         both = sorted(set(set_) & set(delete))
@@ -251,3 +287,42 @@ def _total(values) -> int | None:
             return None
         total += v
     return total
+
+
+class _Led:
+    """A topic's description cut to the partitions led by the given brokers (for :func:`_leader_sizes`)."""
+
+    def __init__(self, described: Any, brokers: set[int]) -> None:
+        self.partitions = [p for p in described.partitions if p.leader in brokers]
+
+
+def _topic_rows(described: Mapping[str, Any], status: dict, unanswered: set[int],
+                fallback: Mapping[TopicPartition, int]) -> list[dict]:
+    """The topic list's rows from the Metadata and the brokers' per-topic tier rows: the local size summed
+    over the leaders (every topic), the remote size and copy lag over a tiered topic's leaders; None ("-")
+    when a part is unknown (a leader's broker did not answer, remote metadata still loading)."""
+    tiering = {t["topic"]: t for t in status["topics"]}
+    totals: dict[str, list[dict]] = {}
+    for row in status.get("topic_totals", []):
+        totals.setdefault(row["topic"], []).append(row)
+    rows = []
+    for name in sorted(described):
+        t = described[name]
+        parts = totals.get(name, [])
+        led_unanswered = [p for p in t.partitions if p.leader in unanswered]
+        offline = any(p.leader is None for p in t.partitions)  # its replica's size is not known: "-"
+        asked = [fallback.get(TopicPartition(name, p.partition)) for p in led_unanswered]
+        local = None if offline else _total([*(r["local_bytes"] for r in parts), *asked])
+        tiered = any(r["remote_bytes"] is not None or r["loading_partitions"] for r in parts)
+        remote = _total(r["remote_bytes"] for r in parts) if tiered and not led_unanswered else None
+        lag = _total(r["copy_lag_bytes"] for r in parts) if tiered and not led_unanswered else None
+        state = tiering.get(name)
+        rows.append({"topic": name, "topic_id": None if t.topic_id is None else str(t.topic_id),
+                     "partitions": len(t.partitions),
+                     "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
+                     "offline": sum(1 for p in t.partitions if p.leader is None),
+                     "under_replicated": sum(1 for p in t.partitions
+                                             if p.leader is not None and len(p.isr) < len(p.replicas)),
+                     "tiering": state["state"] if state else None,
+                     "local_bytes": local, "remote_bytes": remote, "copy_lag_bytes": lag})
+    return rows

@@ -11,6 +11,12 @@ from tierlog import errors
 from tierlog.client.admin import Admin, TopicDescription
 
 
+async def describe_all(admin: Admin) -> dict[str, TopicDescription]:
+    """Every topic, internal ones too, described from one Metadata request (a topic still being created
+    left out until it has its leaders)."""
+    return await admin.describe_all_topics(internal=True)
+
+
 async def _describe_all(admin: Admin) -> dict[str, TopicDescription]:
     listed = await admin.list_topics(internal=True)
     if not listed:
@@ -24,12 +30,14 @@ async def _describe_all(admin: Admin) -> dict[str, TopicDescription]:
         return e.results
 
 
-async def info(admin: Admin) -> dict:
+async def info(admin: Admin, topics: dict[str, TopicDescription] | None = None) -> dict:
     """Cluster id, controller, brokers (endpoint, rack, partitions led and hosted), topic counts, the
     partitions without a leader (offline) and those with a leader whose ISR is smaller than their replica set
-    (under-replicated, as kafka-topics --under-replicated-partitions counts them)."""
+    (under-replicated, as kafka-topics --under-replicated-partitions counts them). ``topics``: every topic
+    described already (:func:`describe_all`), so a caller that needs them too asks once."""
     cluster = await admin.describe_cluster()
-    topics = await _describe_all(admin)
+    if topics is None:
+        topics = await _describe_all(admin)
     live = {b.node_id: b for b in cluster.brokers}
     leaders = dict.fromkeys(live, 0)
     hosted = dict.fromkeys(live, 0)

@@ -128,8 +128,11 @@ def fetch_cleaner_status(base_url: str, topic: str | None = None, timeout: float
     return _call(base_url, "/v1/cleaner/status", {"topic": topic}, timeout=timeout)
 
 
-def fetch_status(base_url: str, topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
-    return _call(base_url, "/v1/tier/status", {"topic": topic}, timeout=timeout)
+def fetch_status(base_url: str, topic: str | None = None, timeout: float = HTTP_TIMEOUT_S,
+                 summary: str | None = None) -> dict:
+    """The broker's ``/v1/tier/status``; ``summary="topics"``: one row per topic led there (``topic_totals``)
+    instead of the partition rows."""
+    return _call(base_url, "/v1/tier/status", {"topic": topic, "summary": summary}, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------ the whole cluster
@@ -174,19 +177,23 @@ async def cluster_endpoints(admin: Any) -> list[dict]:
     return out
 
 
-def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
+def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: float = HTTP_TIMEOUT_S,
+                   summary: str | None = None) -> dict:
     """Every broker's status asked at once and merged: ``brokers`` (each broker's own lines: state, log dirs,
     retention check, or why it could not be asked), ``topics`` (the tiering state of each topic, the same
     cluster metadata on every broker: taken once; what a disablement has left to delete summed over the
     brokers, each counting the partitions it leads) and ``partitions`` (every broker's rows, each with
-    ``broker``: leaders and followers of a partition side by side)."""
+    ``broker``: leaders and followers of a partition side by side). With ``summary="topics"``,
+    ``topic_totals`` (every broker's rows of the topics it leads partitions of, each with ``broker``)
+    instead of ``partitions``."""
     from concurrent.futures import ThreadPoolExecutor
 
     def ask(endpoint: dict) -> dict:
         if endpoint["url"] is None:
             return {"node_id": endpoint["node_id"], "url": None, "error": endpoint["error"]}
         try:
-            return {**fetch_status(endpoint["url"], topic, timeout), "url": endpoint["url"], "error": None}
+            asked = fetch_status(endpoint["url"], topic, timeout, **({"summary": summary} if summary else {}))
+            return {**asked, "url": endpoint["url"], "error": None}
         except StatusError as e:
             return {"node_id": endpoint["node_id"], "url": endpoint["url"], "error": str(e)}
 
@@ -194,6 +201,7 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
         answers = list(pool.map(ask, endpoints))
     topics: dict[str, dict] = {}
     partitions = []
+    totals = []
     for a in answers:
         for t in a.pop("topics", None) or []:
             merged = topics.get(t["topic"])
@@ -205,8 +213,12 @@ def cluster_status(endpoints: list[dict], topic: str | None = None, timeout: flo
                 merged["remote_bytes_to_delete"] += t.get("remote_bytes_to_delete") or 0
                 merged["last_error"] = merged.get("last_error") or t.get("last_error")
         partitions += [{**row, "broker": a["node_id"]} for row in a.pop("partitions", None) or []]
+        totals += [{**row, "broker": a["node_id"]} for row in a.pop("topic_totals", None) or []]
     partitions.sort(key=lambda r: (r["topic"], r["partition"], r["role"] != "leader", r["broker"]))
-    return {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
+    out = {"brokers": answers, "topics": [topics[n] for n in sorted(topics)], "partitions": partitions}
+    if summary == "topics":
+        out["topic_totals"] = sorted(totals, key=lambda r: (r["topic"], r["broker"]))
+    return out
 
 
 def reconcile(base_url: str, delete: bool = False, timeout: float = 300, token: str | None = None) -> dict:

@@ -3,10 +3,11 @@
 import { h, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
+import { GroupList, TopicList } from "./pages/lists.js";
 import { RecordsPage } from "./browse.js";
 import { MetricsPage } from "./metrics.js";
-
 import { ResetOffsets, TieringPanel, TopicConfigs } from "./pages/consoleact.js";
+
 const html = htm.bind(h);
 // How often a page asks again (ms); ?poll=N in the address changes it.
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
@@ -130,26 +131,8 @@ function ClusterPage() {
 }
 
 function TopicsPage({ token }) {
-  const state = usePoll("/api/topics");
-  const rows = state.data ? state.data.topics : [];
-  return html`<h1>Topics</h1><${Status} state=${state} />
-    <${CreateTopic} token=${token} />
-    ${state.data && html`
-      ${state.data.brokers_unanswered.length > 0 && html`<div class="error" role="alert">broker(s)
-        ${state.data.brokers_unanswered.join(", ")} did not answer for their tiers: their figures show "-"</div>`}
-      <table id="topics"><thead><tr><th>topic</th><th class="num">partitions</th><th class="num">replication</th>
-        <th class="num">offline</th><th class="num">under-replicated</th><th>tiering</th><th class="num">local size</th>
-        <th class="num">remote size</th><th class="num">copy lag</th></tr></thead>
-      <tbody>${rows.map((t) => html`<tr data-topic=${t.topic}>
-        <td><a href=${`#/topics/${encodeURIComponent(t.topic)}`}>${t.topic}</a></td>
-        <${Cell} k="partitions" v=${t.partitions} /><${Cell} k="replication_factor" v=${t.replication_factor} />
-        <${Cell} k="offline" v=${t.offline} /><${Cell} k="under_replicated" v=${t.under_replicated} />
-        <td data-k="tiering">${t.tiering || "off"}</td>
-        <${Cell} k="local_bytes" v=${t.local_bytes} text=${bytes(t.local_bytes)} />
-        <${Cell} k="remote_bytes" v=${t.remote_bytes} text=${bytes(t.remote_bytes)} />
-        <${Cell} k="copy_lag_bytes" v=${t.copy_lag_bytes} text=${bytes(t.copy_lag_bytes)} />
-      </tr>`)}</tbody></table>
-      <${Updated} state=${state} />`}`;
+  // the list itself is a page of rows of the console's shared picture (pages/lists.js)
+  return html`<h1>Topics</h1><${CreateTopic} token=${token} /><${TopicList} />`;
 }
 
 function authHeaders(token) {
@@ -310,6 +293,7 @@ function PartitionPage({ name, partition }) {
 }
 
 function GroupsPage() {
+  return html`<h1>Consumer groups</h1><${GroupList} />`;
   const state = usePoll("/api/groups");
   return html`<h1>Consumer groups</h1><${Status} state=${state} />
     ${state.data && html`<table id="groups"><thead><tr><th>group</th><th>type</th><th>protocol</th><th>state</th></tr></thead>

@@ -7,7 +7,8 @@ Routes:
 - ``GET /ready``: 200 once the broker serves requests and, with tiered storage on, the remote log
   metadata manager has loaded the metadata of every partition it follows; else 503 with the reason
   (a readiness probe);
-- ``GET /v1/tier/status[?topic=T]``: what ``tierlog tier status`` shows;
+- ``GET /v1/tier/status[?topic=T]``: what ``tierlog tier status`` shows; ``?summary=topics``: one row per
+  topic led here instead of one per partition (``tierlog console``'s topic list);
 - ``GET /v1/tier/reconcile``: the reconciler's report, nothing changed;
 - ``POST /v1/tier/reconcile?delete=true``: the report, and the orphaned objects deleted;
 - ``GET /v1/cleaner/status[?topic=T]``: the log cleaner's state of each compacted partition.
