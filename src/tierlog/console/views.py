@@ -54,53 +54,6 @@ class ConsoleViews:
 
     # -------------------------------------------------------------------------------------------- pages
 
-    async def cluster(self) -> dict:
-        """``tierlog cluster info``, each broker with its endpoint's state and log dirs."""
-        admin = await self.admin()
-        info = await cluster.info(admin)
-        status = await self._tier_status(admin)
-        by_id = {b["node_id"]: b for b in status["brokers"]}
-        for b in info["brokers"]:
-            s = by_id.get(b["id"], {})
-            b["endpoint"] = s.get("url")
-            b["endpoint_error"] = s.get("error") if b["alive"] else None
-            b["tier_state"] = s.get("state")
-            b["log_dirs"] = s.get("log_dirs") or []
-        info["bootstrap"] = self.bootstrap
-        return info
-
-    async def topics(self) -> dict:
-        """Every topic with its partitions, replication factor, tiering state and sizes: local and remote
-        from the leaders' tier status for a tiered topic (as ``tierlog tier status`` shows them), local from
-        the leaders' DescribeLogDirs otherwise."""
-        admin = await self.admin()
-        names = await admin.list_topics(internal=False)
-        described = await admin.describe_topics(names) if names else {}
-        status, sizes = await asyncio.gather(self._tier_status(admin), _leader_sizes(admin, described))
-        tiering = {t["topic"]: t for t in status["topics"]}
-        leader_rows: dict[str, list[dict]] = {}
-        for row in status["partitions"]:
-            if row["role"] == "leader":
-                leader_rows.setdefault(row["topic"], []).append(row)
-        rows = []
-        for name in sorted(described):
-            t = described[name]
-            tiered = leader_rows.get(name)
-            local = (_total(r.get("local_bytes") for r in tiered) if tiered else
-                     _total(sizes.get(TopicPartition(name, p.partition)) for p in t.partitions))
-            state = tiering.get(name)
-            rows.append({"topic": name, "topic_id": None if t.topic_id is None else str(t.topic_id),
-                         "partitions": len(t.partitions),
-                         "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
-                         "offline": sum(1 for p in t.partitions if p.leader is None),
-                         "under_replicated": sum(1 for p in t.partitions
-                                                 if p.leader is not None and len(p.isr) < len(p.replicas)),
-                         "tiering": state["state"] if state else None,
-                         "local_bytes": local,
-                         "remote_bytes": _total(r.get("remote_bytes") for r in tiered) if tiered else None,
-                         "copy_lag_bytes": _total(r.get("copy_lag_bytes") for r in tiered) if tiered else None})
-        return {"topics": rows, "brokers_unanswered": [b["node_id"] for b in status["brokers"] if b["error"]]}
-
     async def topic(self, name: str) -> dict:
         """``tierlog topic describe``, with each partition's leader row of the tier status."""
         admin = await self.admin()
@@ -137,9 +90,6 @@ class ConsoleViews:
                 "tiering": status["topics"][0] if status["topics"] else None,
                 "brokers_unanswered": [{"node_id": b["node_id"], "error": b["error"]}
                                        for b in status["brokers"] if b["error"]]}
-
-    async def groups(self) -> dict:
-        return {"groups": sorted(await groups.list_groups(await self.admin()), key=lambda g: g["group"])}
 
     async def group(self, name: str) -> dict:
         """``tierlog group describe``: members, assignment, committed offsets and lag per partition."""
