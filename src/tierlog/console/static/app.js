@@ -77,7 +77,7 @@ export const show = (v) => (v === null || v === undefined ? "-" : String(v));
 const duration = (ms) => (ms < 1000 ? `${Math.max(0, ms)} ms` : `${Math.round(ms / 1000)} s`);
 
 // A figure cell: the raw value in data-v (what the tests compare), the readable one shown.
-function Cell({ k, v, text, cls = "num" }) {
+export function Cell({ k, v, text, cls = "num" }) {
   return html`<td class=${cls} data-k=${k} data-v=${v === null || v === undefined ? "" : v}>${text ?? show(v)}</td>`;
 }
 

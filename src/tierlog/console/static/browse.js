@@ -4,22 +4,10 @@
 import { h } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
+import { api } from "./app.js";
 
 const html = htm.bind(h);
 const FORMATS = ["auto", "text", "json", "hex"];
-
-async function getJson(path) {
-  let response;
-  try {
-    response = await fetch(path);
-  } catch (e) {
-    throw new Error(`the console does not answer (${e.message}); is tierlog console still running?`);
-  }
-  let body = null;
-  try { body = await response.json(); } catch { /* not JSON: the status says it */ }
-  if (!response.ok) throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
-  return body;
-}
 
 // A field in the chosen form; "auto" is JSON when the whole field parses, else text, else hex.
 function shown(f, format) {
@@ -72,7 +60,7 @@ export function RecordsPage({ name, partition }) {
     if (query.offset !== null) q.set("offset", String(query.offset));
     if (query.timestamp !== undefined) q.set("timestamp", String(query.timestamp));
     setState((s) => ({ ...s, loading: true }));
-    getJson(`/api/records?${q}`).then((data) => live && setState({ data, error: null, loading: false }),
+    api(`/api/records?${q}`).then((data) => live && setState({ data, error: null, loading: false }),
       (e) => live && setState((s) => ({ data: s.data, error: e.message, loading: false })));
     return () => { live = false; };
   }, [name, partition, query]);

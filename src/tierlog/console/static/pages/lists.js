@@ -4,24 +4,12 @@
 import { h } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import htm from "htm";
+import { Cell, api, bytes } from "../app.js";
 
 const html = htm.bind(h);
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
 //: Rows per page.
 export const PAGE_ROWS = 50;
-
-async function getJson(path) {
-  let response;
-  try {
-    response = await fetch(path);
-  } catch (e) {
-    throw new Error(`the console does not answer (${e.message}); is tierlog console still running?`);
-  }
-  let body = null;
-  try { body = await response.json(); } catch { /* not JSON: the status says it */ }
-  if (!response.ok) throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
-  return body;
-}
 
 // One page of `path`'s rows, asked again POLL_MS after the last answer: the console answers from its
 // picture of the cluster (made in the background, shared by every tab), so a poll costs the brokers nothing.
@@ -33,7 +21,7 @@ function usePage(path, query) {
     let timer = null;
     const tick = async () => {
       try {
-        const data = await getJson(key);
+        const data = await api(key);
         if (live) setState({ data, error: null });
       } catch (e) {
         if (live) setState((s) => ({ data: s.data, error: e.message }));
@@ -44,22 +32,6 @@ function usePage(path, query) {
     return () => { live = false; clearTimeout(timer); };
   }, [key]);
   return state;
-}
-
-const UNITS = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-function bytes(n) {  // as `tierlog tier status` prints sizes: binary units, one decimal
-  if (n === null || n === undefined) return "-";
-  if (Math.abs(n) < 1024) return `${n} B`;
-  let v = n;
-  for (const unit of UNITS) {
-    v /= 1024;
-    if (Math.abs(v) < 1024 || unit === "PiB") return `${v.toFixed(1)} ${unit}`;
-  }
-}
-const show = (v) => (v === null || v === undefined ? "-" : String(v));
-
-function Cell({ k, v, text, cls = "num" }) {
-  return html`<td class=${cls} data-k=${k} data-v=${v === null || v === undefined ? "" : v}>${text ?? show(v)}</td>`;
 }
 
 // A list's state: filter, sort column and direction, first row; a new filter or sort starts at row 0.
