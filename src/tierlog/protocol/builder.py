@@ -301,20 +301,6 @@ def _names_in_other_versions(cls: type) -> frozenset[str]:
     return frozenset(names)
 
 
-
-def preload_responses(apis: typing.Iterable[str]) -> None:
-    """Import every version of these APIs' response schemas (kio module names: ``metadata``, ``fetch``...):
-    the first answer of a kind whose values name a field of another version imports them all
-    (``_Plan.other_versions``), 0.4 s for a new client's first Metadata measured after a restart. A broker
-    calls this on a thread of its own once ready, so no client pays it."""
-    for api in apis:
-        for version in schema_name_map.get(api, {}):
-            try:
-                importlib.import_module(f"kio.schema.{api}.v{version}.response")
-            except ImportError:
-                continue
-
-
 _plans: dict[type, _Plan] = {}
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -32,7 +31,6 @@ from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import InvalidConfigError, StartupError
 from tierlog.metrics import MetricsRegistry
 from tierlog.protocol import HandlerRegistry
-from tierlog.protocol.builder import preload_responses
 from tierlog.security import SSL_SETTINGS, server_context
 from tierlog.security.scram import ScramCredential
 from tierlog.server.apis.acls import AclApis
@@ -77,11 +75,6 @@ from tierlog.tiered.store_request_metrics import StoreRequestsCollector
 from tierlog.tiered.tiering_metrics import TieringStateCollector
 
 log = logging.getLogger(__name__)
-
-#: kio modules of the answers a client's first contact and a consumer's start need
-FIRST_CONTACT_APIS = ("api_versions", "metadata", "find_coordinator", "list_offsets", "fetch", "produce",
-                      "offset_fetch", "offset_commit", "join_group", "sync_group", "heartbeat",
-                      "consumer_group_heartbeat", "init_producer_id", "describe_configs")
 
 HOUSEKEEPING_TICK_S = 0.5
 
@@ -288,9 +281,6 @@ class Broker:
     async def _ready(self, t0: float) -> None:
         log.info("Broker %d ready in %.0f ms on %s", self.node_id, (time.monotonic() - t0) * 1000,
                  ", ".join(map(str, self.listeners)))
-        # the schemas a new client's first requests answer with, imported before it comes (0.4 s otherwise)
-        threading.Thread(target=preload_responses, args=(FIRST_CONTACT_APIS,), name="schema-preload",
-                         daemon=True).start()
         for on_ready in self._on_ready:
             try:
                 await on_ready()
