@@ -130,3 +130,20 @@ def test_key_partitions_are_the_default_partitioners(keys, count, cut):
     got = _key_partitions(column, count)
     assert [g for g, k in zip(got, column.to_pylist()) if k is not None] == \
         [partition_for_key(k, count) for k in column.to_pylist() if k is not None]
+
+
+def test_the_sink_leaves_rows_without_a_key_to_the_producers_partitioner():
+    """Rows with a key and no partition get the key's partition from the compiled pass; a row without a key
+    keeps none (the producer's sticky partitioner spreads those, as Kafka's), and a given partition stays."""
+    import pyarrow as pa
+
+    from tierlog.client.partitioner import partition_for_key
+    from tierlog.spark.options import parse
+    from tierlog.spark.sink import _records
+
+    batch = pa.record_batch({"key": pa.array([b"a", None, b"c", None], pa.binary()),
+                             "value": pa.array([b"1", b"2", b"3", b"4"], pa.binary()),
+                             "partition": pa.array([None, None, 0, 2], pa.int32())})
+    opts = parse({"topic": "t", "kafka.bootstrap.servers": "127.0.0.1:1"}, sink=True)
+    parts = [r[3] for r in _records(opts, batch, lambda topic: [0, 1, 2])]
+    assert parts == [partition_for_key(b"a", 3), None, 0, 2]

@@ -173,12 +173,11 @@ def _records(opts: SourceOptions, batch, partitions_for=None) -> Iterable[tuple]
     topics = [opts.topic] * n if opts.topic else column("topic")
     parts = column("partition")
     raw_headers = column("headers")
-    hashed = None
     if opts.topic and partitions_for is not None and "key" in names and not _ignore_keys(opts):
         count = len(partitions_for(opts.topic))
-        if count:
+        if count:  # a null key stays unpartitioned: the producer's sticky partitioner places it, as Kafka's
             hashed = _key_partitions(batch.column(names.index("key")), count)
-            parts = [h if p is None else p for p, h in zip(parts, hashed)]
+            parts = [h if p is None and k is not None else p for p, h, k in zip(parts, hashed, keys)]
     for i in range(n):
         topic = topics[i]
         if topic is None:
@@ -193,8 +192,8 @@ def _ignore_keys(opts: SourceOptions) -> bool:
 
 
 def _key_partitions(col, count: int) -> list:
-    """Kafka's ``toPositive(murmur2(key)) % count`` of each key of an Arrow string or binary column (null
-    keys get a partition too, which the caller leaves unused)."""
+    """Kafka's ``toPositive(murmur2(key)) % count`` of each key of an Arrow string or binary column (a null
+    key gets a number too, which :func:`_records` leaves unused)."""
     import numpy as np
     import pyarrow as pa
 
