@@ -345,13 +345,14 @@ def _tp(key: Any) -> TopicPartition:
     return key if isinstance(key, TopicPartition) else TopicPartition(*key)
 
 
-def _partitions(t: Any) -> list[PartitionDescription]:
-    """A Metadata answer's partitions of topic ``t``, by partition (as describe_topics reads them)."""
-    return sorted((PartitionDescription(
+def _description(t: Any) -> TopicDescription:
+    """Topic ``t`` of a Metadata answer, its partitions in order."""
+    parts = sorted((PartitionDescription(
         int(p.partition_index), int(p.leader_id) if p.leader_id >= 0 else None,
         int(getattr(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
         tuple(map(int, p.isr_nodes)), tuple(map(int, getattr(p, "offline_replicas", ()))))
         for p in t.partitions), key=lambda p: p.partition)
+    return TopicDescription(t.name, _uuid(getattr(t, "topic_id", None)), bool(t.is_internal), parts)
 
 
 def _uuid(value: Any) -> uuid.UUID | None:
@@ -628,8 +629,7 @@ class Admin:
         for t in sorted((t for t in r.topics if t.name is not None and t.error_code.value == 0),
                         key=lambda t: t.name):
             if internal or not t.is_internal:
-                out[t.name] = TopicDescription(t.name, _uuid(getattr(t, "topic_id", None)), bool(t.is_internal),
-                                               _partitions(t))
+                out[t.name] = _description(t)
         return out
 
     async def describe_topics(self, names: Iterable[str], *, timeout_ms: int | None = None
@@ -655,14 +655,7 @@ class Admin:
                 elif code:
                     failures[name] = _error(code, None, f"Topic {name!r}")
                 else:
-                    parts = sorted((PartitionDescription(
-                        int(p.partition_index), int(p.leader_id) if p.leader_id >= 0 else None,
-                        int(getattr(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
-                        tuple(map(int, p.isr_nodes)), tuple(map(int, getattr(p, "offline_replicas", ()))))
-                        for p in t.partitions),
-                        key=lambda p: p.partition)
-                    results[name] = TopicDescription(name, _uuid(getattr(t, "topic_id", None)),
-                                                     bool(t.is_internal), parts)
+                    results[name] = _description(t)
                 del pending[name]
             if retry is not None:
                 raise retry
