@@ -29,7 +29,7 @@ from tierlog.console import browse
 from tierlog.console.snapshot import MAX_LIMIT, page_of
 from tierlog.console.views import ConsoleViews
 from tierlog.metrics import MetricsRegistry
-from tierlog.server.http.http_endpoint import Body, HttpEndpoint, HttpError, Route, boolean, topic_name
+from tierlog.server.http.http_endpoint import Body, HttpEndpoint, HttpError, Route, boolean, one_of, topic_name
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,6 @@ def _names(value: str) -> list[str]:
 
 #: Where kafka-consumer-groups --reset-offsets can move a group (the ones the console offers).
 RESET_TO = ("earliest", "latest", "offset", "timestamp")
-
-
-def _reset_to(value: str) -> str:
-    if value not in RESET_TO:
-        raise ValueError(f"must be one of {', '.join(RESET_TO)}")
-    return value
 
 
 def _required(name: str, value: Any) -> Any:
@@ -195,7 +189,7 @@ def console_endpoint(views: ConsoleViews, admin_token: str | None = None) -> Htt
     async def disable_tiering(topic: str | None = None, delete_remote: bool | None = None) -> dict:
         return await views.disable_tiering(_required("topic", topic), _required("delete_remote", delete_remote))
 
-    reset_params = {"group": _group_id, "to": _reset_to, "value": _int(0, 2**63 - 1), "topic": topic_name}
+    reset_params = {"group": _group_id, "to": one_of(*RESET_TO), "value": _int(0, 2**63 - 1), "topic": topic_name}
     routes: dict[tuple[str, str], Route] = {
         # ?poll=MS: how often the page asks again (read by the page's script)
         ("GET", "/"): Route(lambda poll=None: index, {"poll": _int(100, 3_600_000)}),
@@ -238,15 +232,10 @@ def _browse_routes(views: ConsoleViews, wrap: Callable) -> dict[tuple[str, str],
                                    timestamp=timestamp, limit=limit, max_bytes=max_bytes,
                                    isolation_level=isolation_level)
 
-    def isolation(value: str) -> str:
-        if value not in browse.ISOLATION_LEVELS:
-            raise ValueError(f"must be one of {', '.join(browse.ISOLATION_LEVELS)}")
-        return value
-
     return {
         ("GET", "/api/records"): Route(wrap(records), {
             "topic": topic_name, "partition": _int(0, 2**31 - 1), "offset": _int(0, 2**63 - 1),
             "timestamp": _int(0, 2**63 - 1), "limit": _int(1, browse.MAX_RECORDS),
-            "max_bytes": _int(1, browse.MAX_BYTES), "isolation_level": isolation}),
+            "max_bytes": _int(1, browse.MAX_BYTES), "isolation_level": one_of(*browse.ISOLATION_LEVELS)}),
         ("GET", "/api/metrics"): Route(wrap(views.metrics)),
     }

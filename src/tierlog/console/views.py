@@ -112,7 +112,7 @@ class ConsoleViews:
         (:class:`~tierlog.console.snapshot.Snapshot` calls it): one DescribeCluster, the topics' Metadata
         (asked once, shared by both pages), every broker's ``/v1/tier/status?summary=topics`` (one row per
         topic, not per partition), ListGroups; DescribeLogDirs only of leaders whose broker's endpoint did
-        not answer. The figures are those :meth:`cluster`, :meth:`topics` and :meth:`groups` show."""
+        not answer."""
         admin = await self.admin()
         described = await cluster.describe_all(admin)
         endpoints = await tier.cluster_endpoints(admin)
@@ -174,7 +174,6 @@ class ConsoleViews:
         after = await self._tier_status(admin, name)
         return {"topic": name, "policy": "delete" if delete_remote else "retain",
                 "tiering": after["topics"][0] if after["topics"] else None}
-
 
     # ------------------------------------------------------------------ the message browser, the metrics charts
 

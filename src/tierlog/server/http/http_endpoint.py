@@ -81,6 +81,15 @@ def topic_name(value: str) -> str:
     return value
 
 
+def one_of(*choices: str) -> Callable[[str], str]:
+    """The parser of a query parameter that takes one of ``choices``."""
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return value
+    return parse
+
+
 def boolean(value: str) -> bool:
     lowered = value.lower()
     if lowered not in ("true", "false"):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from tierlog.cluster import Controller
 from tierlog.errors import KafkaStorageError
-from tierlog.server.http.http_endpoint import HttpError, Route, boolean, topic_name
+from tierlog.server.http.http_endpoint import HttpError, Route, boolean, one_of, topic_name
 from tierlog.storage import LogManager
 from tierlog.tiered.metadata import RemoteLogSegmentState
 from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -139,15 +139,9 @@ def tier_routes(serving: Callable[[], str | None], controller: Controller, rlm: 
         except (KafkaStorageError, OSError) as e:  # the store is down: say so, it is not the broker's fault
             raise HttpError(503, f"cannot reconcile while the remote store is unavailable: {e}") from None
 
-    return {("GET", "/v1/tier/status"): Route(status, {"topic": topic_name, "summary": _summary}),
+    return {("GET", "/v1/tier/status"): Route(status, {"topic": topic_name, "summary": one_of(*SUMMARIES)}),
             ("GET", "/v1/tier/reconcile"): Route(reconcile, {"delete": _report_only}),
             ("POST", "/v1/tier/reconcile"): Route(reconcile, {"delete": boolean}, admin=True)}
-
-
-def _summary(value: str) -> str:
-    if value not in SUMMARIES:
-        raise ValueError(f"must be one of {', '.join(SUMMARIES)}")
-    return value
 
 
 def _check_serving(serving: Callable[[], str | None]) -> None:
