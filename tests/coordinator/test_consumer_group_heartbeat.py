@@ -222,17 +222,20 @@ def test_assignors_balance(assign):
     assert every == sorted([(T1, p) for p in range(5)] + [(T2, p) for p in range(3)])
 
 
-def test_uniform_is_sticky_and_rack_aware():
+def test_uniform_is_sticky_and_ignores_racks():
+    """As Kafka 4.4's uniform assignor: racks on members and replicas change nothing; a newcomer gets what the
+    others give up beyond their quota (the first member keeps the extra partition it already holds)."""
     topics = {T1: AssignmentTopic(T1, "t1", 4, {0: frozenset({"r1"}), 1: frozenset({"r2"}),
                                                 2: frozenset({"r1"}), 3: frozenset({"r2"})})}
     first = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2"), AssignmentMember("b", frozenset({T1}), "r1")],
                            topics)
-    assert first == {"a": {T1: (1, 3)}, "b": {T1: (0, 2)}}
+    assert first == {"a": {T1: (0, 1)}, "b": {T1: (2, 3)}}
+    assert uniform_assign([AssignmentMember("a", frozenset({T1})), AssignmentMember("b", frozenset({T1}))],
+                          {T1: AssignmentTopic(T1, "t1", 4)}) == first
     second = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2", first["a"]),
                              AssignmentMember("b", frozenset({T1}), "r1", first["b"]),
                              AssignmentMember("c", frozenset({T1}))], topics)
-    # Nobody gives up more than needed: each of a and b keeps one of its partitions at least.
-    assert set(second["a"][T1]) <= {1, 3} and set(second["b"][T1]) <= {0, 2}
+    assert second == {"a": {T1: (0, 1)}, "b": {T1: (2,)}, "c": {T1: (3,)}}
 
 
 def test_offsets_of_an_empty_consumer_group_expire_then_the_group_goes():
