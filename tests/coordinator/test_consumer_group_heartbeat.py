@@ -18,6 +18,8 @@ from tierlog.coordinator.consumer_group_records import (
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
 )
 from tierlog.coordinator.records import decode_key, decode_value, encode_key, encode_value
 from tierlog.errors import (
@@ -191,6 +193,50 @@ def test_records_replay_on_load():
     err, listed = again.list_groups(types_filter=["consumer"])
     assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Reconciling",
                        "group_type": "consumer"}]
+
+
+def test_regular_expression_records_written_and_replayed():
+    """Kafka 4.4's ConsumerGroupRegularExpression records: one when a regex joins the group and when the topics
+    it matches change, a tombstone when its last member leaves; replayed on load."""
+    now = [1_000]
+    topics = dict(TOPICS)
+    store = MemoryStore(num_partitions=3)
+
+    def coordinator() -> GroupCoordinator:
+        c = GroupCoordinator(CoordinatorConfig(), store, wall_clock=lambda: now[0])
+        c.topics = lambda: topics
+        c.load_all()
+        return c
+
+    def written():
+        out = []
+        for key_bytes, value_bytes in store.records[coordinator().partition_for("g")]:
+            key = decode_key(key_bytes)
+            if isinstance(key, ConsumerGroupRegularExpressionKey):
+                out.append((key.group, key.regex, decode_value(key, value_bytes)))
+        return out
+
+    def resolved(c: GroupCoordinator):
+        return c.shard_for("g").consumer_group_manager.groups["g"].resolved_regexes
+
+    c = coordinator()
+    a = hb(c, "a", 0, regex="t[0-9]")
+    hb(c, "b", 0, regex="t[0-9]")  # the same expression, already resolved: nothing new
+    first = ConsumerGroupRegularExpressionValue(("t1", "t2"), 0, 1_000)
+    assert written() == [("g", "t[0-9]", first)]
+    now[0] = 2_000
+    topics["t3"] = TopicInfo("t3", uuid.UUID(int=3), 1)
+    before = c.consumer_group_describe(["g"])[0]["group_epoch"]
+    hb(c, "a", a["member_epoch"])
+    second = ConsumerGroupRegularExpressionValue(("t1", "t2", "t3"), 0, 2_000)
+    assert written() == [("g", "t[0-9]", first), ("g", "t[0-9]", second)]
+    assert c.consumer_group_describe(["g"])[0]["group_epoch"] == before + 1  # t3 joined the subscription
+    assert resolved(coordinator()) == {"t[0-9]": second}  # replayed on load
+    hb(c, "c", 0, regex="other")
+    assert written()[-1] == ("g", "other", ConsumerGroupRegularExpressionValue(("other",), 0, 2_000))
+    hb(c, "c", -1)
+    assert written()[-1] == ("g", "other", None)  # its last member left
+    assert resolved(c) == resolved(coordinator()) == {"t[0-9]": second}
 
 
 def test_record_formats_round_trip():

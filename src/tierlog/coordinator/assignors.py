@@ -19,7 +19,7 @@ As Kafka 4.4's (``group.consumer.assignors``, the member's ``ServerAssignor``):
 Racks are carried (Kafka's MemberSubscription.rackId and SubscribedTopicDescriber.racksForPartition) but,
 as in Kafka 4.4, neither built-in assignor uses them: a rack change only bumps the group epoch (the metadata
 hash covers the partitions' racks, KIP-1101), and the assignment is the same with racks as without
-(tests/coordinator/test_server_assignors_kafka.py runs Kafka 4.4's assignor classes on the same input).
+(tests/coordinator/test_consumer_group_as_kafka.py runs Kafka 4.4's assignor classes on the same input).
 
 Kafka walks members in the order of its member map and, with one subscription, topics in its hash set's order
 (random member and topic ids); tierlog walks members by member id and those topics by name: Kafka's classes

@@ -1,5 +1,6 @@
-"""tierlog's server-side assignors against Kafka 4.4's own classes (UniformAssignor, RangeAssignor), run in
-one JVM (tests/harness/java/ServerAssignorPeer.java) on the same members, racks and partitions.
+"""tierlog's consumer group coordinator against Kafka 4.4's own classes, run in one JVM
+(tests/harness/java/GroupCoordinatorPeer.java): the server-side assignors (UniformAssignor, RangeAssignor)
+on the same members, racks and partitions, and the ConsumerGroupRegularExpression records' bytes.
 
 Kafka's assignors ignore racks (KIP-1101 only puts them in the metadata hash); its uniform assignor walks
 members in its member map's order and, with one subscription, topics in hash order, so the peer is given
@@ -20,8 +21,13 @@ import pytest
 from tests.harness import ROOT
 from tests.harness.java_programs import java_program_command
 from tierlog.coordinator.assignors import AssignmentMember, AssignmentTopic, range_assign, uniform_assign
+from tierlog.coordinator.consumer_group_records import (
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+)
+from tierlog.coordinator.records import decode_key, decode_value, encode_key, encode_value
 
-SOURCE = ROOT / "tests" / "harness" / "java" / "ServerAssignorPeer.java"
+SOURCE = ROOT / "tests" / "harness" / "java" / "GroupCoordinatorPeer.java"
 RACKS = ("rack-a", "rack-b", "rack-c")
 
 
@@ -38,7 +44,7 @@ TOPICS = {uuid.UUID(int=k): AssignmentTopic(uuid.UUID(int=k), f"topic-{k:02d}", 
 
 class KafkaAssignors:
     def __init__(self):
-        self.proc = subprocess.Popen(java_program_command(SOURCE, "ServerAssignorPeer"), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(java_program_command(SOURCE, "GroupCoordinatorPeer"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def ask(self, request: dict) -> dict:
@@ -121,3 +127,24 @@ def test_range_assignor_as_kafka(kafka):
     same = [AssignmentMember(m.member_id, frozenset(TOPICS), m.rack, {}, m.instance_id) for m in members]
     theirs = kafka.assign("range", same, TOPICS)
     assert _non_empty(range_assign(same, TOPICS)) == theirs == kafka.assign("range", same, TOPICS, racks=False)
+
+
+@pytest.mark.parametrize("group, regex, topics, version, timestamp", [
+    ("orders-app", "orders\\..*", ("orders.eu", "orders.us"), 4242, 1_765_000_000_123),
+    ("g", "nothing-yet.*", (), 0, 7),
+    ("gr\u00fcppe", "t[0-9]+|caf\u00e9", ("caf\u00e9", "t1", "t10"), -1, -1),
+])
+def test_regular_expression_records_as_kafka_writes_them(kafka, group, regex, topics, version, timestamp):
+    """Kafka 4.4's record (type 16, key v0, flexible value v0) and its tombstone: tierlog writes the same
+    bytes and reads Kafka's back field by field."""
+    theirs = kafka.ask({"kind": "regex_record", "group": group, "regex": regex, "topics": list(topics),
+                        "version": version, "timestamp": timestamp})
+    key = ConsumerGroupRegularExpressionKey(group, regex)
+    value = ConsumerGroupRegularExpressionValue(topics, version, timestamp)
+    assert encode_key(key).hex() == theirs["key"] == theirs["tombstone_key"]
+    assert encode_value(value).hex() == theirs["value"]
+    assert theirs["tombstone_value"] is None
+    read = decode_key(bytes.fromhex(theirs["key"]))
+    assert read == key and (read.group, read.regex) == (group, regex)
+    got = decode_value(read, bytes.fromhex(theirs["value"]))
+    assert (got.topics, got.version, got.timestamp) == (topics, version, timestamp)

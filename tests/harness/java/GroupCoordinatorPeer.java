@@ -33,12 +33,12 @@ import java.util.TreeSet;
 
 /**
  * Kafka 4.4's server-side assignors and group coordinator record serde, driven by one JSON request per
- * stdin line and answering one JSON line each (tests/coordinator/test_server_assignors_kafka.py).
+ * stdin line and answering one JSON line each (tests/coordinator/test_consumer_group_as_kafka.py).
  * "assign": members (in the order given: GroupSpecImpl.memberIds() is the map's key order) and topics with
  * partition racks -> each member's target assignment. "regex_record": the bytes of a
  * ConsumerGroupRegularExpression record and its tombstone as Kafka writes them to __consumer_offsets.
  */
-public class ServerAssignorPeer {
+public class GroupCoordinatorPeer {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     public static void main(String[] args) throws Exception {
