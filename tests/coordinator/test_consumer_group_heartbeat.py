@@ -239,6 +239,21 @@ def test_regular_expression_records_written_and_replayed():
     assert resolved(c) == resolved(coordinator()) == {"t[0-9]": second}
 
 
+def test_a_rack_change_bumps_the_group_epoch():
+    """KIP-1101 (Kafka 4.4): the replicas' racks are in the metadata hash, so moving a replica to another rack
+    bumps the group epoch (a new target assignment is computed; the member keeps its partitions)."""
+    topics = {"t1": TopicInfo("t1", T1, 4, {p: frozenset({"r1"}) for p in range(4)})}
+    c = make()
+    c.topics = lambda: topics
+    a = hb(c, "a", 0)
+    epoch = a["member_epoch"]
+    topics["t1"] = TopicInfo("t1", T1, 4, {0: frozenset({"r2"}), **{p: frozenset({"r1"}) for p in range(1, 4)}})
+    again = hb(c, "a", epoch, owned=[(T1, [0, 1, 2, 3])])
+    assert again["member_epoch"] == epoch + 1
+    assert c.consumer_group_describe(["g"])[0]["members"][0]["assignment"] == \
+        {"topic_partitions": [{"topic_id": T1, "topic_name": "t1", "partitions": [0, 1, 2, 3]}]}
+
+
 def test_record_formats_round_trip():
     for key, value in [
         (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(3, 12345)),
