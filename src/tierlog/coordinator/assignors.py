@@ -23,7 +23,8 @@ hash covers the partitions' racks, KIP-1101), and the assignment is the same wit
 
 Kafka walks members in the order of its member map and, with one subscription, topics in its hash set's order
 (random member and topic ids); tierlog walks members by member id and those topics by name: Kafka's classes
-given members and topics in that order give the same assignment, partition for partition.
+given members and topics in that order give the same assignment, partition for partition. (A member over its
+quota keeps its lowest partitions; Kafka keeps the first of its hash set, the same below partition 16.)
 """
 
 from __future__ import annotations
