@@ -56,11 +56,11 @@ public class GroupCoordinatorPeer {
     private static JsonNode assign(JsonNode request) {
         Map<Uuid, Integer> partitions = new HashMap<>();
         Map<Uuid, Map<Integer, Set<String>>> racks = new HashMap<>();
-        request.get("topics").fields().forEachRemaining(e -> {
+        request.get("topics").properties().forEach(e -> {
             Uuid id = Uuid.fromString(e.getKey());
             partitions.put(id, e.getValue().get("partitions").asInt());
             Map<Integer, Set<String>> byPartition = new HashMap<>();
-            e.getValue().get("racks").fields().forEachRemaining(r -> {
+            e.getValue().get("racks").properties().forEach(r -> {
                 Set<String> set = new HashSet<>();
                 r.getValue().forEach(v -> set.add(v.asText()));
                 byPartition.put(Integer.parseInt(r.getKey()), set);
@@ -84,7 +84,7 @@ public class GroupCoordinatorPeer {
             m.get("topics").forEach(t -> topics.add(Uuid.fromString(t.asText())));
             subscriptions.add(topics);
             Map<Uuid, Set<Integer>> current = new HashMap<>();
-            m.get("assignment").fields().forEachRemaining(e -> {
+            m.get("assignment").properties().forEach(e -> {
                 Uuid id = Uuid.fromString(e.getKey());
                 Set<Integer> ps = new HashSet<>();
                 e.getValue().forEach(p -> {
