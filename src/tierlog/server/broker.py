@@ -387,7 +387,7 @@ class Broker:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.share is not None:  # records still ARCHIVING are persisted so; the next start writes them
-            await step("the share groups' DLQ writer to stop", self.share.dlq.close())
+            await step("the share groups' DLQ writer and state writes to stop", self.share.close())
         if self.log_manager is not None:
             await step("the log cleaner to stop", self.log_manager.stop_cleaner())
         if self.controller is not None and self.controller.disablements is not None:

@@ -94,6 +94,7 @@ class SharePartition:
         self._available: set[int] = set()  # the in-flight offsets in state AVAILABLE
         self._next_expiry = float("inf")  # no acquisition lock expires before this (monotonic seconds)
         self.state_epoch = 0
+        self.leader_epoch = 0  # the topic partition's leader epoch when this leader loaded it (fences older leaders)
         self.version = 0  # bumped at each change of the persisted state
         self.created_ms = int(time.time() * 1000)
 
