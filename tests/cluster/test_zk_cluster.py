@@ -1,5 +1,5 @@
 """Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker, a share
-group's dead-letter queue led by another broker,
+group's dead-letter queue led by another broker, a share-partition's state kept by another broker's share coordinator,
 acks=all when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling
 restart with controlled shutdown under an idempotent producer.
 
@@ -242,6 +242,60 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 2))
     assert sorted((p, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.topic"]) for p, _k, _v, h in records) == [
         (0, b"0", topic.encode()), (0, b"1", topic.encode())]
+
+
+def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
+    """KIP-932's share coordinator RPCs: the share-partition's leader (broker 1) does not lead the
+    ``__share_group_state`` partition of its state (FindCoordinator key type 2 names another broker), so it reads and
+    writes the state there with ReadShareGroupState/WriteShareGroupState. The acknowledged records are in that
+    broker's state (ReadShareGroupStateSummary), broker 1 itself answers NOT_COORDINATOR for them, and a share
+    consumer started afterwards gets only the records produced since."""
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT
+    from tierlog.kafka_uuid import uuid_to_str
+
+    topic = unique("share-rpc")
+    create(cluster, topic, assignment=[[1, 2, 3]])
+    topic_id = cluster.metadata(1, [topic]).topics[0].topic_id
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        def coordinator_of(group: str) -> int:
+            answer = raw.request(ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": [
+                f"{group}:{uuid_to_str(topic_id)}:0"]})
+            return answer.coordinators[0].node_id
+
+        prefix = unique("share-rpc-group")
+        cluster.wait_until(lambda: coordinator_of(prefix) >= 0, 30, "__share_group_state with leaders")
+        # a group whose state partition another broker leads (the key's hash picks the partition)
+        group = next(g for g in (f"{prefix}-{i}" for i in range(200)) if coordinator_of(g) not in (1, -1))
+        coordinator = coordinator_of(group)
+        assert set_group(raw, group, ("share.auto.offset.reset", "earliest"))[0] == 0
+
+    async def produce(first: int, n: int):
+        async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+            for i in range(first, first + n):
+                await producer.send(topic, f"value-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce(0, 4))
+    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=4))
+    assert sorted(deliveries) == [(0, offset, 1, ACCEPT) for offset in range(4)]
+
+    def state(broker: int):
+        with rawclient.raw_client(cluster.brokers[broker].bootstrap) as raw:
+            answer = raw.request(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, {"group_id": group, "topics": [
+                {"topic_id": topic_id, "partitions": [{"partition": 0, "leader_epoch": 0}]}]})
+        return answer.results[0].partitions[0]
+
+    kept = state(coordinator)  # acknowledgements are answered once the state is written there
+    leader_epoch = topic_state(cluster, 1, topic)[0].leader_epoch
+    assert (kept.error_code, kept.start_offset, kept.leader_epoch) == (0, 4, leader_epoch)
+    assert state(1).error_code == 16  # NOT_COORDINATOR: broker 1 keeps none of it
+
+    asyncio.run(produce(4, 2))
+    again = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=2))
+    assert sorted(again) == [(0, 4, 1, ACCEPT), (0, 5, 1, ACCEPT)]
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):

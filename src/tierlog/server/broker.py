@@ -246,6 +246,7 @@ class Broker:
                                transaction_coordinator=txn.coordinator, replica_manager=rm, authorization=authorization)
         if self.share is not None:
             group_apis.share_groups = self.share.coordinator
+            group_apis.share_state = self.share.persister.store if self.share.persister is not None else None
         for family in (MetadataApis(self.registry, controller, self.node_id, authorizer, authorization),
                        ProduceApis(rm, controller, request_metrics, transactions=txn.apis,
                                    client_quotas=client_quotas, authorizer=authorizer, authorization=authorization),

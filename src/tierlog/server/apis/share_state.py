@@ -23,7 +23,6 @@ from tierlog.coordinator.share.share_coordinator import ShareCoordinator
 from tierlog.protocol import ApiKey, RequestContext, build_response
 
 NOT_AVAILABLE = "Share coordinator is not available."
-CLUSTER_NAME = "kafka-cluster"
 
 
 class ShareStateApis:
@@ -46,7 +45,7 @@ class ShareStateApis:
         req = ctx.request
         empty = not req.topics or any(not t.partitions for t in req.topics) or not req.group_id
         if self.authorizer is not None and not self.authorizer.authorize(
-                ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+                ctx.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
             return ErrorCode.cluster_authorization_failed, None
         if check_active_first and not self.active():
             return ErrorCode.coordinator_not_available, NOT_AVAILABLE
