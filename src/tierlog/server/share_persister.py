@@ -173,6 +173,18 @@ class SharePersister:
                                 {"state_epoch": s.state_epoch, "start_offset": s.start_offset})
             await self._request(leader, ApiKey.WRITE_SHARE_GROUP_STATE, key, partition, max_version=1)
 
+    async def initialize(self, key: StateKey, snapshot: ShareSnapshot) -> None:
+        """Start the share-partition's state over (AlterShareGroupOffsets: a new state epoch and start offset);
+        a write cannot, as it never moves the start offset back."""
+        self._pending.pop(key, None)
+        await self.flush(key)
+
+        async def remote(leader: int) -> None:
+            await self._request(leader, ApiKey.INITIALIZE_SHARE_GROUP_STATE, key,
+                                {"state_epoch": snapshot.state_epoch, "start_offset": snapshot.start_offset})
+
+        await self._call(key, "initialize share group state", lambda: self.store.write(key, snapshot), remote)
+
     async def flush(self, key: StateKey) -> None:
         """Wait until the queued writes of the share-partition are sent; raises the last one's failure."""
         task = self._writers.get(key)

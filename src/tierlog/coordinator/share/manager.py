@@ -29,6 +29,9 @@ class Persister(Protocol):
     async def flush(self, key: tuple[str, uuid.UUID, int]) -> None:
         """Wait for queued writes of ``key``; raises KafkaError when the last one failed."""
 
+    async def initialize(self, key: tuple[str, uuid.UUID, int], snapshot: ShareSnapshot) -> None:
+        """Start the state over (a new state epoch and start offset)."""
+
     async def delete(self, key: tuple[str, uuid.UUID, int]) -> None: ...
 
     async def summary(self, key: tuple[str, uuid.UUID, int]) -> ShareSnapshot | None: ...
@@ -159,9 +162,11 @@ class SharePartitionManager:
         sp.state_epoch = epoch
         sp.initialize(start_offset)
         sp.version = (old.version + 1) if old is not None else 1
-        self._persisted.pop(key, None)
-        self.persist(sp, topic_id)
-        await self.flush(sp, topic_id)
+        if self.store is not None:
+            now = int(time.time() * 1000)
+            await self.store.initialize(key, ShareSnapshot(sp.version, epoch, sp.leader_epoch, start_offset, now, now,
+                                                           [], 0))
+        self._persisted[key] = sp.version
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
         """DeleteShareGroupOffsets: the share-partitions' state is gone; the group starts them afresh."""

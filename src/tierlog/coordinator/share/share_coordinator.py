@@ -10,8 +10,9 @@ FENCED_STATE_EPOCH (Write, Initialize); a topic or partition missing from the me
 A state partition not led here is NOT_COORDINATOR (the caller finds the leader again).
 
 A write merges its state batches into the recorded ones offset by offset (Kafka's ``PersisterStateBatchCombiner``:
-the newer batch wins) and keeps the recorded leader epoch, state epoch and start offset where the request says -1;
-a read with a newer leader epoch records it, as Kafka's ``readStateAndMaybeUpdateLeaderEpoch``.
+the newer batch wins), moves the start offset only forward and keeps the recorded leader and state epochs, as
+Kafka 4.4's; a read with a newer leader epoch records it (``readStateAndMaybeUpdateLeaderEpoch``), an
+initialization a new state epoch and start offset (AlterShareGroupOffsets).
 """
 
 from __future__ import annotations
@@ -122,11 +123,16 @@ class ShareCoordinator:
             return _error(partition, ErrorCode.fenced_state_epoch, FENCED_STATE_EPOCH)
         if self._unknown(topic_id, partition):
             return _error(partition, ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_OR_PARTITION)
+        # Kafka 4.4's merge: the start offset never moves back, the recorded epochs stay (a read records a new
+        # leader epoch, an initialization a new state epoch), the delivered count follows the start offset's
+        start = max(start_offset, state.start_offset)
+        if start_offset == state.start_offset:
+            complete = max(delivery_complete_count, state.delivery_complete_count)
+        else:
+            complete = state.delivery_complete_count if start_offset < state.start_offset else delivery_complete_count
         updated = _copy(state)
-        apply_update(updated, ShareSnapshot(state.snapshot_epoch, -1, leader_epoch, start_offset, -1, -1,
-                                            list(batches), delivery_complete_count))
-        updated.leader_epoch, updated.state_epoch = leader_epoch, state_epoch
-        updated.delivery_complete_count = delivery_complete_count
+        apply_update(updated, ShareSnapshot(state.snapshot_epoch, -1, -1, start, -1, -1, list(batches)))
+        updated.delivery_complete_count = complete
         updated.write_timestamp = _now()
         return self._write(key, updated, "write share group state")
 
@@ -147,8 +153,10 @@ class ShareCoordinator:
         if self._unknown(topic_id, partition):
             return _error(partition, ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_OR_PARTITION)
         now = _now()
+        # Kafka's ShareGroupOffset.fromRequest: leader epoch 0, nothing delivered yet (-1 while no start offset)
         return self._write(key, ShareSnapshot(state.snapshot_epoch + 1 if state is not None else 0, state_epoch,
-                                              -1, start_offset, now, now, [], -1), "initialize share group state")
+                                              0, start_offset, now, now, [], -1 if start_offset == -1 else 0),
+                           "initialize share group state")
 
     def delete(self, group_id: str, topic_id: uuid.UUID | None, partition: int) -> Result:
         if topic_id is None:
