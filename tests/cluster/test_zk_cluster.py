@@ -28,7 +28,8 @@ LEADER_NOT_AVAILABLE = 5
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
-    c = start_cluster(tmp_path_factory.mktemp("zk-cluster"), zookeeper, brokers=3)
+    # metrics.port: the DLQ test counts the Produce requests a broker received
+    c = start_cluster(tmp_path_factory.mktemp("zk-cluster"), zookeeper, brokers=3, settings={"metrics.port": "0"})
     yield c
     c.stop()
 
@@ -217,11 +218,15 @@ def test_group_configs_from_a_broker_that_is_not_the_controller(cluster):
 def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     """KIP-1191 in a cluster: the source partition's leader (broker 1) writes its share group's rejected records
     to a DLQ partition that broker 2 leads, by a Produce over the inter-broker listener (an append of its own would
-    be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers."""
+    be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers. The two ranges
+    rejected by one acknowledgement (offsets 0 and 2) go in one Produce, as Kafka's DLQ manager coalesces what is
+    bound for one broker, while DeadLetterQueueTotalProduceRequests counts both ranges, as Kafka 4.4's does."""
+    from tests.harness.tiered import sample_value, scrape
     from tests.harness.tierlog_cluster import create
     from tests.server.sharelib import read_dlq, set_group, share_consume
     from tierlog.client.producer import Producer
-    from tierlog.client.share_consumer import REJECT
+    from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE
+    from tierlog.server.share_dlq import PRODUCE_REQUESTS
 
     topic, dlq, group = unique("share-src"), "dlq." + unique("other"), unique("share-dlq")
     create(cluster, topic, assignment=[[1, 2, 3]])
@@ -230,18 +235,29 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
         assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
                       ("share.auto.offset.reset", "earliest"))[0] == 0
 
+    def produce_requests_at_2() -> float:
+        return sample_value(scrape(cluster.brokers[2]), "kafka_network_requestmetrics_requests_total",
+                            request="Produce") or 0
+
     async def produce():
         async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
-            for i in range(2):
+            for i in range(4):  # one batch: the share consumer gets the four in one delivery
                 await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode())
             await producer.flush()
 
     asyncio.run(produce())
-    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: REJECT, records=2))
-    assert sorted(set(deliveries)) == [(0, 0, 1, REJECT), (0, 1, 1, REJECT)]
+    before = produce_requests_at_2()
+
+    def plan(offset: int, count: int) -> str:
+        return REJECT if offset % 2 == 0 else (RELEASE if count == 1 else ACCEPT)
+
+    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, plan, records=4))
+    assert sorted(d for d in set(deliveries) if d[3] == REJECT) == [(0, 0, 1, REJECT), (0, 2, 1, REJECT)]
     records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 2))
     assert sorted((p, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.topic"]) for p, _k, _v, h in records) == [
-        (0, b"0", topic.encode()), (0, b"1", topic.encode())]
+        (0, b"0", topic.encode()), (0, b"2", topic.encode())]
+    assert produce_requests_at_2() - before == 1
+    assert sample_value(scrape(cluster.brokers[1]), PRODUCE_REQUESTS, group=group) == 2
 
 
 def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
