@@ -12,9 +12,11 @@ share-partition), WriteShareGroupState v1 after each change of its delivery stat
 
 Retriable answers (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, a failed connection)
 are retried with the leader looked up again, backing off from ``BACKOFF_S`` up to ``MAX_BACKOFF_S``, for at most
-``RETRY_S`` (Kafka's persister backs off the same way). Writes to another broker are queued per share-partition
-(only the newest state of each is sent) and sent in the background in order; :meth:`SharePersister.flush`
-waits for them, so ShareAcknowledge answers once the state is written, as Kafka's does.
+``RETRY_S`` for a queued write, ``READ_RETRY_S`` for a read (the ShareFetch waiting for it then answers
+COORDINATOR_NOT_AVAILABLE for the partition, which the consumer retries). Writes to another broker are queued per
+share-partition (only the newest state of each is sent) and sent in the background in order;
+:meth:`SharePersister.flush` waits for them, so ShareAcknowledge answers once the state is written, as Kafka's
+does.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ log = logging.getLogger(__name__)
 
 BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
+#: how long a queued write is retried; a read (a ShareFetch waits for it) gives up sooner, its client retries
 RETRY_S = 15.0
+READ_RETRY_S = 3.0
+#: how long a stopping broker waits for the writes queued for other brokers
+CLOSE_WAIT_S = 5.0
 _RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
               ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out}
 
@@ -71,10 +77,10 @@ class SharePersister:
             raise _Retry(f"{SHARE_STATE_TOPIC}-{self.store.partition_of(key)} has no leader")
         return None if state.leader == self.node_id else state.leader
 
-    async def _call(self, key: StateKey, what: str, local, remote):
+    async def _call(self, key: StateKey, what: str, local, remote, retry_s: float = READ_RETRY_S):
         """``local()`` when the state partition is led here, else ``await remote(leader)``; retried while the
-        failure is retriable, for at most RETRY_S."""
-        deadline = time.monotonic() + RETRY_S
+        failure is retriable, for at most ``retry_s``."""
+        deadline = time.monotonic() + retry_s
         backoff = BACKOFF_S
         while True:
             try:
@@ -131,8 +137,8 @@ class SharePersister:
         KafkaError only for a write here; a queued one failing for good is logged and raised by :meth:`flush`)."""
         try:
             leader = self._coordinator(key)
-        except _Retry:
-            leader = -1  # not known yet: the background writer looks again
+        except (_Retry, KafkaError):
+            leader = -1  # not known yet (the state topic being created, no leader): the background writer retries
         if leader is None and key not in self._writers:
             self.store.write(key, snapshot)
             return
@@ -148,7 +154,7 @@ class SharePersister:
                 snapshot = self._pending.pop(key)
                 try:
                     await self._call(key, "write share group state", lambda s=snapshot: self.store.write(key, s),
-                                     lambda leader, s=snapshot: self._write_remote(leader, key, s))
+                                     lambda leader, s=snapshot: self._write_remote(leader, key, s), RETRY_S)
                     self._failed.pop(key, None)
                 except KafkaError as e:
                     log.warning("Cannot write the share state of %s: %s", _name(key), e)
@@ -218,7 +224,13 @@ class SharePersister:
         return await self._call(key, "read share group state summary", lambda: self.store.read(key), remote)
 
     async def close(self) -> None:
-        for task in list(self._writers.values()):
+        """Give the writes queued for other brokers ``CLOSE_WAIT_S`` to finish, then stop them (their state is
+        written again by the share-partition's next leader's changes; what was acknowledged meanwhile is lost only
+        if they fail)."""
+        tasks = [t for t in self._writers.values() if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -69,8 +69,7 @@ class ShareCoordinator:
         try:
             return self.store.read(key)
         except KafkaError as e:
-            return _error(key[2], ErrorCode.coordinator_load_in_progress if e.retriable
-                          else ErrorCode.coordinator_not_available, f"Unable to {what}: {e.message}")
+            return _error(key[2], ErrorCode.coordinator_not_available, f"Unable to {what}: {e.message}")
 
     def read(self, group_id: str, topic_id: uuid.UUID | None, partition: int, leader_epoch: int) -> Result:
         if topic_id is None:
