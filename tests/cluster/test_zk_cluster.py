@@ -265,7 +265,9 @@ def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     ``__share_group_state`` partition of its state (FindCoordinator key type 2 names another broker), so it reads and
     writes the state there with ReadShareGroupState/WriteShareGroupState. The acknowledged records are in that
     broker's state (ReadShareGroupStateSummary), broker 1 itself answers NOT_COORDINATOR for them, and a share
-    consumer started afterwards gets only the records produced since."""
+    consumer started afterwards gets only the records produced since. Then leadership moves to broker 2 (preferred
+    leader election after reordering the replicas): the new leader reads the state from the coordinator (its
+    leader epoch recorded) and delivers only what was never acknowledged."""
     from tests.harness.tierlog_cluster import create
     from tests.server.sharelib import set_group, share_consume
     from tierlog.client.producer import Producer
@@ -283,8 +285,9 @@ def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
 
         prefix = unique("share-rpc-group")
         cluster.wait_until(lambda: coordinator_of(prefix) >= 0, 30, "__share_group_state with leaders")
-        # a group whose state partition another broker leads (the key's hash picks the partition)
-        group = next(g for g in (f"{prefix}-{i}" for i in range(200)) if coordinator_of(g) not in (1, -1))
+        # a group whose state partition broker 3 leads (the key's hash picks the partition): neither leader of the
+        # share-partition, 1 then 2, keeps its state
+        group = next(g for g in (f"{prefix}-{i}" for i in range(300)) if coordinator_of(g) == 3)
         coordinator = coordinator_of(group)
         assert set_group(raw, group, ("share.auto.offset.reset", "earliest"))[0] == 0
 
@@ -312,6 +315,23 @@ def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     asyncio.run(produce(4, 2))
     again = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=2))
     assert sorted(again) == [(0, 4, 1, ACCEPT), (0, 5, 1, ACCEPT)]
+
+    with rawclient.raw_client(rawclient.controller_address(cluster.bootstrap)) as raw:
+        moved = raw.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout": 30000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "replicas": [2, 1, 3]}]}]})
+        assert moved.error_code == 0 and moved.responses[0].partitions[0].error_code == 0, moved
+
+        def led_by_2() -> bool:
+            raw.request(ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "timeout_ms": 30000,
+                                                  "topic_partitions": [{"topic": topic, "partitions": [0]}]})
+            return all(topic_state(cluster, i, topic)[0].leader_id == 2 for i in (1, 2, 3))
+        cluster.wait_until(led_by_2, 30, "broker 2 leading the share-partition")
+    asyncio.run(produce(6, 2))
+    moved_on = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=2))
+    assert sorted(moved_on) == [(0, 6, 1, ACCEPT), (0, 7, 1, ACCEPT)]
+    kept = state(coordinator)
+    assert (kept.start_offset, kept.leader_epoch) == (8, topic_state(cluster, 2, topic)[0].leader_epoch)
+    assert kept.leader_epoch > leader_epoch
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):
