@@ -136,7 +136,12 @@ def test_find_coordinator_batched(client, shared_broker, version):
     assert [(c.key, c.error_code, c.node_id, c.port) for c in resp.coordinators] == \
         [("a", NONE, 1, shared_broker.port), ("b", NONE, 1, shared_broker.port)]
     share = client.request(ApiKey.FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": ["s"]})
-    assert share.coordinators[0].error_code == INVALID_REQUEST
+    assert share.coordinators[0].error_code == INVALID_REQUEST  # not "<group>:<topic id>:<partition>"
+    if version >= 6:  # a share coordinator key: the leader of its __share_group_state partition, this node
+        key = "g:AAAAAAAAAAAAAAAAAAAAAQ:0"
+        share = client.request(ApiKey.FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": [key]})
+        assert [(c.key, c.error_code, c.node_id, c.port) for c in share.coordinators] == \
+            [(key, NONE, 1, shared_broker.port)]
 
 
 def test_find_coordinator_creates_the_offsets_topic(client):

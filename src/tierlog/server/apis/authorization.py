@@ -273,6 +273,12 @@ class ApiAuthorization:
 
     def find_coordinator(self, ctx: RequestContext) -> Checked:
         req = ctx.request
+        if getattr(req, "key_type", 0) == 2:  # share coordinator keys are the brokers' own (Kafka: CLUSTER_ACTION)
+            if self.allowed(ctx, Op.CLUSTER_ACTION, Rt.CLUSTER):
+                return Checked(ctx)
+            return Checked(ctx, response=build_response(ctx, {"coordinators": [
+                {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.cluster_authorization_failed,
+                 "error_message": None} for k in req.coordinator_keys]}))
         rt, code = (Rt.TRANSACTIONAL_ID, TXN_DENIED) if getattr(req, "key_type", 0) == 1 else (Rt.GROUP, GROUP_DENIED)
         if ctx.api_version >= 4:
             return self._split(ctx, "coordinator_keys", lambda k: self.allowed(ctx, Op.DESCRIBE, rt, k),

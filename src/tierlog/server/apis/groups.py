@@ -15,7 +15,9 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
   (``partition_for`` of the group id or transactional id), COORDINATOR_NOT_AVAILABLE while that partition
   has no live leader or the topic is being created. The broker named answers NOT_COORDINATOR or
   COORDINATOR_LOAD_IN_PROGRESS itself when leadership moved or its load is not done, and the client asks again.
-  Key type 2 (share) and unknown types: INVALID_REQUEST, as Kafka without a share coordinator.
+  Key type 2 (share, v6+): the leader of the ``__share_group_state`` partition of a share-partition key
+  ``"<group>:<topic id>:<partition>"`` (created on first use; INVALID_REQUEST for a key that is not three parts,
+  as Kafka's ``SharePartitionKey``). Unknown types: INVALID_REQUEST.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
   rebalance timeout.
 - SyncGroup v5+: protocol type and name are mandatory (INCONSISTENT_GROUP_PROTOCOL otherwise).
@@ -35,6 +37,7 @@ import dataclasses
 import datetime
 import logging
 import typing
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,6 +46,7 @@ from kio.schema.errors import ErrorCode
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tierlog.coordinator.share.records import SHARE_STATE_TOPIC
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
     NO_ERROR,
@@ -62,6 +66,7 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
     describe_error,
 )
+from tierlog.kafka_uuid import uuid_from_str
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, RequestTiming, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
@@ -73,6 +78,18 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+
+
+def _share_key(key: str) -> tuple[str, uuid.UUID, int] | None:
+    """A share coordinator key ``"<group>:<topic id>:<partition>"`` (Kafka's SharePartitionKey), None when bad."""
+    parts = (key or "").split(":")
+    if len(parts) != 3 or not parts[0]:
+        return None
+    try:
+        return parts[0], uuid_from_str(parts[1]), int(parts[2])
+    except ValueError:
+        return None
 SHARE_KEY_TYPE = 2
 
 #: DescribeGroups' authorized_operations with no authorizer: every operation on a GROUP resource
@@ -136,6 +153,8 @@ class GroupApis:
         self.authorization = authorization
         #: The share groups' coordinator (KIP-932), whose groups ListGroups lists too; set by the broker.
         self.share_groups = None
+        #: ``__share_group_state`` (FindCoordinator key type 2), when share groups are served; set by the broker.
+        self.share_state = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -187,7 +206,17 @@ class GroupApis:
                 self._warn.warning(e.code, "Cannot create __transaction_state: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
             topic_name, partition = TXN_STATE_TOPIC, txn.partition_for(key)
-        else:  # share groups (v6+ only, no share coordinator here) and unknown key types
+        elif key_type == SHARE_KEY_TYPE and self.share_state is not None and api_version >= 6:
+            share_key = _share_key(key)
+            if share_key is None:
+                return InvalidRequestError.code, no_node
+            try:
+                self.share_state.ensure_created()
+            except KafkaError as e:
+                self._warn.warning(e.code, "Cannot create __share_group_state: %s", describe_error(e))
+                return CoordinatorNotAvailableError.code, no_node
+            topic_name, partition = SHARE_STATE_TOPIC, self.share_state.partition_of(share_key)
+        else:  # unknown key types
             return InvalidRequestError.code, no_node
         image = self.controller.image
         if not self.controller.clustered:
