@@ -277,13 +277,17 @@ class ZkController(Controller):
     def _on_zk_state(self, state: str) -> None:
         """Called on kazoo's thread. A lost session took the registration and any controllership with it;
         once a new session is up (kazoo reconnects by itself), register again and rejoin the election, as
-        Kafka's broker does after a session expiry."""
+        Kafka's broker does after a session expiry. Reconnected in the same session (ZooKeeper restarted, a
+        short cut), look at the election again: a ``/controller`` created just before the disconnection may be
+        this broker's without its knowing (the transaction's answer lost)."""
         if state == "LOST":
             self._session_lost = True
             self._submit(self._resign)
         elif state == "CONNECTED" and self._session_lost:
             self._session_lost = False
             self._submit(self._new_session)
+        elif state == "CONNECTED":  # the same session back: an election a disconnection cut short runs again
+            self._submit(self._elect)
 
     def _new_session(self) -> None:
         if self.registration is not None:
@@ -354,6 +358,13 @@ class ZkController(Controller):
         if self._stopped or self.is_active:
             return
         current = self.zk.controller_id(watch=self._on_controller_change)
+        if current == self.node_id:  # this session's own /controller: adopted, else a session's left-over
+            fence = self.zk.own_controller_fence(self.node_id)
+            if fence is not None:
+                log.info("Broker %d holds /controller from an election whose answer was lost; taking it up",
+                         self.node_id)
+                self._activate(fence)
+                return
         if current is not None:
             self.image = replace(self.image, controller_id=current)
             return
@@ -370,13 +381,20 @@ class ZkController(Controller):
         current = self.zk.controller_id(watch=self._on_controller_change)
         if self.is_active and current != self.node_id:
             self._resign()
-        if current is None:
+        if current is None or (current == self.node_id and not self.is_active):
             self._elect()
         elif not self.is_active:
             self.image = replace(self.image, controller_id=current)
 
     def _activate(self, fence: ControllerFence) -> None:
         self.fence = fence
+        try:
+            self._take_over(fence)
+        except BaseException:  # half a failover is no controller: the next _elect (reconnected) starts again
+            self.fence = None
+            raise
+
+    def _take_over(self, fence: ControllerFence) -> None:
         self.controller_epoch = max(self.controller_epoch, fence.epoch)
         self._shutting_down.clear()  # another controller's controlled shutdowns are not ours to remember
         image = self._read_cluster(watch_brokers=self._on_brokers_change)
