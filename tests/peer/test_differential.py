@@ -830,7 +830,8 @@ def _newest_versions_scenario(bootstrap):
     def describe(version, *groups):
         resp = raw.request(ApiKey.DESCRIBE_GROUPS, version, {"groups": list(groups),
                                                              "include_authorized_operations": False})
-        names = {group: "the group", nobody: "a group that does not exist", "": "the empty group id"}
+        names = {group: "the group", nobody: "a group that does not exist", "": "the empty group id",
+                 modern: "a KIP-848 consumer group"}
         out = {}
         for g in resp.groups:  # Kafka answers in its own order (by coordinator partition)
             message = getattr(g, "error_message", None)  # v6+
@@ -840,8 +841,15 @@ def _newest_versions_scenario(bootstrap):
                 "error_message": message.replace(g.group_id, "<group>") if g.group_id and message else message}
         return out
 
-    seen["describe v6"] = describe(6, group, nobody, "")
-    seen["describe v5"] = describe(5, nobody)
+    # a consumer group of KIP-848's protocol (one member joined, then left): not a classic group
+    modern = unique("diff-ids-consumer-group")
+    member = {"group_id": modern, "member_id": str(uuid.uuid4()), "rebalance_timeout": 30000,
+              "subscribed_topic_names": [topic], "topic_partitions": []}
+    joined = raw.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {**member, "member_epoch": 0})
+    seen["describe v6"] = describe(6, group, nobody, "", modern)
+    seen["describe v5"] = describe(5, nobody, modern)
+    raw.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {**member, "member_epoch": -1})
+    seen["consumer group joined"] = plain(joined.error_code)
     raw.close()
     return seen
 
