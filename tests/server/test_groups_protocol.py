@@ -110,11 +110,11 @@ def test_api_versions_advertise_group_apis(client):
     assert ranges[ApiKey.SYNC_GROUP] == (0, 5)
     assert ranges[ApiKey.HEARTBEAT] == (0, 4)
     assert ranges[ApiKey.LEAVE_GROUP] == (0, 5)
-    assert ranges[ApiKey.OFFSET_COMMIT] == (2, 9)
-    assert ranges[ApiKey.OFFSET_FETCH] == (1, 9)
+    assert ranges[ApiKey.OFFSET_COMMIT] == (2, 10)
+    assert ranges[ApiKey.OFFSET_FETCH] == (1, 10)
     assert ranges[ApiKey.OFFSET_DELETE] == (0, 0)
     assert ranges[ApiKey.LIST_GROUPS] == (0, 5)
-    assert ranges[ApiKey.DESCRIBE_GROUPS] == (0, 5)
+    assert ranges[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert ranges[ApiKey.DELETE_GROUPS] == (0, 2)
 
 

@@ -914,10 +914,11 @@ class ConsumerGroupManager:
 
     @staticmethod
     def describe_classic(group: ConsumerGroup) -> dict[str, Any]:
-        """A DescribeGroups entry for a consumer group: as Kafka 4.4 answers DescribeGroups up to v5 for a group
-        that is not a classic one, Dead with no members (ConsumerGroupDescribe describes it)."""
-        return {"group_id": group.group_id, "error_code": NO_ERROR, "group_state": "Dead", "protocol_type": "",
-                "protocol_data": "", "members": []}
+        """A DescribeGroups entry for a consumer group: as Kafka 4.4 answers a group that is not a classic one,
+        GROUP_ID_NOT_FOUND from v6 (KIP-1043), Dead with no members before (ConsumerGroupDescribe describes it)."""
+        return {"group_id": group.group_id, "error_code": GroupIdNotFoundError.code,
+                "error_message": f"Group {group.group_id} is not a classic group.", "group_state": "Dead",
+                "protocol_type": "", "protocol_data": "", "members": []}
 
     def validate_delete(self, group: ConsumerGroup) -> None:
         if group.members:
