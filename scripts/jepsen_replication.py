@@ -153,7 +153,8 @@ def counts(report) -> dict:
     outcomes = Counter(t.outcome for t in h.txns)
     return {"cycles": len(report.cycles), "mixed": sum(len(c.kinds) > 1 for c in report.cycles),
             "acknowledged": len(h.acks), "lost": len(report.lost), "duplicated": len(report.duplicated),
-            "reordered": len(report.reordered), "offset mismatches": len(report.mismatched),
+            "re-sent (client epoch bump)": len(report.resent), "reordered": len(report.reordered),
+            "offset mismatches": len(report.mismatched),
             "offset regressions": len(report.offset_regressions), "divergent": len(report.divergent),
             "txn committed": outcomes.get("committed", 0), "txn aborted": outcomes.get("aborted", 0),
             "txn anomalies": len(report.txn_anomalies), "liveness": len(report.liveness),
@@ -185,10 +186,10 @@ def side_by_side(results: dict[str, dict]) -> str:
                 cell = f"{median(u):.1f}/{max(u):.1f}  {full:>8}  {len(u)}"
             row += f"{cell:>{width}}"
         lines.append(row)
-    for what in ("cycles", "mixed", "acknowledged", "lost", "duplicated", "reordered", "offset mismatches",
-                 "offset regressions", "divergent", "txn committed", "txn aborted", "txn anomalies", "liveness",
-                 "seconds"):
-        lines.append(f"{what:38}" + "".join(f"{results[s][what]!s:>{width}}" for s in names))
+    for what in ("cycles", "mixed", "acknowledged", "lost", "duplicated", "re-sent (client epoch bump)", "reordered",
+                 "offset mismatches", "offset regressions", "divergent", "txn committed", "txn aborted",
+                 "txn anomalies", "liveness", "seconds"):
+        lines.append(f"{what:38}" + "".join(f"{results[s].get(what, '-')!s:>{width}}" for s in names))
     lines.append("unavailable: the longest time a partition went without an acknowledgement, from the fault to the "
                  "settled cluster (s); ISR full: from the heal until every partition's ISR was full (median, s); "
                  "(k!): k cycles whose ISR was still short after the settle's 120 s; n: cycles; n/a: no "

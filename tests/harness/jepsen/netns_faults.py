@@ -152,7 +152,7 @@ def verdict(cluster, work: Workload, cycles: list[Cycle], seed: int = 0) -> Repo
 def summary(report: Report) -> dict:
     h = report.history
     return {"acknowledged": len(h.acks), "read_back": report.read, "lost": len(report.lost),
-            "duplicated": len(report.duplicated), "reordered": len(report.reordered),
+            "duplicated": len(report.duplicated), "resent": len(report.resent), "reordered": len(report.reordered),
             "mismatched": len(report.mismatched), "divergent": len(report.divergent),
             "delivery_errors": sum(h.delivery_errors.values()), "ok": report.ok}
 
