@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
@@ -315,6 +315,8 @@ class MetricsRegistry:
     def get(self, name: str) -> Metric | None:
         return self._metrics.get(name)
 
-    def render(self) -> str:
-        """The exposition text (Prometheus text format 0.0.4)."""
-        return generate_latest(self.registry).decode()
+    def render(self, names: Collection[str] | None = None) -> str:
+        """The exposition text (Prometheus text format 0.0.4); with ``names``, only the samples of those names
+        (as Prometheus' client libraries answer ``/metrics?name[]=...``): a collector that says which names it
+        makes (``describe``) is not run at all for others."""
+        return generate_latest(self.registry.restricted_registry(names) if names else self.registry).decode()

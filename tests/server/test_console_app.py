@@ -291,3 +291,45 @@ def test_the_history_is_bounded_and_one_broker_down_does_not_stop_the_others():
     charts = history.charts([1, 2])
     assert len(charts["brokers"]["1"]["t"]) == 10 and charts["brokers"]["1"]["series"]["produce_bytes"][-1] == 0
     assert charts["brokers"]["2"]["error"] == "no metrics.port" and charts["brokers"]["2"]["t"] == []
+
+# ---------------------------------------------- what the open console costs the brokers (docs/console.md, Benchmark)
+
+
+def test_the_pause_between_pictures_grows_with_the_partitions():
+    from tierlog.console.snapshot import Snapshot
+
+    async def make() -> dict:
+        return {}
+    s = Snapshot(make, min_interval_s=2.0)
+    assert s.pause_after(0.05, 60) == 2.0  # a small cluster: every 2 s
+    assert s.pause_after(1.0, 60) == 5.0  # a slow answer: five times as long
+    assert s.pause_after(0.4, 10_000) == 10.0  # 10,000 partitions: a second per 1,000
+    assert s.pause_after(0.4, 100_000) == 20.0  # at most ten times the interval
+
+
+def test_the_metrics_are_scraped_only_while_a_page_asks_and_the_pause_is_a_gap(monkeypatch):
+    from tests.harness.waiting import wait_until_async
+
+    scraped = []
+
+    def scrape(url, timeout):
+        scraped.append(url)
+        return SCRAPE % {"a": 10.0 * len(scraped), "produce": 0.0, "le1": 0, "le10": 0, "inf": 0}
+    monkeypatch.setattr(metrics_history, "scrape", scrape)
+
+    async def endpoints():
+        return [{"node_id": 1, "url": "http://a"}]
+
+    async def go():
+        history = metrics_history.MetricsHistory(endpoints, interval_s=0.05, idle_after_s=0.3)
+        await history.scrape_once()
+        history.start()  # a page asked
+        await wait_until_async(lambda: len(scraped) >= 3, 30, what="scrapes while the page polls")
+        await wait_until_async(lambda: history._task.done(), 30, what="scraping stopping, no page asking")
+        stopped = len(scraped)
+        await history.scrape_once()  # a page asks again, a second (20 intervals) after the last scrape:
+        history.samples[1][-1]["t"] = history.samples[1][-2]["t"] + 1.0
+        series = history.charts([1])["brokers"]["1"]["series"]["produce_bytes"]
+        assert stopped >= 3 and series[-1] is None and any(p is not None for p in series[:-1]), series
+        await history.stop()
+    asyncio.run(go())

@@ -311,3 +311,27 @@ def test_a_fetch_of_megabytes_reads_back_every_byte_on_either_event_loop(start_b
             got += [r.value for r in iter_records(p.records)]
         assert got == values
     assert f"Event loop: {event_loop}" in "".join(b.output)
+
+
+def test_metadata_of_every_topic_answers_as_naming_them_and_follows_a_change(client):
+    """A Metadata of every topic answers a topic from its built answer kept since the last such request
+    (server/apis/metadata.py): it must stay what naming the topic answers (built afresh) at every version,
+    and change with the topic."""
+    create(client, "kept-a")
+    create(client, "kept-b")
+
+    def both(version):
+        every = {t.name: t for t in client.request(ApiKey.METADATA, version, {"topics": None}).topics}
+        named = client.request(ApiKey.METADATA, version, {"topics": [{"name": "kept-a"}, {"name": "kept-b"}],
+                                                          "allow_auto_topic_creation": False}).topics
+        return every, named
+
+    for version in (1, 9, 12, 13, 1, 12):  # each twice at least: the second answer is the kept one
+        every, named = both(version)
+        assert [every["kept-a"], every["kept-b"]] == list(named), version
+    grown = client.request(ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": "kept-a", "count": 3,
+                                                                     "assignments": None}],
+                                                         "timeout_ms": 5000, "validate_only": False})
+    assert grown.results[0].error_code == 0
+    every, named = both(12)
+    assert len(every["kept-a"].partitions) == 3 and [every["kept-a"], every["kept-b"]] == list(named)

@@ -129,6 +129,7 @@ def test_bad_requests_get_a_short_400_and_unknown_paths_404(read_only_broker):
         "/v1/tier/status?topic": "malformed query string",
         "/v1/tier/reconcile?delete=maybe": "parameter delete: must be true or false",
         "/metrics?x=1": "unknown parameter 'x'",
+        "/metrics?name[]=a%20b": "parameter name[]: must be a metric name",
     }
     for path, expected in cases.items():
         status, _, body = request(b, "GET", path)
@@ -197,6 +198,14 @@ def test_health_and_ready(read_only_broker):
     assert json.loads(request(b, "GET", "/ready")[2]) == {"status": "ready"}
     status, headers, body = request(b, "GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert "kafka_server_replicamanager_partitioncount " in body
+    assert "kafka_network_requestmetrics_requests_total{" in body
+    # name[] (as Prometheus' client libraries take it): only those samples; a described collector runs when asked
+    status, _, only = request(b, "GET", "/metrics?name[]=kafka_network_requestmetrics_requests_total"
+                                        "&name[]=kafka_server_replicamanager_leadercount")
+    names = {line.split("{")[0].split(" ")[0] for line in only.splitlines() if line and not line.startswith("#")}
+    assert status == 200 and names == {"kafka_network_requestmetrics_requests_total",
+                                       "kafka_server_replicamanager_leadercount"}, names
 
 
 def test_admin_enable_without_a_token_is_refused_at_start(tmp_path):

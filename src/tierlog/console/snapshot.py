@@ -4,9 +4,12 @@ The long lists (cluster, topics, groups) are read from the cluster once per refr
 are open and however often they ask: a page's poll reads the last picture, never the brokers. The task
 runs while someone looks: it starts with the first request and stops once nobody has asked for
 ``idle_after_s`` (a console nobody looks at costs the brokers nothing). Its period grows with the
-cluster's size: ``min_interval_s`` after the last picture was made, or five times as long as making it
-took when longer, at most ten times ``min_interval_s`` (a big cluster's picture is slow to make; the
-console then asks its brokers less often, so its cost stays a small fraction of theirs).
+cluster's size (:meth:`Snapshot.pause_after`): ``min_interval_s`` after the last picture was made, or
+five times as long as making it took, or a second per :data:`PARTITIONS_PER_S` partitions, whichever is
+longest, at most ten times ``min_interval_s``. What a picture costs a broker grows with its partitions (the
+Metadata of every one, their tier sums): the pause grows with them, so the console's share of the
+broker's CPU stays about the same, under 2 % of a core at 10,000 partitions (docs/console.md, Benchmark).
+A pause by the time taken alone would not do it: a broker that answers faster is asked more often.
 
 Lists are answered a page at a time (:func:`page_of`): filtered, sorted and cut on the console, so the
 browser gets only the rows it shows.
@@ -23,12 +26,18 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 
+#: The pause between two pictures is at least a second per this many partitions of the cluster.
+PARTITIONS_PER_S = 1000
+
+
 class Snapshot:
-    """The latest answer of ``make`` (a coroutine function), refreshed in the background while asked for."""
+    """The latest answer of ``make`` (a coroutine function), refreshed in the background while asked for;
+    ``partitions`` says how many partitions a picture covers (for the pause)."""
 
     def __init__(self, make: Callable[[], Awaitable[dict]], min_interval_s: float = 2.0,
-                 idle_after_s: float = 30.0) -> None:
+                 idle_after_s: float = 30.0, partitions: Callable[[dict], int] = lambda picture: 0) -> None:
         self._make = make
+        self._partitions = partitions
         self.min_interval_s = min_interval_s
         self.idle_after_s = idle_after_s
         self._latest: dict | None = None
@@ -52,12 +61,19 @@ class Snapshot:
         assert self._latest is not None
         return self._latest
 
+    def pause_after(self, took_s: float, partitions: int) -> float:
+        """The pause after a picture that took ``took_s`` seconds to make, of ``partitions`` partitions."""
+        return min(10 * self.min_interval_s,
+                   max(self.min_interval_s, 5 * took_s, partitions / PARTITIONS_PER_S))
+
     async def _run(self) -> None:
+        partitions = 0
         while time.monotonic() - self._asked < self.idle_after_s:
             started = time.monotonic()
             try:
                 latest = await self._make()
                 took = time.monotonic() - started
+                partitions = self._partitions(latest)
                 self._latest = {**latest, "at_ms": int(time.time() * 1000), "took_ms": int(took * 1000)}
                 self._error = None
             except asyncio.CancelledError:
@@ -68,7 +84,7 @@ class Snapshot:
                 self._error = e
             self.refreshes += 1
             self._made.set()
-            await asyncio.sleep(min(10 * self.min_interval_s, max(self.min_interval_s, 5 * took)))
+            await asyncio.sleep(self.pause_after(took, partitions))
 
     async def close(self) -> None:
         if self._task is not None:

@@ -31,7 +31,7 @@ class ConsoleViews:
         self._client_config = dict(client_config or {})
         self._admin: Admin | None = None
         #: the cluster, topics and groups pages' shared picture, refreshed in the background while asked for
-        self.snapshot = Snapshot(self.picture)
+        self.snapshot = Snapshot(self.picture, partitions=lambda picture: picture["cluster"]["partitions"])
 
     async def admin(self) -> Admin:
         # One client for the console's life: its connections and metadata are reused by every poll.

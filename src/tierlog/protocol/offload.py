@@ -154,8 +154,9 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
     def build_and_encode() -> EncodedResponse:
         response = build_response(ctx, values)
         frame = encode_response(ctx, response)
-        dismantle(response)
-        dismantle(values)
+        if items > SLICE:  # with fewer items no list of the answer is big: the walk would free nothing
+            dismantle(response)  # (it visited every item: 45 % of a 10,000-partition Metadata answer's CPU)
+            dismantle(values)
         # The request's big arrays too, here rather than while the answer is sent: a thread freeing them
         # then would hold the GIL whenever the loop gives it up in a system call (5 ms each time).
         dismantle(ctx.request)

@@ -34,6 +34,10 @@ class TieringStateCollector(Collector):
     def __init__(self, rlm) -> None:
         self.rlm = rlm
 
+    def describe(self):
+        # the names, so that a scrape asking for other families (/metrics?name[]=...) skips this one
+        return [GaugeMetricFamily(name, "") for name in (COPIER, COPYING, HIGHEST_TIERED, LOCAL_START)]
+
     def collect(self):
         labels = ["topic", "partition"]
         copier = GaugeMetricFamily(COPIER, "Id of the broker that copies and expires a tiered partition (its "

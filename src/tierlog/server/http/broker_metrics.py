@@ -294,6 +294,12 @@ class BrokerStateCollector(Collector):
         self._partitions = partitions
         self._rlmm_ready = rlmm_ready
 
+    def describe(self):
+        # the names, so that a scrape asking for other families (/metrics?name[]=...) skips the partitions' walk
+        return [GaugeMetricFamily(name, "") for name in (LOG_SIZE, LOG_START_OFFSET, LOG_END_OFFSET, LOG_SEGMENTS,
+                                                          PARTITION_COUNT, LEADER_COUNT, UNDER_REPLICATED,
+                                                          UNDER_MIN_ISR, AT_MIN_ISR, RLMM_READY)]
+
     def collect(self):
         labels = ["topic", "partition"]
         size = GaugeMetricFamily(LOG_SIZE, "Bytes of a partition's local log segments (Kafka's Log Size).",

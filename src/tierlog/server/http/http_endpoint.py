@@ -3,6 +3,8 @@
 Routes:
 
 - ``GET /metrics``: every metric in Prometheus' text format (``MetricsRegistry.render``);
+  ``?name[]=N&name[]=M``: only the samples of those names, as Prometheus' client libraries answer it
+  (``tierlog console``'s metrics charts: the broker then skips the per-partition gauges);
 - ``GET /health``: 200 while the process runs (a liveness probe);
 - ``GET /ready``: 200 once the broker serves requests and, with tiered storage on, the remote log
   metadata manager has loaded the metadata of every partition it follows; else 503 with the reason
@@ -97,6 +99,23 @@ def boolean(value: str) -> bool:
     return lowered == "true"
 
 
+class Repeated:
+    """A query parameter that may be given more than once (``name[]=a&name[]=b``): the list of its values,
+    each parsed by ``parse``."""
+
+    def __init__(self, parse: Callable[[str], Any]) -> None:
+        self.parse = parse
+
+    def __call__(self, value: str) -> Any:
+        return self.parse(value)
+
+
+def metric_name(value: str) -> str:
+    if not value or len(value) > 200 or not value.replace("_", "a").replace(":", "a").isalnum():
+        raise ValueError("must be a metric name")
+    return value
+
+
 @dataclass(frozen=True)
 class Route:
     """One method on one path: ``handler(**params)`` returns the JSON answer (or a coroutine of it) or
@@ -119,12 +138,17 @@ def _parse_params(query: str, route: Route) -> dict[str, Any]:
         if parser is None:
             allowed = ", ".join(sorted(route.params)) or "none"
             raise HttpError(400, f"unknown parameter {name[:40]!r} (allowed: {allowed})")
-        if name in out:
+        repeated = isinstance(parser, Repeated)
+        if name in out and not repeated:
             raise HttpError(400, f"parameter {name} given more than once")
         try:
-            out[name] = parser(raw)
+            value = parser(raw)
         except ValueError as e:
             raise HttpError(400, f"parameter {name}: {e}") from None
+        if repeated:
+            out.setdefault(name, []).append(value)
+        else:
+            out[name] = value
     return out
 
 
@@ -144,7 +168,7 @@ class HttpEndpoint:
         the broker's own (``tierlog console``)."""
         self.registry = registry
         self.routes: dict[tuple[str, str], Route] = {
-            ("GET", "/metrics"): Route(self._metrics),
+            ("GET", "/metrics"): Route(self._metrics, {"name[]": Repeated(metric_name)}),
             ("GET", "/health"): Route(lambda: {"status": "alive"}),
             ("GET", "/ready"): Route(self._ready),
             **(routes or {}),
@@ -173,8 +197,8 @@ class HttpEndpoint:
 
     # -- built-in routes --
 
-    def _metrics(self) -> str:
-        return self.registry.render()
+    def _metrics(self, **params: Any) -> str:
+        return self.registry.render(params.get("name[]"))
 
     def _ready(self) -> dict:
         reason = self._ready_check()
