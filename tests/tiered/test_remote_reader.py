@@ -330,7 +330,7 @@ def test_only_the_needed_range_is_read(tiered):
     assert fetched <= 1024 + 256 + len(want.data) < md.segment_size_in_bytes
     # and ahead of the reader at most one range, of less than two steps
     ahead = [r[4] for r in t.rsm.ranges if r[3].startswith("remote-read-ahead")]
-    assert len(ahead) <= 1 and sum(ahead) < 2 * 1024, ahead
+    assert len(ahead) <= 1 and sum(ahead) <= 1024, ahead
 
 
 def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
@@ -411,37 +411,6 @@ def test_a_cold_segment_reads_a_short_first_range(tiered, monkeypatch):
     foreground = [r for r in t.rsm.ranges if not r[3].startswith("remote-read-ahead")]
     assert foreground[0][1] == 0 and foreground[0][4] == 300, foreground
     reader.close()
-
-
-def test_a_range_takes_a_shorter_rest_of_the_segment_along(tiered):
-    """A read-ahead never leaves behind it less of the segment than its own length: the rest comes in the
-    same GET (an 8 MiB segment read in 4 MiB steps costs two round trips, not three); every byte is still
-    fetched once, and no range is longer than twice the step limit."""
-    t = tiered
-    reader = t.reader(chunk_bytes=300)
-    t.rsm.ranges.clear()
-    offset = 0
-    while offset < t.log.local_log_start_offset:
-        offset = batches_of(run(reader.read(t.partition, offset, 200, True)))[-1][1] + 1
-    total = sum(len(t.segment_bytes[md.start_offset]) for md in t.remote)
-    assert sum(r[4] for r in t.rsm.ranges) == total, "every byte fetched exactly once"
-    for md in t.remote:
-        size = md.segment_size_in_bytes
-        ahead = [(r[1], r[4]) for r in t.rsm.ranges if r[0] == md.start_offset and r[3].startswith("remote-read-ahead")]
-        for start, n in ahead:
-            assert start + n == size or size - (start + n) >= n, (md.start_offset, size, ahead)
-    assert all(r[4] < 2 * reader.read_ahead.max_step_bytes for r in t.rsm.ranges)
-    reader.close()
-    # A segment of 1.67 steps: one range of all of it; of 3 steps: one step, the rest left for later.
-    md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
-    size = md.segment_size_in_bytes
-    for step, expected in ((size * 3 // 5, size), (size // 3, size // 3)):
-        reader = t.reader(chunk_bytes=step)
-        win = reader.read_ahead.window(reader.topic_id_partition(t.partition), md)
-        reader.read_ahead.start_read_ahead(win, 0)
-        assert win.pending[0] == 0 and win.pending[2] == expected, (step, win.pending)
-        assert len(win.pending[1].result(10)) == expected
-        reader.close()
 
 
 def test_a_cold_window_fetches_its_first_range_and_its_read_ahead_at_once(tiered):

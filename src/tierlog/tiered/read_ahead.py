@@ -3,9 +3,7 @@
 A :class:`Window` holds contiguous bytes ``[start, end)`` of one remote segment object, as the chunks
 ranged reads returned, plus where the last answer ended and the read-ahead in flight. A consumer reading on
 from where its last answer ended finds its bytes in the window; once less than the window's step is left
-ahead, the next range of a step is fetched in the background (:meth:`ReadAheadCache.maybe_read_ahead`); a
-range that would leave less than its own length of the segment behind it takes the rest along (one round trip
-instead of two, so a range is at most twice the step).
+ahead, the next range of a step is fetched in the background (:meth:`ReadAheadCache.maybe_read_ahead`).
 The step starts at ``chunk_bytes`` and doubles, up to ``max_step_bytes``, each time a reader takes a
 read-ahead on from the window's end: a sequential reader of a distant store then pays one round trip per
 larger range (a cold segment's first read is shorter still, ``FIRST_CHUNK_BYTES``: time to first byte). Windows of
@@ -168,10 +166,6 @@ class ReadAheadCache:
         reads in the foreground."""
         left = win.md.segment_size_in_bytes - pos
         length = min(length or self.chunk_bytes, left)
-        if left - length < length:
-            # The rest of the segment is shorter than this range: one GET takes it along (the 3.6 MiB
-            # left of an 8 MiB segment after a 4 MiB range would cost a round trip of its own).
-            length = left
         with self._lock:
             if self.closed or win.evicted:
                 return
