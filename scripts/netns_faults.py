@@ -17,6 +17,7 @@ disagree. The last line is the verdict as one JSON object::
     python scripts/netns_faults.py --system both            # tierlog, then Kafka 3.9: the same schedule
     python scripts/netns_faults.py --zookeepers 3           # an ensemble of three; adds the zk-split fault
     python scripts/netns_faults.py --inter-broker sasl_ssl  # brokers talk SCRAM-SHA-512 over TLS (port 9093)
+    python scripts/netns_faults.py --latency-ms 100         # every link between namespaces 100 ms each way
 
 ``--system kafka`` runs the schedule against Apache Kafka 3.9's brokers (ZooKeeper mode, the same settings);
 ``both`` runs tierlog and then Kafka and prints them side by side: records lost (both must be 0), the longest
@@ -52,7 +53,7 @@ CLUSTERS = {"tierlog": netns_cluster, "kafka": kafka_netns_cluster}
 
 def one_run(system: str, work_dir: Path, args, prefixes: list[str]) -> dict:
     with CLUSTERS[system](work_dir / system, settings=SETTINGS, zookeepers=args.zookeepers,
-                          inter_broker=args.inter_broker) as nc:
+                          inter_broker=args.inter_broker, latency_ms=args.latency_ms) as nc:
         prefixes.append(nc.topology.prefix)
         report, numbers = run_schedule(nc, args.seed, args.cycles, args.minutes, args.partitions,
                                        echo=lambda line: print(f"{system}: {line}", flush=True))
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the cluster under the schedule (both: tierlog, then Kafka 3.9)")
     parser.add_argument("--inter-broker", choices=("plaintext", "sasl_ssl"), default="plaintext",
                         help="the brokers' own listener: sasl_ssl is TLS with SCRAM-SHA-512 on port 9093")
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="delay every TCP connection between namespaces by this much each way, as netem's delay "
+                             "on every interface would (a user-space delay line: this kernel has no netem)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")
     args = parser.parse_args(argv)
     why = netns.available()
@@ -110,11 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                    json.dumps({"ok": False, "error": "watchdog"}))
     started = time.monotonic()
     print(f"netns fault run on {' and '.join(systems)}: seed {args.seed}, up to {args.cycles} cycles or "
-          f"{args.minutes:g} minutes, kinds {', '.join(KINDS)}; work folder {work_dir}", flush=True)
+          f"{args.minutes:g} minutes, kinds {', '.join(KINDS)}, latency {args.latency_ms:g} ms each way; "
+          f"work folder {work_dir}", flush=True)
     results = {system: one_run(system, work_dir, args, prefixes) for system in systems}
     if len(systems) > 1:
         print("\n" + side_by_side(results), flush=True)
     verdict = {**(results[systems[0]] if len(systems) == 1 else {"systems": results}), "seed": args.seed,
+               "latency_ms": args.latency_ms,
                "ok": all(r["ok"] and not r["liveness"] for r in results.values()),
                "seconds": round(time.monotonic() - started)}
     print(json.dumps(verdict), flush=True)

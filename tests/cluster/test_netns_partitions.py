@@ -99,6 +99,46 @@ def test_the_topology_s_faults_cut_what_they_name_and_heal_removes_them():
     assert topo.prefix not in gone
 
 
+ECHO = ("import socket,sys,threading\ns=socket.socket();s.bind((sys.argv[1],7001));s.listen(64)\n"
+        "def echo(c):\n  while d := c.recv(100): c.sendall(d)\n"
+        "while True: threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()")
+#: seconds for a connection and two request/response round trips to the echo server, or "timeout"
+ROUND_TRIPS = ("import socket,sys,time\nt=time.monotonic()\n"
+               "try:\n  c=socket.create_connection((sys.argv[1],7001),timeout=3)\n"
+               "  for _ in range(2):\n    c.sendall(b'x'); assert c.recv(1) == b'x'\n  print(time.monotonic()-t)\n"
+               "except OSError: print('timeout')")
+
+
+def test_the_topology_s_delay_costs_every_round_trip_between_namespaces_and_faults_still_cut():
+    """``delay(50)``: a new connection and two round trips from one namespace to another take at least 3 round trips
+    of 100 ms; the test process's own connections are not delayed; a cut still cuts and a heal keeps the delay."""
+    require_netns()
+    topo = netns.Topology(["a", "b"])
+    echo = None
+    try:
+        echo = subprocess.Popen(topo.wrap("b", [sys.executable, "-c", ECHO, topo.address("b")]))
+
+        def timed(src: str | None) -> str:
+            argv = [sys.executable, "-c", ROUND_TRIPS, topo.address("b")]
+            return subprocess.run(topo.wrap(src, argv) if src else argv, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        wait_until(lambda: timed(None) != "timeout", 15, "the echo server")
+        direct = float(timed("a"))
+        topo.delay(50)
+        delayed = float(timed("a"))
+        assert delayed >= 0.3 > direct, (direct, delayed)  # the handshake's round trip and two requests'
+        assert float(timed(None)) < 0.3
+        topo.cut("a", "b")
+        assert timed("a") == "timeout"
+        topo.heal()
+        assert float(timed("a")) >= 0.3
+    finally:
+        if echo is not None:
+            echo.kill()
+            echo.wait()
+        topo.close()
+
+
 def assert_consistent(result: dict) -> None:
     report = result.pop("report")
     print("\n" + report.format() + "\n" + json.dumps(result))

@@ -1,5 +1,5 @@
 """Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker, a share
-group's dead-letter queue led by another broker,
+group's dead-letter queue led by another broker, a share-partition's state kept by another broker's share coordinator,
 acks=all when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling
 restart with controlled shutdown under an idempotent producer.
 
@@ -28,7 +28,8 @@ LEADER_NOT_AVAILABLE = 5
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
-    c = start_cluster(tmp_path_factory.mktemp("zk-cluster"), zookeeper, brokers=3)
+    # metrics.port: the DLQ test counts the Produce requests a broker received
+    c = start_cluster(tmp_path_factory.mktemp("zk-cluster"), zookeeper, brokers=3, settings={"metrics.port": "0"})
     yield c
     c.stop()
 
@@ -217,11 +218,15 @@ def test_group_configs_from_a_broker_that_is_not_the_controller(cluster):
 def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     """KIP-1191 in a cluster: the source partition's leader (broker 1) writes its share group's rejected records
     to a DLQ partition that broker 2 leads, by a Produce over the inter-broker listener (an append of its own would
-    be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers."""
+    be refused: it does not lead it); the DLQ holds one record per rejection, with Kafka's headers. The two ranges
+    rejected by one acknowledgement (offsets 0 and 2) go in one Produce, as Kafka's DLQ manager coalesces what is
+    bound for one broker, while DeadLetterQueueTotalProduceRequests counts both ranges, as Kafka 4.4's does."""
+    from tests.harness.tiered import sample_value, scrape
     from tests.harness.tierlog_cluster import create
     from tests.server.sharelib import read_dlq, set_group, share_consume
     from tierlog.client.producer import Producer
-    from tierlog.client.share_consumer import REJECT
+    from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE
+    from tierlog.server.share_dlq import PRODUCE_REQUESTS
 
     topic, dlq, group = unique("share-src"), "dlq." + unique("other"), unique("share-dlq")
     create(cluster, topic, assignment=[[1, 2, 3]])
@@ -230,18 +235,103 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
         assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
                       ("share.auto.offset.reset", "earliest"))[0] == 0
 
+    def produce_requests_at_2() -> float:
+        return sample_value(scrape(cluster.brokers[2]), "kafka_network_requestmetrics_requests_total",
+                            request="Produce") or 0
+
     async def produce():
         async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
-            for i in range(2):
+            for i in range(4):  # one batch: the share consumer gets the four in one delivery
                 await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode())
             await producer.flush()
 
     asyncio.run(produce())
-    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: REJECT, records=2))
-    assert sorted(set(deliveries)) == [(0, 0, 1, REJECT), (0, 1, 1, REJECT)]
+    before = produce_requests_at_2()
+
+    def plan(offset: int, count: int) -> str:
+        return REJECT if offset % 2 == 0 else (RELEASE if count == 1 else ACCEPT)
+
+    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, plan, records=4))
+    assert sorted(d for d in set(deliveries) if d[3] == REJECT) == [(0, 0, 1, REJECT), (0, 2, 1, REJECT)]
     records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 2))
     assert sorted((p, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.topic"]) for p, _k, _v, h in records) == [
-        (0, b"0", topic.encode()), (0, b"1", topic.encode())]
+        (0, b"0", topic.encode()), (0, b"2", topic.encode())]
+    assert produce_requests_at_2() - before == 1
+    assert sample_value(scrape(cluster.brokers[1]), PRODUCE_REQUESTS, group=group) == 2
+
+
+def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
+    """KIP-932's share coordinator RPCs: the share-partition's leader (broker 1) does not lead the
+    ``__share_group_state`` partition of its state (FindCoordinator key type 2 names another broker), so it reads and
+    writes the state there with ReadShareGroupState/WriteShareGroupState. The acknowledged records are in that
+    broker's state (ReadShareGroupStateSummary), broker 1 itself answers NOT_COORDINATOR for them, and a share
+    consumer started afterwards gets only the records produced since. Then leadership moves to broker 2 (preferred
+    leader election after reordering the replicas): the new leader reads the state from the coordinator (its
+    leader epoch recorded) and delivers only what was never acknowledged."""
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT
+    from tierlog.kafka_uuid import uuid_to_str
+
+    topic = unique("share-rpc")
+    create(cluster, topic, assignment=[[1, 2, 3]])
+    topic_id = cluster.metadata(1, [topic]).topics[0].topic_id
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        def coordinator_of(group: str) -> int:
+            answer = raw.request(ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": [
+                f"{group}:{uuid_to_str(topic_id)}:0"]})
+            return answer.coordinators[0].node_id
+
+        prefix = unique("share-rpc-group")
+        cluster.wait_until(lambda: coordinator_of(prefix) >= 0, 30, "__share_group_state with leaders")
+        # a group whose state partition broker 3 leads (the key's hash picks the partition): neither leader of the
+        # share-partition, 1 then 2, keeps its state
+        group = next(g for g in (f"{prefix}-{i}" for i in range(300)) if coordinator_of(g) == 3)
+        coordinator = coordinator_of(group)
+        assert set_group(raw, group, ("share.auto.offset.reset", "earliest"))[0] == 0
+
+    async def produce(first: int, n: int):
+        async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+            for i in range(first, first + n):
+                await producer.send(topic, f"value-{i}".encode())
+            await producer.flush()
+
+    asyncio.run(produce(0, 4))
+    deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=4))
+    assert sorted(deliveries) == [(0, offset, 1, ACCEPT) for offset in range(4)]
+
+    def state(broker: int):
+        with rawclient.raw_client(cluster.brokers[broker].bootstrap) as raw:
+            answer = raw.request(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, {"group_id": group, "topics": [
+                {"topic_id": topic_id, "partitions": [{"partition": 0, "leader_epoch": 0}]}]})
+        return answer.results[0].partitions[0]
+
+    kept = state(coordinator)  # acknowledgements are answered once the state is written there
+    leader_epoch = topic_state(cluster, 1, topic)[0].leader_epoch
+    assert (kept.error_code, kept.start_offset, kept.leader_epoch) == (0, 4, leader_epoch)
+    assert state(1).error_code == 16  # NOT_COORDINATOR: broker 1 keeps none of it
+
+    asyncio.run(produce(4, 2))
+    again = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=2))
+    assert sorted(again) == [(0, 4, 1, ACCEPT), (0, 5, 1, ACCEPT)]
+
+    with rawclient.raw_client(rawclient.controller_address(cluster.bootstrap)) as raw:
+        moved = raw.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout": 30000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "replicas": [2, 1, 3]}]}]})
+        assert moved.error_code == 0 and moved.responses[0].partitions[0].error_code == 0, moved
+
+        def led_by_2() -> bool:
+            raw.request(ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "timeout_ms": 30000,
+                                                  "topic_partitions": [{"topic": topic, "partitions": [0]}]})
+            return all(topic_state(cluster, i, topic)[0].leader_id == 2 for i in (1, 2, 3))
+        cluster.wait_until(led_by_2, 30, "broker 2 leading the share-partition")
+    asyncio.run(produce(6, 2))
+    moved_on = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda offset, count: ACCEPT, records=2))
+    assert sorted(moved_on) == [(0, 6, 1, ACCEPT), (0, 7, 1, ACCEPT)]
+    kept = state(coordinator)
+    assert (kept.start_offset, kept.leader_epoch) == (8, topic_state(cluster, 2, topic)[0].leader_epoch)
+    assert kept.leader_epoch > leader_epoch
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from kazoo.exceptions import SessionExpiredError
 
 from tests.harness import logcapture
+from tests.harness.waiting import wait_until
 from tierlog.cluster.image import PartitionImage
 from tierlog.cluster.zk_controller import NO_LEADER, ZkController
 from tierlog.cluster.zookeeper import FencedControllerError
@@ -95,3 +96,40 @@ def test_a_fenced_controller_says_so_in_one_info_line_and_resigns(caplog):
         "Controller 1 was fenced (controller epoch 3 is no longer current); resigning",
         "Automatic preferred replica election skipped: broker 1 is no longer the controller "
         "(FencedControllerError: controller epoch 3 is no longer current)"]
+
+
+def test_an_event_whose_states_had_moved_runs_again_a_bounded_number_of_times(caplog):
+    """A partition state write whose answer a lost connection swallowed leaves the controller's znode versions
+    behind: the next write is refused, the states are read again (StatesReloaded) and the event runs again, from
+    the reloaded states, at most EVENT_ATTEMPTS times in all."""
+    from tierlog.cluster.zk_controller import EVENT_ATTEMPTS, StatesReloaded
+
+    def controller_with(fn_fails: int):
+        executor = concurrent.futures.ThreadPoolExecutor(1)
+        controller = SimpleNamespace(_stopped=False, _executor=executor, node_id=1, fence=object(),
+                                     _session_lost=False, runs=0)
+        controller._submit = lambda fn, *args, attempt=1: ZkController._submit(controller, fn, *args, attempt=attempt)
+
+        def _brokers_changed():
+            controller.runs += 1
+            if controller.runs <= fn_fails:
+                raise StatesReloaded("1 partition state(s) had moved: BadVersionError")
+        controller._submit(_brokers_changed)
+        return controller, executor
+
+    def settle(controller, executor, runs: int):
+        wait_until(lambda: controller.runs >= runs, 10, what="the event's runs")
+        executor.submit(lambda: None).result()  # after any run queued by the last one
+        executor.shutdown(wait=True)
+
+    with caplog.at_level(logging.INFO, logger="tierlog.cluster.zk_controller"):
+        controller, executor = controller_with(1)
+        settle(controller, executor, 2)
+    assert controller.runs == 2
+    assert [r.levelno for r in logcapture.records(caplog)] == [logging.INFO]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tierlog.cluster.zk_controller"):
+        controller, executor = controller_with(10)
+        settle(controller, executor, EVENT_ATTEMPTS)
+    assert controller.runs == EVENT_ATTEMPTS
+    assert logcapture.records(caplog)[-1].levelno == logging.ERROR

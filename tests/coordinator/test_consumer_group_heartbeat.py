@@ -18,6 +18,8 @@ from tierlog.coordinator.consumer_group_records import (
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
 )
 from tierlog.coordinator.records import decode_key, decode_value, encode_key, encode_value
 from tierlog.errors import (
@@ -193,6 +195,65 @@ def test_records_replay_on_load():
                        "group_type": "consumer"}]
 
 
+def test_regular_expression_records_written_and_replayed():
+    """Kafka 4.4's ConsumerGroupRegularExpression records: one when a regex joins the group and when the topics
+    it matches change, a tombstone when its last member leaves; replayed on load."""
+    now = [1_000]
+    topics = dict(TOPICS)
+    store = MemoryStore(num_partitions=3)
+
+    def coordinator() -> GroupCoordinator:
+        c = GroupCoordinator(CoordinatorConfig(), store, wall_clock=lambda: now[0])
+        c.topics = lambda: topics
+        c.load_all()
+        return c
+
+    def written():
+        out = []
+        for key_bytes, value_bytes in store.records[coordinator().partition_for("g")]:
+            key = decode_key(key_bytes)
+            if isinstance(key, ConsumerGroupRegularExpressionKey):
+                out.append((key.group, key.regex, decode_value(key, value_bytes)))
+        return out
+
+    def resolved(c: GroupCoordinator):
+        return c.shard_for("g").consumer_group_manager.groups["g"].resolved_regexes
+
+    c = coordinator()
+    a = hb(c, "a", 0, regex="t[0-9]")
+    hb(c, "b", 0, regex="t[0-9]")  # the same expression, already resolved: nothing new
+    first = ConsumerGroupRegularExpressionValue(("t1", "t2"), 0, 1_000)
+    assert written() == [("g", "t[0-9]", first)]
+    now[0] = 2_000
+    topics["t3"] = TopicInfo("t3", uuid.UUID(int=3), 1)
+    before = c.consumer_group_describe(["g"])[0]["group_epoch"]
+    hb(c, "a", a["member_epoch"])
+    second = ConsumerGroupRegularExpressionValue(("t1", "t2", "t3"), 0, 2_000)
+    assert written() == [("g", "t[0-9]", first), ("g", "t[0-9]", second)]
+    assert c.consumer_group_describe(["g"])[0]["group_epoch"] == before + 1  # t3 joined the subscription
+    assert resolved(coordinator()) == {"t[0-9]": second}  # replayed on load
+    hb(c, "c", 0, regex="other")
+    assert written()[-1] == ("g", "other", ConsumerGroupRegularExpressionValue(("other",), 0, 2_000))
+    hb(c, "c", -1)
+    assert written()[-1] == ("g", "other", None)  # its last member left
+    assert resolved(c) == resolved(coordinator()) == {"t[0-9]": second}
+
+
+def test_a_rack_change_bumps_the_group_epoch():
+    """KIP-1101 (Kafka 4.4): the replicas' racks are in the metadata hash, so moving a replica to another rack
+    bumps the group epoch (a new target assignment is computed; the member keeps its partitions)."""
+    topics = {"t1": TopicInfo("t1", T1, 4, {p: frozenset({"r1"}) for p in range(4)})}
+    c = make()
+    c.topics = lambda: topics
+    a = hb(c, "a", 0)
+    epoch = a["member_epoch"]
+    topics["t1"] = TopicInfo("t1", T1, 4, {0: frozenset({"r2"}), **{p: frozenset({"r1"}) for p in range(1, 4)}})
+    again = hb(c, "a", epoch, owned=[(T1, [0, 1, 2, 3])])
+    assert again["member_epoch"] == epoch + 1
+    assert c.consumer_group_describe(["g"])[0]["members"][0]["assignment"] == \
+        {"topic_partitions": [{"topic_id": T1, "topic_name": "t1", "partitions": [0, 1, 2, 3]}]}
+
+
 def test_record_formats_round_trip():
     for key, value in [
         (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(3, 12345)),
@@ -222,17 +283,20 @@ def test_assignors_balance(assign):
     assert every == sorted([(T1, p) for p in range(5)] + [(T2, p) for p in range(3)])
 
 
-def test_uniform_is_sticky_and_rack_aware():
+def test_uniform_is_sticky_and_ignores_racks():
+    """As Kafka 4.4's uniform assignor: racks on members and replicas change nothing; a newcomer gets what the
+    others give up beyond their quota (the first member keeps the extra partition it already holds)."""
     topics = {T1: AssignmentTopic(T1, "t1", 4, {0: frozenset({"r1"}), 1: frozenset({"r2"}),
                                                 2: frozenset({"r1"}), 3: frozenset({"r2"})})}
     first = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2"), AssignmentMember("b", frozenset({T1}), "r1")],
                            topics)
-    assert first == {"a": {T1: (1, 3)}, "b": {T1: (0, 2)}}
+    assert first == {"a": {T1: (0, 1)}, "b": {T1: (2, 3)}}
+    assert uniform_assign([AssignmentMember("a", frozenset({T1})), AssignmentMember("b", frozenset({T1}))],
+                          {T1: AssignmentTopic(T1, "t1", 4)}) == first
     second = uniform_assign([AssignmentMember("a", frozenset({T1}), "r2", first["a"]),
                              AssignmentMember("b", frozenset({T1}), "r1", first["b"]),
                              AssignmentMember("c", frozenset({T1}))], topics)
-    # Nobody gives up more than needed: each of a and b keeps one of its partitions at least.
-    assert set(second["a"][T1]) <= {1, 3} and set(second["b"][T1]) <= {0, 2}
+    assert second == {"a": {T1: (0, 1)}, "b": {T1: (2,)}, "c": {T1: (3,)}}
 
 
 def test_offsets_of_an_empty_consumer_group_expire_then_the_group_goes():

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tierlog.coordinator.consumer_group_records import ConsumerGroupRegularExpressionKey
 from tierlog.coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -83,9 +84,10 @@ def test_group_metadata_key_bytes():
 
 
 def test_newer_record_types_are_recognised_and_skipped():
-    # Share group records (types 9-14) and the consumer groups' regular expressions (16) are not used.
+    # Share group records (types 9-14) are not used; the consumer groups' regular expressions (16) are.
     assert decode_key(struct.pack(">h", 10) + s16("grp")) == UnknownKey(10)
-    assert decode_key(struct.pack(">h", 16) + s16("grp")) == UnknownKey(16)
+    assert decode_key(struct.pack(">h", 16) + s16("grp") + s16("a.*")) == \
+        ConsumerGroupRegularExpressionKey("grp", "a.*")
 
 
 def test_truncated_key_is_a_format_error():

@@ -183,3 +183,40 @@ def test_dlq_rejected_and_past_the_limit_wait_in_archiving_then_archive_and_surv
     plain.acquire("m", [(10, 10)], 1)
     plain.acknowledge("m", 10, 10, [REJECT])
     assert plain.start_offset == 11 and plain.take_dlq_pending() == []
+
+
+def test_records_delivered_often_are_throttled_as_kafka_44():
+    """Kafka 4.4's throttling (limit 5: from delivery count 3, max(2, ceil(5 / 2))): a batch with such records is
+    acquired alone and only in part, half of it at count 3; a record on its last attempt goes alone."""
+    sp = partition(limit=5)
+    batches = [(10, 19), (20, 23)]
+
+    def acquire(member: str, max_records: int = 100) -> list[tuple[int, int, int]]:
+        return [(a.first_offset, a.last_offset, a.delivery_count) for a in sp.acquire(member, batches, max_records)]
+
+    def release(member: str, first: int, last: int) -> None:
+        assert sp.acknowledge(member, first, last, [RELEASE]) == ErrorCode.none
+
+    for count in (1, 2, 3):  # below the throttle: both batches whole in one acquisition
+        assert acquire("m1") == [(10, 23, count)]
+        release("m1", 10, 23)
+    # delivered 3 times: batch 10-19 throttled, half of its 10 records, nothing of the next batch
+    assert acquire("m1") == [(10, 14, 4)]
+    assert acquire("m2") == [(15, 19, 4)]  # the rest of it, alone again
+    assert acquire("m3") == [(20, 21, 4)]  # the second batch is throttled too: half of its 4
+    release("m1", 10, 14)
+    # on the last attempt (count 4 of 5): one record per acquisition
+    assert acquire("m1") == [(10, 10, 5)]
+    assert acquire("m1") == [(11, 11, 5)]
+
+
+def test_throttling_with_the_smallest_limits():
+    """Limit 3: throttled from count 2 (max(2, ceil(3 / 2))), where count 2 is also the last attempt."""
+    sp = partition(limit=3)
+    assert [(a.first_offset, a.last_offset) for a in sp.acquire("m1", [(10, 17)], 100)] == [(10, 17)]
+    assert sp.acknowledge("m1", 10, 17, [RELEASE]) == ErrorCode.none
+    assert [(a.first_offset, a.last_offset) for a in sp.acquire("m1", [(10, 17)], 100)] == [(10, 17)]
+    assert sp.acknowledge("m1", 10, 17, [RELEASE]) == ErrorCode.none
+    # count 2: throttled (at most 8 >> 1 records), and the last attempt: one record alone
+    got = sp.acquire("m1", [(10, 17)], 100)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 10, 3)]

@@ -26,7 +26,16 @@ each. Every fault drops packets at the IP level, by address:
 - ``loss(a, percent)``: each packet in or out of ``a`` dropped with that probability (``numgen random``);
 - ``clients_cut(a)``: ``a`` cut from the test process (the bridge address) only.
 
-Not covered: latency and bandwidth (this kernel has no netem or tbf qdisc), reordering, duplication.
+Latency, ``delay(one_way_ms)``: this kernel has no netem qdisc, so it is made in user space. Every namespace gets a
+delay line (tests/harness/delay_line.py, transparent) on its address and port ``DELAY_PORT``, and a nat table
+``inet tldelay`` whose output chain sends each TCP connection to another namespace's address there (``dnat``); the
+delay line connects on to the original address with the socket mark ``DELAY_MARK``, which the rule leaves alone,
+and delays each direction by ``one_way_ms``: a round trip between namespaces costs twice that, as netem's delay on
+every namespace's interface would. Only TCP between namespaces is delayed (not the test process's clients). The
+fault table's filter chains run after the nat chain (priority -10 against -100), so cuts and losses still apply,
+now to the delay line's own connections. ``heal()`` leaves the delay on; it lasts until ``close()``.
+
+Not covered: bandwidth (no tbf either), reordering, duplication.
 Requires root, ``ip`` and ``nft`` (``available()`` says why not).
 """
 
@@ -37,11 +46,17 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 STEM = "tlns"
 TABLE = "tlfault"
 SUBNETS = ipaddress.ip_network("10.77.0.0/16")
+DELAY_TABLE = "tldelay"
+DELAY_PORT = 7999
+DELAY_MARK = 0x7D1
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class NetnsError(Exception):
@@ -138,6 +153,8 @@ class Topology:
         self.names = list(names)
         self._addresses = {n: str(self.subnet.network_address + 10 + i) for i, n in enumerate(self.names)}
         self.faults: list[str] = []
+        self.delay_ms = 0.0
+        self._delay_lines: list[subprocess.Popen] = []
         try:
             self._create()
         except BaseException:
@@ -175,6 +192,10 @@ class Topology:
 
     def close(self) -> None:
         """Remove this topology's namespaces (their veths go with them) and bridge; safe to call twice."""
+        for proc in self._delay_lines:
+            proc.kill()
+            proc.wait()
+        self._delay_lines.clear()
         for name in self.names:
             run("ip", "netns", "del", self.namespace(name), check=False)
         sweep(self.prefix)
@@ -187,6 +208,27 @@ class Topology:
 
     def wrap(self, name: str, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespace(name), *argv]
+
+    def delay(self, one_way_ms: float) -> None:
+        """Every TCP connection between namespaces (opened from now on) delayed by ``one_way_ms`` each way (see the
+        module doc); called once, before the servers start."""
+        assert not self._delay_lines and one_way_ms > 0
+        for name in self.names:
+            own = self.address(name)
+            argv = [sys.executable, "-m", "tests.harness.delay_line", "--transparent", "--listen", own,
+                    "--port", str(DELAY_PORT), "--mark", hex(DELAY_MARK), "--one-way-ms", str(one_way_ms)]
+            proc = subprocess.Popen(self.wrap(name, argv), cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+            self._delay_lines.append(proc)
+            if "listening" not in (proc.stdout.readline() if proc.stdout else ""):
+                raise NetnsError(f"the delay line in {name} did not start")
+            rule = (f"ip daddr {self.subnet} ip daddr != {{ {own}, {self.gateway} }} meta l4proto tcp "
+                    f"meta mark != {DELAY_MARK:#x} dnat ip to {own}:{DELAY_PORT}")
+            script = [f"table inet {DELAY_TABLE} {{",
+                      "  chain output { type nat hook output priority -100; policy accept; }", "}",
+                      f"add rule inet {DELAY_TABLE} output {rule}"]
+            run("ip", "netns", "exec", self.namespace(name), "nft", "-f", "-", input="\n".join(script) + "\n")
+        self.delay_ms = one_way_ms
 
     # ------------------------------------------------------------------------------------------- faults
 

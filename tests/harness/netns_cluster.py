@@ -17,6 +17,9 @@ tests/harness/apache_kafka.py's ``KafkaZkCluster``), so a fault schedule runs ag
 9093 with SCRAM-SHA-512, certificates naming the brokers' addresses (tests/security/pki.py), the credential written
 to ZooKeeper before any broker starts by Kafka 3.9's kafka-configs --zookeeper, as Kafka's ZooKeeper mode
 bootstraps inter-broker SCRAM; clients stay on PLAINTEXT 9092. Faults cut addresses, so both listeners alike.
+
+``latency_ms`` (both systems): every TCP connection between namespaces (broker to broker, broker to ZooKeeper,
+ZooKeeper to ZooKeeper) delayed by that much each way from the start (``Topology.delay``), the faults on top.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def _sasl_ssl(work_dir: Path, topology, zk_connect: str) -> dict:
 
 @contextlib.contextmanager
 def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 90,
-                  zookeepers: int = 1, inter_broker: str = "plaintext"):
+                  zookeepers: int = 1, inter_broker: str = "plaintext", latency_ms: float = 0):
     """``zookeepers=3``: an ensemble of three servers, each in a namespace of its own (``zk1``..``zk3``)."""
     def start(server, topology):
         chroot, merged, extra = "/tierlog", dict(settings or {}), ""
@@ -103,13 +106,13 @@ def netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None
             extra = SASL_SSL_LISTENER
         return start_cluster(work_dir, server, brokers, settings=merged, timeout=timeout, topology=topology,
                              chroot=chroot, extra_listeners=extra)
-    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers) as nc:
+    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers, latency_ms) as nc:
         yield nc
 
 
 @contextlib.contextmanager
 def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None = None, timeout: float = 180,
-                        zookeepers: int = 1, inter_broker: str = "plaintext"):
+                        zookeepers: int = 1, inter_broker: str = "plaintext", latency_ms: float = 0):
     """Kafka 3.9's brokers 1..N in ZooKeeper mode (``ZK_CLUSTER_SETTINGS`` under ``settings``), each in its
     namespace, on a ZooKeeper in ``zk`` under the chroot ``/kafka``."""
     from tests.harness.apache_kafka import KafkaZkCluster, resolve_zk_jars
@@ -132,16 +135,18 @@ def kafka_netns_cluster(work_dir: Path, brokers: int = 3, settings: dict | None 
             cluster.stop()
             raise
         return cluster
-    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers) as nc:
+    with _in_namespaces(work_dir, brokers, start, timeout, zookeepers, latency_ms) as nc:
         yield nc
 
 
 @contextlib.contextmanager
-def _in_namespaces(work_dir: Path, brokers: int, start, timeout: float, zookeepers: int = 1):
+def _in_namespaces(work_dir: Path, brokers: int, start, timeout: float, zookeepers: int = 1, latency_ms: float = 0):
     zk_names = ("zk",) if zookeepers == 1 else tuple(f"zk{i}" for i in range(1, zookeepers + 1))
     topology = Topology([*zk_names, *(f"b{i}" for i in range(1, brokers + 1))])
     server = cluster = None
     try:
+        if latency_ms:
+            topology.delay(latency_ms)
         if zookeepers == 1:
             server = zk.start_zookeeper(work_dir / "zk", topology=topology, timeout=timeout)
         else:

@@ -283,7 +283,8 @@ def create(cluster, name: str, partitions: int = 1, configs: dict | None = None,
            assignment: list[list[int]] | None = None) -> None:
     """CreateTopics at the controller (replication factor 3, or ``assignment``: replicas per partition), then
     wait until every running broker names a leader for every partition."""
-    raw = RawClient(rawclient.controller_address(cluster.bootstrap))
+    # the socket waits as long as the request's own timeout (a slow link: --latency-ms of the netns runs)
+    raw = RawClient(rawclient.controller_address(cluster.bootstrap), timeout=35)
     try:
         resp = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{
             "name": name, "num_partitions": -1 if assignment else partitions,

@@ -1,10 +1,14 @@
 import datetime
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from tierlog import errors
+from tierlog.protocol import builder
 from tierlog.protocol.builder import build, build_response, zero_value
 from tierlog.protocol.messages import ApiKey, encode_response_frame, parse_request
 
@@ -144,12 +148,24 @@ def test_conversions():
         {"error_code": errors.CorruptMessageError}]}]).responses[0].partition_responses[0].error_code == 2
 
 
-def test_unknown_field_in_every_version_is_a_typo():
+def test_unknown_field_in_every_version_is_a_typo(monkeypatch):
+    monkeypatch.setattr(builder, "CHECK_FIELDS", True)
     with pytest.raises(TypeError, match="hig_watermark"):
         build(response_type(ApiKey.FETCH, 12), {"responses": [{"topic": "t", "partitions": [
             {"hig_watermark": 1}]}]})
     with pytest.raises(TypeError, match="no field"):
         build(response_type(ApiKey.METADATA, 0), {"brokerz": []})
+
+
+def test_without_the_check_a_key_of_another_version_imports_no_other_version():
+    """A broker in service answers an old client without importing the message's other versions."""
+    code = ("import sys\nfrom kio.schema.metadata.v1.response import MetadataResponse\n"
+            "from tierlog.protocol.builder import build\n"
+            "build(MetadataResponse, {'brokers': [], 'topics': [], 'throttle_time_ms': 0, 'no_such_field': 1})\n"
+            "print(*sorted({m.split('.')[3] for m in sys.modules if m.startswith('kio.schema.metadata.v')}))")
+    env = {k: v for k, v in os.environ.items() if k != "TIERLOG_CHECK_FIELDS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["v1"], out.stdout
 
 
 def test_strict_rejects_fields_of_other_versions():

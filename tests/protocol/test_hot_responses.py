@@ -24,7 +24,8 @@ partition = st.fixed_dictionaries(
     {"index": i32, "error_code": st.sampled_from([0, 2, 6, 10, 56, 87, -1]), "base_offset": i64,
      "log_append_time_ms": st.sampled_from([-1, 0, 1_700_000_000_123]), "log_start_offset": i64},
     optional={"error_message": st.none() | text, "record_errors": st.lists(record_error, max_size=3)})
-topic = st.fixed_dictionaries({"name": text, "partition_responses": st.lists(partition, max_size=4)})
+topic = st.fixed_dictionaries({"name": text, "topic_id": st.uuids(),  # v13 names topics by id, the others by name
+                               "partition_responses": st.lists(partition, max_size=4)})
 
 
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
@@ -56,8 +57,8 @@ def test_a_client_reads_what_the_broker_writes():
     assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [(1, "no key")]
 
 
-@pytest.mark.parametrize(("encode", "version"), [(encode_produce_response, 2), (encode_produce_response, 13),
-                                                 (encode_fetch_response, 3), (encode_fetch_response, 18)])
+@pytest.mark.parametrize(("encode", "version"), [(encode_produce_response, 2), (encode_produce_response, 14),
+                                                 (encode_fetch_response, 3), (encode_fetch_response, 19)])
 def test_versions_outside_the_handlers_range_are_refused(encode, version):
     with pytest.raises(ValueError, match=f"v{version}"):
         encode(version, 1, [])

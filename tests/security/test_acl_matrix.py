@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 
 import pytest
 
@@ -46,6 +47,8 @@ class Peer:
         grant(self.admin, *(binding(rt, name, ALL, ADMIN_HOST) for rt, name in (
             (CLUSTER, "kafka-cluster"), (TOPIC, "*"), (GROUP, "*"), (TXN, "*"))))
         create_topic(bootstrap, self.topic)
+        self.topic_id = self.admin.request(ApiKey.METADATA, 12, {"topics": [{"name": self.topic}],
+                                                                "allow_auto_topic_creation": False}).topics[0].topic_id
         for name in ("acl-del", "acl-cp"):
             create_topic(bootstrap, name)
         # The coordinators' topics are made for the admin: Kafka 4 creates __consumer_offsets and
@@ -345,6 +348,59 @@ def follower_fetch(c, p):
     return resp.error_code or resp.responses[0].partitions[0].error_code
 
 
+# The versions naming topics by id (Produce v13, Fetch v13+, OffsetCommit/OffsetFetch v10): authorized by the
+# topic's name; an unknown id is answered UNKNOWN_TOPIC_ID before the topic is authorized.
+
+def produce_by_id(c, p):
+    batch = build_batch([(None, b"v", [], int(time.time() * 1000))])
+    resp = c.request(ApiKey.PRODUCE, 13, {"acks": 1, "timeout": 5000, "topic_data": [
+        {"topic_id": p.topic_id, "partition_data": [{"index": 0, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0].error_code
+
+
+def fetch_v18(c, p):
+    resp = c.request(ApiKey.FETCH, 18, {"replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0,
+                                        "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                                        "session_epoch": -1, "topics": [{"topic_id": p.topic_id, "partitions": [
+                                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                             "current_leader_epoch": -1, "log_start_offset": -1,
+                                             "last_fetched_epoch": -1, "high_watermark": 0}]}],
+                                        "forgotten_topics_data": [], "rack_id": ""})
+    return resp.error_code or resp.responses[0].partitions[0].error_code
+
+
+def _commit_by_id(c, group, topic_id):
+    resp = c.request(ApiKey.OFFSET_COMMIT, 10, {"group_id": group, "generation_id_or_member_epoch": -1,
+                                                "member_id": "", "group_instance_id": None, "topics": [
+                                                    {"topic_id": topic_id, "partitions": [
+                                                        {"partition_index": 0, "committed_offset": 0,
+                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+    return resp.topics[0].partitions[0].error_code
+
+
+def offset_commit_by_id(c, p):
+    return _commit_by_id(c, "acl-g10", p.topic_id)
+
+
+def offset_commit_unknown_id(c, p):
+    return _commit_by_id(c, "acl-g11", uuid.UUID(int=7))
+
+
+def offset_fetch_by_id(c, p):
+    resp = c.request(ApiKey.OFFSET_FETCH, 10, {"groups": [{"group_id": "acl-g10", "member_id": None,
+                                                           "member_epoch": -1, "topics": [
+                                                               {"topic_id": p.topic_id, "partition_indexes": [0]}]}],
+                                               "require_stable": False})
+    g = resp.groups[0]
+    return g.error_code or g.topics[0].partitions[0].error_code
+
+
+def describe_groups_v6(c, p):
+    """A group that does not exist: GROUP_ID_NOT_FOUND from v6 (KIP-1043), once DESCRIBE is allowed."""
+    return c.request(ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["acl-g12"], "include_authorized_operations": False}
+                     ).groups[0].error_code
+
+
 #: (name, request, the ACLs it needs as (resource type, name, operation) in the order they are granted)
 MATRIX = [
     ("Metadata", metadata, [(TOPIC, "acl-mx", DESCRIBE)]),
@@ -383,9 +439,14 @@ MATRIX = [
     ("AlterUserScramCredentials", alter_user_scram, [(CLUSTER, "kafka-cluster", ALTER)]),
     ("UpdateFeatures", update_features, [(CLUSTER, "kafka-cluster", ALTER)]),
     ("OffsetForLeaderEpoch", offsets_for_leader_epoch, [(TOPIC, "acl-mx", DESCRIBE)]),
-    # refused only: allowed, Kafka answers a fetch from a broker that hosts no replica NOT_LEADER_OR_FOLLOWER,
-    # which tierlog serves (a difference outside authorization)
-    ("Fetch follower", follower_fetch, []),
+    # allowed, a fetch from a broker that hosts no replica of the partition is answered NOT_LEADER_OR_FOLLOWER
+    ("Fetch follower", follower_fetch, [(CLUSTER, "kafka-cluster", 9)]),
+    ("Produce v13", produce_by_id, [(TOPIC, "acl-mx", WRITE)]),
+    ("Fetch v18", fetch_v18, [(TOPIC, "acl-mx", READ)]),
+    ("OffsetCommit v10", offset_commit_by_id, [(GROUP, "acl-g10", READ), (TOPIC, "acl-mx", READ)]),
+    ("OffsetCommit v10 unknown topic id", offset_commit_unknown_id, [(GROUP, "acl-g11", READ)]),
+    ("OffsetFetch v10", offset_fetch_by_id, [(GROUP, "acl-g10", DESCRIBE), (TOPIC, "acl-mx", DESCRIBE)]),
+    ("DescribeGroups v6", describe_groups_v6, [(GROUP, "acl-g12", DESCRIBE)]),
     ("OffsetForLeaderEpoch follower", follower_offsets_for_leader_epoch, [(CLUSTER, "kafka-cluster", 9)]),
     ("DescribeCluster operations", describe_cluster_operations, [(CLUSTER, "kafka-cluster", DESCRIBE),
                                                                  (CLUSTER, "kafka-cluster", ALTER_CONFIGS)]),
@@ -423,6 +484,8 @@ EXPECTED = {  # what Kafka answers, by request: refused, then after each ACL
     "InitProducerId transactional": [53, 0], "InitProducerId idempotent": [31, 0], "DescribeAcls": [31, 0],
     "CreateAcls": [31, 0], "Metadata all topics": [-1, 0], "Metadata auto-creation": [29, 29, 0],
     "DescribeGroups": [30, 0], "DeleteRecords": [29, 0], "OffsetDelete": [30, 69, 69], "UpdateFeatures": [31, 0],
+    "Fetch follower": [29, 6], "Produce v13": [29, 0], "Fetch v18": [29, 0], "OffsetCommit v10": [30, 29, 0],
+    "OffsetCommit v10 unknown topic id": [30, 100], "OffsetFetch v10": [30, 29, 0], "DescribeGroups v6": [30, 69],
     # authorized-operations bit fields (bit = operation code): DESCRIBE, then ALTER_CONFIGS + DESCRIBE_CONFIGS
     "DescribeCluster operations": [0, 1 << 8, 1 << 8 | 1 << 10 | 1 << 11],
     "Metadata topic operations": [29, 1 << 3 | 1 << 8, 1 << 3 | 1 << 7 | 1 << 8],

@@ -5,6 +5,7 @@
   and DescribeGroups, sent to Kafka 4.4.0 and to tierlog: the same epochs, assignments, states and error codes.
 - confluent-kafka (librdkafka, ``group.protocol=consumer``): two members share the partitions, one leaves and
   the other takes them; every record is read once; the group and its offsets survive a broker restart.
+- The ConsumerGroupRegularExpression records of a regex subscription in both brokers' ``__consumer_offsets``.
 - Kafka 4.4's Java consumer (``kafka-console-consumer --consumer-property group.protocol=consumer``) reads
   every record, and ``kafka-consumer-groups --describe --state/--members`` reads the group as Kafka's does.
 """
@@ -244,6 +245,109 @@ def test_uniform_assignor_as_kafka(kafka44, tierlog):
     assert_same(shape(kafka), shape(ours), "the uniform assignor's phases")
     assert shape(ours)[0][-1] == {"m1": 5, "m3": 5}  # what the comparison rests on
     assert _sticky(kafka[0]) and _sticky(ours[0])
+
+
+def _group_records(bootstrap: str, group: str) -> list:
+    """The (key, value) records of ``group``'s ``__consumer_offsets`` partition, decoded by tierlog."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from tierlog.coordinator.records import decode_key, decode_value, partition_for
+
+    c = RawClient(bootstrap)
+    try:
+        md = c.request(ApiKey.METADATA, 12, {"topics": [{"name": "__consumer_offsets"}],
+                                             "allow_auto_topic_creation": False})
+        partition = partition_for(group, len(md.topics[0].partitions))
+    finally:
+        c.close()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cgp-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_uncommitted"})
+    try:
+        consumer.assign([TopicPartition("__consumer_offsets", partition, OFFSET_BEGINNING)])
+        _, end = consumer.get_watermark_offsets(TopicPartition("__consumer_offsets", partition), timeout=10)
+        raw: list = []
+
+        def read_to_end():
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                raw.append((m.key(), m.value()))
+            return (raw and m is not None and m.offset() >= end - 1) or not_yet(len(raw))
+        if end > 0:
+            wait_until(read_to_end, 30, interval=0, what=f"__consumer_offsets-{partition} read to {end}")
+    finally:
+        consumer.close()
+    out = []
+    for key_bytes, value_bytes in raw:
+        key = decode_key(key_bytes)
+        if getattr(key, "group", None) == group:
+            out.append((key, None if value_bytes is None else decode_value(key, value_bytes)))
+    return out
+
+
+def _regex_scenario(bootstrap: str) -> list:
+    """Two members subscribe by the same regular expression, settle, and leave: the group's
+    ConsumerGroupRegularExpression records in ``__consumer_offsets``, and the time window they were made in."""
+    from tierlog.coordinator.consumer_group_records import ConsumerGroupRegularExpressionKey
+
+    for name, partitions in (("cgp-re2-x1", 2), ("cgp-re2-x2", 1), ("cgp-re2-y", 1)):
+        create_topic(bootstrap, name, partitions)
+    group, regex = "cgp-regex", "cgp-re2-x.*"
+    c = RawClient(bootstrap)
+    started = int(time.time() * 1000)
+    try:
+        epochs: dict[str, int] = {}
+        owned: dict[str, list] = {}
+
+        def hb(member: str) -> int:
+            epoch = epochs.get(member, 0)
+            values = {"group_id": group, "member_id": member, "member_epoch": epoch, "rebalance_timeout": -1,
+                      "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
+                      "topic_partitions": owned.get(member, [])}
+            if epoch == 0:
+                values.update(rebalance_timeout=30000, subscribed_topic_regex=regex, server_assignor="uniform")
+            r = c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, values)
+            assert r.error_code.value == 0, r
+            epochs[member] = r.member_epoch
+            if r.assignment is not None:
+                owned[member] = [{"topic_id": tp.topic_id, "partitions": list(tp.partitions)}
+                                 for tp in r.assignment.topic_partitions]
+            return sum(len(tp["partitions"]) for tp in owned.get(member, []))
+
+        # Kafka resolves the expression asynchronously: the first member is assigned once it is resolved.
+        wait_until(lambda: hb("rx-1") == 3 or not_yet(owned), 30, what="the regex resolved and assigned")
+        hb("rx-2")
+
+        def shared():
+            counts = sorted(hb(m) for m in ("rx-1", "rx-2"))
+            return counts == [1, 2] or not_yet(counts)
+        wait_until(shared, 30, what="the two members share the three partitions")
+        for member in ("rx-1", "rx-2"):
+            epochs[member] = -1
+            values = {"group_id": group, "member_id": member, "member_epoch": -1, "rebalance_timeout": -1,
+                      "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
+                      "topic_partitions": None}
+            assert c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, values).error_code.value == 0
+    finally:
+        c.close()
+    ended = int(time.time() * 1000)
+    return [(key, value) for key, value in _group_records(bootstrap, group)
+            if isinstance(key, ConsumerGroupRegularExpressionKey)], (started, ended)
+
+
+def test_regular_expression_records_as_kafka(kafka44, tierlog):
+    """Kafka 4.4 and tierlog write the same ConsumerGroupRegularExpression records for the same group: the
+    resolution (the matching topics) once, a tombstone when the last member leaves; the time is the
+    resolution's. The version is Kafka's metadata log offset; tierlog, without a metadata log, writes 0."""
+    (kafka, kafka_window), (ours, our_window) = _regex_scenario(kafka44.bootstrap), _regex_scenario(tierlog.bootstrap)
+
+    def shape(records):
+        return [(key.group, key.regex, None if value is None else value.topics) for key, value in records]
+    assert_same(shape(kafka), shape(ours), "the regular expression records")
+    assert shape(ours) == [("cgp-regex", "cgp-re2-x.*", ("cgp-re2-x1", "cgp-re2-x2")),
+                           ("cgp-regex", "cgp-re2-x.*", None)]  # what the comparison rests on
+    for (_, value), (start, end) in ((kafka[0], kafka_window), (ours[0], our_window)):
+        assert start <= value.timestamp <= end
+    assert kafka[0][1].version > 0 and ours[0][1].version == 0
 
 
 def _consume(bootstrap: str, group: str, topic: str, seen: list, stop, name: str):

@@ -110,11 +110,11 @@ def test_api_versions_advertise_group_apis(client):
     assert ranges[ApiKey.SYNC_GROUP] == (0, 5)
     assert ranges[ApiKey.HEARTBEAT] == (0, 4)
     assert ranges[ApiKey.LEAVE_GROUP] == (0, 5)
-    assert ranges[ApiKey.OFFSET_COMMIT] == (2, 9)
-    assert ranges[ApiKey.OFFSET_FETCH] == (1, 9)
+    assert ranges[ApiKey.OFFSET_COMMIT] == (2, 10)
+    assert ranges[ApiKey.OFFSET_FETCH] == (1, 10)
     assert ranges[ApiKey.OFFSET_DELETE] == (0, 0)
     assert ranges[ApiKey.LIST_GROUPS] == (0, 5)
-    assert ranges[ApiKey.DESCRIBE_GROUPS] == (0, 5)
+    assert ranges[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert ranges[ApiKey.DELETE_GROUPS] == (0, 2)
 
 
@@ -136,7 +136,12 @@ def test_find_coordinator_batched(client, shared_broker, version):
     assert [(c.key, c.error_code, c.node_id, c.port) for c in resp.coordinators] == \
         [("a", NONE, 1, shared_broker.port), ("b", NONE, 1, shared_broker.port)]
     share = client.request(ApiKey.FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": ["s"]})
-    assert share.coordinators[0].error_code == INVALID_REQUEST
+    assert share.coordinators[0].error_code == INVALID_REQUEST  # not "<group>:<topic id>:<partition>"
+    if version >= 6:  # a share coordinator key: the leader of its __share_group_state partition, this node
+        key = "g:AAAAAAAAAAAAAAAAAAAAAQ:0"
+        share = client.request(ApiKey.FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": [key]})
+        assert [(c.key, c.error_code, c.node_id, c.port) for c in share.coordinators] == \
+            [(key, NONE, 1, shared_broker.port)]
 
 
 def test_find_coordinator_creates_the_offsets_topic(client):

@@ -104,6 +104,12 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 PUSH_RETRY_S = (0.05, 1.0)  # first and longest wait before pushing metadata to a broker again
 PROPAGATION_WAIT_S = 5.0  # how long an admin request waits for its change to reach every live broker
+EVENT_ATTEMPTS = 3  # runs of an event whose partition state writes found the states moved
+
+
+class StatesReloaded(Exception):
+    """Partition state writes refused because a state's znode had moved (a write whose answer a lost connection
+    swallowed, usually); the states were read again, and the event that wrote them can run again."""
 
 
 def image_to_wire(image: MetadataImage, controller_epoch: int) -> dict:
@@ -211,14 +217,22 @@ class ZkController(Controller):
             raise NotControllerError(f"broker {self.node_id} is not the controller")
         return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args))
 
-    def _submit(self, fn: Callable, *args) -> None:
-        """Queue ``fn`` on the controller thread (from kazoo's watch thread or the loop)."""
+    def _submit(self, fn: Callable, *args, attempt: int = 1) -> None:
+        """Queue ``fn`` on the controller thread (from kazoo's watch thread or the loop); an event whose
+        partition state writes found the states moved (:class:`StatesReloaded`) is queued again, at most
+        :data:`EVENT_ATTEMPTS` times in all."""
         if self._stopped:
             return
 
         def run() -> None:
             try:
                 fn(*args)
+            except StatesReloaded as e:  # its changes were computed from states that had moved: once more
+                if attempt < EVENT_ATTEMPTS:
+                    log.info("Controller event %s runs again: %s", getattr(fn, "__name__", fn), e)
+                    self._submit(fn, *args, attempt=attempt + 1)
+                else:
+                    log.error("Controller event %s failed %d times: %s", getattr(fn, "__name__", fn), attempt, e)
             except FencedControllerError as e:  # expected after a pause: another controller was elected
                 log.info("Controller %d was fenced (%s); resigning", self.node_id, e)
                 self._resign()
@@ -277,13 +291,25 @@ class ZkController(Controller):
     def _on_zk_state(self, state: str) -> None:
         """Called on kazoo's thread. A lost session took the registration and any controllership with it;
         once a new session is up (kazoo reconnects by itself), register again and rejoin the election, as
-        Kafka's broker does after a session expiry."""
+        Kafka's broker does after a session expiry. Reconnected in the same session (ZooKeeper restarted, a
+        short cut), look at the election again: a ``/controller`` created just before the disconnection may be
+        this broker's without its knowing (the transaction's answer lost)."""
         if state == "LOST":
             self._session_lost = True
             self._submit(self._resign)
         elif state == "CONNECTED" and self._session_lost:
             self._session_lost = False
             self._submit(self._new_session)
+        elif state == "CONNECTED":  # the same session back: what a disconnection cut short is looked at again
+            self._submit(self._reconnected)
+
+    def _reconnected(self) -> None:
+        """An event that met the disconnection was skipped (kazoo does not resend): the active controller
+        compares the live brokers with its image again; another broker looks at the election again."""
+        if self.is_active:
+            self._brokers_changed()
+        else:
+            self._elect()
 
     def _new_session(self) -> None:
         if self.registration is not None:
@@ -354,6 +380,13 @@ class ZkController(Controller):
         if self._stopped or self.is_active:
             return
         current = self.zk.controller_id(watch=self._on_controller_change)
+        if current == self.node_id:  # this session's own /controller: adopted, else a session's left-over
+            fence = self.zk.own_controller_fence(self.node_id)
+            if fence is not None:
+                log.info("Broker %d holds /controller from an election whose answer was lost; taking it up",
+                         self.node_id)
+                self._activate(fence)
+                return
         if current is not None:
             self.image = replace(self.image, controller_id=current)
             return
@@ -370,13 +403,20 @@ class ZkController(Controller):
         current = self.zk.controller_id(watch=self._on_controller_change)
         if self.is_active and current != self.node_id:
             self._resign()
-        if current is None:
+        if current is None or (current == self.node_id and not self.is_active):
             self._elect()
         elif not self.is_active:
             self.image = replace(self.image, controller_id=current)
 
     def _activate(self, fence: ControllerFence) -> None:
         self.fence = fence
+        try:
+            self._take_over(fence)
+        except BaseException:  # half a failover is no controller: the next _elect (reconnected) starts again
+            self.fence = None
+            raise
+
+    def _take_over(self, fence: ControllerFence) -> None:
         self.controller_epoch = max(self.controller_epoch, fence.epoch)
         self._shutting_down.clear()  # another controller's controlled shutdowns are not ours to remember
         image = self._read_cluster(watch_brokers=self._on_brokers_change)
@@ -519,9 +559,18 @@ class ZkController(Controller):
         bounced = {b for b in set(live) & set(before) if epochs.get(b) != self._broker_epochs.get(b)}
         dead = set(before) - set(live) | bounced
         new = set(live) - set(before) | bounced
-        self._broker_epochs = epochs
         if not dead and not new and live == before:
+            self._broker_epochs = epochs
             return
+        try:
+            self._brokers_joined_or_left(live, before, dead, new, bounced)
+        except BaseException:  # looked at again from the same starting point (a retry, a reconnection)
+            self.image = replace(self.image, brokers=before)
+            raise
+        self._broker_epochs = epochs
+
+    def _brokers_joined_or_left(self, live: dict, before: dict, dead: set[int], new: set[int],
+                                bounced: set[int]) -> None:
         self._shutting_down -= dead | new
         for b in dead | new:  # a restarted broker opened its log dirs again
             self._offline_replicas.pop(b, None)
@@ -619,14 +668,15 @@ class ZkController(Controller):
             commit_fenced(self.zk, fence, build)
         except FencedControllerError:
             raise
-        except Exception as e:  # a state moved under us (a bug or a second controller): reload and retry later
-            log.warning("Writing %d partition state(s) failed (%s); reloading them", len(changes), e)
+        except Exception as e:  # a state moved under us (a write whose answer was lost, a bug): reload, retry
+            log.warning("Writing %d partition state(s) failed (%s); reloading them", len(changes),
+                        type(e).__name__ if not str(e) else e)
             for name in {n for n, _ in changes}:
                 got = self.zk.read_topic(name)
                 if got is not None:
                     self.image = self.image.with_topic(got[0])
                     self._state_versions[name] = got[1]
-            raise
+            raise StatesReloaded(f"{len(changes)} partition state(s) had moved: {type(e).__name__}") from e
         topics = dict(self.image.topics)
         for (name, p), pi in changes.items():
             v = versions.setdefault(name, {})

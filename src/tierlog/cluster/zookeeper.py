@@ -344,6 +344,19 @@ class ZkClient:
                 continue  # another broker won an election meanwhile: look again
             raise results[0] if isinstance(results[0], Exception) else results[1]
 
+    def own_controller_fence(self, broker_id: int) -> ControllerFence | None:
+        """The fence of a ``/controller`` this broker's current session holds (an election whose answer a
+        lost connection swallowed: the transaction was applied, so ``/controller_epoch`` is the one it set);
+        None when the znode is another session's or absent."""
+        try:
+            data, stat = self.kazoo.get(CONTROLLER)
+            if _load(data).get("brokerid") != broker_id or stat.ephemeralOwner != self.session_id:
+                return None
+            epoch, epoch_stat = self.kazoo.get(CONTROLLER_EPOCH)
+        except NoNodeError:
+            return None
+        return ControllerFence(int(epoch.decode() or 0), epoch_stat.version)
+
     def resign_controller(self, broker_id: int) -> None:
         try:
             data, stat = self.kazoo.get(CONTROLLER)

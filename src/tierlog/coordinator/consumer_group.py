@@ -16,7 +16,11 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
-from tierlog.coordinator.consumer_group_records import ClassicMemberMetadata, TopicPartitions
+from tierlog.coordinator.consumer_group_records import (
+    ClassicMemberMetadata,
+    ConsumerGroupRegularExpressionValue,
+    TopicPartitions,
+)
 
 __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
@@ -167,6 +171,8 @@ class ConsumerGroup:
         self.target: dict[str, TopicPartitions] = {}  # member id -> target partitions
         #: (topic id, partition) -> epoch of the member that holds it (assigned or pending revocation)
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        #: regular expression -> its last resolution (the ConsumerGroupRegularExpression records)
+        self.resolved_regexes: dict[str, ConsumerGroupRegularExpressionValue] = {}
         self.dead = False
 
     def __repr__(self) -> str:

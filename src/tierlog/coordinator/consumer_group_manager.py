@@ -60,6 +60,8 @@ from tierlog.coordinator.consumer_group_records import (
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -214,6 +216,11 @@ class ConsumerGroupManager:
                                      state=MemberState(value.state), assigned=_from_items(value.assigned),
                                      pending_revocation=_from_items(value.pending_revocation),
                                      assignment_epochs=epochs))
+        elif isinstance(key, ConsumerGroupRegularExpressionKey):
+            if value is None:
+                group.resolved_regexes.pop(key.regex, None)
+            else:
+                group.resolved_regexes[key.regex] = value
         elif isinstance(key, ConsumerGroupPartitionMetadataKey):
             pass  # not used since Kafka 4.1: the metadata hash replaced it
 
@@ -253,6 +260,24 @@ class ConsumerGroupManager:
                     if not info.internal and regex_matches(m.subscribed_topic_regex, name):
                         out[name] = info
         return out
+
+    def _regex_records(self, group: ConsumerGroup, members, topics: dict[str, TopicInfo], records: list) -> None:
+        """Kafka 4.4's ConsumerGroupRegularExpression records for ``members`` (the group as it will be): a
+        regular expression no member uses any more gets a tombstone; one that is new to the group or matches
+        other topics than at its last resolution gets a record (the topics, a version, the time). Kafka resolves
+        asynchronously and writes the record before it bumps the epoch; tierlog matches on every heartbeat, so
+        the record only keeps ``__consumer_offsets`` as Kafka's. The version is Kafka's metadata log offset of
+        the resolution; tierlog has no metadata log and writes 0 (a Kafka broker reading it resolves again)."""
+        used = {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}
+        for regex in sorted(used):
+            matched = tuple(sorted(name for name, info in topics.items()
+                                   if not info.internal and regex_matches(regex, name)))
+            old = group.resolved_regexes.get(regex)
+            if old is None or old.topics != matched:
+                records.append((ConsumerGroupRegularExpressionKey(group.group_id, regex),
+                                ConsumerGroupRegularExpressionValue(matched, 0, self.wall_clock())))
+        for regex in sorted(group.resolved_regexes.keys() - used):
+            records.append((ConsumerGroupRegularExpressionKey(group.group_id, regex), None))
 
     @staticmethod
     def _hash(subscribed: dict[str, TopicInfo]) -> int:
@@ -343,6 +368,7 @@ class ConsumerGroupManager:
         members = [m for mid, m in group.members.items() if mid not in gone] + [updated]
         topics = self.topics()
         subscribed = self._subscribed_topics(members, topics)
+        self._regex_records(group, members, topics, records)
         metadata_hash = self._hash(subscribed)
         if metadata_hash != self.metadata_hash.get(group_id):
             bump = True
@@ -774,7 +800,9 @@ class ConsumerGroupManager:
         records: list = []
         self._remove_member_records(group.group_id, member.member_id, records)
         rest = [m for mid, m in group.members.items() if mid != member.member_id]
-        metadata_hash = self._hash(self._subscribed_topics(rest, self.topics()))
+        topics = self.topics()
+        self._regex_records(group, rest, topics, records)
+        metadata_hash = self._hash(self._subscribed_topics(rest, topics))
         records.append((ConsumerGroupMetadataKey(group.group_id),
                         ConsumerGroupMetadataValue(group.group_epoch + 1, metadata_hash)))
         self.timer.cancel(_session_key(group.group_id, member.member_id))
@@ -886,10 +914,11 @@ class ConsumerGroupManager:
 
     @staticmethod
     def describe_classic(group: ConsumerGroup) -> dict[str, Any]:
-        """A DescribeGroups entry for a consumer group: as Kafka 4.4 answers DescribeGroups up to v5 for a group
-        that is not a classic one, Dead with no members (ConsumerGroupDescribe describes it)."""
-        return {"group_id": group.group_id, "error_code": NO_ERROR, "group_state": "Dead", "protocol_type": "",
-                "protocol_data": "", "members": []}
+        """A DescribeGroups entry for a consumer group: as Kafka 4.4 answers a group that is not a classic one,
+        GROUP_ID_NOT_FOUND from v6 (KIP-1043), Dead with no members before (ConsumerGroupDescribe describes it)."""
+        return {"group_id": group.group_id, "error_code": GroupIdNotFoundError.code,
+                "error_message": f"Group {group.group_id} is not a classic group.", "group_state": "Dead",
+                "protocol_type": "", "protocol_data": "", "members": []}
 
     def validate_delete(self, group: ConsumerGroup) -> None:
         if group.members:
@@ -903,8 +932,10 @@ class ConsumerGroupManager:
         for member_id in group.target:
             if member_id not in group.members:
                 records.append((ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id), None))
-        records += [(ConsumerGroupTargetAssignmentMetadataKey(group.group_id), None),
-                    (ConsumerGroupMetadataKey(group.group_id), None)]
+        records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id), None))
+        records += [(ConsumerGroupRegularExpressionKey(group.group_id, regex), None)
+                    for regex in sorted(group.resolved_regexes)]
+        records.append((ConsumerGroupMetadataKey(group.group_id), None))
 
 
 def _union(a: TopicPartitions, b: TopicPartitions) -> TopicPartitions:

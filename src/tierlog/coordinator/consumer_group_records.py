@@ -10,7 +10,9 @@ the value message (flexible: compact strings and arrays, tagged fields), or null
 - 6 ``ConsumerGroupTargetAssignmentMetadataKey`` (group) -> ``...Value`` (assignment epoch);
 - 7 ``ConsumerGroupTargetAssignmentMemberKey`` (group, member) -> ``...Value`` (partitions by topic id);
 - 8 ``ConsumerGroupCurrentMemberAssignmentKey`` (group, member) -> ``...Value`` (member epoch, previous
-  epoch, state, assigned partitions, partitions pending revocation).
+  epoch, state, assigned partitions, partitions pending revocation);
+- 16 ``ConsumerGroupRegularExpressionKey`` (group, regular expression) -> ``...Value`` (the topics it
+  matched, the metadata version and the time of that resolution), a tombstone once no member uses it.
 
 Field layouts come from Kafka's ``ConsumerGroup*Key.json`` / ``ConsumerGroup*Value.json``. Unknown tagged
 fields (the classic member metadata of an upgraded member, say) are skipped when read.
@@ -33,6 +35,8 @@ __all__ = [
     "ConsumerGroupMetadataKey",
     "ConsumerGroupMetadataValue",
     "ConsumerGroupPartitionMetadataKey",
+    "ConsumerGroupRegularExpressionKey",
+    "ConsumerGroupRegularExpressionValue",
     "ConsumerGroupTargetAssignmentMemberKey",
     "ConsumerGroupTargetAssignmentMemberValue",
     "ConsumerGroupTargetAssignmentMetadataKey",
@@ -75,6 +79,12 @@ class ConsumerGroupTargetAssignmentMemberKey:
 class ConsumerGroupCurrentMemberAssignmentKey:
     group: str
     member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionKey:
+    group: str
+    regex: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +138,16 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     pending_revocation_epochs: tuple[tuple[int, ...], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionValue:
+    """A regular expression's resolution: the topics it matched (sorted), the version of the metadata it was
+    matched against (Kafka: its metadata log offset) and when (ms)."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
+
+
 _KEYS = {
     3: ConsumerGroupMetadataKey,
     4: ConsumerGroupPartitionMetadataKey,
@@ -135,6 +155,7 @@ _KEYS = {
     6: ConsumerGroupTargetAssignmentMetadataKey,
     7: ConsumerGroupTargetAssignmentMemberKey,
     8: ConsumerGroupCurrentMemberAssignmentKey,
+    16: ConsumerGroupRegularExpressionKey,
 }
 _TYPES = {cls: t for t, cls in _KEYS.items()}
 CONSUMER_GROUP_KEY_TYPES = frozenset(_KEYS)
@@ -152,13 +173,17 @@ def encode_consumer_group_key(key) -> bytes:
     w.string(key.group)
     if isinstance(key, _WITH_MEMBER):
         w.string(key.member_id)
+    elif isinstance(key, ConsumerGroupRegularExpressionKey):
+        w.string(key.regex)
     return bytes(w.buf)
 
 
 def decode_consumer_group_key(record_type: int, r: _Reader):
     cls = _KEYS[record_type]
     group = r.string()
-    return cls(group, r.string()) if cls in _WITH_MEMBER else cls(group)
+    if cls in _WITH_MEMBER or cls is ConsumerGroupRegularExpressionKey:
+        return cls(group, r.string())
+    return cls(group)
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -237,6 +262,12 @@ def encode_consumer_group_value(value) -> bytes:
             return bytes(w.buf)
     elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
+    elif isinstance(value, ConsumerGroupRegularExpressionValue):
+        w.array_len(len(value.topics))
+        for name in value.topics:
+            w.string(name)
+        w.int64(value.version)
+        w.int64(value.timestamp)
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         _write_topic_partitions(w, value.partitions)
     elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
@@ -291,6 +322,9 @@ def decode_consumer_group_value(key, data) -> object | None:
                                                 timeout, assignor, classic)
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
+    elif isinstance(key, ConsumerGroupRegularExpressionKey):
+        topics = tuple(r.string() for _ in range(r.array_len()))
+        value = ConsumerGroupRegularExpressionValue(topics, r.int64(), r.int64())
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r)[0])
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):

@@ -811,7 +811,10 @@ class GroupMetadataManager:
             return self.consumer.describe_classic(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
-            return {"group_id": group_id, "error_code": NO_ERROR, "group_state": str(DEAD),
+            # Kafka's describeGroups: GROUP_ID_NOT_FOUND with its message; the handler answers it from
+            # DescribeGroups v6 (KIP-1043), older versions get a Dead group with no error
+            return {"group_id": group_id, "error_code": GroupIdNotFoundError.code,
+                    "error_message": f"Group {group_id} not found.", "group_state": str(DEAD),
                     "protocol_type": "", "protocol_data": "", "members": []}
         stable = group.is_in(STABLE)
         return {

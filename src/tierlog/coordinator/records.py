@@ -342,7 +342,7 @@ def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey |
         key = OffsetCommitKey(r.string(), r.string(), r.int32())
     elif record_type == 2:
         key = GroupMetadataKey(r.string())
-    elif 3 <= record_type <= 8:
+    elif 3 <= record_type <= 8 or record_type == 16:  # consumer_group_records.CONSUMER_GROUP_KEY_TYPES
         from tierlog.coordinator import consumer_group_records as cg
         key = cg.decode_consumer_group_key(record_type, r)
     else:

@@ -90,8 +90,7 @@ class GroupCoordinatorShard:
 
     def replay_all(self, records: Iterable[Record | LoadedRecord | LoadedMarker]) -> int:
         """Decode and replay records (and transaction markers) read from the partition; returns how many
-        were read. Records of types tierlog does not use (share and streams groups, regular expressions)
-        and malformed ones are
+        were read. Records of types tierlog does not use (share and streams groups) and malformed ones are
         skipped."""
         count = 0
         for entry in records:

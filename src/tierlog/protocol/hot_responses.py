@@ -1,4 +1,4 @@
-"""The two answers on the hot paths, Produce (v3-v12) and Fetch (v4-v17), encoded straight to bytes.
+"""The two answers on the hot paths, Produce (v3-v13) and Fetch (v4-v18), encoded straight to bytes.
 
 Every produced batch and every consumer fetch is answered with one of these. Through kio (plain values ->
 kio objects -> kio's generic writer) a one-partition Produce answer cost 35 us, about a sixth of the
@@ -16,6 +16,7 @@ holding its default.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ _I32 = struct.Struct(">i")
 _I16_I32 = struct.Struct(">hi")
 _I64_I64 = struct.Struct(">qq")
 _HEAD_V1 = struct.Struct(">ib")  # correlation id, no tagged fields
+_ZERO_ID = bytes(16)
 #: Record bytes at least this long (records read from the remote tier) are a part of their own, not copied
 #: into the response buffer; records that are not bytes (file regions for sendfile) always are.
 OWN_PART_BYTES = 64 * 1024
@@ -38,8 +40,8 @@ def own_part(records) -> bool:
     return not isinstance(records, bytearray)
 
 
-PRODUCE_VERSIONS = range(3, 13)
-FETCH_VERSIONS = range(4, 18)
+PRODUCE_VERSIONS = range(3, 14)
+FETCH_VERSIONS = range(4, 19)  # v18 answers as v17 (only its request changed)
 
 
 def _uvarint(n: int) -> bytes:
@@ -70,6 +72,11 @@ def _count(out: bytearray, n: int | None, flexible: bool) -> None:
         out += _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
+def _uuid_bytes(value: uuid.UUID | None) -> bytes:
+    """A topic id on the wire; kio reads the zero id as None, which is answered as the zero id again."""
+    return _ZERO_ID if value is None else value.bytes
+
+
 def _header(out: bytearray, correlation_id: int, flexible: bool) -> None:
     out += _HEAD_V1.pack(correlation_id, 0) if flexible else _I32.pack(correlation_id)
 
@@ -84,7 +91,8 @@ def encode_produce_response(version: int, correlation_id: int, responses: Iterab
                             throttle_time_ms: int = 0) -> bytes:
     """The whole response frame (size prefix, header, body) of a Produce response.
 
-    ``responses`` holds one mapping per topic: ``name`` and ``partition_responses``, mappings with
+    ``responses`` holds one mapping per topic: ``name`` (v3-v12) or ``topic_id`` (a ``uuid.UUID``, v13, KIP-516)
+    and ``partition_responses``, mappings with
     ``index``, ``error_code``, ``base_offset``, ``log_append_time_ms``, ``log_start_offset`` and, when
     a partition failed, optionally ``error_message`` and ``record_errors`` (mappings with
     ``batch_index`` and ``batch_index_error_message``)."""
@@ -96,8 +104,12 @@ def encode_produce_response(version: int, correlation_id: int, responses: Iterab
     responses = list(responses)
     _count(out, len(responses), flexible)
     partition = _PARTITION_V5 if version >= 5 else _PARTITION
+    by_id = version >= 13
     for topic in responses:
-        _string(out, topic["name"], flexible)
+        if by_id:
+            out += _uuid_bytes(topic["topic_id"])
+        else:
+            _string(out, topic["name"], flexible)
         parts = topic["partition_responses"]
         _count(out, len(parts), flexible)
         for p in parts:
@@ -159,7 +171,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Iterable
     partition = _FETCH_PARTITION_V5 if version >= 5 else _FETCH_PARTITION
     for topic in responses:
         if by_id:
-            out += topic["topic_id"].bytes
+            out += _uuid_bytes(topic["topic_id"])
         else:
             _string(out, topic["topic"], flexible)
         partitions = topic["partitions"]

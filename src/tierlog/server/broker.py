@@ -246,6 +246,7 @@ class Broker:
                                transaction_coordinator=txn.coordinator, replica_manager=rm, authorization=authorization)
         if self.share is not None:
             group_apis.share_groups = self.share.coordinator
+            group_apis.share_state = self.share.persister.store if self.share.persister is not None else None
         for family in (MetadataApis(self.registry, controller, self.node_id, authorizer, authorization),
                        ProduceApis(rm, controller, request_metrics, transactions=txn.apis,
                                    client_quotas=client_quotas, authorizer=authorizer, authorization=authorization),
@@ -387,7 +388,7 @@ class Broker:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.share is not None:  # records still ARCHIVING are persisted so; the next start writes them
-            await step("the share groups' DLQ writer to stop", self.share.dlq.close())
+            await step("the share groups' DLQ writer and state writes to stop", self.share.close())
         if self.log_manager is not None:
             await step("the log cleaner to stop", self.log_manager.stop_cleaner())
         if self.controller is not None and self.controller.disablements is not None:

@@ -143,6 +143,9 @@ class ReplicaManager:
         self.topic_metrics = topic_metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        # topic_name's map of names by id, and the metadata image it was made from
+        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._names_image = None
         # Replication, in a cluster: the fetchers of the partitions followed here, and the channel of ISR
         # changes to the controller.
         self.fetchers: ReplicaFetcherManager | None = replication.fetchers if replication else None
@@ -486,8 +489,13 @@ class ReplicaManager:
         return p.log.log_start_offset if p is not None else -1
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        t = self.controller.image.topic_by_id(topic_id)
-        return t.name if t else None
+        """A topic's name by its id (Produce v13, Fetch v13+, the offset APIs v10 name topics by id on every
+        request): a map kept per metadata image, rebuilt when the image changes, not a walk of the topics."""
+        image = self.controller.image
+        if image is not self._names_image:
+            self._names_by_id = {t.topic_id: t.name for t in image.topics.values()}
+            self._names_image = image
+        return self._names_by_id.get(topic_id)
 
     def topic_names(self) -> dict[uuid.UUID, str]:
         """Every topic's name by its id, for a request naming many ids (:meth:`topic_name` walks the topics)."""
@@ -879,7 +887,9 @@ class ReplicaManager:
         for i, f in enumerate(fetches, start):
             prior = results[i]
             if f.topic is None:
-                results[i] = FetchPartitionData(error_code=f.unknown_topic_error)
+                # an empty list of aborted transactions, not null: Kafka answers the partitions its handler
+                # refuses (unknown topic or id, not authorized) with a fresh partition entry
+                results[i] = FetchPartitionData(error_code=f.unknown_topic_error, aborted_transactions=[])
                 errors = True
                 continue
             partition = self.partitions.get((f.topic, f.partition))
@@ -894,7 +904,9 @@ class ReplicaManager:
                 limit = max(0, min(f.max_bytes, params.max_bytes - total))
                 read = self._read_partition(params, f, partition, limit, min_one, result)
             except KafkaError as e:
-                results[i] = FetchPartitionData(error_code=e.code)
+                # a partition the metadata lacks is one of those Kafka's handler refuses (above)
+                results[i] = FetchPartitionData(error_code=e.code, aborted_transactions=[] if isinstance(
+                    e, UnknownTopicOrPartitionError) else None)
                 errors = True
                 continue
             if read is not None:
@@ -912,6 +924,10 @@ class ReplicaManager:
         if partition is None or partition.log.offline is not None or (
                 partition.leader_id != self.node_id and (params.fetch_only_from_leader or partition.leader_id < 0)):
             self.get_partition(f.topic, f.partition)  # raises the right error
+        if params.is_from_follower and (params.replica_id not in partition.replicas
+                                        or params.replica_id == partition.leader_id):
+            # Kafka's followerReplicaOrThrow: a broker that is no follower of the partition reads nothing
+            raise NotLeaderOrFollowerError(f"Replica {params.replica_id} is not a follower of {partition}")
         partition.check_leader_epoch(f.current_leader_epoch)
         lg = partition.log
         if params.client_rack is not None and partition.leader_id == self.node_id:

@@ -4,9 +4,12 @@ group gives up on are written to the group's DLQ topic, then archived.
 A share-partition with a DLQ topic (the group's ``errors.deadletterqueue.topic.name``) puts a record the consumer
 rejected, or one released or timed out past ``group.share.delivery.count.limit``, in state ARCHIVING and hands its
 range here (:class:`~tierlog.coordinator.share.share_partition.DlqBatch`). One background task writes the ranges
-in the order they came, each as one uncompressed batch appended through the replica manager (the produce path's
-append) to partition ``source partition % DLQ partitions`` of the DLQ topic, and then archives the records,
-whether the write succeeded or not (Kafka logs the failure and archives regardless).
+queued, each as one uncompressed batch for partition ``source partition % DLQ partitions`` of the DLQ topic, and
+then archives the records, whether the write succeeded or not (Kafka logs the failure and archives regardless).
+As Kafka's ``ShareGroupDLQStateManager`` coalesces them, the ranges queued together go to each DLQ partition
+leader in one request: one Produce (acks=all) over the inter-broker channel per broker, the records of every range
+bound for one partition in one batch (a range that would take it past the topic's ``max.message.bytes`` waits for
+the next request), or one append per partition through the replica manager when this broker leads it.
 
 A DLQ record, as Kafka 4.4 writes it: the current time as its timestamp; the original key and value when the
 group's ``errors.deadletterqueue.copy.record.enable`` is true (a record no longer in the log: headers only), none
@@ -21,11 +24,10 @@ with the broker's ``errors.deadletterqueue.topic.name.prefix`` (when set), and i
 4.4 creates it: the default partitions and replication factor, ``errors.deadletterqueue.group.enable=true`` and
 ``message.timestamp.type=CreateTime``, and the write waits (bounded) until it exists.
 
-The batch goes to the DLQ partition's leader: appended here when this broker leads it, else sent as a Produce
-(acks=all) over the inter-broker channel, as Kafka's DLQ manager produces to the leader node.
-
 Kafka's ShareGroupMetrics meters ``DeadLetterQueueRecordCount``, ``DeadLetterQueueTotalProduceRequestsPerSec`` and
-``DeadLetterQueueFailedProduceRequestsPerSec`` (tag ``group``) are counters here (docs/metrics.md).
+``DeadLetterQueueFailedProduceRequestsPerSec`` (tag ``group``) are counters here (docs/metrics.md). As Kafka 4.4's
+(``ProduceRequestHandler.recordProduceMetric``, one per range coalesced into a request), the total and failed
+counts are per range written, not per Produce request sent.
 """
 
 from __future__ import annotations
@@ -131,20 +133,60 @@ class ShareGroupDlqWriter:
     async def _run(self) -> None:
         assert self._queue is not None
         while not self._queue.empty():
-            job = self._queue.get_nowait()
-            self._count(1, job.sp.group_id)
+            jobs = []
+            while not self._queue.empty():
+                jobs.append(self._queue.get_nowait())
+            await self._round(jobs)
+
+    async def _round(self, jobs: list[_Job]) -> None:
+        """Write every queued range: their records built, then one request per DLQ partition leader carrying
+        every range bound for it (Kafka's ``coalesceProduceRequests``); ranges past a partition's
+        ``max.message.bytes`` wait for the next request to that leader."""
+        outgoing: dict[int | None, list[tuple[_Job, str, int, list[Record]]]] = {}
+        for job in jobs:
+            self._count(1, job.sp.group_id)  # Kafka's recordDLQProduce: one per range handed to the DLQ manager
             try:
-                await self._write(job)
-            except (DlqTopicError, KafkaError) as e:
-                self._count(2, job.sp.group_id)
+                topic, partition, records = await self._prepare(job)
+                leader = self._leader(topic, partition)
+            except Exception as e:  # never leave records in ARCHIVING because of a failure here
+                self._done(job, 0, e)
+                continue
+            outgoing.setdefault(leader, []).append((job, topic, partition, records))
+        for leader, pending in outgoing.items():
+            while pending:
+                # one batch per partition (a Produce carries one batch a partition), the ranges' records merged
+                sending: dict[tuple[str, int], list[tuple[_Job, list[Record]]]] = {}
+                batches: dict[tuple[str, int], bytes] = {}
+                deferred = []
+                for job, topic, partition, records in pending:
+                    tp = (topic, partition)
+                    merged = build_batch([r for _j, rs in sending.get(tp, []) for r in rs] + records)
+                    if tp in sending and len(merged) > self._max_message_bytes(topic):
+                        deferred.append((job, topic, partition, records))
+                        continue
+                    sending.setdefault(tp, []).append((job, records))
+                    batches[tp] = merged
+                failures = await self._send(leader, batches)
+                for tp, entries in sending.items():
+                    for job, _records in entries:
+                        self._done(job, job.batch.last_offset - job.batch.first_offset + 1, failures.get(tp))
+                pending = deferred
+
+    def _done(self, job: _Job, records: int, failure: BaseException | None) -> None:
+        """The range's DLQ write ended: counted, its records archived whether it was written or not (Kafka logs
+        the failure and archives regardless)."""
+        if failure is None:
+            self._count(0, job.sp.group_id, records)
+        else:
+            self._count(2, job.sp.group_id)
+            if isinstance(failure, (DlqTopicError, KafkaError)):
                 log.warning("Failed to write offsets %d-%d of %s-%d to the DLQ of share group %s, archiving "
                             "them regardless: %s", job.batch.first_offset, job.batch.last_offset, job.sp.topic,
-                            job.sp.partition, job.sp.group_id, e)
-            except Exception:  # never leave records in ARCHIVING because of a bug here
-                self._count(2, job.sp.group_id)
-                log.exception("DLQ write of share group %s failed", job.sp.group_id)
-            job.sp.finish_archiving(job.batch.first_offset, job.batch.last_offset)
-            self.on_done(job.sp, job.topic_id)
+                            job.sp.partition, job.sp.group_id, failure)
+            else:
+                log.error("DLQ write of share group %s failed", job.sp.group_id, exc_info=failure)
+        job.sp.finish_archiving(job.batch.first_offset, job.batch.last_offset)
+        self.on_done(job.sp, job.topic_id)
 
     def _dlq_topic(self, group_id: str) -> tuple[str, int]:
         """The group's DLQ topic and its partition count, checked as Kafka's ``validateDlqTopic``."""
@@ -190,24 +232,54 @@ class ShareGroupDlqWriter:
         while name not in self.controller.image.topics and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
-    async def _append(self, topic: str, partition: int, batch: bytes) -> None:
-        """To the DLQ partition's leader: this broker's log when it leads, else a Produce to the leader."""
+    def _leader(self, topic: str, partition: int) -> int | None:
+        """The DLQ partition's leader: None for this broker (or a single node)."""
         image = self.controller.image.topics[topic].partitions.get(partition)
         channel = getattr(self.controller, "channel", None)
         if image is None or image.leader == self.rm.node_id or channel is None:
-            self.rm.append_records(topic, partition, batch)
-            return
+            return None
         if image.leader < 0:
             raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
-        answer = await channel.request(image.leader, ApiKey.PRODUCE, {
-            "transactional_id": None, "acks": -1, "timeout_ms": 30000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
-            max_version=12)
-        result = answer.responses[0].partition_responses[0]
-        if result.error_code:
-            raise error_for_code(int(result.error_code))(result.error_message or f"Produce to {topic}-{partition}")
+        return image.leader
 
-    async def _write(self, job: _Job) -> None:
+    def _max_message_bytes(self, topic: str) -> int:
+        try:
+            return int(self.controller.topic_config(topic)["max.message.bytes"])
+        except (KeyError, TypeError, ValueError):
+            return 1048588
+
+    async def _send(self, leader: int | None, records: dict[tuple[str, int], bytes]) -> dict[tuple[str, int],
+                                                                                              BaseException]:
+        """Every partition's batches to ``leader``: appended here when this broker leads them, else one Produce
+        (acks=all) over the inter-broker channel, as Kafka's DLQ manager sends one request per node. The failures
+        per partition."""
+        failures: dict[tuple[str, int], BaseException] = {}
+        if leader is None:
+            for (topic, partition), data in records.items():
+                try:
+                    self.rm.append_records(topic, partition, data)
+                except Exception as e:
+                    failures[(topic, partition)] = e
+            return failures
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, partition), data in records.items():
+            by_topic.setdefault(topic, []).append({"index": partition, "records": data})
+        try:
+            answer = await self.controller.channel.request(leader, ApiKey.PRODUCE, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 30000,
+                "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()]},
+                max_version=12)
+        except Exception as e:
+            return dict.fromkeys(records, e)
+        for t in answer.responses:
+            for r in t.partition_responses:
+                if r.error_code:
+                    failures[(t.name, r.index)] = error_for_code(int(r.error_code))(
+                        r.error_message or f"Produce to {t.name}-{r.index}")
+        return failures
+
+    async def _prepare(self, job: _Job) -> tuple[str, int, list[Record]]:
+        """The range's DLQ records, and the DLQ partition they go to."""
         sp, b = job.sp, job.batch
         await self._auto_create(sp.group_id)
         dlq, partitions = self._dlq_topic(sp.group_id)
@@ -223,8 +295,7 @@ class ShareGroupDlqWriter:
                        (HEADER_DELIVERY_COUNT, str(b.delivery_count).encode()), (HEADER_MESSAGE, message)]
             records.append(Record(timestamp=now, key=original.key if original else None,
                                   value=original.value if original else None, headers=headers))
-        await self._append(dlq, sp.partition % partitions, build_batch(records))
-        self._count(0, sp.group_id, len(records))
+        return dlq, sp.partition % partitions, records
 
     def _count(self, which: int, group_id: str, n: int = 1) -> None:
         if self._metrics is not None:

@@ -1,18 +1,40 @@
 """The share-partitions this broker leads (Kafka's ``SharePartitionManager``): made on a share group's first
 fetch of a partition, initialized from ``__share_group_state`` or, without persisted state, where the group's
 ``share.auto.offset.reset`` says (the log's end by default, Kafka's ``latest``), and written back after each change
-of their delivery state by an acknowledgement or a release."""
+of their delivery state by an acknowledgement or a release.
+
+The state is read and written through a :class:`Persister` (Kafka's ``Persister``; the broker's is
+server/share_persister.py: this broker's log, or the share coordinator RPCs to the state partition's leader)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from tierlog.coordinator.share.records import ShareSnapshot
 from tierlog.coordinator.share.share_partition import SharePartition
-from tierlog.coordinator.share.state_store import ShareStateStore
+
+
+class Persister(Protocol):
+    async def read(self, key: tuple[str, uuid.UUID, int], leader_epoch: int) -> ShareSnapshot | None:
+        """The persisted state, None when there is none."""
+
+    def write(self, key: tuple[str, uuid.UUID, int], snapshot: ShareSnapshot) -> None:
+        """Write (or queue) the state; raises KafkaError when a write here fails."""
+
+    async def flush(self, key: tuple[str, uuid.UUID, int]) -> None:
+        """Wait for queued writes of ``key``; raises KafkaError when the last one failed."""
+
+    async def initialize(self, key: tuple[str, uuid.UUID, int], snapshot: ShareSnapshot) -> None:
+        """Start the state over (a new state epoch and start offset)."""
+
+    async def delete(self, key: tuple[str, uuid.UUID, int]) -> None: ...
+
+    async def summary(self, key: tuple[str, uuid.UUID, int]) -> ShareSnapshot | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,51 +61,73 @@ Key = tuple[str, uuid.UUID, int]
 
 
 class SharePartitionManager:
-    def __init__(self, config: ShareConfig, store: ShareStateStore | None,
+    def __init__(self, config: ShareConfig, store: Persister | None,
                  dlq_enabled: Callable[[str], bool] = lambda group_id: False):
         self.config = config
         self.store = store
         self.partitions: dict[Key, SharePartition] = {}
+        self._loading: dict[Key, asyncio.Lock] = {}
         self._persisted: dict[Key, int] = {}  # the version last written
         #: group id -> whether the group has a dead-letter queue topic now (KIP-1191)
         self.dlq_enabled = dlq_enabled
 
-    def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
-            initial_offset: Callable[[], int], leader_epoch: int = 0,
-            lock_duration_ms: int | None = None) -> SharePartition:
+    async def get(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int,
+                  initial_offset: Callable[[], int], leader_epoch: int = 0,
+                  lock_duration_ms: int | None = None) -> SharePartition:
         """The share-partition, made on first use: from its persisted state, or starting at ``initial_offset()``
         (the group's ``share.auto.offset.reset``). ``lock_duration_ms`` is the group's acquisition lock (its
         ``share.record.lock.duration.ms``), the broker's when None; it applies to later acquisitions too."""
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
-        if sp is not None and lock_duration_ms is not None:
+        if sp is None:  # one load per share-partition, however many fetches wait for it
+            async with self._loading.setdefault(key, asyncio.Lock()):
+                sp = self.partitions.get(key)
+                if sp is None:
+                    sp = await self._load(key, topic, initial_offset, leader_epoch, lock_duration_ms)
+            self._loading.pop(key, None)
+        if lock_duration_ms is not None:
             sp.lock_duration_ms = lock_duration_ms
-        if sp is None:
-            cfg = self.config
-            sp = self.partitions[key] = SharePartition(
-                group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
-                delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
-                dlq_enabled=lambda g=group_id: self.dlq_enabled(g))
-            state = self.store.read(key) if self.store is not None else None
-            if state is not None and state.start_offset >= 0:
-                sp.state_epoch = state.state_epoch
-                sp.created_ms = state.create_timestamp
-                sp.initialize(state.start_offset, state.state_batches)
-            else:
-                sp.initialize(initial_offset())
-            self._persisted[key] = sp.version
         return sp
 
-    def persist(self, sp: SharePartition, topic_id: uuid.UUID, leader_epoch: int = 0) -> None:
+    async def _load(self, key: Key, topic: str, initial_offset: Callable[[], int], leader_epoch: int,
+                    lock_duration_ms: int | None) -> SharePartition:
+        group_id, _topic_id, partition = key
+        cfg = self.config
+        state = await self.store.read(key, leader_epoch) if self.store is not None else None
+        sp = self.partitions[key] = SharePartition(
+            group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
+            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
+            dlq_enabled=lambda g=group_id: self.dlq_enabled(g))
+        sp.leader_epoch = leader_epoch
+        if state is not None and state.start_offset >= 0:
+            sp.state_epoch = state.state_epoch
+            if state.create_timestamp >= 0:
+                sp.created_ms = state.create_timestamp
+            sp.initialize(state.start_offset, state.state_batches)
+        else:
+            sp.state_epoch = state.state_epoch if state is not None else 0
+            sp.initialize(initial_offset())
+        self._persisted[key] = sp.version
+        return sp
+
+    def persist(self, sp: SharePartition, topic_id: uuid.UUID, leader_epoch: int | None = None) -> None:
         key = (sp.group_id, topic_id, sp.partition)
         if self.store is None or self._persisted.get(key) == sp.version:
             return
+        if leader_epoch is not None:
+            sp.leader_epoch = leader_epoch
         now = int(time.time() * 1000)
         batches = sp.snapshot_batches()
         complete = sum(b.last_offset - b.first_offset + 1 for b in batches if b.delivery_state in (2, 4))
-        self.store.write(key, ShareSnapshot(sp.version, sp.state_epoch, leader_epoch, sp.start_offset, sp.created_ms,
-                                            now, batches, complete))
+        self.store.write(key, ShareSnapshot(sp.version, sp.state_epoch, sp.leader_epoch, sp.start_offset,
+                                            sp.created_ms, now, batches, complete))
         self._persisted[key] = sp.version
+
+    async def flush(self, sp: SharePartition, topic_id: uuid.UUID) -> None:
+        """Wait until the share-partition's state is written (a write to another broker is sent in the
+        background); raises KafkaError when it could not be."""
+        if self.store is not None:
+            await self.store.flush((sp.group_id, topic_id, sp.partition))
 
     def release_member(self, group_id: str, member_id: str) -> list[tuple[SharePartition, uuid.UUID]]:
         """Release a member's records; the share-partitions changed."""
@@ -103,12 +147,12 @@ class SharePartitionManager:
                 changed.append((sp, topic_id))
         return changed
 
-    def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
+    async def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
         """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (nothing in flight), a new
         state epoch, written at once."""
         key = (group_id, topic_id, partition)
         old = self.partitions.pop(key, None)
-        state = self.store.read(key) if self.store is not None else None
+        state = await self.store.summary(key) if self.store is not None else None
         epoch = max(old.state_epoch if old is not None else 0, state.state_epoch if state is not None else 0) + 1
         cfg = self.config
         sp = self.partitions[key] = SharePartition(
@@ -118,17 +162,20 @@ class SharePartitionManager:
         sp.state_epoch = epoch
         sp.initialize(start_offset)
         sp.version = (old.version + 1) if old is not None else 1
-        self._persisted.pop(key, None)
-        self.persist(sp, topic_id)
+        if self.store is not None:
+            now = int(time.time() * 1000)
+            await self.store.initialize(key, ShareSnapshot(sp.version, epoch, sp.leader_epoch, start_offset, now, now,
+                                                           [], 0))
+        self._persisted[key] = sp.version
 
-    def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
+    async def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
         """DeleteShareGroupOffsets: the share-partitions' state is gone; the group starts them afresh."""
         for p in partitions:
             key = (group_id, topic_id, p)
             self.partitions.pop(key, None)
             self._persisted.pop(key, None)
             if self.store is not None:
-                self.store.delete(key)
+                await self.store.delete(key)
 
     def forget(self, topic_id: uuid.UUID, partition: int) -> None:
         """The partition is not led here: drop every group's share-partition of it (kept in memory only)."""
@@ -136,10 +183,10 @@ class SharePartitionManager:
             del self.partitions[key]
             self._persisted.pop(key, None)
 
-    def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
+    async def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
         """The share-partition start offset, from memory or the persisted state; None when never initialized."""
         sp = self.partitions.get((group_id, topic_id, partition))
         if sp is not None:
             return sp.start_offset
-        state = self.store.read((group_id, topic_id, partition)) if self.store is not None else None
+        state = await self.store.summary((group_id, topic_id, partition)) if self.store is not None else None
         return state.start_offset if state is not None else None

@@ -14,6 +14,11 @@ so a restarted leader writes them again (as Kafka 4.4's ``maybeResumeDlqArchivin
 At most ``max_record_locks`` records are in flight: past that a fetch acquires nothing new until the start
 offset moves.
 
+Records delivered often are throttled as in Kafka 4.4's ``SharePartition.acquire``: a log batch holding a record
+whose delivery count reached half the delivery count limit (rounded up, at least 2) is acquired only when nothing
+was acquired before it in the fetch and ends the fetch, and then at most ``batch size >> (count - that + 1)``
+records of it (at least one); with a limit above 2 a record on its last delivery attempt is acquired alone.
+
 State is kept per offset (a dict of in-flight offsets), simple and exact; the persisted form
 (:meth:`snapshot_batches`) groups equal neighbours into Kafka's state batches.
 """
@@ -94,6 +99,7 @@ class SharePartition:
         self._available: set[int] = set()  # the in-flight offsets in state AVAILABLE
         self._next_expiry = float("inf")  # no acquisition lock expires before this (monotonic seconds)
         self.state_epoch = 0
+        self.leader_epoch = 0  # the topic partition's leader epoch when this leader loaded it (fences older leaders)
         self.version = 0  # bumped at each change of the persisted state
         self.created_ms = int(time.time() * 1000)
 
@@ -138,6 +144,8 @@ class SharePartition:
         deadline = now + self.lock_duration_ms / 1000
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
         archived = False
+        limit = self.delivery_count_limit
+        throttle_at = throttle_delivery_limit(limit)
         for base, last in batches:
             if len(taken) >= max_records:
                 break
@@ -153,14 +161,26 @@ class SharePartition:
                         continue
                     archived = True
                 continue
+            # Kafka 4.4's throttling of redelivered records: a batch holding a record delivered throttle_at times
+            # or more is acquired alone (not after another batch, nothing after it), and only part of it
+            throttled = self._max_delivery_count(base, last) >= throttle_at
+            if throttled and taken:
+                break
+            from_batch, throttle_records, stop = 0, -1, False
             for off in range(max(base, self.start_offset), last + 1):
                 if len(taken) >= max_records:
                     break
                 if off < self.end_offset:
                     if off not in self._available:
                         continue
-                    self._available.discard(off)
                     rec = self.in_flight[off]
+                    if limit > 2 and rec.delivery_count == limit - 1 and from_batch:
+                        stop = True  # a record on its last delivery attempt goes alone, in the next fetch
+                        break
+                    if throttled and rec.delivery_count >= throttle_at and throttle_records < 0:
+                        # half the batch at the throttle limit, a quarter one delivery later, ...; at least one
+                        throttle_records = max(1, (last - base + 1) >> (rec.delivery_count - throttle_at + 1))
+                    self._available.discard(off)
                 else:
                     if off - self.start_offset >= self.max_record_locks:
                         break
@@ -169,6 +189,15 @@ class SharePartition:
                 rec.state, rec.member_id, rec.lock_deadline = RecordState.ACQUIRED, member_id, deadline
                 rec.delivery_count += 1
                 taken.append((off, rec.delivery_count))
+                from_batch += 1
+                if limit > 2 and rec.delivery_count == limit:
+                    stop = True  # its last delivery attempt: delivered alone in this fetch
+                    break
+                if from_batch == throttle_records:
+                    stop = True
+                    break
+            if stop or (throttled and from_batch):
+                break
         if taken:
             self._next_expiry = min(self._next_expiry, deadline)
         if taken or archived:
@@ -176,6 +205,15 @@ class SharePartition:
         if archived:
             self._advance_start()
         return _ranges(taken)
+
+    def _max_delivery_count(self, base: int, last: int) -> int:
+        """The highest delivery count of the in-flight records of log batch ``base``..``last`` (0: none)."""
+        if not self.in_flight or base >= self.end_offset:
+            return 0
+        lo, hi = max(base, self.start_offset), min(last, self.end_offset - 1)
+        if hi - lo + 1 > len(self.in_flight):
+            return max((r.delivery_count for o, r in self.in_flight.items() if lo <= o <= hi), default=0)
+        return max((self.in_flight[o].delivery_count for o in range(lo, hi + 1) if o in self.in_flight), default=0)
 
     # ------------------------------------------------------------------ acknowledgement
 
@@ -332,6 +370,12 @@ class SharePartition:
     def delivery_complete_count(self) -> int:
         done = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
         return sum(1 for r in self.in_flight.values() if r.state in done)
+
+
+def throttle_delivery_limit(delivery_count_limit: int) -> int:
+    """Kafka 4.4's ``throttleRecordsDeliveryLimit``: the delivery count from which a batch's records are throttled,
+    half the delivery count limit (rounded up), at least 2."""
+    return max(2, -(-delivery_count_limit // 2))
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRange]:

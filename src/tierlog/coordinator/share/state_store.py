@@ -5,7 +5,8 @@ Created on first need with Kafka's settings (``share.coordinator.state.topic.*``
 ``ShareSnapshot`` record of the share-partition's whole state (start offset, state epoch, the in-flight records
 as state batches); Kafka's coordinator writes ``ShareUpdate`` records between snapshots, which this reader
 also applies when it loads a partition, so a topic written by either reads back. A state partition is read
-whole the first time one of its share-partitions is needed, then kept in memory (this broker is its only writer).
+whole the first time one of its share-partitions is needed, then kept in memory while this broker leads it (its
+only writer then); :meth:`ShareStateStore.unload` forgets it when leadership moves.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from tierlog.coordinator.share.records import (
     SHARE_STATE_TOPIC,
@@ -26,7 +28,13 @@ from tierlog.coordinator.share.records import (
     partition_for,
 )
 from tierlog.coordinator.storage import OffsetsTopicLog
-from tierlog.errors import CoordinatorNotAvailableError, KafkaError, KafkaStorageError, TopicAlreadyExistsError
+from tierlog.errors import (
+    CoordinatorNotAvailableError,
+    KafkaError,
+    KafkaStorageError,
+    NotCoordinatorError,
+    TopicAlreadyExistsError,
+)
 from tierlog.records import build_batch
 from tierlog.records.batch import iter_batches
 from tierlog.records.record import iter_records
@@ -39,8 +47,12 @@ StateKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
 class ShareStateStore:
     def __init__(self, log_: OffsetsTopicLog, *, num_partitions: int, replication_factor: int, min_isr: int,
-                 segment_bytes: int):
+                 segment_bytes: int, leader_epoch: Callable[[int], int | None] = lambda partition: 0):
+        """``leader_epoch(partition)``: this broker's leader epoch of that state partition, None when it does not
+        lead it; what was read of a partition is read again when the epoch changed (another leader wrote)."""
         self.log = log_
+        self.leader_epoch = leader_epoch
+        self._epochs: dict[int, int] = {}
         self.configured_partitions = num_partitions
         self.replication_factor = replication_factor
         self.min_isr = min_isr
@@ -66,11 +78,11 @@ class ShareStateStore:
 
     def read(self, key: StateKey) -> ShareSnapshot | None:
         """The share-partition's persisted state, or None when it has none. Raises KafkaError
-        (COORDINATOR_NOT_AVAILABLE) when its state partition is not led here: in a cluster tierlog has no share
-        coordinator RPCs (ReadShareGroupState) to reach another broker."""
+        (COORDINATOR_NOT_AVAILABLE) when its state partition cannot be read here (in a cluster the share-partition
+        leader asks the state partition's leader with ReadShareGroupState: server/share_persister.py)."""
         if self.log.partition_count(SHARE_STATE_TOPIC) is None:
             return None
-        partition = self._partition_of(key)
+        partition = self.partition_of(key)
         try:
             return self._partition(partition).get(key)
         except KafkaError as e:
@@ -79,7 +91,7 @@ class ShareStateStore:
 
     def write(self, key: StateKey, snapshot: ShareSnapshot) -> None:
         self.ensure_created()
-        partition = self._partition_of(key)
+        partition = self.partition_of(key)
         states = self._partition(partition)
         now = int(time.time() * 1000)
         batch = build_batch([(encode_key(*key, SNAPSHOT), encode_snapshot(snapshot), [], now)])
@@ -93,7 +105,7 @@ class ShareStateStore:
         """A tombstone for the share-partition's state (DeleteShareGroupOffsets)."""
         if self.log.partition_count(SHARE_STATE_TOPIC) is None:
             return
-        partition = self._partition_of(key)
+        partition = self.partition_of(key)
         states = self._partition(partition)
         if key not in states:
             return
@@ -104,13 +116,30 @@ class ShareStateStore:
             raise KafkaStorageError(f"cannot append to {SHARE_STATE_TOPIC}-{partition}: {e}") from e
         del states[key]
 
-    def _partition_of(self, key: StateKey) -> int:
+    def partition_of(self, key: StateKey) -> int:
+        """The ``__share_group_state`` partition holding the share-partition's state."""
         return partition_for(key[0], key[1], key[2], self.num_partitions())
 
+    def unload(self, partition: int) -> None:
+        """Forget what was read of ``partition`` (its leadership moved: another broker may write it now)."""
+        self._loaded.pop(partition, None)
+        self._epochs.pop(partition, None)
+
+    def loaded(self) -> set[int]:
+        return set(self._loaded)
+
+    def leads(self, partition: int) -> bool:
+        return self.leader_epoch(partition) is not None
+
     def _partition(self, partition: int) -> dict[StateKey, ShareSnapshot]:
+        epoch = self.leader_epoch(partition)
+        if epoch is None:
+            self.unload(partition)
+            raise NotCoordinatorError(f"{SHARE_STATE_TOPIC}-{partition} is not led by this broker")
         states = self._loaded.get(partition)
-        if states is None:
+        if states is None or self._epochs.get(partition) != epoch:
             states = self._loaded[partition] = self._load(partition)
+            self._epochs[partition] = epoch
         return states
 
     def _load(self, partition: int) -> dict[StateKey, ShareSnapshot]:
@@ -135,15 +164,16 @@ class ShareStateStore:
                 elif rtype == SNAPSHOT:
                     states[key] = decode_value(rtype, bytes(rec.value))
                 elif key in states:
-                    _apply_update(states[key], decode_value(rtype, bytes(rec.value)))
+                    apply_update(states[key], decode_value(rtype, bytes(rec.value)))
             if next_offset <= offset:
                 break
             offset = next_offset
         return states
 
 
-def _apply_update(base: ShareSnapshot, update: ShareSnapshot) -> None:
-    """Kafka's merge of a ShareUpdate into the state: newer batches win offset by offset."""
+def apply_update(base: ShareSnapshot, update: ShareSnapshot) -> None:
+    """Kafka's merge of a ShareUpdate (or a WriteShareGroupState) into the state: newer batches win offset by
+    offset; a start offset of -1 keeps the recorded one."""
     if update.start_offset >= 0:
         base.start_offset = update.start_offset
     per_offset: dict[int, tuple[int, int]] = {}

@@ -209,15 +209,21 @@ class ApiAuthorization:
         return error_response(ctx, GroupAuthorizationFailedError())
 
     def offset_commit(self, ctx: RequestContext) -> Checked:
+        """READ on the group, then on each topic by its name (v10 names topics by id: an unknown id is left to
+        the handler, which answers UNKNOWN_TOPIC_ID, as Kafka does before authorizing)."""
         req = ctx.request
         if not self.allowed(ctx, Op.READ, Rt.GROUP, req.group_id):
             return Checked(ctx, response=build_response(ctx, {"topics": [
-                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": GROUP_DENIED}
-                                                for p in t.partitions]} for t in req.topics]}))
+                {**_topic_ref(t), "partitions": [{"partition_index": p.partition_index, "error_code": GROUP_DENIED}
+                                                 for p in t.partitions]} for t in req.topics]}))
+
+        def allowed(t) -> bool:
+            name = self._topic_name(t)
+            return name is None or self.allowed(ctx, Op.READ, Rt.TOPIC, name)
         return self._split(
-            ctx, "topics", lambda t: self.allowed(ctx, Op.READ, Rt.TOPIC, t.name),
-            lambda t: {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                                       "error_code": TOPIC_DENIED} for p in t.partitions]})
+            ctx, "topics", allowed,
+            lambda t: {**_topic_ref(t), "partitions": [{"partition_index": p.partition_index,
+                                                        "error_code": TOPIC_DENIED} for p in t.partitions]})
 
     def offset_fetch(self, ctx: RequestContext) -> Checked:
         """v8+ (batched groups): a refused group answers GROUP_AUTHORIZATION_FAILED alone; before, the whole
@@ -240,7 +246,7 @@ class ApiAuthorization:
         if self.authorizer is None:
             return
         for t in topics:
-            if not self.allowed(ctx, Op.DESCRIBE, Rt.TOPIC, t["name"]):
+            if t["name"] is not None and not self.allowed(ctx, Op.DESCRIBE, Rt.TOPIC, t["name"]):
                 t["partitions"] = [
                     {**p, "committed_offset": -1, "error_code": TOPIC_DENIED} if isinstance(p, dict)
                     else dataclasses.replace(p, committed_offset=-1, error_code=ErrorCode(TOPIC_DENIED))
@@ -273,6 +279,12 @@ class ApiAuthorization:
 
     def find_coordinator(self, ctx: RequestContext) -> Checked:
         req = ctx.request
+        if getattr(req, "key_type", 0) == 2:  # share coordinator keys are the brokers' own (Kafka: CLUSTER_ACTION)
+            if self.allowed(ctx, Op.CLUSTER_ACTION, Rt.CLUSTER):
+                return Checked(ctx)
+            return Checked(ctx, response=build_response(ctx, {"coordinators": [
+                {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.cluster_authorization_failed,
+                 "error_message": None} for k in req.coordinator_keys]}))
         rt, code = (Rt.TRANSACTIONAL_ID, TXN_DENIED) if getattr(req, "key_type", 0) == 1 else (Rt.GROUP, GROUP_DENIED)
         if ctx.api_version >= 4:
             return self._split(ctx, "coordinator_keys", lambda k: self.allowed(ctx, Op.DESCRIBE, rt, k),
@@ -384,6 +396,11 @@ class ApiAuthorization:
             return None
         return error_response(ctx, ClusterAuthorizationFailedError(AUTHORIZATION_FAILED)) or \
             _all_items_error(ctx, CLUSTER_DENIED)
+
+
+def _topic_ref(t) -> dict:
+    """How a request topic is named in its answer: by id when the request named it by id (OffsetCommit v10)."""
+    return {"name": t.name} if hasattr(t, "name") else {"topic_id": t.topic_id or ZERO_UUID}
 
 
 def _all_items_error(ctx: RequestContext, code: int):

@@ -46,7 +46,7 @@ def _ms(value: Any) -> int:
 
 def topics_of(controller: Controller) -> dict[str, TopicInfo]:
     """The cluster's topics as the group coordinator sees them: id, partition count, the racks of each
-    partition's replicas (for rack-aware assignment)."""
+    partition's replicas (in the metadata hash, so a rack change bumps a group's epoch, as Kafka's KIP-1101)."""
     image = controller.image
     brokers = image.brokers
     out = {}

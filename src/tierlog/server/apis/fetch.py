@@ -1,4 +1,4 @@
-"""Fetch, by topic name (v4-v12) and by topic id (v13+): the wire to one replica-manager call and back.
+"""Fetch, by topic name (v4-v12) and by topic id (v13-v18): the wire to one replica-manager call and back.
 
 The replica manager reads both tiers and waits for data (long polling); this handler only translates.
 Incremental fetch sessions are not kept: every answer carries session id 0, which tells clients to
@@ -50,7 +50,9 @@ class FetchApis:
         self.authorizer = authorizer
 
     def register(self, registry) -> None:
-        registry.register(ApiKey.FETCH, 4, 17, self.fetch)
+        # v18 (KIP-1166) adds the follower's high watermark per partition: accepted and not used, as Kafka
+        # 4.4's replica manager does (only its KRaft metadata log answers a fetch early on it)
+        registry.register(ApiKey.FETCH, 4, 18, self.fetch)
 
     async def fetch(self, ctx: RequestContext):
         req = ctx.request

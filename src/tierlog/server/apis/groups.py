@@ -15,17 +15,24 @@ Version notes (what Kafka's ``KafkaApis`` and request/response classes do):
   (``partition_for`` of the group id or transactional id), COORDINATOR_NOT_AVAILABLE while that partition
   has no live leader or the topic is being created. The broker named answers NOT_COORDINATOR or
   COORDINATOR_LOAD_IN_PROGRESS itself when leadership moved or its load is not done, and the client asks again.
-  Key type 2 (share) and unknown types: INVALID_REQUEST, as Kafka without a share coordinator.
+  Key type 2 (share, v6+): the leader of the ``__share_group_state`` partition of a share-partition key
+  ``"<group>:<topic id>:<partition>"`` (created on first use; INVALID_REQUEST for a key that is not three parts,
+  as Kafka's ``SharePartitionKey``). Unknown types: INVALID_REQUEST.
 - JoinGroup: protocol name "" before v7, null from v7; v0 uses the session timeout as the
   rebalance timeout.
 - SyncGroup v5+: protocol type and name are mandatory (INCONSISTENT_GROUP_PROTOCOL otherwise).
 - LeaveGroup v0-2 carry one member and answer its error at the top level.
 - OffsetCommit and OffsetDelete: topics or partitions missing from the metadata get
-  UNKNOWN_TOPIC_OR_PARTITION, the others go to the coordinator. OffsetCommit v10 (topic ids) is not
-  registered. An OffsetDelete refused for the whole group (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP)
+  UNKNOWN_TOPIC_OR_PARTITION, the others go to the coordinator. OffsetCommit v10 names topics by id
+  (KIP-848): ids are resolved in the metadata image (offsets stay stored by name), an unknown id (the
+  zero id too) answers UNKNOWN_TOPIC_ID before any authorization, and the answer names topics by id.
+  An OffsetDelete refused for the whole group (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP)
   answers only the top-level error, as Kafka's ``getErrorResponse``.
 - OffsetFetch v1-7 answer one group (v1 has no top-level error: a group error goes on each
-  partition); v8+ answer many; null topics mean every committed partition. v10 is not registered.
+  partition); v8+ answer many; null topics mean every committed partition. v10 names topics by id as
+  OffsetCommit v10 does (an unknown id: UNKNOWN_TOPIC_ID on each partition, offset -1).
+- DescribeGroups v6 (KIP-1043) answers a group that does not exist, or is not a classic group,
+  GROUP_ID_NOT_FOUND with Kafka's message; v0-5 describe it as a Dead group with no error.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import dataclasses
 import datetime
 import logging
 import typing
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,11 +51,13 @@ from kio.schema.errors import ErrorCode
 from tierlog.cluster import Controller
 from tierlog.cluster.acls import AclOperation, ResourceType
 from tierlog.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tierlog.coordinator.share.records import SHARE_STATE_TOPIC
 from tierlog.coordinator.transaction_log import TXN_STATE_TOPIC
 from tierlog.errors import (
     NO_ERROR,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     InconsistentGroupProtocolError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -59,9 +69,11 @@ from tierlog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     describe_error,
 )
+from tierlog.kafka_uuid import ZERO_UUID, uuid_from_str
 from tierlog.logs import RepeatLimiter
 from tierlog.protocol import ApiKey, RequestContext, RequestTiming, build_response, offload
 from tierlog.protocol.offload import Pacer, paced
@@ -73,6 +85,23 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+#: DescribeGroups answers a group that does not exist (or is not a classic group) GROUP_ID_NOT_FOUND from v6 on
+#: (KIP-1043); older versions describe it as a Dead group with no error.
+GROUP_ID_NOT_FOUND_DESCRIBE_VERSION = 6
+#: OffsetCommit and OffsetFetch name topics by id from v10 (KIP-848)
+TOPIC_ID_OFFSETS_VERSION = 10
+
+
+def _share_key(key: str) -> tuple[str, uuid.UUID, int] | None:
+    """A share coordinator key ``"<group>:<topic id>:<partition>"`` (Kafka's SharePartitionKey), None when bad."""
+    parts = (key or "").split(":")
+    if len(parts) != 3 or not parts[0]:
+        return None
+    try:
+        return parts[0], uuid_from_str(parts[1]), int(parts[2])
+    except ValueError:
+        return None
 SHARE_KEY_TYPE = 2
 
 #: DescribeGroups' authorized_operations with no authorizer: every operation on a GROUP resource
@@ -136,6 +165,8 @@ class GroupApis:
         self.authorization = authorization
         #: The share groups' coordinator (KIP-932), whose groups ListGroups lists too; set by the broker.
         self.share_groups = None
+        #: ``__share_group_state`` (FindCoordinator key type 2), when share groups are served; set by the broker.
+        self.share_state = None
 
     def register(self, registry) -> None:
         registry.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -143,14 +174,14 @@ class GroupApis:
         registry.register(ApiKey.SYNC_GROUP, 0, 5, self.sync_group)
         registry.register(ApiKey.HEARTBEAT, 0, 4, self.heartbeat)
         registry.register(ApiKey.LEAVE_GROUP, 0, 5, self.leave_group)
-        registry.register(ApiKey.OFFSET_COMMIT, 2, 9, self.offset_commit)
-        registry.register(ApiKey.OFFSET_FETCH, 1, 9, self.offset_fetch)
+        registry.register(ApiKey.OFFSET_COMMIT, 2, 10, self.offset_commit)
+        registry.register(ApiKey.OFFSET_FETCH, 1, 10, self.offset_fetch)
         # Kafka 4.1 accepts 0-5; v3+ carry the member (KIP-447). The group's partition is verified with the
         # transaction coordinator first (KIP-890 part 1, ``verification``).
         registry.register(ApiKey.TXN_OFFSET_COMMIT, 0, 5, self.txn_offset_commit)
         registry.register(ApiKey.OFFSET_DELETE, 0, 0, self.offset_delete)
         registry.register(ApiKey.LIST_GROUPS, 0, 5, self.list_groups)
-        registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, self.describe_groups)
+        registry.register(ApiKey.DESCRIBE_GROUPS, 0, 6, self.describe_groups)
         registry.register(ApiKey.DELETE_GROUPS, 0, 2, self.delete_groups)
 
     def _ready(self) -> GroupCoordinator:
@@ -187,7 +218,17 @@ class GroupApis:
                 self._warn.warning(e.code, "Cannot create __transaction_state: %s%s", describe_error(e), hint)
                 return CoordinatorNotAvailableError.code, no_node
             topic_name, partition = TXN_STATE_TOPIC, txn.partition_for(key)
-        else:  # share groups (v6+ only, no share coordinator here) and unknown key types
+        elif key_type == SHARE_KEY_TYPE and self.share_state is not None and api_version >= 6:
+            share_key = _share_key(key)
+            if share_key is None:
+                return InvalidRequestError.code, no_node
+            try:
+                self.share_state.ensure_created()
+            except KafkaError as e:
+                self._warn.warning(e.code, "Cannot create __share_group_state: %s", describe_error(e))
+                return CoordinatorNotAvailableError.code, no_node
+            topic_name, partition = SHARE_STATE_TOPIC, self.share_state.partition_of(share_key)
+        else:  # unknown key types
             return InvalidRequestError.code, no_node
         image = self.controller.image
         if not self.controller.clustered:
@@ -307,7 +348,8 @@ class GroupApis:
         ctx = checked.ctx
         req = ctx.request
         pacer = Pacer()  # a request may name a million partitions: its loops yield to the event loop
-        errors, known = await self._known_partitions(req.topics, pacer)
+        names = self._topic_keys(ctx, req.topics)
+        errors, known = await self._known_partitions(req.topics, pacer, names)
         valid = []
         async for chunk in paced(known, 512, pacer):
             valid += [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
@@ -319,11 +361,23 @@ class GroupApis:
                 api_version=ctx.api_version, retention_time_ms=_ms(getattr(req, "retention_time", -1)))
             errors.update(await self._replicated_commit(ctx, req.group_id, committed))
         offload.free_later(known, valid)
-        topics, items = await _partition_errors(req.topics, errors, pacer)
+        topics, items = await _partition_errors(req.topics, errors, pacer, names)
         offload.free_later(errors)
         topics += checked.refused
         items += sum(1 + len(t["partitions"]) for t in checked.refused)
         return await offload.respond(ctx, {"topics": topics}, items)
+
+    def _topic_keys(self, ctx: RequestContext, topics) -> list[str | uuid.UUID]:
+        """Each request topic's name. OffsetCommit and OffsetFetch v10 name topics by id (KIP-848), resolved in
+        the metadata image; an id this cluster does not know (the zero id too) stays the id, which
+        :meth:`_known_partitions` answers UNKNOWN_TOPIC_ID, as Kafka does before it authorizes the topic."""
+        if ctx.api_version < TOPIC_ID_OFFSETS_VERSION:
+            return [t.name for t in topics or ()]
+        topic_name = self.replica_manager.topic_name if self.replica_manager is not None else _image_name(
+            self.controller)
+        # kio reads the zero id as None: it is no topic's, answered UNKNOWN_TOPIC_ID as an unknown one
+        ids = [t.topic_id or ZERO_UUID for t in topics or ()]
+        return [(topic_name(i) if i != ZERO_UUID else None) or i for i in ids]
 
     async def _replicated_commit(self, ctx: RequestContext, group_id: str, committed: dict) -> dict:
         """``committed`` (an error code per partition) once the in-sync replicas have the commit, as Kafka appends
@@ -372,19 +426,26 @@ class GroupApis:
         topics, _items = await _partition_errors(req.topics, errors, pacer)
         return build_response(ctx, {"topics": topics + checked.refused})
 
-    async def _known_partitions(self, topics, pacer: Pacer) -> tuple[dict[tuple[str, int], int], list]:
-        """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors and known (topic, partition object)s."""
+    async def _known_partitions(self, topics, pacer: Pacer, names: list | None = None
+                                ) -> tuple[dict[tuple[str, int], int], list]:
+        """Split request partitions into UNKNOWN_TOPIC_OR_PARTITION errors (UNKNOWN_TOPIC_ID for a topic id
+        ``names`` could not resolve, :meth:`_topic_keys`) and known (topic, partition object)s."""
         image_topics = self.controller.image.topics
         errors: dict[tuple[str, int], int] = {}
         known = []
-        for topic in topics:
-            meta = image_topics.get(topic.name)
+        for i, topic in enumerate(topics):
+            name = topic.name if names is None else names[i]
+            if isinstance(name, uuid.UUID):
+                async for chunk in paced(topic.partitions, 512, pacer):
+                    errors.update(((name, p.partition_index), UnknownTopicIdError.code) for p in chunk)
+                continue
+            meta = image_topics.get(name)
             async for chunk in paced(topic.partitions, 512, pacer):
                 for p in chunk:
                     if meta is None or p.partition_index not in meta.partitions:
-                        errors[(topic.name, p.partition_index)] = UnknownTopicOrPartitionError.code
+                        errors[(name, p.partition_index)] = UnknownTopicOrPartitionError.code
                     else:
-                        known.append((topic.name, p))
+                        known.append((name, p))
         return errors, known
 
     async def offset_delete(self, ctx: RequestContext):
@@ -433,9 +494,12 @@ class GroupApis:
                 topics = []
                 if error == NO_ERROR:
                     error, topics = await _fetch_offsets(coordinator, g.group_id, g.topics, require_stable, pacer,
-                                                         entry)
+                                                         entry, self._topic_keys(ctx, g.topics))
                 items += sum(len(parts) for _, parts in topics)
-                answer = [{"name": name, "partitions": parts} for name, parts in topics]
+                if ctx.api_version >= TOPIC_ID_OFFSETS_VERSION:
+                    answer = self._by_topic_id(topics)
+                else:
+                    answer = [{"name": name, "partitions": parts} for name, parts in topics]
                 self.authorization.hide_offsets(ctx, answer)
                 groups.append({"group_id": g.group_id, "error_code": error, "topics": answer})
             return await offload.respond(ctx, {"groups": groups + checked.refused}, items)
@@ -449,6 +513,19 @@ class GroupApis:
         self.authorization.hide_offsets(ctx, answer)
         return await offload.respond(ctx, {"error_code": error, "topics": answer},
                                      sum(len(parts) for _, parts in topics))
+
+    def _by_topic_id(self, topics: list[tuple[str | uuid.UUID, list[Any]]]) -> list[dict[str, Any]]:
+        """OffsetFetch v10's topics, named by id (KIP-848); ``name`` stays for the authorization, None for an
+        unknown id. Offsets of a topic without an id here (committed before it was deleted) are left out: the
+        answer cannot name it."""
+        image_topics = self.controller.image.topics
+        out = []
+        for key, parts in topics:
+            if isinstance(key, uuid.UUID):
+                out.append({"name": None, "topic_id": key, "partitions": parts})
+            elif (meta := image_topics.get(key)) is not None:
+                out.append({"name": key, "topic_id": meta.topic_id, "partitions": parts})
+        return out
 
     # ------------------------------------------------------------------ admin
 
@@ -473,6 +550,14 @@ class GroupApis:
         groups: list[dict[str, Any]] = []
         async for chunk in paced(req.groups, 64):  # a request may name a million groups
             groups += coordinator.describe_groups(chunk)
+        share = self.share_groups.groups if self.share_groups is not None else {}
+        for g in groups:
+            if g["error_code"] != GroupIdNotFoundError.code:
+                continue
+            if ctx.api_version < GROUP_ID_NOT_FOUND_DESCRIBE_VERSION:
+                g["error_code"], g["error_message"] = NO_ERROR, None  # a Dead group, as before KIP-1043
+            elif g["group_id"] in share:  # Kafka keeps share groups in the same map: not a classic group
+                g["error_message"] = f"Group {g['group_id']} is not a classic group."
         if include_ops:
             for g in groups:
                 if g["error_code"] == NO_ERROR:
@@ -490,20 +575,31 @@ class GroupApis:
                                     + checked.refused})
 
 
-async def _partition_errors(topics, errors: dict[tuple[str, int], int], pacer: Pacer
+async def _partition_errors(topics, errors: dict[tuple[str, int], int], pacer: Pacer, names: list | None = None
                             ) -> tuple[list[dict[str, Any]], int]:
-    """The answer's topics (each request topic with an error code per partition, in request order), and
-    how many items they hold, made a slice at a time."""
+    """The answer's topics (each request topic with an error code per partition, in request order, named as the
+    request named it: by name, or by id from OffsetCommit v10), and how many items they hold, made a slice at
+    a time."""
     out = []
     items = 0
-    for topic in topics:
+    for i, topic in enumerate(topics):
+        name = topic.name if names is None else names[i]
         parts: list[dict[str, Any]] = []
         async for chunk in paced(topic.partitions, 512, pacer):
-            parts += [{"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]}
+            parts += [{"partition_index": p.partition_index, "error_code": errors[(name, p.partition_index)]}
                       for p in chunk]
-        out.append({"name": topic.name, "partitions": parts})
+        out.append({"name": topic.name, "partitions": parts} if hasattr(topic, "name")
+                   else {"topic_id": topic.topic_id or ZERO_UUID, "partitions": parts})
         items += 1 + len(parts)
     return out, items
+
+
+def _image_name(controller: Controller) -> Callable[[uuid.UUID], str | None]:
+    """A topic's name by its id from the metadata image (an assembly without a replica manager)."""
+    def name(topic_id: uuid.UUID) -> str | None:
+        topic = controller.image.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
+    return name
 
 
 _ENTRIES: dict[type, Callable[..., Any]] = {}
@@ -535,18 +631,25 @@ def _partition_entry(response_type: type) -> Callable[..., Any]:
 
 
 async def _fetch_offsets(coordinator: GroupCoordinator, group_id: str, topics, require_stable: bool,
-                         pacer: Pacer, entry: Callable[..., Any]) -> tuple[int, list[tuple[str, list[Any]]]]:
+                         pacer: Pacer, entry: Callable[..., Any], names: list | None = None
+                         ) -> tuple[int, list[tuple[str | uuid.UUID, list[Any]]]]:
     """``coordinator.fetch_offsets`` for the request's topics (None: every committed offset), a slice of
-    partitions at a time, yielding to the event loop between slices of a big request."""
+    partitions at a time, yielding to the event loop between slices of a big request. ``names`` are the
+    topics' names (GroupApis._topic_keys); a topic id left unresolved answers UNKNOWN_TOPIC_ID."""
     if topics is None:
         return coordinator.fetch_offsets(group_id, None, require_stable, entry)
-    out: list[tuple[str, list[Any]]] = []
-    for t in topics:
+    out: list[tuple[str | uuid.UUID, list[Any]]] = []
+    for i, t in enumerate(topics):
+        name = t.name if names is None else names[i]
         answers: list[Any] = []
+        if isinstance(name, uuid.UUID):  # as Kafka answers an unknown topic id
+            out.append((name, [entry(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                                     error_code=UnknownTopicIdError.code) for p in t.partition_indexes]))
+            continue
         async for chunk in paced(t.partition_indexes, 256, pacer):
-            error, found = coordinator.fetch_offsets(group_id, [(t.name, chunk)], require_stable, entry)
+            error, found = coordinator.fetch_offsets(group_id, [(name, chunk)], require_stable, entry)
             if error != NO_ERROR:
                 return error, []
             answers += found[0][1]
-        out.append((t.name, answers))
+        out.append((name, answers))
     return NO_ERROR, out

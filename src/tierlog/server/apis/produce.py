@@ -14,6 +14,7 @@ from tierlog.errors import (
     KafkaError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
+    UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
 from tierlog.kafka_uuid import ZERO_UUID
@@ -92,7 +93,8 @@ class ProduceApis:
         self.authorization = authorization
 
     def register(self, registry) -> None:
-        registry.register(ApiKey.PRODUCE, 3, 12, self.produce)
+        # v13 names topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID, the answer names topics by id
+        registry.register(ApiKey.PRODUCE, 3, 13, self.produce)
         registry.register(ApiKey.INIT_PRODUCER_ID, 0, 5, self.init_producer_id)
 
     async def produce(self, ctx: RequestContext):
@@ -108,10 +110,10 @@ class ProduceApis:
                 return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
             denied_topics = set()
             for topic_data in req.topic_data:
-                name = getattr(topic_data, "name", None)
-                if name is None:
-                    name = rm.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
-                if not authz.authorize(ctx.session, AclOperation.WRITE, ResourceType.TOPIC, name):
+                name = self._topic_name(topic_data)
+                # an unknown topic id is answered UNKNOWN_TOPIC_ID before any authorization, as in Kafka
+                if name is not None and not authz.authorize(ctx.session, AclOperation.WRITE, ResourceType.TOPIC,
+                                                            name):
                     denied_topics.add(name)
         # Kafka's RequestUtils.hasTransactionalRecords answers the whole request so (with no authorizer too):
         # transactional records need the transactional id. Checked during the paced walk below (nothing is
@@ -126,9 +128,7 @@ class ProduceApis:
         pacer = Pacer()
         walked = 0
         for topic_data in req.topic_data:
-            name = getattr(topic_data, "name", None)
-            if name is None:
-                name = rm.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
+            name = self._topic_name(topic_data)
             parts = []
             for pd in topic_data.partition_data:
                 walked += 1
@@ -136,6 +136,10 @@ class ProduceApis:
                     await pacer()
                 if untransactional and pd.records is not None and is_transactional(pd.records):
                     return self._refuse_all(ctx, TransactionalIdAuthorizationFailedError.code)
+                if name is None:  # v13: a topic id this cluster does not know (the zero id included)
+                    parts.append(_refused(pd.index, UnknownTopicIdError.code))
+                    invalid_codes.append(UnknownTopicIdError.code)
+                    continue
                 if denied_topics and name in denied_topics:
                     parts.append(_refused(pd.index, TopicAuthorizationFailedError.code))
                     continue
@@ -148,7 +152,8 @@ class ProduceApis:
                     continue
                 parts.append(None)  # the replica manager's answer, in order
                 entries.append((name, pd.index, records))
-            responses.append({"name": name, "partition_responses": parts})
+            responses.append({"name": name, "topic_id": getattr(topic_data, "topic_id", None),
+                              "partition_responses": parts})
         try:
             # Produce v12 is transaction version 2's (KIP-890 part 2): the leader adds the partition to the
             # transaction. Produce v11 is the first version whose client understands TRANSACTION_ABORTABLE.
@@ -205,16 +210,23 @@ class ProduceApis:
             return None
         responses = []
         for topic_data in req.topic_data:
-            name = getattr(topic_data, "name", None)
-            if name is None:
-                name = self.replica_manager.topic_name(getattr(topic_data, "topic_id", ZERO_UUID)) or ""
-            responses.append({"name": name, "partition_responses": [
+            responses.append({"name": getattr(topic_data, "name", None),
+                              "topic_id": getattr(topic_data, "topic_id", None), "partition_responses": [
                 {"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
                  "log_start_offset": -1} for pd in topic_data.partition_data]})
             if self.request_metrics is not None:
                 for _ in topic_data.partition_data:
                     self.request_metrics.error(ApiKey.PRODUCE, code)
         return EncodedResponse(encode_produce_response(ctx.api_version, ctx.correlation_id, responses))
+
+    def _topic_name(self, topic_data) -> str | None:
+        """A request topic's name: v3-v12 carry it, v13 a topic id (KIP-516) resolved in the metadata image
+        (None when unknown; the zero id is never a topic's)."""
+        name = getattr(topic_data, "name", None)
+        if name is not None:
+            return name
+        topic_id = getattr(topic_data, "topic_id", None)
+        return None if topic_id in (None, ZERO_UUID) else self.replica_manager.topic_name(topic_id)
 
     async def init_producer_id(self, ctx: RequestContext):
         if (refused := self.authorization.init_producer_id(ctx)) is not None:

@@ -57,14 +57,18 @@ from tierlog.coordinator.share import (
     ShareSessionCache,
     ShareStateStore,
 )
+from tierlog.coordinator.share.records import SHARE_STATE_TOPIC
 from tierlog.coordinator.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+from tierlog.coordinator.share.share_coordinator import ShareCoordinator
 from tierlog.errors import KafkaError
 from tierlog.protocol import ApiKey, RequestContext, build_response
 from tierlog.records.batch import iter_batches
+from tierlog.server.apis.share_state import ShareStateApis
 from tierlog.server.fetch_types import FetchIsolation, FetchParams, PartitionFetch
 from tierlog.server.network.listener_security import endpoint_for_client
 from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.share_dlq import ShareGroupDlqWriter
+from tierlog.server.share_persister import SharePersister
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +97,11 @@ def group_config(controller: Controller, group_id: str, name: str) -> str:
 class ShareApis:
     def __init__(self, coordinator: ShareGroupCoordinator, manager: SharePartitionManager,
                  sessions: ShareSessionCache, replica_manager: ReplicaManager, controller: Controller,
-                 node_id: int, authorizer=None, metrics=None):
+                 node_id: int, authorizer=None, metrics=None, persister: SharePersister | None = None,
+                 state_apis: ShareStateApis | None = None):
         self.coordinator = coordinator
+        self.persister = persister
+        self.state_apis = state_apis  # the share coordinator's RPCs (__share_group_state led here)
         self.manager = manager
         self.sessions = sessions
         self.rm = replica_manager
@@ -115,7 +122,16 @@ class ShareApis:
         store = ShareStateStore(offsets_log, num_partitions=cfg["share.coordinator.state.topic.num.partitions"],
                                 replication_factor=cfg["share.coordinator.state.topic.replication.factor"],
                                 min_isr=cfg["share.coordinator.state.topic.min.isr"],
-                                segment_bytes=cfg["share.coordinator.state.topic.segment.bytes"])
+                                segment_bytes=cfg["share.coordinator.state.topic.segment.bytes"],
+                                leader_epoch=lambda p: _leader_epoch(rm, SHARE_STATE_TOPIC, p))
+        persister = SharePersister(store, controller, node_id)
+
+        def partitions_of(topic_id: uuid.UUID) -> int | None:
+            name = rm.topic_name(topic_id)
+            topic = controller.image.topics.get(name) if name is not None else None
+            return len(topic.partitions) if topic is not None else None
+
+        state_apis = ShareStateApis(ShareCoordinator(store, partitions_of), lambda: True, authorizer)
 
         def topics() -> dict[str, tuple[uuid.UUID, int]]:
             return {name: (t.topic_id, len(t.partitions)) for name, t in controller.image.topics.items()
@@ -130,8 +146,9 @@ class ShareApis:
             return controller.finalized_level(SHARE_VERSION) >= 2 and bool(
                 group_config(controller, group_id, DLQ_TOPIC_NAME))
 
-        return cls(coordinator, SharePartitionManager(config, store, dlq_enabled),
-                   ShareSessionCache(config.max_share_sessions), rm, controller, node_id, authorizer, metrics)
+        return cls(coordinator, SharePartitionManager(config, persister, dlq_enabled),
+                   ShareSessionCache(config.max_share_sessions), rm, controller, node_id, authorizer, metrics,
+                   persister, state_apis)
 
     def register(self, registry) -> None:
         registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
@@ -141,6 +158,14 @@ class ShareApis:
         registry.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, self.describe_share_group_offsets)
         registry.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, self.alter_share_group_offsets)
         registry.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, self.delete_share_group_offsets)
+        if self.state_apis is not None:
+            self.state_apis.register(registry)
+
+    async def close(self) -> None:
+        """Stop the DLQ writer and the state writes queued for other brokers."""
+        await self.dlq.close()
+        if self.persister is not None:
+            await self.persister.close()
 
     def tick(self) -> None:
         """Housekeeping: members whose session timed out leave, expired locks release their records."""
@@ -219,9 +244,11 @@ class ShareApis:
 
     # ------------------------------------------------------------------ fetch and acknowledge
 
-    def _acknowledge(self, group_id: str, member_id: str, topics) -> dict[tuple[uuid.UUID, int], int]:
-        """Apply the acknowledgement batches of a request; the error code per partition acknowledged."""
+    async def _acknowledge(self, group_id: str, member_id: str, topics) -> dict[tuple[uuid.UUID, int], int]:
+        """Apply the acknowledgement batches of a request; the error code per partition acknowledged. Answered once
+        the new state is written (to another broker's share coordinator too), as Kafka's acknowledgements are."""
         out: dict[tuple[uuid.UUID, int], int] = {}
+        written = []
         for t in topics:
             for p in t.partitions:
                 if not p.acknowledgement_batches:
@@ -239,14 +266,21 @@ class ShareApis:
                 out[key] = code
                 self._persist(sp, t.topic_id)
                 self.dlq.submit(sp, t.topic_id)
+                written.append((key, sp, t.topic_id))
         if out:
             self._wake()
+        for key, sp, topic_id in written:
+            try:
+                await self.manager.flush(sp, topic_id)
+            except KafkaError as e:
+                if out[key] == ErrorCode.none:
+                    out[key] = e.code
         return out
 
     def _persist(self, sp, topic_id: uuid.UUID) -> None:
         p = self.rm.partitions.get((sp.topic, sp.partition))
         try:
-            self.manager.persist(sp, topic_id, p.leader_epoch if p is not None else 0)
+            self.manager.persist(sp, topic_id, p.leader_epoch if p is not None else None)
         except KafkaError as e:  # the state stays in memory; the next change writes it again
             log.warning("Cannot write the share state of %s-%d for group %s: %s", sp.topic, sp.partition,
                         sp.group_id, e)
@@ -283,7 +317,7 @@ class ShareApis:
         session = self._session(req, epoch)
         if isinstance(session, int):
             return _top_error(ctx, session, None)
-        ack_errors = self._acknowledge(group_id, member_id, req.topics) if has_acks else {}
+        ack_errors = await self._acknowledge(group_id, member_id, req.topics) if has_acks else {}
         # v2's IsRenewAck: the request only renews (and acknowledges); nothing new is acquired (Kafka's rule)
         if epoch == FINAL_EPOCH or getattr(req, "is_renew_ack", False):
             if epoch == FINAL_EPOCH:
@@ -401,8 +435,9 @@ class ShareApis:
             results[key] = {"current_leader": current}
             led.append((name, index))
             try:
-                sp = self.manager.get(group_id, tid, name, index, lambda p=part: self._initial_offset(group_id, p),
-                                      lock_duration_ms=self._lock_ms(group_id))
+                sp = await self.manager.get(group_id, tid, name, index,
+                                            lambda p=part: self._initial_offset(group_id, p),
+                                            leader_epoch=part.leader_epoch, lock_duration_ms=self._lock_ms(group_id))
             except KafkaError as e:  # its persisted state cannot be read now: the client retries
                 results[key] = {"error_code": e.code, "error_message": e.message, "current_leader": current}
                 continue
@@ -475,7 +510,7 @@ class ShareApis:
         session = self.sessions.check(group_id, member_id, epoch)
         if isinstance(session, int):
             return _top_error(ctx, session, None)
-        errors = self._acknowledge(group_id, member_id, req.topics)
+        errors = await self._acknowledge(group_id, member_id, req.topics)
         if epoch == FINAL_EPOCH:
             self.sessions.close(group_id, member_id)
             self._release_member(group_id, member_id)
@@ -521,7 +556,12 @@ class ShareApis:
                         entries.append({"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1,
                                         "error_code": ErrorCode.unknown_topic_or_partition, "error_message": None})
                         continue
-                    start = self.manager.start_offset(g.group_id, t.topic_id, p)
+                    try:
+                        start = await self.manager.start_offset(g.group_id, t.topic_id, p)
+                    except KafkaError as e:
+                        entries.append({"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                                        "error_code": e.code, "error_message": e.message})
+                        continue
                     sp = self.manager.partitions.get((g.group_id, t.topic_id, p))
                     hosted = self.rm.partitions.get((name, p))
                     lag = -1
@@ -565,7 +605,7 @@ class ShareApis:
                         code, message = ErrorCode.invalid_request, "The start offset must not be negative."
                     else:
                         try:
-                            self.manager.alter(req.group_id, known.topic_id, t.topic_name, p.partition_index,
+                            await self.manager.alter(req.group_id, known.topic_id, t.topic_name, p.partition_index,
                                                p.start_offset)
                         except KafkaError as e:
                             code, message = e.code, e.message
@@ -595,13 +635,19 @@ class ShareApis:
                 continue
             code, message = ErrorCode.none, None
             try:
-                self.manager.delete(req.group_id, known.topic_id, sorted(known.partitions))
+                await self.manager.delete(req.group_id, known.topic_id, sorted(known.partitions))
             except KafkaError as e:
                 code, message = e.code, e.message
             topics.append({"topic_name": t.topic_name, "topic_id": known.topic_id, "error_code": code,
                            "error_message": message})
         return build_response(ctx, {"throttle_time_ms": 0, "error_code": ErrorCode.none, "error_message": None,
                                     "responses": topics})
+
+
+def _leader_epoch(rm: ReplicaManager, topic: str, partition: int) -> int | None:
+    """This broker's leader epoch of the partition; None when it does not lead it."""
+    p = rm.partitions.get((topic, partition))
+    return p.leader_epoch if p is not None and rm.leads(p) else None
 
 
 def _top_error(ctx: RequestContext, code: int, message: str | None):

@@ -86,8 +86,8 @@ class ApiMetrics:
 
 class RequestMetrics:
     def __init__(self, registry: MetricsRegistry) -> None:
-        self._requests = registry.counter(REQUESTS, "Requests answered, by API (Kafka's RequestMetrics "
-                                          "RequestsPerSec).", ("request",))
+        self._requests = registry.counter(REQUESTS, "Requests answered, by API and API version (Kafka's "
+                                          "RequestMetrics RequestsPerSec).", ("request", "version"))
         self._errors = registry.counter(ERRORS, "Errors in answers, by API and error name; NONE is not counted "
                                         "(Kafka's RequestMetrics ErrorsPerSec).", ("request", "error"))
         self._total_time = registry.histogram(TOTAL_TIME, "Milliseconds from a request's last byte read to its "
@@ -102,7 +102,7 @@ class RequestMetrics:
                                          "socket-server-metrics connection-creation-total).", ("listener",))
         self._closed = registry.counter(CONNECTION_CLOSE, "Connections closed, by listener (Kafka's "
                                         "socket-server-metrics connection-close-total).", ("listener",))
-        self._by_api: dict[tuple[int, bool], tuple[ApiMetrics, ...]] = {}
+        self._by_api: dict[tuple[int, bool, int], tuple[ApiMetrics, ...]] = {}
         self._names: dict[tuple[int, bool], tuple[str, ...]] = {}
         self._by_error: dict[tuple[int, bool, int], tuple] = {}
         self._by_listener: dict[str, tuple] = {}
@@ -119,20 +119,22 @@ class RequestMetrics:
             self._names[key] = names
         return names
 
-    def for_api(self, api_key: int, follower: bool = False) -> tuple[ApiMetrics, ...]:
-        """The children a request updates (one set, two for a Fetch), resolved once per API."""
-        found = self._by_api.get((api_key, follower))
+    def for_api(self, api_key: int, follower: bool = False, version: int = 0) -> tuple[ApiMetrics, ...]:
+        """The children a request updates (one set, two for a Fetch), resolved once per API and version: the
+        request count has Kafka's ``version`` tag (which versions clients send), the times do not."""
+        found = self._by_api.get((api_key, follower, version))
         if found is None:
-            found = self._by_api[(api_key, follower)] = tuple(
-                ApiMetrics(self._requests.labels(n), self._total_time.labels(n), self._queue_time.labels(n))
+            found = self._by_api[(api_key, follower, version)] = tuple(
+                ApiMetrics(self._requests.labels(n, str(version)), self._total_time.labels(n),
+                           self._queue_time.labels(n))
                 for n in self.names(api_key, follower))
         return found
 
     def for_request(self, ctx) -> tuple[ApiMetrics, ...]:
         api_key = ctx.api_key
         if api_key == ApiKey.FETCH:
-            return self.for_api(api_key, fetch_replica_id(ctx.request) >= 0)
-        return self.for_api(api_key)
+            return self.for_api(api_key, fetch_replica_id(ctx.request) >= 0, ctx.api_version)
+        return self.for_api(api_key, False, ctx.api_version)
 
     def error(self, api_key: int, code: int, follower: bool = False, count: int = 1) -> None:
         """Count ``count`` answers (partitions, topics, or the whole request) carrying error ``code``."""
