@@ -2,12 +2,14 @@
 four, against the ceiling of plain ranged GETs with the same concurrency from the same place, and the time
 to the first record of a cold remote read, at ``--rtt-ms`` round trips (default 0, 20 and 50 ms).
 
-Set-up: a moto S3 server (subprocess) behind a delay line (tests/harness/delay_line.py, subprocess): every
-byte reaches the other side half the round trip later in each direction, pipelined, and a new connection pays
-one round trip first. ``tc netem`` on a veth pair would be the natural tool; the kernel here has no sch_netem
-("Specified qdisc kind is unknown"), and a delay line charges the same round trips to requests (not TCP's
-window growth, which netem would also slow). The broker (subprocess), the consumers and the ceiling's GETs
-reach the store through it.
+Set-up: an S3 server behind a delay line (tests/harness/delay_line.py, subprocess): every byte reaches the
+other side half the round trip later in each direction, pipelined, and a new connection pays one round trip
+first. The server is SeaweedFS (``--store seaweedfs``, the default: a Go program, scripts/s3_servers.py
+installs it) or moto (``--store moto``, Python, the first figures'); both cost about the same CPU per MiB
+served here (1.4 to 2.1 ms), which the ceiling pays as much as the catch-up. ``tc netem`` on a veth pair
+would be the natural tool; the kernel here has no sch_netem ("Specified qdisc kind is unknown"), and a delay
+line charges the same round trips to requests (not TCP's window growth, which netem would also slow). The
+broker (subprocess), the consumers and the ceiling's GETs reach the store through it.
 
 Data: a tiered topic of 4 partitions, ``--mb`` MiB each in ``--segment-mib`` MiB segments, uploaded at 0 ms
 and then remote only (``local.retention.bytes=1``) but the active segment. For each round trip and run:
@@ -27,10 +29,17 @@ and then remote only (``local.retention.bytes=1``) but the active segment. For e
 With ``--baseline TREE`` (another checkout, its kernels built in place) every run also measures the broker of
 that tree on the same data, alternating with this one (a cold restart switches them), under ``baseline``.
 
+CPU: ``cpu_ms_per_mib_<phase>_<process>``, CPU milliseconds per MiB read of the store, the delay line, the
+broker and this process (the ceiling's GETs, or the consumers) over each ceiling and catch-up: on a shared
+machine a catch-up that needs more CPU per MiB than the ceiling cannot keep its ratio once the cores are busy.
+``--profile DIR`` records the broker with py-spy over each catch-up (collapsed stacks), and the load
+average at the start and the end is in the result.
+
 Prints ONE JSON line: per round trip the medians over ``--runs`` runs and ``ratio_1``/``ratio_4`` (catch-up
 over ceiling; target >= 0.8), ``steady_ratio_*`` likewise.
 
     python bench/remote_latency.py [--rtt-ms 0,20,50] [--runs 3] [--mb 48] [--segment-mib 8] [--baseline TREE]
+                                   [--store seaweedfs|moto] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -85,13 +95,46 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def moto() -> Iterator[int]:
-    port = _free_port()
-    proc = _process([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], "Running on")
+def store_server(kind: str, work: Path) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """The S3 server: (port, pid, credentials). SeaweedFS (Go) by default; moto (Python, one process)
+    on request, whose CPU per MiB is several times the broker's and shares the two cores with it."""
+    if kind == "moto":
+        port = _free_port()
+        proc = _process([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], "Running on")
+        try:
+            yield port, proc.pid, {"key": "test", "secret": "test"}
+        finally:
+            _stop(proc)
+        return
+    from tests.harness.s3_servers import servers_module
+    server = servers_module.start(kind, work / kind, [])
     try:
-        yield port
+        yield server.port, server.proc.pid, {"key": server.access_key, "secret": server.secret_key}
     finally:
-        _stop(proc)
+        server.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of the store, the delay line, the broker and this process (the consumers or the
+    ceiling's GETs) over one phase: is the ceiling paying the same store CPU as the catch-up?"""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    @contextlib.contextmanager
+    def measure(self, out: dict, phase: str, mib: float) -> Iterator[None]:
+        before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        client = time.process_time()
+        yield
+        for name, pid in self.pids.items():
+            out[f"cpu_ms_per_mib_{phase}_{name}"] = (cpu_seconds(pid) - before[name]) * 1000 / mib
+        out[f"cpu_ms_per_mib_{phase}_client"] = (time.process_time() - client) * 1000 / mib
 
 
 class DelayLine:
@@ -125,20 +168,25 @@ def wait(predicate, what: str, timeout: float = 600):
 
 def run(args) -> dict:
     import boto3
+    from botocore.config import Config
     from tests.harness.broker import BrokerProcess
     from tests.harness.s3 import s3_configs
     from tests.harness.tiered import metrics_url
-    with moto() as store_port, tempfile.TemporaryDirectory(prefix="tierlog-latency-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tierlog-latency-") as tmp, \
+            store_server(args.store, Path(tmp)) as (store_port, store_pid, creds):
         line = DelayLine(store_port)
         b = None
         try:
             line.set_rtt(0)
             endpoint = f"http://127.0.0.1:{line.port}"
-            s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                              region_name="us-east-1")
+            s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=creds["key"],
+                              aws_secret_access_key=creds["secret"], region_name="us-east-1",
+                              config=Config(s3={"addressing_style": "path"}))
             wait(lambda: _reachable(s3), "the store")
-            s3.create_bucket(Bucket="tiered")
+            wait(lambda: _bucket(s3, "tiered"), "the bucket")
             store = {f"rsm.config.{k}": v for k, v in s3_configs(endpoint, "s3://tiered/lat").items()}
+            store["rsm.config.aws_access_key_id"] = creds["key"]
+            store["rsm.config.aws_secret_access_key"] = creds["secret"]
             b = BrokerProcess(Path(tmp) / "logs", {
                 "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "objectstore",
                 **store, "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
@@ -148,17 +196,20 @@ def run(args) -> dict:
             b.start()
             ends = load(b, metrics_url(b), args)
             result = {"mb_per_partition": args.mb, "segment_mib": args.segment_mib, "runs": args.runs,
-                      "link": "delay line (no sch_netem)", "rtt": {}}
+                      "store": args.store, "link": "delay line (no sch_netem)",
+                      "load_average_start": os.getloadavg()[0], "rtt": {}}
             trees = {"this": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
             for rtt in (float(r) for r in args.rtt_ms.split(",")):
                 line.set_rtt(rtt)
                 # Which tree goes first alternates from run to run (the machine's load drifts).
-                runs = [one_run(b, endpoint, s3, ends, dict(list(trees.items())[::(-1) ** i]))
+                meter = CpuMeter({"store": store_pid, "line": line.proc.pid})
+                runs = [one_run(b, endpoint, s3, ends, dict(list(trees.items())[::(-1) ** i]), creds, meter, args.mb)
                         for i in range(args.runs)]
                 fig = _medians([r["this"] for r in runs])
                 if args.baseline:
                     fig["baseline"] = _medians([r["baseline"] for r in runs])
                 result["rtt"][f"{rtt:g}ms"] = fig
+            result["load_average_end"] = os.getloadavg()[0]
             return result
         finally:
             if b is not None:
@@ -172,6 +223,14 @@ def _medians(runs: list[dict]) -> dict:
         fig[f"ratio_{n}"] = round(fig[f"mbps_{n}"] / fig[f"ceiling_mbps_{n}"], 3)
         fig[f"steady_ratio_{n}"] = round(fig[f"steady_mbps_{n}"] / fig[f"ceiling_mbps_{n}"], 3)
     return fig
+
+
+def _bucket(s3, name: str) -> bool:
+    try:
+        s3.create_bucket(Bucket=name)
+        return True
+    except Exception as e:  # noqa: BLE001 - SeaweedFS answers 5xx until its filer is up
+        return "BucketAlready" in str(e)
 
 
 def _reachable(s3) -> bool:
@@ -227,28 +286,54 @@ def cold(b, tree: Path = ROOT) -> None:
     wait(lambda: all(x["ready"] for x in _status(url)), "remote metadata loaded")
 
 
-def one_run(b, endpoint: str, s3, ends: list[int], trees: dict[str, Path]) -> dict:
-    ceilings = {"ceiling_mbps_1": ceiling(endpoint, s3, [0]),
-                "ceiling_mbps_4": ceiling(endpoint, s3, list(range(PARTITIONS)))}
+def one_run(b, endpoint: str, s3, ends: list[int], trees: dict[str, Path], creds: dict, meter: CpuMeter,
+            mib: int) -> dict:
+    ceilings: dict = {}
+    with meter.measure(ceilings, "ceiling_1", mib):
+        ceilings["ceiling_mbps_1"] = ceiling(endpoint, s3, [0], creds)
+    with meter.measure(ceilings, "ceiling_4", mib * PARTITIONS):
+        ceilings["ceiling_mbps_4"] = ceiling(endpoint, s3, list(range(PARTITIONS)), creds)
     runs = {}
     for name, tree in trees.items():
         out = runs[name] = dict(ceilings)
         cold(b, tree)
         out["ttfb_ms"] = first_record_ms(b.bootstrap, 0, ends[0] // 2)
         out["ttfb_local_ms"] = first_record_ms(b.bootstrap, 1, ends[1] + 1)
-        cold(b, tree)
-        out["mbps_1"], out["steady_mbps_1"] = catch_up(b.bootstrap, {0: ends[0]})
-        cold(b, tree)
-        out["mbps_4"], out["steady_mbps_4"] = catch_up(b.bootstrap, dict(enumerate(ends)))
+        for n, partitions in ((1, {0: ends[0]}), (4, dict(enumerate(ends)))):
+            cold(b, tree)
+            broker = CpuMeter({**meter.pids, "broker": b.proc.pid})
+            with broker.measure(out, f"catch_up_{n}", mib * n), profiled(b.proc.pid, f"{name}-catch_up_{n}"):
+                out[f"mbps_{n}"], out[f"steady_mbps_{n}"] = catch_up(b.bootstrap, partitions)
     return runs
 
 
-def ceiling(endpoint: str, s3, partitions: list[int]) -> float:
+PROFILE_DIR: Path | None = None  # --profile
+
+
+@contextlib.contextmanager
+def profiled(pid: int, name: str) -> Iterator[None]:
+    """py-spy records the broker (``pid``) meanwhile, as collapsed stacks, with ``--profile DIR``."""
+    if PROFILE_DIR is None:
+        yield
+        return
+    PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+    out = PROFILE_DIR / f"{name}-{time.strftime('%H%M%S')}.txt"
+    proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--threads",
+                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)  # py-spy attaches
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
+def ceiling(endpoint: str, s3, partitions: list[int], creds: dict) -> float:
     """MB/s of sequential CHUNK-sized ranged GETs over each partition's log objects, one stream per partition."""
     import obstore
     from obstore.store import S3Store
-    store = S3Store("tiered", endpoint=endpoint, access_key_id="test",
-                    secret_access_key="test", region="us-east-1", client_options={"allow_http": True})
+    store = S3Store("tiered", endpoint=endpoint, access_key_id=creds["key"], secret_access_key=creds["secret"],
+                    region="us-east-1", virtual_hosted_style_request=False, client_options={"allow_http": True})
     objects = {p: [] for p in partitions}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket="tiered", Prefix="lat/"):
         for o in page.get("Contents", []):
@@ -341,7 +426,12 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=48, help="MiB per partition (less: client start-up weighs)")
     ap.add_argument("--segment-mib", type=int, default=8)
     ap.add_argument("--baseline", help="a tree whose broker is measured too, alternating with this one")
+    ap.add_argument("--store", choices=("seaweedfs", "moto"), default="seaweedfs",
+                    help="the S3 server: SeaweedFS (Go; scripts/s3_servers.py install seaweedfs) or moto (Python)")
+    ap.add_argument("--profile", help="a folder for py-spy records of the broker over each catch-up")
     args = ap.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = Path(args.profile) if args.profile else None
     print(json.dumps({"bench": "remote_latency", **run(args)}, separators=(",", ":")))
 
 

@@ -12,11 +12,13 @@ import struct
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from tests.harness.waiting import wait_until
 from tierlog.config import BrokerConfig
 from tierlog.errors import (
     KafkaStorageError,
@@ -321,10 +323,14 @@ def test_only_the_needed_range_is_read(tiered):
     want = t.first_batch_at(middle)
     t.rsm.ranges.clear()
     assert run(reader.read(t.partition, middle, 1, True)) == want.data
-    fetched = sum(r[4] for r in t.rsm.ranges)
+    reader.close()
+    reader.read_ahead.pool.shutdown(wait=True)  # the read-ahead begun with the first range has ended
+    fetched = sum(r[4] for r in t.rsm.ranges if not r[3].startswith("remote-read-ahead"))
     assert all(r[2] is not None for r in t.rsm.ranges), "never an open-ended read of the object"
     assert fetched <= 1024 + 256 + len(want.data) < md.segment_size_in_bytes
-    reader.close()
+    # and ahead of the reader at most one range, of less than two steps
+    ahead = [r[4] for r in t.rsm.ranges if r[3].startswith("remote-read-ahead")]
+    assert len(ahead) <= 1 and sum(ahead) <= 1024, ahead
 
 
 def test_read_ahead_serves_a_sequential_reader_from_memory(tiered):
@@ -407,6 +413,35 @@ def test_a_cold_segment_reads_a_short_first_range(tiered, monkeypatch):
     reader.close()
 
 
+def test_a_cold_window_fetches_its_first_range_and_its_read_ahead_at_once(tiered):
+    """A cold segment's short first range and the read-ahead after it are both in flight at the same time:
+    a distant store's two round trips overlap instead of following each other."""
+    t = tiered
+    md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
+    assert md.segment_size_in_bytes > 3 * 512
+    gate = threading.Event()
+    waiting: list[tuple[int, str]] = []
+    plain = t.rsm.fetch_log_segment
+
+    def held(m, start, end=None):
+        waiting.append((start, threading.current_thread().name))
+        gate.wait(10)
+        return plain(m, start, end)
+    t.rsm.fetch_log_segment = held  # before the reader binds it
+    reader = t.reader(chunk_bytes=512)
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(run, reader.read(t.partition, md.start_offset, 100, True))
+        try:
+            wait_until(lambda: len(waiting) >= 2, timeout=10, what="two ranges in flight")
+        finally:
+            gate.set()
+        assert got.result(10) == t.first_batch_at(md.start_offset).data
+    first, ahead = sorted(waiting)[:2]
+    assert first[0] == 0 and not first[1].startswith("remote-read-ahead")
+    assert ahead[0] > 0 and ahead[1].startswith("remote-read-ahead")
+    reader.close()
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_plain_object_files_are_answered_as_regions_for_sendfile(tmp_path, compressed):
     """The filesystem backend's plain objects are sent like local segments (a region of the file, no
@@ -469,6 +504,21 @@ def test_a_trimmed_answer_is_served_again_from_memory(tiered):
     again = run(reader.read(t.partition, spans[1][0], 3000, True))
     assert batches_of(again)[0] == spans[1]
     assert [r for r in t.rsm.ranges if not r[3].startswith("remote-read-ahead")] == []
+    reader.close()
+
+
+def test_an_answer_asked_again_is_found_without_the_offset_index(tiered):
+    """A consumer whose fetch was answered empty (remote.fetch.max.wait.ms passed while the read ran) asks
+    the same offset again: the window knows where that answer began, so no offset index is fetched."""
+    t = tiered
+    reader = t.reader()
+    md = t.remote[0]
+    first = run(reader.read_result(t.partition, 0, 300, True))
+    second = run(reader.read_result(t.partition, first.next_offset, 300, True))
+    assert md.start_offset < first.next_offset < second.next_offset <= md.end_offset
+    again = run(reader.read_result(t.partition, first.next_offset, 300, True))
+    assert bytes(again.records) == bytes(second.records) and again.next_offset == second.next_offset
+    assert t.rsm.index_fetches == []
     reader.close()
 
 

@@ -50,7 +50,12 @@ class Window:
     step: int = 0  # bytes of the next read-ahead (0: the cache's chunk_bytes); grows on sequential reads
     next_offset: int = -1
     next_position: int = -1
+    # where the last answer began: a fetch answered empty after remote.fetch.max.wait.ms while its read
+    # ran on asks the same offset again, and finds it here rather than in the offset index
+    last_offset: int = -1
+    last_position: int = -1
     held: int = 0  # bytes counted against the budget (chunks + pending)
+    next_manifest: bool = False  # the next segment's manifest was asked for
     evicted: bool = False
 
     @property

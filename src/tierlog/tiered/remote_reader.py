@@ -12,8 +12,10 @@ Read-ahead (:mod:`tierlog.tiered.read_ahead`): the bytes read from a segment obj
 per-segment window; a consumer reading on from where its last answer ended needs no index lookup and,
 once less than a step is left ahead, the next range is fetched in the background, in steps that grow while
 the reader goes on (also the start of the next segment, as soon as the current one's last range is fetched
-or in flight, so a new segment costs no round trip of its own). A window keeps what it returned last, so a
-fetch that the replica manager trimmed to the response budget is served again from memory.
+or in flight, so a new segment costs no round trip of its own; that segment's manifest is fetched earlier
+still, while the reader is in the one before). A window keeps what it returned last, and where that began,
+so a fetch that the replica manager trimmed to the response budget, or one answered empty because the read
+outlasted ``remote.fetch.max.wait.ms``, is served again from memory without the offset index.
 
 Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
 ``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with the
@@ -112,7 +114,10 @@ class RemoteLogReader:
         self.max_pending = cfg["remote.log.reader.max.pending.tasks"]
         self.threads = cfg["remote.log.reader.threads"]
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="remote-reader")
-        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment, self.threads // 2, chunk_bytes=chunk_bytes,
+        # As many read-ahead threads as reader threads: each partition read on keeps up to three calls in
+        # flight at a segment's end (its last range, the next segment's manifest and first range), and
+        # a call waiting for a free thread is a round trip lost (half as many made four readers queue).
+        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment, self.threads, chunk_bytes=chunk_bytes,
                                          budget=read_ahead_budget)
         self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
@@ -360,6 +365,8 @@ class RemoteLogReader:
         from_index = False
         if fetch_offset == win.next_offset:
             position = win.next_position  # a sequential reader: no index lookup
+        elif fetch_offset == win.last_offset:
+            position = win.last_position  # the last answer asked again (its fetch timed out meanwhile)
         elif fetch_offset <= md.start_offset:
             position = 0
         elif inline:
@@ -401,6 +408,7 @@ class RemoteLogReader:
         if walked.first is None:
             return None if position >= size else walked
         win.next_offset, win.next_position = walked.next_offset, position
+        win.last_offset, win.last_position = fetch_offset, walked.first
         return walked
 
     def _ensure(self, win: Window, start: int, end: int, hint_end: int, inline: bool = False) -> None:
@@ -431,9 +439,13 @@ class RemoteLogReader:
             if inline:
                 raise _WouldBlock
             begin = win.end if win.start <= start <= win.end and win.chunks else start
-            # A cold window reads less first (its first record sooner); the read-ahead follows at once.
-            least = self.read_ahead.chunk_bytes if win.chunks else min(FIRST_CHUNK_BYTES, self.read_ahead.chunk_bytes)
+            # A cold window reads less first (its first record sooner); its read-ahead starts alongside
+            # (the round trips overlap) and is taken on once this range is in the window.
+            cold = not win.chunks
+            least = min(FIRST_CHUNK_BYTES, self.read_ahead.chunk_bytes) if cold else self.read_ahead.chunk_bytes
             stop = min(max(end, hint_end, begin + least), size)
+            if cold and stop < size and win.pending is None:
+                self.read_ahead.start_read_ahead(win, stop, self.read_ahead.step(win))
             data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
             if len(data) != stop - begin:
                 raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
@@ -441,23 +453,54 @@ class RemoteLogReader:
             self.read_ahead.append(win, begin, data)
 
     def _read_ahead_after(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata, got: _SegmentRead) -> None:
-        """A window whose last bytes are fetched or in flight starts on the next segment (its manifest and
-        first range overlap the rest of this one); a file region needs no read-ahead (the page cache does
-        it)."""
-        if (got.end_of_segment or got.tail_fetched) and not isinstance(got.records, FileRegion):
+        """A window whose last bytes are fetched or in flight starts on the next segment (its first range
+        overlaps the rest of this one); before that, a reader in ``md`` has the next segment's manifest
+        fetched, so that first range does not wait a round trip for it. A file region needs no read-ahead
+        (the page cache does it)."""
+        if isinstance(got.records, FileRegion):
+            return
+        if got.end_of_segment or got.tail_fetched:
             self._read_ahead_next_segment(tp, lg, md)
+        else:
+            self._fetch_next_manifest(tp, lg, md)
 
-    def _read_ahead_next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
-        """A reader finished ``md``: start reading the next remote segment (on the event loop: it asks the
-        metadata manager)."""
+    def _next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        """The remote segment right after ``md``, if there is one (on the event loop: it asks the metadata
+        manager)."""
         nxt = md.end_offset + 1
         if nxt >= lg.local_log_start_offset:
-            return
+            return None
         try:
             md2 = self.rlmm.remote_log_segment_metadata(tp, lg.leader_epoch_cache.epoch_for_offset(nxt), nxt)
         except Exception:  # noqa: BLE001 - best effort; the read itself will report problems
+            return None
+        return md2 if md2 is not None and md2.start_offset == nxt else None
+
+    def _fetch_next_manifest(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
+        """Once per window of ``md``: the storage manager loads the next segment's manifest (it keeps it) in
+        the background; no request more than the later read would send."""
+        win = self.read_ahead.window(tp, md)
+        if win.next_manifest:
             return
-        if md2 is None or md2.start_offset != nxt:
+        win.next_manifest = True
+        md2 = self._next_segment(tp, lg, md)
+        if md2 is None:
+            return
+
+        def load() -> None:
+            try:
+                self.rsm.log_segment_file(md2)
+            except Exception as e:  # noqa: BLE001 - the read of that segment will report it
+                log.debug("Manifest of %s ahead of the reader failed: %s", md2.segment_id, e)
+        try:
+            self.read_ahead.pool.submit(load)
+        except RuntimeError:  # shut down
+            pass
+
+    def _read_ahead_next_segment(self, tp: TopicIdPartition, lg, md: RemoteLogSegmentMetadata) -> None:
+        """A reader finished ``md``: start reading the next remote segment."""
+        md2 = self._next_segment(tp, lg, md)
+        if md2 is None:
             return
         win = self.read_ahead.window(tp, md2)
         if win.lock.acquire(blocking=False):
@@ -467,6 +510,8 @@ class RemoteLogReader:
                     self.read_ahead.start_read_ahead(win, 0)
             finally:
                 win.lock.release()
+        # and the manifest of the one after: when the reader gets there, its first range is one GET
+        self._fetch_next_manifest(tp, lg, md2)
 
     # ------------------------------------------------------------------- read_committed (pool)
 
