@@ -315,8 +315,10 @@ def test_one_fetch_reads_several_remote_partitions_and_local_ones_within_limits(
         assert answers > 5
     finally:
         client.close()
-    # Followers are still told to rebuild from the remote tier themselves (109): Fetch v14 carries the
-    # replica id in the request, v15+ in its ReplicaState.
+    # A broker that is not a replica of the partition is answered NOT_LEADER_OR_FOLLOWER, as Kafka's leader
+    # answers it (it cannot record that follower's position), whether Fetch v14 carries the replica id in the
+    # request or v15+ in its ReplicaState. A real follower behind the local log start is answered
+    # OFFSET_MOVED_TO_TIERED_STORAGE (109): tests/cluster/test_tiered_replication.py.
     client = RawClient(tiered.bootstrap)
     try:
         topic_id = _topic_ids(tiered, topic)[0]
@@ -326,7 +328,7 @@ def test_one_fetch_reads_several_remote_partitions_and_local_ones_within_limits(
                 **replica, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                 "topics": [{"topic_id": topic_id, "partitions": [
                     {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
-            assert resp.responses[0].partitions[0].error_code == 109, version
+            assert resp.responses[0].partitions[0].error_code == 6, version
     finally:
         client.close()
 
