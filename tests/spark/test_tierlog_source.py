@@ -226,6 +226,48 @@ def test_a_segment_deleted_during_a_query_is_data_loss(tierlog_spark, cluster, t
     assert list(read_task(first, opts)) == []
 
 
+def test_a_reused_worker_reads_only_new_segment_metadata_and_sees_deletes(cluster):
+    """The remote segment lists are kept per process (Spark plans query after query in a reused worker): a
+    second plan reads no metadata record, a plan after retention deleted segments reads only the records
+    appended since and lists exactly what a fresh read lists."""
+    from tierlog.client.sync import Admin
+    from tierlog.client.types import TopicPartition
+    from tierlog.spark.options import parse
+    from tierlog.spark.plan import SEGMENT_LISTS, Planner
+    topic = "followed"
+    create(cluster, topic, partitions=1)
+    produce(cluster, topic, 1500)
+    tiered(cluster, topic, partitions=1)
+    opts = parse({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                  "tierlog.rsm.dir": str(cluster.remote_dir)})
+    tp = TopicPartition(topic, 0)
+
+    def segments() -> tuple[list[tuple], int]:
+        planner = Planner(opts)
+        try:
+            before = SEGMENT_LISTS.records_read
+            found = planner.remote_segments([tp])[tp]
+            return ([(md.segment_id.id, md.start_offset, md.end_offset) for md in found],
+                    SEGMENT_LISTS.records_read - before)
+        finally:
+            planner.close()
+
+    first, _ = segments()
+    again, read_again = segments()
+    assert again == first and len(first) >= 3 and read_again == 0
+    cut = first[2][1]  # the first two segments end below the new log start: the broker deletes them
+    with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+        admin.delete_records({tp: cut})
+    kept = [s for s in first if s[2] >= cut]
+    wait_until(lambda: tier_status(cluster, topic)["partitions"][0]["remote_segments"] == len(kept), 60,
+               what="the remote segments below the log start to be deleted")
+    after, read_after = segments()
+    SEGMENT_LISTS.clear()
+    fresh, read_fresh = segments()
+    assert after == fresh == kept
+    assert 0 < read_after < read_fresh
+
+
 def test_tierlog_spark_command(cluster, history, tmp_path):
     """The jobs as the command line runs them (its own Spark session, in a subprocess)."""
     import os

@@ -87,6 +87,14 @@ class _Facade:
         call.__doc__ = attr.__doc__
         return call
 
+    def run(self, calls: Any, timeout: float | None = None) -> Any:
+        """Await ``calls(client)`` on the client's loop, ``client`` being the asyncio client: several requests
+        in flight at once, e.g. ``admin.run(lambda a: asyncio.gather(a.list_offsets(x), a.describe_cluster()))``
+        takes one round trip where two blocking calls take two."""
+        async def awaited() -> Any:
+            return await calls(self._target)
+        return self._loop.run(awaited(), timeout)
+
     def close(self, *args: Any, **kwargs: Any) -> None:
         try:
             self._loop.run(self._target.close(*args, **kwargs))

@@ -39,6 +39,11 @@ from dataclasses import dataclass, field
 EARLIEST = -2
 LATEST = -1
 
+# The rows' columns, Spark's Kafka source's (``tierlog.spark.read`` makes them as Arrow).
+SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+SPARK_SCHEMA_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
+
 
 class SourceOptionError(ValueError):
     """An option a query cannot run with (said in one line, as Spark's Kafka source does)."""

@@ -17,23 +17,36 @@ that holds none of them is a configuration error, not data loss.
 
 The first request waits at most ``tierlog.bootstrapTimeoutMs`` for an answer from the bootstrap
 servers, so an unreachable broker fails the query in seconds with one line naming the address.
+
+A query's planning is a fixed cost paid again by every query, so it asks little (issue 41): one Metadata
+request for every topic (the reachability check's, which also gives partitions, topic ids and the
+metadata topic's partitions), then the offsets it needs, one ListOffsets per kind (earliest, latest,
+local log start, a timestamp) for all partitions, the kinds in flight at once and kept for the query
+(:meth:`Planner.prefetch`). The remote segment lists of ``__remote_log_metadata`` are kept per process
+(:class:`SegmentLists`): Spark reuses its Python workers, and a worker that planned before reads only the
+metadata records appended since, from where it stopped; whether anything was appended it learns from the
+metadata partitions' end offsets, asked in the same ListOffsets as the partitions' own.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tierlog.client.sync import Admin, Consumer
 from tierlog.client.types import TopicPartition
 from tierlog.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tierlog.tiered.rlmm.cache import RemoteLogMetadataCache
-from tierlog.tiered.rlmm.partitioner import metadata_partition
-from tierlog.tiered.rlmm.serde import MetadataRecordError, deserialize
 
 from .options import EARLIEST, LATEST, BrokerUnreachableError, SourceOptionError, SourceOptions
+
+if TYPE_CHECKING:  # the client and the metadata manager's cache are imported by the driver's planning only:
+    # executors unpickle the slices (this module) and never plan
+    from tierlog.client.admin import TopicDescription
+    from tierlog.client.sync import Admin
+    from tierlog.tiered.rlmm.cache import RemoteLogMetadataCache
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +79,19 @@ class BrokerSlice:
     end: int
 
 
+LOCAL_START = -4  # ListOffsets' EARLIEST_LOCAL_TIMESTAMP: the local log start offset
+
+
 class Planner:
-    """The driver's connection to the cluster for one query (reused across micro-batches)."""
+    """The driver's connection to the cluster for one query (reused across micro-batches, which call
+    :meth:`forget` so each asks the cluster anew)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._admin: Admin | None = None
         self._cluster_id: str | None = None
+        self._topics: dict[str, TopicDescription] | None = None  # the query's one Metadata answer
+        self._offsets: dict[tuple[TopicPartition, int], int] = {}  # the query's ListOffsets answers
 
     def client_config(self, **extra) -> dict:
         return {**self.opts.client_config, "bootstrap.servers": self.opts.bootstrap_servers, **extra}
@@ -80,6 +99,7 @@ class Planner:
     @property
     def admin(self) -> Admin:
         if self._admin is None:
+            from tierlog.client.sync import Admin
             # isolation.level is the consumers' (ListOffsets takes it per call): not handed to the admin client,
             # which would warn that it ignores it on every query
             admin = Admin({k: v for k, v in self.client_config().items() if k != "isolation.level"})
@@ -93,11 +113,12 @@ class Planner:
 
     def _reach(self, admin: Admin) -> None:
         """One bounded request, so an unreachable broker fails in seconds (not after the client's
-        default.api.timeout.ms and retries) with one line naming the address and the option."""
+        default.api.timeout.ms and retries) with one line naming the address and the option. It is the
+        Metadata of every topic the query plans from (:meth:`topics`)."""
         from tierlog.client.errors import KafkaTimeoutError
         timeout = self.opts.bootstrap_timeout_ms
         try:
-            admin.list_topics(timeout_ms=timeout)
+            self._topics = admin.describe_all_topics(internal=True, timeout_ms=timeout)
         except KafkaTimeoutError as e:
             raise BrokerUnreachableError(
                 f"cannot reach the broker at {self.opts.bootstrap_servers} (kafka.bootstrap.servers) within "
@@ -107,6 +128,18 @@ class Planner:
     def connect(self) -> None:
         """Check that the bootstrap servers answer (raises BrokerUnreachableError)."""
         _ = self.admin
+
+    def forget(self) -> None:
+        """Ask the cluster anew from here on (a streaming query's next micro-batch)."""
+        self._topics = None
+        self._offsets.clear()
+
+    def topics(self) -> dict[str, TopicDescription]:
+        """Every topic, internal ones too, from one Metadata request kept for the query."""
+        admin = self.admin
+        if self._topics is None:
+            self._topics = admin.describe_all_topics(internal=True)
+        return self._topics
 
     @property
     def cluster_id(self) -> str | None:
@@ -126,34 +159,83 @@ class Planner:
         opts = self.opts
         if opts.assign is not None:
             return [TopicPartition(t, p) for t, ps in sorted(opts.assign.items()) for p in ps]
-        names = opts.topics_matching(list(self.admin.list_topics()))
-        if not names:
-            return []
-        described = self.admin.describe_topics(names)
-        return [TopicPartition(t, p.partition) for t in names for p in described[t].partitions]
+        topics = self.topics()
+        names = opts.topics_matching([name for name, d in topics.items() if not d.internal])
+        return [TopicPartition(t, p.partition) for t in names for p in topics[t].partitions]
 
     def topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID]:
-        described = self.admin.describe_topics(sorted(set(topics)))
-        return {t: d.topic_id for t, d in described.items()}
+        known = self.topics()
+        for t in sorted(set(topics)):
+            if t not in known:
+                from tierlog.client.errors import UnknownTopicOrPartitionError
+                raise UnknownTopicOrPartitionError(f"Topic {t} not found.")
+        return {t: known[t].topic_id for t in set(topics)}
 
     # ---------------------------------------------------------------------------------- offsets
 
-    def list_offsets(self, specs: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    def list_offsets(self, specs: dict[TopicPartition, int], cached: bool = True) -> dict[TopicPartition, int]:
         """With ``kafka.isolation.level=read_committed`` "latest" is the last stable offset, as in Spark's
-        Kafka source."""
+        Kafka source. Answers are kept for the query; ``cached=False`` asks again."""
         if not specs:
             return {}
-        found = self.admin.list_offsets(specs, isolation_level=self.opts.isolation_level)
-        return {tp: r.offset for tp, r in found.items()}
+        wanted = {tp: s for tp, s in specs.items() if not cached or (tp, s) not in self._offsets}
+        if wanted:
+            self._keep(wanted, self.admin.list_offsets(wanted, isolation_level=self.opts.isolation_level))
+        return {tp: self._offsets[(tp, s)] for tp, s in specs.items()}
+
+    def _keep(self, specs: dict[TopicPartition, int], found: dict) -> None:
+        for tp, r in found.items():
+            self._offsets[(tp, specs[tp])] = r.offset
+
+    def prefetch(self, *kinds: dict[TopicPartition, int], cluster_id: bool = False) -> None:
+        """ListOffsets of several kinds (``{partition: spec}`` each) in flight at once, one request per
+        kind and leader, their answers kept for :meth:`list_offsets`; with ``cluster_id`` the cluster's id
+        too. One round trip where asking kind after kind takes one per kind."""
+        import asyncio
+        todo = [{tp: s for tp, s in k.items() if (tp, s) not in self._offsets} for k in kinds]
+        todo = [k for k in todo if k]
+        want_id = cluster_id and self._cluster_id is None
+        if len(todo) + want_id < 2:
+            for k in todo:
+                self.list_offsets(k)
+            if want_id:
+                _ = self.cluster_id
+            return
+        iso = self.opts.isolation_level
+
+        def calls(admin):
+            asked = [admin.list_offsets(k, isolation_level=iso) for k in todo]
+            return asyncio.gather(*asked, *([admin.describe_cluster()] if want_id else []))
+        answers = self.admin.run(calls)
+        for k, found in zip(todo, answers):
+            self._keep(k, found)
+        if want_id:
+            self._cluster_id = answers[-1].cluster_id
 
     def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(log start offset, high watermark) of each partition."""
+        self.prefetch({tp: EARLIEST for tp in tps}, {tp: LATEST for tp in tps})
         starts = self.list_offsets({tp: EARLIEST for tp in tps})
         ends = self.list_offsets({tp: LATEST for tp in tps})
         return {tp: (starts[tp], ends[tp]) for tp in tps}
 
     def local_starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return self.list_offsets({tp: -4 for tp in tps})
+        return self.list_offsets({tp: LOCAL_START for tp in tps})
+
+    def prefetch_plan(self, tps: list[TopicPartition], timestamps: tuple[int | None, ...] = ()) -> None:
+        """What planning a read of ``tps`` asks, in one round trip: the partitions' bounds, the first
+        offsets at ``timestamps``, and for direct reads their local log starts, the cluster id and the
+        offsets of the metadata partitions holding their remote segment lists (:class:`SegmentLists`)."""
+        latest = {tp: LATEST for tp in tps}
+        earliest = {tp: EARLIEST for tp in tps}
+        kinds = [earliest, latest]
+        if self.opts.direct and tps:
+            for mp in self._metadata_partitions(tps).values():
+                latest[mp] = LATEST
+                earliest[mp] = EARLIEST
+            kinds.append({tp: LOCAL_START for tp in tps})
+        kinds += [{tp: ts for tp in tps} for ts in dict.fromkeys(timestamps) if ts is not None and ts >= 0]
+        self.prefetch(*kinds, cluster_id=self.opts.direct and bool(tps))
 
     def resolve(self, tps: list[TopicPartition], spec, timestamp: int | None, by_timestamp: dict | None,
                 bounds: dict[TopicPartition, tuple[int, int]], what: str) -> dict[TopicPartition, int]:
@@ -182,66 +264,38 @@ class Planner:
 
     # --------------------------------------------------------------------------- remote segments
 
+    def _metadata_partitions(self, tps: list[TopicPartition]) -> dict[TopicIdPartition, TopicPartition]:
+        """The ``__remote_log_metadata`` partition holding each partition's segment list (partitions of
+        topics without an id have none)."""
+        from tierlog.tiered.rlmm.partitioner import metadata_partition
+        topics = self.topics()
+        described = topics.get(METADATA_TOPIC)
+        if described is None:
+            return {}  # no metadata topic: nothing was ever tiered
+        n = self.opts.metadata_partitions or len(described.partitions)
+        ids = self.topic_ids([tp.topic for tp in tps])
+        return {TopicIdPartition(ids[tp.topic], tp.topic, tp.partition):
+                TopicPartition(METADATA_TOPIC, metadata_partition(ids[tp.topic], tp.partition, n))
+                for tp in tps if ids.get(tp.topic)}
+
     def remote_segments(self, tps: list[TopicPartition], progress=None
                         ) -> dict[TopicPartition, list[RemoteLogSegmentMetadata]]:
-        """The finished remote segments of each partition, from ``__remote_log_metadata``;
-        ``progress(records, bytes, total records)`` is called as the metadata is read."""
+        """The finished remote segments of each partition, from ``__remote_log_metadata`` through this
+        process's :data:`SEGMENT_LISTS`; ``progress(records, bytes, total records)`` is called as the
+        metadata is read."""
         if not tps:
             return {}
-        ids = self.topic_ids([tp.topic for tp in tps])
-        n = self.opts.metadata_partitions
-        if n is None:
-            try:
-                n = len(self.admin.describe_topics([METADATA_TOPIC])[METADATA_TOPIC].partitions)
-            except Exception:  # noqa: BLE001 - no metadata topic: nothing was ever tiered
-                return {tp: [] for tp in tps}
-        wanted = {TopicIdPartition(ids[tp.topic], tp.topic, tp.partition): tp for tp in tps if ids.get(tp.topic)}
-        by_mp: dict[int, list[TopicIdPartition]] = {}
-        for tip in wanted:
-            by_mp.setdefault(metadata_partition(tip.topic_id, tip.partition, n), []).append(tip)
-        caches = {tip: RemoteLogMetadataCache() for tip in wanted}
-        mps = [TopicPartition(METADATA_TOPIC, mp) for mp in sorted(by_mp)]
-        consumer = Consumer(self.client_config(**{"enable.auto.commit": "false", "auto.offset.reset": "earliest",
-                                                  "fetch.max.wait.ms": "20",
-                                                  "exclude.internal.topics": "false"}))
-        try:
-            consumer.assign(mps)
-            ends = consumer.end_offsets(mps)
-            consumer.seek_to_beginning(*mps)
-            positions = {tp: consumer.position(tp) for tp in mps}
-            total = sum(max(0, ends[tp] - positions[tp]) for tp in mps)
-            done = size = 0
-            if progress is not None:
-                progress(0, 0, total)
-            deadline = time.monotonic() + 600
-            while any(positions[tp] < ends[tp] for tp in mps):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {METADATA_TOPIC} took too long")
-                for tp, records in consumer.poll(500).items():
-                    done += len(records)
-                    for r in records:
-                        size += len(r.value or b"")
-                        try:
-                            event = deserialize(r.value)
-                        except MetadataRecordError as e:
-                            log.warning("Skipping malformed %s record at %d: %s", tp, r.offset, e)
-                            continue
-                        cache = caches.get(event.topic_id_partition)
-                        if cache is None:
-                            continue
-                        _apply(cache, event)
-                for tp in mps:
-                    positions[tp] = consumer.position(tp)
-                if progress is not None:
-                    progress(done, size, total)
-        finally:
-            consumer.close()
-        out = {}
-        for tip, tp in wanted.items():
-            out[tp] = [md for md in caches[tip].list_remote_log_segments()
-                       if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-        for tp in tps:
-            out.setdefault(tp, [])
+        located = self._metadata_partitions(tps)
+        out: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {tp: [] for tp in tps}
+        if not located:
+            return out
+        mps = sorted(set(located.values()))
+        starts = self.list_offsets({mp: EARLIEST for mp in mps})
+        ends = self.list_offsets({mp: LATEST for mp in mps})
+        found = SEGMENT_LISTS.read(self, self.topics()[METADATA_TOPIC].topic_id, located, starts, ends, progress)
+        for tip, segments in found.items():
+            out[TopicPartition(tip.topic, tip.partition)] = [
+                md for md in segments if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         return out
 
     # ----------------------------------------------------------------------------------- tasks
@@ -251,6 +305,8 @@ class Planner:
         """Tasks covering ``[start, end)`` of each partition (empty ranges give no task)."""
         ranges = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
         tasks: list[RemoteSlice | BrokerSlice] = []
+        if self.opts.direct:
+            self.prefetch_plan(list(ranges))  # what is not known yet, in one round trip
         remote = self.remote_segments(list(ranges)) if self.opts.direct else {}
         local_starts = self.local_starts(list(ranges)) if self.opts.direct else {}
         for tp, (start, end) in sorted(ranges.items()):
@@ -274,7 +330,8 @@ class Planner:
                 planned.setdefault(TopicPartition(t.topic, t.partition), []).append(t.segment)
         if planned:
             from .store import verify
-            verify(self.opts, planned, lambda tps: self.list_offsets({tp: EARLIEST for tp in tps}),
+            # the log starts asked again: retention may have deleted the segments since the metadata was read
+            verify(self.opts, planned, lambda tps: self.list_offsets({tp: EARLIEST for tp in tps}, cached=False),
                    self.cluster_id)
         return split(tasks, min_partitions)
 
@@ -290,6 +347,113 @@ def _why(e: Exception) -> str:
     if "Connect call failed" in cause or "Errno 111" in cause:
         return " (connection refused)"
     return f" ({cause.strip()})"
+
+
+@dataclass
+class _Followed:
+    """One ``__remote_log_metadata`` partition as far as this process has read it."""
+
+    position: int  # the next offset to read
+    caches: dict[TopicIdPartition, RemoteLogMetadataCache] = field(default_factory=dict)
+
+
+class SegmentLists:
+    """The remote segment lists this process has read, per metadata partition, for the partitions it was
+    asked about: a later query reads only the records appended since, from where the last one stopped.
+
+    Deletes are records too (DELETE_SEGMENT_STARTED/FINISHED updates, appended after the copy), so the
+    lists stay right as they are read on. A metadata partition is read again from its start when its end
+    offset is before where this process stopped or its log start after it (records gone unread), when
+    the metadata topic's id changed (recreated, or another cluster behind the same address), or for a
+    partition not followed yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._followed: dict[tuple, _Followed] = {}
+        self.records_read = 0  # metadata records read by this process: what tests and benchmarks count
+
+    def clear(self) -> None:
+        with self._lock:
+            self._followed.clear()
+
+    def read(self, planner: Planner, metadata_topic_id, located: dict[TopicIdPartition, TopicPartition],
+             starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], progress=None
+             ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """The segment lists of the partitions ``located`` (each with its metadata partition), read on up
+        to ``ends`` (the metadata partitions' end offsets, asked by the caller)."""
+        from tierlog.tiered.rlmm.cache import RemoteLogMetadataCache
+        by_mp: dict[TopicPartition, set[TopicIdPartition]] = {}
+        for tip, mp in located.items():
+            by_mp.setdefault(mp, set()).add(tip)
+        with self._lock:
+            followed: dict[TopicPartition, _Followed] = {}
+            for mp, tips in by_mp.items():
+                key = (planner.opts.bootstrap_servers, metadata_topic_id, mp.partition)
+                f = self._followed.get(key)
+                if f is None or not starts[mp] <= f.position <= ends[mp] or not tips <= f.caches.keys():
+                    f = _Followed(starts[mp], {tip: RemoteLogMetadataCache()
+                                               for tip in tips | (f.caches.keys() if f is not None else set())})
+                    self._followed[key] = f
+                followed[mp] = f
+            behind = {mp: f for mp, f in followed.items() if f.position < ends[mp]}
+            try:
+                self._read_on(planner, behind, ends, progress)
+            except BaseException:
+                for mp in behind:  # read part way: the next query starts these again
+                    self._followed.pop((planner.opts.bootstrap_servers, metadata_topic_id, mp.partition), None)
+                raise
+            return {tip: list(followed[mp].caches[tip].list_remote_log_segments()) for tip, mp in located.items()}
+
+    def _read_on(self, planner: Planner, behind: dict[TopicPartition, _Followed], ends: dict[TopicPartition, int],
+                 progress) -> None:
+        total = sum(ends[mp] - f.position for mp, f in behind.items())
+        if progress is not None:
+            progress(0, 0, total)
+        if not behind:
+            return
+        from tierlog.client.sync import Consumer
+        from tierlog.tiered.rlmm.serde import MetadataRecordError, deserialize
+        mps = sorted(behind)
+        consumer = Consumer(planner.client_config(**{"enable.auto.commit": "false", "auto.offset.reset": "earliest",
+                                                     "fetch.max.wait.ms": "20",
+                                                     "exclude.internal.topics": "false"}))
+        try:
+            consumer.assign(mps)
+            for mp in mps:
+                consumer.seek(mp, behind[mp].position)
+            positions = {mp: behind[mp].position for mp in mps}
+            done = size = 0
+            deadline = time.monotonic() + 600
+            while any(positions[mp] < ends[mp] for mp in mps):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading {METADATA_TOPIC} took too long")
+                for mp, records in consumer.poll(500).items():
+                    done += len(records)
+                    caches = behind[mp].caches
+                    for r in records:
+                        size += len(r.value or b"")
+                        try:
+                            event = deserialize(r.value)
+                        except MetadataRecordError as e:
+                            log.warning("Skipping malformed %s record at %d: %s", mp, r.offset, e)
+                            continue
+                        cache = caches.get(event.topic_id_partition)
+                        if cache is not None:
+                            _apply(cache, event)
+                for mp in mps:
+                    positions[mp] = consumer.position(mp)
+                if progress is not None:
+                    progress(done, size, total)
+        finally:
+            consumer.close()
+        self.records_read += done
+        for mp in mps:
+            behind[mp].position = positions[mp]
+
+
+#: This process's remote segment lists (Spark reuses its Python workers: the planning of a later query
+#: in the same worker reads only what was appended to ``__remote_log_metadata`` since).
+SEGMENT_LISTS = SegmentLists()
 
 
 def _apply(cache: RemoteLogMetadataCache, event) -> None:

@@ -32,7 +32,7 @@ from tierlog.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, iter_batches, r
 from tierlog.storage.index import OffsetEntries
 from tierlog.tiered.metadata import IndexType, RemoteLogSegmentMetadata
 
-from .options import SourceOptions
+from .options import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, SourceOptions  # noqa: F401 - the schema also here
 from .plan import BrokerSlice, RemoteSlice
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,6 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                "timestampType int")
-SPARK_SCHEMA_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
 
 
 # ------------------------------------------------------------------------------------ remote slices

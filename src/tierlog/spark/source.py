@@ -36,11 +36,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from tierlog.client.types import TopicPartition
 
 from . import options as options_mod
-from . import sink, table
-from .options import SourceOptionError, SourceOptions
+from . import table
+from .options import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, SourceOptionError, SourceOptions
 from .plan import Planner, group, split
 from .pushdown import Pushdown, enabled, read_log_folder
-from .read import SPARK_SCHEMA, SPARK_SCHEMA_HEADERS, read_tasks
+
+# Spark imports this module in every Python worker it forks, fresh ones too (the DataSource is pickled by
+# reference), and most of them only parse options or push filters: what plans a read (the client, the
+# remote log metadata), reads it (Arrow, the decoder) or writes (the sink) is imported where it is used.
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class SliceTask(InputPartition):
         self.pushdown = pushdown
 
     def read(self) -> Iterator:
+        from .read import read_tasks
         if self.pushdown is None:
             return read_tasks(self.tasks, self.opts)
         self.pushdown.record(self.tasks)
@@ -86,12 +90,14 @@ class TierlogDataSource(DataSource):
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:
         opts = options_mod.parse(self.options, sink=True)
         if opts.delivery_guarantee == "exactly_once":
+            from . import sink
             return sink.ExactlyOnceBatchWriter(opts, schema)
         return BatchWriter(opts, schema)
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamWriter:
         opts = options_mod.parse(self.options, sink=True)
         if opts.delivery_guarantee == "exactly_once":
+            from . import sink
             return sink.ExactlyOnceStreamWriter(opts, schema)
         return StreamWriter(opts, schema)
 
@@ -135,6 +141,11 @@ class BatchReader(DataSourceReader):
             tps = planner.partitions()
             if pd is not None:
                 tps = [tp for tp in tps if pd.keeps(tp)]
+            # every offset the plan asks for, in one round trip (a timestamp filter's bounds included)
+            stamps = (opts.starting_timestamp, opts.ending_timestamp)
+            if pd is not None:
+                stamps += (pd.ts_lo, None if pd.ts_hi is None else pd.ts_hi + 1)
+            planner.prefetch_plan(tps, stamps)
             bounds = planner.bounds(tps)
             start = planner.resolve(tps, opts.starting, opts.starting_timestamp, opts.starting_by_timestamp,
                                     bounds, "starting")
@@ -190,6 +201,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         p = self.planner
+        p.forget()
         tps = p.partitions()
         bounds = p.bounds(tps)
         opts = self.opts
@@ -198,6 +210,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> dict[TopicPartition, int]:
         p = self.planner
+        p.forget()  # new partitions, new offsets
         tps = p.partitions()
         return p.list_offsets({tp: options_mod.LATEST for tp in tps})
 
@@ -224,6 +237,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, until = _from_json(start), _from_json(end)
         p = self.planner
+        p.forget()
         tps = list(until)
         bounds = p.bounds(tps)
         tasks = p.plan(_ranges(p, self.opts, {tp: begin.get(tp, 0) for tp in tps}, until, bounds),

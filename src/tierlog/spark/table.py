@@ -38,15 +38,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tierlog.client.types import TopicPartition
 
 from .options import LATEST, SourceOptionError, SourceOptions
 from .plan import Planner
+
+if TYPE_CHECKING:  # Arrow is imported where rows are reduced: the source asks requested() in every worker
+    import pyarrow as pa
 
 VIEW = "tierlog.view"
 AS_OF_OFFSETS = "tierlog.asOfOffsets"
@@ -179,6 +181,7 @@ def _last_per_key(table: pa.Table) -> pa.Table:
     """The row with the highest offset of each key (tombstones kept: a later chunk may need them to hide
     an older value). A hash group-by of the keys, then the rows whose offset is one of the maxima: the
     offsets of one partition are distinct (a task reduces one partition), so no join is needed."""
+    import pyarrow.compute as pc
     if table.num_rows <= 1:
         return table
     found = table.select(["key", "offset"]).group_by("key", use_threads=False).aggregate([("offset", "max")])
@@ -188,6 +191,8 @@ def _last_per_key(table: pa.Table) -> pa.Table:
 def latest_per_key(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The latest record of every key of one partition's records, tombstones and null keys left out, in
     offset order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     kept = schema.empty_table()
     pending: list[pa.RecordBatch] = []
     rows = 0
