@@ -40,6 +40,17 @@ UNKNOWN_TOPIC_OR_PARTITION = "This server does not host this topic-partition."
 Result = dict  # a PartitionResult's fields (partition, error_code, error_message, and the answer's data)
 
 
+def _invalid(topic_id: uuid.UUID | None, partition: int, leader_epoch: int | None = None,
+             state_epoch: int | None = None) -> Result | None:
+    """INVALID_REQUEST for the first bad argument, in the order Kafka's share coordinator checks them."""
+    for bad, message in ((topic_id is None, NULL_TOPIC_ID), (partition < 0, NEGATIVE_PARTITION_ID),
+                         (leader_epoch is not None and leader_epoch < 0, NEGATIVE_LEADER_EPOCH),
+                         (state_epoch is not None and state_epoch < 0, NEGATIVE_STATE_EPOCH)):
+        if bad:
+            return _error(partition, ErrorCode.invalid_request, message)
+    return None
+
+
 def _error(partition: int, code: int, message: str | None) -> Result:
     return {"partition": partition, "error_code": code, "error_message": message}
 
@@ -72,12 +83,8 @@ class ShareCoordinator:
             return _error(key[2], ErrorCode.coordinator_not_available, f"Unable to {what}: {e.message}")
 
     def read(self, group_id: str, topic_id: uuid.UUID | None, partition: int, leader_epoch: int) -> Result:
-        if topic_id is None:
-            return _error(partition, ErrorCode.invalid_request, NULL_TOPIC_ID)
-        if partition < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_PARTITION_ID)
-        if leader_epoch < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_LEADER_EPOCH)
+        if (invalid := _invalid(topic_id, partition, leader_epoch=leader_epoch)) is not None:
+            return invalid
         key = (group_id, topic_id, partition)
         state = self._current(key, "read share group state")
         if isinstance(state, dict):
@@ -102,14 +109,8 @@ class ShareCoordinator:
 
     def write(self, group_id: str, topic_id: uuid.UUID | None, partition: int, state_epoch: int, leader_epoch: int,
               start_offset: int, batches: list[StateBatch], delivery_complete_count: int = -1) -> Result:
-        if topic_id is None:
-            return _error(partition, ErrorCode.invalid_request, NULL_TOPIC_ID)
-        if partition < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_PARTITION_ID)
-        if leader_epoch < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_LEADER_EPOCH)
-        if state_epoch < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_STATE_EPOCH)
+        if (invalid := _invalid(topic_id, partition, leader_epoch=leader_epoch, state_epoch=state_epoch)) is not None:
+            return invalid
         key = (group_id, topic_id, partition)
         state = self._current(key, "write share group state")
         if isinstance(state, dict):
@@ -137,12 +138,8 @@ class ShareCoordinator:
 
     def initialize(self, group_id: str, topic_id: uuid.UUID | None, partition: int, state_epoch: int,
                    start_offset: int) -> Result:
-        if topic_id is None:
-            return _error(partition, ErrorCode.invalid_request, NULL_TOPIC_ID)
-        if partition < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_PARTITION_ID)
-        if state_epoch < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_STATE_EPOCH)
+        if (invalid := _invalid(topic_id, partition, state_epoch=state_epoch)) is not None:
+            return invalid
         key = (group_id, topic_id, partition)
         state = self._current(key, "initialize share group state")
         if isinstance(state, dict):
@@ -158,10 +155,8 @@ class ShareCoordinator:
                            "initialize share group state")
 
     def delete(self, group_id: str, topic_id: uuid.UUID | None, partition: int) -> Result:
-        if topic_id is None:
-            return _error(partition, ErrorCode.invalid_request, NULL_TOPIC_ID)
-        if partition < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_PARTITION_ID)
+        if (invalid := _invalid(topic_id, partition)) is not None:
+            return invalid
         key = (group_id, topic_id, partition)
         if (refused := self._not_coordinator(key, "delete share group state")) is not None:
             return refused
@@ -174,10 +169,8 @@ class ShareCoordinator:
         return _error(partition, ErrorCode.none, None)
 
     def summary(self, group_id: str, topic_id: uuid.UUID | None, partition: int) -> Result:
-        if topic_id is None:
-            return _error(partition, ErrorCode.invalid_request, NULL_TOPIC_ID)
-        if partition < 0:
-            return _error(partition, ErrorCode.invalid_request, NEGATIVE_PARTITION_ID)
+        if (invalid := _invalid(topic_id, partition)) is not None:
+            return invalid
         key = (group_id, topic_id, partition)
         state = self._current(key, "read share group state summary")
         if isinstance(state, dict):
