@@ -383,6 +383,10 @@ def verification(bootstrap: str) -> dict:
         seen["produce v9 p0, other transactional id"] = _produce(raw, unique("other"), topic, pid, epoch, 1, [b"c"])
         seen["commit"] = _end(raw, tid, pid, epoch, True)
         seen["p0 offsets"] = _wait_stable(raw, topic, 0)
+        # the coordinator completes the commit once every marker is acknowledged, a moment after the partition's
+        # last stable offset moved: until then a verification is answered retriably (NOT_ENOUGH_REPLICAS)
+        seen["state after the commit"] = _retry(lambda: raw.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {
+            "transactional_ids": [tid]}).transaction_states[0].transaction_state, while_codes=("PrepareCommit",))
         seen["produce v9 p0 after the commit"] = _produce(raw, tid, topic, pid, epoch, 2, [b"d"], partition=0)
     return seen
 
