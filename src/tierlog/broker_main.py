@@ -21,11 +21,19 @@ EVENT_LOOP_ENV = "TIERLOG_EVENT_LOOP"
 EXIT_INVALID_CONFIG = 2  # the command line's status for a setting that cannot work (tierlog.cli.EXIT_INVALID)
 
 
+#: The broker's ``sys.setswitchinterval`` (Python's default is 5 ms).
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
 def run(cfg: Any, debug: bool = False) -> int:
     """Start the broker described by ``cfg`` (a :class:`tierlog.config.BrokerConfig`); returns the exit status.
     ``debug``: a start that fails logs its traceback too (else one line says why)."""
     # The broker reports start-up and recovery; repeating warnings are counted per interval.
     logs.configure(logging.INFO, repeat_interval_s=cfg["internal.log.repeat.interval.ms"] / 1000)
+    # The event loop gives up the GIL in every system call and must win it back from a worker thread running
+    # Python (a big request's parse or answer): each time costs up to the switch interval, several times per
+    # request. 1 ms instead of 5 cut a probe's worst round trip during a 16 MB OffsetFetch from 20 to 12 ms.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     return event_loop_runner()(_serve(cfg, debug))
 
 

@@ -11,8 +11,8 @@ broker's loop thread waited for a CPU and the longest wait of another broker thr
 GIL holds the loop up as long), and less the largest gap a canary thread of the test process saw in
 its sleeps, when that gap says the test process was itself starved (tests/server/bigreqlib.py; such a
 probe was once left out instead, which let a 15 s stall of the loop pass); the figures are printed either
-way. A run over the bound is repeated once and the repeat is judged: a stall of the loop comes back every
-time.
+way. A run over the bound is repeated, up to twice, and the first run within it is judged: a stall of the
+loop comes back every time.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ the work into many short native calls:
 Arrays longer than :data:`SLICE` come back as lists rather than tuples (kio's writers and the
 handlers only need a sequence), so they can be freed a slice at a time too.
 
-Between two native calls the interpreter can switch threads (``sys.getswitchinterval()``, 5 ms), so
+Between two native calls the interpreter can switch threads (``sys.getswitchinterval()``, 1 ms in the broker), so
 running :func:`big_reader` in a worker thread leaves the event loop responsive. Callers run the
 array-length guard first (:mod:`tierlog.protocol._guard`), which bounds every array by the bytes that
 remain, as kio's own reader needs too.

@@ -8,8 +8,8 @@ other client gets an answer meanwhile. The pieces here keep every step short:
 
 - :func:`parse`: frames of at least :data:`BIG_FRAME_BYTES` are parsed in a worker thread by the
   sliced reader (:mod:`tierlog.protocol._bigread`), whose native calls are short, so the interpreter
-  switches back to the loop every ``sys.getswitchinterval()`` (5 ms). Smaller frames are parsed on the
-  loop, as before (a thread hop would only make them slower).
+  switches back to the loop every ``sys.getswitchinterval()`` (1 ms in the broker). Smaller frames are
+  parsed on the loop, as before (a thread hop would only make them slower).
 - :class:`Pacer` and :func:`paced`: a handler walking a big array yields to the loop every few
   milliseconds.
 - :func:`respond`: a response of at least :data:`BIG_ITEMS` items is built and encoded in a worker
@@ -75,8 +75,10 @@ BIG_ITEMS = 4096
 #: Items :func:`dismantle` frees at a time (each may be an object with a few fields of its own).
 FREE_SLICE = 4096
 
-#: How long a handler loop may run before it yields to the event loop.
-YIELD_AFTER_S = 0.005
+#: How long a handler loop may run before it yields to the event loop. Answering another client takes the
+#: loop several turns (read, task step, write), each behind one such slice: 5 ms made 40-60 ms round trips
+#: during a ListOffsets of a million partitions, 2 ms makes 13-20 ms.
+YIELD_AFTER_S = 0.002
 
 #: Response frames at least this large are sent with ``sendfile`` from a memory file (:func:`sendable`),
 #: in parts of :data:`SEND_PART_BYTES` (one ``sendfile`` call each, at most).
@@ -158,7 +160,7 @@ async def respond(ctx: RequestContext, values: Mapping[str, Any], items: int) ->
             dismantle(response)  # (it visited every item: 45 % of a 10,000-partition Metadata answer's CPU)
             dismantle(values)
         # The request's big arrays too, here rather than while the answer is sent: a thread freeing them
-        # then would hold the GIL whenever the loop gives it up in a system call (5 ms each time).
+        # then would hold the GIL whenever the loop gives it up in a system call (a switch interval each time).
         dismantle(ctx.request)
         return EncodedResponse(_to_file(frame) if to_file else frame)
 
