@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.jepsen.checker import Cycle, Report, check
+from tests.harness.jepsen.checker import BatchProducer, Cycle, Report, check
 from tests.harness.jepsen.run import Settings, run
 from tests.harness.jepsen.workload import Ack, Commit, History
 
@@ -67,7 +67,7 @@ def test_a_batch_the_client_sent_again_under_a_new_epoch_is_listed_apart_from_du
     h.reads["r0"] = list(log)
 
     def producers(epochs):
-        return lambda wanted: {(0, o): f"pid 1 epoch {epochs[o]} seq {o}" for o in wanted[0]}
+        return lambda wanted: {(0, o): BatchProducer(1, epochs[o], o) for o in wanted[0]}
     report = check(Report(1, cycles, h), log, {0: 5}, {}, producers({1: 1, 2: 1, 3: 1, 4: 2}))
     assert [line.split()[0] for line in report.resent] == ["p0.0:1"]
     assert [line.split()[0] for line in report.duplicated] == ["p0.0:2"]  # offsets 2 and 3, both epoch 1

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tests.harness.jepsen.workload import TXN_PREFIX, Ack, History, parse_value
 from tests.harness.waiting import TimedOut, wait_until
@@ -95,9 +96,20 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 120)
         ends.close()
 
 
+class BatchProducer(NamedTuple):
+    """The producer id, epoch and sequence a record was written under (its batch's header)."""
+
+    pid: int
+    epoch: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} epoch {self.epoch} seq {self.seq}"
+
+
 def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], timeout: float = 60
-                    ) -> dict[tuple[int, int], str]:
-    """(partition, offset) -> ``pid P epoch E seq S`` of the batches holding the ``wanted`` offsets, read with
+                    ) -> dict[tuple[int, int], BatchProducer]:
+    """(partition, offset) -> :class:`BatchProducer` of the batches holding the ``wanted`` offsets, read with
     raw Fetches from each partition's leader: a duplicate written twice under one producer epoch and sequence
     is the broker's failure to deduplicate, one under two epochs a re-send by the client after an epoch bump."""
     from tests.harness.rawclient import RawClient, metadata
@@ -108,7 +120,7 @@ def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], tim
     md = metadata(bootstrap, [topic])
     hosts = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
     leaders = {p.partition_index: p.leader_id for p in md.topics[0].partitions}
-    found: dict[tuple[int, int], str] = {}
+    found: dict[tuple[int, int], BatchProducer] = {}
     for partition, offsets in wanted.items():
         if partition not in leaders or leaders[partition] not in hosts or not offsets:
             continue
@@ -127,8 +139,8 @@ def batch_producers(bootstrap: str, topic: str, wanted: dict[int, set[int]], tim
                 for _, h in iter_batches(records):
                     for o in range(max(h.base_offset, position), h.last_offset + 1):
                         if o in offsets:
-                            found[(partition, o)] = (f"pid {h.producer_id} epoch {h.producer_epoch} "
-                                                     f"seq {h.base_sequence + o - h.base_offset}")
+                            found[(partition, o)] = BatchProducer(h.producer_id, h.producer_epoch,
+                                                                  h.base_sequence + o - h.base_offset)
                     if h.last_offset + 1 > position:
                         position, moved = h.last_offset + 1, True
                 if not moved:
@@ -377,13 +389,12 @@ def check(report: Report, records: list[tuple[int, int, bytes]], highs: dict[int
     return report
 
 
-def _across_epochs(batches: list[str | None]) -> bool:
-    """Whether copies in batches ``pid P epoch E seq S`` (:func:`batch_producers`) are one producer id's under
-    different epochs: a client's re-send after its epoch bump, not a broker's failure to deduplicate."""
+def _across_epochs(batches: list[BatchProducer | None]) -> bool:
+    """Whether copies in batches (:func:`batch_producers`) are one producer id's under different epochs: a
+    client's re-send after its epoch bump, not a broker's failure to deduplicate."""
     if any(b is None for b in batches):
         return False
-    fields = [dict(zip(b.split()[::2], b.split()[1::2], strict=False)) for b in batches]
-    return len({f.get("pid") for f in fields}) == 1 and len({f.get("epoch") for f in fields}) == len(fields)
+    return len({b.pid for b in batches}) == 1 and len({b.epoch for b in batches}) == len(batches)
 
 
 def check_reads(report: Report, reads: dict[str, list[tuple[int, int, bytes]]],
