@@ -4,10 +4,10 @@ Kafka 4.4 in the same run (issue 39).
 Both brokers run on 127.0.0.1 side by side: Kafka 4.4.0 from ``scripts/kafka_peer.py`` (single-node KRaft,
 ``group.initial.rebalance.delay.ms=0`` as the peer presets it, ``group.consumer.heartbeat.interval.ms`` and
 ``group.consumer.assignment.interval.ms`` at Kafka's defaults, 5000 and 1000 ms) and tierlog as
-``python -m tierlog broker`` (``tests/harness/broker.py``, the same initial delay of 0, its heartbeat interval
-default 5000 ms; tierlog has no assignment interval: it computes a new target assignment on every group
-change). Each gets a topic of ``--partitions`` (100) partitions. For each run, protocol and broker (which
-broker goes first alternates between runs), with a fresh group each time:
+``python -m tierlog broker`` (``tests/harness/broker.py``, the same initial delay of 0, and the same defaults
+of the heartbeat and assignment intervals, 5000 and 1000 ms). Each gets a topic of ``--partitions`` (100)
+partitions. For each run, protocol and broker (which broker goes first alternates between runs), with a fresh
+group each time:
 
 - join: ``--members`` (50) confluent-kafka consumers start at once, each created, subscribed and polled in its
   own thread of this process (``group.protocol=classic`` with librdkafka's ``cooperative-sticky`` assignor, or

@@ -20,6 +20,8 @@ from tierlog.coordinator.consumer_group_records import (
     ConsumerGroupMetadataValue,
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupRegularExpressionValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
 )
 from tierlog.coordinator.records import decode_key, decode_value, encode_key, encode_value
 from tierlog.errors import (
@@ -41,7 +43,10 @@ TOPICS = {"t1": TopicInfo("t1", T1, 4), "t2": TopicInfo("t2", T2, 2), "other": T
 
 
 def make(config: CoordinatorConfig | None = None, store: MemoryStore | None = None) -> GroupCoordinator:
-    c = GroupCoordinator(config or CoordinatorConfig(), store or MemoryStore(num_partitions=3))
+    # A target assignment at every epoch bump (the assignment interval has its own tests below), so each step
+    # of a reconciliation shows in the answer that caused it.
+    c = GroupCoordinator(config or CoordinatorConfig(consumer_assignment_interval_ms=0),
+                         store or MemoryStore(num_partitions=3))
     c.topics = lambda: TOPICS
     c.load_all()
     return c
@@ -237,6 +242,49 @@ def test_regular_expression_records_written_and_replayed():
     hb(c, "c", -1)
     assert written()[-1] == ("g", "other", None)  # its last member left
     assert resolved(c) == resolved(coordinator()) == {"t[0-9]": second}
+
+
+def test_assignment_interval_batches_joins_into_one_target_assignment():
+    """group.consumer.assignment.interval.ms (Kafka 4.4's default 1000): the first member is assigned at once;
+    members joining within the interval get the last target's epoch and nothing (the group is Assigning); the
+    first heartbeat after the interval computes one target for all of them. The time is in the metadata
+    record's tagged field, so a reloaded coordinator keeps counting from it."""
+    now = [50_000]
+    store = MemoryStore(num_partitions=3)
+
+    def coordinator() -> GroupCoordinator:
+        c = GroupCoordinator(CoordinatorConfig(), store, wall_clock=lambda: now[0])
+        c.topics = lambda: TOPICS
+        c.load_all()
+        return c
+
+    def target_metadata():
+        return [decode_value(key, value) for key, value in (
+            (decode_key(k), v) for k, v in store.records[coordinator().partition_for("g")])
+            if isinstance(key, ConsumerGroupTargetAssignmentMetadataKey)]
+
+    c = coordinator()
+    a = hb(c, "a", 0)
+    assert (a["member_epoch"], parts(a)) == (2, {T1: (0, 1, 2, 3)})
+    now[0] += 10
+    b = hb(c, "b", 0)
+    now[0] += 10
+    d = hb(c, "d", 0)
+    assert [(x["member_epoch"], parts(x)) for x in (b, d)] == [(2, {}), (2, {})]
+    [described] = c.consumer_group_describe(["g"])
+    assert (described["group_state"], described["group_epoch"], described["assignment_epoch"]) == \
+        ("Assigning", 4, 2)
+    assert target_metadata() == [ConsumerGroupTargetAssignmentMetadataValue(2, 50_000)]
+    now[0] = 50_999
+    assert hb(c, "a", 2)["member_epoch"] == 2  # still within the interval: nothing new
+    c = coordinator()  # the timestamp survives a reload
+    now[0] = 51_000
+    a = hb(c, "a", 2)
+    # A target for epoch 4 over three members: a keeps its epoch while it revokes what b and d get.
+    assert (a["member_epoch"], sum(len(p) for p in parts(a).values())) == (2, 2)
+    assert target_metadata()[-1] == ConsumerGroupTargetAssignmentMetadataValue(4, 51_000)
+    [described] = c.consumer_group_describe(["g"])
+    assert (described["group_epoch"], described["assignment_epoch"]) == (4, 4)
 
 
 def test_a_rack_change_bumps_the_group_epoch():

@@ -12,6 +12,9 @@ import threading
 SESSION_MS = 6000
 #: KIP-848 members reconcile a heartbeat at a time: half a second instead of five keeps the modules short.
 FAST_HEARTBEATS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
+#: A target assignment at every group epoch bump (Kafka's default interval, 1000 ms, batches them): each step of a
+#: scenario shows in the answer that caused it, on both brokers.
+ASSIGN_AT_ONCE = {"group.consumer.assignment.interval.ms": "0"}
 
 
 def warm_up(bootstrap: str) -> None:
@@ -32,13 +35,13 @@ def warm_up(bootstrap: str) -> None:
 
 
 def start_kafka44(work_dir):
-    """A started Kafka 4.4 broker with ``FAST_HEARTBEATS``, computing target assignments at every epoch bump as
-    tierlog does (Kafka's default is at most once a second), its group coordinator answering."""
+    """A started Kafka 4.4 broker with ``FAST_HEARTBEATS`` and ``ASSIGN_AT_ONCE`` (as the tierlog brokers these
+    tests compare it with), its group coordinator answering."""
     from tests.harness.apache_kafka import SHARED_SETTINGS, kafka_peer_module, resolve_jars
 
     latest = kafka_peer_module.LATEST_KAFKA_VERSION
     resolve_jars(latest)
-    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, "group.consumer.assignment.interval.ms": "0"}
+    overrides = {**SHARED_SETTINGS, **FAST_HEARTBEATS, **ASSIGN_AT_ONCE}
     server = kafka_peer_module.KafkaServer(work_dir, overrides=overrides, version=latest).start()
     try:
         warm_up(server.bootstrap)

@@ -22,7 +22,7 @@ from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient, create_topic
 from tests.harness.waiting import not_yet, wait_until
 from tests.peer.diff import assert_same, plain
-from tests.server.groupslib import FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
+from tests.server.groupslib import ASSIGN_AT_ONCE, FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
 from tierlog.protocol import ApiKey
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -39,7 +39,7 @@ def kafka44(kafka_jars, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tierlog(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("cgp") / "logs", dict(FAST_HEARTBEATS)).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("cgp") / "logs", {**FAST_HEARTBEATS, **ASSIGN_AT_ONCE}).start()
     warm_up(b.bootstrap)
     yield b
     b.stop()

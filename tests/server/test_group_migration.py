@@ -18,7 +18,7 @@ from tests.harness.broker import BrokerProcess
 from tests.harness.rawclient import RawClient
 from tests.harness.waiting import not_yet, wait_until
 from tests.peer.diff import plain
-from tests.server.groupslib import FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
+from tests.server.groupslib import ASSIGN_AT_ONCE, FAST_HEARTBEATS, committed_offsets, produce, start_kafka44, warm_up
 from tierlog.protocol import ApiKey
 
 pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -37,7 +37,7 @@ def kafka44(kafka_jars, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tierlog(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("migration") / "logs",
-                      {**FAST_HEARTBEATS, "group.initial.rebalance.delay.ms": "0"}).start()
+                      {**FAST_HEARTBEATS, **ASSIGN_AT_ONCE, "group.initial.rebalance.delay.ms": "0"}).start()
     warm_up(b.bootstrap)
     yield b
     b.stop()

@@ -404,7 +404,7 @@ class BrokerConfig(Mapping[str, Any]):
         if "classic" not in v["group.coordinator.rebalance.protocols"]:
             raise invalid("group.coordinator.rebalance.protocols", ",".join(v["group.coordinator.rebalance.protocols"]),
                           "Must contain classic")
-        for what in ("heartbeat.interval", "session.timeout"):
+        for what in ("heartbeat.interval", "session.timeout", "assignment.interval"):
             value = v[f"group.consumer.{what}.ms"]
             low, high = v[f"group.consumer.min.{what}.ms"], v[f"group.consumer.max.{what}.ms"]
             if not low <= value <= high:

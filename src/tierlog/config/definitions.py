@@ -883,6 +883,14 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Smallest group.consumer.session.timeout.ms allowed."),
     _b("group.consumer.max.session.timeout.ms", "int", 60000, AtLeast(1),
        doc="Largest group.consumer.session.timeout.ms allowed."),
+    _b("group.consumer.assignment.interval.ms", "int", 1000, AtLeast(0),
+       doc="At most one new target assignment of a consumer group (KIP-848) per this many ms: the group epoch "
+           "bumps in between (members joining or leaving together) are assigned at the first heartbeat after it; "
+           "0 computes one at every bump."),
+    _b("group.consumer.min.assignment.interval.ms", "int", 0, AtLeast(0),
+       doc="Smallest group.consumer.assignment.interval.ms allowed."),
+    _b("group.consumer.max.assignment.interval.ms", "int", 15000, AtLeast(0),
+       doc="Largest group.consumer.assignment.interval.ms allowed."),
     _b("group.consumer.max.size", "int", 2147483647, AtLeast(1),
        doc="Most members a consumer group (KIP-848) may have; more get GROUP_MAX_SIZE_REACHED."),
     _b("group.consumer.assignors", "list", ["uniform", "range"],

@@ -28,6 +28,7 @@ class CoordinatorConfig:
     consumer_session_timeout_ms: int = 45000
     consumer_max_size: int = INT32_MAX
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_assignment_interval_ms: int = 1000
     consumer_migration_policy: str = "bidirectional"
 
     @classmethod
@@ -56,6 +57,7 @@ class CoordinatorConfig:
             consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms", 5000),
             consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", 45000),
             consumer_max_size=get("group.consumer.max.size", INT32_MAX),
+            consumer_assignment_interval_ms=get("group.consumer.assignment.interval.ms", 1000),
             consumer_assignors=tuple(dict.fromkeys(_ASSIGNOR_NAMES.get(a, a) for a in get_list(
                 "group.consumer.assignors", ["uniform", "range"]))),
             consumer_migration_policy=str(get_list("group.consumer.migration.policy", "bidirectional")).lower(),

@@ -166,6 +166,8 @@ class ConsumerGroup:
         # As Kafka 4.4: a new group starts at epoch 1, so its first member joins at epoch 2.
         self.group_epoch = 1
         self.assignment_epoch = 0
+        #: when the target assignment was last computed (wall-clock ms; 0: never), for the assignment interval
+        self.assignment_timestamp = 0
         self.members: dict[str, ConsumerGroupMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, TopicPartitions] = {}  # member id -> target partitions

@@ -191,6 +191,7 @@ class ConsumerGroupManager:
                 server_assignor=value.server_assignor, classic=value.classic_member_metadata))
         elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
             group.assignment_epoch = value.assignment_epoch if value is not None else 0
+            group.assignment_timestamp = value.assignment_timestamp if value is not None else 0
         elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
             if value is None:
                 group.target.pop(key.member_id, None)
@@ -377,7 +378,7 @@ class ConsumerGroupManager:
             group_epoch += 1
             records.append((ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(group_epoch, metadata_hash)))
             log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
-        if group_epoch > group.assignment_epoch:
+        if group_epoch > group.assignment_epoch and self._can_compute_target_assignment(group):
             target = self._new_target_assignment(group, group_epoch, members, subscribed, updated, records)
             target_epoch = group_epoch
         else:
@@ -701,6 +702,14 @@ class ConsumerGroupManager:
                 f"The consumer group member has a smaller member epoch ({received}) than the one known by the "
                 f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
 
+    def _can_compute_target_assignment(self, group: ConsumerGroup) -> bool:
+        """Kafka's ``canComputeNextTargetAssignment``: at most one target assignment per
+        group.consumer.assignment.interval.ms, so members joining together are assigned in one computation; the
+        epoch bumps in between wait for the next heartbeat after the interval (the group shows Assigning)."""
+        interval = self.config.consumer_assignment_interval_ms
+        return group.assignment_timestamp == 0 or interval == 0 or \
+            self.wall_clock() >= group.assignment_timestamp + interval
+
     def _new_target_assignment(self, group: ConsumerGroup, epoch: int, members: list[ConsumerGroupMember],
                                subscribed: dict[str, TopicInfo], updated: ConsumerGroupMember,
                                records: list) -> TopicPartitions:
@@ -719,7 +728,7 @@ class ConsumerGroupManager:
                 records.append((ConsumerGroupTargetAssignmentMemberKey(group.group_id, m.member_id),
                                 ConsumerGroupTargetAssignmentMemberValue(_as_items(new))))
         records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
-                        ConsumerGroupTargetAssignmentMetadataValue(epoch)))
+                        ConsumerGroupTargetAssignmentMetadataValue(epoch, self.wall_clock())))
         log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
                  group.group_id, epoch, assignor)
         return result.get(updated.member_id, {})

@@ -118,6 +118,9 @@ class ConsumerGroupMemberMetadataValue:
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
     assignment_epoch: int
+    #: tagged field 0 (Kafka 4.4's AssignmentTimestamp): when the target was computed, wall-clock ms; written when
+    #: not 0. group.consumer.assignment.interval.ms counts from it.
+    assignment_timestamp: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +265,9 @@ def encode_consumer_group_value(value) -> bytes:
             return bytes(w.buf)
     elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
+        if value.assignment_timestamp:
+            w.buf += b"\x01\x00\x08" + value.assignment_timestamp.to_bytes(8, "big", signed=True)  # tag 0, 8 B
+            return bytes(w.buf)
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         w.array_len(len(value.topics))
         for name in value.topics:
@@ -321,7 +327,14 @@ def decode_consumer_group_value(key, data) -> object | None:
         return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
                                                 timeout, assignor, classic)
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
-        value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
+        epoch = r.int32()
+        timestamp = 0
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            data = bytes(r._take(size))
+            if tag == 0 and size == 8:
+                timestamp = int.from_bytes(data, "big", signed=True)
+        return ConsumerGroupTargetAssignmentMetadataValue(epoch, timestamp)
     elif isinstance(key, ConsumerGroupRegularExpressionKey):
         topics = tuple(r.string() for _ in range(r.array_len()))
         value = ConsumerGroupRegularExpressionValue(topics, r.int64(), r.int64())
