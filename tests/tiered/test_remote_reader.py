@@ -77,6 +77,9 @@ class CountingStorage(FileSystemRemoteStorageManager):
                                 len(data)))
         return data
 
+    def fetch_log_segment_buffer(self, md, start_position, end_position=None):
+        return self.fetch_log_segment(md, start_position, end_position)  # the reader's reads, watched above
+
     #: False: every read goes through fetch_log_segment, where most tests here watch it; True: the
     #: broker's default for this backend, regions of the object files (sent with sendfile)
     files = False

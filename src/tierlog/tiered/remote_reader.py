@@ -117,7 +117,7 @@ class RemoteLogReader:
         # As many read-ahead threads as reader threads: each partition read on keeps up to three calls in
         # flight at a segment's end (its last range, the next segment's manifest and first range), and
         # a call waiting for a free thread is a round trip lost (half as many made four readers queue).
-        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment, self.threads, chunk_bytes=chunk_bytes,
+        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment_buffer, self.threads, chunk_bytes=chunk_bytes,
                                          budget=read_ahead_budget)
         self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
@@ -446,7 +446,7 @@ class RemoteLogReader:
             stop = min(max(end, hint_end, begin + least), size)
             if cold and stop < size and win.pending is None:
                 self.read_ahead.start_read_ahead(win, stop, self.read_ahead.step(win))
-            data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
+            data = self.rsm.fetch_log_segment_buffer(win.md, begin, stop - 1)
             if len(data) != stop - begin:
                 raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
                                         f"{stop - begin} (it is shorter than its metadata says)")
