@@ -384,6 +384,31 @@ def test_read_ahead_steps_grow_while_a_reader_goes_on(tiered):
     reader.close()
 
 
+def test_answers_from_memory_are_views_of_one_chunk(tiered):
+    """An answer from read-ahead memory ends within the chunk (one ranged read) holding its first batch, so it
+    is sent as a view of that chunk, never joined into new bytes; only a batch that itself runs past a
+    chunk's end is copied, alone. A reader taking large answers still gets every byte, in order."""
+    t = tiered
+    reader = t.reader(chunk_bytes=2048)
+    remote_bytes = b"".join(t.segment_bytes[md.start_offset] for md in t.remote)
+    got, offset, views, several = [], 0, 0, 0
+    while offset < t.log.local_log_start_offset:
+        res = run(reader.read_result(t.partition, offset, 6000, True))
+        data = bytes(res.records)
+        assert data, f"nothing at {offset}"
+        spans = batches_of(data)
+        if isinstance(res.records, memoryview):
+            views += 1
+            several += len(spans) > 1
+        else:
+            assert len(spans) == 1, f"{len(spans)} batches at {offset} copied into new bytes"
+        got.append(data)
+        offset = res.next_offset
+    assert b"".join(got) == remote_bytes
+    assert views > len(got) / 2 and several > 0, (views, several, len(got))
+    reader.close()
+
+
 def test_the_next_segment_is_read_ahead_once_the_current_one_is_all_fetched(tiered):
     """When the window holds (or is fetching) a segment's last bytes, the next segment's first range starts
     at once, while the reader is still in the middle of the current one: a new segment costs no round trip

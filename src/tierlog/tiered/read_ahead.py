@@ -75,6 +75,13 @@ class Window:
                 return memoryview(data)[start - pos:end - pos]
         return self.join(start, end)
 
+    def chunk_end(self, position: int) -> int:
+        """Where the chunk holding ``position`` ends (the window's end if none does)."""
+        for pos, data in self.chunks:
+            if pos <= position < pos + len(data):
+                return pos + len(data)
+        return self.end
+
     def join(self, start: int, end: int) -> bytes:
         parts = []
         for pos, data in self.chunks:
