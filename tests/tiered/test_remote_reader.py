@@ -409,6 +409,29 @@ def test_answers_from_memory_are_views_of_one_chunk(tiered):
     reader.close()
 
 
+def test_an_answer_in_memory_does_not_wait_for_the_read_ahead_beyond_it(tiered):
+    """A consumer asking more than the window holds is answered at once with what is in memory, up to the
+    end of a chunk, while the next range is still being read (the store is held here): it does not wait
+    for that range, nor read a header from it."""
+    t = tiered
+    reader = t.reader(chunk_bytes=2048)  # ranges of 2048, 2048, then 4096 bytes
+    tp = reader.topic_id_partition(t.partition)
+    md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
+    assert md.segment_size_in_bytes > 4096
+    got = run(reader.read_result(t.partition, md.start_offset, 100, True))
+    win = reader.read_ahead._windows[(tp, md.segment_id)]
+    wait_until(lambda: win.pending is not None and win.pending[1].done(), timeout=10, what="the read-ahead")
+    t.rsm.block = threading.Event()  # the next read-ahead waits until released
+    try:
+        now = reader.read_now(t.partition, got.next_offset, 10**6, True)
+        assert now is not None and len(now.records), "answered from memory, on the spot"
+        assert win.next_position <= win.end
+        assert win.pending is not None and not win.pending[1].done(), "the next range is still in flight"
+    finally:
+        t.rsm.block.set()
+    reader.close()
+
+
 def test_the_next_segment_is_read_ahead_once_the_current_one_is_all_fetched(tiered):
     """When the window holds (or is fetching) a segment's last bytes, the next segment's first range starts
     at once, while the reader is still in the middle of the current one: a new segment costs no round trip

@@ -394,7 +394,10 @@ class RemoteLogReader:
         limit = size  # where the answer must end (chunk_end)
 
         def header_at(at: int):
-            return header(at, taken)  # taken as it is when the walk reads the header
+            # taken as it is when the walk reads the header; none read past the limit or once the answer
+            # is full (it may be in a read-ahead still in flight: the answer would wait for it)
+            full = walked.first is not None and taken >= max_bytes
+            return header(at, taken) if at < limit and not full else None
         for at, h in walk_batches(header_at, position, size):
             if h.last_offset < fetch_offset:
                 position = at + h.size
@@ -402,7 +405,7 @@ class RemoteLogReader:
             if (walked.first is not None or not min_one_message) and taken + h.size > max_bytes:
                 break  # whole batches only; the first one may exceed the limit with min_one_message
             if walked.first is not None and at + h.size > limit:
-                break
+                break  # (the first batch reaching past the limit is whole: limit is at least its end)
             end = at + h.size
             if end > size:
                 raise KafkaStorageError(f"batch at position {at} ends at {end}, past the segment's {size} bytes")
