@@ -22,6 +22,7 @@ and then remote only (``local.retention.bytes=1``) but the active segment. For e
   (``ttfb_local_ms``: what the client itself takes);
 - catch-up: after another cold restart, one consumer reads partition 0's remote records (MB/s of record
   values); after another, four consumers (threads, one partition each) read theirs at once (total MB/s).
+  The consumers fetch up to 4 MiB per partition (``max.partition.fetch.bytes``, set as for a catch-up).
   ``mbps_*`` count from the consumers' start (their connection, metadata and coordinator look-up included:
   what a user waits for); ``steady_mbps_*`` from each consumer's first record to its last (the rate of the
   remote reads themselves; the wait for the first record is ``ttfb_ms``).
