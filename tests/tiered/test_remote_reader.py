@@ -77,6 +77,9 @@ class CountingStorage(FileSystemRemoteStorageManager):
                                 len(data)))
         return data
 
+    def fetch_log_segment_buffer(self, md, start_position, end_position=None):
+        return self.fetch_log_segment(md, start_position, end_position)  # the reader's reads, watched above
+
     #: False: every read goes through fetch_log_segment, where most tests here watch it; True: the
     #: broker's default for this backend, regions of the object files (sent with sendfile)
     files = False
@@ -378,6 +381,54 @@ def test_read_ahead_steps_grow_while_a_reader_goes_on(tiered):
         grown = max(grown, *(n for _, n in ahead))
     assert grown >= 4 * 256
     assert all(r[4] <= reader.read_ahead.max_step_bytes for r in t.rsm.ranges)
+    reader.close()
+
+
+def test_answers_from_memory_are_views_of_one_chunk(tiered):
+    """An answer from read-ahead memory ends within the chunk (one ranged read) holding its first batch, so it
+    is sent as a view of that chunk, never joined into new bytes; only a batch that itself runs past a
+    chunk's end is copied, alone. A reader taking large answers still gets every byte, in order."""
+    t = tiered
+    reader = t.reader(chunk_bytes=2048)
+    remote_bytes = b"".join(t.segment_bytes[md.start_offset] for md in t.remote)
+    got, offset, views, several = [], 0, 0, 0
+    while offset < t.log.local_log_start_offset:
+        res = run(reader.read_result(t.partition, offset, 6000, True))
+        data = bytes(res.records)
+        assert data, f"nothing at {offset}"
+        spans = batches_of(data)
+        if isinstance(res.records, memoryview):
+            views += 1
+            several += len(spans) > 1
+        else:
+            assert len(spans) == 1, f"{len(spans)} batches at {offset} copied into new bytes"
+        got.append(data)
+        offset = res.next_offset
+    assert b"".join(got) == remote_bytes
+    assert views > len(got) / 2 and several > 0, (views, several, len(got))
+    reader.close()
+
+
+def test_an_answer_in_memory_does_not_wait_for_the_read_ahead_beyond_it(tiered):
+    """A consumer asking more than the window holds is answered at once with what is in memory, up to the
+    end of a chunk, while the next range is still being read (the store is held here): it does not wait
+    for that range, nor read a header from it."""
+    t = tiered
+    reader = t.reader(chunk_bytes=2048)  # ranges of 2048, 2048, then 4096 bytes
+    tp = reader.topic_id_partition(t.partition)
+    md = max(t.remote, key=lambda m: m.segment_size_in_bytes)
+    assert md.segment_size_in_bytes > 4096
+    got = run(reader.read_result(t.partition, md.start_offset, 100, True))
+    win = reader.read_ahead._windows[(tp, md.segment_id)]
+    wait_until(lambda: win.pending is not None and win.pending[1].done(), timeout=10, what="the read-ahead")
+    t.rsm.block = threading.Event()  # the next read-ahead waits until released
+    try:
+        now = reader.read_now(t.partition, got.next_offset, 10**6, True)
+        assert now is not None and len(now.records), "answered from memory, on the spot"
+        assert win.next_position <= win.end
+        assert win.pending is not None and not win.pending[1].done(), "the next range is still in flight"
+    finally:
+        t.rsm.block.set()
     reader.close()
 
 

@@ -94,6 +94,28 @@ def test_read_into_a_reused_buffer_gives_the_same_bytes(rsm, segment):
     assert _names_segment(info.value, md)
 
 
+def test_fetch_into_a_kept_buffer_gives_the_same_bytes(rsm, segment):
+    """The remote reader's read-ahead keeps what fetch_log_segment_buffer returns and answers fetches with
+    views into it: the same bytes as fetch_log_segment, read-only; the object store hands over its
+    client's buffer rather than a copy."""
+    md = segment.metadata()
+    rsm.copy_log_segment_data(md, segment.data)
+    log = segment.files["log"]
+    size = len(log)
+    for start, end in ((0, None), (0, 0), (size - 1, size - 1), (1000, 1999), (1, size + 500), (size, None)):
+        got = rsm.fetch_log_segment_buffer(md, start, end)
+        assert got == (log[start:] if end is None else log[start:end + 1]), (start, end)
+        assert memoryview(got).readonly
+    uncopied = rsm.configs.get("url", "").partition(":")[0] in ("s3", "memory", "file") and \
+        rsm.configs.get("compression.enable") != "true"
+    if uncopied:
+        assert not isinstance(rsm.fetch_log_segment_buffer(md, 0, 99), bytes)
+    rsm.delete_log_segment_data(md)
+    with pytest.raises(RemoteResourceNotFoundError) as info:
+        rsm.fetch_log_segment_buffer(md, 0)
+    assert _names_segment(info.value, md)
+
+
 def test_fetch_range_arguments_are_checked(rsm, segment):
     md = segment.metadata()
     rsm.copy_log_segment_data(md, segment.data)

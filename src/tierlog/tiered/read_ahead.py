@@ -30,8 +30,9 @@ MAX_STEP_BYTES = 16 * 1024 * 1024  # the read-ahead step of a warm sequential re
 READ_AHEAD_BUDGET = 128 * 1024 * 1024  # every window together
 MAX_WINDOWS = 4096
 
-#: Reads bytes [start, end] (end inclusive) of a segment's object: the storage manager's fetch_log_segment.
-FetchRange = Callable[[RemoteLogSegmentMetadata, int, int], bytes]
+#: Reads bytes [start, end] (end inclusive) of a segment's object, as bytes or a read-only buffer: the
+#: storage manager's fetch_log_segment_buffer.
+FetchRange = Callable[[RemoteLogSegmentMetadata, int, int], "bytes | memoryview"]
 
 
 @dataclass(eq=False)
@@ -42,7 +43,7 @@ class Window:
     key: tuple[TopicIdPartition, RemoteLogSegmentId]
     md: RemoteLogSegmentMetadata
     lock: threading.Lock = field(default_factory=threading.Lock)
-    chunks: list = field(default_factory=list)  # [(position, bytes)], contiguous, ascending
+    chunks: list = field(default_factory=list)  # [(position, bytes or read-only memoryview)], contiguous, ascending
     start: int = 0
     end: int = 0
     file: str | None = None  # the backend's file of the segment ("": it has none; None: not asked yet)
@@ -68,11 +69,18 @@ class Window:
 
     def view(self, start: int, end: int):
         """Bytes ``[start, end)`` (covered), as a memoryview of a chunk when one holds them (no copy: chunks
-        are immutable bytes), else joined."""
+        are immutable bytes or read-only buffers), else joined."""
         for pos, data in self.chunks:
             if pos <= start and end <= pos + len(data):
                 return memoryview(data)[start - pos:end - pos]
         return self.join(start, end)
+
+    def chunk_end(self, position: int) -> int:
+        """Where the chunk holding ``position`` ends (the window's end if none does)."""
+        for pos, data in self.chunks:
+            if pos <= position < pos + len(data):
+                return pos + len(data)
+        return self.end
 
     def join(self, start: int, end: int) -> bytes:
         parts = []

@@ -15,7 +15,9 @@ the reader goes on (also the start of the next segment, as soon as the current o
 or in flight, so a new segment costs no round trip of its own; that segment's manifest is fetched earlier
 still, while the reader is in the one before). A window keeps what it returned last, and where that began,
 so a fetch that the replica manager trimmed to the response budget, or one answered empty because the read
-outlasted ``remote.fetch.max.wait.ms``, is served again from memory without the offset index.
+outlasted ``remote.fetch.max.wait.ms``, is served again from memory without the offset index. An
+answer from memory ends within the ranged read holding its first batch, so it is sent as a view of it
+(joining two into new bytes cost 0.2-0.4 ms of CPU per MiB).
 
 Storage calls run on a pool of ``remote.log.reader.threads`` threads (dynamic); at most
 ``remote.log.reader.max.pending.tasks`` reads wait for a thread, further ones are refused with the
@@ -117,7 +119,7 @@ class RemoteLogReader:
         # As many read-ahead threads as reader threads: each partition read on keeps up to three calls in
         # flight at a segment's end (its last range, the next segment's manifest and first range), and
         # a call waiting for a free thread is a round trip lost (half as many made four readers queue).
-        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment, self.threads, chunk_bytes=chunk_bytes,
+        self.read_ahead = ReadAheadCache(rsm.fetch_log_segment_buffer, self.threads, chunk_bytes=chunk_bytes,
                                          budget=read_ahead_budget)
         self.index_cache = RemoteIndexCache(log_dir, cfg["remote.log.index.file.cache.total.size.bytes"],
                                             rsm.fetch_index)
@@ -319,7 +321,8 @@ class RemoteLogReader:
         def whole(position: int, end: int, taken: int) -> None:
             self._ensure(win, position, end, position + max(max_bytes - taken, 0), inline)
 
-        walked = self._walk(win, md, fetch_offset, max_bytes, min_one_message, inline, header, whole)
+        walked = self._walk(win, md, fetch_offset, max_bytes, min_one_message, inline, header, whole,
+                            win.chunk_end)
         if walked is None:
             return None
         if walked.first is None:
@@ -357,10 +360,14 @@ class RemoteLogReader:
                             walked.transactional)
 
     def _walk(self, win: Window, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
-              min_one_message: bool, inline: bool, header, whole) -> _Walk | None:
+              min_one_message: bool, inline: bool, header, whole, chunk_end=None) -> _Walk | None:
         """The whole batches to return from ``md``, reading headers with ``header(position, taken)`` and
         making each chosen batch available with ``whole(position, end, taken)`` (when given). None: the
-        segment has nothing at or after ``fetch_offset``; ``first`` None: nothing fits."""
+        segment has nothing at or after ``fetch_offset``; ``first`` None: nothing fits. With
+        ``chunk_end(position)`` (read-ahead memory) the answer ends within the chunk holding its first
+        batch, or after that batch when it runs past the chunk: a view of one chunk is sent without a
+        copy, while an answer across two was joined into new bytes (0.2-0.4 ms of CPU per MiB); the
+        consumer's next fetch takes the rest."""
         size = md.segment_size_in_bytes
         from_index = False
         if fetch_offset == win.next_offset:
@@ -384,15 +391,21 @@ class RemoteLogReader:
             position = 0
         walked = _Walk(None, position, fetch_offset, False)
         taken = 0
+        limit = size  # where the answer must end (chunk_end)
 
         def header_at(at: int):
-            return header(at, taken)  # taken as it is when the walk reads the header
+            # taken as it is when the walk reads the header; none read past the limit or once the answer
+            # is full (it may be in a read-ahead still in flight: the answer would wait for it)
+            full = walked.first is not None and taken >= max_bytes
+            return header(at, taken) if at < limit and not full else None
         for at, h in walk_batches(header_at, position, size):
             if h.last_offset < fetch_offset:
                 position = at + h.size
                 continue
             if (walked.first is not None or not min_one_message) and taken + h.size > max_bytes:
                 break  # whole batches only; the first one may exceed the limit with min_one_message
+            if walked.first is not None and at + h.size > limit:
+                break  # (the first batch reaching past the limit is whole: limit is at least its end)
             end = at + h.size
             if end > size:
                 raise KafkaStorageError(f"batch at position {at} ends at {end}, past the segment's {size} bytes")
@@ -400,6 +413,8 @@ class RemoteLogReader:
                 whole(at, end, taken)
             if walked.first is None:
                 walked.first = at
+                if chunk_end is not None:
+                    limit = max(chunk_end(at), end)
             taken += h.size
             walked.next_offset = h.next_offset
             walked.transactional = walked.transactional or h.is_transactional
@@ -446,7 +461,7 @@ class RemoteLogReader:
             stop = min(max(end, hint_end, begin + least), size)
             if cold and stop < size and win.pending is None:
                 self.read_ahead.start_read_ahead(win, stop, self.read_ahead.step(win))
-            data = self.rsm.fetch_log_segment(win.md, begin, stop - 1)
+            data = self.rsm.fetch_log_segment_buffer(win.md, begin, stop - 1)
             if len(data) != stop - begin:
                 raise KafkaStorageError(f"the object returned {len(data)} bytes from position {begin}, expected "
                                         f"{stop - begin} (it is shorter than its metadata says)")

@@ -113,6 +113,13 @@ class RemoteStorageManager(abc.ABC):
         or past the end returns ``b""``. A negative start or an end before the start is a caller bug
         (ValueError). A segment that is not (or no longer) stored raises RemoteResourceNotFoundError."""
 
+    def fetch_log_segment_buffer(self, md: RemoteLogSegmentMetadata, start_position: int,
+                                 end_position: int | None = None) -> bytes | memoryview:
+        """:meth:`fetch_log_segment` as bytes or a read-only buffer the caller keeps (the remote reader's
+        read-ahead windows hold them and answer fetches with views into them). Backends whose client
+        hands over its own immutable buffer override it to spare copying every ranged read."""
+        return self.fetch_log_segment(md, start_position, end_position)
+
     def read_log_segment_into(self, md: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview) -> int:
         """Up to ``len(buffer)`` bytes of the segment's original ``.log`` from ``start_position`` into
         ``buffer``; returns how many (0 at or past the end). For readers that reuse one buffer, such as

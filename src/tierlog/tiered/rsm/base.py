@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from tierlog.config import plugin_setting
@@ -113,6 +113,11 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
     def _local_path(self, key: str) -> str | None:
         """The file on this machine that holds object ``key``, when the store is a folder; else None."""
         return None
+
+    def _get_range_buffer(self, key: str, start: int, length: int) -> bytes | memoryview:
+        """:meth:`_get_range` as bytes or a read-only buffer; backends whose client returns an immutable
+        buffer of its own hand it over rather than copying it into bytes."""
+        return self._get_range(key, start, length)
 
     def _get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
         """Like :meth:`_get_range` into ``buffer``; the count read. Backends override it to skip a copy."""
@@ -234,15 +239,26 @@ class LayoutRemoteStorageManager(RemoteStorageManager):
 
     def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None) -> bytes:
+        return self._fetch_log(md, start_position, end_position, self._get_range)
+
+    def fetch_log_segment_buffer(self, md: RemoteLogSegmentMetadata, start_position: int,
+                                 end_position: int | None = None) -> bytes | memoryview:
+        return self._fetch_log(md, start_position, end_position, self._get_range_buffer)
+
+    def _fetch_log(self, md: RemoteLogSegmentMetadata, start_position: int, end_position: int | None,
+                   get: Callable[[str, int, int], Any]):
         check_fetch_range(start_position, end_position)
         keys, manifest = self._manifest(md)
         size = manifest.log_size
         if start_position >= size:
             return b""
         stop = size if end_position is None else min(end_position + 1, size)
+        if manifest.transforms:
+            get = self._get_range  # the transforms take bytes
 
-        def stored(start: int, length: int) -> bytes:
-            data = self._read_range(md, keys.log, start, length)
+        def stored(start: int, length: int):
+            with self._reading(md, keys.log):
+                data = get(keys.log, start, length)
             if len(data) != length:
                 raise RemoteStorageError(f"log object {keys.log} is shorter than its manifest says: "
                                          f"{len(data)} of {length} bytes at {start}")

@@ -187,9 +187,15 @@ class ObjectStoreRemoteStorageManager(LayoutRemoteStorageManager):
             self.requests.add("GET", 1, len(data))
 
     def _get_range(self, key: str, start: int, length: int) -> bytes:
+        return bytes(self._get_range_buffer(key, start, length))
+
+    def _get_range_buffer(self, key: str, start: int, length: int) -> memoryview:
+        # obstore's immutable Bytes as they came off the wire, not copied into bytes (0.2-0.4 ms of CPU
+        # per MiB, paid by every remote catch-up)
         data = b""
         try:
-            data = bytes(self._call(f"read {key}", obstore.get_range, self._store, key, start=start, length=length))
+            data = memoryview(self._call(f"read {key}", obstore.get_range, self._store, key, start=start,
+                                         length=length))
             return data
         finally:
             self.requests.add("GET_RANGE", 1, len(data))
