@@ -21,7 +21,9 @@ every value (``sum(length(value))``) on one shared ``local[2]`` session; timings
 Record timestamps (CreateTime) are spread evenly over the ten hours before the run, so the same run also
 times ``direct_last_hour``: the same query with ``where(timestamp >= <last hour>)``, which filter pushdown
 (tierlog.spark.pushdown) turns into the remote segments of that hour; ``last_hour_vs_full`` is its time
-over the full direct scan's.
+over the full direct scan's. ``query_floor`` is the same query over a Python data source of one row in
+one task: what Spark alone costs per query (its Python planning round trips, one task), the part of
+``direct_last_hour`` no source can save; ``floor_vs_full`` is its time over the full scan's.
 
     python bench/spark_read.py [--mb 1024] [--runs 3] [--partitions 4] [--record-bytes 1024]
 
@@ -132,7 +134,7 @@ def timed_read(spark, fmt: str, options: dict, expected_rows: int, since_ms: int
     return dt, int(row["n"]), int(row["bytes"] or 0)  # sum() of no rows is null
 
 
-def ceiling_source(rows: int, tasks: int, record_bytes: int):
+def ceiling_source(rows: int, tasks: int, record_bytes: int, name: str = "arrow_ceiling"):
     """A Python data source that only hands Spark ready-made Arrow batches shaped like the topic's rows
     (no I/O, no decoding): what any Python data source costs Spark on this machine, the floor under
     ``direct``."""
@@ -163,7 +165,7 @@ def ceiling_source(rows: int, tasks: int, record_bytes: int):
     class CeilingSource(DataSource):
         @classmethod
         def name(cls):
-            return "arrow_ceiling"
+            return name
 
         def schema(self):
             from tierlog.spark.read import SPARK_SCHEMA
@@ -194,7 +196,7 @@ def main() -> int:
 
     topic = "history"
     results: dict[str, list[float]] = {"direct": [], "broker": [], "kafka": [], "kafka_tierlog": [],
-                                       "arrow_ceiling": [], "direct_last_hour": []}
+                                       "arrow_ceiling": [], "direct_last_hour": [], "query_floor": []}
     base_ms = int(time.time() * 1000) - SPAN_MS  # recent: older records would be past retention
     with tempfile.TemporaryDirectory(prefix="tierlog-bench-spark-") as tmp:
         work = Path(tmp)
@@ -220,6 +222,7 @@ def main() -> int:
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
             spark.dataSource.register(ceiling_source(count, args.partitions, args.record_bytes))
+            spark.dataSource.register(ceiling_source(1, 1, args.record_bytes, "query_floor"))
             ways = {
                 "direct": ("tierlog", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic,
                                        "tierlog.rsm.dir": str(work / "tierlog" / "remote")}),
@@ -228,19 +231,22 @@ def main() -> int:
                 "kafka": ("kafka", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}),
                 "kafka_tierlog": ("kafka", {"kafka.bootstrap.servers": tl.bootstrap, "subscribe": topic}),
                 "arrow_ceiling": ("arrow_ceiling", {}),
+                "query_floor": ("query_floor", {}),
             }
             ways["direct_last_hour"] = ways["direct"]
             filtered = {"direct_last_hour": since}
+
+            def rows_of(name: str) -> int:
+                return 1 if name == "query_floor" else last_hour if name in filtered else count
             for name, (fmt, opts) in ways.items():  # warm-up: JIT, Python workers, page cache
-                timed_read(spark, fmt, opts, last_hour if name in filtered else count, filtered.get(name))
+                timed_read(spark, fmt, opts, rows_of(name), filtered.get(name))
             nbytes = 0
             for run in range(args.runs):
                 order = list(ways) if run % 2 == 0 else list(reversed(ways))
                 for name in order:
                     fmt, opts = ways[name]
-                    dt, rows, got_bytes = timed_read(spark, fmt, opts, last_hour if name in filtered else count,
-                                                     filtered.get(name))
-                    if name not in filtered:
+                    dt, rows, got_bytes = timed_read(spark, fmt, opts, rows_of(name), filtered.get(name))
+                    if name not in filtered and name != "query_floor":
                         nbytes = got_bytes
                     results[name].append(dt)
                     log(f"run {run + 1} {name}: {rows} rows in {dt:.1f} s ({got_bytes / MIB / dt:.0f} MB/s)")
@@ -254,7 +260,7 @@ def main() -> int:
            "kafka_peer": "Apache Kafka 4.4.0 with LocalTieredStorage, read by spark-sql-kafka-0-10"}
     for name, times in results.items():
         med = statistics.median(times)
-        if name == "direct_last_hour":  # the rows of the last hour only: its time is what counts
+        if name in ("direct_last_hour", "query_floor"):  # few rows: the time is what counts
             out[name] = {"seconds": round(med, 2), "runs_s": [round(t, 2) for t in times]}
             continue
         out[name] = {"seconds": round(med, 2), "rows_per_s": round(count / med),
@@ -269,6 +275,7 @@ def main() -> int:
     out["last_hour_vs_full"] = round(out["direct_last_hour"]["seconds"] / out["direct"]["seconds"], 3)
     out["target_met"] = out["direct_vs_kafka"] >= 3.0  # issue 9
     out["target_4x_met"] = out["direct_vs_kafka"] >= 4.0  # issue 41 item 4
+    out["floor_vs_full"] = round(out["query_floor"]["seconds"] / out["direct"]["seconds"], 3)
     out["pushdown_target_met"] = out["last_hour_vs_full"] <= 0.2
     out["load_avg_start_end"] = [round(load_at_start[0], 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(out))

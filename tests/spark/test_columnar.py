@@ -92,8 +92,9 @@ def test_next_offset_and_a_corrupt_batch():
 
 
 def test_grouping_slices_into_spark_tasks():
-    """One Spark task per partition's run of remote slices (capped by bytes), the local tails together in
-    the smallest remote task, partitions without remote data alone, every slice alone with minPartitions."""
+    """One Spark task per partition's run of remote slices (capped by bytes), each partition's local tail
+    in the task of its last remote slices, partitions without remote data alone, every slice alone with
+    minPartitions."""
     import uuid
 
     from tierlog.spark.plan import BrokerSlice, RemoteSlice, group
@@ -110,9 +111,9 @@ def test_grouping_slices_into_spark_tasks():
     p1 = [remote(1, 0, 10), BrokerSlice("t", 1, 10, 12)]
     p2 = [BrokerSlice("t", 2, 0, 50)]
     tasks = p0 + p1 + p2
-    # 250 bytes per task: partition 0's third slice starts a task; the first smallest task takes the tails
-    assert group(tasks, None, task_bytes=250) == [p0[:2], [p0[2], p0[3], p1[1]], [p1[0]], p2]
-    assert group(tasks, None) == [p0[:3], [p1[0], p0[3], p1[1]], p2]
+    # 250 bytes per task: partition 0's third slice starts a task, which reads on into the tail
+    assert group(tasks, None, task_bytes=250) == [p0[:2], p0[2:], p1, p2]
+    assert group(tasks, None) == [p0, p1, p2]
     assert group(tasks, 4) == [[t] for t in tasks]
 
 

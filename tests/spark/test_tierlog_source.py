@@ -65,13 +65,74 @@ def test_batch_read_equals_kafka_python_direct_and_broker_only(tierlog_spark, cl
     assert len(want) == count
     direct = source(tierlog_spark, cluster, topic)
     assert direct.columns == ROWS
-    # as Spark's Kafka source: one task per partition (its remote segments, the local tails in the smallest)
+    # as Spark's Kafka source: one task per partition (its remote segments, then its local tail)
     assert direct.rdd.getNumPartitions() == 3
     assert spark_rows(direct) == want
     assert spark_rows(source(tierlog_spark, cluster, topic, direct=False)) == want
     # read_committed through the broker: the consumer leaves out aborted transactions (none here)
     assert spark_rows(source(tierlog_spark, cluster, topic, direct=False, **{
         "kafka.isolation.level": "read_committed"})) == want
+
+
+@pytest.fixture(scope="module")
+def transactional(cluster):
+    """3 partitions of committed and aborted transactions between plain records, mostly remote; after
+    tiering, one more committed and one more aborted transaction in each partition's local tail."""
+    from tests.harness.rawclient import RawClient
+    from tests.harness.transactions import init_producer_id, marker, write_markers
+    from tests.harness.transactions import produce as produce_batch
+    topic = "transactional"
+    create(cluster, topic)
+    raw = RawClient(cluster.bootstrap)
+
+    def transaction(p: int, name: bytes, commit: bool) -> None:
+        pid, epoch = init_producer_id(raw)
+        values = [name + b"-%d-" % j + b"x" * 400 for j in range(8)]
+        assert produce_batch(raw, topic, values, partition=p, producer_id=pid, epoch=epoch, sequence=0,
+                             transactional=True).error_code == 0
+        assert produce_batch(raw, topic, [b"plain-" + name], partition=p).error_code == 0
+        assert write_markers(raw, marker(pid, epoch, commit, topic, partitions=(p,))) == {(pid, topic, p): 0}
+
+    for i in range(40):
+        for p in range(3):
+            transaction(p, b"t%d-%02d" % (p, i), i % 3 != 1)
+    raw_tiered = tiered(cluster, topic)
+    for p in range(3):
+        transaction(p, b"tail%d-c" % p, True)
+        transaction(p, b"tail%d-a" % p, False)
+        assert produce_batch(raw, topic, [b"end"], partition=p).error_code == 0
+    raw.close()
+    return topic, {s["partition"]: s["local_log_start_offset"] for s in raw_tiered}
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_each_partition_is_one_task_reading_its_history_then_its_tail(tierlog_spark, cluster, transactional,
+                                                                      isolation, tmp_path):
+    """Each partition is read by one Spark task, its remote segments then its local tail through the
+    broker, in offset order: the rows of each partition, in the order Spark returns them, are exactly what
+    a Kafka consumer with the same isolation level reads."""
+    from tests.harness.transactions import consume_confluent
+    topic, local_starts = transactional
+    want = {p: consume_confluent(cluster.bootstrap, topic, isolation, b"end", partition=p) for p in range(3)}
+    if isolation == "read_committed":
+        assert not any(b"-a-" in v for rows in want.values() for _, v in rows)  # aborted ones left out
+    df = source(tierlog_spark, cluster, topic, **{"kafka.isolation.level": isolation,
+                                                  "tierlog.debug.readLog": str(tmp_path)})
+    got: dict[int, list[tuple]] = {0: [], 1: [], 2: []}
+    for r in df.select("partition", "offset", "value").collect():  # in Spark's order: task by task
+        got[r.partition].append((r.offset, bytes(r.value)))
+    assert got == want
+    tasks = [[line.split() for line in f.read_text().splitlines()] for f in tmp_path.glob("*.log")]
+    assert sorted(int(t[0][2]) for t in tasks) == [0, 1, 2]
+    for t in tasks:
+        p = int(t[0][2])
+        assert {int(s[2]) for s in t} == {p}  # one partition per task
+        tiers = [s[0] for s in t]
+        assert tiers.count("remote") >= 2 and tiers[-1] == "broker" and tiers.count("broker") == 1
+        ranges = [(int(s[4]), int(s[5])) for s in t]
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous
+        assert ranges[-1][0] >= local_starts[p]  # the tail starts where the local log did at most
+        assert ranges[-1][1] == want[p][-1][0] + 1  # through the last record
 
 
 def test_offset_ranges_timestamps_and_min_partitions(tierlog_spark, cluster, history):

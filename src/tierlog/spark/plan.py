@@ -7,8 +7,9 @@ is cut into tasks:
 
 - one slice per remote segment (or per part of one, for ``minPartitions`` / read limits), read by an
   executor straight from the remote store, for offsets below the partition's local log start; a Spark
-  task reads consecutive slices of a partition up to 128 MiB;
-- the rest (the local tail, or everything in ``broker`` mode) through the broker, in slices.
+  task reads consecutive slices of a partition up to :data:`TASK_BYTES`;
+- the rest (the local tail, or everything in ``broker`` mode) through the broker, in slices; a local
+  tail is read by the task of its partition's last remote slices, after them.
 
 Only COPY_SEGMENT_FINISHED segments are used, and for each offset the segment the broker itself would
 read (the newest upload covering it), so a segment re-uploaded by a later leader is read once. Before
@@ -495,21 +496,21 @@ def _slice_bytes(task: RemoteSlice) -> int:
 
 
 def group(tasks: list, min_partitions: int | None, task_bytes: int = TASK_BYTES) -> list[list]:
-    """The tasks as Spark tasks: runs of remote slices of one partition joined up to ``task_bytes``; the
-    local tails of partitions read from remote storage (a broker slice right after a remote one) together,
-    one consumer for all, added to the smallest remote task; other broker slices alone. With
-    ``minPartitions`` set, every slice is a Spark task of its own."""
+    """The tasks as Spark tasks: runs of remote slices of one partition joined up to ``task_bytes``, the
+    partition's local tail (a broker slice right after a remote one) in the task of its last remote
+    slices, so a task reads a contiguous range of one partition (history, then tail) in parallel with
+    the other partitions' tasks, as Spark's Kafka source reads a partition per task; other broker slices
+    alone. With ``minPartitions`` set, every slice is a Spark task of its own."""
     if min_partitions:
         return [[t] for t in tasks]
     out: list[list] = []
-    tails: list[BrokerSlice] = []
     size = 0
     prev = None
     for t in tasks:
         same = prev is not None and (prev.topic, prev.partition) == (t.topic, t.partition)
         if isinstance(t, BrokerSlice):
             if same and isinstance(prev, RemoteSlice):
-                tails.append(t)
+                out[-1].append(t)
             else:
                 out.append([t])
         elif same and isinstance(prev, RemoteSlice) and size + _slice_bytes(t) <= task_bytes:
@@ -519,12 +520,6 @@ def group(tasks: list, min_partitions: int | None, task_bytes: int = TASK_BYTES)
             out.append([t])
             size = _slice_bytes(t)
         prev = t
-    if tails:
-        remote = [g for g in out if isinstance(g[0], RemoteSlice)]
-        if remote:
-            min(remote, key=lambda g: sum(map(_slice_bytes, g))).extend(tails)
-        else:
-            out.append(tails)
     return out
 
 

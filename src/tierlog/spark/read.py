@@ -267,7 +267,8 @@ def read_task(task, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
 
 
 def read_tasks(tasks: list, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
-    """One Spark task's slices: the remote ones in order, then the broker ones together."""
+    """One Spark task's slices: the remote ones in order, then the broker ones (each partition's tail,
+    after its remote slices) together, with one consumer."""
     for task in tasks:
         if isinstance(task, RemoteSlice):
             yield from read_remote(task, opts)
