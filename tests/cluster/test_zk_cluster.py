@@ -260,6 +260,86 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     assert sample_value(scrape(cluster.brokers[1]), PRODUCE_REQUESTS, group=group) == 2
 
 
+def test_share_group_dlq_write_retried_while_its_leader_is_away(cluster):
+    """KIP-1191's retries, as Kafka 4.4's DLQ manager: the only replica of the DLQ partition is on a fourth broker,
+    which hosts nothing else (so the clients need it not), stopped when broker 1 has a rejected record to write
+    there; the write fails and is tried again after a back-off (1 s doubling, five attempts in about 30 s). The
+    broker back within them, the record arrives. Stopped again for longer than the five attempts, the next rejected
+    record is archived without its DLQ record (the share-partition moves past it). Kafka counts
+    DeadLetterQueueFailedProduceRequests only for a Produce that failed: a partition without a leader never gets
+    one (Kafka retries CreateTopics instead), so neither write counts there. The fourth broker leaves at the end."""
+    from tests.harness.broker import BrokerProcess
+    from tests.harness.tiered import sample_value, scrape
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import read_dlq, set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT, REJECT
+    from tierlog.server.share_dlq import FAILED_PRODUCE_REQUESTS, MAX_REQUEST_ATTEMPTS
+
+    topic, dlq, group = unique("share-retry"), "dlq." + unique("away"), unique("share-dlq-retry")
+    away = 4
+    cluster.add_brokers([away], shared=True)
+    try:
+        create(cluster, topic, assignment=[[1, 2]])
+        create(cluster, dlq, assignment=[[away]], configs={"errors.deadletterqueue.group.enable": "true"})
+        with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+            assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+                             ("errors.deadletterqueue.copy.record.enable", "true"),
+                             ("share.auto.offset.reset", "earliest"))[0] == 0
+
+        async def produce(value: bytes):
+            async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+                await producer.send(topic, value, key=value)
+                await producer.flush()
+
+        def reject_next(offset: int) -> None:
+            asyncio.run(asyncio.wait_for(produce(f"value-{offset}".encode()), 60))
+            deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: REJECT, records=1))
+            assert deliveries == [(0, offset, 1, REJECT)]
+
+        def bring_back() -> None:
+            cluster.start([away])
+            cluster.wait_formed()
+            wait_leaders(cluster, dlq, 1)
+
+        def failed_attempt(n: int) -> bool:
+            return f"(share group {group}) failed, attempt {n} of {MAX_REQUEST_ATTEMPTS}" in cluster.output(1)
+
+        # within the attempts: the first one fails, the broker comes back, a later one writes the record
+        cluster.brokers[away].stop()
+        try:
+            reject_next(0)
+            cluster.wait_until(lambda: failed_attempt(1), 30, "a failed DLQ write retried")
+        finally:
+            bring_back()
+        records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 1))
+        assert [(k, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.message"]) for _p, k, _v, h in records] \
+            == [(b"value-0", b"0", b"Offset rejected by client.")]
+
+        # beyond them: archived without its DLQ record
+        cluster.brokers[away].stop()
+        try:
+            reject_next(1)
+            cluster.wait_until(lambda: f"to the DLQ of share group {group} ({MAX_REQUEST_ATTEMPTS} attempts)"
+                               in cluster.output(1), 90, "the DLQ write given up after its attempts")
+            assert failed_attempt(MAX_REQUEST_ATTEMPTS - 1) and not failed_attempt(MAX_REQUEST_ATTEMPTS)
+            assert not sample_value(scrape(cluster.brokers[1]), FAILED_PRODUCE_REQUESTS, group=group)
+        finally:
+            bring_back()
+        with rawclient.raw_client(cluster.brokers[away].bootstrap) as raw:  # the DLQ partition's end: one record
+            answer = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": dlq, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+            assert answer.topics[0].partitions[0].offset == 1, answer
+        asyncio.run(produce(b"value-2"))  # the share-partition went past offset 1: the next delivery is offset 2
+        deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT, records=1))
+        assert [(o, c) for _p, o, c, _k in deliveries] == [(2, 1)]
+    finally:  # the other tests know three brokers
+        gone = cluster.brokers.pop(away)
+        gone.stop()
+        BrokerProcess.shared.discard(gone)
+        cluster.wait_formed()
+
+
 def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     """KIP-932's share coordinator RPCs: the share-partition's leader (broker 1) does not lead the
     ``__share_group_state`` partition of its state (FindCoordinator key type 2 names another broker), so it reads and
