@@ -1,7 +1,8 @@
 """Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker, a share
-group's dead-letter queue led by another broker, a share-partition's state kept by another broker's share coordinator,
-acks=all when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling
-restart with controlled shutdown under an idempotent producer.
+group's dead-letter queue led by another broker (its writes retried while that broker is away), a share-partition's
+state kept by another broker's share coordinator, altered share group offsets taken up by every leader, acks=all
+when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling restart with
+controlled shutdown under an idempotent producer.
 
 One cluster serves the module (the tests run in file order on one worker); each test leaves every broker
 running. Replication itself (ISR changes, failover without loss, truncation) is tests/cluster/test_replication.py.
@@ -412,6 +413,54 @@ def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     kept = state(coordinator)
     assert (kept.start_offset, kept.leader_epoch) == (8, topic_state(cluster, 2, topic)[0].leader_epoch)
     assert kept.leader_epoch > leader_epoch
+
+
+def test_altered_share_group_offsets_taken_up_by_the_leader_of_every_partition(cluster):
+    """AlterShareGroupOffsets in a cluster, as Kafka 4.4: the group's coordinator initializes each share-partition's
+    state anew (InitializeShareGroupState to the share coordinator), and the partitions' leaders, brokers 1, 2 and
+    3, which held the share-partitions in their cache while the group consumed, dropped them when its last share
+    session there closed; so when consumers come back, every leader reads the altered state and delivers from the
+    altered offset, back before what the group had acknowledged."""
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT
+
+    topic, group = unique("share-alter"), unique("share-alter-group")
+    create(cluster, topic, assignment=[[1, 2], [2, 3], [3, 1]])
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        assert set_group(raw, group, ("share.auto.offset.reset", "earliest"))[0] == 0
+
+    async def produce():
+        async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+            for p in range(3):
+                for i in range(4):
+                    await producer.send(topic, f"p{p}-{i}".encode(), partition=p)
+            await producer.flush()
+
+    asyncio.run(produce())
+    first = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT, records=12))
+    assert sorted((p, o) for p, o, _c, _k in first) == [(p, o) for p in range(3) for o in range(4)]
+
+    altered = {0: 1, 1: 2, 2: 3}
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        coordinator = raw.request(ApiKey.FIND_COORDINATOR, 6, {"key_type": 0, "coordinator_keys": [group]})
+        node = coordinator.coordinators[0].node_id
+    with rawclient.raw_client(cluster.brokers[node].bootstrap) as raw:
+        def alter():  # the group is empty once the coordinator has seen the consumer leave
+            answer = raw.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
+                {"topic_name": topic, "partitions": [{"partition_index": p, "start_offset": o}
+                                                     for p, o in altered.items()]}]})
+            return answer if answer.error_code == 0 else None
+        answer = cluster.wait_until(alter, 30, "AlterShareGroupOffsets of the empty group")
+        assert [(r.partition_index, r.error_code) for r in answer.responses[0].partitions] == [(0, 0), (1, 0), (2, 0)]
+
+    again = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT,
+                                      records=sum(4 - o for o in altered.values())))
+    assert sorted((p, o, c) for p, o, c, _k in again) == [(p, o, 1) for p, first_offset in altered.items()
+                                                          for o in range(first_offset, 4)]
+    leaders = {p: s.leader_id for p, s in topic_state(cluster, 1, topic).items()}
+    assert leaders == {0: 1, 1: 2, 2: 3}
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):
