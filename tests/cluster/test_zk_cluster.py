@@ -1,7 +1,8 @@
 """Three tierlog brokers in ZooKeeper mode: topic administration on any broker, clients through any broker, a share
-group's dead-letter queue led by another broker, a share-partition's state kept by another broker's share coordinator,
-acks=all when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling
-restart with controlled shutdown under an idempotent producer.
+group's dead-letter queue led by another broker (its writes retried while that broker is away), a share-partition's
+state kept by another broker's share coordinator, altered share group offsets taken up by every leader, acks=all
+when the ISR is below min.insync.replicas, controller failover after SIGKILL and SIGSTOP, and a rolling restart with
+controlled shutdown under an idempotent producer.
 
 One cluster serves the module (the tests run in file order on one worker); each test leaves every broker
 running. Replication itself (ISR changes, failover without loss, truncation) is tests/cluster/test_replication.py.
@@ -260,6 +261,86 @@ def test_share_group_dlq_written_to_a_partition_led_by_another_broker(cluster):
     assert sample_value(scrape(cluster.brokers[1]), PRODUCE_REQUESTS, group=group) == 2
 
 
+def test_share_group_dlq_write_retried_while_its_leader_is_away(cluster):
+    """KIP-1191's retries, as Kafka 4.4's DLQ manager: the only replica of the DLQ partition is on a fourth broker,
+    which hosts nothing else (so the clients need it not), stopped when broker 1 has a rejected record to write
+    there; the write fails and is tried again after a back-off (1 s doubling, five attempts in about 30 s). The
+    broker back within them, the record arrives. Stopped again for longer than the five attempts, the next rejected
+    record is archived without its DLQ record (the share-partition moves past it). Kafka counts
+    DeadLetterQueueFailedProduceRequests only for a Produce that failed: a partition without a leader never gets
+    one (Kafka retries CreateTopics instead), so neither write counts there. The fourth broker leaves at the end."""
+    from tests.harness.broker import BrokerProcess
+    from tests.harness.tiered import sample_value, scrape
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import read_dlq, set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT, REJECT
+    from tierlog.server.share_dlq import FAILED_PRODUCE_REQUESTS, MAX_REQUEST_ATTEMPTS
+
+    topic, dlq, group = unique("share-retry"), "dlq." + unique("away"), unique("share-dlq-retry")
+    away = 4
+    cluster.add_brokers([away], shared=True)
+    try:
+        create(cluster, topic, assignment=[[1, 2]])
+        create(cluster, dlq, assignment=[[away]], configs={"errors.deadletterqueue.group.enable": "true"})
+        with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+            assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+                             ("errors.deadletterqueue.copy.record.enable", "true"),
+                             ("share.auto.offset.reset", "earliest"))[0] == 0
+
+        async def produce(value: bytes):
+            async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+                await producer.send(topic, value, key=value)
+                await producer.flush()
+
+        def reject_next(offset: int) -> None:
+            asyncio.run(asyncio.wait_for(produce(f"value-{offset}".encode()), 60))
+            deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: REJECT, records=1))
+            assert deliveries == [(0, offset, 1, REJECT)]
+
+        def bring_back() -> None:
+            cluster.start([away])
+            cluster.wait_formed()
+            wait_leaders(cluster, dlq, 1)
+
+        def failed_attempt(n: int) -> bool:
+            return f"(share group {group}) failed, attempt {n} of {MAX_REQUEST_ATTEMPTS}" in cluster.output(1)
+
+        # within the attempts: the first one fails, the broker comes back, a later one writes the record
+        cluster.brokers[away].stop()
+        try:
+            reject_next(0)
+            cluster.wait_until(lambda: failed_attempt(1), 30, "a failed DLQ write retried")
+        finally:
+            bring_back()
+        records = asyncio.run(read_dlq(cluster.bootstrap, dlq, 1, 1))
+        assert [(k, dict(h)["__dlq.errors.offset"], dict(h)["__dlq.errors.message"]) for _p, k, _v, h in records] \
+            == [(b"value-0", b"0", b"Offset rejected by client.")]
+
+        # beyond them: archived without its DLQ record
+        cluster.brokers[away].stop()
+        try:
+            reject_next(1)
+            cluster.wait_until(lambda: f"to the DLQ of share group {group} ({MAX_REQUEST_ATTEMPTS} attempts)"
+                               in cluster.output(1), 90, "the DLQ write given up after its attempts")
+            assert failed_attempt(MAX_REQUEST_ATTEMPTS - 1) and not failed_attempt(MAX_REQUEST_ATTEMPTS)
+            assert not sample_value(scrape(cluster.brokers[1]), FAILED_PRODUCE_REQUESTS, group=group)
+        finally:
+            bring_back()
+        with rawclient.raw_client(cluster.brokers[away].bootstrap) as raw:  # the DLQ partition's end: one record
+            answer = raw.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": dlq, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+            assert answer.topics[0].partitions[0].offset == 1, answer
+        asyncio.run(produce(b"value-2"))  # the share-partition went past offset 1: the next delivery is offset 2
+        deliveries = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT, records=1))
+        assert [(o, c) for _p, o, c, _k in deliveries] == [(2, 1)]
+    finally:  # the other tests know three brokers
+        gone = cluster.brokers.pop(away)
+        gone.stop()
+        BrokerProcess.shared.discard(gone)
+        cluster.wait_formed()
+
+
 def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     """KIP-932's share coordinator RPCs: the share-partition's leader (broker 1) does not lead the
     ``__share_group_state`` partition of its state (FindCoordinator key type 2 names another broker), so it reads and
@@ -332,6 +413,54 @@ def test_share_state_kept_by_the_share_coordinator_of_another_broker(cluster):
     kept = state(coordinator)
     assert (kept.start_offset, kept.leader_epoch) == (8, topic_state(cluster, 2, topic)[0].leader_epoch)
     assert kept.leader_epoch > leader_epoch
+
+
+def test_altered_share_group_offsets_taken_up_by_the_leader_of_every_partition(cluster):
+    """AlterShareGroupOffsets in a cluster, as Kafka 4.4: the group's coordinator initializes each share-partition's
+    state anew (InitializeShareGroupState to the share coordinator), and the partitions' leaders, brokers 1, 2 and
+    3, which held the share-partitions in their cache while the group consumed, dropped them when its last share
+    session there closed; so when consumers come back, every leader reads the altered state and delivers from the
+    altered offset, back before what the group had acknowledged."""
+    from tests.harness.tierlog_cluster import create
+    from tests.server.sharelib import set_group, share_consume
+    from tierlog.client.producer import Producer
+    from tierlog.client.share_consumer import ACCEPT
+
+    topic, group = unique("share-alter"), unique("share-alter-group")
+    create(cluster, topic, assignment=[[1, 2], [2, 3], [3, 1]])
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        assert set_group(raw, group, ("share.auto.offset.reset", "earliest"))[0] == 0
+
+    async def produce():
+        async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+            for p in range(3):
+                for i in range(4):
+                    await producer.send(topic, f"p{p}-{i}".encode(), partition=p)
+            await producer.flush()
+
+    asyncio.run(produce())
+    first = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT, records=12))
+    assert sorted((p, o) for p, o, _c, _k in first) == [(p, o) for p in range(3) for o in range(4)]
+
+    altered = {0: 1, 1: 2, 2: 3}
+    with rawclient.raw_client(cluster.brokers[1].bootstrap) as raw:
+        coordinator = raw.request(ApiKey.FIND_COORDINATOR, 6, {"key_type": 0, "coordinator_keys": [group]})
+        node = coordinator.coordinators[0].node_id
+    with rawclient.raw_client(cluster.brokers[node].bootstrap) as raw:
+        def alter():  # the group is empty once the coordinator has seen the consumer leave
+            answer = raw.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
+                {"topic_name": topic, "partitions": [{"partition_index": p, "start_offset": o}
+                                                     for p, o in altered.items()]}]})
+            return answer if answer.error_code == 0 else None
+        answer = cluster.wait_until(alter, 30, "AlterShareGroupOffsets of the empty group")
+        assert [(r.partition_index, r.error_code) for r in answer.responses[0].partitions] == [(0, 0), (1, 0), (2, 0)]
+
+    again = asyncio.run(share_consume(cluster.bootstrap, group, topic, lambda o, c: ACCEPT,
+                                      records=sum(4 - o for o in altered.values())))
+    assert sorted((p, o, c) for p, o, c, _k in again) == [(p, o, 1) for p, first_offset in altered.items()
+                                                          for o in range(first_offset, 4)]
+    leaders = {p: s.leader_id for p, s in topic_state(cluster, 1, topic).items()}
+    assert leaders == {0: 1, 1: 2, 2: 3}
 
 
 def test_controller_killed_another_takes_over_and_the_broker_rejoins(cluster):

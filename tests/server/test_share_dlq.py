@@ -2,16 +2,19 @@
 share group configs set with IncrementalAlterConfigs on the GROUP resource, the same refusals, and the same
 records written to the DLQ topic for records the consumer rejected and records released past the delivery
 limit, compared field by field (headers included; timestamps and offsets are the broker's); a DLQ topic without
-``errors.deadletterqueue.group.enable`` gets nothing, and its group's rejected records are archived all the same."""
+``errors.deadletterqueue.group.enable`` gets nothing, and its group's rejected records are archived all the same.
+A batch released again and again: the records each fetch acquires as the delivery count grows (Kafka 4.4's
+throttling) and the DLQ records once the delivery limit is reached."""
 
 from __future__ import annotations
 
 import asyncio
 
 from tests.harness.rawclient import create_topic, raw_client, unique
-from tests.server.sharelib import read_dlq, set_group, share_consume
+from tests.harness.waiting import wait_until_async
+from tests.server.sharelib import DELIVERY_LIMIT, read_dlq, set_group, share_consume
 from tierlog.client.producer import Producer
-from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE
+from tierlog.client.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
 from tierlog.protocol import ApiKey
 
 
@@ -176,3 +179,58 @@ def test_share_group_dlq_auto_created_as_kafka_44(tierlog_peer, kafka_peer):
     assert kafka["on topic"][0] == 0 and len(kafka["on records"]) == 2
     for key in kafka:
         assert (key, tierlog[key]) == (key, kafka[key])
+
+
+def _throttle_scenario(bootstrap: str) -> dict:
+    """Eight records in one batch, every delivery released until the delivery limit (5) archives them into the
+    DLQ: the records each poll returned, with their delivery counts (Kafka 4.4 throttles the acquisition of a batch
+    whose records were delivered often: half the batch, then a quarter, ...), and the DLQ records written."""
+    topic, dlq, group = unique("dlq-throttle"), "dlq." + unique("throttled"), unique("dlq-throttle")
+    create_topic(bootstrap, topic)
+    create_topic(bootstrap, dlq, configs={"errors.deadletterqueue.group.enable": "true"})
+    with raw_client(bootstrap) as raw:
+        assert set_group(raw, group, ("errors.deadletterqueue.topic.name", dlq),
+                         ("share.auto.offset.reset", "earliest"))[0] == 0
+    out: dict = {}
+
+    async def run():
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            for i in range(8):  # sent before the flush: one batch
+                await producer.send(topic, f"value-{i}".encode(), key=f"key-{i}".encode())
+            await producer.flush()
+        polls: list[list[tuple[int, int]]] = []
+        finished: set[int] = set()
+        async with ShareConsumer(group, bootstrap_servers=bootstrap, acknowledgement_mode="explicit") as consumer:
+            consumer.subscribe([topic])
+
+            async def round_() -> bool:
+                got = await consumer.poll(timeout_ms=500)
+                if got:
+                    polls.append([(r.offset, r.delivery_count) for r in got])
+                for r in got:
+                    consumer.acknowledge(r, RELEASE)
+                    if r.delivery_count >= DELIVERY_LIMIT:
+                        finished.add(r.offset)
+                await consumer.commit_sync()
+                return len(finished) == 8
+
+            await wait_until_async(round_, timeout=60, interval=0.05, what="every record past the delivery limit")
+        out["polls"] = polls
+        out["dlq"] = [(k, [(n, v.decode()) for n, v in h if n in ("__dlq.errors.offset", "__dlq.errors.delivery.count",
+                                                                  "__dlq.errors.message")])
+                      for _p, k, _v, h in sorted(await read_dlq(bootstrap, dlq, 1, 8),
+                                                 key=lambda r: dict(r[3])["__dlq.errors.offset"])]
+
+    asyncio.run(run())
+    return out
+
+
+def test_throttled_redelivery_until_the_dlq_as_kafka_44(tierlog_peer, kafka_peer):
+    kafka, tierlog = _throttle_scenario(kafka_peer.bootstrap), _throttle_scenario(tierlog_peer.bootstrap)
+    assert tierlog["polls"] == kafka["polls"]
+    assert tierlog["dlq"] == kafka["dlq"]
+    # the whole batch while delivered less often, then fewer records a fetch (Kafka 4.4's throttling)
+    assert kafka["polls"][0] == [(o, 1) for o in range(8)]
+    assert min(len(p) for p in kafka["polls"]) < 8
+    assert [k for k, _h in kafka["dlq"]] == [None] * 8
+    assert {dict(h)["__dlq.errors.delivery.count"] for _k, h in kafka["dlq"]} == {str(DELIVERY_LIMIT)}

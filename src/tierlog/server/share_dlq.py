@@ -6,6 +6,11 @@ rejected, or one released or timed out past ``group.share.delivery.count.limit``
 range here (:class:`~tierlog.coordinator.share.share_partition.DlqBatch`). One background task writes the ranges
 queued, each as one uncompressed batch for partition ``source partition % DLQ partitions`` of the DLQ topic, and
 then archives the records, whether the write succeeded or not (Kafka logs the failure and archives regardless).
+A write that fails for a reason that may pass is tried again, as Kafka 4.4's ``ProduceRequestHandler`` does: up to
+``MAX_REQUEST_ATTEMPTS`` (5) Produce attempts, after a back-off of 1 s doubling per failure (2, 4, 8, 16 s, at most
+30 s, 20 % jitter). Retried: the DLQ partition without a leader or its leader gone (Kafka sends CreateTopics then and
+retries on TOPIC_ALREADY_EXISTS with the same back-off), a connection that failed or timed out, and the partition
+answering NOT_LEADER_OR_FOLLOWER; any other error, or the last attempt failing, archives the records without them.
 As Kafka's ``ShareGroupDLQStateManager`` coalesces them, the ranges queued together go to each DLQ partition
 leader in one request: one Produce (acks=all) over the inter-broker channel per broker, the records of every range
 bound for one partition in one batch (a range that would take it past the topic's ``max.message.bytes`` waits for
@@ -26,14 +31,17 @@ with the broker's ``errors.deadletterqueue.topic.name.prefix`` (when set), and i
 
 Kafka's ShareGroupMetrics meters ``DeadLetterQueueRecordCount``, ``DeadLetterQueueTotalProduceRequestsPerSec`` and
 ``DeadLetterQueueFailedProduceRequestsPerSec`` (tag ``group``) are counters here (docs/metrics.md). As Kafka 4.4's
-(``ProduceRequestHandler.recordProduceMetric``, one per range coalesced into a request), the total and failed
-counts are per range written, not per Produce request sent.
+(``ProduceRequestHandler.recordProduceMetric``, one per range each time it is coalesced into a request), the total
+counts a range at each attempt, not per Produce request sent; the failed count is one per range whose Produce
+failed for good (its attempts exhausted, or an error not retried). A range refused before any Produce (the DLQ
+topic misconfigured) counts in neither, as in Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -42,9 +50,13 @@ from dataclasses import dataclass
 from tierlog.config.group_configs import DLQ_COPY_RECORD_ENABLE, DLQ_TOPIC_NAME
 from tierlog.coordinator.share.share_partition import DlqBatch, SharePartition
 from tierlog.errors import (
+    BrokerNotAvailableError,
     CoordinatorNotAvailableError,
     KafkaError,
     LeaderNotAvailableError,
+    NetworkException,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     error_for_code,
 )
@@ -71,21 +83,52 @@ PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuetotalproducere
 FAILED_PRODUCE_REQUESTS = "kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests_total"
 
 
+#: Kafka 4.4's ShareGroupDLQStateManager: the Produce attempts of a range, and the back-off between them
+#: (REQUEST_BACKOFF_MS doubling per failed attempt up to REQUEST_BACKOFF_MAX_MS, CommonClientConfigs' 20 % jitter)
+MAX_REQUEST_ATTEMPTS = 5
+REQUEST_BACKOFF_MS = 1_000
+REQUEST_BACKOFF_MAX_MS = 30_000
+RETRY_BACKOFF_JITTER = 0.2
+#: a whole request failing so is retried (Kafka: a disconnect, NETWORK_EXCEPTION, or REQUEST_TIMED_OUT)
+RETRIABLE_REQUEST_ERRORS = (NetworkException, RequestTimedOutError, BrokerNotAvailableError, OSError,
+                            asyncio.TimeoutError)
+
+
+def retry_backoff_s(attempts: int) -> float:
+    """The wait after ``attempts`` failed attempts (Kafka's ``ExponentialBackoffManager.backOff``)."""
+    ms = min(REQUEST_BACKOFF_MAX_MS, REQUEST_BACKOFF_MS * 2 ** attempts)
+    return ms * random.uniform(1 - RETRY_BACKOFF_JITTER, 1 + RETRY_BACKOFF_JITTER) / 1000
+
+
+class _Retry(Exception):
+    """A failure that may pass: the range's write is tried again after a back-off."""
+
+
 #: how long a write waits for an auto-created DLQ topic to appear in this broker's metadata
 AUTO_CREATE_WAIT_S = 30.0
 #: the configs Kafka 4.4 creates a DLQ topic with
 AUTO_CREATE_CONFIGS = {"errors.deadletterqueue.group.enable": "true", "message.timestamp.type": "CreateTime"}
 
 
+def _retry(cause: BaseException) -> _Retry:
+    retry = _Retry(str(cause))
+    retry.__cause__ = cause
+    return retry
+
+
 class DlqTopicError(Exception):
     """The group's DLQ topic cannot take records (Kafka's ConfigException messages)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Job:
     sp: SharePartition
     topic_id: uuid.UUID
     batch: DlqBatch
+    #: failed Produce attempts so far (Kafka's produceRequestBackoff)
+    attempts: int = 0
+    #: the DLQ records, built once: a retry sends the same ones (Kafka memoizes a round's source records)
+    records: list[Record] | None = None
 
 
 class ShareGroupDlqWriter:
@@ -100,6 +143,7 @@ class ShareGroupDlqWriter:
         self.on_done = on_done
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task | None = None
+        self._retries: set[asyncio.TimerHandle] = set()
         self._metrics = None
         if metrics is not None:
             self._metrics = (
@@ -113,16 +157,37 @@ class ShareGroupDlqWriter:
     def submit(self, sp: SharePartition, topic_id: uuid.UUID) -> None:
         """Queue the share-partition's ARCHIVING ranges not yet handed over."""
         pending = sp.take_dlq_pending()
-        if not pending:
-            return
+        for batch in pending:
+            self._enqueue(_Job(sp, topic_id, batch))
+
+    def _enqueue(self, job: _Job) -> None:
         if self._queue is None:
             self._queue = asyncio.Queue()
-        for batch in pending:
-            self._queue.put_nowait(_Job(sp, topic_id, batch))
+        self._queue.put_nowait(job)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="share-group-dlq")
 
+    def _retry_later(self, job: _Job, failure: BaseException) -> bool:
+        """Count a failed attempt; queue the range again after Kafka's back-off unless its attempts are spent."""
+        job.attempts += 1
+        if job.attempts >= MAX_REQUEST_ATTEMPTS:
+            return False
+        delay = retry_backoff_s(job.attempts)
+        log.info("DLQ write of offsets %d-%d of %s-%d (share group %s) failed, attempt %d of %d, retrying in "
+                 "%.1f s: %s", job.batch.first_offset, job.batch.last_offset, job.sp.topic, job.sp.partition,
+                 job.sp.group_id, job.attempts, MAX_REQUEST_ATTEMPTS, delay, failure)
+
+        def again() -> None:
+            self._retries.discard(handle)
+            self._enqueue(job)
+        handle = asyncio.get_running_loop().call_later(delay, again)
+        self._retries.add(handle)
+        return True
+
     async def close(self) -> None:
+        for handle in self._retries:
+            handle.cancel()
+        self._retries.clear()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -141,15 +206,21 @@ class ShareGroupDlqWriter:
     async def _round(self, jobs: list[_Job]) -> None:
         """Write every queued range: their records built, then one request per DLQ partition leader carrying
         every range bound for it (Kafka's ``coalesceProduceRequests``); ranges past a partition's
-        ``max.message.bytes`` wait for the next request to that leader."""
+        ``max.message.bytes`` wait for the next request to that leader. A range whose write may succeed later is
+        queued again after a back-off."""
         outgoing: dict[int | None, list[tuple[_Job, str, int, list[Record]]]] = {}
         for job in jobs:
-            self._count(1, job.sp.group_id)  # Kafka's recordDLQProduce: one per range handed to the DLQ manager
             try:
                 topic, partition, records = await self._prepare(job)
                 leader = self._leader(topic, partition)
+            except (LeaderNotAvailableError, BrokerNotAvailableError) as e:
+                # Kafka: no leader known for the DLQ partition, so CreateTopics, answered TOPIC_ALREADY_EXISTS and
+                # retried with the same back-off and attempts as a Produce
+                if not self._retry_later(job, e):
+                    self._done(job, 0, e, produced=False)
+                continue
             except Exception as e:  # never leave records in ARCHIVING because of a failure here
-                self._done(job, 0, e)
+                self._done(job, 0, e, produced=False)
                 continue
             outgoing.setdefault(leader, []).append((job, topic, partition, records))
         for leader, pending in outgoing.items():
@@ -166,20 +237,33 @@ class ShareGroupDlqWriter:
                         continue
                     sending.setdefault(tp, []).append((job, records))
                     batches[tp] = merged
+                    self._count(1, job.sp.group_id)  # Kafka's recordProduceMetric: each time it joins a request
                 failures = await self._send(leader, batches)
                 for tp, entries in sending.items():
+                    failure = failures.get(tp)
                     for job, _records in entries:
-                        self._done(job, job.batch.last_offset - job.batch.first_offset + 1, failures.get(tp))
+                        if isinstance(failure, _Retry):
+                            if self._retry_later(job, failure.__cause__ or failure):
+                                continue
+                            failure = failure.__cause__ or failure
+                        self._done(job, job.batch.last_offset - job.batch.first_offset + 1, failure)
                 pending = deferred
 
-    def _done(self, job: _Job, records: int, failure: BaseException | None) -> None:
+    def _done(self, job: _Job, records: int, failure: BaseException | None, produced: bool = True) -> None:
         """The range's DLQ write ended: counted, its records archived whether it was written or not (Kafka logs
-        the failure and archives regardless)."""
+        the failure and archives regardless). ``produced``: whether it got as far as a Produce (Kafka counts a
+        failed one only then)."""
         if failure is None:
             self._count(0, job.sp.group_id, records)
         else:
-            self._count(2, job.sp.group_id)
-            if isinstance(failure, (DlqTopicError, KafkaError)):
+            if produced:
+                self._count(2, job.sp.group_id)
+            if job.attempts >= MAX_REQUEST_ATTEMPTS:
+                log.warning("Exhausted max retries to write offsets %d-%d of %s-%d to the DLQ of share group %s "
+                            "(%d attempts), archiving them regardless: %s", job.batch.first_offset,
+                            job.batch.last_offset, job.sp.topic, job.sp.partition, job.sp.group_id, job.attempts,
+                            failure)
+            elif isinstance(failure, (DlqTopicError, KafkaError, OSError)):
                 log.warning("Failed to write offsets %d-%d of %s-%d to the DLQ of share group %s, archiving "
                             "them regardless: %s", job.batch.first_offset, job.batch.last_offset, job.sp.topic,
                             job.sp.partition, job.sp.group_id, failure)
@@ -258,6 +342,8 @@ class ShareGroupDlqWriter:
             for (topic, partition), data in records.items():
                 try:
                     self.rm.append_records(topic, partition, data)
+                except NotLeaderOrFollowerError as e:  # leadership moved since the metadata was read
+                    failures[(topic, partition)] = _retry(e)
                 except Exception as e:
                     failures[(topic, partition)] = e
             return failures
@@ -269,20 +355,26 @@ class ShareGroupDlqWriter:
                 "transactional_id": None, "acks": -1, "timeout_ms": 30000,
                 "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()]},
                 max_version=12)
+        except RETRIABLE_REQUEST_ERRORS as e:
+            return dict.fromkeys(records, _retry(e))
         except Exception as e:
             return dict.fromkeys(records, e)
         for t in answer.responses:
             for r in t.partition_responses:
                 if r.error_code:
-                    failures[(t.name, r.index)] = error_for_code(int(r.error_code))(
-                        r.error_message or f"Produce to {t.name}-{r.index}")
+                    error = error_for_code(int(r.error_code))(r.error_message or f"Produce to {t.name}-{r.index}")
+                    # Kafka retries a partition's NOT_LEADER_OR_FOLLOWER only; any other error is final
+                    failures[(t.name, r.index)] = _retry(error) if isinstance(error, NotLeaderOrFollowerError) \
+                        else error
         return failures
 
     async def _prepare(self, job: _Job) -> tuple[str, int, list[Record]]:
         """The range's DLQ records, and the DLQ partition they go to."""
         sp, b = job.sp, job.batch
         await self._auto_create(sp.group_id)
-        dlq, partitions = self._dlq_topic(sp.group_id)
+        dlq, partitions = self._dlq_topic(sp.group_id)  # checked again at each attempt: the configs are dynamic
+        if job.records is not None:
+            return dlq, sp.partition % partitions, job.records
         copy = self.group_config(sp.group_id, DLQ_COPY_RECORD_ENABLE).strip().lower() == "true"
         originals = await self._originals(sp, b.first_offset, b.last_offset) if copy else {}
         now = int(time.time() * 1000)
@@ -295,6 +387,7 @@ class ShareGroupDlqWriter:
                        (HEADER_DELIVERY_COUNT, str(b.delivery_count).encode()), (HEADER_MESSAGE, message)]
             records.append(Record(timestamp=now, key=original.key if original else None,
                                   value=original.value if original else None, headers=headers))
+        job.records = records
         return dlq, sp.partition % partitions, records
 
     def _count(self, which: int, group_id: str, n: int = 1) -> None:

@@ -9,6 +9,7 @@ server/share_persister.py: this broker's log, or the share coordinator RPCs to t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tierlog.coordinator.share.records import ShareSnapshot
-from tierlog.coordinator.share.share_partition import SharePartition
+from tierlog.coordinator.share.share_partition import RecordState, SharePartition
+from tierlog.errors import KafkaError
 
 
 class Persister(Protocol):
@@ -68,6 +70,9 @@ class SharePartitionManager:
         self.partitions: dict[Key, SharePartition] = {}
         self._loading: dict[Key, asyncio.Lock] = {}
         self._persisted: dict[Key, int] = {}  # the version last written
+        #: the share-partitions with state made or altered here, kept when forget_group drops them from the cache
+        #: (DescribeShareGroupOffsets without topics answers for these)
+        self._known: set[Key] = set()
         #: group id -> whether the group has a dead-letter queue topic now (KIP-1191)
         self.dlq_enabled = dlq_enabled
 
@@ -93,6 +98,10 @@ class SharePartitionManager:
                     lock_duration_ms: int | None) -> SharePartition:
         group_id, _topic_id, partition = key
         cfg = self.config
+        if self.store is not None:
+            # the writes of an earlier share-partition of this key (one dropped by forget_group) land first
+            with contextlib.suppress(KafkaError):
+                await self.store.flush(key)
         state = await self.store.read(key, leader_epoch) if self.store is not None else None
         sp = self.partitions[key] = SharePartition(
             group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
@@ -108,7 +117,12 @@ class SharePartitionManager:
             sp.state_epoch = state.state_epoch if state is not None else 0
             sp.initialize(initial_offset())
         self._persisted[key] = sp.version
+        self._known.add(key)
         return sp
+
+    def group_partitions(self, group_id: str) -> list[Key]:
+        """The share-partitions of the group this broker made or altered, cached or not."""
+        return sorted({k for k in self._known if k[0] == group_id} | {k for k in self.partitions if k[0] == group_id})
 
     def persist(self, sp: SharePartition, topic_id: uuid.UUID, leader_epoch: int | None = None) -> None:
         key = (sp.group_id, topic_id, sp.partition)
@@ -148,25 +162,23 @@ class SharePartitionManager:
         return changed
 
     async def alter(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int, start_offset: int) -> None:
-        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (nothing in flight), a new
-        state epoch, written at once."""
+        """AlterShareGroupOffsets: the share-partition's state starts over at ``start_offset`` (nothing in
+        flight), a new state epoch, initialized at once through the persister (Kafka's group coordinator calls
+        InitializeShareGroupState). Nothing is kept in this broker's cache: the partition's leader, this broker or
+        another, reads the new state when it next makes the share-partition (the group is empty, so no leader
+        holds it any more: see :meth:`forget_group`)."""
         key = (group_id, topic_id, partition)
         old = self.partitions.pop(key, None)
-        state = await self.store.summary(key) if self.store is not None else None
+        self._persisted.pop(key, None)
+        self._known.add(key)
+        if self.store is None:
+            return
+        state = await self.store.summary(key)
         epoch = max(old.state_epoch if old is not None else 0, state.state_epoch if state is not None else 0) + 1
-        cfg = self.config
-        sp = self.partitions[key] = SharePartition(
-            group_id, topic, partition, lock_duration_ms=cfg.record_lock_duration_ms,
-            delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
-            dlq_enabled=lambda g=group_id: self.dlq_enabled(g))
-        sp.state_epoch = epoch
-        sp.initialize(start_offset)
-        sp.version = (old.version + 1) if old is not None else 1
-        if self.store is not None:
-            now = int(time.time() * 1000)
-            await self.store.initialize(key, ShareSnapshot(sp.version, epoch, sp.leader_epoch, start_offset, now, now,
-                                                           [], 0))
-        self._persisted[key] = sp.version
+        version = (old.version + 1) if old is not None else 1
+        now = int(time.time() * 1000)
+        await self.store.initialize(key, ShareSnapshot(version, epoch, old.leader_epoch if old is not None else 0,
+                                                       start_offset, now, now, [], 0))
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
         """DeleteShareGroupOffsets: the share-partitions' state is gone; the group starts them afresh."""
@@ -174,14 +186,29 @@ class SharePartitionManager:
             key = (group_id, topic_id, p)
             self.partitions.pop(key, None)
             self._persisted.pop(key, None)
+            self._known.discard(key)
             if self.store is not None:
                 await self.store.delete(key)
+
+    def forget_group(self, group_id: str) -> None:
+        """The group has no share session on this broker any more (Kafka's ``ShareGroupListener.onGroupEmpty``):
+        its share-partitions leave the cache, so the next fetch reads their state again from the persister, which
+        holds what AlterShareGroupOffsets or DeleteShareGroupOffsets made of it meanwhile (at the group
+        coordinator, possibly another broker). One with records on their way to the DLQ stays until they are
+        written (its state is still to change)."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            sp = self.partitions[key]
+            if sp.dlq_pending or any(r.state is RecordState.ARCHIVING for r in sp.in_flight.values()):
+                continue
+            del self.partitions[key]
+            self._persisted.pop(key, None)
 
     def forget(self, topic_id: uuid.UUID, partition: int) -> None:
         """The partition is not led here: drop every group's share-partition of it (kept in memory only)."""
         for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
             del self.partitions[key]
             self._persisted.pop(key, None)
+            self._known.discard(key)
 
     async def start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
         """The share-partition start offset, from memory or the persisted state; None when never initialized."""

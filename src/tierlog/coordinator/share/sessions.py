@@ -56,3 +56,7 @@ class ShareSessionCache:
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
+
+    def has_group(self, group_id: str) -> bool:
+        """Whether a member of the group still has a session here (Kafka counts members per group)."""
+        return any(g == group_id for g, _m in self.sessions)

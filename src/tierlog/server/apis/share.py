@@ -174,8 +174,15 @@ class ShareApis:
             self.dlq.submit(sp, topic_id)
 
     def _member_removed(self, group_id: str, member_id: str) -> None:
+        self._close_session(group_id, member_id)
+
+    def _close_session(self, group_id: str, member_id: str) -> None:
+        """The member's share session ends (ShareFetch/ShareAcknowledge epoch -1, or it left the group): its
+        records are released; the group's last session here drops its share-partitions from the cache."""
         self.sessions.close(group_id, member_id)
         self._release_member(group_id, member_id)
+        if not self.sessions.has_group(group_id):
+            self.manager.forget_group(group_id)
         self._wake()
 
     def _release_member(self, group_id: str, member_id: str) -> None:
@@ -321,9 +328,7 @@ class ShareApis:
         # v2's IsRenewAck: the request only renews (and acknowledges); nothing new is acquired (Kafka's rule)
         if epoch == FINAL_EPOCH or getattr(req, "is_renew_ack", False):
             if epoch == FINAL_EPOCH:
-                self.sessions.close(group_id, member_id)
-                self._release_member(group_id, member_id)
-                self._wake()
+                self._close_session(group_id, member_id)
             else:
                 self.sessions.advance(session)
             responses = self._group_by_topic(
@@ -512,9 +517,7 @@ class ShareApis:
             return _top_error(ctx, session, None)
         errors = await self._acknowledge(group_id, member_id, req.topics)
         if epoch == FINAL_EPOCH:
-            self.sessions.close(group_id, member_id)
-            self._release_member(group_id, member_id)
-            self._wake()
+            self._close_session(group_id, member_id)
         else:
             self.sessions.advance(session)
         topics: dict[uuid.UUID, list[dict]] = {}
@@ -541,9 +544,9 @@ class ShareApis:
                 continue
             if g.topics is None:  # every partition the group has state for here
                 wanted: dict[str, list[int]] = {}
-                for (group, tid, p) in self.manager.partitions:
+                for (_group, tid, p) in self.manager.group_partitions(g.group_id):
                     name = self.rm.topic_name(tid)
-                    if group == g.group_id and name is not None:
+                    if name is not None:
                         wanted.setdefault(name, []).append(p)
             else:
                 wanted = {t.topic_name: list(t.partitions) for t in g.topics}
