@@ -419,6 +419,11 @@ class ConsumerMembershipManager(ConsumerCoordinator):
                 "partition assignment; it is likely that the consumer was kicked out of the group.")
         return self.member_epoch, self.member_id
 
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        if self.member_epoch <= 0 or not self.subs.auto_assigned:
+            return None, -1
+        return self.member_id, self.member_epoch
+
     def _member_commit_error(self, code: int, generation: int, what: str) -> None:
         if code == errors.StaleMemberEpochError.code:
             raise errors.StaleMemberEpochError(f"{what}: the member epoch {generation} is stale")
