@@ -1,5 +1,6 @@
-"""tierlog's client sends the newest versions both sides speak (issue 39, item 4): Produce v13, Fetch v18 and
-OffsetFetch v10 naming topics by id (KIP-516), OffsetFetch's KIP-848 member, DescribeGroups v6.
+"""tierlog's client sends the newest versions both sides speak (issue 39, item 4): Produce v13, Fetch v18,
+OffsetFetch v10 and (a KIP-848 member's) OffsetCommit v10 naming topics by id (KIP-516), OffsetFetch's KIP-848
+member, DescribeGroups v6.
 
 Against a tierlog broker the versions are read from its request counter
 (``kafka_network_requestmetrics_requests_total{request,version}``) and from the client's own DEBUG lines,
@@ -22,8 +23,9 @@ from tests.peer.client_versions import recreate_while_running, round_trip, sent_
 REQUESTS = "kafka_network_requestmetrics_requests_total"
 NEWEST = {"PRODUCE": 13, "FETCH": 18, "OFFSET_FETCH": 10, "DESCRIBE_GROUPS": 6}
 #: every version each of these APIs went out at: the consumers' OffsetFetch by topic id (v10), the admin's by
-#: name (v9: the group may hold offsets of topics it has no metadata of)
-SENT = {"PRODUCE": {13}, "FETCH": {18}, "OFFSET_FETCH": {9, 10}, "DESCRIBE_GROUPS": {6}}
+#: name (v9: the group may hold offsets of topics it has no metadata of); OffsetCommit v8 from the classic members,
+#: v10 (by id) from the KIP-848 one, as Kafka's consumers
+SENT = {"PRODUCE": {13}, "FETCH": {18}, "OFFSET_FETCH": {9, 10}, "DESCRIBE_GROUPS": {6}, "OFFSET_COMMIT": {8, 10}}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,7 @@ def test_round_trip_on_tierlog_uses_the_newest_versions(broker, caplog):
     assert set(_served(before, after, "FetchConsumer")) == {18}
     assert set(_served(before, after, "OffsetFetch")) == {9, 10}
     assert set(_served(before, after, "DescribeGroups")) == {6}
+    assert set(_served(before, after, "OffsetCommit")) == {8, 10}
 
 
 def test_round_trip_on_kafka_uses_the_newest_versions(kafka_peer, caplog):

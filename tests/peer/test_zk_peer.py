@@ -85,7 +85,8 @@ def test_tierlog_client_falls_back_to_the_versions_kafka39_serves(kafka39, caplo
                                       kip848=False))
     assert versions == {"PRODUCE": 11, "FETCH": 17, "OFFSET_FETCH": 9, "DESCRIBE_GROUPS": 5}
     sent = sent_versions(caplog)
-    assert (sent["PRODUCE"], sent["FETCH"], sent["OFFSET_FETCH"], sent["DESCRIBE_GROUPS"]) == ({11}, {17}, {9}, {5})
+    assert (sent["PRODUCE"], sent["FETCH"], sent["OFFSET_FETCH"], sent["DESCRIBE_GROUPS"], sent["OFFSET_COMMIT"]
+            ) == ({11}, {17}, {9}, {5}, {8})
 
     async def describe_unknown():
         async with Admin({"bootstrap.servers": kafka39.bootstrap}) as admin:

@@ -28,7 +28,11 @@ from typing import Any, NamedTuple
 
 from tierlog import errors
 from tierlog.client.cluster import Node
-from tierlog.client.connection import CLIENT_VERSIONS, OFFSET_FETCH_LAST_VERSION_WITH_NAMES
+from tierlog.client.connection import (
+    CLIENT_VERSIONS,
+    OFFSET_COMMIT_LAST_VERSION_WITH_NAMES,
+    OFFSET_FETCH_LAST_VERSION_WITH_NAMES,
+)
 from tierlog.client.errors import IllegalStateError, KafkaConnectionError, KafkaTimeoutError
 from tierlog.client.group import offset_fetch_answer, offset_fetch_values
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
@@ -1301,7 +1305,8 @@ class Admin:
                 "topics": self._by_topic(pending, lambda tp: {
                     "partition_index": tp.partition, "committed_offset": wanted[tp].offset,
                     "committed_leader_epoch": wanted[tp].leader_epoch,
-                    "committed_metadata": wanted[tp].metadata or ""})}, deadline)
+                    "committed_metadata": wanted[tp].metadata or ""})}, deadline,
+                max_version=OFFSET_COMMIT_LAST_VERSION_WITH_NAMES)  # by name, as the OffsetFetch above
             retry = None
             for t in r.topics:
                 for p in t.partitions:

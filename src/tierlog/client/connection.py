@@ -46,7 +46,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (1, 13),
-    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: the member epoch of a KIP-848 member (classic members ask for v8)
+    # v9: the member epoch of a KIP-848 member (classic members ask for v8); v10: topics by id
+    ApiKey.OFFSET_COMMIT: (2, 10),
     ApiKey.OFFSET_FETCH: (1, 10),  # v8: several groups; v9: a KIP-848 member's id and epoch
     ApiKey.FIND_COORDINATOR: (0, 3),
     ApiKey.JOIN_GROUP: (0, 9),
@@ -98,6 +99,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
 PRODUCE_LAST_VERSION_WITH_NAMES = 12
 FETCH_LAST_VERSION_WITH_NAMES = 12
 OFFSET_FETCH_LAST_VERSION_WITH_NAMES = 9
+OFFSET_COMMIT_LAST_VERSION_WITH_NAMES = 9
 
 #: KIP-368: a client re-authenticates when 85-95% of the session lifetime has passed (Kafka's window).
 REAUTH_WINDOW = (0.85, 0.95)

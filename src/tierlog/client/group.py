@@ -33,7 +33,7 @@ from typing import Any
 from tierlog import errors
 from tierlog.client.assignors import PartitionAssignor
 from tierlog.client.cluster import Node
-from tierlog.client.connection import OFFSET_FETCH_LAST_VERSION_WITH_NAMES
+from tierlog.client.connection import OFFSET_COMMIT_LAST_VERSION_WITH_NAMES, OFFSET_FETCH_LAST_VERSION_WITH_NAMES
 from tierlog.client.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
@@ -750,21 +750,31 @@ class ConsumerCoordinator:
                 "partition_index": tp.partition, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
                 "committed_metadata": om.metadata or ""})
+        # v10 names topics by id (a KIP-848 member's commits, as Kafka's consumer), when every topic has one
+        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        max_version = self.offset_commit_max_version
+        if None in ids.values():
+            max_version = min(max_version, OFFSET_COMMIT_LAST_VERSION_WITH_NAMES)
         response = await self._send(ApiKey.OFFSET_COMMIT, {
             "group_id": self.group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
             "group_instance_id": self.group_instance_id,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
-            max_version=self.offset_commit_max_version)
+            "topics": [{"name": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]},
+            max_version=max_version)
+        names = {i: t for t, i in ids.items() if i is not None}
         unauthorized: set[str] = set()
         for t in response.topics:
+            name = getattr(t, "name", None) or names.get(t.topic_id)
             for p in t.partitions:
                 code = p.error_code.value
                 if not code:
                     continue
-                what = f"Offset commit for {t.name}-{p.partition_index} in group {self.group_id}"
+                what = f"Offset commit for {name}-{p.partition_index} in group {self.group_id}"
                 if code == _TOPIC_AUTHORIZATION_FAILED:
-                    unauthorized.add(t.name)
+                    unauthorized.add(name)
                     continue
+                if code in (errors.UnknownTopicIdError.code, errors.InconsistentTopicIdError.code):
+                    self.client.request_update()  # the topic was recreated: commit again with its new id
+                    raise _error(code, what)
                 if code in _COORDINATOR_ERRORS or code == _REQUEST_TIMED_OUT:
                     self.mark_coordinator_unknown(errors.error_for_code(code).name)
                     raise _error(code, what)

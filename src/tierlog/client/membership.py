@@ -108,7 +108,7 @@ class ConsumerMembershipManager(ConsumerCoordinator):
         self._fence_count = 0
         self._reconcile_task: asyncio.Task | None = None
 
-    offset_commit_max_version = 9
+    offset_commit_max_version = 10
 
     # -- state ----------------------------------------------------------------------------------------
 
