@@ -455,7 +455,9 @@ def test_consumer_groups(shared):
             assert m.client_id == "live-client"
             assert sorted(m.assignment) == [TopicPartition("grp", 0), TopicPartition("grp", 1)]
             assert (d["simple-g"].state, d["simple-g"].members) == ("Empty", [])
-            assert (await admin.describe_consumer_groups(["never-g"]))["never-g"].state == "Dead"
+            # DescribeGroups v6 (KIP-1043): an unknown group is an error, as Kafka 4.4's admin reports it
+            with pytest.raises(errors.GroupIdNotFoundError):
+                await admin.describe_consumer_groups(["never-g"])
 
             offsets = await admin.list_consumer_group_offsets("simple-g")
             assert offsets == {TopicPartition("grp", 0): OffsetAndMetadata(2, "meta", -1)}
@@ -509,8 +511,8 @@ def test_calls_are_retried_across_a_broker_restart(broker, caplog):
 
 
 def test_a_consumer_protocol_group_is_listed_with_its_type_and_described_with_consumer_group_describe(shared):
-    """DescribeGroups answers a KIP-848 group Dead with no members; the admin then asks ConsumerGroupDescribe
-    (as Kafka's describeConsumerGroups does), and ListGroups v5 gives each group's type."""
+    """DescribeGroups answers a KIP-848 group GROUP_ID_NOT_FOUND (v6; Dead before); the admin then asks
+    ConsumerGroupDescribe (as Kafka's describeConsumerGroups does), and ListGroups v5 gives each group's type."""
     from tierlog.client.consumer import Consumer
 
     run_admin(shared.bootstrap, lambda admin: admin.create_topics([NewTopic("grp848", 2, 1, KEEP)]))
@@ -534,7 +536,7 @@ def test_a_consumer_protocol_group_is_listed_with_its_type_and_described_with_co
             (m,) = d.members
             assert m.client_id == "c848" and m.member_epoch == d.group_epoch
             assert sorted(m.assignment) == [TopicPartition("grp848", 0), TopicPartition("grp848", 1)]
-            # a group that is not there at all is still Dead (ConsumerGroupDescribe: GROUP_ID_NOT_FOUND)
-            never = (await admin.describe_consumer_groups(["never-848"]))["never-848"]
-            assert (never.state, never.group_type) == ("Dead", "classic")
+            # a group that is not there at all: GROUP_ID_NOT_FOUND from both APIs (DescribeGroups v6, KIP-1043)
+            with pytest.raises(errors.GroupIdNotFoundError):
+                await admin.describe_consumer_groups(["never-848"])
     run_admin(shared.bootstrap, scenario)

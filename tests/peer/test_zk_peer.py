@@ -6,6 +6,8 @@ with (tests/harness/cluster_shapes.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import time
 from collections import Counter
@@ -16,6 +18,8 @@ from tests.harness import apache_kafka
 from tests.harness.cluster_shapes import metadata_shape
 from tests.harness.rawclient import create_topic_in_cluster, metadata, unique
 from tests.harness.waiting import wait_until
+from tests.peer.client_versions import round_trip, sent_versions
+from tierlog.client.admin import Admin
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +74,24 @@ def test_topic_command_spreads_leaders_over_the_brokers(kafka39, kafka_zk_tool):
         i: {"leader": shape["topics"][topic]["partitions"][i]["leader"], "replicas": 3, "isr": 3, "offline": 0,
             "error": 0} for i in range(6)}}}}
     assert Counter(p["leader"] for p in shape["topics"][topic]["partitions"].values()) == {0: 2, 1: 2, 2: 2}
+
+
+def test_tierlog_client_falls_back_to_the_versions_kafka39_serves(kafka39, caplog):
+    """tierlog's client against Kafka 3.9 (issue 39, item 4): Produce v11 by name, Fetch v17 (topic ids are
+    there from v13), OffsetFetch v9, DescribeGroups v5 (an unknown group is Dead, not an error); the same
+    round trip as against Kafka 4.4 (without its KIP-848 group, which 3.9 does not serve)."""
+    caplog.set_level(logging.DEBUG, logger="tierlog.client")
+    versions = asyncio.run(round_trip(kafka39.bootstrap, unique("zk-versions"), unique("zk-versions-group"),
+                                      kip848=False))
+    assert versions == {"PRODUCE": 11, "FETCH": 17, "OFFSET_FETCH": 9, "DESCRIBE_GROUPS": 5}
+    sent = sent_versions(caplog)
+    assert (sent["PRODUCE"], sent["FETCH"], sent["OFFSET_FETCH"], sent["DESCRIBE_GROUPS"], sent["OFFSET_COMMIT"]
+            ) == ({11}, {17}, {9}, {5}, {8})
+
+    async def describe_unknown():
+        async with Admin({"bootstrap.servers": kafka39.bootstrap}) as admin:
+            return (await admin.describe_consumer_groups(["never-zk"]))["never-zk"].state
+    assert asyncio.run(describe_unknown()) == "Dead"
 
 
 def test_a_killed_broker_loses_its_leaderships_to_the_isr(kafka39):

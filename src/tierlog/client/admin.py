@@ -28,8 +28,13 @@ from typing import Any, NamedTuple
 
 from tierlog import errors
 from tierlog.client.cluster import Node
-from tierlog.client.connection import CLIENT_VERSIONS
+from tierlog.client.connection import (
+    CLIENT_VERSIONS,
+    OFFSET_COMMIT_LAST_VERSION_WITH_NAMES,
+    OFFSET_FETCH_LAST_VERSION_WITH_NAMES,
+)
 from tierlog.client.errors import IllegalStateError, KafkaConnectionError, KafkaTimeoutError
+from tierlog.client.group import offset_fetch_answer, offset_fetch_values
 from tierlog.client.network import KafkaClient, deadline_after, retry_until
 from tierlog.client.types import OffsetAndMetadata, TopicPartition
 from tierlog.config.broker import CONFIG_TYPE_IDS, ConfigSource
@@ -1196,6 +1201,12 @@ class Admin:
             g = next((g for g in r.groups if g.group_id == group), None)
             if g is None:
                 raise errors.UnknownServerError(f"The response did not contain a result for group {group!r}")
+            if g.error_code.value == errors.GroupIdNotFoundError.code:
+                # DescribeGroups v6 (KIP-1043) answers an unknown group, or one of the consumer protocol, so
+                # where older versions said Dead: as Kafka's admin, the group is a consumer group or unknown
+                found = await consumer_group(group, node, deadline)
+                if found is not None:
+                    return found
             if g.error_code.value:
                 raise _error(g.error_code.value, getattr(g, "error_message", None), f"Group {group!r}")
             members = [MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
@@ -1216,7 +1227,10 @@ class Admin:
             except errors.UnsupportedVersionError:
                 return None
             g = next((g for g in r.groups if g.group_id == group), None)
-            if g is None or g.error_code.value == errors.GroupIdNotFoundError.code:
+            # UNSUPPORTED_VERSION for the group: a broker without the consumer protocol (Kafka 3.9 in
+            # ZooKeeper mode) lists the API but refuses it; as Kafka's admin, the classic answer stands
+            if g is None or g.error_code.value in (errors.GroupIdNotFoundError.code,
+                                                   errors.UnsupportedVersionError.code):
                 return None
             if g.error_code.value:
                 raise _error(g.error_code.value, g.error_message, f"Group {group!r}")
@@ -1240,19 +1254,20 @@ class Admin:
             node = await self._coordinator(group_id, deadline)
             topics = None
             if tps is not None:
-                by_topic: dict[str, list[int]] = {}
+                topics = {}
                 for tp in tps:
-                    by_topic.setdefault(tp.topic, []).append(tp.partition)
-                topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
-            r = await self._send(node, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics,
-                                                             "require_stable": require_stable}, deadline)
-            code = getattr(r, "error_code", None)
-            if code is not None and code.value:
-                raise _error(code.value, None, f"OffsetFetch for group {group_id!r}")
+                    topics.setdefault(tp.topic, []).append(tp.partition)
+            # by name (v9 at most): the group may have committed topics this admin has no metadata of
+            version = await self._client.version(node, ApiKey.OFFSET_FETCH, OFFSET_FETCH_LAST_VERSION_WITH_NAMES)
+            r = await self._send(node, ApiKey.OFFSET_FETCH, offset_fetch_values(
+                version, group_id, topics, {}, require_stable), deadline, max_version=version)
+            code, answered = offset_fetch_answer(r, version, {})
+            if code:
+                raise _error(code, None, f"OffsetFetch for group {group_id!r}")
             out: dict[TopicPartition, OffsetAndMetadata | None] = {}
-            for t in r.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, int(p.partition_index))
+            for name, parts in answered:
+                for p in parts:
+                    tp = TopicPartition(name, int(p.partition_index))
                     pcode = p.error_code.value
                     if pcode:
                         exc = _error(pcode, None, f"OffsetFetch of {tp.topic}-{tp.partition} for group {group_id!r}")
@@ -1290,7 +1305,8 @@ class Admin:
                 "topics": self._by_topic(pending, lambda tp: {
                     "partition_index": tp.partition, "committed_offset": wanted[tp].offset,
                     "committed_leader_epoch": wanted[tp].leader_epoch,
-                    "committed_metadata": wanted[tp].metadata or ""})}, deadline)
+                    "committed_metadata": wanted[tp].metadata or ""})}, deadline,
+                max_version=OFFSET_COMMIT_LAST_VERSION_WITH_NAMES)  # by name, as the OffsetFetch above
             retry = None
             for t in r.topics:
                 for p in t.partitions:

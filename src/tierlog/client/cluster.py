@@ -133,6 +133,13 @@ class ClusterMetadata:
             return None
         return self.brokers.get(p.leader)
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id from the last metadata, or None when unknown (or the zero id of an older broker)."""
+        info = self.topics.get(topic)
+        if info is None or not info.topic_id.int:
+            return None
+        return info.topic_id
+
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         if info is None or (info.error_code and not info.partitions):

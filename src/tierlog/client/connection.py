@@ -40,12 +40,15 @@ _CORR = struct.Struct(">i")
 # The versions tierlog's client speaks per API: responses are read by field name, and these ranges
 # keep every field the code reads (e.g. Fetch stays below v13, where topic names become ids).
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 12),
-    ApiKey.FETCH: (4, 12),
+    # Produce v13, Fetch v13+ and OffsetFetch v10 name topics by id (KIP-516): sent only when every topic of
+    # the request has an id in the metadata, else capped at the last version with names (as Kafka's client)
+    ApiKey.PRODUCE: (3, 13),
+    ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (1, 13),
-    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: the member epoch of a KIP-848 member (classic members ask for v8)
-    ApiKey.OFFSET_FETCH: (1, 7),
+    # v9: the member epoch of a KIP-848 member (classic members ask for v8); v10: topics by id
+    ApiKey.OFFSET_COMMIT: (2, 10),
+    ApiKey.OFFSET_FETCH: (1, 10),  # v8: several groups; v9: a KIP-848 member's id and epoch
     ApiKey.FIND_COORDINATOR: (0, 3),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
@@ -70,7 +73,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_GROUPS: (0, 5),  # v5: the group's type (classic or consumer)
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),  # v6: the group's error message
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ALTER_PARTITION: (2, 2),
@@ -91,6 +94,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_FETCH: (1, 2),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
 }
+
+#: The last versions that name topics by name; the next ones name them by id only.
+PRODUCE_LAST_VERSION_WITH_NAMES = 12
+FETCH_LAST_VERSION_WITH_NAMES = 12
+OFFSET_FETCH_LAST_VERSION_WITH_NAMES = 9
+OFFSET_COMMIT_LAST_VERSION_WITH_NAMES = 9
 
 #: KIP-368: a client re-authenticates when 85-95% of the session lifetime has passed (Kafka's window).
 REAUTH_WINDOW = (0.85, 0.95)
@@ -359,6 +368,8 @@ class BrokerConnection:
         if min_version is not None and version < min_version:
             raise errors.UnsupportedVersionError(
                 f"node {self.node_id} lacks {ApiKey(api_key).name} v{min_version}+ (has up to v{version})")
+        if log.isEnabledFor(logging.DEBUG):  # as Kafka's NetworkClient, the version each request is sent at
+            log.debug("Sending %s v%d to node %d", ApiKey(api_key).name, version, self.node_id)
         return await self._send(api_key, version, values, expect_response, timeout_ms)
 
     async def _send(self, api_key: int, version: int, values: Mapping[str, Any], expect_response: bool = True,

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tierlog import errors
+from tierlog.client.connection import FETCH_LAST_VERSION_WITH_NAMES
 from tierlog.client.errors import IllegalStateError, NoOffsetForPartitionError, RemoteStorageNotReadyError
 from tierlog.client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from tierlog.protocol import ApiKey
@@ -683,7 +684,7 @@ class Fetcher:
             self._inflight[node_id] = asyncio.get_running_loop().create_task(
                 self._fetch(node, parts), name=f"tierlog-fetch-{node_id}")
 
-    def _fetch_request(self, parts: list) -> dict[str, Any]:
+    def _fetch_request(self, parts: list, ids: Mapping[str, Any]) -> dict[str, Any]:
         topics: dict[str, list[dict[str, int]]] = {}
         for tp, _st, offset, epoch in parts:
             topics.setdefault(tp.topic, []).append({
@@ -693,14 +694,22 @@ class Fetcher:
         return {"replica_id": -1, "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes,
                 "max_bytes": self.max_bytes, "isolation_level": 1 if self.read_committed else 0,
                 "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "topics": [{"topic": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()],
                 "forgotten_topics_data": [], "rack_id": self.rack}
 
     async def _fetch(self, node: Any, parts: list) -> None:
         sent = {tp: (st, st.generation, offset) for tp, st, offset, _ in parts}
+        # Fetch v13+ names topics by id (KIP-516), as Kafka's consumer when every topic has one: a topic
+        # recreated under the same name answers UNKNOWN_TOPIC_ID (metadata refreshed, then fetched again)
+        # instead of handing this position's records of another topic
+        cluster = self.client.cluster
+        ids = {tp.topic: cluster.topic_id(tp.topic) for tp in sent}
+        names = {i: t for t, i in ids.items() if i is not None}
         try:
-            response = await self.client.send(node, ApiKey.FETCH, self._fetch_request(parts),
-                                              timeout_ms=self.request_timeout_ms + self.max_wait_ms)
+            response = await self.client.send(
+                node, ApiKey.FETCH, self._fetch_request(parts, ids),
+                max_version=FETCH_LAST_VERSION_WITH_NAMES if None in ids.values() else None,
+                timeout_ms=self.request_timeout_ms + self.max_wait_ms)
         except asyncio.CancelledError:
             self._inflight.pop(node.node_id, None)
             raise
@@ -723,7 +732,7 @@ class Fetcher:
         got_data = False
         for t in response.responses:
             for p in t.partitions:
-                tp = TopicPartition(t.topic, int(p.partition_index))
+                tp = TopicPartition(getattr(t, "topic", None) or names.get(t.topic_id), int(p.partition_index))
                 entry = sent.pop(tp, None)
                 if entry is None:
                     continue

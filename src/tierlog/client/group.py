@@ -33,6 +33,7 @@ from typing import Any
 from tierlog import errors
 from tierlog.client.assignors import PartitionAssignor
 from tierlog.client.cluster import Node
+from tierlog.client.connection import OFFSET_COMMIT_LAST_VERSION_WITH_NAMES, OFFSET_FETCH_LAST_VERSION_WITH_NAMES
 from tierlog.client.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
@@ -75,6 +76,37 @@ _JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
 _INT32_MAX = 2**31 - 1
 
 RebalanceInProgressError = errors.RebalanceInProgressError
+
+
+def offset_fetch_values(version: int, group_id: str, topics: Mapping[str, list[int]] | None,
+                        ids: Mapping[str, Any], require_stable: bool, member_id: str | None = None,
+                        member_epoch: int = -1) -> dict[str, Any]:
+    """An OffsetFetch of one group at ``version`` (``topics`` None: every partition the group committed):
+    v8+ in the batched form, v9+ with the KIP-848 member, v10+ naming topics by id (``ids``)."""
+    if topics is None:
+        listed = None
+    elif version >= 10:
+        listed = [{"topic_id": ids[t], "partition_indexes": ps} for t, ps in topics.items()]
+    else:
+        listed = [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]
+    if version < 8:
+        return {"group_id": group_id, "topics": listed, "require_stable": require_stable}
+    group: dict[str, Any] = {"group_id": group_id, "topics": listed}
+    if version >= 9:
+        group.update(member_id=member_id, member_epoch=member_epoch)
+    return {"groups": [group], "require_stable": require_stable}
+
+
+def offset_fetch_answer(response: Any, version: int, ids: Mapping[str, Any]) -> tuple[int, list[tuple[str, Any]]]:
+    """The group's error code and its (topic name, partitions) from an OffsetFetch answer at ``version``; a
+    topic id this client did not ask for (or no longer knows) is left out."""
+    if version >= 8:
+        response = response.groups[0]
+    top = getattr(response, "error_code", None)
+    if version < 10:
+        return (top.value if top is not None else 0), [(t.name, t.partitions) for t in response.topics]
+    names = {i: t for t, i in ids.items() if i is not None}
+    return top.value, [(names[t.topic_id], t.partitions) for t in response.topics if t.topic_id in names]
 
 
 class MemberState:
@@ -718,21 +750,31 @@ class ConsumerCoordinator:
                 "partition_index": tp.partition, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
                 "committed_metadata": om.metadata or ""})
+        # v10 names topics by id (a KIP-848 member's commits, as Kafka's consumer), when every topic has one
+        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        max_version = self.offset_commit_max_version
+        if None in ids.values():
+            max_version = min(max_version, OFFSET_COMMIT_LAST_VERSION_WITH_NAMES)
         response = await self._send(ApiKey.OFFSET_COMMIT, {
             "group_id": self.group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
             "group_instance_id": self.group_instance_id,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
-            max_version=self.offset_commit_max_version)
+            "topics": [{"name": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]},
+            max_version=max_version)
+        names = {i: t for t, i in ids.items() if i is not None}
         unauthorized: set[str] = set()
         for t in response.topics:
+            name = getattr(t, "name", None) or names.get(t.topic_id)
             for p in t.partitions:
                 code = p.error_code.value
                 if not code:
                     continue
-                what = f"Offset commit for {t.name}-{p.partition_index} in group {self.group_id}"
+                what = f"Offset commit for {name}-{p.partition_index} in group {self.group_id}"
                 if code == _TOPIC_AUTHORIZATION_FAILED:
-                    unauthorized.add(t.name)
+                    unauthorized.add(name)
                     continue
+                if code in (errors.UnknownTopicIdError.code, errors.InconsistentTopicIdError.code):
+                    self.client.request_update()  # the topic was recreated: commit again with its new id
+                    raise _error(code, what)
                 if code in _COORDINATOR_ERRORS or code == _REQUEST_TIMED_OUT:
                     self.mark_coordinator_unknown(errors.error_for_code(code).name)
                     raise _error(code, what)
@@ -755,7 +797,8 @@ class ConsumerCoordinator:
                     raise KafkaTimeoutError(f"coordinator of group {self.group_id} not found in time")
                 return await self._fetch_committed_once(partitions)
             except errors.KafkaError as exc:
-                if not exc.retriable:
+                # STALE_MEMBER_EPOCH: the epoch moved on while asking; the next attempt carries the new one
+                if not exc.retriable and exc.code != errors.StaleMemberEpochError.code:
                     raise
                 last = exc
             attempt += 1
@@ -767,22 +810,33 @@ class ConsumerCoordinator:
                     f"Fetching committed offsets of group {self.group_id} did not complete in time", last) from last
             await asyncio.sleep(delay)
 
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        """The member id and epoch an OffsetFetch v9+ carries: none for a classic member (KIP-848's member
+        sends its own, checked by the coordinator as a commit's)."""
+        return None, -1
+
     async def _fetch_committed_once(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
         topics: dict[str, list[int]] = {}
         for tp in partitions:
             topics.setdefault(tp.topic, []).append(tp.partition)
-        response = await self._send(ApiKey.OFFSET_FETCH, {
-            "group_id": self.group_id, "require_stable": self.require_stable,
-            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
-        top = getattr(response, "error_code", None)
-        if top is not None and top.value:
-            if top.value in _COORDINATOR_ERRORS:
-                self.mark_coordinator_unknown(top.name)
-            raise _error(top.value, f"OffsetFetch for group {self.group_id}")
+        node = self.coordinator
+        if node is None:
+            raise errors.CoordinatorNotAvailableError(f"no known coordinator for group {self.group_id}")
+        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        version = await self.client.version(node, ApiKey.OFFSET_FETCH, OFFSET_FETCH_LAST_VERSION_WITH_NAMES
+                                            if None in ids.values() else None)
+        member_id, member_epoch = self._offset_fetch_member()
+        response = await self._send(ApiKey.OFFSET_FETCH, offset_fetch_values(
+            version, self.group_id, topics, ids, self.require_stable, member_id, member_epoch), max_version=version)
+        top, answered = offset_fetch_answer(response, version, ids)
+        if top:
+            if top in _COORDINATOR_ERRORS:
+                self.mark_coordinator_unknown(errors.error_for_code(top).name)
+            raise _error(top, f"OffsetFetch for group {self.group_id}")
         out: dict[TopicPartition, OffsetAndMetadata | None] = {tp: None for tp in partitions}
-        for t in response.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, int(p.partition_index))
+        for name, parts in answered:
+            for p in parts:
+                tp = TopicPartition(name, int(p.partition_index))
                 code = p.error_code.value
                 if code == _UNKNOWN_TOPIC_OR_PARTITION:
                     continue  # nothing committed for a topic the broker does not know

@@ -108,7 +108,7 @@ class ConsumerMembershipManager(ConsumerCoordinator):
         self._fence_count = 0
         self._reconcile_task: asyncio.Task | None = None
 
-    offset_commit_max_version = 9
+    offset_commit_max_version = 10
 
     # -- state ----------------------------------------------------------------------------------------
 
@@ -418,6 +418,11 @@ class ConsumerMembershipManager(ConsumerCoordinator):
                 "Commit cannot be completed since the consumer is not part of an active group for auto "
                 "partition assignment; it is likely that the consumer was kicked out of the group.")
         return self.member_epoch, self.member_id
+
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        if self.member_epoch <= 0 or not self.subs.auto_assigned:
+            return None, -1
+        return self.member_id, self.member_epoch
 
     def _member_commit_error(self, code: int, generation: int, what: str) -> None:
         if code == errors.StaleMemberEpochError.code:

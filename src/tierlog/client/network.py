@@ -276,6 +276,10 @@ class KafkaClient:
                 self._on_disconnect(node, st)
             raise
 
+    async def version(self, node: Node, api_key: int, max_version: int | None = None) -> int:
+        """The version a request to ``node`` would be sent at (for requests whose fields differ by version)."""
+        return (await self.connection(node)).version(api_key, max_version)
+
     async def send_any(self, api_key: int, values: Mapping[str, Any], **kwargs: Any) -> Any:
         """One request to the least loaded usable node (waiting for metadata recovery if none)."""
         node = self.least_loaded_node()

@@ -34,6 +34,7 @@ from typing import Any
 
 from tierlog import errors
 from tierlog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
+from tierlog.client.connection import PRODUCE_LAST_VERSION_WITH_NAMES
 from tierlog.client.errors import (
     IllegalStateError,
     KafkaTimeoutError,
@@ -570,14 +571,21 @@ class Producer:
         for b in batches:
             topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition,
                                                       "records": b.encode(acc.codec, transactional)})
+        # Produce v13 names topics by the ids the metadata gave (KIP-516): a topic deleted and recreated
+        # under the same name meanwhile answers UNKNOWN_TOPIC_ID, never appends to the new topic by mistake
+        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        max_version = self._txn.produce_max_version if transactional else None
+        if None in ids.values():
+            max_version = min(max_version or PRODUCE_LAST_VERSION_WITH_NAMES, PRODUCE_LAST_VERSION_WITH_NAMES)
         request = {"transactional_id": self.transactional_id, "acks": self.acks,
                    "timeout_ms": self.config["request.timeout.ms"],
-                   "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+                   "topic_data": [{"name": t, "topic_id": ids[t], "partition_data": parts}
+                                  for t, parts in topics.items()]}
         self._metrics["request-total"] += 1
         try:
             try:
                 response = await self.client.send(node, ApiKey.PRODUCE, request, expect_response=self.acks != 0,
-                                                  max_version=self._txn.produce_max_version if transactional else None)
+                                                  max_version=max_version)
             except errors.KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)
@@ -586,7 +594,9 @@ class Producer:
                 for b in batches:
                     self._done(b, -1, -1)
                 return
-            by_tp = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
+            names = {i: t for t, i in ids.items() if i is not None}
+            by_tp = {(getattr(t, "name", None) or names.get(t.topic_id), p.index): p
+                     for t in response.responses for p in t.partition_responses}
             for b in batches:
                 p = by_tp.get((b.tp.topic, b.tp.partition))
                 if p is None:

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tierlog import errors
-from tierlog.client.admin import Admin
+from tierlog.client.admin import Admin, ConsumerGroupDescription
+from tierlog.client.cluster import Node
 from tierlog.client.types import TopicPartition
 
 #: Group states in which a group has no members (Dead: it does not exist, or was just deleted).
@@ -27,7 +28,12 @@ async def list_groups(admin: Admin) -> list[dict]:
 
 
 async def _description(admin: Admin, group: str) -> Any:
-    return (await admin.describe_consumer_groups([group]))[group]
+    """The group's description; a group the coordinator does not know (DescribeGroups v6 reports it
+    GROUP_ID_NOT_FOUND, older versions Dead) is Dead with no members, as Kafka's consumer-groups tool sees it."""
+    try:
+        return (await admin.describe_consumer_groups([group]))[group]
+    except errors.GroupIdNotFoundError:
+        return ConsumerGroupDescription(group, "Dead", "", "", [], Node(-1, "", -1))
 
 
 async def describe(admin: Admin, group: str) -> dict:
