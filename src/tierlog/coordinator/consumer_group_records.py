@@ -288,6 +288,18 @@ def encode_consumer_group_value(value) -> bytes:
     return bytes(w.buf)
 
 
+def _tag0_int64(r: _Reader) -> int:
+    """The int64 in tagged field 0 of the tagged fields at ``r`` (the metadata hash, the assignment's
+    timestamp), 0 when absent; the other tags are skipped."""
+    value = 0
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        data = bytes(r._take(size))
+        if tag == 0 and size == 8:
+            value = int.from_bytes(data, "big", signed=True)
+    return value
+
+
 def decode_consumer_group_value(key, data) -> object | None:
     """The value of ``key``'s type; None for a partition metadata record (not used since Kafka 4.1)."""
     r = _Reader(data, flexible=True)
@@ -296,13 +308,7 @@ def decode_consumer_group_value(key, data) -> object | None:
         raise RecordFormatError(f"unknown {type(key).__name__[:-3]}Value version {version}")
     if isinstance(key, ConsumerGroupMetadataKey):
         epoch = r.int32()
-        metadata_hash = 0
-        for _ in range(r.uvarint()):
-            tag, size = r.uvarint(), r.uvarint()
-            data = bytes(r._take(size))
-            if tag == 0 and size == 8:
-                metadata_hash = int.from_bytes(data, "big", signed=True)
-        return ConsumerGroupMetadataValue(epoch, metadata_hash)
+        return ConsumerGroupMetadataValue(epoch, _tag0_int64(r))
     elif isinstance(key, ConsumerGroupMemberMetadataKey):
         instance_id = r.string(nullable=True)
         rack_id = r.string(nullable=True)
@@ -328,13 +334,7 @@ def decode_consumer_group_value(key, data) -> object | None:
                                                 timeout, assignor, classic)
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         epoch = r.int32()
-        timestamp = 0
-        for _ in range(r.uvarint()):
-            tag, size = r.uvarint(), r.uvarint()
-            data = bytes(r._take(size))
-            if tag == 0 and size == 8:
-                timestamp = int.from_bytes(data, "big", signed=True)
-        return ConsumerGroupTargetAssignmentMetadataValue(epoch, timestamp)
+        return ConsumerGroupTargetAssignmentMetadataValue(epoch, _tag0_int64(r))
     elif isinstance(key, ConsumerGroupRegularExpressionKey):
         topics = tuple(r.string() for _ in range(r.array_len()))
         value = ConsumerGroupRegularExpressionValue(topics, r.int64(), r.int64())
