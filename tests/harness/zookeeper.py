@@ -52,9 +52,23 @@ def require() -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket is held until all are chosen (one closed before the next is
+    bound can be handed out again: an ensemble once got one client port twice, and its second server found
+    the first answering there)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class WrappedServer(ZooKeeperServer):
@@ -216,7 +230,8 @@ def start_ensemble(root: Path, size: int = 3, timeout: float = 60, topology=None
     require()
     if topology is None:
         hosts = ["127.0.0.1"] * size
-        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, quorum, election
+        chosen = free_ports(3 * size)
+        ports = [tuple(chosen[3 * i:3 * i + 3]) for i in range(size)]  # client, quorum, election
     else:
         hosts = [topology.address(f"zk{i}") for i in range(1, size + 1)]
         ports = [(2181, 2888, 3888)] * size

@@ -883,7 +883,7 @@ _BROKER: tuple[ConfigDef, ...] = (
        doc="Smallest group.consumer.session.timeout.ms allowed."),
     _b("group.consumer.max.session.timeout.ms", "int", 60000, AtLeast(1),
        doc="Largest group.consumer.session.timeout.ms allowed."),
-    _b("group.consumer.assignment.interval.ms", "int", 1000, AtLeast(0),
+    _b("group.consumer.assignment.interval.ms", "int", 1000, AtLeast(0), dynamic=True,
        doc="At most one new target assignment of a consumer group (KIP-848) per this many ms: the group epoch "
            "bumps in between (members joining or leaving together) are assigned at the first heartbeat after it; "
            "0 computes one at every bump."),

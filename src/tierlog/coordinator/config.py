@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["INT32_MAX", "CoordinatorConfig"]
 
@@ -30,9 +32,21 @@ class CoordinatorConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_assignment_interval_ms: int = 1000
     consumer_migration_policy: str = "bidirectional"
+    #: the broker's current settings, for those a dynamic change applies to at once (Kafka 4.4 updates
+    #: group.consumer.assignment.interval.ms dynamically); None keeps the values above
+    live: Callable[[], Mapping[str, Any]] | None = None
+
+    def assignment_interval_ms(self) -> int:
+        """group.consumer.assignment.interval.ms as it is now (a dynamic broker setting, as in Kafka 4.4)."""
+        if self.live is not None:
+            try:
+                return int(self.live()["group.consumer.assignment.interval.ms"])
+            except KeyError:
+                pass
+        return self.consumer_assignment_interval_ms
 
     @classmethod
-    def from_broker_config(cls, cfg) -> CoordinatorConfig:
+    def from_broker_config(cls, cfg, live: Callable[[], Mapping[str, Any]] | None = None) -> CoordinatorConfig:
         def get_list(key: str, default):
             try:
                 return cfg[key]
@@ -61,6 +75,7 @@ class CoordinatorConfig:
             consumer_assignors=tuple(dict.fromkeys(_ASSIGNOR_NAMES.get(a, a) for a in get_list(
                 "group.consumer.assignors", ["uniform", "range"]))),
             consumer_migration_policy=str(get_list("group.consumer.migration.policy", "bidirectional")).lower(),
+            live=live,
         )
 
     def consumer_protocol_enabled(self) -> bool:

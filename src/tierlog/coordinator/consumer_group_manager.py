@@ -706,7 +706,7 @@ class ConsumerGroupManager:
         """Kafka's ``canComputeNextTargetAssignment``: at most one target assignment per
         group.consumer.assignment.interval.ms, so members joining together are assigned in one computation; the
         epoch bumps in between wait for the next heartbeat after the interval (the group shows Assigning)."""
-        interval = self.config.consumer_assignment_interval_ms
+        interval = self.config.assignment_interval_ms()
         return group.assignment_timestamp == 0 or interval == 0 or \
             self.wall_clock() >= group.assignment_timestamp + interval
 

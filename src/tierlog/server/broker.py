@@ -218,8 +218,9 @@ class Broker:
         rm.load(controller.image)
         controller.add_listener(rm.on_metadata_update)
         offsets_store = OffsetsTopicStore.from_broker_config(BrokerOffsetsTopicLog(controller, rm), cfg)
-        coordinator = self.group_coordinator = GroupCoordinator(CoordinatorConfig.from_broker_config(cfg),
-                                                                offsets_store, leads=mode.leads(rm, OFFSETS_TOPIC))
+        group_config = CoordinatorConfig.from_broker_config(cfg, live=lambda: controller.effective_config)
+        coordinator = self.group_coordinator = GroupCoordinator(group_config, offsets_store,
+                                                                leads=mode.leads(rm, OFFSETS_TOPIC))
         self._on_ready.append(coordinator.start)
         authorization = ApiAuthorization(security.authorizer, rm.topic_name)  # each handler asks its API's check
         txn = self.transactions = build_transactions(self.node_id, cfg, controller, rm, coordinator,
