@@ -42,12 +42,15 @@ T2 = uuid.UUID("00000000-0000-0000-0000-000000000002")
 TOPICS = {"t1": TopicInfo("t1", T1, 4), "t2": TopicInfo("t2", T2, 2), "other": TopicInfo("other", uuid.uuid4(), 1)}
 
 
-def make(config: CoordinatorConfig | None = None, store: MemoryStore | None = None) -> GroupCoordinator:
+def make(config: CoordinatorConfig | None = None, store: MemoryStore | None = None, *, now: list[int] | None = None,
+         topics: dict[str, TopicInfo] = TOPICS) -> GroupCoordinator:
+    """A coordinator loaded from ``store``; ``now``: a wall clock the test moves (``now[0]``, ms)."""
     # A target assignment at every epoch bump (the assignment interval has its own tests below), so each step
     # of a reconciliation shows in the answer that caused it.
+    clock = {} if now is None else {"wall_clock": lambda: now[0]}
     c = GroupCoordinator(config or CoordinatorConfig(consumer_assignment_interval_ms=0),
-                         store or MemoryStore(num_partitions=3))
-    c.topics = lambda: TOPICS
+                         store or MemoryStore(num_partitions=3), **clock)
+    c.topics = lambda: topics
     c.load_all()
     return c
 
@@ -208,10 +211,7 @@ def test_regular_expression_records_written_and_replayed():
     store = MemoryStore(num_partitions=3)
 
     def coordinator() -> GroupCoordinator:
-        c = GroupCoordinator(CoordinatorConfig(), store, wall_clock=lambda: now[0])
-        c.topics = lambda: topics
-        c.load_all()
-        return c
+        return make(CoordinatorConfig(), store, now=now, topics=topics)
 
     def written():
         out = []
@@ -253,10 +253,7 @@ def test_assignment_interval_batches_joins_into_one_target_assignment():
     store = MemoryStore(num_partitions=3)
 
     def coordinator() -> GroupCoordinator:
-        c = GroupCoordinator(CoordinatorConfig(), store, wall_clock=lambda: now[0])
-        c.topics = lambda: TOPICS
-        c.load_all()
-        return c
+        return make(CoordinatorConfig(), store, now=now)
 
     def target_metadata():
         return [decode_value(key, value) for key, value in (
@@ -350,9 +347,7 @@ def test_uniform_is_sticky_and_ignores_racks():
 def test_offsets_of_an_empty_consumer_group_expire_then_the_group_goes():
     now = [1_000_000]
     store = MemoryStore(num_partitions=3)
-    c = GroupCoordinator(CoordinatorConfig(offsets_retention_ms=60_000), store, wall_clock=lambda: now[0])
-    c.topics = lambda: TOPICS
-    c.load_all()
+    c = make(CoordinatorConfig(offsets_retention_ms=60_000), store, now=now)
     hb(c, "a", 0)
     c.commit_offsets(group_id="g", generation_id=2, member_id="a", group_instance_id=None,
                      partitions=[("t1", 0, 7, -1, "")], api_version=9)
