@@ -140,6 +140,12 @@ class ClusterMetadata:
             return None
         return info.topic_id
 
+    def topic_ids(self, topics) -> tuple[dict[str, uuid.UUID | None], dict[uuid.UUID, str]]:
+        """Each topic's id (None when unknown) and the known ids' names: for a request that names topics by
+        id when every one has an id (KIP-516), and for reading its answer back by name."""
+        ids = {t: self.topic_id(t) for t in topics}
+        return ids, {i: t for t, i in ids.items() if i is not None}
+
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         if info is None or (info.error_code and not info.partitions):

@@ -702,9 +702,7 @@ class Fetcher:
         # Fetch v13+ names topics by id (KIP-516), as Kafka's consumer when every topic has one: a topic
         # recreated under the same name answers UNKNOWN_TOPIC_ID (metadata refreshed, then fetched again)
         # instead of handing this position's records of another topic
-        cluster = self.client.cluster
-        ids = {tp.topic: cluster.topic_id(tp.topic) for tp in sent}
-        names = {i: t for t, i in ids.items() if i is not None}
+        ids, names = self.client.cluster.topic_ids({tp.topic for tp in sent})
         try:
             response = await self.client.send(
                 node, ApiKey.FETCH, self._fetch_request(parts, ids),

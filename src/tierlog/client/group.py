@@ -97,15 +97,14 @@ def offset_fetch_values(version: int, group_id: str, topics: Mapping[str, list[i
     return {"groups": [group], "require_stable": require_stable}
 
 
-def offset_fetch_answer(response: Any, version: int, ids: Mapping[str, Any]) -> tuple[int, list[tuple[str, Any]]]:
-    """The group's error code and its (topic name, partitions) from an OffsetFetch answer at ``version``; a
-    topic id this client did not ask for (or no longer knows) is left out."""
+def offset_fetch_answer(response: Any, version: int, names: Mapping[Any, str]) -> tuple[int, list[tuple[str, Any]]]:
+    """The group's error code and its (topic name, partitions) from an OffsetFetch answer at ``version``
+    (``names``: topic id -> name, for v10+); a topic id this client did not ask for is left out."""
     if version >= 8:
         response = response.groups[0]
     top = getattr(response, "error_code", None)
     if version < 10:
         return (top.value if top is not None else 0), [(t.name, t.partitions) for t in response.topics]
-    names = {i: t for t, i in ids.items() if i is not None}
     return top.value, [(names[t.topic_id], t.partitions) for t in response.topics if t.topic_id in names]
 
 
@@ -751,7 +750,7 @@ class ConsumerCoordinator:
                 "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
                 "committed_metadata": om.metadata or ""})
         # v10 names topics by id (a KIP-848 member's commits, as Kafka's consumer), when every topic has one
-        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        ids, names = self.client.cluster.topic_ids(topics)
         max_version = self.offset_commit_max_version
         if None in ids.values():
             max_version = min(max_version, OFFSET_COMMIT_LAST_VERSION_WITH_NAMES)
@@ -760,7 +759,6 @@ class ConsumerCoordinator:
             "group_instance_id": self.group_instance_id,
             "topics": [{"name": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]},
             max_version=max_version)
-        names = {i: t for t, i in ids.items() if i is not None}
         unauthorized: set[str] = set()
         for t in response.topics:
             name = getattr(t, "name", None) or names.get(t.topic_id)
@@ -822,13 +820,13 @@ class ConsumerCoordinator:
         node = self.coordinator
         if node is None:
             raise errors.CoordinatorNotAvailableError(f"no known coordinator for group {self.group_id}")
-        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        ids, names = self.client.cluster.topic_ids(topics)
         version = await self.client.version(node, ApiKey.OFFSET_FETCH, OFFSET_FETCH_LAST_VERSION_WITH_NAMES
                                             if None in ids.values() else None)
         member_id, member_epoch = self._offset_fetch_member()
         response = await self._send(ApiKey.OFFSET_FETCH, offset_fetch_values(
             version, self.group_id, topics, ids, self.require_stable, member_id, member_epoch), max_version=version)
-        top, answered = offset_fetch_answer(response, version, ids)
+        top, answered = offset_fetch_answer(response, version, names)
         if top:
             if top in _COORDINATOR_ERRORS:
                 self.mark_coordinator_unknown(errors.error_for_code(top).name)

@@ -573,7 +573,7 @@ class Producer:
                                                       "records": b.encode(acc.codec, transactional)})
         # Produce v13 names topics by the ids the metadata gave (KIP-516): a topic deleted and recreated
         # under the same name meanwhile answers UNKNOWN_TOPIC_ID, never appends to the new topic by mistake
-        ids = {t: self.client.cluster.topic_id(t) for t in topics}
+        ids, names = self.client.cluster.topic_ids(topics)
         max_version = self._txn.produce_max_version if transactional else None
         if None in ids.values():
             max_version = min(max_version or PRODUCE_LAST_VERSION_WITH_NAMES, PRODUCE_LAST_VERSION_WITH_NAMES)
@@ -594,7 +594,6 @@ class Producer:
                 for b in batches:
                     self._done(b, -1, -1)
                 return
-            names = {i: t for t, i in ids.items() if i is not None}
             by_tp = {(getattr(t, "name", None) or names.get(t.topic_id), p.index): p
                      for t in response.responses for p in t.partition_responses}
             for b in batches:
