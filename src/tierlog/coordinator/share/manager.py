@@ -103,6 +103,7 @@ class SharePartitionManager:
             with contextlib.suppress(KafkaError):
                 await self.store.flush(key)
         state = await self.store.read(key, leader_epoch) if self.store is not None else None
+        self._known.add(key)  # before the cache holds it: every cached share-partition is known
         sp = self.partitions[key] = SharePartition(
             group_id, topic, partition, lock_duration_ms=lock_duration_ms or cfg.record_lock_duration_ms,
             delivery_count_limit=cfg.delivery_count_limit, max_record_locks=cfg.partition_max_record_locks,
@@ -117,12 +118,11 @@ class SharePartitionManager:
             sp.state_epoch = state.state_epoch if state is not None else 0
             sp.initialize(initial_offset())
         self._persisted[key] = sp.version
-        self._known.add(key)
         return sp
 
     def group_partitions(self, group_id: str) -> list[Key]:
         """The share-partitions of the group this broker made or altered, cached or not."""
-        return sorted({k for k in self._known if k[0] == group_id} | {k for k in self.partitions if k[0] == group_id})
+        return sorted(k for k in self._known if k[0] == group_id)
 
     def persist(self, sp: SharePartition, topic_id: uuid.UUID, leader_epoch: int | None = None) -> None:
         key = (sp.group_id, topic_id, sp.partition)
